@@ -1,0 +1,108 @@
+"""Pieces shared by the methods: starting points, the federated evaluation round, and
+assembling a :class:`~fedmodel.result.Result`."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from fedmodel.certificate.kkt import KKTResiduals, assemble, party_evaluation
+from fedmodel.compiler.partition import CompiledModel, PartyProgram
+from fedmodel.errors import ModelError
+from fedmodel.result import Result
+
+
+def starting_point(compiled: CompiledModel, w0: Any, random_state: Any = None) -> np.ndarray:
+    """The stacked starting point: zeros, an array, a dict of variable values, or
+    ``"sphere"`` (uniform on the unit sphere, as in seed 000's experiments); projected
+    onto dom(h)."""
+    layout = compiled.layout
+    if w0 is None:
+        x = np.zeros(layout.size)
+    elif isinstance(w0, str):
+        if w0 != "sphere":
+            raise ModelError(f"w0 must be None, an array, a dict or 'sphere', got {w0!r}")
+        rng = np.random.default_rng(random_state)
+        x = rng.normal(size=layout.size)
+        x /= np.linalg.norm(x)
+    elif isinstance(w0, dict):
+        by_name = {v.name(): v for v in layout.variables}
+        values = {}
+        for key, val in w0.items():
+            var = by_name.get(key) if isinstance(key, str) else key
+            if var is None or all(var is not v for v in layout.variables):
+                raise ModelError(f"w0 names an unknown variable {key!r}")
+            values[var] = val
+        x = layout.stack(values)
+    else:
+        x = np.asarray(w0, dtype=float).ravel(order="F")
+        if x.size != layout.size:
+            raise ModelError(f"w0 has {x.size} entries; the model's variables have {layout.size}")
+    if not np.all(np.isfinite(x)):
+        raise ModelError("w0 contains NaN or inf")
+    return compiled.regularizer.project_domain(x)
+
+
+def split_multipliers(program: PartyProgram, mu: np.ndarray, nu: np.ndarray) -> dict[str, np.ndarray]:
+    """Multipliers of one party keyed by constraint label, shaped like each constraint."""
+    out: dict[str, np.ndarray] = {}
+    for kind, vec in (("ineq", mu), ("eq", nu)):
+        offset = 0
+        for c in program.constraints:
+            if c.kind != kind:
+                continue
+            piece = np.asarray(vec[offset : offset + c.size])
+            out[c.label] = piece.reshape(c.expr.shape, order="F") if c.expr.shape else piece.reshape(())
+            offset += c.size
+    return out
+
+
+def federated_evaluation(runtime, server_program, regularizer, x, mu0, nu0, local) -> tuple[KKTResiduals, dict]:
+    """One diagnostic round: every client evaluates its share at ``x`` with its own
+    multipliers; the server adds its own and ``dh``."""
+    reports = {server_program.name: party_evaluation(server_program, x, mu0, nu0)}
+    replies = runtime.broadcast("evaluate", {"w": x}, channel="diagnostic")
+    reports.update({name: r.payload for name, r in replies.items()})
+    return assemble(reports, regularizer, x, local)
+
+
+def history_row(k: int, summary: dict, kkt: KKTResiduals, **extra) -> dict:
+    return {
+        "iteration": k,
+        "objective": summary["objective"],
+        "max_violation": summary["max_violation"],
+        "stationarity": kkt.stationarity,
+        "feasibility": kkt.feasibility,
+        "constraints": summary["constraints"],
+        **extra,
+    }
+
+
+def make_result(
+    compiled: CompiledModel,
+    *,
+    method: str,
+    status: str,
+    x: np.ndarray,
+    kkt: KKTResiduals | None,
+    summary: dict,
+    multipliers: dict,
+    message: str = "",
+    **fields_: Any,
+) -> Result:
+    layout = compiled.layout
+    layout.write_values(x)
+    solution = {v.name(): np.asarray(val) for v, val in layout.unstack(x).items()}
+    return Result(
+        status=status,
+        method=method,
+        objective=float(summary["objective"]),
+        max_violation=float(summary["max_violation"]),
+        x=np.asarray(x, dtype=float),
+        solution=solution,
+        multipliers=multipliers,
+        kkt=kkt,
+        message=message,
+        **fields_,
+    )

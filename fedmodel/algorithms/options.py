@@ -1,0 +1,149 @@
+"""Options of the methods, with the seed papers' names, defaults and validation."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, fields
+from typing import Any
+
+import numpy as np
+
+from fedmodel.errors import ModelError
+
+# Defaults follow seed 000 Section 5.1 (sbar = 0.1, beta = 10, rho = 1, mu0 = 0). The paper
+# does not state q; any q in (0, 1) is covered by its Theorem 4.2, and with exact local
+# solves a smaller q only removes idle inner rounds, so 0.5 is used.
+
+
+@dataclass
+class ProxALOptions:
+    """Options of ``prox-al`` (seed 000 Algorithm 1 + Algorithm 2) and ``cprox-al``.
+
+    Attributes
+    ----------
+    eps : float or (float, float)
+        KKT tolerances (eps1 stationarity, eps2 feasibility) of Definition 1.
+    beta : float
+        Penalty parameter (Algorithm 1).
+    sbar : float
+        Inner tolerance scale: tau_k = sbar / (k + 1)^2.
+    rho : float or dict or sequence
+        ADMM penalty rho_i of each client (Algorithm 2).
+    q : float
+        Server/client local tolerance decay eps_{t+1} = q^t (Algorithm 2).
+    mu0 : float
+        Initial multipliers (all parties), >= 0.
+    w0 : None, array, dict or "sphere"
+        Starting point (default zeros, projected onto dom h); ``"sphere"`` draws it from the
+        unit sphere with ``random_state`` as in the paper's experiments.
+    max_outer, max_inner : int
+        Iteration caps of Algorithms 1 and 2.
+    solver : {"auto", "lbfgs", "cvxpy"}
+        Subproblem backend of every party.
+    time_limit : float or None
+        Wall-clock seconds; the solve returns status ``"time_limit"`` when exceeded.
+    history : bool
+        Record per-outer-iteration diagnostics (costs one diagnostic round per iteration).
+    """
+
+    eps: Any = 1e-3
+    beta: float = 10.0
+    sbar: float = 0.1
+    rho: Any = 1.0
+    q: float = 0.5
+    mu0: float = 0.0
+    w0: Any = None
+    random_state: Any = None
+    max_outer: int = 500
+    max_inner: int = 500
+    max_local_iter: int = 10_000
+    solver: str = "auto"
+    time_limit: float | None = None
+    history: bool = True
+    divergence_limit: float = 1e10
+
+    @property
+    def eps1(self) -> float:
+        return float(self.eps[0] if np.ndim(self.eps) else self.eps)
+
+    @property
+    def eps2(self) -> float:
+        return float(self.eps[1] if np.ndim(self.eps) else self.eps)
+
+    def validate(self, client_names: list[str]) -> None:
+        if np.ndim(self.eps) not in (0, 1) or (np.ndim(self.eps) == 1 and len(self.eps) != 2):
+            raise ModelError(f"eps must be a float or a pair (eps1, eps2), got {self.eps!r}")
+        _positive("eps1", self.eps1)
+        _positive("eps2", self.eps2)
+        _positive("beta", self.beta)
+        _positive("sbar", self.sbar)
+        if not 0 < self.q < 1:
+            raise ModelError(f"q must lie in (0, 1), got {self.q!r}")
+        if self.mu0 < 0:
+            raise ModelError(f"mu0 must be >= 0, got {self.mu0!r}")
+        for name in ("max_outer", "max_inner", "max_local_iter"):
+            if int(getattr(self, name)) < 1:
+                raise ModelError(f"{name} must be >= 1, got {getattr(self, name)!r}")
+        for name, r in self.rho_per_client(client_names).items():
+            _positive(f"rho for client '{name}'", r)
+
+    def rho_per_client(self, client_names: list[str]) -> dict[str, float]:
+        rho = self.rho
+        if isinstance(rho, dict):
+            missing = [n for n in client_names if n not in rho]
+            unknown = [n for n in rho if n not in client_names]
+            if missing or unknown:
+                raise ModelError(
+                    f"rho dict must give every client: missing {missing}, unknown {unknown}"
+                )
+            return {n: float(rho[n]) for n in client_names}
+        if np.ndim(rho) == 1:
+            if len(rho) != len(client_names):
+                raise ModelError(
+                    f"rho has {len(rho)} entries for {len(client_names)} clients"
+                )
+            return {n: float(r) for n, r in zip(client_names, rho)}
+        return {n: float(rho) for n in client_names}
+
+
+@dataclass
+class CentralizedOptions:
+    """Options of ``centralized``: one cvxpy solve of the pooled problem.
+
+    Attributes
+    ----------
+    eps : float
+        KKT tolerance the certificate must meet for status ``"optimal"``.
+    solver : str or None
+        cvxpy solver (default: cvxpy's choice, Clarabel for these models).
+    refine : bool
+        When cvxpy's answer is not certified to ``eps``, refine it with cprox-al started
+        from cvxpy's primal and dual values.
+    solver_options : dict
+        Passed to ``cvxpy.Problem.solve``.
+    """
+
+    eps: float = 1e-6
+    solver: str | None = None
+    refine: bool = True
+    solver_options: dict = field(default_factory=dict)
+    time_limit: float | None = None
+
+
+def _positive(name: str, value: Any) -> None:
+    try:
+        ok = float(value) > 0 and np.isfinite(float(value))
+    except (TypeError, ValueError):
+        ok = False
+    if not ok:
+        raise ModelError(f"{name} must be a positive number, got {value!r}")
+
+
+def build_options(cls, options: dict[str, Any], method: str):
+    """Instantiate an options dataclass, refusing unknown names with the valid ones."""
+    names = {f.name for f in fields(cls)}
+    unknown = sorted(set(options) - names)
+    if unknown:
+        raise ModelError(
+            f"unknown option(s) {unknown} for method '{method}'; valid: {sorted(names)}"
+        )
+    return cls(**options)

@@ -1,0 +1,279 @@
+"""prox-al: seed 000 Algorithm 1 (proximal AL, outer loop) with Algorithm 2 (inexact ADMM)
+as the federated subproblem solver; also ``admm`` (Algorithm 2 alone).
+
+The server half below holds only the server's program (``c_0``, server data, ``h``) and
+``mu_0``; it reaches clients only through the runtime's messages (see
+:mod:`fedmodel.algorithms.prox_al_client` for the message table). Per outer iteration k:
+
+1. tau_k = sbar / (k + 1)^2;
+2. Algorithm 2 from w~^0 = w^k: for t = 0, 1, ... the server solves (14) to eps_{t+1} =
+   q^t, broadcasts w^{t+1}; clients solve (15) and return (u~_i, eps~_i); stop on (19):
+   eps_{t+1} + sum_i eps~_i <= tau_k (the server's measured residual replaces eps_{t+1}
+   if it is larger);
+3. mu_0 update on the server; w^{k+1} broadcast; clients update mu_i and return
+   ||mu_i^{k+1} - mu_i^k||_inf (with the next ADMM initialisation u~_i^0);
+4. stop on (8): ||w^{k+1} - w^k||_inf + beta tau_k <= beta eps1 and
+   max_i ||mu_i^{k+1} - mu_i^k||_inf <= beta eps2.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+
+import numpy as np
+
+from fedmodel.algorithms.common import (
+    federated_evaluation,
+    history_row,
+    make_result,
+    split_multipliers,
+    starting_point,
+)
+from fedmodel.algorithms.options import ProxALOptions
+from fedmodel.algorithms.prox_al_client import ProxALClient
+from fedmodel.compiler.partition import CompiledModel, PartyProgram
+from fedmodel.compiler.regularizer import Regularizer
+from fedmodel.runtime.serial import SerialRuntime
+from fedmodel.subproblems.merit import MeritProblem
+from fedmodel.subproblems.select import make_solver
+
+
+@dataclass
+class InnerOutcome:
+    """Result of one run of Algorithm 2."""
+
+    w: np.ndarray
+    iterations: int
+    bound: float  # eps_{t+1} + sum_i eps~_i: bounds dist_inf(0, d l_k(w)) (Theorem 4.1)
+    satisfied: bool
+    server_residual: float
+    timed_out: bool = False
+
+
+class ProxALServer:
+    """Server half of prox-al / admm: aggregation, ``c_0`` with ``mu_0``, ``h``, stopping.
+
+    Parameters
+    ----------
+    program : PartyProgram
+        The server's own terms (``c_0``, optional ``f_0``) and data.
+    regularizer : Regularizer
+        ``h``.
+    rhos : dict
+        ``rho_i`` of every client (public algorithm parameters).
+    n_clients : int
+    options : ProxALOptions
+    proximal : bool
+        False for plain ADMM (method ``"admm"``).
+    """
+
+    def __init__(
+        self,
+        program: PartyProgram,
+        regularizer: Regularizer,
+        rhos: dict[str, float],
+        n_clients: int,
+        options: ProxALOptions,
+        proximal: bool = True,
+    ):
+        self.program = program
+        self.options = options
+        self.beta = float(options.beta)
+        self.rhos = dict(rhos)
+        self.rho_sum = float(sum(rhos.values()))
+        self.prox_weight = 1.0 / ((n_clients + 1) * self.beta) if proximal else 0.0
+        self.problem = MeritProblem([program], self.beta, regularizer)
+        self.solver = make_solver(self.problem, options.solver)
+        self.mu = np.full(program.m_ineq, float(options.mu0))
+        self.nu = np.zeros(program.m_eq)
+        self.local_iterations = 0
+
+    def inner(
+        self,
+        runtime: SerialRuntime,
+        w_center: np.ndarray,
+        u_tildes: dict[str, np.ndarray],
+        tau: float,
+        deadline: float | None = None,
+    ) -> InnerOutcome:
+        """Algorithm 2 on P_{0,k} + h + sum_i P_{i,k}, started from w~^0 = ``w_center``."""
+        opts = self.options
+        sigma = self.prox_weight + self.rho_sum
+        w = w_center
+        bound = np.inf
+        residual = np.inf
+        for t in range(opts.max_inner):
+            eps = opts.q**t
+            agg = sum(self.rhos[name] * u for name, u in u_tildes.items())
+            center = (self.prox_weight * w_center + agg) / sigma
+            self.problem.set(sigma=sigma, center=center, mu=[self.mu], nu=[self.nu])
+            report = self.solver.solve(w, eps, opts.max_local_iter)  # server step (14)
+            self.local_iterations += report.iterations
+            w, residual = report.x, report.residual
+            runtime.next_round()
+            replies = runtime.broadcast("admm_w", {"w": w, "tol": eps})
+            u_tildes = {name: r.payload["u_tilde"] for name, r in replies.items()}
+            bound = max(eps, residual) + sum(float(r.payload["eps_tilde"]) for r in replies.values())
+            if bound <= tau:  # (19)
+                return InnerOutcome(w, t + 1, bound, True, residual)
+            if deadline is not None and time.perf_counter() > deadline:
+                return InnerOutcome(w, t + 1, bound, False, residual, timed_out=True)
+        return InnerOutcome(w, opts.max_inner, bound, False, residual)
+
+    def update_multipliers(self, w: np.ndarray) -> float:
+        """mu_0^{k+1} = [mu_0^k + beta c_0(w^{k+1})]_+ (and nu_0 += beta a_0); returns the
+        infinity-norm change."""
+        ci, ce = self.problem.functions[0].constraint_values(w)
+        change = 0.0
+        if ci.size:
+            new = np.maximum(self.mu + self.beta * ci, 0.0)
+            change = float(np.abs(new - self.mu).max())
+            self.mu = new
+        if ce.size:
+            step = self.beta * ce
+            change = max(change, float(np.abs(step).max()))
+            self.nu = self.nu + step
+        return change
+
+
+def run_prox_al(compiled: CompiledModel, options: ProxALOptions, method: str = "prox-al"):
+    """Run prox-al (``method="prox-al"``) or plain Algorithm 2 (``method="admm"``)."""
+    proximal = method == "prox-al"
+    t_start = time.perf_counter()
+    names = [c.name for c in compiled.clients]
+    options.validate(names)
+    rhos = options.rho_per_client(names)
+    n = compiled.n_clients
+    clients = {
+        c.name: ProxALClient(
+            c, options.beta, rhos[c.name], n, proximal, options.mu0, options.solver,
+            options.max_local_iter,
+        )
+        for c in compiled.clients
+    }
+    runtime = SerialRuntime(clients)
+    server = ProxALServer(compiled.server, compiled.regularizer, rhos, n, options, proximal)
+    compile_seconds = time.perf_counter() - t_start
+
+    t_solve = time.perf_counter()
+    deadline = t_solve + options.time_limit if options.time_limit else None
+    local = compiled.nonconvex
+    x = starting_point(compiled, options.w0, options.random_state)
+    runtime.next_round()
+    u_tildes = {k: r.payload["u_tilde"] for k, r in runtime.broadcast("start", {"w": x}).items()}
+
+    history: list[dict] = []
+    status, message = "max_iterations", ""
+    inner_total, k = 0, -1
+    last_eval = None
+    max_outer = options.max_outer if proximal else 1
+    mu_norms: list[float] = []
+    for k in range(max_outer):
+        tau = options.sbar / (k + 1) ** 2 if proximal else options.eps1
+        outcome = server.inner(runtime, x, u_tildes, tau, deadline)
+        inner_total += outcome.iterations
+        w_new = outcome.w
+        if not np.all(np.isfinite(w_new)) or np.abs(w_new).max() > options.divergence_limit:
+            status = "unbounded"
+            message = (
+                f"the iterates diverge (||w||_inf = {np.abs(w_new).max():.3g} at outer "
+                f"iteration {k}); the model is likely unbounded below. The last finite "
+                "iterate is returned."
+            )
+            break
+        dw = float(np.abs(w_new - x).max())
+        x = w_new
+        if proximal:
+            dmu = server.update_multipliers(x)
+            runtime.next_round()
+            replies = runtime.broadcast("outer", {"w": x})
+            dmu = max([dmu] + [float(r.payload["dmu_inf"]) for r in replies.values()])
+            u_tildes = {name: r.payload["u_tilde"] for name, r in replies.items()}
+        else:
+            dmu = 0.0
+        if options.history:
+            last_eval = federated_evaluation(runtime, compiled.server, compiled.regularizer, x, server.mu, server.nu, local)
+            kkt, summary = last_eval
+            history.append(
+                history_row(
+                    k, summary, kkt, inner_iterations=outcome.iterations, inner_bound=outcome.bound,
+                    tau=tau, dw_inf=dw, dmu_inf=dmu, rounds=runtime.round,
+                )
+            )
+        mu_norms.append(float(np.abs(server.mu).max(initial=0.0)))
+        if not proximal:  # admm: one run of Algorithm 2 to tau = eps1
+            status = "stopped" if outcome.satisfied else "max_iterations"
+            break
+        if dw + options.beta * tau <= options.beta * options.eps1 and dmu <= options.beta * options.eps2:
+            status = "stopped"  # (8) holds; the certificate below decides "optimal"
+            break
+        if deadline is not None and time.perf_counter() > deadline:
+            status = "time_limit"
+            message = f"time limit of {options.time_limit:g} s reached after {k + 1} outer iterations"
+            break
+
+    if last_eval is None or history[-1]["iteration"] != k or status == "unbounded":
+        last_eval = federated_evaluation(runtime, compiled.server, compiled.regularizer, x, server.mu, server.nu, local)
+    kkt, summary = last_eval
+    certified = kkt.satisfied(options.eps1, options.eps2)
+    if status == "stopped":
+        if certified:
+            status = "optimal"
+            message = f"(eps1, eps2) = ({options.eps1:g}, {options.eps2:g})-KKT point certified"
+            if local:
+                message += " (a local certificate: the model has non-convex terms)"
+        else:
+            status = "inaccurate"
+            message = (
+                "the stopping test (8) held but the recomputed KKT residuals "
+                f"(stationarity {kkt.stationarity:.2e}, feasibility {kkt.feasibility:.2e}) "
+                "exceed the tolerance; the inner ADMM probably hit max_inner. Raise "
+                "max_inner or lower sbar."
+            )
+    elif status == "max_iterations" and not proximal:
+        message = f"Algorithm 2 reached max_inner = {options.max_inner} before (19) held"
+    elif status == "max_iterations":
+        message = f"max_outer = {options.max_outer} outer iterations reached without meeting (8)"
+        if certified:
+            message += ", although the KKT certificate already holds"
+        if summary["max_violation"] > options.eps2 and len(mu_norms) >= 2:
+            message += (
+                f"; the max violation is still {summary['max_violation']:.3g} while the "
+                "multipliers keep growing, so the model may be infeasible"
+            )
+
+    reports = runtime.broadcast("report", {}, channel="diagnostic")
+    multipliers = {compiled.server.name: split_multipliers(compiled.server, server.mu, server.nu)}
+    per_party_seconds = {"server": 0.0}
+    local_iters = {"server": server.local_iterations}
+    for c in compiled.clients:
+        p = reports[c.name].payload
+        multipliers[c.name] = split_multipliers(c, p["mu"], p["nu"])
+        per_party_seconds[c.name] = p["seconds"]
+        local_iters[c.name] = int(p["local_iterations"])
+    solve_seconds = time.perf_counter() - t_solve
+    per_party_seconds["server"] = max(0.0, solve_seconds - sum(runtime.client_seconds.values()))
+    totals = runtime.ledger.totals("algorithm")
+    totals["diagnostic"] = runtime.ledger.totals("diagnostic")
+    return make_result(
+        compiled,
+        method=method,
+        status=status,
+        x=x,
+        kkt=kkt,
+        summary=summary,
+        multipliers=multipliers,
+        message=message,
+        rounds={"outer": k + 1, "inner": inner_total, "communication": runtime.round},
+        communication=totals,
+        timing={
+            "compile": compile_seconds,
+            "solve": solve_seconds,
+            "per_party": per_party_seconds,
+            "local_iterations": local_iters,
+        },
+        history=history,
+        options={k_: v for k_, v in options.__dict__.items() if k_ not in ("w0",)},
+        ledger=runtime.ledger.rows,
+    )

@@ -1,0 +1,280 @@
+"""Partition a :class:`~fedmodel.Model` into one program per party, and check it.
+
+A :class:`PartyProgram` is everything one party knows: its own objective terms, its own
+constraints and its own data. Algorithms hand each party only its program, so no code
+path can read another party's data.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from functools import cached_property
+from typing import TYPE_CHECKING
+
+import cvxpy as cp
+import numpy as np
+
+from fedmodel.compiler.regularizer import Regularizer
+from fedmodel.compiler.smooth import (
+    NotSmoothError,
+    SmoothFunction,
+    VariableLayout,
+    check_smooth,
+    compile_smooth,
+)
+from fedmodel.dsl.data import PrivateData, fingerprint
+from fedmodel.dsl.party import ConstraintTerm, ObjectiveTerm, Party
+from fedmodel.errors import ModelError, OwnershipError, UnsupportedError
+
+if TYPE_CHECKING:
+    from fedmodel.dsl.model import Model
+
+
+@dataclass
+class PartyProgram:
+    """One party's part of the model: ``f_i``, ``c_i`` (``<= 0``) and ``a_i`` (``== 0``).
+
+    Attributes
+    ----------
+    name : str
+        The party (``"server"`` for the server).
+    layout : VariableLayout
+        How the model variables are stacked into one vector ``x``.
+    objective, constraints : lists of terms as declared.
+    """
+
+    name: str
+    is_server: bool
+    layout: VariableLayout
+    objective: list[ObjectiveTerm]
+    constraints: list[ConstraintTerm]
+    data: tuple[PrivateData, ...] = ()
+
+    @property
+    def ineq(self) -> list[ConstraintTerm]:
+        return [c for c in self.constraints if c.kind == "ineq"]
+
+    @property
+    def eq(self) -> list[ConstraintTerm]:
+        return [c for c in self.constraints if c.kind == "eq"]
+
+    @property
+    def m_ineq(self) -> int:
+        return sum(c.size for c in self.ineq)
+
+    @property
+    def m_eq(self) -> int:
+        return sum(c.size for c in self.eq)
+
+    @property
+    def nonconvex(self) -> bool:
+        return any(t.allow_nonconvex for t in self.objective) or any(
+            c.allow_nonconvex for c in self.constraints
+        )
+
+    @property
+    def is_empty(self) -> bool:
+        return not self.objective and not self.constraints
+
+    def objective_expr(self) -> cp.Expression | int:
+        return sum((t.expr for t in self.objective), start=0) if self.objective else 0
+
+    def constraint_labels(self, kind: str) -> list[tuple[str, int]]:
+        """``(label, size)`` of each constraint block of the given kind, in stacking order."""
+        return [(c.label, c.size) for c in self.constraints if c.kind == kind]
+
+    @cached_property
+    def functions(self) -> PartyFunctions:
+        """Value/gradient evaluators of ``f``, ``c`` and ``a`` (compiled once).
+
+        Raises :class:`~fedmodel.errors.UnsupportedError` naming the term when a term is
+        not differentiable (gradient-based methods and certificates need ``C^1`` terms).
+        """
+        return PartyFunctions(self)
+
+    def data_bytes(self) -> int:
+        total = 0
+        for d in self.data:
+            v = d.value
+            total += v.data.nbytes if hasattr(v, "nnz") else np.asarray(v).nbytes
+        return total
+
+
+class PartyFunctions:
+    """Compiled numpy evaluators for one party: ``f(x)``, ``c(x)`` stacked, ``a(x)`` stacked."""
+
+    def __init__(self, program: PartyProgram):
+        self.program = program
+        layout = program.layout
+        self.f = self._compile([t.expr for t in program.objective], [t.label for t in program.objective], scalar=True)
+        self.c = self._compile([cp.vec(c.expr, order="F") for c in program.ineq], [c.label for c in program.ineq])
+        self.a = self._compile([cp.vec(c.expr, order="F") for c in program.eq], [c.label for c in program.eq])
+        self.n = layout.size
+        self.m_ineq = program.m_ineq
+        self.m_eq = program.m_eq
+
+    def _compile(self, exprs, labels, scalar=False) -> SmoothFunction | None:
+        if not exprs:
+            return None
+        for e, lab in zip(exprs, labels):  # attribute a failure to the term at fault
+            try:
+                check_smooth(e)
+            except NotSmoothError as exc:
+                raise UnsupportedError(
+                    f"term '{lab}' is not continuously differentiable ({exc}); gradient-based "
+                    "methods (prox-al, admm, cprox-al) and the KKT certificate need C^1 terms. "
+                    "Move nonsmooth regularisers into model.regularize(...) or use "
+                    "method='centralized'.",
+                    self.program.name,
+                    str(e),
+                ) from exc
+        if scalar:
+            total = sum(exprs[1:], start=exprs[0])
+        else:
+            total = cp.hstack(exprs) if len(exprs) > 1 else exprs[0]
+        return compile_smooth(total, self.program.layout)
+
+    def objective(self, x: np.ndarray) -> float:
+        return float(self.f.value(x)[0]) if self.f is not None else 0.0
+
+    def objective_and_grad(self, x: np.ndarray) -> tuple[float, np.ndarray]:
+        if self.f is None:
+            return 0.0, np.zeros(self.n)
+        return self.f.value_and_grad(x)
+
+    def constraint_values(self, x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        ci = self.c.value(x) if self.c is not None else np.zeros(0)
+        ce = self.a.value(x) if self.a is not None else np.zeros(0)
+        return ci, ce
+
+    def constraint_vjp(self, x: np.ndarray, yi: np.ndarray, ye: np.ndarray) -> np.ndarray:
+        """``J_c(x)^T yi + J_a(x)^T ye``."""
+        g = np.zeros(self.n)
+        if self.c is not None and yi.size and np.any(yi):
+            g += self.c.vjp(x, yi)[1]
+        if self.a is not None and ye.size and np.any(ye):
+            g += self.a.vjp(x, ye)[1]
+        return g
+
+    def lagrangian_grad(self, x: np.ndarray, mu: np.ndarray, nu: np.ndarray) -> np.ndarray:
+        """``grad f(x) + J_c(x)^T mu + J_a(x)^T nu`` (this party's share of stationarity)."""
+        return self.objective_and_grad(x)[1] + self.constraint_vjp(x, mu, nu)
+
+    def merit(
+        self, x: np.ndarray, mu: np.ndarray, nu: np.ndarray, beta: float
+    ) -> tuple[float, np.ndarray]:
+        """Value and gradient of ``f + (||[mu + beta c]_+||^2 - ||mu||^2)/(2 beta)
+        + (||nu + beta a||^2 - ||nu||^2)/(2 beta)`` (seed 000 eqs. 10-11 without the prox term).
+        """
+        val, grad = self.objective_and_grad(x)
+        grad = grad.copy()
+        ci, ce = self.constraint_values(x)
+        yi = np.maximum(mu + beta * ci, 0.0) if ci.size else ci
+        ye = nu + beta * ce if ce.size else ce
+        val += (yi.dot(yi) - mu.dot(mu)) / (2 * beta) if ci.size else 0.0
+        val += (ye.dot(ye) - nu.dot(nu)) / (2 * beta) if ce.size else 0.0
+        grad += self.constraint_vjp(x, yi, ye)
+        return float(val), grad
+
+
+@dataclass
+class CompiledModel:
+    """The partitioned model: one program per party, the regulariser and the layout."""
+
+    name: str
+    layout: VariableLayout
+    server: PartyProgram
+    clients: list[PartyProgram]
+    regularizer: Regularizer
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def parties(self) -> list[PartyProgram]:
+        return [self.server, *self.clients]
+
+    @property
+    def nonconvex(self) -> bool:
+        return any(p.nonconvex for p in self.parties)
+
+    @property
+    def n_clients(self) -> int:
+        return len(self.clients)
+
+    @property
+    def has_constraints(self) -> bool:
+        return any(p.constraints for p in self.parties)
+
+    def program(self, name: str) -> PartyProgram:
+        for p in self.parties:
+            if p.name == name:
+                return p
+        raise KeyError(name)
+
+
+def _leaves(expr):
+    stack = [expr]
+    while stack:
+        e = stack.pop()
+        if not e.args:
+            yield e
+        else:
+            stack.extend(e.args)
+
+
+def check_ownership(model: Model, party: Party) -> None:
+    """Raise :class:`OwnershipError` if a term of ``party`` touches another party's data."""
+    terms = [(t.label, t.expr) for t in party.objective_terms] + [
+        (c.label, c.expr) for c in party.constraints
+    ]
+    for label, expr in terms:
+        for leaf in _leaves(expr):
+            if isinstance(leaf, PrivateData):
+                if leaf.owner != party.name:
+                    raise OwnershipError(
+                        f"'{label}' uses data '{leaf.data_name}' owned by '{leaf.owner}'. A "
+                        "party's terms may only use its own data; share derived quantities "
+                        "through the algorithm instead.",
+                        party.name,
+                        str(expr),
+                    )
+            elif isinstance(leaf, cp.Constant) and model._fingerprints:
+                fp = fingerprint(leaf.value)
+                owner = model._fingerprints.get(fp) if fp is not None else None
+                if owner is not None and owner != party.name:
+                    raise OwnershipError(
+                        f"'{label}' contains a constant {leaf.shape} equal to data registered "
+                        f"by '{owner}'. A party's terms may only use its own data.",
+                        party.name,
+                        str(expr),
+                    )
+
+
+def compile_model(model: Model) -> CompiledModel:
+    """Partition ``model`` and run the compile-time checks."""
+    if not model.variables:
+        raise ModelError("the model has no variables; declare one with model.variable(shape)")
+    if not model.clients:
+        raise ModelError("the model has no clients; add one with model.client(name)")
+    layout = VariableLayout(model.variables)
+    programs = []
+    for party in [model.server, *model.clients]:
+        if not party.is_server and not party.objective_terms and not party.constraints:
+            what = "data but no objective terms or constraints" if party.data_handles else "no data and no terms"
+            raise ModelError(
+                f"client '{party.name}' has {what}; give it an objective (site.minimize) or "
+                "constraints (site.subject_to), or remove it",
+                party.name,
+            )
+        check_ownership(model, party)
+        programs.append(
+            PartyProgram(
+                name=party.name,
+                is_server=party.is_server,
+                layout=layout,
+                objective=list(party.objective_terms),
+                constraints=list(party.constraints),
+                data=party.data_handles,
+            )
+        )
+    reg = Regularizer.from_model_terms(model._regularizers, layout)
+    return CompiledModel(model.name, layout, programs[0], programs[1:], reg)

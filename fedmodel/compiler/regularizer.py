@@ -1,0 +1,330 @@
+"""The regulariser h(w): parsed into per-variable simple pieces with an exact prox.
+
+h is a sum over model variables v of
+
+    a_v ||v||_1 + b_v ||v||_2^2 + c_v ||v||_2 + indicator(lo_v <= v <= hi_v)
+
+(any piece may be absent). Its proximal operator is closed form (seed 000 Assumption 2a)
+except for the combination of a group norm with a box, which is refused.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import cvxpy as cp
+import numpy as np
+from cvxpy.constraints import Inequality
+
+from fedmodel.errors import ModelError, UnsupportedError
+
+
+@dataclass
+class VariablePiece:
+    """The part of h that acts on one variable (flattened, column-major)."""
+
+    l1: float = 0.0
+    sumsq: float = 0.0
+    l2: float = 0.0
+    lower: np.ndarray | float = -np.inf
+    upper: np.ndarray | float = np.inf
+    has_box: bool = False
+
+
+def _whole_variable(expr: Any, variables: list[cp.Variable], what: str) -> cp.Variable:
+    if isinstance(expr, cp.Variable) and any(expr is v for v in variables):
+        return expr
+    raise UnsupportedError(
+        f"regularize(): {what} must act on a whole model variable, got '{expr}'. "
+        "Put other terms in a party's objective or constraints."
+    )
+
+
+def _constant_value(expr: Any) -> np.ndarray | None:
+    if isinstance(expr, (int, float, np.ndarray, np.number)):
+        return np.asarray(expr, dtype=float)
+    if isinstance(expr, cp.Expression) and expr.is_constant() and not expr.parameters():
+        return np.asarray(expr.value, dtype=float)
+    return None
+
+
+def parse_regularizer_term(term: Any, variables: list[cp.Variable]) -> list[tuple]:
+    """Parse one ``regularize`` argument into ``(kind, variable, value)`` items.
+
+    Raises :class:`~fedmodel.errors.UnsupportedError` for anything without a simple prox.
+    """
+    if isinstance(term, (list, tuple)):
+        return [item for t in term for item in parse_regularizer_term(t, variables)]
+    if isinstance(term, Inequality):
+        lhs, rhs = term.args
+        lo_val, hi_val = _constant_value(lhs), _constant_value(rhs)
+        if lo_val is not None:  # const <= v  -> lower bound
+            v = _whole_variable(rhs, variables, "a bound")
+            return [("lower", v, _bound_array(lo_val, v))]
+        if hi_val is not None:  # v <= const -> upper bound
+            v = _whole_variable(lhs, variables, "a bound")
+            return [("upper", v, _bound_array(hi_val, v))]
+        raise UnsupportedError(f"regularize(): '{term}' is not a box constraint v <= const / v >= const")
+    if isinstance(term, cp.constraints.constraint.Constraint):
+        raise UnsupportedError(
+            f"regularize(): only box constraints are accepted, got {type(term).__name__} '{term}'"
+        )
+    if not isinstance(term, cp.Expression):
+        raise ModelError(f"regularize() expects a cvxpy expression or box constraint, got {term!r}")
+    return _parse_expr(term, 1.0, variables)
+
+
+def _bound_array(value: np.ndarray, v: cp.Variable) -> np.ndarray:
+    try:
+        arr = np.broadcast_to(value, v.shape)
+    except ValueError as exc:
+        raise ModelError(
+            f"regularize(): bound of shape {value.shape} does not fit variable "
+            f"'{v.name()}' of shape {v.shape}"
+        ) from exc
+    if np.isnan(arr).any():
+        raise ModelError(f"regularize(): bound for '{v.name()}' contains NaN")
+    return np.asarray(arr, dtype=float).flatten(order="F")
+
+
+def _parse_expr(expr: cp.Expression, scale: float, variables) -> list[tuple]:
+    name = type(expr).__name__
+    if name == "AddExpression":
+        return [item for a in expr.args for item in _parse_expr(a, scale, variables)]
+    if name in ("MulExpression", "multiply"):
+        left, right = expr.args
+        lv, rv = _constant_value(left), _constant_value(right)
+        if lv is not None and lv.size == 1:
+            return _parse_expr(right, scale * float(lv), variables)
+        if rv is not None and rv.size == 1:
+            return _parse_expr(left, scale * float(rv), variables)
+    if name == "DivExpression":
+        rv = _constant_value(expr.args[1])
+        if rv is not None and rv.size == 1 and float(rv) != 0:
+            return _parse_expr(expr.args[0], scale / float(rv), variables)
+    if scale < 0:
+        raise UnsupportedError(f"regularize(): '{expr}' enters h with a negative weight ({scale:g})")
+    if name == "norm1":
+        return [("l1", _whole_variable(expr.args[0], variables, "norm1"), scale)]
+    if name == "Pnorm" and float(expr.p) == 1.0:
+        return [("l1", _whole_variable(expr.args[0], variables, "norm(., 1)"), scale)]
+    if name in ("Pnorm", "Norm2", "norm2") and float(getattr(expr, "p", 2)) == 2.0:
+        return [("l2", _whole_variable(expr.args[0], variables, "norm(., 2)"), scale)]
+    if name == "quad_over_lin":
+        y = _constant_value(expr.args[1])
+        if y is not None and y.size == 1 and float(y) > 0:
+            v = _whole_variable(expr.args[0], variables, "sum_squares")
+            return [("sumsq", v, scale / float(y))]
+    if name == "power" and float(expr.p.value if hasattr(expr.p, "value") else expr.p) == 2.0:
+        pass  # elementwise square is not a scalar; handled only inside cp.sum below
+    if name == "Sum" and type(expr.args[0]).__name__ == "power":
+        inner = expr.args[0]
+        p = float(inner.p.value if hasattr(inner.p, "value") else inner.p)
+        if p == 2.0:
+            return [("sumsq", _whole_variable(inner.args[0], variables, "sum(square)"), scale)]
+    if name == "Sum" and type(expr.args[0]).__name__ == "abs":
+        return [("l1", _whole_variable(expr.args[0].args[0], variables, "sum(abs)"), scale)]
+    raise UnsupportedError(
+        f"regularize(): '{expr}' has no simple prox. h takes norm1, sum_squares, norm2 and "
+        "box constraints of whole variables; put other terms in a party's objective."
+    )
+
+
+@dataclass
+class Regularizer:
+    """h(w) over the stacked variable vector, with value, prox and subdifferential distance.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> reg = Regularizer.from_pieces([slice(0, 3)], [VariablePiece(l1=1.0)])
+    >>> reg.prox(np.array([2.0, -0.5, 0.0]), 1.0)
+    array([1., 0., 0.])
+    """
+
+    slices: list[slice] = field(default_factory=list)
+    pieces: list[VariablePiece] = field(default_factory=list)
+    terms: list[Any] = field(default_factory=list)  # the user's cvxpy terms, for cvxpy solves
+
+    @classmethod
+    def from_pieces(cls, slices, pieces, terms=()):
+        return cls(list(slices), list(pieces), list(terms))
+
+    @classmethod
+    def from_model_terms(cls, terms: list[Any], layout) -> Regularizer:
+        pieces = {id(v): VariablePiece() for v in layout.variables}
+        for term in terms:
+            for kind, v, val in parse_regularizer_term(term, list(layout.variables)):
+                p = pieces[id(v)]
+                if kind in ("l1", "sumsq", "l2"):
+                    setattr(p, kind, getattr(p, kind) + float(val))
+                elif kind == "lower":
+                    p.lower = np.maximum(np.broadcast_to(p.lower, val.shape), val)
+                    p.has_box = True
+                else:
+                    p.upper = np.minimum(np.broadcast_to(p.upper, val.shape), val)
+                    p.has_box = True
+        slices, kept = [], []
+        for v in layout.variables:
+            p = pieces[id(v)]
+            if p.has_box and np.any(np.asarray(p.lower) > np.asarray(p.upper)):
+                raise ModelError(
+                    f"regularize(): the bounds on '{v.name()}' are empty (lower > upper); "
+                    "the model is infeasible"
+                )
+            if p.l2 > 0 and p.has_box:
+                raise UnsupportedError(
+                    f"regularize(): norm2 together with bounds on '{v.name()}' has no closed-"
+                    "form prox; move the bounds into model.server.subject_to(...)"
+                )
+            if p.l1 or p.sumsq or p.l2 or p.has_box:
+                slices.append(layout.slice_of(v))
+                kept.append(p)
+        return cls(slices, kept, list(terms))
+
+    @property
+    def is_zero(self) -> bool:
+        return not self.pieces
+
+    @property
+    def is_smooth(self) -> bool:
+        """True when h is only sum-of-squares terms (differentiable everywhere)."""
+        return all(p.l1 == 0 and p.l2 == 0 and not p.has_box for p in self.pieces)
+
+    def value(self, x: np.ndarray) -> float:
+        """h(x) without the box indicator (see :meth:`box_violation` for the box)."""
+        total = 0.0
+        for s, p in zip(self.slices, self.pieces):
+            v = x[s]
+            total += p.l1 * np.abs(v).sum() + p.sumsq * v.dot(v) + p.l2 * np.linalg.norm(v)
+        return float(total)
+
+    def box_violation(self, x: np.ndarray) -> float:
+        """Largest distance of a coordinate outside its bounds (0 inside the box)."""
+        worst = 0.0
+        for s, p in zip(self.slices, self.pieces):
+            if p.has_box:
+                v = x[s]
+                worst = max(worst, float(np.maximum(p.lower - v, 0).max(initial=0.0)))
+                worst = max(worst, float(np.maximum(v - p.upper, 0).max(initial=0.0)))
+        return worst
+
+    def smooth_grad(self, x: np.ndarray) -> np.ndarray:
+        """Gradient of the sum-of-squares part of h."""
+        g = np.zeros_like(x)
+        for s, p in zip(self.slices, self.pieces):
+            if p.sumsq:
+                g[s] = 2 * p.sumsq * x[s]
+        return g
+
+    def prox(self, z: np.ndarray, t: float) -> np.ndarray:
+        """``argmin_x  h(x) + ||x - z||^2 / (2 t)`` (exact)."""
+        x = np.array(z, dtype=float, copy=True)
+        for s, p in zip(self.slices, self.pieces):
+            scale = 1.0 + 2.0 * t * p.sumsq
+            v, tt = z[s] / scale, t / scale
+            if p.l1:
+                v = np.sign(v) * np.maximum(np.abs(v) - tt * p.l1, 0.0)
+            if p.l2:
+                nrm = np.linalg.norm(v)
+                v = v * max(0.0, 1.0 - tt * p.l2 / nrm) if nrm > 0 else v
+            if p.has_box:
+                v = np.clip(v, p.lower, p.upper)
+            x[s] = v
+        return x
+
+    def project_domain(self, x: np.ndarray) -> np.ndarray:
+        """Closest point of dom(h) (the box), used to make a starting point admissible."""
+        y = np.array(x, dtype=float, copy=True)
+        for s, p in zip(self.slices, self.pieces):
+            if p.has_box:
+                y[s] = np.clip(y[s], p.lower, p.upper)
+        return y
+
+    def dist_subdiff(self, x: np.ndarray, g: np.ndarray, active_tol: float = 1e-9) -> float:
+        """``dist_inf(0, g + dh(x))`` for a gradient ``g`` of the smooth part.
+
+        A coordinate within ``active_tol * (1 + |bound|)`` of a bound, or of zero for the
+        l1 term, is treated as lying on it. With a group norm at ``v = 0`` the value is an
+        upper bound of the distance (a valid certificate).
+        """
+        r = np.abs(np.asarray(g, dtype=float))
+        worst = 0.0
+        covered = np.zeros(len(x), dtype=bool)
+        for s, p in zip(self.slices, self.pieces):
+            covered[s] = True
+            v = x[s]
+            gs = g[s] + 2 * p.sumsq * v
+            if p.l2:
+                nrm = np.linalg.norm(v)
+                if nrm > active_tol:
+                    gs = gs + p.l2 * v / nrm
+                    if p.l1:
+                        worst = max(worst, _l1_box_dist(v, gs, p, active_tol).max(initial=0.0))
+                    else:
+                        worst = max(worst, np.abs(gs).max(initial=0.0))
+                else:
+                    rr = np.sign(gs) * np.maximum(np.abs(gs) - p.l1, 0.0) if p.l1 else gs
+                    n2 = np.linalg.norm(rr)
+                    shrink = max(0.0, 1.0 - p.l2 / n2) if n2 > 0 else 0.0
+                    worst = max(worst, np.abs(rr).max(initial=0.0) * shrink)
+            else:
+                worst = max(worst, _l1_box_dist(v, gs, p, active_tol).max(initial=0.0))
+        rest = r[~covered]
+        return float(max(worst, rest.max(initial=0.0)))
+
+    def cvxpy_parts(self, var_exprs: list[cp.Expression]) -> tuple[cp.Expression | int, list]:
+        """h's terms and box constraints for a cvxpy problem over ``var_exprs``, one
+        flattened expression per entry of :attr:`slices`."""
+        obj: cp.Expression | int = 0
+        cons = []
+        for v, p in zip(var_exprs, self.pieces):
+            if p.l1:
+                obj = obj + p.l1 * cp.norm1(v)
+            if p.sumsq:
+                obj = obj + p.sumsq * cp.sum_squares(v)
+            if p.l2:
+                obj = obj + p.l2 * cp.norm(v, 2)
+            if p.has_box:
+                lo = np.broadcast_to(p.lower, v.shape)
+                hi = np.broadcast_to(p.upper, v.shape)
+                if np.isfinite(lo).any():
+                    idx = np.flatnonzero(np.isfinite(lo))
+                    cons.append(v[idx] >= lo[idx])
+                if np.isfinite(hi).any():
+                    idx = np.flatnonzero(np.isfinite(hi))
+                    cons.append(v[idx] <= hi[idx])
+        return obj, cons
+
+    def describe(self, layout) -> list[str]:
+        """One line per regularised variable, e.g. ``w: 0.001*norm1 + box``."""
+        lines = []
+        for s, p in zip(self.slices, self.pieces):
+            name = next((v.name() for v in layout.variables if layout.slice_of(v) == s), "?")
+            parts = [f"{val:g}*{label}" for label, val in
+                     (("norm1", p.l1), ("sum_squares", p.sumsq), ("norm2", p.l2)) if val]
+            if p.has_box:
+                parts.append("box")
+            lines.append(f"{name}: " + " + ".join(parts))
+        return lines
+
+
+def _l1_box_dist(v, g, p: VariablePiece, tol: float) -> np.ndarray:
+    """Per-coordinate distance from -g to the interval l1*d|v| + N_box(v)."""
+    lo_int = np.zeros_like(v)
+    hi_int = np.zeros_like(v)
+    if p.l1:
+        zero = np.abs(v) <= tol
+        sgn = np.sign(v)
+        lo_int = np.where(zero, -p.l1, p.l1 * sgn)
+        hi_int = np.where(zero, p.l1, p.l1 * sgn)
+    if p.has_box:
+        lower = np.broadcast_to(p.lower, v.shape)
+        upper = np.broadcast_to(p.upper, v.shape)
+        at_lo = np.isfinite(lower) & (v <= lower + tol * (1 + np.abs(np.where(np.isfinite(lower), lower, 0))))
+        at_hi = np.isfinite(upper) & (v >= upper - tol * (1 + np.abs(np.where(np.isfinite(upper), upper, 0))))
+        lo_int = np.where(at_lo, -np.inf, lo_int)
+        hi_int = np.where(at_hi, np.inf, hi_int)
+    # dist(-g, [lo, hi]) = max(lo + g, -g - hi, 0)
+    return np.maximum(np.maximum(lo_int + g, -g - hi_int), 0.0)

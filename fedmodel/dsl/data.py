@@ -1,0 +1,143 @@
+"""Private data handles: cvxpy constants tagged with the party that owns them."""
+
+from __future__ import annotations
+
+import hashlib
+from typing import Any
+
+import cvxpy as cp
+import numpy as np
+import scipy.sparse as sp
+
+from fedmodel.errors import DataError
+
+
+class PrivateData(cp.Constant):
+    """A party's private data, usable anywhere a cvxpy constant is.
+
+    Created by :meth:`fedmodel.Client.data` or :meth:`fedmodel.Server.data`; not meant to
+    be instantiated directly. The compiler uses :attr:`owner` to check that no party's
+    expression touches another party's data.
+
+    Examples
+    --------
+    >>> import numpy as np, cvxpy as cp, fedmodel as fm
+    >>> model = fm.Model("demo")
+    >>> w = model.variable(3, name="w")
+    >>> A = model.client("site0").data(np.eye(3), name="A")
+    >>> (A @ w).shape
+    (3,)
+    """
+
+    def __init__(self, value: Any, owner: str, name: str):
+        self.owner = owner
+        self.data_name = name
+        super().__init__(value, name=f"{owner}.{name}")
+
+    # Shape errors raised by cvxpy name neither the party nor the data; re-raise them so
+    # that they do.
+    def _shape_checked(self, op: str, other: Any, forward: bool):
+        method = getattr(super(), op)
+        try:
+            return method(other)
+        except ValueError as exc:
+            other_shape = getattr(other, "shape", np.shape(other))
+            left, right = (self.shape, other_shape) if forward else (other_shape, self.shape)
+            raise DataError(
+                f"shape mismatch using data '{self.data_name}' ({left} vs {right}): {exc}",
+                party=self.owner,
+            ) from exc
+
+    def __matmul__(self, other):
+        return self._shape_checked("__matmul__", other, True)
+
+    def __rmatmul__(self, other):
+        return self._shape_checked("__rmatmul__", other, False)
+
+    def __mul__(self, other):
+        return self._shape_checked("__mul__", other, True)
+
+    def __rmul__(self, other):
+        return self._shape_checked("__rmul__", other, False)
+
+    def __add__(self, other):
+        return self._shape_checked("__add__", other, True)
+
+    def __radd__(self, other):
+        return self._shape_checked("__radd__", other, False)
+
+    def __sub__(self, other):
+        return self._shape_checked("__sub__", other, True)
+
+    def __rsub__(self, other):
+        return self._shape_checked("__rsub__", other, False)
+
+    def __repr__(self) -> str:
+        return f"PrivateData(owner={self.owner!r}, name={self.data_name!r}, shape={self.shape})"
+
+    __hash__ = cp.Constant.__hash__
+
+
+def as_numeric_array(array: Any, owner: str, name: str) -> np.ndarray | sp.spmatrix:
+    """Validate and convert user data (numpy, scipy.sparse, pandas) to a float array.
+
+    Raises :class:`~fedmodel.errors.DataError` naming the party and the data on
+    non-numeric columns, NaN or inf values and empty arrays.
+    """
+    if isinstance(array, PrivateData):
+        raise DataError(
+            f"data '{name}' is already a data handle of party '{array.owner}'", party=owner
+        )
+    if hasattr(array, "to_numpy") and hasattr(array, "dtypes"):  # pandas DataFrame / Series
+        dtypes = getattr(array, "dtypes")
+        if hasattr(dtypes, "items"):
+            bad = [str(c) for c, t in dtypes.items() if not np.issubdtype(t, np.number)]
+            if bad:
+                raise DataError(
+                    f"data '{name}' has non-numeric columns {bad}; encode them first "
+                    "(e.g. one-hot) before handing the frame to fedmodel",
+                    party=owner,
+                )
+        array = array.to_numpy(dtype=float)
+    if sp.issparse(array):
+        out = sp.csc_matrix(array, dtype=float)
+        values = out.data
+    else:
+        try:
+            out = np.asarray(array, dtype=float)
+        except (TypeError, ValueError) as exc:
+            raise DataError(f"data '{name}' is not numeric: {exc}", party=owner) from exc
+        values = out
+    if out.ndim > 2:
+        raise DataError(f"data '{name}' has {out.ndim} dimensions; at most 2 are supported", party=owner)
+    if np.prod(out.shape) == 0:
+        raise DataError(f"data '{name}' is empty (shape {out.shape})", party=owner)
+    finite = np.isfinite(values)
+    if not finite.all():
+        bad = np.argwhere(~np.isfinite(out.toarray() if sp.issparse(out) else out))
+        kind = "NaN" if np.isnan(values).any() else "inf"
+        raise DataError(
+            f"data '{name}' contains {kind} values ({int((~finite).sum())} entries, first at "
+            f"index {tuple(int(i) for i in bad[0])}); clean or impute them first",
+            party=owner,
+        )
+    return out
+
+
+def fingerprint(value: Any) -> tuple | None:
+    """Content fingerprint of an array, used to recognise another party's data written
+    into an expression as a plain constant. Returns None for arrays too trivial to own
+    (fewer than two entries, or all entries equal)."""
+    if sp.issparse(value):
+        m = sp.csc_matrix(value)
+        if m.nnz < 2:
+            return None
+        h = hashlib.blake2b(digest_size=16)
+        for part in (m.data, m.indices, m.indptr):
+            h.update(np.ascontiguousarray(part).tobytes())
+        return ("sparse", m.shape, h.hexdigest())
+    arr = np.asarray(value, dtype=float)
+    if arr.size < 2 or np.all(arr == arr.flat[0]):
+        return None
+    h = hashlib.blake2b(np.ascontiguousarray(arr).tobytes(), digest_size=16)
+    return ("dense", arr.shape, h.hexdigest())

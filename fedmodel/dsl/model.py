@@ -1,0 +1,193 @@
+"""The user-facing model: variables, parties, the regulariser h, and ``solve``."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+import cvxpy as cp
+import numpy as np
+
+from fedmodel.dsl.data import PrivateData, fingerprint
+from fedmodel.dsl.party import Client, Server
+from fedmodel.errors import ModelError
+
+if TYPE_CHECKING:
+    from fedmodel.compiler.partition import CompiledModel
+    from fedmodel.result import Result
+
+
+class Model:
+    """A federated constrained model.
+
+    ``minimize  sum_i f_i(w) + h(w)  s.t.  c_0(w) <= 0 (server),  c_i(w) <= 0 (client i)``
+
+    Parameters
+    ----------
+    name : str
+        A name for summaries and results.
+
+    Examples
+    --------
+    >>> import numpy as np, cvxpy as cp, fedmodel as fm
+    >>> rng = np.random.default_rng(0)
+    >>> model = fm.Model("least-squares")
+    >>> w = model.variable(3, name="w")
+    >>> for k in range(2):
+    ...     site = model.client(f"site{k}")
+    ...     A = site.data(rng.normal(size=(20, 3)), name="A")
+    ...     site.minimize(cp.sum_squares(A @ w - 1) / 40)
+    >>> model.server.subject_to(cp.sum(w) == 1)
+    >>> res = model.solve(method="prox-al", eps=1e-6)
+    >>> res.status
+    'optimal'
+    """
+
+    def __init__(self, name: str = "model"):
+        self.name = name
+        self._variables: list[cp.Variable] = []
+        self._clients: dict[str, Client] = {}
+        self._server = Server(self, "server")
+        self._regularizers: list[Any] = []
+        self._data_by_id: dict[int, PrivateData] = {}
+        self._fingerprints: dict[tuple, str] = {}
+
+    # -- declaration -----------------------------------------------------------------------
+    def variable(self, shape: int | tuple[int, ...] = (), name: str | None = None) -> cp.Variable:
+        """Declare a shared model variable and return it (a plain ``cvxpy.Variable``).
+
+        Parameters
+        ----------
+        shape : int or tuple of int
+            Shape of the variable (``()`` for a scalar).
+        name : str, optional
+            Name shown in summaries.
+
+        Notes
+        -----
+        Bounds such as ``w >= 0`` are declared with ``model.regularize(w >= 0)`` (handled
+        exactly by the server's prox) or as constraints of a party, not as cvxpy variable
+        attributes.
+        """
+        if isinstance(shape, (int, np.integer)):
+            shape = (int(shape),)
+        shape = tuple(int(s) for s in shape)
+        if any(s <= 0 for s in shape):
+            raise ModelError(f"variable shape must be positive, got {shape}")
+        if len(shape) > 2:
+            raise ModelError(f"variables have at most 2 dimensions, got shape {shape}")
+        name = name or f"w{len(self._variables)}"
+        if any(v.name() == name for v in self._variables):
+            raise ModelError(f"a variable named '{name}' already exists")
+        var = cp.Variable(shape, name=name)
+        self._variables.append(var)
+        return var
+
+    def client(self, name: str) -> Client:
+        """Add a client (data owner) named ``name`` and return it."""
+        if not isinstance(name, str) or not name:
+            raise ModelError(f"client names must be non-empty strings, got {name!r}")
+        if name == "server":
+            raise ModelError("'server' is reserved for the server (use model.server)")
+        if name in self._clients:
+            raise ModelError(f"a client named '{name}' already exists")
+        c = Client(self, name)
+        self._clients[name] = c
+        return c
+
+    @property
+    def server(self) -> Server:
+        """The server: global constraints ``c_0`` and server-held data."""
+        return self._server
+
+    @property
+    def clients(self) -> tuple[Client, ...]:
+        return tuple(self._clients.values())
+
+    @property
+    def variables(self) -> tuple[cp.Variable, ...]:
+        return tuple(self._variables)
+
+    def regularize(self, term: Any) -> None:
+        """Add a simple term to the regulariser ``h(w)``, handled by the server's prox.
+
+        Accepted: nonnegative multiples of ``cp.norm1(v)``, ``cp.norm(v, 1)``,
+        ``cp.sum_squares(v)``, ``cp.norm(v, 2)`` and sums of these, and box constraints
+        ``v >= lo``, ``v <= hi`` (constants), where ``v`` is a whole model variable.
+
+        Examples
+        --------
+        >>> import cvxpy as cp, fedmodel as fm
+        >>> model = fm.Model()
+        >>> w = model.variable(4)
+        >>> model.regularize(1e-3 * cp.norm1(w))
+        >>> model.regularize(w >= -1)
+        """
+        from fedmodel.compiler.regularizer import parse_regularizer_term
+
+        parse_regularizer_term(term, self._variables)  # validate now, with a clear error
+        self._regularizers.append(term)
+
+    # -- bookkeeping used by parties -------------------------------------------------------
+    def _register_data(self, handle: PrivateData) -> None:
+        self._data_by_id[id(handle)] = handle
+        fp = fingerprint(handle.value)
+        if fp is not None:
+            self._fingerprints.setdefault(fp, handle.owner)
+
+    def _check_variables(self, expr: cp.Expression, party: str, label: str) -> None:
+        known = {v.id for v in self._variables}
+        for v in expr.variables():
+            if v.id not in known:
+                raise ModelError(
+                    f"'{label}' uses variable '{v.name()}', which was not declared with "
+                    "model.variable()",
+                    party,
+                    str(expr),
+                )
+
+    # -- compile and solve -----------------------------------------------------------------
+    def compile(self) -> CompiledModel:
+        """Partition the model into per-party programs and run every check."""
+        from fedmodel.compiler.partition import compile_model
+
+        return compile_model(self)
+
+    def summary(self, print_: bool = True) -> str:
+        """Describe each party, its terms and constraint dimensions, and what crosses the
+        network per round of each method (counts of floats)."""
+        from fedmodel.compiler.summary import model_summary
+
+        text = model_summary(self.compile())
+        if print_:
+            print(text)
+        return text
+
+    def solve(self, method: str = "prox-al", **options: Any) -> Result:
+        """Solve the model.
+
+        Parameters
+        ----------
+        method : {"prox-al", "cprox-al", "admm", "centralized"}
+            ``prox-al``: seed 000 Algorithm 1 with Algorithm 2 (federated).
+            ``cprox-al``: seed 000 Algorithm 3 (centralized proximal AL).
+            ``admm``: Algorithm 2 alone (models with no constraints beyond ``h``).
+            ``centralized``: one cvxpy solve of the pooled problem (the reference).
+        **options
+            Method options; see :func:`fedmodel.algorithms.registry.describe_options`.
+
+        Returns
+        -------
+        Result
+            Status, objective, certificate (KKT residuals), multipliers per party,
+            communication and timing. The solution is also written into every
+            variable's ``.value``.
+        """
+        from fedmodel.algorithms.registry import solve_model
+
+        return solve_model(self, method, options)
+
+    def __repr__(self) -> str:
+        return (
+            f"Model({self.name!r}, variables={[v.name() for v in self._variables]}, "
+            f"clients={len(self._clients)})"
+        )

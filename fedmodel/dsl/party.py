@@ -1,0 +1,266 @@
+"""Parties of a federated model: clients (data owners) and the server."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+import cvxpy as cp
+import numpy as np
+from cvxpy.constraints import Equality, Inequality, NonNeg, NonPos, Zero
+
+from fedmodel.dsl.data import PrivateData, as_numeric_array
+from fedmodel.errors import DataError, ModelError, NonConvexError, UnsupportedError
+
+if TYPE_CHECKING:
+    from fedmodel.dsl.model import Model
+
+
+@dataclass(frozen=True)
+class ObjectiveTerm:
+    """One call of ``minimize``: a scalar expression added to the party's objective."""
+
+    expr: cp.Expression
+    label: str
+    allow_nonconvex: bool
+
+
+@dataclass(frozen=True)
+class ConstraintTerm:
+    """One constraint, normalised to ``g(w) <= 0`` (``kind="ineq"``) or ``g(w) == 0``
+    (``kind="eq"``), with ``g`` flattened in cvxpy's column-major order."""
+
+    expr: cp.Expression
+    kind: str
+    label: str
+    allow_nonconvex: bool
+    source: Any  # the cvxpy constraint the user wrote
+
+    @property
+    def size(self) -> int:
+        return int(self.expr.size)
+
+
+class Party:
+    """Common part of clients and the server: private data, objective terms, constraints."""
+
+    is_server = False
+
+    def __init__(self, model: Model, name: str):
+        self._model = model
+        self.name = name
+        self._data: list[PrivateData] = []
+        self._objective: list[ObjectiveTerm] = []
+        self._constraints: list[ConstraintTerm] = []
+
+    # -- data ------------------------------------------------------------------------------
+    def data(self, array: Any, name: str | None = None) -> PrivateData:
+        """Register private data of this party and return a handle for cvxpy expressions.
+
+        Parameters
+        ----------
+        array : numpy array, scipy.sparse matrix or pandas DataFrame/Series
+            The data. Converted to float; NaN, inf and non-numeric columns are refused.
+        name : str, optional
+            A name used in error messages and summaries (default ``data0``, ``data1``...).
+
+        Returns
+        -------
+        PrivateData
+            A cvxpy constant tagged with this party as owner.
+
+        Examples
+        --------
+        >>> import numpy as np, cvxpy as cp, fedmodel as fm
+        >>> model = fm.Model()
+        >>> w = model.variable(2)
+        >>> site = model.client("site0")
+        >>> X = site.data(np.array([[1.0, 2.0], [3.0, 4.0]]), name="X")
+        >>> site.minimize(cp.sum_squares(X @ w - 1))
+        """
+        name = name or f"data{len(self._data)}"
+        if any(d.data_name == name for d in self._data):
+            raise DataError(f"data name '{name}' is used twice", party=self.name)
+        value = as_numeric_array(array, owner=self.name, name=name)
+        handle = PrivateData(value, owner=self.name, name=name)
+        self._data.append(handle)
+        self._model._register_data(handle)
+        return handle
+
+    # -- terms -----------------------------------------------------------------------------
+    def minimize(
+        self, expr: Any, *, allow_nonconvex: bool = False, name: str | None = None
+    ) -> None:
+        """Add ``expr`` to this party's objective (several calls add up).
+
+        Parameters
+        ----------
+        expr : cvxpy scalar expression
+            Must be DCP-convex, unless ``allow_nonconvex=True``, in which case it must be
+            built from smooth atoms (it is then solved by a smooth local solver and the
+            certificate is a local KKT one).
+        allow_nonconvex : bool
+            Opt in to a smooth non-DCP term (seed 000 Section 5.3 style).
+        name : str, optional
+            Label used in summaries and error messages.
+        """
+        expr = cp.Expression.cast_to_const(expr) if not isinstance(expr, cp.Expression) else expr
+        label = name or f"objective[{len(self._objective)}]"
+        if isinstance(expr, cp.constraints.constraint.Constraint):
+            raise ModelError("minimize() takes an expression, not a constraint", self.name, str(expr))
+        if not expr.is_scalar():
+            raise DataError(
+                f"objective term '{label}' must be scalar, got shape {expr.shape} "
+                "(wrap it in cp.sum(...)?)",
+                self.name,
+                str(expr),
+            )
+        self._model._check_variables(expr, self.name, label)
+        self._check_curvature(expr, label, allow_nonconvex, convex=expr.is_convex(), kind="objective term")
+        self._objective.append(ObjectiveTerm(expr, label, allow_nonconvex))
+
+    def subject_to(
+        self,
+        constraints: Any,
+        *,
+        allow_nonconvex: bool = False,
+        name: str | None = None,
+    ) -> None:
+        """Add constraints held by this party.
+
+        Parameters
+        ----------
+        constraints : cvxpy constraint or iterable of constraints
+            ``expr <= expr`` / ``expr >= expr`` (convex side smaller) and affine
+            ``expr == expr``. Vector constraints count one component each.
+        allow_nonconvex : bool
+            Opt in to smooth non-convex constraints (for example a difference of two
+            convex losses, seed 000 eq. 28).
+        name : str, optional
+            Label (suffixed with an index when a list is given).
+        """
+        items = list(constraints) if isinstance(constraints, Iterable) else [constraints]
+        if not items:
+            raise ModelError("subject_to() got an empty list of constraints", self.name)
+        for j, c in enumerate(items):
+            label = name if (name and len(items) == 1) else (f"{name}[{j}]" if name else None)
+            label = label or f"constraint[{len(self._constraints)}]"
+            self._constraints.append(self._normalise(c, label, allow_nonconvex))
+
+    def _normalise(self, c: Any, label: str, allow_nonconvex: bool) -> ConstraintTerm:
+        if isinstance(c, (bool, np.bool_)):
+            raise ModelError(
+                f"constraint '{label}' is a plain boolean ({c}); it compares numbers, not "
+                "cvxpy expressions",
+                self.name,
+            )
+        if isinstance(c, Inequality):
+            g, kind = c.args[0] - c.args[1], "ineq"
+        elif isinstance(c, NonPos):
+            g, kind = c.args[0], "ineq"
+        elif isinstance(c, NonNeg):
+            g, kind = -c.args[0], "ineq"
+        elif isinstance(c, (Equality, Zero)):
+            g = c.args[0] - c.args[1] if isinstance(c, Equality) else c.args[0]
+            kind = "eq"
+        elif isinstance(c, cp.constraints.constraint.Constraint):
+            raise UnsupportedError(
+                f"constraint '{label}' is a {type(c).__name__} constraint; fedmodel takes "
+                "scalar/elementwise <=, >= and == constraints (write cone constraints with "
+                "atoms, e.g. cp.norm(x, 2) <= t)",
+                self.name,
+                str(c),
+            )
+        else:
+            raise ModelError(
+                f"subject_to() expects cvxpy constraints, got {type(c).__name__}", self.name
+            )
+        self._model._check_variables(g, self.name, label)
+        if kind == "ineq":
+            convex = g.is_convex()
+            what = "inequality constraint (needs convex <= concave)"
+        else:
+            convex = g.is_affine()
+            what = "equality constraint (needs affine == affine)"
+        self._check_curvature(g, label, allow_nonconvex, convex=convex, kind=what, source=c)
+        return ConstraintTerm(g, kind, label, allow_nonconvex, c)
+
+    def _check_curvature(
+        self, expr, label, allow_nonconvex, convex, kind, source=None
+    ) -> None:
+        from fedmodel.compiler.smooth import NotSmoothError, check_smooth
+
+        if convex and not allow_nonconvex:
+            return
+        if not allow_nonconvex:
+            reason = _dcp_reason(source if source is not None else expr)
+            raise NonConvexError(
+                f"{kind} '{label}' is not DCP-convex. {reason}\n"
+                "If it is smooth and you accept a local (KKT) certificate, pass "
+                "allow_nonconvex=True to this call.",
+                self.name,
+                str(source if source is not None else expr),
+            )
+        try:
+            check_smooth(expr)
+        except NotSmoothError as exc:
+            raise NonConvexError(
+                f"{kind} '{label}' was opted in with allow_nonconvex=True but is not smooth: "
+                f"{exc}",
+                self.name,
+                str(expr),
+            ) from exc
+
+    # -- introspection ---------------------------------------------------------------------
+    @property
+    def objective_terms(self) -> tuple[ObjectiveTerm, ...]:
+        return tuple(self._objective)
+
+    @property
+    def constraints(self) -> tuple[ConstraintTerm, ...]:
+        return tuple(self._constraints)
+
+    @property
+    def data_handles(self) -> tuple[PrivateData, ...]:
+        return tuple(self._data)
+
+    def __repr__(self) -> str:
+        kind = "Server" if self.is_server else "Client"
+        return (
+            f"{kind}({self.name!r}, data={len(self._data)}, terms={len(self._objective)}, "
+            f"constraints={len(self._constraints)})"
+        )
+
+
+class Client(Party):
+    """A data owner: private data, local objective f_i and local constraints c_i."""
+
+
+class Server(Party):
+    """The server: global constraints c_0 on public or server-held data.
+
+    The server may also hold objective terms (``f_0``, on public data); the regulariser
+    ``h`` is declared with :meth:`fedmodel.Model.regularize`.
+    """
+
+    is_server = True
+
+
+def _dcp_reason(obj: Any) -> str:
+    """cvxpy's own explanation of why an expression or constraint is not DCP."""
+    try:
+        from cvxpy.error import DCPError
+
+        prob = cp.Problem(cp.Minimize(0), [obj]) if isinstance(
+            obj, cp.constraints.constraint.Constraint
+        ) else cp.Problem(cp.Minimize(obj))
+        try:
+            prob._construct_chain()  # raises DCPError with cvxpy's explanation
+        except DCPError as err:
+            text = str(err).strip().splitlines()
+            return "cvxpy says: " + " ".join(t.strip() for t in text[:6])
+    except Exception:  # pragma: no cover - best effort only
+        pass
+    curv = getattr(obj, "curvature", None)
+    return f"Its curvature is {curv}." if curv else ""

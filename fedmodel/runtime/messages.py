@@ -1,0 +1,93 @@
+"""Messages exchanged between parties, and the ledger that records every one of them."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+SERVER = "server"
+
+
+@dataclass(frozen=True)
+class Message:
+    """One message between two parties.
+
+    Attributes
+    ----------
+    kind : str
+        What the message means (``"admm_w"``, ``"admm_reply"``, ...). Each algorithm
+        documents its kinds.
+    sender, receiver : str
+        Party names (``"server"`` for the server).
+    payload : dict
+        Named numpy arrays or floats. Only this crosses the network.
+    round : int
+        Communication round in which the message is sent.
+    channel : str
+        ``"algorithm"`` for the method's own traffic, ``"diagnostic"`` for monitoring
+        (history, certificates), which a deployment may switch off.
+    """
+
+    kind: str
+    sender: str
+    receiver: str
+    payload: dict[str, Any]
+    round: int = 0
+    channel: str = "algorithm"
+
+    @property
+    def floats(self) -> int:
+        """Number of floating-point numbers in the payload."""
+        return int(sum(np.size(v) for v in self.payload.values() if v is not None))
+
+    @property
+    def nbytes(self) -> int:
+        return 8 * self.floats
+
+    def shapes(self) -> dict[str, tuple[int, ...]]:
+        return {k: tuple(np.shape(v)) for k, v in self.payload.items()}
+
+
+@dataclass
+class Ledger:
+    """Record of every message: round, sender, receiver, kind, shapes, floats."""
+
+    rows: list[dict[str, Any]] = field(default_factory=list)
+
+    def record(self, msg: Message) -> None:
+        self.rows.append(
+            {
+                "round": msg.round,
+                "sender": msg.sender,
+                "receiver": msg.receiver,
+                "kind": msg.kind,
+                "channel": msg.channel,
+                "shapes": msg.shapes(),
+                "floats": msg.floats,
+                "bytes": msg.nbytes,
+            }
+        )
+
+    def totals(self, channel: str | None = "algorithm") -> dict[str, Any]:
+        """Messages and floats sent up (client to server) and down, in all and per party."""
+        rows = [r for r in self.rows if channel is None or r["channel"] == channel]
+        per_party: dict[str, dict[str, int]] = {}
+        up = [r for r in rows if r["receiver"] == SERVER]
+        down = [r for r in rows if r["sender"] == SERVER]
+        for r in rows:
+            client = r["sender"] if r["receiver"] == SERVER else r["receiver"]
+            d = per_party.setdefault(
+                client, {"messages_up": 0, "floats_up": 0, "messages_down": 0, "floats_down": 0}
+            )
+            key = "up" if r["receiver"] == SERVER else "down"
+            d[f"messages_{key}"] += 1
+            d[f"floats_{key}"] += r["floats"]
+        return {
+            "messages_up": len(up),
+            "floats_up": int(sum(r["floats"] for r in up)),
+            "messages_down": len(down),
+            "floats_down": int(sum(r["floats"] for r in down)),
+            "per_party": per_party,
+        }

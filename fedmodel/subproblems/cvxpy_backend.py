@@ -1,0 +1,124 @@
+"""cvxpy backend: the merit problem compiled once as a DPP-compliant cvxpy problem.
+
+Iterates, multipliers and the proximal/ADMM centre are cvxpy Parameters; every solve only
+updates their values, so cvxpy reuses its canonicalisation (no problem is rebuilt inside
+an iteration loop). The residual is measured with the smooth evaluators afterwards and,
+if the conic solver stopped short of the requested tolerance, polished with L-BFGS.
+"""
+
+from __future__ import annotations
+
+import cvxpy as cp
+import numpy as np
+
+from fedmodel.errors import UnsupportedError
+from fedmodel.subproblems.merit import MeritProblem, SolveReport
+
+
+def substitute(expr: cp.Expression, mapping: dict[int, cp.Expression]) -> cp.Expression:
+    """Copy of ``expr`` with each variable ``v`` (by id) replaced by ``mapping[v.id]``."""
+    if isinstance(expr, cp.Variable):
+        return mapping.get(expr.id, expr)
+    if not expr.args:
+        return expr
+    return expr.copy(args=[substitute(a, mapping) for a in expr.args])
+
+
+def stacked_variable_map(layout, x: cp.Variable) -> dict[int, cp.Expression]:
+    """Map each model variable to the matching slice of one stacked cvxpy variable."""
+    out = {}
+    for v in layout.variables:
+        s = layout.slice_of(v)
+        piece = x[s]
+        out[v.id] = cp.reshape(piece, v.shape, order="F") if v.shape != (piece.size,) else piece
+        if v.shape == ():
+            out[v.id] = cp.reshape(piece, (), order="F")
+    return out
+
+
+class CvxpySolver:
+    """Solve a :class:`MeritProblem` with cvxpy (compiled once, parameters updated).
+
+    Parameters
+    ----------
+    problem : MeritProblem
+    solver : str, optional
+        cvxpy solver name (default: Clarabel).
+    polish : bool
+        Refine with L-BFGS when the measured residual is above the tolerance.
+    """
+
+    name = "cvxpy"
+
+    def __init__(self, problem: MeritProblem, solver: str | None = None, polish: bool = True):
+        if any(p.nonconvex for p in problem.programs):
+            raise UnsupportedError(
+                "the cvxpy backend needs DCP-convex terms; terms declared with "
+                "allow_nonconvex=True use the smooth backend (solver='lbfgs')"
+            )
+        self.problem = problem
+        self.solver = solver or "CLARABEL"
+        self.polish = polish
+        self._polisher = None
+        n = problem.n
+        layout = problem.programs[0].layout
+        x = cp.Variable(n, name="x")
+        mapping = stacked_variable_map(layout, x)
+        beta = problem.beta
+        self.sigma = cp.Parameter(nonneg=True, name="sigma")
+        self.linear = cp.Parameter(n, name="linear")
+        self.mu = []
+        self.nu = []
+        obj = 0.5 * self.sigma * cp.sum_squares(x) - self.linear @ x
+        for prog in problem.programs:
+            if prog.objective:
+                obj = obj + substitute(prog.objective_expr(), mapping)
+            mu = cp.Parameter(prog.m_ineq, nonneg=True) if prog.m_ineq else None
+            nu = cp.Parameter(prog.m_eq) if prog.m_eq else None
+            self.mu.append(mu)
+            self.nu.append(nu)
+            if mu is not None:
+                g = cp.hstack([cp.vec(substitute(c.expr, mapping), order="F") for c in prog.ineq])
+                obj = obj + cp.sum_squares(cp.pos(mu + beta * g)) / (2 * beta)
+            if nu is not None:
+                a = cp.hstack([cp.vec(substitute(c.expr, mapping), order="F") for c in prog.eq])
+                obj = obj + cp.sum_squares(nu + beta * a) / (2 * beta)
+        reg = problem.regularizer
+        cons = []
+        if not reg.is_zero:
+            h, cons = reg.cvxpy_parts([x[s] for s in reg.slices])
+            obj = obj + h
+        self.x = x
+        self.cvx_problem = cp.Problem(cp.Minimize(obj), cons)
+        if not self.cvx_problem.is_dcp(dpp=True):
+            raise UnsupportedError("the party subproblem is not DPP-compliant for cvxpy")
+
+    def solve(self, x0: np.ndarray, tol: float, max_iter: int = 10_000) -> SolveReport:
+        p = self.problem
+        self.sigma.value = p.sigma
+        self.linear.value = p.sigma * p.center
+        for par, val in zip(self.mu, p.mu):
+            if par is not None:
+                par.value = np.maximum(val, 0.0)
+        for par, val in zip(self.nu, p.nu):
+            if par is not None:
+                par.value = val
+        self.x.value = np.asarray(x0, dtype=float)
+        try:
+            self.cvx_problem.solve(solver=self.solver, warm_start=True)
+            status = self.cvx_problem.status
+        except cp.error.SolverError as exc:
+            status = f"solver_error: {exc}"
+        x = self.x.value if self.x.value is not None else np.asarray(x0, dtype=float)
+        residual = p.residual(x)
+        report = SolveReport(x, residual, tol, 1, self.name, str(status))
+        if residual > tol and self.polish:
+            from fedmodel.subproblems.quasi_newton import QuasiNewtonSolver
+
+            if self._polisher is None:
+                self._polisher = QuasiNewtonSolver(p)
+            polished = self._polisher.solve(x, tol, max_iter)
+            polished.backend = "cvxpy+lbfgs"
+            polished.message = f"{status}; polished: {polished.message}"
+            return polished
+        return report

@@ -1,0 +1,131 @@
+"""The one subproblem every party solves: a proximal augmented-Lagrangian merit function.
+
+    phi(x) = sum_p [ f_p(x) + (||[mu_p + beta c_p(x)]_+||^2 - ||mu_p||^2) / (2 beta)
+                            + (||nu_p + beta a_p(x)||^2 - ||nu_p||^2) / (2 beta) ]
+             + (sigma / 2) ||x - center||^2  [+ h(x)]
+
+over one or more party programs ``p``. With one client program it is seed 000's client
+step (15) on ``P_{i,k}`` (11); with the server program plus ``h`` it is the server step
+(14) on ``P_{0,k}`` (10); with all programs and ``sigma = 1/beta`` it is the centralized
+proximal AL subproblem of Algorithm 3; with ``beta = None`` (no constraints) it is plain
+ADMM's local step. The quadratic collects the proximal term and the ADMM coupling terms.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from fedmodel.compiler.partition import PartyProgram
+from fedmodel.compiler.regularizer import Regularizer
+
+
+@dataclass
+class SolveReport:
+    """What a subproblem solve reached.
+
+    Attributes
+    ----------
+    x : ndarray
+        The approximate minimiser.
+    residual : float
+        ``dist_inf(0, d phi(x))`` measured at ``x`` (never assumed).
+    tolerance : float
+        What was asked for.
+    iterations : int
+        Iterations of the local solver.
+    backend : str
+        Which backend produced ``x``.
+    """
+
+    x: np.ndarray
+    residual: float
+    tolerance: float
+    iterations: int
+    backend: str
+    message: str = ""
+    extra: dict = field(default_factory=dict)
+
+    @property
+    def converged(self) -> bool:
+        return bool(self.residual <= self.tolerance)
+
+
+class MeritProblem:
+    """Parametrised merit function of seed 000 (see module docstring).
+
+    Parameters
+    ----------
+    programs : list of PartyProgram
+        Whose ``f`` and constraints enter ``phi``.
+    beta : float
+        Penalty parameter of the augmented Lagrangian terms.
+    regularizer : Regularizer, optional
+        ``h``; only the server (or a centralized solve) passes it.
+    """
+
+    def __init__(
+        self,
+        programs: list[PartyProgram],
+        beta: float,
+        regularizer: Regularizer | None = None,
+    ):
+        self.programs = list(programs)
+        self.beta = float(beta)
+        self.regularizer = regularizer if regularizer is not None else Regularizer()
+        self.n = programs[0].layout.size
+        self.mu = [np.zeros(p.m_ineq) for p in self.programs]
+        self.nu = [np.zeros(p.m_eq) for p in self.programs]
+        self.sigma = 0.0
+        self.center = np.zeros(self.n)
+        self.evaluations = 0
+
+    @property
+    def has_smooth_terms(self) -> bool:
+        return any(not p.is_empty for p in self.programs)
+
+    @property
+    def functions(self):
+        return [p.functions for p in self.programs]
+
+    def set(self, *, sigma: float, center: np.ndarray, mu=None, nu=None) -> None:
+        """Update the parameters (vectors only; nothing is recompiled)."""
+        self.sigma = float(sigma)
+        self.center = np.asarray(center, dtype=float)
+        if mu is not None:
+            self.mu = [np.asarray(m, dtype=float) for m in mu]
+        if nu is not None:
+            self.nu = [np.asarray(v, dtype=float) for v in nu]
+
+    def smooth_value_grad(self, x: np.ndarray) -> tuple[float, np.ndarray]:
+        """Value and gradient of ``phi`` without the nonsmooth part of ``h``."""
+        self.evaluations += 1
+        d = x - self.center
+        val = 0.5 * self.sigma * d.dot(d)
+        grad = self.sigma * d
+        for fn, mu, nu in zip(self.functions, self.mu, self.nu):
+            v, g = fn.merit(x, mu, nu, self.beta)
+            val += v
+            grad = grad + g
+        if not self.regularizer.is_zero:
+            sq = self.regularizer.smooth_grad(x)
+            val += 0.5 * sq.dot(x)  # sum b ||v||^2 has gradient 2 b v
+            grad = grad + sq
+        return float(val), grad
+
+    def value(self, x: np.ndarray) -> float:
+        """``phi(x)`` including ``h``."""
+        val, _ = self.smooth_value_grad(x)
+        if not self.regularizer.is_zero:
+            sq = self.regularizer.smooth_grad(x)
+            val += self.regularizer.value(x) - 0.5 * sq.dot(x)
+        return val
+
+    def residual(self, x: np.ndarray) -> float:
+        """``dist_inf(0, d phi(x))`` (exact, using the subdifferential of ``h``)."""
+        _, g = self.smooth_value_grad(x)
+        if self.regularizer.is_zero:
+            return float(np.abs(g).max(initial=0.0))
+        g = g - self.regularizer.smooth_grad(x)  # dist_subdiff adds the smooth part itself
+        return self.regularizer.dist_subdiff(x, g)
