@@ -85,13 +85,19 @@ def _cases():
         ),
         (
             "combo_scalar",
-            cp.sum(cp.exp(cp.vstack([X[0, :], w]))) + cp.sum(cp.square(cp.reshape(X, (4, 3), order="F"))),
+            cp.sum(cp.exp(cp.vstack([X[0, :], w])))
+            + cp.sum(cp.square(cp.reshape(X, (4, 3), order="F"))),
             [X, w],
             "real",
         ),
         ("reshape_C", cp.exp(cp.reshape(X, (2, 6), order="C")), [X], "real"),
         ("reshape_F", cp.reshape(X, (6, 2), order="F") @ np.ones(2), [X], "real"),
-        ("multi_var", cp.multiply(w, v) + w @ v + cp.sum(X @ w) + cp.exp(s) * v, [w, v, X, s], "real"),
+        (
+            "multi_var",
+            cp.multiply(w, v) + w @ v + cp.sum(X @ w) + cp.exp(s) * v,
+            [w, v, X, s],
+            "real",
+        ),
         ("zero_d", s * t + s**2 + cp.exp(t) - cp.log(1 + cp.exp(s)), [s, t], "real"),
         ("broadcast_add_scalar", w + s + 1.0, [w, s], "real"),
         ("broadcast_add_row", X + w, [X, w], "real"),
@@ -160,6 +166,18 @@ def _cases():
         ("private_data_subclass", cp.sum(cp.logistic(_PrivateData(A) @ w)), [w], "real"),
         ("constant_only", cp.Constant(2.0) * cp.sum(cp.Constant(A)), [w], "real"),
         ("variable_itself", X, [X, w], "real"),
+        ("shared_subexpression", cp.sum(cp.exp(w)) + cp.exp(w) @ cp.exp(w), [w], "real"),
+        ("hstack_scalars", cp.hstack([s, t, cp.exp(w)]), [s, t, w], "real"),
+        ("vstack_mixed", cp.vstack([X, w, cp.exp(v)]), [X, w, v], "real"),
+        ("quad_form_column", cp.quad_form(col, P_PSD[:3, :3]), [col], "real"),
+        ("power_1_and_0", cp.power(w, 1) + cp.power(v, 0) + cp.power(w, 4), [w, v], "real"),
+        ("cumsum_axis_none", cp.cumsum(X, axis=None), [X], "real"),
+        ("diag_offsets", cp.sum(cp.diag(w, k=1)) + cp.sum(cp.diag(Q, k=-1)), [w, Q], "real"),
+        ("rel_entr_broadcast", cp.rel_entr(w, s), [w, s], "pos"),
+        ("index_newaxis", cp.exp(X[..., np.newaxis]) + X[None, 1, :].T, [X], "real"),
+        ("nd_matmul_broadcast", Z @ np.ones((2, 4)), [Z], "real"),
+        ("nd_trace", cp.trace(Z[:, :2, :]), [Z], "real"),
+        ("param_free_cvxpy_value", cp.sum(cp.exp(w - 1.0)) * 0.5 - 2.0, [w], "real"),
     ]
 
 
@@ -377,7 +395,7 @@ def test_atoms_and_smooth_atoms():
     f = compile_smooth(cp.sum(cp.logistic(A @ w)) / 12 + cp.sum_squares(w), VariableLayout([w]))
     assert {"logistic", "MulExpression", "Sum", "quad_over_lin"} <= f.atoms()
     names = smooth_atoms()
-    assert {"logistic", "exp", "log", "quad_form", "QuadForm"} - {"quad_form"} <= names
+    assert {"logistic", "exp", "log", "quad_form", "QuadForm", "sum_squares"} <= names
     assert {"abs", "norm1", "maximum", "Pnorm", "PnormApprox", "sum_largest"}.isdisjoint(names)
     assert {"kron", "PowerApprox", "special_index", "index", "psd_wrap"} <= names
 
@@ -425,3 +443,36 @@ def test_dense_logistic_is_fast_enough():
     z = data @ x
     assert val == pytest.approx(np.mean(np.logaddexp(0, z)), rel=1e-12)
     np.testing.assert_allclose(grad, data.T @ (1 / (1 + np.exp(-z))) / 3000, rtol=1e-10)
+
+
+def test_prod_gradient_with_zero_entries():
+    f = compile_smooth(cp.prod(w) + cp.sum(cp.prod(X, axis=0)), VariableLayout([w, X]))
+    x = np.random.default_rng(5).standard_normal(16)
+    x[[1, 6, 7]] = 0.0  # one zero in w, two zeros in the same column of X
+    jac = f.jacobian(x)
+    assert _rel(jac, _fd_jacobian(f, x)) < 1e-6
+
+
+def test_sparse_constants_stay_sparse():
+    ss = sp.random(400, 300, density=0.01, format="csr", random_state=2)
+    ww = cp.Variable(300)
+    expr = cp.sum_squares(cp.Constant(ss).T @ cp.exp(ss @ ww)) + cp.sum((2 * cp.Constant(ss)) @ ww)
+    f = compile_smooth(expr, VariableLayout([ww]))
+    big_dense = [
+        c for c in f._base if isinstance(c, np.ndarray) and c.size >= ss.size and c.base is None
+    ]
+    assert not big_dense
+    assert any(sp.issparse(c) for c in f._base)
+    x = np.random.default_rng(0).standard_normal(300) * 0.1
+    ww.value = x
+    val, grad = f.value_and_grad(x)
+    assert val == pytest.approx(expr.value, rel=1e-10)
+    assert grad.shape == (300,)
+
+
+def test_check_smooth_accepts_nonconvex_and_generic_affine_rejects_parameters():
+    check_smooth(cp.sum(cp.logistic(A @ w)) - cp.sum(cp.logistic(B @ w)))
+    check_smooth(cp.multiply(w, v) @ np.ones(4) - cp.quad_form(w, P_IND))
+    kernel = cp.Parameter(3, value=np.ones(3))
+    with pytest.raises(NotSmoothError, match="Parameter"):
+        compile_smooth(cp.sum(cp.convolve(kernel, w)), VariableLayout([w]))

@@ -98,7 +98,12 @@ def run_centralized(compiled: CompiledModel, options: CentralizedOptions):
         mus.append(np.maximum(mu, 0.0))
         nus.append(nu)
     scale = max([1.0] + [float(m.max()) for m in mus if m.size])
-    mus = [np.where(m > DUAL_ZERO * scale, m, 0.0) for m in mus]
+    for j, p in enumerate(compiled.parties):
+        ci, _ = p.functions.constraint_values(x) if p.m_ineq else (np.zeros(0), None)
+        # zero the duals of inactive constraints: tiny interior-point duals, and duals of
+        # constraints with slack beyond the tolerance (Definition 1 would charge |c_j|)
+        inactive = (mus[j] <= DUAL_ZERO * scale) | (ci < -options.eps)
+        mus[j] = np.where(inactive, 0.0, mus[j])
     try:
         kkt, summary = pooled_evaluation(compiled, x, mus, nus)
     except UnsupportedError as exc:  # a term without a gradient: no certificate

@@ -83,6 +83,8 @@ def run_cprox_al(
                 history_row(k, summary, kkt, inner_iterations=report.iterations,
                             inner_bound=report.residual, tau=tau, dw_inf=dw, dmu_inf=dmu)
             )
+        if options.callback is not None:
+            options.callback(history[-1] if history else {"iteration": k})
         if dw + beta * tau <= beta * options.eps1 and dmu <= beta * options.eps2:
             status = "stopped"
             break
@@ -115,6 +117,6 @@ def run_cprox_al(
         communication={"messages_up": 0, "floats_up": 0, "messages_down": 0, "floats_down": 0, "per_party": {}},
         timing={"compile": compile_seconds, "solve": time.perf_counter() - t_solve, "per_party": {}},
         history=history,
-        options={k_: v for k_, v in options.__dict__.items() if k_ not in ("w0",)},
+        options={k_: v for k_, v in options.__dict__.items() if k_ not in ("w0", "callback")},
         extra={"mu": mus, "nu": nus},
     )

@@ -37,12 +37,21 @@ class ProxALOptions:
         unit sphere with ``random_state`` as in the paper's experiments.
     max_outer, max_inner : int
         Iteration caps of Algorithms 1 and 2.
+    local_floor : float
+        Local solves are asked for max(q^t, local_floor * tau_k): once q^t is far below
+        the inner target tau_k, tighter local solves cannot change the test (19), which
+        stays a valid bound on dist(0, d l_k) because it uses the server's measured
+        residual and the clients' exact eps~_i (Theorem 4.1's proof).
     solver : {"auto", "lbfgs", "cvxpy"}
         Subproblem backend of every party.
     time_limit : float or None
         Wall-clock seconds; the solve returns status ``"time_limit"`` when exceeded.
     history : bool
         Record per-outer-iteration diagnostics (costs one diagnostic round per iteration).
+    callback : callable, optional
+        Called as ``callback(row)`` after every outer iteration with the history row
+        (objective, max violation, KKT residuals, rounds ...); used by progress bars.
+        Requires ``history=True`` for the KKT fields.
     """
 
     eps: Any = 1e-3
@@ -56,10 +65,12 @@ class ProxALOptions:
     max_outer: int = 500
     max_inner: int = 500
     max_local_iter: int = 10_000
+    local_floor: float = 1e-3
     solver: str = "auto"
     time_limit: float | None = None
     history: bool = True
     divergence_limit: float = 1e10
+    callback: Any = None
 
     @property
     def eps1(self) -> float:

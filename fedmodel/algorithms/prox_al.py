@@ -103,16 +103,18 @@ class ProxALServer:
         w = w_center
         bound = np.inf
         residual = np.inf
+        floor = opts.local_floor * tau
         for t in range(opts.max_inner):
             eps = opts.q**t
+            tol = max(eps, floor)  # local solves stop at tol; (19) stays a valid bound
             agg = sum(self.rhos[name] * u for name, u in u_tildes.items())
             center = (self.prox_weight * w_center + agg) / sigma
             self.problem.set(sigma=sigma, center=center, mu=[self.mu], nu=[self.nu])
-            report = self.solver.solve(w, eps, opts.max_local_iter)  # server step (14)
+            report = self.solver.solve(w, tol, opts.max_local_iter)  # server step (14)
             self.local_iterations += report.iterations
             w, residual = report.x, report.residual
             runtime.next_round()
-            replies = runtime.broadcast("admm_w", {"w": w, "tol": eps})
+            replies = runtime.broadcast("admm_w", {"w": w, "tol": tol})
             u_tildes = {name: r.payload["u_tilde"] for name, r in replies.items()}
             bound = max(eps, residual) + sum(float(r.payload["eps_tilde"]) for r in replies.values())
             if bound <= tau:  # (19)
@@ -201,6 +203,8 @@ def run_prox_al(compiled: CompiledModel, options: ProxALOptions, method: str = "
                     tau=tau, dw_inf=dw, dmu_inf=dmu, rounds=runtime.round,
                 )
             )
+        if options.callback is not None:
+            options.callback(history[-1] if history else {"iteration": k, "rounds": runtime.round})
         mu_norms.append(float(np.abs(server.mu).max(initial=0.0)))
         if not proximal:  # admm: one run of Algorithm 2 to tau = eps1
             status = "stopped" if outcome.satisfied else "max_iterations"
@@ -274,6 +278,6 @@ def run_prox_al(compiled: CompiledModel, options: ProxALOptions, method: str = "
             "local_iterations": local_iters,
         },
         history=history,
-        options={k_: v for k_, v in options.__dict__.items() if k_ not in ("w0",)},
+        options={k_: v for k_, v in options.__dict__.items() if k_ not in ("w0", "callback")},
         ledger=runtime.ledger.rows,
     )

@@ -1,46 +1,99 @@
-"""Dispatch ``model.solve(method=...)`` to the methods."""
+"""Dispatch ``model.solve(method=...)`` to the methods.
+
+Every method registers one entry in :data:`METHODS`: its options dataclass and a runner
+``run(compiled, options, method) -> Result``. Adding a method is adding an entry.
+"""
 
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 from fedmodel.algorithms.options import CentralizedOptions, ProxALOptions, build_options
 from fedmodel.errors import ModelError, UnsupportedError
 
-METHODS = ("prox-al", "cprox-al", "admm", "centralized")
+
+@dataclass(frozen=True)
+class MethodSpec:
+    """A registered method: its options class, its runner and a one-line description."""
+
+    options: type
+    runner: Callable[..., Any]
+    description: str
+    needs_no_constraints: bool = False
+
+
+def _run_prox_al(compiled, opts, method):
+    from fedmodel.algorithms.prox_al import run_prox_al
+
+    return run_prox_al(compiled, opts, method=method)
+
+
+def _run_cprox_al(compiled, opts, method):
+    from fedmodel.algorithms.cprox_al import run_cprox_al
+
+    return run_cprox_al(compiled, opts, method=method)
+
+
+def _run_centralized(compiled, opts, method):
+    from fedmodel.algorithms.centralized import run_centralized
+
+    return run_centralized(compiled, opts)
+
+
+METHODS: dict[str, MethodSpec] = {
+    "prox-al": MethodSpec(ProxALOptions, _run_prox_al, "seed 000 Algorithm 1 + 2 (federated)"),
+    "cprox-al": MethodSpec(ProxALOptions, _run_cprox_al, "seed 000 Algorithm 3 (centralized)"),
+    "admm": MethodSpec(
+        ProxALOptions, _run_prox_al, "seed 000 Algorithm 2 alone (no constraints)", True
+    ),
+    "centralized": MethodSpec(
+        CentralizedOptions, _run_centralized, "pooled problem, one cvxpy solve (reference)"
+    ),
+}
+
+
+def register_method(name: str, spec: MethodSpec) -> None:
+    """Add a method to :data:`METHODS` (used by algorithm modules of later methods)."""
+    METHODS[name] = spec
 
 
 def describe_options(method: str) -> str:
     """The options of ``method`` with their documentation."""
-    cls = CentralizedOptions if method == "centralized" else ProxALOptions
-    return cls.__doc__ or ""
+    return METHODS[method].options.__doc__ or ""
 
 
 def solve_model(model, method: str, options: dict[str, Any]):
+    _load_extensions()
     if method not in METHODS:
-        raise ModelError(f"unknown method {method!r}; choose one of {METHODS}")
+        raise ModelError(f"unknown method {method!r}; choose one of {tuple(METHODS)}")
+    spec = METHODS[method]
+    opts = build_options(spec.options, options, method)
     t0 = time.perf_counter()
     compiled = model.compile()
     compile_seconds = time.perf_counter() - t0
-    if method == "centralized":
-        from fedmodel.algorithms.centralized import run_centralized
-
-        result = run_centralized(compiled, build_options(CentralizedOptions, options, method))
-    else:
-        opts = build_options(ProxALOptions, options, method)
-        if method == "cprox-al":
-            from fedmodel.algorithms.cprox_al import run_cprox_al
-
-            result = run_cprox_al(compiled, opts)
-        else:
-            if method == "admm" and compiled.has_constraints:
-                raise UnsupportedError(
-                    "method='admm' (seed 000 Algorithm 2 alone) solves models without "
-                    "constraints beyond h; this model has constraints, use method='prox-al'"
-                )
-            from fedmodel.algorithms.prox_al import run_prox_al
-
-            result = run_prox_al(compiled, opts, method=method)
+    if spec.needs_no_constraints and compiled.has_constraints:
+        raise UnsupportedError(
+            f"method='{method}' solves models without constraints beyond h; this model has "
+            "constraints, use method='prox-al'"
+        )
+    result = spec.runner(compiled, opts, method)
     result.timing["model_compile"] = compile_seconds
     return result
+
+
+_EXTENSIONS = ("fedmodel.algorithms.dald",)
+
+
+def _load_extensions() -> None:
+    """Import algorithm modules that register further methods (if they exist)."""
+    import importlib
+
+    for name in _EXTENSIONS:
+        try:
+            importlib.import_module(name)
+        except ModuleNotFoundError as exc:
+            if exc.name != name:
+                raise

@@ -396,10 +396,6 @@ class _Arg:
         return self.kind == _CONST
 
 
-def _get(a: _Arg, vals: list, i: int) -> Any:
-    return a.value if a.kind == _CONST else vals[i]
-
-
 # Every rule maps (expr, args) to (fwd, bwd); bwd returns one entry per argument (None
 # for arguments that do not depend on x).
 Rule = Callable[["_Builder", Any, list[_Arg]], tuple[Fwd, Bwd | None]]
@@ -509,13 +505,13 @@ class _Builder:
         self.atoms.add(name)
         in_idx = [self.build(a) for a in expr.args]
         args = [self.arg(i) for i in in_idx]
-        if name not in _SPARSE_OK:
-            args = [self.dense_arg(a) for a in args]
         kind = max((a.kind for a in args), default=_CONST)
         if kind == _CONST:
             folded = _fold_sparse(expr, args)
             if folded is not None:
                 return self._new(_CONST, shape, folded)
+        if name not in _SPARSE_OK:
+            args = [self.dense_arg(a) for a in args]
         fwd, bwd = rule(self, expr, args)
         ins = tuple(a.idx for a in args)
         if kind == _CONST:
@@ -554,34 +550,48 @@ def _const_value(c: Constant) -> Any:
     return np.asarray(arr, dtype=float).reshape(tuple(c.shape))
 
 
+def _uniform_scalar(value: Any) -> float | None:
+    """The scalar ``c`` if ``value`` is a dense array with all entries equal to ``c``.
+
+    Only cheap cases are recognised: size-1 arrays and broadcast views (all strides 0),
+    which is what a folded ``Promote`` of a scalar constant is.
+    """
+    if sp.issparse(value):
+        return None
+    arr = np.asarray(value)
+    if arr.size == 1 or (arr.size > 0 and all(st == 0 for st in arr.strides)):
+        return float(arr.flat[0])
+    return None
+
+
 def _fold_sparse(expr: Any, args: list[_Arg]) -> Any:
     """Constant-fold a few operations on sparse constants without densifying them."""
     name = type(expr).__name__
     sparse = [sp.issparse(a.value) for a in args]
     if not any(sparse):
         return None
+    shape = tuple(expr.shape)
     v = args[0].value
-    if name in ("transpose",) and sparse[0] and len(args[0].shape) == 2:
+    if name == "transpose" and sparse[0] and len(args[0].shape) == 2:
         axes = expr.axes
         if axes is None or tuple(axes) == (1, 0):
             return sp.csr_array(v.T)
-    if name in ("NegExpression",) and sparse[0]:
+    elif name == "NegExpression" and sparse[0]:
         return -v
-    if name in ("conj", "real") or isinstance(expr, Wrap):
-        return v if sparse[0] else None
-    if name in ("MulExpression", "multiply", "DivExpression") and len(args) == 2:
+    elif (name in ("conj", "real") or isinstance(expr, Wrap)) and sparse[0]:
+        return v
+    elif name in ("MulExpression", "multiply", "DivExpression") and len(args) == 2:
         a, b = args
-        if sparse[0] and not sparse[1] and np.size(b.value) >= 1:
-            bv = np.asarray(b.value)
-            if bv.size == 1 or np.all(bv == bv.flat[0]):
-                s = float(bv.flat[0])
-                out = v / s if name == "DivExpression" else v * s
-                return sp.csr_array(out) if out.shape == tuple(expr.shape) else None
-        if name != "DivExpression" and sparse[1] and not sparse[0]:
-            av = np.asarray(a.value)
-            if av.size == 1 or np.all(av == av.flat[0]):
-                out = b.value * float(av.flat[0])
-                return sp.csr_array(out) if out.shape == tuple(expr.shape) else None
+        if sparse[0] and not sparse[1]:
+            c = _uniform_scalar(b.value)
+            if c is not None:
+                out = sp.csr_array(v / c if name == "DivExpression" else v * c)
+                return out if out.shape == shape else None
+        elif sparse[1] and not sparse[0] and name != "DivExpression":
+            c = _uniform_scalar(a.value)
+            if c is not None:
+                out = sp.csr_array(b.value * c)
+                return out if out.shape == shape else None
     return None
 
 
@@ -698,8 +708,9 @@ def _rule_special_index(b, expr, args):
         return np.reshape(_flat(vals[0])[select], shape)
 
     def bwd(g, out, vals):
-        gi = np.bincount(flat_select, weights=np.ravel(np.reshape(g, select.shape)),
-                         minlength=in_size)
+        gi = np.bincount(
+            flat_select, weights=np.ravel(np.reshape(g, select.shape)), minlength=in_size
+        )
         return [np.reshape(gi, in_shape, order="F")]
 
     return fwd, bwd
@@ -1490,13 +1501,50 @@ def check_smooth(expr: cp.Expression) -> None:
 
 
 _SMOOTH_ATOMS_CACHE: frozenset[str] | None = None
+_ABSTRACT_BASES = {
+    "Atom",
+    "AffAtom",
+    "AxisAtom",
+    "Elementwise",
+    "Wrap",
+    "UnaryOperator",
+    "BinaryOperator",
+}
+# User-facing cvxpy functions that build only supported atoms.
+_SMOOTH_FUNCTIONS = {
+    "sum",
+    "sum_squares",
+    "square",
+    "sqrt",
+    "inv_pos",
+    "power",
+    "quad_form",
+    "matmul",
+    "hstack",
+    "vstack",
+    "concatenate",
+    "stack",
+    "bmat",
+    "trace",
+    "diag",
+    "vec",
+    "squeeze",
+    "promote",
+    "prod",
+    "mean",
+    "var",
+    "diff",
+}
 
 
 def smooth_atoms() -> frozenset[str]:
     """Names (cvxpy class names) of the atoms the smooth compiler differentiates.
 
-    Besides the explicitly implemented atoms this includes every affine cvxpy atom class
-    (handled through its coefficient matrix, e.g. ``kron``, ``conv``, ``upper_tri``).
+    Contains cvxpy atom class names (what :attr:`NotSmoothError.atom` and
+    :meth:`SmoothFunction.atoms` report) -- including every affine cvxpy atom class, which
+    is handled through its coefficient matrix (e.g. ``kron``, ``conv``, ``upper_tri``) --
+    and the user-facing cvxpy functions that build only such atoms (``sum_squares``,
+    ``quad_form``, ``sqrt``, ...).
 
     Examples
     --------
@@ -1507,8 +1555,7 @@ def smooth_atoms() -> frozenset[str]:
     """
     global _SMOOTH_ATOMS_CACHE
     if _SMOOTH_ATOMS_CACHE is None:
-        names = set(_RULES)
-        names.discard("Wrap")
+        names = set(_RULES) | _SMOOTH_FUNCTIONS
         todo = list(AffAtom.__subclasses__()) + list(Atom.__subclasses__())
         seen: set[type] = set()
         while todo:
@@ -1526,5 +1573,5 @@ def smooth_atoms() -> frozenset[str]:
                 names.add(cls.__name__)
             elif blocked is None and issubclass(cls, AffAtom) and cls.__name__ != "AffAtom":
                 names.add(cls.__name__)
-        _SMOOTH_ATOMS_CACHE = frozenset(names)
+        _SMOOTH_ATOMS_CACHE = frozenset(names - _ABSTRACT_BASES)
     return _SMOOTH_ATOMS_CACHE
