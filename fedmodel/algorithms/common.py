@@ -92,7 +92,8 @@ def make_result(
     **fields_: Any,
 ) -> Result:
     layout = compiled.layout
-    layout.write_values(x)
+    if np.all(np.isfinite(x)):
+        layout.write_values(x)  # cvxpy convention: the solution lands in variable.value
     solution = {v.name(): np.asarray(val) for v, val in layout.unstack(x).items()}
     return Result(
         status=status,

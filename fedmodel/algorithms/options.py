@@ -24,8 +24,10 @@ class ProxALOptions:
         KKT tolerances (eps1 stationarity, eps2 feasibility) of Definition 1.
     beta : float
         Penalty parameter (Algorithm 1).
-    sbar : float
-        Inner tolerance scale: tau_k = sbar / (k + 1)^2.
+    sbar : float, optional
+        Inner tolerance scale: tau_k = sbar / (k + 1)^2. Default ``100 * eps1``, which is
+        the paper's 0.1 at eps = 1e-3 and keeps the number of outer iterations needed by
+        (8) (tau_k <= eps1 requires k + 1 >= sqrt(sbar / eps1)) independent of eps.
     rho : float or dict or sequence
         ADMM penalty rho_i of each client (Algorithm 2).
     q : float
@@ -56,7 +58,7 @@ class ProxALOptions:
 
     eps: Any = 1e-3
     beta: float = 10.0
-    sbar: float = 0.1
+    sbar: float | None = None
     rho: Any = 1.0
     q: float = 0.5
     mu0: float = 0.0
@@ -71,6 +73,13 @@ class ProxALOptions:
     history: bool = True
     divergence_limit: float = 1e10
     callback: Any = None
+
+    def __post_init__(self) -> None:
+        if self.sbar is None:
+            try:
+                self.sbar = 100.0 * self.eps1
+            except (TypeError, ValueError, IndexError):
+                self.sbar = 0.1  # validate() reports the bad eps
 
     @property
     def eps1(self) -> float:

@@ -139,6 +139,23 @@ class ProxALServer:
         return change
 
 
+def _growth_note(w_norms: list[float], history: list[dict]) -> str:
+    """Say so when the iterates grow steadily while the objective falls (unboundedness)."""
+    half = w_norms[len(w_norms) // 2 :]
+    if len(half) < 3 or half[0] <= 0:
+        return ""
+    growing = all(b > a for a, b in zip(half, half[1:])) and half[-1] >= 1.5 * half[0]
+    falling = len(history) >= 3 and all(
+        b["objective"] < a["objective"] for a, b in zip(history[-3:], history[-2:])
+    )
+    if growing and (falling or not history):
+        return (
+            f"; ||w||_inf grew steadily from {half[0]:.3g} to {half[-1]:.3g} while the "
+            "objective kept falling, so the model may be unbounded below"
+        )
+    return ""
+
+
 def run_prox_al(compiled: CompiledModel, options: ProxALOptions, method: str = "prox-al"):
     """Run prox-al (``method="prox-al"``) or plain Algorithm 2 (``method="admm"``)."""
     proximal = method == "prox-al"
@@ -171,6 +188,7 @@ def run_prox_al(compiled: CompiledModel, options: ProxALOptions, method: str = "
     last_eval = None
     max_outer = options.max_outer if proximal else 1
     mu_norms: list[float] = []
+    w_norms: list[float] = []
     for k in range(max_outer):
         tau = options.sbar / (k + 1) ** 2 if proximal else options.eps1
         outcome = server.inner(runtime, x, u_tildes, tau, deadline)
@@ -206,6 +224,7 @@ def run_prox_al(compiled: CompiledModel, options: ProxALOptions, method: str = "
         if options.callback is not None:
             options.callback(history[-1] if history else {"iteration": k, "rounds": runtime.round})
         mu_norms.append(float(np.abs(server.mu).max(initial=0.0)))
+        w_norms.append(float(np.abs(x).max(initial=0.0)))
         if not proximal:  # admm: one run of Algorithm 2 to tau = eps1
             status = "stopped" if outcome.satisfied else "max_iterations"
             break
@@ -241,6 +260,7 @@ def run_prox_al(compiled: CompiledModel, options: ProxALOptions, method: str = "
         message = f"max_outer = {options.max_outer} outer iterations reached without meeting (8)"
         if certified:
             message += ", although the KKT certificate already holds"
+        message += _growth_note(w_norms, history)
         if summary["max_violation"] > options.eps2 and len(mu_norms) >= 2:
             message += (
                 f"; the max violation is still {summary['max_violation']:.3g} while the "

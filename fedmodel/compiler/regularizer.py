@@ -107,17 +107,15 @@ def _parse_expr(expr: cp.Expression, scale: float, variables) -> list[tuple]:
         raise UnsupportedError(f"regularize(): '{expr}' enters h with a negative weight ({scale:g})")
     if name == "norm1":
         return [("l1", _whole_variable(expr.args[0], variables, "norm1"), scale)]
-    if name == "Pnorm" and float(expr.p) == 1.0:
+    if name in ("Pnorm", "PnormApprox") and float(expr.p) == 1.0:
         return [("l1", _whole_variable(expr.args[0], variables, "norm(., 1)"), scale)]
-    if name in ("Pnorm", "Norm2", "norm2") and float(getattr(expr, "p", 2)) == 2.0:
+    if name in ("Pnorm", "PnormApprox", "Norm2", "norm2") and float(getattr(expr, "p", 2)) == 2.0:
         return [("l2", _whole_variable(expr.args[0], variables, "norm(., 2)"), scale)]
     if name == "quad_over_lin":
         y = _constant_value(expr.args[1])
         if y is not None and y.size == 1 and float(y) > 0:
             v = _whole_variable(expr.args[0], variables, "sum_squares")
             return [("sumsq", v, scale / float(y))]
-    if name == "power" and float(expr.p.value if hasattr(expr.p, "value") else expr.p) == 2.0:
-        pass  # elementwise square is not a scalar; handled only inside cp.sum below
     if name == "Sum" and type(expr.args[0]).__name__ == "power":
         inner = expr.args[0]
         p = float(inner.p.value if hasattr(inner.p, "value") else inner.p)

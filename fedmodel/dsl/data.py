@@ -91,7 +91,7 @@ def as_numeric_array(array: Any, owner: str, name: str) -> np.ndarray | sp.spmat
     if hasattr(array, "to_numpy") and hasattr(array, "dtypes"):  # pandas DataFrame / Series
         dtypes = getattr(array, "dtypes")
         if hasattr(dtypes, "items"):
-            bad = [str(c) for c, t in dtypes.items() if not np.issubdtype(t, np.number)]
+            bad = [str(c) for c, t in dtypes.items() if not _is_numeric_dtype(t)]
             if bad:
                 raise DataError(
                     f"data '{name}' has non-numeric columns {bad}; encode them first "
@@ -122,6 +122,13 @@ def as_numeric_array(array: Any, owner: str, name: str) -> np.ndarray | sp.spmat
             party=owner,
         )
     return out
+
+
+def _is_numeric_dtype(dtype: Any) -> bool:
+    try:
+        return bool(np.issubdtype(dtype, np.number) or np.issubdtype(dtype, np.bool_))
+    except TypeError:  # pandas extension dtypes (string, category, ...)
+        return False
 
 
 def fingerprint(value: Any) -> tuple | None:

@@ -179,10 +179,10 @@ class Party:
         self._model._check_variables(g, self.name, label)
         if kind == "ineq":
             convex = g.is_convex()
-            what = "inequality constraint (needs convex <= concave)"
+            what = "inequality constraint"
         else:
             convex = g.is_affine()
-            what = "equality constraint (needs affine == affine)"
+            what = "equality constraint"
         self._check_curvature(g, label, allow_nonconvex, convex=convex, kind=what, source=c)
         return ConstraintTerm(g, kind, label, allow_nonconvex, c)
 
@@ -196,7 +196,7 @@ class Party:
         if not allow_nonconvex:
             reason = _dcp_reason(source if source is not None else expr)
             raise NonConvexError(
-                f"{kind} '{label}' is not DCP-convex. {reason}\n"
+                f"{kind} '{label}' is not DCP-convex{_NEEDS.get(kind, '')}. {reason}\n"
                 "If it is smooth and you accept a local (KKT) certificate, pass "
                 "allow_nonconvex=True to this call.",
                 self.name,
@@ -245,6 +245,12 @@ class Server(Party):
     """
 
     is_server = True
+
+
+_NEEDS = {
+    "inequality constraint": " (it needs convex <= concave)",
+    "equality constraint": " (it needs affine == affine)",
+}
 
 
 def _dcp_reason(obj: Any) -> str:

@@ -36,6 +36,17 @@ def stacked_variable_map(layout, x: cp.Variable) -> dict[int, cp.Expression]:
     return out
 
 
+def polisher_for(problem: MeritProblem):
+    """L-BFGS-B when h allows it, otherwise accelerated proximal gradient."""
+    if any(p.l2 for p in problem.regularizer.pieces):
+        from fedmodel.subproblems.proximal_gradient import ProximalGradientSolver
+
+        return ProximalGradientSolver(problem)
+    from fedmodel.subproblems.quasi_newton import QuasiNewtonSolver
+
+    return QuasiNewtonSolver(problem)
+
+
 class CvxpySolver:
     """Solve a :class:`MeritProblem` with cvxpy (compiled once, parameters updated).
 
@@ -113,12 +124,10 @@ class CvxpySolver:
         residual = p.residual(x)
         report = SolveReport(x, residual, tol, 1, self.name, str(status))
         if residual > tol and self.polish:
-            from fedmodel.subproblems.quasi_newton import QuasiNewtonSolver
-
             if self._polisher is None:
-                self._polisher = QuasiNewtonSolver(p)
+                self._polisher = polisher_for(p)
             polished = self._polisher.solve(x, tol, max_iter)
-            polished.backend = "cvxpy+lbfgs"
+            polished.backend = f"cvxpy+{self._polisher.name}"
             polished.message = f"{status}; polished: {polished.message}"
             return polished
         return report

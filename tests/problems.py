@@ -1,0 +1,47 @@
+"""Small instances of seed 000's three problem classes, shared by the tests."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from fedmodel.models import fairness_model, lcqp_instance, lcqp_model, neyman_pearson_model
+
+
+def np_sites(n: int, d: int = 4, m0: int = 60, m1: int = 30, seed: int = 0):
+    """Overlapping Gaussian classes (plus an intercept column) so that the class-1
+    constraint is active and the objective is O(1)."""
+    rng = np.random.default_rng(seed)
+    shift = np.r_[np.full(d, 0.6), 0.0]
+    sites = []
+    for _ in range(n):
+        X0 = np.c_[rng.normal(size=(m0, d)), np.ones(m0)]
+        X1 = np.c_[rng.normal(size=(m1, d)), np.ones(m1)] + shift
+        sites.append((X0, X1))
+    return sites
+
+
+def np_model(n: int, r: float = 0.45, seed: int = 0, **kw):
+    return neyman_pearson_model(np_sites(n, seed=seed, **kw), r=r)
+
+
+def fairness_parts(n: int, d: int = 3, m: int = 80, seed: int = 0):
+    rng = np.random.default_rng(seed)
+    beta_true = rng.normal(size=d + 1)
+
+    def part(rows):
+        s = (rng.random(rows) < 0.4).astype(float)
+        X = np.c_[rng.normal(size=(rows, d)) + 0.8 * s[:, None], np.ones(rows)]
+        p = 1 / (1 + np.exp(-(X @ beta_true) - 1.0 * s))
+        y = (rng.random(rows) < p).astype(float)
+        return X, y, s
+
+    return [part(m) for _ in range(n)], part(m)
+
+
+def fairness_test_model(n: int, r: float = 0.05, seed: int = 0):
+    clients, server = fairness_parts(n, seed=seed)
+    return fairness_model(clients, server, r=r)
+
+
+def lcqp_test_model(n: int, d: int = 10, m: int = 2, seed: int = 0):
+    return lcqp_model(lcqp_instance(n, d, m, random_state=seed))
