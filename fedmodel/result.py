@@ -55,7 +55,11 @@ class Comparison:
             ("", self.method, self.reference_method),
             ("objective", f"{self.objective:.8g}", f"{self.reference_objective:.8g}"),
             ("max violation", f"{self.max_violation:.2e}", f"{self.reference_max_violation:.2e}"),
-            ("KKT stationarity", k(self.kkt, "stationarity"), k(self.reference_kkt, "stationarity")),
+            (
+                "KKT stationarity",
+                k(self.kkt, "stationarity"),
+                k(self.reference_kkt, "stationarity"),
+            ),
             ("KKT feasibility", k(self.kkt, "feasibility"), k(self.reference_kkt, "feasibility")),
         ]
         w0 = max(len(r[0]) for r in rows)

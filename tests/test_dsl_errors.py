@@ -139,7 +139,9 @@ def test_nonsmooth_client_term_refused_by_gradient_methods_but_fine_centralized(
     model, w = _model()
     site = model.client("c")
     site.minimize(cp.sum_squares(w - 1) + cp.norm1(w), name="lasso-ish")
-    with pytest.raises(fm.UnsupportedError, match=r"\[c\] term 'lasso-ish' is not continuously differentiable"):
+    with pytest.raises(
+        fm.UnsupportedError, match=r"\[c\] term 'lasso-ish' is not continuously differentiable"
+    ):
         model.solve(method="prox-al")
     ref = model.solve(method="centralized")
     assert ref.kkt is None and "no KKT certificate" in ref.message

@@ -119,8 +119,17 @@ def test_result_record_is_json_and_complete():
     site.subject_to(cp.sum(w) <= 0.1)
     res = model.solve(method="prox-al", eps=1e-4)
     rec = json.loads(res.to_json())
-    for key in ("status", "objective", "max_violation", "multipliers", "kkt", "rounds",
-                "communication", "timing", "history"):
+    for key in (
+        "status",
+        "objective",
+        "max_violation",
+        "multipliers",
+        "kkt",
+        "rounds",
+        "communication",
+        "timing",
+        "history",
+    ):
         assert key in rec
     assert rec["history"][0]["constraints"]["s"]["ineq"]
     assert res.timing["solve"] > 0 and res.timing["compile"] >= 0

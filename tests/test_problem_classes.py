@@ -28,7 +28,9 @@ def test_neyman_pearson_matches_centralized(n):
     assert res.compare(ref).relative_objective_difference <= 1e-3
     assert res.kkt.stationarity <= EPS and res.kkt.feasibility <= EPS
     # the class-1 constraint is active somewhere, so the test is not vacuous
-    assert max(float(v) for p, m in ref.multipliers.items() if p != "server" for v in m.values()) > 0.1
+    assert (
+        max(float(v) for p, m in ref.multipliers.items() if p != "server" for v in m.values()) > 0.1
+    )
 
 
 @pytest.mark.parametrize("n", [1, 3, 5])

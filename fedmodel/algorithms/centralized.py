@@ -73,9 +73,12 @@ def run_centralized(compiled: CompiledModel, options: CentralizedOptions):
     timing = {"compile": compile_seconds, "solve": seconds, "per_party": {}}
     base = {"cvxpy_status": cvx_status, "cvxpy_solver": used}
 
-    if cvx_status in ("infeasible", "infeasible_inaccurate", "unbounded", "unbounded_inaccurate") or (
-        cvx_status == "solver_error"
-    ):
+    if cvx_status in (
+        "infeasible",
+        "infeasible_inaccurate",
+        "unbounded",
+        "unbounded_inaccurate",
+    ) or (cvx_status == "solver_error"):
         status = "solver_error" if cvx_status == "solver_error" else cvx_status.split("_")[0]
         message = {
             "infeasible": f"{used} reports the pooled problem infeasible ({cvx_status})",
@@ -85,16 +88,36 @@ def run_centralized(compiled: CompiledModel, options: CentralizedOptions):
         }[status]
         nan = np.full(layout.size, np.nan)
         return make_result(
-            compiled, method="centralized", status=status, x=nan, kkt=None,
-            summary={"objective": float(prob.value) if prob.value is not None and status != "solver_error" else np.nan, "max_violation": np.nan},
-            multipliers={}, message=message, timing=timing, extra=base,
+            compiled,
+            method="centralized",
+            status=status,
+            x=nan,
+            kkt=None,
+            summary={
+                "objective": float(prob.value)
+                if prob.value is not None and status != "solver_error"
+                else np.nan,
+                "max_violation": np.nan,
+            },
+            multipliers={},
+            message=message,
+            timing=timing,
+            extra=base,
         )
 
     x = layout.stack({v: v.value for v in layout.variables})
     mus, nus = [], []
     for ineq, eq in per_party:
-        mu = np.concatenate([np.atleast_1d(c.dual_value).ravel(order="F") for c in ineq]) if ineq else np.zeros(0)
-        nu = np.concatenate([np.atleast_1d(c.dual_value).ravel(order="F") for c in eq]) if eq else np.zeros(0)
+        mu = (
+            np.concatenate([np.atleast_1d(c.dual_value).ravel(order="F") for c in ineq])
+            if ineq
+            else np.zeros(0)
+        )
+        nu = (
+            np.concatenate([np.atleast_1d(c.dual_value).ravel(order="F") for c in eq])
+            if eq
+            else np.zeros(0)
+        )
         mus.append(np.maximum(mu, 0.0))
         nus.append(nu)
     scale = max([1.0] + [float(m.max()) for m in mus if m.size])
@@ -112,9 +135,18 @@ def run_centralized(compiled: CompiledModel, options: CentralizedOptions):
         message = f"no KKT certificate: {exc}"
         status = "optimal" if cvx_status == "optimal" else "inaccurate"
         return make_result(
-            compiled, method="centralized", status=status, x=x, kkt=None, summary=summary,
-            multipliers={p.name: split_multipliers(p, m, v) for p, m, v in zip(compiled.parties, mus, nus)},
-            message=message, timing=timing, extra=base,
+            compiled,
+            method="centralized",
+            status=status,
+            x=x,
+            kkt=None,
+            summary=summary,
+            multipliers={
+                p.name: split_multipliers(p, m, v) for p, m, v in zip(compiled.parties, mus, nus)
+            },
+            message=message,
+            timing=timing,
+            extra=base,
         )
     certified = cvx_status == "optimal" and kkt.satisfied(options.eps, options.eps)
     message = (
@@ -125,9 +157,18 @@ def run_centralized(compiled: CompiledModel, options: CentralizedOptions):
     )
     status = "optimal" if certified else "inaccurate"
     result = make_result(
-        compiled, method="centralized", status=status, x=x, kkt=kkt, summary=summary,
-        multipliers={p.name: split_multipliers(p, m, v) for p, m, v in zip(compiled.parties, mus, nus)},
-        message=message, timing=timing, extra=base,
+        compiled,
+        method="centralized",
+        status=status,
+        x=x,
+        kkt=kkt,
+        summary=summary,
+        multipliers={
+            p.name: split_multipliers(p, m, v) for p, m, v in zip(compiled.parties, mus, nus)
+        },
+        message=message,
+        timing=timing,
+        extra=base,
     )
     if certified or not options.refine:
         if not certified:
@@ -137,8 +178,13 @@ def run_centralized(compiled: CompiledModel, options: CentralizedOptions):
             )
         return result
     refine_opts = ProxALOptions(
-        eps=options.eps, beta=10.0, sbar=0.5 * options.eps, w0=x, max_outer=200,
-        history=False, time_limit=options.time_limit,
+        eps=options.eps,
+        beta=10.0,
+        sbar=0.5 * options.eps,
+        w0=x,
+        max_outer=200,
+        history=False,
+        time_limit=options.time_limit,
     )
     refined = run_cprox_al(compiled, refine_opts, method="centralized", mu_init=mus, nu_init=nus)
     refined.timing = {

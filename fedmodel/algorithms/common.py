@@ -44,7 +44,9 @@ def starting_point(compiled: CompiledModel, w0: Any, random_state: Any = None) -
     return compiled.regularizer.project_domain(x)
 
 
-def split_multipliers(program: PartyProgram, mu: np.ndarray, nu: np.ndarray) -> dict[str, np.ndarray]:
+def split_multipliers(
+    program: PartyProgram, mu: np.ndarray, nu: np.ndarray
+) -> dict[str, np.ndarray]:
     """Multipliers of one party keyed by constraint label, shaped like each constraint."""
     out: dict[str, np.ndarray] = {}
     for kind, vec in (("ineq", mu), ("eq", nu)):
@@ -53,12 +55,16 @@ def split_multipliers(program: PartyProgram, mu: np.ndarray, nu: np.ndarray) -> 
             if c.kind != kind:
                 continue
             piece = np.asarray(vec[offset : offset + c.size])
-            out[c.label] = piece.reshape(c.expr.shape, order="F") if c.expr.shape else piece.reshape(())
+            out[c.label] = (
+                piece.reshape(c.expr.shape, order="F") if c.expr.shape else piece.reshape(())
+            )
             offset += c.size
     return out
 
 
-def federated_evaluation(runtime, server_program, regularizer, x, mu0, nu0, local) -> tuple[KKTResiduals, dict]:
+def federated_evaluation(
+    runtime, server_program, regularizer, x, mu0, nu0, local
+) -> tuple[KKTResiduals, dict]:
     """One diagnostic round: every client evaluates its share at ``x`` with its own
     multipliers; the server adds its own and ``dh``."""
     reports = {server_program.name: party_evaluation(server_program, x, mu0, nu0)}

@@ -63,7 +63,10 @@ def run_cprox_al(
         local_iters += report.iterations
         w_new = report.x
         if not np.all(np.isfinite(w_new)) or np.abs(w_new).max() > options.divergence_limit:
-            status, message = "unbounded", "the iterates diverge; the model is likely unbounded below"
+            status, message = (
+                "unbounded",
+                "the iterates diverge; the model is likely unbounded below",
+            )
             break
         dw = float(np.abs(w_new - x).max())
         x = w_new
@@ -80,8 +83,16 @@ def run_cprox_al(
         if options.history:
             kkt, summary = pooled_evaluation(compiled, x, mus, nus)
             history.append(
-                history_row(k, summary, kkt, inner_iterations=report.iterations,
-                            inner_bound=report.residual, tau=tau, dw_inf=dw, dmu_inf=dmu)
+                history_row(
+                    k,
+                    summary,
+                    kkt,
+                    inner_iterations=report.iterations,
+                    inner_bound=report.residual,
+                    tau=tau,
+                    dw_inf=dw,
+                    dmu_inf=dmu,
+                )
             )
         if options.callback is not None:
             options.callback(history[-1] if history else {"iteration": k})
@@ -114,8 +125,18 @@ def run_cprox_al(
         multipliers=multipliers,
         message=message,
         rounds={"outer": k + 1, "inner": local_iters, "communication": 0},
-        communication={"messages_up": 0, "floats_up": 0, "messages_down": 0, "floats_down": 0, "per_party": {}},
-        timing={"compile": compile_seconds, "solve": time.perf_counter() - t_solve, "per_party": {}},
+        communication={
+            "messages_up": 0,
+            "floats_up": 0,
+            "messages_down": 0,
+            "floats_down": 0,
+            "per_party": {},
+        },
+        timing={
+            "compile": compile_seconds,
+            "solve": time.perf_counter() - t_solve,
+            "per_party": {},
+        },
         history=history,
         options={k_: v for k_, v in options.__dict__.items() if k_ not in ("w0", "callback")},
         extra={"mu": mus, "nu": nus},

@@ -118,9 +118,7 @@ class ProxALOptions:
             return {n: float(rho[n]) for n in client_names}
         if np.ndim(rho) == 1:
             if len(rho) != len(client_names):
-                raise ModelError(
-                    f"rho has {len(rho)} entries for {len(client_names)} clients"
-                )
+                raise ModelError(f"rho has {len(rho)} entries for {len(client_names)} clients")
             return {n: float(r) for n, r in zip(client_names, rho)}
         return {n: float(rho) for n in client_names}
 

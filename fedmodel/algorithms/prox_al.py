@@ -116,7 +116,9 @@ class ProxALServer:
             runtime.next_round()
             replies = runtime.broadcast("admm_w", {"w": w, "tol": tol})
             u_tildes = {name: r.payload["u_tilde"] for name, r in replies.items()}
-            bound = max(eps, residual) + sum(float(r.payload["eps_tilde"]) for r in replies.values())
+            bound = max(eps, residual) + sum(
+                float(r.payload["eps_tilde"]) for r in replies.values()
+            )
             if bound <= tau:  # (19)
                 return InnerOutcome(w, t + 1, bound, True, residual)
             if deadline is not None and time.perf_counter() > deadline:
@@ -166,7 +168,13 @@ def run_prox_al(compiled: CompiledModel, options: ProxALOptions, method: str = "
     n = compiled.n_clients
     clients = {
         c.name: ProxALClient(
-            c, options.beta, rhos[c.name], n, proximal, options.mu0, options.solver,
+            c,
+            options.beta,
+            rhos[c.name],
+            n,
+            proximal,
+            options.mu0,
+            options.solver,
             options.max_local_iter,
         )
         for c in compiled.clients
@@ -213,12 +221,21 @@ def run_prox_al(compiled: CompiledModel, options: ProxALOptions, method: str = "
         else:
             dmu = 0.0
         if options.history:
-            last_eval = federated_evaluation(runtime, compiled.server, compiled.regularizer, x, server.mu, server.nu, local)
+            last_eval = federated_evaluation(
+                runtime, compiled.server, compiled.regularizer, x, server.mu, server.nu, local
+            )
             kkt, summary = last_eval
             history.append(
                 history_row(
-                    k, summary, kkt, inner_iterations=outcome.iterations, inner_bound=outcome.bound,
-                    tau=tau, dw_inf=dw, dmu_inf=dmu, rounds=runtime.round,
+                    k,
+                    summary,
+                    kkt,
+                    inner_iterations=outcome.iterations,
+                    inner_bound=outcome.bound,
+                    tau=tau,
+                    dw_inf=dw,
+                    dmu_inf=dmu,
+                    rounds=runtime.round,
                 )
             )
         if options.callback is not None:
@@ -228,16 +245,23 @@ def run_prox_al(compiled: CompiledModel, options: ProxALOptions, method: str = "
         if not proximal:  # admm: one run of Algorithm 2 to tau = eps1
             status = "stopped" if outcome.satisfied else "max_iterations"
             break
-        if dw + options.beta * tau <= options.beta * options.eps1 and dmu <= options.beta * options.eps2:
+        if (
+            dw + options.beta * tau <= options.beta * options.eps1
+            and dmu <= options.beta * options.eps2
+        ):
             status = "stopped"  # (8) holds; the certificate below decides "optimal"
             break
         if deadline is not None and time.perf_counter() > deadline:
             status = "time_limit"
-            message = f"time limit of {options.time_limit:g} s reached after {k + 1} outer iterations"
+            message = (
+                f"time limit of {options.time_limit:g} s reached after {k + 1} outer iterations"
+            )
             break
 
     if last_eval is None or history[-1]["iteration"] != k or status == "unbounded":
-        last_eval = federated_evaluation(runtime, compiled.server, compiled.regularizer, x, server.mu, server.nu, local)
+        last_eval = federated_evaluation(
+            runtime, compiled.server, compiled.regularizer, x, server.mu, server.nu, local
+        )
     kkt, summary = last_eval
     certified = kkt.satisfied(options.eps1, options.eps2)
     if status == "stopped":

@@ -71,7 +71,12 @@ class ProxALClient:
         self.max_local_iter = max_local_iter
         self.w_center: np.ndarray | None = None
         self.u = self.lam = self.u_tilde = None
-        self.stats = {"local_solves": 0, "local_iterations": 0, "seconds": 0.0, "max_residual_gap": 0.0}
+        self.stats = {
+            "local_solves": 0,
+            "local_iterations": 0,
+            "seconds": 0.0,
+            "max_residual_gap": 0.0,
+        }
 
     # -- P_{i,k} and its gradient -----------------------------------------------------------
     def _grad_P(self, w: np.ndarray) -> np.ndarray:
@@ -141,4 +146,8 @@ class ProxALClient:
         return party_evaluation(self.program, np.asarray(w, dtype=float), mu, nu)
 
     def _on_report(self):
-        return {"mu": self.mu.copy(), "nu": self.nu.copy(), **{k: float(v) for k, v in self.stats.items()}}
+        return {
+            "mu": self.mu.copy(),
+            "nu": self.nu.copy(),
+            **{k: float(v) for k, v in self.stats.items()},
+        }

@@ -106,9 +106,15 @@ class PartyFunctions:
     def __init__(self, program: PartyProgram):
         self.program = program
         layout = program.layout
-        self.f = self._compile([t.expr for t in program.objective], [t.label for t in program.objective], scalar=True)
-        self.c = self._compile([cp.vec(c.expr, order="F") for c in program.ineq], [c.label for c in program.ineq])
-        self.a = self._compile([cp.vec(c.expr, order="F") for c in program.eq], [c.label for c in program.eq])
+        self.f = self._compile(
+            [t.expr for t in program.objective], [t.label for t in program.objective], scalar=True
+        )
+        self.c = self._compile(
+            [cp.vec(c.expr, order="F") for c in program.ineq], [c.label for c in program.ineq]
+        )
+        self.a = self._compile(
+            [cp.vec(c.expr, order="F") for c in program.eq], [c.label for c in program.eq]
+        )
         self.n = layout.size
         self.m_ineq = program.m_ineq
         self.m_eq = program.m_eq
@@ -259,7 +265,11 @@ def compile_model(model: Model) -> CompiledModel:
     programs = []
     for party in [model.server, *model.clients]:
         if not party.is_server and not party.objective_terms and not party.constraints:
-            what = "data but no objective terms or constraints" if party.data_handles else "no data and no terms"
+            what = (
+                "data but no objective terms or constraints"
+                if party.data_handles
+                else "no data and no terms"
+            )
             raise ModelError(
                 f"client '{party.name}' has {what}; give it an objective (site.minimize) or "
                 "constraints (site.subject_to), or remove it",

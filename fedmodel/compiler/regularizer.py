@@ -65,7 +65,9 @@ def parse_regularizer_term(term: Any, variables: list[cp.Variable]) -> list[tupl
         if hi_val is not None:  # v <= const -> upper bound
             v = _whole_variable(lhs, variables, "a bound")
             return [("upper", v, _bound_array(hi_val, v))]
-        raise UnsupportedError(f"regularize(): '{term}' is not a box constraint v <= const / v >= const")
+        raise UnsupportedError(
+            f"regularize(): '{term}' is not a box constraint v <= const / v >= const"
+        )
     if isinstance(term, cp.constraints.constraint.Constraint):
         raise UnsupportedError(
             f"regularize(): only box constraints are accepted, got {type(term).__name__} '{term}'"
@@ -104,7 +106,9 @@ def _parse_expr(expr: cp.Expression, scale: float, variables) -> list[tuple]:
         if rv is not None and rv.size == 1 and float(rv) != 0:
             return _parse_expr(expr.args[0], scale / float(rv), variables)
     if scale < 0:
-        raise UnsupportedError(f"regularize(): '{expr}' enters h with a negative weight ({scale:g})")
+        raise UnsupportedError(
+            f"regularize(): '{expr}' enters h with a negative weight ({scale:g})"
+        )
     if name == "norm1":
         return [("l1", _whole_variable(expr.args[0], variables, "norm1"), scale)]
     if name in ("Pnorm", "PnormApprox") and float(expr.p) == 1.0:
@@ -300,8 +304,11 @@ class Regularizer:
         lines = []
         for s, p in zip(self.slices, self.pieces):
             name = next((v.name() for v in layout.variables if layout.slice_of(v) == s), "?")
-            parts = [f"{val:g}*{label}" for label, val in
-                     (("norm1", p.l1), ("sum_squares", p.sumsq), ("norm2", p.l2)) if val]
+            parts = [
+                f"{val:g}*{label}"
+                for label, val in (("norm1", p.l1), ("sum_squares", p.sumsq), ("norm2", p.l2))
+                if val
+            ]
             if p.has_box:
                 parts.append("box")
             lines.append(f"{name}: " + " + ".join(parts))
@@ -320,8 +327,12 @@ def _l1_box_dist(v, g, p: VariablePiece, tol: float) -> np.ndarray:
     if p.has_box:
         lower = np.broadcast_to(p.lower, v.shape)
         upper = np.broadcast_to(p.upper, v.shape)
-        at_lo = np.isfinite(lower) & (v <= lower + tol * (1 + np.abs(np.where(np.isfinite(lower), lower, 0))))
-        at_hi = np.isfinite(upper) & (v >= upper - tol * (1 + np.abs(np.where(np.isfinite(upper), upper, 0))))
+        at_lo = np.isfinite(lower) & (
+            v <= lower + tol * (1 + np.abs(np.where(np.isfinite(lower), lower, 0)))
+        )
+        at_hi = np.isfinite(upper) & (
+            v >= upper - tol * (1 + np.abs(np.where(np.isfinite(upper), upper, 0)))
+        )
         lo_int = np.where(at_lo, -np.inf, lo_int)
         hi_int = np.where(at_hi, np.inf, hi_int)
     # dist(-g, [lo, hi]) = max(lo + g, -g - hi, 0)

@@ -40,9 +40,7 @@ def model_summary(compiled: CompiledModel) -> str:
     n = compiled.n_clients
     layout = compiled.layout
     lines = [f"Model '{compiled.name}': {n} client(s), {layout.size} scalar unknown(s)"]
-    lines.append(
-        "variables: " + ", ".join(f"{v.name()}{tuple(v.shape)}" for v in layout.variables)
-    )
+    lines.append("variables: " + ", ".join(f"{v.name()}{tuple(v.shape)}" for v in layout.variables))
     reg = compiled.regularizer
     lines.append("h (server prox): " + ("; ".join(reg.describe(layout)) or "none"))
     for p in compiled.parties:

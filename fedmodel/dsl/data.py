@@ -89,7 +89,7 @@ def as_numeric_array(array: Any, owner: str, name: str) -> np.ndarray | sp.spmat
             f"data '{name}' is already a data handle of party '{array.owner}'", party=owner
         )
     if hasattr(array, "to_numpy") and hasattr(array, "dtypes"):  # pandas DataFrame / Series
-        dtypes = getattr(array, "dtypes")
+        dtypes = array.dtypes
         if hasattr(dtypes, "items"):
             bad = [str(c) for c, t in dtypes.items() if not _is_numeric_dtype(t)]
             if bad:
@@ -109,7 +109,9 @@ def as_numeric_array(array: Any, owner: str, name: str) -> np.ndarray | sp.spmat
             raise DataError(f"data '{name}' is not numeric: {exc}", party=owner) from exc
         values = out
     if out.ndim > 2:
-        raise DataError(f"data '{name}' has {out.ndim} dimensions; at most 2 are supported", party=owner)
+        raise DataError(
+            f"data '{name}' has {out.ndim} dimensions; at most 2 are supported", party=owner
+        )
     if np.prod(out.shape) == 0:
         raise DataError(f"data '{name}' is empty (shape {out.shape})", party=owner)
     finite = np.isfinite(values)

@@ -108,7 +108,9 @@ class Party:
         expr = cp.Expression.cast_to_const(expr) if not isinstance(expr, cp.Expression) else expr
         label = name or f"objective[{len(self._objective)}]"
         if isinstance(expr, cp.constraints.constraint.Constraint):
-            raise ModelError("minimize() takes an expression, not a constraint", self.name, str(expr))
+            raise ModelError(
+                "minimize() takes an expression, not a constraint", self.name, str(expr)
+            )
         if not expr.is_scalar():
             raise DataError(
                 f"objective term '{label}' must be scalar, got shape {expr.shape} "
@@ -117,7 +119,9 @@ class Party:
                 str(expr),
             )
         self._model._check_variables(expr, self.name, label)
-        self._check_curvature(expr, label, allow_nonconvex, convex=expr.is_convex(), kind="objective term")
+        self._check_curvature(
+            expr, label, allow_nonconvex, convex=expr.is_convex(), kind="objective term"
+        )
         self._objective.append(ObjectiveTerm(expr, label, allow_nonconvex))
 
     def subject_to(
@@ -186,9 +190,7 @@ class Party:
         self._check_curvature(g, label, allow_nonconvex, convex=convex, kind=what, source=c)
         return ConstraintTerm(g, kind, label, allow_nonconvex, c)
 
-    def _check_curvature(
-        self, expr, label, allow_nonconvex, convex, kind, source=None
-    ) -> None:
+    def _check_curvature(self, expr, label, allow_nonconvex, convex, kind, source=None) -> None:
         from fedmodel.compiler.smooth import NotSmoothError, check_smooth
 
         if convex and not allow_nonconvex:
@@ -206,8 +208,7 @@ class Party:
             check_smooth(expr)
         except NotSmoothError as exc:
             raise NonConvexError(
-                f"{kind} '{label}' was opted in with allow_nonconvex=True but is not smooth: "
-                f"{exc}",
+                f"{kind} '{label}' was opted in with allow_nonconvex=True but is not smooth: {exc}",
                 self.name,
                 str(expr),
             ) from exc
@@ -258,9 +259,11 @@ def _dcp_reason(obj: Any) -> str:
     try:
         from cvxpy.error import DCPError
 
-        prob = cp.Problem(cp.Minimize(0), [obj]) if isinstance(
-            obj, cp.constraints.constraint.Constraint
-        ) else cp.Problem(cp.Minimize(obj))
+        prob = (
+            cp.Problem(cp.Minimize(0), [obj])
+            if isinstance(obj, cp.constraints.constraint.Constraint)
+            else cp.Problem(cp.Minimize(obj))
+        )
         try:
             prob._construct_chain()  # raises DCPError with cvxpy's explanation
         except DCPError as err:

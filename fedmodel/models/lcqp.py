@@ -1,6 +1,6 @@
 """Seed 000 problem (25): linear-equality-constrained QP, generated as in its Section 5.1.
 
-    min_w  sum_{i=1}^n ( w^T A_i w / 2 + b_i^T w )   s.t.  C_i w + d_i = 0,  0 <= i <= n
+min_w  sum_{i=1}^n ( w^T A_i w / 2 + b_i^T w )   s.t.  C_i w + d_i = 0,  0 <= i <= n
 """
 
 from __future__ import annotations

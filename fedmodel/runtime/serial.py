@@ -45,7 +45,9 @@ class SerialRuntime:
         self.round += 1
         return self.round
 
-    def send(self, receiver: str, kind: str, payload: dict[str, Any], channel: str = "algorithm") -> Message:
+    def send(
+        self, receiver: str, kind: str, payload: dict[str, Any], channel: str = "algorithm"
+    ) -> Message:
         """Send one message to ``receiver`` and return its reply."""
         msg = Message(kind, SERVER, receiver, payload, self.round, channel)
         self.ledger.record(msg)
@@ -70,3 +72,55 @@ class SerialRuntime:
             body = payload(name) if callable(payload) else payload
             replies[name] = self.send(name, kind, body, channel)
         return replies
+
+    # -- peer-to-peer messages (decentralized methods: dald-dc, dgd) -------------------------
+    def send_peer(
+        self,
+        sender: str,
+        receiver: str,
+        kind: str,
+        payload: dict[str, Any],
+        channel: str = "algorithm",
+    ) -> Message:
+        """Queue a one-way message from one party to another (no server involved).
+
+        The message is recorded in the same ledger as server traffic and delivered, in the
+        order sent, by :meth:`deliver_peer_messages`. Endpoints handling peer messages
+        return ``None`` (there is no reply).
+        """
+        if receiver not in self.endpoints:
+            raise KeyError(f"unknown receiver {receiver!r}")
+        msg = Message(kind, sender, receiver, payload, self.round, channel)
+        self.ledger.record(msg)
+        queue = self.__dict__.setdefault("_peer_queue", [])
+        queue.append(msg)
+        return msg
+
+    def deliver_peer_messages(self) -> int:
+        """Deliver queued peer messages (including those sent while delivering) until the
+        queue is empty; returns how many were delivered."""
+        queue = self.__dict__.setdefault("_peer_queue", [])
+        delivered = 0
+        while queue:
+            msg = queue.pop(0)
+            t0 = time.perf_counter()
+            self.endpoints[msg.receiver].handle(msg)
+            self.client_seconds[msg.receiver] = (
+                self.client_seconds.get(msg.receiver, 0.0) + time.perf_counter() - t0
+            )
+            delivered += 1
+        return delivered
+
+    def activate(self, name: str, kind: str, payload: dict[str, Any] | None = None) -> Any:
+        """Run a local step of party ``name`` (its turn in a coordination sequence).
+
+        Nothing crosses the network: in a deployment the step is triggered by the arrival
+        of the neighbours' messages. The call is recorded in the ledger on the ``"local"``
+        channel (zero floats are attributed to the network) and timed for the party.
+        Returns the endpoint's return value (e.g. a decision of the root).
+        """
+        msg = Message(kind, name, name, dict(payload or {}), self.round, "local")
+        t0 = time.perf_counter()
+        out = self.endpoints[name].handle(msg)
+        self.client_seconds[name] = self.client_seconds.get(name, 0.0) + time.perf_counter() - t0
+        return out

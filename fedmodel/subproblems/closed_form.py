@@ -24,5 +24,9 @@ class ProxSolver:
 
     def solve(self, x0: np.ndarray, tol: float, max_iter: int = 1) -> SolveReport:
         p = self.problem
-        x = p.regularizer.prox(p.center, 1.0 / p.sigma) if not p.regularizer.is_zero else p.center.copy()
+        x = (
+            p.regularizer.prox(p.center, 1.0 / p.sigma)
+            if not p.regularizer.is_zero
+            else p.center.copy()
+        )
         return SolveReport(x, p.residual(x), tol, 1, self.name)
