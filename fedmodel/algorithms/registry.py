@@ -23,6 +23,7 @@ class MethodSpec:
     runner: Callable[..., Any]
     description: str
     needs_no_constraints: bool = False
+    needs_gradients: bool = True
 
 
 def _run_prox_al(compiled, opts, method):
@@ -50,7 +51,10 @@ METHODS: dict[str, MethodSpec] = {
         ProxALOptions, _run_prox_al, "seed 000 Algorithm 2 alone (no constraints)", True
     ),
     "centralized": MethodSpec(
-        CentralizedOptions, _run_centralized, "pooled problem, one cvxpy solve (reference)"
+        CentralizedOptions,
+        _run_centralized,
+        "pooled problem, one cvxpy solve (reference)",
+        needs_gradients=False,
     ),
 }
 
@@ -79,6 +83,8 @@ def solve_model(model, method: str, options: dict[str, Any]):
             f"method='{method}' solves models without constraints beyond h; this model has "
             "constraints, use method='prox-al'"
         )
+    if spec.needs_gradients:
+        compiled.require_smooth(method)
     result = spec.runner(compiled, opts, method)
     result.timing["model_compile"] = compile_seconds
     return result

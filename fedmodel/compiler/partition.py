@@ -210,6 +210,25 @@ class CompiledModel:
     def has_constraints(self) -> bool:
         return any(p.constraints for p in self.parties)
 
+    def require_smooth(self, method: str) -> None:
+        """Raise :class:`UnsupportedError` naming the party and term when a term is not
+        continuously differentiable (gradient-based methods need C^1 terms)."""
+        for p in self.parties:
+            for label, expr in [(t.label, t.expr) for t in p.objective] + [
+                (c.label, c.expr) for c in p.constraints
+            ]:
+                try:
+                    check_smooth(expr)
+                except NotSmoothError as exc:
+                    raise UnsupportedError(
+                        f"term '{label}' is not continuously differentiable ({exc}); "
+                        f"method '{method}' and the KKT certificate need C^1 terms. Move "
+                        "nonsmooth regularisers into model.regularize(...) or use "
+                        "method='centralized'.",
+                        p.name,
+                        str(expr),
+                    ) from exc
+
     def program(self, name: str) -> PartyProgram:
         for p in self.parties:
             if p.name == name:

@@ -161,6 +161,9 @@ class Party:
             )
         if isinstance(c, Inequality):
             g, kind = c.args[0] - c.args[1], "ineq"
+            split = split_max_constraint(c.args[0], c.args[1])
+            if split is not None:  # exact smooth rewrite of max-type atoms (norm_inf, abs...)
+                g = split
         elif isinstance(c, NonPos):
             g, kind = c.args[0], "ineq"
         elif isinstance(c, NonNeg):
@@ -246,6 +249,49 @@ class Server(Party):
     """
 
     is_server = True
+
+
+_MAX_TYPE = ("norm_inf", "abs", "max", "maximum")
+
+
+def split_max_constraint(lhs: cp.Expression, rhs: cp.Expression) -> cp.Expression | None:
+    """Rewrite ``M(x) <= rhs`` exactly as smooth components when ``M`` is a max-type atom.
+
+    ``norm_inf(x) <= t``, ``abs(x) <= t``, ``max(x) <= t`` and ``maximum(a, b) <= t`` are
+    the same sets as ``+-x <= t``, ``x <= t`` and ``a <= t, b <= t`` componentwise, which
+    are smooth when ``x``, ``a``, ``b`` are; so gradient methods and the KKT certificate can
+    treat them (seed 000 needs C^1 constraints). Nested max-type atoms are split
+    recursively. Returns the stacked ``g`` with ``g <= 0``, or None when ``lhs`` is not of
+    this kind (or ``rhs`` is not affine).
+    """
+    if not rhs.is_affine():
+        return None
+    pieces = _max_pieces(lhs)
+    if pieces is None:
+        return None
+    return cp.hstack([cp.vec(p - rhs, order="F") if (p - rhs).ndim else cp.reshape(p - rhs, (1,), order="F") for p in pieces])
+
+
+def _max_pieces(expr: cp.Expression) -> list[cp.Expression] | None:
+    name = type(expr).__name__
+    p = getattr(expr, "p", None)
+    is_inf_norm = name == "norm_inf" or (name in ("Pnorm", "PnormApprox") and p == np.inf)
+    if is_inf_norm and getattr(expr, "axis", None) is None:
+        x = expr.args[0]
+        inner = [x, -x]
+    elif name == "abs":
+        inner = [expr.args[0], -expr.args[0]]
+    elif name == "max" and getattr(expr, "axis", None) is None:
+        inner = [expr.args[0]]
+    elif name == "maximum":
+        inner = list(expr.args)
+    else:
+        return None
+    out: list[cp.Expression] = []
+    for piece in inner:
+        sub = _max_pieces(piece) if type(piece).__name__ in _MAX_TYPE else None
+        out.extend(sub if sub is not None else [piece])
+    return out
 
 
 _NEEDS = {

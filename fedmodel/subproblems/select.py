@@ -1,19 +1,29 @@
 """Choose a backend for a merit problem.
 
-``"auto"`` picks, in order: the closed form when the problem has no party terms (the
-server's averaging + prox step); L-BFGS-B on values and gradients otherwise, unless ``h``
-contains a group norm, in which case cvxpy. ``solver=`` overrides the choice.
+``"auto"`` picks, in order:
+
+1. the closed form when the problem has no party terms (the server's averaging + prox);
+2. Newton with exact (generalised) Hessians when every term is of GLM form (sums of
+   logistic/exp/square/huber of affine maps, quadratic forms, affine terms) and ``h`` is
+   smooth -- the usual case for client subproblems;
+3. L-BFGS-B on values and gradients (any smooth term; box and l1 parts of ``h`` exactly);
+4. cvxpy (convex) or accelerated proximal gradient (non-convex) when ``h`` has a group norm.
+
+``solver=`` overrides the choice.
 """
 
 from __future__ import annotations
 
+from fedmodel.compiler.glm import NotRecognised
 from fedmodel.errors import UnsupportedError
 from fedmodel.subproblems.closed_form import ProxSolver
 from fedmodel.subproblems.cvxpy_backend import CvxpySolver
 from fedmodel.subproblems.merit import MeritProblem
+from fedmodel.subproblems.newton import NewtonSolver
+from fedmodel.subproblems.proximal_gradient import ProximalGradientSolver
 from fedmodel.subproblems.quasi_newton import QuasiNewtonSolver
 
-BACKENDS = ("auto", "lbfgs", "cvxpy")
+BACKENDS = ("auto", "newton", "lbfgs", "cvxpy")
 
 
 def make_solver(problem: MeritProblem, solver: str = "auto"):
@@ -23,6 +33,19 @@ def make_solver(problem: MeritProblem, solver: str = "auto"):
     if not problem.has_smooth_terms:
         return ProxSolver(problem)
     has_group_norm = any(p.l2 for p in problem.regularizer.pieces)
-    if solver == "cvxpy" or (solver == "auto" and has_group_norm):
+    if solver == "cvxpy":
+        return CvxpySolver(problem)
+    if solver in ("auto", "newton"):
+        try:
+            return NewtonSolver(problem)
+        except NotRecognised as exc:
+            if solver == "newton":
+                raise UnsupportedError(
+                    f"the Newton backend needs GLM-form terms and a smooth h ({exc}); use "
+                    "solver='lbfgs' or 'cvxpy'"
+                ) from exc
+    if has_group_norm:
+        if any(p.nonconvex for p in problem.programs):
+            return ProximalGradientSolver(problem)
         return CvxpySolver(problem)
     return QuasiNewtonSolver(problem)

@@ -1,0 +1,393 @@
+"""Recognise generalised-linear structure in cvxpy expressions, for exact Newton solves.
+
+Many federated losses and constraints are sums of scalar functions of affine maps plus a
+quadratic:
+
+    s(x) = sum_k  w_k * phi_k(a_k^T x + b_k)  +  x^T Q x / 2  +  q^T x  +  r
+
+with phi in {logistic, exp, square, huber}. For those, value, gradient and Hessian
+(``A^T diag(w phi''(Ax + b)) A + Q``) are a few matrix products, which makes Newton's method
+cheap and exact. :func:`recognise_scalar` returns such a :class:`GLMFunction` for a scalar
+cvxpy expression, or None when the expression has another shape (callers then fall back
+to quasi-Newton). :func:`affine_map` extracts ``(A, b)`` of an affine expression.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import cvxpy as cp
+import numpy as np
+import scipy.sparse as sp
+from scipy.special import expit
+
+from fedmodel.compiler.smooth import VariableLayout
+
+
+class NotRecognised(Exception):
+    """The expression is not of the supported shape (internal; callers fall back)."""
+
+
+# -- affine maps ---------------------------------------------------------------------------
+@dataclass
+class Affine:
+    """``vec(expr) = A x + b`` (column-major vec), ``A`` dense or sparse (m x N)."""
+
+    A: np.ndarray | sp.spmatrix
+    b: np.ndarray
+    shape: tuple[int, ...]
+
+    @property
+    def m(self) -> int:
+        return self.b.size
+
+
+def _dense_or_sparse(M):
+    """Keep sparse matrices sparse unless dense-ish; never let np.matrix through."""
+    if sp.issparse(M):
+        if M.nnz > 0.25 * M.shape[0] * M.shape[1]:
+            return M.toarray()
+        return sp.csr_matrix(M)
+    return np.asarray(M)
+
+
+def _const_value(expr) -> np.ndarray | sp.spmatrix:
+    v = expr.value
+    return v if sp.issparse(v) else np.asarray(v, dtype=float)
+
+
+def affine_map(expr: cp.Expression, layout: VariableLayout) -> Affine:
+    """``(A, b)`` with ``vec(expr) = A x + b``; raises :class:`NotRecognised`."""
+    N = layout.size
+    name = type(expr).__name__
+    shape = tuple(expr.shape)
+    if isinstance(expr, cp.Variable):
+        s = layout.slice_of(expr)
+        m = s.stop - s.start
+        A = sp.csr_matrix((np.ones(m), (np.arange(m), np.arange(s.start, s.stop))), shape=(m, N))
+        return Affine(A, np.zeros(m), shape)
+    if expr.is_constant():
+        if expr.parameters():
+            raise NotRecognised("parameters")
+        v = _const_value(expr)
+        v = v.toarray() if sp.issparse(v) else v
+        b = np.asarray(v, dtype=float).ravel(order="F")
+        return Affine(sp.csr_matrix((b.size, N)), b, shape)
+    if not expr.is_affine():
+        raise NotRecognised(f"{name} is not affine")
+    if name == "AddExpression":
+        parts = [affine_map(a, layout) for a in expr.args]
+        m = max(p.m for p in parts)
+        A, b = None, np.zeros(m)
+        for p in parts:
+            if p.m != m:
+                if p.m != 1:
+                    raise NotRecognised("broadcast add")
+                pa = sp.csr_matrix(p.A) if sp.issparse(p.A) else p.A
+                pa = sp.vstack([pa] * m) if sp.issparse(pa) else np.repeat(pa, m, axis=0)
+                pb = np.repeat(p.b, m)
+            else:
+                pa, pb = p.A, p.b
+            A = pa if A is None else A + pa
+            b = b + pb
+        return Affine(_dense_or_sparse(A), b, shape)
+    if name == "NegExpression":
+        p = affine_map(expr.args[0], layout)
+        return Affine(_dense_or_sparse(-p.A), -p.b, shape)
+    if name == "Promote" or name == "broadcast_to":
+        p = affine_map(expr.args[0], layout)
+        m = int(np.prod(shape)) if shape else 1
+        if p.m != 1:
+            raise NotRecognised("promote of non-scalar")
+        A = sp.vstack([sp.csr_matrix(p.A)] * m) if sp.issparse(p.A) else np.repeat(p.A, m, axis=0)
+        return Affine(A, np.repeat(p.b, m), shape)
+    if name == "MulExpression":
+        left, right = expr.args
+        if left.is_constant() and not left.parameters() and right.ndim <= 1:
+            C = _const_value(left)
+            C = C if C.ndim == 2 or sp.issparse(C) else np.atleast_2d(C)
+            p = affine_map(right, layout)
+            A = C @ p.A
+            b = np.asarray(C @ p.b).ravel()
+            return Affine(_dense_or_sparse(A), b, shape)
+        if right.is_constant() and not right.parameters() and left.ndim <= 1:
+            C = _const_value(right)
+            C = C if C.ndim == 2 or sp.issparse(C) else C.reshape(-1, 1)
+            p = affine_map(left, layout)
+            A = C.T @ p.A
+            b = np.asarray(C.T @ p.b).ravel()
+            return Affine(_dense_or_sparse(A), b, shape)
+        raise NotRecognised("matmul shape")
+    if name == "multiply":
+        left, right = expr.args
+        const, other = (left, right) if left.is_constant() else (right, left)
+        if not const.is_constant() or const.parameters():
+            raise NotRecognised("product of variables")
+        c = np.asarray(const.value if not sp.issparse(const.value) else const.value.toarray(), dtype=float).ravel(order="F")
+        p = affine_map(other, layout)
+        m = max(c.size, p.m)
+        if p.m != m:
+            raise NotRecognised("broadcast multiply")
+        if c.size == 1:
+            return Affine(_dense_or_sparse(c[0] * p.A), c[0] * p.b, shape)
+        D = sp.diags(c)
+        return Affine(_dense_or_sparse(D @ p.A), c * p.b, shape)
+    if name == "DivExpression":
+        num, den = expr.args
+        if not den.is_constant() or den.size != 1 or den.parameters():
+            raise NotRecognised("division")
+        c = 1.0 / float(np.asarray(den.value))
+        p = affine_map(num, layout)
+        return Affine(_dense_or_sparse(c * p.A), c * p.b, shape)
+    if name == "Sum" and getattr(expr, "axis", None) is None:
+        p = affine_map(expr.args[0], layout)
+        A = np.asarray(p.A.sum(axis=0)).reshape(1, -1)
+        return Affine(A, np.array([p.b.sum()]), shape)
+    if name == "index":
+        child = expr.args[0]
+        p = affine_map(child, layout)
+        rows = np.arange(p.m).reshape(child.shape, order="F") if child.shape else np.arange(1)
+        sel = np.asarray(rows[expr.key]).ravel(order="F")
+        A = p.A[sel] if not sp.issparse(p.A) else sp.csr_matrix(p.A)[sel]
+        return Affine(_dense_or_sparse(A), p.b[sel], shape)
+    if name == "reshape" and getattr(expr, "order", "F") == "F":
+        p = affine_map(expr.args[0], layout)
+        return Affine(p.A, p.b, shape)
+    if name == "transpose" and expr.args[0].ndim <= 1:
+        p = affine_map(expr.args[0], layout)
+        return Affine(p.A, p.b, shape)
+    if name == "Hstack" and all(a.ndim <= 1 for a in expr.args):
+        parts = [affine_map(a, layout) for a in expr.args]
+        A = sp.vstack([sp.csr_matrix(q.A) for q in parts])
+        return Affine(_dense_or_sparse(A), np.concatenate([q.b for q in parts]), shape)
+    raise NotRecognised(f"affine atom {name}")
+
+
+# -- scalar functions ----------------------------------------------------------------------
+_PHI = ("logistic", "exp", "square", "huber")
+
+
+def _phi(kind: str, z: np.ndarray, M: float = 1.0):
+    """Values, first and second derivatives of the scalar function ``kind`` at ``z``."""
+    if kind == "logistic":
+        s = expit(z)
+        return np.logaddexp(0.0, z), s, s * (1.0 - s)
+    if kind == "exp":
+        e = np.exp(z)
+        return e, e, e
+    if kind == "square":
+        return z * z, 2.0 * z, np.full_like(z, 2.0)
+    if kind == "huber":
+        a = np.abs(z)
+        inside = a <= M
+        val = np.where(inside, z * z, 2 * M * a - M * M)
+        d1 = np.where(inside, 2 * z, 2 * M * np.sign(z))
+        return val, d1, np.where(inside, 2.0, 0.0)
+    raise ValueError(kind)
+
+
+@dataclass
+class GLMTerm:
+    """``sum_k weights_k * phi(A x + b)_k``."""
+
+    kind: str
+    A: np.ndarray | sp.spmatrix
+    b: np.ndarray
+    weights: np.ndarray
+    M: float = 1.0
+
+    def scaled(self, c: float) -> GLMTerm:
+        return GLMTerm(self.kind, self.A, self.b, c * self.weights, self.M)
+
+
+@dataclass
+class GLMFunction:
+    """A scalar function of GLM form (see module docstring)."""
+
+    n: int
+    terms: list[GLMTerm] = field(default_factory=list)
+    Q: np.ndarray | None = None  # value has x^T Q x / 2
+    q: np.ndarray | None = None
+    r: float = 0.0
+
+    def scaled(self, c: float) -> GLMFunction:
+        return GLMFunction(
+            self.n,
+            [t.scaled(c) for t in self.terms],
+            None if self.Q is None else c * self.Q,
+            None if self.q is None else c * self.q,
+            c * self.r,
+        )
+
+    def plus(self, other: GLMFunction) -> GLMFunction:
+        Q = self.Q if other.Q is None else (other.Q if self.Q is None else self.Q + other.Q)
+        q = self.q if other.q is None else (other.q if self.q is None else self.q + other.q)
+        return GLMFunction(self.n, self.terms + other.terms, Q, q, self.r + other.r)
+
+    @property
+    def is_linear(self) -> bool:
+        return not self.terms and self.Q is None
+
+    def evaluate(self, x: np.ndarray, hessian: bool = True):
+        """``(value, gradient, Hessian or None)``."""
+        val = self.r
+        g = np.zeros(self.n)
+        H = np.zeros((self.n, self.n)) if hessian else None
+        for t in self.terms:
+            z = t.A @ x + t.b
+            v, d1, d2 = _phi(t.kind, z, t.M)
+            val += float(t.weights @ v)
+            g += t.A.T @ (t.weights * d1)
+            if hessian:
+                wd2 = t.weights * d2
+                if sp.issparse(t.A):
+                    H += (t.A.T @ sp.diags(wd2) @ t.A).toarray()
+                else:
+                    H += (t.A.T * wd2) @ t.A
+        if self.Q is not None:
+            Qx = self.Q @ x
+            val += 0.5 * float(x @ Qx)
+            g += Qx
+            if hessian:
+                H += self.Q
+        if self.q is not None:
+            val += float(self.q @ x)
+            g += self.q
+        return float(val), g, H
+
+
+def _const_scalar(expr) -> float | None:
+    if expr.is_constant() and expr.size == 1 and not expr.parameters():
+        return float(np.asarray(expr.value).ravel()[0])
+    return None
+
+
+def recognise_scalar(expr: cp.Expression, layout: VariableLayout) -> GLMFunction:
+    """GLM form of a scalar expression; raises :class:`NotRecognised`."""
+    N = layout.size
+    name = type(expr).__name__
+    if expr.is_affine():
+        p = affine_map(expr, layout)
+        if p.m != 1:
+            raise NotRecognised("vector")
+        q = np.asarray(p.A.toarray() if sp.issparse(p.A) else p.A).ravel()
+        return GLMFunction(N, q=q, r=float(p.b[0]))
+    if name == "AddExpression":
+        out = GLMFunction(N)
+        for a in expr.args:
+            if a.size != 1:
+                raise NotRecognised("broadcast")
+            out = out.plus(recognise_scalar(a, layout))
+        return out
+    if name == "NegExpression":
+        return recognise_scalar(expr.args[0], layout).scaled(-1.0)
+    if name in ("MulExpression", "multiply"):
+        left, right = expr.args
+        c = _const_scalar(left)
+        if c is not None:
+            return recognise_scalar(right, layout).scaled(c)
+        c = _const_scalar(right)
+        if c is not None:
+            return recognise_scalar(left, layout).scaled(c)
+        raise NotRecognised("product")
+    if name == "DivExpression":
+        c = _const_scalar(expr.args[1])
+        if c is None or c == 0:
+            raise NotRecognised("division")
+        return recognise_scalar(expr.args[0], layout).scaled(1.0 / c)
+    if name == "Sum" and getattr(expr, "axis", None) is None:
+        return _recognise_sum(expr.args[0], layout, np.ones(expr.args[0].size))
+    if name in ("logistic", "exp", "power", "huber") and expr.size == 1:
+        return _recognise_sum(expr, layout, np.ones(1))
+    if name == "quad_over_lin":
+        y = _const_scalar(expr.args[1])
+        if y is None or y <= 0:
+            raise NotRecognised("quad_over_lin")
+        p = affine_map(expr.args[0], layout)
+        A = _dense_or_sparse(p.A)
+        return GLMFunction(N, [GLMTerm("square", A, p.b, np.full(p.m, 1.0 / y))])
+    if name in ("quad_form", "QuadForm"):
+        x, P = expr.args
+        if not P.is_constant() or P.parameters():
+            raise NotRecognised("quad_form")
+        Pv = _const_value(P)
+        Pv = Pv.toarray() if sp.issparse(Pv) else Pv
+        p = affine_map(x, layout)
+        A = p.A.toarray() if sp.issparse(p.A) else p.A
+        Ps = 0.5 * (Pv + Pv.T)
+        Q = 2.0 * A.T @ Ps @ A
+        q = 2.0 * A.T @ Ps @ p.b
+        return GLMFunction(N, Q=Q, q=q, r=float(p.b @ Ps @ p.b))
+    raise NotRecognised(f"scalar atom {name}")
+
+
+def _recognise_sum(expr, layout, weights: np.ndarray) -> GLMFunction:
+    """GLM form of ``sum(weights * expr)`` for an elementwise ``expr``."""
+    N = layout.size
+    name = type(expr).__name__
+    if expr.is_affine():
+        p = affine_map(expr, layout)
+        w = np.broadcast_to(weights, (p.m,))
+        q = np.asarray(p.A.T @ w).ravel()
+        return GLMFunction(N, q=q, r=float(w @ p.b))
+    if name == "AddExpression":
+        out = GLMFunction(N)
+        for a in expr.args:
+            if a.size != expr.size:
+                raise NotRecognised("broadcast in sum")
+            out = out.plus(_recognise_sum(a, layout, weights))
+        return out
+    if name == "NegExpression":
+        return _recognise_sum(expr.args[0], layout, -weights)
+    if name == "multiply":
+        left, right = expr.args
+        const, other = (left, right) if left.is_constant() else (right, left)
+        if not const.is_constant() or const.parameters():
+            raise NotRecognised("product")
+        c = np.asarray(const.value, dtype=float).ravel(order="F")
+        if c.size not in (1, other.size) or other.size != expr.size:
+            raise NotRecognised("broadcast multiply")
+        return _recognise_sum(other, layout, weights * c)
+    if name in ("MulExpression",) and expr.args[0].size == 1 and _const_scalar(expr.args[0]) is not None:
+        return _recognise_sum(expr.args[1], layout, weights * _const_scalar(expr.args[0]))
+    if name == "DivExpression":
+        c = _const_scalar(expr.args[1])
+        if c is None or c == 0:
+            raise NotRecognised("division")
+        return _recognise_sum(expr.args[0], layout, weights / c)
+    kind, M = None, 1.0
+    if name == "logistic":
+        kind = "logistic"
+    elif name == "exp":
+        kind = "exp"
+    elif name == "power" and float(np.asarray(getattr(expr.p, "value", expr.p))) == 2.0:
+        kind = "square"
+    elif name == "huber":
+        kind = "huber"
+        M = float(np.asarray(getattr(expr.M, "value", expr.M)))
+    if kind is None:
+        raise NotRecognised(f"elementwise atom {name}")
+    p = affine_map(expr.args[0], layout)
+    w = np.broadcast_to(weights, (p.m,)).astype(float)
+    return GLMFunction(N, [GLMTerm(kind, _dense_or_sparse(p.A), p.b, w.copy(), M)])
+
+
+def recognise_components(expr: cp.Expression, layout: VariableLayout) -> list[GLMFunction]:
+    """GLM form of each component of a (stacked) constraint vector, in 'F' order."""
+    if expr.is_affine():
+        p = affine_map(expr, layout)
+        A = p.A.toarray() if sp.issparse(p.A) else np.asarray(p.A)
+        return [GLMFunction(layout.size, q=A[j].copy(), r=float(p.b[j])) for j in range(p.m)]
+    name = type(expr).__name__
+    if expr.size == 1:
+        inner = expr.args[0] if name == "reshape" else expr
+        return [recognise_scalar(inner, layout)]
+    if name == "Hstack":
+        out = []
+        for a in expr.args:
+            a = a.args[0] if type(a).__name__ == "reshape" and a.args[0].ndim <= 1 else a
+            out.extend(recognise_components(a, layout))
+        return out
+    if name == "reshape" and expr.args[0].ndim <= 1:
+        return recognise_components(expr.args[0], layout)
+    raise NotRecognised(f"vector constraint {name}")
