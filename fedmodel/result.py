@@ -18,6 +18,8 @@ STATUSES = (
     "infeasible",
     "unbounded",
     "solver_error",
+    "client_failure",  # a client raised, timed out or died (see Result.failure)
+    "interrupted",  # Ctrl-C during the solve
 )
 
 
@@ -103,6 +105,17 @@ class Result:
         KKT residuals, inner iterations.
     message : str
         Human-readable explanation of the status (and remedies when it is not optimal).
+    ledger : list of dict
+        Every message of the run: ``round``, ``sender``, ``receiver``, ``kind``,
+        ``channel``, ``shapes`` (name -> shape of each payload entry), ``floats``,
+        ``bytes``. :meth:`ledger_table` prints it; :meth:`ledger_frame` gives a pandas
+        DataFrame.
+    failure : dict
+        With status ``"client_failure"``: ``client`` (the first failed client),
+        ``clients``, ``error``, ``kind`` (``"raised"``, ``"timeout"``, ``"dead"``),
+        ``round``, ``message_kind`` and the client's ``traceback``.
+    checkpoint : str or None
+        Directory of the last checkpoint written by this solve.
     """
 
     status: str
@@ -121,6 +134,8 @@ class Result:
     options: dict[str, Any] = field(default_factory=dict)
     ledger: list[dict[str, Any]] = field(default_factory=list)
     extra: dict[str, Any] = field(default_factory=dict)
+    failure: dict[str, Any] = field(default_factory=dict)
+    checkpoint: str | None = None
 
     @property
     def is_optimal(self) -> bool:
@@ -149,6 +164,65 @@ class Result:
             reference_kkt=other.kkt,
         )
 
+    def ledger_table(
+        self,
+        channel: str | None = None,
+        limit: int | None = 50,
+        party: str | None = None,
+    ) -> str:
+        """The message ledger as a text table (one row per message).
+
+        Parameters
+        ----------
+        channel : str, optional
+            Only ``"algorithm"``, ``"diagnostic"`` or ``"local"`` messages.
+        limit : int or None
+            Rows shown (the first ``limit``; None for all).
+        party : str, optional
+            Only messages sent or received by this party.
+        """
+        rows = [
+            r
+            for r in self.ledger
+            if (channel is None or r.get("channel") == channel)
+            and (party is None or party in (r.get("sender"), r.get("receiver")))
+        ]
+        shown = rows if limit is None else rows[:limit]
+        head = ("round", "sender", "receiver", "kind", "channel", "shapes", "floats", "bytes")
+
+        def shapes(r):
+            return ", ".join(
+                f"{k}{list(v) if v else '()'}" for k, v in (r.get("shapes") or {}).items()
+            )
+
+        table = [head] + [
+            (
+                str(r["round"]),
+                str(r["sender"]),
+                str(r["receiver"]),
+                str(r["kind"]),
+                str(r.get("channel", "")),
+                shapes(r),
+                str(r["floats"]),
+                str(r["bytes"]),
+            )
+            for r in shown
+        ]
+        widths = [max(len(row[i]) for row in table) for i in range(len(head))]
+        lines = ["  ".join(c.ljust(w) for c, w in zip(row, widths)).rstrip() for row in table]
+        lines.insert(1, "  ".join("-" * w for w in widths))
+        if len(rows) > len(shown):
+            lines.append(f"... {len(rows) - len(shown)} more messages")
+        total = sum(r["bytes"] for r in rows)
+        lines.append(f"{len(rows)} messages, {total} bytes")
+        return "\n".join(lines)
+
+    def ledger_frame(self):
+        """The ledger as a pandas DataFrame (needs pandas)."""
+        import pandas as pd
+
+        return pd.DataFrame(self.ledger)
+
     def to_dict(self) -> dict[str, Any]:
         """A JSON-serialisable record of the result."""
         return _jsonable(
@@ -166,11 +240,22 @@ class Result:
                 "history": self.history,
                 "message": self.message,
                 "options": self.options,
+                "failure": {k: v for k, v in self.failure.items() if k != "traceback"},
+                "checkpoint": self.checkpoint,
             }
         )
 
     def to_json(self, **kw) -> str:
         return json.dumps(self.to_dict(), **kw)
+
+    def plot(self, **kw):
+        """Plot the convergence history (objective gap to ``reference=``, max violation,
+        KKT residuals against communication rounds); see :func:`fedmodel.plots.plot_result`
+        for the keywords (``reference``, ``ax``, ``path``, ``title``). Needs matplotlib
+        (``pip install 'fedmodel[plots]'``)."""
+        from fedmodel.plots import plot_result
+
+        return plot_result(self, **kw)
 
     def __repr__(self) -> str:
         kkt = f", kkt={self.kkt!r}" if self.kkt else ""

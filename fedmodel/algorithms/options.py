@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass, field, fields
 from typing import Any
 
@@ -54,6 +55,41 @@ class ProxALOptions:
         Called as ``callback(row)`` after every outer iteration with the history row
         (objective, max violation, KKT residuals, rounds ...); used by progress bars.
         Requires ``history=True`` for the KKT fields.
+
+    Runtime, failures and checkpoints (federated methods ``prox-al`` and ``admm``; see
+    ``docs/runtime.md``):
+
+    backend : {"serial", "processes", "ray"}
+        Where the clients run: in this process one after the other (default); in
+        persistent worker processes, clients sharded over them; or in Ray actors (the
+        optional extra ``fedmodel[ray]``). Every backend gives the same iterates.
+    workers : int, optional
+        Worker processes / Ray actors (default: one per core, at most one per client).
+    ray_address : str, optional
+        Address of a running Ray cluster to join (``ray.init(address=...)``); default
+        starts a local Ray with ``num_cpus=workers`` (or joins the one already started in
+        this process).
+    client_timeout : float, optional
+        Seconds a client may take to handle one message; past it the step fails.
+    on_failure : {"stop", "retry"}
+        ``"stop"`` (default): a client that raises or times out ends the solve with status
+        ``"client_failure"``, the client's name and error in ``res.failure``, and the last
+        consistent iterate (end of the last completed outer iteration). ``"retry"``:
+        the client's state is put back and the step re-sent up to ``retries`` times
+        first. A dead worker (process or Ray actor) is a failure of all its clients and is
+        not retried.
+    retries : int
+        Retries per step with ``on_failure="retry"``.
+    checkpoint : str or path, optional
+        Directory to write checkpoints to: the algorithm's state and every client's own
+        state (written where the client runs) every ``checkpoint_every`` outer iterations,
+        and on a client failure or Ctrl-C (status ``"interrupted"``).
+    checkpoint_every : int
+        Outer iterations between checkpoints.
+    resume : str or path, optional
+        Continue from a checkpoint directory; the run reaches the same answer as an
+        uninterrupted one. A corrupted checkpoint, or one written for another model,
+        method or options, raises :class:`~fedmodel.runtime.base.CheckpointError`.
     """
 
     eps: Any = 1e-3
@@ -73,6 +109,15 @@ class ProxALOptions:
     history: bool = True
     divergence_limit: float = 1e10
     callback: Any = None
+    backend: str = "serial"
+    workers: int | None = None
+    ray_address: str | None = None
+    client_timeout: float | None = None
+    on_failure: str = "stop"
+    retries: int = 2
+    checkpoint: Any = None
+    checkpoint_every: int = 1
+    resume: Any = None
 
     def __post_init__(self) -> None:
         if self.sbar is None:
@@ -105,6 +150,50 @@ class ProxALOptions:
                 raise ModelError(f"{name} must be >= 1, got {getattr(self, name)!r}")
         for name, r in self.rho_per_client(client_names).items():
             _positive(f"rho for client '{name}'", r)
+        self.validate_runtime()
+
+    def validate_runtime(self) -> None:
+        """Check the runtime, failure and checkpoint options."""
+        from fedmodel.runtime.base import BACKENDS, ON_FAILURE
+
+        if self.backend not in BACKENDS:
+            raise ModelError(f"backend must be one of {BACKENDS}, got {self.backend!r}")
+        if self.workers is not None and (
+            isinstance(self.workers, bool)
+            or not isinstance(self.workers, (int, np.integer))
+            or self.workers < 1
+        ):
+            raise ModelError(f"workers must be a positive integer or None, got {self.workers!r}")
+        if self.ray_address is not None and not isinstance(self.ray_address, str):
+            raise ModelError(f"ray_address must be a string, got {self.ray_address!r}")
+        if self.ray_address is not None and self.backend != "ray":
+            raise ModelError(
+                f"ray_address is used by backend='ray' only (backend={self.backend!r})"
+            )
+        if self.client_timeout is not None:
+            _positive("client_timeout", self.client_timeout)
+        if self.on_failure not in ON_FAILURE:
+            raise ModelError(f"on_failure must be one of {ON_FAILURE}, got {self.on_failure!r}")
+        if (
+            isinstance(self.retries, bool)
+            or not isinstance(self.retries, (int, np.integer))
+            or self.retries < 0
+        ):
+            raise ModelError(f"retries must be an integer >= 0, got {self.retries!r}")
+        for name in ("checkpoint", "resume"):
+            value = getattr(self, name)
+            if value is not None and not isinstance(value, (str, os.PathLike)):
+                raise ModelError(f"{name} must be a directory path, got {value!r}")
+        if (
+            isinstance(self.checkpoint_every, bool)
+            or not isinstance(self.checkpoint_every, (int, np.integer))
+            or self.checkpoint_every < 1
+        ):
+            raise ModelError(
+                f"checkpoint_every must be an integer >= 1, got {self.checkpoint_every!r}"
+            )
+        if self.resume is not None and not os.path.isdir(self.resume):
+            raise ModelError(f"resume={os.fspath(self.resume)!r}: no such checkpoint directory")
 
     def rho_per_client(self, client_names: list[str]) -> dict[str, float]:
         rho = self.rho

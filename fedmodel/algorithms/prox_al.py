@@ -18,8 +18,10 @@ The server half below holds only the server's program (``c_0``, server data, ``h
 
 from __future__ import annotations
 
+import os
 import time
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
@@ -34,7 +36,15 @@ from fedmodel.algorithms.options import ProxALOptions
 from fedmodel.algorithms.prox_al_client import ProxALClient
 from fedmodel.compiler.partition import CompiledModel, PartyProgram
 from fedmodel.compiler.regularizer import Regularizer
-from fedmodel.runtime.serial import SerialRuntime
+from fedmodel.runtime.base import ClientFailure, EndpointFactory, Runtime, make_runtime
+from fedmodel.runtime.checkpoint import (
+    check_manifest,
+    model_fingerprint,
+    read_manifest,
+    read_server_state,
+    write_checkpoint,
+)
+from fedmodel.runtime.failures import inject_faults
 from fedmodel.subproblems.merit import MeritProblem
 from fedmodel.subproblems.select import make_solver
 
@@ -91,7 +101,7 @@ class ProxALServer:
 
     def inner(
         self,
-        runtime: SerialRuntime,
+        runtime: Runtime,
         w_center: np.ndarray,
         u_tildes: dict[str, np.ndarray],
         tau: float,
@@ -124,6 +134,19 @@ class ProxALServer:
             if deadline is not None and time.perf_counter() > deadline:
                 return InnerOutcome(w, t + 1, bound, False, residual, timed_out=True)
         return InnerOutcome(w, opts.max_inner, bound, False, residual)
+
+    def get_state(self) -> dict:
+        """The server half's own state (``mu_0``, ``nu_0``, statistics)."""
+        return {
+            "mu": self.mu.copy(),
+            "nu": self.nu.copy(),
+            "local_iterations": self.local_iterations,
+        }
+
+    def set_state(self, state: dict) -> None:
+        self.mu = np.array(state["mu"], dtype=float)
+        self.nu = np.array(state["nu"], dtype=float)
+        self.local_iterations = int(state["local_iterations"])
 
     def update_multipliers(self, w: np.ndarray) -> float:
         """mu_0^{k+1} = [mu_0^k + beta c_0(w^{k+1})]_+ (and nu_0 += beta a_0); returns the
@@ -158,105 +181,265 @@ def _growth_note(w_norms: list[float], history: list[dict]) -> str:
     return ""
 
 
-def run_prox_al(compiled: CompiledModel, options: ProxALOptions, method: str = "prox-al"):
-    """Run prox-al (``method="prox-al"``) or plain Algorithm 2 (``method="admm"``)."""
+# Options whose change alters the iterates: a checkpoint resumes only with the same values.
+_RESUME_OPTIONS = (
+    "eps", "beta", "sbar", "rho", "q", "mu0", "max_inner", "max_local_iter", "local_floor",
+    "solver", "divergence_limit",
+)  # fmt: skip
+
+
+@dataclass
+class _Mark:
+    """The outer loop's state at a consistent point (end of an outer iteration): what a
+    failure or an interruption returns and what a checkpoint holds on the server side."""
+
+    k_next: int
+    x: np.ndarray
+    u_tildes: dict
+    history: list
+    inner_total: int
+    mu_norms: list
+    w_norms: list
+    last_eval: Any
+    round: int
+    ledger_rows: int
+    server: dict
+
+    def state(self, runtime) -> dict:
+        d = dict(self.__dict__)
+        d["ledger"] = list(runtime.ledger.rows[: self.ledger_rows])
+        d["client_seconds"] = dict(runtime.client_seconds)
+        return d
+
+
+def _client_factories(compiled: CompiledModel, options: ProxALOptions, rhos, proximal):
+    n = compiled.n_clients
+    return {
+        c.name: EndpointFactory(
+            ProxALClient,
+            (
+                c,
+                options.beta,
+                rhos[c.name],
+                n,
+                proximal,
+                options.mu0,
+                options.solver,
+                options.max_local_iter,
+            ),
+        )
+        for c in compiled.clients
+    }
+
+
+def run_prox_al(
+    compiled: CompiledModel,
+    options: ProxALOptions,
+    method: str = "prox-al",
+    *,
+    faults: dict | None = None,
+):
+    """Run prox-al (``method="prox-al"``) or plain Algorithm 2 (``method="admm"``).
+
+    The clients run on ``options.backend``; ``faults`` (client name ->
+    :class:`~fedmodel.runtime.failures.Fault`) injects failures, for tests.
+    """
     proximal = method == "prox-al"
     t_start = time.perf_counter()
     names = [c.name for c in compiled.clients]
     options.validate(names)
     rhos = options.rho_per_client(names)
     n = compiled.n_clients
-    clients = {
-        c.name: ProxALClient(
-            c,
-            options.beta,
-            rhos[c.name],
-            n,
-            proximal,
-            options.mu0,
-            options.solver,
-            options.max_local_iter,
+    fingerprint = model_fingerprint(compiled)
+    resume_options = {k: getattr(options, k) for k in _RESUME_OPTIONS}
+    resume_options["rho"] = rhos
+    manifest = None
+    if options.resume is not None:  # check before starting any worker
+        manifest = read_manifest(options.resume)
+        check_manifest(
+            manifest,
+            method=method,
+            model=fingerprint,
+            options=resume_options,
+            where=os.fspath(options.resume),
         )
-        for c in compiled.clients
-    }
-    runtime = SerialRuntime(clients)
-    server = ProxALServer(compiled.server, compiled.regularizer, rhos, n, options, proximal)
-    compile_seconds = time.perf_counter() - t_start
+        resumed = read_server_state(options.resume, manifest)
+    factories = _client_factories(compiled, options, rhos, proximal)
+    if faults:
+        factories = inject_faults(factories, faults)
+    runtime = make_runtime(
+        options.backend,
+        factories,
+        workers=options.workers,
+        ray_address=options.ray_address,
+        client_timeout=options.client_timeout,
+        on_failure=options.on_failure,
+        retries=options.retries,
+        weights={c.name: c.data_bytes() + 1 for c in compiled.clients},
+    )
+    try:
+        server = ProxALServer(compiled.server, compiled.regularizer, rhos, n, options, proximal)
+        if manifest is not None:
+            runtime.load_party_checkpoint(options.resume, manifest["parties"])
+            start = _Mark(**{k: resumed[k] for k in _Mark.__dataclass_fields__})
+            runtime.ledger.rows = list(resumed["ledger"])
+            runtime.client_seconds.update(resumed["client_seconds"])
+        else:
+            start = None
+        compile_seconds = time.perf_counter() - t_start
+        with runtime.deferred_interrupts():
+            return _solve(
+                compiled, options, method, runtime, server, start, compile_seconds,
+                fingerprint, resume_options,
+            )  # fmt: skip
+    finally:
+        runtime.close()
 
+
+def _solve(
+    compiled, options, method, runtime, server, start, compile_seconds, fingerprint, resume_opts
+):
+    proximal = method == "prox-al"
     t_solve = time.perf_counter()
     deadline = t_solve + options.time_limit if options.time_limit else None
     local = compiled.nonconvex
-    x = starting_point(compiled, options.w0, options.random_state)
-    runtime.next_round()
-    u_tildes = {k: r.payload["u_tilde"] for k, r in runtime.broadcast("start", {"w": x}).items()}
-
-    history: list[dict] = []
-    status, message = "max_iterations", ""
-    inner_total, k = 0, -1
-    last_eval = None
     max_outer = options.max_outer if proximal else 1
-    mu_norms: list[float] = []
-    w_norms: list[float] = []
-    for k in range(max_outer):
-        tau = options.sbar / (k + 1) ** 2 if proximal else options.eps1
-        outcome = server.inner(runtime, x, u_tildes, tau, deadline)
-        inner_total += outcome.iterations
-        w_new = outcome.w
-        if not np.all(np.isfinite(w_new)) or np.abs(w_new).max() > options.divergence_limit:
-            status = "unbounded"
-            message = (
-                f"the iterates diverge (||w||_inf = {np.abs(w_new).max():.3g} at outer "
-                f"iteration {k}); the model is likely unbounded below. The last finite "
-                "iterate is returned."
+    status, message = "max_iterations", ""
+    failure: ClientFailure | None = None
+    interrupted = False
+    checkpoint_note = ""
+    checkpoint_written = None
+    mark: _Mark | None = None
+
+    def take_mark(k_next):
+        nonlocal mark
+        with runtime.critical():
+            runtime.mark()
+            mark = _Mark(
+                k_next,
+                x.copy(),
+                dict(u_tildes),
+                list(history),
+                inner_total,
+                list(mu_norms),
+                list(w_norms),
+                last_eval,
+                runtime.round,
+                len(runtime.ledger.rows),
+                server.get_state(),
             )
-            break
-        dw = float(np.abs(w_new - x).max())
-        x = w_new
-        if proximal:
-            dmu = server.update_multipliers(x)
+
+    def save(reason):
+        nonlocal checkpoint_written
+        write_checkpoint(
+            options.checkpoint,
+            runtime,
+            method=method,
+            model=fingerprint,
+            options=resume_opts,
+            iteration=mark.k_next,
+            server_state=mark.state(runtime),
+            reason=reason,
+        )
+        checkpoint_written = os.fspath(options.checkpoint)
+
+    try:
+        if start is None:
+            x = starting_point(compiled, options.w0, options.random_state)
             runtime.next_round()
-            replies = runtime.broadcast("outer", {"w": x})
-            dmu = max([dmu] + [float(r.payload["dmu_inf"]) for r in replies.values()])
-            u_tildes = {name: r.payload["u_tilde"] for name, r in replies.items()}
-        else:
-            dmu = 0.0
-        if options.history:
-            last_eval = federated_evaluation(
-                runtime, compiled.server, compiled.regularizer, x, server.mu, server.nu, local
-            )
-            kkt, summary = last_eval
-            history.append(
-                history_row(
-                    k,
-                    summary,
-                    kkt,
-                    inner_iterations=outcome.iterations,
-                    inner_bound=outcome.bound,
-                    tau=tau,
-                    dw_inf=dw,
-                    dmu_inf=dmu,
-                    rounds=runtime.round,
+            u_tildes = {
+                k: r.payload["u_tilde"] for k, r in runtime.broadcast("start", {"w": x}).items()
+            }
+            history: list[dict] = []
+            inner_total, k = 0, -1
+            last_eval = None
+            mu_norms: list[float] = []
+            w_norms: list[float] = []
+        else:  # resume from a checkpoint
+            x, u_tildes, history = start.x, dict(start.u_tildes), list(start.history)
+            inner_total, k = start.inner_total, start.k_next - 1
+            last_eval = start.last_eval
+            mu_norms, w_norms = list(start.mu_norms), list(start.w_norms)
+            server.set_state(start.server)
+            runtime.round = start.round
+        first = k + 1
+        take_mark(first)
+        for k in range(first, max_outer):
+            tau = options.sbar / (k + 1) ** 2 if proximal else options.eps1
+            outcome = server.inner(runtime, x, u_tildes, tau, deadline)
+            inner_total += outcome.iterations
+            w_new = outcome.w
+            if not np.all(np.isfinite(w_new)) or np.abs(w_new).max() > options.divergence_limit:
+                status = "unbounded"
+                message = (
+                    f"the iterates diverge (||w||_inf = {np.abs(w_new).max():.3g} at outer "
+                    f"iteration {k}); the model is likely unbounded below. The last finite "
+                    "iterate is returned."
                 )
-            )
-        if options.callback is not None:
-            options.callback(history[-1] if history else {"iteration": k, "rounds": runtime.round})
-        mu_norms.append(float(np.abs(server.mu).max(initial=0.0)))
-        w_norms.append(float(np.abs(x).max(initial=0.0)))
-        if not proximal:  # admm: one run of Algorithm 2 to tau = eps1
-            status = "stopped" if outcome.satisfied else "max_iterations"
-            break
-        if (
-            dw + options.beta * tau <= options.beta * options.eps1
-            and dmu <= options.beta * options.eps2
-        ):
-            status = "stopped"  # (8) holds; the certificate below decides "optimal"
-            break
-        if deadline is not None and time.perf_counter() > deadline:
-            status = "time_limit"
-            message = (
-                f"time limit of {options.time_limit:g} s reached after {k + 1} outer iterations"
-            )
-            break
+                break
+            dw = float(np.abs(w_new - x).max())
+            x = w_new
+            if proximal:
+                dmu = server.update_multipliers(x)
+                runtime.next_round()
+                replies = runtime.broadcast("outer", {"w": x})
+                dmu = max([dmu] + [float(r.payload["dmu_inf"]) for r in replies.values()])
+                u_tildes = {name: r.payload["u_tilde"] for name, r in replies.items()}
+            else:
+                dmu = 0.0
+            if options.history:
+                last_eval = federated_evaluation(
+                    runtime, compiled.server, compiled.regularizer, x, server.mu, server.nu, local
+                )
+                kkt, summary = last_eval
+                history.append(
+                    history_row(
+                        k,
+                        summary,
+                        kkt,
+                        inner_iterations=outcome.iterations,
+                        inner_bound=outcome.bound,
+                        tau=tau,
+                        dw_inf=dw,
+                        dmu_inf=dmu,
+                        rounds=runtime.round,
+                    )
+                )
+            if options.callback is not None:
+                options.callback(
+                    history[-1] if history else {"iteration": k, "rounds": runtime.round}
+                )
+            mu_norms.append(float(np.abs(server.mu).max(initial=0.0)))
+            w_norms.append(float(np.abs(x).max(initial=0.0)))
+            if not proximal:  # admm: one run of Algorithm 2 to tau = eps1
+                status = "stopped" if outcome.satisfied else "max_iterations"
+                break
+            if (
+                dw + options.beta * tau <= options.beta * options.eps1
+                and dmu <= options.beta * options.eps2
+            ):
+                status = "stopped"  # (8) holds; the certificate below decides "optimal"
+                break
+            if deadline is not None and time.perf_counter() > deadline:
+                status = "time_limit"
+                message = (
+                    f"time limit of {options.time_limit:g} s reached after {k + 1} outer iterations"
+                )
+                break
+            take_mark(k + 1)
+            if options.checkpoint is not None and (k + 1) % options.checkpoint_every == 0:
+                with runtime.critical():
+                    save("periodic")
+    except ClientFailure as exc:
+        failure = exc
+    except KeyboardInterrupt:
+        interrupted = True
+
+    if failure is not None or interrupted:
+        return _stopped_early(
+            compiled, options, method, runtime, server, mark, failure, compile_seconds,
+            t_solve, save, lambda: checkpoint_written,
+        )  # fmt: skip
 
     if last_eval is None or history[-1]["iteration"] != k or status == "unbounded":
         last_eval = federated_evaluation(
@@ -290,6 +473,7 @@ def run_prox_al(compiled: CompiledModel, options: ProxALOptions, method: str = "
                 f"; the max violation is still {summary['max_violation']:.3g} while the "
                 "multipliers keep growing, so the model may be infeasible"
             )
+    message += checkpoint_note
 
     reports = runtime.broadcast("report", {}, channel="diagnostic")
     multipliers = {compiled.server.name: split_multipliers(compiled.server, server.mu, server.nu)}
@@ -300,6 +484,18 @@ def run_prox_al(compiled: CompiledModel, options: ProxALOptions, method: str = "
         multipliers[c.name] = split_multipliers(c, p["mu"], p["nu"])
         per_party_seconds[c.name] = p["seconds"]
         local_iters[c.name] = int(p["local_iterations"])
+    return _result(
+        compiled, options, method, runtime, server, status, message, x, kkt, summary,
+        multipliers, k, inner_total, history, compile_seconds, t_solve, per_party_seconds,
+        local_iters, checkpoint_written,
+    )  # fmt: skip
+
+
+def _result(
+    compiled, options, method, runtime, server, status, message, x, kkt, summary, multipliers,
+    k, inner_total, history, compile_seconds, t_solve, per_party_seconds, local_iters,
+    checkpoint, failure=None,
+):  # fmt: skip
     solve_seconds = time.perf_counter() - t_solve
     per_party_seconds["server"] = max(0.0, solve_seconds - sum(runtime.client_seconds.values()))
     totals = runtime.ledger.totals("algorithm")
@@ -324,4 +520,102 @@ def run_prox_al(compiled: CompiledModel, options: ProxALOptions, method: str = "
         history=history,
         options={k_: v for k_, v in options.__dict__.items() if k_ not in ("w0", "callback")},
         ledger=runtime.ledger.rows,
+        failure=failure or {},
+        checkpoint=checkpoint,
+        extra={"backend": runtime.backend, "retries": list(runtime.retried)},
     )
+
+
+def _stopped_early(
+    compiled, options, method, runtime, server, mark, failure, compile_seconds, t_solve, save,
+    written,
+):  # fmt: skip
+    """A client failed (policy exhausted) or the user pressed Ctrl-C: return the last
+    consistent iterate (end of the last completed outer iteration), with every party put
+    back to its state there, and write a checkpoint of it if asked."""
+    notes = []
+    try:
+        runtime.recover()
+    except Exception as exc:  # noqa: BLE001
+        notes.append(f"recovering the workers failed ({exc})")
+    if mark is None:  # failed before the first consistent point (the start round)
+        x = starting_point(compiled, options.w0, options.random_state)
+        history, inner_total, k, last_eval = [], 0, -1, None
+        server_state = None
+    else:
+        x, history, inner_total, k = mark.x, list(mark.history), mark.inner_total, mark.k_next - 1
+        last_eval, server_state = mark.last_eval, mark.server
+        server.set_state(server_state)
+        try:
+            runtime.restore_marks()
+        except Exception as exc:  # noqa: BLE001
+            notes.append(f"restoring the clients' states failed ({exc})")
+        if options.checkpoint is not None:
+            try:
+                save("client_failure" if failure is not None else "interrupted")
+            except Exception as exc:  # noqa: BLE001
+                notes.append(f"no checkpoint could be written ({exc})")
+    local = compiled.nonconvex
+    usable = runtime.alive  # a client that raised may answer again; a dead one cannot
+    kkt, summary = last_eval if last_eval is not None else (None, None)
+    if summary is None and len(usable) == len(runtime.client_names):
+        try:
+            kkt, summary = federated_evaluation(
+                runtime, compiled.server, compiled.regularizer, x, server.mu, server.nu, local
+            )
+        except (ClientFailure, KeyboardInterrupt):
+            kkt, summary = None, None
+    if summary is None:
+        summary = {"objective": float("nan"), "max_violation": float("nan")}
+        notes.append("the objective could not be evaluated without every client")
+    multipliers = {compiled.server.name: split_multipliers(compiled.server, server.mu, server.nu)}
+    per_party_seconds = {"server": 0.0}
+    local_iters = {"server": server.local_iterations}
+    for c in compiled.clients:
+        if c.name not in usable:
+            continue
+        try:
+            p = runtime.send(c.name, "report", {}, channel="diagnostic").payload
+        except (ClientFailure, KeyboardInterrupt):
+            continue
+        multipliers[c.name] = split_multipliers(c, p["mu"], p["nu"])
+        per_party_seconds[c.name] = p["seconds"]
+        local_iters[c.name] = int(p["local_iterations"])
+    where = (
+        f"the end of outer iteration {k}"
+        if k >= 0
+        else "the starting point (no outer iteration completed)"
+    )
+    info: dict[str, Any] = {}
+    if failure is not None:
+        status = "client_failure"
+        name, out = next(iter(failure.failures.items()))
+        info = {
+            "client": name,
+            "clients": list(failure.failures),
+            "error": out.describe(),
+            "kind": out.kind,
+            "round": failure.round,
+            "message_kind": failure.kind,
+            "traceback": out.detail,
+        }
+        message = (
+            f"client '{name}' failed in round {failure.round} ('{failure.kind}' message, "
+            f"{out.kind}): {out.describe()}"
+        )
+        if len(failure.failures) > 1:
+            message += f" (also failed: {sorted(failure.failures)[1:]})"
+        message += f". Returned the last consistent iterate, {where}."
+    else:
+        status = "interrupted"
+        message = f"interrupted (Ctrl-C); returned the last consistent iterate, {where}."
+    ckpt = written()
+    if ckpt:
+        message += f" Checkpoint written to {ckpt!r}: continue with resume={ckpt!r}."
+    if notes:
+        message += " Note: " + "; ".join(notes) + "."
+    return _result(
+        compiled, options, method, runtime, server, status, message, x, kkt, summary,
+        multipliers, k, inner_total, history, compile_seconds, t_solve, per_party_seconds,
+        local_iters, ckpt, failure=info,
+    )  # fmt: skip

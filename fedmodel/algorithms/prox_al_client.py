@@ -93,6 +93,26 @@ class ProxALClient:
         self.u_tilde = w - g / self.rho
         return self.u_tilde
 
+    # -- state (checkpoints, retries) --------------------------------------------------------
+    def get_state(self) -> dict:
+        """This client's algorithm state (multipliers, proximal centre, ADMM variables,
+        statistics); its data and compiled subproblem are rebuilt from its program."""
+        return {
+            "mu": self.mu,
+            "nu": self.nu,
+            "w_center": self.w_center,
+            "u": self.u,
+            "lam": self.lam,
+            "u_tilde": self.u_tilde,
+            "stats": dict(self.stats),
+        }
+
+    def set_state(self, state: dict) -> None:
+        for key in ("mu", "nu", "w_center", "u", "lam", "u_tilde"):
+            value = state[key]
+            setattr(self, key, None if value is None else np.array(value, dtype=float))
+        self.stats = dict(state["stats"])
+
     # -- message handlers --------------------------------------------------------------------
     def handle(self, msg: Message) -> Message:
         t0 = time.perf_counter()

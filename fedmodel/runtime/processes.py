@@ -1,0 +1,359 @@
+"""The processes runtime: persistent worker processes, parties sharded over them.
+
+Each worker is a fresh Python interpreter (started like ``multiprocessing``'s ``"spawn"``
+context, but without re-importing the caller's ``__main__``, so scripts need no
+``if __name__ == "__main__"`` guard; no state, thread or cvxpy object is inherited or
+shared), connected by a socket pair (a ``multiprocessing`` connection), and holding a
+:class:`~fedmodel.runtime.base.PartyHost`. A worker builds its parties' endpoints from
+their factories (so each compiles its own subproblem), keeps them across rounds, and runs
+the steps sent to it one after the other on its main thread. The server sends each worker
+its share of a round's messages and waits for all of them: workers compute in parallel.
+
+A worker that dies (killed, crashed) is detected through its process sentinel; a worker
+that does not answer within ``client_timeout`` (per step) plus a grace period is stopped.
+Either way its parties count as failed for the rest of the run.
+
+After a solve, healthy workers drop their parties and are kept idle for the next solve in
+this process (starting a worker costs a second or two); :func:`shutdown_workers` stops
+them, and they stop at exit.
+"""
+
+from __future__ import annotations
+
+import atexit
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Mapping
+from multiprocessing.connection import Connection, wait
+from typing import Any
+
+from fedmodel.runtime.base import (
+    GRACE_SECONDS,
+    EndpointFactory,
+    HostDead,
+    PartyHost,
+    Runtime,
+    raise_build_errors,
+    shard,
+)
+
+# One BLAS thread per worker: the workers already fill the cores.
+_THREAD_VARS = ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS")
+
+
+def _worker_entry() -> None:  # pragma: no cover - runs in the worker
+    """Entry point of a worker interpreter: ``argv = [fd, index]``."""
+    fd, index = int(sys.argv[1]), int(sys.argv[2])
+    _worker_main(Connection(fd), index)
+
+
+def _worker_main(conn, index: int) -> None:  # pragma: no cover - runs in the worker
+    import pickle
+
+    from fedmodel.runtime.base import portable_exception
+
+    host = PartyHost()
+    host.install_signal_handlers(interrupts=True)
+    while True:
+        try:
+            blob = conn.recv_bytes()
+        except (EOFError, OSError):
+            break
+        try:
+            method, args = pickle.loads(blob)
+        except Exception as exc:  # e.g. a class the worker cannot import
+            conn.send(("error", portable_exception(exc)))
+            continue
+        if method == "path":  # the server's import path, so that its modules resolve here
+            sys.path[:] = list(args[0]) + [p for p in sys.path if p not in args[0]]
+            conn.send(("ok", None))
+            continue
+        if method == "stop":
+            try:
+                conn.send(("ok", None))
+            except Exception:
+                pass
+            break
+        try:
+            result = ("ok", getattr(host, method)(*args))
+        except BaseException as exc:  # noqa: BLE001 - reported to the server
+            result = ("error", portable_exception(exc))
+        try:
+            conn.send(result)
+        except Exception as exc:  # an unpicklable reply
+            conn.send(("error", RuntimeError(f"worker {index} could not send its reply: {exc}")))
+
+
+# Idle workers kept between solves of this process (a new worker costs a second or two:
+# a fresh interpreter importing numpy, scipy and cvxpy); stopped at exit.
+_IDLE: list[tuple[subprocess.Popen, Connection]] = []
+
+
+def _take_idle():
+    while _IDLE:
+        proc, conn = _IDLE.pop()
+        if proc.poll() is None:
+            return proc, conn
+        conn.close()
+    return None
+
+
+@atexit.register
+def _stop_idle() -> None:  # pragma: no cover - at exit
+    while _IDLE:
+        proc, conn = _IDLE.pop()
+        try:
+            conn.send(("stop", ()))
+            proc.wait(2)
+        except Exception:
+            proc.kill()
+
+
+def shutdown_workers() -> None:
+    """Stop the idle worker processes kept for the next solve."""
+    _stop_idle()
+
+
+class ProcessRuntime(Runtime):
+    """Parties in persistent worker processes (see the module docstring).
+
+    Parameters
+    ----------
+    factories : mapping of client name to :class:`EndpointFactory`
+    workers : int, optional
+        Number of worker processes (default: one per core, at most one per client).
+    weights : mapping, optional
+        Relative cost of each client (e.g. its data size), used to balance the shards.
+    client_timeout, on_failure, retries :
+        Failure policy (see :class:`~fedmodel.runtime.base.Runtime`).
+    """
+
+    backend = "processes"
+
+    def __init__(
+        self,
+        factories: Mapping[str, EndpointFactory],
+        *,
+        workers: int | None = None,
+        weights: Mapping[str, float] | None = None,
+        client_timeout: float | None = None,
+        on_failure: str = "stop",
+        retries: int = 0,
+    ):
+        super().__init__(client_timeout=client_timeout, on_failure=on_failure, retries=retries)
+        names = list(factories)
+        n_workers = int(workers or os.cpu_count() or 1)
+        self._host_of = shard(names, n_workers, weights)
+        self.client_seconds = {n: 0.0 for n in names}
+        self._procs: dict[int, subprocess.Popen] = {}
+        self._conns: dict[int, Connection] = {}
+        self._busy: set[int] = set()
+        env = dict(os.environ)
+        for k in _THREAD_VARS:
+            env.setdefault(k, "1")
+        # the worker imports fedmodel from where this process did
+        pkg_root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+        env["PYTHONPATH"] = os.pathsep.join(
+            [pkg_root] + [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p]
+        )
+        code = "from fedmodel.runtime.processes import _worker_entry; _worker_entry()"
+        try:
+            for h in sorted(set(self._host_of.values())):
+                idle = _take_idle()
+                if idle is not None:
+                    self._procs[h], self._conns[h] = idle
+                    continue
+                mine, theirs = socket.socketpair()
+                fd = theirs.fileno()
+                proc = subprocess.Popen(
+                    [sys.executable, "-c", code, str(fd), str(h)],
+                    pass_fds=(fd,),
+                    env=env,
+                    stdin=subprocess.DEVNULL,
+                )
+                theirs.close()
+                self._procs[h] = proc
+                self._conns[h] = Connection(mine.detach())
+        except BaseException:
+            self.close()
+            raise
+        self.workers = len(self._procs)
+        try:
+            path = [os.path.abspath(p) if p else os.getcwd() for p in sys.path]
+            self._map({h: ("path", (path,)) for h in self._procs}, {}, build=True)
+            groups = self._hosts_for(names)
+            results = self._map(
+                {h: ("build", ({n: factories[n] for n in ns},)) for h, ns in groups.items()},
+                {h: 0 for h in groups},
+                build=True,
+            )
+        except BaseException:
+            self.close()
+            raise
+        errors: dict[str, Any] = {}
+        for h, res in results.items():
+            if isinstance(res, HostDead):
+                self.close()
+                raise RuntimeError(f"worker {h} failed to start: {res.reason}")
+            errors.update(res)
+        raise_build_errors(self, errors, names)
+
+    @property
+    def pids(self) -> dict[int, int]:
+        """Worker index -> process id."""
+        return {h: p.pid for h, p in self._procs.items()}
+
+    def _alive(self, h: int) -> bool:
+        return self._procs[h].poll() is None
+
+    def _exitcode(self, h: int):
+        try:
+            return self._procs[h].wait(1)
+        except subprocess.TimeoutExpired:
+            return None
+
+    def worker_of(self, name: str) -> int:
+        return self._host_of[name]
+
+    # -- talking to workers -----------------------------------------------------------------
+    def _kill(self, h: int) -> None:
+        p = self._procs.get(h)
+        if p is not None and p.poll() is None:
+            p.kill()
+            try:
+                p.wait(5)
+            except subprocess.TimeoutExpired:
+                pass
+        self._busy.discard(h)
+
+    def _died(self, h: int) -> HostDead:
+        self._busy.discard(h)
+        code = self._exitcode(h)
+        how = f"killed by signal {-code}" if code is not None and code < 0 else f"exit code {code}"
+        return HostDead(f"worker process {self._procs[h].pid} died ({how})")
+
+    def _map(self, calls, steps, build: bool = False):
+        out: dict[int, Any] = {}
+        sent = []
+        with self.critical():
+            for h, (method, args) in calls.items():
+                if not self._alive(h):
+                    out[h] = self._died(h)
+                    continue
+                try:
+                    self._conns[h].send((method, args))
+                    self._busy.add(h)
+                    sent.append(h)
+                except (BrokenPipeError, ConnectionError, OSError, EOFError):
+                    out[h] = self._died(h)
+        deadline = None
+        if self.client_timeout and not build:
+            longest = max((steps.get(h, 0) for h in sent), default=0)
+            deadline = time.monotonic() + longest * float(self.client_timeout) + GRACE_SECONDS
+        waiting = set(sent)
+        while waiting:
+            objs = {self._conns[h]: h for h in waiting}
+            remaining = None if deadline is None else max(0.0, deadline - time.monotonic())
+            ready = wait(list(objs), timeout=remaining)
+            if not ready:  # hung past its timeout: stop it
+                for h in sorted(waiting):
+                    self._kill(h)
+                    out[h] = HostDead(
+                        f"worker process did not answer within client_timeout = "
+                        f"{self.client_timeout:g} s per step (+{GRACE_SECONDS:g} s) and was "
+                        "stopped"
+                    )
+                break
+            for conn in ready:
+                h = objs[conn]
+                waiting.discard(h)
+                try:
+                    with self.critical():
+                        status, value = conn.recv()
+                except (EOFError, ConnectionError, OSError):
+                    out[h] = self._died(h)
+                    continue
+                self._busy.discard(h)
+                if status == "error":
+                    raise value
+                out[h] = value
+        return out
+
+    def _on_interrupt(self) -> None:
+        for h in list(self._busy):
+            if self._alive(h):
+                try:
+                    os.kill(self._procs[h].pid, signal.SIGINT)
+                except OSError:
+                    pass
+
+    def recover(self) -> None:
+        """Collect (and discard) replies still in flight after an interruption; a worker
+        that does not answer within the grace period is stopped."""
+        self._on_interrupt()
+        deadline = time.monotonic() + GRACE_SECONDS + float(self.client_timeout or 0.0)
+        for h in sorted(self._busy):
+            conn = self._conns[h]
+            try:
+                if conn.poll(max(0.0, deadline - time.monotonic())):
+                    conn.recv()
+                    self._busy.discard(h)
+                    continue
+            except (EOFError, ConnectionError, OSError):
+                pass
+            self._kill(h)
+            names = [n for n, hh in self._host_of.items() if hh == h]
+            self._mark_dead(names, "worker process stopped after an interruption")
+        self._busy.clear()
+
+    def close(self) -> None:
+        """Return healthy idle workers to the pool; stop the others."""
+        if self.closed:
+            return
+        self.closed = True
+        lost = {self._host_of[n] for n in self.dead}
+        stopping = {}
+        for h, conn in self._conns.items():
+            if not self._alive(h):
+                continue
+            if h not in self._busy and h not in lost:
+                try:
+                    with self.critical():
+                        conn.send(("reset", ()))
+                        if conn.poll(10) and conn.recv() == ("ok", True):
+                            _IDLE.append((self._procs[h], conn))
+                            continue
+                except Exception:
+                    pass
+            stopping[h] = self._procs[h]
+            try:
+                conn.send(("stop", ()))
+            except Exception:
+                pass
+        pooled = {id(c) for _, c in _IDLE}
+        for p in stopping.values():
+            try:
+                p.wait(2)
+            except subprocess.TimeoutExpired:
+                p.kill()
+                try:
+                    p.wait(2)
+                except subprocess.TimeoutExpired:
+                    pass
+        for conn in self._conns.values():
+            if id(conn) in pooled:
+                continue
+            try:
+                conn.close()
+            except Exception:
+                pass
+
+    def __del__(self):
+        try:
+            self.close()
+        except Exception:
+            pass

@@ -1,0 +1,280 @@
+"""The Ray runtime: parties in Ray actors, on this machine or across a cluster.
+
+Each actor holds a :class:`~fedmodel.runtime.base.PartyHost` with its share of the
+parties (sharded as in the processes backend), builds their endpoints from their factories
+where it runs, and keeps them across rounds. ``address=None`` starts a local Ray (with
+``num_cpus`` = ``workers`` or the number of cores) unless this process already joined one;
+``address="auto"`` or ``"ray://host:port"`` joins a cluster. Ray is the optional extra
+``fedmodel[ray]``; the Ray instance is left running after the solve for the next one
+(``ray.shutdown()`` stops it), and so are idle actors, which the next solve in this
+process reuses.
+
+An actor that dies (``RayActorError``) is a failure of all its parties; one that does not
+answer within ``client_timeout`` per step plus a grace period is killed, likewise.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import sys
+from collections.abc import Mapping
+from typing import Any
+
+from fedmodel.errors import ModelError
+from fedmodel.runtime.base import (
+    GRACE_SECONDS,
+    EndpointFactory,
+    HostDead,
+    PartyHost,
+    Runtime,
+    raise_build_errors,
+    shard,
+)
+
+
+class _ActorHost:
+    """The body of a Ray actor: a PartyHost with signal handlers (actor methods of a
+    synchronous actor run on the worker's main thread)."""
+
+    def __init__(self):
+        self.host = PartyHost()
+        self.host.install_signal_handlers(interrupts=True)
+
+    def where(self, path: list[str] | None = None) -> tuple[int, str]:
+        """(pid, node id); also extends the import path with the driver's (so that
+        modules the driver imports from local directories resolve on this machine)."""
+        import sys
+
+        import ray
+
+        for p in path or []:
+            if p not in sys.path and os.path.isdir(p):
+                sys.path.append(p)
+
+        return os.getpid(), ray.get_runtime_context().get_node_id()
+
+    def call(self, method: str, *args):
+        return getattr(self.host, method)(*args)
+
+    def reset(self) -> bool:
+        """Drop every party (the actor goes back to the pool for the next solve)."""
+        return self.host.reset()
+
+
+# Idle actors kept between solves of this process (starting an actor costs seconds: a new
+# interpreter importing numpy, scipy and cvxpy). Keyed by the Ray job and the actor size.
+_POOL: dict[tuple, list] = {}
+
+
+def _take_actors(ray, key: tuple, count: int, make) -> list:
+    for other in [k for k in _POOL if k != key]:  # free the CPUs other sizes reserve
+        for actor in _POOL.pop(other):
+            try:
+                ray.kill(actor, no_restart=True)
+            except Exception:
+                pass
+    idle = _POOL.get(key, [])
+    taken = [idle.pop() for _ in range(min(count, len(idle)))]
+    return taken + [make() for _ in range(count - len(taken))]
+
+
+def _import_ray():
+    try:
+        import ray
+    except ImportError as exc:  # pragma: no cover - depends on the installation
+        raise ModelError(
+            "backend='ray' needs Ray: pip install 'fedmodel[ray]' (or pip install ray)"
+        ) from exc
+    return ray
+
+
+class RayRuntime(Runtime):
+    """Parties in Ray actors (see the module docstring).
+
+    Parameters
+    ----------
+    factories : mapping of client name to :class:`EndpointFactory`
+    workers : int, optional
+        Number of actors (default: the cluster's CPUs, at most one per client).
+    address : str, optional
+        Ray cluster to join; default starts a local Ray unless one is running here.
+    weights : mapping, optional
+        Relative cost of each client, used to balance the shards.
+    client_timeout, on_failure, retries :
+        Failure policy (see :class:`~fedmodel.runtime.base.Runtime`).
+    """
+
+    backend = "ray"
+
+    def __init__(
+        self,
+        factories: Mapping[str, EndpointFactory],
+        *,
+        workers: int | None = None,
+        address: str | None = None,
+        weights: Mapping[str, float] | None = None,
+        client_timeout: float | None = None,
+        on_failure: str = "stop",
+        retries: int = 0,
+    ):
+        super().__init__(client_timeout=client_timeout, on_failure=on_failure, retries=retries)
+        ray = _import_ray()
+        self._ray = ray
+        if not ray.is_initialized():
+            if address is None:
+                ray.init(
+                    num_cpus=int(workers or os.cpu_count() or 1),
+                    include_dashboard=False,
+                    configure_logging=False,
+                )
+            else:
+                ray.init(address=address, configure_logging=False)
+        cpus = float(ray.cluster_resources().get("CPU", 1.0))
+        names = list(factories)
+        n_actors = int(workers or max(1, int(cpus)))
+        self._host_of = shard(names, n_actors, weights)
+        self.client_seconds = {n: 0.0 for n in names}
+        hosts = sorted(set(self._host_of.values()))
+        per_actor = min(1.0, cpus / max(1, len(hosts)))
+        actor_cls = ray.remote(_ActorHost).options(
+            num_cpus=per_actor, max_restarts=0, max_task_retries=0
+        )
+        self._pool_key = (ray.get_runtime_context().get_job_id(), per_actor)
+        self._pending: dict[int, Any] = {}
+        self._actors = {}
+        try:
+            actors = _take_actors(ray, self._pool_key, len(hosts), actor_cls.remote)
+            checked = []
+            path = [os.path.abspath(p) if p else os.getcwd() for p in sys.path]
+            for actor in actors:  # a pooled actor may have died since
+                try:
+                    checked.append((actor, ray.get(actor.where.remote(path), timeout=60)))
+                except Exception:
+                    fresh = actor_cls.remote()
+                    checked.append((fresh, ray.get(fresh.where.remote(path))))
+            self._actors = {h: a for h, (a, _) in zip(hosts, checked)}
+            self.workers = len(self._actors)
+            where = [w for _, w in checked]
+            self._where = dict(zip(hosts, where))
+            self._node = ray.get_runtime_context().get_node_id()
+            groups = self._hosts_for(names)
+            results = self._map(
+                {h: ("build", ({n: factories[n] for n in ns},)) for h, ns in groups.items()},
+                {h: 0 for h in groups},
+                build=True,
+            )
+        except BaseException:
+            self.close()
+            raise
+        errors: dict[str, Any] = {}
+        for h, res in results.items():
+            if isinstance(res, HostDead):
+                self.close()
+                raise RuntimeError(f"Ray actor {h} failed to start: {res.reason}")
+            errors.update(res)
+        raise_build_errors(self, errors, names)
+
+    @property
+    def pids(self) -> dict[int, int]:
+        """Actor index -> process id (on its node)."""
+        return {h: w[0] for h, w in self._where.items()}
+
+    def _kill(self, h: int) -> None:
+        try:
+            self._ray.kill(self._actors[h], no_restart=True)
+        except Exception:
+            pass
+        self._pending.pop(h, None)
+
+    def _map(self, calls, steps, build: bool = False):
+        ray = self._ray
+        from ray.exceptions import GetTimeoutError, RayActorError, RayTaskError
+
+        out: dict[int, Any] = {}
+        with self.critical():
+            for h, (method, args) in calls.items():
+                self._pending[h] = self._actors[h].call.remote(method, *args)
+        deadline_s = None
+        if self.client_timeout and not build:
+            longest = max((steps.get(h, 0) for h in calls), default=0)
+            deadline_s = longest * float(self.client_timeout) + GRACE_SECONDS
+        refs = {self._pending[h]: h for h in calls}
+        ready, not_ready = ray.wait(list(refs), num_returns=len(refs), timeout=deadline_s)
+        for ref in not_ready:  # hung past its timeout: stop it
+            h = refs[ref]
+            self._kill(h)
+            out[h] = HostDead(
+                f"Ray actor did not answer within client_timeout = {self.client_timeout:g} s "
+                f"per step (+{GRACE_SECONDS:g} s) and was killed"
+            )
+        for ref in ready:
+            h = refs[ref]
+            self._pending.pop(h, None)
+            try:
+                with self.critical():
+                    out[h] = ray.get(ref)
+            except RayActorError as exc:
+                out[h] = HostDead(f"Ray actor died ({type(exc).__name__}: {_first_line(exc)})")
+            except GetTimeoutError as exc:  # pragma: no cover
+                out[h] = HostDead(f"Ray actor did not answer ({exc})")
+            except RayTaskError as exc:
+                cause = getattr(exc, "cause", None)
+                raise (cause if isinstance(cause, BaseException) else exc) from None
+        return out
+
+    def _on_interrupt(self) -> None:
+        for h in list(self._pending):
+            pid, node = self._where.get(h, (None, None))
+            if pid and node == self._node:
+                try:
+                    os.kill(pid, signal.SIGINT)
+                except OSError:
+                    pass
+
+    def recover(self) -> None:
+        self._on_interrupt()
+        if not self._pending:
+            return
+        refs = {ref: h for h, ref in self._pending.items()}
+        timeout = GRACE_SECONDS + float(self.client_timeout or 0.0)
+        ready, not_ready = self._ray.wait(list(refs), num_returns=len(refs), timeout=timeout)
+        for ref in ready:
+            try:
+                self._ray.get(ref)
+            except Exception:
+                pass
+        for ref in not_ready:
+            h = refs[ref]
+            self._kill(h)
+            names = [n for n, hh in self._host_of.items() if hh == h]
+            self._mark_dead(names, "Ray actor killed after an interruption")
+        self._pending.clear()
+
+    def close(self) -> None:
+        """Return healthy idle actors to the pool (killing busy or failed ones)."""
+        if self.closed:
+            return
+        self.closed = True
+        actors = getattr(self, "_actors", {})
+        lost = {self._host_of[n] for n in self.dead}
+        keep = []
+        for h, actor in actors.items():
+            if h in self._pending or h in lost:
+                self._kill(h)
+                continue
+            keep.append(actor)
+        try:
+            ok = self._ray.get([a.reset.remote() for a in keep], timeout=30)
+            _POOL.setdefault(self._pool_key, []).extend(a for a, good in zip(keep, ok) if good)
+        except Exception:
+            for a in keep:
+                try:
+                    self._ray.kill(a, no_restart=True)
+                except Exception:
+                    pass
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip().splitlines()
+    return text[0] if text else type(exc).__name__

@@ -1,0 +1,284 @@
+"""Failures lose nothing: a client that raises, sleeps past its timeout or whose worker is
+killed; retries; checkpoints and resume; Ctrl-C. On every backend."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import sys
+import threading
+import time
+
+import numpy as np
+import pytest
+
+import fedmodel as fm
+from fedmodel.algorithms.options import ProxALOptions
+from fedmodel.algorithms.prox_al import run_prox_al
+from fedmodel.runtime.base import CheckpointError
+from fedmodel.runtime.failures import Fault
+
+sys.path.insert(0, os.path.dirname(__file__))
+from problems import np_model  # noqa: E402
+
+BACKENDS = ["serial", "processes", "ray"]
+EPS = 1e-4
+
+
+@pytest.fixture(scope="module", autouse=True)
+def ray_local():
+    """A local Ray with num_cpus=2, started once for the session (see test_runtime)."""
+    import ray
+
+    if not ray.is_initialized():
+        ray.init(num_cpus=2, include_dashboard=False, configure_logging=False)
+    yield ray
+
+
+@pytest.fixture(scope="module")
+def model():
+    return np_model(3)
+
+
+@pytest.fixture(scope="module")
+def reference(model):
+    return model.solve("prox-al", eps=EPS)
+
+
+def run(model, faults=None, **kw):
+    opts = ProxALOptions(eps=EPS, workers=2, **kw)
+    return run_prox_al(model.compile(), opts, "prox-al", faults=faults)
+
+
+def plain(history):
+    """History rows as plain JSON values (rows hold numpy arrays)."""
+    from fedmodel.result import _jsonable
+
+    return _jsonable(history)
+
+
+def same(a, b, tol=1e-10):
+    return np.abs(a.x - b.x).max() / max(1.0, np.abs(b.x).max()) <= tol
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_client_raising_on_round_3_stops_with_its_name_and_error(model, backend):
+    res = run(model, {"site1": Fault("raise", round=3)}, backend=backend)
+    assert res.status == "client_failure"
+    assert res.failure["client"] == "site1" and res.failure["kind"] == "raised"
+    assert "InjectedFault" in res.failure["error"] and res.failure["round"] == 3
+    assert "site1" in res.message and "round 3" in res.message
+    assert res.rounds["outer"] == 0 and res.history == []  # failed in outer iteration 0
+    np.testing.assert_array_equal(res.x, np.zeros_like(res.x))  # the starting point
+    assert np.isfinite(res.objective)  # site1 recovered: evaluated at the starting point
+    assert set(res.multipliers) == {"server", "site0", "site1", "site2"}
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_failure_returns_the_last_consistent_iterate(model, reference, backend):
+    fail_round = reference.history[1]["rounds"] + 1  # first round of outer iteration 2
+    res = run(model, {"site2": Fault("raise", round=fail_round, times=None)}, backend=backend)
+    assert res.status == "client_failure" and res.failure["client"] == "site2"
+    two = run(model, max_outer=2, backend="serial")
+    assert res.rounds["outer"] == 2
+    assert same(res, two)
+    assert plain(res.history) == plain(two.history) == plain(reference.history[:2])
+    assert res.objective == pytest.approx(two.objective, abs=1e-12)
+    assert "site2" not in res.multipliers  # it keeps failing: no report from it
+    # the ledger keeps everything sent, including the failed round
+    assert max(r["round"] for r in res.ledger) == fail_round
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_retry_recovers_and_gives_the_same_answer(model, reference, backend):
+    res = run(
+        model,
+        {"site1": Fault("raise", round=3, times=2)},
+        backend=backend,
+        on_failure="retry",
+        retries=2,
+    )
+    assert res.status == "optimal"
+    assert same(res, reference)
+    assert [r["client"] for r in res.extra["retries"]] == ["site1", "site1"]
+    # the failed attempts are in the ledger: two extra requests to site1 in round 3
+    down = [r for r in res.ledger if r["receiver"] == "site1" and r["round"] == 3]
+    assert len(down) == 3
+    retries_exhausted = run(
+        model, {"site1": Fault("raise", round=3, times=3)}, backend=backend, on_failure="retry"
+    )
+    assert retries_exhausted.status == "client_failure"
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_client_sleeping_past_its_timeout(model, reference, backend):
+    t0 = time.perf_counter()
+    res = run(model, {"site0": Fault("sleep", round=3, seconds=30)}, backend=backend,
+              client_timeout=0.5)  # fmt: skip
+    assert time.perf_counter() - t0 < 20  # the sleeping step was interrupted
+    assert res.status == "client_failure"
+    assert res.failure["client"] == "site0" and res.failure["kind"] == "timeout"
+    assert "client_timeout = 0.5 s" in res.failure["error"]
+    res = run(
+        model,
+        {"site0": Fault("sleep", round=3, seconds=30)},
+        backend=backend,
+        client_timeout=0.5,
+        on_failure="retry",
+        retries=1,
+    )
+    assert res.status == "optimal" and same(res, reference)
+
+
+@pytest.mark.parametrize("backend", ["processes", "ray"])
+def test_killed_worker_is_a_failure_of_its_parties(model, backend, tmp_path):
+    res = run(
+        model,
+        {"site1": Fault("exit", round=3)},
+        backend=backend,
+        on_failure="retry",
+        checkpoint=str(tmp_path / "ck"),
+    )
+    assert res.status == "client_failure"
+    assert res.failure["kind"] == "dead" and "site1" in res.failure["clients"]
+    assert "died" in res.failure["error"]
+    assert res.extra["retries"] == []  # a dead worker is not retried
+    assert "no checkpoint could be written" in res.message  # its parties' state is gone
+    assert res.checkpoint is None
+
+
+def test_worker_crash_refused_in_the_server_process(model):
+    res = run(model, {"site1": Fault("exit", round=3)}, backend="serial")
+    assert res.status == "client_failure" and "server's process" in res.failure["error"]
+
+
+# -- checkpoints ---------------------------------------------------------------------------------
+@pytest.fixture(scope="module")
+def checkpoint_at_2(model, tmp_path_factory):
+    """A checkpoint written at outer iteration 2 by the processes backend."""
+    path = tmp_path_factory.mktemp("ckpt") / "run"
+    res = run(model, backend="processes", checkpoint=str(path), checkpoint_every=2, max_outer=2)
+    assert res.status == "max_iterations" and res.checkpoint == str(path)
+    manifest = json.loads((path / "manifest.json").read_text())
+    assert manifest["iteration"] == 2 and sorted(manifest["parties"]) == [
+        "site0",
+        "site1",
+        "site2",
+    ]
+    return path
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_resume_from_iteration_2_gives_the_uninterrupted_answer(
+    model, reference, checkpoint_at_2, backend
+):
+    res = run(model, backend=backend, resume=str(checkpoint_at_2))
+    assert res.status == reference.status == "optimal"
+    assert same(res, reference)
+    assert res.rounds == reference.rounds
+    assert plain(res.history) == plain(reference.history)
+    assert res.ledger == reference.ledger
+    assert res.communication == reference.communication
+
+
+def test_checkpoint_every_k_keeps_only_the_latest(model, tmp_path):
+    path = tmp_path / "ck"
+    res = run(model, checkpoint=str(path), checkpoint_every=3)
+    manifest = json.loads((path / "manifest.json").read_text())
+    assert manifest["iteration"] % 3 == 0 and manifest["iteration"] <= res.rounds["outer"]
+    files = sorted(os.listdir(path))
+    assert len([f for f in files if f.startswith("party-")]) == 3
+    assert len([f for f in files if f.startswith("server-")]) == 1
+
+
+def _copy(src, dst):
+    import shutil
+
+    shutil.copytree(src, dst)
+    return dst
+
+
+def test_corrupted_checkpoints_give_clear_errors(model, checkpoint_at_2, tmp_path):
+    bad = _copy(checkpoint_at_2, tmp_path / "bad1")
+    party = sorted(f for f in os.listdir(bad) if f.startswith("party-"))[0]
+    blob = bytearray((bad / party).read_bytes())
+    blob[len(blob) // 2] ^= 0xFF
+    (bad / party).write_bytes(bytes(blob))
+    with pytest.raises(CheckpointError, match="corrupted.*checksum"):
+        run(model, resume=str(bad))
+    bad = _copy(checkpoint_at_2, tmp_path / "bad2")
+    (bad / "manifest.json").write_text("{not json")
+    with pytest.raises(CheckpointError, match="corrupted"):
+        run(model, resume=str(bad))
+    bad = _copy(checkpoint_at_2, tmp_path / "bad3")
+    server = next(f for f in os.listdir(bad) if f.startswith("server-"))
+    os.remove(bad / server)
+    with pytest.raises(CheckpointError, match="missing"):
+        run(model, resume=str(bad))
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(CheckpointError, match="manifest.json is missing"):
+        run(model, resume=str(tmp_path / "empty"))
+
+
+def test_mismatched_checkpoints_give_clear_errors(model, checkpoint_at_2):
+    with pytest.raises(CheckpointError, match="different options.*beta"):
+        run(model, resume=str(checkpoint_at_2), beta=5.0)
+    with pytest.raises(CheckpointError, match="different model.*clients"):
+        run(np_model(4), resume=str(checkpoint_at_2))
+    with pytest.raises(CheckpointError, match="site0.*different terms or data"):
+        run(np_model(3, seed=7), resume=str(checkpoint_at_2))
+    with pytest.raises(CheckpointError, match="method 'prox-al', not 'admm'"):
+        opts = ProxALOptions(eps=EPS, resume=str(checkpoint_at_2))
+        run_prox_al(model.compile(), opts, "admm")
+
+
+# -- Ctrl-C ----------------------------------------------------------------------------------------
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_ctrl_c_returns_interrupted_with_a_checkpoint_and_resumes(
+    model, reference, backend, tmp_path
+):
+    def stop_at_iteration_3(row):
+        if row["iteration"] == 3:
+            raise KeyboardInterrupt
+
+    path = str(tmp_path / "ck")
+    res = run(model, backend=backend, callback=stop_at_iteration_3, checkpoint=path,
+              checkpoint_every=100)  # fmt: skip
+    assert res.status == "interrupted"
+    assert res.rounds["outer"] == 3  # the last consistent iterate: end of iteration 2
+    assert plain(res.history) == plain(reference.history[:3])
+    assert res.checkpoint == path and "resume=" in res.message
+    resumed = run(model, backend="serial", resume=path)
+    assert resumed.status == "optimal" and same(resumed, reference)
+    assert resumed.ledger == reference.ledger
+
+
+@pytest.mark.parametrize("backend", ["serial", "processes"])
+def test_sigint_during_a_solve(model, reference, backend, tmp_path):
+    """A real SIGINT (as from Ctrl-C) while the clients are computing."""
+    slow = {"site0": Fault("sleep", round=2, times=None, seconds=0.02)}
+    timer = threading.Timer(0.5, os.kill, (os.getpid(), signal.SIGINT))
+
+    def start_timer(row):  # once the solve runs: SIGINT half a second later
+        if row["iteration"] == 0:
+            timer.start()
+
+    path = str(tmp_path / "ck")
+    try:
+        res = run(model, slow, backend=backend, checkpoint=path, checkpoint_every=1000,
+                  callback=start_timer)  # fmt: skip
+    finally:
+        timer.cancel()
+    assert res.status == "interrupted"
+    assert res.checkpoint == path
+    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
+    resumed = run(model, backend=backend, resume=path)
+    assert resumed.status == "optimal" and same(resumed, reference)
+
+
+def test_result_statuses_include_failures():
+    from fedmodel.result import STATUSES
+
+    assert "client_failure" in STATUSES and "interrupted" in STATUSES
+    assert issubclass(CheckpointError, fm.ModelError)

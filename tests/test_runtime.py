@@ -1,0 +1,235 @@
+"""Runtimes: the same answer and the same ledger on every backend; the runtime interface
+(send, broadcast, peer messages, local steps) on every backend; options validation."""
+
+from __future__ import annotations
+
+import os
+import sys
+
+import cvxpy as cp
+import numpy as np
+import pytest
+
+import fedmodel as fm
+from fedmodel.runtime.base import (
+    RUNTIME_PROXY,
+    ClientFailure,
+    EndpointFactory,
+    make_runtime,
+    shard,
+)
+from fedmodel.runtime.messages import SERVER, Message
+
+sys.path.insert(0, os.path.dirname(__file__))
+from problems import np_model  # noqa: E402
+
+BACKENDS = ["serial", "processes", "ray"]
+
+
+@pytest.fixture(scope="module", autouse=True)
+def ray_local():
+    """One local Ray (num_cpus=2) for the whole session: started by the first test module
+    that needs it and left running (Ray stops it at exit); the runtimes join it."""
+    import ray
+
+    if not ray.is_initialized():
+        ray.init(num_cpus=2, include_dashboard=False, configure_logging=False)
+    yield ray
+
+
+def lsq_model(n=3, d=3, m=40, seed=1):
+    """Unconstrained least squares + l1 (for admm)."""
+    rng = np.random.default_rng(seed)
+    model = fm.Model("lsq")
+    w = model.variable(d, name="w")
+    for k in range(n):
+        site = model.client(f"c{k}")
+        A = site.data(rng.normal(size=(m, d)), name="A")
+        b = site.data(rng.normal(size=m), name="b")
+        site.minimize(cp.sum_squares(A @ w - b) / (n * m))
+    model.regularize(0.01 * cp.norm1(w))
+    return model
+
+
+@pytest.fixture(scope="module")
+def serial_results():
+    return {
+        "prox-al": np_model(3).solve("prox-al", eps=1e-4),
+        "admm": lsq_model().solve("admm", eps=1e-5),
+    }
+
+
+@pytest.mark.parametrize("backend", ["processes", "ray"])
+@pytest.mark.parametrize("method", ["prox-al", "admm"])
+def test_same_answer_and_ledger_on_every_backend(backend, method, serial_results):
+    model = np_model(3) if method == "prox-al" else lsq_model()
+    eps = 1e-4 if method == "prox-al" else 1e-5
+    ref = serial_results[method]
+    res = model.solve(method, eps=eps, backend=backend, workers=2)
+    assert res.status == ref.status
+    assert res.extra["backend"] == backend
+    rel = np.abs(res.x - ref.x).max() / max(1.0, np.abs(ref.x).max())
+    assert rel <= 1e-10
+    assert res.rounds == ref.rounds
+    assert res.ledger == ref.ledger
+    assert res.communication == ref.communication
+    for name, mult in ref.multipliers.items():
+        for label, val in mult.items():
+            np.testing.assert_allclose(res.multipliers[name][label], val, rtol=0, atol=1e-10)
+
+
+def test_result_ledger_table(serial_results):
+    res = serial_results["prox-al"]
+    table = res.ledger_table(limit=5)
+    assert "start_reply" in table and "u_tilde[5]" in table
+    assert f"{len(res.ledger)} messages" in table
+    only = res.ledger_table(channel="diagnostic", party="site1", limit=None)
+    assert "admm_w" not in only and "evaluate" in only
+    assert res.to_dict()["checkpoint"] is None
+
+
+def test_shard_is_balanced_and_deterministic():
+    names = [f"c{i}" for i in range(7)]
+    weights = {n: (10 if n == "c0" else 1) for n in names}
+    a = shard(names, 2, weights)
+    assert a == shard(names, 2, weights)
+    assert list(a) == names
+    assert sum(1 for n in names if a[n] == a["c0"]) == 1  # the heavy client alone
+    assert set(shard(names, 10).values()) == set(range(7))  # at most one worker per client
+
+
+# -- the runtime interface on every backend ----------------------------------------------------
+class EchoNode:
+    """A toy party: replies to server messages, forwards peer messages, counts state."""
+
+    def __init__(self, name, peers, runtime):
+        self.name = name
+        self.peers = list(peers)
+        self.runtime = runtime
+        self.count = 0
+        self.seen: list[str] = []
+
+    def get_state(self):
+        return {"count": self.count, "seen": list(self.seen)}
+
+    def set_state(self, state):
+        self.count = state["count"]
+        self.seen = list(state["seen"])
+
+    def handle(self, msg: Message):
+        self.count += 1
+        if msg.kind == "boom":
+            raise ValueError(f"{self.name} cannot boom")
+        if msg.channel == "local":  # activation: send to peers
+            for p in self.peers:
+                self.runtime.send_peer(self.name, p, "hello", {"v": np.full(2, self.count)})
+            return self.count
+        if msg.sender != SERVER:  # a peer message
+            self.seen.append(msg.sender)
+            if msg.kind == "hello" and self.name == "b":  # relay once
+                self.runtime.send_peer(self.name, "a", "relay", {"v": np.zeros(1)})
+            return None
+        return Message(
+            msg.kind + "_reply",
+            self.name,
+            SERVER,
+            {"x": np.asarray(msg.payload["x"]) * 2, "count": self.count, "pid": os.getpid()},
+            msg.round,
+            msg.channel,
+        )
+
+
+def _echo_factories():
+    peers = {"a": ["b"], "b": ["a", "c"], "c": []}
+    return {n: EndpointFactory(EchoNode, (n, peers[n], RUNTIME_PROXY)) for n in "abc"}
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_runtime_interface(backend):
+    with make_runtime(backend, _echo_factories(), workers=2) as rt:
+        assert rt.client_names == ["a", "b", "c"]
+        rt.next_round()
+        replies = rt.broadcast("ping", lambda n: {"x": np.arange(3.0) + ord(n)})
+        assert list(replies) == ["a", "b", "c"]
+        np.testing.assert_array_equal(replies["b"].payload["x"], 2 * (np.arange(3.0) + ord("b")))
+        pids = {r.payload["pid"] for r in replies.values()}
+        assert (pids == {os.getpid()}) == (backend == "serial")
+        assert rt.send("c", "ping", {"x": np.ones(1)}).payload["count"] == 2
+        # peer messages: a -> b, then b relays to a; all recorded, none via the server
+        assert rt.activate("a", "go") == 2
+        assert rt.deliver_peer_messages() == 2
+        states = rt.get_states()
+        assert states["b"]["seen"] == ["a"] and states["a"]["seen"] == ["b"]
+        peer_rows = [r for r in rt.ledger.rows if r["sender"] != SERVER and r["receiver"] != SERVER]
+        assert [(r["sender"], r["receiver"], r["kind"]) for r in peer_rows] == [
+            ("a", "b", "hello"),
+            ("b", "a", "relay"),
+        ]
+        # a failing step: ClientFailure names the client; its state is put back
+        with pytest.raises(ClientFailure, match="client 'b'.*cannot boom") as err:
+            rt.send("b", "boom", {"x": 0})
+        assert err.value.clients == ["b"]
+        assert rt.get_states()["b"]["count"] == states["b"]["count"]
+        # marks: a consistent point every party can go back to
+        rt.mark()
+        rt.broadcast("ping", {"x": np.zeros(1)})
+        rt.restore_marks()
+        assert rt.get_states() == rt.get_states() and rt.get_states()["a"]["count"] == 3
+
+
+def test_build_errors_are_raised_unchanged():
+    for backend in ("serial", "processes"):
+        factories = {"a": EndpointFactory(_bad_endpoint, ("a",))}
+        with pytest.raises(fm.UnsupportedError, match="cannot be built"):
+            make_runtime(backend, factories)
+
+
+def _bad_endpoint(name):
+    raise fm.UnsupportedError("endpoint cannot be built", name)
+
+
+def test_unsupported_term_still_reported_from_a_worker():
+    model = fm.Model("abs")
+    w = model.variable(2, name="w")
+    site = model.client("s0")
+    A = site.data(np.ones((5, 2)), name="A")
+    site.minimize(cp.sum(cp.abs(A @ w)), name="abs loss")
+    with pytest.raises(fm.UnsupportedError, match="abs loss"):
+        model.solve("prox-al", backend="processes", workers=1)
+
+
+@pytest.mark.parametrize(
+    "kw, match",
+    [
+        ({"backend": "gpu"}, "backend must be one of"),
+        ({"workers": 0}, "workers must be a positive integer"),
+        ({"client_timeout": -1}, "client_timeout must be a positive"),
+        ({"on_failure": "ignore"}, "on_failure must be one of"),
+        ({"retries": -1}, "retries must be an integer"),
+        ({"checkpoint_every": 0}, "checkpoint_every must be an integer"),
+        ({"checkpoint": 3}, "checkpoint must be a directory path"),
+        ({"resume": "/nonexistent/ckpt"}, "no such checkpoint directory"),
+        ({"ray_address": "auto"}, "ray_address is used by backend='ray' only"),
+    ],
+)
+def test_runtime_options_are_validated(kw, match):
+    with pytest.raises(fm.ModelError, match=match):
+        np_model(2).solve("prox-al", **kw)
+
+
+def test_options_are_documented():
+    from fedmodel.algorithms.registry import describe_options
+
+    doc = describe_options("prox-al")
+    for name in (
+        "backend",
+        "workers",
+        "ray_address",
+        "client_timeout",
+        "on_failure",
+        "retries",
+        "checkpoint",
+        "checkpoint_every",
+        "resume",
+    ):
+        assert f"{name} :" in doc or f"{name}," in doc
