@@ -1,0 +1,52 @@
+"""Seed 000 reproductions: the paper's numbers as data, and the --quick checks."""
+
+from __future__ import annotations
+
+import pytest
+
+from fedmodel import reproduce
+from fedmodel.reproduce import seed000
+
+
+def test_registered():
+    names = reproduce.available()
+    for name in ("table1", "table2", "table3", "fig1", "fig2", "fig3"):
+        assert name in names
+
+
+def test_paper_numbers_are_bundled():
+    paper = seed000.paper_numbers()
+    assert len(paper["table1"]["rows"]) == 9
+    assert len(paper["table2"]["rows"]) == 12
+    assert len(paper["table3"]["rows"]) == 4
+    row = seed000._paper_row("table2", dataset="monks", n=20)
+    assert row["obj_prox_al"] == [1.81, 0.149] and row["rel_diff"] == [0.0178, 0.0138]
+    assert paper["table3"]["settings"]["rho"] == 1e8
+
+
+def test_table2_quick_checks(tmp_path):
+    summary = reproduce.run("table2", out_dir=tmp_path, trials=3, quick=True, progress=False)
+    failed = [c for c in summary["checks"] if not c["passed"]]
+    assert not failed, failed
+    names = {c["name"] for c in summary["checks"]}
+    assert any("relative objective difference" in n for n in names)
+    assert any("centralized optimum" in n for n in names)
+    md = (tmp_path / "table2.md").read_text()
+    assert "paper obj Alg. 1 / cProx-AL" in md and "breast-cancer-wisc (683 x 10)" in md
+    for f in ("table2.csv", "table2_runs.csv", "table2.png"):
+        assert (tmp_path / f).stat().st_size > 0
+    assert summary["seconds"] < 120
+
+
+def test_fig1_small(tmp_path):
+    summary = seed000.fig1(tmp_path, quick=True, progress=False, datasets=["breast_cancer"], n=2)
+    assert summary["passed"], summary["checks"]
+    assert (tmp_path / "fig1.png").read_bytes()[:4] == b"\x89PNG"
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", ["table1", "table3", "fig2", "fig3"])
+def test_other_quick_runs(tmp_path, name):
+    summary = reproduce.run(name, out_dir=tmp_path, trials=1, quick=True, progress=False)
+    assert (tmp_path / f"{name}.md").is_file()
+    assert summary["checks"]
