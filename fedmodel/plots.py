@@ -384,7 +384,7 @@ def plot_bands(
     """
     fig, ax = _new_axes(ax)
     x = np.asarray(x, dtype=float)
-    colors = iter(["tab:brown", "tab:blue", "tab:green", "tab:purple", "tab:red", "tab:olive"])
+    colors = iter(["tab:blue", "tab:brown", "tab:green", "tab:purple", "tab:red", "tab:olive"])
     handles = []
 
     def bands(axis, data):
@@ -393,7 +393,14 @@ def plot_bands(
             if vals.ndim == 1:
                 vals = vals[:, None]
             color = next(colors)
-            (h,) = axis.plot(x, vals.mean(axis=1), color=color, label=f"{label} (mean)")
+            (h,) = axis.plot(
+                x,
+                vals.mean(axis=1),
+                color=color,
+                marker="o",
+                markersize=3,
+                label=f"{label} (mean)",
+            )
             axis.fill_between(
                 x, vals.min(axis=1), vals.max(axis=1), color=color, alpha=0.25, linewidth=0
             )

@@ -474,10 +474,12 @@ def table1(
             res, sec, err = runner.solve(model, "centralized", settings, 0, label)
             ref = _record(res, sec, err, n=n, d=d, m=m, trial=-1, method="centralized")
             runs.append(ref)
+            _write_csv(out_dir / "table1_runs.csv", runs)  # partial results
             for t in range(trials):
                 for method in ("prox-al", "cprox-al"):
                     res, sec, err = runner.solve(model, method, settings, t, f"{label} trial {t}")
                     runs.append(_record(res, sec, err, n=n, d=d, m=m, trial=t, method=method))
+                    _write_csv(out_dir / "table1_runs.csv", runs)  # partial results
     finally:
         runner.close()
     rows, table, checks_data = [], [], []
@@ -682,6 +684,7 @@ def table2(
                     )
                     rec["client_constraint"] = _client_values(res, 0, offset=r)
                     runs.append(rec)
+                    _write_csv(out_dir / "table2_runs.csv", runs)  # partial results
     finally:
         runner.close()
     rows, table = [], []
@@ -884,6 +887,7 @@ def table3(
                         res, 0, transform=lambda v: _disparity(v, r), include_server=True
                     )
                     runs.append(rec)
+                    _write_csv(out_dir / "table3_runs.csv", runs)  # partial results
     finally:
         runner.close()
     rows, table = [], []
