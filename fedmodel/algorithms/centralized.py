@@ -73,32 +73,31 @@ def run_centralized(compiled: CompiledModel, options: CentralizedOptions):
     timing = {"compile": compile_seconds, "solve": seconds, "per_party": {}}
     base = {"cvxpy_status": cvx_status, "cvxpy_solver": used}
 
-    if cvx_status in (
-        "infeasible",
-        "infeasible_inaccurate",
-        "unbounded",
-        "unbounded_inaccurate",
-    ) or (cvx_status == "solver_error"):
+    if cvx_status == "solver_error" or cvx_status.startswith(("infeasible", "unbounded")):
         status = "solver_error" if cvx_status == "solver_error" else cvx_status.split("_")[0]
         message = {
             "infeasible": f"{used} reports the pooled problem infeasible ({cvx_status})",
             "unbounded": f"{used} reports the pooled problem unbounded ({cvx_status})",
-            "solver_error": f"{used} failed: {error}. Try another solver (solver='SCS', "
-            "'ECOS') or method='cprox-al'.",
+            "solver_error": f"{used} failed: {error}",
         }[status]
-        nan = np.full(layout.size, np.nan)
+        if status == "solver_error" and options.refine and _smooth(compiled):
+            # the conic path failed (as Clarabel does on UCI Adult): solve the smooth pooled
+            # problem exactly instead, by cprox-al with Newton subproblem solves
+            result = _refine(compiled, options, None, None, None)
+            result.timing["cvxpy"] = seconds
+            result.timing["solve"] += seconds
+            result.extra = {**base, "solved_with": "cprox-al (smooth exact)"}
+            result.message = f"{message}; solved with cprox-al instead: {result.message}"
+            return result
+        if status == "solver_error":
+            message += ". Try another solver (solver='SCS', 'ECOS') or method='cprox-al'."
         return make_result(
             compiled,
             method="centralized",
             status=status,
-            x=nan,
+            x=np.full(layout.size, np.nan),
             kkt=None,
-            summary={
-                "objective": float(prob.value)
-                if prob.value is not None and status != "solver_error"
-                else np.nan,
-                "max_violation": np.nan,
-            },
+            summary={"objective": np.nan, "max_violation": np.nan},
             multipliers={},
             message=message,
             timing=timing,
@@ -108,32 +107,27 @@ def run_centralized(compiled: CompiledModel, options: CentralizedOptions):
     x = layout.stack({v: v.value for v in layout.variables})
     mus, nus = [], []
     for ineq, eq in per_party:
-        mu = (
-            np.concatenate([np.atleast_1d(c.dual_value).ravel(order="F") for c in ineq])
-            if ineq
-            else np.zeros(0)
-        )
-        nu = (
-            np.concatenate([np.atleast_1d(c.dual_value).ravel(order="F") for c in eq])
-            if eq
-            else np.zeros(0)
-        )
+        mu = _duals(ineq)
+        nus.append(_duals(eq))
         mus.append(np.maximum(mu, 0.0))
-        nus.append(nu)
     scale = max([1.0] + [float(m.max()) for m in mus if m.size])
+    smooth = _smooth(compiled)
     for j, p in enumerate(compiled.parties):
-        ci, _ = p.functions.constraint_values(x) if p.m_ineq else (np.zeros(0), None)
+        ci = p.functions.constraint_values(x)[0] if (p.m_ineq and smooth) else np.zeros(p.m_ineq)
         # zero the duals of inactive constraints: tiny interior-point duals, and duals of
         # constraints with slack beyond the tolerance (Definition 1 would charge |c_j|)
         inactive = (mus[j] <= DUAL_ZERO * scale) | (ci < -options.eps)
         mus[j] = np.where(inactive, 0.0, mus[j])
-    try:
-        kkt, summary = pooled_evaluation(compiled, x, mus, nus)
-    except UnsupportedError as exc:  # a term without a gradient: no certificate
-        kkt = None
-        summary = {"objective": float(prob.value), "max_violation": np.nan}
-        message = f"no KKT certificate: {exc}"
+    multipliers = {
+        p.name: split_multipliers(p, m, v) for p, m, v in zip(compiled.parties, mus, nus)
+    }
+    if not smooth:  # a term without a gradient: no certificate
         status = "optimal" if cvx_status == "optimal" else "inaccurate"
+        summary = {"objective": float(prob.value), "max_violation": np.nan}
+        try:
+            compiled.require_smooth("centralized")
+        except UnsupportedError as exc:
+            why = str(exc)
         return make_result(
             compiled,
             method="centralized",
@@ -141,13 +135,12 @@ def run_centralized(compiled: CompiledModel, options: CentralizedOptions):
             x=x,
             kkt=None,
             summary=summary,
-            multipliers={
-                p.name: split_multipliers(p, m, v) for p, m, v in zip(compiled.parties, mus, nus)
-            },
-            message=message,
+            multipliers=multipliers,
+            message=f"no KKT certificate: {why}",
             timing=timing,
             extra=base,
         )
+    kkt, summary = pooled_evaluation(compiled, x, mus, nus)
     certified = cvx_status == "optimal" and kkt.satisfied(options.eps, options.eps)
     message = (
         f"{used}: {cvx_status}; KKT residuals certified to {options.eps:g}"
@@ -155,47 +148,66 @@ def run_centralized(compiled: CompiledModel, options: CentralizedOptions):
         else f"{used} returned '{cvx_status}' with stationarity {kkt.stationarity:.2e} and "
         f"feasibility {kkt.feasibility:.2e}, short of eps = {options.eps:g}"
     )
-    status = "optimal" if certified else "inaccurate"
     result = make_result(
         compiled,
         method="centralized",
-        status=status,
+        status="optimal" if certified else "inaccurate",
         x=x,
         kkt=kkt,
         summary=summary,
-        multipliers={
-            p.name: split_multipliers(p, m, v) for p, m, v in zip(compiled.parties, mus, nus)
-        },
+        multipliers=multipliers,
         message=message,
         timing=timing,
         extra=base,
     )
-    if certified or not options.refine:
-        if not certified:
-            result.message += (
-                ". Remedies: solve(method='centralized', refine=True) refines the point with "
-                "cprox-al; or try another solver (solver='SCS', 'ECOS')."
-            )
+    if certified:
         return result
-    refine_opts = ProxALOptions(
+    if not options.refine:
+        result.message += (
+            ". Remedies: solve(method='centralized', refine=True) refines the point with "
+            "cprox-al; or try another solver (solver='SCS', 'ECOS')."
+        )
+        return result
+    refined = _refine(compiled, options, x, mus, nus)
+    refined.timing["cvxpy"] = seconds
+    refined.timing["solve"] += seconds
+    refined.extra = {**base, "refined_with": "cprox-al", "unrefined_kkt": kkt.to_dict()}
+    refined.message = f"{message}; refined with cprox-al: {refined.message}"
+    return refined
+
+
+def _duals(constraints) -> np.ndarray:
+    if not constraints:
+        return np.zeros(0)
+    return np.concatenate([np.atleast_1d(c.dual_value).ravel(order="F") for c in constraints])
+
+
+def _smooth(compiled: CompiledModel) -> bool:
+    try:
+        compiled.require_smooth("centralized")
+    except UnsupportedError:
+        return False
+    return True
+
+
+def _refine(compiled, options, x0, mus, nus):
+    """cprox-al on the pooled problem, from cvxpy's point and duals when given.
+
+    A large penalty (beta = 1e3) makes the proximal AL outer loop (a proximal point method
+    on the KKT operator) converge in few iterations; the Newton subproblem backend copes
+    with the conditioning it brings.
+    """
+    opts = ProxALOptions(
         eps=options.eps,
-        beta=10.0,
+        beta=1e3,
         sbar=0.5 * options.eps,
-        w0=x,
-        max_outer=200,
+        w0=x0,
+        max_outer=300,
         history=False,
         time_limit=options.time_limit,
     )
-    refined = run_cprox_al(compiled, refine_opts, method="centralized", mu_init=mus, nu_init=nus)
-    refined.timing = {
-        "compile": compile_seconds + refined.timing["compile"],
-        "solve": seconds + refined.timing["solve"],
-        "per_party": {},
-        "cvxpy": seconds,
-        "refinement": refined.timing["solve"],
-    }
-    refined.extra = {**base, "refined_with": "cprox-al", "unrefined_kkt": kkt.to_dict()}
-    refined.message = f"{message}; refined with cprox-al: {refined.status}, {refined.kkt!r}"
-    if refined.status != "optimal":
-        refined.status = "inaccurate"
-    return refined
+    result = run_cprox_al(compiled, opts, method="centralized", mu_init=mus, nu_init=nus)
+    if result.status != "optimal":
+        result.status = "inaccurate" if result.status != "unbounded" else "unbounded"
+        result.message += f". Not certified to eps = {options.eps:g}"
+    return result

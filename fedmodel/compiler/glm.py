@@ -123,7 +123,9 @@ def affine_map(expr: cp.Expression, layout: VariableLayout) -> Affine:
         const, other = (left, right) if left.is_constant() else (right, left)
         if not const.is_constant() or const.parameters():
             raise NotRecognised("product of variables")
-        c = np.asarray(const.value if not sp.issparse(const.value) else const.value.toarray(), dtype=float).ravel(order="F")
+        c = np.asarray(
+            const.value if not sp.issparse(const.value) else const.value.toarray(), dtype=float
+        ).ravel(order="F")
         p = affine_map(other, layout)
         m = max(c.size, p.m)
         if p.m != m:
@@ -196,6 +198,10 @@ class GLMTerm:
     weights: np.ndarray
     M: float = 1.0
 
+    def __post_init__(self) -> None:
+        if not sp.issparse(self.A):  # row-major rows make A^T diag(.) A several times faster
+            self.A = np.ascontiguousarray(self.A, dtype=float)
+
     def scaled(self, c: float) -> GLMTerm:
         return GLMTerm(self.kind, self.A, self.b, c * self.weights, self.M)
 
@@ -243,7 +249,7 @@ class GLMFunction:
                 if sp.issparse(t.A):
                     H += (t.A.T @ sp.diags(wd2) @ t.A).toarray()
                 else:
-                    H += (t.A.T * wd2) @ t.A
+                    H += t.A.T @ (t.A * wd2[:, None])
         if self.Q is not None:
             Qx = self.Q @ x
             val += 0.5 * float(x @ Qx)
@@ -348,7 +354,11 @@ def _recognise_sum(expr, layout, weights: np.ndarray) -> GLMFunction:
         if c.size not in (1, other.size) or other.size != expr.size:
             raise NotRecognised("broadcast multiply")
         return _recognise_sum(other, layout, weights * c)
-    if name in ("MulExpression",) and expr.args[0].size == 1 and _const_scalar(expr.args[0]) is not None:
+    if (
+        name in ("MulExpression",)
+        and expr.args[0].size == 1
+        and _const_scalar(expr.args[0]) is not None
+    ):
         return _recognise_sum(expr.args[1], layout, weights * _const_scalar(expr.args[0]))
     if name == "DivExpression":
         c = _const_scalar(expr.args[1])

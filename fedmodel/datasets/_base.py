@@ -171,7 +171,7 @@ def _design(
     *,
     standardize: bool,
     intercept: bool,
-    one_hot: bool,
+    one_hot: bool | str,
     dtype: Any,
 ) -> tuple[np.ndarray, np.ndarray | None, list[str], list[str]]:
     """Assemble the feature matrices of the training (and test) part.
@@ -184,8 +184,14 @@ def _design(
     mean and (population) standard deviation when ``standardize=True``; a column that is
     constant on the training part is only centred. Indicator columns are never scaled.
 
+    ``one_hot="drop_first"`` drops each attribute's first (sorted) category, the usual
+    reference coding: with an intercept the design then has full column rank, which keeps
+    logistic models strongly convex (no flat directions) and their solutions unique.
+
     Returns ``(X, X_test, feature_names, standardized_names)``.
     """
+    if one_hot not in (True, False, "drop_first"):
+        raise ValueError(f"one_hot must be True, False or 'drop_first', got {one_hot!r}")
     has_test = cols[0].test is not None
     blocks: list[np.ndarray] = []
     blocks_test: list[np.ndarray] = []
@@ -204,10 +210,13 @@ def _design(
             )
             if one_hot:
                 eye = np.eye(len(cats))
-                blocks.append(eye[codes])
+                keep = slice(1, None) if one_hot == "drop_first" else slice(None)
+                blocks.append(eye[codes][:, keep])
                 if has_test:
-                    blocks_test.append(np.where((codes_t >= 0)[:, None], eye[codes_t], 0.0))
-                names.extend(f"{col.name}={c}" for c in cats)
+                    blocks_test.append(
+                        np.where((codes_t >= 0)[:, None], eye[codes_t], 0.0)[:, keep]
+                    )
+                names.extend(f"{col.name}={c}" for c in cats[keep])
                 continue
             values, values_t = codes.astype(np.float64), codes_t
         else:
@@ -237,7 +246,12 @@ def _design(
 def _options_text(*, standardize: bool, intercept: bool, one_hot: bool | None = None) -> str:
     """One sentence describing the common keyword options, for ``Dataset.description``."""
     bits = []
-    if one_hot is True:
+    if one_hot == "drop_first":
+        bits.append(
+            "categorical attributes one-hot encoded with the first category dropped "
+            "(reference coding)"
+        )
+    elif one_hot is True:
         bits.append(
             "categorical attributes one-hot encoded (one column per category, none dropped)"
         )

@@ -53,7 +53,9 @@ class _PartyGLM:
 def _stack_linear(comps: list[GLMFunction], n: int):
     """Split components into a stacked linear block (G, g0) and the nonlinear rest."""
     lin = [j for j, c in enumerate(comps) if c.is_linear]
-    G = np.array([comps[j].q if comps[j].q is not None else np.zeros(n) for j in lin]).reshape(len(lin), n)
+    G = np.array([comps[j].q if comps[j].q is not None else np.zeros(n) for j in lin]).reshape(
+        len(lin), n
+    )
     g0 = np.array([comps[j].r for j in lin])
     nonlin = [(j, comps[j]) for j in range(len(comps)) if j not in set(lin)]
     return np.array(lin, dtype=int), G, g0, nonlin
@@ -80,12 +82,21 @@ class NewtonSolver:
             self.parties.append(
                 (pg.f, _stack_linear(pg.ineq, self.n), _stack_linear(pg.eq, self.n))
             )
+        # a merit function with only quadratic/affine terms has a Hessian that changes only
+        # with sigma and the active set: its Cholesky factor is cached and reused
+        self.quadratic = all(
+            (f is None or not f.terms) and not ineq[3] and not eq[3] for f, ineq, eq in self.parties
+        )
+        self._factor_key = None
+        self._factor = None
+        self.factorizations = 0
         self.h_sumsq = np.zeros(self.n)
         for s, p in zip(reg.slices, reg.pieces):
             self.h_sumsq[s] = p.sumsq
 
     def _merit(self, x: np.ndarray, hessian: bool = True):
         p = self.problem
+        self._active = []
         beta = p.beta
         d = x - p.center
         val = 0.5 * p.sigma * d.dot(d) + float(self.h_sumsq @ (x * x))
@@ -104,6 +115,7 @@ class NewtonSolver:
                     m = mult[idx]
                     y = m + beta * c
                     act = y > 0 if projected else np.ones(y.size, dtype=bool)
+                    self._active.append(act)
                     y = np.where(act, y, 0.0)
                     val += (y @ y - m @ m) / (2 * beta)
                     grad += G.T @ y
@@ -131,7 +143,7 @@ class NewtonSolver:
             if it >= newton_cap:  # slow progress (non-convex terms): hand over to L-BFGS
                 return self._fallback(x, tol, max_iter, it)
             it += 1
-            step = self._newton_step(H, g)
+            step = self._cached_step(H, g) if self.quadratic else self._newton_step(H, g)
             slope = g @ step
             if slope >= 0:  # not a descent direction (numerical trouble): use the gradient
                 step, slope = -g, -(g @ g)
@@ -160,13 +172,24 @@ class NewtonSolver:
         report.backend = "newton+lbfgs"
         return report
 
+    def _cached_step(self, H: np.ndarray, g: np.ndarray) -> np.ndarray:
+        """Newton step reusing the Cholesky factor while (sigma, beta, active set) repeat."""
+        key = (self.problem.sigma, self.problem.beta, tuple(a.tobytes() for a in self._active))
+        if key != self._factor_key:
+            self._factor = la.cho_factor(H, check_finite=False)
+            self._factor_key = key
+            self.factorizations += 1
+        return -la.cho_solve(self._factor, g, check_finite=False)
+
     @staticmethod
     def _newton_step(H: np.ndarray, g: np.ndarray) -> np.ndarray:
         shift = 0.0
         scale = max(1.0, float(np.abs(np.diag(H)).max(initial=1.0)))
         for _ in range(30):
             try:
-                c = la.cho_factor(H + shift * np.eye(H.shape[0]) if shift else H, check_finite=False)
+                c = la.cho_factor(
+                    H + shift * np.eye(H.shape[0]) if shift else H, check_finite=False
+                )
                 return -la.cho_solve(c, g, check_finite=False)
             except la.LinAlgError:
                 shift = max(2 * shift, 1e-10 * scale) if shift else 1e-10 * scale
