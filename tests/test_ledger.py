@@ -83,9 +83,32 @@ def _arrays(value):
         yield value
 
 
+@pytest.fixture(scope="module")
+def ray_local():
+    """A local Ray with num_cpus=2, started once for the session (see test_runtime)."""
+    import ray
+
+    if not ray.is_initialized():
+        ray.init(num_cpus=2, include_dashboard=False, configure_logging=False)
+    return ray
+
+
 @pytest.mark.parametrize("method", federated_methods())
 def test_no_client_data_leaves_its_client(method, captured):
     model, res = solve_any(method)
+    check_no_data_leaves(method, model, res, captured)
+
+
+@pytest.mark.parametrize("backend", ["processes", "ray"])
+@pytest.mark.parametrize("method", ["prox-al", "admm"])
+def test_no_client_data_leaves_on_remote_backends(method, backend, captured, ray_local):
+    model = constrained_model() if method == "prox-al" else lsq_model()
+    res = model.solve(method, backend=backend, workers=2)
+    assert res.extra["backend"] == backend
+    check_no_data_leaves(method, model, res, captured)
+
+
+def check_no_data_leaves(method, model, res, captured):
     assert res.ledger, f"{method} recorded no messages"
     assert len(captured) >= len(res.ledger)
     compiled = model.compile()

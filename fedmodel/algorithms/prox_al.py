@@ -497,7 +497,8 @@ def _result(
     checkpoint, failure=None,
 ):  # fmt: skip
     solve_seconds = time.perf_counter() - t_solve
-    per_party_seconds["server"] = max(0.0, solve_seconds - sum(runtime.client_seconds.values()))
+    # the server's own time: what it did not spend waiting for the clients' replies
+    per_party_seconds["server"] = max(0.0, solve_seconds - runtime.wait_seconds)
     totals = runtime.ledger.totals("algorithm")
     totals["diagnostic"] = runtime.ledger.totals("diagnostic")
     return make_result(
@@ -515,6 +516,7 @@ def _result(
             "compile": compile_seconds,
             "solve": solve_seconds,
             "per_party": per_party_seconds,
+            "waiting": runtime.wait_seconds,
             "local_iterations": local_iters,
         },
         history=history,

@@ -510,6 +510,7 @@ class Runtime:
         self._critical_depth = 0
         self._pending_interrupt = False
         self.closed = False
+        self.wait_seconds = 0.0  # time the server spent waiting for parties' replies
 
     # -- interface ----------------------------------------------------------------------
     @property
@@ -743,7 +744,11 @@ class Runtime:
         for m in live:
             groups.setdefault(self._host_of[m.receiver], []).append(m)
         calls = {h: ("run", (ms, self.client_timeout)) for h, ms in groups.items()}
-        results = self._map(calls, {h: len(ms) for h, ms in groups.items()})
+        t0 = time.perf_counter()
+        try:
+            results = self._map(calls, {h: len(ms) for h, ms in groups.items()})
+        finally:
+            self.wait_seconds += time.perf_counter() - t0
         for h, res in results.items():
             if isinstance(res, HostDead):
                 self._mark_dead([m.receiver for m in groups[h]], res.reason)
@@ -813,7 +818,11 @@ class Runtime:
             out = self.dead[name]
         else:
             h = self._host_of[name]
-            res = self._map({h: (method, (msg, self.client_timeout))}, {h: 1})[h]
+            t0 = time.perf_counter()
+            try:
+                res = self._map({h: (method, (msg, self.client_timeout))}, {h: 1})[h]
+            finally:
+                self.wait_seconds += time.perf_counter() - t0
             if isinstance(res, HostDead):
                 self._mark_dead(self._hosts_for(self.alive).get(h, [name]), res.reason)
                 out = self.dead[name]
