@@ -145,6 +145,9 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--quick", action="store_true")
     ap.add_argument("--repeats", type=int, default=2)
+    ap.add_argument(
+        "--no-large", dest="large", action="store_false", help="skip the 80k-sample run"
+    )
     ap.add_argument("--out", default=os.path.join(os.path.dirname(__file__), "RESULTS_backends.md"))
     args = ap.parse_args()
     backends = ["serial", "processes", "ray"]
@@ -153,11 +156,12 @@ def main():
     t0 = time.perf_counter()
     ray.init(num_cpus=WORKERS, include_dashboard=False, configure_logging=False)
     ray_init = time.perf_counter() - t0
-    n, d, total = (16, 20, 4000) if args.quick else (16, 20, 20_000)
+    configs = [(16, 20, 4000, 1)] if args.quick else [(16, 20, 20_000, args.repeats)]
+    if args.large:
+        configs.append((16, 40, 80_000, 1))
     starts = cold_start(backends)
     over = overhead(backends, rounds=50 if args.quick else 300)
-    rows = heavy(backends, n, d, total, args.repeats)
-    s = rows["serial"]
+    results = [(cfg, heavy(backends, *cfg)) for cfg in configs]
     load = os.getloadavg()
     lines = [
         "# Backends benchmark",
@@ -169,11 +173,45 @@ def main():
         f"`python benchmarks/backends.py` on {platform.machine()}, {os.cpu_count()} cores, "
         f"Python {platform.python_version()}, Ray {ray.__version__}; "
         f"{WORKERS} workers (processes) / local Ray with num_cpus={WORKERS}.",
+    ]
+    for (n, d, total, repeats), rows in results:
+        lines += _heavy_table(n, d, total, repeats, rows)
+    lines += [
+        "",
+        "Start-up = starting the workers (or taking them from the idle pool) and building "
+        "every client's endpoint where it runs; the Ray instance itself was started before "
+        f"(ray.init: {ray_init:.1f} s, once per process).",
+        "",
+        "## Per-round overhead with trivial clients (16 echo clients, 21 floats each way)",
+        "",
+        f"Fastest of 3 runs of {50 if args.quick else 300} rounds. A round is one broadcast: "
+        "the server sends each worker its share of the 16 messages and waits for all replies.",
+        "",
+        "| backend | per round (ms) | per message (ms) | mark() (ms) | start-up (s) | "
+        "start-up, new workers (s) | start-up, pooled workers (s) |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for b, r in over.items():
+        cold, warm = starts.get(b, (0.0, 0.0))
+        lines.append(
+            f"| {b} | {r['per_round'] * 1e3:.3f} | {r['per_round'] * 1e3 / 16:.3f} | "
+            f"{r['per_mark'] * 1e3:.3f} | {r['startup']:.3f} | {cold:.2f} | {warm:.2f} |"
+        )
+    text = "\n".join(lines) + "\n"
+    with open(args.out, "w") as fh:
+        fh.write(text)
+    print(text)
+    return 0
+
+
+def _heavy_table(n, d, total, repeats, rows):
+    s = rows["serial"]
+    lines = [
         "",
         f"## Heavy clients: {n} clients, Neyman-Pearson (26), {total} samples in total, "
         f"{d + 1} features, prox-al to eps = 1e-4",
         "",
-        f"Fastest of {args.repeats} interleaved runs per backend.",
+        f"Fastest of {repeats} interleaved run(s) per backend.",
         "",
         "| backend | wall (s) | start-up (s) | solve (s) | speed-up (wall) | speed-up (solve) "
         "| server (s) | waiting (s) | client CPU, all (s) | client CPU, busiest worker (s) "
@@ -194,35 +232,12 @@ def main():
         "clients' handler time measured where they run (all clients; the busiest worker's). "
         "waiting - busiest worker = the backend's communication and scheduling cost.",
     ]
+    s_clients, s_server = s["client_seconds"], s["server_seconds"]
     lines += [
         "",
-        "Start-up = starting the workers (or taking them from the idle pool) and building "
-        "every client's endpoint where it runs; the Ray instance itself was started before "
-        f"(ray.init: {ray_init:.1f} s, once per process).",
-        "",
-        f"Serial: clients {s['client_seconds']:.2f} s, server {s['server_seconds']:.2f} s of "
-        f"{s['solve']:.2f} s.",
-        "",
-        "## Per-round overhead with trivial clients (16 echo clients, 21 floats each way)",
-        "",
-        f"Fastest of 3 runs of {50 if args.quick else 300} rounds. A round is one broadcast: the server sends each "
-        "worker its share of the 16 messages and waits for all replies.",
-        "",
-        "| backend | per round (ms) | per message (ms) | mark() (ms) | start-up (s) | "
-        "start-up, new workers (s) | start-up, pooled workers (s) |",
-        "|---|---|---|---|---|---|---|",
+        f"Serial: clients {s_clients:.2f} s, server {s_server:.2f} s of {s['solve']:.2f} s.",
     ]
-    for b, r in over.items():
-        cold, warm = starts.get(b, (0.0, 0.0))
-        lines.append(
-            f"| {b} | {r['per_round'] * 1e3:.3f} | {r['per_round'] * 1e3 / 16:.3f} | "
-            f"{r['per_mark'] * 1e3:.3f} | {r['startup']:.3f} | {cold:.2f} | {warm:.2f} |"
-        )
-    text = "\n".join(lines) + "\n"
-    with open(args.out, "w") as fh:
-        fh.write(text)
-    print(text)
-    return 0
+    return lines
 
 
 if __name__ == "__main__":

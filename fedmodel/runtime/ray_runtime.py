@@ -16,6 +16,7 @@ answer within ``client_timeout`` per step plus a grace period is killed, likewis
 from __future__ import annotations
 
 import os
+import pickle
 import signal
 import sys
 from collections.abc import Mapping
@@ -56,6 +57,12 @@ class _ActorHost:
 
     def call(self, method: str, *args):
         return getattr(self.host, method)(*args)
+
+    def call_pickled(self, blob: bytes) -> bytes:
+        """``call`` on a pickled ``(method, args)``, returning a pickle: plain pickle is
+        several times faster than Ray's generic serialisation of small messages."""
+        method, args = pickle.loads(blob)
+        return pickle.dumps(getattr(self.host, method)(*args), protocol=5)
 
     def reset(self) -> bool:
         """Drop every party (the actor goes back to the pool for the next solve)."""
@@ -194,7 +201,11 @@ class RayRuntime(Runtime):
         out: dict[int, Any] = {}
         with self.critical():
             for h, (method, args) in calls.items():
-                self._pending[h] = self._actors[h].call.remote(method, *args)
+                if build:  # large data: let Ray's object store carry it
+                    self._pending[h] = self._actors[h].call.remote(method, *args)
+                else:
+                    blob = pickle.dumps((method, args), protocol=5)
+                    self._pending[h] = self._actors[h].call_pickled.remote(blob)
         deadline_s = None
         if self.client_timeout and not build:
             longest = max((steps.get(h, 0) for h in calls), default=0)
@@ -213,7 +224,8 @@ class RayRuntime(Runtime):
             self._pending.pop(h, None)
             try:
                 with self.critical():
-                    out[h] = ray.get(ref)
+                    value = ray.get(ref)
+                    out[h] = pickle.loads(value) if isinstance(value, bytes) else value
             except RayActorError as exc:
                 out[h] = HostDead(f"Ray actor died ({type(exc).__name__}: {_first_line(exc)})")
             except GetTimeoutError as exc:  # pragma: no cover
