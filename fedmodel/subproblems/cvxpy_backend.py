@@ -8,6 +8,8 @@ if the conic solver stopped short of the requested tolerance, polished with L-BF
 
 from __future__ import annotations
 
+import warnings
+
 import cvxpy as cp
 import numpy as np
 
@@ -28,11 +30,8 @@ def stacked_variable_map(layout, x: cp.Variable) -> dict[int, cp.Expression]:
     """Map each model variable to the matching slice of one stacked cvxpy variable."""
     out = {}
     for v in layout.variables:
-        s = layout.slice_of(v)
-        piece = x[s]
-        out[v.id] = cp.reshape(piece, v.shape, order="F") if v.shape != (piece.size,) else piece
-        if v.shape == ():
-            out[v.id] = cp.reshape(piece, (), order="F")
+        piece = x[layout.slice_of(v)]
+        out[v.id] = piece if v.shape == (piece.size,) else cp.reshape(piece, v.shape, order="F")
     return out
 
 
@@ -116,7 +115,9 @@ class CvxpySolver:
                 par.value = val
         self.x.value = np.asarray(x0, dtype=float)
         try:
-            self.cvx_problem.solve(solver=self.solver, warm_start=True)
+            with warnings.catch_warnings():  # accuracy is measured and polished below
+                warnings.filterwarnings("ignore", message="Solution may be inaccurate")
+                self.cvx_problem.solve(solver=self.solver, warm_start=True)
             status = self.cvx_problem.status
         except cp.error.SolverError as exc:
             status = f"solver_error: {exc}"
