@@ -137,3 +137,20 @@ def test_result_record_is_json_and_complete():
     text = str(res.compare(model.solve(method="centralized")))
     assert "relative objective difference" in text
     model.summary(print_=False)
+
+
+@pytest.mark.parametrize("solver", ["newton", "lbfgs", "cvxpy"])
+def test_every_subproblem_backend_reaches_the_same_answer(solver):
+    rng = np.random.default_rng(4)
+    model = fm.Model("backends")
+    w = model.variable(3, name="w")
+    b = model.variable((), name="b")
+    for k in range(2):
+        site = model.client(f"s{k}")
+        X = site.data(rng.normal(size=(15, 3)), name="X")
+        site.minimize(cp.sum(cp.logistic(X @ w + b)) / 30 + 0.1 * cp.sum_squares(w))
+        site.subject_to(cp.sum(w) >= 0.3)
+    ref = model.solve(method="centralized")
+    res = model.solve(method="prox-al", eps=1e-6, solver=solver)
+    assert res.status == "optimal"
+    assert res.compare(ref).relative_objective_difference <= 1e-5
