@@ -148,7 +148,9 @@ def test_every_subproblem_backend_reaches_the_same_answer(solver):
     for k in range(2):
         site = model.client(f"s{k}")
         X = site.data(rng.normal(size=(15, 3)), name="X")
-        site.minimize(cp.sum(cp.logistic(X @ w + b)) / 30 + 0.1 * cp.sum_squares(w))
+        y = site.data(rng.integers(0, 2, size=15).astype(float), name="y")
+        z = X @ w + b
+        site.minimize((cp.sum(cp.logistic(z)) - y @ z) / 30 + 0.1 * cp.sum_squares(w))
         site.subject_to(cp.sum(w) >= 0.3)
     ref = model.solve(method="centralized")
     res = model.solve(method="prox-al", eps=1e-6, solver=solver)
