@@ -257,15 +257,6 @@ class Result:
 
         return plot_result(self, **kw)
 
-    def plot(self, **kw):
-        """Plot the convergence history (objective gap to ``reference=``, max violation,
-        KKT residuals against communication rounds); see :func:`fedmodel.plots.plot_result`
-        for the keywords (``reference``, ``ax``, ``path``, ``title``). Needs matplotlib
-        (``pip install 'fedmodel[plots]'``)."""
-        from fedmodel.plots import plot_result
-
-        return plot_result(self, **kw)
-
     def __repr__(self) -> str:
         kkt = f", kkt={self.kkt!r}" if self.kkt else ""
         return (
