@@ -382,7 +382,6 @@ def run_dald_cc(compiled: CompiledModel, opts: DALDOptions, method: str = "dald-
             v = 0
             if k > opts.max_outer:
                 status, reason = "max_iterations", "max_outer"
-                k -= 1
                 break
         if total >= opts.max_iter:
             status, reason = "max_iterations", "max_iter"
@@ -418,7 +417,7 @@ def run_dald_cc(compiled: CompiledModel, opts: DALDOptions, method: str = "dald-
         summary=summary,
         reports=reports,
         runtime=runtime,
-        k=k,
+        k=k - 1 if v == 0 else k,
         total=total,
         t_setup=t_setup,
         t_solve=t_solve,
@@ -600,7 +599,7 @@ def run_dald_dc(compiled: CompiledModel, opts: DALDOptions, method: str = "dald-
         summary=summary,
         reports=reports,
         runtime=runtime,
-        k=min(k, opts.max_outer),
+        k=min(k - 1 if v == 0 else k, opts.max_outer),
         total=total,
         t_setup=t_setup,
         t_solve=t_solve,
