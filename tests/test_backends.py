@@ -1,0 +1,383 @@
+"""Subproblem backends against a plain cvxpy solve of the same merit function.
+
+Every backend (Newton, L-BFGS, cvxpy, FISTA, closed form) must reach the minimiser of
+
+    phi(x) = f(x) + (||[mu + beta c(x)]_+||^2 - ||mu||^2) / (2 beta)
+                  + (||nu + beta a(x)||^2 - ||nu||^2) / (2 beta) + (sigma/2)||x - center||^2 [+ h]
+
+that an independent cvxpy problem (written here from the model's own expressions, solved
+by Clarabel at tight tolerances) finds, to 1e-8 in objective and solution; report the
+residual it actually reached; be chosen as ``fedmodel/subproblems/select.py`` documents;
+and (Newton) reuse its Cholesky factor when only vectors change.
+"""
+
+from __future__ import annotations
+
+import cvxpy as cp
+import numpy as np
+import pytest
+from problems import lcqp_test_model
+
+import fedmodel as fm
+from fedmodel.errors import UnsupportedError
+from fedmodel.models import neyman_pearson_model
+from fedmodel.subproblems.closed_form import ProxSolver
+from fedmodel.subproblems.cvxpy_backend import CvxpySolver
+from fedmodel.subproblems.merit import MeritProblem
+from fedmodel.subproblems.newton import NewtonSolver
+from fedmodel.subproblems.proximal_gradient import ProximalGradientSolver
+from fedmodel.subproblems.quasi_newton import QuasiNewtonSolver
+from fedmodel.subproblems.select import make_solver
+
+TOL = 1e-10  # requested residual
+AGREE = 1e-8  # objective and solution agreement with the plain cvxpy solve
+# what each backend is asked for and must reach: Newton the requested 1e-10; L-BFGS (and
+# cvxpy, polished by L-BFGS) stop on their own tests a little above it, and report so
+REACHED = {"newton": TOL, "lbfgs": 5e-8, "cvxpy": 5e-8, "fista": 1e-9}
+
+CLARABEL_TIGHT = {
+    "tol_gap_abs": 1e-12,
+    "tol_gap_rel": 1e-12,
+    "tol_feas": 1e-12,
+    "tol_ktratio": 1e-10,
+    "max_iter": 500,
+}
+
+
+# -- instances ----------------------------------------------------------------------------
+def _qp_eq(seed: int):
+    """An LCQP client (seed 000 Section 5.1): quadratic form + affine equalities."""
+    model = lcqp_test_model(2, d=8, m=2, seed=seed)
+    return model, model.compile().clients[0]
+
+
+def _qp_ineq(seed: int, rank_deficient: bool = False, slack: float = 0.0):
+    """Least squares with affine inequalities (piecewise-quadratic AL term)."""
+    rng = np.random.default_rng(seed)
+    d = 7
+    X = rng.normal(size=(30, d))
+    if rank_deficient:
+        X[:, 3] = X[:, 1] + X[:, 2]
+        X[:, 6] = 0.0
+    model = fm.Model("qp-ineq")
+    w = model.variable(d, name="w")
+    site = model.client("c0")
+    A = site.data(X, name="X")
+    b = site.data(rng.normal(size=30), name="y")
+    G = site.data(rng.normal(size=(4, d)), name="G")
+    h = site.data(rng.normal(size=4) * 0.3 + slack, name="h")
+    site.minimize(cp.sum_squares(A @ w - b) / 30)
+    site.subject_to(G @ w <= h)
+    return model, model.compile().clients[0]
+
+
+def _np_client(seed: int, rank_deficient: bool = False, r: float = 0.3):
+    """A Neyman-Pearson client (26): mean logistic loss, logistic constraint."""
+    rng = np.random.default_rng(seed)
+    d = 6
+    X0 = np.c_[rng.normal(size=(50, d - 1)), np.ones(50)]
+    X1 = np.c_[rng.normal(size=(25, d - 1)) + 0.5, np.ones(25)]
+    if rank_deficient:  # a duplicated and a constant-zero column, as in one-hot designs
+        for X in (X0, X1):
+            X[:, 2] = X[:, 0] - X[:, 1]
+            X[:, 3] = 0.0
+    model = neyman_pearson_model([(X0, X1), (X0[:10], X1[:10])], r=r)
+    return model, model.compile().clients[0]
+
+
+def _set(problem: MeritProblem, prog, rng, sigma: float, mu_scale: float, nu_scale=1.0):
+    n = problem.n
+    problem.set(
+        sigma=sigma,
+        center=rng.normal(size=n),
+        mu=[np.abs(rng.normal(size=prog.m_ineq)) * mu_scale],
+        nu=[rng.normal(size=prog.m_eq) * nu_scale],
+    )
+
+
+# -- the reference --------------------------------------------------------------------------
+def plain_cvxpy(model, problem: MeritProblem, h=None) -> tuple[np.ndarray, float]:
+    """argmin and min of the merit function, written directly in the model's variable."""
+    (w,) = model.variables
+    beta = problem.beta
+    obj = 0.5 * problem.sigma * cp.sum_squares(w - problem.center)
+    for prog, mu, nu in zip(problem.programs, problem.mu, problem.nu):
+        if prog.objective:
+            obj = obj + prog.objective_expr()
+        if prog.m_ineq:
+            g = cp.hstack([cp.vec(c.expr, order="F") for c in prog.ineq])
+            obj = obj + (cp.sum_squares(cp.pos(mu + beta * g)) - mu @ mu) / (2 * beta)
+        if prog.m_eq:
+            a = cp.hstack([cp.vec(c.expr, order="F") for c in prog.eq])
+            obj = obj + (cp.sum_squares(nu + beta * a) - nu @ nu) / (2 * beta)
+    if h is not None:
+        obj = obj + h(w)
+    prob = cp.Problem(cp.Minimize(obj))
+    prob.solve(solver="CLARABEL", **CLARABEL_TIGHT)
+    assert prob.status in ("optimal", "optimal_inaccurate"), prob.status  # checked below
+    x = np.asarray(w.value, dtype=float).ravel()
+    # the reference must itself be accurate for a 1e-8 comparison to mean anything
+    assert problem.residual(x) <= 1e-9, f"reference inaccurate: {problem.residual(x):.1e}"
+    return x, float(prob.value)
+
+
+def _check_against_reference(problem, report, x_ref, f_ref, reached=TOL):
+    # the residual reported is the one at the returned point (recomputed here)
+    true_residual = problem.residual(report.x)
+    assert report.residual == pytest.approx(true_residual, rel=1e-6, abs=1e-14)
+    assert report.converged == (report.residual <= report.tolerance)
+    assert report.residual <= reached, (report.backend, report.residual, report.message)
+    value = problem.value(report.x)
+    assert abs(value - f_ref) <= AGREE * max(1.0, abs(f_ref)), (report.backend, value, f_ref)
+    assert np.abs(report.x - x_ref).max() <= AGREE * max(1.0, np.abs(x_ref).max()), (
+        report.backend,
+        np.abs(report.x - x_ref).max(),
+    )
+
+
+BACKENDS = {"newton": NewtonSolver, "lbfgs": QuasiNewtonSolver, "cvxpy": CvxpySolver}
+
+# (instance builder, sigma, mu scale): mu scale 0 with a generous bound makes the AL term
+# inactive at the solution, a large one makes it active
+CASES = {
+    "qp-eq": (lambda s: _qp_eq(s), 0.7, 1.0),
+    "qp-ineq-active": (lambda s: _qp_ineq(s), 0.5, 3.0),
+    "qp-ineq-inactive": (lambda s: _qp_ineq(s, slack=10.0), 0.5, 0.0),
+    "qp-rank-deficient": (lambda s: _qp_ineq(s, rank_deficient=True), 0.3, 1.0),
+    "np-active": (lambda s: _np_client(s), 0.5, 2.0),
+    "np-inactive": (lambda s: _np_client(s, r=5.0), 0.5, 0.0),
+    "np-rank-deficient": (lambda s: _np_client(s, rank_deficient=True), 0.2, 2.0),
+}
+
+
+# seeds whose plain cvxpy reference is accurate to 1e-9 (Clarabel's exponential-cone
+# answers sometimes stop near 1e-6; plain_cvxpy asserts the reference's own residual)
+SEEDS = [2, 4]
+
+
+@pytest.mark.parametrize("backend", list(BACKENDS))
+@pytest.mark.parametrize("case", list(CASES))
+@pytest.mark.parametrize("seed", SEEDS)
+def test_backend_agrees_with_plain_cvxpy(case, backend, seed):
+    build, sigma, mu_scale = CASES[case]
+    model, prog = build(seed)
+    rng = np.random.default_rng(100 + seed)
+    beta = float(rng.uniform(2.0, 20.0))
+    problem = MeritProblem([prog], beta)
+    _set(problem, prog, rng, sigma, mu_scale)
+    x_ref, f_ref = plain_cvxpy(model, problem)
+    solver = BACKENDS[backend](problem)
+    report = solver.solve(np.zeros(problem.n), TOL)
+    _check_against_reference(problem, report, x_ref, f_ref, REACHED[backend])
+    if case.endswith("inactive"):
+        ci, _ = prog.functions.constraint_values(report.x)
+        assert np.all(problem.mu[0] + beta * ci <= 0), "the AL term should be inactive here"
+    if case.endswith("-active"):
+        ci, _ = prog.functions.constraint_values(report.x)
+        assert np.any(problem.mu[0] + beta * ci > 0), "the AL term should be active here"
+
+
+@pytest.mark.parametrize("seed", SEEDS)
+def test_newton_with_ridge_h_agrees_with_cvxpy(seed):
+    """A smooth h (sum of squares) is part of the Newton merit function (server/pooled)."""
+    model, prog = _np_client(seed)
+    (w,) = model.variables
+    model.regularize(0.05 * cp.sum_squares(w))
+    compiled = model.compile()
+    prog = compiled.clients[0]
+    rng = np.random.default_rng(seed)
+    problem = MeritProblem([prog], 5.0, compiled.regularizer)
+    _set(problem, prog, rng, 0.3, 1.0)
+    x_ref, f_ref = plain_cvxpy(model, problem, h=lambda v: 0.05 * cp.sum_squares(v))
+    for name, cls in BACKENDS.items():
+        report = cls(problem).solve(np.zeros(problem.n), TOL)
+        _check_against_reference(problem, report, x_ref, f_ref, REACHED[name])
+
+
+def _group_norm_problem(seed: int):
+    model, prog = _qp_ineq(seed)
+    (w,) = model.variables
+    model.regularize(0.3 * cp.norm(w, 2))
+    compiled = model.compile()
+    prog = compiled.clients[0]
+    rng = np.random.default_rng(seed)
+    problem = MeritProblem([prog], 4.0, compiled.regularizer)
+    _set(problem, prog, rng, 0.5, 1.0)
+    x_ref, f_ref = plain_cvxpy(model, problem, h=lambda v: 0.3 * cp.norm(v, 2))
+    return problem, x_ref, f_ref
+
+
+@pytest.mark.parametrize("seed", [0, 3])  # seeds with an accurate conic reference
+def test_group_norm_h_cvxpy_backend_agrees_with_plain_cvxpy(seed):
+    """A group norm in h: the cvxpy backend (the automatic choice) against the plain solve."""
+    problem, x_ref, f_ref = _group_norm_problem(seed)
+    solver = make_solver(problem)
+    assert isinstance(solver, CvxpySolver)
+    report = solver.solve(np.zeros(problem.n), REACHED["cvxpy"])
+    _check_against_reference(problem, report, x_ref, f_ref, REACHED["cvxpy"])
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="asked for 1e-10, the cvxpy backend polishes Clarabel's point with FISTA (see "
+    "the FISTA xfail below), which stalls near 1e-6, and returns the polished point even "
+    "when it is worse than Clarabel's own",
+)
+def test_group_norm_h_cvxpy_backend_tight_tolerance():
+    problem, x_ref, f_ref = _group_norm_problem(0)
+    report = CvxpySolver(problem).solve(np.zeros(problem.n), TOL)
+    _check_against_reference(problem, report, x_ref, f_ref, REACHED["cvxpy"])
+
+
+def test_group_norm_h_fista_reaches_tolerance_seed3():
+    problem, x_ref, f_ref = _group_norm_problem(3)
+    report = ProximalGradientSolver(problem).solve(np.zeros(problem.n), 1e-9, 20_000)
+    _check_against_reference(problem, report, x_ref, f_ref, REACHED["fista"])
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="FISTA's backtracking test f(x+) <= Q_L(x+, y) + 1e-12|f(y)| accepts any L once "
+    "the decrease is below 1e-12|f|, so the step 1/L grows to 1/sigma and the iterates "
+    "stall at ~1e-6 (20,000 iterations here). A Lipschitz test on gradients, "
+    "(grad f(x+) - grad f(y)).d <= L/2 ||d||^2, converges in 40-80 iterations on seeds "
+    "0-7 (benchmarks/RESULTS.md); proximal_gradient.py is not this test's file to change.",
+)
+def test_group_norm_h_fista_reaches_tolerance_seed0():
+    problem, x_ref, f_ref = _group_norm_problem(0)
+    report = ProximalGradientSolver(problem).solve(np.zeros(problem.n), 1e-9, 20_000)
+    _check_against_reference(problem, report, x_ref, f_ref, REACHED["fista"])
+
+
+def test_closed_form_server_step_agrees_with_cvxpy():
+    """No party terms: the closed form (prox of h at the centre)."""
+    rng = np.random.default_rng(3)
+    X0, X1 = rng.normal(size=(20, 4)), rng.normal(size=(10, 4)) + 1
+    model = neyman_pearson_model([(X0, X1)], r=0.5)
+    (w,) = model.variables
+    model.regularize(0.2 * cp.norm1(w) + 0.1 * cp.sum_squares(w))
+    compiled = model.compile()
+    problem = MeritProblem([compiled.server], 3.0, compiled.regularizer)
+    problem.set(sigma=0.8, center=rng.normal(size=4))
+    solver = make_solver(problem)
+    assert isinstance(solver, ProxSolver)
+    report = solver.solve(np.zeros(4), TOL)
+    x_ref, f_ref = plain_cvxpy(
+        model, problem, h=lambda v: 0.2 * cp.norm1(v) + 0.1 * cp.sum_squares(v)
+    )
+    _check_against_reference(problem, report, x_ref, f_ref)
+
+
+# -- backend selection (select.py's docstring) ----------------------------------------------
+def _selected(model, party="clients", solver="auto"):
+    compiled = model.compile()
+    prog = compiled.clients[0] if party == "clients" else compiled.server
+    problem = MeritProblem([prog], 10.0, compiled.regularizer if party == "server" else None)
+    return make_solver(problem, solver)
+
+
+def test_selection_per_model_class():
+    from problems import fairness_test_model, np_model
+
+    # 1. no party terms (the server of a model without server constraints): closed form
+    assert isinstance(_selected(np_model(2), "server"), ProxSolver)
+    # 2. GLM-form terms with a smooth h: Newton -- QP clients (Table 1), logistic NP clients
+    #    (Table 2), the non-convex fairness clients and server (Table 3)
+    assert isinstance(_selected(lcqp_test_model(2)), NewtonSolver)
+    assert isinstance(_selected(lcqp_test_model(2), "server"), NewtonSolver)
+    assert isinstance(_selected(np_model(2)), NewtonSolver)
+    assert isinstance(_selected(fairness_test_model(2)), NewtonSolver)
+    assert isinstance(_selected(fairness_test_model(2), "server"), NewtonSolver)
+    # quadratic merit functions are flagged for factor caching, logistic ones are not
+    assert _selected(lcqp_test_model(2)).quadratic
+    assert not _selected(np_model(2)).quadratic
+    # 3. a smooth term outside the GLM catalogue: L-BFGS
+    model = fm.Model("quartic")
+    w = model.variable(3, name="w")
+    c = model.client("c0")
+    c.minimize(cp.sum(cp.power(w - 1, 4)) + cp.log_sum_exp(w))
+    assert isinstance(_selected(model), QuasiNewtonSolver)
+    # ... and a GLM model whose h is not smooth (l1, box): L-BFGS on the server
+    model = lcqp_test_model(2)
+    model.regularize(0.1 * cp.norm1(model.variables[0]))
+    assert isinstance(_selected(model, "server"), QuasiNewtonSolver)
+    # 4. a group norm in h: cvxpy when convex, FISTA with non-convex terms
+    model = lcqp_test_model(2)
+    model.regularize(0.1 * cp.norm(model.variables[0], 2))
+    assert isinstance(_selected(model, "server"), CvxpySolver)
+    model = fairness_test_model(2)
+    model.regularize(0.1 * cp.norm(model.variables[0], 2))
+    assert isinstance(_selected(model, "server"), ProximalGradientSolver)
+    # overrides
+    assert isinstance(_selected(np_model(2), solver="lbfgs"), QuasiNewtonSolver)
+    assert isinstance(_selected(np_model(2), solver="cvxpy"), CvxpySolver)
+    assert isinstance(_selected(np_model(2), solver="newton"), NewtonSolver)
+    model = fm.Model("quartic")
+    w = model.variable(3, name="w")
+    model.client("c0").minimize(cp.sum(cp.power(w, 4)))
+    with pytest.raises(UnsupportedError, match="Newton backend"):
+        _selected(model, solver="newton")
+    with pytest.raises(UnsupportedError, match="unknown subproblem solver"):
+        _selected(np_model(2), solver="osqp")
+
+
+def test_methods_use_the_documented_backend():
+    """prox-al's clients get Newton on these model classes (seen in the local stats)."""
+    from problems import np_model
+
+    res = np_model(2).solve(method="prox-al", eps=1e-4, history=False)
+    assert res.status == "optimal"
+    res = lcqp_test_model(2).solve(method="prox-al", eps=1e-4, history=False)
+    assert res.status == "optimal"
+
+
+# -- factorization reuse ------------------------------------------------------------------
+def test_cholesky_factor_reused_when_only_vectors_change():
+    model, prog = _qp_eq(0)
+    problem = MeritProblem([prog], 10.0)
+    solver = NewtonSolver(problem)
+    assert solver.quadratic
+    rng = np.random.default_rng(0)
+    x = np.zeros(problem.n)
+    for _ in range(25):  # ADMM pattern: new centre and multipliers, same sigma and beta
+        _set(problem, prog, rng, 0.7, 1.0)
+        report = solver.solve(x, 1e-10)
+        assert report.converged
+        x = report.x
+    assert solver.factorizations == 1
+    problem.set(sigma=0.9, center=problem.center)  # new sigma: one new factor
+    solver.solve(x, 1e-10)
+    assert solver.factorizations == 2
+    x_ref, f_ref = plain_cvxpy(model, problem)
+    _check_against_reference(problem, solver.solve(x_ref + 1.0, 1e-10), x_ref, f_ref)
+    assert solver.factorizations == 2
+
+
+def test_newton_chord_steps_within_a_solve_and_history_independence():
+    """Logistic terms: a solve reuses its own factor (chord steps) while they contract,
+    still reaches the exact tolerance, and its answer does not depend on earlier solves
+    (a fresh solver given the same x0 and parameters returns the same bits: what makes
+    resumed and retried runs repeat the uninterrupted iterates)."""
+    model, prog = _np_client(2)
+    problem = MeritProblem([prog], 10.0)
+    solver = NewtonSolver(problem)
+    rng = np.random.default_rng(0)
+    c = rng.normal(size=problem.n)
+    problem.set(sigma=0.5, center=c, mu=[np.ones(1)])
+    x = solver.solve(np.zeros(problem.n), 1e-10).x
+    iterations = factorizations = 0
+    for _ in range(10):  # small moves of the centre, as in late ADMM rounds
+        c = c + 1e-3 * rng.normal(size=problem.n)
+        problem.set(sigma=0.5, center=c, mu=[np.ones(1)])
+        before = solver.factorizations
+        report = solver.solve(x, 1e-10)
+        assert report.residual <= 1e-10
+        assert report.residual == pytest.approx(problem.residual(report.x), rel=1e-6, abs=1e-15)
+        iterations += report.iterations
+        factorizations += solver.factorizations - before
+        fresh = NewtonSolver(problem).solve(x, 1e-10)
+        assert np.array_equal(fresh.x, report.x) and fresh.iterations == report.iterations
+        x = report.x
+    assert factorizations < iterations  # some steps reused a factor
+    x_ref, f_ref = plain_cvxpy(model, problem)
+    assert np.abs(x - x_ref).max() <= AGREE
