@@ -254,9 +254,7 @@ def unit_np(n: int, methods: list[str], time_limit: float, fed_limit: float):
         if out is None:
             row.update(status="error", error=err, objective=float("nan"))
         else:
-            row.update(
-                objective=out[0], max_violation=out[1], outer=out[2], status="not certified"
-            )
+            row.update(objective=out[0], max_violation=out[1], outer=out[2], status="not certified")
         row["backend"] = "-"
         rows.append(row)
     for label, settings in (("paper", NP_PAPER), ("best found", NP_BEST)):
@@ -413,11 +411,14 @@ def unit_memory(n: int, method: str, time_limit: float):
     sites = np_sites(n)
     with tempfile.TemporaryDirectory() as tmp:
         path = os.path.join(tmp, "sites.npz")
-        np.savez(path, **{f"x{k}_{c}": a for k, site in enumerate(sites) for c, a in enumerate(site)})
+        np.savez(
+            path, **{f"x{k}_{c}": a for k, site in enumerate(sites) for c, a in enumerate(site)}
+        )
+        here = os.path.dirname(os.path.abspath(__file__))
+        args = f"{path!r}, {n}, {method!r}, {time_limit!r}"
         code = (
-            "import sys, json; sys.path.insert(0, %r); from cases import memory_child; "
-            "print('@@MEM ' + json.dumps(memory_child(%r, %d, %r, %r)))"
-            % (os.path.dirname(os.path.abspath(__file__)), path, n, method, time_limit)
+            f"import sys, json; sys.path.insert(0, {here!r}); from cases import memory_child; "
+            f"print('@@MEM ' + json.dumps(memory_child({args})))"
         )
         proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     for line in proc.stdout.splitlines():

@@ -125,7 +125,9 @@ def targets(data) -> list[list[str]]:
         rows.append(["Table 1 largest, eps=1e-6", "-", _verdict(None)])
     np20 = [r for r in _case(data, "np") if r.get("n") == 20]
     cert = [
-        r for r in np20 if r.get("method") in ("cprox-al", "centralized") and r["status"] == "optimal"
+        r
+        for r in np20
+        if r.get("method") in ("cprox-al", "centralized") and r["status"] == "optimal"
     ]
     best_c = min(cert, key=lambda r: r["wall"]) if cert else None
     for label in ("best found", "paper"):
@@ -160,7 +162,10 @@ def targets(data) -> list[list[str]]:
     cen = [r for r in np20 if r.get("method") == "centralized"]
     if cen:
         r = cen[0]
-        ok = r["status"] == "optimal" and max(r.get("stationarity", 1), r.get("feasibility", 1)) <= 1e-6
+        ok = (
+            r["status"] == "optimal"
+            and max(r.get("stationarity", 1), r.get("feasibility", 1)) <= 1e-6
+        )
         rows.append(
             [
                 "NP on Adult, n=20: method='centralized' returns a certified optimum (KKT <= 1e-6)",
@@ -172,7 +177,9 @@ def targets(data) -> list[list[str]]:
     else:
         rows.append(["NP on Adult, n=20: centralized certified", "-", _verdict(None)])
     sc = [r for r in _case(data, "scaling") if r.get("method") == "prox-al"]
-    fixed = {r["n"]: r for r in sc if "rounds" in str(r.get("label")) and r.get("per_client_round_us")}
+    fixed = {
+        r["n"]: r for r in sc if "rounds" in str(r.get("label")) and r.get("per_client_round_us")
+    }
     conv = {r["n"]: r for r in sc if r.get("label") == "eps 1e-3" and r.get("per_client_round_us")}
     if 1000 in fixed or 1000 in conv:
         us = [d[1000]["per_client_round_us"] for d in (fixed, conv) if 1000 in d]
@@ -180,7 +187,11 @@ def targets(data) -> list[list[str]]:
             [
                 "Scaling: cost per client per round <= 100 us, d=50 QP clients, n=1000, serial",
                 f"{min(us):.0f} us (fixed-round run) / "
-                + (f"{conv[1000]['per_client_round_us']:.0f} us (run to eps=1e-3)" if 1000 in conv else "-"),
+                + (
+                    f"{conv[1000]['per_client_round_us']:.0f} us (run to eps=1e-3)"
+                    if 1000 in conv
+                    else "-"
+                ),
                 _verdict(min(us) <= 100),
             ]
         )
@@ -225,7 +236,9 @@ def _table1_summary(rows):
             continue
 
         def stat(vals, fmt=_s):
-            vals = [v for v in vals if v is not None and not (isinstance(v, float) and math.isnan(v))]
+            vals = [
+                v for v in vals if v is not None and not (isinstance(v, float) and math.isnan(v))
+            ]
             if not vals:
                 return "-"
             if len(vals) == 1:
@@ -317,7 +330,10 @@ def render(data, quick: bool = False) -> str:
                         [_row(r) + [_e(r.get("rel_diff_exact"))] for r in t1t])  # fmt: skip
     for name, title in (
         ("np", "Neyman-Pearson (26) on UCI Adult (97 features, 30,162 rows), r = 0.2"),
-        ("fairness", "Fairness (28) on UCI Adult (clients: training part; server: test part), r = 0.1"),
+        (
+            "fairness",
+            "Fairness (28) on UCI Adult (clients: training part; server: test part), r = 0.1",
+        ),
         ("scaling", "Scaling: n QP clients, d = 50"),
     ):
         rows = _case(data, name)

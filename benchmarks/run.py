@@ -73,9 +73,12 @@ def plan(case: str, quick: bool, seeds: int | None, limit: float | None) -> list
             if not quick:
                 methods += ["centralized", "slsqp", "prox-al:paper"]
             units.append(
-                {"case": case, "fn": "np",
-                 "params": {"n": n, "methods": methods, "time_limit": t, "fed_limit": fed},
-                 "timeout": 2 * t + 2 * fed + 300}  # fmt: skip
+                {
+                    "case": case,
+                    "fn": "np",
+                    "params": {"n": n, "methods": methods, "time_limit": t, "fed_limit": fed},
+                    "timeout": 2 * t + 2 * fed + 300,
+                }  # fmt: skip
             )
         return units
     if case == "fairness":
@@ -84,34 +87,54 @@ def plan(case: str, quick: bool, seeds: int | None, limit: float | None) -> list
         fed = limit or (10 if quick else 300)
         methods = ["prox-al:best found"] + ([] if quick else ["cprox-al", "prox-al:paper"])
         return [
-            {"case": case, "fn": "fairness",
-             "params": {"n": n, "methods": methods, "time_limit": t, "fed_limit": fed},
-             "timeout": t + 2 * fed + 300}  # fmt: skip
+            {
+                "case": case,
+                "fn": "fairness",
+                "params": {"n": n, "methods": methods, "time_limit": t, "fed_limit": fed},
+                "timeout": t + 2 * fed + 300,
+            }  # fmt: skip
             for n in ns
         ]
     if case == "scaling":
         ns = (10, 100) if quick else (10, 100, 1000)
         t = limit or (10 if quick else 300)
         return [
-            {"case": case, "fn": "scaling",
-             "params": {"n": n, "d": 50, "time_limit": t, "centralized": True, "rounds": 30,
-                        "converge": not quick or n <= 10},
-             "timeout": 3 * t + 600}  # fmt: skip
+            {
+                "case": case,
+                "fn": "scaling",
+                "params": {
+                    "n": n,
+                    "d": 50,
+                    "time_limit": t,
+                    "centralized": True,
+                    "rounds": 30,
+                    "converge": not quick or n <= 10,
+                },
+                "timeout": 3 * t + 600,
+            }  # fmt: skip
             for n in ns
         ]
     if case == "memory":
         t = limit or (5 if quick else 60)
         ms = ("prox-al",) if quick else ("prox-al", "cprox-al", "centralized")
         return [
-            {"case": case, "fn": "memory", "params": {"n": 20, "method": m, "time_limit": t},
-             "timeout": t + 600}  # fmt: skip
+            {
+                "case": case,
+                "fn": "memory",
+                "params": {"n": 20, "method": m, "time_limit": t},
+                "timeout": t + 600,
+            }  # fmt: skip
             for m in ms
         ]
     if case == "profile":
         s = limit or 60
         return [
-            {"case": case, "fn": "profile", "params": {"what": w, "seconds": s},
-             "timeout": 10 * s + 300}  # fmt: skip
+            {
+                "case": case,
+                "fn": "profile",
+                "params": {"what": w, "seconds": s},
+                "timeout": 10 * s + 300,
+            }  # fmt: skip
             for w in ("np20", "scaling1000")
         ]
     raise SystemExit(f"unknown case {case!r}; choose from {', '.join(CASES)}")
@@ -150,8 +173,9 @@ def unit_main(spec: str) -> None:
 
     unit = json.loads(spec)
     # warm-up: imports and a tiny solve, so the first timed solve pays no start-up cost
-    import fedmodel  # noqa: F401
     from cases import scaling_model
+
+    import fedmodel  # noqa: F401
 
     scaling_model(2, 5).solve(method="centralized")
     scaling_model(2, 5).solve(method="prox-al", history=False)

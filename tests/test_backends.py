@@ -353,6 +353,33 @@ def test_cholesky_factor_reused_when_only_vectors_change():
     assert solver.factorizations == 2
 
 
+def test_cholesky_factor_per_active_set():
+    """Affine inequalities: one factor per active set, reused while it repeats."""
+    model, prog = _qp_ineq(1)
+    problem = MeritProblem([prog], 10.0)
+    solver = NewtonSolver(problem)
+    assert solver.quadratic
+    rng = np.random.default_rng(1)
+    centers = [rng.normal(size=problem.n) for _ in range(3)]
+    mus = [np.abs(rng.normal(size=prog.m_ineq)) * s for s in (0.0, 1.0, 3.0)]
+    seen = set()
+    for _ in range(4):  # alternating problems (and so active sets), always from 0
+        for c, mu in zip(centers, mus):
+            problem.set(sigma=0.5, center=c, mu=[mu])
+            report = solver.solve(np.zeros(problem.n), 1e-10)
+            assert report.converged
+            ci, _ = prog.functions.constraint_values(report.x)
+            seen.add((mu + 10.0 * ci > 0).tobytes())
+    # one factor per (sigma, beta, active set) met along the way: repeating the same three
+    # problems four times adds none
+    assert solver.factorizations <= len(seen) + 3 * 2  # + active sets passed on the way
+    before = solver.factorizations
+    for c, mu in zip(centers, mus):
+        problem.set(sigma=0.5, center=c, mu=[mu])
+        solver.solve(np.zeros(problem.n), 1e-10)
+    assert solver.factorizations == before
+
+
 def test_newton_chord_steps_within_a_solve_and_history_independence():
     """Logistic terms: a solve reuses its own factor (chord steps) while they contract,
     still reaches the exact tolerance, and its answer does not depend on earlier solves
@@ -381,3 +408,18 @@ def test_newton_chord_steps_within_a_solve_and_history_independence():
     assert factorizations < iterations  # some steps reused a factor
     x_ref, f_ref = plain_cvxpy(model, problem)
     assert np.abs(x - x_ref).max() <= AGREE
+
+
+def test_newton_cross_check_hands_over_on_disagreement():
+    """If the GLM form and the model's evaluator ever disagreed, Newton would not be
+    trusted: it warns and solves with L-BFGS (simulated by corrupting the GLM form)."""
+    model, prog = _np_client(0)
+    problem = MeritProblem([prog], 10.0)
+    _set(problem, prog, np.random.default_rng(0), 0.5, 1.0)
+    solver = NewtonSolver(problem)
+    solver.obj.terms[0].weights = solver.obj.terms[0].weights * 1.5
+    with pytest.warns(RuntimeWarning, match="disagrees"):
+        report = solver.solve(np.zeros(problem.n), 1e-9)
+    assert report.backend == "newton->lbfgs"
+    assert report.residual == pytest.approx(problem.residual(report.x), rel=1e-6)
+    assert report.converged

@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 import cvxpy as cp
 import numpy as np
 import scipy.sparse as sp
+from scipy.linalg import blas
 from scipy.special import expit
 
 from fedmodel.compiler.smooth import VariableLayout
@@ -49,6 +50,19 @@ def _dense_or_sparse(M):
             return M.toarray()
         return sp.csr_matrix(M)
     return np.asarray(M)
+
+
+def _is_identity(p: Affine) -> bool:
+    """True when ``p.A`` is the N x N identity (a variable that is the whole of x)."""
+    A = p.A
+    if not sp.issparse(A) or A.shape[0] != A.shape[1] or A.nnz != A.shape[0]:
+        return False
+    A = sp.csr_matrix(A)
+    return bool(
+        np.array_equal(A.indices, np.arange(A.shape[0]))
+        and np.array_equal(A.indptr, np.arange(A.shape[0] + 1))
+        and np.all(A.data == 1.0)
+    )
 
 
 def _const_value(expr) -> np.ndarray | sp.spmatrix:
@@ -107,6 +121,9 @@ def affine_map(expr: cp.Expression, layout: VariableLayout) -> Affine:
             C = _const_value(left)
             C = C if C.ndim == 2 or sp.issparse(C) else np.atleast_2d(C)
             p = affine_map(right, layout)
+            if _is_identity(p) and not sp.issparse(C):
+                # data @ w with w the whole stacked vector: the data matrix itself (no copy)
+                return Affine(C, np.asarray(C @ p.b).ravel(), shape)
             A = C @ p.A
             b = np.asarray(C @ p.b).ravel()
             return Affine(_dense_or_sparse(A), b, shape)
@@ -188,22 +205,81 @@ def _phi(kind: str, z: np.ndarray, M: float = 1.0):
     raise ValueError(kind)
 
 
+def phi_value_d1(kind: str, z: np.ndarray, M: float = 1.0):
+    """Values and first derivatives of the scalar function ``kind`` at ``z``."""
+    if kind == "logistic":
+        return np.logaddexp(0.0, z), expit(z)
+    if kind == "exp":
+        e = np.exp(z)
+        return e, e
+    if kind == "square":
+        return z * z, 2.0 * z
+    val, d1, _ = _phi(kind, z, M)
+    return val, d1
+
+
+def phi_d2(kind: str, z: np.ndarray, M: float = 1.0) -> np.ndarray:
+    """Second derivatives of the scalar function ``kind`` at ``z`` (generalised for huber)."""
+    if kind == "logistic":
+        s = expit(z)
+        return s * (1.0 - s)
+    if kind == "exp":
+        return np.exp(z)
+    if kind == "square":
+        return np.full_like(z, 2.0)
+    return _phi(kind, z, M)[2]
+
+
 @dataclass
 class GLMTerm:
-    """``sum_k weights_k * phi(A x + b)_k``."""
+    """``sum_k weights_k * phi(s A x + b)_k`` (``s`` = -1 keeps ``-(X @ w)`` without a
+    negated copy of the data matrix ``X``)."""
 
     kind: str
     A: np.ndarray | sp.spmatrix
     b: np.ndarray
     weights: np.ndarray
     M: float = 1.0
+    s: float = 1.0
 
     def __post_init__(self) -> None:
         if not sp.issparse(self.A):  # row-major rows make A^T diag(.) A several times faster
             self.A = np.ascontiguousarray(self.A, dtype=float)
 
     def scaled(self, c: float) -> GLMTerm:
-        return GLMTerm(self.kind, self.A, self.b, c * self.weights, self.M)
+        return GLMTerm(self.kind, self.A, self.b, c * self.weights, self.M, self.s)
+
+    def image(self, x: np.ndarray) -> np.ndarray:
+        """``s A x + b``."""
+        Ax = self.A @ x
+        return (Ax if self.s == 1.0 else self.s * Ax) + self.b
+
+    def rmatvec(self, v: np.ndarray) -> np.ndarray:
+        """``s A^T v``."""
+        out = self.A.T @ v
+        return out if self.s == 1.0 else self.s * out
+
+    def gram(self, d: np.ndarray) -> np.ndarray:
+        """``s^2 A^T diag(d) A`` (dense)."""
+        if sp.issparse(self.A):
+            G = (self.A.T @ sp.diags(d) @ self.A).toarray()
+        else:
+            G = self.A.T @ (self.A * d[:, None])
+        return G if self.s == 1.0 else (self.s * self.s) * G
+
+    def gram_upper(self, d: np.ndarray) -> np.ndarray:
+        """Like :meth:`gram`, but only the upper triangle is guaranteed (BLAS syrk on
+        ``sqrt(d) A`` when ``d >= 0``: half the flops of the full product); for Cholesky."""
+        if sp.issparse(self.A) or d.size == 0 or d.min() < 0:
+            return self.gram(d)
+        B = self.A * np.sqrt(d)[:, None]
+        G = blas.dsyrk(1.0, B.T, trans=0, lower=0)  # B.T is Fortran-ordered: no copy
+        return G if self.s == 1.0 else (self.s * self.s) * G
+
+    def dense_A(self) -> np.ndarray:
+        """``s A`` as a dense array (a copy unless s = 1 and A is dense)."""
+        A = self.A.toarray() if sp.issparse(self.A) else self.A
+        return A if self.s == 1.0 else self.s * A
 
 
 @dataclass
@@ -240,16 +316,12 @@ class GLMFunction:
         g = np.zeros(self.n)
         H = np.zeros((self.n, self.n)) if hessian else None
         for t in self.terms:
-            z = t.A @ x + t.b
+            z = t.image(x)
             v, d1, d2 = _phi(t.kind, z, t.M)
             val += float(t.weights @ v)
-            g += t.A.T @ (t.weights * d1)
+            g += t.rmatvec(t.weights * d1)
             if hessian:
-                wd2 = t.weights * d2
-                if sp.issparse(t.A):
-                    H += (t.A.T @ sp.diags(wd2) @ t.A).toarray()
-                else:
-                    H += t.A.T @ (t.A * wd2[:, None])
+                H += t.gram(t.weights * d2)
         if self.Q is not None:
             Qx = self.Q @ x
             val += 0.5 * float(x @ Qx)
@@ -319,10 +391,13 @@ def recognise_scalar(expr: cp.Expression, layout: VariableLayout) -> GLMFunction
         Pv = _const_value(P)
         Pv = Pv.toarray() if sp.issparse(Pv) else Pv
         p = affine_map(x, layout)
-        A = p.A.toarray() if sp.issparse(p.A) else p.A
         Ps = 0.5 * (Pv + Pv.T)
-        Q = 2.0 * A.T @ Ps @ A
-        q = 2.0 * A.T @ Ps @ p.b
+        # A is usually a sparse selection of the variable's coordinates: two sparse-dense
+        # products instead of dense m x N x N ones
+        APs = np.asarray(p.A.T @ Ps)  # N x m
+        Q = 2.0 * np.asarray(p.A.T @ APs.T)
+        Q = Q.toarray() if sp.issparse(Q) else Q
+        q = 2.0 * APs @ p.b
         return GLMFunction(N, Q=Q, q=q, r=float(p.b @ Ps @ p.b))
     raise NotRecognised(f"scalar atom {name}")
 
@@ -377,9 +452,12 @@ def _recognise_sum(expr, layout, weights: np.ndarray) -> GLMFunction:
         M = float(np.asarray(getattr(expr.M, "value", expr.M)))
     if kind is None:
         raise NotRecognised(f"elementwise atom {name}")
-    p = affine_map(expr.args[0], layout)
+    arg, sign = expr.args[0], 1.0
+    if type(arg).__name__ == "NegExpression":  # phi(-(X w)): keep X, not a negated copy
+        arg, sign = arg.args[0], -1.0
+    p = affine_map(arg, layout)
     w = np.broadcast_to(weights, (p.m,)).astype(float)
-    return GLMFunction(N, [GLMTerm(kind, _dense_or_sparse(p.A), p.b, w.copy(), M)])
+    return GLMFunction(N, [GLMTerm(kind, _dense_or_sparse(p.A), sign * p.b, w.copy(), M, sign)])
 
 
 def recognise_components(expr: cp.Expression, layout: VariableLayout) -> list[GLMFunction]:

@@ -12,14 +12,53 @@ grad c_j^T) + (equalities likewise) + sigma I`` (``p = [mu + beta c]_+``): the A
 C^1 with a piecewise Hessian, which semismooth Newton treats exactly. Steps are damped by
 an Armijo line search; an indefinite ``H`` (non-convex terms) is shifted until its
 Cholesky factorisation exists. Stops at ``||grad phi||_inf <= tol`` (down to ~1e-12).
+
+Cost structure (what makes thousands of small solves cheap):
+
+* all parties' objective terms are merged: one quadratic ``Q``, and GLM terms of the same
+  kind stacked into one data matrix (one matrix product per evaluation, not one per term);
+  affine constraints of all parties are stacked into one matrix;
+* the Hessian is built only when a Newton step needs it (never at the accepted point that
+  ends the solve), from the affine images computed for the gradient;
+* when the merit function is quadratic (quadratic/affine terms, affine constraints) its
+  Hessian changes only with ``sigma``, ``beta`` and the active set of the inequalities:
+  the Cholesky factor is cached under that key and reused across ADMM rounds and outer
+  iterations; with the factor reused the Hessian is not even assembled
+  (``factorizations`` counts the factorisations);
+* otherwise (logistic and other GLM terms) a factor computed in a solve is reused for the
+  next steps of that solve (chord steps: two matrix-vector products instead of a Hessian)
+  while full steps keep contracting ``||grad||_inf`` tenfold; never across solves, so the
+  answer depends only on ``x0`` and the parameters (resumed and retried runs repeat the
+  iterates bit for bit); the data part of the Hessian is one BLAS ``syrk``;
+* square terms ``sum w (a^T x + b)^2`` are folded into the quadratic form, data matrices
+  are used in place (``X @ w`` and ``-(X @ w)`` keep ``X``; no copies);
+* the affine images at the last point are kept, so a solve started where the previous one
+  ended (the ADMM pattern) does not recompute them;
+* the residual reported is ``||grad phi(x)||_inf`` at the returned ``x`` from this
+  backend's exact gradient; on the first solve it is cross-checked against the model's
+  independent smooth evaluator (:meth:`MeritProblem.smooth_value_grad`), and the backend
+  hands over to L-BFGS for good if the two disagree.
 """
 
 from __future__ import annotations
 
+import warnings
+from collections import OrderedDict
+
 import numpy as np
 import scipy.linalg as la
+import scipy.sparse as sp
+from scipy.linalg import blas
 
-from fedmodel.compiler.glm import GLMFunction, NotRecognised, recognise_components, recognise_scalar
+from fedmodel.compiler.glm import (
+    GLMFunction,
+    GLMTerm,
+    NotRecognised,
+    phi_d2,
+    phi_value_d1,
+    recognise_components,
+    recognise_scalar,
+)
 from fedmodel.compiler.partition import PartyProgram
 from fedmodel.subproblems.merit import MeritProblem, SolveReport
 
@@ -50,15 +89,161 @@ class _PartyGLM:
         return out
 
 
-def _stack_linear(comps: list[GLMFunction], n: int):
-    """Split components into a stacked linear block (G, g0) and the nonlinear rest."""
-    lin = [j for j, c in enumerate(comps) if c.is_linear]
-    G = np.array([comps[j].q if comps[j].q is not None else np.zeros(n) for j in lin]).reshape(
-        len(lin), n
-    )
-    g0 = np.array([comps[j].r for j in lin])
-    nonlin = [(j, comps[j]) for j in range(len(comps)) if j not in set(lin)]
-    return np.array(lin, dtype=int), G, g0, nonlin
+def _merge_terms(terms: list[GLMTerm]) -> list[GLMTerm]:
+    """Stack the data matrices of dense terms of the same kind (one product instead of
+    one per term); sparse terms are kept apart."""
+    groups: dict = {}
+    out: list[GLMTerm] = []
+    for t in terms:
+        if sp.issparse(t.A):
+            out.append(t)
+        else:
+            groups.setdefault((t.kind, t.M), []).append(t)
+    for (kind, M), ts in groups.items():
+        if len(ts) == 1:
+            out.append(ts[0])
+        else:
+            out.append(
+                GLMTerm(
+                    kind,
+                    np.vstack([t.dense_A() for t in ts]),
+                    np.concatenate([t.b for t in ts]),
+                    np.concatenate([t.weights for t in ts]),
+                    M,
+                )
+            )
+    return out
+
+
+_TRACE = False
+
+#: square terms are folded into a dense quadratic form up to this many unknowns
+MAX_DENSE_FOLD = 2000
+
+
+class _Smooth:
+    """``sum_terms w . phi(A x + b) + x^T Q x / 2 + q^T x + r`` with explicit affine images."""
+
+    def __init__(self, fn: GLMFunction | None, n: int):
+        self.n = n
+        if fn is None:
+            fn = GLMFunction(n)
+        Q = None if fn.Q is None else np.array(fn.Q, dtype=float)
+        q = None if fn.q is None else np.array(fn.q, dtype=float)
+        r = float(fn.r)
+        terms = []
+        for t in fn.terms:
+            if t.kind == "square" and n <= MAX_DENSE_FOLD:
+                # sum w (a^T x + b)^2 is a quadratic form: folded into (Q, q, r), so the
+                # merit function can be recognised as quadratic and its factor cached
+                A = t.dense_A()
+                WA = A * t.weights[:, None]
+                Q = 2.0 * (A.T @ WA) if Q is None else Q + 2.0 * (A.T @ WA)
+                q = 2.0 * (WA.T @ t.b) if q is None else q + 2.0 * (WA.T @ t.b)
+                r += float(t.weights @ (t.b * t.b))
+            else:
+                terms.append(t)
+        self.terms = _merge_terms(terms)
+        self.Q = None if Q is None else np.ascontiguousarray(0.5 * (Q + Q.T))
+        self.q = q
+        self.r = r
+
+    @property
+    def quadratic(self) -> bool:
+        return not self.terms
+
+    def images(self, x: np.ndarray):
+        """The affine images the value, gradient and Hessian need: ``(A_k x + b_k)_k, Qx``."""
+        zs = [t.image(x) for t in self.terms]
+        Qx = self.Q @ x if self.Q is not None else None
+        return zs, Qx
+
+    def value_grad(self, x: np.ndarray, images) -> tuple[float, np.ndarray]:
+        zs, Qx = images
+        val = self.r
+        g = np.zeros(self.n)
+        for t, z in zip(self.terms, zs):
+            v, d1 = phi_value_d1(t.kind, z, t.M)
+            val += float(t.weights @ v)
+            g += t.rmatvec(t.weights * d1)
+        if Qx is not None:
+            val += 0.5 * float(x @ Qx)
+            g += Qx
+        if self.q is not None:
+            val += float(self.q @ x)
+            g += self.q
+        return float(val), g
+
+    def add_hessian(self, H: np.ndarray, images, scale: float = 1.0) -> None:
+        """Add ``scale`` times the Hessian to ``H``; only the upper triangle of the
+        result is meaningful (what the Cholesky factorisation reads)."""
+        zs, _ = images
+        for t, z in zip(self.terms, zs):
+            H += t.gram_upper(scale * t.weights * phi_d2(t.kind, z, t.M))
+        if self.Q is not None:
+            H += self.Q if scale == 1.0 else scale * self.Q
+
+
+def _stack_linear(parts: list[tuple[int, list[GLMFunction]]], n: int):
+    """Stack the affine components of all parties: ``G x + g0`` with, per party, where its
+    rows sit in the party's multiplier vector; the nonlinear components are returned apart
+    as ``(party, index, _Smooth)``."""
+    rows, g0, gather, nonlin = [], [], [], []
+    for j, comps in parts:
+        lin = [k for k, c in enumerate(comps) if c.is_linear]
+        for k in lin:
+            c = comps[k]
+            rows.append(c.q if c.q is not None else np.zeros(n))
+            g0.append(c.r)
+        if lin:
+            gather.append((j, np.array(lin, dtype=int)))
+        nonlin += [(j, k, _Smooth(c, n)) for k, c in enumerate(comps) if not c.is_linear]
+    G = np.array(rows, dtype=float).reshape(len(rows), n)
+    return G, np.array(g0, dtype=float), gather, nonlin
+
+
+class _State:
+    """Everything computed at one point: value, gradient and what the Hessian needs."""
+
+    __slots__ = ("x", "val", "g", "images", "act", "comps")
+
+    def __init__(self, x, val, g, images, act, comps):
+        self.x, self.val, self.g, self.images, self.act, self.comps = (
+            x,
+            val,
+            g,
+            images,
+            act,
+            comps,
+        )
+
+
+def _trsv_solve(factor, g: np.ndarray) -> np.ndarray:
+    """``H^{-1} g`` from ``cho_factor``'s upper factor by two BLAS triangular solves
+    (several times faster than LAPACK's potrs for one right-hand side)."""
+    U, lower = factor
+    if lower:
+        return la.cho_solve(factor, g, check_finite=False)
+    y = blas.dtrsv(U, g, trans=1)
+    return blas.dtrsv(U, y, trans=0, overwrite_x=1)
+
+
+def _factor(H: np.ndarray):
+    """Cholesky factor of ``H``, shifted by a multiple of I until it exists (indefinite H
+    from non-convex terms); None when even large shifts fail."""
+    try:
+        return la.cho_factor(H, lower=False, check_finite=False)
+    except la.LinAlgError:
+        pass
+    scale = max(1.0, float(np.abs(np.diag(H)).max(initial=1.0)))
+    shift = 1e-9 * scale
+    eye = np.eye(H.shape[0])
+    for _ in range(30):
+        try:
+            return la.cho_factor(H + shift * eye, lower=False, check_finite=False)
+        except la.LinAlgError:
+            shift *= 10
+    return None
 
 
 class NewtonSolver:
@@ -66,6 +251,14 @@ class NewtonSolver:
 
     Raises :class:`~fedmodel.compiler.glm.NotRecognised` at construction when the problem
     has another shape (the backend selection then falls back to L-BFGS).
+
+    Attributes
+    ----------
+    quadratic : bool
+        True when the merit function is (piecewise) quadratic; its Cholesky factor is then
+        cached and reused while ``(sigma, beta, active set)`` repeat.
+    factorizations : int
+        Cholesky factorisations computed so far (all cases).
     """
 
     name = "newton"
@@ -75,92 +268,251 @@ class NewtonSolver:
         if not reg.is_smooth:
             raise NotRecognised("h is not smooth")
         self.problem = problem
-        self.n = problem.n
-        self.parties = []
-        for prog in problem.programs:
+        n = self.n = problem.n
+        f_total = None
+        ineq, eq = [], []
+        for j, prog in enumerate(problem.programs):
             pg = _PartyGLM(prog)
-            self.parties.append(
-                (pg.f, _stack_linear(pg.ineq, self.n), _stack_linear(pg.eq, self.n))
-            )
-        # a merit function with only quadratic/affine terms has a Hessian that changes only
-        # with sigma and the active set: its Cholesky factor is cached and reused
-        self.quadratic = all(
-            (f is None or not f.terms) and not ineq[3] and not eq[3] for f, ineq, eq in self.parties
-        )
-        self._factor_key = None
-        self._factor = None
-        self.factorizations = 0
-        self.h_sumsq = np.zeros(self.n)
+            if pg.f is not None:
+                f_total = pg.f if f_total is None else f_total.plus(pg.f)
+            ineq.append((j, pg.ineq))
+            eq.append((j, pg.eq))
+        self.obj = _Smooth(f_total, n)
+        self.G_in, self.g0_in, self.gather_in, self.nonlin_in = _stack_linear(ineq, n)
+        self.G_eq, self.g0_eq, self.gather_eq, self.nonlin_eq = _stack_linear(eq, n)
+        self.h_sumsq = np.zeros(n)
         for s, p in zip(reg.slices, reg.pieces):
             self.h_sumsq[s] = p.sumsq
+        self.has_h = bool(self.h_sumsq.any())
+        # a merit function with only quadratic/affine terms has a Hessian that changes only
+        # with sigma, beta and the active set: its Cholesky factor is cached and reused
+        self.quadratic = self.obj.quadratic and not self.nonlin_in and not self.nonlin_eq
+        self._base = None  # constant part of the quadratic Hessian (per beta)
+        # quadratic case: factors by (sigma, beta, active set), least recently used dropped
+        # first; a few are kept (active sets can alternate), at most ~64 MB of them
+        self._factors: OrderedDict = OrderedDict()
+        self._capacity = int(max(1, min(8, 2**23 // max(1, n * n))))
+        self._factor = None
+        self.factorizations = 0
+        self._cache_x = None
+        self._cache_images = None
+        self._verified = False
+        self._delegate = None
+        #: non-quadratic problems: within a solve, reuse the last Hessian's factor (chord
+        #: steps) while full steps reduce ||grad||_inf by at least the factor ``chord_rate``
+        self.reuse_factor = True
+        self.chord_rate = 0.1
+        #: Newton iterations before handing over to L-BFGS (slow progress, non-convex terms)
+        self.max_newton = 200
 
-    def _merit(self, x: np.ndarray, hessian: bool = True):
+    # -- evaluation ---------------------------------------------------------------------------
+    def _multipliers(self, gather, mults) -> np.ndarray:
+        if not gather:
+            return np.zeros(0)
+        return np.concatenate([np.asarray(mults[j], dtype=float)[idx] for j, idx in gather])
+
+    def _images(self, x: np.ndarray):
+        """Affine images at ``x`` (reused when ``x`` is the last point evaluated)."""
+        if self._cache_x is not None and np.array_equal(x, self._cache_x):
+            return self._cache_images
+        images = (
+            self.obj.images(x),
+            self.G_in @ x + self.g0_in if self.G_in.shape[0] else None,
+            self.G_eq @ x + self.g0_eq if self.G_eq.shape[0] else None,
+            [c.images(x) for _, _, c in self.nonlin_in],
+            [c.images(x) for _, _, c in self.nonlin_eq],
+        )
+        self._cache_x = x.copy()
+        self._cache_images = images
+        return images
+
+    def _evaluate(self, x: np.ndarray) -> _State:
         p = self.problem
-        self._active = []
         beta = p.beta
+        obj_img, c_in, c_eq, img_in, img_eq = self._images(x)
         d = x - p.center
-        val = 0.5 * p.sigma * d.dot(d) + float(self.h_sumsq @ (x * x))
-        grad = p.sigma * d + 2 * self.h_sumsq * x
-        H = np.diag(np.full(self.n, p.sigma) + 2 * self.h_sumsq) if hessian else None
-        for (f, ineq, eq), mu, nu in zip(self.parties, p.mu, p.nu):
-            if f is not None:
-                v, g, Hf = f.evaluate(x, hessian)
-                val += v
-                grad += g
-                if hessian:
-                    H += Hf
-            for (idx, G, g0, nonlin), mult, projected in ((ineq, mu, True), (eq, nu, False)):
-                if len(idx):
-                    c = G @ x + g0
-                    m = mult[idx]
-                    y = m + beta * c
-                    act = y > 0 if projected else np.ones(y.size, dtype=bool)
-                    self._active.append(act)
-                    y = np.where(act, y, 0.0)
-                    val += (y @ y - m @ m) / (2 * beta)
-                    grad += G.T @ y
-                    if hessian and act.any():
-                        Ga = G[act]
-                        H += beta * Ga.T @ Ga
-                for j, comp in nonlin:
-                    cv, cg, cH = comp.evaluate(x, hessian)
-                    y = mult[j] + beta * cv
-                    if projected and y <= 0:
-                        val -= mult[j] ** 2 / (2 * beta)
-                        continue
-                    val += (y * y - mult[j] ** 2) / (2 * beta)
-                    grad += y * cg
-                    if hessian:
-                        H += y * cH + beta * np.outer(cg, cg)
-        return float(val), grad, H
+        val_f, g = self.obj.value_grad(x, obj_img)
+        val = 0.5 * p.sigma * d.dot(d) + val_f
+        g += p.sigma * d
+        if self.has_h:
+            hx = self.h_sumsq * x
+            val += float(hx @ x)
+            g += 2 * hx
+        act = None
+        if c_in is not None:
+            m = self._m_in
+            y = m + beta * c_in
+            act = y > 0
+            y = np.where(act, y, 0.0)
+            val += (y @ y - m @ m) / (2 * beta)
+            g += self.G_in.T @ y
+        if c_eq is not None:
+            m = self._m_eq
+            y = m + beta * c_eq
+            val += (y @ y - m @ m) / (2 * beta)
+            g += self.G_eq.T @ y
+        comps = []
+        for comp_list, imgs, mults, projected in (
+            (self.nonlin_in, img_in, p.mu, True),
+            (self.nonlin_eq, img_eq, p.nu, False),
+        ):
+            for (j, k, comp), img in zip(comp_list, imgs):
+                cv, cg = comp.value_grad(x, img)
+                mk = float(mults[j][k])
+                y = mk + beta * cv
+                if projected and y <= 0:
+                    val -= mk * mk / (2 * beta)
+                    continue
+                val += (y * y - mk * mk) / (2 * beta)
+                g += y * cg
+                comps.append((comp, img, y, cg))
+        return _State(x, float(val), g, obj_img, act, comps)
 
+    def _hessian(self, st: _State) -> np.ndarray:
+        p = self.problem
+        beta = p.beta
+        H = np.diag(np.full(self.n, p.sigma) + 2 * self.h_sumsq)
+        self.obj.add_hessian(H, st.images)
+        if st.act is not None and st.act.any():
+            Ga = self.G_in[st.act]
+            H += beta * (Ga.T @ Ga)
+        if self.G_eq.shape[0]:
+            H += beta * (self.G_eq.T @ self.G_eq)
+        for comp, img, y, cg in st.comps:
+            comp.add_hessian(H, img, scale=y)
+            H += beta * np.outer(cg, cg)
+        return H
+
+    def _quadratic_hessian(self, st: _State) -> np.ndarray:
+        p = self.problem
+        if self._base is None or self._base[0] != p.beta:
+            B = np.diag(2 * self.h_sumsq)
+            if self.obj.Q is not None:
+                B += self.obj.Q
+            if self.G_eq.shape[0]:
+                B += p.beta * (self.G_eq.T @ self.G_eq)
+            self._base = (p.beta, B)
+        H = self._base[1].copy()
+        H[np.diag_indices(self.n)] += p.sigma
+        if st.act is not None and st.act.any():
+            Ga = self.G_in[st.act]
+            H += p.beta * (Ga.T @ Ga)
+        return H
+
+    def _step(self, st: _State, refresh: bool) -> tuple[np.ndarray, bool]:
+        """Newton step at ``st``; returns ``(step, fresh)``, ``fresh`` False when a factor
+        of an earlier Hessian was reused (chord step; see :meth:`solve`)."""
+        fresh = True
+        if self.quadratic:
+            act = st.act.tobytes() if st.act is not None else b""
+            key = (self.problem.sigma, self.problem.beta, act)
+            factor = self._factors.get(key)
+            if factor is None:
+                factor = _factor(self._quadratic_hessian(st))
+                self.factorizations += 1
+                self._factors[key] = factor
+                while len(self._factors) > self._capacity:
+                    self._factors.popitem(last=False)
+            else:
+                self._factors.move_to_end(key)
+            self._factor = factor
+        elif refresh or self._factor is None or not self.reuse_factor:
+            self._factor = _factor(self._hessian(st))
+            self.factorizations += 1
+        else:
+            fresh = False
+        if self._factor is None:
+            return -st.g, fresh
+        return -_trsv_solve(self._factor, st.g), fresh
+
+    # -- solve ------------------------------------------------------------------------------
     def solve(self, x0: np.ndarray, tol: float, max_iter: int = 200) -> SolveReport:
-        x = np.asarray(x0, dtype=float).copy()
-        val, g, H = self._merit(x)
+        if self._delegate is not None:
+            report = self._delegate.solve(x0, tol, max_iter)
+            report.backend = "newton->lbfgs"
+            return report
+        x = np.array(x0, dtype=float)
+        if not self.quadratic:
+            # chord steps reuse only a factor computed in this solve: the answer is then a
+            # function of (x0, parameters) alone, not of earlier solves (so a run resumed
+            # from a checkpoint, or a retried step, repeats the uninterrupted iterates)
+            self._factor = None
+        p = self.problem  # multipliers of the stacked affine constraints, fixed in a solve
+        self._m_in = self._multipliers(self.gather_in, p.mu)
+        self._m_eq = self._multipliers(self.gather_eq, p.nu)
+        st = self._evaluate(x)
+        if not self._verified and not self._cross_check(st):
+            return self.solve(x0, tol, max_iter)  # now with the L-BFGS delegate
         it, message = 0, "converged"
-        newton_cap = min(max_iter, 50)
-        while np.abs(g).max(initial=0.0) > tol:
+        newton_cap = min(max_iter, self.max_newton)
+        gnorm = float(np.abs(st.g).max(initial=0.0))
+        refresh = False
+        while gnorm > tol:
             if it >= newton_cap:  # slow progress (non-convex terms): hand over to L-BFGS
-                return self._fallback(x, tol, max_iter, it)
+                return self._fallback(st.x, tol, max_iter, it)
             it += 1
-            step = self._cached_step(H, g) if self.quadratic else self._newton_step(H, g)
-            slope = g @ step
-            if slope >= 0:  # not a descent direction (numerical trouble): use the gradient
-                step, slope = -g, -(g @ g)
+            step, fresh = self._step(st, refresh)
+            slope = float(st.g @ step)
+            if not slope < 0:  # not a descent direction (numerical trouble): use the gradient
+                step, slope = -st.g, -float(st.g @ st.g)
             t = 1.0
             while True:
-                x_new = x + t * step
-                val_new, g_new, _ = self._merit(x_new, hessian=False)
-                if val_new <= val + 1e-4 * t * slope or t < 1e-10:
+                new = self._evaluate(st.x + t * step)
+                if new.val <= st.val + 1e-4 * t * slope:
+                    break
+                new_gnorm = float(np.abs(new.g).max(initial=0.0))
+                # at machine precision the value cannot resolve the decrease: accept a full
+                # step that still reduces the gradient
+                if (
+                    t == 1.0
+                    and new.val - st.val <= 1e-13 * max(1.0, abs(st.val))
+                    and new_gnorm < gnorm
+                ):
+                    break
+                if t < 1e-10:
                     break
                 t *= 0.5
-            if t < 1e-10 and val_new > val:
+            if t < 1e-10 and new.val > st.val:
                 message = "line search failed (at machine precision?)"
+                self._images(st.x)  # keep the cache at the returned point
                 break
-            x = x_new
-            val, g, H = self._merit(x)
-        residual = self.problem.residual(x)
-        return SolveReport(x, residual, tol, it, self.name, message)
+            st = new
+            new_gnorm = float(np.abs(st.g).max(initial=0.0))
+            if _TRACE:
+                print(f"it {it} fresh {fresh} t {t:.3g} val {st.val:.12g} g {new_gnorm:.3e}")
+            # the factor is reused for the next step (a chord step: two matrix-vector
+            # products instead of a Hessian) only while full steps contract the gradient fast
+            refresh = t < 1.0 or new_gnorm > self.chord_rate * gnorm
+            gnorm = new_gnorm
+        if not self._verified:  # first solve: the residual also from the model's evaluator
+            check = self.problem.residual(st.x)
+            if abs(check - gnorm) > 1e-8 * max(1.0, gnorm):
+                self._disagree()
+                return self.solve(x0, tol, max_iter)
+            self._verified = True
+        return SolveReport(st.x, gnorm, tol, it, self.name, message)
+
+    def _cross_check(self, st: _State) -> bool:
+        """Compare value and gradient with the model's own smooth evaluator (first solve)."""
+        val, g = self.problem.smooth_value_grad(st.x)
+        scale = max(1.0, abs(val), float(np.abs(g).max(initial=0.0)))
+        ok = abs(val - st.val) <= 1e-8 * scale and np.abs(g - st.g).max(initial=0.0) <= (
+            1e-8 * scale
+        )
+        if not ok:
+            self._disagree()
+        return ok
+
+    def _disagree(self) -> None:
+        from fedmodel.subproblems.quasi_newton import QuasiNewtonSolver
+
+        warnings.warn(
+            "Newton backend: the GLM form of the merit function disagrees with the "
+            "model's evaluator; using L-BFGS for this subproblem",
+            RuntimeWarning,
+            stacklevel=3,
+        )
+        self._delegate = QuasiNewtonSolver(self.problem)
 
     def _fallback(self, x, tol, max_iter, it) -> SolveReport:
         from fedmodel.subproblems.quasi_newton import QuasiNewtonSolver
@@ -171,27 +523,3 @@ class NewtonSolver:
         report.iterations += it
         report.backend = "newton+lbfgs"
         return report
-
-    def _cached_step(self, H: np.ndarray, g: np.ndarray) -> np.ndarray:
-        """Newton step reusing the Cholesky factor while (sigma, beta, active set) repeat."""
-        key = (self.problem.sigma, self.problem.beta, tuple(a.tobytes() for a in self._active))
-        if key != self._factor_key:
-            self._factor = la.cho_factor(H, check_finite=False)
-            self._factor_key = key
-            self.factorizations += 1
-        return -la.cho_solve(self._factor, g, check_finite=False)
-
-    @staticmethod
-    def _newton_step(H: np.ndarray, g: np.ndarray) -> np.ndarray:
-        shift = 0.0
-        scale = max(1.0, float(np.abs(np.diag(H)).max(initial=1.0)))
-        for _ in range(30):
-            try:
-                c = la.cho_factor(
-                    H + shift * np.eye(H.shape[0]) if shift else H, check_finite=False
-                )
-                return -la.cho_solve(c, g, check_finite=False)
-            except la.LinAlgError:
-                shift = max(2 * shift, 1e-10 * scale) if shift else 1e-10 * scale
-                shift *= 10
-        return -g
