@@ -34,7 +34,7 @@ for _var in ("OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS", "OMP_NUM_THREADS"):
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
-CASES = ("table1", "table1-tight", "np", "fairness", "scaling", "memory", "profile")
+CASES = ("table1", "table1-tight", "np", "fairness", "scaling", "memory", "profile", "proposal")
 QUICK_CASES = ("table1", "table1-tight", "np", "fairness", "scaling", "memory")
 
 
@@ -136,6 +136,17 @@ def plan(case: str, quick: bool, seeds: int | None, limit: float | None) -> list
                 "timeout": 10 * s + 300,
             }  # fmt: skip
             for w in ("np20", "scaling1000")
+        ]
+    if case == "proposal":
+        k = seeds or (1 if quick else 3)
+        lim = limit or (20 if quick else 120)
+        return [
+            {
+                "case": case,
+                "fn": "proposal",
+                "params": {"seeds": list(range(k)), "np_limit": lim},
+                "timeout": 4 * lim + 200 * k + 300,
+            }
         ]
     raise SystemExit(f"unknown case {case!r}; choose from {', '.join(CASES)}")
 

@@ -423,3 +423,26 @@ def test_newton_cross_check_hands_over_on_disagreement():
     assert report.backend == "newton->lbfgs"
     assert report.residual == pytest.approx(problem.residual(report.x), rel=1e-6)
     assert report.converged
+
+
+@pytest.mark.parametrize("case", ["qp-eq", "qp-ineq-active", "np-active", "np-inactive"])
+def test_newton_merit_value_grad_matches_the_model_evaluator(case):
+    """``merit_value_grad`` (f + AL terms from the GLM form, any multipliers) equals the
+    model's own ``PartyFunctions.merit``, and leaves the solver's answers unchanged."""
+    build, sigma, mu_scale = CASES[case]
+    model, prog = build(2)
+    problem = MeritProblem([prog], 7.0)
+    rng = np.random.default_rng(5)
+    _set(problem, prog, rng, sigma, mu_scale)
+    solver = NewtonSolver(problem)
+    x0 = solver.solve(np.zeros(problem.n), 1e-10).x
+    for _ in range(3):
+        w = rng.normal(size=problem.n)
+        mu = np.abs(rng.normal(size=prog.m_ineq)) * 2
+        nu = rng.normal(size=prog.m_eq)
+        val, g = solver.merit_value_grad(w, [mu], [nu])
+        ref_val, ref_g = prog.functions.merit(w, mu, nu, 7.0)
+        assert val == pytest.approx(ref_val, rel=1e-12, abs=1e-12)
+        assert np.abs(g - ref_g).max() <= 1e-10 * max(1.0, np.abs(ref_g).max())
+    again = solver.solve(x0, 1e-10)
+    assert np.array_equal(again.x, NewtonSolver(problem).solve(x0, 1e-10).x)

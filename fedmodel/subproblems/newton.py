@@ -294,8 +294,7 @@ class NewtonSolver:
         self._capacity = int(max(1, min(8, 2**23 // max(1, n * n))))
         self._factor = None
         self.factorizations = 0
-        self._cache_x = None
-        self._cache_images = None
+        self._cache: list = []  # (x, affine images) of the last two points evaluated
         self._verified = False
         self._delegate = None
         #: non-quadratic problems: within a solve, reuse the last Hessian's factor (chord
@@ -312,9 +311,12 @@ class NewtonSolver:
         return np.concatenate([np.asarray(mults[j], dtype=float)[idx] for j, idx in gather])
 
     def _images(self, x: np.ndarray):
-        """Affine images at ``x`` (reused when ``x`` is the last point evaluated)."""
-        if self._cache_x is not None and np.array_equal(x, self._cache_x):
-            return self._cache_images
+        """Affine images at ``x`` (reused when ``x`` is one of the last two points
+        evaluated: a solve starts where the previous one ended, and a gradient at another
+        point may be asked for in between, see :meth:`merit_value_grad`)."""
+        for cx, images in self._cache:
+            if np.array_equal(x, cx):
+                return images
         images = (
             self.obj.images(x),
             self.G_in @ x + self.g0_in if self.G_in.shape[0] else None,
@@ -322,39 +324,58 @@ class NewtonSolver:
             [c.images(x) for _, _, c in self.nonlin_in],
             [c.images(x) for _, _, c in self.nonlin_eq],
         )
-        self._cache_x = x.copy()
-        self._cache_images = images
+        self._cache = [(x.copy(), images)] + self._cache[:1]
         return images
 
-    def _evaluate(self, x: np.ndarray) -> _State:
+    def merit_value_grad(self, x, mu, nu) -> tuple[float, np.ndarray]:
+        """Value and gradient at ``x`` of the party terms with multipliers ``mu``, ``nu``
+        (lists, one array per program): ``sum_p f_p + AL terms``, without the proximal
+        term and ``h`` -- what :meth:`PartyFunctions.merit` computes, from this backend's
+        GLM form (one pass over each data matrix, images cached)."""
+        x = np.asarray(x, dtype=float)
+        mu = [np.asarray(m, dtype=float) for m in mu]
+        nu = [np.asarray(v, dtype=float) for v in nu]
+        m_in = self._multipliers(self.gather_in, mu)
+        m_eq = self._multipliers(self.gather_eq, nu)
+        st = self._evaluate(x, 0.0, x, m_in, m_eq, mu, nu, h=False)
+        return st.val, st.g
+
+    def _evaluate(
+        self, x: np.ndarray, sigma=None, center=None, m_in=None, m_eq=None, mu=None, nu=None,
+        h: bool = True,
+    ) -> _State:  # fmt: skip
         p = self.problem
+        sigma = p.sigma if sigma is None else sigma
+        center = p.center if center is None else center
+        mu = p.mu if mu is None else mu
+        nu = p.nu if nu is None else nu
         beta = p.beta
         obj_img, c_in, c_eq, img_in, img_eq = self._images(x)
-        d = x - p.center
+        d = x - center
         val_f, g = self.obj.value_grad(x, obj_img)
-        val = 0.5 * p.sigma * d.dot(d) + val_f
-        g += p.sigma * d
-        if self.has_h:
+        val = 0.5 * sigma * d.dot(d) + val_f
+        g += sigma * d
+        if h and self.has_h:
             hx = self.h_sumsq * x
             val += float(hx @ x)
             g += 2 * hx
         act = None
         if c_in is not None:
-            m = self._m_in
+            m = self._m_in if m_in is None else m_in
             y = m + beta * c_in
             act = y > 0
             y = np.where(act, y, 0.0)
             val += (y @ y - m @ m) / (2 * beta)
             g += self.G_in.T @ y
         if c_eq is not None:
-            m = self._m_eq
+            m = self._m_eq if m_eq is None else m_eq
             y = m + beta * c_eq
             val += (y @ y - m @ m) / (2 * beta)
             g += self.G_eq.T @ y
         comps = []
         for comp_list, imgs, mults, projected in (
-            (self.nonlin_in, img_in, p.mu, True),
-            (self.nonlin_eq, img_eq, p.nu, False),
+            (self.nonlin_in, img_in, mu, True),
+            (self.nonlin_eq, img_eq, nu, False),
         ):
             for (j, k, comp), img in zip(comp_list, imgs):
                 cv, cg = comp.value_grad(x, img)
