@@ -80,8 +80,17 @@ class ProxALClient:
 
     # -- P_{i,k} and its gradient -----------------------------------------------------------
     def _grad_P(self, w: np.ndarray) -> np.ndarray:
-        """Gradient of P_{i,k} (eq. 11) at ``w``: merit gradient plus the prox share."""
-        _, g = self.problem.functions[0].merit(w, self.mu, self.nu, self.beta)
+        """Gradient of P_{i,k} (eq. 11) at ``w``: merit gradient plus the prox share.
+
+        From the Newton backend's GLM form when it has been cross-checked against the
+        model's evaluator (one pass over each data matrix, affine images shared with the
+        next solve), else from the model's expression-tree evaluator: the same quantity.
+        """
+        solver = self.solver
+        if getattr(solver, "verified", False):
+            _, g = solver.merit_value_grad(w, [self.mu], [self.nu])
+        else:
+            _, g = self.problem.functions[0].merit(w, self.mu, self.nu, self.beta)
         return g + self.prox_weight * (w - self.w_center)
 
     def _start_admm(self, w: np.ndarray) -> np.ndarray:

@@ -53,7 +53,7 @@ METHODS: dict[str, MethodSpec] = {
     "centralized": MethodSpec(
         CentralizedOptions,
         _run_centralized,
-        "pooled problem, one cvxpy solve (reference)",
+        "pooled problem solved exactly: cvxpy, or the smooth exact path (reference)",
         needs_gradients=False,
     ),
 }

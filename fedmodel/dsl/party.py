@@ -269,7 +269,12 @@ def split_max_constraint(lhs: cp.Expression, rhs: cp.Expression) -> cp.Expressio
     pieces = _max_pieces(lhs)
     if pieces is None:
         return None
-    return cp.hstack([cp.vec(p - rhs, order="F") if (p - rhs).ndim else cp.reshape(p - rhs, (1,), order="F") for p in pieces])
+    return cp.hstack(
+        [
+            cp.vec(p - rhs, order="F") if (p - rhs).ndim else cp.reshape(p - rhs, (1,), order="F")
+            for p in pieces
+        ]
+    )
 
 
 def _max_pieces(expr: cp.Expression) -> list[cp.Expression] | None:

@@ -38,6 +38,8 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
+import numpy as np
+
 from fedmodel.errors import FedModelError, ModelError
 from fedmodel.runtime.messages import SERVER, Ledger, Message
 
@@ -243,9 +245,24 @@ class Outbox:
         return out
 
 
+def copy_state(obj: Any) -> Any:
+    """A deep copy of a party's state: dicts, lists and tuples of numpy arrays and scalars
+    are copied directly (a step snapshots its party's state, so this is on the hot path);
+    anything else goes through ``copy.deepcopy``."""
+    if isinstance(obj, np.ndarray):
+        return obj.copy()
+    if obj is None or isinstance(obj, (float, int, str, bool, np.generic)):
+        return obj
+    if type(obj) is dict:
+        return {k: copy_state(v) for k, v in obj.items()}
+    if type(obj) in (list, tuple):
+        return type(obj)(copy_state(v) for v in obj)
+    return copy.deepcopy(obj)
+
+
 def _get_state(ep: Any) -> Any:
     getter = getattr(ep, "get_state", None)
-    return copy.deepcopy(getter()) if getter is not None else None
+    return copy_state(getter()) if getter is not None else None
 
 
 class PartyHost:
@@ -367,7 +384,7 @@ class PartyHost:
             out.detail = traceback.format_exc()
         out.seconds = time.perf_counter() - t0
         if not out.ok and snapshot is not None:
-            ep.set_state(copy.deepcopy(snapshot))
+            ep.set_state(copy_state(snapshot))
         if isinstance(self.outbox, Outbox):
             sent = self.outbox.take()
             out.sent = sent if out.ok else []

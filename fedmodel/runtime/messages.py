@@ -40,14 +40,30 @@ class Message:
     @property
     def floats(self) -> int:
         """Number of floating-point numbers in the payload."""
-        return int(sum(np.size(v) for v in self.payload.values() if v is not None))
+        return sum(_size(v) for v in self.payload.values() if v is not None)
 
     @property
     def nbytes(self) -> int:
         return 8 * self.floats
 
     def shapes(self) -> dict[str, tuple[int, ...]]:
-        return {k: tuple(np.shape(v)) for k, v in self.payload.items()}
+        return {k: _shape(v) for k, v in self.payload.items()}
+
+
+def _size(v: Any) -> int:
+    if isinstance(v, np.ndarray):
+        return v.size
+    if isinstance(v, (float, int)):
+        return 1
+    return int(np.size(v))
+
+
+def _shape(v: Any) -> tuple[int, ...]:
+    if isinstance(v, np.ndarray):
+        return v.shape
+    if isinstance(v, (float, int)):
+        return ()
+    return tuple(np.shape(v))
 
 
 @dataclass
@@ -57,6 +73,11 @@ class Ledger:
     rows: list[dict[str, Any]] = field(default_factory=list)
 
     def record(self, msg: Message) -> None:
+        shapes, floats = {}, 0
+        for k, v in msg.payload.items():
+            shapes[k] = _shape(v)
+            if v is not None:
+                floats += _size(v)
         self.rows.append(
             {
                 "round": msg.round,
@@ -64,9 +85,9 @@ class Ledger:
                 "receiver": msg.receiver,
                 "kind": msg.kind,
                 "channel": msg.channel,
-                "shapes": msg.shapes(),
-                "floats": msg.floats,
-                "bytes": msg.nbytes,
+                "shapes": shapes,
+                "floats": floats,
+                "bytes": 8 * floats,
             }
         )
 

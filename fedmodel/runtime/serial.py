@@ -75,8 +75,8 @@ class SerialRuntime(Runtime):
 
     # The placement is dynamic: callers may add endpoints to ``self.endpoints``.
     @property
-    def _host_of(self) -> dict[str, int]:
-        return {n: 0 for n in getattr(self, "endpoints", {})}
+    def _host_of(self) -> Mapping[str, int]:
+        return _OneHost(getattr(self, "endpoints", {}))
 
     @_host_of.setter
     def _host_of(self, value) -> None:
@@ -88,6 +88,27 @@ class SerialRuntime(Runtime):
             for h, (method, args) in calls.items():
                 out[h] = getattr(self._host, method)(*args)
         return out
+
+
+class _OneHost(Mapping):
+    """Every endpoint on host 0: a live view of ``endpoints`` (no copy per message)."""
+
+    def __init__(self, endpoints: dict) -> None:
+        self._endpoints = endpoints
+
+    def __getitem__(self, name: str) -> int:
+        if name not in self._endpoints:
+            raise KeyError(name)
+        return 0
+
+    def __contains__(self, name: object) -> bool:
+        return name in self._endpoints
+
+    def __iter__(self):
+        return iter(self._endpoints)
+
+    def __len__(self) -> int:
+        return len(self._endpoints)
 
 
 class _nullcontext:

@@ -327,6 +327,12 @@ class NewtonSolver:
         self._cache = [(x.copy(), images)] + self._cache[:1]
         return images
 
+    @property
+    def verified(self) -> bool:
+        """True once a solve has cross-checked this backend's GLM form against the model's
+        own evaluator (and it agreed): :meth:`merit_value_grad` is then trustworthy."""
+        return self._verified and self._delegate is None
+
     def merit_value_grad(self, x, mu, nu) -> tuple[float, np.ndarray]:
         """Value and gradient at ``x`` of the party terms with multipliers ``mu``, ``nu``
         (lists, one array per program): ``sum_p f_p + AL terms``, without the proximal

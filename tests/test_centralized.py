@@ -1,0 +1,56 @@
+"""``method="centralized"``: the engine choice (cvxpy vs the smooth exact path), agreement
+of the two engines, and their certificates."""
+
+import numpy as np
+import pytest
+from problems import lcqp_test_model, np_model
+
+from fedmodel.algorithms.centralized import prefers_smooth_path
+from fedmodel.errors import ModelError, UnsupportedError
+
+
+def test_auto_takes_the_smooth_path_for_logistic_models_and_agrees_with_cvxpy():
+    model = np_model(3)
+    smooth = model.solve(method="centralized")
+    conic = model.solve(method="centralized", engine="cvxpy")
+    assert smooth.extra["solved_with"] == "cprox-al (smooth exact)"
+    assert "cvxpy_solver" in conic.extra
+    for res in (smooth, conic):
+        assert res.status == "optimal"
+        assert res.kkt.stationarity <= 1e-6 and res.kkt.feasibility <= 1e-6
+    rel = abs(smooth.objective - conic.objective) / abs(conic.objective)
+    assert rel <= 1e-6
+    assert np.abs(smooth.x - conic.x).max() <= 1e-3
+
+
+def test_auto_keeps_cvxpy_for_quadratic_programs():
+    model = lcqp_test_model(3)
+    model.compile()
+    assert not prefers_smooth_path(model.compile())
+    res = model.solve(method="centralized")
+    assert res.status == "optimal"
+    assert "solved_with" not in res.extra and res.extra["cvxpy_solver"]
+    smooth = model.solve(method="centralized", engine="smooth")
+    assert smooth.status == "optimal"
+    assert abs(smooth.objective - res.objective) <= 1e-6 * max(1.0, abs(res.objective))
+
+
+def test_engine_is_validated():
+    model = np_model(1)
+    with pytest.raises(ModelError, match="unknown engine 'conic'.*'auto', 'cvxpy', 'smooth'"):
+        model.solve(method="centralized", engine="conic")
+
+
+def test_smooth_engine_refuses_a_term_without_gradient():
+    import cvxpy as cp
+
+    import fedmodel as fm
+
+    model = fm.Model()
+    w = model.variable(3, name="w")
+    site = model.client("site1")
+    a = site.data(np.array([1.0, -2.0, 0.5]), name="a")
+    site.minimize(cp.norm1(w - a))
+    with pytest.raises(UnsupportedError, match="site1"):
+        model.solve(method="centralized", engine="smooth")
+    assert model.solve(method="centralized").status == "optimal"
