@@ -195,8 +195,9 @@ def _stack_linear(parts: list[tuple[int, list[GLMFunction]]], n: int):
             c = comps[k]
             rows.append(c.q if c.q is not None else np.zeros(n))
             g0.append(c.r)
-        if lin:
-            gather.append((j, np.array(lin, dtype=int)))
+        if lin:  # all components affine: a slice, so gathering is a view
+            full = len(lin) == len(comps)
+            gather.append((j, slice(None) if full else np.array(lin, dtype=int)))
         nonlin += [(j, k, _Smooth(c, n)) for k, c in enumerate(comps) if not c.is_linear]
     G = np.array(rows, dtype=float).reshape(len(rows), n)
     return G, np.array(g0, dtype=float), gather, nonlin
@@ -308,6 +309,9 @@ class NewtonSolver:
     def _multipliers(self, gather, mults) -> np.ndarray:
         if not gather:
             return np.zeros(0)
+        if len(gather) == 1:
+            j, idx = gather[0]
+            return np.asarray(mults[j], dtype=float)[idx]
         return np.concatenate([np.asarray(mults[j], dtype=float)[idx] for j, idx in gather])
 
     def _images(self, x: np.ndarray):
@@ -339,8 +343,6 @@ class NewtonSolver:
         term and ``h`` -- what :meth:`PartyFunctions.merit` computes, from this backend's
         GLM form (one pass over each data matrix, images cached)."""
         x = np.asarray(x, dtype=float)
-        mu = [np.asarray(m, dtype=float) for m in mu]
-        nu = [np.asarray(v, dtype=float) for v in nu]
         m_in = self._multipliers(self.gather_in, mu)
         m_eq = self._multipliers(self.gather_eq, nu)
         st = self._evaluate(x, 0.0, x, m_in, m_eq, mu, nu, h=False)
