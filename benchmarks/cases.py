@@ -484,6 +484,11 @@ def unit_profile(what: str, seconds: float):
 
         model = neyman_pearson_model(np_sites(20), r=0.2)
         kwargs = dict(NP_BEST, method="prox-al", history=False, time_limit=seconds)
+    elif what == "table1-largest":
+        from fedmodel.models import lcqp_instance, lcqp_model
+
+        model = lcqp_model(lcqp_instance(n=10, d=500, m=5, random_state=0))
+        kwargs = dict(TABLE1, method="prox-al", history=False, time_limit=seconds)
     elif what == "scaling1000":
         model = scaling_model(1000, 50)
         kwargs = dict(method="prox-al", history=False, eps=1e-3, sbar=1e-300, max_outer=1)
@@ -514,79 +519,7 @@ def unit_profile(what: str, seconds: float):
     ]
 
 
-# -- a proposal, measured: the clients' eps~ from the subproblem backend -----------------------
-
-
-def patch_client_eps_from_backend() -> None:
-    """Benchmark-only patch of ``ProxALClient._grad_P`` (eq. 18's eps~ needs the gradient
-    of P_i at the server's point): take it from the Newton backend's GLM form
-    (``NewtonSolver.merit_value_grad``: one pass over each data matrix, images cached)
-    instead of the model's expression-tree evaluator (two passes for a quadratic form).
-    Same quantity, so the iterates agree to rounding; fedmodel itself is not changed."""
-    from fedmodel.algorithms.prox_al_client import ProxALClient
-
-    original = ProxALClient._grad_P
-
-    def _grad_P(self, w):
-        solver = self.solver
-        if hasattr(solver, "merit_value_grad") and getattr(solver, "_delegate", None) is None:
-            _, g = solver.merit_value_grad(w, [self.mu], [self.nu])
-            return g + self.prox_weight * (w - self.w_center)
-        return original(self, w)
-
-    ProxALClient._grad_P = _grad_P
-
-
-def unit_proposal(seeds: list[int], np_limit: float):
-    """Table 1 largest (eps = 1e-3, paper settings) and NP n = 20 (best found settings),
-    each with and without :func:`patch_client_eps_from_backend`, in one process."""
-    from fedmodel.models import lcqp_instance, lcqp_model, neyman_pearson_model
-
-    runs = []
-    for seed in seeds:
-        model = lcqp_model(lcqp_instance(n=10, d=500, m=5, random_state=seed))
-        model.compile()
-        common = {"problem": "lcqp (25)", "n": 10, "d": 500, "m": 5, "seed": seed}
-        runs.append((model, common, dict(TABLE1), None, True))
-    sites = np_sites(20)
-    np_model = neyman_pearson_model(sites, r=0.2)
-    np_common = {"problem": "neyman-pearson (26), adult", "n": 20, "d": 97}
-    runs.append((np_model, np_common, dict(NP_BEST), np_limit, False))
-    sc_model = scaling_model(1000, 50)
-    sc_common = {"problem": "qp clients (d = 50), 30 rounds", "n": 1000, "d": 50}
-    fixed = {"eps": 1e-3, "beta": 10.0, "rho": 1.0, "sbar": 1e-300, "max_outer": 1}
-    runs.append((sc_model, sc_common, dict(fixed, max_inner=30), None, False))
-    rows = []
-    for patched in (False, True):
-        if patched:
-            patch_client_eps_from_backend()
-        for model, common, settings, limit, with_cvx in runs:
-            cvx = None
-            if with_cvx:
-                res, wall, cpu, err = timed(model.solve, method="centralized")
-                cvx = result_row(res, wall, cpu, err, method="centralized", label="cvxpy", **common)
-                cvx["backend"] = f"cvxpy ({cvx.get('cvxpy_solver', '?')})"
-                cvx["variant"] = "patched" if patched else "as is"
-                rows.append(cvx)
-            res, wall, cpu, err = timed(
-                model.solve, method="prox-al", history=False, time_limit=limit, **settings
-            )
-            label = "eps~ from backend (proposal)" if patched else "as is"
-            row = result_row(res, wall, cpu, err, method="prox-al", label=label, **common)
-            row["settings"] = settings
-            row["variant"] = "patched" if patched else "as is"
-            row["backend"] = backend_of(model, "prox-al")
-            if row.get("rounds") and row.get("client_seconds"):
-                row["per_client_round_us"] = (
-                    1e6 * row["client_seconds"] / (row["n"] * row["rounds"])
-                )
-            compare([row], cvx, cvx)
-            rows.append(row)
-    return rows
-
-
 UNITS = {
-    "proposal": unit_proposal,
     "table1": unit_table1,
     "np": unit_np,
     "fairness": unit_fairness,

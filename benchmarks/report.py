@@ -127,7 +127,9 @@ def targets(data) -> list[list[str]]:
     cert = [
         r
         for r in np20
-        if r.get("method") in ("cprox-al", "centralized") and r["status"] == "optimal"
+        if r.get("method") in ("cprox-al", "centralized")
+        and r["status"] == "optimal"
+        and max(r.get("stationarity", 1), r.get("feasibility", 1)) <= 1e-6  # certified
     ]
     best_c = min(cert, key=lambda r: r["wall"]) if cert else None
     for label in ("best found", "paper"):
@@ -367,23 +369,6 @@ def render(data, quick: bool = False) -> str:
               _f(r.get("data_mb"), "{:.1f}"), _f(r.get("rss_after_imports_mb"), "{:.0f}"),
               _f(r.get("peak_rss_mb"), "{:.0f}"), _f(r.get("bound_mb"), "{:.0f}")] for r in mem],
         )  # fmt: skip
-    prop = _case(data, "proposal")
-    if prop:
-        lines += [
-            "",
-            "## Proposal, measured: the clients' eps~ from the subproblem backend",
-            "",
-            "Not a change to fedmodel: `benchmarks/cases.py:patch_client_eps_from_backend` "
-            "patches `ProxALClient._grad_P` in the benchmark process so that eq. (18)'s "
-            "gradient of P_i at the server's point comes from the Newton backend's GLM form "
-            "(`NewtonSolver.merit_value_grad`) instead of the expression-tree evaluator. Same "
-            "quantity; the same solves with and without the patch, in one process.",
-            "",
-        ]
-        lines += _table(
-            ROW_HEADER + ["us per client-round"],
-            [_row(r) + [_f(r.get("per_client_round_us"), "{:.0f}")] for r in prop],
-        )
     prof = _case(data, "profile")
     for r in prof:
         if "profile" not in r:

@@ -34,7 +34,7 @@ for _var in ("OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS", "OMP_NUM_THREADS"):
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
-CASES = ("table1", "table1-tight", "np", "fairness", "scaling", "memory", "profile", "proposal")
+CASES = ("table1", "table1-tight", "np", "fairness", "scaling", "memory", "profile")
 QUICK_CASES = ("table1", "table1-tight", "np", "fairness", "scaling", "memory")
 
 
@@ -135,18 +135,7 @@ def plan(case: str, quick: bool, seeds: int | None, limit: float | None) -> list
                 "params": {"what": w, "seconds": s},
                 "timeout": 10 * s + 300,
             }  # fmt: skip
-            for w in ("np20", "scaling1000")
-        ]
-    if case == "proposal":
-        k = seeds or (1 if quick else 3)
-        lim = limit or (20 if quick else 120)
-        return [
-            {
-                "case": case,
-                "fn": "proposal",
-                "params": {"seeds": list(range(k)), "np_limit": lim},
-                "timeout": 4 * lim + 200 * k + 300,
-            }
+            for w in ("table1-largest", "np20", "scaling1000")
         ]
     raise SystemExit(f"unknown case {case!r}; choose from {', '.join(CASES)}")
 
