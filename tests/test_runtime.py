@@ -233,3 +233,26 @@ def test_options_are_documented():
         "resume",
     ):
         assert f"{name} :" in doc or f"{name}," in doc
+
+
+def test_blas_threads_pins_during_a_solve_and_restores_after():
+    """Every method runs with one OpenBLAS thread by default (``blas_threads=1``) and
+    leaves the process's setting as it found it."""
+    from problems import lcqp_test_model
+
+    from fedmodel.runtime.blas import _openblas_handles, blas_threads
+
+    handles = _openblas_handles()
+    if not handles:
+        pytest.skip("no OpenBLAS loaded in this process (not Linux / another BLAS)")
+    setter, getter = handles[0]
+    before = int(getter())
+    seen = []
+    model = lcqp_test_model(2)
+    with blas_threads(2):
+        res = model.solve("prox-al", callback=lambda row: seen.append(int(getter())))
+        assert int(getter()) == 2
+        model.solve("prox-al", blas_threads=None, callback=lambda row: seen.append(-int(getter())))
+    assert res.status == "optimal"
+    assert seen and all(s in (1, -2) for s in seen) and 1 in seen and -2 in seen
+    assert int(getter()) == before

@@ -10,6 +10,7 @@ import numpy as np
 
 from fedmodel.certificate.kkt import assemble, party_evaluation
 from fedmodel.compiler.partition import CompiledModel, PartyProgram
+from fedmodel.runtime.blas import blas_threads  # noqa: F401 (used by the dald modules)
 from fedmodel.runtime.messages import SERVER, Ledger, Message
 
 
@@ -103,77 +104,3 @@ def evaluation_payload(program: PartyProgram, x: np.ndarray, penalty: float | No
 def pooled_certificate(compiled: CompiledModel, reports: dict[str, dict], x: np.ndarray):
     """KKT residuals of the original (pooled) model at ``x`` from the parties' reports."""
     return assemble(reports, compiled.regularizer, x, compiled.nonconvex)
-
-
-# ---------------------------------------------------------------------------------------
-# BLAS threads
-
-_SETTERS = (
-    ("scipy_openblas_set_num_threads", "scipy_openblas_get_num_threads"),
-    ("scipy_openblas_set_num_threads64_", "scipy_openblas_get_num_threads64_"),
-    ("openblas_set_num_threads", "openblas_get_num_threads"),
-    ("openblas_set_num_threads64_", "openblas_get_num_threads64_"),
-)
-_BLAS_LIBS: list | None = None
-
-
-def _openblas_handles() -> list:
-    """(setter, getter) of every OpenBLAS loaded in this process (Linux; else none)."""
-    global _BLAS_LIBS
-    if _BLAS_LIBS is not None:
-        return _BLAS_LIBS
-    import ctypes
-
-    handles = []
-    try:
-        with open("/proc/self/maps") as fh:
-            paths = sorted(
-                {ln.split()[-1] for ln in fh if "openblas" in ln.lower() and ".so" in ln}
-            )
-    except OSError:
-        paths = []
-    for path in paths:
-        try:
-            lib = ctypes.CDLL(path)
-        except OSError:
-            continue
-        for set_name, get_name in _SETTERS:
-            if hasattr(lib, set_name) and hasattr(lib, get_name):
-                handles.append((getattr(lib, set_name), getattr(lib, get_name)))
-                break
-    _BLAS_LIBS = handles
-    return handles
-
-
-class blas_threads:
-    """Context manager limiting OpenBLAS to ``n`` threads (``None``: leave it alone).
-
-    The parties' subproblems are small: scipy's L-BFGS-B and BFGS on a few hundred
-    variables run up to 100 times slower with a multi-threaded OpenBLAS when the cores are
-    busy (threads spin on tiny matrix products), so the seed-004 methods run single-threaded
-    by default (option ``blas_threads``). The previous setting is restored on exit.
-    """
-
-    def __init__(self, n: int | None):
-        self.n = n
-        self.saved: list = []
-
-    def __enter__(self):
-        if self.n is None:
-            return self
-        for setter, getter in _openblas_handles():
-            try:
-                self.saved.append((setter, int(getter())))
-                setter(int(self.n))
-            except Exception:  # pragma: no cover - exotic builds
-                continue
-        return self
-
-    def __exit__(self, *exc):
-        for setter, old in self.saved:
-            try:
-                setter(old)
-            except Exception:  # pragma: no cover
-                pass
-        self.saved = []
-        return False

@@ -13,6 +13,7 @@ from typing import Any
 
 from fedmodel.algorithms.options import CentralizedOptions, ProxALOptions, build_options
 from fedmodel.errors import ModelError, UnsupportedError
+from fedmodel.runtime.blas import blas_threads
 
 
 @dataclass(frozen=True)
@@ -29,19 +30,22 @@ class MethodSpec:
 def _run_prox_al(compiled, opts, method):
     from fedmodel.algorithms.prox_al import run_prox_al
 
-    return run_prox_al(compiled, opts, method=method)
+    with blas_threads(opts.blas_threads):
+        return run_prox_al(compiled, opts, method=method)
 
 
 def _run_cprox_al(compiled, opts, method):
     from fedmodel.algorithms.cprox_al import run_cprox_al
 
-    return run_cprox_al(compiled, opts, method=method)
+    with blas_threads(opts.blas_threads):
+        return run_cprox_al(compiled, opts, method=method)
 
 
 def _run_centralized(compiled, opts, method):
     from fedmodel.algorithms.centralized import run_centralized
 
-    return run_centralized(compiled, opts)
+    with blas_threads(opts.blas_threads):
+        return run_centralized(compiled, opts)
 
 
 METHODS: dict[str, MethodSpec] = {
