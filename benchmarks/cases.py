@@ -179,6 +179,16 @@ NP_BEST = {"eps": 1e-3, "beta": 30.0, "sbar": 0.1, "rho": 0.1}
 CPROX_CERT = {"eps": 1e-6, "beta": 1e5, "sbar": 5e-7}
 
 
+def centralized_backend(row: dict) -> str:
+    """How ``method="centralized"`` solved: cvxpy (and its solver), the smooth exact path,
+    or cvxpy refined by cprox-al."""
+    if "cvxpy_solver" not in row:
+        return "smooth exact path (cprox-al, newton)"
+    return f"cvxpy ({row['cvxpy_solver']})" + (
+        ", then cprox-al" if row.get("solved_with") or row.get("refined_with") else ""
+    )
+
+
 def slsqp_np(sites, r: float):
     """scipy SLSQP on values and gradients (the issue's external bar); not certified."""
     from scipy.optimize import minimize
@@ -224,9 +234,7 @@ def unit_np(n: int, methods: list[str], time_limit: float, fed_limit: float):
     if "centralized" in methods:
         res, wall, cpu, err = timed(model.solve, method="centralized", time_limit=time_limit)
         cvx = result_row(res, wall, cpu, err, method="centralized", label="default", **common)
-        cvx["backend"] = f"cvxpy ({cvx.get('cvxpy_solver', '?')})" + (
-            ", then cprox-al" if cvx.get("solved_with") or cvx.get("refined_with") else ""
-        )
+        cvx["backend"] = centralized_backend(cvx)
         rows.append(cvx)
     if "cprox-al" in methods:
         res, wall, cpu, err = timed(
