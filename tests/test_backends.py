@@ -446,3 +446,35 @@ def test_newton_merit_value_grad_matches_the_model_evaluator(case):
         assert np.abs(g - ref_g).max() <= 1e-10 * max(1.0, np.abs(ref_g).max())
     again = solver.solve(x0, 1e-10)
     assert np.array_equal(again.x, NewtonSolver(problem).solve(x0, 1e-10).x)
+
+
+def test_carried_factor_is_state_and_keeps_solves_exact():
+    """With ``carry_factor`` (prox-al clients), a solve starts from the previous solve's
+    factor: still to the requested tolerance, fewer factorisations, and restoring
+    ``get_state()`` into a fresh solver repeats the next solve bit for bit."""
+    build, sigma, mu_scale = CASES["np-active"]
+    model, prog = build(2)
+    rng = np.random.default_rng(11)
+    carried, fresh = (NewtonSolver(MeritProblem([prog], 7.0)) for _ in range(2))
+    carried.carry_factor = True
+    x = np.zeros(carried.problem.n)
+    for _ in range(6):  # ADMM-like: the same subproblem with moving centres
+        center = rng.normal(size=x.size) * 0.3
+        for s in (carried, fresh):
+            s.problem.set(sigma=sigma, center=center, mu=[np.full(prog.m_ineq, mu_scale)])
+        a, b = carried.solve(x, 1e-10), fresh.solve(x, 1e-10)
+        assert a.residual <= 1e-10 and b.residual <= 1e-10
+        assert a.residual == pytest.approx(carried.problem.residual(a.x), rel=1e-6, abs=1e-13)
+        assert np.abs(a.x - b.x).max() <= 1e-8
+        x = a.x
+    assert carried.factorizations < fresh.factorizations
+    state = carried.get_state()
+    assert state["factor"] is not None
+    twin = NewtonSolver(MeritProblem([prog], 7.0))
+    twin.carry_factor = True
+    twin.solve(x, 1e-10)  # verified, with a factor of its own
+    twin.set_state(state)
+    center = rng.normal(size=x.size) * 0.3
+    for s in (carried, twin):
+        s.problem.set(sigma=sigma, center=center, mu=[np.full(prog.m_ineq, mu_scale)])
+    assert np.array_equal(carried.solve(x, 1e-10).x, twin.solve(x, 1e-10).x)

@@ -68,6 +68,10 @@ class ProxALClient:
         self.nu = np.zeros(program.m_eq)
         self.problem = MeritProblem([program], beta)
         self.solver = make_solver(self.problem, solver)
+        if hasattr(self.solver, "carry_factor"):
+            # ADMM rounds solve the same subproblem with moving vectors: start each Newton
+            # solve from the last factor (carried in this client's state, see get_state)
+            self.solver.carry_factor = True
         self.max_local_iter = max_local_iter
         self.w_center: np.ndarray | None = None
         self.u = self.lam = self.u_tilde = None
@@ -114,6 +118,7 @@ class ProxALClient:
             "lam": self.lam,
             "u_tilde": self.u_tilde,
             "stats": dict(self.stats),
+            "solver": self.solver.get_state() if hasattr(self.solver, "get_state") else None,
         }
 
     def set_state(self, state: dict) -> None:
@@ -121,6 +126,8 @@ class ProxALClient:
             value = state[key]
             setattr(self, key, None if value is None else np.array(value, dtype=float))
         self.stats = dict(state["stats"])
+        if state.get("solver") is not None and hasattr(self.solver, "set_state"):
+            self.solver.set_state(state["solver"])
 
     # -- message handlers --------------------------------------------------------------------
     def handle(self, msg: Message) -> Message:

@@ -302,6 +302,12 @@ class NewtonSolver:
         #: steps) while full steps reduce ||grad||_inf by at least the factor ``chord_rate``
         self.reuse_factor = True
         self.chord_rate = 0.1
+        #: non-quadratic problems: start each solve with the factor the previous solve
+        #: ended with (chord steps across solves; refreshed by the same rule). The answer
+        #: then depends on that factor too, so an owner that turns this on must carry
+        #: :meth:`get_state` in its own state (checkpoints, retried steps): prox-al's
+        #: clients do, for their ADMM rounds (the same subproblem with moving vectors)
+        self.carry_factor = False
         #: Newton iterations before handing over to L-BFGS (slow progress, non-convex terms)
         self.max_newton = 200
 
@@ -330,6 +336,17 @@ class NewtonSolver:
         )
         self._cache = [(x.copy(), images)] + self._cache[:1]
         return images
+
+    def get_state(self) -> dict:
+        """What a solve's answer depends on beyond its arguments: the carried factor
+        (``carry_factor``; quadratic problems' factors are functions of their key)."""
+        carried = self.carry_factor and not self.quadratic
+        return {"factor": self._factor if carried else None}
+
+    def set_state(self, state: dict) -> None:
+        if self.carry_factor and not self.quadratic:
+            f = state.get("factor")
+            self._factor = None if f is None else (np.array(f[0], dtype=float), bool(f[1]))
 
     @property
     def verified(self) -> bool:
@@ -461,7 +478,7 @@ class NewtonSolver:
             report.backend = "newton->lbfgs"
             return report
         x = np.array(x0, dtype=float)
-        if not self.quadratic:
+        if not self.quadratic and not self.carry_factor:
             # chord steps reuse only a factor computed in this solve: the answer is then a
             # function of (x0, parameters) alone, not of earlier solves (so a run resumed
             # from a checkpoint, or a retried step, repeats the uninterrupted iterates)
