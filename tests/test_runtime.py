@@ -256,3 +256,17 @@ def test_blas_threads_pins_during_a_solve_and_restores_after():
     assert res.status == "optimal"
     assert seen and all(s in (1, -2) for s in seen) and 1 in seen and -2 in seen
     assert int(getter()) == before
+
+
+def test_state_snapshots_copy_writable_arrays_and_share_read_only_ones():
+    from fedmodel.runtime.base import copy_state
+
+    frozen = np.arange(4.0)
+    frozen.flags.writeable = False
+    state = {"u": np.ones(3), "factor": (frozen, False), "stats": {"n": 1}, "l": [np.zeros(2)]}
+    snap = copy_state(state)
+    state["u"][0] = 5.0
+    state["l"][0][1] = 7.0
+    state["stats"]["n"] = 2
+    assert snap["u"][0] == 1.0 and snap["l"][0][1] == 0.0 and snap["stats"]["n"] == 1
+    assert snap["factor"][0] is frozen and snap["factor"][1] is False

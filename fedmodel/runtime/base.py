@@ -248,9 +248,10 @@ class Outbox:
 def copy_state(obj: Any) -> Any:
     """A deep copy of a party's state: dicts, lists and tuples of numpy arrays and scalars
     are copied directly (a step snapshots its party's state, so this is on the hot path);
-    anything else goes through ``copy.deepcopy``."""
+    read-only arrays are shared (nobody can change them in place: the Newton backend's
+    carried factor); anything else goes through ``copy.deepcopy``."""
     if isinstance(obj, np.ndarray):
-        return obj.copy()
+        return obj.copy() if obj.flags.writeable else obj
     if obj is None or isinstance(obj, (float, int, str, bool, np.generic)):
         return obj
     if type(obj) is dict:

@@ -231,9 +231,10 @@ def _trsv_solve(factor, g: np.ndarray) -> np.ndarray:
 
 def _factor(H: np.ndarray):
     """Cholesky factor of ``H``, shifted by a multiple of I until it exists (indefinite H
-    from non-convex terms); None when even large shifts fail."""
+    from non-convex terms); None when even large shifts fail. The factor is read-only:
+    it is only ever replaced, never changed in place (so state snapshots can share it)."""
     try:
-        return la.cho_factor(H, lower=False, check_finite=False)
+        return _frozen(la.cho_factor(H, lower=False, check_finite=False))
     except la.LinAlgError:
         pass
     scale = max(1.0, float(np.abs(np.diag(H)).max(initial=1.0)))
@@ -241,10 +242,16 @@ def _factor(H: np.ndarray):
     eye = np.eye(H.shape[0])
     for _ in range(30):
         try:
-            return la.cho_factor(H + shift * eye, lower=False, check_finite=False)
+            return _frozen(la.cho_factor(H + shift * eye, lower=False, check_finite=False))
         except la.LinAlgError:
             shift *= 10
     return None
+
+
+def _frozen(factor):
+    c, lower = factor
+    c.flags.writeable = False
+    return c, lower
 
 
 class NewtonSolver:
@@ -346,7 +353,7 @@ class NewtonSolver:
     def set_state(self, state: dict) -> None:
         if self.carry_factor and not self.quadratic:
             f = state.get("factor")
-            self._factor = None if f is None else (np.array(f[0], dtype=float), bool(f[1]))
+            self._factor = None if f is None else _frozen((np.array(f[0], dtype=float), f[1]))
 
     @property
     def verified(self) -> bool:
