@@ -50,3 +50,12 @@ def test_other_quick_runs(tmp_path, name):
     summary = reproduce.run(name, out_dir=tmp_path, trials=1, quick=True, progress=False)
     assert (tmp_path / f"{name}.md").is_file()
     assert summary["checks"]
+
+
+def test_plots_mark_prox_al_points_that_are_not_certified():
+    from fedmodel.reproduce.seed000 import _prox_uncertified
+
+    assert not _prox_uncertified({"status": "prox-al: 10 optimal; cprox-al: 10 optimal"})
+    assert _prox_uncertified({"status": "prox-al: 2 optimal, 1 time_limit; cprox-al: 3 optimal"})
+    assert _prox_uncertified({"status": "prox-al: 1 inaccurate; cprox-al: 1 optimal"})
+    assert not _prox_uncertified({"status": "prox-al: 3 optimal; cprox-al: 1 time_limit"})

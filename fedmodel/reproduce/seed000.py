@@ -31,6 +31,7 @@ from __future__ import annotations
 import csv
 import json
 import math
+import re
 import time
 from collections.abc import Callable, Sequence
 from importlib import resources
@@ -1402,6 +1403,22 @@ def _plot_table1(path: Path, rows: list[dict]) -> None:
     fig.savefig(path, dpi=120)
 
 
+def _prox_uncertified(row: dict) -> bool:
+    """True when some prox-al trial of an aggregated row did not end ``optimal``
+    (time limit, inaccurate, ...): its point is an iterate, not a certified answer."""
+    part = str(row.get("status", "")).split(";")[0]
+    return any(st != "optimal" for _, st in re.findall(r"(\d+) (\w+)", part))
+
+
+def _mark_uncertified(ax, xs, ys, flags, label: bool) -> None:
+    pts = [(x, y) for x, y, f in zip(xs, ys, flags) if f and np.isfinite(y)]
+    if pts:
+        ax.plot(
+            *zip(*pts), "o", markersize=13, markerfacecolor="none", markeredgecolor="red",
+            label="prox-al not certified (time limit, inaccurate)" if label else None,
+        )  # fmt: skip
+
+
 def _plot_table23(path: Path, rows: list[dict], table: str) -> None:
     try:
         from fedmodel.plots import require_matplotlib
@@ -1429,6 +1446,8 @@ def _plot_table23(path: Path, rows: list[dict], table: str) -> None:
                 ax.errorbar(
                     ns, vals, yerr=[r[key][1] for r in rs], fmt=style, capsize=3, label=label
                 )
+        flags = [_prox_uncertified(r) for r in rs]
+        _mark_uncertified(ax, ns, [r["obj_prox_al"][0] for r in rs], flags, label=True)
         key = {"dataset": ds} if table == "table2" else {}
         pv = [(_paper_row(table, n=n, **key) or {}).get("obj_prox_al", [math.nan])[0] for n in ns]
         ax.plot(ns, pv, "s--", color="0.4", label="paper Alg. 1")
@@ -1441,14 +1460,11 @@ def _plot_table23(path: Path, rows: list[dict], table: str) -> None:
         ax.grid(True, alpha=0.3)
         ax.legend(fontsize="x-small")
     ax = axes[-1]
-    for ds, rs in groups.items():
+    for i, (ds, rs) in enumerate(groups.items()):
         ns = [r["n"] for r in rs]
-        (line,) = ax.semilogy(
-            ns,
-            [max(r["rel_diff"][0], 1e-12) for r in rs],
-            "o-",
-            label=f"{DATASET_LABEL.get(ds, ds)} ours",
-        )
+        ours = [max(r["rel_diff"][0], 1e-12) for r in rs]
+        (line,) = ax.semilogy(ns, ours, "o-", label=f"{DATASET_LABEL.get(ds, ds)} ours")
+        _mark_uncertified(ax, ns, ours, [_prox_uncertified(r) for r in rs], label=i == 0)
         key = {"dataset": ds} if table == "table2" else {}
         ax.semilogy(
             ns,
