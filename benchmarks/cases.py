@@ -481,6 +481,15 @@ def memory_child(path: str, n: int, method: str, time_limit: float) -> dict:
 # -- profiles -------------------------------------------------------------------------------
 
 
+def short_paths(line: str) -> str:
+    """A profile line with paths relative to the repository or to site-packages (the
+    machine's absolute paths say nothing to a reader elsewhere)."""
+    import re
+
+    line = re.sub(r"\S*/site-packages/", "site-packages/", line)
+    return re.sub(r"\S*/(fedmodel|benchmarks)/", r"\1/", line)
+
+
 def unit_profile(what: str, seconds: float):
     """cProfile of a time-limited run; the top functions by own time go into RESULTS.md."""
     import cProfile
@@ -519,7 +528,7 @@ def unit_profile(what: str, seconds: float):
             "method": "prox-al",
             "label": "profile",
             "rounds": int(res.rounds.get("communication", 0)),
-            "profile": lines[start:],
+            "profile": [short_paths(line) for line in lines[start:]],
             "profile_total": total,
             "wall": float(res.timing.get("solve", 0.0)),
             "load": load1(),

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import math
-import re
 from statistics import median
 
 
@@ -272,13 +271,6 @@ def _table1_summary(rows):
     )  # fmt: skip
 
 
-def _short_paths(line: str) -> str:
-    """A profile line with paths relative to the repository or to site-packages (the
-    machine's absolute paths say nothing to a reader elsewhere)."""
-    line = re.sub(r"\S*/site-packages/", "site-packages/", line)
-    return re.sub(r"\S*/(fedmodel|benchmarks)/", r"\1/", line)
-
-
 def render(data, quick: bool = False) -> str:
     m = data.get("machine", {})
     lines = [
@@ -388,7 +380,7 @@ def render(data, quick: bool = False) -> str:
             f"solve under cProfile, load {r['load']:.1f})",
             "",
             "```",
-            *(_short_paths(line) for line in r["profile"]),
+            *r["profile"],
             "```",
         ]
     errors = [
