@@ -32,7 +32,6 @@ Choices for the paper's gaps are listed in the Markdown output and in ``docs/dal
 
 from __future__ import annotations
 
-import csv
 import json
 import time
 from collections.abc import Sequence
@@ -44,6 +43,7 @@ import cvxpy as cp
 import numpy as np
 
 from fedmodel.reproduce import register
+from fedmodel.reproduce.output import md_table, write_csv
 
 PAPER_FILE = "dald_paper.json"
 S_CHAIN = [[1, 1, 0], [0, 1, 1], [0, 0, 0]]
@@ -57,27 +57,7 @@ def paper_numbers() -> dict[str, Any]:
 
 
 # ---------------------------------------------------------------------------------------
-# shared output helpers
-
-
-def _write_csv(path: Path, rows: list[dict]) -> None:
-    if not rows:
-        path.write_text("")
-        return
-    keys: list[str] = []
-    for r in rows:
-        keys += [k for k in r if k not in keys]
-    with path.open("w", newline="") as fh:
-        w = csv.DictWriter(fh, fieldnames=keys)
-        w.writeheader()
-        for r in rows:
-            w.writerow({k: (f"{v:.10g}" if isinstance(v, float) else v) for k, v in r.items()})
-
-
-def _md_table(header: Sequence[str], rows: Sequence[Sequence[Any]]) -> str:
-    lines = ["| " + " | ".join(header) + " |", "|" + "|".join("---" for _ in header) + "|"]
-    lines += ["| " + " | ".join(str(c) for c in row) + " |" for row in rows]
-    return "\n".join(lines)
+# checks and the output folder (CSV and Markdown writers: fedmodel.reproduce.output)
 
 
 def _check(name: str, passed: bool, detail: str) -> dict:
@@ -92,7 +72,7 @@ def _finish(out_dir: Path, name: str, md: list[str], rows: list[dict], checks, t
     md_path = out_dir / f"{name}.md"
     md_path.write_text("\n".join(md))
     csv_path = out_dir / f"{name}.csv"
-    _write_csv(csv_path, rows)
+    write_csv(csv_path, rows)
     return {
         "name": name,
         "out_dir": str(out_dir),
@@ -276,7 +256,7 @@ def table1(
             ]
         )
     md.append(
-        _md_table(
+        md_table(
             [
                 "data",
                 "split",
@@ -513,7 +493,7 @@ def table2(
                     pm, ps = paper.get((nn, lam, method, pit), (np.nan, np.nan))
                     line += [f"{r['mean']:.2f}", f"{r['std']:.2f}", f"{pm:.2f}", f"{ps:.2f}"]
                 table.append(line)
-    md.append(_md_table(header, table))
+    md.append(md_table(header, table))
     md += [
         "",
         "Wall seconds per run (all iterations): "

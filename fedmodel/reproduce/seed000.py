@@ -28,12 +28,11 @@ residuals, i.e. the iterates are those of the plain model.
 
 from __future__ import annotations
 
-import csv
 import json
 import math
 import re
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from importlib import resources
 from pathlib import Path
 from typing import Any
@@ -42,6 +41,7 @@ import cvxpy as cp
 import numpy as np
 
 from fedmodel.reproduce import register
+from fedmodel.reproduce.output import md_table, write_csv
 
 PAPER_FILE = "seed000_paper.json"
 
@@ -354,34 +354,6 @@ def _statuses(rows: list[dict]) -> str:
     return ", ".join(f"{v} {k}" for k, v in sorted(counts.items()))
 
 
-def _write_csv(path: Path, rows: list[dict]) -> None:
-    if not rows:
-        path.write_text("")
-        return
-    keys: list[str] = []
-    for r in rows:
-        keys += [k for k in r if k not in keys]
-    with path.open("w", newline="") as fh:
-        writer = csv.DictWriter(fh, fieldnames=keys)
-        writer.writeheader()
-        for r in rows:
-            writer.writerow({k: _csv_value(r.get(k)) for k in keys})
-
-
-def _csv_value(v):
-    if isinstance(v, float):
-        return f"{v:.10g}"
-    if isinstance(v, (list, tuple, np.ndarray)):
-        return json.dumps([float(x) for x in np.ravel(v)])
-    return v
-
-
-def _md_table(header: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
-    lines = ["| " + " | ".join(header) + " |", "|" + "|".join("---" for _ in header) + "|"]
-    lines += ["| " + " | ".join(str(c) for c in row) + " |" for row in rows]
-    return "\n".join(lines)
-
-
 def _check(name: str, value: float, bound: float, detail: str = "") -> dict:
     ok = bool(np.isfinite(value) and value <= bound)
     text = f"max {value:.3e} <= {bound:g}" if np.isfinite(value) else "no finite value"
@@ -476,12 +448,12 @@ def table1(
             res, sec, err = runner.solve(model, "centralized", settings, 0, label)
             ref = _record(res, sec, err, n=n, d=d, m=m, trial=-1, method="centralized")
             runs.append(ref)
-            _write_csv(out_dir / "table1_runs.csv", runs)  # partial results
+            write_csv(out_dir / "table1_runs.csv", runs)  # partial results
             for t in range(trials):
                 for method in ("prox-al", "cprox-al"):
                     res, sec, err = runner.solve(model, method, settings, t, f"{label} trial {t}")
                     runs.append(_record(res, sec, err, n=n, d=d, m=m, trial=t, method=method))
-                    _write_csv(out_dir / "table1_runs.csv", runs)  # partial results
+                    write_csv(out_dir / "table1_runs.csv", runs)  # partial results
     finally:
         runner.close()
     rows, table, checks_data = [], [], []
@@ -581,7 +553,7 @@ def table1(
         "One QP instance per (n, d, m) (seed 0), generated as in Section 5.1; "
         "violation = max_i |C_i w + d_i|_inf over server and clients.",
     )
-    md.append(_md_table(header, table))
+    md.append(md_table(header, table))
     files = _finish(out_dir, "table1", md, runs, rows, checks, time.perf_counter() - t_start)
     _plot_table1(out_dir / "table1.png", rows)
     return _summary(
@@ -611,14 +583,14 @@ def _finish(out_dir: Path, name: str, md: list[str], runs, rows, checks, seconds
     md += ["", f"Total wall time: {seconds:.1f} s.", ""]
     md_path = out_dir / f"{name}.md"
     md_path.write_text("\n".join(md))
-    _write_csv(out_dir / f"{name}_runs.csv", runs)
+    write_csv(out_dir / f"{name}_runs.csv", runs)
     flat = []
     for r in rows:
         flat.append(
             {k: (v[0] if isinstance(v, tuple) else v) for k, v in r.items()}
             | {f"{k}_std": v[1] for k, v in r.items() if isinstance(v, tuple)}
         )
-    _write_csv(out_dir / f"{name}.csv", flat)
+    write_csv(out_dir / f"{name}.csv", flat)
     return [str(md_path), str(out_dir / f"{name}.csv"), str(out_dir / f"{name}_runs.csv")]
 
 
@@ -686,7 +658,7 @@ def table2(
                     )
                     rec["client_constraint"] = _client_values(res, 0, offset=r)
                     runs.append(rec)
-                    _write_csv(out_dir / "table2_runs.csv", runs)  # partial results
+                    write_csv(out_dir / "table2_runs.csv", runs)  # partial results
     finally:
         runner.close()
     rows, table = [], []
@@ -762,7 +734,7 @@ def table2(
         "10, adult 104, monks-1 18 (intercept included); the paper's 20/21/21 come "
         "from an unspecified preprocessing, so objective values differ.",
     )
-    md.append(_md_table(header, table))
+    md.append(md_table(header, table))
     files = _finish(out_dir, "table2", md, runs, rows, checks, time.perf_counter() - t_start)
     _plot_table23(out_dir / "table2.png", rows, "table2")
     return _summary(
@@ -889,7 +861,7 @@ def table3(
                         res, 0, transform=lambda v: _disparity(v, r), include_server=True
                     )
                     runs.append(rec)
-                    _write_csv(out_dir / "table3_runs.csv", runs)  # partial results
+                    write_csv(out_dir / "table3_runs.csv", runs)  # partial results
     finally:
         runner.close()
     rows, table = [], []
@@ -963,7 +935,7 @@ def table3(
         "non-convex, so there is no cvxpy optimum; cprox-al is the reference, as in the "
         "paper. Disparity = |L_female - L_male| over clients and server.",
     )
-    md.append(_md_table(header, table))
+    md.append(md_table(header, table))
     files = _finish(out_dir, "table3", md, runs, rows, checks, time.perf_counter() - t_start)
     _plot_table23(out_dir / "table3.png", rows, "table3")
     return _summary(
@@ -1054,7 +1026,7 @@ def fig1(
         "",
     ]
     md.append(
-        _md_table(
+        md_table(
             ["data set", "status", "outer", "rounds", "seconds"],
             [
                 [x["dataset"], x["status"], x["outer"], x["rounds"], f"{x['seconds']:.1f}"]
@@ -1144,7 +1116,7 @@ def fig2(
         "",
     ]
     md.append(
-        _md_table(
+        md_table(
             ["n", "status", "outer", "rounds", "seconds", "message"],
             [
                 [x["n"], x["status"], x["outer"], x["rounds"], f"{x['seconds']:.1f}", x["message"]]
@@ -1331,7 +1303,7 @@ def fig3(
         "",
     ]
     md.append(
-        _md_table(
+        md_table(
             ["data set", "n", "model", "status", "objective", "seconds"],
             [
                 [

@@ -1,0 +1,50 @@
+"""Output files shared by the reproductions: CSV rows and Markdown tables."""
+
+from __future__ import annotations
+
+import csv
+import json
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+
+def write_csv(path: Path, rows: list[dict]) -> None:
+    """One row per dict; the columns are the union of the keys in first-seen order.
+    Floats are written with 10 significant digits, arrays as JSON lists."""
+    if not rows:
+        path.write_text("")
+        return
+    keys: list[str] = []
+    for r in rows:
+        keys += [k for k in r if k not in keys]
+    with path.open("w", newline="") as fh:
+        writer = csv.DictWriter(fh, fieldnames=keys)
+        writer.writeheader()
+        for r in rows:
+            writer.writerow({k: csv_value(r.get(k)) for k in keys})
+
+
+def csv_value(v: Any) -> Any:
+    if isinstance(v, float):
+        return f"{v:.10g}"
+    if isinstance(v, (list, tuple, np.ndarray)):
+        return json.dumps([float(x) for x in np.ravel(v)])
+    return v
+
+
+def md_table(header: Sequence[str], rows: Sequence[Sequence[Any]]) -> str:
+    """A Markdown table.
+
+    Examples
+    --------
+    >>> print(md_table(["n", "obj"], [[1, 0.5]]))
+    | n | obj |
+    |---|---|
+    | 1 | 0.5 |
+    """
+    lines = ["| " + " | ".join(header) + " |", "|" + "|".join("---" for _ in header) + "|"]
+    lines += ["| " + " | ".join(str(c) for c in row) + " |" for row in rows]
+    return "\n".join(lines)
