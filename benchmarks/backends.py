@@ -11,7 +11,13 @@ data" (the issue's alternative): 160,000 samples, 101 features, a fixed budget o
 rounds (``--xl-rounds``; keep it below ~45: the inner test is switched off, so the local
 tolerance q^t keeps halving and beyond 0.5^45 no solver reaches it). Every backend runs the same iterates (checked: max |x - x_serial|).
 Trivial clients: 16 endpoints that echo a 21-float message; one round = one broadcast.
-Ray runs locally with num_cpus = 2; processes with 2 workers.
+Ray runs locally with num_cpus = 2; processes with 2 workers; "+server" = the same backend
+with ``server_hosts_clients=True`` (1 worker process / actor plus the server's own process).
+
+Two phases, so that Ray's own processes (raylet, GCS: a few per cent of a core when idle)
+do not slow the runs that do not use Ray: serial, processes and processes+server first,
+without Ray; then Ray is started and serial runs again next to ray and ray+server. Each
+speed-up is over the serial run of its own phase.
 """
 
 from __future__ import annotations
@@ -35,6 +41,20 @@ from fedmodel.models import neyman_pearson_model  # noqa: E402
 from fedmodel.runtime.base import EchoEndpoint, EndpointFactory, make_runtime  # noqa: E402
 
 WORKERS = 2
+
+# backend id -> solve options; "+server": one shard of the clients in the server's process
+CONFIGS = {
+    "serial": {"backend": "serial"},
+    "processes": {"backend": "processes", "workers": WORKERS},
+    "processes+server": {
+        "backend": "processes",
+        "workers": WORKERS - 1,
+        "server_hosts_clients": True,
+    },
+    "ray": {"backend": "ray", "workers": WORKERS},
+    "ray+server": {"backend": "ray", "workers": WORKERS - 1, "server_hosts_clients": True},
+}
+PHASES = (["serial", "processes", "processes+server"], ["serial", "ray", "ray+server"])
 
 
 def np_sites(n: int, d: int, total: int, seed: int = 0):
@@ -65,7 +85,7 @@ def heavy(backends, n, d, total, repeats, rounds=None):
     for rep in range(repeats):
         for b in backends:
             t0 = time.perf_counter()
-            res = model.solve("prox-al", backend=b, workers=WORKERS, **opts)
+            res = model.solve("prox-al", **CONFIGS[b], **opts)
             wall = time.perf_counter() - t0
             if ref is None:
                 ref = res
@@ -93,17 +113,19 @@ def _row(res, ref, wall):
 
 
 def _max_worker(res):
-    """Client seconds of the busiest worker (sharded as the runtime does)."""
-    from fedmodel.runtime.base import shard
-
-    per = {k: v for k, v in res.timing["per_party"].items() if k != "server"}
-    if res.extra.get("backend") == "serial":
-        return sum(per.values())
-    place = shard(list(per), WORKERS, {k: 1.0 for k in per})
+    """Client seconds of the busiest host (worker, actor or the server's process), from
+    where the run placed each client."""
+    place = res.extra["placement"]
     loads = {}
-    for k, v in per.items():
-        loads[place[k]] = loads.get(place[k], 0.0) + v
+    for k, v in res.timing["per_party"].items():
+        if k != "server":
+            loads[place[k]] = loads.get(place[k], 0.0) + v
     return max(loads.values())
+
+
+def _runtime(b, factories):
+    opts = dict(CONFIGS[b])
+    return make_runtime(opts.pop("backend"), factories, **opts)
 
 
 def overhead(backends, n=16, d=21, rounds=300, repeats=3):
@@ -112,7 +134,7 @@ def overhead(backends, n=16, d=21, rounds=300, repeats=3):
     for b in [b for _ in range(repeats) for b in backends]:
         factories = {f"c{i}": EndpointFactory(EchoEndpoint, (f"c{i}",)) for i in range(n)}
         t0 = time.perf_counter()
-        rt = make_runtime(b, factories, workers=WORKERS)
+        rt = _runtime(b, factories)
         startup = time.perf_counter() - t0
         try:
             for _ in range(20):  # warm up
@@ -145,13 +167,13 @@ def cold_start(backends):
         if b == "serial":
             continue
         factories = {f"c{i}": EndpointFactory(EchoEndpoint, (f"c{i}",)) for i in range(16)}
-        if b == "processes":
+        if CONFIGS[b]["backend"] == "processes":
             processes.shutdown_workers()
         t0 = time.perf_counter()
-        make_runtime(b, factories, workers=WORKERS).close()
+        _runtime(b, factories).close()
         first = time.perf_counter() - t0
         t0 = time.perf_counter()
-        make_runtime(b, factories, workers=WORKERS).close()
+        _runtime(b, factories).close()
         out[b] = (first, time.perf_counter() - t0)
     return out
 
@@ -177,20 +199,28 @@ def main():
     )
     ap.add_argument("--out", default=os.path.join(os.path.dirname(__file__), "RESULTS_backends.md"))
     args = ap.parse_args()
-    backends = ["serial", "processes", "ray"]
-    import ray
-
-    t0 = time.perf_counter()
-    ray.init(num_cpus=WORKERS, include_dashboard=False, configure_logging=False)
-    ray_init = time.perf_counter() - t0
     configs = [(16, 20, 4000, 1, None)] if args.quick else [(16, 20, 20_000, args.repeats, None)]
     if args.large:
         configs.append((16, 40, 80_000, 1, None))
     if args.xl and not args.quick:
         configs.append((16, 100, 160_000, 1, args.xl_rounds))
-    starts = cold_start(backends)
-    over = overhead(backends, rounds=50 if args.quick else 300)
-    results = [(cfg, heavy(backends, *cfg)) for cfg in configs]
+    rounds = 50 if args.quick else 300
+    starts, over, results = {}, {}, [(cfg, {}) for cfg in configs]
+    ray_init = None
+    for phase in PHASES:
+        if "ray" in phase:
+            import ray
+
+            t0 = time.perf_counter()
+            ray.init(num_cpus=WORKERS, include_dashboard=False, configure_logging=False)
+            ray_init = time.perf_counter() - t0
+        starts.update(cold_start(phase))
+        over.update({("serial, Ray running" if b == "serial" and "ray" in phase else b): r
+                     for b, r in overhead(phase, rounds=rounds).items()})  # fmt: skip
+        for cfg, rows in results:
+            rows[tuple(phase)] = heavy(phase, *cfg)
+    import ray
+
     load = os.getloadavg()
     lines = [
         "# Backends benchmark",
@@ -201,19 +231,23 @@ def main():
         "",
         f"`python benchmarks/backends.py` on {platform.machine()}, {os.cpu_count()} cores, "
         f"Python {platform.python_version()}, Ray {ray.__version__}; "
-        f"{WORKERS} workers (processes) / local Ray with num_cpus={WORKERS}.",
+        f"{WORKERS} workers (processes) / local Ray with num_cpus={WORKERS}; "
+        "`+server` = `server_hosts_clients=True` with 1 worker / actor (the server's own "
+        "process hosts the other shard). Serial, processes and processes+server ran before "
+        "Ray was started; serial ran again, next to ray and ray+server, once Ray was running. "
+        "Each speed-up is over the serial run of its own phase.",
     ]
-    for (n, d, total, repeats, rounds), rows in results:
-        lines += _heavy_table(n, d, total, repeats, rows, rounds)
+    for (n, d, total, repeats, budget), rows in results:
+        lines += _heavy_table(n, d, total, repeats, rows, budget)
     lines += [
         "",
         "Start-up = starting the workers (or taking them from the idle pool) and building "
         "every client's endpoint where it runs; the Ray instance itself was started before "
-        f"(ray.init: {ray_init:.1f} s, once per process).",
+        f"(ray.init: {ray_init or 0.0:.1f} s, once per process).",
         "",
         "## Per-round overhead with trivial clients (16 echo clients, 21 floats each way)",
         "",
-        f"Fastest of 3 runs of {50 if args.quick else 300} rounds. A round is one broadcast: "
+        f"Fastest of 3 runs of {rounds} rounds. A round is one broadcast: "
         "the server sends each worker its share of the 16 messages and waits for all replies.",
         "",
         "| backend | per round (ms) | per message (ms) | mark() (ms) | start-up (s) | "
@@ -233,8 +267,7 @@ def main():
     return 0
 
 
-def _heavy_table(n, d, total, repeats, rows, rounds=None):
-    s = rows["serial"]
+def _heavy_table(n, d, total, repeats, phases, rounds=None):
     run = f"a fixed budget of {rounds} ADMM rounds" if rounds else "prox-al to eps = 1e-4"
     lines = [
         "",
@@ -244,28 +277,36 @@ def _heavy_table(n, d, total, repeats, rows, rounds=None):
         f"Fastest of {repeats} interleaved run(s) per backend.",
         "",
         "| backend | wall (s) | start-up (s) | solve (s) | speed-up (wall) | speed-up (solve) "
-        "| server (s) | waiting (s) | client CPU, all (s) | client CPU, busiest worker (s) "
+        "| server (s) | waiting (s) | client CPU, all (s) | client CPU, busiest host (s) "
         "| rounds | max abs diff vs serial | status |",
         "|---|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
-    for b, r in rows.items():
-        lines.append(
-            f"| {b} | {r['wall']:.2f} | {r['startup']:.2f} | {r['solve']:.2f} | "
-            f"{s['wall'] / r['wall']:.2f}x | {s['solve'] / r['solve']:.2f}x | "
-            f"{r['server_seconds']:.2f} | {r['waiting']:.2f} | {r['client_seconds']:.2f} | "
-            f"{r['max_worker']:.2f} | {r['rounds']} | {r['diff']:.1e} | {r['status']} |"
-        )
+    serials = []
+    for phase, rows in phases.items():
+        s = rows["serial"]
+        serials.append(s)
+        for b, r in rows.items():
+            label = "serial, Ray running" if b == "serial" and "ray" in phase else b
+            lines.append(
+                f"| {label} | {r['wall']:.2f} | {r['startup']:.2f} | {r['solve']:.2f} | "
+                f"{s['wall'] / r['wall']:.2f}x | {s['solve'] / r['solve']:.2f}x | "
+                f"{r['server_seconds']:.2f} | {r['waiting']:.2f} | {r['client_seconds']:.2f} | "
+                f"{r['max_worker']:.2f} | {r['rounds']} | {r['diff']:.1e} | {r['status']} |"
+            )
     lines += [
         "",
         "server = the server's own work (solve - waiting); waiting = time the server waited "
-        "for replies (the busiest worker's client steps + communication); client CPU = the "
-        "clients' handler time measured where they run (all clients; the busiest worker's). "
-        "waiting - busiest worker = the backend's communication and scheduling cost.",
+        "for replies (the busiest host's client steps + communication; with +server it "
+        "includes the server's own shard); client CPU = the clients' handler time measured "
+        "where they run (all clients; the busiest host's: a worker, an actor or the "
+        "server's process). waiting - busiest host = the backend's communication and "
+        "scheduling cost.",
     ]
-    s_clients, s_server = s["client_seconds"], s["server_seconds"]
+    s = serials[0]
     lines += [
         "",
-        f"Serial: clients {s_clients:.2f} s, server {s_server:.2f} s of {s['solve']:.2f} s.",
+        f"Serial: clients {s['client_seconds']:.2f} s, server {s['server_seconds']:.2f} s of "
+        f"{s['solve']:.2f} s.",
     ]
     return lines
 

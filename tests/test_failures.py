@@ -20,9 +20,9 @@ from fedmodel.runtime.base import CheckpointError
 from fedmodel.runtime.failures import Fault
 
 sys.path.insert(0, os.path.dirname(__file__))
+from backend_configs import BACKENDS, REMOTE, on  # noqa: E402
 from problems import np_model  # noqa: E402
 
-BACKENDS = ["serial", "processes", "ray"]
 EPS = 1e-4
 
 
@@ -64,7 +64,7 @@ def same(a, b, tol=1e-10):
 
 @pytest.mark.parametrize("backend", BACKENDS)
 def test_client_raising_on_round_3_stops_with_its_name_and_error(model, backend):
-    res = run(model, {"site1": Fault("raise", round=3)}, backend=backend)
+    res = run(model, {"site1": Fault("raise", round=3)}, **on(backend))
     assert res.status == "client_failure"
     assert res.failure["client"] == "site1" and res.failure["kind"] == "raised"
     assert "InjectedFault" in res.failure["error"] and res.failure["round"] == 3
@@ -78,7 +78,7 @@ def test_client_raising_on_round_3_stops_with_its_name_and_error(model, backend)
 @pytest.mark.parametrize("backend", BACKENDS)
 def test_failure_returns_the_last_consistent_iterate(model, reference, backend):
     fail_round = reference.history[1]["rounds"] + 1  # first round of outer iteration 2
-    res = run(model, {"site2": Fault("raise", round=fail_round, times=None)}, backend=backend)
+    res = run(model, {"site2": Fault("raise", round=fail_round, times=None)}, **on(backend))
     assert res.status == "client_failure" and res.failure["client"] == "site2"
     two = run(model, max_outer=2, backend="serial")
     assert res.rounds["outer"] == 2
@@ -95,7 +95,7 @@ def test_retry_recovers_and_gives_the_same_answer(model, reference, backend):
     res = run(
         model,
         {"site1": Fault("raise", round=3, times=2)},
-        backend=backend,
+        **on(backend),
         on_failure="retry",
         retries=2,
     )
@@ -106,7 +106,7 @@ def test_retry_recovers_and_gives_the_same_answer(model, reference, backend):
     down = [r for r in res.ledger if r["receiver"] == "site1" and r["round"] == 3]
     assert len(down) == 3
     retries_exhausted = run(
-        model, {"site1": Fault("raise", round=3, times=3)}, backend=backend, on_failure="retry"
+        model, {"site1": Fault("raise", round=3, times=3)}, **on(backend), on_failure="retry"
     )
     assert retries_exhausted.status == "client_failure"
 
@@ -114,7 +114,7 @@ def test_retry_recovers_and_gives_the_same_answer(model, reference, backend):
 @pytest.mark.parametrize("backend", BACKENDS)
 def test_client_sleeping_past_its_timeout(model, reference, backend):
     t0 = time.perf_counter()
-    res = run(model, {"site0": Fault("sleep", round=3, seconds=30)}, backend=backend,
+    res = run(model, {"site0": Fault("sleep", round=3, seconds=30)}, **on(backend),
               client_timeout=0.5)  # fmt: skip
     assert time.perf_counter() - t0 < 20  # the sleeping step was interrupted
     assert res.status == "client_failure"
@@ -123,7 +123,7 @@ def test_client_sleeping_past_its_timeout(model, reference, backend):
     res = run(
         model,
         {"site0": Fault("sleep", round=3, seconds=30)},
-        backend=backend,
+        **on(backend),
         client_timeout=0.5,
         on_failure="retry",
         retries=1,
@@ -131,12 +131,12 @@ def test_client_sleeping_past_its_timeout(model, reference, backend):
     assert res.status == "optimal" and same(res, reference)
 
 
-@pytest.mark.parametrize("backend", ["processes", "ray"])
+@pytest.mark.parametrize("backend", REMOTE)
 def test_killed_worker_is_a_failure_of_its_parties(model, backend, tmp_path):
     res = run(
         model,
         {"site1": Fault("exit", round=3)},
-        backend=backend,
+        **on(backend),
         on_failure="retry",
         checkpoint=str(tmp_path / "ck"),
     )
@@ -146,6 +146,25 @@ def test_killed_worker_is_a_failure_of_its_parties(model, backend, tmp_path):
     assert res.extra["retries"] == []  # a dead worker is not retried
     assert "no checkpoint could be written" in res.message  # its parties' state is gone
     assert res.checkpoint is None
+
+
+@pytest.mark.parametrize("backend", ["processes+server", "ray+server"])
+def test_a_client_in_the_server_process_fails_like_a_remote_one(model, reference, backend):
+    """site2 runs in the server's process (the lightest shard): raising and sleeping past
+    its timeout are client failures, and retries recover, while the workers' replies of
+    the same round are collected."""
+    res = run(model, {"site2": Fault("raise", round=3)}, **on(backend))
+    assert res.extra["placement"]["site2"] == "server"
+    assert res.status == "client_failure" and res.failure["client"] == "site2"
+    assert res.failure["kind"] == "raised" and res.failure["round"] == 3
+    t0 = time.perf_counter()
+    res = run(model, {"site2": Fault("sleep", round=3, seconds=30)}, client_timeout=0.5,
+              **on(backend))  # fmt: skip
+    assert time.perf_counter() - t0 < 20  # the alarm interrupted the local step
+    assert res.status == "client_failure" and res.failure["kind"] == "timeout"
+    res = run(model, {"site2": Fault("sleep", round=3, seconds=30)}, client_timeout=0.5,
+              on_failure="retry", retries=1, **on(backend))  # fmt: skip
+    assert res.status == "optimal" and same(res, reference)
 
 
 def test_worker_crash_refused_in_the_server_process(model):
@@ -173,7 +192,7 @@ def checkpoint_at_2(model, tmp_path_factory):
 def test_resume_from_iteration_2_gives_the_uninterrupted_answer(
     model, reference, checkpoint_at_2, backend
 ):
-    res = run(model, backend=backend, resume=str(checkpoint_at_2))
+    res = run(model, **on(backend), resume=str(checkpoint_at_2))
     assert res.status == reference.status == "optimal"
     assert same(res, reference)
     assert res.rounds == reference.rounds
@@ -243,7 +262,7 @@ def test_ctrl_c_returns_interrupted_with_a_checkpoint_and_resumes(
             raise KeyboardInterrupt
 
     path = str(tmp_path / "ck")
-    res = run(model, backend=backend, callback=stop_at_iteration_3, checkpoint=path,
+    res = run(model, **on(backend), callback=stop_at_iteration_3, checkpoint=path,
               checkpoint_every=100)  # fmt: skip
     assert res.status == "interrupted"
     assert res.rounds["outer"] == 3  # the last consistent iterate: end of iteration 2
@@ -254,7 +273,7 @@ def test_ctrl_c_returns_interrupted_with_a_checkpoint_and_resumes(
     assert resumed.ledger == reference.ledger
 
 
-@pytest.mark.parametrize("backend", ["serial", "processes"])
+@pytest.mark.parametrize("backend", ["serial", "processes", "processes+server"])
 def test_sigint_during_a_solve(model, reference, backend, tmp_path):
     """A real SIGINT (as from Ctrl-C) while the clients are computing."""
     slow = {"site0": Fault("sleep", round=2, times=None, seconds=0.02)}
@@ -266,14 +285,14 @@ def test_sigint_during_a_solve(model, reference, backend, tmp_path):
 
     path = str(tmp_path / "ck")
     try:
-        res = run(model, slow, backend=backend, checkpoint=path, checkpoint_every=1000,
+        res = run(model, slow, **on(backend), checkpoint=path, checkpoint_every=1000,
                   callback=start_timer)  # fmt: skip
     finally:
         timer.cancel()
     assert res.status == "interrupted"
     assert res.checkpoint == path
     assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
-    resumed = run(model, backend=backend, resume=path)
+    resumed = run(model, **on(backend), resume=path)
     assert resumed.status == "optimal" and same(resumed, reference)
 
 

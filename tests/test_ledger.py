@@ -18,6 +18,7 @@ from fedmodel.runtime import messages
 from fedmodel.runtime.messages import SERVER
 
 sys.path.insert(0, os.path.dirname(__file__))
+from backend_configs import REMOTE, on  # noqa: E402
 from problems import np_model  # noqa: E402
 
 # Sample counts chosen to collide with no other dimension of these models.
@@ -99,12 +100,12 @@ def test_no_client_data_leaves_its_client(method, captured):
     check_no_data_leaves(method, model, res, captured)
 
 
-@pytest.mark.parametrize("backend", ["processes", "ray"])
+@pytest.mark.parametrize("backend", REMOTE)
 @pytest.mark.parametrize("method", ["prox-al", "admm"])
 def test_no_client_data_leaves_on_remote_backends(method, backend, captured, ray_local):
     model = constrained_model() if method == "prox-al" else lsq_model()
-    res = model.solve(method, backend=backend, workers=2)
-    assert res.extra["backend"] == backend
+    res = model.solve(method, workers=2, **on(backend))
+    assert res.extra["backend"] == on(backend)["backend"]
     check_no_data_leaves(method, model, res, captured)
 
 

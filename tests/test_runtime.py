@@ -15,15 +15,16 @@ from fedmodel.runtime.base import (
     RUNTIME_PROXY,
     ClientFailure,
     EndpointFactory,
+    default_workers,
     make_runtime,
+    placement,
     shard,
 )
 from fedmodel.runtime.messages import SERVER, Message
 
 sys.path.insert(0, os.path.dirname(__file__))
+from backend_configs import BACKENDS, REMOTE, on  # noqa: E402
 from problems import np_model  # noqa: E402
-
-BACKENDS = ["serial", "processes", "ray"]
 
 
 @pytest.fixture(scope="module", autouse=True)
@@ -59,15 +60,18 @@ def serial_results():
     }
 
 
-@pytest.mark.parametrize("backend", ["processes", "ray"])
+@pytest.mark.parametrize("backend", REMOTE)
 @pytest.mark.parametrize("method", ["prox-al", "admm"])
 def test_same_answer_and_ledger_on_every_backend(backend, method, serial_results):
     model = np_model(3) if method == "prox-al" else lsq_model()
     eps = 1e-4 if method == "prox-al" else 1e-5
     ref = serial_results[method]
-    res = model.solve(method, eps=eps, backend=backend, workers=2)
+    res = model.solve(method, eps=eps, workers=2, **on(backend))
     assert res.status == ref.status
-    assert res.extra["backend"] == backend
+    assert res.extra["backend"] == on(backend)["backend"]
+    hosts = set(res.extra["placement"].values())
+    with_server = backend.endswith("+server")
+    assert ("server" in hosts) == with_server and len(hosts) == 2 + with_server
     rel = np.abs(res.x - ref.x).max() / max(1.0, np.abs(ref.x).max())
     assert rel <= 1e-10
     assert res.rounds == ref.rounds
@@ -96,6 +100,17 @@ def test_shard_is_balanced_and_deterministic():
     assert list(a) == names
     assert sum(1 for n in names if a[n] == a["c0"]) == 1  # the heavy client alone
     assert set(shard(names, 10).values()) == set(range(7))  # at most one worker per client
+
+
+def test_placement_gives_the_server_the_lightest_shard():
+    names = [f"c{i}" for i in range(5)]
+    weights = {n: (10 if n == "c0" else 1) for n in names}
+    place = placement(names, 1, weights, server_hosts_clients=True)
+    assert place == {"c0": 0, "c1": "server", "c2": "server", "c3": "server", "c4": "server"}
+    assert placement(names, 2) == shard(names, 2)
+    assert placement(["only"], 3, server_hosts_clients=True) == {"only": "server"}
+    assert default_workers(2, True) == 1 and default_workers(2, False) == 2
+    assert default_workers(1, True) == 1
 
 
 # -- the runtime interface on every backend ----------------------------------------------------
@@ -146,14 +161,20 @@ def _echo_factories():
 
 @pytest.mark.parametrize("backend", BACKENDS)
 def test_runtime_interface(backend):
-    with make_runtime(backend, _echo_factories(), workers=2) as rt:
+    opts = on(backend)
+    with make_runtime(opts.pop("backend"), _echo_factories(), workers=2, **opts) as rt:
         assert rt.client_names == ["a", "b", "c"]
         rt.next_round()
         replies = rt.broadcast("ping", lambda n: {"x": np.arange(3.0) + ord(n)})
         assert list(replies) == ["a", "b", "c"]
         np.testing.assert_array_equal(replies["b"].payload["x"], 2 * (np.arange(3.0) + ord("b")))
-        pids = {r.payload["pid"] for r in replies.values()}
-        assert (pids == {os.getpid()}) == (backend == "serial")
+        for name, reply in replies.items():  # each client ran where the placement says
+            here = reply.payload["pid"] == os.getpid()
+            assert here == (rt.placement[name] == "server")
+            assert backend == "serial" or reply.payload["pid"] == rt.pids[rt.placement[name]]
+        in_server = {n for n, h in rt.placement.items() if h == "server"}
+        expected = {"serial": {"a", "b", "c"}, "processes+server": {"c"}, "ray+server": {"c"}}
+        assert in_server == expected.get(backend, set())
         assert rt.send("c", "ping", {"x": np.ones(1)}).payload["count"] == 2
         # peer messages: a -> b, then b relays to a; all recorded, none via the server
         assert rt.activate("a", "go") == 2
@@ -210,6 +231,11 @@ def test_unsupported_term_still_reported_from_a_worker():
         ({"checkpoint": 3}, "checkpoint must be a directory path"),
         ({"resume": "/nonexistent/ckpt"}, "no such checkpoint directory"),
         ({"ray_address": "auto"}, "ray_address is used by backend='ray' only"),
+        ({"server_hosts_clients": True}, "server_hosts_clients is for backend='processes'"),
+        (
+            {"server_hosts_clients": "yes", "backend": "processes"},
+            "server_hosts_clients must be True or False",
+        ),
     ],
 )
 def test_runtime_options_are_validated(kw, match):
@@ -224,6 +250,7 @@ def test_options_are_documented():
     for name in (
         "backend",
         "workers",
+        "server_hosts_clients",
         "ray_address",
         "client_timeout",
         "on_failure",
@@ -270,3 +297,21 @@ def test_state_snapshots_copy_writable_arrays_and_share_read_only_ones():
     state["stats"]["n"] = 2
     assert snap["u"][0] == 1.0 and snap["l"][0][1] == 0.0 and snap["stats"]["n"] == 1
     assert snap["factor"][0] is frozen and snap["factor"][1] is False
+
+
+def test_backends_benchmark_runs_and_reports_where_clients_ran():
+    """benchmarks/backends.py on a tiny problem: the same iterates on every configuration,
+    and the busiest host's load read from the run's own placement."""
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    sys.path.insert(0, os.path.join(root, "benchmarks"))
+    try:
+        import backends as bench
+    finally:
+        sys.path.pop(0)
+    rows = bench.heavy(["serial", "processes+server"], n=4, d=3, total=400, repeats=1)
+    assert rows["processes+server"]["diff"] == 0.0
+    assert rows["processes+server"]["rounds"] == rows["serial"]["rounds"]
+    both = rows["processes+server"]
+    assert 0 < both["max_worker"] < both["client_seconds"]  # split over two hosts
+    table = "\n".join(bench._heavy_table(4, 3, 400, 1, {("serial", "processes+server"): rows}))
+    assert "| processes+server |" in table and "0.0e+00" in table

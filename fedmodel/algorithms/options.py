@@ -68,7 +68,17 @@ class ProxALOptions:
         persistent worker processes, clients sharded over them; or in Ray actors (the
         optional extra ``fedmodel[ray]``). Every backend gives the same iterates.
     workers : int, optional
-        Worker processes / Ray actors (default: one per core, at most one per client).
+        Worker processes / Ray actors (default: one per core, at most one per client; one
+        fewer with ``server_hosts_clients``).
+    server_hosts_clients : bool
+        ``"processes"`` and ``"ray"``: also run one shard of the clients in the server's
+        own process, which otherwise sits idle while the clients compute (default False).
+        Much faster on a machine with few cores (on 2 cores, processes: 1.55-1.73x over
+        serial instead of 1.32-1.40x, ``benchmarks/RESULTS_backends.md``); the price is
+        isolation: a client that crashes the interpreter (native code) ends the whole
+        solve, and a client that hangs in native code cannot be interrupted by
+        ``client_timeout``.
+        Raising and Python-level timeouts are client failures as on every backend.
     ray_address : str, optional
         Address of a running Ray cluster to join (``ray.init(address=...)``); default
         starts a local Ray with ``num_cpus=workers`` (or joins the one already started in
@@ -116,6 +126,7 @@ class ProxALOptions:
     blas_threads: int | None = 1
     backend: str = "serial"
     workers: int | None = None
+    server_hosts_clients: bool = False
     ray_address: str | None = None
     client_timeout: float | None = None
     on_failure: str = "stop"
@@ -169,6 +180,15 @@ class ProxALOptions:
             or self.workers < 1
         ):
             raise ModelError(f"workers must be a positive integer or None, got {self.workers!r}")
+        if not isinstance(self.server_hosts_clients, (bool, np.bool_)):
+            raise ModelError(
+                f"server_hosts_clients must be True or False, got {self.server_hosts_clients!r}"
+            )
+        if self.server_hosts_clients and self.backend == "serial":
+            raise ModelError(
+                "server_hosts_clients is for backend='processes' or 'ray' (with 'serial' "
+                "every client runs in the server's process already)"
+            )
         if self.ray_address is not None and not isinstance(self.ray_address, str):
             raise ModelError(f"ray_address must be a string, got {self.ray_address!r}")
         if self.ray_address is not None and self.backend != "ray":

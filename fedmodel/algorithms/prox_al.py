@@ -271,6 +271,7 @@ def run_prox_al(
         options.backend,
         factories,
         workers=options.workers,
+        server_hosts_clients=options.server_hosts_clients,
         ray_address=options.ray_address,
         client_timeout=options.client_timeout,
         on_failure=options.on_failure,
@@ -524,7 +525,11 @@ def _result(
         ledger=runtime.ledger.rows,
         failure=failure or {},
         checkpoint=checkpoint,
-        extra={"backend": runtime.backend, "retries": list(runtime.retried)},
+        extra={
+            "backend": runtime.backend,
+            "placement": runtime.placement,
+            "retries": list(runtime.retried),
+        },
     )
 
 

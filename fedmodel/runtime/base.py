@@ -11,6 +11,14 @@ the replies. Where the parties run is the backend's business:
 * ``"ray"`` (:class:`~fedmodel.runtime.ray_runtime.RayRuntime`): Ray actors, on this
   machine or on a cluster.
 
+With ``server_hosts_clients=True`` the processes and Ray backends also run one shard of
+the clients in the server's own process (host :data:`SERVER_HOST`), which otherwise sits
+idle while the clients compute: each round, the server sends the workers their messages,
+handles its own shard's, then collects the workers' replies. On a machine with few cores
+that is much faster (no process more than cores; half the pickling and wake-ups); the
+clients in the server's process lose the isolation of a separate process (see
+:func:`placement`).
+
 Endpoints are created *where they run*: the runtime is given, for each client, an
 :class:`EndpointFactory` (a picklable callable and its arguments, typically the endpoint
 class and the client's :class:`~fedmodel.compiler.partition.PartyProgram`), never a live
@@ -45,6 +53,9 @@ from fedmodel.runtime.messages import SERVER, Ledger, Message
 
 BACKENDS = ("serial", "processes", "ray")
 ON_FAILURE = ("stop", "retry")
+
+# The host key of the clients that run in the server's own process (see the module docstring).
+SERVER_HOST = "server"
 
 # Seconds a worker may take beyond ``client_timeout`` (per step it runs) to answer before it
 # is considered hung and is stopped; its parties then count as failed.
@@ -529,6 +540,8 @@ class Runtime:
         self._pending_interrupt = False
         self.closed = False
         self.wait_seconds = 0.0  # time the server spent waiting for parties' replies
+        # the parties that run in this (the server's) process, if any (host SERVER_HOST)
+        self._local: PartyHost | None = None
 
     # -- interface ----------------------------------------------------------------------
     @property
@@ -720,6 +733,23 @@ class Runtime:
     def _on_interrupt(self) -> None:
         """Hook: tell busy workers to abandon their step (processes backend)."""
 
+    def _run_local(self, method: str, args: tuple) -> Any:
+        """Call ``method`` of the parties hosted in this process, with the
+        ``client_timeout`` alarm armed (main thread only; elsewhere a step that overran is
+        still reported as timed out once it returns). Not inside :meth:`critical`: Ctrl-C
+        interrupts a local step at once (it is reported as interrupted)."""
+        assert self._local is not None
+        if not self.client_timeout:
+            return getattr(self._local, method)(*args)
+        with self._local.alarms():
+            return getattr(self._local, method)(*args)
+
+    @property
+    def placement(self) -> dict[str, Any]:
+        """Client -> where it runs: a worker index, or ``"server"`` for the server's own
+        process (every client on the serial backend)."""
+        return dict(self._host_of)
+
     # -- exchange ---------------------------------------------------------------------------
     def _hosts_for(self, names: Iterable[str]) -> dict[Any, list[str]]:
         groups: dict[Any, list[str]] = {}
@@ -897,6 +927,36 @@ def shard(names: list[str], n_hosts: int, weights: Mapping[str, float] | None = 
     return {n: out[n] for n in names}
 
 
+def placement(
+    names: list[str],
+    workers: int,
+    weights: Mapping[str, float] | None = None,
+    server_hosts_clients: bool = False,
+) -> dict[str, Any]:
+    """Client -> host: worker indices ``0 .. workers - 1`` (see :func:`shard`) and, with
+    ``server_hosts_clients``, :data:`SERVER_HOST` for one more shard that runs in the
+    server's own process (the shard the greedy fills last, the lightest: the server also
+    does its own work each round).
+
+    Examples
+    --------
+    >>> placement(["a", "b", "c", "d"], 1, server_hosts_clients=True)
+    {'a': 0, 'b': 'server', 'c': 0, 'd': 'server'}
+    """
+    if not server_hosts_clients:
+        return shard(names, workers, weights)
+    place = shard(names, int(workers) + 1, weights)
+    last = max(place.values(), default=0)
+    return {n: (SERVER_HOST if h == last else h) for n, h in place.items()}
+
+
+def default_workers(available: float | int | None, server_hosts_clients: bool) -> int:
+    """Worker processes / actors when the user gives none: one per core, less the one the
+    server's process takes when it hosts clients (at least one)."""
+    cores = int(available or 1)
+    return max(1, cores - 1) if server_hosts_clients else max(1, cores)
+
+
 def make_runtime(
     backend: str,
     factories: Mapping[str, EndpointFactory],
@@ -907,13 +967,19 @@ def make_runtime(
     on_failure: str = "stop",
     retries: int = 0,
     weights: Mapping[str, float] | None = None,
+    server_hosts_clients: bool = False,
 ) -> Runtime:
     """Start the runtime of ``backend`` and build every client's endpoint where it runs.
+
+    ``server_hosts_clients`` (processes and Ray): one shard of the clients runs in the
+    server's own process too (see :func:`placement`); ignored by ``"serial"``, where
+    every client does.
 
     Errors raised while building an endpoint (e.g. an unsupported term) are re-raised
     here unchanged.
     """
     policy = dict(client_timeout=client_timeout, on_failure=on_failure, retries=retries)
+    hybrid = dict(weights=weights, server_hosts_clients=bool(server_hosts_clients))
     if backend == "serial":
         from fedmodel.runtime.serial import SerialRuntime
 
@@ -921,11 +987,11 @@ def make_runtime(
     elif backend == "processes":
         from fedmodel.runtime.processes import ProcessRuntime
 
-        rt = ProcessRuntime(factories, workers=workers, weights=weights, **policy)
+        rt = ProcessRuntime(factories, workers=workers, **hybrid, **policy)
     elif backend == "ray":
         from fedmodel.runtime.ray_runtime import RayRuntime
 
-        rt = RayRuntime(factories, workers=workers, address=ray_address, weights=weights, **policy)
+        rt = RayRuntime(factories, workers=workers, address=ray_address, **hybrid, **policy)
     else:
         raise ModelError(f"unknown backend {backend!r}; choose one of {BACKENDS}")
     return rt

@@ -9,6 +9,11 @@ their factories (so each compiles its own subproblem), keeps them across rounds,
 the steps sent to it one after the other on its main thread. The server sends each worker
 its share of a round's messages and waits for all of them: workers compute in parallel.
 
+With ``server_hosts_clients=True`` one shard of the parties runs in the server's own
+process instead (a :class:`~fedmodel.runtime.base.PartyHost` here): each round the server
+sends the workers their messages, handles its own shard's while they compute, then
+collects their replies (see :func:`~fedmodel.runtime.base.placement`).
+
 A worker that dies (killed, crashed) is detected through its process sentinel; a worker
 that does not answer within ``client_timeout`` (per step) plus a grace period is stopped.
 Either way its parties count as failed for the rest of the run.
@@ -33,12 +38,14 @@ from typing import Any
 
 from fedmodel.runtime.base import (
     GRACE_SECONDS,
+    SERVER_HOST,
     EndpointFactory,
     HostDead,
     PartyHost,
     Runtime,
+    default_workers,
+    placement,
     raise_build_errors,
-    shard,
 )
 
 # One BLAS thread per worker: the workers already fill the cores.
@@ -125,9 +132,12 @@ class ProcessRuntime(Runtime):
     ----------
     factories : mapping of client name to :class:`EndpointFactory`
     workers : int, optional
-        Number of worker processes (default: one per core, at most one per client).
+        Number of worker processes (default: one per core, at most one per client; one
+        fewer with ``server_hosts_clients``).
     weights : mapping, optional
         Relative cost of each client (e.g. its data size), used to balance the shards.
+    server_hosts_clients : bool
+        Also run one shard of the clients in this (the server's) process.
     client_timeout, on_failure, retries :
         Failure policy (see :class:`~fedmodel.runtime.base.Runtime`).
     """
@@ -140,14 +150,17 @@ class ProcessRuntime(Runtime):
         *,
         workers: int | None = None,
         weights: Mapping[str, float] | None = None,
+        server_hosts_clients: bool = False,
         client_timeout: float | None = None,
         on_failure: str = "stop",
         retries: int = 0,
     ):
         super().__init__(client_timeout=client_timeout, on_failure=on_failure, retries=retries)
         names = list(factories)
-        n_workers = int(workers or os.cpu_count() or 1)
-        self._host_of = shard(names, n_workers, weights)
+        n_workers = int(workers or default_workers(os.cpu_count(), server_hosts_clients))
+        self._host_of = placement(names, n_workers, weights, server_hosts_clients)
+        if server_hosts_clients:
+            self._local = PartyHost()
         self.client_seconds = {n: 0.0 for n in names}
         self._procs: dict[int, subprocess.Popen] = {}
         self._conns: dict[int, Connection] = {}
@@ -162,7 +175,7 @@ class ProcessRuntime(Runtime):
         )
         code = "from fedmodel.runtime.processes import _worker_entry; _worker_entry()"
         try:
-            for h in sorted(set(self._host_of.values())):
+            for h in sorted({h for h in self._host_of.values() if h != SERVER_HOST}):
                 idle = _take_idle()
                 if idle is not None:
                     self._procs[h], self._conns[h] = idle
@@ -203,9 +216,13 @@ class ProcessRuntime(Runtime):
         raise_build_errors(self, errors, names)
 
     @property
-    def pids(self) -> dict[int, int]:
-        """Worker index -> process id."""
-        return {h: p.pid for h, p in self._procs.items()}
+    def pids(self) -> dict[Any, int]:
+        """Host -> process id (worker index, and ``"server"`` for the clients that run in
+        this process)."""
+        out: dict[Any, int] = {h: p.pid for h, p in self._procs.items()}
+        if self._local is not None:
+            out[SERVER_HOST] = os.getpid()
+        return out
 
     def _alive(self, h: int) -> bool:
         return self._procs[h].poll() is None
@@ -216,7 +233,7 @@ class ProcessRuntime(Runtime):
         except subprocess.TimeoutExpired:
             return None
 
-    def worker_of(self, name: str) -> int:
+    def worker_of(self, name: str) -> Any:
         return self._host_of[name]
 
     # -- talking to workers -----------------------------------------------------------------
@@ -237,10 +254,13 @@ class ProcessRuntime(Runtime):
         return HostDead(f"worker process {self._procs[h].pid} died ({how})")
 
     def _map(self, calls, steps, build: bool = False):
-        out: dict[int, Any] = {}
+        out: dict[Any, Any] = {}
         sent = []
+        local = calls.get(SERVER_HOST)
         with self.critical():
             for h, (method, args) in calls.items():
+                if h == SERVER_HOST:
+                    continue
                 if not self._alive(h):
                     out[h] = self._died(h)
                     continue
@@ -250,6 +270,12 @@ class ProcessRuntime(Runtime):
                     sent.append(h)
                 except (BrokenPipeError, ConnectionError, OSError, EOFError):
                     out[h] = self._died(h)
+        failed_here = None
+        if local is not None:  # this process's shard, while the workers compute theirs
+            try:
+                out[SERVER_HOST] = self._run_local(*local)
+            except BaseException as exc:  # collect the workers' replies first
+                failed_here = exc
         deadline = None
         if self.client_timeout and not build:
             longest = max((steps.get(h, 0) for h in sent), default=0)
@@ -281,6 +307,8 @@ class ProcessRuntime(Runtime):
                 if status == "error":
                     raise value
                 out[h] = value
+        if failed_here is not None:
+            raise failed_here
         return out
 
     def _on_interrupt(self) -> None:

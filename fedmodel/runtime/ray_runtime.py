@@ -9,6 +9,10 @@ where it runs, and keeps them across rounds. ``address=None`` starts a local Ray
 (``ray.shutdown()`` stops it), and so are idle actors, which the next solve in this
 process reuses.
 
+With ``server_hosts_clients=True`` one shard of the parties runs in the driver (the
+server's process) instead; each round the driver submits the actors' calls, handles its
+own shard's messages, then collects the actors' replies.
+
 An actor that dies (``RayActorError``) is a failure of all its parties; one that does not
 answer within ``client_timeout`` per step plus a grace period is killed, likewise.
 """
@@ -25,12 +29,14 @@ from typing import Any
 from fedmodel.errors import ModelError
 from fedmodel.runtime.base import (
     GRACE_SECONDS,
+    SERVER_HOST,
     EndpointFactory,
     HostDead,
     PartyHost,
     Runtime,
+    default_workers,
+    placement,
     raise_build_errors,
-    shard,
 )
 
 
@@ -103,11 +109,14 @@ class RayRuntime(Runtime):
     ----------
     factories : mapping of client name to :class:`EndpointFactory`
     workers : int, optional
-        Number of actors (default: the cluster's CPUs, at most one per client).
+        Number of actors (default: the cluster's CPUs, at most one per client; one fewer
+        with ``server_hosts_clients``).
     address : str, optional
         Ray cluster to join; default starts a local Ray unless one is running here.
     weights : mapping, optional
         Relative cost of each client, used to balance the shards.
+    server_hosts_clients : bool
+        Also run one shard of the clients in this (the driver's) process.
     client_timeout, on_failure, retries :
         Failure policy (see :class:`~fedmodel.runtime.base.Runtime`).
     """
@@ -121,6 +130,7 @@ class RayRuntime(Runtime):
         workers: int | None = None,
         address: str | None = None,
         weights: Mapping[str, float] | None = None,
+        server_hosts_clients: bool = False,
         client_timeout: float | None = None,
         on_failure: str = "stop",
         retries: int = 0,
@@ -139,10 +149,12 @@ class RayRuntime(Runtime):
                 ray.init(address=address, configure_logging=False)
         cpus = float(ray.cluster_resources().get("CPU", 1.0))
         names = list(factories)
-        n_actors = int(workers or max(1, int(cpus)))
-        self._host_of = shard(names, n_actors, weights)
+        n_actors = int(workers or default_workers(cpus, server_hosts_clients))
+        self._host_of = placement(names, n_actors, weights, server_hosts_clients)
+        if server_hosts_clients:
+            self._local = PartyHost()
         self.client_seconds = {n: 0.0 for n in names}
-        hosts = sorted(set(self._host_of.values()))
+        hosts = sorted({h for h in self._host_of.values() if h != SERVER_HOST})
         per_actor = min(1.0, cpus / max(1, len(hosts)))
         actor_cls = ray.remote(_ActorHost).options(
             num_cpus=per_actor, max_restarts=0, max_task_retries=0
@@ -165,6 +177,8 @@ class RayRuntime(Runtime):
             where = [w for _, w in checked]
             self._where = dict(zip(hosts, where))
             self._node = ray.get_runtime_context().get_node_id()
+            if self._local is not None:
+                self._where[SERVER_HOST] = (os.getpid(), self._node)
             groups = self._hosts_for(names)
             results = self._map(
                 {h: ("build", ({n: factories[n] for n in ns},)) for h, ns in groups.items()},
@@ -183,8 +197,9 @@ class RayRuntime(Runtime):
         raise_build_errors(self, errors, names)
 
     @property
-    def pids(self) -> dict[int, int]:
-        """Actor index -> process id (on its node)."""
+    def pids(self) -> dict[Any, int]:
+        """Host -> process id on its node (actor index, and ``"server"`` for the clients
+        that run in this process)."""
         return {h: w[0] for h, w in self._where.items()}
 
     def _kill(self, h: int) -> None:
@@ -198,20 +213,31 @@ class RayRuntime(Runtime):
         ray = self._ray
         from ray.exceptions import GetTimeoutError, RayActorError, RayTaskError
 
-        out: dict[int, Any] = {}
+        out: dict[Any, Any] = {}
+        local = calls.get(SERVER_HOST)
+        remote = [h for h in calls if h != SERVER_HOST]
         with self.critical():
-            for h, (method, args) in calls.items():
+            for h in remote:
+                method, args = calls[h]
                 if build:  # large data: let Ray's object store carry it
                     self._pending[h] = self._actors[h].call.remote(method, *args)
                 else:
                     blob = pickle.dumps((method, args), protocol=5)
                     self._pending[h] = self._actors[h].call_pickled.remote(blob)
+        failed_here = None
+        if local is not None:  # this process's shard, while the actors compute theirs
+            try:
+                out[SERVER_HOST] = self._run_local(*local)
+            except BaseException as exc:  # collect the actors' replies first
+                failed_here = exc
         deadline_s = None
         if self.client_timeout and not build:
-            longest = max((steps.get(h, 0) for h in calls), default=0)
+            longest = max((steps.get(h, 0) for h in remote), default=0)
             deadline_s = longest * float(self.client_timeout) + GRACE_SECONDS
-        refs = {self._pending[h]: h for h in calls}
-        ready, not_ready = ray.wait(list(refs), num_returns=len(refs), timeout=deadline_s)
+        refs = {self._pending[h]: h for h in remote}
+        ready, not_ready = [], []
+        if refs:
+            ready, not_ready = ray.wait(list(refs), num_returns=len(refs), timeout=deadline_s)
         for ref in not_ready:  # hung past its timeout: stop it
             h = refs[ref]
             self._kill(h)
@@ -233,10 +259,12 @@ class RayRuntime(Runtime):
             except RayTaskError as exc:
                 cause = getattr(exc, "cause", None)
                 raise (cause if isinstance(cause, BaseException) else exc) from None
+        if failed_here is not None:
+            raise failed_here
         return out
 
     def _on_interrupt(self) -> None:
-        for h in list(self._pending):
+        for h in list(self._pending):  # actors only: a local step is interrupted directly
             pid, node = self._where.get(h, (None, None))
             if pid and node == self._node:
                 try:

@@ -12,6 +12,7 @@ from collections.abc import Mapping
 from typing import Any, Protocol
 
 from fedmodel.runtime.base import (
+    SERVER_HOST,
     EndpointFactory,
     PartyHost,
     Runtime,
@@ -62,9 +63,9 @@ class SerialRuntime(Runtime):
             propagate_errors=propagate_errors,
         )
         self.endpoints: dict[str, Any] = {}
-        self._host = PartyHost(outbox=self, endpoints=self.endpoints)
+        self._local = PartyHost(outbox=self, endpoints=self.endpoints)
         factories = {n: e for n, e in endpoints.items() if isinstance(e, EndpointFactory)}
-        errors = self._host.build(factories)
+        errors = self._local.build(factories)
         raise_build_errors(self, errors, list(endpoints))
         for n, e in endpoints.items():  # keep the given order
             if not isinstance(e, EndpointFactory):
@@ -83,15 +84,12 @@ class SerialRuntime(Runtime):
         pass
 
     def _map(self, calls, steps):
-        out = {}
-        with self._host.alarms() if self.client_timeout else _nullcontext():
-            for h, (method, args) in calls.items():
-                out[h] = getattr(self._host, method)(*args)
-        return out
+        return {h: self._run_local(method, args) for h, (method, args) in calls.items()}
 
 
 class _OneHost(Mapping):
-    """Every endpoint on host 0: a live view of ``endpoints`` (no copy per message)."""
+    """Every endpoint in the server's process (host :data:`SERVER_HOST`): a live view of
+    ``endpoints`` (no copy per message)."""
 
     def __init__(self, endpoints: dict) -> None:
         self._endpoints = endpoints
@@ -99,7 +97,7 @@ class _OneHost(Mapping):
     def __getitem__(self, name: str) -> int:
         if name not in self._endpoints:
             raise KeyError(name)
-        return 0
+        return SERVER_HOST
 
     def __contains__(self, name: object) -> bool:
         return name in self._endpoints
@@ -109,11 +107,3 @@ class _OneHost(Mapping):
 
     def __len__(self) -> int:
         return len(self._endpoints)
-
-
-class _nullcontext:
-    def __enter__(self):
-        return None
-
-    def __exit__(self, *exc):
-        return False
