@@ -744,6 +744,18 @@ class Runtime:
         with self._local.alarms():
             return getattr(self._local, method)(*args)
 
+    def _run_local_shard(self, calls: Mapping[Any, tuple[str, tuple]], out: dict) -> Any:
+        """Run the call for :data:`SERVER_HOST` in ``calls`` (if any) into ``out``, after the
+        remote calls were sent and before their replies are collected; returns the
+        exception it raised (to re-raise once the remote replies are in), or None."""
+        if SERVER_HOST not in calls:
+            return None
+        try:
+            out[SERVER_HOST] = self._run_local(*calls[SERVER_HOST])
+        except BaseException as exc:  # noqa: BLE001 - re-raised by the caller
+            return exc
+        return None
+
     @property
     def placement(self) -> dict[str, Any]:
         """Client -> where it runs: a worker index, or ``"server"`` for the server's own

@@ -256,7 +256,6 @@ class ProcessRuntime(Runtime):
     def _map(self, calls, steps, build: bool = False):
         out: dict[Any, Any] = {}
         sent = []
-        local = calls.get(SERVER_HOST)
         with self.critical():
             for h, (method, args) in calls.items():
                 if h == SERVER_HOST:
@@ -270,12 +269,7 @@ class ProcessRuntime(Runtime):
                     sent.append(h)
                 except (BrokenPipeError, ConnectionError, OSError, EOFError):
                     out[h] = self._died(h)
-        failed_here = None
-        if local is not None:  # this process's shard, while the workers compute theirs
-            try:
-                out[SERVER_HOST] = self._run_local(*local)
-            except BaseException as exc:  # collect the workers' replies first
-                failed_here = exc
+        failed_here = self._run_local_shard(calls, out)  # while the workers compute
         deadline = None
         if self.client_timeout and not build:
             longest = max((steps.get(h, 0) for h in sent), default=0)

@@ -214,7 +214,6 @@ class RayRuntime(Runtime):
         from ray.exceptions import GetTimeoutError, RayActorError, RayTaskError
 
         out: dict[Any, Any] = {}
-        local = calls.get(SERVER_HOST)
         remote = [h for h in calls if h != SERVER_HOST]
         with self.critical():
             for h in remote:
@@ -224,12 +223,7 @@ class RayRuntime(Runtime):
                 else:
                     blob = pickle.dumps((method, args), protocol=5)
                     self._pending[h] = self._actors[h].call_pickled.remote(blob)
-        failed_here = None
-        if local is not None:  # this process's shard, while the actors compute theirs
-            try:
-                out[SERVER_HOST] = self._run_local(*local)
-            except BaseException as exc:  # collect the actors' replies first
-                failed_here = exc
+        failed_here = self._run_local_shard(calls, out)  # while the actors compute
         deadline_s = None
         if self.client_timeout and not build:
             longest = max((steps.get(h, 0) for h in remote), default=0)
