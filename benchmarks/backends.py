@@ -10,7 +10,8 @@ eps = 1e-4; the same with 80,000 samples and 41 features; and "larger synthetic 
 data" (the issue's alternative): 160,000 samples, 101 features, a fixed budget of 40 ADMM
 rounds (``--xl-rounds``; keep it below ~45: the inner test is switched off, so the local
 tolerance q^t keeps halving and beyond 0.5^45 no solver reaches it), or with
-``--xl-eps 1e-3`` a whole solve to that tolerance. ``--cases small,large,xl`` picks the
+``--xl-eps 1e-3`` a whole solve to that tolerance (slow: the serial solve alone
+had not finished after 11 minutes, so it has not been run to the end). ``--cases small,large,xl`` picks the
 cases. Every backend runs the same iterates (checked: max |x - x_serial|).
 Trivial clients: 16 endpoints that echo a 21-float message; one round = one broadcast.
 Ray runs locally with num_cpus = 2; processes with 2 workers; "+server" = the same backend
