@@ -991,7 +991,7 @@ def make_runtime(
     here unchanged.
     """
     policy = dict(client_timeout=client_timeout, on_failure=on_failure, retries=retries)
-    hybrid = dict(weights=weights, server_hosts_clients=bool(server_hosts_clients))
+    where = dict(weights=weights, server_hosts_clients=bool(server_hosts_clients))
     if backend == "serial":
         from fedmodel.runtime.serial import SerialRuntime
 
@@ -999,11 +999,11 @@ def make_runtime(
     elif backend == "processes":
         from fedmodel.runtime.processes import ProcessRuntime
 
-        rt = ProcessRuntime(factories, workers=workers, **hybrid, **policy)
+        rt = ProcessRuntime(factories, workers=workers, **where, **policy)
     elif backend == "ray":
         from fedmodel.runtime.ray_runtime import RayRuntime
 
-        rt = RayRuntime(factories, workers=workers, address=ray_address, **hybrid, **policy)
+        rt = RayRuntime(factories, workers=workers, address=ray_address, **where, **policy)
     else:
         raise ModelError(f"unknown backend {backend!r}; choose one of {BACKENDS}")
     return rt
