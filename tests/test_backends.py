@@ -6,9 +6,19 @@ Every backend (Newton, L-BFGS, cvxpy, FISTA, closed form) must reach the minimis
                   + (||nu + beta a(x)||^2 - ||nu||^2) / (2 beta) + (sigma/2)||x - center||^2 [+ h]
 
 that an independent cvxpy problem (written here from the model's own expressions, solved
-by Clarabel at tight tolerances) finds, to 1e-8 in objective and solution; report the
-residual it actually reached; be chosen as ``fedmodel/subproblems/select.py`` documents;
+by Clarabel at tight tolerances) finds, within what its reported residual promises; report
+the residual it actually reached; be chosen as ``fedmodel/subproblems/select.py`` documents;
 and (Newton) reuse its Cholesky factor when only vectors change.
+
+How close "agrees" is follows from the problem, not from one machine: every instance here
+is convex, so ``phi`` is ``sigma``-strongly convex (the proximal term; the Hessian of the
+rest is positive semidefinite). For any ``x`` with ``g in d phi(x)``,
+
+    ||x - x*||_2 <= ||g||_2 / sigma,        phi(x) - phi* <= ||g||_2^2 / (2 sigma),
+
+so a backend point and the reference point (each with its own measured residual) are at
+most ``(||g|| + ||g_ref||) / sigma`` apart, and their values differ by at most the larger
+of the two suboptimality bounds (plus floating-point evaluation error).
 """
 
 from __future__ import annotations
@@ -30,7 +40,8 @@ from fedmodel.subproblems.quasi_newton import QuasiNewtonSolver
 from fedmodel.subproblems.select import make_solver
 
 TOL = 1e-10  # requested residual
-AGREE = 1e-8  # objective and solution agreement with the plain cvxpy solve
+SAFETY = 2.0  # on the strong-convexity bounds (module docstring)
+ROUNDING = 1e-12  # relative floating-point error of evaluating phi at two points
 # what each backend is asked for and must reach: Newton the requested 1e-10; L-BFGS (and
 # cvxpy, polished by L-BFGS) stop on their own tests a little above it, and report so
 REACHED = {"newton": TOL, "lbfgs": 5e-8, "cvxpy": 5e-8, "fista": 1e-9}
@@ -121,17 +132,40 @@ def plain_cvxpy(model, problem: MeritProblem, h=None) -> tuple[np.ndarray, float
     return x, float(prob.value)
 
 
+def _gradient_norm2(problem: MeritProblem, x: np.ndarray) -> float:
+    """``||g||_2`` for the least-norm ``g in d phi(x)`` (bounded through the inf-norm when
+    ``h`` is non-smooth: ``||g||_2 <= sqrt(n) ||g||_inf``)."""
+    if problem.regularizer.is_zero:
+        _, g = problem.smooth_value_grad(x)
+        return float(np.linalg.norm(g))
+    return float(np.sqrt(problem.n) * problem.residual(x))
+
+
 def _check_against_reference(problem, report, x_ref, f_ref, reached=TOL):
     # the residual reported is the one at the returned point (recomputed here)
     true_residual = problem.residual(report.x)
     assert report.residual == pytest.approx(true_residual, rel=1e-6, abs=1e-14)
     assert report.converged == (report.residual <= report.tolerance)
     assert report.residual <= reached, (report.backend, report.residual, report.message)
-    value = problem.value(report.x)
-    assert abs(value - f_ref) <= AGREE * max(1.0, abs(f_ref)), (report.backend, value, f_ref)
-    assert np.abs(report.x - x_ref).max() <= AGREE * max(1.0, np.abs(x_ref).max()), (
+    # what the two measured residuals promise on a sigma-strongly convex phi
+    strong = problem.sigma
+    g, g_ref = _gradient_norm2(problem, report.x), _gradient_norm2(problem, x_ref)
+    dist_bound = SAFETY * (g + g_ref) / strong
+    gap_bound = SAFETY * max(g, g_ref) ** 2 / (2 * strong)
+    value, value_ref = problem.value(report.x), problem.value(x_ref)
+    # the reference solved the same function (Clarabel's value at its own point)
+    assert abs(value_ref - f_ref) <= 1e-9 * max(1.0, abs(f_ref)), (value_ref, f_ref)
+    assert abs(value - value_ref) <= gap_bound + ROUNDING * max(1.0, abs(value_ref)), (
         report.backend,
-        np.abs(report.x - x_ref).max(),
+        value,
+        value_ref,
+        gap_bound,
+    )
+    dist = np.linalg.norm(report.x - x_ref)
+    assert dist <= dist_bound + ROUNDING * max(1.0, np.abs(x_ref).max()), (
+        report.backend,
+        dist,
+        dist_bound,
     )
 
 
@@ -407,7 +441,7 @@ def test_newton_chord_steps_within_a_solve_and_history_independence():
         x = report.x
     assert factorizations < iterations  # some steps reused a factor
     x_ref, f_ref = plain_cvxpy(model, problem)
-    assert np.abs(x - x_ref).max() <= AGREE
+    _check_against_reference(problem, report, x_ref, f_ref)
 
 
 def test_newton_cross_check_hands_over_on_disagreement():
