@@ -36,8 +36,21 @@ class PrivateData(cp.Constant):
 
     # Shape errors raised by cvxpy name neither the party nor the data; re-raise them so
     # that they do.
+    #
+    # Reflected operators (``2 * X``, ``1 + X``...) are computed as the forward operator of
+    # the other operand called on ``cp.Expression`` directly: cvxpy's own ``__rmul__`` is
+    # ``other * self``, and because PrivateData subclasses Constant, Python would hand
+    # ``Constant(2) * X`` straight back to ``X.__rmul__`` (a reflected method of a subclass
+    # takes precedence), recursing until RecursionError.
     def _shape_checked(self, op: str, other: Any, forward: bool):
-        method = getattr(super(), op)
+        if forward:
+            method = getattr(super(), op)
+        else:
+            forward_op = getattr(cp.Expression, op.replace("__r", "__", 1))
+
+            def method(value):
+                return forward_op(cp.Expression.cast_to_const(value), self)
+
         try:
             return method(other)
         except ValueError as exc:
@@ -71,6 +84,12 @@ class PrivateData(cp.Constant):
 
     def __rsub__(self, other):
         return self._shape_checked("__rsub__", other, False)
+
+    def __truediv__(self, other):
+        return self._shape_checked("__truediv__", other, True)
+
+    def __rtruediv__(self, other):
+        return self._shape_checked("__rtruediv__", other, False)
 
     def __repr__(self) -> str:
         return f"PrivateData(owner={self.owner!r}, name={self.data_name!r}, shape={self.shape})"
