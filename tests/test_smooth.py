@@ -13,7 +13,7 @@ from cvxpy.atoms.elementwise.hyperbolic import asinh, atanh, sinh, tanh
 from cvxpy.atoms.elementwise.normcdf import normcdf
 from cvxpy.atoms.elementwise.trig import cos, sin, tan
 
-from fedmodel.compiler import smooth
+from fedmodel.compiler import evaluator
 from fedmodel.compiler.smooth import (
     NotSmoothError,
     SmoothFunction,
@@ -26,7 +26,7 @@ from fedmodel.compiler.smooth import (
 
 @pytest.fixture(autouse=True)
 def _debug_shapes(monkeypatch):
-    monkeypatch.setattr(smooth, "_DEBUG_SHAPES", True)
+    monkeypatch.setattr(evaluator, "_DEBUG_SHAPES", True)
     warnings.filterwarnings("ignore", category=FutureWarning)
     warnings.filterwarnings("ignore", category=UserWarning)
 

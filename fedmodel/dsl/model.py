@@ -49,6 +49,9 @@ class Model:
         self._server = Server(self, "server")
         self._regularizers: list[Any] = []
         self._data_by_id: dict[int, PrivateData] = {}
+        self._owned: list[cp.Variable] = []  # party-owned variables, in declaration order
+        self._owner_of: dict[int, str] = {}  # variable id -> owning party
+        self._hidden: set[int] = set()  # epigraph auxiliaries (not in res.solution)
         self._fingerprints: dict[tuple, str] = {}
 
     # -- declaration -----------------------------------------------------------------------
@@ -68,18 +71,29 @@ class Model:
         exactly by the server's prox) or as constraints of a party, not as cvxpy variable
         attributes.
         """
+        var = self._new_variable(shape, name or f"w{len(self._variables)}", None)
+        self._variables.append(var)
+        return var
+
+    def _new_variable(
+        self, shape: int | tuple[int, ...], name: str, owner: str | None, hidden: bool = False
+    ) -> cp.Variable:
+        """A new variable, shared (``owner=None``) or owned by the party named ``owner``."""
         if isinstance(shape, (int, np.integer)):
             shape = (int(shape),)
         shape = tuple(int(s) for s in shape)
         if any(s <= 0 for s in shape):
-            raise ModelError(f"variable shape must be positive, got {shape}")
+            raise ModelError(f"variable shape must be positive, got {shape}", owner)
         if len(shape) > 2:
-            raise ModelError(f"variables have at most 2 dimensions, got shape {shape}")
-        name = name or f"w{len(self._variables)}"
-        if any(v.name() == name for v in self._variables):
-            raise ModelError(f"a variable named '{name}' already exists")
+            raise ModelError(f"variables have at most 2 dimensions, got shape {shape}", owner)
+        if any(v.name() == name for v in self.all_variables):
+            raise ModelError(f"a variable named '{name}' already exists", owner)
         var = cp.Variable(shape, name=name)
-        self._variables.append(var)
+        if owner is not None:
+            self._owned.append(var)
+            self._owner_of[var.id] = owner
+        if hidden:
+            self._hidden.add(var.id)
         return var
 
     def client(self, name: str) -> Client:
@@ -105,7 +119,17 @@ class Model:
 
     @property
     def variables(self) -> tuple[cp.Variable, ...]:
+        """The shared model variables (declared with :meth:`variable`)."""
         return tuple(self._variables)
+
+    @property
+    def all_variables(self) -> tuple[cp.Variable, ...]:
+        """Shared variables, then party-owned ones (including epigraph auxiliaries)."""
+        return tuple(self._variables) + tuple(self._owned)
+
+    def owner_of(self, var: cp.Variable) -> str | None:
+        """The party owning ``var`` (``None`` for a shared model variable)."""
+        return self._owner_of.get(var.id)
 
     def regularize(self, term: Any) -> None:
         """Add a simple term to the regulariser ``h(w)``, handled by the server's prox.
@@ -135,12 +159,12 @@ class Model:
             self._fingerprints.setdefault(fp, handle.owner)
 
     def _check_variables(self, expr: cp.Expression, party: str, label: str) -> None:
-        known = {v.id for v in self._variables}
+        known = {v.id for v in self.all_variables}
         for v in expr.variables():
             if v.id not in known:
                 raise ModelError(
                     f"'{label}' uses variable '{v.name()}', which was not declared with "
-                    "model.variable()",
+                    "model.variable() or party.variable()",
                     party,
                     str(expr),
                 )

@@ -53,6 +53,7 @@ class Party:
         self._data: list[PrivateData] = []
         self._objective: list[ObjectiveTerm] = []
         self._constraints: list[ConstraintTerm] = []
+        self._variables: list[cp.Variable] = []
 
     # -- data ------------------------------------------------------------------------------
     def data(self, array: Any, name: str | None = None) -> PrivateData:
@@ -87,6 +88,49 @@ class Party:
         self._data.append(handle)
         self._model._register_data(handle)
         return handle
+
+    # -- variables -------------------------------------------------------------------------
+    def variable(self, shape: int | tuple[int, ...] = (), name: str | None = None) -> cp.Variable:
+        """Declare a variable owned by this party and return it (a plain ``cvxpy.Variable``).
+
+        An owned variable may appear only in this party's objective terms and constraints
+        (checked at compile time, like data ownership); it never crosses the network: the
+        party keeps its block locally and only the shared variables (``model.variable``)
+        are exchanged. Its value is written to ``.value`` after every solve.
+
+        Parameters
+        ----------
+        shape : int or tuple of int
+            Shape of the variable (``()`` for a scalar).
+        name : str, optional
+            Name shown in summaries and in ``res.solution`` (unique in the model).
+
+        Examples
+        --------
+        >>> import numpy as np, cvxpy as cp, fedmodel as fm
+        >>> model = fm.Model()
+        >>> w = model.variable(2, name="w")
+        >>> site = model.client("site0")
+        >>> b = site.variable(name="site0_bias")
+        >>> X = site.data(np.array([[1.0, 2.0], [3.0, 4.0]]), name="X")
+        >>> site.minimize(cp.sum_squares(X @ w + b - 1) + cp.square(b))
+        """
+        name = name or f"{self.name}.v{len(self._variables)}"
+        var = self._model._new_variable(shape, name, self.name)
+        self._variables.append(var)
+        return var
+
+    def _auxiliary(self, shape: tuple[int, ...], stem: str) -> cp.Variable:
+        """A hidden owned variable (epigraph auxiliary of a non-smooth term)."""
+        name = f"{self.name}.{stem}{len(self._variables)}"
+        var = self._model._new_variable(shape, name, self.name, hidden=True)
+        self._variables.append(var)
+        return var
+
+    @property
+    def owned_variables(self) -> tuple[cp.Variable, ...]:
+        """Variables owned by this party (declared ones and epigraph auxiliaries)."""
+        return tuple(self._variables)
 
     # -- terms -----------------------------------------------------------------------------
     def minimize(
