@@ -144,7 +144,7 @@ def _cvxpy_solve(compiled: CompiledModel, options: CentralizedOptions):
             result = _refine(compiled, options, None, None, None)
             result.timing["cvxpy"] = seconds
             result.timing["solve"] += seconds
-            result.extra = {**base, "solved_with": "cprox-al (smooth exact)"}
+            result.extra = {**result.extra, **base, "solved_with": "cprox-al (smooth exact)"}
             result.message = f"{message}; solved with cprox-al instead: {result.message}"
             return result
         if status == "solver_error":
@@ -229,7 +229,12 @@ def _cvxpy_solve(compiled: CompiledModel, options: CentralizedOptions):
     refined = _refine(compiled, options, x, mus, nus)
     refined.timing["cvxpy"] = seconds
     refined.timing["solve"] += seconds
-    refined.extra = {**base, "refined_with": "cprox-al", "unrefined_kkt": kkt.to_dict()}
+    refined.extra = {
+        **refined.extra,
+        **base,
+        "refined_with": "cprox-al",
+        "unrefined_kkt": kkt.to_dict(),
+    }
     refined.message = f"{message}; refined with cprox-al: {refined.message}"
     return refined
 

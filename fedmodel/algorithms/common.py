@@ -37,6 +37,11 @@ def starting_point(compiled: CompiledModel, w0: Any, random_state: Any = None) -
         x = layout.stack(values)
     else:
         x = np.asarray(w0, dtype=float).ravel(order="F")
+        shared = layout.shared_indices
+        if x.size == shared.size and x.size != layout.size:  # party-owned blocks start at 0
+            full = np.zeros(layout.size)
+            full[shared] = x
+            x = full
         if x.size != layout.size:
             raise ModelError(f"w0 has {x.size} entries; the model's variables have {layout.size}")
     if not np.all(np.isfinite(x)):
@@ -100,7 +105,11 @@ def make_result(
     layout = compiled.layout
     if np.all(np.isfinite(x)):
         layout.write_values(x)  # cvxpy convention: the solution lands in variable.value
-    solution = {v.name(): np.asarray(val) for v, val in layout.unstack(x).items()}
+    values = layout.unstack(x)
+    solution = {v.name(): np.asarray(val) for v, val in values.items() if v.id not in layout.hidden}
+    auxiliary = {v.name(): np.asarray(val) for v, val in values.items() if v.id in layout.hidden}
+    if auxiliary:  # epigraph variables of non-smooth terms: there when asked for
+        fields_["extra"] = {**(fields_.get("extra") or {}), "auxiliary": auxiliary}
     return Result(
         status=status,
         method=method,

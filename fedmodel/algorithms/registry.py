@@ -25,6 +25,8 @@ class MethodSpec:
     description: str
     needs_no_constraints: bool = False
     needs_gradients: bool = True
+    #: takes party-owned variables (``party.variable``, epigraph auxiliaries)
+    owned_variables: bool = False
 
 
 def _run_prox_al(compiled, opts, method):
@@ -50,7 +52,12 @@ def _run_centralized(compiled, opts, method):
 
 METHODS: dict[str, MethodSpec] = {
     "prox-al": MethodSpec(ProxALOptions, _run_prox_al, "seed 000 Algorithm 1 + 2 (federated)"),
-    "cprox-al": MethodSpec(ProxALOptions, _run_cprox_al, "seed 000 Algorithm 3 (centralized)"),
+    "cprox-al": MethodSpec(
+        ProxALOptions,
+        _run_cprox_al,
+        "seed 000 Algorithm 3 (centralized)",
+        owned_variables=True,
+    ),
     "admm": MethodSpec(
         ProxALOptions, _run_prox_al, "seed 000 Algorithm 2 alone (no constraints)", True
     ),
@@ -59,6 +66,7 @@ METHODS: dict[str, MethodSpec] = {
         _run_centralized,
         "pooled problem solved exactly: cvxpy, or the smooth exact path (reference)",
         needs_gradients=False,
+        owned_variables=True,
     ),
 }
 
@@ -86,6 +94,14 @@ def solve_model(model, method: str, options: dict[str, Any]):
         raise UnsupportedError(
             f"method='{method}' solves models without constraints beyond h; this model has "
             "constraints, use method='prox-al'"
+        )
+    if compiled.layout.has_owned and not spec.owned_variables:
+        owners = sorted(set(compiled.layout.owners.values()))
+        takes = tuple(name for name, sp in METHODS.items() if sp.owned_variables)
+        raise UnsupportedError(
+            f"method='{method}' does not take party-owned variables yet (owned by "
+            f"{owners}; declared with party.variable(...) or introduced by a non-smooth "
+            f"term's epigraph form); methods that do: {takes}"
         )
     if spec.needs_gradients:
         compiled.require_smooth(method)

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 import cvxpy as cp
@@ -25,6 +25,10 @@ class VariableLayout:
     ----------
     variables : sequence of cvxpy.Variable
         The model variables, without duplicates.
+    owners : mapping from variable id to party name, optional
+        Party-owned variables (``party.variable(...)``); the others are shared.
+    hidden : iterable of variable ids, optional
+        Epigraph auxiliaries introduced by the DSL (left out of ``res.solution``).
 
     Attributes
     ----------
@@ -47,8 +51,17 @@ class VariableLayout:
     [[1.0, 2.0], [3.0, 4.0]]
     """
 
-    def __init__(self, variables: Sequence[cp.Variable]):
+    def __init__(
+        self,
+        variables: Sequence[cp.Variable],
+        owners: Mapping[int, str] | None = None,
+        hidden: Iterable[int] = (),
+    ):
         variables = tuple(variables)
+        self.owners: dict[int, str] = {
+            v.id: owners[v.id] for v in variables if owners and v.id in owners
+        }
+        self.hidden: frozenset[int] = frozenset(hidden)
         self._slices: dict[int, slice] = {}
         offset = 0
         for var in variables:
@@ -66,6 +79,39 @@ class VariableLayout:
     def __repr__(self) -> str:
         names = ", ".join(f"{v.name()}{v.shape}" for v in self.variables)
         return f"VariableLayout([{names}], size={self.size})"
+
+    # -- ownership -------------------------------------------------------------------------
+    def owner_of(self, var: cp.Variable) -> str | None:
+        """The party owning ``var`` (``None`` for a shared variable)."""
+        return self.owners.get(var.id)
+
+    @property
+    def shared_variables(self) -> tuple[cp.Variable, ...]:
+        return tuple(v for v in self.variables if v.id not in self.owners)
+
+    def owned_by(self, party: str) -> tuple[cp.Variable, ...]:
+        """The variables owned by ``party``, in stacking order."""
+        return tuple(v for v in self.variables if self.owners.get(v.id) == party)
+
+    @property
+    def has_owned(self) -> bool:
+        return bool(self.owners)
+
+    def indices(self, variables: Iterable[cp.Variable]) -> np.ndarray:
+        """Positions in ``x`` of the given variables' entries (in the given order)."""
+        parts = [np.arange(self.slice_of(v).start, self.slice_of(v).stop) for v in variables]
+        return np.concatenate(parts) if parts else np.zeros(0, dtype=int)
+
+    @property
+    def shared_indices(self) -> np.ndarray:
+        """Positions in ``x`` of the shared variables' entries."""
+        return self.indices(self.shared_variables)
+
+    def local(self, party: str) -> VariableLayout:
+        """The layout of what ``party`` works on: the shared variables, then its own."""
+        return VariableLayout(
+            self.shared_variables + self.owned_by(party), self.owners, self.hidden
+        )
 
     def __contains__(self, var: object) -> bool:
         return isinstance(var, Variable) and var.id in self._slices

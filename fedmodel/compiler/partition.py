@@ -247,11 +247,22 @@ def _leaves(expr):
 
 
 def check_ownership(model: Model, party: Party) -> None:
-    """Raise :class:`OwnershipError` if a term of ``party`` touches another party's data."""
+    """Raise :class:`OwnershipError` if a term of ``party`` touches another party's data
+    or a variable owned by another party (``party.variable(...)``)."""
     terms = [(t.label, t.expr) for t in party.objective_terms] + [
         (c.label, c.expr) for c in party.constraints
     ]
     for label, expr in terms:
+        for var in expr.variables():
+            owner = model.owner_of(var)
+            if owner is not None and owner != party.name:
+                raise OwnershipError(
+                    f"'{label}' uses variable '{var.name()}' owned by '{owner}'. A party-owned "
+                    "variable may only appear in its owner's terms and constraints; share "
+                    "what other parties need through a model.variable(...) instead.",
+                    party.name,
+                    str(expr),
+                )
         for leaf in _leaves(expr):
             if isinstance(leaf, PrivateData):
                 if leaf.owner != party.name:
@@ -280,7 +291,13 @@ def compile_model(model: Model) -> CompiledModel:
         raise ModelError("the model has no variables; declare one with model.variable(shape)")
     if not model.clients:
         raise ModelError("the model has no clients; add one with model.client(name)")
-    layout = VariableLayout(model.variables)
+    # shared variables first, then each party's own block (server, then clients)
+    owned = [v for p in [model.server, *model.clients] for v in p.owned_variables]
+    layout = VariableLayout(
+        list(model.variables) + owned,
+        {v.id: model.owner_of(v) for v in owned},
+        model._hidden,
+    )
     programs = []
     for party in [model.server, *model.clients]:
         if not party.is_server and not party.objective_terms and not party.constraints:
