@@ -136,13 +136,30 @@ def test_undeclared_variable_and_misc_declaration_errors():
 
 
 def test_nonsmooth_client_term_refused_by_gradient_methods_but_fine_centralized():
+    """A term with no smooth exact form (a 2-norm in the objective: not differentiable at
+    0, no piecewise-linear epigraph) is refused by gradient methods, naming party and term;
+    centralized solves it without a certificate."""
     model, w = _model()
     site = model.client("c")
-    site.minimize(cp.sum_squares(w - 1) + cp.norm1(w), name="lasso-ish")
+    site.minimize(cp.sum_squares(w - 1) + cp.norm(w, 2), name="group-lasso-ish")
     with pytest.raises(
-        fm.UnsupportedError, match=r"\[c\] term 'lasso-ish' is not continuously differentiable"
+        fm.UnsupportedError,
+        match=r"\[c\] term 'group-lasso-ish' is not continuously differentiable",
     ):
         model.solve(method="prox-al")
     ref = model.solve(method="centralized")
     assert ref.kkt is None and "no KKT certificate" in ref.message
-    np.testing.assert_allclose(ref.solution["w"], 0.5 * np.ones(3), atol=1e-6)
+    # stationarity 2 (w - 1) + w / ||w|| = 0 along the ones direction
+    np.testing.assert_allclose(ref.solution["w"], (1 - 0.5 / np.sqrt(3)) * np.ones(3), atol=1e-6)
+
+
+def test_piecewise_linear_client_term_is_solved_through_its_epigraph():
+    """l1 in a client's objective: rewritten exactly into the party's own epigraph
+    variables, solved by a gradient method and certified."""
+    model, w = _model()
+    site = model.client("c")
+    site.minimize(cp.sum_squares(w - 1) + cp.norm1(w), name="lasso-ish")
+    res = model.solve(method="cprox-al", eps=1e-8)
+    assert res.status == "optimal" and res.kkt.satisfied(1e-8, 1e-8)
+    np.testing.assert_allclose(res.solution["w"], 0.5 * np.ones(3), atol=1e-6)
+    assert list(res.solution) == ["w"] and list(res.extra["auxiliary"]) == ["c.abs0"]

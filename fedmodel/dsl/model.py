@@ -90,11 +90,15 @@ class Model:
             raise ModelError(f"a variable named '{name}' already exists", owner)
         var = cp.Variable(shape, name=name)
         if owner is not None:
-            self._owned.append(var)
-            self._owner_of[var.id] = owner
+            self._adopt_variable(var, owner, hidden)
+        return var
+
+    def _adopt_variable(self, var: cp.Variable, owner: str, hidden: bool = False) -> None:
+        """Register ``var`` as owned by the party ``owner``."""
+        self._owned.append(var)
+        self._owner_of[var.id] = owner
         if hidden:
             self._hidden.add(var.id)
-        return var
 
     def client(self, name: str) -> Client:
         """Add a client (data owner) named ``name`` and return it."""

@@ -11,6 +11,7 @@ import numpy as np
 from cvxpy.constraints import Equality, Inequality, NonNeg, NonPos, Zero
 
 from fedmodel.dsl.data import PrivateData, as_numeric_array
+from fedmodel.dsl.epigraph import epigraph_form, norm_ball_as_smooth
 from fedmodel.errors import DataError, ModelError, NonConvexError, UnsupportedError
 
 if TYPE_CHECKING:
@@ -120,12 +121,41 @@ class Party:
         self._variables.append(var)
         return var
 
-    def _auxiliary(self, shape: tuple[int, ...], stem: str) -> cp.Variable:
-        """A hidden owned variable (epigraph auxiliary of a non-smooth term)."""
-        name = f"{self.name}.{stem}{len(self._variables)}"
-        var = self._model._new_variable(shape, name, self.name, hidden=True)
-        self._variables.append(var)
-        return var
+    def _epigraph(self, expr: cp.Expression, label: str) -> tuple[cp.Expression, list]:
+        """``expr`` in epigraph form (see :mod:`fedmodel.dsl.epigraph`) when that makes it
+        smooth: the smooth expression and the constraint terms on the new auxiliaries
+        (owned by this party, hidden from ``res.solution``). Otherwise ``expr`` unchanged
+        (the compiler or the method then says what it cannot take)."""
+        from fedmodel.compiler.smooth import NotSmoothError, check_smooth
+
+        try:
+            check_smooth(expr)
+            return expr, []
+        except NotSmoothError:
+            pass
+        made: list[tuple[cp.Variable, str]] = []
+
+        def make_aux(shape, stem):
+            var = cp.Variable(shape)
+            made.append((var, stem))
+            return var
+
+        smooth, pieces = epigraph_form(expr, make_aux)
+        try:
+            check_smooth(smooth)
+            for p in pieces:
+                check_smooth(p)
+        except NotSmoothError:
+            return expr, []
+        for var, stem in made:  # name and register the auxiliaries now that they are used
+            var._name = f"{self.name}.{stem}{len(self._variables)}"
+            self._model._adopt_variable(var, self.name, hidden=True)
+            self._variables.append(var)
+        terms = [
+            ConstraintTerm(p, "ineq", f"{label}:epigraph[{j}]", False, None)
+            for j, p in enumerate(pieces)
+        ]
+        return smooth, terms
 
     @property
     def owned_variables(self) -> tuple[cp.Variable, ...]:
@@ -166,7 +196,11 @@ class Party:
         self._check_curvature(
             expr, label, allow_nonconvex, convex=expr.is_convex(), kind="objective term"
         )
+        extra: list[ConstraintTerm] = []
+        if not allow_nonconvex:
+            expr, extra = self._epigraph(expr, label)
         self._objective.append(ObjectiveTerm(expr, label, allow_nonconvex))
+        self._constraints.extend(extra)
 
     def subject_to(
         self,
@@ -194,7 +228,13 @@ class Party:
         for j, c in enumerate(items):
             label = name if (name and len(items) == 1) else (f"{name}[{j}]" if name else None)
             label = label or f"constraint[{len(self._constraints)}]"
-            self._constraints.append(self._normalise(c, label, allow_nonconvex))
+            term = self._normalise(c, label, allow_nonconvex)
+            extra: list[ConstraintTerm] = []
+            if term.kind == "ineq" and not allow_nonconvex:
+                g, extra = self._epigraph(term.expr, label)
+                term = ConstraintTerm(g, term.kind, label, allow_nonconvex, c)
+            self._constraints.append(term)
+            self._constraints.extend(extra)
 
     def _normalise(self, c: Any, label: str, allow_nonconvex: bool) -> ConstraintTerm:
         if isinstance(c, (bool, np.bool_)):
@@ -208,6 +248,9 @@ class Party:
             split = split_max_constraint(c.args[0], c.args[1])
             if split is not None:  # exact smooth rewrite of max-type atoms (norm_inf, abs...)
                 g = split
+            ball = norm_ball_as_smooth(c.args[0], c.args[1])
+            if ball is not None:  # norm(x, 2) <= r as sum_squares(x) <= r^2
+                g = ball
         elif isinstance(c, NonPos):
             g, kind = c.args[0], "ineq"
         elif isinstance(c, NonNeg):
