@@ -65,7 +65,7 @@ def test_inner_bound_is_a_valid_certificate_every_outer_iteration():
     """At each outer iteration the recomputed dist(0, d l_k(w^{k+1})) <= eps_{t+1} + sum eps~."""
     model = np_model(3, seed=2)
     compiled = model.compile()
-    opts = fm.algorithms.options.ProxALOptions(eps=1e-4)
+    opts = fm.algorithms.proxal.options.ProxALOptions(eps=1e-4)
     res = model.solve(method="prox-al", eps=1e-4)
     for row in res.history:
         assert row["inner_bound"] <= row["tau"] or row["inner_iterations"] == opts.max_inner

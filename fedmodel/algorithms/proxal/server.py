@@ -3,7 +3,7 @@ as the federated subproblem solver; also ``admm`` (Algorithm 2 alone).
 
 The server half below holds only the server's program (``c_0``, server data, ``h``) and
 ``mu_0``; it reaches clients only through the runtime's messages (see
-:mod:`fedmodel.algorithms.prox_al_client` for the message table). Per outer iteration k:
+:mod:`fedmodel.algorithms.proxal.client` for the message table). Per outer iteration k:
 
 1. tau_k = sbar / (k + 1)^2;
 2. Algorithm 2 from w~^0 = w^k: for t = 0, 1, ... the server solves (14) to eps_{t+1} =
@@ -32,11 +32,11 @@ from fedmodel.algorithms.common import (
     split_multipliers,
     starting_point,
 )
-from fedmodel.algorithms.options import ProxALOptions
-from fedmodel.algorithms.prox_al_client import ProxALClient
+from fedmodel.algorithms.proxal.client import ProxALClient
+from fedmodel.algorithms.proxal.options import ProxALOptions
 from fedmodel.compiler.partition import CompiledModel, PartyProgram
 from fedmodel.compiler.regularizer import Regularizer
-from fedmodel.runtime.base import ClientFailure, EndpointFactory, Runtime, make_runtime
+from fedmodel.runtime.base import Runtime
 from fedmodel.runtime.checkpoint import (
     check_manifest,
     model_fingerprint,
@@ -44,7 +44,10 @@ from fedmodel.runtime.checkpoint import (
     read_server_state,
     write_checkpoint,
 )
-from fedmodel.runtime.failures import inject_faults
+from fedmodel.runtime.endpoints import EndpointFactory
+from fedmodel.runtime.factory import make_runtime
+from fedmodel.runtime.faults import inject_faults
+from fedmodel.runtime.outcomes import ClientFailure
 from fedmodel.subproblems.merit import MeritProblem
 from fedmodel.subproblems.select import make_solver
 
@@ -242,7 +245,7 @@ def run_prox_al(
     """Run prox-al (``method="prox-al"``) or plain Algorithm 2 (``method="admm"``).
 
     The clients run on ``options.backend``; ``faults`` (client name ->
-    :class:`~fedmodel.runtime.failures.Fault`) injects failures, for tests.
+    :class:`~fedmodel.runtime.faults.Fault`) injects failures, for tests.
     """
     proximal = method == "prox-al"
     t_start = time.perf_counter()

@@ -41,9 +41,9 @@ import time
 
 import numpy as np
 
-from fedmodel.algorithms.dald_common import evaluation_payload
-from fedmodel.algorithms.dald_local import LocalProblem, consensus_quadratic
-from fedmodel.algorithms.dald_options import DALDOptions, InnerRule, PenaltySchedule
+from fedmodel.algorithms.common import evaluation_payload
+from fedmodel.algorithms.dald.local import LocalProblem, consensus_quadratic
+from fedmodel.algorithms.dald.options import DALDOptions, InnerRule, PenaltySchedule
 from fedmodel.compiler.partition import PartyProgram
 from fedmodel.compiler.regularizer import Regularizer
 from fedmodel.runtime.messages import SERVER, Message
