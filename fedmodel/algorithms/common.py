@@ -71,11 +71,33 @@ def federated_evaluation(
     runtime, server_program, regularizer, x, mu0, nu0, local
 ) -> tuple[KKTResiduals, dict]:
     """One diagnostic round: every client evaluates its share at ``x`` with its own
-    multipliers; the server adds its own and ``dh``."""
-    reports = {server_program.name: party_evaluation(server_program, x, mu0, nu0)}
-    replies = runtime.broadcast("evaluate", {"w": x}, channel="diagnostic")
+    multipliers; the server adds its own and ``dh``.
+
+    ``x`` is the server's view (shared variables, then its own); only the shared part is
+    sent, and each party reports the stationarity of its own variables itself.
+    """
+    ns = server_program.layout.n_shared
+    owned = server_program.layout.has_owned
+    reports = {server_program.name: party_evaluation(server_program, x, mu0, nu0, owned)}
+    replies = runtime.broadcast("evaluate", {"w": x[:ns]}, channel="diagnostic")
     reports.update({name: r.payload for name, r in replies.items()})
-    return assemble(reports, regularizer, x, local)
+    return assemble(reports, regularizer, x[:ns], local)
+
+
+def global_point(compiled: CompiledModel, shared_and_server: np.ndarray, owned: dict) -> np.ndarray:
+    """The stacked point of the whole model from the server's view ``(shared, server's
+    own)`` and each client's own block (``owned[name]``, NaN where one is missing)."""
+    layout = compiled.layout
+    if not layout.has_owned:
+        return np.asarray(shared_and_server, dtype=float)
+    x = np.full(layout.size, np.nan)
+    server_view = layout.local(compiled.server.name)
+    x[layout.indices(server_view.variables)] = shared_and_server
+    for c in compiled.clients:
+        own = layout.owned_by(c.name)
+        if own and owned.get(c.name) is not None:
+            x[layout.indices(own)] = owned[c.name]
+    return x
 
 
 def history_row(k: int, summary: dict, kkt: KKTResiduals, **extra) -> dict:

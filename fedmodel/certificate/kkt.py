@@ -7,6 +7,10 @@ the Lagrangian ``grad f_i(w) + J_{c_i}(w)^T mu_i`` and its feasibility residual
     stationarity = dist_inf(0, sum_i grad f_i(w) + dh(w) + sum_i J_{c_i}(w)^T mu_i)
     feasibility  = max_i dist_inf(c_i(w), N_{R_+^{m_i}}(mu_i))
 
+A party-owned variable (``party.variable``, or an epigraph auxiliary of a non-smooth
+term) appears only in its owner's terms, so the owner alone reports the stationarity of
+that block (``owned_stationarity``); federated methods send only the shared part of ``w``.
+
 Equality constraints ``a_i(w) = 0`` have free multipliers and contribute ``|a_i(w)|``.
 Nothing here reuses an algorithm's stopping quantities.
 """
@@ -45,13 +49,28 @@ def max_violation(ci: np.ndarray, ce: np.ndarray) -> float:
     return v
 
 
-def party_evaluation(program: PartyProgram, x: np.ndarray, mu: np.ndarray, nu: np.ndarray) -> dict:
-    """What one party reports in an evaluation round, computed on its own data only."""
+def party_evaluation(
+    program: PartyProgram, x: np.ndarray, mu: np.ndarray, nu: np.ndarray, shared_only=False
+) -> dict:
+    """What one party reports in an evaluation round, computed on its own data only.
+
+    With ``shared_only`` (federated methods on a party's own view ``x = (shared, own)``),
+    ``grad`` is the shared part of the Lagrangian gradient and ``owned_stationarity`` the
+    infinity norm of its own block's part (its owned variables enter no other party's
+    terms and no ``h``, so that block's stationarity is the owner's alone).
+    """
     fn = program.functions
     ci, ce = fn.constraint_values(x)
+    grad = fn.lagrangian_grad(x, mu, nu)
+    owned = 0.0
+    if shared_only:
+        ns = program.layout.n_shared
+        owned = float(np.abs(grad[ns:]).max(initial=0.0))
+        grad = grad[:ns]
     return {
         "objective": fn.objective(x),
-        "grad": fn.lagrangian_grad(x, mu, nu),
+        "grad": grad,
+        "owned_stationarity": owned,
         "feasibility": feasibility_residual(ci, ce, mu),
         "violation": max_violation(ci, ce),
         "c_ineq": ci,
@@ -114,6 +133,9 @@ def assemble(
         if regularizer.is_zero
         else regularizer.dist_subdiff(x, grad)
     )
+    # blocks of party-owned variables, reported by their owners (federated evaluation)
+    owned = max((float(r.get("owned_stationarity", 0.0)) for r in reports.values()), default=0.0)
+    stationarity = max(stationarity, owned)
     per_party = {name: float(r["feasibility"]) for name, r in reports.items()}
     feasibility = max(max(per_party.values(), default=0.0), regularizer.box_violation(x))
     kkt = KKTResiduals(stationarity, feasibility, per_party, local)

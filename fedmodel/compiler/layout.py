@@ -97,6 +97,12 @@ class VariableLayout:
     def has_owned(self) -> bool:
         return bool(self.owners)
 
+    @property
+    def n_shared(self) -> int:
+        """Entries of the shared variables, which come first in every layout a compiled
+        model builds (the global one and each party's :meth:`local` one)."""
+        return sum(v.size for v in self.shared_variables)
+
     def indices(self, variables: Iterable[cp.Variable]) -> np.ndarray:
         """Positions in ``x`` of the given variables' entries (in the given order)."""
         parts = [np.arange(self.slice_of(v).start, self.slice_of(v).stop) for v in variables]

@@ -92,6 +92,21 @@ class PartyProgram:
         """
         return PartyFunctions(self)
 
+    def local(self) -> PartyProgram:
+        """This program over the party's own view ``x = (shared, own variables)`` (what a
+        federated method's party works on); itself when the model has no owned variables.
+        """
+        if not self.layout.has_owned:
+            return self
+        return PartyProgram(
+            name=self.name,
+            is_server=self.is_server,
+            layout=self.layout.local(self.name),
+            objective=self.objective,
+            constraints=self.constraints,
+            data=self.data,
+        )
+
     def data_bytes(self) -> int:
         total = 0
         for d in self.data:

@@ -20,7 +20,9 @@ def _run_centralized(compiled, options, method):
 
 METHODS = {
     "cprox-al": MethodSpec(
-        ProxALOptions, _run_cprox_al, "seed 000 Algorithm 3 (centralized)",
+        ProxALOptions,
+        _run_cprox_al,
+        "seed 000 Algorithm 3 (centralized)",
         federated=False,
         owned_variables=True,
     ),

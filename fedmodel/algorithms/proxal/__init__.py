@@ -12,11 +12,14 @@ def _run(compiled, options, method):
 
 
 METHODS = {
-    "prox-al": MethodSpec(ProxALOptions, _run, "seed 000 Algorithm 1 + 2 (federated)"),
+    "prox-al": MethodSpec(
+        ProxALOptions, _run, "seed 000 Algorithm 1 + 2 (federated)", owned_variables=True
+    ),
     "admm": MethodSpec(
         ProxALOptions,
         _run,
         "seed 000 Algorithm 2 alone (no constraints)",
         needs_no_constraints=True,
+        owned_variables=True,
     ),
 }

@@ -15,6 +15,17 @@ kind           payload in                         reply payload
                                                   feasibility, constraint values
 ``report``     (nothing)                          diagnostic: multipliers, local stats
 =============  =================================  =====================================
+
+Party-owned variables (``client.variable``, epigraph auxiliaries) never travel: ``w``,
+``u~_i`` and the Lagrangian gradient are the shared variables only. The client solves its
+subproblem over (shared, own) and keeps its block ``theta_i`` locally: in prox-al with its
+share of Algorithm 1's proximal term ``(sigma_i / 2)||theta_i - theta_i^k||^2`` (the
+proximal point method in a block metric, ``sigma_i = 1/((n+1) beta) + rho_i``, so one
+scalar ``sigma`` serves the whole local subproblem); in admm with a proximal-ADMM term
+centred at its last ``theta_i``. ``eps~_i`` also bounds its block's gradient, the
+``outer`` reply carries ``dtheta_scaled = beta sigma_i ||theta_i^{k+1} - theta_i^k||_inf``
+(a scalar, for test (8)), ``evaluate`` reports the block's stationarity as one number, and
+only the final ``report`` (diagnostic) hands the block to the caller for ``.value``.
 """
 
 from __future__ import annotations
@@ -58,12 +69,22 @@ class ProxALClient:
         mu0: float = 0.0,
         solver: str = "auto",
         max_local_iter: int = 10_000,
+        theta0: np.ndarray | None = None,
     ):
+        program = program.local()  # (shared variables, this client's own)
         self.name = program.name
         self.program = program
         self.beta = float(beta)
         self.rho = float(rho)
         self.prox_weight = 1.0 / ((n_clients + 1) * beta) if proximal else 0.0
+        self.ns = program.layout.n_shared
+        self.owned = program.layout.size > self.ns
+        # weight of Algorithm 1's proximal term on the own block (prox-al; see module doc)
+        self.theta_prox = self.prox_weight + self.rho if proximal else 0.0
+        n_own = program.layout.size - self.ns
+        theta0 = np.zeros(n_own) if theta0 is None else np.asarray(theta0, dtype=float)
+        self.theta_center = theta0.copy()  # theta_i^k (admm: the last theta_i)
+        self.theta_at_w = theta0.copy()  # own block of the iterate matching the last w
         self.mu = np.full(program.m_ineq, float(mu0))
         self.nu = np.zeros(program.m_eq)
         self.problem = MeritProblem([program], beta)
@@ -95,13 +116,23 @@ class ProxALClient:
             _, g = solver.merit_value_grad(w, [self.mu], [self.nu])
         else:
             _, g = self.problem.functions[0].merit(w, self.mu, self.nu, self.beta)
-        return g + self.prox_weight * (w - self.w_center)
+        g = np.array(g, dtype=float)  # a copy: the backends may hand out their buffers
+        ns = self.ns
+        g[:ns] += self.prox_weight * (w[:ns] - self.w_center)
+        if self.owned:
+            g[ns:] += self.theta_prox * (w[ns:] - self.theta_center)
+        return g
+
+    def _local(self, w: np.ndarray, theta: np.ndarray) -> np.ndarray:
+        return np.concatenate([w, theta]) if self.owned else w
 
     def _start_admm(self, w: np.ndarray) -> np.ndarray:
         """Algorithm 2 initialisation with w~^0 = w: u^0 = w, lambda^0 = -grad P(w)."""
         self.w_center = w.copy()
-        g = self._grad_P(w)
-        self.u = w.copy()
+        self.theta_center = self.theta_at_w.copy()
+        x = self._local(w, self.theta_at_w)
+        g = self._grad_P(x)[: self.ns]
+        self.u = x.copy()
         self.lam = -g
         self.u_tilde = w - g / self.rho
         return self.u_tilde
@@ -117,6 +148,8 @@ class ProxALClient:
             "u": self.u,
             "lam": self.lam,
             "u_tilde": self.u_tilde,
+            "theta_center": self.theta_center,
+            "theta_at_w": self.theta_at_w,
             "stats": dict(self.stats),
             "solver": self.solver.get_state() if hasattr(self.solver, "get_state") else None,
         }
@@ -125,6 +158,9 @@ class ProxALClient:
         for key in ("mu", "nu", "w_center", "u", "lam", "u_tilde"):
             value = state[key]
             setattr(self, key, None if value is None else np.array(value, dtype=float))
+        for key in ("theta_center", "theta_at_w"):
+            if key in state:
+                setattr(self, key, np.array(state[key], dtype=float))
         self.stats = dict(state["stats"])
         if state.get("solver") is not None and hasattr(self.solver, "set_state"):
             self.solver.set_state(state["solver"])
@@ -144,7 +180,9 @@ class ProxALClient:
 
     def _on_outer(self, w):
         w = np.asarray(w, dtype=float)
-        ci, ce = self.problem.functions[0].constraint_values(w)
+        # the outer iterate w^{k+1} is (w, theta at w): what eps~ was measured at
+        dtheta = float(np.abs(self.theta_at_w - self.theta_center).max(initial=0.0))
+        ci, ce = self.problem.functions[0].constraint_values(self._local(w, self.theta_at_w))
         dmu = 0.0
         if ci.size:
             new = np.maximum(self.mu + self.beta * ci, 0.0)
@@ -154,16 +192,28 @@ class ProxALClient:
             step = self.beta * ce
             dmu = max(dmu, float(np.abs(step).max()))
             self.nu = self.nu + step
-        return {"dmu_inf": dmu, "u_tilde": self._start_admm(w)}
+        reply = {"dmu_inf": dmu, "u_tilde": self._start_admm(w)}
+        if self.owned:  # test (8) on the own block, in the block metric (a scalar)
+            reply["dtheta_scaled"] = self.beta * self.theta_prox * dtheta
+        return reply
 
     def _on_admm_w(self, w, tol):
         w = np.asarray(w, dtype=float)
-        # eps~ (eq. 18): grad phi_{i,t}(w^{t+1}) = grad P_i(w^{t+1}) + lambda^t
-        eps_tilde = float(np.abs(self._grad_P(w) + self.lam - self.rho * (w - self.u)).max())
+        ns = self.ns
+        theta = self.u[ns:]
+        self.theta_at_w = theta.copy()
+        # eps~ (eq. 18): grad phi_{i,t}(w^{t+1}) = grad P_i(w^{t+1}) + lambda^t, with the
+        # own block at its current value (its part of the gradient bounded too)
+        g = self._grad_P(self._local(w, theta))
+        eps_tilde = float(np.abs(g[:ns] + self.lam - self.rho * (w - self.u[:ns])).max())
+        if self.owned:
+            eps_tilde = max(eps_tilde, float(np.abs(g[ns:]).max()))
         # client step (15): phi = P_i(u) + <lambda, u - w> + rho/2 ||u - w||^2, written as the
         # merit function plus (sigma/2)||u - center||^2 with the prox share folded in.
         sigma = self.prox_weight + self.rho
         center = (self.prox_weight * self.w_center + self.rho * w - self.lam) / sigma
+        if self.owned:  # prox-al: theta_i^k (weight sigma = theta_prox); admm: last theta
+            center = np.concatenate([center, self.theta_center if self.theta_prox else theta])
         self.problem.set(sigma=sigma, center=center, mu=[self.mu], nu=[self.nu])
         report = self.solver.solve(self.u, float(tol), self.max_local_iter)
         self.stats["local_solves"] += 1
@@ -172,18 +222,23 @@ class ProxALClient:
             self.stats["max_residual_gap"], report.residual / max(float(tol), 1e-300)
         )
         self.u = report.x
-        self.lam = self.lam + self.rho * (self.u - w)  # (16)
-        self.u_tilde = self.u + self.lam / self.rho  # (17)
+        u = self.u[:ns]
+        self.lam = self.lam + self.rho * (u - w)  # (16)
+        self.u_tilde = u + self.lam / self.rho  # (17)
         return {"u_tilde": self.u_tilde, "eps_tilde": eps_tilde}
 
     def _on_evaluate(self, w, mu=None, nu=None):
         mu = self.mu if mu is None else np.asarray(mu, dtype=float)
         nu = self.nu if nu is None else np.asarray(nu, dtype=float)
-        return party_evaluation(self.program, np.asarray(w, dtype=float), mu, nu)
+        x = self._local(np.asarray(w, dtype=float), self.theta_at_w)
+        return party_evaluation(self.program, x, mu, nu, shared_only=self.owned)
 
     def _on_report(self):
-        return {
+        out = {
             "mu": self.mu.copy(),
             "nu": self.nu.copy(),
             **{k: float(v) for k, v in self.stats.items()},
         }
+        if self.owned:  # the final write-back of the own block to the caller's variables
+            out["owned"] = self.theta_at_w.copy()
+        return out

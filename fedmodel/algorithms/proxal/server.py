@@ -27,6 +27,7 @@ import numpy as np
 
 from fedmodel.algorithms.common import (
     federated_evaluation,
+    global_point,
     history_row,
     make_result,
     split_multipliers,
@@ -90,12 +91,19 @@ class ProxALServer:
         options: ProxALOptions,
         proximal: bool = True,
     ):
+        layout = program.layout
+        # where the server's view (shared variables, its own) sits in the model's vector
+        self.view_index = layout.indices(layout.local(program.name).variables)
+        program = program.local()
         self.program = program
         self.options = options
         self.beta = float(options.beta)
         self.rhos = dict(rhos)
         self.rho_sum = float(sum(rhos.values()))
         self.prox_weight = 1.0 / ((n_clients + 1) * self.beta) if proximal else 0.0
+        self.proximal = proximal
+        self.ns = program.layout.n_shared
+        self.owned = program.layout.size > self.ns
         self.problem = MeritProblem([program], self.beta, regularizer)
         self.solver = make_solver(self.problem, options.solver)
         self.mu = np.full(program.m_ineq, float(options.mu0))
@@ -110,9 +118,15 @@ class ProxALServer:
         tau: float,
         deadline: float | None = None,
     ) -> InnerOutcome:
-        """Algorithm 2 on P_{0,k} + h + sum_i P_{i,k}, started from w~^0 = ``w_center``."""
+        """Algorithm 2 on P_{0,k} + h + sum_i P_{i,k}, started from w~^0 = ``w_center``.
+
+        ``w_center`` and the returned ``w`` are the server's view: the shared variables,
+        then its own block ``theta_0`` (kept here with weight ``sigma`` of Algorithm 1's
+        proximal term in prox-al, a proximal-ADMM term in admm; see the client module).
+        """
         opts = self.options
         sigma = self.prox_weight + self.rho_sum
+        ns = self.ns
         w = w_center
         bound = np.inf
         residual = np.inf
@@ -121,13 +135,19 @@ class ProxALServer:
             eps = opts.q**t
             tol = max(eps, floor)  # local solves stop at tol; (19) stays a valid bound
             agg = sum(self.rhos[name] * u for name, u in u_tildes.items())
-            center = (self.prox_weight * w_center + agg) / sigma
+            center = (self.prox_weight * w_center[:ns] + agg) / sigma
+            if self.owned:
+                theta = w_center[ns:] if self.proximal else w[ns:]
+                center = np.concatenate([center, theta])
             self.problem.set(sigma=sigma, center=center, mu=[self.mu], nu=[self.nu])
             report = self.solver.solve(w, tol, opts.max_local_iter)  # server step (14)
             self.local_iterations += report.iterations
-            w, residual = report.x, report.residual
+            residual = report.residual
+            if self.owned and not self.proximal:  # the proximal-ADMM term is not in l_k
+                residual += sigma * float(np.abs(report.x[ns:] - w[ns:]).max())
+            w = report.x
             runtime.next_round()
-            replies = runtime.broadcast("admm_w", {"w": w, "tol": tol})
+            replies = runtime.broadcast("admm_w", {"w": w[:ns], "tol": tol})
             u_tildes = {name: r.payload["u_tilde"] for name, r in replies.items()}
             bound = max(eps, residual) + sum(
                 float(r.payload["eps_tilde"]) for r in replies.values()
@@ -137,6 +157,16 @@ class ProxALServer:
             if deadline is not None and time.perf_counter() > deadline:
                 return InnerOutcome(w, t + 1, bound, False, residual, timed_out=True)
         return InnerOutcome(w, opts.max_inner, bound, False, residual)
+
+    def outer_change(self, w_new: np.ndarray, w_old: np.ndarray) -> float:
+        """``||w^{k+1} - w^k||_inf`` of test (8) on the shared variables, and on the
+        server's own block in Algorithm 1's block metric (``beta sigma ||.||_inf``)."""
+        ns = self.ns
+        dw = float(np.abs(w_new[:ns] - w_old[:ns]).max(initial=0.0))
+        if self.owned and self.proximal:
+            sigma = self.prox_weight + self.rho_sum
+            dw = max(dw, self.beta * sigma * float(np.abs(w_new[ns:] - w_old[ns:]).max()))
+        return dw
 
     def get_state(self) -> dict:
         """The server half's own state (``mu_0``, ``nu_0``, statistics)."""
@@ -217,6 +247,8 @@ class _Mark:
 
 def _client_factories(compiled: CompiledModel, options: ProxALOptions, rhos, proximal):
     n = compiled.n_clients
+    x0 = starting_point(compiled, options.w0, options.random_state)
+    layout = compiled.layout
     return {
         c.name: EndpointFactory(
             ProxALClient,
@@ -229,6 +261,8 @@ def _client_factories(compiled: CompiledModel, options: ProxALOptions, rhos, pro
                 options.mu0,
                 options.solver,
                 options.max_local_iter,
+                # the client's own block of the starting point (its own variables)
+                x0[layout.indices(layout.owned_by(c.name))] if layout.has_owned else None,
             ),
         )
         for c in compiled.clients
@@ -349,10 +383,11 @@ def _solve(
 
     try:
         if start is None:
-            x = starting_point(compiled, options.w0, options.random_state)
+            x = starting_point(compiled, options.w0, options.random_state)[server.view_index]
             runtime.next_round()
+            start_w = {"w": x[: server.ns]}
             u_tildes = {
-                k: r.payload["u_tilde"] for k, r in runtime.broadcast("start", {"w": x}).items()
+                k: r.payload["u_tilde"] for k, r in runtime.broadcast("start", start_w).items()
             }
             history: list[dict] = []
             inner_total, k = 0, -1
@@ -381,19 +416,22 @@ def _solve(
                     "iterate is returned."
                 )
                 break
-            dw = float(np.abs(w_new - x).max())
+            dw = server.outer_change(w_new, x)
             x = w_new
             if proximal:
                 dmu = server.update_multipliers(x)
                 runtime.next_round()
-                replies = runtime.broadcast("outer", {"w": x})
+                replies = runtime.broadcast("outer", {"w": x[: server.ns]})
                 dmu = max([dmu] + [float(r.payload["dmu_inf"]) for r in replies.values()])
+                dw = max(
+                    [dw] + [float(r.payload.get("dtheta_scaled", 0.0)) for r in replies.values()]
+                )
                 u_tildes = {name: r.payload["u_tilde"] for name, r in replies.items()}
             else:
                 dmu = 0.0
             if options.history:
                 last_eval = federated_evaluation(
-                    runtime, compiled.server, compiled.regularizer, x, server.mu, server.nu, local
+                    runtime, server.program, compiled.regularizer, x, server.mu, server.nu, local
                 )
                 kkt, summary = last_eval
                 history.append(
@@ -447,7 +485,7 @@ def _solve(
 
     if last_eval is None or history[-1]["iteration"] != k or status == "unbounded":
         last_eval = federated_evaluation(
-            runtime, compiled.server, compiled.regularizer, x, server.mu, server.nu, local
+            runtime, server.program, compiled.regularizer, x, server.mu, server.nu, local
         )
     kkt, summary = last_eval
     certified = kkt.satisfied(options.eps1, options.eps2)
@@ -483,11 +521,14 @@ def _solve(
     multipliers = {compiled.server.name: split_multipliers(compiled.server, server.mu, server.nu)}
     per_party_seconds = {"server": 0.0}
     local_iters = {"server": server.local_iterations}
+    owned = {}
     for c in compiled.clients:
         p = reports[c.name].payload
         multipliers[c.name] = split_multipliers(c, p["mu"], p["nu"])
         per_party_seconds[c.name] = p["seconds"]
         local_iters[c.name] = int(p["local_iterations"])
+        owned[c.name] = p.get("owned")
+    x = global_point(compiled, x, owned)
     return _result(
         compiled, options, method, runtime, server, status, message, x, kkt, summary,
         multipliers, k, inner_total, history, compile_seconds, t_solve, per_party_seconds,
@@ -549,7 +590,7 @@ def _stopped_early(
     except Exception as exc:  # noqa: BLE001
         notes.append(f"recovering the workers failed ({exc})")
     if mark is None:  # failed before the first consistent point (the start round)
-        x = starting_point(compiled, options.w0, options.random_state)
+        x = starting_point(compiled, options.w0, options.random_state)[server.view_index]
         history, inner_total, k, last_eval = [], 0, -1, None
         server_state = None
     else:
@@ -571,7 +612,7 @@ def _stopped_early(
     if summary is None and len(usable) == len(runtime.client_names):
         try:
             kkt, summary = federated_evaluation(
-                runtime, compiled.server, compiled.regularizer, x, server.mu, server.nu, local
+                runtime, server.program, compiled.regularizer, x, server.mu, server.nu, local
             )
         except (ClientFailure, KeyboardInterrupt):
             kkt, summary = None, None
@@ -581,6 +622,7 @@ def _stopped_early(
     multipliers = {compiled.server.name: split_multipliers(compiled.server, server.mu, server.nu)}
     per_party_seconds = {"server": 0.0}
     local_iters = {"server": server.local_iterations}
+    owned = {}
     for c in compiled.clients:
         if c.name not in usable:
             continue
@@ -591,6 +633,8 @@ def _stopped_early(
         multipliers[c.name] = split_multipliers(c, p["mu"], p["nu"])
         per_party_seconds[c.name] = p["seconds"]
         local_iters[c.name] = int(p["local_iterations"])
+        owned[c.name] = p.get("owned")
+    x = global_point(compiled, x, owned)
     where = (
         f"the end of outer iteration {k}"
         if k >= 0
