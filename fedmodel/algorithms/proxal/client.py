@@ -18,14 +18,16 @@ kind           payload in                         reply payload
 
 Party-owned variables (``client.variable``, epigraph auxiliaries) never travel: ``w``,
 ``u~_i`` and the Lagrangian gradient are the shared variables only. The client solves its
-subproblem over (shared, own) and keeps its block ``theta_i`` locally: in prox-al with its
-share of Algorithm 1's proximal term ``(sigma_i / 2)||theta_i - theta_i^k||^2`` (the
-proximal point method in a block metric, ``sigma_i = 1/((n+1) beta) + rho_i``, so one
-scalar ``sigma`` serves the whole local subproblem); in admm with a proximal-ADMM term
-centred at its last ``theta_i``. ``eps~_i`` also bounds its block's gradient, the
-``outer`` reply carries ``dtheta_scaled = beta sigma_i ||theta_i^{k+1} - theta_i^k||_inf``
-(a scalar, for test (8)), ``evaluate`` reports the block's stationarity as one number, and
-only the final ``report`` (diagnostic) hands the block to the caller for ``.value``.
+subproblem over (shared, own) and keeps its block ``theta_i`` locally. Its ``P_{i,k}``
+carries Algorithm 1's proximal term on that block with the same weight as each party's
+share on the shared block, ``p = 1/((n+1) beta)`` (the proximal point method in a block
+metric; ``p = 0`` in admm), and its local step adds a proximal-ADMM term
+``(rho_i / 2)||theta_i - theta_i^t||^2`` (zero at the inner fixed point), so one scalar
+``sigma = p + rho_i`` serves the whole local subproblem. ``eps~_i`` also bounds the
+gradient of ``P_{i,k}`` in its block, the ``outer`` reply carries
+``dtheta_scaled = beta p ||theta_i^{k+1} - theta_i^k||_inf`` (a scalar, for test (8)),
+``evaluate`` reports the block's stationarity as one number, and only the final ``report``
+(diagnostic) hands the block to the caller for ``.value``.
 """
 
 from __future__ import annotations
@@ -79,8 +81,8 @@ class ProxALClient:
         self.prox_weight = 1.0 / ((n_clients + 1) * beta) if proximal else 0.0
         self.ns = program.layout.n_shared
         self.owned = program.layout.size > self.ns
-        # weight of Algorithm 1's proximal term on the own block (prox-al; see module doc)
-        self.theta_prox = self.prox_weight + self.rho if proximal else 0.0
+        # weight of Algorithm 1's proximal term on the own block (see module doc)
+        self.theta_prox = self.prox_weight
         n_own = program.layout.size - self.ns
         theta0 = np.zeros(n_own) if theta0 is None else np.asarray(theta0, dtype=float)
         self.theta_center = theta0.copy()  # theta_i^k (admm: the last theta_i)
@@ -212,8 +214,9 @@ class ProxALClient:
         # merit function plus (sigma/2)||u - center||^2 with the prox share folded in.
         sigma = self.prox_weight + self.rho
         center = (self.prox_weight * self.w_center + self.rho * w - self.lam) / sigma
-        if self.owned:  # prox-al: theta_i^k (weight sigma = theta_prox); admm: last theta
-            center = np.concatenate([center, self.theta_center if self.theta_prox else theta])
+        if self.owned:  # P_{i,k}'s prox term on theta (weight p) + proximal-ADMM term (rho)
+            theta_c = (self.theta_prox * self.theta_center + self.rho * theta) / sigma
+            center = np.concatenate([center, theta_c])
         self.problem.set(sigma=sigma, center=center, mu=[self.mu], nu=[self.nu])
         report = self.solver.solve(self.u, float(tol), self.max_local_iter)
         self.stats["local_solves"] += 1

@@ -121,8 +121,9 @@ class ProxALServer:
         """Algorithm 2 on P_{0,k} + h + sum_i P_{i,k}, started from w~^0 = ``w_center``.
 
         ``w_center`` and the returned ``w`` are the server's view: the shared variables,
-        then its own block ``theta_0`` (kept here with weight ``sigma`` of Algorithm 1's
-        proximal term in prox-al, a proximal-ADMM term in admm; see the client module).
+        then its own block ``theta_0`` (kept here with its share ``p`` of Algorithm 1's
+        proximal term and a proximal-ADMM term of weight ``sum_i rho_i``; see the client
+        module).
         """
         opts = self.options
         sigma = self.prox_weight + self.rho_sum
@@ -137,14 +138,14 @@ class ProxALServer:
             agg = sum(self.rhos[name] * u for name, u in u_tildes.items())
             center = (self.prox_weight * w_center[:ns] + agg) / sigma
             if self.owned:
-                theta = w_center[ns:] if self.proximal else w[ns:]
-                center = np.concatenate([center, theta])
+                theta_c = (self.prox_weight * w_center[ns:] + self.rho_sum * w[ns:]) / sigma
+                center = np.concatenate([center, theta_c])
             self.problem.set(sigma=sigma, center=center, mu=[self.mu], nu=[self.nu])
             report = self.solver.solve(w, tol, opts.max_local_iter)  # server step (14)
             self.local_iterations += report.iterations
             residual = report.residual
-            if self.owned and not self.proximal:  # the proximal-ADMM term is not in l_k
-                residual += sigma * float(np.abs(report.x[ns:] - w[ns:]).max())
+            if self.owned:  # the proximal-ADMM term on theta_0 is not part of l_k
+                residual += self.rho_sum * float(np.abs(report.x[ns:] - w[ns:]).max())
             w = report.x
             runtime.next_round()
             replies = runtime.broadcast("admm_w", {"w": w[:ns], "tol": tol})
@@ -160,12 +161,12 @@ class ProxALServer:
 
     def outer_change(self, w_new: np.ndarray, w_old: np.ndarray) -> float:
         """``||w^{k+1} - w^k||_inf`` of test (8) on the shared variables, and on the
-        server's own block in Algorithm 1's block metric (``beta sigma ||.||_inf``)."""
+        server's own block in Algorithm 1's block metric (``beta p ||.||_inf``)."""
         ns = self.ns
         dw = float(np.abs(w_new[:ns] - w_old[:ns]).max(initial=0.0))
         if self.owned and self.proximal:
-            sigma = self.prox_weight + self.rho_sum
-            dw = max(dw, self.beta * sigma * float(np.abs(w_new[ns:] - w_old[ns:]).max()))
+            change = float(np.abs(w_new[ns:] - w_old[ns:]).max())
+            dw = max(dw, self.beta * self.prox_weight * change)
         return dw
 
     def get_state(self) -> dict:
