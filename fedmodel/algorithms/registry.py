@@ -30,6 +30,9 @@ class MethodSpec:
     federated: bool = True  # False: the method reads every party's program (a reference)
     #: takes party-owned variables (``party.variable``, epigraph auxiliaries)
     owned_variables: bool = False
+    #: applies the server's simple-set constraints (box, nonnegativity, norm ball) as part
+    #: of h (methods without constraint handling)
+    server_sets_in_h: bool = False
 
 
 # One line per method: its name and the family package whose ``METHODS`` dict holds its
@@ -88,10 +91,15 @@ def solve_model(model, method: str, options: dict[str, Any]):
     t0 = time.perf_counter()
     compiled = model.compile()
     compile_seconds = time.perf_counter() - t0
+    if spec.server_sets_in_h:
+        compiled = compiled.with_simple_sets_in_h(method)
     if spec.needs_no_constraints and compiled.has_constraints:
+        where = [f"{p.name}: {c.label}" for p in compiled.parties for c in p.constraints]
+        shown = ", ".join(where[:4]) + (" ..." if len(where) > 4 else "")
         raise UnsupportedError(
-            f"method='{method}' solves models without constraints beyond h; this model has "
-            "constraints, use method='prox-al'"
+            f"method='{method}' solves models without constraints beyond h; it takes the "
+            "server's bounds and norm balls on whole shared variables as part of h, but not "
+            f"these constraints ({shown}); use method='prox-al'"
         )
     if compiled.layout.has_owned and not spec.owned_variables:
         owners = sorted(set(compiled.layout.owners.values()))

@@ -244,6 +244,49 @@ class CompiledModel:
                         str(expr),
                     ) from exc
 
+    def with_simple_sets_in_h(self, method: str) -> CompiledModel:
+        """This model with the server's simple-set constraints moved into ``h``.
+
+        Bounds ``v >= lo``, ``v <= hi`` (nonnegativity included) and norm balls
+        ``norm(v, 2) <= r`` on a whole shared variable ``v`` are the indicator of a set
+        with an exact projection, which methods without constraint handling (admm, the
+        dald family) apply in their prox of ``h``. Other constraints stay (and the method
+        says it cannot take them).
+        """
+        from fedmodel.compiler.regularizer import parse_regularizer_term
+
+        shared = list(self.layout.shared_variables)
+        moved, kept = [], []
+        for c in self.server.constraints:
+            try:
+                items = parse_regularizer_term(c.source, shared) if c.source is not None else []
+            except (UnsupportedError, ModelError):
+                items = []
+            simple = items and all(kind in ("lower", "upper", "ball") for kind, _, _ in items)
+            (moved if simple else kept).append(c)
+        if not moved:
+            return self
+        terms = list(self.regularizer.terms) + [c.source for c in moved]
+        try:
+            reg = Regularizer.from_model_terms(terms, self.layout)
+        except UnsupportedError as exc:
+            raise UnsupportedError(
+                f"method '{method}' takes the server's simple-set constraints "
+                f"{[c.label for c in moved]} as part of h, but together with h they have no "
+                f"closed-form prox: {exc}",
+                self.server.name,
+            ) from exc
+        server = PartyProgram(
+            name=self.server.name,
+            is_server=True,
+            layout=self.server.layout,
+            objective=self.server.objective,
+            constraints=kept,
+            data=self.server.data,
+        )
+        note = f"server constraints {[c.label for c in moved]} taken as part of h (projection)"
+        return CompiledModel(self.name, self.layout, server, self.clients, reg, [*self.notes, note])
+
     def program(self, name: str) -> PartyProgram:
         for p in self.parties:
             if p.name == name:

@@ -3,9 +3,11 @@
 h is a sum over model variables v of
 
     a_v ||v||_1 + b_v ||v||_2^2 + c_v ||v||_2 + indicator(lo_v <= v <= hi_v)
+                                              + indicator(||v||_2 <= r_v)
 
 (any piece may be absent). Its proximal operator is closed form (seed 000 Assumption 2a)
-except for the combination of a group norm with a box, which is refused.
+except for the combination of a group norm with a box, and of a norm ball with anything
+but a sum of squares, which are refused.
 """
 
 from __future__ import annotations
@@ -30,6 +32,11 @@ class VariablePiece:
     lower: np.ndarray | float = -np.inf
     upper: np.ndarray | float = np.inf
     has_box: bool = False
+    radius: float = np.inf  # norm ball ||v||_2 <= radius (inf: none)
+
+    @property
+    def has_ball(self) -> bool:
+        return bool(np.isfinite(self.radius))
 
 
 def _whole_variable(expr: Any, variables: list[cp.Variable], what: str) -> cp.Variable:
@@ -59,6 +66,12 @@ def parse_regularizer_term(term: Any, variables: list[cp.Variable]) -> list[tupl
     if isinstance(term, Inequality):
         lhs, rhs = term.args
         lo_val, hi_val = _constant_value(lhs), _constant_value(rhs)
+        is_norm2 = type(lhs).__name__ in ("Pnorm", "PnormApprox", "Norm2", "norm2")
+        if is_norm2 and float(getattr(lhs, "p", 2)) == 2.0 and hi_val is not None:
+            if hi_val.size != 1 or not float(hi_val) > 0:
+                raise UnsupportedError(f"regularize(): the radius of '{term}' must be positive")
+            v = _whole_variable(lhs.args[0], variables, "a norm ball")
+            return [("ball", v, float(hi_val))]
         if lo_val is not None:  # const <= v  -> lower bound
             v = _whole_variable(rhs, variables, "a bound")
             return [("lower", v, _bound_array(lo_val, v))]
@@ -161,6 +174,8 @@ class Regularizer:
                 p = pieces[id(v)]
                 if kind in ("l1", "sumsq", "l2"):
                     setattr(p, kind, getattr(p, kind) + float(val))
+                elif kind == "ball":
+                    p.radius = min(p.radius, float(val))
                 elif kind == "lower":
                     p.lower = np.maximum(np.broadcast_to(p.lower, val.shape), val)
                     p.has_box = True
@@ -180,7 +195,12 @@ class Regularizer:
                     f"regularize(): norm2 together with bounds on '{v.name()}' has no closed-"
                     "form prox; move the bounds into model.server.subject_to(...)"
                 )
-            if p.l1 or p.sumsq or p.l2 or p.has_box:
+            if p.has_ball and (p.l1 or p.l2 or p.has_box):
+                raise UnsupportedError(
+                    f"regularize(): a norm ball on '{v.name()}' together with norm1, norm2 or "
+                    "bounds has no closed-form prox; keep the ball with at most a sum of squares"
+                )
+            if p.l1 or p.sumsq or p.l2 or p.has_box or p.has_ball:
                 slices.append(layout.slice_of(v))
                 kept.append(p)
         return cls(slices, kept, list(terms))
@@ -192,7 +212,9 @@ class Regularizer:
     @property
     def is_smooth(self) -> bool:
         """True when h is only sum-of-squares terms (differentiable everywhere)."""
-        return all(p.l1 == 0 and p.l2 == 0 and not p.has_box for p in self.pieces)
+        return all(
+            p.l1 == 0 and p.l2 == 0 and not p.has_box and not p.has_ball for p in self.pieces
+        )
 
     def value(self, x: np.ndarray) -> float:
         """h(x) without the box indicator (see :meth:`box_violation` for the box)."""
@@ -210,6 +232,8 @@ class Regularizer:
                 v = x[s]
                 worst = max(worst, float(np.maximum(p.lower - v, 0).max(initial=0.0)))
                 worst = max(worst, float(np.maximum(v - p.upper, 0).max(initial=0.0)))
+            if p.has_ball:
+                worst = max(worst, float(np.linalg.norm(x[s])) - p.radius)
         return worst
 
     def smooth_grad(self, x: np.ndarray) -> np.ndarray:
@@ -233,6 +257,13 @@ class Regularizer:
                 v = v * max(0.0, 1.0 - tt * p.l2 / nrm) if nrm > 0 else v
             if p.has_box:
                 v = np.clip(v, p.lower, p.upper)
+            if p.has_ball:  # radial: scale by the sum of squares, then project
+                if np.ndim(t) and np.ptp(t) > 0:
+                    raise UnsupportedError(
+                        "the prox of a norm ball under a per-coordinate step has no closed "
+                        "form; use a scalar step (scalar rho)"
+                    )
+                v = _project_ball(v, p.radius)
             x[s] = v
         return x
 
@@ -242,6 +273,8 @@ class Regularizer:
         for s, p in zip(self.slices, self.pieces):
             if p.has_box:
                 y[s] = np.clip(y[s], p.lower, p.upper)
+            if p.has_ball:
+                y[s] = _project_ball(y[s], p.radius)
         return y
 
     def dist_subdiff(self, x: np.ndarray, g: np.ndarray, active_tol: float = 1e-9) -> float:
@@ -258,7 +291,14 @@ class Regularizer:
             covered[s] = True
             v = x[s]
             gs = g[s] + 2 * p.sumsq * v
-            if p.l2:
+            if p.has_ball:
+                # normal cone {lam v : lam >= 0} on the sphere; lam from the 2-norm
+                # projection gives an upper bound of the inf-norm distance
+                nrm2 = float(v.dot(v))
+                if nrm2 > 0 and np.sqrt(nrm2) >= p.radius * (1 - active_tol):
+                    gs = gs + max(0.0, -float(gs.dot(v)) / nrm2) * v
+                worst = max(worst, float(np.abs(gs).max(initial=0.0)))
+            elif p.l2:
                 nrm = np.linalg.norm(v)
                 if nrm > active_tol:
                     gs = gs + p.l2 * v / nrm
@@ -288,6 +328,8 @@ class Regularizer:
                 obj = obj + p.sumsq * cp.sum_squares(v)
             if p.l2:
                 obj = obj + p.l2 * cp.norm(v, 2)
+            if p.has_ball:
+                cons.append(cp.norm(v, 2) <= p.radius)
             if p.has_box:
                 lo = np.broadcast_to(p.lower, v.shape)
                 hi = np.broadcast_to(p.upper, v.shape)
@@ -311,8 +353,15 @@ class Regularizer:
             ]
             if p.has_box:
                 parts.append("box")
+            if p.has_ball:
+                parts.append(f"norm2 <= {p.radius:g}")
             lines.append(f"{name}: " + " + ".join(parts))
         return lines
+
+
+def _project_ball(v: np.ndarray, radius: float) -> np.ndarray:
+    nrm = float(np.linalg.norm(v))
+    return v * (radius / nrm) if nrm > radius else v
 
 
 def _l1_box_dist(v, g, p: VariablePiece, tol: float) -> np.ndarray:

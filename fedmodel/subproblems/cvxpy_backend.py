@@ -37,7 +37,7 @@ def stacked_variable_map(layout, x: cp.Variable) -> dict[int, cp.Expression]:
 
 def polisher_for(problem: MeritProblem):
     """L-BFGS-B when h allows it, otherwise accelerated proximal gradient."""
-    if any(p.l2 for p in problem.regularizer.pieces):
+    if any(p.l2 or p.has_ball for p in problem.regularizer.pieces):
         from fedmodel.subproblems.proximal_gradient import ProximalGradientSolver
 
         return ProximalGradientSolver(problem)

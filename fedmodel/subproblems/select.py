@@ -32,7 +32,8 @@ def make_solver(problem: MeritProblem, solver: str = "auto"):
         raise UnsupportedError(f"unknown subproblem solver {solver!r}; choose one of {BACKENDS}")
     if not problem.has_smooth_terms:
         return ProxSolver(problem)
-    has_group_norm = any(p.l2 for p in problem.regularizer.pieces)
+    # a group norm or a norm ball in h: no bounds/splitting form for L-BFGS-B
+    has_group_norm = any(p.l2 or p.has_ball for p in problem.regularizer.pieces)
     if solver == "cvxpy":
         return CvxpySolver(problem)
     if solver in ("auto", "newton"):

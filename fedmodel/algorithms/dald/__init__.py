@@ -8,9 +8,15 @@ from fedmodel.algorithms.registry import MethodSpec
 
 METHODS = {
     "dald-cc": MethodSpec(
-        DALDOptions, run_dald_cc, "seed 004 Algorithm 2 (Fed-DALD-CC, server + clients)"
+        DALDOptions,
+        run_dald_cc,
+        "seed 004 Algorithm 2 (Fed-DALD-CC, server + clients)",
+        server_sets_in_h=True,
     ),
     "dald-dc": MethodSpec(
-        DALDOptions, run_dald_dc, "seed 004 Algorithm 3 (Fed-DALD-DC, peer to peer)"
+        DALDOptions,
+        run_dald_dc,
+        "seed 004 Algorithm 3 (Fed-DALD-DC, peer to peer)",
+        server_sets_in_h=True,
     ),
 }

@@ -42,7 +42,7 @@ LOCAL_SOLVERS = ("exact", "prox-grad", "bfgs")
 
 
 def scaled_regularizer(reg: Regularizer, factor: float) -> Regularizer:
-    """``factor * h`` (the box part, an indicator, is unchanged)."""
+    """``factor * h`` (the box and ball parts, indicators, are unchanged)."""
     pieces = []
     for p in reg.pieces:
         pieces.append(
@@ -53,6 +53,7 @@ def scaled_regularizer(reg: Regularizer, factor: float) -> Regularizer:
                 lower=p.lower,
                 upper=p.upper,
                 has_box=p.has_box,
+                radius=p.radius,
             )
         )
     return Regularizer.from_pieces(reg.slices, pieces, reg.terms)
@@ -198,10 +199,11 @@ class LocalProblem:
             if self.uniform:
                 self._engine = make_solver(self.problem, self._solver_name)
             else:
-                if self._solver_name == "cvxpy" or any(p.l2 for p in self.reg.pieces):
+                if self._solver_name == "cvxpy" or any(p.l2 or p.has_ball for p in self.reg.pieces):
                     raise UnsupportedError(
                         "exact local solves with vector (per-coordinate) rho use the L-BFGS "
-                        "backend, which does not handle a norm2 term in h; use a scalar rho"
+                        "backend, which does not handle a norm2 term or a norm ball in h; "
+                        "use a scalar rho"
                     )
                 self._engine = QuasiNewtonSolver(self.problem)
         report = self._engine.solve(x0, self.tol, self.max_iter)

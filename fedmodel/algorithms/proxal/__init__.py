@@ -21,5 +21,6 @@ METHODS = {
         "seed 000 Algorithm 2 alone (no constraints)",
         needs_no_constraints=True,
         owned_variables=True,
+        server_sets_in_h=True,
     ),
 }
