@@ -47,9 +47,9 @@ from fedmodel.algorithms.common import (
     evaluation_payload,
     starting_point,
 )
-from fedmodel.algorithms.dald.client import _Endpoint
 from fedmodel.algorithms.dald.local import LOCAL_SOLVERS, scaled_regularizer
 from fedmodel.algorithms.dald.options import check_constraints
+from fedmodel.algorithms.protocol import ClientHalf
 from fedmodel.compiler.partition import CompiledModel, PartyProgram
 from fedmodel.compiler.regularizer import Regularizer
 from fedmodel.errors import ModelError, UnsupportedError
@@ -172,20 +172,20 @@ class FedProxOptions(FedAvgOptions):
         _positive(method, "prox_coef", self.prox_coef)
 
 
-class FedClient(_Endpoint):
+class FedClient(ClientHalf):
     """Client of fedavg / fedprox: local training from the global model."""
+
+    state_fields = ("x",)
 
     def __init__(
         self, program: PartyProgram, reg_share: Regularizer, opts: FedAvgOptions, prox_coef: float
     ):
-        self.name = program.name
-        self.program = program
+        super().__init__(program)
         self.penalty = opts.penalty
         self.local = _local(program, reg_share, opts.penalty, opts)
         self.prox_coef = float(prox_coef)
         self.local_start = opts.local_start
         self.x: np.ndarray | None = None
-        self.seconds = 0.0
 
     def _on_samples(self):
         return {"n": float(_sample_count(self.program))}
@@ -205,7 +205,7 @@ class FedClient(_Endpoint):
 
     def _on_report(self):
         return {
-            "seconds": self.seconds,
+            "seconds": self.stats["seconds"],
             "local_iterations": self.local.stats.iterations,
             "x": None if self.x is None else self.x.copy(),
         }
