@@ -43,6 +43,7 @@ from fedmodel.runtime.checkpoint import (
 from fedmodel.runtime.endpoints import EndpointFactory
 from fedmodel.runtime.factory import make_runtime
 from fedmodel.runtime.faults import inject_faults
+from fedmodel.runtime.messages import CountingLedger, communication_totals
 from fedmodel.runtime.outcomes import ClientFailure
 
 
@@ -109,6 +110,8 @@ def run_federated(
         retries=options.retries,
         weights={c.name: c.data_bytes() + 1 for c in compiled.clients},
     )
+    if not options.keep_ledger:
+        runtime.ledger = CountingLedger()
     try:
         start = None
         if manifest is not None:
@@ -272,8 +275,6 @@ class _Run:
         solve_seconds = time.perf_counter() - self.t_solve
         # the server's own time: what it did not spend waiting for the clients' replies
         per_party_seconds["server"] = max(0.0, solve_seconds - runtime.wait_seconds)
-        totals = runtime.ledger.totals("algorithm")
-        totals["diagnostic"] = runtime.ledger.totals("diagnostic")
         return make_result(
             compiled,
             method=self.method,
@@ -284,7 +285,7 @@ class _Run:
             multipliers=multipliers,
             message=message,
             rounds={"outer": self.k + 1, **server.round_counts(), "communication": runtime.round},
-            communication=totals,
+            communication=communication_totals(runtime.ledger),
             timing={
                 "compile": self.compile_seconds,
                 "solve": solve_seconds,
@@ -301,7 +302,7 @@ class _Run:
                 "backend": runtime.backend,
                 "placement": runtime.placement,
                 "retries": list(runtime.retried),
-                **server.extra(),
+                **server.extra({name: r.payload for name, r in reports.items()}),
             },
         )
 

@@ -67,6 +67,10 @@ RUNTIME_OPTIONS_DOC = """
         and on a client failure or Ctrl-C (status ``"interrupted"``).
     checkpoint_every : int
         Outer iterations between checkpoints.
+    keep_ledger : bool
+        Keep one ledger row per message (default); ``False`` keeps only counts per
+        (channel, sender, receiver), for long runs (``res.ledger`` is then empty and
+        ``res.communication`` still complete).
     resume : str or path, optional
         Continue from a checkpoint directory; the run reaches the same answer as an
         uninterrupted one. A corrupted checkpoint, or one written for another model,
@@ -117,6 +121,7 @@ class RuntimeOptions:
     checkpoint: Any = None
     checkpoint_every: int = 1
     resume: Any = None
+    keep_ledger: bool = True
 
     def validate_runtime(self) -> None:
         """Check the runtime, failure and checkpoint options."""

@@ -209,6 +209,7 @@ class ServerHalf:
         """Counts for ``res.rounds`` besides ``outer`` (steps) and ``communication``."""
         return {}
 
-    def extra(self) -> dict:
-        """Method-specific fields for ``res.extra``."""
+    def extra(self, reports: dict[str, dict]) -> dict:
+        """Method-specific fields for ``res.extra``; ``reports`` are the clients' final
+        ``report`` payloads."""
         return {}
