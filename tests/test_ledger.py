@@ -24,6 +24,7 @@ from problems import np_model  # noqa: E402
 # Sample counts chosen to collide with no other dimension of these models.
 M0, M1, M_LSQ = 37, 23, 41
 
+
 def constrained_model():
     return np_model(3, m0=M0, m1=M1)
 

@@ -232,6 +232,14 @@ class _Run:
                         f"time limit of {opts.time_limit:g} s reached after {k + 1} "
                         f"{server.step_name}s"
                     )
+                    if opts.checkpoint is not None:  # resumable where it stopped
+                        self.take_mark(k + 1)
+                        with runtime.critical():
+                            self.save("time_limit")
+                        message += (
+                            f"; checkpoint written to {self.checkpoint_written!r}: continue "
+                            f"with resume={self.checkpoint_written!r}"
+                        )
                     break
                 self.take_mark(k + 1)
                 if opts.checkpoint is not None and (k + 1) % opts.checkpoint_every == 0:
@@ -253,6 +261,17 @@ class _Run:
                     message += " (a local certificate: the model has non-convex terms)"
             else:
                 status = "inaccurate"
+                message = (
+                    "the method's stopping test held but the recomputed KKT residuals "
+                    f"(stationarity {kkt.stationarity:.2e}, feasibility {kkt.feasibility:.2e}) "
+                    f"exceed (eps1, eps2) = ({opts.eps1:g}, {opts.eps2:g})"
+                )
+        elif status == "max_iterations":
+            message = (
+                f"{server.max_steps} {server.step_name}s reached without meeting the method's "
+                f"stopping test (KKT stationarity {kkt.stationarity:.2e}, feasibility "
+                f"{kkt.feasibility:.2e})"
+            )
         status, message = server.conclude(status, message, kkt, summary, self.history)
         reports = runtime.broadcast("report", {}, channel="diagnostic")
         return self.result(status, message, kkt, summary, reports)

@@ -48,7 +48,8 @@ class ClientHalf:
     """Base of every method's client half: message dispatch and explicit state.
 
     Subclasses set ``state_fields`` (the attributes that make up the algorithm state; the
-    program and compiled subproblems are rebuilt from the program, never saved) and
+    program and compiled subproblems are rebuilt from the program, never saved),
+    ``component_fields`` (local solvers whose own ``get_state`` matters to the iterates) and
     implement one ``_on_<kind>(**payload) -> dict`` per message kind of their message table.
     Every client half answers the certificate's messages ``evaluate`` (the party's share of
     the KKT residuals at ``w``, on its own data, with its own multipliers) and ``report``
@@ -70,6 +71,9 @@ class ClientHalf:
     """
 
     state_fields: ClassVar[tuple[str, ...]] = ()
+    # attributes holding objects with their own get_state/set_state (local solvers whose
+    # caches change the iterates: step sizes, carried factors); saved with the state
+    component_fields: ClassVar[tuple[str, ...]] = ()
 
     def __init__(self, program: PartyProgram):
         self.name = program.name
@@ -97,6 +101,9 @@ class ClientHalf:
         """The algorithm state (``state_fields``) and statistics; the host copies it."""
         state = {key: getattr(self, key) for key in self.state_fields}
         state["stats"] = dict(self.stats)
+        for key in self.component_fields:
+            part = getattr(self, key)
+            state[key] = part.get_state() if hasattr(part, "get_state") else None
         return state
 
     def set_state(self, state: dict) -> None:
@@ -106,6 +113,10 @@ class ClientHalf:
                 value = np.array(value, dtype=value.dtype)
             setattr(self, key, value)
         self.stats = dict(state["stats"])
+        for key in self.component_fields:
+            part = getattr(self, key)
+            if state.get(key) is not None and hasattr(part, "set_state"):
+                part.set_state(state[key])
 
     # -- the certificate's messages ----------------------------------------------------------
     def multipliers(self) -> tuple[np.ndarray, np.ndarray]:

@@ -95,6 +95,7 @@ class DGDNode(ClientHalf):
     """Node of dgd: keeps ``x_i`` and its neighbours' last iterates."""
 
     state_fields = ("x", "nbr", "alpha", "k", "last_move")
+    component_fields = ("local",)
 
     def __init__(self, program, reg_share, neighbours, weights, x0, opts: DGDOptions, runtime):
         super().__init__(program)

@@ -179,6 +179,7 @@ class FedClient(ClientHalf):
     """Client of fedavg / fedprox: local training from the global model."""
 
     state_fields = ("x", "last_w")
+    component_fields = ("local",)
 
     def __init__(
         self, program: PartyProgram, reg_share: Regularizer, opts: FedAvgOptions, prox_coef: float
@@ -310,6 +311,7 @@ class FedAvgServer(ServerHalf):
             "r": self.r,
             "dx": self.dx,
             "snapshots": dict(self.snapshots),
+            "server_local": None if self.server_local is None else self.server_local.get_state(),
         }
 
     def set_state(self, state: dict) -> None:
@@ -318,6 +320,8 @@ class FedAvgServer(ServerHalf):
         self.r = int(state["r"])
         self.dx = float(state["dx"])
         self.snapshots = dict(state["snapshots"])
+        if self.server_local is not None:
+            self.server_local.set_state(state["server_local"])
 
     def round_counts(self) -> dict[str, int]:
         return {"inner": self.r}

@@ -86,6 +86,7 @@ class DALDCCClient(ClientHalf):
     """Client ``i`` of Fed-DALD-CC: solves (13), updates ``mu_i`` by (15)."""
 
     state_fields = ("x", "mu", "dual_updates")
+    component_fields = ("local",)
 
     def __init__(
         self, program: PartyProgram, rho: np.ndarray, reg_share: Regularizer, opts: DALDOptions
@@ -176,6 +177,7 @@ class DALDDCNode(ClientHalf):
         "x", "nbr", "mu", "schedule", "gathered", "last_control", "sweep", "dual_updates",
         "fresh_dual",
     )  # fmt: skip
+    component_fields = ("local",)
     root_state_fields = ("rule", "k", "v", "total", "pending_full", "last_residuals", "reason")
 
     def __init__(

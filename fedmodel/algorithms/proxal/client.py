@@ -99,19 +99,7 @@ class ProxALClient(ClientHalf):
 
     # -- state (checkpoints, retries) --------------------------------------------------------
     state_fields = ("mu", "nu", "w_center", "u", "lam", "u_tilde")
-
-    def get_state(self) -> dict:
-        """This client's algorithm state (multipliers, proximal centre, ADMM variables,
-        statistics, the Newton backend's carried factor); its data and compiled subproblem
-        are rebuilt from its program."""
-        state = super().get_state()
-        state["solver"] = self.solver.get_state() if hasattr(self.solver, "get_state") else None
-        return state
-
-    def set_state(self, state: dict) -> None:
-        super().set_state(state)
-        if state.get("solver") is not None and hasattr(self.solver, "set_state"):
-            self.solver.set_state(state["solver"])
+    component_fields = ("solver",)  # the Newton backend's carried factor
 
     def multipliers(self) -> tuple[np.ndarray, np.ndarray]:
         return self.mu, self.nu
