@@ -172,3 +172,25 @@ def test_fedavg_client_failure_returns_the_last_consistent_iterate():
     )
     clean = run_fedavg(compiled, fedavg_options())
     assert np.array_equal(retried.x, clean.x)
+
+
+def test_dald_cc_runs_on_the_driver_on_every_backend_and_resumes(tmp_path):
+    model = least_squares_model(n_clients=3, seed=2)
+    serial = model.solve("dald-cc", eps_pri=1e-7, eps_dual=1e-7)
+    procs = model.solve("dald-cc", eps_pri=1e-7, eps_dual=1e-7, backend="processes", workers=2)
+    assert serial.status == procs.status == "optimal"
+    assert np.array_equal(serial.x, procs.x)
+    assert serial.rounds == procs.rounds
+    ck = tmp_path / "dald"
+    cut = model.solve("dald-cc", eps_pri=1e-7, eps_dual=1e-7, checkpoint=ck, time_limit=1e-9)
+    assert cut.status == "time_limit"
+    resumed = model.solve("dald-cc", eps_pri=1e-7, eps_dual=1e-7, resume=ck)
+    assert np.array_equal(resumed.x, serial.x)
+    assert resumed.rounds == serial.rounds
+
+
+@pytest.mark.parametrize("option", [{"backend": "processes"}, {"checkpoint": "ck"}])
+def test_methods_off_the_driver_refuse_runtime_options_they_cannot_honour(option):
+    model = least_squares_model(n_clients=2)
+    with pytest.raises(fm.errors.UnsupportedError, match="dald-dc.*serial runtime only"):
+        model.solve("dald-dc", **option)
