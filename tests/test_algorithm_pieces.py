@@ -93,7 +93,7 @@ def test_messages_are_what_the_paper_says():
     assert max(r["floats"] for r in algo) <= d + 1
     comm = res.communication
     assert comm["messages_up"] == comm["messages_down"]
-    assert set(comm["per_party"]) == {"site0", "site1", "site2"}
+    assert set(comm["per_party"]) == {"server", "site0", "site1", "site2"}
 
 
 def test_rho_per_client_and_options_validation():

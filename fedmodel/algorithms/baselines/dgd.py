@@ -26,10 +26,10 @@ from fedmodel.algorithms.common import (
     evaluation_payload,
     starting_point,
 )
-from fedmodel.algorithms.dald.client import _Endpoint
 from fedmodel.algorithms.dald.local import scaled_regularizer
 from fedmodel.algorithms.dald.options import check_constraints
 from fedmodel.algorithms.dald.topology import SERVER, metropolis_weights, topology_graph
+from fedmodel.algorithms.protocol import ClientHalf
 from fedmodel.compiler.partition import CompiledModel
 from fedmodel.compiler.regularizer import Regularizer
 from fedmodel.errors import ModelError, UnsupportedError
@@ -91,12 +91,14 @@ class DGDOptions:
         check_constraints(compiled, method, self.penalty)
 
 
-class DGDNode(_Endpoint):
+class DGDNode(ClientHalf):
     """Node of dgd: keeps ``x_i`` and its neighbours' last iterates."""
 
+    state_fields = ("x", "nbr", "alpha", "k", "last_move")
+    component_fields = ("local",)
+
     def __init__(self, program, reg_share, neighbours, weights, x0, opts: DGDOptions, runtime):
-        self.name = program.name
-        self.program = program
+        super().__init__(program)
         self.penalty = opts.penalty
         self.local = _local(program, reg_share, opts.penalty, opts, kind="prox-grad", steps=1)
         self.neighbours = list(neighbours)
@@ -106,7 +108,6 @@ class DGDNode(_Endpoint):
         self.nbr = {j: self.x.copy() for j in self.neighbours}
         self.alpha = float(opts.step) if opts.step is not None else None
         self.decay = float(opts.step_decay)
-        self.seconds = 0.0
         self.k = 0
         self.last_move = np.inf
 
@@ -146,7 +147,7 @@ class DGDNode(_Endpoint):
 
     def _on_report(self):
         return {
-            "seconds": self.seconds,
+            "seconds": self.stats["seconds"],
             "local_iterations": self.local.stats.iterations,
             "x": self.x.copy(),
             "alpha": self.alpha,

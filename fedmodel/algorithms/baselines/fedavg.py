@@ -28,37 +28,36 @@ a node of the topology.
 
 from __future__ import annotations
 
-import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
 
 from fedmodel.algorithms.baselines.common import (
-    _evaluate,
     _int_at_least_1,
     _local,
     _positive,
-    _result,
     _sample_count,
     _status,
 )
 from fedmodel.algorithms.common import (
     evaluation_payload,
+    penalty_multipliers,
     starting_point,
 )
-from fedmodel.algorithms.dald.client import _Endpoint
 from fedmodel.algorithms.dald.local import LOCAL_SOLVERS, scaled_regularizer
 from fedmodel.algorithms.dald.options import check_constraints
+from fedmodel.algorithms.driver import run_federated
+from fedmodel.algorithms.options import RuntimeOptions
+from fedmodel.algorithms.protocol import ClientHalf, ServerHalf, StepReport
 from fedmodel.compiler.partition import CompiledModel, PartyProgram
 from fedmodel.compiler.regularizer import Regularizer
 from fedmodel.errors import ModelError, UnsupportedError
-from fedmodel.runtime.messages import CountingLedger
-from fedmodel.runtime.serial import SerialRuntime
+from fedmodel.runtime.endpoints import EndpointFactory
 
 
 @dataclass
-class FedAvgOptions:
+class FedAvgOptions(RuntimeOptions):
     """Options of ``fedavg``.
 
     Attributes
@@ -84,7 +83,7 @@ class FedAvgOptions:
     eps : float
         Tolerance of the KKT certificate (status ``"optimal"``).
     local_tol, local_max_iter, solver : exact local solves (see dald-cc).
-    w0, history, callback, time_limit, keep_ledger, blas_threads : as for dald-cc.
+    w0 : as for dald-cc.
     snapshot_iterations : sequence of int
         Rounds after which every client's local model is recorded.
     """
@@ -102,12 +101,7 @@ class FedAvgOptions:
     local_max_iter: int = 1000
     solver: str = "auto"
     w0: Any = None
-    history: bool = True
-    callback: Any = None
-    time_limit: float | None = None
-    keep_ledger: bool = True
     snapshot_iterations: Any = ()
-    blas_threads: int | None = 1
 
     def validate(self, compiled: CompiledModel, method: str) -> None:
         if self.local_solver not in LOCAL_SOLVERS:
@@ -148,6 +142,15 @@ class FedAvgOptions:
         elif w not in ("samples", "uniform"):
             raise ModelError(f"{method}: weights must be 'samples', 'uniform' or a dict, got {w!r}")
         check_constraints(compiled, method, self.penalty)
+        self.validate_runtime()
+
+    @property
+    def eps1(self) -> float:
+        return float(self.eps)
+
+    @property
+    def eps2(self) -> float:
+        return float(self.eps)
 
 
 @dataclass
@@ -172,20 +175,28 @@ class FedProxOptions(FedAvgOptions):
         _positive(method, "prox_coef", self.prox_coef)
 
 
-class FedClient(_Endpoint):
+class FedClient(ClientHalf):
     """Client of fedavg / fedprox: local training from the global model."""
+
+    state_fields = ("x", "last_w")
+    component_fields = ("local",)
 
     def __init__(
         self, program: PartyProgram, reg_share: Regularizer, opts: FedAvgOptions, prox_coef: float
     ):
-        self.name = program.name
-        self.program = program
+        super().__init__(program)
         self.penalty = opts.penalty
         self.local = _local(program, reg_share, opts.penalty, opts)
         self.prox_coef = float(prox_coef)
         self.local_start = opts.local_start
         self.x: np.ndarray | None = None
-        self.seconds = 0.0
+        self.last_w: np.ndarray | None = None
+
+    def multipliers(self):
+        """The multipliers the quadratic penalty implies at the last evaluated model."""
+        if self.last_w is None:
+            return super().multipliers()
+        return penalty_multipliers(self.program, self.last_w, self.penalty)
 
     def _on_samples(self):
         return {"n": float(_sample_count(self.program))}
@@ -198,128 +209,151 @@ class FedClient(_Endpoint):
         return {"x": self.x}
 
     def _on_evaluate(self, w):
-        return evaluation_payload(self.program, np.asarray(w, dtype=float), self.penalty)
+        self.last_w = np.asarray(w, dtype=float)
+        return evaluation_payload(self.program, self.last_w, self.penalty)
 
     def _on_snapshot(self):
         return {"x": None if self.x is None else self.x.copy()}
 
     def _on_report(self):
         return {
-            "seconds": self.seconds,
+            **super()._on_report(),
             "local_iterations": self.local.stats.iterations,
             "x": None if self.x is None else self.x.copy(),
         }
 
 
-def run_fedavg(compiled: CompiledModel, opts: FedAvgOptions, method: str = "fedavg"):
-    """Run fedavg or fedprox."""
-    t0 = time.perf_counter()
-    opts.validate(compiled, method)
-    names = [c.name for c in compiled.clients]
-    n = len(names)
-    reg_share = scaled_regularizer(compiled.regularizer, 1.0 / n)
-    prox_coef = float(getattr(opts, "prox_coef", 0.0)) if method == "fedprox" else 0.0
-    clients = {c.name: FedClient(c, reg_share, opts, prox_coef) for c in compiled.clients}
-    runtime = SerialRuntime(clients)
-    if not opts.keep_ledger:
-        runtime.ledger = CountingLedger()
-    server_has_terms = not compiled.server.is_empty
-    coupling = (prox_coef if prox_coef > 0 else 1.0) * n
-    server_local = (
-        _local(compiled.server, Regularizer(), opts.penalty, opts, kind="exact")
-        if server_has_terms
-        else None
-    )
-    x_hat = starting_point(compiled, opts.w0)
-    t_setup = time.perf_counter() - t0
-    t_solve = time.perf_counter()
-    deadline = t_solve + opts.time_limit if opts.time_limit else None
+class FedAvgServer(ServerHalf):
+    """Server half of fedavg / fedprox: weighted averaging of the clients' local models, then
+    the server's own step on ``f_0`` and the penalty of ``c_0`` (when it has terms).
 
-    if opts.weights == "samples":
-        runtime.next_round()
-        raw = {k: float(r.payload["n"]) for k, r in runtime.broadcast("samples", {}).items()}
-    elif opts.weights == "uniform":
-        raw = {k: 1.0 for k in names}
-    else:
-        raw = {k: float(opts.weights[k]) for k in names}
-    total_w = sum(raw.values())
-    p = {k: raw[k] / total_w for k in names}
+    State: the global model ``x_hat``, the aggregation weights, the round counter and the
+    recorded snapshots.
+    """
 
-    history: list[dict] = []
-    snapshots: dict[int, dict] = {}
-    snaps = {int(s) for s in opts.snapshot_iterations}
-    stopped, status_override = False, None
-    dx = np.inf
-    r = 0
-    for r in range(1, opts.max_rounds + 1):
+    resume_options = (
+        "local_solver", "local_start", "local_steps", "step", "weights", "tol", "penalty",
+        "local_tol", "local_max_iter", "solver",
+    )  # fmt: skip
+    step_name = "round"
+
+    def __init__(self, compiled: CompiledModel, opts: FedAvgOptions, prox_coef: float, x0):
+        super().__init__(compiled.server, opts)
+        self.names = [c.name for c in compiled.clients]
+        n = len(self.names)
+        self.max_steps = int(opts.max_rounds)
+        self.prox_coef = float(prox_coef)
+        self.coupling = (prox_coef if prox_coef > 0 else 1.0) * n
+        self.server_local = (
+            _local(compiled.server, Regularizer(), opts.penalty, opts, kind="exact")
+            if not compiled.server.is_empty
+            else None
+        )
+        self.snap_at = {int(s) for s in opts.snapshot_iterations}
+        self.x = np.asarray(x0, dtype=float)
+        self.p: dict[str, float] = {}
+        self.r = 0
+        self.snapshots: dict[int, dict] = {}
+        self.dx = np.inf
+
+    def start(self, runtime) -> None:
+        w = self.options.weights
+        if w == "samples":
+            runtime.next_round()
+            raw = {k: float(r.payload["n"]) for k, r in runtime.broadcast("samples", {}).items()}
+        elif w == "uniform":
+            raw = {k: 1.0 for k in self.names}
+        else:
+            raw = {k: float(w[k]) for k in self.names}
+        total = sum(raw.values())
+        self.p = {k: raw[k] / total for k in self.names}
+
+    def step(self, runtime, deadline) -> StepReport:
+        self.r = r = self.r + 1
         runtime.next_round()
-        replies = runtime.broadcast("fed_round", {"x_hat": x_hat})
-        x_bar = sum(p[k] * np.asarray(rep.payload["x"], dtype=float) for k, rep in replies.items())
-        if server_local is not None:
-            server_local.set_quadratic(coupling, x_bar)
-            x_new = server_local.solve(x_bar)
+        replies = runtime.broadcast("fed_round", {"x_hat": self.x})
+        x_bar = sum(
+            self.p[k] * np.asarray(rep.payload["x"], dtype=float) for k, rep in replies.items()
+        )
+        if self.server_local is not None:
+            self.server_local.set_quadratic(self.coupling, x_bar)
+            x_new = self.server_local.solve(x_bar)
         else:
             x_new = x_bar
-        dx = float(np.abs(x_new - x_hat).max(initial=0.0))
-        x_hat = x_new
-        if not np.all(np.isfinite(x_hat)):
-            status_override = "unbounded"
-            break
-        if opts.history:
-            kkt, summary, _ = _evaluate(runtime, compiled, x_hat, opts.penalty)
-            history.append(
-                {
-                    "iteration": r,
-                    "objective": summary["objective"],
-                    "max_violation": summary["max_violation"],
-                    "stationarity": kkt.stationarity,
-                    "feasibility": kkt.feasibility,
-                    "dx_inf": dx,
-                    "rounds": runtime.round,
-                }
+        if not np.all(np.isfinite(x_new)):
+            return StepReport(
+                stop="unbounded",
+                message="the iterates diverge (non-finite values); the last finite iterate is returned",
             )
-        if opts.callback is not None:
-            opts.callback(history[-1] if history else {"iteration": r, "dx_inf": dx})
-        if r in snaps:
+        self.dx = float(np.abs(x_new - self.x).max(initial=0.0))
+        self.x = x_new
+        if r in self.snap_at:
             reps = runtime.broadcast("snapshot", {}, channel="diagnostic")
-            snapshots[r] = {
-                "x_hat": x_hat.copy(),
+            self.snapshots[r] = {
+                "x_hat": self.x.copy(),
                 "local": {k: v.payload["x"] for k, v in reps.items()},
             }
-        if dx <= opts.tol:
-            stopped = True
-            break
-        if deadline is not None and time.perf_counter() > deadline:
-            status_override = "time_limit"
-            break
+        report = StepReport(info={"iteration": r, "dx_inf": self.dx})
+        if self.dx <= self.options.tol:
+            report.stop = "stopped"
+        return report
 
-    kkt, summary, reports = _evaluate(runtime, compiled, x_hat, opts.penalty)
-    status, message = _status(compiled, opts, stopped, kkt, r, dx, "||x_hat change||_inf")
-    if status_override == "unbounded":
-        status, message = "unbounded", "the iterates diverge (non-finite values)"
-    elif status_override == "time_limit":
-        status, message = (
-            "time_limit",
-            f"time limit of {opts.time_limit:g} s reached after {r} rounds",
-        )
-    finals = {
-        k: v.payload for k, v in runtime.broadcast("report", {}, channel="diagnostic").items()
+    def point(self) -> np.ndarray:
+        return self.x
+
+    def multipliers(self):
+        return penalty_multipliers(self.program, self.x, self.options.penalty)
+
+    def get_state(self) -> dict:
+        return {
+            "x": self.x.copy(),
+            "p": dict(self.p),
+            "r": self.r,
+            "dx": self.dx,
+            "snapshots": dict(self.snapshots),
+            "server_local": None if self.server_local is None else self.server_local.get_state(),
+        }
+
+    def set_state(self, state: dict) -> None:
+        self.x = np.array(state["x"], dtype=float)
+        self.p = dict(state["p"])
+        self.r = int(state["r"])
+        self.dx = float(state["dx"])
+        self.snapshots = dict(state["snapshots"])
+        if self.server_local is not None:
+            self.server_local.set_state(state["server_local"])
+
+    def round_counts(self) -> dict[str, int]:
+        return {"inner": self.r}
+
+    def conclude(self, status, message, kkt, summary, history):
+        if status in ("optimal", "inaccurate", "max_iterations"):
+            status, message = _status(
+                None, self.options, status != "max_iterations", kkt, self.r, self.dx,
+                "||x_hat change||_inf",
+            )  # fmt: skip
+        return status, message
+
+    def extra(self, reports: dict[str, dict]) -> dict:
+        return {
+            "local_x": {k: v.get("x") for k, v in reports.items()},
+            "weights": dict(self.p),
+            "snapshots": self.snapshots,
+        }
+
+
+def run_fedavg(
+    compiled: CompiledModel, opts: FedAvgOptions, method: str = "fedavg", *, faults=None
+):
+    """Run fedavg or fedprox through the driver (any backend, checkpoints, failure policies)."""
+    opts.validate(compiled, method)
+    n = compiled.n_clients
+    reg_share = scaled_regularizer(compiled.regularizer, 1.0 / n)
+    prox_coef = float(getattr(opts, "prox_coef", 0.0)) if method == "fedprox" else 0.0
+    client_opts = replace(opts, callback=None)  # what travels to where the clients run
+    factories = {
+        c.name: EndpointFactory(FedClient, (c, reg_share, client_opts, prox_coef))
+        for c in compiled.clients
     }
-    return _result(
-        compiled,
-        opts,
-        method,
-        status,
-        message,
-        x_hat,
-        kkt,
-        summary,
-        reports,
-        runtime,
-        r,
-        t_setup,
-        t_solve,
-        history,
-        {"local_x": {k: v["x"] for k, v in finals.items()}, "weights": p, "snapshots": snapshots},
-        finals,
-    )
+    server = FedAvgServer(compiled, opts, prox_coef, starting_point(compiled, opts.w0))
+    return run_federated(compiled, opts, method, server, factories, faults=faults)

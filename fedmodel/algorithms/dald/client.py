@@ -41,12 +41,13 @@ import time
 
 import numpy as np
 
-from fedmodel.algorithms.common import evaluation_payload
+from fedmodel.algorithms.common import evaluation_payload, penalty_multipliers
 from fedmodel.algorithms.dald.local import LocalProblem, consensus_quadratic
 from fedmodel.algorithms.dald.options import DALDOptions, InnerRule, PenaltySchedule
+from fedmodel.algorithms.protocol import ClientHalf
 from fedmodel.compiler.partition import PartyProgram
 from fedmodel.compiler.regularizer import Regularizer
-from fedmodel.runtime.messages import SERVER, Message
+from fedmodel.runtime.messages import Message
 
 # decisions of the dald-dc root (and of the dald-cc server)
 CONTINUE, FULL_NEXT, OUTER, STOP = 0, 1, 2, 3
@@ -81,37 +82,24 @@ def is_uniform(vectors) -> bool:
     return all(np.all(v == vals[0].flat[0]) for v in vals) if vals else True
 
 
-class _Endpoint:
-    name: str
-
-    def handle(self, msg: Message):
-        t0 = time.perf_counter()
-        handler = getattr(self, f"_on_{msg.kind}", None)
-        if handler is None:
-            raise ValueError(f"party {self.name!r} got unknown message kind {msg.kind!r}")
-        out = handler(**msg.payload)
-        self.seconds += time.perf_counter() - t0
-        if msg.channel == "local" or msg.sender != SERVER:
-            return out
-        return Message(msg.kind + "_reply", self.name, SERVER, out, msg.round, msg.channel)
-
-
-class DALDCCClient(_Endpoint):
+class DALDCCClient(ClientHalf):
     """Client ``i`` of Fed-DALD-CC: solves (13), updates ``mu_i`` by (15)."""
+
+    state_fields = ("x", "mu", "dual_updates", "last_w")
+    component_fields = ("local",)
 
     def __init__(
         self, program: PartyProgram, rho: np.ndarray, reg_share: Regularizer, opts: DALDOptions
     ):
-        self.name = program.name
-        self.program = program
+        super().__init__(program)
         self.rho = np.asarray(rho, dtype=float)
         self.penalty = opts.penalty
         self.local = make_local(program, reg_share, opts, is_uniform([self.rho]))
         self.m = self.local.n
         self.x: np.ndarray | None = None
         self.mu = np.zeros(self.m)
-        self.seconds = 0.0
         self.dual_updates = 0
+        self.last_w: np.ndarray | None = None
 
     def _on_cc_solve(
         self, x_hat, repeat=1, rho_scale=1.0, dual=0.0, x_hat_dual=None, dual_rho_scale=None
@@ -138,7 +126,7 @@ class DALDCCClient(_Endpoint):
         return mu_plus, block_residual(self.local, self.x, g)
 
     def _on_evaluate(self, w, x_hat=None, rho_scale=1.0):
-        w = np.asarray(w, dtype=float)
+        w = self.last_w = np.asarray(w, dtype=float)
         out = evaluation_payload(self.program, w, self.penalty)
         if x_hat is not None and self.x is not None:
             x_hat = np.asarray(x_hat, dtype=float)
@@ -153,11 +141,17 @@ class DALDCCClient(_Endpoint):
     def _on_snapshot(self):
         return {"x": None if self.x is None else self.x.copy()}
 
+    def multipliers(self):
+        """The multipliers the quadratic penalty implies at the last evaluated model."""
+        if self.last_w is None:
+            return super().multipliers()
+        return penalty_multipliers(self.program, self.last_w, self.penalty)
+
     def _on_report(self, x_hat=None, rho_scale=1.0):
         out = {
+            **super()._on_report(),
             "x": self.x.copy() if self.x is not None else None,
-            "mu": self.mu.copy(),
-            "seconds": self.seconds,
+            "mu_consensus": self.mu.copy(),
             "local_solves": self.local.stats.solves,
             "local_iterations": self.local.stats.iterations,
             "dual_updates": self.dual_updates,
@@ -169,7 +163,7 @@ class DALDCCClient(_Endpoint):
         return out
 
 
-class DALDDCNode(_Endpoint):
+class DALDDCNode(ClientHalf):
     """Node ``s`` of Fed-DALD-DC: solves (20), holds ``mu_e`` of its incident edges (21).
 
     Parameters
@@ -186,6 +180,13 @@ class DALDDCNode(_Endpoint):
         Used to send peer messages.
     """
 
+    state_fields = (
+        "x", "nbr", "mu", "schedule", "gathered", "last_control", "sweep", "dual_updates",
+        "fresh_dual",
+    )  # fmt: skip
+    component_fields = ("local",)
+    root_state_fields = ("rule", "k", "v", "total", "pending_full", "last_residuals", "reason")
+
     def __init__(
         self,
         program: PartyProgram,
@@ -199,8 +200,7 @@ class DALDDCNode(_Endpoint):
         runtime,
         is_root: bool = False,
     ):
-        self.name = program.name
-        self.program = program
+        super().__init__(program)
         self.penalty = opts.penalty
         self.lower = list(lower)
         self.higher = list(higher)
@@ -219,11 +219,11 @@ class DALDDCNode(_Endpoint):
         self.gathered = np.zeros(2)  # [max D, max C] over this node and what reached it
         self.last_control = 0
         self.sweep = 0
-        self.seconds = 0.0
         self.dual_updates = 0
         self.fresh_dual = False
         self.is_root = is_root
         if is_root:
+            self.state_fields = type(self).state_fields + self.root_state_fields
             self.rule = InnerRule(opts)
             self.k, self.v, self.total = 1, 0, 0
             self.max_iter = int(opts.max_iter)
@@ -275,7 +275,7 @@ class DALDDCNode(_Endpoint):
             res = msg.payload.get("res")
             if res is not None:
                 self.gathered = np.maximum(self.gathered, res)
-            self.seconds += time.perf_counter() - t0
+            self.stats["seconds"] += time.perf_counter() - t0
             return None
         return super().handle(msg)
 
@@ -389,7 +389,7 @@ class DALDDCNode(_Endpoint):
             "mu": {f"{a}->{b}": v.copy() for (a, b), v in self.mu.items() if b == self.name},
             "r_dual": r_dual,
             "r_primal": primal,
-            "seconds": self.seconds,
+            "seconds": self.stats["seconds"],
             "local_solves": self.local.stats.solves,
             "local_iterations": self.local.stats.iterations,
             "dual_updates": self.dual_updates,

@@ -32,18 +32,16 @@ gradient of ``P_{i,k}`` in its block, the ``outer`` reply carries
 
 from __future__ import annotations
 
-import time
-
 import numpy as np
 
+from fedmodel.algorithms.protocol import ClientHalf
 from fedmodel.certificate.kkt import party_evaluation
 from fedmodel.compiler.partition import PartyProgram
-from fedmodel.runtime.messages import SERVER, Message
 from fedmodel.subproblems.merit import MeritProblem
 from fedmodel.subproblems.select import make_solver
 
 
-class ProxALClient:
+class ProxALClient(ClientHalf):
     """Client ``i`` of seed 000: owns ``f_i``, ``c_i``, ``mu_i`` and its ADMM state.
 
     Parameters
@@ -73,9 +71,8 @@ class ProxALClient:
         max_local_iter: int = 10_000,
         theta0: np.ndarray | None = None,
     ):
-        program = program.local()  # (shared variables, this client's own)
-        self.name = program.name
-        self.program = program
+        super().__init__(program.local())  # (shared variables, this client's own)
+        program = self.program
         self.beta = float(beta)
         self.rho = float(rho)
         self.prox_weight = 1.0 / ((n_clients + 1) * beta) if proximal else 0.0
@@ -98,12 +95,7 @@ class ProxALClient:
         self.max_local_iter = max_local_iter
         self.w_center: np.ndarray | None = None
         self.u = self.lam = self.u_tilde = None
-        self.stats = {
-            "local_solves": 0,
-            "local_iterations": 0,
-            "seconds": 0.0,
-            "max_residual_gap": 0.0,
-        }
+        self.stats["max_residual_gap"] = 0.0
 
     # -- P_{i,k} and its gradient -----------------------------------------------------------
     def _grad_P(self, w: np.ndarray) -> np.ndarray:
@@ -140,43 +132,15 @@ class ProxALClient:
         return self.u_tilde
 
     # -- state (checkpoints, retries) --------------------------------------------------------
-    def get_state(self) -> dict:
-        """This client's algorithm state (multipliers, proximal centre, ADMM variables,
-        statistics); its data and compiled subproblem are rebuilt from its program."""
-        return {
-            "mu": self.mu,
-            "nu": self.nu,
-            "w_center": self.w_center,
-            "u": self.u,
-            "lam": self.lam,
-            "u_tilde": self.u_tilde,
-            "theta_center": self.theta_center,
-            "theta_at_w": self.theta_at_w,
-            "stats": dict(self.stats),
-            "solver": self.solver.get_state() if hasattr(self.solver, "get_state") else None,
-        }
+    state_fields = (
+        "mu", "nu", "w_center", "u", "lam", "u_tilde", "theta_center", "theta_at_w",
+    )  # fmt: skip
+    component_fields = ("solver",)  # the Newton backend's carried factor
 
-    def set_state(self, state: dict) -> None:
-        for key in ("mu", "nu", "w_center", "u", "lam", "u_tilde"):
-            value = state[key]
-            setattr(self, key, None if value is None else np.array(value, dtype=float))
-        for key in ("theta_center", "theta_at_w"):
-            if key in state:
-                setattr(self, key, np.array(state[key], dtype=float))
-        self.stats = dict(state["stats"])
-        if state.get("solver") is not None and hasattr(self.solver, "set_state"):
-            self.solver.set_state(state["solver"])
+    def multipliers(self) -> tuple[np.ndarray, np.ndarray]:
+        return self.mu, self.nu
 
     # -- message handlers --------------------------------------------------------------------
-    def handle(self, msg: Message) -> Message:
-        t0 = time.perf_counter()
-        handler = getattr(self, f"_on_{msg.kind}", None)
-        if handler is None:
-            raise ValueError(f"client {self.name!r} got unknown message kind {msg.kind!r}")
-        payload = handler(**msg.payload)
-        self.stats["seconds"] += time.perf_counter() - t0
-        return Message(msg.kind + "_reply", self.name, SERVER, payload, msg.round, msg.channel)
-
     def _on_start(self, w):
         return {"u_tilde": self._start_admm(np.asarray(w, dtype=float))}
 
@@ -231,17 +195,15 @@ class ProxALClient:
         return {"u_tilde": self.u_tilde, "eps_tilde": eps_tilde}
 
     def _on_evaluate(self, w, mu=None, nu=None):
+        if not self.owned:
+            return super()._on_evaluate(w, mu, nu)
         mu = self.mu if mu is None else np.asarray(mu, dtype=float)
         nu = self.nu if nu is None else np.asarray(nu, dtype=float)
         x = self._local(np.asarray(w, dtype=float), self.theta_at_w)
-        return party_evaluation(self.program, x, mu, nu, shared_only=self.owned)
+        return party_evaluation(self.program, x, mu, nu, shared_only=True)
 
     def _on_report(self):
-        out = {
-            "mu": self.mu.copy(),
-            "nu": self.nu.copy(),
-            **{k: float(v) for k, v in self.stats.items()},
-        }
+        out = super()._on_report()
         if self.owned:  # the final write-back of the own block to the caller's variables
             out["owned"] = self.theta_at_w.copy()
         return out
