@@ -246,3 +246,59 @@ def test_admm_says_which_constraints_it_cannot_take():
     model.server.subject_to(cp.sum(w) <= 1, name="budget")
     with pytest.raises(fm.UnsupportedError, match=r"not these constraints \(server: budget\)"):
         model.solve(method="admm")
+
+
+# -- more atoms, each against plain cvxpy (pooled reference methods: fast and exact) ---------
+def _atom_model(term_of, n=2, rows=8, seed=4, **cons):
+    model, W = fm.Model("atoms"), cp.Variable(D)
+    w = model.variable(D, name="w")
+    obj = 0.1 * cp.sum_squares(W)
+    model.server.minimize(0.1 * cp.sum_squares(w))
+    for k, (X, y) in enumerate(_parts(n, rows, seed)):
+        site = model.client(f"c{k}")
+        site.minimize(term_of(site.data(X, name="X") @ w - site.data(y, name="y")), name="loss")
+        obj += term_of(X @ W - y)
+    return model, obj
+
+
+ATOMS = {
+    "abs": lambda r: cp.sum(cp.abs(r)) / 8,
+    "max": lambda r: cp.max(r),
+    "norm_inf": lambda r: cp.norm_inf(r),
+    "norm(., 1)": lambda r: cp.norm(r, 1) / 8,
+    "sum_largest": lambda r: cp.sum_largest(r, 3) / 3,
+    "neg + pos": lambda r: cp.sum(0.3 * cp.pos(r) + 0.7 * cp.neg(r)) / 8,
+    "-min": lambda r: -cp.min(-r),
+    "square of hinge": lambda r: cp.sum(cp.square(cp.pos(r))) / 8,
+    "max of abs": lambda r: cp.max(cp.maximum(cp.abs(r[:4]), 0.5)),
+}
+
+
+@pytest.mark.parametrize("atom", list(ATOMS))
+def test_piecewise_linear_atoms_through_their_epigraph(atom):
+    model, obj = _atom_model(ATOMS[atom])
+    ref = _reference(obj, [])
+    compiled = model.compile()
+    assert compiled.layout.has_owned  # the epigraph variables, one block per client
+    for method in ("cprox-al", "prox-al"):
+        res = model.solve(method=method, eps=1e-6)
+        assert res.status == "optimal", (atom, method, res.message)
+        assert recomputed_certificate(model, res, method).satisfied(1e-6, 1e-6)
+        assert abs(res.objective - ref) <= 1e-5 * max(1.0, abs(ref)), (atom, method)
+
+
+def test_signs_propagate_through_a_nested_composition():
+    """inv_pos(3 - |x|): inv_pos is decreasing, 3 - |x| concave, so the objective is
+    nondecreasing in |x| (DCP: convex nodes always sit in nondecreasing positions) and the
+    epigraph t >= |x| is exact; the domain t < 3 is inherited."""
+    model = fm.Model()
+    w = model.variable(2, name="w")
+    site = model.client("c")
+    site.minimize(cp.inv_pos(3 - cp.abs(w[0] - 2)) + cp.sum_squares(w - 1), name="barrier")
+    assert model.compile().layout.has_owned
+    W = cp.Variable(2)
+    ref = _reference(cp.inv_pos(3 - cp.abs(W[0] - 2)) + cp.sum_squares(W - 1), [])
+    for method in ("centralized", "cprox-al", "prox-al"):
+        res = model.solve(method=method, eps=1e-7)
+        assert res.status == "optimal", (method, res.message)
+        assert abs(res.objective - ref) <= 1e-6 * max(1.0, abs(ref)), method

@@ -75,6 +75,14 @@ def test_owned_values_never_cross_the_network():
             if row["channel"] == "algorithm" or key in ("w", "grad"):
                 assert shape in ((), (shared,)), (row["kind"], key, shape)
     assert ("diagnostic", "evaluate_reply", "owned_stationarity") in seen
+    # model.summary()'s traffic table says the same
+    from fedmodel.compiler.summary import traffic_per_round
+
+    table = traffic_per_round(model.compile())
+    sizes = {(r["kind"], r["floats"]) for r in res.ledger if r["channel"] == "algorithm"}
+    assert ("admm_w", table["prox-al inner round"]["down"]) in sizes
+    assert ("admm_w_reply", table["prox-al inner round"]["up"]) in sizes
+    assert ("outer_reply", table["prox-al outer round"]["up"]) in sizes
     # only the last report (to the caller, for .value) holds a client's own block
     owned_rows = [r for r in res.ledger if "owned" in r["shapes"]]
     assert {r["kind"] for r in owned_rows} == {"report_reply"}

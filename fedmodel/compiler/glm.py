@@ -375,7 +375,7 @@ def recognise_scalar(expr: cp.Expression, layout: VariableLayout) -> GLMFunction
         return recognise_scalar(expr.args[0], layout).scaled(1.0 / c)
     if name == "Sum" and getattr(expr, "axis", None) is None:
         return _recognise_sum(expr.args[0], layout, np.ones(expr.args[0].size))
-    if name in ("logistic", "exp", "power", "huber") and expr.size == 1:
+    if name in ("logistic", "exp", "power", "PowerApprox", "huber") and expr.size == 1:
         return _recognise_sum(expr, layout, np.ones(1))
     if name == "quad_over_lin":
         y = _const_scalar(expr.args[1])
@@ -445,7 +445,10 @@ def _recognise_sum(expr, layout, weights: np.ndarray) -> GLMFunction:
         kind = "logistic"
     elif name == "exp":
         kind = "exp"
-    elif name == "power" and float(np.asarray(getattr(expr.p, "value", expr.p))) == 2.0:
+    elif (
+        name in ("power", "PowerApprox")  # cp.square builds PowerApprox in cvxpy >= 1.6
+        and float(np.asarray(getattr(expr.p, "value", expr.p))) == 2.0
+    ):
         kind = "square"
     elif name == "huber":
         kind = "huber"

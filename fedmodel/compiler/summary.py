@@ -26,12 +26,15 @@ def traffic_per_round(compiled: CompiledModel) -> dict[str, dict[str, int]]:
 
     prox-al inner round (Algorithm 2): down w^{t+1} and the local tolerance (d + 1),
     up u~_i and eps~_i (d + 1); outer round: down w^{k+1} (d), up ||dmu_i||_inf and the
-    next ADMM initialisation u~_i^0 (d + 1). centralized/cprox-al pool the data.
+    next ADMM initialisation u~_i^0 (d + 1), plus one scalar (the change of its own
+    block) when it owns variables. d counts the shared variables only: party-owned ones
+    never travel. centralized/cprox-al pool the data.
     """
-    d = compiled.layout.size
+    d = compiled.layout.n_shared
+    owned = 1 if compiled.layout.has_owned else 0
     return {
         "prox-al inner round": {"down": d + 1, "up": d + 1},
-        "prox-al outer round": {"down": d, "up": d + 1},
+        "prox-al outer round": {"down": d, "up": d + 1 + owned},
         "admm round": {"down": d + 1, "up": d + 1},
     }
 
@@ -40,7 +43,19 @@ def model_summary(compiled: CompiledModel) -> str:
     n = compiled.n_clients
     layout = compiled.layout
     lines = [f"Model '{compiled.name}': {n} client(s), {layout.size} scalar unknown(s)"]
-    lines.append("variables: " + ", ".join(f"{v.name()}{tuple(v.shape)}" for v in layout.variables))
+    lines.append(
+        "variables: "
+        + ", ".join(
+            f"{v.name()}{tuple(v.shape)}"
+            + (f" [{layout.owner_of(v)}]" if layout.owner_of(v) is not None else "")
+            for v in layout.variables
+        )
+    )
+    if layout.has_owned:
+        lines.append(
+            "[party] marks a party-owned variable (kept by its owner, never sent); the "
+            "hidden ones are epigraph variables of non-smooth terms"
+        )
     reg = compiled.regularizer
     lines.append("h (server prox): " + ("; ".join(reg.describe(layout)) or "none"))
     for p in compiled.parties:
