@@ -176,6 +176,7 @@ class _Run:
         """One diagnostic round at the server's point: every client evaluates its share with
         its own multipliers, the server adds its own and ``dh``."""
         server, program = self.server, self.compiled.server
+        server.sync(self.runtime)
         x = server.point()
         reports = {program.name: party_evaluation(program, x, *server.multipliers())}
         payload = {"w": x, **server.evaluation_extras()}
@@ -214,7 +215,11 @@ class _Run:
                     kkt, summary = self.last_eval
                     self.history.append(
                         history_row(
-                            k, summary, kkt, **last.info, **self.diagnostics, rounds=runtime.round
+                            k,
+                            summary,
+                            kkt,
+                            **{**last.info, **self.diagnostics},
+                            rounds=runtime.round,
                         )
                     )
                 if opts.callback is not None and last.record:
