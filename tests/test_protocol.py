@@ -189,8 +189,22 @@ def test_dald_cc_runs_on_the_driver_on_every_backend_and_resumes(tmp_path):
     assert resumed.rounds == serial.rounds
 
 
-@pytest.mark.parametrize("option", [{"backend": "processes"}, {"checkpoint": "ck"}])
-def test_methods_off_the_driver_refuse_runtime_options_they_cannot_honour(option):
-    model = least_squares_model(n_clients=2)
-    with pytest.raises(fm.errors.UnsupportedError, match="dald-dc.*serial runtime only"):
-        model.solve("dald-dc", **option)
+@pytest.mark.parametrize("method", ["dald-dc", "dgd"])
+def test_peer_to_peer_methods_run_on_the_driver_on_every_backend_and_resume(tmp_path, method):
+    model = least_squares_model(n_clients=3, seed=3)
+    kw = (
+        {"eps_pri": 1e-6, "eps_dual": 1e-6, "topology": "chain"}
+        if method == "dald-dc"
+        else {"topology": "ring", "max_rounds": 40, "tol": 1e-12}
+    )
+    serial = model.solve(method, **kw)
+    procs = model.solve(method, backend="processes", workers=2, **kw)
+    assert np.array_equal(serial.x, procs.x)
+    assert serial.rounds == procs.rounds
+    assert serial.communication["floats_peer"] == procs.communication["floats_peer"] > 0
+    ck = tmp_path / method
+    cut = model.solve(method, checkpoint=ck, time_limit=1e-9, **kw)
+    assert cut.status == "time_limit"
+    resumed = model.solve(method, resume=ck, **kw)
+    assert np.array_equal(resumed.x, serial.x)
+    assert resumed.rounds == serial.rounds

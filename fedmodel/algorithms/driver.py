@@ -180,9 +180,13 @@ class _Run:
     def evaluate(self):
         """One diagnostic round at the server's point: every client evaluates its share with
         its own multipliers, the server adds its own and ``dh``."""
-        # the server's program over its view of x (shared variables, then its own): only the
-        # shared part is sent, each party reports its own variables' stationarity itself
-        server, program = self.server, self.server.program
+        server, program = self.server, self.compiled.server
+        server.sync(self.runtime)
+        if program.layout.has_owned:
+            # methods that take owned variables hold the server's program over its view of x
+            # (shared variables, then its own): only the shared part is sent, and each party
+            # reports its own variables' stationarity itself
+            program = server.program
         x = server.point()
         ns, owned = program.layout.n_shared, program.layout.has_owned
         reports = {program.name: party_evaluation(program, x, *server.multipliers(), owned)}
@@ -222,7 +226,11 @@ class _Run:
                     kkt, summary = self.last_eval
                     self.history.append(
                         history_row(
-                            k, summary, kkt, **last.info, **self.diagnostics, rounds=runtime.round
+                            k,
+                            summary,
+                            kkt,
+                            **{**last.info, **self.diagnostics},
+                            rounds=runtime.round,
                         )
                     )
                 if opts.callback is not None and last.record:

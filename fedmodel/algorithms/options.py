@@ -10,7 +10,7 @@ from typing import Any
 
 import numpy as np
 
-from fedmodel.errors import ModelError, UnsupportedError
+from fedmodel.errors import ModelError
 
 # The runtime options' documentation, appended to every federated method's options docstring.
 RUNTIME_OPTIONS_DOC = """
@@ -177,24 +177,3 @@ class RuntimeOptions:
 
 
 RuntimeOptions.__doc__ += RUNTIME_OPTIONS_DOC
-
-
-def require_serial_runtime(options: RuntimeOptions, method: str) -> None:
-    """Refuse runtime options a method that still runs its own loop on the serial runtime
-    cannot honour (instead of ignoring them)."""
-    asked = {
-        "backend": options.backend != "serial",
-        "workers": options.workers is not None,
-        "server_hosts_clients": bool(options.server_hosts_clients),
-        "ray_address": options.ray_address is not None,
-        "client_timeout": options.client_timeout is not None,
-        "on_failure": options.on_failure != "stop",
-        "checkpoint": options.checkpoint is not None,
-        "resume": options.resume is not None,
-    }
-    bad = [name for name, set_ in asked.items() if set_]
-    if bad:
-        raise UnsupportedError(
-            f"method='{method}' runs on the serial runtime only (its peer-to-peer loop is not "
-            f"on the driver yet); it cannot take {bad}"
-        )

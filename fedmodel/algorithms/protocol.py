@@ -213,6 +213,10 @@ class ServerHalf:
         ``"stopped"`` (this hook adds method-specific explanations)."""
         return stop, message
 
+    def sync(self, runtime) -> None:
+        """Bring :meth:`point` up to date before an evaluation round (a peer-to-peer method
+        gathers its output from a node here); default nothing."""
+
     def evaluation_extras(self) -> dict:
         """Extra payload of the certificate's ``evaluate`` messages (besides ``w``)."""
         return {}

@@ -182,7 +182,7 @@ class DALDDCNode(ClientHalf):
 
     state_fields = (
         "x", "nbr", "mu", "schedule", "gathered", "last_control", "sweep", "dual_updates",
-        "fresh_dual",
+        "fresh_dual", "last_w",
     )  # fmt: skip
     component_fields = ("local",)
     root_state_fields = ("rule", "k", "v", "total", "pending_full", "last_residuals", "reason")
@@ -221,6 +221,7 @@ class DALDDCNode(ClientHalf):
         self.sweep = 0
         self.dual_updates = 0
         self.fresh_dual = False
+        self.last_w: np.ndarray | None = None
         self.is_root = is_root
         if is_root:
             self.state_fields = type(self).state_fields + self.root_state_fields
@@ -376,8 +377,14 @@ class DALDDCNode(ClientHalf):
     def _on_snapshot(self):
         return {"x": self.x.copy()}
 
+    def multipliers(self):
+        """The multipliers the quadratic penalty implies at the last evaluated model."""
+        if self.last_w is None:
+            return super().multipliers()
+        return penalty_multipliers(self.program, self.last_w, self.penalty)
+
     def _on_evaluate(self, w):
-        w = np.asarray(w, dtype=float)
+        w = self.last_w = np.asarray(w, dtype=float)
         out = evaluation_payload(self.program, w, self.penalty)
         out["r_dual"], out["r_primal"] = self._consensus()
         return out
@@ -385,11 +392,11 @@ class DALDDCNode(ClientHalf):
     def _on_report(self):
         r_dual, primal = self._consensus()
         return {
+            **super()._on_report(),
             "x": self.x.copy(),
-            "mu": {f"{a}->{b}": v.copy() for (a, b), v in self.mu.items() if b == self.name},
+            "mu_edges": {f"{a}->{b}": v.copy() for (a, b), v in self.mu.items() if b == self.name},
             "r_dual": r_dual,
             "r_primal": primal,
-            "seconds": self.stats["seconds"],
             "local_solves": self.local.stats.solves,
             "local_iterations": self.local.stats.iterations,
             "dual_updates": self.dual_updates,

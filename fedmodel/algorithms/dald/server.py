@@ -31,17 +31,12 @@ Importing this module also registers the baselines ``fedavg``, ``fedprox`` and `
 from __future__ import annotations
 
 import copy
-import time
 from dataclasses import replace
 
 import numpy as np
 
 from fedmodel.algorithms.common import (
-    evaluation_payload,
-    make_result,
     penalty_multipliers,
-    pooled_certificate,
-    split_multipliers,
     starting_point,
 )
 from fedmodel.algorithms.dald.client import (
@@ -64,14 +59,11 @@ from fedmodel.algorithms.dald.options import (
 )
 from fedmodel.algorithms.dald.topology import SERVER, Coordination, build_hierarchy
 from fedmodel.algorithms.driver import run_federated
-from fedmodel.algorithms.options import require_serial_runtime
 from fedmodel.algorithms.protocol import ServerHalf, StepReport
 from fedmodel.compiler.partition import CompiledModel
 from fedmodel.compiler.regularizer import Regularizer
 from fedmodel.errors import ModelError, UnsupportedError
-from fedmodel.runtime.endpoints import EndpointFactory
-from fedmodel.runtime.messages import CountingLedger, communication_totals
-from fedmodel.runtime.serial import SerialRuntime
+from fedmodel.runtime.endpoints import RUNTIME_PROXY, EndpointFactory
 
 
 def _grouped(seq: list[str]) -> list[tuple[str, int]]:
@@ -366,120 +358,6 @@ def _setup(compiled: CompiledModel, opts: DALDOptions, method: str):
     return names, x0, reg_share
 
 
-def _runtime(endpoints, keep_ledger: bool) -> SerialRuntime:
-    runtime = SerialRuntime(endpoints)
-    if not keep_ledger:
-        runtime.ledger = CountingLedger()
-    return runtime
-
-
-def _history_row(k, total, kkt, summary, D, C, consensus, extra) -> dict:
-    return {
-        "iteration": k,
-        "inner_total": total,
-        "objective": summary["objective"],
-        "max_violation": summary["max_violation"],
-        "stationarity": kkt.stationarity,
-        "feasibility": kkt.feasibility,
-        "D": D,
-        "C": C,
-        **consensus,
-        **extra,
-    }
-
-
-def _finish(
-    compiled,
-    opts,
-    method,
-    *,
-    status,
-    reason,
-    x,
-    kkt,
-    summary,
-    reports,
-    runtime,
-    k,
-    total,
-    t_setup,
-    t_solve,
-    history,
-    extra,
-    final_reports,
-    D,
-    C,
-):
-    """Status, message and :class:`~fedmodel.result.Result` (shared by dald-cc/dc)."""
-    certified = kkt.satisfied(opts.eps, opts.eps)
-    if status == "stopped":
-        if certified:
-            status = "optimal"
-            message = (
-                f"outer rule ||C|| <= {opts.eps_pri:g}, ||D|| <= {opts.eps_dual:g} met; KKT "
-                f"certificate within eps = {opts.eps:g}"
-            )
-            if compiled.nonconvex:
-                message += " (a local certificate: the model has non-convex terms)"
-        else:
-            status = "inaccurate"
-            message = (
-                f"outer rule met (||C|| = {C:.2e}, ||D|| = {D:.2e}) but the KKT certificate "
-                f"reads stationarity {kkt.stationarity:.2e}, feasibility {kkt.feasibility:.2e} "
-                f"(eps = {opts.eps:g}); tighten eps_pri/eps_dual"
-            )
-            if compiled.has_constraints:
-                message += (
-                    "; the constraints are only penalised (penalty="
-                    f"{opts.penalty:g}), so their violation is O(1/penalty): raise penalty or "
-                    "use method='prox-al'"
-                )
-    elif status == "max_iterations":
-        what = {
-            "max_iter": f"max_iter = {opts.max_iter}",
-            "max_outer": f"max_outer = {opts.max_outer}",
-        }
-        message = (
-            f"{what.get(reason, reason)} reached with ||C|| = {C:.2e}, ||D|| = {D:.2e}; KKT "
-            f"stationarity {kkt.stationarity:.2e}, feasibility {kkt.feasibility:.2e}"
-        )
-    elif status == "time_limit":
-        message = f"time limit of {opts.time_limit:g} s reached after {total} inner iterations"
-    else:
-        message = reason
-    multipliers = {}
-    for p in compiled.parties:
-        r = reports.get(p.name)
-        if r is not None:
-            multipliers[p.name] = split_multipliers(p, r["mu_c"], r["nu_c"])
-    per_party = {n: float(r.get("seconds", 0.0)) for n, r in final_reports.items()}
-    local_iters = {n: int(r.get("local_iterations", 0)) for n, r in final_reports.items()}
-    return make_result(
-        compiled,
-        method=method,
-        status=status,
-        x=x,
-        kkt=kkt,
-        summary=summary,
-        multipliers=multipliers,
-        message=message,
-        rounds={"outer": k, "inner": total, "communication": runtime.round},
-        communication=communication_totals(runtime.ledger),
-        timing={
-            "compile": t_setup,
-            "solve": time.perf_counter() - t_solve,
-            "per_party": per_party,
-            "local_iterations": local_iters,
-        },
-        history=history,
-        options={
-            k_: v for k_, v in opts.__dict__.items() if k_ not in ("w0", "callback", "topology")
-        },
-        ledger=runtime.ledger.rows,
-        extra=extra,
-    )
-
-
 # ---------------------------------------------------------------------------------------
 # dald-cc
 
@@ -512,74 +390,52 @@ def run_dald_cc(
 # dald-dc
 
 
-def run_dald_dc(compiled: CompiledModel, opts: DALDOptions, method: str = "dald-dc"):
-    """Run Fed-DALD-DC (seed 004 Algorithm 3) on the serial runtime."""
-    require_serial_runtime(opts, method)
-    t0 = time.perf_counter()
-    names, x0, reg_share = _setup(compiled, opts, method)
-    hier = build_hierarchy(opts.topology, names, root=opts.root, order=opts.order)
-    server_node = SERVER in hier.level
-    if not server_node and not compiled.server.is_empty:
-        raise UnsupportedError(
-            f"{method} has no server, but the server holds terms or constraints; make "
-            "'server' a node of the topology (e.g. topology='star' or a graph with a 'server' "
-            "node) so that it takes part as a peer, or use dald-cc"
+class DALDDCServer(ServerHalf):
+    """The coordinator of dald-dc's sweeps: there is no server variable. Each :meth:`step`
+    activates the nodes of one inner iteration level by level (root last; their iterates
+    travel peer to peer), then lets the root decide (continue / multiplier step / stop) from
+    the residuals gathered by the convergecast. The returned point is the root's iterate,
+    gathered before each evaluation (:meth:`sync`). State: the coordination sequence's
+    generator, the counters and the root's last decision.
+    """
+
+    resume_options = DALDCCServer.resume_options + ("topology", "root", "order")
+    step_name = "inner iteration"
+
+    def __init__(self, program, hier, opts: DALDOptions, x0, has_constraints, nonconvex):
+        super().__init__(program, opts)
+        self.hier = hier
+        self.root = hier.root
+        self.has_constraints = has_constraints
+        self.nonconvex = nonconvex
+        self.max_steps = int(opts.max_iter)
+        self.coord = Coordination(
+            opts.coordination, hier.order, opts.fraction, opts.dropout, opts.random_state
         )
-    m = compiled.layout.size
-    rhos = rho_for_edges(opts, hier.edges, m, method)
-    opts.coordination_check(hier.order)
-    runtime = _runtime({}, opts.keep_ledger)
-    nodes = {}
-    for s in hier.order:
-        program = compiled.server if s == SERVER else compiled.program(s)
-        incident = {e: rhos[e] for e in hier.edges if s in e}
-        nodes[s] = DALDDCNode(
-            program,
-            Regularizer() if s == SERVER else reg_share,
-            hier.lower[s],
-            hier.higher[s],
-            incident,
-            hier.level[s],
-            x0,
-            opts,
-            runtime,
-            is_root=(s == hier.root),
-        )
-    runtime.endpoints.update(nodes)
-    runtime.client_seconds.update({s: 0.0 for s in nodes})
-    coord = Coordination(
-        opts.coordination, hier.order, opts.fraction, opts.dropout, opts.random_state
-    )
-    rule = InnerRule(opts)  # public parameters: the driver uses them to know the last sweep
-    root = hier.root
-    t_setup = time.perf_counter() - t0
+        self.rule = InnerRule(opts)  # public parameters: to know the last sweep
+        self.snap_at = {int(s) for s in opts.snapshot_iterations}
+        self.x = np.array(x0, dtype=float)
+        self.k, self.v, self.total = 1, 0, 0
+        self.forced_full = False
+        self.D = self.C = np.inf
+        self.rho_scale = 1.0
+        self.snapshots: dict[int, dict] = {}
+        self.reason = "max_iter"
+        self.consensus_kkt: dict[str, float] = {}
 
-    t_solve = time.perf_counter()
-    deadline = t_solve + opts.time_limit if opts.time_limit else None
-    snaps = {int(s) for s in opts.snapshot_iterations}
-    snapshots: dict[int, dict] = {}
-    history: list[dict] = []
-    k, v, total = 1, 0, 0
-    forced_full = False
-    status, reason = "max_iterations", "max_iter"
-    D = C = np.inf
+    def resume_key(self) -> dict:
+        key = super().resume_key()
+        key["topology"] = {"order": self.hier.order, "edges": self.hier.edges}
+        return key
 
-    def evaluate():
-        x_out = runtime.send(root, "output", {}, channel="diagnostic").payload["x"]
-        replies = runtime.broadcast("evaluate", {"w": x_out}, channel="diagnostic")
-        reports = {n: r.payload for n, r in replies.items()}
-        if not server_node:
-            reports[SERVER] = evaluation_payload(compiled.server, x_out, opts.penalty)
-        kkt, summary = pooled_certificate(compiled, reports, x_out)
-        consensus = {
-            "primal_73": max(reports[n]["r_primal"] for n in replies),
-            "dual_74": max(reports[n]["r_dual"] for n in replies),
-        }
-        return x_out, kkt, summary, reports, consensus
+    def start(self, runtime) -> None:
+        pass
 
-    while True:
-        total += 1
-        full = forced_full or coord.is_full or rule.is_last(k, v + 1)
+    def step(self, runtime, deadline) -> StepReport:
+        hier, coord, opts = self.hier, self.coord, self.options
+        self.total += 1
+        k, v = self.k, self.v
+        full = self.forced_full or coord.is_full or self.rule.is_last(k, v + 1)
         scores = (
             {s: runtime.activate(s, "dc_score") for s in hier.order}
             if coord.spec == "greedy" and not full
@@ -599,93 +455,154 @@ def run_dald_dc(compiled: CompiledModel, opts: DALDOptions, method: str = "dald-
             for s in hier.order:  # residual convergecast of a partial sweep
                 runtime.activate(s, "dc_relay", {})
                 runtime.deliver_peer_messages()
-        out = runtime.activate(root, "dc_decide", {"full": full_sweep})  # the root's own step
+        out = runtime.activate(self.root, "dc_decide", {"full": full_sweep})  # root's own step
         runtime.deliver_peer_messages()
-        decision, D, C = out["d"], out["D"], out["C"]
-        forced_full = decision == FULL_NEXT
-        if decision in (OUTER, STOP) and opts.history:
-            _, kkt, summary, _, consensus = evaluate()
-            history.append(
-                _history_row(
-                    k,
-                    total,
-                    kkt,
-                    summary,
-                    D,
-                    C,
-                    consensus,
-                    {"rho_scale": out["rho_scale"], "rounds": runtime.round},
-                )
-            )
-        if decision in (OUTER, STOP) and opts.callback is not None:
-            opts.callback(
-                history[-1] if history else {"iteration": k, "inner_total": total, "D": D, "C": C}
-            )
-        if total in snaps:
+        decision, self.D, self.C = out["d"], out["D"], out["C"]
+        self.rho_scale = out["rho_scale"]
+        self.forced_full = decision == FULL_NEXT
+        report = StepReport(
+            info={
+                "iteration": k,
+                "inner_total": self.total,
+                "D": self.D,
+                "C": self.C,
+                "rho_scale": self.rho_scale,
+            },
+            record=decision in (OUTER, STOP),
+        )
+        if self.total in self.snap_at:
             replies = runtime.broadcast("snapshot", {}, channel="diagnostic")
-            snapshots[total] = {"local": {n: r.payload["x"] for n, r in replies.items()}}
-            snapshots[total]["root"] = snapshots[total]["local"][root]
+            local = {n: r.payload["x"] for n, r in replies.items()}
+            self.snapshots[self.total] = {"local": local, "root": local[self.root]}
         if decision == OUTER:
-            k += 1
-            v = 0
+            self.k += 1
+            self.v = 0
         else:
-            v += 1
+            self.v += 1
         if decision == STOP:
-            reason = out["reason"]
-            status = "stopped" if reason == "converged" else "max_iterations"
-            break
-        if deadline is not None and time.perf_counter() > deadline:
-            status, reason = "time_limit", "time_limit"
-            break
-        if not (np.isfinite(D) and np.isfinite(C)) or max(D, C) > opts.divergence_limit:
-            status, reason = (
-                "unbounded",
-                (
-                    "the iterates diverge; the model may be unbounded below, or a fixed step is too "
-                    "long"
-                ),
+            self.reason = out["reason"]
+            report.stop = "stopped" if self.reason == "converged" else "max_iterations"
+        elif (
+            not (np.isfinite(self.D) and np.isfinite(self.C))
+            or max(self.D, self.C) > opts.divergence_limit
+        ):
+            report.stop = "unbounded"
+            report.message = (
+                "the iterates diverge; the model may be unbounded below, or a fixed step is too "
+                "long"
             )
-            break
+        return report
 
-    x, kkt, summary, reports, consensus = evaluate()
-    finals = runtime.broadcast("report", {}, channel="diagnostic")
-    final_reports = {n: r.payload for n, r in finals.items()}
-    extra = {
-        "root": root,
-        "hierarchy": {
-            "order": hier.order,
-            "levels": hier.levels,
-            "edges": hier.edges,
-            "matrix": hier.matrix(hier.order),
-        },
-        "local_x": {n: r["x"] for n, r in final_reports.items()},
-        "edge_multipliers": {
-            key: val for r in final_reports.values() for key, val in r["mu"].items()
-        },
-        "consensus_kkt": consensus,
-        "residuals": {"C": C, "D": D},
-        "snapshots": snapshots,
-        "visits": dict(coord.visits),
-        "reason": reason,
-    }
-    return _finish(
-        compiled,
-        opts,
-        method,
-        status=status,
-        reason=reason,
-        x=x,
-        kkt=kkt,
-        summary=summary,
-        reports=reports,
-        runtime=runtime,
-        k=min(k - 1 if v == 0 else k, opts.max_outer),
-        total=total,
-        t_setup=t_setup,
-        t_solve=t_solve,
-        history=history,
-        extra=extra,
-        final_reports=final_reports,
-        D=D,
-        C=C,
+    def sync(self, runtime) -> None:
+        self.x = np.asarray(
+            runtime.send(self.root, "output", {}, channel="diagnostic").payload["x"], dtype=float
+        )
+
+    def point(self) -> np.ndarray:
+        return self.x
+
+    def multipliers(self):
+        return penalty_multipliers(self.program, self.x, self.options.penalty)
+
+    def diagnostics(self, reports: dict[str, dict]) -> dict:
+        nodes = self.hier.order
+        self.consensus_kkt = {
+            "primal_73": max(reports[n]["r_primal"] for n in nodes),
+            "dual_74": max(reports[n]["r_dual"] for n in nodes),
+        }
+        return dict(self.consensus_kkt)
+
+    def get_state(self) -> dict:
+        return copy.deepcopy(
+            {
+                key: getattr(self, key)
+                for key in (
+                    "coord",
+                    "x",
+                    "k",
+                    "v",
+                    "total",
+                    "forced_full",
+                    "D",
+                    "C",
+                    "rho_scale",
+                    "snapshots",
+                    "reason",
+                )
+            }  # fmt: skip
+        )
+
+    def set_state(self, state: dict) -> None:
+        for key, value in copy.deepcopy(state).items():
+            setattr(self, key, value)
+
+    def round_counts(self) -> dict[str, int]:
+        outer = self.k - 1 if self.v == 0 else self.k
+        return {"outer": min(outer, self.options.max_outer), "inner": self.total}
+
+    def conclude(self, status, message, kkt, summary, history):
+        return _conclude(self, status, message, kkt)
+
+    def extra(self, reports: dict[str, dict]) -> dict:
+        hier = self.hier
+        return {
+            "root": self.root,
+            "hierarchy": {
+                "order": hier.order,
+                "levels": hier.levels,
+                "edges": hier.edges,
+                "matrix": hier.matrix(hier.order),
+            },
+            "local_x": {n: r["x"] for n, r in reports.items()},
+            "edge_multipliers": {
+                key: val for r in reports.values() for key, val in r["mu_edges"].items()
+            },
+            "consensus_kkt": dict(self.consensus_kkt),
+            "residuals": {"C": self.C, "D": self.D},
+            "snapshots": self.snapshots,
+            "visits": dict(self.coord.visits),
+            "reason": self.reason,
+        }
+
+
+def run_dald_dc(
+    compiled: CompiledModel, opts: DALDOptions, method: str = "dald-dc", *, faults=None
+):
+    """Run Fed-DALD-DC (seed 004 Algorithm 3) through the driver: the nodes (the clients, and
+    the server when it is a node of the topology) run on any backend, their iterates travel
+    peer to peer."""
+    names, x0, reg_share = _setup(compiled, opts, method)
+    hier = build_hierarchy(opts.topology, names, root=opts.root, order=opts.order)
+    server_node = SERVER in hier.level
+    if not server_node and not compiled.server.is_empty:
+        raise UnsupportedError(
+            f"{method} has no server, but the server holds terms or constraints; make "
+            "'server' a node of the topology (e.g. topology='star' or a graph with a 'server' "
+            "node) so that it takes part as a peer, or use dald-cc"
+        )
+    rhos = rho_for_edges(opts, hier.edges, compiled.layout.size, method)
+    opts.coordination_check(hier.order)
+    node_opts = replace(opts, callback=None, topology=None)  # what travels to the nodes
+    factories = {}
+    for s in hier.order:
+        program = compiled.server if s == SERVER else compiled.program(s)
+        incident = {e: rhos[e] for e in hier.edges if s in e}
+        factories[s] = EndpointFactory(
+            DALDDCNode,
+            (
+                program,
+                Regularizer() if s == SERVER else reg_share,
+                hier.lower[s],
+                hier.higher[s],
+                incident,
+                hier.level[s],
+                x0,
+                node_opts,
+                RUNTIME_PROXY,
+            ),
+            {"is_root": s == hier.root},
+        )
+    server = DALDDCServer(
+        compiled.server, hier, opts, x0, compiled.has_constraints, compiled.nonconvex
     )
+    return run_federated(compiled, opts, method, server, factories, faults=faults)
