@@ -21,6 +21,7 @@ import pytest
 
 import fedmodel as fm
 from fedmodel.algorithms.centralized.cprox_al import pooled_evaluation
+from fedmodel.algorithms.registry import method_spec
 
 CLARABEL_TIGHT = {"tol_gap_abs": 1e-10, "tol_gap_rel": 1e-10, "tol_feas": 1e-10}
 D = 3  # features
@@ -167,7 +168,7 @@ def _stacked(program, multipliers, kind):
 def recomputed_certificate(model, res, method):
     """Definition 1's residuals at ``res.x`` and the returned multipliers, from scratch."""
     compiled = model.compile()
-    if method == "admm":  # the server's bounds are part of h there
+    if method_spec(method).server_sets_in_h:  # the server's bounds are part of h there
         compiled = compiled.with_simple_sets_in_h(method)
     mus = [_stacked(p, res.multipliers[p.name], "ineq") for p in compiled.parties]
     nus = [_stacked(p, res.multipliers[p.name], "eq") for p in compiled.parties]
@@ -302,3 +303,32 @@ def test_signs_propagate_through_a_nested_composition():
         res = model.solve(method=method, eps=1e-7)
         assert res.status == "optimal", (method, res.message)
         assert abs(res.objective - ref) <= 1e-6 * max(1.0, abs(ref)), method
+
+
+@pytest.mark.parametrize("method", ["dald-cc", "dald-dc"])
+def test_dald_takes_the_server_box_as_part_of_h(method):
+    model, res = _solve_and_check("lasso-box", 3, rows=12, method=method, eps=1e-3, rel_tol=1e-3)
+    assert np.all(np.abs(res.solution["w"]) <= 1 + 1e-12)
+    assert any(
+        "taken as part of h" in note for note in model.compile().with_simple_sets_in_h(method).notes
+    )
+
+
+@pytest.mark.parametrize("method", ["prox-al", "admm", "cprox-al", "centralized"])
+def test_norm_ball_in_h(method):
+    """``model.regularize(cp.norm(w, 2) <= r)``: the ball is a piece of h (projection)."""
+    rng = np.random.default_rng(0)
+    model, W, obj = fm.Model(), cp.Variable(D), 0
+    w = model.variable(D, name="w")
+    for k in range(3):
+        X = rng.normal(size=(10, D))
+        y = X @ np.array([2.0, -1.0, 1.0])
+        site = model.client(f"c{k}")
+        site.minimize(cp.sum_squares(site.data(X, name="X") @ w - site.data(y, name="y")) / 10)
+        obj += cp.sum_squares(X @ W - y) / 10
+    model.regularize(cp.norm(w, 2) <= 1)
+    ref = _reference(obj, [cp.norm(W, 2) <= 1])
+    res = model.solve(method=method, eps=1e-6)
+    assert res.status == "optimal" and res.kkt.satisfied(1e-6, 1e-6)
+    assert abs(res.objective - ref) <= 1e-5 * max(1.0, abs(ref))
+    assert np.linalg.norm(res.solution["w"]) <= 1 + 1e-9
