@@ -82,7 +82,7 @@ def pinball(n, rows, seed, tau=0.3):
     return model, obj, [cp.norm_inf(W) <= 1.2]
 
 
-def lasso_box(n, rows, seed):
+def lasso_box(n, rows, seed, box_as_norm_inf=False):
     """l1-regularised least squares (l1 in h) with a server box -1 <= w <= 1."""
     model, W = fm.Model("lasso-box"), cp.Variable(D)
     w = model.variable(D, name="w")
@@ -92,7 +92,10 @@ def lasso_box(n, rows, seed):
         site = model.client(f"c{k}")
         site.minimize(cp.sum_squares(site.data(X, name="X") @ w - site.data(y, name="y")) / rows)
         obj += cp.sum_squares(X @ W - y) / rows
-    model.server.subject_to([w >= -1, w <= 1])
+    if box_as_norm_inf:
+        model.server.subject_to(cp.norm_inf(w) <= 1, name="linf")
+    else:
+        model.server.subject_to([w >= -1, w <= 1])
     return model, obj, [W >= -1, W <= 1]
 
 
@@ -332,3 +335,15 @@ def test_norm_ball_in_h(method):
     assert res.status == "optimal" and res.kkt.satisfied(1e-6, 1e-6)
     assert abs(res.objective - ref) <= 1e-5 * max(1.0, abs(ref))
     assert np.linalg.norm(res.solution["w"]) <= 1 + 1e-9
+
+
+def test_admm_takes_a_norm_inf_bound_as_a_box():
+    """``norm_inf(w) <= 1`` on the server is the box ``-1 <= w <= 1`` (part of h for admm);
+    a piecewise-linear loss (epigraph constraints) is still refused, by name."""
+    model, obj, cons = lasso_box(3, 12, 0, box_as_norm_inf=True)
+    ref = _reference(obj, cons)
+    res = model.solve(method="admm", eps=1e-6)
+    assert res.status == "optimal" and abs(res.objective - ref) <= 1e-5 * max(1.0, abs(ref))
+    model, _, _ = pinball(2, 6, 0)
+    with pytest.raises(fm.UnsupportedError, match=r"c0: pinball:epigraph\[0\]"):
+        model.solve(method="admm")

@@ -66,7 +66,18 @@ def parse_regularizer_term(term: Any, variables: list[cp.Variable]) -> list[tupl
     if isinstance(term, Inequality):
         lhs, rhs = term.args
         lo_val, hi_val = _constant_value(lhs), _constant_value(rhs)
-        is_norm2 = type(lhs).__name__ in ("Pnorm", "PnormApprox", "Norm2", "norm2")
+        lhs_name = type(lhs).__name__
+        is_inf = lhs_name == "norm_inf" or (
+            lhs_name in ("Pnorm", "PnormApprox") and getattr(lhs, "p", None) == np.inf
+        )
+        if (is_inf or lhs_name == "abs") and hi_val is not None and lhs.args:
+            # norm_inf(v) <= r and abs(v) <= r are the box -r <= v <= r
+            v = _whole_variable(lhs.args[0], variables, "a bound")
+            if is_inf and hi_val.size != 1:
+                raise UnsupportedError(f"regularize(): the bound of '{term}' must be a scalar")
+            hi = _bound_array(hi_val, v)
+            return [("lower", v, -hi), ("upper", v, hi)]
+        is_norm2 = lhs_name in ("Pnorm", "PnormApprox", "Norm2", "norm2")
         if is_norm2 and float(getattr(lhs, "p", 2)) == 2.0 and hi_val is not None:
             if hi_val.size != 1 or not float(hi_val) > 0:
                 raise UnsupportedError(f"regularize(): the radius of '{term}' must be positive")
