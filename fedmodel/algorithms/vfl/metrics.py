@@ -28,6 +28,8 @@ from fedmodel.algorithms.vfl.problem import logistic_loss
 
 def harmonic_mean(accuracy: float, fairness: float) -> float:
     s = accuracy + fairness
+    if not np.isfinite(s):
+        return float("nan")
     return float(2 * accuracy * fairness / s) if s > 0 else 0.0
 
 
