@@ -10,8 +10,9 @@ dataset", the paper's words); they post-process a trained model (FedBCD's, in Ta
   of one of the groups; every such ``gamma`` is evaluated. With ``backend="fairlearn"``
   (optional extra ``fedmodel[fairness]``) fairlearn's ThresholdOptimizer
   (``true_positive_rate_parity``) is used instead.
-* :func:`calibrated_equal_opportunity` (Pleiss et al. 2017, the authors' code): with
-  calibrated probabilities ``p = sigmoid(z)`` and the cost ``gFNR * base rate`` per group,
+* :func:`calibrated_equal_opportunity` (Pleiss et al. 2017, the authors' code with the
+  ``fnr`` constraint): with calibrated probabilities ``p = sigmoid(z)`` and the
+  generalised false-negative rate ``gFNR = mean_{y = 1} (1 - p)`` as each group's cost,
   the group with the lower cost has its predictions replaced by its base rate with
   probability ``alpha`` so that the costs become equal.
 
@@ -214,7 +215,9 @@ class CalibratedRule:
 
 def calibrated_equal_opportunity(scores, y, group_a) -> CalibratedRule:
     """Fit Pleiss et al.'s calibrated equal opportunity (false-negative cost) on (training)
-    scores, following the authors' ``calib_eq_odds`` with ``fn_rate=1, fp_rate=0``."""
+    scores, following the authors' ``calib_eq_odds`` with ``fn_rate=1, fp_rate=0``: the
+    group with the lower gFNR is mixed with its trivial classifier (cost ``1 - mu``) at
+    rate ``alpha = (gFNR_high - gFNR_low) / (1 - mu_low - gFNR_low)``."""
     p = expit(np.asarray(scores, dtype=float))
     pos = np.asarray(y) > 0
     group_a = np.asarray(group_a, dtype=bool)
@@ -223,8 +226,8 @@ def calibrated_equal_opportunity(scores, y, group_a) -> CalibratedRule:
         m = group_a == g
         mu = float(pos[m].mean())
         base[g] = mu
-        cost[g] = float((1 - p[m & pos]).mean()) * mu  # generalised FNR x base rate
-        trivial[g] = (1 - mu) * mu  # the constant-mu classifier's cost
+        cost[g] = float((1 - p[m & pos]).mean())  # generalised false-negative rate
+        trivial[g] = 1 - mu  # the constant-mu classifier's
     high = cost[True] > cost[False]
     low = not high
     denom = trivial[low] - cost[low]
