@@ -208,7 +208,7 @@ class VerticalProblem:
         """Cut ``X`` column-wise: ``blocks`` is a list of block sizes (contiguous) or of
         column index lists (disjoint, covering every column)."""
         X = np.asarray(X, dtype=float)
-        cols = column_blocks(X.shape[1], blocks)
+        cols = column_blocks(X.shape[1], blocks, kw.get("party_names"))
         X_test = kw.pop("X_test", None)
         test = [np.asarray(X_test, float)[:, c] for c in cols] if X_test is not None else None
         return cls([X[:, c] for c in cols], y, group_a, test_blocks=test, **kw)
@@ -234,10 +234,16 @@ class VerticalProblem:
 
 
 def column_blocks(
-    m: int, blocks: Sequence[int] | Sequence[Sequence[int]]
+    m: int,
+    blocks: Sequence[int] | Sequence[Sequence[int]],
+    names: Sequence[str] | None = None,
 ) -> list[np.ndarray]:
-    """Column indices of each block: sizes (contiguous) or explicit disjoint index lists."""
+    """Column indices of each block: sizes (contiguous) or explicit disjoint index lists.
+
+    A party whose block takes a column already given to another party is an error naming
+    both."""
     blocks = list(blocks)
+    names = list(names) if names else [f"party{k}" for k in range(len(blocks))]
     if all(np.isscalar(b) for b in blocks):
         sizes = [int(b) for b in blocks]
         if sum(sizes) != m or min(sizes) < 1:
@@ -245,18 +251,23 @@ def column_blocks(
         edges = np.cumsum([0] + sizes)
         return [np.arange(edges[k], edges[k + 1]) for k in range(len(sizes))]
     cols = [np.asarray(b, dtype=int).ravel() for b in blocks]
-    flat = np.concatenate(cols)
-    if flat.size != m or np.unique(flat).size != m or flat.min() < 0 or flat.max() >= m:
-        for k, c in enumerate(cols):
-            others = np.concatenate([cols[j] for j in range(len(cols)) if j != k] or [[]])
-            shared = np.intersect1d(c, others)
-            if shared.size:
+    owner: dict[int, int] = {}
+    for k, c in enumerate(cols):
+        bad = [int(j) for j in c if j < 0 or j >= m]
+        if bad:
+            raise ModelError(f"column(s) {bad} do not exist (X has {m})", party=names[k])
+        for j in c:
+            if int(j) in owner:
+                taken = sorted({int(i) for i in c if int(i) in owner})
                 raise ModelError(
-                    f"column(s) {shared.tolist()} are given to party{k} and to another party: "
-                    "vertical blocks must be disjoint",
-                    party=f"party{k}",
+                    f"column(s) {taken} already belong to {names[owner[int(j)]]}: a party may "
+                    "only hold its own block (vertical blocks are disjoint)",
+                    party=names[k],
                 )
-        raise ModelError(f"the column blocks must cover each of the {m} columns exactly once")
+        owner.update({int(j): k for j in c})
+    if len(owner) != m:
+        missing = sorted(set(range(m)) - set(owner))
+        raise ModelError(f"column(s) {missing} are held by no party")
     return cols
 
 
