@@ -41,7 +41,8 @@ import time  # noqa: E402
 import numpy as np  # noqa: E402
 
 from fedmodel.models import neyman_pearson_model  # noqa: E402
-from fedmodel.runtime.base import EchoEndpoint, EndpointFactory, make_runtime  # noqa: E402
+from fedmodel.runtime.endpoints import EchoEndpoint, EndpointFactory  # noqa: E402
+from fedmodel.runtime.factory import make_runtime  # noqa: E402
 
 WORKERS = 2
 

@@ -244,14 +244,14 @@ def _plot_or_note(plot, path: Path, quiet: bool) -> Path | None:
 
 
 def _solve_with_progress(model, method: str, options: dict, quiet: bool):
-    from fedmodel.algorithms.options import ProxALOptions
+    from fedmodel.algorithms.proxal.options import ProxALOptions
 
     opts = dict(options)
     takes_callback = False
     try:
-        from fedmodel.algorithms.registry import METHODS
+        from fedmodel.algorithms.registry import all_methods
 
-        spec = METHODS.get(method)
+        spec = all_methods().get(method)
         takes_callback = spec is not None and "callback" in getattr(
             spec.options, "__dataclass_fields__", ProxALOptions.__dataclass_fields__
         )

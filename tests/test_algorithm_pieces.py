@@ -65,7 +65,7 @@ def test_inner_bound_is_a_valid_certificate_every_outer_iteration():
     """At each outer iteration the recomputed dist(0, d l_k(w^{k+1})) <= eps_{t+1} + sum eps~."""
     model = np_model(3, seed=2)
     compiled = model.compile()
-    opts = fm.algorithms.options.ProxALOptions(eps=1e-4)
+    opts = fm.algorithms.proxal.options.ProxALOptions(eps=1e-4)
     res = model.solve(method="prox-al", eps=1e-4)
     for row in res.history:
         assert row["inner_bound"] <= row["tau"] or row["inner_iterations"] == opts.max_inner
@@ -93,7 +93,7 @@ def test_messages_are_what_the_paper_says():
     assert max(r["floats"] for r in algo) <= d + 1
     comm = res.communication
     assert comm["messages_up"] == comm["messages_down"]
-    assert set(comm["per_party"]) == {"site0", "site1", "site2"}
+    assert set(comm["per_party"]) == {"server", "site0", "site1", "site2"}
 
 
 def test_rho_per_client_and_options_validation():

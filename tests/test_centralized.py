@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 from problems import lcqp_test_model, np_model
 
-from fedmodel.algorithms.centralized import prefers_smooth_path
+from fedmodel.algorithms.centralized.pooled import prefers_smooth_path
 from fedmodel.errors import ModelError, UnsupportedError
 
 

@@ -14,10 +14,10 @@ import numpy as np
 import pytest
 
 import fedmodel as fm
-from fedmodel.algorithms.options import ProxALOptions
-from fedmodel.algorithms.prox_al import run_prox_al
-from fedmodel.runtime.base import CheckpointError
-from fedmodel.runtime.failures import Fault
+from fedmodel.algorithms.proxal.options import ProxALOptions
+from fedmodel.algorithms.proxal.server import run_prox_al
+from fedmodel.runtime.checkpoint import CheckpointError
+from fedmodel.runtime.faults import Fault
 
 sys.path.insert(0, os.path.dirname(__file__))
 from backend_configs import BACKENDS, REMOTE, on  # noqa: E402

@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 import fedmodel as fm
-from fedmodel.algorithms.registry import METHODS, _load_extensions
+from fedmodel.algorithms.registry import all_methods
 from fedmodel.runtime import messages
 from fedmodel.runtime.messages import SERVER
 
@@ -23,7 +23,6 @@ from problems import np_model  # noqa: E402
 
 # Sample counts chosen to collide with no other dimension of these models.
 M0, M1, M_LSQ = 37, 23, 41
-NOT_FEDERATED = {"centralized", "cprox-al"}
 
 
 def constrained_model():
@@ -44,8 +43,7 @@ def lsq_model(n=3, d=3, seed=1):
 
 
 def federated_methods():
-    _load_extensions()
-    return [m for m in METHODS if m not in NOT_FEDERATED]
+    return [m for m, spec in all_methods().items() if spec.federated]
 
 
 @pytest.fixture

@@ -11,16 +11,11 @@ import numpy as np
 import pytest
 
 import fedmodel as fm
-from fedmodel.runtime.base import (
-    RUNTIME_PROXY,
-    ClientFailure,
-    EndpointFactory,
-    default_workers,
-    make_runtime,
-    placement,
-    shard,
-)
+from fedmodel.runtime.endpoints import RUNTIME_PROXY, EndpointFactory
+from fedmodel.runtime.factory import make_runtime
 from fedmodel.runtime.messages import SERVER, Message
+from fedmodel.runtime.outcomes import ClientFailure
+from fedmodel.runtime.placement import default_workers, placement, shard
 
 sys.path.insert(0, os.path.dirname(__file__))
 from backend_configs import BACKENDS, REMOTE, on  # noqa: E402
@@ -286,7 +281,7 @@ def test_blas_threads_pins_during_a_solve_and_restores_after():
 
 
 def test_state_snapshots_copy_writable_arrays_and_share_read_only_ones():
-    from fedmodel.runtime.base import copy_state
+    from fedmodel.runtime.endpoints import copy_state
 
     frozen = np.arange(4.0)
     frozen.flags.writeable = False

@@ -113,3 +113,26 @@ def make_result(
         message=message,
         **fields_,
     )
+
+
+def penalty_multipliers(program: PartyProgram, x: np.ndarray, penalty: float | None):
+    """Multipliers implied by the quadratic penalty: ``beta [c(x)]_+`` and ``beta a(x)``."""
+    if not program.constraints:
+        return np.zeros(program.m_ineq), np.zeros(program.m_eq)
+    ci, ce = program.functions.constraint_values(x)
+    beta = float(penalty or 0.0)
+    return beta * np.maximum(ci, 0.0), beta * ce
+
+
+def evaluation_payload(program: PartyProgram, x: np.ndarray, penalty: float | None) -> dict:
+    """A party's diagnostic report at ``x`` (its own data only), with the multipliers of the
+    quadratic penalty (empty when the party has no constraints)."""
+    mu, nu = penalty_multipliers(program, x, penalty)
+    out = party_evaluation(program, x, mu, nu)
+    out["mu_c"], out["nu_c"] = mu, nu
+    return out
+
+
+def pooled_certificate(compiled: CompiledModel, reports: dict[str, dict], x: np.ndarray):
+    """KKT residuals of the original (pooled) model at ``x`` from the parties' reports."""
+    return assemble(reports, compiled.regularizer, x, compiled.nonconvex)

@@ -1,52 +1,19 @@
-"""Options of the methods, with the seed papers' names, defaults and validation."""
+"""Option helpers shared by every method: validation of numbers and building an options
+dataclass from ``model.solve(**options)`` with a clear error for unknown names.
+"""
 
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, fields
 from typing import Any
 
 import numpy as np
 
 from fedmodel.errors import ModelError
 
-# Defaults follow seed 000 Section 5.1 (sbar = 0.1, beta = 10, rho = 1, mu0 = 0). The paper
-# does not state q; any q in (0, 1) is covered by its Theorem 4.2, and with exact local
-# solves a smaller q only removes idle inner rounds, so 0.5 is used.
-
-
-@dataclass
-class ProxALOptions:
-    """Options of ``prox-al`` (seed 000 Algorithm 1 + Algorithm 2) and ``cprox-al``.
-
-    Attributes
-    ----------
-    eps : float or (float, float)
-        KKT tolerances (eps1 stationarity, eps2 feasibility) of Definition 1.
-    beta : float
-        Penalty parameter (Algorithm 1).
-    sbar : float, optional
-        Inner tolerance scale: tau_k = sbar / (k + 1)^2. Default ``100 * eps1``, which is
-        the paper's 0.1 at eps = 1e-3 and keeps the number of outer iterations needed by
-        (8) (tau_k <= eps1 requires k + 1 >= sqrt(sbar / eps1)) independent of eps.
-    rho : float or dict or sequence
-        ADMM penalty rho_i of each client (Algorithm 2).
-    q : float
-        Server/client local tolerance decay eps_{t+1} = q^t (Algorithm 2).
-    mu0 : float
-        Initial multipliers (all parties), >= 0.
-    w0 : None, array, dict or "sphere"
-        Starting point (default zeros, projected onto dom h); ``"sphere"`` draws it from the
-        unit sphere with ``random_state`` as in the paper's experiments.
-    max_outer, max_inner : int
-        Iteration caps of Algorithms 1 and 2.
-    local_floor : float
-        Local solves are asked for max(q^t, local_floor * tau_k): once q^t is far below
-        the inner target tau_k, tighter local solves cannot change the test (19), which
-        stays a valid bound on dist(0, d l_k) because it uses the server's measured
-        residual and the clients' exact eps~_i (Theorem 4.1's proof).
-    solver : {"auto", "lbfgs", "cvxpy"}
-        Subproblem backend of every party.
+# The runtime options' documentation, appended to every federated method's options docstring.
+RUNTIME_OPTIONS_DOC = """
     time_limit : float or None
         Wall-clock seconds; the solve returns status ``"time_limit"`` when exceeded.
     history : bool
@@ -60,7 +27,7 @@ class ProxALOptions:
         subproblems run much faster single-threaded, and up to 100x faster on a busy
         machine; ``None`` leaves the setting alone). See :mod:`fedmodel.runtime.blas`.
 
-    Runtime, failures and checkpoints (federated methods ``prox-al`` and ``admm``; see
+    Runtime, failures and checkpoints (every federated method run by the driver; see
     ``docs/runtime.md``):
 
     backend : {"serial", "processes", "ray"}
@@ -100,28 +67,48 @@ class ProxALOptions:
         and on a client failure or Ctrl-C (status ``"interrupted"``).
     checkpoint_every : int
         Outer iterations between checkpoints.
+    keep_ledger : bool
+        Keep one ledger row per message (default); ``False`` keeps only counts per
+        (channel, sender, receiver), for long runs (``res.ledger`` is then empty and
+        ``res.communication`` still complete).
     resume : str or path, optional
         Continue from a checkpoint directory; the run reaches the same answer as an
         uninterrupted one. A corrupted checkpoint, or one written for another model,
-        method or options, raises :class:`~fedmodel.runtime.base.CheckpointError`.
-    """
+        method or options, raises :class:`~fedmodel.runtime.checkpoint.CheckpointError`.
+"""
 
-    eps: Any = 1e-3
-    beta: float = 10.0
-    sbar: float | None = None
-    rho: Any = 1.0
-    q: float = 0.5
-    mu0: float = 0.0
-    w0: Any = None
-    random_state: Any = None
-    max_outer: int = 500
-    max_inner: int = 500
-    max_local_iter: int = 10_000
-    local_floor: float = 1e-3
-    solver: str = "auto"
+
+def positive(name: str, value: Any) -> None:
+    try:
+        ok = float(value) > 0 and np.isfinite(float(value))
+    except (TypeError, ValueError):
+        ok = False
+    if not ok:
+        raise ModelError(f"{name} must be a positive number, got {value!r}")
+
+
+def build_options(cls, options: dict[str, Any], method: str):
+    """Instantiate an options dataclass, refusing unknown names with the valid ones."""
+    names = {f.name for f in fields(cls)}
+    unknown = sorted(set(options) - names)
+    if unknown:
+        raise ModelError(
+            f"unknown option(s) {unknown} for method '{method}'; valid: {sorted(names)}"
+        )
+    return cls(**options)
+
+
+@dataclass
+class RuntimeOptions:
+    """Options every federated method run by :func:`fedmodel.algorithms.driver.run_federated`
+    takes (where the clients run, failures, checkpoints, time limit, history); a method's
+    options dataclass inherits them.
+
+    Attributes
+    ----------"""
+
     time_limit: float | None = None
     history: bool = True
-    divergence_limit: float = 1e10
     callback: Any = None
     blas_threads: int | None = 1
     backend: str = "serial"
@@ -134,39 +121,7 @@ class ProxALOptions:
     checkpoint: Any = None
     checkpoint_every: int = 1
     resume: Any = None
-
-    def __post_init__(self) -> None:
-        if self.sbar is None:
-            try:
-                self.sbar = 100.0 * self.eps1
-            except (TypeError, ValueError, IndexError):
-                self.sbar = 0.1  # validate() reports the bad eps
-
-    @property
-    def eps1(self) -> float:
-        return float(self.eps[0] if np.ndim(self.eps) else self.eps)
-
-    @property
-    def eps2(self) -> float:
-        return float(self.eps[1] if np.ndim(self.eps) else self.eps)
-
-    def validate(self, client_names: list[str]) -> None:
-        if np.ndim(self.eps) not in (0, 1) or (np.ndim(self.eps) == 1 and len(self.eps) != 2):
-            raise ModelError(f"eps must be a float or a pair (eps1, eps2), got {self.eps!r}")
-        _positive("eps1", self.eps1)
-        _positive("eps2", self.eps2)
-        _positive("beta", self.beta)
-        _positive("sbar", self.sbar)
-        if not 0 < self.q < 1:
-            raise ModelError(f"q must lie in (0, 1), got {self.q!r}")
-        if self.mu0 < 0:
-            raise ModelError(f"mu0 must be >= 0, got {self.mu0!r}")
-        for name in ("max_outer", "max_inner", "max_local_iter"):
-            if int(getattr(self, name)) < 1:
-                raise ModelError(f"{name} must be >= 1, got {getattr(self, name)!r}")
-        for name, r in self.rho_per_client(client_names).items():
-            _positive(f"rho for client '{name}'", r)
-        self.validate_runtime()
+    keep_ledger: bool = True
 
     def validate_runtime(self) -> None:
         """Check the runtime, failure and checkpoint options."""
@@ -196,7 +151,7 @@ class ProxALOptions:
                 f"ray_address is used by backend='ray' only (backend={self.backend!r})"
             )
         if self.client_timeout is not None:
-            _positive("client_timeout", self.client_timeout)
+            positive("client_timeout", self.client_timeout)
         if self.on_failure not in ON_FAILURE:
             raise ModelError(f"on_failure must be one of {ON_FAILURE}, got {self.on_failure!r}")
         if (
@@ -220,78 +175,5 @@ class ProxALOptions:
         if self.resume is not None and not os.path.isdir(self.resume):
             raise ModelError(f"resume={os.fspath(self.resume)!r}: no such checkpoint directory")
 
-    def rho_per_client(self, client_names: list[str]) -> dict[str, float]:
-        rho = self.rho
-        if isinstance(rho, dict):
-            missing = [n for n in client_names if n not in rho]
-            unknown = [n for n in rho if n not in client_names]
-            if missing or unknown:
-                raise ModelError(
-                    f"rho dict must give every client: missing {missing}, unknown {unknown}"
-                )
-            return {n: float(rho[n]) for n in client_names}
-        if np.ndim(rho) == 1:
-            if len(rho) != len(client_names):
-                raise ModelError(f"rho has {len(rho)} entries for {len(client_names)} clients")
-            return {n: float(r) for n, r in zip(client_names, rho)}
-        return {n: float(rho) for n in client_names}
 
-
-@dataclass
-class CentralizedOptions:
-    """Options of ``centralized``: the pooled problem solved exactly and certified.
-
-    Attributes
-    ----------
-    eps : float
-        KKT tolerance the certificate must meet for status ``"optimal"``.
-    engine : {"auto", "cvxpy", "smooth"}
-        How the pooled problem is solved. ``"cvxpy"``: one cvxpy solve (then refined when
-        not certified). ``"smooth"``: the smooth exact path, cprox-al on the pooled problem
-        with Newton (or L-BFGS) subproblems and a large penalty (beta = 1e5), started from
-        ``w = 0``; needs every term to have a gradient. ``"auto"`` (default): ``"smooth"``
-        when every term is of GLM form (the Newton backend applies) and at least one is
-        not quadratic (logistic, exp, huber, ...: cvxpy would need the exponential cone,
-        where Clarabel fails and ECOS/SCS are slow and inexact on UCI Adult), falling back
-        to cvxpy if the smooth path does not certify; ``"cvxpy"`` otherwise (QPs: OSQP or
-        Clarabel are fast and exact).
-    solver : str or None
-        cvxpy solver (default: cvxpy's choice, OSQP for QPs, Clarabel for conic models).
-    refine : bool
-        When cvxpy's answer is not certified to ``eps``, refine it with cprox-al started
-        from cvxpy's primal and dual values.
-    solver_options : dict
-        Passed to ``cvxpy.Problem.solve``.
-    time_limit : float or None
-        Wall-clock seconds for the smooth exact path and the refinement.
-    blas_threads : int or None
-        OpenBLAS threads during the solve (default 1; ``None`` leaves the setting alone).
-    """
-
-    eps: float = 1e-6
-    engine: str = "auto"
-    solver: str | None = None
-    refine: bool = True
-    solver_options: dict = field(default_factory=dict)
-    time_limit: float | None = None
-    blas_threads: int | None = 1
-
-
-def _positive(name: str, value: Any) -> None:
-    try:
-        ok = float(value) > 0 and np.isfinite(float(value))
-    except (TypeError, ValueError):
-        ok = False
-    if not ok:
-        raise ModelError(f"{name} must be a positive number, got {value!r}")
-
-
-def build_options(cls, options: dict[str, Any], method: str):
-    """Instantiate an options dataclass, refusing unknown names with the valid ones."""
-    names = {f.name for f in fields(cls)}
-    unknown = sorted(set(options) - names)
-    if unknown:
-        raise ModelError(
-            f"unknown option(s) {unknown} for method '{method}'; valid: {sorted(names)}"
-        )
-    return cls(**options)
+RuntimeOptions.__doc__ += RUNTIME_OPTIONS_DOC

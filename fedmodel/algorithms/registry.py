@@ -1,7 +1,9 @@
 """Dispatch ``model.solve(method=...)`` to the methods.
 
-Every method registers one entry in :data:`METHODS`: its options dataclass and a runner
-``run(compiled, options, method) -> Result``. Adding a method is adding an entry.
+Every method has one line in :data:`FAMILIES` (its name and the family package that defines
+it); the family's ``METHODS`` dict maps the name to a :class:`MethodSpec`: its options
+dataclass and a runner ``run(compiled, options, method) -> Result``. Families are imported
+on first use.
 """
 
 from __future__ import annotations
@@ -11,7 +13,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from fedmodel.algorithms.options import CentralizedOptions, ProxALOptions, build_options
+from fedmodel.algorithms.options import build_options
 from fedmodel.errors import ModelError, UnsupportedError
 from fedmodel.runtime.blas import blas_threads
 
@@ -25,59 +27,61 @@ class MethodSpec:
     description: str
     needs_no_constraints: bool = False
     needs_gradients: bool = True
+    federated: bool = True  # False: the method reads every party's program (a reference)
 
 
-def _run_prox_al(compiled, opts, method):
-    from fedmodel.algorithms.prox_al import run_prox_al
-
-    with blas_threads(opts.blas_threads):
-        return run_prox_al(compiled, opts, method=method)
-
-
-def _run_cprox_al(compiled, opts, method):
-    from fedmodel.algorithms.cprox_al import run_cprox_al
-
-    with blas_threads(opts.blas_threads):
-        return run_cprox_al(compiled, opts, method=method)
-
-
-def _run_centralized(compiled, opts, method):
-    from fedmodel.algorithms.centralized import run_centralized
-
-    with blas_threads(opts.blas_threads):
-        return run_centralized(compiled, opts)
-
-
-METHODS: dict[str, MethodSpec] = {
-    "prox-al": MethodSpec(ProxALOptions, _run_prox_al, "seed 000 Algorithm 1 + 2 (federated)"),
-    "cprox-al": MethodSpec(ProxALOptions, _run_cprox_al, "seed 000 Algorithm 3 (centralized)"),
-    "admm": MethodSpec(
-        ProxALOptions, _run_prox_al, "seed 000 Algorithm 2 alone (no constraints)", True
-    ),
-    "centralized": MethodSpec(
-        CentralizedOptions,
-        _run_centralized,
-        "pooled problem solved exactly: cvxpy, or the smooth exact path (reference)",
-        needs_gradients=False,
-    ),
+# One line per method: its name and the family package whose ``METHODS`` dict holds its
+# :class:`MethodSpec`. A new method is a family folder (or a new entry in one) and a line here.
+FAMILIES: dict[str, str] = {
+    "prox-al": "fedmodel.algorithms.proxal",
+    "admm": "fedmodel.algorithms.proxal",
+    "cprox-al": "fedmodel.algorithms.centralized",
+    "centralized": "fedmodel.algorithms.centralized",
+    "dald-cc": "fedmodel.algorithms.dald",
+    "dald-dc": "fedmodel.algorithms.dald",
+    "fedavg": "fedmodel.algorithms.baselines",
+    "fedprox": "fedmodel.algorithms.baselines",
+    "dgd": "fedmodel.algorithms.baselines",
 }
+
+# Methods registered at run time (plug-ins, tests): name -> spec.
+_REGISTERED: dict[str, MethodSpec] = {}
+
+
+def method_spec(name: str) -> MethodSpec:
+    """The :class:`MethodSpec` of method ``name`` (imports its family on first use)."""
+    if name in _REGISTERED:
+        return _REGISTERED[name]
+    if name not in FAMILIES:
+        raise ModelError(f"unknown method {name!r}; choose one of {tuple(available_methods())}")
+    import importlib
+
+    return importlib.import_module(FAMILIES[name]).METHODS[name]
+
+
+def available_methods() -> list[str]:
+    """Every method name, registered ones last."""
+    return list(FAMILIES) + [m for m in _REGISTERED if m not in FAMILIES]
+
+
+def all_methods() -> dict[str, MethodSpec]:
+    """Name -> spec of every method (imports every family)."""
+    return {name: method_spec(name) for name in available_methods()}
 
 
 def register_method(name: str, spec: MethodSpec) -> None:
-    """Add a method to :data:`METHODS` (used by algorithm modules of later methods)."""
-    METHODS[name] = spec
+    """Add a method at run time (a plug-in outside the package); built-in methods are lines
+    of :data:`FAMILIES`."""
+    _REGISTERED[name] = spec
 
 
 def describe_options(method: str) -> str:
     """The options of ``method`` with their documentation."""
-    return METHODS[method].options.__doc__ or ""
+    return method_spec(method).options.__doc__ or ""
 
 
 def solve_model(model, method: str, options: dict[str, Any]):
-    _load_extensions()
-    if method not in METHODS:
-        raise ModelError(f"unknown method {method!r}; choose one of {tuple(METHODS)}")
-    spec = METHODS[method]
+    spec = method_spec(method)
     opts = build_options(spec.options, options, method)
     t0 = time.perf_counter()
     compiled = model.compile()
@@ -89,21 +93,7 @@ def solve_model(model, method: str, options: dict[str, Any]):
         )
     if spec.needs_gradients:
         compiled.require_smooth(method)
-    result = spec.runner(compiled, opts, method)
+    with blas_threads(getattr(opts, "blas_threads", None)):
+        result = spec.runner(compiled, opts, method)
     result.timing["model_compile"] = compile_seconds
     return result
-
-
-_EXTENSIONS = ("fedmodel.algorithms.dald",)
-
-
-def _load_extensions() -> None:
-    """Import algorithm modules that register further methods (if they exist)."""
-    import importlib
-
-    for name in _EXTENSIONS:
-        try:
-            importlib.import_module(name)
-        except ModuleNotFoundError as exc:
-            if exc.name != name:
-                raise

@@ -12,7 +12,7 @@ server, which writes the manifest last (so a crash while writing leaves the prev
 checkpoint usable). Files of older checkpoints in the same directory are removed once the
 new manifest is in place.
 
-Loading checks, with a clear :class:`~fedmodel.runtime.base.CheckpointError`: that the
+Loading checks, with a clear :class:`~fedmodel.runtime.checkpoint.CheckpointError`: that the
 directory holds a fedmodel checkpoint, that every file is present with its checksum, that
 it was written by the same method for a model with the same clients and variables, that
 the options that change the iterates are the same, and (on each party) that the party's
@@ -32,7 +32,36 @@ from typing import Any
 
 import numpy as np
 
-from fedmodel.runtime.base import CheckpointError, file_sha256, write_atomic
+from fedmodel.errors import ModelError
+
+
+class CheckpointError(ModelError):
+    """A checkpoint cannot be used: missing, corrupted, or written for another run."""
+
+
+def file_sha256(path: str) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as fh:
+        for chunk in iter(lambda: fh.read(1 << 20), b""):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def write_atomic(path: str, blob: bytes) -> str:
+    """Write ``blob`` to ``path`` atomically; returns its sha256."""
+    tmp = f"{path}.tmp-{os.getpid()}"
+    with open(tmp, "wb") as fh:
+        fh.write(blob)
+        fh.flush()
+        os.fsync(fh.fileno())
+    os.replace(tmp, path)
+    return hashlib.sha256(blob).hexdigest()
+
+
+def safe_filename(name: str) -> str:
+    keep = "".join(ch if ch.isalnum() or ch in "-_." else "_" for ch in name)
+    return f"{keep}-{hashlib.sha1(name.encode()).hexdigest()[:8]}"
+
 
 FORMAT = "fedmodel-checkpoint"
 VERSION = 1

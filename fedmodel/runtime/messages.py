@@ -112,3 +112,72 @@ class Ledger:
             "floats_down": int(sum(r["floats"] for r in down)),
             "per_party": per_party,
         }
+
+
+class CountingLedger(Ledger):
+    """A ledger that keeps message and float counts per (channel, sender, receiver) instead
+    of one row per message (``keep_ledger=False``; long runs)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.counts: dict[tuple[str, str, str], list[int]] = {}
+
+    def record(self, msg: Message) -> None:
+        c = self.counts.setdefault((msg.channel, msg.sender, msg.receiver), [0, 0])
+        c[0] += 1
+        c[1] += msg.floats
+
+
+def _items(ledger: Ledger):
+    if isinstance(ledger, CountingLedger):
+        for (ch, s, r), (cnt, fl) in ledger.counts.items():
+            yield ch, s, r, cnt, fl
+    else:
+        for row in ledger.rows:
+            yield row["channel"], row["sender"], row["receiver"], 1, row["floats"]
+
+
+def communication_totals(ledger: Ledger) -> dict[str, Any]:
+    """Messages and floats: up (to the server), down (from the server), peer to peer, in all
+    and per party (sent and received), for the algorithm channel; the same for the
+    ``diagnostic`` channel under ``"diagnostic"``. Local turns (channel ``"local"``) carry
+    nothing over the network and are only counted as ``local_steps``."""
+
+    def totals(channel: str) -> dict[str, Any]:
+        out = {
+            "messages": 0,
+            "floats": 0,
+            "messages_up": 0,
+            "floats_up": 0,
+            "messages_down": 0,
+            "floats_down": 0,
+            "messages_peer": 0,
+            "floats_peer": 0,
+            "per_party": {},
+        }
+        for ch, s, r, cnt, fl in _items(ledger):
+            if ch != channel or (s == r and ch == "local"):
+                continue
+            out["messages"] += cnt
+            out["floats"] += fl
+            kind = "up" if r == SERVER else ("down" if s == SERVER else "peer")
+            out[f"messages_{kind}"] += cnt
+            out[f"floats_{kind}"] += fl
+            for party, role in ((s, "sent"), (r, "received")):
+                d = out["per_party"].setdefault(
+                    party,
+                    {
+                        "messages_sent": 0,
+                        "floats_sent": 0,
+                        "messages_received": 0,
+                        "floats_received": 0,
+                    },
+                )
+                d[f"messages_{role}"] += cnt
+                d[f"floats_{role}"] += fl
+        return out
+
+    result = totals("algorithm")
+    result["diagnostic"] = totals("diagnostic")
+    result["local_steps"] = sum(cnt for ch, s, r, cnt, _ in _items(ledger) if ch == "local")
+    return result

@@ -4,15 +4,15 @@ Each worker is a fresh Python interpreter (started like ``multiprocessing``'s ``
 context, but without re-importing the caller's ``__main__``, so scripts need no
 ``if __name__ == "__main__"`` guard; no state, thread or cvxpy object is inherited or
 shared), connected by a socket pair (a ``multiprocessing`` connection), and holding a
-:class:`~fedmodel.runtime.base.PartyHost`. A worker builds its parties' endpoints from
+:class:`~fedmodel.runtime.host.PartyHost`. A worker builds its parties' endpoints from
 their factories (so each compiles its own subproblem), keeps them across rounds, and runs
 the steps sent to it one after the other on its main thread. The server sends each worker
 its share of a round's messages and waits for all of them: workers compute in parallel.
 
 With ``server_hosts_clients=True`` one shard of the parties runs in the server's own
-process instead (a :class:`~fedmodel.runtime.base.PartyHost` here): each round the server
+process instead (a :class:`~fedmodel.runtime.host.PartyHost` here): each round the server
 sends the workers their messages, handles its own shard's while they compute, then
-collects their replies (see :func:`~fedmodel.runtime.base.placement`).
+collects their replies (see :func:`~fedmodel.runtime.placement.placement`).
 
 A worker that dies (killed, crashed) is detected through its process sentinel; a worker
 that does not answer within ``client_timeout`` (per step) plus a grace period is stopped.
@@ -36,17 +36,10 @@ from collections.abc import Mapping
 from multiprocessing.connection import Connection, wait
 from typing import Any
 
-from fedmodel.runtime.base import (
-    GRACE_SECONDS,
-    SERVER_HOST,
-    EndpointFactory,
-    HostDead,
-    PartyHost,
-    Runtime,
-    default_workers,
-    placement,
-    raise_build_errors,
-)
+from fedmodel.runtime.base import GRACE_SECONDS, Runtime, raise_build_errors
+from fedmodel.runtime.endpoints import EndpointFactory
+from fedmodel.runtime.host import HostDead, PartyHost
+from fedmodel.runtime.placement import SERVER_HOST, default_workers, placement
 
 # One BLAS thread per worker: the workers already fill the cores.
 _THREAD_VARS = ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS")
@@ -61,7 +54,7 @@ def _worker_entry() -> None:  # pragma: no cover - runs in the worker
 def _worker_main(conn, index: int) -> None:  # pragma: no cover - runs in the worker
     import pickle
 
-    from fedmodel.runtime.base import portable_exception
+    from fedmodel.runtime.outcomes import portable_exception
 
     host = PartyHost()
     host.install_signal_handlers(interrupts=True)

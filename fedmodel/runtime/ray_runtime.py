@@ -1,6 +1,6 @@
 """The Ray runtime: parties in Ray actors, on this machine or across a cluster.
 
-Each actor holds a :class:`~fedmodel.runtime.base.PartyHost` with its share of the
+Each actor holds a :class:`~fedmodel.runtime.host.PartyHost` with its share of the
 parties (sharded as in the processes backend), builds their endpoints from their factories
 where it runs, and keeps them across rounds. ``address=None`` starts a local Ray (with
 ``num_cpus`` = ``workers`` or the number of cores) unless this process already joined one;
@@ -27,17 +27,10 @@ from collections.abc import Mapping
 from typing import Any
 
 from fedmodel.errors import ModelError
-from fedmodel.runtime.base import (
-    GRACE_SECONDS,
-    SERVER_HOST,
-    EndpointFactory,
-    HostDead,
-    PartyHost,
-    Runtime,
-    default_workers,
-    placement,
-    raise_build_errors,
-)
+from fedmodel.runtime.base import GRACE_SECONDS, Runtime, raise_build_errors
+from fedmodel.runtime.endpoints import EndpointFactory
+from fedmodel.runtime.host import HostDead, PartyHost
+from fedmodel.runtime.placement import SERVER_HOST, default_workers, placement
 
 
 class _ActorHost:

@@ -11,14 +11,11 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any, Protocol
 
-from fedmodel.runtime.base import (
-    SERVER_HOST,
-    EndpointFactory,
-    PartyHost,
-    Runtime,
-    raise_build_errors,
-)
+from fedmodel.runtime.base import Runtime, raise_build_errors
+from fedmodel.runtime.endpoints import EndpointFactory
+from fedmodel.runtime.host import PartyHost
 from fedmodel.runtime.messages import Message
+from fedmodel.runtime.placement import SERVER_HOST
 
 
 class Endpoint(Protocol):

@@ -3,8 +3,8 @@
 :func:`inject_faults` wraps some clients' endpoint factories so that, where the client
 runs, it raises, sleeps or kills its own worker process on chosen rounds::
 
-    from fedmodel.algorithms.prox_al import run_prox_al
-    from fedmodel.runtime.failures import Fault
+    from fedmodel.algorithms.proxal.server import run_prox_al
+    from fedmodel.runtime.faults import Fault
     res = run_prox_al(model.compile(), opts, faults={"site1": Fault("raise", round=3)})
 
 The policies themselves live in :class:`~fedmodel.runtime.base.Runtime`
@@ -20,7 +20,8 @@ import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-from fedmodel.runtime.base import RUNTIME_PROXY, ClientFailure, EndpointFactory
+from fedmodel.runtime.endpoints import RUNTIME_PROXY, EndpointFactory
+from fedmodel.runtime.outcomes import ClientFailure
 
 __all__ = ["ClientFailure", "Fault", "FaultyEndpoint", "InjectedFault", "inject_faults"]
 

@@ -26,6 +26,7 @@ Three solvers (``local_solver=``):
 
 from __future__ import annotations
 
+import copy
 from dataclasses import dataclass
 
 import numpy as np
@@ -152,6 +153,25 @@ class LocalProblem:
             )
 
     # -- the quadratic -------------------------------------------------------------------
+    def get_state(self) -> dict:
+        """What changes the next solves beyond the vectors set each round: the step-size
+        caches and the exact engine's own state (checkpoints, retries)."""
+        engine = self._engine
+        return {
+            "alpha": self._alpha,
+            "lf": self._lf,
+            "engine": engine.get_state() if hasattr(engine, "get_state") else None,
+            "stats": copy.copy(self.stats),
+        }
+
+    def set_state(self, state: dict) -> None:
+        self._alpha, self._lf = state["alpha"], state["lf"]
+        self.stats = copy.copy(state["stats"])
+        if state["engine"] is not None:
+            if self._engine is None:
+                self._exact_engine()
+            self._engine.set_state(state["engine"])
+
     def set_quadratic(self, weights: np.ndarray | float, center: np.ndarray) -> None:
         """Set ``(1/2) sum_r w_r (x_r - z_r)^2``."""
         if self.uniform and np.ndim(weights):
@@ -193,17 +213,20 @@ class LocalProblem:
         self.stats.solves += 1
         return x
 
+    def _exact_engine(self) -> None:
+        if self.uniform:
+            self._engine = make_solver(self.problem, self._solver_name)
+        else:
+            if self._solver_name == "cvxpy" or any(p.l2 for p in self.reg.pieces):
+                raise UnsupportedError(
+                    "exact local solves with vector (per-coordinate) rho use the L-BFGS "
+                    "backend, which does not handle a norm2 term in h; use a scalar rho"
+                )
+            self._engine = QuasiNewtonSolver(self.problem)
+
     def _exact(self, x0: np.ndarray) -> np.ndarray:
         if self._engine is None:
-            if self.uniform:
-                self._engine = make_solver(self.problem, self._solver_name)
-            else:
-                if self._solver_name == "cvxpy" or any(p.l2 for p in self.reg.pieces):
-                    raise UnsupportedError(
-                        "exact local solves with vector (per-coordinate) rho use the L-BFGS "
-                        "backend, which does not handle a norm2 term in h; use a scalar rho"
-                    )
-                self._engine = QuasiNewtonSolver(self.problem)
+            self._exact_engine()
         report = self._engine.solve(x0, self.tol, self.max_iter)
         self.stats.iterations += report.iterations
         self.stats.max_residual = max(self.stats.max_residual, float(report.residual))

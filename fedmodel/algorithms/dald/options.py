@@ -10,8 +10,8 @@ from typing import Any
 
 import numpy as np
 
-from fedmodel.algorithms.dald_local import LOCAL_SOLVERS
-from fedmodel.algorithms.topology import validate_coordination
+from fedmodel.algorithms.dald.local import LOCAL_SOLVERS
+from fedmodel.algorithms.dald.topology import validate_coordination
 from fedmodel.compiler.partition import CompiledModel
 from fedmodel.errors import ModelError, UnsupportedError
 
@@ -37,7 +37,7 @@ class DALDOptions:
     rho_default : float
         Penalty of edges/clients a ``rho`` dict leaves out.
     topology : networkx graph, hierarchical matrix, str or None
-        ``dald-dc`` only: the communication graph (see :mod:`fedmodel.algorithms.topology`).
+        ``dald-dc`` only: the communication graph (see :mod:`fedmodel.algorithms.dald.topology`).
         Default ``"chain"`` (clients in model order, the paper's experiments).
     root, order : optional
         ``dald-dc``: root of an undirected topology, or an explicit order (lowest first).
@@ -60,7 +60,7 @@ class DALDOptions:
     max_iter : int
         Cap on the total number of inner iterations (sweeps); the paper stops at 1000.
     local_solver : {"exact", "prox-grad", "bfgs"}
-        Solver layer of every party (see :mod:`fedmodel.algorithms.dald_local`).
+        Solver layer of every party (see :mod:`fedmodel.algorithms.dald.local`).
     local_steps : int
         ``W``: proximal-gradient steps per subproblem.
     step : float, "backtracking" or None
@@ -73,7 +73,7 @@ class DALDOptions:
     solver : {"auto", "lbfgs", "cvxpy"}
         Backend of exact solves.
     coordination : "full", "random", "greedy", list of names or callable
-        Client coordination sequence (:class:`fedmodel.algorithms.topology.Coordination`).
+        Client coordination sequence (:class:`fedmodel.algorithms.dald.topology.Coordination`).
         The last inner iteration of every outer iteration is always full-cycle.
     fraction : float
         Share of parties selected per inner iteration by ``"random"`` / ``"greedy"``.

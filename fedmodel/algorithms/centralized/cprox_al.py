@@ -17,7 +17,7 @@ import time
 import numpy as np
 
 from fedmodel.algorithms.common import history_row, make_result, split_multipliers, starting_point
-from fedmodel.algorithms.options import ProxALOptions
+from fedmodel.algorithms.proxal.options import ProxALOptions
 from fedmodel.certificate.kkt import assemble, party_evaluation
 from fedmodel.compiler.partition import CompiledModel
 from fedmodel.subproblems.merit import MeritProblem

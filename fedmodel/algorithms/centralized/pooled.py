@@ -21,9 +21,10 @@ import time
 import cvxpy as cp
 import numpy as np
 
+from fedmodel.algorithms.centralized.cprox_al import pooled_evaluation, run_cprox_al
+from fedmodel.algorithms.centralized.options import CentralizedOptions
 from fedmodel.algorithms.common import make_result, split_multipliers
-from fedmodel.algorithms.cprox_al import pooled_evaluation, run_cprox_al
-from fedmodel.algorithms.options import CentralizedOptions, ProxALOptions
+from fedmodel.algorithms.proxal.options import ProxALOptions
 from fedmodel.compiler.glm import NotRecognised
 from fedmodel.compiler.partition import CompiledModel
 from fedmodel.errors import ModelError, UnsupportedError

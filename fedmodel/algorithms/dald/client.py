@@ -41,12 +41,13 @@ import time
 
 import numpy as np
 
-from fedmodel.algorithms.dald_common import evaluation_payload
-from fedmodel.algorithms.dald_local import LocalProblem, consensus_quadratic
-from fedmodel.algorithms.dald_options import DALDOptions, InnerRule, PenaltySchedule
+from fedmodel.algorithms.common import evaluation_payload
+from fedmodel.algorithms.dald.local import LocalProblem, consensus_quadratic
+from fedmodel.algorithms.dald.options import DALDOptions, InnerRule, PenaltySchedule
+from fedmodel.algorithms.protocol import ClientHalf
 from fedmodel.compiler.partition import PartyProgram
 from fedmodel.compiler.regularizer import Regularizer
-from fedmodel.runtime.messages import SERVER, Message
+from fedmodel.runtime.messages import Message
 
 # decisions of the dald-dc root (and of the dald-cc server)
 CONTINUE, FULL_NEXT, OUTER, STOP = 0, 1, 2, 3
@@ -81,36 +82,22 @@ def is_uniform(vectors) -> bool:
     return all(np.all(v == vals[0].flat[0]) for v in vals) if vals else True
 
 
-class _Endpoint:
-    name: str
-
-    def handle(self, msg: Message):
-        t0 = time.perf_counter()
-        handler = getattr(self, f"_on_{msg.kind}", None)
-        if handler is None:
-            raise ValueError(f"party {self.name!r} got unknown message kind {msg.kind!r}")
-        out = handler(**msg.payload)
-        self.seconds += time.perf_counter() - t0
-        if msg.channel == "local" or msg.sender != SERVER:
-            return out
-        return Message(msg.kind + "_reply", self.name, SERVER, out, msg.round, msg.channel)
-
-
-class DALDCCClient(_Endpoint):
+class DALDCCClient(ClientHalf):
     """Client ``i`` of Fed-DALD-CC: solves (13), updates ``mu_i`` by (15)."""
+
+    state_fields = ("x", "mu", "dual_updates")
+    component_fields = ("local",)
 
     def __init__(
         self, program: PartyProgram, rho: np.ndarray, reg_share: Regularizer, opts: DALDOptions
     ):
-        self.name = program.name
-        self.program = program
+        super().__init__(program)
         self.rho = np.asarray(rho, dtype=float)
         self.penalty = opts.penalty
         self.local = make_local(program, reg_share, opts, is_uniform([self.rho]))
         self.m = self.local.n
         self.x: np.ndarray | None = None
         self.mu = np.zeros(self.m)
-        self.seconds = 0.0
         self.dual_updates = 0
 
     def _on_cc_solve(
@@ -157,7 +144,7 @@ class DALDCCClient(_Endpoint):
         out = {
             "x": self.x.copy() if self.x is not None else None,
             "mu": self.mu.copy(),
-            "seconds": self.seconds,
+            "seconds": self.stats["seconds"],
             "local_solves": self.local.stats.solves,
             "local_iterations": self.local.stats.iterations,
             "dual_updates": self.dual_updates,
@@ -169,7 +156,7 @@ class DALDCCClient(_Endpoint):
         return out
 
 
-class DALDDCNode(_Endpoint):
+class DALDDCNode(ClientHalf):
     """Node ``s`` of Fed-DALD-DC: solves (20), holds ``mu_e`` of its incident edges (21).
 
     Parameters
@@ -186,6 +173,13 @@ class DALDDCNode(_Endpoint):
         Used to send peer messages.
     """
 
+    state_fields = (
+        "x", "nbr", "mu", "schedule", "gathered", "last_control", "sweep", "dual_updates",
+        "fresh_dual",
+    )  # fmt: skip
+    component_fields = ("local",)
+    root_state_fields = ("rule", "k", "v", "total", "pending_full", "last_residuals", "reason")
+
     def __init__(
         self,
         program: PartyProgram,
@@ -199,8 +193,7 @@ class DALDDCNode(_Endpoint):
         runtime,
         is_root: bool = False,
     ):
-        self.name = program.name
-        self.program = program
+        super().__init__(program)
         self.penalty = opts.penalty
         self.lower = list(lower)
         self.higher = list(higher)
@@ -219,11 +212,11 @@ class DALDDCNode(_Endpoint):
         self.gathered = np.zeros(2)  # [max D, max C] over this node and what reached it
         self.last_control = 0
         self.sweep = 0
-        self.seconds = 0.0
         self.dual_updates = 0
         self.fresh_dual = False
         self.is_root = is_root
         if is_root:
+            self.state_fields = type(self).state_fields + self.root_state_fields
             self.rule = InnerRule(opts)
             self.k, self.v, self.total = 1, 0, 0
             self.max_iter = int(opts.max_iter)
@@ -275,7 +268,7 @@ class DALDDCNode(_Endpoint):
             res = msg.payload.get("res")
             if res is not None:
                 self.gathered = np.maximum(self.gathered, res)
-            self.seconds += time.perf_counter() - t0
+            self.stats["seconds"] += time.perf_counter() - t0
             return None
         return super().handle(msg)
 
@@ -389,7 +382,7 @@ class DALDDCNode(_Endpoint):
             "mu": {f"{a}->{b}": v.copy() for (a, b), v in self.mu.items() if b == self.name},
             "r_dual": r_dual,
             "r_primal": primal,
-            "seconds": self.seconds,
+            "seconds": self.stats["seconds"],
             "local_solves": self.local.stats.solves,
             "local_iterations": self.local.stats.iterations,
             "dual_updates": self.dual_updates,

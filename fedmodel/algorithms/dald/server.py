@@ -11,7 +11,7 @@ C_i``, which each client performs on receiving the next ``x_hat`` (the server mi
 
 ``dald-dc`` (Algorithm 3, Fed-DALD-DC): no server. One constraint ``x_i - x_j = 0`` per edge
 of the topology, oriented from the lower to the higher level of the hierarchy
-(:mod:`fedmodel.algorithms.topology`); nodes solve (20) level by level (root last) with
+(:mod:`fedmodel.algorithms.dald.topology`); nodes solve (20) level by level (root last) with
 their neighbours' latest iterates, which they receive peer to peer; both ends of an edge
 hold ``mu_ij`` and update it by (21). The stopping residuals are gathered by a
 convergecast along the hierarchy: every node sends to its higher neighbours, with its
@@ -24,7 +24,7 @@ separate pass over all nodes.
 
 Both methods treat ``h`` as the paper's ``Omega``: each client holds ``h/n`` (eq. 8), so the
 server (or the server node of a dald-dc graph) holds only its own terms. Models with
-constraints need ``penalty=`` (see :class:`~fedmodel.algorithms.dald_options.DALDOptions`).
+constraints need ``penalty=`` (see :class:`~fedmodel.algorithms.dald.options.DALDOptions`).
 Importing this module also registers the baselines ``fedavg``, ``fedprox`` and ``dgd``.
 """
 
@@ -35,8 +35,14 @@ from dataclasses import replace
 
 import numpy as np
 
-from fedmodel.algorithms.common import make_result, split_multipliers, starting_point
-from fedmodel.algorithms.dald_client import (
+from fedmodel.algorithms.common import (
+    evaluation_payload,
+    make_result,
+    pooled_certificate,
+    split_multipliers,
+    starting_point,
+)
+from fedmodel.algorithms.dald.client import (
     CONTINUE,
     FULL_NEXT,
     OUTER,
@@ -46,26 +52,19 @@ from fedmodel.algorithms.dald_client import (
     is_uniform,
     make_local,
 )
-from fedmodel.algorithms.dald_common import (
-    CountingLedger,
-    blas_threads,
-    communication_totals,
-    evaluation_payload,
-    pooled_certificate,
-)
-from fedmodel.algorithms.dald_local import scaled_regularizer
-from fedmodel.algorithms.dald_options import (
+from fedmodel.algorithms.dald.local import scaled_regularizer
+from fedmodel.algorithms.dald.options import (
     DALDOptions,
     InnerRule,
     PenaltySchedule,
     rho_for_clients,
     rho_for_edges,
 )
-from fedmodel.algorithms.registry import MethodSpec, register_method
-from fedmodel.algorithms.topology import SERVER, Coordination, build_hierarchy
+from fedmodel.algorithms.dald.topology import SERVER, Coordination, build_hierarchy
 from fedmodel.compiler.partition import CompiledModel
 from fedmodel.compiler.regularizer import Regularizer
 from fedmodel.errors import ModelError, UnsupportedError
+from fedmodel.runtime.messages import CountingLedger, communication_totals
 from fedmodel.runtime.serial import SerialRuntime
 
 
@@ -609,25 +608,3 @@ def run_dald_dc(compiled: CompiledModel, opts: DALDOptions, method: str = "dald-
         D=D,
         C=C,
     )
-
-
-def _run_cc(compiled, opts, method):
-    with blas_threads(opts.blas_threads):
-        return run_dald_cc(compiled, opts, method)
-
-
-def _run_dc(compiled, opts, method):
-    with blas_threads(opts.blas_threads):
-        return run_dald_dc(compiled, opts, method)
-
-
-register_method(
-    "dald-cc",
-    MethodSpec(DALDOptions, _run_cc, "seed 004 Algorithm 2 (Fed-DALD-CC, server + clients)"),
-)
-register_method(
-    "dald-dc",
-    MethodSpec(DALDOptions, _run_dc, "seed 004 Algorithm 3 (Fed-DALD-DC, peer to peer)"),
-)
-
-from fedmodel.algorithms import baselines as _baselines  # noqa: E402,F401  (registers them)

@@ -19,18 +19,15 @@ kind           payload in                         reply payload
 
 from __future__ import annotations
 
-import time
-
 import numpy as np
 
-from fedmodel.certificate.kkt import party_evaluation
+from fedmodel.algorithms.protocol import ClientHalf
 from fedmodel.compiler.partition import PartyProgram
-from fedmodel.runtime.messages import SERVER, Message
 from fedmodel.subproblems.merit import MeritProblem
 from fedmodel.subproblems.select import make_solver
 
 
-class ProxALClient:
+class ProxALClient(ClientHalf):
     """Client ``i`` of seed 000: owns ``f_i``, ``c_i``, ``mu_i`` and its ADMM state.
 
     Parameters
@@ -59,8 +56,7 @@ class ProxALClient:
         solver: str = "auto",
         max_local_iter: int = 10_000,
     ):
-        self.name = program.name
-        self.program = program
+        super().__init__(program)
         self.beta = float(beta)
         self.rho = float(rho)
         self.prox_weight = 1.0 / ((n_clients + 1) * beta) if proximal else 0.0
@@ -75,12 +71,7 @@ class ProxALClient:
         self.max_local_iter = max_local_iter
         self.w_center: np.ndarray | None = None
         self.u = self.lam = self.u_tilde = None
-        self.stats = {
-            "local_solves": 0,
-            "local_iterations": 0,
-            "seconds": 0.0,
-            "max_residual_gap": 0.0,
-        }
+        self.stats["max_residual_gap"] = 0.0
 
     # -- P_{i,k} and its gradient -----------------------------------------------------------
     def _grad_P(self, w: np.ndarray) -> np.ndarray:
@@ -107,38 +98,13 @@ class ProxALClient:
         return self.u_tilde
 
     # -- state (checkpoints, retries) --------------------------------------------------------
-    def get_state(self) -> dict:
-        """This client's algorithm state (multipliers, proximal centre, ADMM variables,
-        statistics); its data and compiled subproblem are rebuilt from its program."""
-        return {
-            "mu": self.mu,
-            "nu": self.nu,
-            "w_center": self.w_center,
-            "u": self.u,
-            "lam": self.lam,
-            "u_tilde": self.u_tilde,
-            "stats": dict(self.stats),
-            "solver": self.solver.get_state() if hasattr(self.solver, "get_state") else None,
-        }
+    state_fields = ("mu", "nu", "w_center", "u", "lam", "u_tilde")
+    component_fields = ("solver",)  # the Newton backend's carried factor
 
-    def set_state(self, state: dict) -> None:
-        for key in ("mu", "nu", "w_center", "u", "lam", "u_tilde"):
-            value = state[key]
-            setattr(self, key, None if value is None else np.array(value, dtype=float))
-        self.stats = dict(state["stats"])
-        if state.get("solver") is not None and hasattr(self.solver, "set_state"):
-            self.solver.set_state(state["solver"])
+    def multipliers(self) -> tuple[np.ndarray, np.ndarray]:
+        return self.mu, self.nu
 
     # -- message handlers --------------------------------------------------------------------
-    def handle(self, msg: Message) -> Message:
-        t0 = time.perf_counter()
-        handler = getattr(self, f"_on_{msg.kind}", None)
-        if handler is None:
-            raise ValueError(f"client {self.name!r} got unknown message kind {msg.kind!r}")
-        payload = handler(**msg.payload)
-        self.stats["seconds"] += time.perf_counter() - t0
-        return Message(msg.kind + "_reply", self.name, SERVER, payload, msg.round, msg.channel)
-
     def _on_start(self, w):
         return {"u_tilde": self._start_admm(np.asarray(w, dtype=float))}
 
@@ -175,15 +141,3 @@ class ProxALClient:
         self.lam = self.lam + self.rho * (self.u - w)  # (16)
         self.u_tilde = self.u + self.lam / self.rho  # (17)
         return {"u_tilde": self.u_tilde, "eps_tilde": eps_tilde}
-
-    def _on_evaluate(self, w, mu=None, nu=None):
-        mu = self.mu if mu is None else np.asarray(mu, dtype=float)
-        nu = self.nu if nu is None else np.asarray(nu, dtype=float)
-        return party_evaluation(self.program, np.asarray(w, dtype=float), mu, nu)
-
-    def _on_report(self):
-        return {
-            "mu": self.mu.copy(),
-            "nu": self.nu.copy(),
-            **{k: float(v) for k, v in self.stats.items()},
-        }

@@ -1,0 +1,136 @@
+"""Pieces shared by the baselines: option checks, the local problem of a client, the
+evaluation round, the status rule and result assembly.
+"""
+
+from __future__ import annotations
+
+import time
+
+import numpy as np
+
+from fedmodel.algorithms.common import (
+    evaluation_payload,
+    make_result,
+    pooled_certificate,
+    split_multipliers,
+)
+from fedmodel.algorithms.dald.local import LocalProblem
+from fedmodel.compiler.partition import PartyProgram
+from fedmodel.errors import ModelError
+from fedmodel.runtime.messages import communication_totals
+
+
+def _positive(method, name, value):
+    try:
+        ok = float(value) > 0 and np.isfinite(float(value))
+    except (TypeError, ValueError):
+        ok = False
+    if not ok:
+        raise ModelError(f"{method}: {name} must be a positive number, got {value!r}")
+
+
+def _int_at_least_1(method, name, value):
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1:
+        raise ModelError(f"{method}: {name} must be an integer >= 1, got {value!r}")
+
+
+def _sample_count(program: PartyProgram) -> int:
+    rows = [int(np.shape(d.value)[0]) for d in program.data if np.ndim(d.value) >= 1]
+    return max(rows, default=1)
+
+
+def _local(program, reg, penalty, opts, kind=None, steps=None) -> LocalProblem:
+    return LocalProblem(
+        program,
+        reg,
+        penalty,
+        local_solver=kind or opts.local_solver,
+        local_steps=steps or getattr(opts, "local_steps", 1),
+        step=getattr(opts, "step", None),
+        local_tol=getattr(opts, "local_tol", None),
+        local_max_iter=getattr(opts, "local_max_iter", 1000),
+        solver=getattr(opts, "solver", "auto"),
+        uniform=True,
+    )
+
+
+def _evaluate(runtime, compiled, x, penalty, extra_reports=None):
+    replies = runtime.broadcast("evaluate", {"w": x}, channel="diagnostic")
+    reports = {n: r.payload for n, r in replies.items()}
+    if extra_reports:
+        reports.update(extra_reports)
+    if compiled.server.name not in reports:
+        reports[compiled.server.name] = evaluation_payload(compiled.server, x, penalty)
+    kkt, summary = pooled_certificate(compiled, reports, x)
+    return kkt, summary, reports
+
+
+def _status(compiled, opts, stopped: bool, kkt, r: int, dx: float, what: str):
+    certified = kkt.satisfied(opts.eps, opts.eps)
+    if stopped:
+        status = "optimal" if certified else "inaccurate"
+        message = (
+            f"{what} below tol = {opts.tol:g} after {r} rounds; KKT certificate "
+            + ("within" if certified else "outside")
+            + f" eps = {opts.eps:g} (stationarity {kkt.stationarity:.2e}, feasibility "
+            f"{kkt.feasibility:.2e})"
+        )
+        if not certified:
+            message += (
+                ": the method stalled away from the optimum (client drift on heterogeneous "
+                "data, a constant step, or only a penalised treatment of the constraints)"
+            )
+    else:
+        status = "max_iterations"
+        message = (
+            f"max_rounds = {r} reached ({what} {dx:.2e}); KKT stationarity "
+            f"{kkt.stationarity:.2e}, feasibility {kkt.feasibility:.2e}"
+        )
+    return status, message
+
+
+def _result(
+    compiled,
+    opts,
+    method,
+    status,
+    message,
+    x,
+    kkt,
+    summary,
+    reports,
+    runtime,
+    r,
+    t_setup,
+    t_solve,
+    history,
+    extra,
+    finals,
+):
+    multipliers = {
+        prog.name: split_multipliers(prog, reports[prog.name]["mu_c"], reports[prog.name]["nu_c"])
+        for prog in compiled.parties
+        if prog.name in reports
+    }
+    return make_result(
+        compiled,
+        method=method,
+        status=status,
+        x=x,
+        kkt=kkt,
+        summary=summary,
+        multipliers=multipliers,
+        message=message,
+        rounds={"outer": r, "inner": r, "communication": runtime.round},
+        communication=communication_totals(runtime.ledger),
+        timing={
+            "compile": t_setup,
+            "solve": time.perf_counter() - t_solve,
+            "per_party": {k: float(v.get("seconds", 0.0)) for k, v in finals.items()},
+            "local_iterations": {k: int(v.get("local_iterations", 0)) for k, v in finals.items()},
+        },
+        history=history,
+        options={k: v for k, v in opts.__dict__.items() if k not in ("w0", "callback", "topology")},
+        ledger=runtime.ledger.rows,
+        extra=extra,
+    )

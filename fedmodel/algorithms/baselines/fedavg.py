@@ -1,0 +1,359 @@
+"""The server-based baselines: ``fedavg`` and ``fedprox`` (``dgd`` is in :mod:`.dgd`).
+
+* ``fedavg`` (McMahan et al. 2017): each round the server sends ``x_hat``; every client
+  starts from it and either solves its local problem ``min f_i + h/n`` (``local_solver=
+  "exact"``) or takes ``local_steps`` (E) proximal-gradient steps on it
+  (``"prox-grad"``, the default); the server averages the returned models with weights
+  proportional to the clients' sample counts (``weights="samples"``, each client reports
+  the number of rows of its data once) or uniform weights.
+* ``fedprox`` (Li et al. 2020): the same with the proximal term ``(prox_coef/2)||x -
+  x_hat||^2`` in the local problem; by default exact local solves and uniform weights, which
+  is seed 004's distributed proximal algorithm (52)-(53), i.e. dald-cc with the multipliers
+  kept at 0 and ``rho = sqrt(prox_coef / 2)``.
+* ``dgd`` (seed 004 eq. 55; Nedic and Ozdaglar 2009): over a peer-to-peer topology, each node
+  sends ``x_i`` to its neighbours and updates ``x_i <- prox_{alpha_i h/n}(sum_j p_ij x_j -
+  alpha_i grad f_i(x_i))`` with Metropolis mixing weights (or a given matrix); the returned
+  point is the average of the nodes' iterates (gathered on the diagnostic channel).
+
+None of these methods handles constraints. For models with local or global constraints
+they take ``penalty=beta``: each party's constraints enter its own objective as the
+quadratic penalty ``(beta/2)(||[c(x)]_+||^2 + ||a(x)||^2)``, so the answer is the
+minimiser of a penalised model, whose violation is O(1/beta); the KKT certificate of the
+result (with the multipliers ``beta [c]_+`` the penalty implies) shows what is lost
+compared with ``prox-al``. Global terms held by the server (``f_0`` and the penalty of
+``c_0``) are handled by a server step ``x_hat = argmin f_0 + P_0 + (c n/2)||x - x_bar||^2``
+after averaging (``c = prox_coef`` for fedprox, 1 for fedavg); in ``dgd`` the server must be
+a node of the topology.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from typing import Any
+
+import numpy as np
+
+from fedmodel.algorithms.baselines.common import (
+    _int_at_least_1,
+    _local,
+    _positive,
+    _sample_count,
+    _status,
+)
+from fedmodel.algorithms.common import (
+    evaluation_payload,
+    penalty_multipliers,
+    starting_point,
+)
+from fedmodel.algorithms.dald.local import LOCAL_SOLVERS, scaled_regularizer
+from fedmodel.algorithms.dald.options import check_constraints
+from fedmodel.algorithms.driver import run_federated
+from fedmodel.algorithms.options import RuntimeOptions
+from fedmodel.algorithms.protocol import ClientHalf, ServerHalf, StepReport
+from fedmodel.compiler.partition import CompiledModel, PartyProgram
+from fedmodel.compiler.regularizer import Regularizer
+from fedmodel.errors import ModelError, UnsupportedError
+from fedmodel.runtime.endpoints import EndpointFactory
+
+
+@dataclass
+class FedAvgOptions(RuntimeOptions):
+    """Options of ``fedavg``.
+
+    Attributes
+    ----------
+    local_solver : {"prox-grad", "exact", "bfgs"}
+        E proximal-gradient steps (default), or an exact local solve.
+    local_start : {"global", "previous"}
+        Where local training starts: the received global model (the usual FedAvg/FedProx)
+        or the client's previous local model (seed 004's reading of FedProx as dald-cc with
+        ``mu = 0``, whose solver layer warm-starts at ``x_i^{k-1}``). Irrelevant for exact
+        solves of strictly convex local problems.
+    local_steps : int
+        E, the local steps per round.
+    step : float, "backtracking" or None
+        Local step size; ``None``: ``1 / L`` from the client's own curvature estimate.
+    weights : "samples", "uniform" or dict
+        Aggregation weights (normalised): sample counts, equal, or given per client.
+    max_rounds : int
+    tol : float
+        Stop when ``||x_hat^r - x_hat^{r-1}||_inf <= tol``.
+    penalty : float or None
+        Quadratic penalty of the constraints (required for constrained models).
+    eps : float
+        Tolerance of the KKT certificate (status ``"optimal"``).
+    local_tol, local_max_iter, solver : exact local solves (see dald-cc).
+    w0 : as for dald-cc.
+    snapshot_iterations : sequence of int
+        Rounds after which every client's local model is recorded.
+    """
+
+    local_solver: str = "prox-grad"
+    local_start: str = "global"
+    local_steps: int = 10
+    step: float | None = None
+    weights: Any = "samples"
+    max_rounds: int = 1000
+    tol: float = 1e-10
+    penalty: float | None = None
+    eps: float = 1e-3
+    local_tol: float | None = None
+    local_max_iter: int = 1000
+    solver: str = "auto"
+    w0: Any = None
+    snapshot_iterations: Any = ()
+
+    def validate(self, compiled: CompiledModel, method: str) -> None:
+        if self.local_solver not in LOCAL_SOLVERS:
+            raise ModelError(
+                f"{method}: local_solver must be one of {LOCAL_SOLVERS}, got {self.local_solver!r}"
+            )
+        if self.local_start not in ("global", "previous"):
+            raise ModelError(
+                f"{method}: local_start must be 'global' or 'previous', got {self.local_start!r}"
+            )
+        _int_at_least_1(method, "local_steps", self.local_steps)
+        _int_at_least_1(method, "max_rounds", self.max_rounds)
+        _int_at_least_1(method, "local_max_iter", self.local_max_iter)
+        _positive(method, "tol", self.tol)
+        _positive(method, "eps", self.eps)
+        for name in ("step", "local_tol", "penalty"):
+            if getattr(self, name) is not None and getattr(self, name) != "backtracking":
+                _positive(method, name, getattr(self, name))
+        if self.local_solver == "bfgs" and not (
+            compiled.regularizer.is_zero or compiled.regularizer.is_smooth
+        ):
+            raise UnsupportedError(
+                f"{method}: local_solver='bfgs' needs a smooth local problem, but h has an l1, "
+                "norm2 or box term"
+            )
+        names = [c.name for c in compiled.clients]
+        w = self.weights
+        if isinstance(w, dict):
+            unknown = sorted(set(w) - set(names))
+            missing = sorted(set(names) - set(w))
+            if unknown or missing:
+                raise ModelError(
+                    f"{method}: weights dict must give every client: missing {missing}, "
+                    f"unknown {unknown}"
+                )
+            for n in names:
+                _positive(method, f"weight of '{n}'", w[n])
+        elif w not in ("samples", "uniform"):
+            raise ModelError(f"{method}: weights must be 'samples', 'uniform' or a dict, got {w!r}")
+        check_constraints(compiled, method, self.penalty)
+        self.validate_runtime()
+
+    @property
+    def eps1(self) -> float:
+        return float(self.eps)
+
+    @property
+    def eps2(self) -> float:
+        return float(self.eps)
+
+
+@dataclass
+class FedProxOptions(FedAvgOptions):
+    """Options of ``fedprox``: those of ``fedavg`` plus ``prox_coef``.
+
+    Attributes
+    ----------
+    prox_coef : float
+        The proximal coefficient (``mu`` of Li et al.): local problem ``f_i + h/n +
+        (prox_coef/2)||x - x_hat||^2``. The default 2.0 corresponds to seed 004's ``rho = 1``.
+    local_solver : default ``"exact"``.
+    weights : default ``"uniform"`` (seed 004 eq. 53 with uniform ``beta_i``).
+    """
+
+    prox_coef: float = 2.0
+    local_solver: str = "exact"
+    weights: Any = "uniform"
+
+    def validate(self, compiled: CompiledModel, method: str) -> None:
+        super().validate(compiled, method)
+        _positive(method, "prox_coef", self.prox_coef)
+
+
+class FedClient(ClientHalf):
+    """Client of fedavg / fedprox: local training from the global model."""
+
+    state_fields = ("x", "last_w")
+    component_fields = ("local",)
+
+    def __init__(
+        self, program: PartyProgram, reg_share: Regularizer, opts: FedAvgOptions, prox_coef: float
+    ):
+        super().__init__(program)
+        self.penalty = opts.penalty
+        self.local = _local(program, reg_share, opts.penalty, opts)
+        self.prox_coef = float(prox_coef)
+        self.local_start = opts.local_start
+        self.x: np.ndarray | None = None
+        self.last_w: np.ndarray | None = None
+
+    def multipliers(self):
+        """The multipliers the quadratic penalty implies at the last evaluated model."""
+        if self.last_w is None:
+            return super().multipliers()
+        return penalty_multipliers(self.program, self.last_w, self.penalty)
+
+    def _on_samples(self):
+        return {"n": float(_sample_count(self.program))}
+
+    def _on_fed_round(self, x_hat):
+        x_hat = np.asarray(x_hat, dtype=float)
+        self.local.set_quadratic(self.prox_coef, x_hat)  # (prox_coef/2)||x - x_hat||^2
+        start = x_hat if (self.x is None or self.local_start == "global") else self.x
+        self.x = self.local.solve(start.copy())
+        return {"x": self.x}
+
+    def _on_evaluate(self, w):
+        self.last_w = np.asarray(w, dtype=float)
+        return evaluation_payload(self.program, self.last_w, self.penalty)
+
+    def _on_snapshot(self):
+        return {"x": None if self.x is None else self.x.copy()}
+
+    def _on_report(self):
+        return {
+            **super()._on_report(),
+            "local_iterations": self.local.stats.iterations,
+            "x": None if self.x is None else self.x.copy(),
+        }
+
+
+class FedAvgServer(ServerHalf):
+    """Server half of fedavg / fedprox: weighted averaging of the clients' local models, then
+    the server's own step on ``f_0`` and the penalty of ``c_0`` (when it has terms).
+
+    State: the global model ``x_hat``, the aggregation weights, the round counter and the
+    recorded snapshots.
+    """
+
+    resume_options = (
+        "local_solver", "local_start", "local_steps", "step", "weights", "tol", "penalty",
+        "local_tol", "local_max_iter", "solver",
+    )  # fmt: skip
+    step_name = "round"
+
+    def __init__(self, compiled: CompiledModel, opts: FedAvgOptions, prox_coef: float, x0):
+        super().__init__(compiled.server, opts)
+        self.names = [c.name for c in compiled.clients]
+        n = len(self.names)
+        self.max_steps = int(opts.max_rounds)
+        self.prox_coef = float(prox_coef)
+        self.coupling = (prox_coef if prox_coef > 0 else 1.0) * n
+        self.server_local = (
+            _local(compiled.server, Regularizer(), opts.penalty, opts, kind="exact")
+            if not compiled.server.is_empty
+            else None
+        )
+        self.snap_at = {int(s) for s in opts.snapshot_iterations}
+        self.x = np.asarray(x0, dtype=float)
+        self.p: dict[str, float] = {}
+        self.r = 0
+        self.snapshots: dict[int, dict] = {}
+        self.dx = np.inf
+
+    def start(self, runtime) -> None:
+        w = self.options.weights
+        if w == "samples":
+            runtime.next_round()
+            raw = {k: float(r.payload["n"]) for k, r in runtime.broadcast("samples", {}).items()}
+        elif w == "uniform":
+            raw = {k: 1.0 for k in self.names}
+        else:
+            raw = {k: float(w[k]) for k in self.names}
+        total = sum(raw.values())
+        self.p = {k: raw[k] / total for k in self.names}
+
+    def step(self, runtime, deadline) -> StepReport:
+        self.r = r = self.r + 1
+        runtime.next_round()
+        replies = runtime.broadcast("fed_round", {"x_hat": self.x})
+        x_bar = sum(
+            self.p[k] * np.asarray(rep.payload["x"], dtype=float) for k, rep in replies.items()
+        )
+        if self.server_local is not None:
+            self.server_local.set_quadratic(self.coupling, x_bar)
+            x_new = self.server_local.solve(x_bar)
+        else:
+            x_new = x_bar
+        if not np.all(np.isfinite(x_new)):
+            return StepReport(
+                stop="unbounded",
+                message="the iterates diverge (non-finite values); the last finite iterate is returned",
+            )
+        self.dx = float(np.abs(x_new - self.x).max(initial=0.0))
+        self.x = x_new
+        if r in self.snap_at:
+            reps = runtime.broadcast("snapshot", {}, channel="diagnostic")
+            self.snapshots[r] = {
+                "x_hat": self.x.copy(),
+                "local": {k: v.payload["x"] for k, v in reps.items()},
+            }
+        report = StepReport(info={"iteration": r, "dx_inf": self.dx})
+        if self.dx <= self.options.tol:
+            report.stop = "stopped"
+        return report
+
+    def point(self) -> np.ndarray:
+        return self.x
+
+    def multipliers(self):
+        return penalty_multipliers(self.program, self.x, self.options.penalty)
+
+    def get_state(self) -> dict:
+        return {
+            "x": self.x.copy(),
+            "p": dict(self.p),
+            "r": self.r,
+            "dx": self.dx,
+            "snapshots": dict(self.snapshots),
+            "server_local": None if self.server_local is None else self.server_local.get_state(),
+        }
+
+    def set_state(self, state: dict) -> None:
+        self.x = np.array(state["x"], dtype=float)
+        self.p = dict(state["p"])
+        self.r = int(state["r"])
+        self.dx = float(state["dx"])
+        self.snapshots = dict(state["snapshots"])
+        if self.server_local is not None:
+            self.server_local.set_state(state["server_local"])
+
+    def round_counts(self) -> dict[str, int]:
+        return {"inner": self.r}
+
+    def conclude(self, status, message, kkt, summary, history):
+        if status in ("optimal", "inaccurate", "max_iterations"):
+            status, message = _status(
+                None, self.options, status != "max_iterations", kkt, self.r, self.dx,
+                "||x_hat change||_inf",
+            )  # fmt: skip
+        return status, message
+
+    def extra(self, reports: dict[str, dict]) -> dict:
+        return {
+            "local_x": {k: v.get("x") for k, v in reports.items()},
+            "weights": dict(self.p),
+            "snapshots": self.snapshots,
+        }
+
+
+def run_fedavg(
+    compiled: CompiledModel, opts: FedAvgOptions, method: str = "fedavg", *, faults=None
+):
+    """Run fedavg or fedprox through the driver (any backend, checkpoints, failure policies)."""
+    opts.validate(compiled, method)
+    n = compiled.n_clients
+    reg_share = scaled_regularizer(compiled.regularizer, 1.0 / n)
+    prox_coef = float(getattr(opts, "prox_coef", 0.0)) if method == "fedprox" else 0.0
+    client_opts = replace(opts, callback=None)  # what travels to where the clients run
+    factories = {
+        c.name: EndpointFactory(FedClient, (c, reg_share, client_opts, prox_coef))
+        for c in compiled.clients
+    }
+    server = FedAvgServer(compiled, opts, prox_coef, starting_point(compiled, opts.w0))
+    return run_federated(compiled, opts, method, server, factories, faults=faults)

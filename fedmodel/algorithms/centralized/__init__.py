@@ -1,0 +1,32 @@
+"""The pooled references: ``centralized`` (the pooled problem solved exactly and certified)
+and ``cprox-al`` (seed 000 Algorithm 3). Centralized by design: they read every program."""
+
+from fedmodel.algorithms.centralized.options import CentralizedOptions
+from fedmodel.algorithms.proxal.options import ProxALOptions
+from fedmodel.algorithms.registry import MethodSpec
+
+
+def _run_cprox_al(compiled, options, method):
+    from fedmodel.algorithms.centralized.cprox_al import run_cprox_al
+
+    return run_cprox_al(compiled, options, method=method)
+
+
+def _run_centralized(compiled, options, method):
+    from fedmodel.algorithms.centralized.pooled import run_centralized
+
+    return run_centralized(compiled, options)
+
+
+METHODS = {
+    "cprox-al": MethodSpec(
+        ProxALOptions, _run_cprox_al, "seed 000 Algorithm 3 (centralized)", federated=False
+    ),
+    "centralized": MethodSpec(
+        CentralizedOptions,
+        _run_centralized,
+        "pooled problem solved exactly: cvxpy, or the smooth exact path (reference)",
+        needs_gradients=False,
+        federated=False,
+    ),
+}

@@ -1,0 +1,45 @@
+"""Options of ``centralized``: the pooled problem solved exactly and certified."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+
+@dataclass
+class CentralizedOptions:
+    """Options of ``centralized``: the pooled problem solved exactly and certified.
+
+    Attributes
+    ----------
+    eps : float
+        KKT tolerance the certificate must meet for status ``"optimal"``.
+    engine : {"auto", "cvxpy", "smooth"}
+        How the pooled problem is solved. ``"cvxpy"``: one cvxpy solve (then refined when
+        not certified). ``"smooth"``: the smooth exact path, cprox-al on the pooled problem
+        with Newton (or L-BFGS) subproblems and a large penalty (beta = 1e5), started from
+        ``w = 0``; needs every term to have a gradient. ``"auto"`` (default): ``"smooth"``
+        when every term is of GLM form (the Newton backend applies) and at least one is
+        not quadratic (logistic, exp, huber, ...: cvxpy would need the exponential cone,
+        where Clarabel fails and ECOS/SCS are slow and inexact on UCI Adult), falling back
+        to cvxpy if the smooth path does not certify; ``"cvxpy"`` otherwise (QPs: OSQP or
+        Clarabel are fast and exact).
+    solver : str or None
+        cvxpy solver (default: cvxpy's choice, OSQP for QPs, Clarabel for conic models).
+    refine : bool
+        When cvxpy's answer is not certified to ``eps``, refine it with cprox-al started
+        from cvxpy's primal and dual values.
+    solver_options : dict
+        Passed to ``cvxpy.Problem.solve``.
+    time_limit : float or None
+        Wall-clock seconds for the smooth exact path and the refinement.
+    blas_threads : int or None
+        OpenBLAS threads during the solve (default 1; ``None`` leaves the setting alone).
+    """
+
+    eps: float = 1e-6
+    engine: str = "auto"
+    solver: str | None = None
+    refine: bool = True
+    solver_options: dict = field(default_factory=dict)
+    time_limit: float | None = None
+    blas_threads: int | None = 1

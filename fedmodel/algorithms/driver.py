@@ -1,0 +1,404 @@
+"""Run any federated method (a server half and its client halves, see
+:mod:`fedmodel.algorithms.protocol`) on any backend, the same way for every method:
+
+* start the runtime, building each client half where it runs from its factory;
+* resume from a checkpoint (checked against the model, the method and the options that
+  change the iterates) or call ``server.start``;
+* call ``server.step`` until the method stops, ``server.max_steps`` is reached or the time
+  limit passes; after each step, a history row (one diagnostic evaluation round, when
+  ``options.history``), the callback, a consistent mark of every party's state, and a
+  checkpoint every ``checkpoint_every`` steps;
+* a client failure the policy did not recover, or Ctrl-C, returns the last consistent
+  iterate (every party put back to its state there) with status ``"client_failure"`` or
+  ``"interrupted"``, and a checkpoint of it when asked;
+* the certificate: one evaluation round at the returned point, each party on its own data;
+  status ``"optimal"`` only when the recomputed KKT residuals meet ``(eps1, eps2)``;
+* the :class:`~fedmodel.result.Result`: ledger, communication totals, timing per party,
+  multipliers from every party's report.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from fedmodel.algorithms.common import (
+    federated_evaluation,
+    history_row,
+    make_result,
+    split_multipliers,
+)
+from fedmodel.algorithms.protocol import ServerHalf, StepReport
+from fedmodel.compiler.partition import CompiledModel
+from fedmodel.runtime.checkpoint import (
+    check_manifest,
+    model_fingerprint,
+    read_manifest,
+    read_server_state,
+    write_checkpoint,
+)
+from fedmodel.runtime.endpoints import EndpointFactory
+from fedmodel.runtime.factory import make_runtime
+from fedmodel.runtime.faults import inject_faults
+from fedmodel.runtime.messages import CountingLedger, communication_totals
+from fedmodel.runtime.outcomes import ClientFailure
+
+
+@dataclass
+class _Mark:
+    """The run's state at a consistent point (after a completed step): what a failure or an
+    interruption returns, and what a checkpoint holds on the server side."""
+
+    k_next: int
+    history: list
+    last_eval: Any
+    last_eval_k: int
+    round: int
+    ledger_rows: int
+    server: dict
+
+    def state(self, runtime) -> dict:
+        d = dict(self.__dict__)
+        d["ledger"] = list(runtime.ledger.rows[: self.ledger_rows])
+        d["client_seconds"] = dict(runtime.client_seconds)
+        return d
+
+
+def run_federated(
+    compiled: CompiledModel,
+    options: Any,
+    method: str,
+    server: ServerHalf,
+    factories: Mapping[str, EndpointFactory],
+    *,
+    faults: dict | None = None,
+):
+    """Run ``server`` with the client halves built from ``factories`` on ``options.backend``.
+
+    ``options`` carries the runtime options of
+    :class:`~fedmodel.algorithms.options.RuntimeOptions` and the tolerances ``eps1``,
+    ``eps2``. ``faults`` (client name -> :class:`~fedmodel.runtime.faults.Fault`) injects
+    failures, for tests.
+    """
+    t_start = time.perf_counter()
+    fingerprint = model_fingerprint(compiled)
+    resume_key = server.resume_key()
+    resumed = manifest = None
+    if options.resume is not None:  # check before starting any worker
+        manifest = read_manifest(options.resume)
+        check_manifest(
+            manifest,
+            method=method,
+            model=fingerprint,
+            options=resume_key,
+            where=os.fspath(options.resume),
+        )
+        resumed = read_server_state(options.resume, manifest)
+    if faults:
+        factories = inject_faults(factories, faults)
+    runtime = make_runtime(
+        options.backend,
+        factories,
+        workers=options.workers,
+        server_hosts_clients=options.server_hosts_clients,
+        ray_address=options.ray_address,
+        client_timeout=options.client_timeout,
+        on_failure=options.on_failure,
+        retries=options.retries,
+        weights={c.name: c.data_bytes() + 1 for c in compiled.clients},
+    )
+    if not options.keep_ledger:
+        runtime.ledger = CountingLedger()
+    try:
+        start = None
+        if manifest is not None:
+            runtime.load_party_checkpoint(options.resume, manifest["parties"])
+            start = _Mark(**{k: resumed[k] for k in _Mark.__dataclass_fields__})
+            runtime.ledger.rows = list(resumed["ledger"])
+            runtime.client_seconds.update(resumed["client_seconds"])
+        run = _Run(compiled, options, method, server, runtime, fingerprint, resume_key)
+        run.compile_seconds = time.perf_counter() - t_start
+        with runtime.deferred_interrupts():
+            return run.solve(start)
+    finally:
+        runtime.close()
+
+
+class _Run:
+    """One run of a method: the step loop, marks and checkpoints, and the final result."""
+
+    def __init__(self, compiled, options, method, server, runtime, fingerprint, resume_key):
+        self.compiled = compiled
+        self.options = options
+        self.method = method
+        self.server = server
+        self.runtime = runtime
+        self.fingerprint = fingerprint
+        self.resume_key = resume_key
+        self.local = compiled.nonconvex
+        self.compile_seconds = 0.0
+        self.mark: _Mark | None = None
+        self.checkpoint_written: str | None = None
+        self.history: list[dict] = []
+        self.last_eval = None
+        self.last_eval_k = -2
+        self.k = -1
+
+    # -- marks and checkpoints ---------------------------------------------------------------
+    def take_mark(self, k_next: int) -> None:
+        rt = self.runtime
+        with rt.critical():
+            rt.mark()
+            self.mark = _Mark(
+                k_next,
+                list(self.history),
+                self.last_eval,
+                self.last_eval_k,
+                rt.round,
+                len(rt.ledger.rows),
+                self.server.get_state(),
+            )
+
+    def save(self, reason: str) -> None:
+        write_checkpoint(
+            self.options.checkpoint,
+            self.runtime,
+            method=self.method,
+            model=self.fingerprint,
+            options=self.resume_key,
+            iteration=self.mark.k_next,
+            server_state=self.mark.state(self.runtime),
+            reason=reason,
+        )
+        self.checkpoint_written = os.fspath(self.options.checkpoint)
+
+    def evaluate(self):
+        mu, nu = self.server.multipliers()
+        return federated_evaluation(
+            self.runtime,
+            self.compiled.server,
+            self.compiled.regularizer,
+            self.server.point(),
+            mu,
+            nu,
+            self.local,
+        )
+
+    # -- the loop ----------------------------------------------------------------------------
+    def solve(self, start: _Mark | None):
+        opts, server, runtime = self.options, self.server, self.runtime
+        self.t_solve = time.perf_counter()
+        deadline = self.t_solve + opts.time_limit if opts.time_limit else None
+        status, message = "max_iterations", ""
+        last = StepReport()
+        try:
+            if start is None:
+                server.start(runtime)
+            else:  # resume from a checkpoint
+                server.set_state(start.server)
+                self.history = list(start.history)
+                self.last_eval, self.last_eval_k = start.last_eval, start.last_eval_k
+                self.k = start.k_next - 1
+                runtime.round = start.round
+            first = self.k + 1
+            self.take_mark(first)
+            for k in range(first, server.max_steps):
+                self.k = k
+                last = server.step(runtime, deadline)
+                if last.stop == "unbounded":  # the last finite iterate stands
+                    status, message = last.stop, last.message
+                    break
+                if opts.history:
+                    self.last_eval, self.last_eval_k = self.evaluate(), k
+                    kkt, summary = self.last_eval
+                    self.history.append(
+                        history_row(k, summary, kkt, **last.info, rounds=runtime.round)
+                    )
+                if opts.callback is not None:
+                    opts.callback(
+                        self.history[-1]
+                        if self.history
+                        else {"iteration": k, "rounds": runtime.round}
+                    )
+                if last.stop is not None:
+                    status, message = last.stop, last.message
+                    break
+                if deadline is not None and time.perf_counter() > deadline:
+                    status = "time_limit"
+                    message = (
+                        f"time limit of {opts.time_limit:g} s reached after {k + 1} "
+                        f"{server.step_name}s"
+                    )
+                    if opts.checkpoint is not None:  # resumable where it stopped
+                        self.take_mark(k + 1)
+                        with runtime.critical():
+                            self.save("time_limit")
+                        message += (
+                            f"; checkpoint written to {self.checkpoint_written!r}: continue "
+                            f"with resume={self.checkpoint_written!r}"
+                        )
+                    break
+                self.take_mark(k + 1)
+                if opts.checkpoint is not None and (k + 1) % opts.checkpoint_every == 0:
+                    with runtime.critical():
+                        self.save("periodic")
+        except ClientFailure as exc:
+            return self.stopped_early(exc)
+        except KeyboardInterrupt:
+            return self.stopped_early(None)
+
+        if self.last_eval is None or self.last_eval_k != self.k or status == "unbounded":
+            self.last_eval, self.last_eval_k = self.evaluate(), self.k
+        kkt, summary = self.last_eval
+        if status == "stopped":
+            if kkt.satisfied(opts.eps1, opts.eps2):
+                status = "optimal"
+                message = f"(eps1, eps2) = ({opts.eps1:g}, {opts.eps2:g})-KKT point certified"
+                if self.local:
+                    message += " (a local certificate: the model has non-convex terms)"
+            else:
+                status = "inaccurate"
+                message = (
+                    "the method's stopping test held but the recomputed KKT residuals "
+                    f"(stationarity {kkt.stationarity:.2e}, feasibility {kkt.feasibility:.2e}) "
+                    f"exceed (eps1, eps2) = ({opts.eps1:g}, {opts.eps2:g})"
+                )
+        elif status == "max_iterations":
+            message = (
+                f"{server.max_steps} {server.step_name}s reached without meeting the method's "
+                f"stopping test (KKT stationarity {kkt.stationarity:.2e}, feasibility "
+                f"{kkt.feasibility:.2e})"
+            )
+        status, message = server.conclude(status, message, kkt, summary, self.history)
+        reports = runtime.broadcast("report", {}, channel="diagnostic")
+        return self.result(status, message, kkt, summary, reports)
+
+    # -- results -----------------------------------------------------------------------------
+    def result(self, status, message, kkt, summary, reports, failure=None):
+        compiled, server, runtime = self.compiled, self.server, self.runtime
+        multipliers = {
+            compiled.server.name: split_multipliers(compiled.server, *server.multipliers())
+        }
+        per_party_seconds = {"server": 0.0}
+        local_iters = {"server": server.local_iterations}
+        for c in compiled.clients:
+            if c.name not in reports:
+                continue
+            p = reports[c.name].payload
+            multipliers[c.name] = split_multipliers(c, p["mu"], p["nu"])
+            per_party_seconds[c.name] = p["seconds"]
+            local_iters[c.name] = int(p["local_iterations"])
+        solve_seconds = time.perf_counter() - self.t_solve
+        # the server's own time: what it did not spend waiting for the clients' replies
+        per_party_seconds["server"] = max(0.0, solve_seconds - runtime.wait_seconds)
+        return make_result(
+            compiled,
+            method=self.method,
+            status=status,
+            x=server.point(),
+            kkt=kkt,
+            summary=summary,
+            multipliers=multipliers,
+            message=message,
+            rounds={"outer": self.k + 1, **server.round_counts(), "communication": runtime.round},
+            communication=communication_totals(runtime.ledger),
+            timing={
+                "compile": self.compile_seconds,
+                "solve": solve_seconds,
+                "per_party": per_party_seconds,
+                "waiting": runtime.wait_seconds,
+                "local_iterations": local_iters,
+            },
+            history=self.history,
+            options={k: v for k, v in self.options.__dict__.items() if k not in ("w0", "callback")},
+            ledger=runtime.ledger.rows,
+            failure=failure or {},
+            checkpoint=self.checkpoint_written,
+            extra={
+                "backend": runtime.backend,
+                "placement": runtime.placement,
+                "retries": list(runtime.retried),
+                **server.extra({name: r.payload for name, r in reports.items()}),
+            },
+        )
+
+    def stopped_early(self, failure: ClientFailure | None):
+        """A client failed (policy exhausted) or the user pressed Ctrl-C: return the last
+        consistent iterate (end of the last completed step), with every party put back to
+        its state there, and write a checkpoint of it if asked."""
+        runtime, server, mark = self.runtime, self.server, self.mark
+        notes = []
+        try:
+            runtime.recover()
+        except Exception as exc:  # noqa: BLE001
+            notes.append(f"recovering the workers failed ({exc})")
+        if mark is None:  # failed before the first consistent point (the start round)
+            self.history, self.last_eval, self.k = [], None, -1
+        else:
+            self.history, self.k = list(mark.history), mark.k_next - 1
+            self.last_eval = mark.last_eval if mark.last_eval_k == self.k else None
+            server.set_state(mark.server)
+            try:
+                runtime.restore_marks()
+            except Exception as exc:  # noqa: BLE001
+                notes.append(f"restoring the clients' states failed ({exc})")
+            if self.options.checkpoint is not None:
+                try:
+                    self.save("client_failure" if failure is not None else "interrupted")
+                except Exception as exc:  # noqa: BLE001
+                    notes.append(f"no checkpoint could be written ({exc})")
+        usable = runtime.alive  # a client that raised may answer again; a dead one cannot
+        kkt, summary = self.last_eval if self.last_eval is not None else (None, None)
+        if summary is None and len(usable) == len(runtime.client_names):
+            try:
+                kkt, summary = self.evaluate()
+            except (ClientFailure, KeyboardInterrupt):
+                kkt, summary = None, None
+        if summary is None:
+            summary = {"objective": float("nan"), "max_violation": float("nan")}
+            notes.append("the objective could not be evaluated without every client")
+        reports = {}
+        for name in usable:
+            try:
+                reports[name] = runtime.send(name, "report", {}, channel="diagnostic")
+            except (ClientFailure, KeyboardInterrupt):
+                continue
+        where = (
+            f"the end of {self.server.step_name} {self.k}"
+            if self.k >= 0
+            else f"the starting point (no {self.server.step_name} completed)"
+        )
+        info: dict[str, Any] = {}
+        if failure is not None:
+            status = "client_failure"
+            name, out = next(iter(failure.failures.items()))
+            info = {
+                "client": name,
+                "clients": list(failure.failures),
+                "error": out.describe(),
+                "kind": out.kind,
+                "round": failure.round,
+                "message_kind": failure.kind,
+                "traceback": out.detail,
+            }
+            message = (
+                f"client '{name}' failed in round {failure.round} ('{failure.kind}' message, "
+                f"{out.kind}): {out.describe()}"
+            )
+            if len(failure.failures) > 1:
+                message += f" (also failed: {sorted(failure.failures)[1:]})"
+            message += f". Returned the last consistent iterate, {where}."
+        else:
+            status = "interrupted"
+            message = f"interrupted (Ctrl-C); returned the last consistent iterate, {where}."
+        if self.checkpoint_written:
+            message += (
+                f" Checkpoint written to {self.checkpoint_written!r}: continue with "
+                f"resume={self.checkpoint_written!r}."
+            )
+        if notes:
+            message += " Note: " + "; ".join(notes) + "."
+        return self.result(status, message, kkt, summary, reports, failure=info)

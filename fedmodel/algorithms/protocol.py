@@ -1,0 +1,226 @@
+"""The method protocol: what a federated method provides, and what the driver, every runtime,
+the ledger, checkpoints and the certificate rely on.
+
+A method is four small pieces (a new method is a family folder and a registry line):
+
+1. an **options** dataclass, validated at the boundary (:func:`~fedmodel.algorithms.options.build_options`);
+2. a **client half** per client (:class:`ClientHalf`): built *where the client runs* from an
+   :class:`~fedmodel.runtime.endpoints.EndpointFactory` that holds only that client's own
+   :class:`~fedmodel.compiler.partition.PartyProgram` and the options; it answers messages
+   (``_on_<kind>(**payload) -> reply payload``) and keeps its algorithm state in the
+   attributes named by ``state_fields``, so that :meth:`ClientHalf.get_state` /
+   :meth:`ClientHalf.set_state` give checkpoints and retries all of it;
+3. a **server half** (:class:`ServerHalf`): the server's own program, ``h`` and explicit
+   state; it reaches clients only through the runtime (``runtime.broadcast``,
+   ``runtime.send``) and is driven like optax's ``init``/``update`` pair::
+
+       server.start(runtime)                        # init: the first exchange
+       while not done:
+           step = server.step(runtime, deadline)    # update: one iteration of the paper
+           (history row, callback, time limit, checkpoint: the driver's business)
+
+   Everything the next step needs is in :meth:`ServerHalf.get_state`, so the driver can
+   stop after any step (client failure, Ctrl-C, time limit) and return or checkpoint the
+   last consistent iterate, and resume from it bit for bit;
+4. a :class:`~fedmodel.algorithms.registry.MethodSpec` in its family's ``METHODS`` and a line in
+   :data:`~fedmodel.algorithms.registry.FAMILIES`.
+
+:func:`fedmodel.algorithms.driver.run_federated` runs any such method on any backend:
+runtime start-up, resume, per-step history and callback, time limit, checkpoints, failure
+policies and interrupts, the final certificate round (every client answers ``evaluate`` on
+its own data) and the :class:`~fedmodel.result.Result`.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import Any, ClassVar
+
+import numpy as np
+
+from fedmodel.certificate.kkt import party_evaluation
+from fedmodel.compiler.partition import PartyProgram
+from fedmodel.runtime.messages import SERVER, Message
+
+
+class ClientHalf:
+    """Base of every method's client half: message dispatch and explicit state.
+
+    Subclasses set ``state_fields`` (the attributes that make up the algorithm state; the
+    program and compiled subproblems are rebuilt from the program, never saved),
+    ``component_fields`` (local solvers whose own ``get_state`` matters to the iterates) and
+    implement one ``_on_<kind>(**payload) -> dict`` per message kind of their message table.
+    Every client half answers the certificate's messages ``evaluate`` (the party's share of
+    the KKT residuals at ``w``, on its own data, with its own multipliers) and ``report``
+    (multipliers and statistics); :meth:`multipliers` says which multipliers those are.
+
+    Messages on the ``"local"`` channel, and peer-to-peer messages (sender not the server),
+    return the handler's value itself rather than a reply message.
+
+    Examples
+    --------
+    >>> class Echo(ClientHalf):
+    ...     state_fields = ("count",)
+    ...     def __init__(self, program):
+    ...         super().__init__(program)
+    ...         self.count = 0
+    ...     def _on_ping(self, x):
+    ...         self.count += 1
+    ...         return {"x": x}
+    """
+
+    state_fields: ClassVar[tuple[str, ...]] = ()
+    # attributes holding objects with their own get_state/set_state (local solvers whose
+    # caches change the iterates: step sizes, carried factors); saved with the state
+    component_fields: ClassVar[tuple[str, ...]] = ()
+
+    def __init__(self, program: PartyProgram):
+        self.name = program.name
+        self.program = program
+        self.stats: dict[str, float] = {
+            "local_solves": 0,
+            "local_iterations": 0,
+            "seconds": 0.0,
+        }
+
+    # -- messages ----------------------------------------------------------------------------
+    def handle(self, msg: Message) -> Any:
+        t0 = time.perf_counter()
+        handler = getattr(self, f"_on_{msg.kind}", None)
+        if handler is None:
+            raise ValueError(f"party {self.name!r} got unknown message kind {msg.kind!r}")
+        out = handler(**msg.payload)
+        self.stats["seconds"] += time.perf_counter() - t0
+        if msg.channel == "local" or msg.sender != SERVER:
+            return out
+        return Message(msg.kind + "_reply", self.name, SERVER, out, msg.round, msg.channel)
+
+    # -- state -------------------------------------------------------------------------------
+    def get_state(self) -> dict:
+        """The algorithm state (``state_fields``) and statistics; the host copies it."""
+        state = {key: getattr(self, key) for key in self.state_fields}
+        state["stats"] = dict(self.stats)
+        for key in self.component_fields:
+            part = getattr(self, key)
+            state[key] = part.get_state() if hasattr(part, "get_state") else None
+        return state
+
+    def set_state(self, state: dict) -> None:
+        for key in self.state_fields:
+            value = state[key]
+            if isinstance(value, np.ndarray):
+                value = np.array(value, dtype=value.dtype)
+            setattr(self, key, value)
+        self.stats = dict(state["stats"])
+        for key in self.component_fields:
+            part = getattr(self, key)
+            if state.get(key) is not None and hasattr(part, "set_state"):
+                part.set_state(state[key])
+
+    # -- the certificate's messages ----------------------------------------------------------
+    def multipliers(self) -> tuple[np.ndarray, np.ndarray]:
+        """This party's multiplier estimates (``mu`` for ``c_i <= 0``, ``nu`` for ``a_i = 0``);
+        zeros by default (methods without multipliers)."""
+        return np.zeros(self.program.m_ineq), np.zeros(self.program.m_eq)
+
+    def _on_evaluate(self, w, mu=None, nu=None):
+        own_mu, own_nu = self.multipliers()
+        mu = own_mu if mu is None else np.asarray(mu, dtype=float)
+        nu = own_nu if nu is None else np.asarray(nu, dtype=float)
+        return party_evaluation(self.program, np.asarray(w, dtype=float), mu, nu)
+
+    def _on_report(self):
+        mu, nu = self.multipliers()
+        return {
+            "mu": np.array(mu),
+            "nu": np.array(nu),
+            **{k: float(v) for k, v in self.stats.items()},
+        }
+
+
+@dataclass
+class StepReport:
+    """What one server step did: per-iteration facts for the history row (``info``), and
+    ``stop`` when the method's own stopping rule ended the run (``"stopped"``: its test
+    held, the certificate decides ``"optimal"``; ``"unbounded"``, ``"max_iterations"``, or
+    another status), with a ``message``."""
+
+    info: dict[str, Any] = field(default_factory=dict)
+    stop: str | None = None
+    message: str = ""
+
+
+class ServerHalf:
+    """Base of every method's server half (see the module docstring for the protocol).
+
+    Subclasses implement :meth:`start`, :meth:`step`, :meth:`point`, :meth:`get_state` and
+    :meth:`set_state`; they may refine :meth:`conclude` (status messages), :meth:`multipliers`
+    and :meth:`extra`.
+
+    Attributes
+    ----------
+    resume_options : tuple of str
+        Options whose change alters the iterates: a checkpoint resumes only with the same
+        values.
+    step_name : str
+        What one step is called in messages (``"outer iteration"`` for prox-al).
+    max_steps : int
+        Steps after which the run ends with status ``"max_iterations"``.
+    """
+
+    resume_options: ClassVar[tuple[str, ...]] = ()
+    step_name: ClassVar[str] = "iteration"
+    max_steps: int = 1
+
+    def __init__(self, program: PartyProgram, options: Any):
+        self.program = program
+        self.options = options
+        self.local_iterations = 0
+
+    # -- the protocol ------------------------------------------------------------------------
+    def start(self, runtime) -> None:
+        """The first exchange (e.g. send the starting point); sets the initial state."""
+        raise NotImplementedError
+
+    def step(self, runtime, deadline: float | None) -> StepReport:
+        """One iteration of the method; ``deadline`` (``time.perf_counter()`` value) lets a long
+        inner loop stop early."""
+        raise NotImplementedError
+
+    def point(self) -> np.ndarray:
+        """The current iterate (stacked variables) the certificate is computed at."""
+        raise NotImplementedError
+
+    def get_state(self) -> dict:
+        """Everything the next :meth:`step` needs (iterate, multipliers, counters)."""
+        raise NotImplementedError
+
+    def set_state(self, state: dict) -> None:
+        raise NotImplementedError
+
+    # -- refinements -------------------------------------------------------------------------
+    def multipliers(self) -> tuple[np.ndarray, np.ndarray]:
+        """The server's own multipliers (``c_0``, ``a_0``)."""
+        return np.zeros(self.program.m_ineq), np.zeros(self.program.m_eq)
+
+    def conclude(
+        self, stop: str, message: str, kkt, summary: dict, history: list
+    ) -> tuple[str, str]:
+        """Final status and message from the method's stop reason and the recomputed
+        certificate; the driver has already checked ``kkt`` against the tolerance for
+        ``"stopped"`` (this hook adds method-specific explanations)."""
+        return stop, message
+
+    def resume_key(self) -> dict:
+        """The options (by name) a checkpoint must have been written with to resume."""
+        return {k: getattr(self.options, k) for k in self.resume_options}
+
+    def round_counts(self) -> dict[str, int]:
+        """Counts for ``res.rounds`` besides ``outer`` (steps) and ``communication``."""
+        return {}
+
+    def extra(self, reports: dict[str, dict]) -> dict:
+        """Method-specific fields for ``res.extra``; ``reports`` are the clients' final
+        ``report`` payloads."""
+        return {}

@@ -1,0 +1,22 @@
+"""Seed 000 (He, Peng, Sun): ``prox-al`` (Algorithm 1 with the inexact ADMM of Algorithm 2) and
+``admm`` (Algorithm 2 alone): options, server half, client half."""
+
+from fedmodel.algorithms.proxal.options import ProxALOptions
+from fedmodel.algorithms.registry import MethodSpec
+
+
+def _run(compiled, options, method):
+    from fedmodel.algorithms.proxal.server import run_prox_al
+
+    return run_prox_al(compiled, options, method=method)
+
+
+METHODS = {
+    "prox-al": MethodSpec(ProxALOptions, _run, "seed 000 Algorithm 1 + 2 (federated)"),
+    "admm": MethodSpec(
+        ProxALOptions,
+        _run,
+        "seed 000 Algorithm 2 alone (no constraints)",
+        needs_no_constraints=True,
+    ),
+}

@@ -1,0 +1,333 @@
+"""prox-al: seed 000 Algorithm 1 (proximal AL, outer loop) with Algorithm 2 (inexact ADMM)
+as the federated subproblem solver; also ``admm`` (Algorithm 2 alone).
+
+The server half below holds only the server's program (``c_0``, server data, ``h``) and
+``mu_0``; it reaches clients only through the runtime's messages (see
+:mod:`fedmodel.algorithms.proxal.client` for the message table). Per outer iteration k:
+
+1. tau_k = sbar / (k + 1)^2;
+2. Algorithm 2 from w~^0 = w^k: for t = 0, 1, ... the server solves (14) to eps_{t+1} =
+   q^t, broadcasts w^{t+1}; clients solve (15) and return (u~_i, eps~_i); stop on (19):
+   eps_{t+1} + sum_i eps~_i <= tau_k (the server's measured residual replaces eps_{t+1}
+   if it is larger);
+3. mu_0 update on the server; w^{k+1} broadcast; clients update mu_i and return
+   ||mu_i^{k+1} - mu_i^k||_inf (with the next ADMM initialisation u~_i^0);
+4. stop on (8): ||w^{k+1} - w^k||_inf + beta tau_k <= beta eps1 and
+   max_i ||mu_i^{k+1} - mu_i^k||_inf <= beta eps2.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+
+import numpy as np
+
+from fedmodel.algorithms.common import starting_point
+from fedmodel.algorithms.driver import run_federated
+from fedmodel.algorithms.protocol import ServerHalf, StepReport
+from fedmodel.algorithms.proxal.client import ProxALClient
+from fedmodel.algorithms.proxal.options import ProxALOptions
+from fedmodel.compiler.partition import CompiledModel, PartyProgram
+from fedmodel.compiler.regularizer import Regularizer
+from fedmodel.runtime.base import Runtime
+from fedmodel.runtime.endpoints import EndpointFactory
+from fedmodel.subproblems.merit import MeritProblem
+from fedmodel.subproblems.select import make_solver
+
+
+@dataclass
+class InnerOutcome:
+    """Result of one run of Algorithm 2."""
+
+    w: np.ndarray
+    iterations: int
+    bound: float  # eps_{t+1} + sum_i eps~_i: bounds dist_inf(0, d l_k(w)) (Theorem 4.1)
+    satisfied: bool
+    server_residual: float
+    timed_out: bool = False
+
+
+class ProxALServer(ServerHalf):
+    """Server half of prox-al / admm: aggregation, ``c_0`` with ``mu_0``, ``h``, stopping.
+
+    Its state (``get_state``) is the iterate ``w^k``, the clients' last ADMM messages
+    ``u~_i``, ``mu_0``/``nu_0`` and counters; one :meth:`step` is one outer iteration
+    (Algorithm 2 to tau_k, then the multiplier round), or the single run of Algorithm 2
+    for ``admm``.
+
+    Parameters
+    ----------
+    program : PartyProgram
+        The server's own terms (``c_0``, optional ``f_0``) and data.
+    regularizer : Regularizer
+        ``h``.
+    rhos : dict
+        ``rho_i`` of every client (public algorithm parameters).
+    n_clients : int
+    options : ProxALOptions
+    proximal : bool
+        False for plain ADMM (method ``"admm"``).
+    x0 : array
+        The starting point w^0 (stacked variables).
+    """
+
+    # options whose change alters the iterates: a checkpoint resumes only with the same values
+    resume_options = (
+        "eps", "beta", "sbar", "rho", "q", "mu0", "max_inner", "max_local_iter",
+        "local_floor", "solver", "divergence_limit",
+    )  # fmt: skip
+    step_name = "outer iteration"
+
+    def __init__(
+        self,
+        program: PartyProgram,
+        regularizer: Regularizer,
+        rhos: dict[str, float],
+        n_clients: int,
+        options: ProxALOptions,
+        proximal: bool = True,
+        x0: np.ndarray | None = None,
+    ):
+        super().__init__(program, options)
+        self.beta = float(options.beta)
+        self.rhos = dict(rhos)
+        self.rho_sum = float(sum(rhos.values()))
+        self.proximal = proximal
+        self.max_steps = options.max_outer if proximal else 1
+        self.prox_weight = 1.0 / ((n_clients + 1) * self.beta) if proximal else 0.0
+        self.problem = MeritProblem([program], self.beta, regularizer)
+        self.solver = make_solver(self.problem, options.solver)
+        self.mu = np.full(program.m_ineq, float(options.mu0))
+        self.nu = np.zeros(program.m_eq)
+        self.x = None if x0 is None else np.asarray(x0, dtype=float)
+        self.u_tildes: dict[str, np.ndarray] = {}
+        self.k = -1
+        self.inner_total = 0
+        self.mu_norms: list[float] = []
+        self.w_norms: list[float] = []
+
+    # -- the protocol ------------------------------------------------------------------------
+    def start(self, runtime: Runtime) -> None:
+        runtime.next_round()
+        replies = runtime.broadcast("start", {"w": self.x})
+        self.u_tildes = {k: r.payload["u_tilde"] for k, r in replies.items()}
+
+    def step(self, runtime: Runtime, deadline: float | None) -> StepReport:
+        opts = self.options
+        self.k = k = self.k + 1
+        tau = opts.sbar / (k + 1) ** 2 if self.proximal else opts.eps1
+        outcome = self.inner(runtime, self.x, self.u_tildes, tau, deadline)
+        self.inner_total += outcome.iterations
+        w_new = outcome.w
+        if not np.all(np.isfinite(w_new)) or np.abs(w_new).max() > opts.divergence_limit:
+            return StepReport(
+                stop="unbounded",
+                message=(
+                    f"the iterates diverge (||w||_inf = {np.abs(w_new).max():.3g} at outer "
+                    f"iteration {k}); the model is likely unbounded below. The last finite "
+                    "iterate is returned."
+                ),
+            )
+        dw = float(np.abs(w_new - self.x).max())
+        self.x = w_new
+        dmu = 0.0
+        if self.proximal:
+            dmu = self.update_multipliers(self.x)
+            runtime.next_round()
+            replies = runtime.broadcast("outer", {"w": self.x})
+            dmu = max([dmu] + [float(r.payload["dmu_inf"]) for r in replies.values()])
+            self.u_tildes = {name: r.payload["u_tilde"] for name, r in replies.items()}
+        self.mu_norms.append(float(np.abs(self.mu).max(initial=0.0)))
+        self.w_norms.append(float(np.abs(self.x).max(initial=0.0)))
+        report = StepReport(
+            info={
+                "inner_iterations": outcome.iterations,
+                "inner_bound": outcome.bound,
+                "tau": tau,
+                "dw_inf": dw,
+                "dmu_inf": dmu,
+            }
+        )
+        if not self.proximal:  # admm: one run of Algorithm 2 to tau = eps1
+            report.stop = "stopped" if outcome.satisfied else "max_iterations"
+        elif dw + opts.beta * tau <= opts.beta * opts.eps1 and dmu <= opts.beta * opts.eps2:
+            report.stop = "stopped"  # (8) holds; the certificate decides "optimal"
+        return report
+
+    def point(self) -> np.ndarray:
+        return self.x
+
+    def multipliers(self) -> tuple[np.ndarray, np.ndarray]:
+        return self.mu, self.nu
+
+    def get_state(self) -> dict:
+        """The server half's own state: iterate, the clients' last ``u~_i``, ``mu_0``,
+        ``nu_0`` and counters."""
+        return {
+            "x": self.x.copy(),
+            "u_tildes": dict(self.u_tildes),
+            "k": self.k,
+            "mu": self.mu.copy(),
+            "nu": self.nu.copy(),
+            "local_iterations": self.local_iterations,
+            "inner_total": self.inner_total,
+            "mu_norms": list(self.mu_norms),
+            "w_norms": list(self.w_norms),
+        }
+
+    def set_state(self, state: dict) -> None:
+        self.x = np.array(state["x"], dtype=float)
+        self.u_tildes = dict(state["u_tildes"])
+        self.k = int(state["k"])
+        self.mu = np.array(state["mu"], dtype=float)
+        self.nu = np.array(state["nu"], dtype=float)
+        self.local_iterations = int(state["local_iterations"])
+        self.inner_total = int(state["inner_total"])
+        self.mu_norms = list(state["mu_norms"])
+        self.w_norms = list(state["w_norms"])
+
+    def resume_key(self) -> dict:
+        key = super().resume_key()
+        key["rho"] = dict(self.rhos)
+        return key
+
+    def round_counts(self) -> dict[str, int]:
+        return {"inner": self.inner_total}
+
+    def conclude(self, status, message, kkt, summary, history):
+        opts = self.options
+        if status == "inaccurate":
+            message = (
+                "the stopping test (8) held but the recomputed KKT residuals "
+                f"(stationarity {kkt.stationarity:.2e}, feasibility {kkt.feasibility:.2e}) "
+                "exceed the tolerance; the inner ADMM probably hit max_inner. Raise "
+                "max_inner or lower sbar."
+            )
+        elif status == "max_iterations" and not self.proximal:
+            message = f"Algorithm 2 reached max_inner = {opts.max_inner} before (19) held"
+        elif status == "max_iterations":
+            message = f"max_outer = {opts.max_outer} outer iterations reached without meeting (8)"
+            if kkt.satisfied(opts.eps1, opts.eps2):
+                message += ", although the KKT certificate already holds"
+            message += _growth_note(self.w_norms, history)
+            if summary["max_violation"] > opts.eps2 and len(self.mu_norms) >= 2:
+                message += (
+                    f"; the max violation is still {summary['max_violation']:.3g} while the "
+                    "multipliers keep growing, so the model may be infeasible"
+                )
+        return status, message
+
+    # -- Algorithm 2 and the multiplier update -----------------------------------------------
+    def inner(
+        self,
+        runtime: Runtime,
+        w_center: np.ndarray,
+        u_tildes: dict[str, np.ndarray],
+        tau: float,
+        deadline: float | None = None,
+    ) -> InnerOutcome:
+        """Algorithm 2 on P_{0,k} + h + sum_i P_{i,k}, started from w~^0 = ``w_center``."""
+        opts = self.options
+        sigma = self.prox_weight + self.rho_sum
+        w = w_center
+        bound = np.inf
+        residual = np.inf
+        floor = opts.local_floor * tau
+        for t in range(opts.max_inner):
+            eps = opts.q**t
+            tol = max(eps, floor)  # local solves stop at tol; (19) stays a valid bound
+            agg = sum(self.rhos[name] * u for name, u in u_tildes.items())
+            center = (self.prox_weight * w_center + agg) / sigma
+            self.problem.set(sigma=sigma, center=center, mu=[self.mu], nu=[self.nu])
+            report = self.solver.solve(w, tol, opts.max_local_iter)  # server step (14)
+            self.local_iterations += report.iterations
+            w, residual = report.x, report.residual
+            runtime.next_round()
+            replies = runtime.broadcast("admm_w", {"w": w, "tol": tol})
+            u_tildes = {name: r.payload["u_tilde"] for name, r in replies.items()}
+            bound = max(eps, residual) + sum(
+                float(r.payload["eps_tilde"]) for r in replies.values()
+            )
+            if bound <= tau:  # (19)
+                return InnerOutcome(w, t + 1, bound, True, residual)
+            if deadline is not None and time.perf_counter() > deadline:
+                return InnerOutcome(w, t + 1, bound, False, residual, timed_out=True)
+        return InnerOutcome(w, opts.max_inner, bound, False, residual)
+
+    def update_multipliers(self, w: np.ndarray) -> float:
+        """mu_0^{k+1} = [mu_0^k + beta c_0(w^{k+1})]_+ (and nu_0 += beta a_0); returns the
+        infinity-norm change."""
+        ci, ce = self.problem.functions[0].constraint_values(w)
+        change = 0.0
+        if ci.size:
+            new = np.maximum(self.mu + self.beta * ci, 0.0)
+            change = float(np.abs(new - self.mu).max())
+            self.mu = new
+        if ce.size:
+            step = self.beta * ce
+            change = max(change, float(np.abs(step).max()))
+            self.nu = self.nu + step
+        return change
+
+
+def _growth_note(w_norms: list[float], history: list[dict]) -> str:
+    """Say so when the iterates grow steadily while the objective falls (unboundedness)."""
+    half = w_norms[len(w_norms) // 2 :]
+    if len(half) < 3 or half[0] <= 0:
+        return ""
+    growing = all(b > a for a, b in zip(half, half[1:])) and half[-1] >= 1.5 * half[0]
+    falling = len(history) >= 3 and all(
+        b["objective"] < a["objective"] for a, b in zip(history[-3:], history[-2:])
+    )
+    if growing and (falling or not history):
+        return (
+            f"; ||w||_inf grew steadily from {half[0]:.3g} to {half[-1]:.3g} while the "
+            "objective kept falling, so the model may be unbounded below"
+        )
+    return ""
+
+
+def _client_factories(compiled: CompiledModel, options: ProxALOptions, rhos, proximal):
+    n = compiled.n_clients
+    return {
+        c.name: EndpointFactory(
+            ProxALClient,
+            (
+                c,
+                options.beta,
+                rhos[c.name],
+                n,
+                proximal,
+                options.mu0,
+                options.solver,
+                options.max_local_iter,
+            ),
+        )
+        for c in compiled.clients
+    }
+
+
+def run_prox_al(
+    compiled: CompiledModel,
+    options: ProxALOptions,
+    method: str = "prox-al",
+    *,
+    faults: dict | None = None,
+):
+    """Run prox-al (``method="prox-al"``) or plain Algorithm 2 (``method="admm"``) through
+    the driver (:func:`~fedmodel.algorithms.driver.run_federated`).
+
+    The clients run on ``options.backend``; ``faults`` (client name ->
+    :class:`~fedmodel.runtime.faults.Fault`) injects failures, for tests.
+    """
+    proximal = method == "prox-al"
+    names = [c.name for c in compiled.clients]
+    options.validate(names)
+    rhos = options.rho_per_client(names)
+    x0 = starting_point(compiled, options.w0, options.random_state)
+    server = ProxALServer(
+        compiled.server, compiled.regularizer, rhos, compiled.n_clients, options, proximal, x0
+    )
+    factories = _client_factories(compiled, options, rhos, proximal)
+    return run_federated(compiled, options, method, server, factories, faults=faults)

@@ -1,0 +1,148 @@
+"""Endpoints: how a party's message handler is built where it runs, and what it may use there.
+
+An :class:`EndpointFactory` (an importable callable and its picklable arguments) travels to
+the host that runs the party, never a live object; :data:`RUNTIME_PROXY` among its arguments
+stands for the host's peer :class:`Outbox`. :func:`copy_state` snapshots a party's state
+(steps, marks, checkpoints).
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from fedmodel.runtime.messages import SERVER, Message
+
+
+# -- endpoint factories ------------------------------------------------------------------------
+class _RuntimeProxy:
+    """Placeholder for "the runtime" in an :class:`EndpointFactory`'s arguments.
+
+    Endpoints that send peer-to-peer messages receive, in its place, an object with
+    ``send_peer(sender, receiver, kind, payload, channel)`` (the runtime itself in the
+    serial backend, an outbox that the worker returns with the reply elsewhere).
+    """
+
+    def __repr__(self) -> str:
+        return "RUNTIME_PROXY"
+
+    def __reduce__(self):
+        return (_runtime_proxy, ())
+
+
+def _runtime_proxy() -> _RuntimeProxy:
+    return RUNTIME_PROXY
+
+
+RUNTIME_PROXY = _RuntimeProxy()
+
+
+def _strip_caches(obj: Any) -> Any:
+    """A copy of ``obj`` safe to pickle: a ``PartyProgram`` whose ``functions`` cache (numpy
+    closures compiled from cvxpy, not picklable) has been filled is shallow-copied
+    without it; the worker compiles its own."""
+    from fedmodel.compiler.partition import PartyProgram
+
+    if isinstance(obj, PartyProgram) and "functions" in obj.__dict__:
+        clone = copy.copy(obj)
+        clone.__dict__.pop("functions", None)
+        return clone
+    if isinstance(obj, tuple):
+        return tuple(_strip_caches(v) for v in obj)
+    if isinstance(obj, list):
+        return [_strip_caches(v) for v in obj]
+    if isinstance(obj, dict):
+        return {k: _strip_caches(v) for k, v in obj.items()}
+    return obj
+
+
+@dataclass(frozen=True)
+class EndpointFactory:
+    """How to build one party's endpoint where it runs: ``target(*args, **kwargs)``.
+
+    ``target`` must be importable (a module-level class or function) so that the factory
+    pickles; arguments are pickled too (a ``PartyProgram`` travels without its compiled
+    cache). :data:`RUNTIME_PROXY` among the arguments is replaced by the worker's peer
+    outbox.
+    """
+
+    target: Callable[..., Any]
+    args: tuple = ()
+    kwargs: dict = field(default_factory=dict)
+
+    def build(self, outbox: Any = None) -> Any:
+        def sub(v):
+            return outbox if v is RUNTIME_PROXY else v
+
+        return self.target(
+            *[sub(a) for a in self.args], **{k: sub(v) for k, v in self.kwargs.items()}
+        )
+
+    def __reduce__(self):
+        return (
+            EndpointFactory,
+            (self.target, _strip_caches(self.args), _strip_caches(self.kwargs)),
+        )
+
+
+# -- the worker side -------------------------------------------------------------------------------
+class Outbox:
+    """Collects the peer messages an endpoint sends while handling a message (remote
+    backends); the worker returns them with the step's outcome."""
+
+    def __init__(self):
+        self.round = 0
+        self.messages: list[Message] = []
+
+    def send_peer(self, sender, receiver, kind, payload, channel="algorithm") -> Message:
+        msg = Message(kind, sender, receiver, payload, self.round, channel)
+        self.messages.append(msg)
+        return msg
+
+    def take(self) -> list[Message]:
+        out, self.messages = self.messages, []
+        return out
+
+
+def copy_state(obj: Any) -> Any:
+    """A deep copy of a party's state: dicts, lists and tuples of numpy arrays and scalars
+    are copied directly (a step snapshots its party's state, so this is on the hot path);
+    read-only arrays are shared (nobody can change them in place: the Newton backend's
+    carried factor); anything else goes through ``copy.deepcopy``."""
+    if isinstance(obj, np.ndarray):
+        return obj.copy() if obj.flags.writeable else obj
+    if obj is None or isinstance(obj, (float, int, str, bool, np.generic)):
+        return obj
+    if type(obj) is dict:
+        return {k: copy_state(v) for k, v in obj.items()}
+    if type(obj) in (list, tuple):
+        return type(obj)(copy_state(v) for v in obj)
+    return copy.deepcopy(obj)
+
+
+def _get_state(ep: Any) -> Any:
+    getter = getattr(ep, "get_state", None)
+    return copy_state(getter()) if getter is not None else None
+
+
+class EchoEndpoint:
+    """A trivial party that answers every message with its payload (measures a runtime's
+    own cost per round: ``benchmarks/backends.py``)."""
+
+    def __init__(self, name: str):
+        self.name = name
+        self.count = 0
+
+    def get_state(self) -> dict:
+        return {"count": self.count}
+
+    def set_state(self, state: dict) -> None:
+        self.count = int(state["count"])
+
+    def handle(self, msg: Message) -> Message:
+        self.count += 1
+        return Message(msg.kind + "_reply", self.name, SERVER, dict(msg.payload), msg.round)

@@ -1,0 +1,51 @@
+"""``make_runtime``: start the runtime of a backend and build every client's endpoint where
+it runs.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+from fedmodel.errors import ModelError
+from fedmodel.runtime.base import BACKENDS, Runtime
+from fedmodel.runtime.endpoints import EndpointFactory
+
+
+def make_runtime(
+    backend: str,
+    factories: Mapping[str, EndpointFactory],
+    *,
+    workers: int | None = None,
+    ray_address: str | None = None,
+    client_timeout: float | None = None,
+    on_failure: str = "stop",
+    retries: int = 0,
+    weights: Mapping[str, float] | None = None,
+    server_hosts_clients: bool = False,
+) -> Runtime:
+    """Start the runtime of ``backend`` and build every client's endpoint where it runs.
+
+    ``server_hosts_clients`` (processes and Ray): one shard of the clients runs in the
+    server's own process too (see :func:`placement`); ignored by ``"serial"``, where
+    every client does.
+
+    Errors raised while building an endpoint (e.g. an unsupported term) are re-raised
+    here unchanged.
+    """
+    policy = dict(client_timeout=client_timeout, on_failure=on_failure, retries=retries)
+    where = dict(weights=weights, server_hosts_clients=bool(server_hosts_clients))
+    if backend == "serial":
+        from fedmodel.runtime.serial import SerialRuntime
+
+        rt = SerialRuntime(dict(factories), **policy)
+    elif backend == "processes":
+        from fedmodel.runtime.processes import ProcessRuntime
+
+        rt = ProcessRuntime(factories, workers=workers, **where, **policy)
+    elif backend == "ray":
+        from fedmodel.runtime.ray_runtime import RayRuntime
+
+        rt = RayRuntime(factories, workers=workers, address=ray_address, **where, **policy)
+    else:
+        raise ModelError(f"unknown backend {backend!r}; choose one of {BACKENDS}")
+    return rt

@@ -1,0 +1,251 @@
+"""The party host: holds some parties' endpoints where they run and executes their steps
+(state snapshots before each step, timeouts, interrupts, marks and party checkpoints).
+"""
+
+from __future__ import annotations
+
+import copy
+import os
+import pickle
+import signal
+import threading
+import time
+import traceback
+from collections.abc import Callable, Iterable, Mapping
+from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import Any
+
+from fedmodel.runtime.checkpoint import CheckpointError, file_sha256, safe_filename, write_atomic
+from fedmodel.runtime.endpoints import EndpointFactory, Outbox, _get_state, copy_state
+from fedmodel.runtime.messages import Message
+from fedmodel.runtime.outcomes import (
+    ClientTimeout,
+    StepInterrupted,
+    StepOutcome,
+    portable_exception,
+)
+
+
+class PartyHost:
+    """Holds some parties' endpoints where they run and executes steps on them.
+
+    A step is one message handled by one party. Before a step the party's state is
+    copied (when the endpoint has ``get_state``/``set_state``); if the step raises, times
+    out or is interrupted, the state is put back, so a retry repeats exactly that step.
+    ``mark()`` keeps a copy of every party's state at a consistent point (the end of an
+    outer iteration); ``restore_marks()`` and checkpoints use those copies.
+    """
+
+    def __init__(self, outbox: Any = None, endpoints: dict[str, Any] | None = None):
+        self.endpoints: dict[str, Any] = {} if endpoints is None else endpoints
+        self.outbox = outbox if outbox is not None else Outbox()
+        self.marks: dict[str, Any] = {}
+        self._in_step = False
+        self._alarm_ok = False
+
+    # signals (only on the main thread of the process)
+    def install_signal_handlers(self, interrupts: bool = True) -> None:
+        if threading.current_thread() is not threading.main_thread():
+            return
+        self._alarm_ok = True
+
+        def on_alarm(signum, frame):
+            if self._in_step:
+                raise ClientTimeout()
+
+        signal.signal(signal.SIGALRM, on_alarm)
+        if interrupts:
+
+            def on_int(signum, frame):
+                if self._in_step:
+                    raise StepInterrupted()
+
+            signal.signal(signal.SIGINT, on_int)
+
+    @contextmanager
+    def alarms(self):
+        """Arm the ``client_timeout`` alarm for steps run in this block (main thread only;
+        the previous SIGALRM handler is put back afterwards)."""
+        if threading.current_thread() is not threading.main_thread():
+            yield
+            return
+
+        def on_alarm(signum, frame):
+            if self._in_step:
+                raise ClientTimeout()
+
+        previous = signal.signal(signal.SIGALRM, on_alarm)
+        self._alarm_ok = True
+        try:
+            yield
+        finally:
+            signal.setitimer(signal.ITIMER_REAL, 0.0)
+            signal.signal(signal.SIGALRM, previous)
+            self._alarm_ok = False
+
+    # building
+    def build(self, factories: Mapping[str, EndpointFactory]) -> dict[str, Any]:
+        """Build endpoints; returns name -> None, or the (portable) exception raised."""
+        errors: dict[str, Any] = {}
+        for name, factory in factories.items():
+            try:
+                self.endpoints[name] = factory.build(self.outbox)
+                errors[name] = None
+            except BaseException as exc:  # noqa: BLE001 - reported to the server
+                errors[name] = (portable_exception(exc), traceback.format_exc())
+        return errors
+
+    def names(self) -> list[str]:
+        return list(self.endpoints)
+
+    def reset(self) -> bool:
+        """Drop every party (the worker goes back to its pool for the next solve)."""
+        self.endpoints.clear()
+        self.marks.clear()
+        return True
+
+    def pid(self) -> int:
+        return os.getpid()
+
+    # steps
+    def _call(self, name: str, fn: Callable[[], Any], timeout: float | None, rnd: int):
+        ep = self.endpoints[name]
+        snapshot = _get_state(ep)
+        if isinstance(self.outbox, Outbox):
+            self.outbox.round = rnd
+            self.outbox.take()
+        alarm = bool(timeout) and self._alarm_ok
+        t0 = time.perf_counter()
+        out = StepOutcome(name)
+        try:
+            self._in_step = True
+            if alarm:
+                signal.setitimer(signal.ITIMER_REAL, float(timeout))
+            try:
+                out.reply = fn()
+            finally:
+                if alarm:
+                    signal.setitimer(signal.ITIMER_REAL, 0.0)
+                self._in_step = False
+            out.seconds = time.perf_counter() - t0
+            if timeout and out.seconds > timeout:  # could not be interrupted (or no alarm)
+                raise ClientTimeout()
+        except ClientTimeout:
+            out.reply = None
+            out.kind = "timeout"
+            out.error = TimeoutError(f"did not answer within client_timeout = {timeout:g} s")
+        except (StepInterrupted, KeyboardInterrupt):
+            out.reply = None
+            out.kind = "interrupted"
+            out.error = KeyboardInterrupt("interrupted")
+        except BaseException as exc:  # noqa: BLE001 - reported to the server
+            out.reply = None
+            out.kind = "raised"
+            out.error = portable_exception(exc)
+            out.detail = traceback.format_exc()
+        out.seconds = time.perf_counter() - t0
+        if not out.ok and snapshot is not None:
+            ep.set_state(copy_state(snapshot))
+        if isinstance(self.outbox, Outbox):
+            sent = self.outbox.take()
+            out.sent = sent if out.ok else []
+        return out
+
+    def run(self, messages: list[Message], timeout: float | None = None) -> list[StepOutcome]:
+        """Each message to its receiver, in order; returns one outcome per message."""
+        return [
+            self._call(
+                m.receiver, lambda m=m: self.endpoints[m.receiver].handle(m), timeout, m.round
+            )
+            for m in messages
+        ]
+
+    def peer(self, message: Message, timeout: float | None = None) -> StepOutcome:
+        return self._call(
+            message.receiver,
+            lambda: self.endpoints[message.receiver].handle(message),
+            timeout,
+            message.round,
+        )
+
+    activate = peer  # a local step: the message goes from the party to itself
+
+    # state
+    def mark(self, names: Iterable[str] | None = None) -> None:
+        for name in self.endpoints if names is None else names:
+            self.marks[name] = _get_state(self.endpoints[name])
+
+    def restore_marks(self) -> list[str]:
+        restored = []
+        for name, state in self.marks.items():
+            if state is not None:
+                self.endpoints[name].set_state(copy.deepcopy(state))
+                restored.append(name)
+        return restored
+
+    def get_states(self, names: Iterable[str] | None = None) -> dict[str, Any]:
+        return {n: _get_state(self.endpoints[n]) for n in (names or self.endpoints)}
+
+    def set_states(self, states: Mapping[str, Any]) -> None:
+        for n, s in states.items():
+            self.endpoints[n].set_state(copy.deepcopy(s))
+
+    def write_checkpoint(self, directory: str, tag: str, marked: bool = True) -> dict:
+        """Each party writes its own state (its mark, or its current state) to
+        ``directory``; returns name -> (file name, sha256). Nothing but these travels."""
+        from fedmodel.runtime.checkpoint import party_fingerprint
+
+        out = {}
+        for name, ep in self.endpoints.items():
+            state = self.marks.get(name) if marked else _get_state(ep)
+            if state is None:
+                raise CheckpointError(f"party '{name}' has no state to checkpoint")
+            record = {
+                "format": "fedmodel-party-state",
+                "party": name,
+                "fingerprint": party_fingerprint(getattr(ep, "program", None)),
+                "state": state,
+            }
+            fname = f"party-{safe_filename(name)}-{tag}.pkl"
+            sha = write_atomic(os.path.join(directory, fname), pickle.dumps(record, protocol=4))
+            out[name] = (fname, sha)
+        return out
+
+    def load_checkpoint(self, directory: str, files: Mapping[str, tuple[str, str]]) -> dict:
+        """Each party reads and checks its own file, then takes that state; returns
+        name -> None or an error message."""
+        from fedmodel.runtime.checkpoint import party_fingerprint
+
+        errors: dict[str, str | None] = {}
+        for name, (fname, sha) in files.items():
+            path = os.path.join(directory, fname)
+            try:
+                if not os.path.exists(path):
+                    raise CheckpointError(f"file {fname} is missing")
+                if file_sha256(path) != sha:
+                    raise CheckpointError(f"file {fname} is corrupted (checksum mismatch)")
+                with open(path, "rb") as fh:
+                    record = pickle.load(fh)
+                if not isinstance(record, dict) or record.get("format") != "fedmodel-party-state":
+                    raise CheckpointError(f"file {fname} is not a fedmodel party state")
+                if record.get("party") != name:
+                    raise CheckpointError(f"file {fname} holds party '{record.get('party')}'")
+                ep = self.endpoints[name]
+                if record.get("fingerprint") != party_fingerprint(getattr(ep, "program", None)):
+                    raise CheckpointError(
+                        "the checkpoint was written for different terms or data of this party"
+                    )
+                ep.set_state(record["state"])
+                self.marks[name] = _get_state(ep)
+                errors[name] = None
+            except Exception as exc:  # noqa: BLE001 - reported to the server
+                errors[name] = f"{exc}"
+        return errors
+
+
+@dataclass
+class HostDead:
+    """A host (worker process or actor) that died or hung."""
+
+    reason: str

@@ -1,0 +1,88 @@
+"""What happens when a party handles one message: :class:`StepOutcome`, and the errors a
+failed step turns into (:class:`ClientFailure`, :class:`ClientTimeout`, :class:`StepInterrupted`).
+"""
+
+from __future__ import annotations
+
+import pickle
+from dataclasses import dataclass, field
+from typing import Any
+
+from fedmodel.errors import FedModelError
+from fedmodel.runtime.messages import Message
+
+
+# -- failures ------------------------------------------------------------------------------------
+class ClientTimeout(BaseException):
+    """Raised inside a party's step when it exceeds ``client_timeout`` (a BaseException so
+    that a client's own ``except Exception`` does not swallow it)."""
+
+
+class StepInterrupted(BaseException):
+    """Raised inside a worker's step when the server was interrupted (Ctrl-C)."""
+
+
+@dataclass
+class StepOutcome:
+    """What happened when a party handled one message."""
+
+    name: str
+    reply: Any = None  # the reply Message (or an activation's return value)
+    error: BaseException | None = None
+    kind: str = "ok"  # "ok", "raised", "timeout", "interrupted", "dead"
+    seconds: float = 0.0
+    detail: str = ""  # traceback text of the error
+    sent: list[Message] = field(default_factory=list)  # peer messages sent while handling
+
+    @property
+    def ok(self) -> bool:
+        return self.kind == "ok"
+
+    @property
+    def retryable(self) -> bool:
+        return self.kind in ("raised", "timeout")
+
+    def describe(self) -> str:
+        if self.kind == "dead":
+            return str(self.error)
+        if self.kind == "timeout":
+            return str(self.error)
+        return f"{type(self.error).__name__}: {self.error}"
+
+
+class ClientFailure(FedModelError):
+    """One or more clients failed a step (raised, timed out, or their worker died) and the
+    failure policy did not recover it.
+
+    Attributes
+    ----------
+    failures : dict
+        Client name -> :class:`StepOutcome` of the failed step.
+    round : int
+        Communication round of the step.
+    kind : str
+        Message kind of the step.
+    """
+
+    def __init__(self, failures: dict[str, StepOutcome], round_: int, kind: str):
+        self.failures = dict(failures)
+        self.round = int(round_)
+        self.kind = kind
+        parts = [f"client '{n}' ({o.kind}): {o.describe()}" for n, o in self.failures.items()]
+        super().__init__(f"round {round_}, message '{kind}': " + "; ".join(parts))
+
+    def __reduce__(self):
+        return (ClientFailure, (self.failures, self.round, self.kind))
+
+    @property
+    def clients(self) -> list[str]:
+        return list(self.failures)
+
+
+def portable_exception(exc: BaseException) -> BaseException:
+    """``exc`` if it survives pickling, else a RuntimeError carrying its text."""
+    try:
+        pickle.loads(pickle.dumps(exc))
+        return exc
+    except Exception:
+        return RuntimeError(f"{type(exc).__name__}: {exc}")

@@ -1,0 +1,174 @@
+"""The method protocol and the driver: a method written as a ServerHalf + ClientHalf runs on
+any backend with checkpoints and failure policies, and a new method is a registry line."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import cvxpy as cp
+import numpy as np
+import pytest
+
+import fedmodel as fm
+from fedmodel.algorithms.baselines.fedavg import FedAvgOptions, run_fedavg
+from fedmodel.algorithms.common import starting_point
+from fedmodel.algorithms.driver import run_federated
+from fedmodel.algorithms.options import RuntimeOptions
+from fedmodel.algorithms.protocol import ClientHalf, ServerHalf, StepReport
+from fedmodel.algorithms.registry import MethodSpec, available_methods, register_method
+from fedmodel.runtime.endpoints import EndpointFactory
+from fedmodel.runtime.faults import Fault
+
+
+def least_squares_model(n_clients=3, d=4, seed=0):
+    rng = np.random.default_rng(seed)
+    w_true = rng.normal(size=d)
+    model = fm.Model("ls")
+    w = model.variable(d, name="w")
+    for k in range(n_clients):
+        A = rng.normal(size=(20, d))
+        b = A @ w_true + 0.1 * rng.normal(size=20)
+        site = model.client(f"site{k}")
+        site.minimize(cp.sum_squares(site.data(A, name="A") @ w - site.data(b, name="b")) / 40)
+    model.regularize(1e-2 * cp.sum_squares(w))
+    return model
+
+
+# -- a new method in a few lines: gradient descent with exact averaging ------------------------
+class GradientClient(ClientHalf):
+    """Sends the gradient of its own f_i at the model it receives."""
+
+    state_fields = ("calls",)
+
+    def __init__(self, program):
+        super().__init__(program)
+        self.calls = 0
+
+    def _on_gradient(self, w):
+        self.calls += 1
+        _, g = self.program.functions.objective_and_grad(np.asarray(w, dtype=float))
+        return {"g": g}
+
+
+class GradientServer(ServerHalf):
+    resume_options = ("step",)
+
+    def __init__(self, compiled, options, x0):
+        super().__init__(compiled.server, options)
+        self.reg = compiled.regularizer
+        self.max_steps = options.max_steps
+        self.x = np.asarray(x0, dtype=float)
+
+    def start(self, runtime):
+        pass
+
+    def step(self, runtime, deadline):
+        runtime.next_round()
+        g = sum(r.payload["g"] for r in runtime.broadcast("gradient", {"w": self.x}).values())
+        x_new = self.reg.prox(self.x - self.options.step * g, self.options.step)
+        dx = float(np.abs(x_new - self.x).max())
+        self.x = x_new
+        return StepReport(info={"dx": dx}, stop="stopped" if dx < 1e-10 else None)
+
+    def point(self):
+        return self.x
+
+    def get_state(self):
+        return {"x": self.x.copy()}
+
+    def set_state(self, state):
+        self.x = np.array(state["x"])
+
+
+@dataclass
+class GradientOptions(RuntimeOptions):
+    step: float = 0.1
+    max_steps: int = 2000
+    eps: float = 1e-6
+
+    @property
+    def eps1(self) -> float:
+        return self.eps
+
+    @property
+    def eps2(self) -> float:
+        return self.eps
+
+
+def run_gradient(compiled, options, method):
+    factories = {c.name: EndpointFactory(GradientClient, (c,)) for c in compiled.clients}
+    server = GradientServer(compiled, options, starting_point(compiled, None))
+    return run_federated(compiled, options, method, server, factories)
+
+
+def test_a_new_method_is_a_server_half_a_client_half_and_a_registry_line():
+    register_method("toy-gd", MethodSpec(GradientOptions, run_gradient, "test method"))
+    assert "toy-gd" in available_methods()
+    model = least_squares_model()
+    ref = model.solve("centralized")
+    res = model.solve("toy-gd", step=0.1)
+    assert res.status == "optimal", res.message
+    assert res.kkt.stationarity <= 1e-6
+    assert res.compare(ref).relative_objective_difference <= 1e-6
+    # the ledger holds only what the message table says: w down, g up
+    kinds = {r["kind"] for r in res.ledger if r["channel"] == "algorithm"}
+    assert kinds == {"gradient", "gradient_reply"}
+    assert len(res.history) == res.rounds["outer"]
+
+
+def test_unknown_message_kind_names_the_party():
+    model = least_squares_model(1)
+    client = GradientClient(model.compile().clients[0])
+    with pytest.raises(ValueError, match="site0.*unknown message kind 'nope'"):
+        client.handle(fm.runtime.messages.Message("nope", "server", "site0", {}, 1))
+
+
+# -- fedavg on the driver: backends, checkpoints, failures --------------------------------------
+def fedavg_options(**kw):
+    return FedAvgOptions(local_steps=2, max_rounds=25, tol=1e-12, **kw)
+
+
+def test_fedavg_gives_the_same_iterates_on_every_backend():
+    compiled = least_squares_model().compile()
+    serial = run_fedavg(compiled, fedavg_options())
+    procs = run_fedavg(compiled, fedavg_options(backend="processes", workers=2))
+    assert procs.extra["backend"] == "processes"
+    assert np.array_equal(serial.x, procs.x)
+    assert serial.rounds == procs.rounds
+    assert serial.communication["floats_up"] == procs.communication["floats_up"]
+
+
+@pytest.mark.parametrize("stop", ["client_failure", "time_limit"])
+def test_fedavg_resumes_from_a_checkpoint_bit_for_bit(tmp_path, stop):
+    compiled = least_squares_model().compile()
+    full = run_fedavg(compiled, fedavg_options())
+    ck = tmp_path / "ck"
+    if stop == "client_failure":
+        cut = run_fedavg(
+            compiled,
+            fedavg_options(checkpoint=ck, checkpoint_every=2),
+            faults={"site2": Fault("raise", round=4)},
+        )
+    else:  # a time-limited run leaves a checkpoint of where it stopped
+        cut = run_fedavg(compiled, fedavg_options(checkpoint=ck, time_limit=1e-9))
+    assert cut.status == stop
+    assert cut.checkpoint == str(ck)
+    resumed = run_fedavg(compiled, fedavg_options(resume=ck))
+    assert np.array_equal(resumed.x, full.x)
+    assert resumed.rounds["outer"] == full.rounds["outer"]
+    assert len(resumed.history) == len(full.history)
+
+
+def test_fedavg_client_failure_returns_the_last_consistent_iterate():
+    compiled = least_squares_model().compile()
+    res = run_fedavg(compiled, fedavg_options(), faults={"site1": Fault("raise", round=4)})
+    assert res.status == "client_failure"
+    assert res.failure["client"] == "site1"
+    assert np.all(np.isfinite(res.x))
+    retried = run_fedavg(
+        compiled,
+        fedavg_options(on_failure="retry"),
+        faults={"site1": Fault("raise", round=4)},
+    )
+    clean = run_fedavg(compiled, fedavg_options())
+    assert np.array_equal(retried.x, clean.x)
