@@ -34,6 +34,8 @@ from fedmodel.errors import (
 )
 from fedmodel.result import Comparison, Result
 
+from fedmodel import models  # noqa: E402  (fm.models.fair_vfl, ...; after the DSL)
+
 __version__ = "0.1.0"
 
 __all__ = [

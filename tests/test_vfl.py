@@ -316,3 +316,39 @@ def test_small_blocks_warn_about_theorem1():
         warnings.simplefilter("always")
         VerticalProblem.from_columns(X, y, a, [2, 2])
     assert any("m_k > 2" in str(x.message) for x in w)
+
+
+# -- fm.models.fair_vfl and the registry ------------------------------------------------------
+def test_fair_vfl_model_dispatches_through_the_registry():
+    import cvxpy as cp
+
+    import fedmodel as fm
+    from fedmodel.algorithms.registry import method_spec
+
+    prob = small_problem()
+    X = np.hstack(prob.blocks)
+    y01 = (prob.y > 0).astype(int)
+    model = fm.models.fair_vfl(X, y01, prob.group_a, blocks=prob.sizes, eps=0.05,
+                               party_names=["bank", "insurer", "retailer"])
+    assert model.parties == ["bank", "insurer", "retailer"]
+    assert method_spec("fair-vfl").vertical and method_spec("fedbcd").vertical
+    res = model.solve(method="fair-vfl", Q=2, eta=2.0, max_rounds=30)
+    direct = solve_vertical(prob, "fair-vfl", eps=0.05, Q=2, eta=2.0, max_rounds=30)
+    np.testing.assert_array_equal(res.x, direct.x)
+    assert set(res.solution) == {"theta_bank", "theta_insurer", "theta_retailer"}
+    bcd = model.solve(method="fedbcd", Q=2, eta=2.0, max_rounds=30)
+    assert bcd.method == "fedbcd" and bcd.multipliers == {}
+    ref = model.solve(method="centralized")
+    assert ref.status == "optimal" and ref.max_violation <= 1e-7
+    with pytest.raises(ModelError, match="unknown option"):
+        model.solve(method="fair-vfl", rho=1.0)
+    with pytest.raises(ModelError, match="horizontal DSL models"):
+        model.solve(method="prox-al")
+    # a horizontal DSL model cannot be solved by a vertical method
+    dsl = fm.Model("h")
+    w = dsl.variable(2, name="w")
+    site = dsl.client("site")
+    A = site.data(np.ones((3, 2)), name="A")
+    site.minimize(cp.sum_squares(A @ w))
+    with pytest.raises(fm.UnsupportedError, match="fair_vfl"):
+        dsl.solve(method="fair-vfl")

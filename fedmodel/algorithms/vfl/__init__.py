@@ -10,8 +10,14 @@
 * :mod:`.data`: seed 002's vertical splits of Adult, COMPAS and C&C.
 """
 
+from fedmodel.algorithms.registry import MethodSpec
 from fedmodel.algorithms.vfl.options import FairVFLOptions
 from fedmodel.algorithms.vfl.problem import VerticalProblem
-from fedmodel.algorithms.vfl.run import METHODS, solve_vertical
+from fedmodel.algorithms.vfl.run import DESCRIPTIONS, run_vertical, solve_vertical
+
+METHODS = {
+    name: MethodSpec(FairVFLOptions, run_vertical, text, vertical=True)
+    for name, text in DESCRIPTIONS.items()
+}
 
 __all__ = ["METHODS", "FairVFLOptions", "VerticalProblem", "solve_vertical"]

@@ -36,10 +36,11 @@ from fedmodel.algorithms.vfl.server import VFLServer
 from fedmodel.certificate.kkt import KKTResiduals, feasibility_residual
 from fedmodel.errors import ModelError
 from fedmodel.result import Result
-from fedmodel.runtime.base import EndpointFactory, make_runtime
-from fedmodel.runtime.messages import Ledger
+from fedmodel.runtime.endpoints import EndpointFactory
+from fedmodel.runtime.factory import make_runtime
+from fedmodel.runtime.messages import CountingLedger, communication_totals
 
-METHODS = {
+DESCRIPTIONS = {
     "fair-vfl": "seed 002 Algorithms 1-2: async gradient coordinate-descent ascent (DEO)",
     "fedbcd": "FedBCD (Liu et al. 2019): unconstrained vertical block descent, Q local steps",
 }
@@ -85,8 +86,10 @@ def solve_vertical(
     stationarity gap (12) at ``(theta^(t), lambda^(t))``; ``res.extra`` holds ``lambda``, the training and test metrics
     (:func:`~fedmodel.algorithms.vfl.metrics.score_metrics`) and the final scores.
     """
-    if method not in METHODS:
-        raise ModelError(f"unknown vertical method {method!r}; choose one of {tuple(METHODS)}")
+    if method not in DESCRIPTIONS:
+        raise ModelError(
+            f"unknown vertical method {method!r}; choose one of {tuple(DESCRIPTIONS)}"
+        )
     opts = build_options(options, **kw)
     opts.validate(problem.K)
     constrained = method == "fair-vfl"
@@ -96,8 +99,6 @@ def solve_vertical(
         consts = tuple(opts.lipschitz) if opts.lipschitz is not None else lipschitz_bounds(problem)
     runtime = make_runtime(opts.backend, party_factories(problem, opts, consts), workers=opts.workers)
     if not opts.keep_ledger:
-        from fedmodel.algorithms.dald_common import CountingLedger
-
         runtime.ledger = CountingLedger()
     server = VFLServer(problem.y, problem.group_a, opts, problem.K, consts, constrained)
     t_setup = time.perf_counter() - t0
@@ -204,7 +205,7 @@ def _finish(problem, opts, method, server, runtime, history, status, reason, gap
         solution = {f"theta_{n}": np.asarray(rev[n].payload["theta"]) for n in problem.party_names}
         x = np.concatenate(list(solution.values()))
     ledger = runtime.ledger
-    comm = _communication(ledger)
+    comm = communication_totals(ledger)
     return Result(
         status=status,
         method=method,
@@ -225,7 +226,14 @@ def _finish(problem, opts, method, server, runtime, history, status, reason, gap
     )
 
 
-def _communication(ledger: Ledger) -> dict[str, Any]:
-    from fedmodel.algorithms.dald_common import communication_totals
+def run_vertical(problem: VerticalProblem, opts: FairVFLOptions, method: str) -> Result:
+    """The registry's runner (``MethodSpec.runner``): ``problem`` is a vertical problem
+    (built by :func:`fedmodel.models.fair_vfl`), not a compiled horizontal model."""
+    if not isinstance(problem, VerticalProblem):
+        from fedmodel.errors import UnsupportedError
 
-    return communication_totals(ledger)
+        raise UnsupportedError(
+            f"method='{method}' solves vertical models (parties owning column blocks): build "
+            "the model with fedmodel.models.fair_vfl(X, y, group, blocks, eps)"
+        )
+    return solve_vertical(problem, method, opts)
