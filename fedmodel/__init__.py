@@ -21,6 +21,7 @@ Examples
 True
 """
 
+from fedmodel import models  # fm.models.fair_vfl, ...
 from fedmodel.dsl.data import PrivateData
 from fedmodel.dsl.model import Model
 from fedmodel.dsl.party import Client, Server
@@ -33,8 +34,6 @@ from fedmodel.errors import (
     UnsupportedError,
 )
 from fedmodel.result import Comparison, Result
-
-from fedmodel import models  # noqa: E402  (fm.models.fair_vfl, ...; after the DSL)
 
 __version__ = "0.1.0"
 
@@ -52,4 +51,5 @@ __all__ = [
     "Server",
     "UnsupportedError",
     "__version__",
+    "models",
 ]

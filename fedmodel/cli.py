@@ -451,9 +451,7 @@ def cmd_reproduce(args) -> int:
         kw["time_limit"] = args.time_limit
     default_trials = getattr(reproduce.REPRODUCTIONS[args.name], "default_trials", None)
     trials = (
-        args.trials
-        if args.trials is not None
-        else (3 if args.quick else (default_trials or 10))
+        args.trials if args.trials is not None else (3 if args.quick else (default_trials or 10))
     )
     t0 = time.perf_counter()
     summary = reproduce.run(

@@ -90,8 +90,16 @@ def test_q1_rounds_equal_centralized_projected_gda(convention):
             lam = np.maximum(lam + alpha * pm.grad_lambda(theta, lam, eps, c), 0.0)
         theta = theta - pm.grad_theta(theta, lam) / eta  # (10)
     res = solve_vertical(
-        prob, "fair-vfl", eps=eps, eta=eta, beta=beta, c=c, beta_convention=convention,
-        lambda0=tuple(lam0), Q=1, max_rounds=3,
+        prob,
+        "fair-vfl",
+        eps=eps,
+        eta=eta,
+        beta=beta,
+        c=c,
+        beta_convention=convention,
+        lambda0=tuple(lam0),
+        Q=1,
+        max_rounds=3,
     )
     np.testing.assert_allclose(res.x, theta, rtol=0, atol=1e-13)
     np.testing.assert_allclose(res.extra["lambda"], lam, rtol=0, atol=1e-13)
@@ -124,11 +132,13 @@ def test_unconstrained_limit_equals_lbfgs_fit():
     prob = small_problem()
     ref = solve_unconstrained(prob)
     assert ref.status == "optimal" and ref.kkt.stationarity <= 1e-9
-    bcd = solve_vertical(prob, "fedbcd", eta=0.6, Q=2, max_rounds=1500, monitor_every=500,
-                         kkt_tol=1e-9)
+    bcd = solve_vertical(
+        prob, "fedbcd", eta=0.6, Q=2, max_rounds=1500, monitor_every=500, kkt_tol=1e-9
+    )
     # eps far above the unconstrained DEO: lambda stays 0 and the runs coincide
-    fair = solve_vertical(prob, "fair-vfl", eps=10.0, eta=0.6, Q=2, max_rounds=1500,
-                          monitor_every=500, kkt_tol=1e-9)
+    fair = solve_vertical(
+        prob, "fair-vfl", eps=10.0, eta=0.6, Q=2, max_rounds=1500, monitor_every=500, kkt_tol=1e-9
+    )
     assert bcd.status == "optimal" and fair.status == "optimal", (bcd.message, fair.message)
     np.testing.assert_array_equal(fair.extra["lambda"], [0.0, 0.0])
     np.testing.assert_allclose(fair.x, bcd.x, rtol=0, atol=1e-14)
@@ -147,8 +157,19 @@ def test_fair_vfl_converges_to_a_kkt_point_matching_the_reference():
     assert ref.status == "optimal"
     lam_ref = ref.extra["lambda"]
     assert (lam_ref > 0).sum() == 1  # the constraint binds on one side
-    res = solve_vertical(prob, "fair-vfl", eps=eps, eta=0.6, beta=1.0, beta_convention="inverse",
-                         c=1e-7, Q=2, max_rounds=1500, monitor_every=500, kkt_tol=1e-5)
+    res = solve_vertical(
+        prob,
+        "fair-vfl",
+        eps=eps,
+        eta=0.6,
+        beta=1.0,
+        beta_convention="inverse",
+        c=1e-7,
+        Q=2,
+        max_rounds=1500,
+        monitor_every=500,
+        kkt_tol=1e-5,
+    )
     lam = res.extra["lambda"]
     assert res.status == "optimal", res.message
     assert np.all(lam >= 0) and (lam > 0).sum() <= 1
@@ -165,8 +186,18 @@ def test_fair_vfl_converges_to_a_kkt_point_matching_the_reference():
 def test_constant_c_leaves_the_predicted_violation():
     """With c_t = c > 0 the multiplier's fixed point is lambda = (|D| - eps)/c."""
     prob = small_problem()
-    res = solve_vertical(prob, "fair-vfl", eps=0.05, eta=0.6, beta=1.0, beta_convention="inverse",
-                         c=0.05, Q=2, max_rounds=800, monitor_every=800)
+    res = solve_vertical(
+        prob,
+        "fair-vfl",
+        eps=0.05,
+        eta=0.6,
+        beta=1.0,
+        beta_convention="inverse",
+        c=0.05,
+        Q=2,
+        max_rounds=800,
+        monitor_every=800,
+    )
     lam = res.extra["lambda"].max()
     assert lam > 0
     assert res.max_violation == pytest.approx(0.05 * lam, rel=1e-4)
@@ -178,11 +209,16 @@ def test_constant_c_leaves_the_predicted_violation():
 def test_only_score_vectors_and_lambda_cross_the_network():
     prob = small_problem(test=True)
     n, m = prob.n, sorted(set(prob.sizes))
-    res = solve_vertical(prob, "fair-vfl", eps=0.05, eta=2.0, Q=2, max_rounds=5,
-                         reveal_parameters=False)
+    res = solve_vertical(
+        prob, "fair-vfl", eps=0.05, eta=2.0, Q=2, max_rounds=5, reveal_parameters=False
+    )
     algo = [r for r in res.ledger if r["channel"] == "algorithm"]
-    assert {r["kind"] for r in algo} == {"vfl_start", "vfl_start_reply", "vfl_round",
-                                         "vfl_round_reply"}
+    assert {r["kind"] for r in algo} == {
+        "vfl_start",
+        "vfl_start_reply",
+        "vfl_round",
+        "vfl_round_reply",
+    }
     for r in algo:
         for key, shape in r["shapes"].items():
             if key in ("partial_scores", "scores"):
@@ -210,7 +246,7 @@ def test_each_party_is_built_with_its_own_block_only():
 
     prob = small_problem(test=True)
     facs = party_factories(prob, FairVFLOptions(), (1.0, 1.0))
-    for k, (name, fac) in enumerate(facs.items()):
+    for k, (_name, fac) in enumerate(facs.items()):
         arrays = [a for a in (*fac.args, *fac.kwargs.values()) if isinstance(a, np.ndarray)]
         widths = {a.shape[1] for a in arrays if a.ndim == 2}
         assert widths == {prob.sizes[k]}
@@ -227,8 +263,9 @@ def test_each_party_is_built_with_its_own_block_only():
 def test_fair_vfl_meets_eps_and_is_fairer_than_fedbcd_on_compas():
     prob = vertical_dataset("compas", seed=0)
     common = dict(Q=4, max_rounds=300, monitor_every=300, keep_ledger=False, eta=20.0)
-    fair = solve_vertical(prob, "fair-vfl", eps=0.01, c=1e-4, beta=0.1,
-                          beta_convention="inverse", **common)
+    fair = solve_vertical(
+        prob, "fair-vfl", eps=0.01, c=1e-4, beta=0.1, beta_convention="inverse", **common
+    )
     bcd = solve_vertical(prob, "fedbcd", **common)
     assert fair.extra["train"]["deo_loss"] <= 0.01 + 1e-3
     assert fair.extra["train"]["fairness_loss"] > bcd.extra["train"]["fairness_loss"]
@@ -257,8 +294,17 @@ def test_random_and_speed_local_updates():
 
 def test_theorem2_schedule_and_gap_stop():
     prob = small_problem()
-    res = solve_vertical(prob, "fair-vfl", eps=0.05, schedule="theorem2", beta=1.0,
-                         beta_convention="inverse", Q=1, max_rounds=200, monitor_every=10)
+    res = solve_vertical(
+        prob,
+        "fair-vfl",
+        eps=0.05,
+        schedule="theorem2",
+        beta=1.0,
+        beta_convention="inverse",
+        Q=1,
+        max_rounds=200,
+        monitor_every=10,
+    )
     gaps = [h["gap"] for h in res.history]
     assert gaps[-1] < gaps[0] and all(np.isfinite(gaps))
     from fedmodel.algorithms.vfl.options import Schedule, lipschitz_bounds
@@ -328,8 +374,14 @@ def test_fair_vfl_model_dispatches_through_the_registry():
     prob = small_problem()
     X = np.hstack(prob.blocks)
     y01 = (prob.y > 0).astype(int)
-    model = fm.models.fair_vfl(X, y01, prob.group_a, blocks=prob.sizes, eps=0.05,
-                               party_names=["bank", "insurer", "retailer"])
+    model = fm.models.fair_vfl(
+        X,
+        y01,
+        prob.group_a,
+        blocks=prob.sizes,
+        eps=0.05,
+        party_names=["bank", "insurer", "retailer"],
+    )
     assert model.parties == ["bank", "insurer", "retailer"]
     assert method_spec("fair-vfl").vertical and method_spec("fedbcd").vertical
     res = model.solve(method="fair-vfl", Q=2, eta=2.0, max_rounds=30)

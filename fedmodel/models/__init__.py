@@ -9,4 +9,11 @@ from fedmodel.models.fairness import fairness_model
 from fedmodel.models.lcqp import lcqp_instance, lcqp_model
 from fedmodel.models.neyman_pearson import neyman_pearson_model
 
-__all__ = ["VerticalModel", "fair_vfl", "fairness_model", "lcqp_instance", "lcqp_model", "neyman_pearson_model"]
+__all__ = [
+    "VerticalModel",
+    "fair_vfl",
+    "fairness_model",
+    "lcqp_instance",
+    "lcqp_model",
+    "neyman_pearson_model",
+]

@@ -157,7 +157,5 @@ def fair_vfl(
         kw.update(
             X_test=X_test, y_test=_pm1(y_test, "y_test"), group_a_test=np.asarray(group_test) != 0
         )
-    problem = VerticalProblem.from_columns(
-        X, _pm1(y, "y"), np.asarray(group) != 0, blocks, **kw
-    )
+    problem = VerticalProblem.from_columns(X, _pm1(y, "y"), np.asarray(group) != 0, blocks, **kw)
     return VerticalModel(problem, eps)

@@ -47,8 +47,14 @@ EPS, C, ETA, BETA = 0.01, 1e-3, 100.0, 0.1
 ROUNDS, Q_TABLE = 500, 4
 QUICK_ROUNDS, QUICK_ADULT_TRAIN = 150, 4000
 FIG2_EPS = (0.01, 0.05, 0.1)
-METHOD_ORDER = ("FedBCD", "EO", "CEO", "Fair VFL", "reference (unconstrained)",
-                "reference (eps = 0.01)")
+METHOD_ORDER = (
+    "FedBCD",
+    "EO",
+    "CEO",
+    "Fair VFL",
+    "reference (unconstrained)",
+    "reference (eps = 0.01)",
+)
 PAPER_METHOD = {"FedBCD": "FedBCD", "EO": "EO", "CEO": "CEO", "Fair VFL": "Fair VFL"}
 
 
@@ -117,29 +123,85 @@ def table1_split(name: str, seed: int, rounds: int, Q: int, quick: bool = False)
     bcd = solve_vertical(prob, "fedbcd", **common)
     fair = solve_vertical(prob, "fair-vfl", eps=EPS, c=C, eta=ETA, beta=BETA, **common)
     rows = [
-        _row(name, seed, "FedBCD", True, bcd.extra["test"], rounds=rounds, Q=Q,
-             train_deo=bcd.extra["train"]["deo_loss"], status=bcd.status),
+        _row(
+            name,
+            seed,
+            "FedBCD",
+            True,
+            bcd.extra["test"],
+            rounds=rounds,
+            Q=Q,
+            train_deo=bcd.extra["train"]["deo_loss"],
+            status=bcd.status,
+        ),
     ]
     z_tr, z_te = bcd.extra["scores"], bcd.extra["test_scores"]
     eo = equal_opportunity(z_tr, prob.y, prob.group_a)
-    rows.append(_row(name, seed, "EO", False, eo.metrics(z_te, prob.y_test, prob.group_a_test),
-                     backend=eo.backend))
+    rows.append(
+        _row(
+            name,
+            seed,
+            "EO",
+            False,
+            eo.metrics(z_te, prob.y_test, prob.group_a_test),
+            backend=eo.backend,
+        )
+    )
     ceo = calibrated_equal_opportunity(z_tr, prob.y, prob.group_a)
-    rows.append(_row(name, seed, "CEO", False,
-                     ceo.metrics(z_te, prob.y_test, prob.group_a_test), alpha=ceo.alpha))
-    rows.append(_row(name, seed, "Fair VFL", True, fair.extra["test"], rounds=rounds, Q=Q,
-                     train_deo=fair.extra["train"]["deo_loss"],
-                     lambda1=float(fair.extra["lambda"][0]), lambda2=float(fair.extra["lambda"][1]),
-                     status=fair.status))
+    rows.append(
+        _row(
+            name,
+            seed,
+            "CEO",
+            False,
+            ceo.metrics(z_te, prob.y_test, prob.group_a_test),
+            alpha=ceo.alpha,
+        )
+    )
+    rows.append(
+        _row(
+            name,
+            seed,
+            "Fair VFL",
+            True,
+            fair.extra["test"],
+            rounds=rounds,
+            Q=Q,
+            train_deo=fair.extra["train"]["deo_loss"],
+            lambda1=float(fair.extra["lambda"][0]),
+            lambda2=float(fair.extra["lambda"][1]),
+            status=fair.status,
+        )
+    )
     ref0 = solve_unconstrained(prob)
-    rows.append(_row(name, seed, "reference (unconstrained)", False, ref0.extra["test"],
-                     train_deo=ref0.extra["train"]["deo_loss"], status=ref0.status,
-                     objective=ref0.objective))
+    rows.append(
+        _row(
+            name,
+            seed,
+            "reference (unconstrained)",
+            False,
+            ref0.extra["test"],
+            train_deo=ref0.extra["train"]["deo_loss"],
+            status=ref0.status,
+            objective=ref0.objective,
+        )
+    )
     ref = solve_constrained(prob, EPS)
-    rows.append(_row(name, seed, "reference (eps = 0.01)", False, ref.extra["test"],
-                     train_deo=ref.extra["train"]["deo_loss"], status=ref.status,
-                     lambda1=float(ref.extra["lambda"][0]), lambda2=float(ref.extra["lambda"][1]),
-                     objective=ref.objective, fair_vfl_objective=fair.objective))
+    rows.append(
+        _row(
+            name,
+            seed,
+            "reference (eps = 0.01)",
+            False,
+            ref.extra["test"],
+            train_deo=ref.extra["train"]["deo_loss"],
+            status=ref.status,
+            lambda1=float(ref.extra["lambda"][0]),
+            lambda2=float(ref.extra["lambda"][1]),
+            objective=ref.objective,
+            fair_vfl_objective=fair.objective,
+        )
+    )
     return rows
 
 
@@ -177,8 +239,18 @@ def table1(out_dir, trials: int = 5, quick: bool = False, progress: bool = True,
         + (" QUICK run: Adult with 4,000 training rows." if quick else ""),
         "",
     ]
-    header = ["data set", "method", "AC", "FR", "HM", "FR_tpr", "HM_tpr",
-              "paper AC", "paper FR", "paper HM"]
+    header = [
+        "data set",
+        "method",
+        "AC",
+        "FR",
+        "HM",
+        "FR_tpr",
+        "HM_tpr",
+        "paper AC",
+        "paper FR",
+        "paper HM",
+    ]
     table = []
     for name in DATASETS:
         for method in METHOD_ORDER:
@@ -186,30 +258,56 @@ def table1(out_dir, trials: int = 5, quick: bool = False, progress: bool = True,
             if not sel:
                 continue
             p = paper[name].get(PAPER_METHOD.get(method, ""), None)
-            pa = [f"{p[0]:.1f}±{p[1]:.1f}", f"{p[2]:.1f}±{p[3]:.1f}", f"{p[4]:.1f}±{p[5]:.1f}"] \
-                if p else ["", "", ""]
-            table.append([name, method] + [_ms([r[k] for r in sel]) for k in
-                                           ("AC", "FR", "HM", "FR_tpr", "HM_tpr")] + pa)
+            pa = (
+                [f"{p[0]:.1f}±{p[1]:.1f}", f"{p[2]:.1f}±{p[3]:.1f}", f"{p[4]:.1f}±{p[5]:.1f}"]
+                if p
+                else ["", "", ""]
+            )
+            table.append(
+                [name, method]
+                + [_ms([r[k] for r in sel]) for k in ("AC", "FR", "HM", "FR_tpr", "HM_tpr")]
+                + pa
+            )
     md.append(md_table(header, table))
     checks = []
     for name in DATASETS:
-        sel = {m: [r for r in rows if r["dataset"] == name and r["method"] == m]
-               for m in METHOD_ORDER}
+        sel = {
+            m: [r for r in rows if r["dataset"] == name and r["method"] == m] for m in METHOD_ORDER
+        }
         fr_fair = np.mean([r["FR"] for r in sel["Fair VFL"]])
         fr_bcd = np.mean([r["FR"] for r in sel["FedBCD"]])
-        checks.append(_check(f"{name}: Fair VFL fairer than FedBCD (test, loss-based)",
-                             fr_fair > fr_bcd, f"FR {fr_fair:.1f} vs {fr_bcd:.1f}"))
+        checks.append(
+            _check(
+                f"{name}: Fair VFL fairer than FedBCD (test, loss-based)",
+                fr_fair > fr_bcd,
+                f"FR {fr_fair:.1f} vs {fr_bcd:.1f}",
+            )
+        )
         ac_fair = np.mean([r["AC"] for r in sel["Fair VFL"]])
         ac_bcd = np.mean([r["AC"] for r in sel["FedBCD"]])
-        checks.append(_check(f"{name}: Fair VFL accuracy comparable to FedBCD (within 3 points)",
-                             ac_fair >= ac_bcd - 3.0, f"AC {ac_fair:.1f} vs {ac_bcd:.1f}"))
+        checks.append(
+            _check(
+                f"{name}: Fair VFL accuracy comparable to FedBCD (within 3 points)",
+                ac_fair >= ac_bcd - 3.0,
+                f"AC {ac_fair:.1f} vs {ac_bcd:.1f}",
+            )
+        )
         deo = max(r["train_deo"] for r in sel["Fair VFL"])
-        checks.append(_check(f"{name}: Fair VFL training DEO near eps (<= eps + 0.01)",
-                             deo <= EPS + 0.01, f"max training DEO {deo:.4f}"))
+        checks.append(
+            _check(
+                f"{name}: Fair VFL training DEO near eps (<= eps + 0.01)",
+                deo <= EPS + 0.01,
+                f"max training DEO {deo:.4f}",
+            )
+        )
         st = [r["status"] for r in sel["reference (eps = 0.01)"] + sel["reference (unconstrained)"]]
-        checks.append(_check(f"{name}: centralized references certified", all(s == "optimal"
-                                                                              for s in st),
-                             ", ".join(st)))
+        checks.append(
+            _check(
+                f"{name}: centralized references certified",
+                all(s == "optimal" for s in st),
+                ", ".join(st),
+            )
+        )
     return _finish(out_dir, "vfl-table1", md, rows, checks, t0, quick, seeds)
 
 
@@ -237,12 +335,32 @@ def fig1(out_dir, trials: int = 1, quick: bool = False, progress: bool = True, *
         eps_grid = grids[name] if not quick else [grids[name][1], grids[name][3], grids[name][-1]]
         for eps in eps_grid:
             _say(progress, f"vfl-fig1: {name} eps {eps}")
-            res = solve_vertical(prob, "fair-vfl", eps=eps, c=C, eta=ETA, beta=BETA, Q=Q,
-                                 max_rounds=rounds, monitor_every=rounds, keep_ledger=False)
-            rows.append(_row(name, 0, "Fair VFL", True, res.extra["test"], eps=eps,
-                             lambda1=float(res.extra["lambda"][0]),
-                             lambda2=float(res.extra["lambda"][1]),
-                             train_deo=res.extra["train"]["deo_loss"], rounds=rounds))
+            res = solve_vertical(
+                prob,
+                "fair-vfl",
+                eps=eps,
+                c=C,
+                eta=ETA,
+                beta=BETA,
+                Q=Q,
+                max_rounds=rounds,
+                monitor_every=rounds,
+                keep_ledger=False,
+            )
+            rows.append(
+                _row(
+                    name,
+                    0,
+                    "Fair VFL",
+                    True,
+                    res.extra["test"],
+                    eps=eps,
+                    lambda1=float(res.extra["lambda"][0]),
+                    lambda2=float(res.extra["lambda"][1]),
+                    train_deo=res.extra["train"]["deo_loss"],
+                    rounds=rounds,
+                )
+            )
     fig = figure.Figure(figsize=(4.5 * len(datasets), 3.6), layout="constrained")
     FigureCanvasAgg(fig)
     axes = np.atleast_1d(fig.subplots(1, len(datasets)))
@@ -260,24 +378,48 @@ def fig1(out_dir, trials: int = 1, quick: bool = False, progress: bool = True, *
     axes[0].legend(fontsize=8)
     png = out_dir / "vfl-fig1.png"
     fig.savefig(png, dpi=110)
-    md = ["# Seed 002, Fig. 1 (fedmodel reproduction)", "",
-          f"Fair VFL, seed 0, c = {C}, eta = {ETA}, beta = {BETA}, Q = {Q}, {rounds} rounds.",
-          "", md_table(["data set", "eps", "AC", "FR", "FR_tpr", "train DEO", "lambda"],
-                       [[r["dataset"], r["eps"], f"{r['AC']:.1f}", f"{r['FR']:.1f}",
-                         f"{r['FR_tpr']:.1f}", f"{r['train_deo']:.4f}",
-                         f"({r['lambda1']:.3g}, {r['lambda2']:.3g})"] for r in rows]),
-          "", f"![fig1]({png.name})"]
+    md = [
+        "# Seed 002, Fig. 1 (fedmodel reproduction)",
+        "",
+        f"Fair VFL, seed 0, c = {C}, eta = {ETA}, beta = {BETA}, Q = {Q}, {rounds} rounds.",
+        "",
+        md_table(
+            ["data set", "eps", "AC", "FR", "FR_tpr", "train DEO", "lambda"],
+            [
+                [
+                    r["dataset"],
+                    r["eps"],
+                    f"{r['AC']:.1f}",
+                    f"{r['FR']:.1f}",
+                    f"{r['FR_tpr']:.1f}",
+                    f"{r['train_deo']:.4f}",
+                    f"({r['lambda1']:.3g}, {r['lambda2']:.3g})",
+                ]
+                for r in rows
+            ],
+        ),
+        "",
+        f"![fig1]({png.name})",
+    ]
     checks = []
     for name in datasets:
         sel = [r for r in rows if r["dataset"] == name]
         last = sel[-1]
-        checks.append(_check(f"{name}: lambda = 0 at the largest eps ({last['eps']})",
-                             last["lambda1"] == 0 and last["lambda2"] == 0,
-                             f"lambda = ({last['lambda1']:.3g}, {last['lambda2']:.3g})"))
-        checks.append(_check(f"{name}: training DEO falls with eps",
-                             sel[0]["train_deo"] <= sel[-1]["train_deo"] + 1e-12,
-                             f"{sel[0]['train_deo']:.4f} at eps {sel[0]['eps']} vs "
-                             f"{sel[-1]['train_deo']:.4f} at {sel[-1]['eps']}"))
+        checks.append(
+            _check(
+                f"{name}: lambda = 0 at the largest eps ({last['eps']})",
+                last["lambda1"] == 0 and last["lambda2"] == 0,
+                f"lambda = ({last['lambda1']:.3g}, {last['lambda2']:.3g})",
+            )
+        )
+        checks.append(
+            _check(
+                f"{name}: training DEO falls with eps",
+                sel[0]["train_deo"] <= sel[-1]["train_deo"] + 1e-12,
+                f"{sel[0]['train_deo']:.4f} at eps {sel[0]['eps']} vs "
+                f"{sel[-1]['train_deo']:.4f} at {sel[-1]['eps']}",
+            )
+        )
     return _finish(out_dir, "vfl-fig1", md, rows, checks, t0, quick, 1, [png])
 
 
@@ -304,14 +446,32 @@ def fig2(out_dir, trials: int = 1, quick: bool = False, progress: bool = True, *
         for eps in eps_values:
             for Q in qs:
                 _say(progress, f"vfl-fig2: {name} eps {eps} Q {Q}")
-                res = solve_vertical(prob, "fair-vfl", eps=eps, c=C, eta=ETA, beta=BETA, Q=Q,
-                                     max_rounds=rounds, monitor_every=every, keep_ledger=False)
+                res = solve_vertical(
+                    prob,
+                    "fair-vfl",
+                    eps=eps,
+                    c=C,
+                    eta=ETA,
+                    beta=BETA,
+                    Q=Q,
+                    max_rounds=rounds,
+                    monitor_every=every,
+                    keep_ledger=False,
+                )
                 r = [h["round"] for h in res.history]
                 loss = [h["objective"] for h in res.history]
                 curves[(name, eps, Q)] = (r, loss)
-                rows.append({"dataset": name, "eps": eps, "Q": Q, "rounds": rounds,
-                             "final_loss": loss[-1], "final_deo": res.extra["train"]["deo_loss"],
-                             "loss_at_quarter": float(np.interp(rounds / 4, r, loss))})
+                rows.append(
+                    {
+                        "dataset": name,
+                        "eps": eps,
+                        "Q": Q,
+                        "rounds": rounds,
+                        "final_loss": loss[-1],
+                        "final_deo": res.extra["train"]["deo_loss"],
+                        "loss_at_quarter": float(np.interp(rounds / 4, r, loss)),
+                    }
+                )
     fig = figure.Figure(figsize=(4.5 * len(datasets), 3.6), layout="constrained")
     FigureCanvasAgg(fig)
     axes = np.atleast_1d(fig.subplots(1, len(datasets)))
@@ -329,26 +489,51 @@ def fig2(out_dir, trials: int = 1, quick: bool = False, progress: bool = True, *
     axes[0].legend(fontsize=7)
     png = out_dir / "vfl-fig2.png"
     fig.savefig(png, dpi=110)
-    md = ["# Seed 002, Fig. 2 (fedmodel reproduction)", "",
-          f"Fair VFL, seed 0, c = {C}, eta = {ETA}, beta = {BETA}, {rounds} rounds, every "
-          "party exactly Q local updates per round.", "",
-          md_table(["data set", "eps", "Q", "loss at rounds/4", "final loss", "final DEO"],
-                   [[r["dataset"], r["eps"], r["Q"], f"{r['loss_at_quarter']:.5f}",
-                     f"{r['final_loss']:.5f}", f"{r['final_deo']:.4f}"] for r in rows]),
-          "", f"![fig2]({png.name})"]
+    md = [
+        "# Seed 002, Fig. 2 (fedmodel reproduction)",
+        "",
+        f"Fair VFL, seed 0, c = {C}, eta = {ETA}, beta = {BETA}, {rounds} rounds, every "
+        "party exactly Q local updates per round.",
+        "",
+        md_table(
+            ["data set", "eps", "Q", "loss at rounds/4", "final loss", "final DEO"],
+            [
+                [
+                    r["dataset"],
+                    r["eps"],
+                    r["Q"],
+                    f"{r['loss_at_quarter']:.5f}",
+                    f"{r['final_loss']:.5f}",
+                    f"{r['final_deo']:.4f}",
+                ]
+                for r in rows
+            ],
+        ),
+        "",
+        f"![fig2]({png.name})",
+    ]
     checks = []
     for name in datasets:
         for eps in eps_values:
-            sel = sorted((r for r in rows if r["dataset"] == name and r["eps"] == eps),
-                         key=lambda r: r["Q"])
+            sel = sorted(
+                (r for r in rows if r["dataset"] == name and r["eps"] == eps), key=lambda r: r["Q"]
+            )
             vals = [r["loss_at_quarter"] for r in sel]
-            checks.append(_check(f"{name}, eps {eps}: larger Q, lower loss after rounds/4",
-                                 all(a >= b - 1e-12 for a, b in zip(vals, vals[1:])),
-                                 " > ".join(f"{v:.5f}" for v in vals)))
+            checks.append(
+                _check(
+                    f"{name}, eps {eps}: larger Q, lower loss after rounds/4",
+                    all(a >= b - 1e-12 for a, b in zip(vals, vals[1:])),
+                    " > ".join(f"{v:.5f}" for v in vals),
+                )
+            )
         big_q = [r for r in rows if r["dataset"] == name and r["Q"] == max(qs)]
         big_q.sort(key=lambda r: r["eps"])
-        checks.append(_check(f"{name}: smaller eps, larger final loss (Q = {max(qs)})",
-                             big_q[0]["final_loss"] >= big_q[-1]["final_loss"] - 1e-12,
-                             f"{big_q[0]['final_loss']:.5f} at eps {big_q[0]['eps']} vs "
-                             f"{big_q[-1]['final_loss']:.5f} at {big_q[-1]['eps']}"))
+        checks.append(
+            _check(
+                f"{name}: smaller eps, larger final loss (Q = {max(qs)})",
+                big_q[0]["final_loss"] >= big_q[-1]["final_loss"] - 1e-12,
+                f"{big_q[0]['final_loss']:.5f} at eps {big_q[0]['eps']} vs "
+                f"{big_q[-1]['final_loss']:.5f} at {big_q[-1]['eps']}",
+            )
+        )
     return _finish(out_dir, "vfl-fig2", md, rows, checks, t0, quick, 1, [png])

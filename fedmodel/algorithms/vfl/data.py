@@ -44,7 +44,11 @@ import numpy as np
 from fedmodel.algorithms.vfl.problem import VerticalProblem, paper_block_sizes
 
 DATASETS = ("adult", "compas", "communities")
-PAPER_SIZES = {"adult": (40000, 5222, 104), "compas": (4800, 478, 26), "communities": (1200, 794, 99)}
+PAPER_SIZES = {
+    "adult": (40000, 5222, 104),
+    "compas": (4800, 478, 26),
+    "communities": (1200, 794, 99),
+}
 
 
 def _pooled(name: str):

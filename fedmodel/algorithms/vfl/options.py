@@ -101,7 +101,9 @@ class FairVFLOptions:
         if self.eps < 0:
             raise ModelError(f"eps must be >= 0, got {self.eps}")
         if self.c < 0 or self.eta <= 0 or self.beta <= 0:
-            raise ModelError(f"need c >= 0, eta > 0, beta > 0 (got {self.c}, {self.eta}, {self.beta})")
+            raise ModelError(
+                f"need c >= 0, eta > 0, beta > 0 (got {self.c}, {self.eta}, {self.beta})"
+            )
         if self.beta_convention not in BETA_CONVENTIONS:
             raise ModelError(f"beta_convention must be one of {BETA_CONVENTIONS}")
         if self.schedule not in SCHEDULES:
@@ -133,9 +135,7 @@ class Schedule:
     def __init__(self, opts: FairVFLOptions, K: int = 1, lipschitz: tuple[float, float] = (1, 1)):
         self.opts = opts
         self.K = K
-        self.L, self.L12 = (
-            tuple(opts.lipschitz) if opts.lipschitz is not None else tuple(lipschitz)
-        )
+        self.L, self.L12 = tuple(opts.lipschitz) if opts.lipschitz is not None else tuple(lipschitz)
         self.dual_step = opts.beta if opts.beta_convention == "step" else 1.0 / opts.beta
 
     def c(self, t: int) -> float:

@@ -41,7 +41,6 @@ from scipy.special import expit
 
 from fedmodel.algorithms.vfl.metrics import _assemble
 
-
 # ---------------------------------------------------------------------------------------
 # equal opportunity (Hardt et al. 2016)
 
@@ -67,7 +66,9 @@ def _roc_hull(scores: np.ndarray, pos: np.ndarray):
     for i in range(len(fpr)):
         while len(hull) >= 2:
             i1, i2 = hull[-2], hull[-1]
-            cross = (fpr[i2] - fpr[i1]) * (tpr[i] - tpr[i1]) - (tpr[i2] - tpr[i1]) * (fpr[i] - fpr[i1])
+            cross = (fpr[i2] - fpr[i1]) * (tpr[i] - tpr[i1]) - (tpr[i2] - tpr[i1]) * (
+                fpr[i] - fpr[i1]
+            )
             if cross >= 0:  # i2 lies on or below the chord i1 -> i: not on the upper hull
                 hull.pop()
             else:
@@ -173,7 +174,9 @@ def _fairlearn_fit(scores, y, group_a):
         prefit=True,
         predict_method="predict",
     )
-    opt.fit(scores[:, None], (np.asarray(y) > 0).astype(int), sensitive_features=group_a.astype(int))
+    opt.fit(
+        scores[:, None], (np.asarray(y) > 0).astype(int), sensitive_features=group_a.astype(int)
+    )
     return opt
 
 

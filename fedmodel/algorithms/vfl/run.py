@@ -87,9 +87,7 @@ def solve_vertical(
     (:func:`~fedmodel.algorithms.vfl.metrics.score_metrics`) and the final scores.
     """
     if method not in DESCRIPTIONS:
-        raise ModelError(
-            f"unknown vertical method {method!r}; choose one of {tuple(DESCRIPTIONS)}"
-        )
+        raise ModelError(f"unknown vertical method {method!r}; choose one of {tuple(DESCRIPTIONS)}")
     opts = build_options(options, **kw)
     opts.validate(problem.K)
     constrained = method == "fair-vfl"
@@ -97,7 +95,9 @@ def solve_vertical(
     consts = (1.0, 1.0)
     if opts.schedule == "theorem2":
         consts = tuple(opts.lipschitz) if opts.lipschitz is not None else lipschitz_bounds(problem)
-    runtime = make_runtime(opts.backend, party_factories(problem, opts, consts), workers=opts.workers)
+    runtime = make_runtime(
+        opts.backend, party_factories(problem, opts, consts), workers=opts.workers
+    )
     if not opts.keep_ledger:
         runtime.ledger = CountingLedger()
     server = VFLServer(problem.y, problem.group_a, opts, problem.K, consts, constrained)
@@ -131,8 +131,9 @@ def solve_vertical(
                 if opts.tol > 0 and gap <= opts.tol:
                     status, reason = "stopped", "gap"
                     break
-        return _finish(problem, opts, method, server, runtime, history, status, reason, gap,
-                       t_setup, t1)
+        return _finish(
+            problem, opts, method, server, runtime, history, status, reason, gap, t_setup, t1
+        )
     finally:
         runtime.close()
 
@@ -143,7 +144,8 @@ def _finish(problem, opts, method, server, runtime, history, status, reason, gap
     lam = server.lam.copy()
     f = server.scores_of
     reps = runtime.broadcast(
-        "vfl_kkt", {"scores": z, "lambda": lam} if constrained else {"scores": z},
+        "vfl_kkt",
+        {"scores": z, "lambda": lam} if constrained else {"scores": z},
         channel="diagnostic",
     )
     stationarity = max(r.payload["grad_inf"] for r in reps.values())

@@ -98,7 +98,9 @@ class VFLServer:
         t = int(st["t"])
         if not self.constrained or t == 0:
             return
-        grad = self.scores_of.dual_gradient(st["scores"], st["lambda"], self.eps, self.schedule.c(t - 1))
+        grad = self.scores_of.dual_gradient(
+            st["scores"], st["lambda"], self.eps, self.schedule.c(t - 1)
+        )
         st["lambda"] = np.maximum(st["lambda"] + self.schedule.dual_step * grad, 0.0)
 
     def dual_residual(self) -> np.ndarray:
