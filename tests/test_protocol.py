@@ -172,3 +172,39 @@ def test_fedavg_client_failure_returns_the_last_consistent_iterate():
     )
     clean = run_fedavg(compiled, fedavg_options())
     assert np.array_equal(retried.x, clean.x)
+
+
+def test_dald_cc_runs_on_the_driver_on_every_backend_and_resumes(tmp_path):
+    model = least_squares_model(n_clients=3, seed=2)
+    serial = model.solve("dald-cc", eps_pri=1e-7, eps_dual=1e-7)
+    procs = model.solve("dald-cc", eps_pri=1e-7, eps_dual=1e-7, backend="processes", workers=2)
+    assert serial.status == procs.status == "optimal"
+    assert np.array_equal(serial.x, procs.x)
+    assert serial.rounds == procs.rounds
+    ck = tmp_path / "dald"
+    cut = model.solve("dald-cc", eps_pri=1e-7, eps_dual=1e-7, checkpoint=ck, time_limit=1e-9)
+    assert cut.status == "time_limit"
+    resumed = model.solve("dald-cc", eps_pri=1e-7, eps_dual=1e-7, resume=ck)
+    assert np.array_equal(resumed.x, serial.x)
+    assert resumed.rounds == serial.rounds
+
+
+@pytest.mark.parametrize("method", ["dald-dc", "dgd"])
+def test_peer_to_peer_methods_run_on_the_driver_on_every_backend_and_resume(tmp_path, method):
+    model = least_squares_model(n_clients=3, seed=3)
+    kw = (
+        {"eps_pri": 1e-6, "eps_dual": 1e-6, "topology": "chain"}
+        if method == "dald-dc"
+        else {"topology": "ring", "max_rounds": 40, "tol": 1e-12}
+    )
+    serial = model.solve(method, **kw)
+    procs = model.solve(method, backend="processes", workers=2, **kw)
+    assert np.array_equal(serial.x, procs.x)
+    assert serial.rounds == procs.rounds
+    assert serial.communication["floats_peer"] == procs.communication["floats_peer"] > 0
+    ck = tmp_path / method
+    cut = model.solve(method, checkpoint=ck, time_limit=1e-9, **kw)
+    assert cut.status == "time_limit"
+    resumed = model.solve(method, resume=ck, **kw)
+    assert np.array_equal(resumed.x, serial.x)
+    assert resumed.rounds == serial.rounds

@@ -25,13 +25,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from fedmodel.algorithms.common import (
-    federated_evaluation,
-    history_row,
-    make_result,
-    split_multipliers,
-)
+from fedmodel.algorithms.common import history_row, make_result, split_multipliers
 from fedmodel.algorithms.protocol import ServerHalf, StepReport
+from fedmodel.certificate.kkt import assemble, party_evaluation
 from fedmodel.compiler.partition import CompiledModel
 from fedmodel.runtime.checkpoint import (
     check_manifest,
@@ -146,6 +142,7 @@ class _Run:
         self.last_eval = None
         self.last_eval_k = -2
         self.k = -1
+        self.diagnostics: dict = {}
 
     # -- marks and checkpoints ---------------------------------------------------------------
     def take_mark(self, k_next: int) -> None:
@@ -176,16 +173,18 @@ class _Run:
         self.checkpoint_written = os.fspath(self.options.checkpoint)
 
     def evaluate(self):
-        mu, nu = self.server.multipliers()
-        return federated_evaluation(
-            self.runtime,
-            self.compiled.server,
-            self.compiled.regularizer,
-            self.server.point(),
-            mu,
-            nu,
-            self.local,
-        )
+        """One diagnostic round at the server's point: every client evaluates its share with
+        its own multipliers, the server adds its own and ``dh``."""
+        server, program = self.server, self.compiled.server
+        server.sync(self.runtime)
+        x = server.point()
+        reports = {program.name: party_evaluation(program, x, *server.multipliers())}
+        payload = {"w": x, **server.evaluation_extras()}
+        replies = self.runtime.broadcast("evaluate", payload, channel="diagnostic")
+        reports.update({name: r.payload for name, r in replies.items()})
+        kkt, summary = assemble(reports, self.compiled.regularizer, x, self.local)
+        self.diagnostics = server.diagnostics(reports)
+        return kkt, summary
 
     # -- the loop ----------------------------------------------------------------------------
     def solve(self, start: _Mark | None):
@@ -211,13 +210,19 @@ class _Run:
                 if last.stop == "unbounded":  # the last finite iterate stands
                     status, message = last.stop, last.message
                     break
-                if opts.history:
+                if opts.history and last.record:
                     self.last_eval, self.last_eval_k = self.evaluate(), k
                     kkt, summary = self.last_eval
                     self.history.append(
-                        history_row(k, summary, kkt, **last.info, rounds=runtime.round)
+                        history_row(
+                            k,
+                            summary,
+                            kkt,
+                            **{**last.info, **self.diagnostics},
+                            rounds=runtime.round,
+                        )
                     )
-                if opts.callback is not None:
+                if opts.callback is not None and last.record:
                     opts.callback(
                         self.history[-1]
                         if self.history
@@ -273,7 +278,7 @@ class _Run:
                 f"{kkt.feasibility:.2e})"
             )
         status, message = server.conclude(status, message, kkt, summary, self.history)
-        reports = runtime.broadcast("report", {}, channel="diagnostic")
+        reports = runtime.broadcast("report", server.report_payload(), channel="diagnostic")
         return self.result(status, message, kkt, summary, reports)
 
     # -- results -----------------------------------------------------------------------------
@@ -363,7 +368,9 @@ class _Run:
         reports = {}
         for name in usable:
             try:
-                reports[name] = runtime.send(name, "report", {}, channel="diagnostic")
+                reports[name] = runtime.send(
+                    name, "report", self.server.report_payload(), channel="diagnostic"
+                )
             except (ClientFailure, KeyboardInterrupt):
                 continue
         where = (

@@ -149,6 +149,7 @@ class StepReport:
     info: dict[str, Any] = field(default_factory=dict)
     stop: str | None = None
     message: str = ""
+    record: bool = True  # False: the step is inside an iteration the history does not record
 
 
 class ServerHalf:
@@ -211,6 +212,22 @@ class ServerHalf:
         certificate; the driver has already checked ``kkt`` against the tolerance for
         ``"stopped"`` (this hook adds method-specific explanations)."""
         return stop, message
+
+    def sync(self, runtime) -> None:
+        """Bring :meth:`point` up to date before an evaluation round (a peer-to-peer method
+        gathers its output from a node here); default nothing."""
+
+    def evaluation_extras(self) -> dict:
+        """Extra payload of the certificate's ``evaluate`` messages (besides ``w``)."""
+        return {}
+
+    def diagnostics(self, reports: dict[str, dict]) -> dict:
+        """Extra history fields computed from the parties' ``evaluate`` reports."""
+        return {}
+
+    def report_payload(self) -> dict:
+        """Payload of the final ``report`` messages."""
+        return {}
 
     def resume_key(self) -> dict:
         """The options (by name) a checkpoint must have been written with to resume."""

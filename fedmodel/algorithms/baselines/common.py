@@ -4,20 +4,11 @@ evaluation round, the status rule and result assembly.
 
 from __future__ import annotations
 
-import time
-
 import numpy as np
 
-from fedmodel.algorithms.common import (
-    evaluation_payload,
-    make_result,
-    pooled_certificate,
-    split_multipliers,
-)
 from fedmodel.algorithms.dald.local import LocalProblem
 from fedmodel.compiler.partition import PartyProgram
 from fedmodel.errors import ModelError
-from fedmodel.runtime.messages import communication_totals
 
 
 def _positive(method, name, value):
@@ -54,17 +45,6 @@ def _local(program, reg, penalty, opts, kind=None, steps=None) -> LocalProblem:
     )
 
 
-def _evaluate(runtime, compiled, x, penalty, extra_reports=None):
-    replies = runtime.broadcast("evaluate", {"w": x}, channel="diagnostic")
-    reports = {n: r.payload for n, r in replies.items()}
-    if extra_reports:
-        reports.update(extra_reports)
-    if compiled.server.name not in reports:
-        reports[compiled.server.name] = evaluation_payload(compiled.server, x, penalty)
-    kkt, summary = pooled_certificate(compiled, reports, x)
-    return kkt, summary, reports
-
-
 def _status(compiled, opts, stopped: bool, kkt, r: int, dx: float, what: str):
     certified = kkt.satisfied(opts.eps, opts.eps)
     if stopped:
@@ -87,50 +67,3 @@ def _status(compiled, opts, stopped: bool, kkt, r: int, dx: float, what: str):
             f"{kkt.stationarity:.2e}, feasibility {kkt.feasibility:.2e}"
         )
     return status, message
-
-
-def _result(
-    compiled,
-    opts,
-    method,
-    status,
-    message,
-    x,
-    kkt,
-    summary,
-    reports,
-    runtime,
-    r,
-    t_setup,
-    t_solve,
-    history,
-    extra,
-    finals,
-):
-    multipliers = {
-        prog.name: split_multipliers(prog, reports[prog.name]["mu_c"], reports[prog.name]["nu_c"])
-        for prog in compiled.parties
-        if prog.name in reports
-    }
-    return make_result(
-        compiled,
-        method=method,
-        status=status,
-        x=x,
-        kkt=kkt,
-        summary=summary,
-        multipliers=multipliers,
-        message=message,
-        rounds={"outer": r, "inner": r, "communication": runtime.round},
-        communication=communication_totals(runtime.ledger),
-        timing={
-            "compile": t_setup,
-            "solve": time.perf_counter() - t_solve,
-            "per_party": {k: float(v.get("seconds", 0.0)) for k, v in finals.items()},
-            "local_iterations": {k: int(v.get("local_iterations", 0)) for k, v in finals.items()},
-        },
-        history=history,
-        options={k: v for k, v in opts.__dict__.items() if k not in ("w0", "callback", "topology")},
-        ledger=runtime.ledger.rows,
-        extra=extra,
-    )

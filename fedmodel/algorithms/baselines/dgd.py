@@ -8,37 +8,36 @@ Constraints enter through the quadratic penalty ``penalty=beta`` (see
 
 from __future__ import annotations
 
-import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
 
 from fedmodel.algorithms.baselines.common import (
-    _evaluate,
     _int_at_least_1,
     _local,
     _positive,
-    _result,
     _status,
 )
 from fedmodel.algorithms.common import (
     evaluation_payload,
+    penalty_multipliers,
     starting_point,
 )
 from fedmodel.algorithms.dald.local import scaled_regularizer
 from fedmodel.algorithms.dald.options import check_constraints
 from fedmodel.algorithms.dald.topology import SERVER, metropolis_weights, topology_graph
-from fedmodel.algorithms.protocol import ClientHalf
+from fedmodel.algorithms.driver import run_federated
+from fedmodel.algorithms.options import RuntimeOptions
+from fedmodel.algorithms.protocol import ClientHalf, ServerHalf, StepReport
 from fedmodel.compiler.partition import CompiledModel
 from fedmodel.compiler.regularizer import Regularizer
 from fedmodel.errors import ModelError, UnsupportedError
-from fedmodel.runtime.messages import CountingLedger
-from fedmodel.runtime.serial import SerialRuntime
+from fedmodel.runtime.endpoints import RUNTIME_PROXY, EndpointFactory
 
 
 @dataclass
-class DGDOptions:
+class DGDOptions(RuntimeOptions):
     """Options of ``dgd`` (seed 004 eq. 55).
 
     Attributes
@@ -60,8 +59,8 @@ class DGDOptions:
     max_rounds : int
     tol : float or None
         Stop when every node moved less than ``tol`` (gathered on the diagnostic channel).
-    penalty, eps, w0, history, callback, time_limit, keep_ledger, blas_threads : as for
-        fedavg.
+    penalty, eps, w0 : as for fedavg.
+    (and the runtime options below)
     """
 
     topology: Any = None
@@ -73,12 +72,7 @@ class DGDOptions:
     penalty: float | None = None
     eps: float = 1e-3
     w0: Any = None
-    history: bool = True
-    callback: Any = None
-    time_limit: float | None = None
-    keep_ledger: bool = True
     snapshot_iterations: Any = ()
-    blas_threads: int | None = 1
 
     def validate(self, compiled: CompiledModel, method: str) -> None:
         _int_at_least_1(method, "max_rounds", self.max_rounds)
@@ -89,12 +83,21 @@ class DGDOptions:
         if not (np.isfinite(self.step_decay) and self.step_decay >= 0):
             raise ModelError(f"{method}: step_decay must be >= 0, got {self.step_decay!r}")
         check_constraints(compiled, method, self.penalty)
+        self.validate_runtime()
+
+    @property
+    def eps1(self) -> float:
+        return float(self.eps)
+
+    @property
+    def eps2(self) -> float:
+        return float(self.eps)
 
 
 class DGDNode(ClientHalf):
     """Node of dgd: keeps ``x_i`` and its neighbours' last iterates."""
 
-    state_fields = ("x", "nbr", "alpha", "k", "last_move")
+    state_fields = ("x", "nbr", "alpha", "k", "last_move", "last_w")
     component_fields = ("local",)
 
     def __init__(self, program, reg_share, neighbours, weights, x0, opts: DGDOptions, runtime):
@@ -110,6 +113,7 @@ class DGDNode(ClientHalf):
         self.decay = float(opts.step_decay)
         self.k = 0
         self.last_move = np.inf
+        self.last_w: np.ndarray | None = None
 
     def handle(self, msg):
         if msg.kind == "dgd_x":
@@ -139,15 +143,22 @@ class DGDNode(ClientHalf):
     def _on_state(self):
         return {"x": self.x.copy(), "move": self.last_move}
 
+    def multipliers(self):
+        """The multipliers the quadratic penalty implies at the last evaluated model."""
+        if self.last_w is None:
+            return super().multipliers()
+        return penalty_multipliers(self.program, self.last_w, self.penalty)
+
     def _on_evaluate(self, w):
-        return evaluation_payload(self.program, np.asarray(w, dtype=float), self.penalty)
+        self.last_w = np.asarray(w, dtype=float)
+        return evaluation_payload(self.program, self.last_w, self.penalty)
 
     def _on_snapshot(self):
         return {"x": self.x.copy()}
 
     def _on_report(self):
         return {
-            "seconds": self.stats["seconds"],
+            **super()._on_report(),
             "local_iterations": self.local.stats.iterations,
             "x": self.x.copy(),
             "alpha": self.alpha,
@@ -185,8 +196,115 @@ def _mixing(opts: DGDOptions, g, nodes: list[str], method: str) -> dict[str, dic
     return out
 
 
-def run_dgd(compiled: CompiledModel, opts: DGDOptions, method: str = "dgd"):
-    t0 = time.perf_counter()
+class DGDServer(ServerHalf):
+    """The coordinator of dgd's rounds (no server variable): each :meth:`step` lets every
+    node send ``x_i`` to its neighbours, then take its step; the returned point is the
+    average of the nodes' iterates, gathered on the diagnostic channel when the stopping
+    test or an evaluation needs it (:meth:`sync`)."""
+
+    resume_options = ("mixing", "step", "step_decay", "tol", "penalty")
+    step_name = "round"
+
+    def __init__(self, program, nodes: list[str], weights, opts: DGDOptions, x0):
+        super().__init__(program, opts)
+        self.nodes = nodes
+        self.weights = weights
+        self.max_steps = int(opts.max_rounds)
+        self.snap_at = {int(s) for s in opts.snapshot_iterations}
+        self.x_avg = np.array(x0, dtype=float)
+        self.move = np.inf
+        self.r = 0
+        self.snapshots: dict[int, dict] = {}
+
+    def resume_key(self) -> dict:
+        return {**super().resume_key(), "mixing": self.weights}
+
+    def start(self, runtime) -> None:
+        pass
+
+    def gather(self, runtime) -> dict:
+        replies = runtime.broadcast("state", {}, channel="diagnostic")
+        states = {k: v.payload for k, v in replies.items()}
+        self.x_avg = sum(s["x"] for s in states.values()) / len(states)
+        self.move = max(s["move"] for s in states.values())
+        return states
+
+    def step(self, runtime, deadline) -> StepReport:
+        self.r = r = self.r + 1
+        runtime.next_round()
+        for s in self.nodes:
+            runtime.activate(s, "dgd_send", {})
+        runtime.deliver_peer_messages()
+        for s in self.nodes:
+            runtime.activate(s, "dgd_step", {})
+        report = StepReport(info={"iteration": r})
+        if self.options.tol is not None or r in self.snap_at:
+            states = self.gather(runtime)
+            report.info["move_inf"] = self.move
+            if r in self.snap_at:
+                self.snapshots[r] = {
+                    "x_avg": self.x_avg,
+                    "local": {k: v["x"] for k, v in states.items()},
+                }
+            if not np.all(np.isfinite(self.x_avg)):
+                report.stop = "unbounded"
+                report.message = "the iterates diverge (non-finite values); lower step"
+            elif self.options.tol is not None and self.move <= self.options.tol:
+                report.stop = "stopped"
+        return report
+
+    def sync(self, runtime) -> None:
+        self.gather(runtime)
+
+    def diagnostics(self, reports: dict[str, dict]) -> dict:
+        return {"move_inf": self.move}
+
+    def point(self) -> np.ndarray:
+        return self.x_avg
+
+    def multipliers(self):
+        return penalty_multipliers(self.program, self.x_avg, self.options.penalty)
+
+    def get_state(self) -> dict:
+        return {
+            "x_avg": self.x_avg.copy(),
+            "move": self.move,
+            "r": self.r,
+            "snapshots": dict(self.snapshots),
+        }
+
+    def set_state(self, state: dict) -> None:
+        self.x_avg = np.array(state["x_avg"], dtype=float)
+        self.move = float(state["move"])
+        self.r = int(state["r"])
+        self.snapshots = dict(state["snapshots"])
+
+    def round_counts(self) -> dict[str, int]:
+        return {"inner": self.r}
+
+    def conclude(self, status, message, kkt, summary, history):
+        if status == "unbounded" or not np.all(np.isfinite(self.x_avg)):
+            return "unbounded", "the iterates diverge (non-finite values); lower step"
+        if status in ("optimal", "inaccurate", "max_iterations"):
+            opts = self.options if self.options.tol is not None else replace(self.options, tol=0.0)
+            status, message = _status(
+                None, opts, status != "max_iterations", kkt, self.r, self.move,
+                "largest node move",
+            )  # fmt: skip
+        return status, message
+
+    def extra(self, reports: dict[str, dict]) -> dict:
+        return {
+            "local_x": {k: v["x"] for k, v in reports.items()},
+            "mixing": self.weights,
+            "steps": {k: v["alpha"] for k, v in reports.items()},
+            "snapshots": self.snapshots,
+        }
+
+
+def run_dgd(compiled: CompiledModel, opts: DGDOptions, method: str = "dgd", *, faults=None):
+    """Run dgd through the driver: the nodes run on any backend, their iterates travel peer
+    to peer."""
     opts.validate(compiled, method)
     names = [c.name for c in compiled.clients]
     g = topology_graph(opts.topology, names)
@@ -199,112 +317,22 @@ def run_dgd(compiled: CompiledModel, opts: DGDOptions, method: str = "dgd"):
     weights = _mixing(opts, g, nodes, method)
     reg_share = scaled_regularizer(compiled.regularizer, 1.0 / len(names))
     x0 = starting_point(compiled, opts.w0)
-    runtime = SerialRuntime({})
-    if not opts.keep_ledger:
-        runtime.ledger = CountingLedger()
-    endpoints = {}
+    node_opts = replace(opts, callback=None, topology=None, mixing="metropolis")
+    factories = {}
     for s in nodes:
         prog = compiled.server if s == SERVER else compiled.program(s)
         nbrs = [j for j in weights[s] if j != s]
-        endpoints[s] = DGDNode(
-            prog, Regularizer() if s == SERVER else reg_share, nbrs, weights[s], x0, opts, runtime
+        factories[s] = EndpointFactory(
+            DGDNode,
+            (
+                prog,
+                Regularizer() if s == SERVER else reg_share,
+                nbrs,
+                weights[s],
+                x0,
+                node_opts,
+                RUNTIME_PROXY,
+            ),
         )
-    runtime.endpoints.update(endpoints)
-    runtime.client_seconds.update({s: 0.0 for s in endpoints})
-    t_setup = time.perf_counter() - t0
-    t_solve = time.perf_counter()
-    deadline = t_solve + opts.time_limit if opts.time_limit else None
-    history: list[dict] = []
-    snapshots: dict[int, dict] = {}
-    snaps = {int(s) for s in opts.snapshot_iterations}
-    stopped, status_override = False, None
-    move = np.inf
-
-    def gather():
-        states = {
-            k: v.payload for k, v in runtime.broadcast("state", {}, channel="diagnostic").items()
-        }
-        x_avg = sum(s["x"] for s in states.values()) / len(states)
-        return x_avg, max(s["move"] for s in states.values()), states
-
-    r = 0
-    for r in range(1, opts.max_rounds + 1):
-        runtime.next_round()
-        for s in nodes:
-            runtime.activate(s, "dgd_send", {})
-        runtime.deliver_peer_messages()
-        for s in nodes:
-            runtime.activate(s, "dgd_step", {})
-        need = opts.history or opts.tol is not None or r in snaps
-        if need:
-            x_avg, move, states = gather()
-            if not np.all(np.isfinite(x_avg)):
-                status_override = "unbounded"
-                break
-            if opts.history:
-                kkt, summary, _ = _evaluate(runtime, compiled, x_avg, opts.penalty)
-                history.append(
-                    {
-                        "iteration": r,
-                        "objective": summary["objective"],
-                        "max_violation": summary["max_violation"],
-                        "stationarity": kkt.stationarity,
-                        "feasibility": kkt.feasibility,
-                        "move_inf": move,
-                        "rounds": runtime.round,
-                    }
-                )
-            if r in snaps:
-                snapshots[r] = {"x_avg": x_avg, "local": {k: v["x"] for k, v in states.items()}}
-        if opts.callback is not None:
-            opts.callback(history[-1] if history else {"iteration": r})
-        if opts.tol is not None and move <= opts.tol:
-            stopped = True
-            break
-        if deadline is not None and time.perf_counter() > deadline:
-            status_override = "time_limit"
-            break
-
-    x_avg, move, states = gather()
-    kkt, summary, reports = _evaluate(runtime, compiled, x_avg, opts.penalty)
-    tol_opts = opts if opts.tol is not None else _WithTol(opts)
-    status, message = _status(compiled, tol_opts, stopped, kkt, r, move, "largest node move")
-    if status_override == "unbounded" or not np.all(np.isfinite(x_avg)):
-        status, message = "unbounded", "the iterates diverge (non-finite values); lower step"
-    elif status_override == "time_limit":
-        status, message = (
-            "time_limit",
-            f"time limit of {opts.time_limit:g} s reached after {r} rounds",
-        )
-    finals = {
-        k: v.payload for k, v in runtime.broadcast("report", {}, channel="diagnostic").items()
-    }
-    return _result(
-        compiled,
-        opts,
-        method,
-        status,
-        message,
-        x_avg,
-        kkt,
-        summary,
-        reports,
-        runtime,
-        r,
-        t_setup,
-        t_solve,
-        history,
-        {
-            "local_x": {k: v["x"] for k, v in finals.items()},
-            "mixing": weights,
-            "steps": {k: v["alpha"] for k, v in finals.items()},
-            "snapshots": snapshots,
-        },
-        finals,
-    )
-
-
-class _WithTol:
-    def __init__(self, opts):
-        self.__dict__.update(opts.__dict__)
-        self.tol = 0.0
+    server = DGDServer(compiled.server, nodes, weights, opts, x0)
+    return run_federated(compiled, opts, method, server, factories, faults=faults)

@@ -41,7 +41,7 @@ import time
 
 import numpy as np
 
-from fedmodel.algorithms.common import evaluation_payload
+from fedmodel.algorithms.common import evaluation_payload, penalty_multipliers
 from fedmodel.algorithms.dald.local import LocalProblem, consensus_quadratic
 from fedmodel.algorithms.dald.options import DALDOptions, InnerRule, PenaltySchedule
 from fedmodel.algorithms.protocol import ClientHalf
@@ -85,7 +85,7 @@ def is_uniform(vectors) -> bool:
 class DALDCCClient(ClientHalf):
     """Client ``i`` of Fed-DALD-CC: solves (13), updates ``mu_i`` by (15)."""
 
-    state_fields = ("x", "mu", "dual_updates")
+    state_fields = ("x", "mu", "dual_updates", "last_w")
     component_fields = ("local",)
 
     def __init__(
@@ -99,6 +99,7 @@ class DALDCCClient(ClientHalf):
         self.x: np.ndarray | None = None
         self.mu = np.zeros(self.m)
         self.dual_updates = 0
+        self.last_w: np.ndarray | None = None
 
     def _on_cc_solve(
         self, x_hat, repeat=1, rho_scale=1.0, dual=0.0, x_hat_dual=None, dual_rho_scale=None
@@ -125,7 +126,7 @@ class DALDCCClient(ClientHalf):
         return mu_plus, block_residual(self.local, self.x, g)
 
     def _on_evaluate(self, w, x_hat=None, rho_scale=1.0):
-        w = np.asarray(w, dtype=float)
+        w = self.last_w = np.asarray(w, dtype=float)
         out = evaluation_payload(self.program, w, self.penalty)
         if x_hat is not None and self.x is not None:
             x_hat = np.asarray(x_hat, dtype=float)
@@ -140,11 +141,17 @@ class DALDCCClient(ClientHalf):
     def _on_snapshot(self):
         return {"x": None if self.x is None else self.x.copy()}
 
+    def multipliers(self):
+        """The multipliers the quadratic penalty implies at the last evaluated model."""
+        if self.last_w is None:
+            return super().multipliers()
+        return penalty_multipliers(self.program, self.last_w, self.penalty)
+
     def _on_report(self, x_hat=None, rho_scale=1.0):
         out = {
+            **super()._on_report(),
             "x": self.x.copy() if self.x is not None else None,
-            "mu": self.mu.copy(),
-            "seconds": self.stats["seconds"],
+            "mu_consensus": self.mu.copy(),
             "local_solves": self.local.stats.solves,
             "local_iterations": self.local.stats.iterations,
             "dual_updates": self.dual_updates,
@@ -175,7 +182,7 @@ class DALDDCNode(ClientHalf):
 
     state_fields = (
         "x", "nbr", "mu", "schedule", "gathered", "last_control", "sweep", "dual_updates",
-        "fresh_dual",
+        "fresh_dual", "last_w",
     )  # fmt: skip
     component_fields = ("local",)
     root_state_fields = ("rule", "k", "v", "total", "pending_full", "last_residuals", "reason")
@@ -214,6 +221,7 @@ class DALDDCNode(ClientHalf):
         self.sweep = 0
         self.dual_updates = 0
         self.fresh_dual = False
+        self.last_w: np.ndarray | None = None
         self.is_root = is_root
         if is_root:
             self.state_fields = type(self).state_fields + self.root_state_fields
@@ -369,8 +377,14 @@ class DALDDCNode(ClientHalf):
     def _on_snapshot(self):
         return {"x": self.x.copy()}
 
+    def multipliers(self):
+        """The multipliers the quadratic penalty implies at the last evaluated model."""
+        if self.last_w is None:
+            return super().multipliers()
+        return penalty_multipliers(self.program, self.last_w, self.penalty)
+
     def _on_evaluate(self, w):
-        w = np.asarray(w, dtype=float)
+        w = self.last_w = np.asarray(w, dtype=float)
         out = evaluation_payload(self.program, w, self.penalty)
         out["r_dual"], out["r_primal"] = self._consensus()
         return out
@@ -378,11 +392,11 @@ class DALDDCNode(ClientHalf):
     def _on_report(self):
         r_dual, primal = self._consensus()
         return {
+            **super()._on_report(),
             "x": self.x.copy(),
-            "mu": {f"{a}->{b}": v.copy() for (a, b), v in self.mu.items() if b == self.name},
+            "mu_edges": {f"{a}->{b}": v.copy() for (a, b), v in self.mu.items() if b == self.name},
             "r_dual": r_dual,
             "r_primal": primal,
-            "seconds": self.stats["seconds"],
             "local_solves": self.local.stats.solves,
             "local_iterations": self.local.stats.iterations,
             "dual_updates": self.dual_updates,

@@ -12,6 +12,7 @@ import numpy as np
 
 from fedmodel.algorithms.dald.local import LOCAL_SOLVERS
 from fedmodel.algorithms.dald.topology import validate_coordination
+from fedmodel.algorithms.options import RUNTIME_OPTIONS_DOC, RuntimeOptions
 from fedmodel.compiler.partition import CompiledModel
 from fedmodel.errors import ModelError, UnsupportedError
 
@@ -19,7 +20,7 @@ INNER_RULES = ("B1", "B2", "B3", "B4")
 
 
 @dataclass
-class DALDOptions:
+class DALDOptions(RuntimeOptions):
     """Options of ``dald-cc`` (Algorithm 2) and ``dald-dc`` (Algorithm 3) of seed 004.
 
     Defaults follow the paper's experiments: ``mu^1 = 0``, ``rho = 1``, ``x^0 = 0``,
@@ -95,19 +96,10 @@ class DALDOptions:
         Tolerance of the KKT certificate of the returned point (status ``"optimal"``).
     w0 : None, array or dict
         Starting point ``x^0`` of every party (default zeros).
-    history : bool
-        Record per-outer-iteration diagnostics (one diagnostic round each).
-    callback : callable, optional
-        ``callback(row)`` after every outer iteration.
-    time_limit : float or None
-    keep_ledger : bool
-        Keep one ledger row per message (``False``: only counts, for long runs).
     snapshot_iterations : sequence of int
         Total inner-iteration counts at which every party's local iterate is recorded (in
         ``result.extra["snapshots"]``, diagnostic channel).
-    blas_threads : int or None
-        OpenBLAS threads during the solve (default 1: the parties' small subproblems run
-        much faster single-threaded; ``None`` leaves the setting alone).
+    (and the runtime options below; ``dald-dc`` runs on the serial runtime only)
     """
 
     rho: Any = 1.0
@@ -140,13 +132,8 @@ class DALDOptions:
     penalty: float | None = None
     eps: float = 1e-3
     w0: Any = None
-    history: bool = True
-    callback: Any = None
-    time_limit: float | None = None
-    keep_ledger: bool = True
     snapshot_iterations: Any = ()
     divergence_limit: float = 1e12
-    blas_threads: int | None = 1
 
     def validate(self, compiled: CompiledModel, method: str) -> None:
         if self.inner not in INNER_RULES:
@@ -191,6 +178,15 @@ class DALDOptions:
         if any(s < 1 for s in snaps):
             raise ModelError(f"{method}: snapshot_iterations must be >= 1")
         check_constraints(compiled, method, self.penalty)
+        self.validate_runtime()
+
+    @property
+    def eps1(self) -> float:
+        return float(self.eps)
+
+    @property
+    def eps2(self) -> float:
+        return float(self.eps)
 
     def coordination_check(self, nodes: list[str]) -> None:
         validate_coordination(self.coordination, nodes, self.fraction, self.dropout)
@@ -325,3 +321,6 @@ class PenaltySchedule:
 
     def advance(self) -> None:
         self.scale = min(self.scale * self.growth, self.max)
+
+
+DALDOptions.__doc__ += RUNTIME_OPTIONS_DOC

@@ -30,16 +30,13 @@ Importing this module also registers the baselines ``fedavg``, ``fedprox`` and `
 
 from __future__ import annotations
 
-import time
+import copy
 from dataclasses import replace
 
 import numpy as np
 
 from fedmodel.algorithms.common import (
-    evaluation_payload,
-    make_result,
-    pooled_certificate,
-    split_multipliers,
+    penalty_multipliers,
     starting_point,
 )
 from fedmodel.algorithms.dald.client import (
@@ -61,11 +58,12 @@ from fedmodel.algorithms.dald.options import (
     rho_for_edges,
 )
 from fedmodel.algorithms.dald.topology import SERVER, Coordination, build_hierarchy
+from fedmodel.algorithms.driver import run_federated
+from fedmodel.algorithms.protocol import ServerHalf, StepReport
 from fedmodel.compiler.partition import CompiledModel
 from fedmodel.compiler.regularizer import Regularizer
 from fedmodel.errors import ModelError, UnsupportedError
-from fedmodel.runtime.messages import CountingLedger, communication_totals
-from fedmodel.runtime.serial import SerialRuntime
+from fedmodel.runtime.endpoints import RUNTIME_PROXY, EndpointFactory
 
 
 def _grouped(seq: list[str]) -> list[tuple[str, int]]:
@@ -75,13 +73,38 @@ def _grouped(seq: list[str]) -> list[tuple[str, int]]:
     return list(out.items())
 
 
-class DALDCCServer:
-    """Server half of dald-cc: the consensus step (14)/(29), the residuals, the rules."""
+class DALDCCServer(ServerHalf):
+    """Server half of dald-cc: the consensus step (14)/(29), the residuals, the rules.
 
-    def __init__(self, program, rhos: dict[str, np.ndarray], opts: DALDOptions, x0: np.ndarray):
-        self.program = program
+    One :meth:`step` is one inner iteration ``v`` (the clients of the coordination sequence
+    solve (13), the server solves (14)); the history records the outer iterations. State:
+    ``x_hat``, the clients' last ``x_i``, the mirror of ``sum_i mu_i``, the pending dual
+    steps, the penalty schedule, the coordination sequence's generator and the counters.
+    """
+
+    resume_options = (
+        "rho", "rho_default", "inner", "eps_dual", "eps_pri", "vmax", "max_inner",
+        "max_outer", "local_solver", "local_steps", "step", "local_tol", "local_max_iter",
+        "solver", "coordination", "fraction", "dropout", "random_state",
+        "update_multipliers", "rho_growth", "rho_growth_max", "penalty",
+    )  # fmt: skip
+    step_name = "inner iteration"
+
+    def __init__(
+        self,
+        program,
+        rhos: dict[str, np.ndarray],
+        opts: DALDOptions,
+        x0: np.ndarray,
+        has_constraints: bool = False,
+        nonconvex: bool = False,
+    ):
+        super().__init__(program, opts)
+        self.has_constraints = has_constraints
+        self.nonconvex = nonconvex
         self.rhos = rhos
         self.names = list(rhos)
+        self.max_steps = int(opts.max_iter)
         self.local = make_local(
             program, Regularizer(), replace(opts, local_solver="exact"), is_uniform(rhos.values())
         )
@@ -92,7 +115,156 @@ class DALDCCServer:
         self.pending: dict[str, float] = {}  # dual step (15) not yet delivered: its rho scale
         self.pending_x: dict[str, np.ndarray] = {}
         self.growth = opts.rho_growth != 1.0
+        self.coord = Coordination(
+            opts.coordination, self.names, opts.fraction, opts.dropout, opts.random_state
+        )
+        self.rule = InnerRule(opts)
+        self.snap_at = {int(s) for s in opts.snapshot_iterations}
+        self.k, self.v, self.total = 1, 0, 0
+        self.pending_full = False
+        self.D = self.C = np.inf
+        self.snapshots: dict[int, dict] = {}
+        self.reason = "max_iter"
+        self.consensus_kkt: dict[str, float] = {}
 
+    # -- the protocol ------------------------------------------------------------------------
+    def start(self, runtime) -> None:
+        pass  # the first cc_solve carries x^0
+
+    def step(self, runtime, deadline) -> StepReport:
+        opts, rule, names = self.options, self.rule, self.names
+        self.v += 1
+        self.total += 1
+        k, v = self.k, self.v
+        full = self.pending_full or self.coord.is_full or rule.is_last(k, v)
+        scores = self.scores() if self.coord.spec == "greedy" else None
+        seq = self.coord.sequence(k, v, full=full, scores=scores)
+        full = full or sorted(seq) == sorted(names)
+        runtime.next_round()
+        for name, count in _grouped(seq):
+            reply = runtime.send(name, "cc_solve", self.payload(name, count))
+            self.cache[name] = np.asarray(reply.payload["x"], dtype=float)
+        self.D, self.C = self.consensus_step()
+        if not np.all(np.isfinite(self.x_hat)) or np.abs(self.x_hat).max() > opts.divergence_limit:
+            return StepReport(
+                stop="unbounded",
+                message=(
+                    f"the iterates diverge (||x_hat||_inf = {np.abs(self.x_hat).max():.3g}); the "
+                    "model may be unbounded below, or a fixed step is too long"
+                ),
+            )
+        decision = CONTINUE
+        if self.pending_full:
+            self.pending_full = False
+            decision = OUTER
+        elif rule.inner_done(k, v, self.D) or v >= rule.max_inner:
+            if full:
+                decision = OUTER
+            else:
+                self.pending_full = True
+                decision = FULL_NEXT
+        if decision == OUTER and rule.outer_done(self.C, self.D):
+            decision = STOP
+        report = StepReport(
+            info={
+                "iteration": k,
+                "inner_total": self.total,
+                "D": self.D,
+                "C": self.C,
+                "rho_scale": self.schedule.scale,
+            },
+            record=decision in (OUTER, STOP),
+        )
+        if self.total in self.snap_at:
+            replies = runtime.broadcast("snapshot", {}, channel="diagnostic")
+            self.snapshots[self.total] = {
+                "x_hat": self.x_hat.copy(),
+                "local": {n: r.payload["x"] for n, r in replies.items()},
+            }
+        if decision == STOP:
+            report.stop, self.reason = "stopped", "converged"
+        elif decision == OUTER:
+            self.dual(opts.update_multipliers)
+            self.k += 1
+            self.v = 0
+            if self.k > opts.max_outer:
+                report.stop, self.reason = "max_iterations", "max_outer"
+        return report
+
+    def point(self) -> np.ndarray:
+        return self.x_hat
+
+    def multipliers(self):
+        return penalty_multipliers(self.program, self.x_hat, self.options.penalty)
+
+    def get_state(self) -> dict:
+        # deep-copied as one object: pending_x may share x_hat (identity means "this x_hat")
+        return copy.deepcopy(
+            {
+                key: getattr(self, key)
+                for key in (
+                    "x_hat",
+                    "cache",
+                    "mu_sum",
+                    "schedule",
+                    "pending",
+                    "pending_x",
+                    "coord",
+                    "k",
+                    "v",
+                    "total",
+                    "pending_full",
+                    "D",
+                    "C",
+                    "snapshots",
+                    "reason",
+                )
+            }  # fmt: skip
+            | {"local": self.local.get_state()}
+        )
+
+    def set_state(self, state: dict) -> None:
+        state = copy.deepcopy(state)
+        self.local.set_state(state.pop("local"))
+        for key, value in state.items():
+            setattr(self, key, value)
+
+    def evaluation_extras(self) -> dict:
+        return {"x_hat": self.x_hat, "rho_scale": self.schedule.scale}
+
+    def report_payload(self) -> dict:
+        return self.evaluation_extras()
+
+    def diagnostics(self, reports: dict[str, dict]) -> dict:
+        """The consensus problem's own KKT residuals (65)-(67) from the clients' reports."""
+        names = self.names
+        mu_sum = sum(reports[n]["mu_plus"] for n in names)
+        self.consensus_kkt = {
+            "primal_65": max(reports[n]["r_primal"] for n in names),
+            "dual_66": max(reports[n]["r_dual"] for n in names),
+            "sum_mu_67": float(np.abs(mu_sum).max(initial=0.0)),
+        }
+        return dict(self.consensus_kkt)
+
+    def round_counts(self) -> dict[str, int]:
+        return {"outer": self.k - 1 if self.v == 0 else self.k, "inner": self.total}
+
+    def conclude(self, status, message, kkt, summary, history):
+        return _conclude(self, status, message, kkt)
+
+    def extra(self, reports: dict[str, dict]) -> dict:
+        return {
+            "x_hat": self.x_hat.copy(),
+            "local_x": {n: r["x"] for n, r in reports.items()},
+            "consensus_multipliers": {n: r["mu_plus"] for n, r in reports.items()},
+            "consensus_kkt": dict(self.consensus_kkt),
+            "residuals": {"C": self.C, "D": self.D},
+            "snapshots": self.snapshots,
+            "visits": dict(self.coord.visits),
+            "reason": self.reason,
+        }
+
+    # -- the consensus step and the multipliers ----------------------------------------------
     def payload(self, name: str, repeat: int) -> dict:
         p: dict = {"x_hat": self.x_hat}
         if repeat != 1:
@@ -110,7 +282,7 @@ class DALDCCServer:
                 p["dual_rho_scale"] = scale
         return p
 
-    def step(self) -> tuple[float, float]:
+    def consensus_step(self) -> tuple[float, float]:
         """(14): ``argmin f_0 + sum_i mu_i^T (x - x_i) + ||rho_i o (x - x_i)||^2``; closed form
         (29) when the server holds no terms. Returns ``(||D||_inf, ||C||_inf)``."""
         s = self.schedule.scale
@@ -143,6 +315,41 @@ class DALDCCServer:
         self.schedule.advance()
 
 
+def _conclude(server, status, message, kkt):
+    """dald-cc's status messages (the driver has decided ``optimal`` / ``inaccurate``)."""
+    opts = server.options
+    C, D = server.C, server.D
+    if status == "optimal":
+        message = (
+            f"outer rule ||C|| <= {opts.eps_pri:g}, ||D|| <= {opts.eps_dual:g} met; KKT "
+            f"certificate within eps = {opts.eps:g}"
+        )
+        if server.nonconvex:
+            message += " (a local certificate: the model has non-convex terms)"
+    elif status == "inaccurate":
+        message = (
+            f"outer rule met (||C|| = {C:.2e}, ||D|| = {D:.2e}) but the KKT certificate "
+            f"reads stationarity {kkt.stationarity:.2e}, feasibility {kkt.feasibility:.2e} "
+            f"(eps = {opts.eps:g}); tighten eps_pri/eps_dual"
+        )
+        if server.has_constraints:
+            message += (
+                "; the constraints are only penalised (penalty="
+                f"{opts.penalty:g}), so their violation is O(1/penalty): raise penalty or "
+                "use method='prox-al'"
+            )
+    elif status == "max_iterations":
+        what = {
+            "max_iter": f"max_iter = {opts.max_iter}",
+            "max_outer": f"max_outer = {opts.max_outer}",
+        }
+        message = (
+            f"{what.get(server.reason, server.reason)} reached with ||C|| = {C:.2e}, ||D|| = "
+            f"{D:.2e}; KKT stationarity {kkt.stationarity:.2e}, feasibility {kkt.feasibility:.2e}"
+        )
+    return status, message
+
+
 def _setup(compiled: CompiledModel, opts: DALDOptions, method: str):
     opts.validate(compiled, method)
     names = [c.name for c in compiled.clients]
@@ -151,354 +358,84 @@ def _setup(compiled: CompiledModel, opts: DALDOptions, method: str):
     return names, x0, reg_share
 
 
-def _runtime(endpoints, keep_ledger: bool) -> SerialRuntime:
-    runtime = SerialRuntime(endpoints)
-    if not keep_ledger:
-        runtime.ledger = CountingLedger()
-    return runtime
-
-
-def _history_row(k, total, kkt, summary, D, C, consensus, extra) -> dict:
-    return {
-        "iteration": k,
-        "inner_total": total,
-        "objective": summary["objective"],
-        "max_violation": summary["max_violation"],
-        "stationarity": kkt.stationarity,
-        "feasibility": kkt.feasibility,
-        "D": D,
-        "C": C,
-        **consensus,
-        **extra,
-    }
-
-
-def _finish(
-    compiled,
-    opts,
-    method,
-    *,
-    status,
-    reason,
-    x,
-    kkt,
-    summary,
-    reports,
-    runtime,
-    k,
-    total,
-    t_setup,
-    t_solve,
-    history,
-    extra,
-    final_reports,
-    D,
-    C,
-):
-    """Status, message and :class:`~fedmodel.result.Result` (shared by dald-cc/dc)."""
-    certified = kkt.satisfied(opts.eps, opts.eps)
-    if status == "stopped":
-        if certified:
-            status = "optimal"
-            message = (
-                f"outer rule ||C|| <= {opts.eps_pri:g}, ||D|| <= {opts.eps_dual:g} met; KKT "
-                f"certificate within eps = {opts.eps:g}"
-            )
-            if compiled.nonconvex:
-                message += " (a local certificate: the model has non-convex terms)"
-        else:
-            status = "inaccurate"
-            message = (
-                f"outer rule met (||C|| = {C:.2e}, ||D|| = {D:.2e}) but the KKT certificate "
-                f"reads stationarity {kkt.stationarity:.2e}, feasibility {kkt.feasibility:.2e} "
-                f"(eps = {opts.eps:g}); tighten eps_pri/eps_dual"
-            )
-            if compiled.has_constraints:
-                message += (
-                    "; the constraints are only penalised (penalty="
-                    f"{opts.penalty:g}), so their violation is O(1/penalty): raise penalty or "
-                    "use method='prox-al'"
-                )
-    elif status == "max_iterations":
-        what = {
-            "max_iter": f"max_iter = {opts.max_iter}",
-            "max_outer": f"max_outer = {opts.max_outer}",
-        }
-        message = (
-            f"{what.get(reason, reason)} reached with ||C|| = {C:.2e}, ||D|| = {D:.2e}; KKT "
-            f"stationarity {kkt.stationarity:.2e}, feasibility {kkt.feasibility:.2e}"
-        )
-    elif status == "time_limit":
-        message = f"time limit of {opts.time_limit:g} s reached after {total} inner iterations"
-    else:
-        message = reason
-    multipliers = {}
-    for p in compiled.parties:
-        r = reports.get(p.name)
-        if r is not None:
-            multipliers[p.name] = split_multipliers(p, r["mu_c"], r["nu_c"])
-    per_party = {n: float(r.get("seconds", 0.0)) for n, r in final_reports.items()}
-    local_iters = {n: int(r.get("local_iterations", 0)) for n, r in final_reports.items()}
-    return make_result(
-        compiled,
-        method=method,
-        status=status,
-        x=x,
-        kkt=kkt,
-        summary=summary,
-        multipliers=multipliers,
-        message=message,
-        rounds={"outer": k, "inner": total, "communication": runtime.round},
-        communication=communication_totals(runtime.ledger),
-        timing={
-            "compile": t_setup,
-            "solve": time.perf_counter() - t_solve,
-            "per_party": per_party,
-            "local_iterations": local_iters,
-        },
-        history=history,
-        options={
-            k_: v for k_, v in opts.__dict__.items() if k_ not in ("w0", "callback", "topology")
-        },
-        ledger=runtime.ledger.rows,
-        extra=extra,
-    )
-
-
 # ---------------------------------------------------------------------------------------
 # dald-cc
 
 
-def run_dald_cc(compiled: CompiledModel, opts: DALDOptions, method: str = "dald-cc"):
-    """Run Fed-DALD-CC (seed 004 Algorithm 2)."""
-    t0 = time.perf_counter()
+def run_dald_cc(
+    compiled: CompiledModel, opts: DALDOptions, method: str = "dald-cc", *, faults=None
+):
+    """Run Fed-DALD-CC (seed 004 Algorithm 2) through the driver (any backend, checkpoints,
+    failure policies)."""
     if opts.topology is not None or opts.root is not None or opts.order is not None:
         raise ModelError(
             f"{method}: topology, root and order are options of dald-dc; dald-cc always uses "
             "the star around the server"
         )
     names, x0, reg_share = _setup(compiled, opts, method)
-    m = compiled.layout.size
-    rhos = rho_for_clients(opts, names, m, method)
+    rhos = rho_for_clients(opts, names, compiled.layout.size, method)
     opts.coordination_check(names)
-    clients = {c.name: DALDCCClient(c, rhos[c.name], reg_share, opts) for c in compiled.clients}
-    runtime = _runtime(clients, opts.keep_ledger)
-    server = DALDCCServer(compiled.server, rhos, opts, x0)
-    coord = Coordination(opts.coordination, names, opts.fraction, opts.dropout, opts.random_state)
-    rule = InnerRule(opts)
-    t_setup = time.perf_counter() - t0
-
-    t_solve = time.perf_counter()
-    deadline = t_solve + opts.time_limit if opts.time_limit else None
-    snaps = {int(s) for s in opts.snapshot_iterations}
-    snapshots: dict[int, dict] = {}
-    history: list[dict] = []
-    k, v, total = 1, 0, 0
-    pending_full = False
-    status, reason = "max_iterations", "max_iter"
-    D = C = np.inf
-
-    def evaluate(x_hat, scale):
-        replies = runtime.broadcast(
-            "evaluate", {"w": x_hat, "x_hat": x_hat, "rho_scale": scale}, channel="diagnostic"
-        )
-        reports = {n: r.payload for n, r in replies.items()}
-        reports[compiled.server.name] = evaluation_payload(compiled.server, x_hat, opts.penalty)
-        kkt, summary = pooled_certificate(compiled, reports, x_hat)
-        mu_sum = sum(reports[n]["mu_plus"] for n in names)
-        consensus = {
-            "primal_65": max(reports[n]["r_primal"] for n in names),
-            "dual_66": max(reports[n]["r_dual"] for n in names),
-            "sum_mu_67": float(np.abs(mu_sum).max(initial=0.0)),
-        }
-        return kkt, summary, reports, consensus
-
-    while True:
-        v += 1
-        total += 1
-        full = pending_full or coord.is_full or rule.is_last(k, v)
-        scores = server.scores() if coord.spec == "greedy" else None
-        seq = coord.sequence(k, v, full=full, scores=scores)
-        full = full or sorted(seq) == sorted(names)
-        runtime.next_round()
-        for name, count in _grouped(seq):
-            reply = runtime.send(name, "cc_solve", server.payload(name, count))
-            server.cache[name] = np.asarray(reply.payload["x"], dtype=float)
-        D, C = server.step()
-        if (
-            not np.all(np.isfinite(server.x_hat))
-            or np.abs(server.x_hat).max() > opts.divergence_limit
-        ):
-            status, reason = (
-                "unbounded",
-                (
-                    f"the iterates diverge (||x_hat||_inf = {np.abs(server.x_hat).max():.3g}); the "
-                    "model may be unbounded below, or a fixed step is too long"
-                ),
-            )
-            break
-        decision = CONTINUE
-        if pending_full:
-            pending_full = False
-            decision = OUTER
-        elif rule.inner_done(k, v, D) or v >= rule.max_inner:
-            if full:
-                decision = OUTER
-            else:
-                pending_full = True
-                decision = FULL_NEXT
-        if decision == OUTER and rule.outer_done(C, D):
-            decision = STOP
-        if decision in (OUTER, STOP) and opts.history:
-            kkt, summary, _, consensus = evaluate(server.x_hat, server.schedule.scale)
-            row = _history_row(
-                k,
-                total,
-                kkt,
-                summary,
-                D,
-                C,
-                consensus,
-                {"rho_scale": server.schedule.scale, "rounds": runtime.round},
-            )
-            history.append(row)
-        if decision in (OUTER, STOP) and opts.callback is not None:
-            opts.callback(
-                history[-1] if history else {"iteration": k, "inner_total": total, "D": D, "C": C}
-            )
-        if total in snaps:
-            replies = runtime.broadcast("snapshot", {}, channel="diagnostic")
-            snapshots[total] = {
-                "x_hat": server.x_hat.copy(),
-                "local": {n: r.payload["x"] for n, r in replies.items()},
-            }
-        if decision == STOP:
-            status, reason = "stopped", "converged"
-            break
-        if decision == OUTER:
-            server.dual(opts.update_multipliers)
-            k += 1
-            v = 0
-            if k > opts.max_outer:
-                status, reason = "max_iterations", "max_outer"
-                break
-        if total >= opts.max_iter:
-            status, reason = "max_iterations", "max_iter"
-            break
-        if deadline is not None and time.perf_counter() > deadline:
-            status, reason = "time_limit", "time_limit"
-            break
-
-    x = server.x_hat
-    kkt, summary, reports, consensus = evaluate(x, server.schedule.scale)
-    finals = runtime.broadcast(
-        "report", {"x_hat": x, "rho_scale": server.schedule.scale}, channel="diagnostic"
-    )
-    final_reports = {n: r.payload for n, r in finals.items()}
-    extra = {
-        "x_hat": x.copy(),
-        "local_x": {n: r["x"] for n, r in final_reports.items()},
-        "consensus_multipliers": {n: r["mu_plus"] for n, r in final_reports.items()},
-        "consensus_kkt": consensus,
-        "residuals": {"C": C, "D": D},
-        "snapshots": snapshots,
-        "visits": dict(coord.visits),
-        "reason": reason,
+    client_opts = replace(opts, callback=None)  # what travels to where the clients run
+    factories = {
+        c.name: EndpointFactory(DALDCCClient, (c, rhos[c.name], reg_share, client_opts))
+        for c in compiled.clients
     }
-    return _finish(
-        compiled,
-        opts,
-        method,
-        status=status,
-        reason=reason,
-        x=x,
-        kkt=kkt,
-        summary=summary,
-        reports=reports,
-        runtime=runtime,
-        k=k - 1 if v == 0 else k,
-        total=total,
-        t_setup=t_setup,
-        t_solve=t_solve,
-        history=history,
-        extra=extra,
-        final_reports=final_reports,
-        D=D,
-        C=C,
+    server = DALDCCServer(
+        compiled.server, rhos, opts, x0, compiled.has_constraints, compiled.nonconvex
     )
+    return run_federated(compiled, opts, method, server, factories, faults=faults)
 
 
 # ---------------------------------------------------------------------------------------
 # dald-dc
 
 
-def run_dald_dc(compiled: CompiledModel, opts: DALDOptions, method: str = "dald-dc"):
-    """Run Fed-DALD-DC (seed 004 Algorithm 3)."""
-    t0 = time.perf_counter()
-    names, x0, reg_share = _setup(compiled, opts, method)
-    hier = build_hierarchy(opts.topology, names, root=opts.root, order=opts.order)
-    server_node = SERVER in hier.level
-    if not server_node and not compiled.server.is_empty:
-        raise UnsupportedError(
-            f"{method} has no server, but the server holds terms or constraints; make "
-            "'server' a node of the topology (e.g. topology='star' or a graph with a 'server' "
-            "node) so that it takes part as a peer, or use dald-cc"
+class DALDDCServer(ServerHalf):
+    """The coordinator of dald-dc's sweeps: there is no server variable. Each :meth:`step`
+    activates the nodes of one inner iteration level by level (root last; their iterates
+    travel peer to peer), then lets the root decide (continue / multiplier step / stop) from
+    the residuals gathered by the convergecast. The returned point is the root's iterate,
+    gathered before each evaluation (:meth:`sync`). State: the coordination sequence's
+    generator, the counters and the root's last decision.
+    """
+
+    resume_options = DALDCCServer.resume_options + ("topology", "root", "order")
+    step_name = "inner iteration"
+
+    def __init__(self, program, hier, opts: DALDOptions, x0, has_constraints, nonconvex):
+        super().__init__(program, opts)
+        self.hier = hier
+        self.root = hier.root
+        self.has_constraints = has_constraints
+        self.nonconvex = nonconvex
+        self.max_steps = int(opts.max_iter)
+        self.coord = Coordination(
+            opts.coordination, hier.order, opts.fraction, opts.dropout, opts.random_state
         )
-    m = compiled.layout.size
-    rhos = rho_for_edges(opts, hier.edges, m, method)
-    opts.coordination_check(hier.order)
-    runtime = _runtime({}, opts.keep_ledger)
-    nodes = {}
-    for s in hier.order:
-        program = compiled.server if s == SERVER else compiled.program(s)
-        incident = {e: rhos[e] for e in hier.edges if s in e}
-        nodes[s] = DALDDCNode(
-            program,
-            Regularizer() if s == SERVER else reg_share,
-            hier.lower[s],
-            hier.higher[s],
-            incident,
-            hier.level[s],
-            x0,
-            opts,
-            runtime,
-            is_root=(s == hier.root),
-        )
-    runtime.endpoints.update(nodes)
-    runtime.client_seconds.update({s: 0.0 for s in nodes})
-    coord = Coordination(
-        opts.coordination, hier.order, opts.fraction, opts.dropout, opts.random_state
-    )
-    rule = InnerRule(opts)  # public parameters: the driver uses them to know the last sweep
-    root = hier.root
-    t_setup = time.perf_counter() - t0
+        self.rule = InnerRule(opts)  # public parameters: to know the last sweep
+        self.snap_at = {int(s) for s in opts.snapshot_iterations}
+        self.x = np.array(x0, dtype=float)
+        self.k, self.v, self.total = 1, 0, 0
+        self.forced_full = False
+        self.D = self.C = np.inf
+        self.rho_scale = 1.0
+        self.snapshots: dict[int, dict] = {}
+        self.reason = "max_iter"
+        self.consensus_kkt: dict[str, float] = {}
 
-    t_solve = time.perf_counter()
-    deadline = t_solve + opts.time_limit if opts.time_limit else None
-    snaps = {int(s) for s in opts.snapshot_iterations}
-    snapshots: dict[int, dict] = {}
-    history: list[dict] = []
-    k, v, total = 1, 0, 0
-    forced_full = False
-    status, reason = "max_iterations", "max_iter"
-    D = C = np.inf
+    def resume_key(self) -> dict:
+        key = super().resume_key()
+        key["topology"] = {"order": self.hier.order, "edges": self.hier.edges}
+        return key
 
-    def evaluate():
-        x_out = runtime.send(root, "output", {}, channel="diagnostic").payload["x"]
-        replies = runtime.broadcast("evaluate", {"w": x_out}, channel="diagnostic")
-        reports = {n: r.payload for n, r in replies.items()}
-        if not server_node:
-            reports[SERVER] = evaluation_payload(compiled.server, x_out, opts.penalty)
-        kkt, summary = pooled_certificate(compiled, reports, x_out)
-        consensus = {
-            "primal_73": max(reports[n]["r_primal"] for n in replies),
-            "dual_74": max(reports[n]["r_dual"] for n in replies),
-        }
-        return x_out, kkt, summary, reports, consensus
+    def start(self, runtime) -> None:
+        pass
 
-    while True:
-        total += 1
-        full = forced_full or coord.is_full or rule.is_last(k, v + 1)
+    def step(self, runtime, deadline) -> StepReport:
+        hier, coord, opts = self.hier, self.coord, self.options
+        self.total += 1
+        k, v = self.k, self.v
+        full = self.forced_full or coord.is_full or self.rule.is_last(k, v + 1)
         scores = (
             {s: runtime.activate(s, "dc_score") for s in hier.order}
             if coord.spec == "greedy" and not full
@@ -518,93 +455,154 @@ def run_dald_dc(compiled: CompiledModel, opts: DALDOptions, method: str = "dald-
             for s in hier.order:  # residual convergecast of a partial sweep
                 runtime.activate(s, "dc_relay", {})
                 runtime.deliver_peer_messages()
-        out = runtime.activate(root, "dc_decide", {"full": full_sweep})  # the root's own step
+        out = runtime.activate(self.root, "dc_decide", {"full": full_sweep})  # root's own step
         runtime.deliver_peer_messages()
-        decision, D, C = out["d"], out["D"], out["C"]
-        forced_full = decision == FULL_NEXT
-        if decision in (OUTER, STOP) and opts.history:
-            _, kkt, summary, _, consensus = evaluate()
-            history.append(
-                _history_row(
-                    k,
-                    total,
-                    kkt,
-                    summary,
-                    D,
-                    C,
-                    consensus,
-                    {"rho_scale": out["rho_scale"], "rounds": runtime.round},
-                )
-            )
-        if decision in (OUTER, STOP) and opts.callback is not None:
-            opts.callback(
-                history[-1] if history else {"iteration": k, "inner_total": total, "D": D, "C": C}
-            )
-        if total in snaps:
+        decision, self.D, self.C = out["d"], out["D"], out["C"]
+        self.rho_scale = out["rho_scale"]
+        self.forced_full = decision == FULL_NEXT
+        report = StepReport(
+            info={
+                "iteration": k,
+                "inner_total": self.total,
+                "D": self.D,
+                "C": self.C,
+                "rho_scale": self.rho_scale,
+            },
+            record=decision in (OUTER, STOP),
+        )
+        if self.total in self.snap_at:
             replies = runtime.broadcast("snapshot", {}, channel="diagnostic")
-            snapshots[total] = {"local": {n: r.payload["x"] for n, r in replies.items()}}
-            snapshots[total]["root"] = snapshots[total]["local"][root]
+            local = {n: r.payload["x"] for n, r in replies.items()}
+            self.snapshots[self.total] = {"local": local, "root": local[self.root]}
         if decision == OUTER:
-            k += 1
-            v = 0
+            self.k += 1
+            self.v = 0
         else:
-            v += 1
+            self.v += 1
         if decision == STOP:
-            reason = out["reason"]
-            status = "stopped" if reason == "converged" else "max_iterations"
-            break
-        if deadline is not None and time.perf_counter() > deadline:
-            status, reason = "time_limit", "time_limit"
-            break
-        if not (np.isfinite(D) and np.isfinite(C)) or max(D, C) > opts.divergence_limit:
-            status, reason = (
-                "unbounded",
-                (
-                    "the iterates diverge; the model may be unbounded below, or a fixed step is too "
-                    "long"
-                ),
+            self.reason = out["reason"]
+            report.stop = "stopped" if self.reason == "converged" else "max_iterations"
+        elif (
+            not (np.isfinite(self.D) and np.isfinite(self.C))
+            or max(self.D, self.C) > opts.divergence_limit
+        ):
+            report.stop = "unbounded"
+            report.message = (
+                "the iterates diverge; the model may be unbounded below, or a fixed step is too "
+                "long"
             )
-            break
+        return report
 
-    x, kkt, summary, reports, consensus = evaluate()
-    finals = runtime.broadcast("report", {}, channel="diagnostic")
-    final_reports = {n: r.payload for n, r in finals.items()}
-    extra = {
-        "root": root,
-        "hierarchy": {
-            "order": hier.order,
-            "levels": hier.levels,
-            "edges": hier.edges,
-            "matrix": hier.matrix(hier.order),
-        },
-        "local_x": {n: r["x"] for n, r in final_reports.items()},
-        "edge_multipliers": {
-            key: val for r in final_reports.values() for key, val in r["mu"].items()
-        },
-        "consensus_kkt": consensus,
-        "residuals": {"C": C, "D": D},
-        "snapshots": snapshots,
-        "visits": dict(coord.visits),
-        "reason": reason,
-    }
-    return _finish(
-        compiled,
-        opts,
-        method,
-        status=status,
-        reason=reason,
-        x=x,
-        kkt=kkt,
-        summary=summary,
-        reports=reports,
-        runtime=runtime,
-        k=min(k - 1 if v == 0 else k, opts.max_outer),
-        total=total,
-        t_setup=t_setup,
-        t_solve=t_solve,
-        history=history,
-        extra=extra,
-        final_reports=final_reports,
-        D=D,
-        C=C,
+    def sync(self, runtime) -> None:
+        self.x = np.asarray(
+            runtime.send(self.root, "output", {}, channel="diagnostic").payload["x"], dtype=float
+        )
+
+    def point(self) -> np.ndarray:
+        return self.x
+
+    def multipliers(self):
+        return penalty_multipliers(self.program, self.x, self.options.penalty)
+
+    def diagnostics(self, reports: dict[str, dict]) -> dict:
+        nodes = self.hier.order
+        self.consensus_kkt = {
+            "primal_73": max(reports[n]["r_primal"] for n in nodes),
+            "dual_74": max(reports[n]["r_dual"] for n in nodes),
+        }
+        return dict(self.consensus_kkt)
+
+    def get_state(self) -> dict:
+        return copy.deepcopy(
+            {
+                key: getattr(self, key)
+                for key in (
+                    "coord",
+                    "x",
+                    "k",
+                    "v",
+                    "total",
+                    "forced_full",
+                    "D",
+                    "C",
+                    "rho_scale",
+                    "snapshots",
+                    "reason",
+                )
+            }  # fmt: skip
+        )
+
+    def set_state(self, state: dict) -> None:
+        for key, value in copy.deepcopy(state).items():
+            setattr(self, key, value)
+
+    def round_counts(self) -> dict[str, int]:
+        outer = self.k - 1 if self.v == 0 else self.k
+        return {"outer": min(outer, self.options.max_outer), "inner": self.total}
+
+    def conclude(self, status, message, kkt, summary, history):
+        return _conclude(self, status, message, kkt)
+
+    def extra(self, reports: dict[str, dict]) -> dict:
+        hier = self.hier
+        return {
+            "root": self.root,
+            "hierarchy": {
+                "order": hier.order,
+                "levels": hier.levels,
+                "edges": hier.edges,
+                "matrix": hier.matrix(hier.order),
+            },
+            "local_x": {n: r["x"] for n, r in reports.items()},
+            "edge_multipliers": {
+                key: val for r in reports.values() for key, val in r["mu_edges"].items()
+            },
+            "consensus_kkt": dict(self.consensus_kkt),
+            "residuals": {"C": self.C, "D": self.D},
+            "snapshots": self.snapshots,
+            "visits": dict(self.coord.visits),
+            "reason": self.reason,
+        }
+
+
+def run_dald_dc(
+    compiled: CompiledModel, opts: DALDOptions, method: str = "dald-dc", *, faults=None
+):
+    """Run Fed-DALD-DC (seed 004 Algorithm 3) through the driver: the nodes (the clients, and
+    the server when it is a node of the topology) run on any backend, their iterates travel
+    peer to peer."""
+    names, x0, reg_share = _setup(compiled, opts, method)
+    hier = build_hierarchy(opts.topology, names, root=opts.root, order=opts.order)
+    server_node = SERVER in hier.level
+    if not server_node and not compiled.server.is_empty:
+        raise UnsupportedError(
+            f"{method} has no server, but the server holds terms or constraints; make "
+            "'server' a node of the topology (e.g. topology='star' or a graph with a 'server' "
+            "node) so that it takes part as a peer, or use dald-cc"
+        )
+    rhos = rho_for_edges(opts, hier.edges, compiled.layout.size, method)
+    opts.coordination_check(hier.order)
+    node_opts = replace(opts, callback=None, topology=None)  # what travels to the nodes
+    factories = {}
+    for s in hier.order:
+        program = compiled.server if s == SERVER else compiled.program(s)
+        incident = {e: rhos[e] for e in hier.edges if s in e}
+        factories[s] = EndpointFactory(
+            DALDDCNode,
+            (
+                program,
+                Regularizer() if s == SERVER else reg_share,
+                hier.lower[s],
+                hier.higher[s],
+                incident,
+                hier.level[s],
+                x0,
+                node_opts,
+                RUNTIME_PROXY,
+            ),
+            {"is_root": s == hier.root},
+        )
+    server = DALDDCServer(
+        compiled.server, hier, opts, x0, compiled.has_constraints, compiled.nonconvex
     )
+    return run_federated(compiled, opts, method, server, factories, faults=faults)
