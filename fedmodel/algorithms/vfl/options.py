@@ -71,6 +71,10 @@ class FairVFLOptions:
     keep_ledger : bool
         Keep one ledger row per message (``res.ledger``); False keeps only counts (long
         runs).
+    client_timeout, on_failure, retries : failure policy of the runtime
+        (:class:`~fedmodel.runtime.base.Runtime`): with ``on_failure="retry"`` a party's
+        failed round is repeated from its snapshot (its state is restored first); otherwise
+        the run stops with status ``"client_failure"``.
     backend, workers : runtime placement (``"serial"``, ``"processes"``, ``"ray"``).
     """
 
@@ -93,6 +97,9 @@ class FairVFLOptions:
     reveal_parameters: bool = True
     lambda0: tuple[float, float] = (0.0, 0.0)
     keep_ledger: bool = True
+    client_timeout: float | None = None
+    on_failure: str = "stop"
+    retries: int = 2
     backend: str = "serial"
     workers: int | None = None
     extra: dict[str, Any] = field(default_factory=dict)

@@ -39,6 +39,7 @@ from fedmodel.result import Result
 from fedmodel.runtime.endpoints import EndpointFactory
 from fedmodel.runtime.factory import make_runtime
 from fedmodel.runtime.messages import CountingLedger, communication_totals
+from fedmodel.runtime.outcomes import ClientFailure
 
 DESCRIPTIONS = {
     "fair-vfl": "seed 002 Algorithms 1-2: async gradient coordinate-descent ascent (DEO)",
@@ -76,6 +77,7 @@ def solve_vertical(
     method: str = "fair-vfl",
     options: FairVFLOptions | None = None,
     callback=None,
+    faults=None,
     **kw: Any,
 ) -> Result:
     """Run ``fair-vfl`` or ``fedbcd`` on ``problem``; returns a :class:`Result`.
@@ -95,8 +97,18 @@ def solve_vertical(
     consts = (1.0, 1.0)
     if opts.schedule == "theorem2":
         consts = tuple(opts.lipschitz) if opts.lipschitz is not None else lipschitz_bounds(problem)
+    factories = party_factories(problem, opts, consts)
+    if faults:
+        from fedmodel.runtime.faults import inject_faults
+
+        factories = inject_faults(factories, faults)
     runtime = make_runtime(
-        opts.backend, party_factories(problem, opts, consts), workers=opts.workers
+        opts.backend,
+        factories,
+        workers=opts.workers,
+        client_timeout=opts.client_timeout,
+        on_failure=opts.on_failure,
+        retries=opts.retries,
     )
     if not opts.keep_ledger:
         runtime.ledger = CountingLedger()
@@ -131,11 +143,52 @@ def solve_vertical(
                 if opts.tol > 0 and gap <= opts.tol:
                     status, reason = "stopped", "gap"
                     break
+    except ClientFailure as exc:
+        runtime.close()
+        return _failed(problem, opts, method, server, runtime, history, exc, t_setup, t1)
+    except BaseException:
+        runtime.close()
+        raise
+    try:
         return _finish(
             problem, opts, method, server, runtime, history, status, reason, gap, t_setup, t1
         )
     finally:
         runtime.close()
+
+
+def _failed(problem, opts, method, server, runtime, history, exc, t_setup, t1) -> Result:
+    """Status ``client_failure``: the round did not complete; the parties' blocks are not
+    collected (the last consistent scores and ``lambda`` are in ``extra``)."""
+    first = exc.clients[0]
+    outcome = exc.failures[first]
+    return Result(
+        status="client_failure",
+        method=method,
+        objective=float("nan"),
+        max_violation=float("nan"),
+        x=np.zeros(0),
+        solution={},
+        multipliers={},
+        kkt=None,
+        rounds={"outer": int(server.state["t"]), "communication": runtime.round},
+        communication=communication_totals(runtime.ledger),
+        timing={"compile": t_setup, "solve": time.perf_counter() - t1},
+        history=history,
+        message=f"party {first!r} failed in round {exc.round} ({exc.kind}): {outcome.describe()}",
+        options={k: v for k, v in opts.to_dict().items() if k != "extra"},
+        ledger=list(runtime.ledger.rows),
+        extra={"lambda": server.lam.copy(), "scores": server.scores.copy()},
+        failure={
+            "client": first,
+            "clients": exc.clients,
+            "error": outcome.describe(),
+            "kind": outcome.kind,
+            "round": exc.round,
+            "message_kind": exc.kind,
+            "traceback": outcome.detail,
+        },
+    )
 
 
 def _finish(problem, opts, method, server, runtime, history, status, reason, gap, t_setup, t1):
