@@ -10,7 +10,7 @@ Examples
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass
 from typing import Any
 
 import numpy as np
@@ -102,7 +102,6 @@ class FairVFLOptions:
     retries: int = 2
     backend: str = "serial"
     workers: int | None = None
-    extra: dict[str, Any] = field(default_factory=dict)
 
     def validate(self, K: int) -> None:
         if self.eps < 0:

@@ -176,7 +176,7 @@ def _failed(problem, opts, method, server, runtime, history, exc, t_setup, t1) -
         timing={"compile": t_setup, "solve": time.perf_counter() - t1},
         history=history,
         message=f"party {first!r} failed in round {exc.round} ({exc.kind}): {outcome.describe()}",
-        options={k: v for k, v in opts.to_dict().items() if k != "extra"},
+        options=opts.to_dict(),
         ledger=list(runtime.ledger.rows),
         extra={"lambda": server.lam.copy(), "scores": server.scores.copy()},
         failure={
@@ -246,7 +246,6 @@ def _finish(problem, opts, method, server, runtime, history, status, reason, gap
         "complementarity": compl,
         "gap": gap,
         "reason": reason,
-        "local_updates": None,
     }
     if problem.test_blocks is not None:
         preds = runtime.broadcast("vfl_predict", {}, channel="diagnostic")
@@ -275,7 +274,7 @@ def _finish(problem, opts, method, server, runtime, history, status, reason, gap
         timing={"compile": t_setup, "solve": time.perf_counter() - t1},
         history=history,
         message=message,
-        options={k: v for k, v in opts.to_dict().items() if k != "extra"},
+        options=opts.to_dict(),
         ledger=list(ledger.rows),
         extra=extra,
     )
