@@ -40,3 +40,10 @@ def test_figures_quick(tmp_path, name):
     assert summary["passed"], [c for c in summary["checks"] if not c["passed"]]
     png = tmp_path / f"{name}.png"
     assert png.stat().st_size > 10_000
+
+
+@pytest.mark.slow
+def test_table1_one_full_seed(tmp_path):
+    """One seed of the full Table I (500 rounds, Adult with 40,000 rows; minutes)."""
+    summary = run("vfl-table1", out_dir=tmp_path, trials=1, quick=False, progress=False)
+    assert summary["passed"], [c for c in summary["checks"] if not c["passed"]]
