@@ -21,6 +21,7 @@ Examples
 True
 """
 
+from fedmodel import models  # fm.models.fair_vfl, ...
 from fedmodel.dsl.data import PrivateData
 from fedmodel.dsl.model import Model
 from fedmodel.dsl.party import Client, Server
@@ -50,4 +51,5 @@ __all__ = [
     "Server",
     "UnsupportedError",
     "__version__",
+    "models",
 ]

@@ -449,7 +449,10 @@ def cmd_reproduce(args) -> int:
         kw["rho"] = args.rho
     if args.time_limit is not None:
         kw["time_limit"] = args.time_limit
-    trials = args.trials if args.trials is not None else (3 if args.quick else 10)
+    default_trials = getattr(reproduce.REPRODUCTIONS[args.name], "default_trials", None)
+    trials = (
+        args.trials if args.trials is not None else (3 if args.quick else (default_trials or 10))
+    )
     t0 = time.perf_counter()
     summary = reproduce.run(
         args.name, out_dir=out, trials=trials, quick=args.quick, progress=not args.quiet, **kw

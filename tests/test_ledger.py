@@ -43,7 +43,8 @@ def lsq_model(n=3, d=3, seed=1):
 
 
 def federated_methods():
-    return [m for m, spec in all_methods().items() if spec.federated]
+    # vertical methods (fair-vfl, fedbcd) solve vertical models: tests/test_vfl.py
+    return [m for m, spec in all_methods().items() if spec.federated and not spec.vertical]
 
 
 @pytest.fixture

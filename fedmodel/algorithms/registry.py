@@ -33,6 +33,7 @@ class MethodSpec:
     #: applies the server's simple-set constraints (box, nonnegativity, norm ball) as part
     #: of h (methods without constraint handling)
     server_sets_in_h: bool = False
+    vertical: bool = False  # True: solves vertical models (fedmodel.models.fair_vfl), not DSL ones
 
 
 # One line per method: its name and the family package whose ``METHODS`` dict holds its
@@ -47,6 +48,8 @@ FAMILIES: dict[str, str] = {
     "fedavg": "fedmodel.algorithms.baselines",
     "fedprox": "fedmodel.algorithms.baselines",
     "dgd": "fedmodel.algorithms.baselines",
+    "fair-vfl": "fedmodel.algorithms.vfl",
+    "fedbcd": "fedmodel.algorithms.vfl",
 }
 
 # Methods registered at run time (plug-ins, tests): name -> spec.
@@ -87,6 +90,12 @@ def describe_options(method: str) -> str:
 
 def solve_model(model, method: str, options: dict[str, Any]):
     spec = method_spec(method)
+    if spec.vertical:
+        raise UnsupportedError(
+            f"method='{method}' solves vertical models (parties owning column blocks and "
+            "publishing partial scores); build one with fedmodel.models.fair_vfl(X, y, group, "
+            "blocks, eps) and call its solve()"
+        )
     opts = build_options(spec.options, options, method)
     t0 = time.perf_counter()
     compiled = model.compile()

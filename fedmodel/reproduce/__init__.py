@@ -14,7 +14,7 @@ from collections.abc import Callable
 from typing import Any
 
 REPRODUCTIONS: dict[str, Callable[..., dict[str, Any]]] = {}
-_MODULES = ("fedmodel.reproduce.seed000", "fedmodel.reproduce.dald")
+_MODULES = ("fedmodel.reproduce.seed000", "fedmodel.reproduce.dald", "fedmodel.reproduce.vfl")
 
 
 def register(name: str):

@@ -1,0 +1,23 @@
+"""Seed 002's family: vertical federated learning with a DEO fairness constraint.
+
+* :mod:`.problem`: the vertical problem (parties' column blocks, labels, groups) and the
+  score-side functions (loss, ``D``, the dual gradient (7), the weights of (8));
+* :mod:`.server` / :mod:`.client`: the server and party halves of ``fair-vfl`` and
+  ``fedbcd``; :mod:`.run` drives them through a runtime;
+* :mod:`.reference`: the same model solved centrally and certified;
+* :mod:`.postprocessing`: EO and calibrated EO on pooled predictions (non-federated);
+* :mod:`.metrics`: accuracy, DEO (loss- and TPR-based), fairness, harmonic mean;
+* :mod:`.data`: seed 002's vertical splits of Adult, COMPAS and C&C.
+"""
+
+from fedmodel.algorithms.registry import MethodSpec
+from fedmodel.algorithms.vfl.options import FairVFLOptions
+from fedmodel.algorithms.vfl.problem import VerticalProblem
+from fedmodel.algorithms.vfl.run import DESCRIPTIONS, run_vertical, solve_vertical
+
+METHODS = {
+    name: MethodSpec(FairVFLOptions, run_vertical, text, vertical=True)
+    for name, text in DESCRIPTIONS.items()
+}
+
+__all__ = ["METHODS", "FairVFLOptions", "VerticalProblem", "solve_vertical"]
