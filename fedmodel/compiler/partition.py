@@ -50,6 +50,14 @@ class PartyProgram:
     constraints: list[ConstraintTerm]
     data: tuple[PrivateData, ...] = ()
 
+    def __getstate__(self) -> dict:
+        """Pickled (to a worker process, a Ray actor, a checkpoint) without the compiled
+        evaluators (numpy closures built from cvxpy, not picklable): the receiving process
+        compiles its own on first use."""
+        state = dict(self.__dict__)
+        state.pop("functions", None)
+        return state
+
     @property
     def ineq(self) -> list[ConstraintTerm]:
         return [c for c in self.constraints if c.kind == "ineq"]

@@ -41,32 +41,13 @@ def _runtime_proxy() -> _RuntimeProxy:
 RUNTIME_PROXY = _RuntimeProxy()
 
 
-def _strip_caches(obj: Any) -> Any:
-    """A copy of ``obj`` safe to pickle: a ``PartyProgram`` whose ``functions`` cache (numpy
-    closures compiled from cvxpy, not picklable) has been filled is shallow-copied
-    without it; the worker compiles its own."""
-    from fedmodel.compiler.partition import PartyProgram
-
-    if isinstance(obj, PartyProgram) and "functions" in obj.__dict__:
-        clone = copy.copy(obj)
-        clone.__dict__.pop("functions", None)
-        return clone
-    if isinstance(obj, tuple):
-        return tuple(_strip_caches(v) for v in obj)
-    if isinstance(obj, list):
-        return [_strip_caches(v) for v in obj]
-    if isinstance(obj, dict):
-        return {k: _strip_caches(v) for k, v in obj.items()}
-    return obj
-
-
 @dataclass(frozen=True)
 class EndpointFactory:
     """How to build one party's endpoint where it runs: ``target(*args, **kwargs)``.
 
     ``target`` must be importable (a module-level class or function) so that the factory
     pickles; arguments are pickled too (a ``PartyProgram`` travels without its compiled
-    cache). :data:`RUNTIME_PROXY` among the arguments is replaced by the worker's peer
+    evaluators, see ``PartyProgram.__getstate__``). :data:`RUNTIME_PROXY` among the arguments is replaced by the worker's peer
     outbox.
     """
 
@@ -80,12 +61,6 @@ class EndpointFactory:
 
         return self.target(
             *[sub(a) for a in self.args], **{k: sub(v) for k, v in self.kwargs.items()}
-        )
-
-    def __reduce__(self):
-        return (
-            EndpointFactory,
-            (self.target, _strip_caches(self.args), _strip_caches(self.kwargs)),
         )
 
 
