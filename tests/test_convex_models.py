@@ -235,13 +235,16 @@ def test_epigraph_auxiliaries_are_hidden_and_owned_by_the_writer():
     np.testing.assert_allclose(t, np.maximum(1 - labels * (X @ res.solution["w"]), 0), atol=1e-3)
 
 
-def test_a_term_with_no_exact_smooth_form_still_names_party_and_term():
+def test_a_term_with_no_exact_smooth_form_takes_the_conic_path():
     model = fm.Model()
     w = model.variable(2, name="w")
     site = model.client("site")
     site.minimize(cp.norm(w - 1, 2), name="distance")  # norm2 at 0: no epigraph in C^1
-    with pytest.raises(fm.UnsupportedError, match=r"\[site\] term 'distance'"):
-        model.solve(method="prox-al")
+    res = model.solve(method="prox-al", eps=1e-5)
+    assert res.status == "optimal" and res.extra["conic_parties"] == ["site"]
+    assert res.objective == pytest.approx(0.0, abs=1e-4)
+    with pytest.raises(fm.UnsupportedError, match=r"solver 'lbfgs' cannot take cone"):
+        model.solve(method="prox-al", solver="lbfgs")
 
 
 def test_admm_says_which_constraints_it_cannot_take():

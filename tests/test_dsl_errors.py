@@ -135,22 +135,26 @@ def test_undeclared_variable_and_misc_declaration_errors():
         empty.compile()
 
 
-def test_nonsmooth_client_term_refused_by_gradient_methods_but_fine_centralized():
+def test_nonsmooth_client_term_takes_the_conic_path_and_is_certified():
     """A term with no smooth exact form (a 2-norm in the objective: not differentiable at
-    0, no piecewise-linear epigraph) is refused by gradient methods, naming party and term;
-    centralized solves it without a certificate."""
+    0, no piecewise-linear epigraph) goes to the cvxpy backend in cone form; prox-al and
+    centralized both certify it through the conic duals."""
     model, w = _model()
     site = model.client("c")
     site.minimize(cp.sum_squares(w - 1) + cp.norm(w, 2), name="group-lasso-ish")
-    with pytest.raises(
-        fm.UnsupportedError,
-        match=r"\[c\] term 'group-lasso-ish' is not continuously differentiable",
-    ):
-        model.solve(method="prox-al")
-    ref = model.solve(method="centralized")
-    assert ref.kkt is None and "no KKT certificate" in ref.message
     # stationarity 2 (w - 1) + w / ||w|| = 0 along the ones direction
-    np.testing.assert_allclose(ref.solution["w"], (1 - 0.5 / np.sqrt(3)) * np.ones(3), atol=1e-6)
+    expected = (1 - 0.5 / np.sqrt(3)) * np.ones(3)
+    for method in ("prox-al", "centralized"):
+        res = model.solve(method=method, eps=1e-6)
+        assert res.status == "optimal" and res.kkt.satisfied(1e-6, 1e-6), (method, res.message)
+        assert res.extra["conic_parties"] == ["c"]
+        np.testing.assert_allclose(res.solution["w"], expected, atol=1e-5)
+
+
+def test_a_cone_the_certificate_cannot_measure_names_party_and_term():
+    model, w = _model()
+    with pytest.raises(fm.UnsupportedError, match=r"\[c\] term 'p3'.*PowCone3D"):
+        model.client("c").minimize(cp.pnorm(w, 3, approx=False), name="p3")
 
 
 def test_piecewise_linear_client_term_is_solved_through_its_epigraph():

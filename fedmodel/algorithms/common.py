@@ -50,10 +50,18 @@ def starting_point(compiled: CompiledModel, w0: Any, random_state: Any = None) -
 
 
 def split_multipliers(
-    program: PartyProgram, mu: np.ndarray, nu: np.ndarray
+    program: PartyProgram, mu: np.ndarray, nu: np.ndarray, cone: np.ndarray | None = None
 ) -> dict[str, np.ndarray]:
-    """Multipliers of one party keyed by constraint label, shaped like each constraint."""
+    """Multipliers of one party keyed by constraint label, shaped like each constraint
+    (a cone constraint's ``lambda`` flattened like its vector ``E``, see
+    :func:`fedmodel.dsl.conic.cone_vector`)."""
     out: dict[str, np.ndarray] = {}
+    if program.cones:
+        cone = np.zeros(program.m_cone) if cone is None else np.asarray(cone, dtype=float)
+        offset = 0
+        for c in program.cones:
+            out[c.label] = cone[offset : offset + c.size].copy()
+            offset += c.size
     for kind, vec in (("ineq", mu), ("eq", nu)):
         offset = 0
         for c in program.constraints:
@@ -65,6 +73,18 @@ def split_multipliers(
             )
             offset += c.size
     return out
+
+
+def conic_note(compiled: CompiledModel) -> dict:
+    """``res.extra`` entries of a model with terms that have no smooth form: which parties'
+    subproblems take the conic path (cvxpy backend, cone constraints solved exactly)."""
+    return {
+        "conic_parties": compiled.conic_parties(),
+        "conic_path": (
+            "terms with no smooth form are cone constraints solved exactly by the cvxpy "
+            "backend in their party's subproblem; the certificate uses their conic duals"
+        ),
+    }
 
 
 def federated_evaluation(

@@ -26,6 +26,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from fedmodel.algorithms.common import (
+    conic_note,
     global_point,
     history_row,
     make_result,
@@ -189,7 +190,11 @@ class _Run:
             program = server.program
         x = server.point()
         ns, owned = program.layout.n_shared, program.layout.has_owned
-        reports = {program.name: party_evaluation(program, x, *server.multipliers(), owned)}
+        reports = {
+            program.name: party_evaluation(
+                program, x, *server.multipliers(), owned, cone=server.cone_duals()
+            )
+        }
         payload = {"w": x[:ns], **server.evaluation_extras()}
         replies = self.runtime.broadcast("evaluate", payload, channel="diagnostic")
         reports.update({name: r.payload for name, r in replies.items()})
@@ -296,7 +301,9 @@ class _Run:
     def result(self, status, message, kkt, summary, reports, failure=None):
         compiled, server, runtime = self.compiled, self.server, self.runtime
         multipliers = {
-            compiled.server.name: split_multipliers(compiled.server, *server.multipliers())
+            compiled.server.name: split_multipliers(
+                compiled.server, *server.multipliers(), server.cone_duals()
+            )
         }
         per_party_seconds = {"server": 0.0}
         local_iters = {"server": server.local_iterations}
@@ -304,7 +311,7 @@ class _Run:
             if c.name not in reports:
                 continue
             p = reports[c.name].payload
-            multipliers[c.name] = split_multipliers(c, p["mu"], p["nu"])
+            multipliers[c.name] = split_multipliers(c, p["mu"], p["nu"], p.get("cone"))
             per_party_seconds[c.name] = p["seconds"]
             local_iters[c.name] = int(p["local_iterations"])
         solve_seconds = time.perf_counter() - self.t_solve
@@ -344,6 +351,7 @@ class _Run:
                 "placement": runtime.placement,
                 "retries": list(runtime.retried),
                 **server.extra({name: r.payload for name, r in reports.items()}),
+                **(conic_note(compiled) if compiled.has_cones else {}),
             },
         )
 

@@ -124,19 +124,29 @@ class ClientHalf:
         zeros by default (methods without multipliers)."""
         return np.zeros(self.program.m_ineq), np.zeros(self.program.m_eq)
 
+    def cone_duals(self) -> np.ndarray | None:
+        """Multipliers of this party's cone constraints (terms with no smooth form, solved
+        exactly by the cvxpy backend); None when the method keeps none."""
+        return None
+
     def _on_evaluate(self, w, mu=None, nu=None):
         own_mu, own_nu = self.multipliers()
         mu = own_mu if mu is None else np.asarray(mu, dtype=float)
         nu = own_nu if nu is None else np.asarray(nu, dtype=float)
-        return party_evaluation(self.program, np.asarray(w, dtype=float), mu, nu)
+        w = np.asarray(w, dtype=float)
+        return party_evaluation(self.program, w, mu, nu, cone=self.cone_duals())
 
     def _on_report(self):
         mu, nu = self.multipliers()
-        return {
+        out = {
             "mu": np.array(mu),
             "nu": np.array(nu),
             **{k: float(v) for k, v in self.stats.items()},
         }
+        cone = self.cone_duals()
+        if cone is not None:
+            out["cone"] = np.array(cone)
+        return out
 
 
 @dataclass
@@ -204,6 +214,10 @@ class ServerHalf:
     def multipliers(self) -> tuple[np.ndarray, np.ndarray]:
         """The server's own multipliers (``c_0``, ``a_0``)."""
         return np.zeros(self.program.m_ineq), np.zeros(self.program.m_eq)
+
+    def cone_duals(self) -> np.ndarray | None:
+        """The server's cone-constraint multipliers (None when the method keeps none)."""
+        return None
 
     def conclude(
         self, stop: str, message: str, kkt, summary: dict, history: list

@@ -12,6 +12,11 @@ term) appears only in its owner's terms, so the owner alone reports the stationa
 that block (``owned_stationarity``); federated methods send only the shared part of ``w``.
 
 Equality constraints ``a_i(w) = 0`` have free multipliers and contribute ``|a_i(w)|``.
+Cone constraints ``E_i(w, s_i) in K`` (terms with no smooth form, lifted to cone form by
+:mod:`fedmodel.dsl.conic`) contribute ``-J_E^T lambda_i`` to stationarity and
+``max(dist(E, K), dist(lambda, K^*), |<lambda, E>|)`` to feasibility, with the conic
+multipliers ``lambda_i`` the party took from its last exact (cvxpy) subproblem solve
+(:mod:`fedmodel.compiler.cones`).
 Nothing here reuses an algorithm's stopping quantities.
 """
 
@@ -50,18 +55,25 @@ def max_violation(ci: np.ndarray, ce: np.ndarray) -> float:
 
 
 def party_evaluation(
-    program: PartyProgram, x: np.ndarray, mu: np.ndarray, nu: np.ndarray, shared_only=False
+    program: PartyProgram,
+    x: np.ndarray,
+    mu: np.ndarray,
+    nu: np.ndarray,
+    shared_only=False,
+    cone: np.ndarray | None = None,
 ) -> dict:
     """What one party reports in an evaluation round, computed on its own data only.
 
     With ``shared_only`` (federated methods on a party's own view ``x = (shared, own)``),
     ``grad`` is the shared part of the Lagrangian gradient and ``owned_stationarity`` the
     infinity norm of its own block's part (its owned variables enter no other party's
-    terms and no ``h``, so that block's stationarity is the owner's alone).
+    terms and no ``h``, so that block's stationarity is the owner's alone). ``cone`` holds
+    the multipliers of the party's cone constraints (zeros when None).
     """
     fn = program.functions
     ci, ce = fn.constraint_values(x)
-    grad = fn.lagrangian_grad(x, mu, nu)
+    grad = fn.lagrangian_grad(x, mu, nu, cone)
+    cone_feas, cone_viol = fn.cone_residuals(x, cone)
     owned = 0.0
     if shared_only:
         ns = program.layout.n_shared
@@ -71,8 +83,8 @@ def party_evaluation(
         "objective": fn.objective(x),
         "grad": grad,
         "owned_stationarity": owned,
-        "feasibility": feasibility_residual(ci, ce, mu),
-        "violation": max_violation(ci, ce),
+        "feasibility": max(feasibility_residual(ci, ce, mu), cone_feas),
+        "violation": max(max_violation(ci, ce), cone_viol),
         "c_ineq": ci,
         "c_eq": ce,
     }

@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING
 import cvxpy as cp
 import numpy as np
 
+from fedmodel.compiler.cones import ConeBlock, cone_residuals
 from fedmodel.compiler.regularizer import Regularizer
 from fedmodel.compiler.smooth import (
     NotSmoothError,
@@ -65,6 +66,16 @@ class PartyProgram:
     @property
     def eq(self) -> list[ConstraintTerm]:
         return [c for c in self.constraints if c.kind == "eq"]
+
+    @property
+    def cones(self) -> list[ConstraintTerm]:
+        """Hard cone constraints ``E(x) in K`` of terms with no smooth form
+        (:mod:`fedmodel.dsl.conic`); solved exactly by the cvxpy backend."""
+        return [c for c in self.constraints if c.kind == "cone"]
+
+    @property
+    def m_cone(self) -> int:
+        return sum(c.size for c in self.cones)
 
     @property
     def m_ineq(self) -> int:
@@ -138,9 +149,14 @@ class PartyFunctions:
         self.a = self._compile(
             [cp.vec(c.expr, order="F") for c in program.eq], [c.label for c in program.eq]
         )
+        self.k = self._compile(
+            [cp.vec(c.expr, order="F") for c in program.cones], [c.label for c in program.cones]
+        )
+        self.blocks = [ConeBlock(c.source) for c in program.cones]
         self.n = layout.size
         self.m_ineq = program.m_ineq
         self.m_eq = program.m_eq
+        self.m_cone = program.m_cone
 
     def _compile(self, exprs, labels, scalar=False) -> SmoothFunction | None:
         if not exprs:
@@ -185,9 +201,33 @@ class PartyFunctions:
             g += self.a.vjp(x, ye)[1]
         return g
 
-    def lagrangian_grad(self, x: np.ndarray, mu: np.ndarray, nu: np.ndarray) -> np.ndarray:
-        """``grad f(x) + J_c(x)^T mu + J_a(x)^T nu`` (this party's share of stationarity)."""
-        return self.objective_and_grad(x)[1] + self.constraint_vjp(x, mu, nu)
+    def lagrangian_grad(
+        self, x: np.ndarray, mu: np.ndarray, nu: np.ndarray, cone: np.ndarray | None = None
+    ) -> np.ndarray:
+        """``grad f(x) + J_c(x)^T mu + J_a(x)^T nu - J_E^T lambda`` (this party's share of
+        stationarity; ``cone`` is ``lambda``, the multipliers of its cone constraints)."""
+        g = self.objective_and_grad(x)[1] + self.constraint_vjp(x, mu, nu)
+        if self.k is not None:
+            g = g + self.cone_grad(x, cone)
+        return g
+
+    def cone_values(self, x: np.ndarray) -> np.ndarray:
+        """``E(x)`` of the cone constraints, stacked (empty without any)."""
+        return self.k.value(x) if self.k is not None else np.zeros(0)
+
+    def cone_grad(self, x: np.ndarray, cone: np.ndarray | None) -> np.ndarray:
+        """``-J_E^T lambda``: the cone constraints' share of the Lagrangian gradient."""
+        if self.k is None or cone is None or not np.any(cone):
+            return np.zeros(self.n)
+        return -self.k.vjp(x, np.asarray(cone, dtype=float))[1]
+
+    def cone_residuals(self, x: np.ndarray, cone: np.ndarray | None) -> tuple[float, float]:
+        """``(feasibility, violation)`` of the cone constraints at ``x`` with multipliers
+        ``cone`` (zeros when None), see :func:`fedmodel.compiler.cones.cone_residuals`."""
+        if self.k is None:
+            return 0.0, 0.0
+        lam = np.zeros(self.m_cone) if cone is None else np.asarray(cone, dtype=float)
+        return cone_residuals(self.blocks, self.cone_values(x), lam)
 
     def merit(
         self, x: np.ndarray, mu: np.ndarray, nu: np.ndarray, beta: float
@@ -231,7 +271,17 @@ class CompiledModel:
 
     @property
     def has_constraints(self) -> bool:
-        return any(p.constraints for p in self.parties)
+        """True when a party has constraints the algorithm must handle (cone constraints
+        are solved exactly inside their party's own subproblem and do not count)."""
+        return any(c.kind != "cone" for p in self.parties for c in p.constraints)
+
+    @property
+    def has_cones(self) -> bool:
+        return any(p.cones for p in self.parties)
+
+    def conic_parties(self) -> list[str]:
+        """Parties whose subproblems take the conic path (cvxpy backend)."""
+        return [p.name for p in self.parties if p.cones]
 
     def require_smooth(self, method: str) -> None:
         """Raise :class:`UnsupportedError` naming the party and term when a term is not

@@ -10,6 +10,7 @@ import cvxpy as cp
 import numpy as np
 from cvxpy.constraints import Equality, Inequality, NonNeg, NonPos, Zero
 
+from fedmodel.dsl import conic
 from fedmodel.dsl.data import PrivateData, as_numeric_array
 from fedmodel.dsl.epigraph import epigraph_form, norm_ball_as_smooth
 from fedmodel.errors import DataError, ModelError, NonConvexError, UnsupportedError
@@ -157,6 +158,51 @@ class Party:
         ]
         return smooth, terms
 
+    def _register_aux(self, var: cp.Variable, stem: str) -> None:
+        var._name = f"{self.name}.{stem}{len(self._variables)}"
+        self._model._adopt_variable(var, self.name, hidden=True)
+        self._variables.append(var)
+
+    def _cone_terms(self, con: Any, label: str) -> list[ConstraintTerm]:
+        """``con`` (a DCP constraint with no smooth form) as hard cone constraints (see
+        :mod:`fedmodel.dsl.conic`); its auxiliaries become this party's hidden variables."""
+        try:
+            cones, new_vars = conic.lift(con)
+        except TypeError as exc:
+            raise UnsupportedError(
+                f"term '{label}' has no smooth form and its cone form is not supported: {exc}",
+                self.name,
+                str(con),
+            ) from exc
+        for var in new_vars:
+            self._register_aux(var, "cone")
+        return [
+            ConstraintTerm(conic.cone_vector(c), "cone", f"{label}:cone[{j}]", False, c)
+            for j, c in enumerate(cones)
+        ]
+
+    def _conic_objective(self, expr: cp.Expression, label: str) -> tuple[cp.Expression, list]:
+        """A convex objective term with summands that have no smooth/epigraph form: each
+        such summand ``s`` becomes an auxiliary ``t`` with the cone form of ``s <= t``; the
+        other summands stay (in epigraph form where that makes them smooth)."""
+        from fedmodel.compiler.smooth import NotSmoothError, check_smooth
+
+        parts, extra = [], []
+        for s in _summands(expr):
+            s2, pieces = self._epigraph(s, label)
+            try:
+                check_smooth(s2)
+                parts.append(s2)
+                extra.extend(pieces)
+                continue
+            except NotSmoothError:
+                pass
+            t = cp.Variable()
+            self._register_aux(t, "epi")
+            parts.append(t)
+            extra.extend(self._cone_terms(s <= t, label))
+        return sum(parts[1:], start=parts[0]), extra
+
     @property
     def owned_variables(self) -> tuple[cp.Variable, ...]:
         """Variables owned by this party (declared ones and epigraph auxiliaries)."""
@@ -199,6 +245,8 @@ class Party:
         extra: list[ConstraintTerm] = []
         if not allow_nonconvex:
             expr, extra = self._epigraph(expr, label)
+            if not extra and not _smooth(expr):  # no smooth form: cone constraints
+                expr, extra = self._conic_objective(expr, label)
         self._objective.append(ObjectiveTerm(expr, label, allow_nonconvex))
         self._constraints.extend(extra)
 
@@ -232,6 +280,9 @@ class Party:
             extra: list[ConstraintTerm] = []
             if term.kind == "ineq" and not allow_nonconvex:
                 g, extra = self._epigraph(term.expr, label)
+                if not extra and not _smooth(g):  # no smooth form: hard cone constraints
+                    self._constraints.extend(self._cone_terms(g <= 0, label))
+                    continue
                 term = ConstraintTerm(g, term.kind, label, allow_nonconvex, c)
             self._constraints.append(term)
             self._constraints.extend(extra)
@@ -339,6 +390,25 @@ class Server(Party):
 
 
 _MAX_TYPE = ("norm_inf", "abs", "max", "maximum")
+
+
+def _smooth(expr: cp.Expression) -> bool:
+    from fedmodel.compiler.smooth import NotSmoothError, check_smooth
+
+    try:
+        check_smooth(expr)
+    except NotSmoothError:
+        return False
+    return True
+
+
+def _summands(expr: cp.Expression) -> list[cp.Expression]:
+    """The terms of a (nested) sum ``a + b + ...``; ``[expr]`` for anything else."""
+    from cvxpy.atoms.affine.add_expr import AddExpression
+
+    if isinstance(expr, AddExpression):
+        return [s for a in expr.args for s in _summands(a)]
+    return [expr]
 
 
 def split_max_constraint(lhs: cp.Expression, rhs: cp.Expression) -> cp.Expression | None:

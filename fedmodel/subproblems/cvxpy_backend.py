@@ -4,6 +4,11 @@ Iterates, multipliers and the proximal/ADMM centre are cvxpy Parameters; every s
 updates their values, so cvxpy reuses its canonicalisation (no problem is rebuilt inside
 an iteration loop). The residual is measured with the smooth evaluators afterwards and,
 if the conic solver stopped short of the requested tolerance, polished with L-BFGS.
+
+Cone constraints of terms with no smooth form (:mod:`fedmodel.dsl.conic`) are hard
+constraints here; after each solve their conic duals, projected onto the dual cones, are
+written to the merit problem (``problem.cone``) and the residual is the subproblem's KKT
+residual in cone form (no polishing: the smooth backends cannot take cones).
 """
 
 from __future__ import annotations
@@ -33,6 +38,18 @@ def stacked_variable_map(layout, x: cp.Variable) -> dict[int, cp.Expression]:
         piece = x[layout.slice_of(v)]
         out[v.id] = piece if v.shape == (piece.size,) else cp.reshape(piece, v.shape, order="F")
     return out
+
+
+def substitute_constraint(con, mapping: dict[int, cp.Expression]):
+    """Copy of a cvxpy constraint with its variables replaced (see :func:`substitute`)."""
+    return con.copy(args=[substitute(a, mapping) for a in con.args])
+
+
+def clarabel_tolerances(tol: float) -> dict:
+    """Clarabel settings for a subproblem asked to residual ``tol``: gap and feasibility
+    tolerances a hundredth of it, within Clarabel's reliable range [1e-12, 1e-8]."""
+    t = float(min(1e-8, max(1e-12, 0.01 * tol)))
+    return {"tol_gap_abs": t, "tol_gap_rel": t, "tol_feas": t, "tol_ktratio": min(1e-6, t)}
 
 
 def polisher_for(problem: MeritProblem):
@@ -98,6 +115,12 @@ class CvxpySolver:
         if not reg.is_zero:
             h, cons = reg.cvxpy_parts([x[s] for s in reg.slices])
             obj = obj + h
+        # hard cone constraints (terms with no smooth form) and their blocks, per program
+        self.cones = []
+        for prog in problem.programs:
+            mine = [substitute_constraint(c.source, mapping) for c in prog.cones]
+            self.cones.append(mine)
+            cons = cons + mine
         self.x = x
         self.cvx_problem = cp.Problem(cp.Minimize(obj), cons)
         if not self.cvx_problem.is_dcp(dpp=True):
@@ -114,17 +137,23 @@ class CvxpySolver:
             if par is not None:
                 par.value = val
         self.x.value = np.asarray(x0, dtype=float)
+        kwargs = clarabel_tolerances(tol) if self.solver == "CLARABEL" else {}
         try:
             with warnings.catch_warnings():  # accuracy is measured and polished below
                 warnings.filterwarnings("ignore", message="Solution may be inaccurate")
-                self.cvx_problem.solve(solver=self.solver, warm_start=True)
+                self.cvx_problem.solve(solver=self.solver, warm_start=True, **kwargs)
             status = self.cvx_problem.status
         except cp.error.SolverError as exc:
             status = f"solver_error: {exc}"
         x = self.x.value if self.x.value is not None else np.asarray(x0, dtype=float)
+        if p.has_cones:  # the conic duals are the cone constraints' multipliers
+            for j, (prog, mine) in enumerate(zip(p.programs, self.cones)):
+                blocks = prog.functions.blocks
+                lams = [b.project_dual(b.dual_from(c)) for b, c in zip(blocks, mine)]
+                p.cone[j] = np.concatenate(lams) if lams else np.zeros(0)
         residual = p.residual(x)
         report = SolveReport(x, residual, tol, 1, self.name, str(status))
-        if residual > tol and self.polish:
+        if residual > tol and self.polish and not p.has_cones:
             if self._polisher is None:
                 self._polisher = polisher_for(p)
             polished = self._polisher.solve(x, tol, max_iter)

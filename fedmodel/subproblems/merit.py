@@ -77,6 +77,9 @@ class MeritProblem:
         self.n = programs[0].layout.size
         self.mu = [np.zeros(p.m_ineq) for p in self.programs]
         self.nu = [np.zeros(p.m_eq) for p in self.programs]
+        # multipliers of the programs' cone constraints (hard constraints of the
+        # subproblem), written by the cvxpy backend after each solve
+        self.cone = [np.zeros(p.m_cone) for p in self.programs]
         self.sigma = 0.0
         self.center = np.zeros(self.n)
         self.evaluations = 0
@@ -84,6 +87,19 @@ class MeritProblem:
     @property
     def has_smooth_terms(self) -> bool:
         return any(not p.is_empty for p in self.programs)
+
+    @property
+    def has_cones(self) -> bool:
+        return any(p.cones for p in self.programs)
+
+    def cone_grad(self, x: np.ndarray) -> np.ndarray:
+        """``-sum_p J_{E_p}^T lambda_p``: the cone constraints' share of the gradient of the
+        subproblem's Lagrangian at the current cone multipliers."""
+        g = np.zeros(self.n)
+        for fn, lam in zip(self.functions, self.cone):
+            if fn.k is not None:
+                g = g + fn.cone_grad(x, lam)
+        return g
 
     @property
     def functions(self):
@@ -123,9 +139,19 @@ class MeritProblem:
         return val
 
     def residual(self, x: np.ndarray) -> float:
-        """``dist_inf(0, d phi(x))`` (exact, using the subdifferential of ``h``)."""
+        """``dist_inf(0, d phi(x))`` (exact, using the subdifferential of ``h``).
+
+        With cone constraints, the KKT residual of the subproblem in its cone form at the
+        current cone multipliers: the Lagrangian gradient ``d phi(x) - J_E^T lambda`` and,
+        per block, ``dist(E, K)``, ``dist(lambda, K^*)`` and ``|<lambda, E>|``.
+        """
         _, g = self.smooth_value_grad(x)
+        cone_feas = 0.0
+        if self.has_cones:
+            g = g + self.cone_grad(x)
+            for fn, lam in zip(self.functions, self.cone):
+                cone_feas = max(cone_feas, fn.cone_residuals(x, lam)[0])
         if self.regularizer.is_zero:
-            return float(np.abs(g).max(initial=0.0))
+            return max(float(np.abs(g).max(initial=0.0)), cone_feas)
         g = g - self.regularizer.smooth_grad(x)  # dist_subdiff adds the smooth part itself
-        return self.regularizer.dist_subdiff(x, g)
+        return max(self.regularizer.dist_subdiff(x, g), cone_feas)

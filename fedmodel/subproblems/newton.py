@@ -275,6 +275,8 @@ class NewtonSolver:
         reg = problem.regularizer
         if not reg.is_smooth:
             raise NotRecognised("h is not smooth")
+        if problem.has_cones:
+            raise NotRecognised("cone constraints (terms with no smooth form)")
         self.problem = problem
         n = self.n = problem.n
         f_total = None

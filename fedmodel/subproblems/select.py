@@ -9,6 +9,9 @@
 3. L-BFGS-B on values and gradients (any smooth term; box and l1 parts of ``h`` exactly);
 4. cvxpy (convex) or accelerated proximal gradient (non-convex) when ``h`` has a group norm.
 
+A program with cone constraints (a term with no smooth form, :mod:`fedmodel.dsl.conic`)
+always takes cvxpy: the conic path.
+
 ``solver=`` overrides the choice.
 """
 
@@ -30,6 +33,15 @@ def make_solver(problem: MeritProblem, solver: str = "auto"):
     """Return a backend object with ``solve(x0, tol, max_iter) -> SolveReport``."""
     if solver not in BACKENDS:
         raise UnsupportedError(f"unknown subproblem solver {solver!r}; choose one of {BACKENDS}")
+    if problem.has_cones:
+        if solver not in ("auto", "cvxpy"):
+            where = [f"{p.name}: {p.cones[0].label}" for p in problem.programs if p.cones]
+            raise UnsupportedError(
+                f"subproblem solver {solver!r} cannot take cone constraints ({', '.join(where)}: "
+                "terms with no smooth form); they are solved exactly by solver='cvxpy' "
+                "(the default 'auto' picks it)"
+            )
+        return CvxpySolver(problem)
     if not problem.has_smooth_terms:
         return ProxSolver(problem)
     # a group norm or a norm ball in h: no bounds/splitting form for L-BFGS-B

@@ -16,7 +16,13 @@ import time
 
 import numpy as np
 
-from fedmodel.algorithms.common import history_row, make_result, split_multipliers, starting_point
+from fedmodel.algorithms.common import (
+    conic_note,
+    history_row,
+    make_result,
+    split_multipliers,
+    starting_point,
+)
 from fedmodel.algorithms.proxal.options import ProxALOptions
 from fedmodel.certificate.kkt import assemble, party_evaluation
 from fedmodel.compiler.partition import CompiledModel
@@ -24,10 +30,13 @@ from fedmodel.subproblems.merit import MeritProblem
 from fedmodel.subproblems.select import make_solver
 
 
-def pooled_evaluation(compiled: CompiledModel, x, mus, nus):
-    """Evaluate every party at ``x`` (centralized: all programs are local here)."""
+def pooled_evaluation(compiled: CompiledModel, x, mus, nus, cones=None):
+    """Evaluate every party at ``x`` (centralized: all programs are local here); ``cones``
+    are the parties' cone multipliers (zeros when None)."""
+    cones = cones if cones is not None else [None] * len(compiled.parties)
     reports = {
-        p.name: party_evaluation(p, x, mu, nu) for p, mu, nu in zip(compiled.parties, mus, nus)
+        p.name: party_evaluation(p, x, mu, nu, cone=lam)
+        for p, mu, nu, lam in zip(compiled.parties, mus, nus, cones)
     }
     return assemble(reports, compiled.regularizer, x, compiled.nonconvex)
 
@@ -81,7 +90,7 @@ def run_cprox_al(
                 dmu = max(dmu, float(np.abs(beta * ce).max()))
                 nus[j] = nus[j] + beta * ce
         if options.history:
-            kkt, summary = pooled_evaluation(compiled, x, mus, nus)
+            kkt, summary = pooled_evaluation(compiled, x, mus, nus, problem.cone)
             history.append(
                 history_row(
                     k,
@@ -102,7 +111,7 @@ def run_cprox_al(
         if deadline is not None and time.perf_counter() > deadline:
             status, message = "time_limit", f"time limit of {options.time_limit:g} s reached"
             break
-    kkt, summary = pooled_evaluation(compiled, x, mus, nus)
+    kkt, summary = pooled_evaluation(compiled, x, mus, nus, problem.cone)
     if status == "stopped":
         status = "optimal" if kkt.satisfied(options.eps1, options.eps2) else "inaccurate"
         message = (
@@ -114,7 +123,13 @@ def run_cprox_al(
             message += " (a local certificate: the model has non-convex terms)"
     elif status == "max_iterations":
         message = f"max_outer = {options.max_outer} outer iterations reached"
-    multipliers = {p.name: split_multipliers(p, m, v) for p, m, v in zip(parties, mus, nus)}
+    multipliers = {
+        p.name: split_multipliers(p, m, v, lam)
+        for p, m, v, lam in zip(parties, mus, nus, problem.cone)
+    }
+    extra = {"mu": mus, "nu": nus}
+    if compiled.has_cones:
+        extra.update(conic_note(compiled))
     return make_result(
         compiled,
         method=method,
@@ -139,5 +154,5 @@ def run_cprox_al(
         },
         history=history,
         options={k_: v for k_, v in options.__dict__.items() if k_ not in ("w0", "callback")},
-        extra={"mu": mus, "nu": nus},
+        extra=extra,
     )

@@ -23,7 +23,7 @@ import numpy as np
 
 from fedmodel.algorithms.centralized.cprox_al import pooled_evaluation, run_cprox_al
 from fedmodel.algorithms.centralized.options import CentralizedOptions
-from fedmodel.algorithms.common import make_result, split_multipliers
+from fedmodel.algorithms.common import conic_note, make_result, split_multipliers
 from fedmodel.algorithms.proxal.options import ProxALOptions
 from fedmodel.compiler.glm import NotRecognised
 from fedmodel.compiler.partition import CompiledModel
@@ -38,7 +38,8 @@ DUAL_ZERO = 1e-8
 
 
 def pooled_problem(compiled: CompiledModel):
-    """The pooled cvxpy problem and, per party, its inequality and equality constraints."""
+    """The pooled cvxpy problem and, per party, its inequality and equality constraints
+    and cone constraints (terms with no smooth form, :mod:`fedmodel.dsl.conic`)."""
     layout = compiled.layout
     reg = compiled.regularizer
     obj = sum((p.objective_expr() for p in compiled.parties), start=0)
@@ -54,8 +55,9 @@ def pooled_problem(compiled: CompiledModel):
     for p in compiled.parties:
         ineq = [cp.vec(c.expr, order="F") <= 0 for c in p.ineq]
         eq = [cp.vec(c.expr, order="F") == 0 for c in p.eq]
-        per_party.append((ineq, eq))
-        cons += ineq + eq
+        cones = [c.source for c in p.cones]  # terms with no smooth form, in cone form
+        per_party.append((ineq, eq, cones))
+        cons += ineq + eq + cones
     objective = cp.Minimize(obj) if isinstance(obj, cp.Expression) else cp.Minimize(0)
     return cp.Problem(objective, cons), per_party
 
@@ -92,6 +94,13 @@ def run_centralized(compiled: CompiledModel, options: CentralizedOptions):
         )
     if options.engine == "smooth":
         compiled.require_smooth("centralized with engine='smooth'")
+        for p in compiled.parties:
+            if p.cones:
+                raise UnsupportedError(
+                    f"term '{p.cones[0].label}' has no smooth form (it is solved in cone form "
+                    "by cvxpy); engine='smooth' needs C^1 terms: use engine='cvxpy' or 'auto'",
+                    p.name,
+                )
     if options.engine == "smooth" or (options.engine == "auto" and prefers_smooth_path(compiled)):
         smooth = _smooth_solve(compiled, options)
         if smooth.status in ("optimal", "unbounded") or options.engine == "smooth":
@@ -164,11 +173,14 @@ def _cvxpy_solve(compiled: CompiledModel, options: CentralizedOptions):
         )
 
     x = layout.stack({v: v.value for v in layout.variables})
-    mus, nus = [], []
-    for ineq, eq in per_party:
+    mus, nus, lams = [], [], []
+    for p, (ineq, eq, cones) in zip(compiled.parties, per_party):
         mu = _duals(ineq)
         nus.append(_duals(eq))
         mus.append(np.maximum(mu, 0.0))
+        blocks = p.functions.blocks if cones else []
+        duals = [b.project_dual(b.dual_from(c)) for b, c in zip(blocks, cones)]
+        lams.append(np.concatenate(duals) if duals else np.zeros(0))
     scale = max([1.0] + [float(m.max()) for m in mus if m.size])
     smooth = _smooth(compiled)
     for j, p in enumerate(compiled.parties):
@@ -178,8 +190,11 @@ def _cvxpy_solve(compiled: CompiledModel, options: CentralizedOptions):
         inactive = (mus[j] <= DUAL_ZERO * scale) | (ci < -options.eps)
         mus[j] = np.where(inactive, 0.0, mus[j])
     multipliers = {
-        p.name: split_multipliers(p, m, v) for p, m, v in zip(compiled.parties, mus, nus)
+        p.name: split_multipliers(p, m, v, lam)
+        for p, m, v, lam in zip(compiled.parties, mus, nus, lams)
     }
+    if compiled.has_cones:
+        base.update(conic_note(compiled))
     if not smooth:  # a term without a gradient: no certificate
         status = "optimal" if cvx_status == "optimal" else "inaccurate"
         summary = {"objective": float(prob.value), "max_violation": np.nan}
@@ -199,7 +214,7 @@ def _cvxpy_solve(compiled: CompiledModel, options: CentralizedOptions):
             timing=timing,
             extra=base,
         )
-    kkt, summary = pooled_evaluation(compiled, x, mus, nus)
+    kkt, summary = pooled_evaluation(compiled, x, mus, nus, lams)
     certified = cvx_status == "optimal" and kkt.satisfied(options.eps, options.eps)
     message = (
         f"{used}: {cvx_status}; KKT residuals certified to {options.eps:g}"

@@ -86,6 +86,7 @@ class ProxALClient(ClientHalf):
         self.theta_at_w = theta0.copy()  # own block of the iterate matching the last w
         self.mu = np.full(program.m_ineq, float(mu0))
         self.nu = np.zeros(program.m_eq)
+        self.cone = np.zeros(program.m_cone)  # conic duals of its cone constraints
         self.problem = MeritProblem([program], beta)
         self.solver = make_solver(self.problem, solver)
         if hasattr(self.solver, "carry_factor"):
@@ -111,6 +112,8 @@ class ProxALClient(ClientHalf):
         else:
             _, g = self.problem.functions[0].merit(w, self.mu, self.nu, self.beta)
         g = np.array(g, dtype=float)  # a copy: the backends may hand out their buffers
+        if self.cone.size:  # cone constraints: the Lagrangian gradient at their duals
+            g += self.problem.functions[0].cone_grad(w, self.cone)
         ns = self.ns
         g[:ns] += self.prox_weight * (w[:ns] - self.w_center)
         if self.owned:
@@ -133,12 +136,15 @@ class ProxALClient(ClientHalf):
 
     # -- state (checkpoints, retries) --------------------------------------------------------
     state_fields = (
-        "mu", "nu", "w_center", "u", "lam", "u_tilde", "theta_center", "theta_at_w",
+        "mu", "nu", "w_center", "u", "lam", "u_tilde", "theta_center", "theta_at_w", "cone",
     )  # fmt: skip
     component_fields = ("solver",)  # the Newton backend's carried factor
 
     def multipliers(self) -> tuple[np.ndarray, np.ndarray]:
         return self.mu, self.nu
+
+    def cone_duals(self) -> np.ndarray | None:
+        return self.cone if self.cone.size else None
 
     # -- message handlers --------------------------------------------------------------------
     def _on_start(self, w):
@@ -182,7 +188,9 @@ class ProxALClient(ClientHalf):
             theta_c = (self.theta_prox * self.theta_center + self.rho * theta) / sigma
             center = np.concatenate([center, theta_c])
         self.problem.set(sigma=sigma, center=center, mu=[self.mu], nu=[self.nu])
+        self.problem.cone[0] = self.cone
         report = self.solver.solve(self.u, float(tol), self.max_local_iter)
+        self.cone = np.array(self.problem.cone[0], dtype=float)
         self.stats["local_solves"] += 1
         self.stats["local_iterations"] += report.iterations
         self.stats["max_residual_gap"] = max(
@@ -200,7 +208,7 @@ class ProxALClient(ClientHalf):
         mu = self.mu if mu is None else np.asarray(mu, dtype=float)
         nu = self.nu if nu is None else np.asarray(nu, dtype=float)
         x = self._local(np.asarray(w, dtype=float), self.theta_at_w)
-        return party_evaluation(self.program, x, mu, nu, shared_only=True)
+        return party_evaluation(self.program, x, mu, nu, shared_only=True, cone=self.cone_duals())
 
     def _on_report(self):
         out = super()._on_report()

@@ -180,6 +180,9 @@ class ProxALServer(ServerHalf):
     def multipliers(self) -> tuple[np.ndarray, np.ndarray]:
         return self.mu, self.nu
 
+    def cone_duals(self) -> np.ndarray | None:
+        return self.problem.cone[0] if self.problem.has_cones else None
+
     def get_state(self) -> dict:
         """The server half's own state: iterate, the clients' last ``u~_i``, ``mu_0``,
         ``nu_0`` and counters."""
@@ -193,6 +196,7 @@ class ProxALServer(ServerHalf):
             "inner_total": self.inner_total,
             "mu_norms": list(self.mu_norms),
             "w_norms": list(self.w_norms),
+            "cone": self.problem.cone[0].copy(),
         }
 
     def set_state(self, state: dict) -> None:
@@ -205,6 +209,8 @@ class ProxALServer(ServerHalf):
         self.inner_total = int(state["inner_total"])
         self.mu_norms = list(state["mu_norms"])
         self.w_norms = list(state["w_norms"])
+        if "cone" in state:
+            self.problem.cone[0] = np.array(state["cone"], dtype=float)
 
     def resume_key(self) -> dict:
         key = super().resume_key()

@@ -1,0 +1,184 @@
+"""Cone constraints ``E(x) in K`` of the conic path: multipliers and residuals.
+
+A term with no smooth form reaches the compiler as cone constraints on affine vectors
+``E(x)`` (:mod:`fedmodel.dsl.conic`), with the Lagrangian ``f(x) - <lambda, E(x)>`` and
+``lambda`` in the dual cone ``K^*``. For one block the certificate measures
+
+* stationarity: its share ``-J_E^T lambda`` of the Lagrangian gradient (``E`` is affine,
+  so ``J_E`` is exact and constant);
+* primal feasibility: ``dist_inf(E(x), K)`` (exact for ``R_+``, ``{0}``, second-order and
+  PSD cones, an upper bound for the exponential cone);
+* dual feasibility: ``dist_inf(lambda, K^*)`` (multipliers taken from a conic solver are
+  first projected onto ``K^*`` where that projection has a closed form);
+* complementarity: ``|<lambda, E(x)>|``.
+
+Example
+-------
+>>> import numpy as np, cvxpy as cp
+>>> x = cp.Variable(2)
+>>> block = ConeBlock(cp.SOC(cp.Constant([1.0]), x))
+>>> block.dist_primal(np.array([1.0, 3.0, 4.0]))  # ||(3, 4)|| = 5 > 1
+2.0
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from fedmodel.dsl.conic import cone_kind, cone_vector
+
+
+def _soc_project(t: float, v: np.ndarray) -> tuple[float, np.ndarray]:
+    nv = float(np.linalg.norm(v))
+    if nv <= t:
+        return t, v
+    if nv <= -t:
+        return 0.0, np.zeros_like(v)
+    a = 0.5 * (t + nv)
+    return a, a * v / nv
+
+
+class ConeBlock:
+    """One cone constraint (a cvxpy constraint on affine arguments) as numbers.
+
+    Parameters
+    ----------
+    con : cvxpy Constraint
+        ``Inequality``/``NonNeg``/``NonPos`` (``R_+``), ``Equality``/``Zero`` (``{0}``),
+        ``SOC``, ``PSD`` or ``ExpCone``.
+    """
+
+    def __init__(self, con):
+        self.kind = cone_kind(con)
+        self.con_type = type(con).__name__
+        self.shapes = [a.shape for a in con.args]
+        self.size = int(cone_vector(con).size)
+        self.axis = int(getattr(con, "axis", 0) or 0)
+
+    # -- multipliers from a cvxpy solve ----------------------------------------------------
+    def dual_from(self, con) -> np.ndarray:
+        """``lambda`` (flattened like ``E``) from cvxpy's ``con.dual_value``; zeros when the
+        solver returned none."""
+        dv = con.dual_value
+        if dv is None:
+            return np.zeros(self.size)
+        if isinstance(dv, (list, tuple)):
+            lam = np.concatenate([np.atleast_1d(np.asarray(d)).ravel(order="F") for d in dv])
+        else:
+            lam = np.atleast_1d(np.asarray(dv, dtype=float)).ravel(order="F")
+        if self.con_type in ("Equality", "Zero"):
+            lam = -lam  # cvxpy: f + nu (lhs - rhs); here f - <lambda, E>
+        if lam.size != self.size:  # pragma: no cover - cvxpy's contract
+            raise ValueError(f"dual of size {lam.size} for a {self.con_type} of size {self.size}")
+        return np.asarray(lam, dtype=float)
+
+    # -- cone structure --------------------------------------------------------------------
+    def _soc_parts(self, v: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        k = int(np.prod(self.shapes[0])) if self.shapes[0] else 1
+        t = v[:k]
+        xs = self.shapes[1]
+        X = v[k:].reshape(xs, order="F") if xs else v[k:]
+        if X.ndim <= 1:
+            rows = X.reshape(1, -1)
+        else:
+            rows = X.T if self.axis == 0 else X
+        return t, rows
+
+    def _soc_join(self, t: np.ndarray, rows: np.ndarray) -> np.ndarray:
+        xs = self.shapes[1]
+        if len(xs) <= 1:
+            X = rows.reshape(-1)
+        else:
+            X = rows.T if self.axis == 0 else rows
+        return np.concatenate([t, np.asarray(X).ravel(order="F")])
+
+    def project(self, v: np.ndarray) -> np.ndarray | None:
+        """Euclidean projection onto ``K`` (None for the exponential cone)."""
+        if self.kind == "nonneg":
+            return np.maximum(v, 0.0)
+        if self.kind == "zero":
+            return np.zeros_like(v)
+        if self.kind == "soc":
+            t, rows = self._soc_parts(v)
+            pt, prow = np.empty_like(t), np.empty_like(rows)
+            for i in range(t.size):
+                pt[i], prow[i] = _soc_project(float(t[i]), rows[i])
+            return self._soc_join(pt, prow)
+        if self.kind == "psd":
+            n = self.shapes[0][0]
+            A = v.reshape((n, n), order="F")
+            S = 0.5 * (A + A.T)
+            vals, vecs = np.linalg.eigh(S)
+            P = (vecs * np.maximum(vals, 0.0)) @ vecs.T
+            return P.ravel(order="F")
+        return None
+
+    def project_dual(self, lam: np.ndarray) -> np.ndarray:
+        """``lambda`` projected onto ``K^*`` (``R_+``, SOC and PSD are self-dual, ``{0}^*``
+        is everything); the exponential cone's multipliers are returned as they are (their
+        distance to ``K^*`` is measured by :meth:`dist_dual`)."""
+        if self.kind == "zero":
+            return lam
+        p = self.project(lam)
+        return lam if p is None else p
+
+    def dist_primal(self, e: np.ndarray) -> float:
+        """``dist_inf(E, K)`` (an upper bound for the exponential cone)."""
+        if e.size == 0:
+            return 0.0
+        p = self.project(e)
+        if p is not None:
+            if self.kind == "psd":  # the constraint is on the symmetric part
+                n = self.shapes[0][0]
+                A = e.reshape((n, n), order="F")
+                e = (0.5 * (A + A.T)).ravel(order="F")
+            return float(np.abs(e - p).max())
+        return float(_exp_primal_bound(*np.split(e, 3)).max(initial=0.0))
+
+    def dist_dual(self, lam: np.ndarray) -> float:
+        """``dist_inf(lambda, K^*)`` (an upper bound for the exponential cone)."""
+        if lam.size == 0 or self.kind == "zero":
+            return 0.0
+        if self.kind == "exp":
+            return float(_exp_dual_bound(*np.split(lam, 3)).max(initial=0.0))
+        p = self.project(lam)
+        if self.kind == "psd":
+            n = self.shapes[0][0]
+            A = lam.reshape((n, n), order="F")
+            lam = (0.5 * (A + A.T)).ravel(order="F")
+        return float(np.abs(lam - p).max())
+
+
+def _exp_primal_bound(x, y, z) -> np.ndarray:
+    """Upper bound on ``dist_inf((x, y, z), K_exp)``, ``K_exp = cl{y > 0, y e^{x/y} <= z}``:
+    the distance to a feasible point (raise ``z``, or move to ``(min(x,0), 0, max(z,0))``)."""
+    to_face = np.maximum.reduce([np.maximum(x, 0.0), np.abs(y), np.maximum(-z, 0.0)])
+    with np.errstate(over="ignore", divide="ignore", invalid="ignore"):
+        raise_z = np.where(
+            y > 0, np.maximum(y * np.exp(x / np.where(y > 0, y, 1.0)) - z, 0.0), np.inf
+        )
+    return np.minimum(to_face, np.nan_to_num(raise_z, nan=np.inf))
+
+
+def _exp_dual_bound(u, v, w) -> np.ndarray:
+    """Upper bound on ``dist_inf((u, v, w), K_exp^*)``, ``K_exp^* = cl{u < 0, -u e^{v/u} <= e w}``."""
+    to_face = np.maximum.reduce([np.maximum(u, 0.0), np.maximum(-v, 0.0), np.maximum(-w, 0.0)])
+    with np.errstate(over="ignore", divide="ignore", invalid="ignore"):
+        uu = np.where(u < 0, u, -1.0)
+        raise_w = np.where(u < 0, np.maximum(-uu * np.exp(v / uu - 1.0) - w, 0.0), np.inf)
+    return np.minimum(to_face, np.nan_to_num(raise_w, nan=np.inf))
+
+
+def cone_residuals(blocks: list[ConeBlock], e: np.ndarray, lam: np.ndarray) -> tuple[float, float]:
+    """``(feasibility, violation)`` of stacked cone blocks at ``E = e`` with multipliers
+    ``lam``: feasibility is the max over blocks of the primal and dual distances and the
+    complementarity ``|<lambda_j, E_j>|``; violation is the primal distance alone."""
+    feas = viol = 0.0
+    off = 0
+    for b in blocks:
+        ej, lj = e[off : off + b.size], lam[off : off + b.size]
+        off += b.size
+        primal = b.dist_primal(ej)
+        viol = max(viol, primal)
+        feas = max(feas, primal, b.dist_dual(lj), abs(float(lj.dot(ej))))
+    return feas, viol

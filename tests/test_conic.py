@@ -1,0 +1,262 @@
+"""Terms with no smooth form, solved on the conic path and certified through conic duals.
+
+Each model is written twice from the same arrays: with the fedmodel DSL (one client per
+data part) and as an independent plain-cvxpy problem over the pooled data, solved by
+Clarabel at tight tolerances. In fedmodel the non-smooth terms (a 2-norm objective, a
+second-order cone constraint with a variable right-hand side, ``lambda_max``,
+``geo_mean``) become hard cone constraints of their party's subproblem
+(``fedmodel/dsl/conic.py``), solved by the cvxpy backend.
+
+What is asserted, for n in {1, 3, 5} clients:
+
+* ``res.status == "optimal"`` only where the KKT certificate, recomputed here from the
+  returned point and the returned (conic) multipliers, holds to ``eps``;
+* relative objective difference to plain cvxpy <= 1e-3 at eps = 1e-3 and <= 1e-6 on a
+  tiny instance at eps = 1e-7 (the issue's acceptance numbers). Why these hold: at an
+  (eps, eps)-KKT point of a convex problem the objective gap is bounded by
+  eps * (||w - w*||_1 + sum of |<lambda, E>| terms), a few eps on these unit-scale models,
+  and the reference is solved to 1e-10.
+"""
+
+from __future__ import annotations
+
+import cvxpy as cp
+import numpy as np
+import pytest
+
+import fedmodel as fm
+from fedmodel.algorithms.centralized.cprox_al import pooled_evaluation
+from fedmodel.algorithms.registry import method_spec
+from fedmodel.compiler.cones import ConeBlock, cone_residuals
+
+CLARABEL_TIGHT = {"tol_gap_abs": 1e-10, "tol_gap_rel": 1e-10, "tol_feas": 1e-10}
+D = 3
+
+
+def _parts(n: int, rows: int, seed: int):
+    rng = np.random.default_rng(seed)
+    truth = np.array([1.0, -2.0, 0.5])
+    out = []
+    for _ in range(n):
+        X = rng.normal(size=(rows, D))
+        y = X @ truth + 0.3 * rng.normal(size=rows)
+        out.append((X, y))
+    return out
+
+
+# -- the models: (fedmodel Model, plain-cvxpy objective and constraints) ---------------------
+def sqrt_lasso(n, rows, seed):
+    """Square-root lasso per client (a 2-norm of the residual) + a group-lasso penalty on
+    the first two weights held by the server."""
+    model, W = fm.Model("sqrt-lasso"), cp.Variable(D)
+    w = model.variable(D, name="w")
+    model.server.minimize(0.2 * cp.norm(w[:2], 2), name="group")
+    obj = 0.2 * cp.norm(W[:2], 2)
+    for k, (X, y) in enumerate(_parts(n, rows, seed)):
+        site = model.client(f"c{k}")
+        Xd, yd = site.data(X, name="X"), site.data(y, name="y")
+        site.minimize(cp.norm(Xd @ w - yd, 2) / np.sqrt(rows), name="sqrt-loss")
+        obj += cp.norm(X @ W - y, 2) / np.sqrt(rows)
+    return model, obj, []
+
+
+def soc_owned_t(n, rows, seed):
+    """Least squares + t_i with the SOC constraint ||A_i w - b_i|| <= t_i, t_i owned by
+    client i; a server SOC ||w|| <= s with a server-owned s in the objective."""
+    model, W = fm.Model("soc-owned"), cp.Variable(D)
+    w = model.variable(D, name="w")
+    T, S = cp.Variable(n), cp.Variable()
+    obj, cons = 0, []
+    for k, (X, y) in enumerate(_parts(n, rows, seed)):
+        site = model.client(f"c{k}")
+        t = site.variable(name=f"t{k}")
+        Xd, yd = site.data(X, name="X"), site.data(y, name="y")
+        site.minimize(cp.sum_squares(Xd @ w - yd) / rows + 0.5 * t)
+        site.subject_to(cp.norm(Xd[:3] @ w - yd[:3], 2) <= t, name="soc")
+        obj += cp.sum_squares(X @ W - y) / rows + 0.5 * T[k]
+        cons.append(cp.norm(X[:3] @ W - y[:3], 2) <= T[k])
+    s = model.server.variable(name="s")
+    model.server.minimize(0.3 * s)
+    model.server.subject_to(cp.norm(w, 2) <= s, name="ball-epigraph")
+    obj += 0.3 * S
+    cons.append(cp.norm(W, 2) <= S)
+    return model, obj, cons
+
+
+def soc_affine(n, rows, seed):
+    """Least squares with an SOC constraint ``||A_i w|| <= 1.5 + c^T w`` per client."""
+    model, W = fm.Model("soc-affine"), cp.Variable(D)
+    w = model.variable(D, name="w")
+    c = np.array([0.1, -0.2, 0.0])
+    obj, cons = 0, []
+    for k, (X, y) in enumerate(_parts(n, rows, seed)):
+        site = model.client(f"c{k}")
+        Xd, yd = site.data(X, name="X"), site.data(y, name="y")
+        site.minimize(cp.sum_squares(Xd @ w - yd) / rows)
+        site.subject_to(cp.norm(Xd[:2] @ w, 2) <= 1.5 + c @ w, name="soc")
+        obj += cp.sum_squares(X @ W - y) / rows
+        cons.append(cp.norm(X[:2] @ W, 2) <= 1.5 + c @ W)
+    return model, obj, cons
+
+
+def lambda_max(n, rows, seed):
+    """Least squares + the largest eigenvalue of a client-specific affine matrix of w."""
+    model, W = fm.Model("lambda-max"), cp.Variable(D)
+    w = model.variable(D, name="w")
+    obj = 0
+    for k, (X, y) in enumerate(_parts(n, rows, seed)):
+        site = model.client(f"c{k}")
+        B = np.diag([1.0, 2.0, 0.5]) + 0.1 * (k + 1) * np.ones((D, D))
+        Xd, yd = site.data(X, name="X"), site.data(y, name="y")
+        site.minimize(
+            cp.sum_squares(Xd @ w - yd) / rows + 0.5 * cp.lambda_max(cp.diag(w) + B),
+            name="ls+lmax",
+        )
+        obj += cp.sum_squares(X @ W - y) / rows + 0.5 * cp.lambda_max(cp.diag(W) + B)
+    return model, obj, []
+
+
+def geo_mean(n, rows, seed):
+    """Least squares with a concave geo_mean >= level constraint held by the server."""
+    model, W = fm.Model("geo-mean"), cp.Variable(D)
+    w = model.variable(D, name="w")
+    obj = 0
+    for k, (X, y) in enumerate(_parts(n, rows, seed)):
+        site = model.client(f"c{k}")
+        Xd, yd = site.data(X, name="X"), site.data(y, name="y")
+        site.minimize(cp.sum_squares(Xd @ w - yd) / rows)
+        obj += cp.sum_squares(X @ W - y) / rows
+    model.server.subject_to(cp.geo_mean(cp.hstack([1.5 - w[0], 2.5 + w[1]])) >= 1.2, name="gm")
+    return model, obj, [cp.geo_mean(cp.hstack([1.5 - W[0], 2.5 + W[1]])) >= 1.2]
+
+
+MODELS = {
+    "sqrt-lasso": sqrt_lasso,
+    "soc-owned-t": soc_owned_t,
+    "soc-affine": soc_affine,
+    "lambda-max": lambda_max,
+    "geo-mean": geo_mean,
+}
+
+
+# -- checks ------------------------------------------------------------------------------------
+def _reference(obj, cons) -> float:
+    prob = cp.Problem(cp.Minimize(obj), cons)
+    prob.solve(solver="CLARABEL", **CLARABEL_TIGHT)
+    assert prob.status == "optimal", prob.status
+    return float(prob.value)
+
+
+def _stacked(program, multipliers, terms):
+    blocks = [np.asarray(multipliers[c.label], dtype=float).ravel(order="F") for c in terms]
+    return np.concatenate(blocks) if blocks else np.zeros(0)
+
+
+def recomputed_certificate(model, res, method):
+    """Definition 1's residuals (cone form) at ``res.x`` and the returned multipliers."""
+    compiled = model.compile()
+    if method_spec(method).server_sets_in_h:
+        compiled = compiled.with_simple_sets_in_h(method)
+    m = res.multipliers
+    mus = [_stacked(p, m[p.name], p.ineq) for p in compiled.parties]
+    nus = [_stacked(p, m[p.name], p.eq) for p in compiled.parties]
+    lams = [_stacked(p, m[p.name], p.cones) for p in compiled.parties]
+    kkt, _ = pooled_evaluation(compiled, res.x, mus, nus, lams)
+    return kkt
+
+
+def _solve_and_check(kind, n, rows, method, eps, rel_tol, seed=0):
+    model, obj, cons = MODELS[kind](n, rows, seed)
+    ref = _reference(obj, cons)
+    res = model.solve(method=method, eps=eps)
+    kkt = recomputed_certificate(model, res, method)
+    assert res.status == "optimal", (kind, n, res.status, res.message)
+    assert kkt.satisfied(eps, eps), (kind, n, kkt)  # "optimal" only when it holds
+    assert kkt.stationarity == pytest.approx(res.kkt.stationarity, rel=1e-6, abs=1e-12)
+    assert kkt.feasibility == pytest.approx(res.kkt.feasibility, rel=1e-6, abs=1e-12)
+    rel = abs(res.objective - ref) / max(1.0, abs(ref))
+    assert rel <= rel_tol, (kind, n, res.objective, ref, rel)
+    assert res.extra["conic_parties"], res.extra  # the note says which parties
+    return model, res
+
+
+CASES = [(k, n) for k in ("sqrt-lasso", "soc-owned-t") for n in (1, 3, 5)] + [
+    (k, 3) for k in ("soc-affine", "lambda-max", "geo-mean")
+]
+
+
+@pytest.mark.parametrize(("kind", "n"), CASES)
+def test_prox_al_matches_plain_cvxpy(kind, n):
+    _solve_and_check(kind, n, rows=10, method="prox-al", eps=1e-3, rel_tol=1e-3)
+
+
+@pytest.mark.parametrize("n", [1, 3, 5])
+@pytest.mark.parametrize("kind", ["sqrt-lasso", "soc-owned-t", "lambda-max"])
+def test_admm_matches_plain_cvxpy(kind, n):
+    """Cone constraints are solved inside their party's step, so admm (no constraint
+    handling of its own) takes these models."""
+    _solve_and_check(kind, n, rows=10, method="admm", eps=1e-3, rel_tol=1e-3)
+
+
+@pytest.mark.slow  # TODO(conic): make it fast (the inner ADMM needs many rounds at 1e-7)
+@pytest.mark.parametrize("kind", list(MODELS))
+def test_tiny_instance_to_tight_tolerance(kind):
+    _solve_and_check(kind, 2, rows=5, method="prox-al", eps=1e-7, rel_tol=1e-6)
+
+
+@pytest.mark.parametrize("method", ["centralized", "cprox-al"])
+@pytest.mark.parametrize("kind", list(MODELS))
+def test_pooled_methods_take_the_same_models(method, kind):
+    _solve_and_check(kind, 3, rows=10, method=method, eps=1e-6, rel_tol=1e-6)
+
+
+def test_which_parties_take_the_conic_path():
+    model, _, _ = soc_affine(2, 6, 0)  # cones at the clients only
+    compiled = model.compile()
+    assert compiled.conic_parties() == ["c0", "c1"]
+    assert all(c.kind == "cone" for c in compiled.clients[0].constraints if "soc" in c.label)
+    res = model.solve(method="prox-al", eps=1e-4)
+    assert res.extra["conic_parties"] == ["c0", "c1"] and "cvxpy" in res.extra["conic_path"]
+    assert list(res.solution) == ["w"]  # the cone auxiliaries are hidden ...
+    assert any(k.startswith("c0.cone") for k in res.extra["auxiliary"])  # ... but there
+
+
+def test_owned_t_is_written_back_and_equals_the_norm():
+    model, _, _ = soc_owned_t(2, 6, 0)
+    res = model.solve(method="prox-al", eps=1e-6)
+    assert res.status == "optimal"
+    X, y = (d.value for d in model.clients[0].data_handles)
+    w, t0 = res.solution["w"], res.solution["t0"]
+    # t_i has a positive price, so the SOC is active at the optimum: t_i = ||A_i w - b_i||
+    assert t0 == pytest.approx(np.linalg.norm(X[:3] @ w - y[:3]), abs=1e-5)
+    assert res.solution["s"] == pytest.approx(np.linalg.norm(w), abs=1e-5)
+
+
+def test_certificate_is_not_fooled_by_wrong_multipliers():
+    """Zero conic multipliers at the optimum must fail stationarity (the objective's
+    epigraph variable has a unit price that only the cone's dual can pay)."""
+    model, _, _ = sqrt_lasso(2, 6, 0)
+    res = model.solve(method="centralized", eps=1e-7)
+    assert res.status == "optimal"
+    compiled = model.compile()
+    zeros = [np.zeros(p.m_ineq) for p in compiled.parties]
+    eqs = [np.zeros(p.m_eq) for p in compiled.parties]
+    kkt, _ = pooled_evaluation(compiled, res.x, zeros, eqs, None)
+    assert kkt.stationarity > 0.1
+
+
+def test_cone_block_projections_and_distances():
+    x = cp.Variable(2)
+    soc = ConeBlock(cp.SOC(cp.Constant([1.0]), x))
+    assert soc.dist_primal(np.array([1.0, 0.6, 0.8])) == 0.0
+    assert soc.dist_primal(np.array([1.0, 3.0, 4.0])) == pytest.approx(2.0)
+    np.testing.assert_allclose(soc.project(np.array([-5.0, 3.0, 4.0])), 0.0)
+    psd = ConeBlock(cp.PSD(cp.reshape(cp.hstack([x, x]), (2, 2), order="F")))
+    assert psd.dist_primal(np.array([1.0, 0.0, 0.0, -2.0])) == pytest.approx(2.0)
+    expc = ConeBlock(cp.constraints.ExpCone(x[0], x[1], x[0] + x[1]))
+    assert expc.dist_primal(np.array([0.0, 1.0, 1.0])) == 0.0  # 1 * e^0 <= 1
+    # (1, 1, 1): raising z costs e - 1, moving to the face (0, 0, 1) costs 1 (inf-norm)
+    assert expc.dist_primal(np.array([1.0, 1.0, 1.0])) == pytest.approx(1.0)
+    assert expc.dist_dual(np.array([-1.0, 0.0, 1.0])) == 0.0  # 1 * e^0 <= e * 1
+    feas, viol = cone_residuals([soc], np.array([1.0, 0.6, 0.8]), np.array([1.0, -0.6, -0.8]))
+    assert viol == 0.0 and feas == pytest.approx(0.0, abs=1e-15)  # complementary pair
