@@ -209,10 +209,14 @@ def test_unsupported_term_still_reported_from_a_worker():
     w = model.variable(2, name="w")
     site = model.client("s0")
     A = site.data(np.ones((5, 2)), name="A")
-    # a 2-norm in an objective has no smooth exact form (abs would be rewritten exactly)
-    site.minimize(cp.norm(A @ w, 2), name="norm2 loss")
+    # a 2-norm in an objective has no smooth exact form: cone constraints (the conic path),
+    # which the L-BFGS backend cannot take; the worker building the client says so
+    site.minimize(cp.norm(A @ w - 1, 2), name="norm2 loss")
     with pytest.raises(fm.UnsupportedError, match="norm2 loss"):
-        model.solve("prox-al", backend="processes", workers=1)
+        model.solve("prox-al", backend="processes", workers=1, solver="lbfgs")
+    # the default backend choice takes the cvxpy backend, in the worker as well
+    res = model.solve("prox-al", backend="processes", workers=1, eps=1e-3)
+    assert res.status == "optimal" and res.extra["conic_parties"] == ["s0"]
 
 
 @pytest.mark.parametrize(

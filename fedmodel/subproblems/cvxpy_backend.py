@@ -47,8 +47,8 @@ def substitute_constraint(con, mapping: dict[int, cp.Expression]):
 
 def clarabel_tolerances(tol: float) -> dict:
     """Clarabel settings for a subproblem asked to residual ``tol``: gap and feasibility
-    tolerances a hundredth of it, within Clarabel's reliable range [1e-12, 1e-8]."""
-    t = float(min(1e-8, max(1e-12, 0.01 * tol)))
+    tolerances a hundredth of it, within Clarabel's reliable range [1e-10, 1e-8]."""
+    t = float(min(1e-8, max(1e-10, 0.01 * tol)))
     return {"tol_gap_abs": t, "tol_gap_rel": t, "tol_feas": t, "tol_ktratio": min(1e-6, t)}
 
 
@@ -136,23 +136,21 @@ class CvxpySolver:
         for par, val in zip(self.nu, p.nu):
             if par is not None:
                 par.value = val
-        self.x.value = np.asarray(x0, dtype=float)
-        kwargs = clarabel_tolerances(tol) if self.solver == "CLARABEL" else {}
-        try:
-            with warnings.catch_warnings():  # accuracy is measured and polished below
-                warnings.filterwarnings("ignore", message="Solution may be inaccurate")
-                self.cvx_problem.solve(solver=self.solver, warm_start=True, **kwargs)
-            status = self.cvx_problem.status
-        except cp.error.SolverError as exc:
-            status = f"solver_error: {exc}"
-        x = self.x.value if self.x.value is not None else np.asarray(x0, dtype=float)
-        if p.has_cones:  # the conic duals are the cone constraints' multipliers
-            for j, (prog, mine) in enumerate(zip(p.programs, self.cones)):
-                blocks = prog.functions.blocks
-                lams = [b.project_dual(b.dual_from(c)) for b, c in zip(blocks, mine)]
-                p.cone[j] = np.concatenate(lams) if lams else np.zeros(0)
-        residual = p.residual(x)
-        report = SolveReport(x, residual, tol, 1, self.name, str(status))
+        x0 = np.asarray(x0, dtype=float)
+        tight = clarabel_tolerances(tol) if self.solver == "CLARABEL" else {}
+        x, residual, status, cone = self._attempt(x0, tight)
+        attempts = 1
+        if residual > tol and tight:
+            # interior-point methods may lose accuracy at tight tolerances on degenerate
+            # problems (e.g. a PSD cone with a multiple eigenvalue): try the defaults and
+            # keep whichever point has the smaller measured residual
+            x2, residual2, status2, cone2 = self._attempt(x0, {})
+            attempts = 2
+            if residual2 < residual:
+                x, residual, status, cone = x2, residual2, status2, cone2
+        if p.has_cones:
+            p.cone = cone
+        report = SolveReport(x, residual, tol, attempts, self.name, str(status))
         if residual > tol and self.polish and not p.has_cones:
             if self._polisher is None:
                 self._polisher = polisher_for(p)
@@ -161,3 +159,24 @@ class CvxpySolver:
             polished.message = f"{status}; polished: {polished.message}"
             return polished
         return report
+
+    def _attempt(self, x0: np.ndarray, settings: dict):
+        """One cvxpy solve: the point, its measured residual, cvxpy's status and the cone
+        multipliers (projected onto the dual cones), also left in ``problem.cone``."""
+        p = self.problem
+        self.x.value = x0
+        try:
+            with warnings.catch_warnings():  # accuracy is measured (and polished) by the caller
+                warnings.filterwarnings("ignore", message="Solution may be inaccurate")
+                self.cvx_problem.solve(solver=self.solver, warm_start=True, **settings)
+            status = self.cvx_problem.status
+        except cp.error.SolverError as exc:
+            status = f"solver_error: {exc}"
+        x = self.x.value if self.x.value is not None else x0
+        x = np.array(x, dtype=float)
+        if p.has_cones:  # the conic duals are the cone constraints' multipliers
+            for j, (prog, mine) in enumerate(zip(p.programs, self.cones)):
+                blocks = prog.functions.blocks
+                lams = [b.project_dual(b.dual_from(c)) for b, c in zip(blocks, mine)]
+                p.cone[j] = np.concatenate(lams) if lams else np.zeros(0)
+        return x, p.residual(x), status, [np.array(c) for c in p.cone]

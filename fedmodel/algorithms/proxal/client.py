@@ -87,6 +87,7 @@ class ProxALClient(ClientHalf):
         self.mu = np.full(program.m_ineq, float(mu0))
         self.nu = np.zeros(program.m_eq)
         self.cone = np.zeros(program.m_cone)  # conic duals of its cone constraints
+        self.cone_at_w = self.cone.copy()  # those matching theta_at_w (the certificate's)
         self.problem = MeritProblem([program], beta)
         self.solver = make_solver(self.problem, solver)
         if hasattr(self.solver, "carry_factor"):
@@ -137,6 +138,7 @@ class ProxALClient(ClientHalf):
     # -- state (checkpoints, retries) --------------------------------------------------------
     state_fields = (
         "mu", "nu", "w_center", "u", "lam", "u_tilde", "theta_center", "theta_at_w", "cone",
+        "cone_at_w",
     )  # fmt: skip
     component_fields = ("solver",)  # the Newton backend's carried factor
 
@@ -144,7 +146,7 @@ class ProxALClient(ClientHalf):
         return self.mu, self.nu
 
     def cone_duals(self) -> np.ndarray | None:
-        return self.cone if self.cone.size else None
+        return self.cone_at_w if self.cone.size else None
 
     # -- message handlers --------------------------------------------------------------------
     def _on_start(self, w):
@@ -174,6 +176,7 @@ class ProxALClient(ClientHalf):
         ns = self.ns
         theta = self.u[ns:]
         self.theta_at_w = theta.copy()
+        self.cone_at_w = self.cone.copy()  # the multipliers of the solve that gave theta
         # eps~ (eq. 18): grad phi_{i,t}(w^{t+1}) = grad P_i(w^{t+1}) + lambda^t, with the
         # own block at its current value (its part of the gradient bounded too)
         g = self._grad_P(self._local(w, theta))
