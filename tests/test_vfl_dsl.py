@@ -74,6 +74,9 @@ def test_recogniser_reads_the_papers_model():
         np.testing.assert_array_equal(b, X[:, c])
     np.testing.assert_array_equal(problem.y, y)
     np.testing.assert_array_equal(problem.group_a, g)
+    text = model.summary(print_=False)
+    assert "publishes 'partial scores' (240,) (sent to the server)" in text
+    assert "fair-vfl round" in text and "admm round" not in text
 
 
 def test_the_builder_is_the_dsl_model():

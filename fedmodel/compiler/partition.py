@@ -216,6 +216,8 @@ class CompiledModel:
     clients: list[PartyProgram]
     regularizer: Regularizer
     notes: list[str] = field(default_factory=list)
+    #: what the clients publish (``client.publish``): a vertical model when non-empty
+    publications: tuple = ()
 
     @property
     def parties(self) -> list[PartyProgram]:
@@ -423,4 +425,11 @@ def compile_model(model: Model) -> CompiledModel:
             )
         )
     reg = Regularizer.from_model_terms(model._regularizers, layout)
-    return CompiledModel(model.name, layout, programs[0], programs[1:], reg)
+    return CompiledModel(
+        model.name,
+        layout,
+        programs[0],
+        programs[1:],
+        reg,
+        publications=tuple(getattr(model, "publications", ())),
+    )
