@@ -54,7 +54,8 @@ def test_issue_example_solves_with_fair_vfl_like_the_family_directly():
     assert res.extra["train"]["deo_loss"] <= 0.05 + 5e-3
     # the blocks land in the owned variables' .value, as for every DSL solve
     theta0 = model.clients[0].owned_variables[0]
-    np.testing.assert_array_equal(theta0.value, res.solution["theta_party0"])
+    np.testing.assert_array_equal(theta0.value, res.solution["theta0"])
+    assert list(res.solution) == ["theta0", "theta1", "theta2"]
     # fedbcd, and the certified reference under both pooled names
     bcd = model.solve(method="fedbcd", Q=4, eta=2.0, max_rounds=50)
     assert bcd.multipliers == {}

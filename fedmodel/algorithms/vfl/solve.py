@@ -59,7 +59,8 @@ def solve_problem(
 def solve_published(model, method: str, options: dict[str, Any]) -> Result:
     """``model.solve(method, **options)`` for a DSL model with published expressions: the
     compiler's ownership checks, the recogniser, then :func:`solve_problem`; the parties'
-    blocks are written to their variables' ``.value`` when the run reveals them."""
+    blocks are written to their variables' ``.value`` and ``res.solution`` is keyed by the
+    variables' names when the run reveals them."""
     from fedmodel.algorithms.vfl.recognize import recognize
 
     if method not in VERTICAL_METHODS:
@@ -72,9 +73,12 @@ def solve_published(model, method: str, options: dict[str, Any]) -> Result:
         )
     problem, eps = recognize(model)
     res = solve_problem(problem, eps, method, options)
-    owned = {c.name: [v for v in c.owned_variables] for c in model.clients}
-    for name in problem.party_names:
+    owned = {c.name: c.owned_variables[0] for c in model.clients}  # one each (recognised)
+    solution = {}
+    for name in problem.party_names:  # keyed by the user's variable names, as for every model
         value = res.solution.get(f"theta_{name}")
-        if value is not None and len(owned[name]) == 1:
-            owned[name][0].value = value
+        if value is not None:
+            owned[name].value = value
+            solution[owned[name].name()] = value
+    res.solution = solution
     return res
