@@ -80,6 +80,27 @@ def test_recogniser_reads_the_papers_model():
     assert "fair-vfl round" in text and "admm round" not in text
 
 
+def test_the_deo_constraint_as_two_inequalities():
+    X, y, g = data()
+    n = X.shape[0]
+    model = fm.Model("two-sided")
+    scores = 0
+    for k, cols in enumerate(BLOCKS):
+        p = model.client(f"party{k}")
+        th = p.variable(len(cols), name=f"theta{k}")
+        scores = scores + p.publish(p.data(X[:, cols]) @ th, name="partial scores")
+        p.minimize(cp.sum_squares(th) / n)
+    yh, sh = model.server.data(y), model.server.data(g)
+    model.server.minimize(cp.sum(cp.logistic(-cp.multiply(yh, scores))) / n)
+    d = fm.deo(scores, yh, sh)
+    model.server.subject_to([d <= 0.04, d >= -0.04], allow_nonconvex=True)
+    problem, eps = recognize(model)
+    assert eps == 0.04
+    model.server.subject_to(d <= 0.5, allow_nonconvex=True)  # no longer one |D| <= eps
+    with pytest.raises(fm.UnsupportedError, match=r"\[server\].*not one symmetric bound"):
+        recognize(model)
+
+
 def test_the_builder_is_the_dsl_model():
     X, y, g = data()
     vm = fm.models.fair_vfl(X, (y > 0).astype(int), g, blocks=[4, 3, 3], eps=0.03)
@@ -208,7 +229,7 @@ def test_vertical_shapes_the_family_does_not_take_are_named():
         build(h=lambda th: cp.sum_squares(th - 1)).solve(method="fair-vfl")
     with pytest.raises(fm.UnsupportedError, match=r"\[server\].*logistic"):
         build(loss=lambda yh, z: cp.sum_squares(z - yh) / n).solve(method="fair-vfl")
-    with pytest.raises(fm.UnsupportedError, match=r"\[server\].*0 constraints"):
+    with pytest.raises(fm.UnsupportedError, match=r"\[server\].*no constraint"):
         build(constrain=False).solve(method="fedbcd")
     with pytest.raises(fm.UnsupportedError, match="methods that do: \\('fair-vfl'"):
         build().solve(method="prox-al")

@@ -65,7 +65,8 @@ SUPPORTED = (
     "and minimizes l2 * cp.sum_squares(theta_k) (the same l2 for every client); the server "
     "minimizes cp.sum(cp.logistic(-cp.multiply(y, scores))) / n with scores the sum of the "
     "published expressions and has the one constraint cp.abs(fm.deo(scores, y, s)) <= eps "
-    "(allow_nonconvex=True); no shared variables, no regulariser h"
+    "(or the pair fm.deo(...) <= eps, fm.deo(...) >= -eps; allow_nonconvex=True); no shared "
+    "variables, no regulariser h"
 )
 
 
@@ -128,29 +129,64 @@ def _l2_of(program, theta: cp.Variable, layout) -> float:
     return l2
 
 
+def _deo_bound(src) -> tuple[Any, str, float] | None:
+    """``(info, side, bound)`` of ``fm.deo(...) <= b`` (side ``"upper"``) or ``fm.deo(...) >=
+    b`` (``"lower"``) or ``cp.abs(fm.deo(...)) <= b`` (``"abs"``); None otherwise."""
+    if src is None or type(src).__name__ != "Inequality":
+        return None
+    lhs, rhs = src.args
+    for expr, const, side in ((lhs, rhs, "upper"), (rhs, lhs, "lower")):
+        if const.variables() or const.size != 1:
+            continue
+        bound = float(np.asarray(const.value).ravel()[0])
+        info = getattr(expr, "_fedmodel_deo", None)
+        if info is not None:
+            return info, side, bound
+        if side == "upper" and type(expr).__name__ == "abs":
+            info = getattr(expr.args[0], "_fedmodel_deo", None)
+            if info is not None:
+                return info, "abs", bound
+    return None
+
+
 def _deo_constraint(server) -> tuple[Any, float]:
-    """The server's one constraint ``cp.abs(fm.deo(...)) <= eps``: its DEO info and eps."""
+    """The server's DEO constraint, ``cp.abs(fm.deo(...)) <= eps`` or the pair
+    ``fm.deo(...) <= eps``, ``fm.deo(...) >= -eps`` (eqs. 4a-4b): its DEO info and eps."""
     terms = list(server.constraints)
-    sources = {id(c.source) for c in terms}
-    if len(sources) != 1:
-        raise _unsupported(
-            f"the server has {len(sources)} constraints ({[c.label for c in terms]}), "
-            "expected one DEO constraint",
-            server.name,
+    sources = list({id(c.source): c for c in terms}.values())
+    bounds = [_deo_bound(c.source) for c in sources]
+    bad = [c for c, b in zip(sources, bounds) if b is None]
+    if bad or not sources:
+        what = (
+            f"server constraint '{bad[0].label}' is not a DEO bound"
+            if bad
+            else "the server has no constraint"
         )
-    src = terms[0].source
-    lhs = src.args[0] if src is not None and type(src).__name__ == "Inequality" else None
-    info = None
-    if lhs is not None and type(lhs).__name__ == "abs":
-        info = getattr(lhs.args[0], "_fedmodel_deo", None)
-    rhs = src.args[1] if lhs is not None else None
-    if info is None or rhs.variables() or rhs.size != 1:
         raise _unsupported(
-            f"server constraint '{terms[0].label}' is not cp.abs(fm.deo(scores, y, s)) <= eps",
+            f"{what} (cp.abs(fm.deo(scores, y, s)) <= eps, or fm.deo(...) <= eps with "
+            "fm.deo(...) >= -eps)",
             server.name,
-            src,
+            bad[0].source if bad else None,
         )
-    return info, float(np.asarray(rhs.value).ravel()[0])
+    sides = sorted(b[1] for b in bounds)
+    if sides == ["abs"]:
+        return bounds[0][0], bounds[0][2]
+    if sides == ["lower", "upper"]:
+        upper = next(b for b in bounds if b[1] == "upper")
+        lower = next(b for b in bounds if b[1] == "lower")
+        same = upper[0] is lower[0] or (
+            upper[0].scores is lower[0].scores
+            and np.array_equal(upper[0].y, lower[0].y)
+            and np.array_equal(upper[0].group_a, lower[0].group_a)
+        )
+        if same and upper[2] == -lower[2] and upper[2] >= 0:
+            return upper[0], upper[2]
+    raise _unsupported(
+        f"the server's DEO constraints {[c.label for c in sources]} are not one symmetric "
+        "bound |D| <= eps (cp.abs(fm.deo(...)) <= eps, or fm.deo(...) <= eps with "
+        "fm.deo(...) >= -eps)",
+        server.name,
+    )
 
 
 def recognize(model, compiled=None) -> tuple[VerticalProblem, float]:
