@@ -23,6 +23,7 @@ True
 
 from fedmodel import models  # fm.models.fair_vfl, ...
 from fedmodel.dsl.data import PrivateData
+from fedmodel.dsl.fairness import deo
 from fedmodel.dsl.model import Model
 from fedmodel.dsl.party import Client, Server
 from fedmodel.errors import (
@@ -51,5 +52,6 @@ __all__ = [
     "Server",
     "UnsupportedError",
     "__version__",
+    "deo",
     "models",
 ]

@@ -254,7 +254,7 @@ def test_each_party_is_built_with_its_own_block_only():
             if a.ndim == 2 and a.shape[0] == prob.n:
                 assert a is prob.blocks[k] or np.shares_memory(a, prob.blocks[k])
         ep = fac.build()
-        assert ep.X.shape == prob.blocks[k].shape and ep.get_state()["theta"].shape == (
+        assert ep.X.shape == prob.blocks[k].shape and ep.get_state()["state"]["theta"].shape == (
             prob.sizes[k],
         )
 
@@ -348,7 +348,7 @@ def test_a_party_publishing_the_wrong_vector_is_named():
     facs = party_factories(prob, opts, (1.0, 1.0))
     rt = SerialRuntime(facs)
     rt.endpoints["party1"].X = rt.endpoints["party1"].X[:-1]  # a party answering for other rows
-    server = VFLServer(prob.y, prob.group_a, opts, prob.K)
+    server = VFLServer(prob.y, prob.group_a, opts, prob.party_names)
     with pytest.raises(Exception, match="party1"):
         server.start(rt)
 

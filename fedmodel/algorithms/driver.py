@@ -70,7 +70,7 @@ class _Mark:
 
 
 def run_federated(
-    compiled: CompiledModel,
+    compiled: CompiledModel | None,
     options: Any,
     method: str,
     server: ServerHalf,
@@ -84,9 +84,15 @@ def run_federated(
     :class:`~fedmodel.algorithms.options.RuntimeOptions` and the tolerances ``eps1``,
     ``eps2``. ``faults`` (client name -> :class:`~fedmodel.runtime.faults.Fault`) injects
     failures, for tests.
+
+    ``compiled=None`` runs a method on its own problem representation (the vfl family's
+    vertical problem): the server half then supplies what the driver would read from the
+    compiled model, ``fingerprint()``, ``placement_weights()``, ``local_certificate``,
+    ``evaluate(runtime) -> (kkt, summary, row)`` and ``make_result(**fields)`` (see
+    :class:`~fedmodel.algorithms.protocol.ServerHalf`).
     """
     t_start = time.perf_counter()
-    fingerprint = model_fingerprint(compiled)
+    fingerprint = model_fingerprint(compiled) if compiled is not None else server.fingerprint()
     resume_key = server.resume_key()
     resumed = manifest = None
     if options.resume is not None:  # check before starting any worker
@@ -110,7 +116,11 @@ def run_federated(
         client_timeout=options.client_timeout,
         on_failure=options.on_failure,
         retries=options.retries,
-        weights={c.name: c.data_bytes() + 1 for c in compiled.clients},
+        weights=(
+            {c.name: c.data_bytes() + 1 for c in compiled.clients}
+            if compiled is not None
+            else server.placement_weights()
+        ),
     )
     if not options.keep_ledger:
         runtime.ledger = CountingLedger()
@@ -140,7 +150,7 @@ class _Run:
         self.runtime = runtime
         self.fingerprint = fingerprint
         self.resume_key = resume_key
-        self.local = compiled.nonconvex
+        self.local = compiled.nonconvex if compiled is not None else server.local_certificate
         self.compile_seconds = 0.0
         self.mark: _Mark | None = None
         self.checkpoint_written: str | None = None
@@ -183,6 +193,10 @@ class _Run:
     def evaluate(self):
         """One diagnostic round at the server's point: every client evaluates its share with
         its own multipliers, the server adds its own and ``dh``."""
+        if self.compiled is None:  # the method evaluates on its own representation
+            self.server.sync(self.runtime)
+            kkt, summary, self.diagnostics = self.server.evaluate(self.runtime)
+            return kkt, summary
         server, program = self.server, self.compiled.server
         server.sync(self.runtime)
         if program.layout.has_owned:
@@ -302,6 +316,8 @@ class _Run:
     # -- results -----------------------------------------------------------------------------
     def result(self, status, message, kkt, summary, reports, failure=None):
         compiled, server, runtime = self.compiled, self.server, self.runtime
+        if compiled is None:
+            return self.own_result(status, message, kkt, summary, reports, failure)
         multipliers = {
             compiled.server.name: split_multipliers(
                 compiled.server, *server.multipliers(), server.cone_duals()
@@ -354,6 +370,40 @@ class _Run:
                 "retries": list(runtime.retried),
                 **server.extra({name: r.payload for name, r in reports.items()}),
                 **(conic_note(compiled) if compiled.has_cones else {}),
+            },
+        )
+
+    def own_result(self, status, message, kkt, summary, reports, failure=None):
+        """The :class:`Result` of a method run without a compiled model: the driver's
+        fields (status, rounds, communication, timing, history, ledger, failure,
+        checkpoint), the rest from ``server.make_result``."""
+        server, runtime = self.server, self.runtime
+        solve_seconds = time.perf_counter() - self.t_solve
+        per_party = {"server": max(0.0, solve_seconds - runtime.wait_seconds)}
+        per_party.update({name: float(runtime.client_seconds.get(name, 0.0)) for name in reports})
+        return server.make_result(
+            status=status,
+            message=message,
+            kkt=kkt,
+            summary=summary,
+            reports={name: r.payload for name, r in reports.items()},
+            rounds={"outer": self.k + 1, **server.round_counts(), "communication": runtime.round},
+            communication=communication_totals(runtime.ledger),
+            timing={
+                "compile": self.compile_seconds,
+                "solve": solve_seconds,
+                "per_party": per_party,
+                "waiting": runtime.wait_seconds,
+            },
+            history=self.history,
+            options={k: v for k, v in self.options.__dict__.items() if k != "callback"},
+            ledger=runtime.ledger.rows,
+            failure=failure or {},
+            checkpoint=self.checkpoint_written,
+            extra={
+                "backend": runtime.backend,
+                "placement": runtime.placement,
+                "retries": list(runtime.retried),
             },
         )
 

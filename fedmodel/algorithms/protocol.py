@@ -255,3 +255,28 @@ class ServerHalf:
         """Method-specific fields for ``res.extra``; ``reports`` are the clients' final
         ``report`` payloads."""
         return {}
+
+    # -- methods on their own problem representation (run_federated(compiled=None)) ---------
+    #: the certificate is a local (non-convex) one
+    local_certificate: bool = False
+
+    def fingerprint(self) -> dict:
+        """What a checkpoint must match to be resumed (``compiled=None`` only)."""
+        raise NotImplementedError
+
+    def placement_weights(self) -> dict[str, float] | None:
+        """Relative load of each client, for sharding them over workers (``compiled=None``)."""
+        return None
+
+    def evaluate(self, runtime) -> tuple[Any, dict, dict]:
+        """One diagnostic round at the current point (``compiled=None`` only): the KKT
+        residuals, a summary (``objective``, ``max_violation``, ``constraints``) and extra
+        history fields."""
+        raise NotImplementedError
+
+    def make_result(self, **fields: Any):
+        """The :class:`~fedmodel.result.Result` from the driver's fields (``status``,
+        ``message``, ``kkt``, ``summary``, ``reports`` = the clients' final report payloads,
+        ``rounds``, ``communication``, ``timing``, ``history``, ``options``, ``ledger``,
+        ``failure``, ``checkpoint``, ``extra``) (``compiled=None`` only)."""
+        raise NotImplementedError

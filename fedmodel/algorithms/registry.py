@@ -89,12 +89,17 @@ def describe_options(method: str) -> str:
 
 
 def solve_model(model, method: str, options: dict[str, Any]):
+    if getattr(model, "publications", ()):  # a vertical model (client.publish): seed 002
+        from fedmodel.algorithms.vfl.solve import solve_published
+
+        with blas_threads(options.get("blas_threads", 1)):
+            return solve_published(model, method, options)
     spec = method_spec(method)
     if spec.vertical:
         raise UnsupportedError(
             f"method='{method}' solves vertical models (parties owning column blocks and "
-            "publishing partial scores); build one with fedmodel.models.fair_vfl(X, y, group, "
-            "blocks, eps) and call its solve()"
+            "publishing partial scores with client.publish(X_k @ theta_k)); write one so, or "
+            "build it with fedmodel.models.fair_vfl(X, y, group, blocks, eps)"
         )
     opts = build_options(spec.options, options, method)
     t0 = time.perf_counter()

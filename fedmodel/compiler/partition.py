@@ -256,6 +256,8 @@ class CompiledModel:
     clients: list[PartyProgram]
     regularizer: Regularizer
     notes: list[str] = field(default_factory=list)
+    #: what the clients publish (``client.publish``): a vertical model when non-empty
+    publications: tuple = ()
 
     @property
     def parties(self) -> list[PartyProgram]:
@@ -352,11 +354,17 @@ class CompiledModel:
         raise KeyError(name)
 
 
-def _leaves(expr):
+def _leaves(expr, published=None):
+    """Leaves of ``expr`` (variables, data, constants); a published expression
+    (``Client.publish``) is yielded whole instead of being walked into."""
+    published = published or {}
     stack = [expr]
     while stack:
         e = stack.pop()
-        if not e.args:
+        pub = published.get(id(e))
+        if pub is not None and pub.expr is e:
+            yield pub
+        elif not e.args:
             yield e
         else:
             stack.extend(e.args)
@@ -364,23 +372,45 @@ def _leaves(expr):
 
 def check_ownership(model: Model, party: Party) -> None:
     """Raise :class:`OwnershipError` if a term of ``party`` touches another party's data
-    or a variable owned by another party (``party.variable(...)``)."""
+    or a variable owned by another party (``party.variable(...)``).
+
+    The server may use what the clients publish (``client.publish(expr)``): inside a
+    published expression the publishing client's variables and data are allowed; anywhere
+    else they are not. A client may not use another client's published expression (it is
+    sent to the server only)."""
+    published = getattr(model, "_published", {})
     terms = [(t.label, t.expr) for t in party.objective_terms] + [
         (c.label, c.expr) for c in party.constraints
     ]
     for label, expr in terms:
-        for var in expr.variables():
-            owner = model.owner_of(var)
-            if owner is not None and owner != party.name:
-                raise OwnershipError(
-                    f"'{label}' uses variable '{var.name()}' owned by '{owner}'. A party-owned "
-                    "variable may only appear in its owner's terms and constraints; share "
-                    "what other parties need through a model.variable(...) instead.",
-                    party.name,
-                    str(expr),
-                )
-        for leaf in _leaves(expr):
-            if isinstance(leaf, PrivateData):
+        for leaf in _leaves(expr, published):
+            if not isinstance(leaf, cp.Expression):  # a Publication
+                if leaf.owner != party.name and not party.is_server:
+                    raise OwnershipError(
+                        f"'{label}' uses the expression '{leaf.name}' published by "
+                        f"'{leaf.owner}'; published expressions are sent to the server, and "
+                        "only the server's terms may use them.",
+                        party.name,
+                        str(expr),
+                    )
+                continue
+            if isinstance(leaf, cp.Variable):
+                owner = model.owner_of(leaf)
+                if owner is not None and owner != party.name:
+                    hint = (
+                        f" The server sees only what '{owner}' publishes: write the term "
+                        f"with an expression '{owner}' publishes ({owner}.publish(...))."
+                        if party.is_server and published
+                        else " Share what other parties need through a model.variable(...) instead."
+                    )
+                    raise OwnershipError(
+                        f"'{label}' uses variable '{leaf.name()}' owned by '{owner}'. A "
+                        "party-owned variable may only appear in its owner's terms and "
+                        "constraints, or inside an expression its owner publishes." + hint,
+                        party.name,
+                        str(expr),
+                    )
+            elif isinstance(leaf, PrivateData):
                 if leaf.owner != party.name:
                     raise OwnershipError(
                         f"'{label}' uses data '{leaf.data_name}' owned by '{leaf.owner}'. A "
@@ -403,7 +433,7 @@ def check_ownership(model: Model, party: Party) -> None:
 
 def compile_model(model: Model) -> CompiledModel:
     """Partition ``model`` and run the compile-time checks."""
-    if not model.variables:
+    if not model.all_variables:
         raise ModelError("the model has no variables; declare one with model.variable(shape)")
     if not model.clients:
         raise ModelError("the model has no clients; add one with model.client(name)")
@@ -416,7 +446,13 @@ def compile_model(model: Model) -> CompiledModel:
     )
     programs = []
     for party in [model.server, *model.clients]:
-        if not party.is_server and not party.objective_terms and not party.constraints:
+        publishes = any(pub.owner == party.name for pub in getattr(model, "publications", ()))
+        if (
+            not party.is_server
+            and not party.objective_terms
+            and not party.constraints
+            and not publishes
+        ):
             what = (
                 "data but no objective terms or constraints"
                 if party.data_handles
@@ -439,4 +475,11 @@ def compile_model(model: Model) -> CompiledModel:
             )
         )
     reg = Regularizer.from_model_terms(model._regularizers, layout)
-    return CompiledModel(model.name, layout, programs[0], programs[1:], reg)
+    return CompiledModel(
+        model.name,
+        layout,
+        programs[0],
+        programs[1:],
+        reg,
+        publications=tuple(getattr(model, "publications", ())),
+    )

@@ -5,7 +5,7 @@ from __future__ import annotations
 from fedmodel.compiler.partition import CompiledModel, PartyProgram
 
 
-def _party_lines(p: PartyProgram) -> list[str]:
+def _party_lines(p: PartyProgram, publications=()) -> list[str]:
     kind = "server" if p.is_server else "client"
     data = ", ".join(f"{d.data_name}{tuple(d.shape)}" for d in p.data) or "none"
     lines = [f"{kind} '{p.name}': data {data}"]
@@ -16,6 +16,9 @@ def _party_lines(p: PartyProgram) -> list[str]:
         flag = " [non-convex, opted in]" if c.allow_nonconvex else ""
         rel = "<= 0" if c.kind == "ineq" else "== 0"
         lines.append(f"    subject to {c.label}: {c.size} component(s) {rel}{flag}")
+    for pub in publications:
+        if pub.owner == p.name:
+            lines.append(f"    publishes '{pub.name}' {tuple(pub.expr.shape)} (sent to the server)")
     if not p.objective and not p.constraints:
         lines.append("    (no terms)")
     return lines
@@ -59,11 +62,18 @@ def model_summary(compiled: CompiledModel) -> str:
     reg = compiled.regularizer
     lines.append("h (server prox): " + ("; ".join(reg.describe(layout)) or "none"))
     for p in compiled.parties:
-        lines += _party_lines(p)
+        lines += _party_lines(p, compiled.publications)
     if compiled.nonconvex:
         lines.append(
             "non-convex terms present: certificates are local (KKT); the reference is cprox-al"
         )
+    if compiled.publications:  # a vertical model: the vfl family's traffic
+        n = max(int(pub.expr.size) for pub in compiled.publications)
+        lines.append("vertical model (published expressions): traffic per client and round:")
+        lines.append(f"    fair-vfl round         down {n + 2:>6}   up {n:>6}")
+        lines.append(f"    fedbcd round           down {n:>6}   up {n:>6}")
+        lines.append("    centralized / cprox-al  pool every party's data (not federated)")
+        return "\n".join(lines)
     lines.append("traffic per client and round (floats):")
     for name, t in traffic_per_round(compiled).items():
         lines.append(f"    {name:<22} down {t['down']:>6}   up {t['up']:>6}")

@@ -53,6 +53,8 @@ class Model:
         self._owner_of: dict[int, str] = {}  # variable id -> owning party
         self._hidden: set[int] = set()  # epigraph auxiliaries (not in res.solution)
         self._fingerprints: dict[tuple, str] = {}
+        # id(expr) -> Publication: what clients send to the server (Client.publish)
+        self._published: dict[int, Any] = {}
 
     # -- declaration -----------------------------------------------------------------------
     def variable(self, shape: int | tuple[int, ...] = (), name: str | None = None) -> cp.Variable:
@@ -161,6 +163,14 @@ class Model:
         fp = fingerprint(handle.value)
         if fp is not None:
             self._fingerprints.setdefault(fp, handle.owner)
+
+    def _publish(self, publication: Any) -> None:
+        self._published[id(publication.expr)] = publication  # keeps the expression alive
+
+    @property
+    def publications(self) -> tuple:
+        """What the clients publish (:meth:`fedmodel.Client.publish`), in declaration order."""
+        return tuple(self._published.values())
 
     def _check_variables(self, expr: cp.Expression, party: str, label: str) -> None:
         known = {v.id for v in self.all_variables}

@@ -13,7 +13,13 @@ from cvxpy.constraints import Equality, Inequality, NonNeg, NonPos, Zero
 from fedmodel.dsl import conic
 from fedmodel.dsl.data import PrivateData, as_numeric_array
 from fedmodel.dsl.epigraph import epigraph_form, norm_ball_as_smooth
-from fedmodel.errors import DataError, ModelError, NonConvexError, UnsupportedError
+from fedmodel.errors import (
+    DataError,
+    ModelError,
+    NonConvexError,
+    OwnershipError,
+    UnsupportedError,
+)
 
 if TYPE_CHECKING:
     from fedmodel.dsl.model import Model
@@ -375,8 +381,94 @@ class Party:
         )
 
 
+@dataclass(frozen=True)
+class Publication:
+    """An expression a client sends to the server (:meth:`Client.publish`)."""
+
+    expr: cp.Expression
+    owner: str
+    name: str
+
+
 class Client(Party):
     """A data owner: private data, local objective f_i and local constraints c_i."""
+
+    def publish(self, expr: Any, name: str | None = None) -> cp.Expression:
+        """Declare ``expr`` as what this client sends to the server, and return it.
+
+        The server's terms may use another party's owned variables and data only inside a
+        published expression (checked at compile time: anything else is an error naming
+        the party and the term); the published expression itself may use only this
+        client's own variables and data and the shared variables. This is how a vertical
+        model (seed 002) is written: party ``k`` owns ``theta_k`` and publishes only its
+        partial scores ``X_k theta_k``.
+
+        Parameters
+        ----------
+        expr : cvxpy expression
+            Built from this client's data and its own variables (``client.variable``).
+        name : str, optional
+            A label for summaries and error messages (default ``published[j]``).
+
+        Returns
+        -------
+        cvxpy.Expression
+            ``expr`` itself (the same object), now registered as published.
+
+        Examples
+        --------
+        >>> import numpy as np, cvxpy as cp, fedmodel as fm
+        >>> model = fm.Model()
+        >>> bank = model.client("bank")
+        >>> theta = bank.variable(2, name="theta")
+        >>> z = bank.publish(bank.data(np.ones((5, 2)), name="X") @ theta, name="scores")
+        >>> z.shape
+        (5,)
+        """
+        if isinstance(expr, cp.constraints.constraint.Constraint) or not isinstance(
+            expr, cp.Expression
+        ):
+            raise ModelError(
+                f"publish() takes a cvxpy expression, got {type(expr).__name__}", self.name
+            )
+        label = name or f"published[{len(self._model._published)}]"
+        self._model._check_variables(expr, self.name, label)
+        if not expr.variables():
+            raise ModelError(
+                f"published expression '{label}' has no variables: data that does not depend "
+                "on the model need not be published (it would only reveal the data)",
+                self.name,
+                str(expr),
+            )
+        for var in expr.variables():
+            owner = self._model.owner_of(var)
+            if owner is not None and owner != self.name:
+                raise OwnershipError(
+                    f"published expression '{label}' uses variable '{var.name()}' owned by "
+                    f"'{owner}': a party may publish only expressions of its own variables",
+                    self.name,
+                    str(expr),
+                )
+        for leaf in _leaves(expr):
+            if isinstance(leaf, PrivateData) and leaf.owner != self.name:
+                raise OwnershipError(
+                    f"published expression '{label}' uses data '{leaf.data_name}' owned by "
+                    f"'{leaf.owner}': a party may publish only expressions of its own data",
+                    self.name,
+                    str(expr),
+                )
+        self._model._publish(Publication(expr, self.name, label))
+        return expr
+
+
+def _leaves(expr):
+    stack = [expr]
+    while stack:
+        e = stack.pop()
+        if not e.args:
+            yield e
+        else:
+            stack.extend(e.args)
 
 
 class Server(Party):

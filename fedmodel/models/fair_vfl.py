@@ -12,10 +12,12 @@ groups; the server's loss and constraint use only the published scores:
 registry to :mod:`fedmodel.algorithms.vfl`; ``method="centralized"`` solves the pooled
 model and certifies it (:mod:`fedmodel.algorithms.vfl.reference`).
 
-This builder works on the vertical problem representation of
-:mod:`fedmodel.algorithms.vfl.problem`; writing the same model with the generic DSL
-(``party.variable`` / ``party.publish``) is the planned next step once party-owned variables
-exist in the DSL.
+The builder writes the model with the generic DSL (:func:`vertical_dsl_model`: each party
+``party.variable`` for ``theta_k``, ``party.publish(party.data(X_k) @ theta_k)``, the server's
+logistic loss of the summed scores and ``cp.abs(fm.deo(scores, y, s)) <= eps``) and converts
+it with the vfl family's recogniser (:func:`fedmodel.algorithms.vfl.recognize.recognize`);
+``model.dsl`` is that DSL model (``model.dsl.solve(method="fair-vfl")`` is the same solve
+without the held-out part).
 
 Examples
 --------
@@ -41,8 +43,6 @@ import numpy as np
 from fedmodel.errors import ModelError
 from fedmodel.result import Result
 
-REFERENCE_METHODS = ("centralized", "vfl-reference")
-
 
 def _pm1(y, where: str) -> np.ndarray:
     y = np.asarray(y).ravel()
@@ -61,12 +61,15 @@ class VerticalModel:
     ----------
     problem : fedmodel.algorithms.vfl.problem.VerticalProblem
     eps : float
+    dsl : fedmodel.Model or None
+        The same model in the DSL (what :func:`fair_vfl` built and converted).
     """
 
-    def __init__(self, problem, eps: float, name: str = "fair-vfl"):
+    def __init__(self, problem, eps: float, name: str = "fair-vfl", dsl=None):
         self.problem = problem
         self.eps = float(eps)
         self.name = name
+        self.dsl = dsl
 
     @property
     def parties(self) -> list[str]:
@@ -74,29 +77,11 @@ class VerticalModel:
 
     def solve(self, method: str = "fair-vfl", **options: Any) -> Result:
         """Solve with a vertical method (``"fair-vfl"``, ``"fedbcd"``) or the certified
-        centralized reference (``"centralized"``: the DEO-constrained model; with
-        ``constrained=False`` the plain regularised logistic regression)."""
-        if method in REFERENCE_METHODS:
-            from fedmodel.algorithms.vfl.reference import solve_constrained, solve_unconstrained
+        centralized reference (``"centralized"`` or ``"cprox-al"``: the DEO-constrained
+        model; with ``constrained=False`` the plain regularised logistic regression)."""
+        from fedmodel.algorithms.vfl.solve import solve_problem
 
-            constrained = options.pop("constrained", True)
-            if constrained:
-                options.setdefault("eps", self.eps)
-                return solve_constrained(self.problem, **options)
-            return solve_unconstrained(self.problem, **options)
-        from fedmodel.algorithms.options import build_options
-        from fedmodel.algorithms.registry import method_spec
-
-        spec = method_spec(method)
-        if not spec.vertical:
-            raise ModelError(
-                f"method='{method}' solves horizontal DSL models; a vertical model takes "
-                "'fair-vfl', 'fedbcd' or 'centralized'"
-            )
-        if method == "fair-vfl":
-            options.setdefault("eps", self.eps)
-        opts = build_options(spec.options, options, method)
-        return spec.runner(self.problem, opts, method)
+        return solve_problem(self.problem, self.eps, method, options)
 
     def summary(self) -> str:
         p = self.problem
@@ -146,16 +131,69 @@ def fair_vfl(
     -------
     VerticalModel
     """
-    from fedmodel.algorithms.vfl.problem import VerticalProblem
+    from fedmodel.algorithms.vfl.problem import column_blocks
+    from fedmodel.algorithms.vfl.recognize import recognize
 
     if eps < 0:
         raise ModelError(f"eps must be >= 0, got {eps}")
-    kw: dict[str, Any] = {"l2": l2}
-    if party_names is not None:
-        kw["party_names"] = list(party_names)
+    X = np.asarray(X, dtype=float)
+    names = list(party_names) if party_names is not None else None
+    cols = column_blocks(X.shape[1], blocks, names)
+    names = names or [f"party{k}" for k in range(len(cols))]
+    y_pm = _pm1(y, "y")
+    dsl = vertical_dsl_model(X, y_pm, np.asarray(group) != 0, cols, eps, names, l2)
+    problem, _ = recognize(dsl)
     if X_test is not None:
-        kw.update(
-            X_test=X_test, y_test=_pm1(y_test, "y_test"), group_a_test=np.asarray(group_test) != 0
+        problem = type(problem)(
+            problem.blocks,
+            problem.y,
+            problem.group_a,
+            problem.party_names,
+            problem.l2,
+            test_blocks=[np.asarray(X_test, float)[:, c] for c in cols],
+            y_test=_pm1(y_test, "y_test"),
+            group_a_test=np.asarray(group_test) != 0,
         )
-    problem = VerticalProblem.from_columns(X, _pm1(y, "y"), np.asarray(group) != 0, blocks, **kw)
-    return VerticalModel(problem, eps)
+    else:  # the small-block warning of the problem (Theorem 1)
+        problem = type(problem)(
+            problem.blocks, problem.y, problem.group_a, problem.party_names, problem.l2
+        )
+    return VerticalModel(problem, eps, dsl=dsl)
+
+
+def vertical_dsl_model(
+    X: np.ndarray,
+    y_pm1: np.ndarray,
+    group_a: np.ndarray,
+    cols: Sequence[np.ndarray],
+    eps: float,
+    party_names: Sequence[str],
+    l2: float | None = None,
+    name: str = "fair-vfl",
+):
+    """Seed 002's model written with the DSL (the form of the issue's example).
+
+    Party ``k`` owns ``theta_k`` (``party.variable``), publishes ``X_k theta_k`` and
+    minimizes ``l2 ||theta_k||^2``; the server holds the labels and groups, minimizes the
+    mean logistic loss of the summed published scores and constrains the DEO.
+    """
+    import cvxpy as cp
+
+    from fedmodel.dsl.fairness import deo
+    from fedmodel.dsl.model import Model
+
+    n = len(y_pm1)
+    l2 = 1.0 / n if l2 is None else float(l2)
+    model = Model(name)
+    scores = 0
+    for party_name, c in zip(party_names, cols):
+        party = model.client(party_name)
+        theta = party.variable(len(c), name=f"theta_{party_name}")
+        Xk = party.data(X[:, c], name="X")
+        scores = scores + party.publish(Xk @ theta, name="partial scores")
+        party.minimize(l2 * cp.sum_squares(theta), name="h")
+    y = model.server.data(y_pm1, name="y")
+    s = model.server.data(np.asarray(group_a, dtype=float), name="group")
+    model.server.minimize(cp.sum(cp.logistic(-cp.multiply(y, scores))) / n, name="loss")
+    model.server.subject_to(cp.abs(deo(scores, y, s)) <= eps, allow_nonconvex=True, name="DEO")
+    return model

@@ -3,7 +3,9 @@
 * :mod:`.problem`: the vertical problem (parties' column blocks, labels, groups) and the
   score-side functions (loss, ``D``, the dual gradient (7), the weights of (8));
 * :mod:`.server` / :mod:`.client`: the server and party halves of ``fair-vfl`` and
-  ``fedbcd``; :mod:`.run` drives them through a runtime;
+  ``fedbcd``; :mod:`.run` runs them on the common driver (``run_federated``);
+* :mod:`.recognize`: a DSL model whose clients publish their partial scores -> the
+  vertical problem; :mod:`.solve`: where ``solve(method=...)`` of a vertical model goes;
 * :mod:`.reference`: the same model solved centrally and certified;
 * :mod:`.postprocessing`: EO and calibrated EO on pooled predictions (non-federated);
 * :mod:`.metrics`: accuracy, DEO (loss- and TPR-based), fairness, harmonic mean;

@@ -15,9 +15,13 @@ kind            channel      payload down                     reply
                              (fedbcd: ``scores`` only)
 ``vfl_monitor`` diagnostic   (nothing)                        ``step_sq``, ``regularizer``,
                                                               ``updates`` (scalars)
-``vfl_kkt``     diagnostic   ``scores`` (n,), ``lambda`` (2,)  ``grad_inf``, ``grad_sq``
-``vfl_predict`` diagnostic   (nothing)                        ``partial_scores`` (n_test,)
-``vfl_reveal``  diagnostic   (nothing)                        ``theta`` (m_k,)
+``vfl_kkt``     diagnostic   ``scores`` (n,), ``lambda`` (2,)  ``grad_inf``, ``grad_sq``,
+                                                              ``regularizer`` (scalars)
+``report``      diagnostic   (nothing)                        ``seconds``, ``updates_total``;
+                                                              ``test_scores`` (n_test,) when
+                                                              it holds a test block;
+                                                              ``theta`` (m_k,) only with
+                                                              ``reveal_parameters``
 ==============  ===========  ===============================  ==============================
 
 One ``vfl_round`` is the party's share of round ``t`` (eqs. 10-11): from the full scores
@@ -30,18 +34,19 @@ every other block as of the last exchange, whose scores it forms locally as ``z 
 
 from __future__ import annotations
 
-import time
 from typing import Any
 
 import numpy as np
 
+from fedmodel.algorithms.protocol import ClientHalf
 from fedmodel.algorithms.vfl.options import FairVFLOptions, Schedule
 from fedmodel.algorithms.vfl.problem import ScoreFunctions
-from fedmodel.runtime.messages import SERVER, Message
 
 
-class VFLParty:
-    """One data party of fair-vfl / fedbcd.
+class VFLParty(ClientHalf):
+    """One data party of fair-vfl / fedbcd (a :class:`~fedmodel.algorithms.protocol.ClientHalf`
+    whose whole algorithm state is the dict ``state``; it has no
+    :class:`~fedmodel.compiler.partition.PartyProgram`, only its block).
 
     Parameters
     ----------
@@ -73,6 +78,8 @@ class VFLParty:
         X_test: np.ndarray | None = None,
     ):
         self.name = name
+        self.program = None
+        self.stats = {"local_solves": 0, "local_iterations": 0, "seconds": 0.0}
         self.X = np.asarray(X_block, dtype=float)
         self.X_test = None if X_test is None else np.asarray(X_test, dtype=float)
         self.scores_of = ScoreFunctions(y, group_a)
@@ -81,7 +88,6 @@ class VFLParty:
         self.l2 = float(l2)
         self.schedule = Schedule(opts, K, schedule_constants)
         self.speed = float(opts.speeds[index]) if opts.local_updates == "speeds" else 1.0
-        self.seconds = 0.0
         m = self.X.shape[1]
         rng = np.random.default_rng([int(opts.seed), int(index)])
         self.state: dict[str, Any] = {
@@ -94,21 +100,7 @@ class VFLParty:
             "rng": rng.bit_generator.state,
         }
 
-    # -- protocol -----------------------------------------------------------------------
-    def get_state(self) -> dict[str, Any]:
-        return self.state
-
-    def set_state(self, state: dict[str, Any]) -> None:
-        self.state = state
-
-    def handle(self, msg: Message) -> Message:
-        t0 = time.perf_counter()
-        handler = getattr(self, f"_on_{msg.kind}", None)
-        if handler is None:
-            raise ValueError(f"party {self.name!r} got unknown message kind {msg.kind!r}")
-        out = handler(**msg.payload)
-        self.seconds += time.perf_counter() - t0
-        return Message(msg.kind + "_reply", self.name, SERVER, out, msg.round, msg.channel)
+    state_fields = ("state",)
 
     # -- the algorithm ------------------------------------------------------------------
     def updates_this_round(self, t: int) -> int:
@@ -171,12 +163,26 @@ class VFLParty:
     def _on_vfl_kkt(self, scores: np.ndarray, **rest) -> dict:
         lam = np.asarray(rest.get("lambda", (0.0, 0.0)), dtype=float)
         g = self.block_gradient(np.asarray(scores, float), self.state["theta"], lam[0] - lam[1])
-        return {"grad_inf": float(np.abs(g).max(initial=0.0)), "grad_sq": float(g @ g)}
+        theta = self.state["theta"]
+        return {
+            "grad_inf": float(np.abs(g).max(initial=0.0)),
+            "grad_sq": float(g @ g),
+            "regularizer": float(self.l2 * theta @ theta),
+        }
 
-    def _on_vfl_predict(self) -> dict:
-        if self.X_test is None:
-            raise ValueError(f"party {self.name!r} holds no test block")
-        return {"partial_scores": self.X_test @ self.state["theta"]}
+    def _on_evaluate(self, **_):
+        raise ValueError(f"party {self.name!r}: a vertical party answers vfl_kkt, not evaluate")
 
-    def _on_vfl_reveal(self) -> dict:
-        return {"theta": self.state["theta"].copy()}
+    def _on_report(self) -> dict:
+        """The end of the run (diagnostic): statistics, the test partial scores, and
+        ``theta_k`` only when the run reveals the parameters."""
+        theta = self.state["theta"]
+        out: dict[str, Any] = {
+            "seconds": float(self.stats["seconds"]),
+            "updates_total": float(self.state["updates_total"]),
+        }
+        if self.X_test is not None:
+            out["test_scores"] = self.X_test @ theta
+        if self.opts.reveal_parameters:
+            out["theta"] = theta.copy()
+        return out

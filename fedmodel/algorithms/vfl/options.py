@@ -15,6 +15,7 @@ from typing import Any
 
 import numpy as np
 
+from fedmodel.algorithms.options import RUNTIME_OPTIONS_DOC, RuntimeOptions
 from fedmodel.errors import ModelError
 
 LOCAL_UPDATES = ("exact", "random", "speeds")
@@ -23,7 +24,7 @@ BETA_CONVENTIONS = ("step", "inverse")
 
 
 @dataclass
-class FairVFLOptions:
+class FairVFLOptions(RuntimeOptions):
     """Options of ``fair-vfl`` (seed 002, Algorithms 1-2) and ``fedbcd``.
 
     Parameters
@@ -50,6 +51,13 @@ class FairVFLOptions:
         ``floor((t+1) Q s_k) - floor(t Q s_k)`` updates in round ``t`` (at least one).
     speeds : sequence of float, optional
         Per-party speeds for ``local_updates="speeds"``.
+    delays : sequence of int, optional
+        Asynchrony (deterministic, on every backend): party ``k``'s update arrives
+        ``delays[k]`` rounds late. A party is sent the scores and ``lambda`` only when it is
+        idle; its reply reaches the server's sum ``delays[k]`` rounds later (until then the
+        server uses its previous partial scores, and the other parties compute on those
+        stale scores), and it gets its next job the round after. ``None`` or all zeros:
+        the synchronous rounds of eq. (9)-(11).
     seed : int
         Seed of the parties' generators (``"random"``).
     max_rounds : int
@@ -68,14 +76,10 @@ class FairVFLOptions:
         and ``res.x`` empty).
     lambda0 : sequence of 2 floats
         Initial multipliers (the paper: 0).
-    keep_ledger : bool
-        Keep one ledger row per message (``res.ledger``); False keeps only counts (long
-        runs).
-    client_timeout, on_failure, retries : failure policy of the runtime
-        (:class:`~fedmodel.runtime.base.Runtime`): with ``on_failure="retry"`` a party's
-        failed round is repeated from its snapshot (its state is restored first); otherwise
-        the run stops with status ``"client_failure"``.
-    backend, workers : runtime placement (``"serial"``, ``"processes"``, ``"ray"``).
+
+    The runtime options below are those of every method on the driver
+    (:func:`fedmodel.algorithms.driver.run_federated`); ``history`` rows are written at the
+    monitored rounds.
     """
 
     eps: float = 0.01
@@ -89,6 +93,7 @@ class FairVFLOptions:
     Q: int = 1
     local_updates: str = "exact"
     speeds: tuple[float, ...] | None = None
+    delays: tuple[int, ...] | None = None
     seed: int = 0
     max_rounds: int = 1000
     tol: float = 0.0
@@ -96,14 +101,19 @@ class FairVFLOptions:
     monitor_every: int = 1
     reveal_parameters: bool = True
     lambda0: tuple[float, float] = (0.0, 0.0)
-    keep_ledger: bool = True
-    client_timeout: float | None = None
-    on_failure: str = "stop"
-    retries: int = 2
-    backend: str = "serial"
-    workers: int | None = None
+
+    @property
+    def eps1(self) -> float:
+        """The driver's stationarity tolerance: ``kkt_tol``."""
+        return float(self.kkt_tol)
+
+    @property
+    def eps2(self) -> float:
+        """The driver's feasibility tolerance: ``kkt_tol``."""
+        return float(self.kkt_tol)
 
     def validate(self, K: int) -> None:
+        self.validate_runtime()
         if self.eps < 0:
             raise ModelError(f"eps must be >= 0, got {self.eps}")
         if self.c < 0 or self.eta <= 0 or self.beta <= 0:
@@ -127,11 +137,20 @@ class FairVFLOptions:
                 raise ModelError(f"speeds must lie in (0, 1], got {list(self.speeds)}")
         if self.max_rounds < 1 or self.monitor_every < 1:
             raise ModelError("max_rounds and monitor_every must be >= 1")
+        if self.delays is not None:
+            d = list(self.delays)
+            if len(d) != K or any(int(x) != x or x < 0 for x in d):
+                raise ModelError(
+                    f"delays must be {K} non-negative integers (one per party), got {d}"
+                )
         if len(self.lambda0) != 2 or min(self.lambda0) < 0:
             raise ModelError(f"lambda0 must be two non-negative numbers, got {self.lambda0}")
 
     def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
+        return {k: v for k, v in asdict(self).items() if k != "callback"}
+
+
+FairVFLOptions.__doc__ += RUNTIME_OPTIONS_DOC
 
 
 class Schedule:
