@@ -5,7 +5,7 @@ Examples
 >>> import numpy as np
 >>> def value_grad(w, X, Y):
 ...     r = X @ w - Y
-...     return r, X * r[:, None] * 2      # per-sample values, per-sample gradients
+...     return r**2, X * (2 * r)[:, None]  # per-sample values, per-sample gradients
 >>> loss = CallableLoss(2, value_grad)
 >>> X, Y = np.eye(2), np.ones(2)
 >>> total, grad = loss.value_and_grad(np.zeros(2), X, Y)
