@@ -23,7 +23,7 @@ Examples
 >>> a = np.array([3.0, -4.0])                 # b = ||a||^2 = 25
 >>> sol = lemma1(a, C=1.0, U=0.5, tau=0.1, c=1e5)
 >>> round(float(sol.nu[0]), 6), bool(abs(sol.constraint) < 1e-9)
-(5.857864, True)
+(0.040242, True)
 >>> ref = solve_penalty_qcqp(np.zeros(2), 1.0, a[None, :], np.array([0.5]), 0.1, 1e5)
 >>> bool(np.allclose(ref.w, sol.w))
 True
