@@ -21,7 +21,7 @@ baselines: SGD ``0.3 / t^0.3`` and SGD-m ``r = 0.3``, ``beta = 0.1`` (FedSGD / F
 * ``ssca-fig4``: ``||w_T||^2`` against training cost: SSCA over ``lambda`` (unconstrained)
   and over ``U`` (constrained).
 
-``--quick`` (CI, well under a minute each): 40 rounds (fig1, fig3), 30 (fig2, fig4), fewer
+``--quick`` (CI, well under a minute each): 30 rounds (fig1, fig2, fig4), 40 (fig3), fewer
 settings, one seed. Options (``--set``): ``rounds=``, ``U=``, ``eval_every=``.
 """
 
@@ -235,8 +235,8 @@ def _method(partition, family):
 def run_figure(partition: str, tag: str, quick: bool, progress: bool, kw: dict) -> list[dict]:
     data = mnist(int(kw.get("seed", 0)))
     local = N_TRAIN // CLIENTS
-    rounds = int(kw.get("rounds", 40 if quick else 1000))
-    every = int(kw.get("eval_every", max(rounds // 8, 1) if quick else 10))
+    rounds = int(kw.get("rounds", 30 if quick else 1000))
+    every = int(kw.get("eval_every", max(rounds // 3, 1) if quick else 10))
     bound = float(kw.get("U", U))
     rows: list[dict] = []
     for family, B, E, constrained in _experiments(partition, quick, kw):
