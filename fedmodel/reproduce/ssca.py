@@ -170,7 +170,8 @@ def _final(rows, **match):
 
 
 def _curves(rows, panels, path: Path, title: str):
-    """One row of panels per group: (training cost, test accuracy) against rounds."""
+    """One row of panels per group: (training cost, test accuracy) against rounds; each
+    series is ``(label, match, color, linestyle)``."""
     from fedmodel.plots import require_matplotlib
 
     figure = require_matplotlib()
@@ -179,14 +180,14 @@ def _curves(rows, panels, path: Path, title: str):
     fig = figure.Figure(figsize=(10, 3.2 * len(panels)))
     FigureCanvasAgg(fig)
     axes = fig.subplots(len(panels), 2, squeeze=False)
-    styles = ["-", "--", ":", "-."]
-    for p, (panel_title, series) in enumerate(panels):
-        for s, (label, match, color) in enumerate(series):
+    for p, (panel_title, series, *hline) in enumerate(panels):
+        if hline:
+            axes[p, 0].axhline(hline[0], color="k", lw=0.8, ls=":", label=f"U = {hline[0]:g}")
+        for label, match, color, ls in series:
             sel = [r for r in rows if all(r[k] == v for k, v in match.items())]
             if not sel:
                 continue
             x = [r["round"] for r in sel]
-            ls = styles[s // 3 % len(styles)] if color is None else styles[s % len(styles)]
             axes[p, 0].plot(x, [r["train_loss"] for r in sel], ls, color=color, label=label)
             axes[p, 1].plot(x, [r["test_accuracy"] for r in sel], ls, color=color, label=label)
         axes[p, 0].set_yscale("log")
@@ -203,6 +204,59 @@ def _curves(rows, panels, path: Path, title: str):
     fig.tight_layout()
     fig.savefig(path, dpi=90)
     return path
+
+
+def _panels(rows, partition: str, bound: float) -> list:
+    levels = sorted({r["B"] for r in rows if r["E"] == 1 and not r["constrained"]})
+    con_levels = sorted({r["B"] for r in rows if r["constrained"]})
+    panels = []
+    for B in levels:
+        series = [
+            (_label(f, B), {"method": f, "B": B, "E": 1, "constrained": False}, COLORS[f], "-")
+            for f in ("ssca", "sgd", "sgd-m")
+        ]
+        if partition == "sample" and B == N_TRAIN // CLIENTS:
+            series += [
+                (_label(f, 40, 10), {"method": f, "B": 40, "E": 10}, COLORS[f], "--")
+                for f in ("sgd", "sgd-m")
+            ]
+        panels.append((f"{partition}-based, B (x E) = {B}", series))
+    if con_levels:
+        panels.append(
+            (
+                f"{partition}-based constrained, U = {bound:g}",
+                [
+                    (
+                        _label("ssca", B, 1, True),
+                        {"method": "ssca", "B": B, "constrained": True},
+                        f"C{3 + k}",
+                        "-",
+                    )
+                    for k, B in enumerate(con_levels)
+                ],
+                bound,
+            )
+        )
+    return panels
+
+
+def replot(csv_path: str | Path, png: str | Path, partition: str, bound: float = U) -> Path:
+    """Redraw a fig1/fig2 PNG from its CSV (no re-run)."""
+    import csv
+
+    rows = []
+    with Path(csv_path).open() as fh:
+        for r in csv.DictReader(fh):
+            for k in ("B", "E", "round"):
+                r[k] = int(r[k])
+            for k in ("train_loss", "test_accuracy"):
+                r[k] = float(r[k])
+            r["constrained"] = r["constrained"] == "True"
+            rows.append(r)
+    tag = Path(png).stem
+    return _curves(
+        rows, _panels(rows, partition, bound), Path(png), f"seed 003 {tag} on the MNIST subset"
+    )
 
 
 # -- Fig. 1 and Fig. 2 ---------------------------------------------------------------------------
@@ -326,31 +380,7 @@ def _fig12(partition, tag, out_dir, quick, progress, kw, paper_claims):
     levels = sorted({r["B"] for r in rows if r["E"] == 1 and not r["constrained"]})
     con_levels = sorted({r["B"] for r in rows if r["constrained"]})
     checks = _figure_checks(rows, partition, levels, bound, con_levels)
-    panels = []
-    for B in levels:
-        series = [
-            (_label(f, B), {"method": f, "B": B, "E": 1, "constrained": False}, COLORS[f])
-            for f in ("ssca", "sgd", "sgd-m")
-        ]
-        if partition == "sample" and B == 400:
-            series += [
-                (_label(f, 40, 10), {"method": f, "B": 40, "E": 10}, None) for f in ("sgd", "sgd-m")
-            ]
-        panels.append((f"{partition}-based, B (x E) = {B}", series))
-    if con_levels:
-        panels.append(
-            (
-                f"{partition}-based constrained, U = {bound:g}",
-                [
-                    (
-                        _label("ssca", B, 1, True),
-                        {"method": "ssca", "B": B, "constrained": True},
-                        None,
-                    )
-                    for B in con_levels
-                ],
-            )
-        )
+    panels = _panels(rows, partition, bound)
     png = _curves(rows, panels, out_dir / f"{tag}.png", f"seed 003 {tag} on the MNIST subset")
     md = [
         f"# seed 003 {tag}: {partition}-based FL on the MNIST subset",
