@@ -24,6 +24,7 @@ True
 from fedmodel import models  # fm.models.fair_vfl, ...
 from fedmodel.dsl.data import PrivateData
 from fedmodel.dsl.fairness import deo
+from fedmodel.dsl.learning import LearningModel
 from fedmodel.dsl.model import Model
 from fedmodel.dsl.party import Client, Server
 from fedmodel.errors import (
@@ -43,6 +44,7 @@ __all__ = [
     "Comparison",
     "DataError",
     "FedModelError",
+    "LearningModel",
     "Model",
     "ModelError",
     "NonConvexError",

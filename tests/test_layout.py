@@ -21,6 +21,7 @@ FORBIDDEN = {
     "subproblems": {"algorithms", "runtime", "dsl", "models"},
     "certificate": {"algorithms", "runtime", "dsl", "models"},
     "dsl": {"runtime", "subproblems", "models"},
+    "losses": {"algorithms", "compiler", "dsl", "runtime", "subproblems", "certificate", "models"},
 }
 # the facades: lazy imports allowed in these files only
 FACADES = {("dsl", "algorithms"): {"model.py"}, ("dsl", "compiler"): {"model.py", "party.py"}}

@@ -44,7 +44,12 @@ def lsq_model(n=3, d=3, seed=1):
 
 def federated_methods():
     # vertical methods (fair-vfl, fedbcd) solve vertical models: tests/test_vfl.py
-    return [m for m, spec in all_methods().items() if spec.federated and not spec.vertical]
+    # learning methods (ssca, fedsgd, ...) train fm.LearningModel: tests/test_ssca_*.py
+    return [
+        m
+        for m, spec in all_methods().items()
+        if spec.federated and not spec.vertical and not spec.learning
+    ]
 
 
 @pytest.fixture

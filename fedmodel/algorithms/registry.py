@@ -34,6 +34,7 @@ class MethodSpec:
     #: of h (methods without constraint handling)
     server_sets_in_h: bool = False
     vertical: bool = False  # True: solves vertical models (fedmodel.models.fair_vfl), not DSL ones
+    learning: bool = False  # True: trains fm.LearningModel (per-sample losses), not DSL ones
 
 
 # One line per method: its name and the family package whose ``METHODS`` dict holds its
@@ -50,6 +51,12 @@ FAMILIES: dict[str, str] = {
     "dgd": "fedmodel.algorithms.baselines",
     "fair-vfl": "fedmodel.algorithms.vfl",
     "fedbcd": "fedmodel.algorithms.vfl",
+    "ssca": "fedmodel.algorithms.ssca",
+    "fedsgd": "fedmodel.algorithms.ssca",
+    "fedavg-sgd": "fedmodel.algorithms.ssca",
+    "sgd-m": "fedmodel.algorithms.ssca",
+    "vertical-sgd": "fedmodel.algorithms.ssca",
+    "vertical-sgd-m": "fedmodel.algorithms.ssca",
 }
 
 # Methods registered at run time (plug-ins, tests): name -> spec.
@@ -100,6 +107,12 @@ def solve_model(model, method: str, options: dict[str, Any]):
             f"method='{method}' solves vertical models (parties owning column blocks and "
             "publishing partial scores with client.publish(X_k @ theta_k)); write one so, or "
             "build it with fedmodel.models.fair_vfl(X, y, group, blocks, eps)"
+        )
+    if spec.learning:
+        raise UnsupportedError(
+            f"method='{method}' trains learning models (a per-sample differentiable loss over "
+            "the parties' rows or feature blocks); build one with fedmodel.LearningModel(loss) "
+            "and call its solve()"
         )
     opts = build_options(spec.options, options, method)
     t0 = time.perf_counter()

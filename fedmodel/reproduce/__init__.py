@@ -14,7 +14,12 @@ from collections.abc import Callable
 from typing import Any
 
 REPRODUCTIONS: dict[str, Callable[..., dict[str, Any]]] = {}
-_MODULES = ("fedmodel.reproduce.seed000", "fedmodel.reproduce.dald", "fedmodel.reproduce.vfl")
+_MODULES = (
+    "fedmodel.reproduce.seed000",
+    "fedmodel.reproduce.dald",
+    "fedmodel.reproduce.vfl",
+    "fedmodel.reproduce.ssca",
+)
 
 
 def register(name: str):

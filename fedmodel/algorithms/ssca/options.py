@@ -1,0 +1,256 @@
+"""Options of the learning methods (seed 003): mini-batch SSCA and its SGD baselines, and
+the step-size schedules ``a / t^alpha`` with a check of the paper's conditions (4), (6).
+
+Examples
+--------
+>>> rho, gamma = Schedule(1.0, 0.6), Schedule(1.0, 0.9)
+>>> check_conditions(rho, gamma)["satisfied"]
+True
+>>> check_conditions(Schedule(0.9, 0.1), Schedule(0.5, 0.1))["failed"][:1]
+['(6): sum gamma_t^2 < inf needs alpha > 0.5 (alpha = 0.1)']
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from fedmodel.algorithms.options import positive
+from fedmodel.errors import ModelError
+
+SERVER_SOLVERS = ("auto", "lemma1", "dual", "cvxpy")
+
+
+@dataclass(frozen=True)
+class Schedule:
+    """``a / t^alpha`` for rounds ``t = 1, 2, ...``, or ``fn(t)`` when ``fn`` is given."""
+
+    a: float = 1.0
+    alpha: float = 0.0
+    fn: Callable[[int], float] | None = None
+
+    def __call__(self, t: int) -> float:
+        if self.fn is not None:
+            return float(self.fn(t))
+        return float(self.a) / float(t) ** float(self.alpha)
+
+    @classmethod
+    def of(cls, value: Any, name: str) -> Schedule:
+        """A schedule from a ``Schedule``, a callable, a number (constant) or ``(a, alpha)``."""
+        if isinstance(value, Schedule):
+            return value
+        if callable(value):
+            return cls(fn=value)
+        if isinstance(value, (int, float, np.floating)) and not isinstance(value, bool):
+            return cls(float(value), 0.0)
+        try:
+            a, alpha = value
+            return cls(float(a), float(alpha))
+        except (TypeError, ValueError):
+            raise ModelError(
+                f"{name} must be a number, (a, alpha) for a / t^alpha, or a callable t -> value;"
+                f" got {value!r}"
+            ) from None
+
+
+def check_conditions(rho: Schedule, gamma: Schedule, rounds: int = 1000) -> dict[str, Any]:
+    """Check the step sizes against (4) (``0 < rho_t <= 1``, ``rho_t -> 0``, ``sum rho_t =
+    inf``) and (6) (``0 < gamma_t <= 1``, ``gamma_t -> 0``, ``sum gamma_t = inf``,
+    ``sum gamma_t^2 < inf``, ``gamma_t / rho_t -> 0``).
+
+    Power-law schedules are checked exactly from their exponents; callables only on their
+    range over ``t = 1..rounds`` (the limits cannot be checked from finitely many values).
+    Returns ``{"satisfied": bool, "failed": [...], "unchecked": [...]}``.
+    """
+    failed: list[str] = []
+    unchecked: list[str] = []
+    t = np.arange(1, rounds + 1)
+    for name, s, eq in (("rho", rho, "(4)"), ("gamma", gamma, "(6)")):
+        vals = np.array([s(int(k)) for k in t])
+        if not (np.all(vals > 0) and np.all(vals <= 1)):
+            failed.append(f"{eq}: 0 < {name}_t <= 1 fails on t = 1..{rounds}")
+    power = rho.fn is None and gamma.fn is None
+    if not power:
+        unchecked.append("limits and sums of callable schedules (only their range was checked)")
+    else:
+        for name, s, eq in (("rho", rho, "(4)"), ("gamma", gamma, "(6)")):
+            if s.alpha <= 0:
+                failed.append(f"{eq}: {name}_t -> 0 needs alpha > 0 (alpha = {s.alpha:g})")
+            if s.alpha > 1:
+                failed.append(f"{eq}: sum {name}_t = inf needs alpha <= 1 (alpha = {s.alpha:g})")
+        if gamma.alpha <= 0.5:
+            failed.append(f"(6): sum gamma_t^2 < inf needs alpha > 0.5 (alpha = {gamma.alpha:g})")
+        if gamma.alpha <= rho.alpha:
+            failed.append(
+                "(6): gamma_t / rho_t -> 0 needs gamma's alpha > rho's alpha "
+                f"({gamma.alpha:g} <= {rho.alpha:g})"
+            )
+    return {"satisfied": not failed, "failed": failed, "unchecked": unchecked}
+
+
+@dataclass
+class LearningOptions:
+    """Options shared by every learning method (SSCA and the SGD baselines).
+
+    Parameters
+    ----------
+    rounds : int
+        Communication rounds ``T`` (one iteration of the paper's algorithms per round).
+    batch_size : int
+        ``B``: samples per client and round (sample-based: each client's own seeded
+        sampler draws ``B`` of its rows without replacement, ``B <= N_i``; feature-based:
+        the server draws one common batch of ``B`` row indices).
+    seed : int
+        Seed of the samplers (client ``i`` in round ``t`` uses ``(seed, i, t)``; the
+        server's common batch ``(seed, t)``) and, with ``w0=None``, of the starting point.
+    w0 : array, optional
+        Starting point (default ``loss.init(seed)``).
+    eval_every : int
+        Rounds between two diagnostic evaluations (full training loss, accuracy, test
+        accuracy) recorded in ``res.history``; 0 evaluates only at the start and the end.
+    designated : str, optional
+        Feature-based: the client that computes the ``omega_0`` gradients (default the
+        first).
+    one_step : bool
+        Feature-based, Remark 4: every client sends ``h_i`` and ``dh_i/dw_i`` of the batch
+        straight to the server (one step, fewer messages). **For the MLP this sends the
+        raw features** (``dh_i/dw_i = z_{n,i}``, footnote 16); off by default.
+    callback : callable, optional
+        ``callback(row)`` after every evaluation.
+    blas_threads : int or None
+        OpenBLAS threads during the solve (default 1).
+    backend, workers, client_timeout, on_failure, retries, keep_ledger
+        Where the clients run and the failure policy, as for every federated method.
+    """
+
+    rounds: int = 100
+    batch_size: int = 10
+    seed: int = 0
+    w0: Any = None
+    eval_every: int = 10
+    designated: str | None = None
+    one_step: bool = False
+    callback: Any = None
+    blas_threads: int | None = 1
+    backend: str = "serial"
+    workers: int | None = None
+    server_hosts_clients: bool = False
+    ray_address: str | None = None
+    client_timeout: float | None = None
+    on_failure: str = "stop"
+    retries: int = 2
+    keep_ledger: bool = True
+
+    def validate_common(self) -> None:
+        for name in ("rounds", "batch_size"):
+            v = getattr(self, name)
+            if isinstance(v, bool) or not isinstance(v, (int, np.integer)) or v < 1:
+                raise ModelError(f"{name} must be a positive integer, got {v!r}")
+        if (
+            isinstance(self.eval_every, bool)
+            or not isinstance(self.eval_every, (int, np.integer))
+            or self.eval_every < 0
+        ):
+            raise ModelError(f"eval_every must be an integer >= 0, got {self.eval_every!r}")
+        from fedmodel.runtime.base import BACKENDS, ON_FAILURE
+
+        if self.backend not in BACKENDS:
+            raise ModelError(f"backend must be one of {BACKENDS}, got {self.backend!r}")
+        if self.on_failure not in ON_FAILURE:
+            raise ModelError(f"on_failure must be one of {ON_FAILURE}, got {self.on_failure!r}")
+
+    def to_dict(self) -> dict[str, Any]:
+        out = {}
+        for k, v in self.__dict__.items():
+            if k in ("w0", "callback"):
+                continue
+            out[k] = (
+                v if not isinstance(v, Schedule) else (v.a, v.alpha) if v.fn is None else "callable"
+            )
+        return out
+
+
+@dataclass
+class SSCAOptions(LearningOptions):
+    """Options of ``ssca`` (seed 003, Algorithms 1-4, surrogates (7)/(15)/(19)/(27)).
+
+    Parameters
+    ----------
+    rho : float, (a, alpha) or callable
+        Surrogate weight ``rho_t`` (default ``(0.9, 0.1)``, the paper's ``B = 10``
+        sample-based row: ``0.9 / t^0.1``).
+    gamma : float, (a, alpha) or callable
+        Model step ``gamma_t`` (default ``(0.5, 0.1)``).
+    tau : float
+        Proximal weight of the surrogates (default 0.2).
+    c : float
+        Penalty of the slack problem (5)/(10) (the paper: ``1e5``).
+    server_solver : {"auto", "lemma1", "dual", "cvxpy"}
+        The constrained server step: Lemma 1's closed form (objective ``||w||^2`` and one
+        constraint; what ``"auto"`` picks then), the exact dual solve of
+        :func:`~fedmodel.subproblems.penalty_qcqp.solve_penalty_qcqp` (any number of
+        constraints), or cvxpy/Clarabel (compiled once; small ``d`` only).
+    check_schedules : {"report", "raise"}
+        Conditions (4) and (6) are checked and reported in ``res.extra``;
+        ``"raise"`` refuses schedules that fail them (the paper's own experiments' do).
+    """
+
+    rho: Any = (0.9, 0.1)
+    gamma: Any = (0.5, 0.1)
+    tau: float = 0.2
+    c: float = 1e5
+    server_solver: str = "auto"
+    check_schedules: str = "report"
+
+    def validate(self) -> None:
+        self.validate_common()
+        self.rho = Schedule.of(self.rho, "rho")
+        self.gamma = Schedule.of(self.gamma, "gamma")
+        positive("tau", self.tau)
+        positive("c", self.c)
+        if self.server_solver not in SERVER_SOLVERS:
+            raise ModelError(
+                f"server_solver must be one of {SERVER_SOLVERS}, got {self.server_solver!r}"
+            )
+        if self.check_schedules not in ("report", "raise"):
+            raise ModelError(
+                f"check_schedules must be 'report' or 'raise', got {self.check_schedules!r}"
+            )
+
+
+@dataclass
+class SGDOptions(LearningOptions):
+    """Options of the SGD baselines on the same model and data.
+
+    ``fedsgd`` (one local step, ``local_steps=1``), ``fedavg-sgd`` (``E = local_steps``
+    local SGD steps of batch ``B`` per round, models averaged with weights ``N_i/N``;
+    ``B E = N_i`` is FedAvg), ``sgd-m`` (local momentum SGD), ``vertical-sgd`` and
+    ``vertical-sgd-m`` (feature-based, Algorithm 3's collection, one step per round).
+
+    Parameters
+    ----------
+    lr : float, (a, alpha) or callable
+        Learning rate ``r_t`` (default ``(0.3, 0.3)``: the paper's ``0.3 / t^0.3``; for the
+        momentum methods the paper uses a constant 0.3).
+    momentum : float
+        ``beta`` of the momentum methods (the paper: 0.1): ``v = beta v + g``,
+        ``w = w - r v``.
+    local_steps : int
+        ``E`` (sample-based).
+    """
+
+    lr: Any = (0.3, 0.3)
+    momentum: float = 0.1
+    local_steps: int = 1
+
+    def validate(self) -> None:
+        self.validate_common()
+        self.lr = Schedule.of(self.lr, "lr")
+        if not 0 <= float(self.momentum) < 1:
+            raise ModelError(f"momentum must be in [0, 1), got {self.momentum!r}")
+        v = self.local_steps
+        if isinstance(v, bool) or not isinstance(v, (int, np.integer)) or v < 1:
+            raise ModelError(f"local_steps must be a positive integer, got {v!r}")

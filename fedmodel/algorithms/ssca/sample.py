@@ -1,0 +1,190 @@
+"""Sample-based (horizontal) halves: each client holds its own rows (seed 003, Algorithms
+1-2, and the FedSGD / FedAvg / local momentum SGD baselines).
+
+Message table (channel ``"algorithm"``; ``d`` = number of parameters):
+
+========== ============================== ============================================
+kind       server -> client               client -> server (reply)
+========== ============================== ============================================
+ssca_w     ``w`` (d)                      ``grad`` = sum of the batch's gradients (d);
+                                          ``value`` = sum of its losses (1) when a
+                                          constraint involves this client (Alg. 2: d+1)
+sgd_w      ``w`` (d)                      ``w`` after E local (momentum) SGD steps (d)
+========== ============================== ============================================
+
+Diagnostic channel: ``evaluate`` (``w`` -> the client's loss sum, row count and correct
+predictions on all its rows), ``full_grad`` (``w`` -> its full gradient sum). No row of a
+client ever leaves it: only sums over its batch.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from fedmodel.algorithms.protocol import ClientHalf
+from fedmodel.algorithms.ssca.options import Schedule
+from fedmodel.algorithms.ssca.surrogate import SurrogateState
+from fedmodel.losses.base import SampleLoss
+
+
+def sample_batch(seed: int, index: int, draw: int, n: int, B: int, step: int = 0) -> np.ndarray:
+    """Client ``index``'s batch of its ``draw``-th round (and local step ``step``): ``B``
+    distinct row indices out of ``n`` (all rows when ``B >= n``), from the generator
+    seeded by ``(seed, index, draw, step)``."""
+    if B >= n:
+        return np.arange(n)
+    rng = np.random.default_rng([int(seed), int(index), int(draw), int(step)])
+    return np.sort(rng.choice(n, size=B, replace=False))
+
+
+class SampleClient(ClientHalf):
+    """A sample-based client: its rows ``(X, Y)``, the loss, its sampler."""
+
+    state_fields = ("draws", "buf")
+
+    def __init__(
+        self,
+        name: str,
+        index: int,
+        X: np.ndarray,
+        Y: np.ndarray,
+        loss: SampleLoss,
+        batch_size: int,
+        seed: int,
+        send_value: bool = False,
+        lam: float = 0.0,
+        lr: Schedule | None = None,
+        momentum: float = 0.0,
+        local_steps: int = 1,
+    ):
+        self.name, self.program = name, None
+        self.stats = {"local_solves": 0, "local_iterations": 0, "seconds": 0.0, "samples": 0}
+        self.index, self.X, self.Y, self.loss = int(index), X, Y, loss
+        self.B, self.seed, self.send_value = int(batch_size), int(seed), bool(send_value)
+        self.lam, self.lr, self.momentum, self.E = float(lam), lr, float(momentum), int(local_steps)
+        self.draws = 0
+        self.buf = np.zeros(loss.dim)
+
+    def _batch(self, step: int = 0) -> np.ndarray:
+        idx = sample_batch(self.seed, self.index, self.draws, len(self.X), self.B, step)
+        self.stats["samples"] += len(idx)
+        return idx
+
+    def _on_ssca_w(self, w):
+        self.draws += 1
+        idx = self._batch()
+        value, grad = self.loss.value_and_grad(np.asarray(w, dtype=float), self.X[idx], self.Y[idx])
+        self.stats["local_iterations"] += 1
+        out = {"grad": grad}
+        if self.send_value:
+            out["value"] = float(value)
+        return out
+
+    def _on_sgd_w(self, w):
+        self.draws += 1
+        r = self.lr(self.draws)
+        w = np.array(w, dtype=float)
+        for e in range(self.E):
+            idx = self._batch(e)
+            g = self.loss.value_and_grad(w, self.X[idx], self.Y[idx])[1] / len(idx)
+            g = g + 2 * self.lam * w
+            if self.momentum > 0:
+                self.buf = self.momentum * self.buf + g
+                g = self.buf
+            w -= r * g
+            self.stats["local_iterations"] += 1
+        return {"w": w}
+
+    def _on_evaluate(self, w):
+        w = np.asarray(w, dtype=float)
+        vals = self.loss.values(w, self.X, self.Y)
+        out = {"loss": float(vals.sum()), "n": len(self.X)}
+        try:
+            pred = self.loss.predict(w, self.X)
+            out["correct"] = int(np.sum(pred == _labels(self.Y)))
+        except NotImplementedError:
+            pass
+        return out
+
+    def _on_full_grad(self, w):
+        return {"grad": self.loss.value_and_grad(np.asarray(w, dtype=float), self.X, self.Y)[1]}
+
+    def _on_report(self):
+        return {k: float(v) for k, v in self.stats.items()}
+
+
+def _labels(Y):
+    Y = np.asarray(Y)
+    return Y.argmax(axis=1) if Y.ndim == 2 else Y
+
+
+class SampleServer:
+    """The server of the sample-based methods: ``ssca`` (Algorithms 1-2) or an SGD
+    baseline (``sgd``: average of the clients' local models, weights ``N_i / N``)."""
+
+    def __init__(self, kind, sizes, w0, opts, state: SurrogateState | None, constraints, loss):
+        self.kind = kind  # "ssca" or "sgd"
+        self.sizes = dict(sizes)
+        self.N = sum(self.sizes.values())
+        self.B = int(opts.batch_size)
+        self.w = np.array(w0, dtype=float)
+        self.opts, self.state, self.constraints, self.loss = opts, state, constraints, loss
+        self.t = 0
+        self.slack = np.zeros(len(constraints))
+        self.nu = np.zeros(len(constraints))
+
+    def step(self, runtime) -> dict:
+        self.t += 1
+        runtime.next_round()
+        if self.kind == "sgd":
+            reps = runtime.broadcast("sgd_w", {"w": self.w})
+            self.w = sum(
+                self.sizes[n] / self.N * np.asarray(r.payload["w"]) for n, r in reps.items()
+            )
+            return {}
+        reps = runtime.broadcast("ssca_w", {"w": self.w})
+        b = {n: min(self.B, self.sizes[n]) for n in reps}
+        g = sum(
+            self.sizes[n] / (b[n] * self.N) * np.asarray(r.payload["grad"]) for n, r in reps.items()
+        )
+        cons = []
+        for con in self.constraints:
+            if con.party == "server":
+                v = sum(
+                    self.sizes[n] / (b[n] * self.N) * r.payload["value"] for n, r in reps.items()
+                )
+                cons.append((v, g))
+            else:
+                p = reps[con.party].payload
+                cons.append((p["value"] / b[con.party], np.asarray(p["grad"]) / b[con.party]))
+        rho, gamma = self.opts.rho(self.t), self.opts.gamma(self.t)
+        self.state.update(rho, self.w, g, cons)
+        w_bar, self.slack = self.state.solve()
+        if self.state.last is not None:
+            self.nu = self.state.last.nu
+        self.w = (1 - gamma) * self.w + gamma * w_bar
+        return {"rho": rho, "gamma": gamma, "step_norm": float(np.linalg.norm(w_bar - self.w))}
+
+    def evaluate(self, runtime, test=None) -> dict:
+        reps = runtime.broadcast("evaluate", {"w": self.w}, channel="diagnostic")
+        loss = sum(r.payload["loss"] for r in reps.values())
+        row = {"train_loss": loss / self.N}
+        if all("correct" in r.payload for r in reps.values()):
+            row["train_accuracy"] = sum(r.payload["correct"] for r in reps.values()) / self.N
+        vals = []
+        for con in self.constraints:
+            if con.party == "server":
+                vals.append(row["train_loss"] - con.U)
+            else:
+                p = reps[con.party].payload
+                vals.append(p["loss"] / p["n"] - con.U)
+        row["constraint_values"] = vals
+        if test is not None:
+            row["test_accuracy"] = float(
+                np.mean(self.loss.predict(self.w, test[0]) == _labels(test[1]))
+            )
+        return row
+
+    def full_gradient(self, runtime) -> np.ndarray:
+        reps = runtime.broadcast("full_grad", {"w": self.w}, channel="diagnostic")
+        return sum(np.asarray(r.payload["grad"]) for r in reps.values()) / self.N
