@@ -50,6 +50,10 @@ RUNTIME_OPTIONS_DOC = """
         Address of a running Ray cluster to join (``ray.init(address=...)``); default
         starts a local Ray with ``num_cpus=workers`` (or joins the one already started in
         this process).
+    ray_placement : dict, optional
+        ``"ray"``: client name -> custom resource label; each client runs in an actor on a
+        node of the cluster that offers that resource (``ray start ...
+        --resources='{"site3": 1}'``), one actor per label. Every client needs a label.
     client_timeout : float, optional
         Seconds a client may take to handle one message; past it the step fails.
     on_failure : {"stop", "retry"}
@@ -115,6 +119,7 @@ class RuntimeOptions:
     workers: int | None = None
     server_hosts_clients: bool = False
     ray_address: str | None = None
+    ray_placement: dict | None = None
     client_timeout: float | None = None
     on_failure: str = "stop"
     retries: int = 2
@@ -150,6 +155,19 @@ class RuntimeOptions:
             raise ModelError(
                 f"ray_address is used by backend='ray' only (backend={self.backend!r})"
             )
+        if self.ray_placement is not None:
+            if self.backend != "ray":
+                raise ModelError(
+                    f"ray_placement is used by backend='ray' only (backend={self.backend!r})"
+                )
+            if not isinstance(self.ray_placement, dict) or not all(
+                isinstance(k, str) and isinstance(v, str) and v
+                for k, v in self.ray_placement.items()
+            ):
+                raise ModelError(
+                    "ray_placement must map client names to resource labels (strings), got "
+                    f"{self.ray_placement!r}"
+                )
         if self.client_timeout is not None:
             positive("client_timeout", self.client_timeout)
         if self.on_failure not in ON_FAILURE:
