@@ -107,6 +107,7 @@ def run_federated(
         server_hosts_clients=options.server_hosts_clients,
         ray_address=options.ray_address,
         ray_placement=getattr(options, "ray_placement", None),
+        flower_grid=getattr(options, "flower_grid", None),
         client_timeout=options.client_timeout,
         on_failure=options.on_failure,
         retries=options.retries,
@@ -336,7 +337,11 @@ class _Run:
                 "local_iterations": local_iters,
             },
             history=self.history,
-            options={k: v for k, v in self.options.__dict__.items() if k not in ("w0", "callback")},
+            options={
+                k: v
+                for k, v in self.options.__dict__.items()
+                if k not in ("w0", "callback", "flower_grid")
+            },
             ledger=runtime.ledger.rows,
             failure=failure or {},
             checkpoint=self.checkpoint_written,

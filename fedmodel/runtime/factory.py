@@ -5,6 +5,7 @@ it runs.
 from __future__ import annotations
 
 from collections.abc import Mapping
+from typing import Any
 
 from fedmodel.errors import ModelError
 from fedmodel.runtime.base import BACKENDS, Runtime
@@ -23,6 +24,7 @@ def make_runtime(
     weights: Mapping[str, float] | None = None,
     server_hosts_clients: bool = False,
     ray_placement: Mapping[str, str] | None = None,
+    flower_grid: Any = None,
 ) -> Runtime:
     """Start the runtime of ``backend`` and build every client's endpoint where it runs.
 
@@ -32,6 +34,9 @@ def make_runtime(
 
     ``ray_placement`` (Ray): client -> custom resource label; each client runs in an actor
     on a node that carries its label (one actor per label).
+
+    ``flower_grid`` (Flower): the Grid of the ServerApp this runs in (deployment); without
+    one, Flower's simulation engine is started (see :mod:`fedmodel.runtime.flower_runtime`).
 
     Errors raised while building an endpoint (e.g. an unsupported term) are re-raised
     here unchanged.
@@ -57,6 +62,10 @@ def make_runtime(
             **where,
             **policy,
         )
+    elif backend == "flower":
+        from fedmodel.runtime.flower_runtime import FlowerRuntime
+
+        rt = FlowerRuntime(factories, grid=flower_grid, **policy)
     else:
         raise ModelError(f"unknown backend {backend!r}; choose one of {BACKENDS}")
     return rt
