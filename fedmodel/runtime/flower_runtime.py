@@ -51,8 +51,11 @@ from fedmodel.runtime.flower_codec import (
 )
 from fedmodel.runtime.host import HostDead
 
-# seconds between two polls of the Grid for replies
-POLL_SECONDS = 0.002
+# seconds between two polls of the Grid for replies: from POLL_SECONDS, doubling up to
+# POLL_MAX (a deployment's Grid is an HTTP API of the SuperLink: polling it every
+# millisecond for seconds would keep a core busy)
+POLL_SECONDS = 0.001
+POLL_MAX = 0.05
 # how long the runtime waits for a node that has not answered when no client_timeout is set
 DEFAULT_WAIT = 3600.0
 
@@ -70,13 +73,11 @@ def strip_programs(factories: Mapping[str, EndpointFactory]) -> dict[str, Endpoi
     """The factories with each party's own program replaced by
     :data:`~fedmodel.runtime.flower_codec.LOCAL_PROGRAM` (what a deployed party receives:
     it compiles its program from its own data)."""
-    from fedmodel.compiler.partition import PartyProgram
-
     out = {}
     for name, f in factories.items():
 
         def sub(v, name=name):
-            if isinstance(v, PartyProgram):
+            if type(v).__name__ == "PartyProgram" and hasattr(v, "layout"):
                 if v.name != name:
                     raise ModelError(
                         f"the factory of client '{name}' holds the program of '{v.name}': "
@@ -89,6 +90,60 @@ def strip_programs(factories: Mapping[str, EndpointFactory]) -> dict[str, Endpoi
             f.target, tuple(sub(a) for a in f.args), {k: sub(v) for k, v in f.kwargs.items()}
         )
     return out
+
+
+def _message(node: int, method: str, args: tuple, route: str | None = None):
+    from flwr.app import ConfigRecord, Message
+
+    content = to_records((method, tuple(args)))
+    if route is not None:
+        content["fedmodel.route"] = ConfigRecord({"socket": route})
+    return Message(content=content, dst_node_id=node, message_type=MESSAGE_TYPE)
+
+
+def discover(grid, parties: list[str], timeout: float = 120.0) -> dict[str, tuple[int, dict]]:
+    """Wait until every party in ``parties`` has joined (a node whose party server says it
+    serves it); returns party -> (node id, what its ``hello`` said: parties, shapes).
+
+    Raises :class:`~fedmodel.errors.ModelError` naming the parties still missing after
+    ``timeout`` seconds, or a party that joined twice.
+    """
+    deadline = time.monotonic() + timeout
+    asked: dict[int, dict] = {}
+    while True:
+        new = [n for n in grid.get_node_ids() if n not in asked]
+        if new:
+            ids = list(grid.push_messages([_message(n, "hello", ()) for n in new]))
+            pending = dict(zip(ids, new))
+            until = time.monotonic() + 60.0
+            while pending and time.monotonic() < until:
+                for reply in grid.pull_messages(list(pending)):
+                    node = pending.pop(reply.metadata.reply_to_message_id, None)
+                    if node is None:
+                        continue
+                    ok = (
+                        not reply.has_error()
+                        and reply.content.config_records.get("fedmodel.status", {}).get(
+                            "status", "ok"
+                        )
+                        == "ok"
+                    )
+                    asked[node] = from_records(reply.content) if ok else {}
+                time.sleep(0.05)
+        owner: dict[str, tuple[int, dict]] = {}
+        for node, info in asked.items():
+            for p in info.get("parties", []) if isinstance(info, dict) else []:
+                if p in owner:
+                    raise ModelError(f"party '{p}' joined twice (nodes {owner[p][0]}, {node})")
+                owner[p] = (node, info)
+        missing = [p for p in parties if p not in owner]
+        if not missing:
+            return {p: owner[p] for p in parties}
+        if time.monotonic() > deadline:
+            raise ModelError(
+                f"parties {missing} have not joined within {timeout:g} s (joined: {sorted(owner)})"
+            )
+        time.sleep(0.5)
 
 
 class _Simulation:
@@ -209,6 +264,8 @@ class FlowerRuntime(Runtime):
     grid : flwr Grid, optional
         The Grid of the ServerApp this runs in (deployment); default: start Flower's
         simulation engine with one party server per client.
+    join_timeout : float
+        Deployment: seconds to wait for every client's node to join.
     client_timeout, on_failure, retries :
         Failure policy (see :class:`~fedmodel.runtime.base.Runtime`).
     """
@@ -220,6 +277,7 @@ class FlowerRuntime(Runtime):
         factories: Mapping[str, EndpointFactory],
         *,
         grid: Any = None,
+        join_timeout: float = 120.0,
         client_timeout: float | None = None,
         on_failure: str = "stop",
         retries: int = 0,
@@ -299,12 +357,7 @@ class FlowerRuntime(Runtime):
 
     # -- calls ---------------------------------------------------------------------------------
     def _message(self, node: int, method: str, args: tuple):
-        from flwr.app import ConfigRecord, Message
-
-        content = to_records((method, tuple(args)))
-        if node in self._route:
-            content["fedmodel.route"] = ConfigRecord({"socket": self._route[node]})
-        return Message(content=content, dst_node_id=node, message_type=MESSAGE_TYPE)
+        return _message(node, method, args, self._route.get(node))
 
     def _map(self, calls, steps, build: bool = False):
         grid = self.grid
@@ -319,6 +372,7 @@ class FlowerRuntime(Runtime):
         else:
             wait = DEFAULT_WAIT
         deadline = time.monotonic() + wait
+        poll = POLL_SECONDS
         while waiting:
             with self.critical():
                 replies = list(grid.pull_messages(list(waiting)))
@@ -340,7 +394,8 @@ class FlowerRuntime(Runtime):
                         )
                     )
                 break
-            time.sleep(POLL_SECONDS)
+            time.sleep(poll)
+            poll = min(2 * poll, POLL_MAX)
         errors = [r for r in out.values() if isinstance(r, BaseException)]
         if errors:
             raise errors[0]
