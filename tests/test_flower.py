@@ -174,3 +174,19 @@ def test_simulation_party_death_is_a_client_failure_and_resumes(serial, tmp_path
     again = np_model(3).solve("prox-al", resume=ck, **OPTS)
     assert again.rounds == serial.rounds
     assert np.max(np.abs(again.x - serial.x)) <= 1e-10 * max(1.0, np.max(np.abs(serial.x)))
+
+
+def test_simulation_ctrl_c_returns_interrupted_with_a_checkpoint(serial, tmp_path):
+    pytest.importorskip("flwr")
+    pytest.importorskip("ray")
+
+    def ctrl_c(row):
+        if row["iteration"] == 1:
+            raise KeyboardInterrupt  # what Ctrl-C raises in the solving thread
+
+    ck = str(tmp_path / "ck")
+    res = np_model(3).solve("prox-al", backend="flower", checkpoint=ck, callback=ctrl_c, **OPTS)
+    assert res.status == "interrupted", res.message
+    assert res.rounds["outer"] == 1 and res.checkpoint == ck
+    again = np_model(3).solve("prox-al", resume=ck, **OPTS)
+    assert np.max(np.abs(again.x - serial.x)) <= 1e-10 * max(1.0, np.max(np.abs(serial.x)))

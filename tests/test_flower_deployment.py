@@ -10,6 +10,7 @@ stop every process they started (by process group) whatever happens.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -123,12 +124,19 @@ def _wait_for(pred, timeout: float, what: str):
         if value:
             return value
         time.sleep(0.2)
-    pytest.fail(f"timed out waiting for {what}")
+    raise TimeoutError(f"timed out waiting for {what}")
 
 
 @pytest.fixture(scope="module")
 def federation(tmp_path_factory):
-    base = tmp_path_factory.mktemp("federation")
+    with loopback_federation(tmp_path_factory.mktemp("federation")) as fed:
+        yield fed
+
+
+@contextlib.contextmanager
+def loopback_federation(base):
+    """A SuperLink and three ``fedmodel join`` organisations on 127.0.0.1 under ``base``
+    (a Path); everything started is stopped on exit."""
     model_path = base / "model.py"
     model_path.write_text(MODEL)
     sites = np_sites(3)
@@ -160,7 +168,7 @@ def federation(tmp_path_factory):
             procs.append(p)
             joins[f"site{i}"] = (org, ready, base / f"join{i}.log")
         for name, (_org, ready, _log) in joins.items():
-            _wait_for(ready.exists, 120, f"{name} to join")
+            _wait_for(ready.exists, 180, f"{name} to join")
         yield {"base": base, "model": model_path, "link": link, "joins": joins, "sites": sites}
     finally:
         _stop(procs)
