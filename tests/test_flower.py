@@ -190,3 +190,30 @@ def test_simulation_ctrl_c_returns_interrupted_with_a_checkpoint(serial, tmp_pat
     assert res.rounds["outer"] == 1 and res.checkpoint == ck
     again = np_model(3).solve("prox-al", resume=ck, **OPTS)
     assert np.max(np.abs(again.x - serial.x)) <= 1e-10 * max(1.0, np.max(np.abs(serial.x)))
+
+
+def test_the_package_works_without_flower():
+    """flwr is an optional extra: importing fedmodel (and its CLI, deploy and flower_app
+    modules) works without it, and backend="flower" then says what to install."""
+    import subprocess
+    import sys
+
+    code = (
+        "import sys; sys.modules['flwr'] = None\n"  # makes `import flwr` fail
+        "import fedmodel, fedmodel.cli, fedmodel.deploy, fedmodel.flower_app\n"
+        "assert fedmodel.flower_app.app is None\n"
+        "from problems import np_model\n"
+        "try:\n"
+        "    np_model(2).solve('prox-al', backend='flower')\n"
+        "except fedmodel.ModelError as exc:\n"
+        "    print('ERR', exc)\n"
+    )
+    import os
+
+    here = os.path.dirname(os.path.abspath(__file__))
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([os.path.dirname(here), here]))
+    out = subprocess.run(
+        [sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120
+    )
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert "pip install 'fedmodel[flower]'" in out.stdout
