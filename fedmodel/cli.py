@@ -540,6 +540,48 @@ def cmd_datasets(args) -> int:
 # -- parser and entry point ---------------------------------------------------------------
 
 
+def cmd_join(args) -> int:
+    from fedmodel.flower_app import join
+
+    return join(
+        args.model,
+        args.party,
+        args.data,
+        args.superlink,
+        insecure=args.insecure,
+        root_certificates=args.root_certificates,
+        socket_dir=args.socket_dir,
+        ready_file=args.ready_file,
+    )
+
+
+def cmd_serve(args) -> int:
+    from fedmodel.flower_app import serve
+
+    out = serve(
+        args.model,
+        args.method,
+        _parse_options(args.option),
+        args.superlink,
+        args.out,
+        args.ledger,
+        insecure=args.insecure,
+        root_certificates=args.root_certificates,
+        wait=args.wait,
+        timeout=args.timeout,
+        stream=not args.quiet,
+    )
+    print(f"{out['status']}: {out['message']}")
+    print(f"result written to {args.out}" + (f", ledger to {args.ledger}" if args.ledger else ""))
+    return 0
+
+
+def _flower_arguments(p) -> None:
+    p.add_argument("model", metavar="MODEL.py", help="the shared model file (docs/deployment.md)")
+    p.add_argument("--insecure", action="store_true", help="no TLS (tests on loopback only)")
+    p.add_argument("--root-certificates", metavar="PEM", help="CA certificate of the SuperLink")
+
+
 def build_parser() -> argparse.ArgumentParser:
     common = _Parser(add_help=False)
     common.add_argument(
@@ -633,6 +675,32 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("bench_args", nargs=argparse.REMAINDER, help="passed to benchmarks/run.py")
     p.set_defaults(func=cmd_bench)
+
+    p = sub.add_parser(
+        "join", parents=[common], help="serve one party of a Flower deployment (its data only)"
+    )
+    _flower_arguments(p)
+    p.add_argument("--party", required=True, help="the party this organisation runs")
+    p.add_argument("--data", required=True, metavar="FILE", help="the party's own data file")
+    p.add_argument(
+        "--superlink", required=True, metavar="HOST:PORT", help="the SuperLink's Fleet API"
+    )
+    p.add_argument("--socket-dir", metavar="DIR", help="where the party's local socket lives")
+    p.add_argument("--ready-file", metavar="FILE", help=argparse.SUPPRESS)
+    p.set_defaults(func=cmd_join)
+
+    p = sub.add_parser("serve", parents=[common], help="coordinate a solve over a Flower SuperLink")
+    _flower_arguments(p)
+    p.add_argument("--method", default="prox-al", help="a federated method (default prox-al)")
+    p.add_argument("--option", "-o", action="append", metavar="KEY=VALUE", help="a method option")
+    p.add_argument(
+        "--superlink", required=True, metavar="HOST:PORT", help="the SuperLink's Control API"
+    )
+    p.add_argument("--out", default="result.json", help="Result JSON (default result.json)")
+    p.add_argument("--ledger", metavar="FILE", help="write the ledger (JSON lines) here")
+    p.add_argument("--wait", type=float, default=120.0, help="seconds to wait for the parties")
+    p.add_argument("--timeout", type=float, default=None, help="seconds for the whole run")
+    p.set_defaults(func=cmd_serve)
 
     p = sub.add_parser("datasets", parents=[common], help="list the bundled data sets")
     p.add_argument("--json", action="store_true", help="print as JSON")

@@ -113,6 +113,8 @@ def run_federated(
         workers=options.workers,
         server_hosts_clients=options.server_hosts_clients,
         ray_address=options.ray_address,
+        ray_placement=getattr(options, "ray_placement", None),
+        flower_grid=getattr(options, "flower_grid", None),
         client_timeout=options.client_timeout,
         on_failure=options.on_failure,
         retries=options.retries,
@@ -360,7 +362,11 @@ class _Run:
                 "local_iterations": local_iters,
             },
             history=self.history,
-            options={k: v for k, v in self.options.__dict__.items() if k not in ("w0", "callback")},
+            options={
+                k: v
+                for k, v in self.options.__dict__.items()
+                if k not in ("w0", "callback", "flower_grid")
+            },
             ledger=runtime.ledger.rows,
             failure=failure or {},
             checkpoint=self.checkpoint_written,
@@ -428,10 +434,19 @@ class _Run:
             except Exception as exc:  # noqa: BLE001
                 notes.append(f"restoring the clients' states failed ({exc})")
             if self.options.checkpoint is not None:
+                earlier = self.checkpoint_written
                 try:
                     self.save("client_failure" if failure is not None else "interrupted")
                 except Exception as exc:  # noqa: BLE001
-                    notes.append(f"no checkpoint could be written ({exc})")
+                    # the message must not claim a checkpoint of this point (issue 15)
+                    self.checkpoint_written = None
+                    note = f"no checkpoint could be written ({exc})"
+                    if earlier:
+                        note += (
+                            f"; the last one written, of an earlier point, is in {earlier!r} (resume "
+                            "continues from there)"
+                        )
+                    notes.append(note)
         usable = runtime.alive  # a client that raised may answer again; a dead one cannot
         kkt, summary = self.last_eval if self.last_eval is not None else (None, None)
         if summary is None and len(usable) == len(runtime.client_names):

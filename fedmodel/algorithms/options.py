@@ -30,10 +30,11 @@ RUNTIME_OPTIONS_DOC = """
     Runtime, failures and checkpoints (every federated method run by the driver; see
     ``docs/runtime.md``):
 
-    backend : {"serial", "processes", "ray"}
+    backend : {"serial", "processes", "ray", "flower"}
         Where the clients run: in this process one after the other (default); in
-        persistent worker processes, clients sharded over them; or in Ray actors (the
-        optional extra ``fedmodel[ray]``). Every backend gives the same iterates.
+        persistent worker processes, clients sharded over them; in Ray actors (the
+        optional extra ``fedmodel[ray]``); or behind Flower SuperNodes (``fedmodel[flower]``,
+        see ``flower_grid``). Every backend gives the same iterates.
     workers : int, optional
         Worker processes / Ray actors (default: one per core, at most one per client; one
         fewer with ``server_hosts_clients``).
@@ -50,6 +51,15 @@ RUNTIME_OPTIONS_DOC = """
         Address of a running Ray cluster to join (``ray.init(address=...)``); default
         starts a local Ray with ``num_cpus=workers`` (or joins the one already started in
         this process).
+    ray_placement : dict, optional
+        ``"ray"``: client name -> custom resource label; each client runs in an actor on a
+        node of the cluster that offers that resource (``ray start ...
+        --resources='{"site3": 1}'``), one actor per label. Every client needs a label.
+    flower_grid : flwr Grid, optional
+        ``"flower"``: the Grid of the Flower ServerApp the solve runs in (deployment, e.g.
+        ``fedmodel serve``; each party runs ``fedmodel join``). Without it,
+        ``backend="flower"`` runs Flower's simulation engine on this machine. See
+        ``docs/deployment.md``.
     client_timeout : float, optional
         Seconds a client may take to handle one message; past it the step fails.
     on_failure : {"stop", "retry"}
@@ -115,6 +125,8 @@ class RuntimeOptions:
     workers: int | None = None
     server_hosts_clients: bool = False
     ray_address: str | None = None
+    ray_placement: dict | None = None
+    flower_grid: Any = None
     client_timeout: float | None = None
     on_failure: str = "stop"
     retries: int = 2
@@ -150,6 +162,25 @@ class RuntimeOptions:
             raise ModelError(
                 f"ray_address is used by backend='ray' only (backend={self.backend!r})"
             )
+        if self.ray_placement is not None:
+            if self.backend != "ray":
+                raise ModelError(
+                    f"ray_placement is used by backend='ray' only (backend={self.backend!r})"
+                )
+            if not isinstance(self.ray_placement, dict) or not all(
+                isinstance(k, str) and isinstance(v, str) and v
+                for k, v in self.ray_placement.items()
+            ):
+                raise ModelError(
+                    "ray_placement must map client names to resource labels (strings), got "
+                    f"{self.ray_placement!r}"
+                )
+        if self.flower_grid is not None and self.backend != "flower":
+            raise ModelError(
+                f"flower_grid is used by backend='flower' only (backend={self.backend!r})"
+            )
+        if self.backend == "flower" and self.server_hosts_clients:
+            raise ModelError("server_hosts_clients is for backend='processes' or 'ray'")
         if self.client_timeout is not None:
             positive("client_timeout", self.client_timeout)
         if self.on_failure not in ON_FAILURE:

@@ -49,7 +49,7 @@ from fedmodel.runtime.outcomes import (
 )
 from fedmodel.runtime.placement import SERVER_HOST
 
-BACKENDS = ("serial", "processes", "ray")
+BACKENDS = ("serial", "processes", "ray", "flower")
 
 
 ON_FAILURE = ("stop", "retry")

@@ -5,6 +5,7 @@ it runs.
 from __future__ import annotations
 
 from collections.abc import Mapping
+from typing import Any
 
 from fedmodel.errors import ModelError
 from fedmodel.runtime.base import BACKENDS, Runtime
@@ -22,12 +23,20 @@ def make_runtime(
     retries: int = 0,
     weights: Mapping[str, float] | None = None,
     server_hosts_clients: bool = False,
+    ray_placement: Mapping[str, str] | None = None,
+    flower_grid: Any = None,
 ) -> Runtime:
     """Start the runtime of ``backend`` and build every client's endpoint where it runs.
 
     ``server_hosts_clients`` (processes and Ray): one shard of the clients runs in the
     server's own process too (see :func:`placement`); ignored by ``"serial"``, where
     every client does.
+
+    ``ray_placement`` (Ray): client -> custom resource label; each client runs in an actor
+    on a node that carries its label (one actor per label).
+
+    ``flower_grid`` (Flower): the Grid of the ServerApp this runs in (deployment); without
+    one, Flower's simulation engine is started (see :mod:`fedmodel.runtime.flower_runtime`).
 
     Errors raised while building an endpoint (e.g. an unsupported term) are re-raised
     here unchanged.
@@ -45,7 +54,18 @@ def make_runtime(
     elif backend == "ray":
         from fedmodel.runtime.ray_runtime import RayRuntime
 
-        rt = RayRuntime(factories, workers=workers, address=ray_address, **where, **policy)
+        rt = RayRuntime(
+            factories,
+            workers=workers,
+            address=ray_address,
+            labels=ray_placement,
+            **where,
+            **policy,
+        )
+    elif backend == "flower":
+        from fedmodel.runtime.flower_runtime import FlowerRuntime
+
+        rt = FlowerRuntime(factories, grid=flower_grid, **policy)
     else:
         raise ModelError(f"unknown backend {backend!r}; choose one of {BACKENDS}")
     return rt

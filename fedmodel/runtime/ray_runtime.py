@@ -127,8 +127,14 @@ class RayRuntime(Runtime):
         client_timeout: float | None = None,
         on_failure: str = "stop",
         retries: int = 0,
+        labels: Mapping[str, str] | None = None,
     ):
         super().__init__(client_timeout=client_timeout, on_failure=on_failure, retries=retries)
+        if labels is not None and server_hosts_clients:
+            raise ModelError(
+                "ray_placement and server_hosts_clients cannot be combined (placed clients "
+                "run on the nodes that carry their resource label)"
+            )
         ray = _import_ray()
         self._ray = ray
         if not ray.is_initialized():
@@ -140,10 +146,14 @@ class RayRuntime(Runtime):
                 )
             else:
                 ray.init(address=address, configure_logging=False)
-        cpus = float(ray.cluster_resources().get("CPU", 1.0))
+        resources = ray.cluster_resources()
+        cpus = float(resources.get("CPU", 1.0))
         names = list(factories)
-        n_actors = int(workers or default_workers(cpus, server_hosts_clients))
-        self._host_of = placement(names, n_actors, weights, server_hosts_clients)
+        if labels is not None:
+            self._host_of = labelled_placement(names, labels, resources)
+        else:
+            n_actors = int(workers or default_workers(cpus, server_hosts_clients))
+            self._host_of = placement(names, n_actors, weights, server_hosts_clients)
         if server_hosts_clients:
             self._local = PartyHost()
         self.client_seconds = {n: 0.0 for n in names}
@@ -153,10 +163,25 @@ class RayRuntime(Runtime):
             num_cpus=per_actor, max_restarts=0, max_task_retries=0
         )
         self._pool_key = (ray.get_runtime_context().get_job_id(), per_actor)
+        self._labels = labels
         self._pending: dict[int, Any] = {}
         self._actors = {}
         try:
-            actors = _take_actors(ray, self._pool_key, len(hosts), actor_cls.remote)
+            if labels is not None:  # one actor per label, on a node that carries it
+                self._label_of_host = {h: _label(labels, n) for n, h in self._host_of.items()}
+                actors = [
+                    ray.remote(_ActorHost)
+                    .options(
+                        num_cpus=0,
+                        resources={self._label_of_host[h]: LABEL_UNITS},
+                        max_restarts=0,
+                        max_task_retries=0,
+                    )
+                    .remote()
+                    for h in hosts
+                ]
+            else:
+                actors = _take_actors(ray, self._pool_key, len(hosts), actor_cls.remote)
             checked = []
             path = [os.path.abspath(p) if p else os.getcwd() for p in sys.path]
             for actor in actors:  # a pooled actor may have died since
@@ -194,6 +219,11 @@ class RayRuntime(Runtime):
         """Host -> process id on its node (actor index, and ``"server"`` for the clients
         that run in this process)."""
         return {h: w[0] for h, w in self._where.items()}
+
+    @property
+    def nodes(self) -> dict[Any, str]:
+        """Host -> id of the Ray node it runs on (see ``ray.nodes()``)."""
+        return {h: w[1] for h, w in self._where.items()}
 
     def _kill(self, h: int) -> None:
         try:
@@ -287,7 +317,7 @@ class RayRuntime(Runtime):
         lost = {self._host_of[n] for n in self.dead}
         keep = []
         for h, actor in actors.items():
-            if h in self._pending or h in lost:
+            if h in self._pending or h in lost or getattr(self, "_labels", None) is not None:
                 self._kill(h)
                 continue
             keep.append(actor)
@@ -300,6 +330,52 @@ class RayRuntime(Runtime):
                     self._ray.kill(a, no_restart=True)
                 except Exception:
                     pass
+
+
+# The share of a node's label resource one placed actor takes (so that several actors of one
+# label fit on its node).
+LABEL_UNITS = 0.001
+
+
+def _label(labels: Mapping[str, str], name: str) -> str:
+    label = labels.get(name)
+    if not isinstance(label, str) or not label:
+        raise ModelError(
+            f"ray_placement gives no resource label for client '{name}' (every client needs "
+            "one: a custom resource of the Ray node it must run on)"
+        )
+    return label
+
+
+def labelled_placement(
+    names: list[str], labels: Mapping[str, str], resources: Mapping[str, float]
+) -> dict[str, int]:
+    """Client -> actor index when clients are placed by resource label: one actor per
+    label (in order of first appearance), each on a node that carries the label.
+
+    Raises :class:`~fedmodel.errors.ModelError` naming the client when it has no label or
+    when no node of the cluster offers its label (the actor would wait forever).
+
+    Examples
+    --------
+    >>> labelled_placement(["a", "b", "c"], {"a": "x", "b": "y", "c": "x"}, {"x": 1, "y": 1})
+    {'a': 0, 'b': 1, 'c': 0}
+    """
+    unknown = sorted(set(labels) - set(names))
+    if unknown:
+        raise ModelError(f"ray_placement names unknown clients {unknown}; clients: {names}")
+    index: dict[str, int] = {}
+    out = {}
+    for n in names:
+        label = _label(labels, n)
+        if float(resources.get(label, 0.0)) <= 0:
+            raise ModelError(
+                f"ray_placement puts client '{n}' on resource label {label!r}, which no node "
+                f"of the Ray cluster offers (start that node with "
+                f"ray start ... --resources='{{\"{label}\": 1}}')"
+            )
+        out[n] = index.setdefault(label, len(index))
+    return out
 
 
 def _first_line(exc: BaseException) -> str:

@@ -1,0 +1,204 @@
+"""A party's own process on the Flower backend: it holds the party's data and state.
+
+Flower runs a ClientApp for each message (on its deployment engine, a fresh
+``flwr-clientapp`` process per message), so a party's state (its compiled subproblem,
+multipliers, ADMM variables) cannot live in the ClientApp. It lives here instead: a
+:class:`PartyServer` holds a :class:`~fedmodel.runtime.host.PartyHost` for the party
+(or parties) of one organisation, listens on a local Unix socket (``0600``, with an
+HMAC key of its own, so only the organisation's own relay can talk to it), and answers
+the calls the relay ClientApp (:mod:`fedmodel.runtime.flower_relay_app`) forwards from
+the Flower messages, one call per connection, on its main thread (so ``client_timeout``
+alarms and Ctrl-C work as in a worker process).
+
+* Deployment (``fedmodel join``): the party's program is compiled *here*, from the shared
+  model file and the party's own data; the coordinator's ``build`` call carries the
+  method's endpoint factory with :data:`~fedmodel.runtime.flower_codec.LOCAL_PROGRAM` in
+  place of the program, which the party fills in with its own.
+* Simulation (``backend="flower"`` without a grid): the Flower runtime starts one party
+  server per client and hands it the client's factory directly (``build_local``), as
+  the processes backend does.
+"""
+
+from __future__ import annotations
+
+import os
+import pickle
+import secrets
+import signal
+import sys
+from collections.abc import Mapping
+from multiprocessing.connection import Client, Listener
+from typing import Any
+
+from fedmodel.runtime.endpoints import EndpointFactory
+from fedmodel.runtime.flower_codec import LOCAL_PROGRAM, decode, encode
+from fedmodel.runtime.host import PartyHost
+from fedmodel.runtime.outcomes import portable_exception
+
+# host methods a remote coordinator may call (the relay forwards nothing else)
+REMOTE_CALLS = (
+    "run",
+    "peer",
+    "activate",
+    "mark",
+    "restore_marks",
+    "write_checkpoint",
+    "load_checkpoint",
+    "names",
+)
+
+
+def key_path(socket_path: str) -> str:
+    """The file holding the party server's HMAC key (next to its socket)."""
+    return socket_path + ".key"
+
+
+def read_key(socket_path: str) -> bytes:
+    with open(key_path(socket_path), "rb") as fh:
+        return fh.read()
+
+
+class PartyServer:
+    """Serve some parties' endpoints on a local socket (see the module docstring).
+
+    Parameters
+    ----------
+    socket_path : str
+        Unix socket to listen on (its directory should be private to the organisation).
+    programs : mapping, optional
+        Party name -> its own compiled ``PartyProgram`` (deployment): substituted for
+        :data:`LOCAL_PROGRAM` in the factories the coordinator sends.
+    info : dict, optional
+        What ``hello`` answers besides the party names (e.g. the shapes of its data,
+        which the coordinator needs to lay out the model; never the data).
+    """
+
+    def __init__(
+        self,
+        socket_path: str,
+        programs: Mapping[str, Any] | None = None,
+        info: dict | None = None,
+    ):
+        self.socket_path = socket_path
+        self.programs = dict(programs or {})
+        self.info = dict(info or {})
+        self.host = PartyHost()
+        self.key = secrets.token_bytes(32)
+        fd = os.open(key_path(socket_path), os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        with os.fdopen(fd, "wb") as fh:
+            fh.write(self.key)
+        if os.path.exists(socket_path):
+            os.unlink(socket_path)
+        self.listener = Listener(socket_path, family="AF_UNIX", authkey=self.key)
+        os.chmod(socket_path, 0o600)
+        self.stopped = False
+
+    # -- calls -------------------------------------------------------------------------------
+    def _build(self, factories: Mapping[str, EndpointFactory]) -> dict:
+        """Build the coordinator's factories with this party's own program in place of
+        :data:`LOCAL_PROGRAM`; a factory for a party not served here is refused."""
+        out: dict[str, EndpointFactory] = {}
+        for name, f in factories.items():
+            if name not in self.programs:
+                raise PermissionError(
+                    f"this party server holds {sorted(self.programs)}, not '{name}'"
+                )
+
+            def sub(v, name=name):
+                return self.programs[name] if v is LOCAL_PROGRAM else v
+
+            out[name] = EndpointFactory(
+                f.target, tuple(sub(a) for a in f.args), {k: sub(v) for k, v in f.kwargs.items()}
+            )
+        self.host.endpoints.clear()
+        self.host.marks.clear()
+        return self.host.build(out)
+
+    def call(self, method: str, args: tuple) -> Any:
+        if method == "hello":
+            return {"parties": sorted(self.programs) or self.host.names(), **self.info}
+        if method == "build":
+            return self._build(*args)
+        if method not in REMOTE_CALLS:
+            raise PermissionError(f"call {method!r} is not allowed from the coordinator")
+        return getattr(self.host, method)(*args)
+
+    def handle(self, request: tuple) -> tuple:
+        """One request from a connection: ``("call", text, arrays)`` (from the relay:
+        the codec's form, nothing unpickled from the network) or ``("local", blob)``
+        (from the Flower runtime that started this server, simulation only)."""
+        try:
+            if request[0] == "call":
+                method, args = decode(request[1], request[2])
+                return ("ok", *encode(self.call(method, tuple(args))))
+            if request[0] == "local":
+                method, args = pickle.loads(request[1])
+                if method == "build_local":
+                    self.host.endpoints.clear()
+                    result: Any = self.host.build(*args)
+                elif method == "stop":
+                    self.stopped = True
+                    result = None
+                else:
+                    result = getattr(self.host, method)(*args)
+                return ("pickled", pickle.dumps(result, protocol=5))
+            raise ValueError(f"unknown request {request[0]!r}")
+        except BaseException as exc:  # noqa: BLE001 - reported to the caller
+            if isinstance(exc, KeyboardInterrupt) and request[0] != "call":
+                raise
+            return ("error", *encode(portable_exception(exc)))
+
+    def serve_forever(self) -> None:
+        """Answer one request per connection until stopped (``stop``, SIGTERM)."""
+        self.host.install_signal_handlers(interrupts=True)
+        signal.signal(signal.SIGTERM, lambda *a: sys.exit(0))
+        try:
+            while not self.stopped:
+                try:
+                    conn = self.listener.accept()
+                except OSError:  # a connection that failed authentication
+                    continue
+                with conn:
+                    try:
+                        request = conn.recv()
+                    except (EOFError, OSError):
+                        continue
+                    reply = self.handle(request)
+                    try:
+                        conn.send(reply)
+                    except OSError:
+                        pass
+        finally:
+            self.close()
+
+    def close(self) -> None:
+        try:
+            self.listener.close()
+        except Exception:
+            pass
+        for p in (self.socket_path, key_path(self.socket_path)):
+            try:
+                os.unlink(p)
+            except OSError:
+                pass
+
+
+def request(socket_path: str, message: tuple, key: bytes | None = None) -> tuple:
+    """Send one request to the party server at ``socket_path`` and return its reply."""
+    key = read_key(socket_path) if key is None else key
+    with Client(socket_path, family="AF_UNIX", authkey=key) as conn:
+        conn.send(message)
+        return conn.recv()
+
+
+def main(argv: list[str] | None = None) -> None:  # pragma: no cover - a subprocess
+    """``python -m fedmodel.runtime.flower_party SOCKET``: a party server whose parties the
+    Flower runtime builds (simulation)."""
+    argv = sys.argv[1:] if argv is None else argv
+    server = PartyServer(argv[0])
+    print("ready", flush=True)
+    server.serve_forever()
+
+
+if __name__ == "__main__":  # pragma: no cover
+    main()

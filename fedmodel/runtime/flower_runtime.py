@@ -1,0 +1,425 @@
+"""The Flower runtime (``backend="flower"``): parties behind Flower SuperNodes.
+
+The server half runs where the Flower ``Grid`` is (a ServerApp); every call the runtime
+makes to a party host (``run`` a round's messages, ``mark``, ``write_checkpoint`` ...)
+travels as a Flower ``Message`` (type ``query.fedmodel``, content in the codec form of
+:mod:`fedmodel.runtime.flower_codec`) to the party's SuperNode, whose ClientApp
+(:mod:`fedmodel.runtime.flower_relay_app`) hands it to the party's own process
+(:mod:`fedmodel.runtime.flower_party`), where the party's data and state live. The
+ledger, failure policies, checkpoints and Ctrl-C handling are the base runtime's, so the
+iterates and the ledger are those of every other backend.
+
+Two ways to run:
+
+* **deployment** (``flower_grid=`` a Grid, inside a ServerApp, e.g. ``fedmodel serve``):
+  each organisation runs ``fedmodel join`` (its party server and a SuperNode) and holds
+  its own data; the nodes are mapped to parties by asking each (``hello``);
+* **simulation** (no grid): this process starts one party server per client (like the
+  processes backend) and Flower's simulation engine (``flwr.simulation.run_simulation``,
+  which needs Ray) with one virtual SuperNode per client, in a background thread; the
+  solve runs here and talks to the nodes through the simulation's Grid.
+
+A node that does not answer within ``client_timeout`` per step plus a grace period, or
+that Flower reports unavailable, is a failure of its party (kind ``"dead"``).
+"""
+
+from __future__ import annotations
+
+import os
+import pickle
+import queue
+import shutil
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from collections.abc import Mapping
+from typing import Any
+
+from fedmodel.errors import ModelError
+from fedmodel.runtime.base import GRACE_SECONDS, Runtime, raise_build_errors
+from fedmodel.runtime.endpoints import EndpointFactory
+from fedmodel.runtime.flower_codec import (
+    ARRAY_RECORD,
+    CALL_RECORD,
+    LOCAL_PROGRAM,
+    MESSAGE_TYPE,
+    decode,
+    from_records,
+    to_records,
+)
+from fedmodel.runtime.host import HostDead
+
+# seconds between two polls of the Grid for replies: from POLL_SECONDS, doubling up to
+# POLL_MAX (a deployment's Grid is an HTTP API of the SuperLink: polling it every
+# millisecond for seconds would keep a core busy)
+POLL_SECONDS = 0.001
+POLL_MAX = 0.05
+# how long the runtime waits for a node that has not answered when no client_timeout is set
+DEFAULT_WAIT = 3600.0
+
+
+def import_flwr():
+    try:
+        import flwr  # noqa: F401
+    except ImportError as exc:  # pragma: no cover - depends on the installation
+        raise ModelError(
+            "backend='flower' needs Flower: pip install 'fedmodel[flower]' (or pip install flwr)"
+        ) from exc
+
+
+def strip_programs(factories: Mapping[str, EndpointFactory]) -> dict[str, EndpointFactory]:
+    """The factories with each party's own program replaced by
+    :data:`~fedmodel.runtime.flower_codec.LOCAL_PROGRAM` (what a deployed party receives:
+    it compiles its program from its own data)."""
+    out = {}
+    for name, f in factories.items():
+
+        def sub(v, name=name):
+            if type(v).__name__ == "PartyProgram" and hasattr(v, "layout"):
+                if v.name != name:
+                    raise ModelError(
+                        f"the factory of client '{name}' holds the program of '{v.name}': "
+                        "a party may only receive its own"
+                    )
+                return LOCAL_PROGRAM
+            return v
+
+        out[name] = EndpointFactory(
+            f.target, tuple(sub(a) for a in f.args), {k: sub(v) for k, v in f.kwargs.items()}
+        )
+    return out
+
+
+def _message(node: int, method: str, args: tuple, route: str | None = None):
+    from flwr.app import ConfigRecord, Message
+
+    content = to_records((method, tuple(args)))
+    if route is not None:
+        content["fedmodel.route"] = ConfigRecord({"socket": route})
+    return Message(content=content, dst_node_id=node, message_type=MESSAGE_TYPE)
+
+
+def discover(grid, parties: list[str], timeout: float = 120.0) -> dict[str, tuple[int, dict]]:
+    """Wait until every party in ``parties`` has joined (a node whose party server says it
+    serves it); returns party -> (node id, what its ``hello`` said: parties, shapes).
+
+    Raises :class:`~fedmodel.errors.ModelError` naming the parties still missing after
+    ``timeout`` seconds, or a party that joined twice.
+    """
+    deadline = time.monotonic() + timeout
+    asked: dict[int, dict] = {}
+    while True:
+        new = [n for n in grid.get_node_ids() if n not in asked]
+        if new:
+            ids = list(grid.push_messages([_message(n, "hello", ()) for n in new]))
+            pending = dict(zip(ids, new))
+            until = time.monotonic() + 60.0
+            while pending and time.monotonic() < until:
+                for reply in grid.pull_messages(list(pending)):
+                    node = pending.pop(reply.metadata.reply_to_message_id, None)
+                    if node is None:
+                        continue
+                    ok = (
+                        not reply.has_error()
+                        and reply.content.config_records.get("fedmodel.status", {}).get(
+                            "status", "ok"
+                        )
+                        == "ok"
+                    )
+                    asked[node] = from_records(reply.content) if ok else {}
+                time.sleep(0.05)
+        owner: dict[str, tuple[int, dict]] = {}
+        for node, info in asked.items():
+            for p in info.get("parties", []) if isinstance(info, dict) else []:
+                if p in owner:
+                    raise ModelError(f"party '{p}' joined twice (nodes {owner[p][0]}, {node})")
+                owner[p] = (node, info)
+        missing = [p for p in parties if p not in owner]
+        if not missing:
+            return {p: owner[p] for p in parties}
+        if time.monotonic() > deadline:
+            raise ModelError(
+                f"parties {missing} have not joined within {timeout:g} s (joined: {sorted(owner)})"
+            )
+        time.sleep(0.5)
+
+
+class _Simulation:
+    """Flower's simulation engine in a background thread, and one party server process
+    per client: the grid is handed to the caller, and the ServerApp returns when
+    :meth:`stop` is called."""
+
+    def __init__(self, names: list[str], factories: Mapping[str, EndpointFactory]):
+        from flwr.serverapp import ServerApp
+        from flwr.simulation import run_simulation
+
+        from fedmodel.runtime.flower_relay_app import app as client_app
+
+        self.dir = tempfile.mkdtemp(prefix="fedmodel-flower-")
+        os.chmod(self.dir, 0o700)
+        self.sockets = {n: os.path.join(self.dir, f"party{i}.sock") for i, n in enumerate(names)}
+        self.procs: dict[str, subprocess.Popen] = {}
+        env = dict(os.environ)
+        for k in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
+            env.setdefault(k, "1")
+        pkg_root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+        path = [os.path.abspath(p) if p else os.getcwd() for p in sys.path]
+        env["PYTHONPATH"] = os.pathsep.join([pkg_root] + [p for p in path if p])
+        for n in names:
+            self.procs[n] = subprocess.Popen(
+                [sys.executable, "-m", "fedmodel.runtime.flower_party", self.sockets[n]],
+                env=env,
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.PIPE,
+            )
+        for n, p in self.procs.items():  # wait for "ready"
+            line = p.stdout.readline()
+            if not line.startswith(b"ready"):
+                self.stop()
+                raise RuntimeError(f"the party server of client '{n}' failed to start")
+        self.grid_q: queue.Queue = queue.Queue()
+        self.done = threading.Event()
+        server_app = ServerApp()
+
+        @server_app.main()
+        def main(grid, context):  # runs in the simulation's ServerApp thread
+            self.grid_q.put(grid)
+            self.done.wait()
+
+        self.errors: list[BaseException] = []
+
+        def run():
+            try:
+                run_simulation(
+                    server_app=server_app,
+                    client_app=client_app,
+                    num_supernodes=len(names),
+                    backend_config={
+                        "client_resources": {"num_cpus": 1, "num_gpus": 0.0},
+                        "init_args": {"num_cpus": 1, "include_dashboard": False},
+                    },
+                )
+            except BaseException as exc:  # noqa: BLE001
+                self.errors.append(exc)
+                self.grid_q.put(None)
+
+        self.thread = threading.Thread(target=run, name="flower-simulation", daemon=True)
+        self.thread.start()
+        grid = self.grid_q.get(timeout=300)
+        if grid is None:
+            self.stop()
+            raise RuntimeError(f"Flower's simulation engine failed: {self.errors[0]!r}")
+        self.grid = grid
+
+    def build(self, factories: Mapping[str, EndpointFactory]) -> dict:
+        """Hand each party server its client's factory (this process started them)."""
+        from fedmodel.runtime.flower_party import request
+
+        errors: dict[str, Any] = {}
+        for n, f in factories.items():
+            status, blob = request(
+                self.sockets[n], ("local", pickle.dumps(("build_local", ({n: f},))))
+            )[:2]
+            if status != "pickled":
+                raise RuntimeError(f"the party server of client '{n}' could not build it")
+            errors.update(pickle.loads(blob))
+        return errors
+
+    def kill(self, name: str) -> None:
+        p = self.procs.get(name)
+        if p is not None and p.poll() is None:
+            p.kill()
+
+    def stop(self) -> None:
+        from fedmodel.runtime.flower_party import request
+
+        self.done.set() if hasattr(self, "done") else None
+        for n, p in self.procs.items():
+            if p.poll() is None:
+                try:
+                    request(self.sockets[n], ("local", pickle.dumps(("stop", ()))))
+                except Exception:
+                    pass
+        for p in self.procs.values():
+            try:
+                p.wait(5)
+            except subprocess.TimeoutExpired:
+                p.kill()
+                p.wait(5)
+            if p.stdout is not None:
+                p.stdout.close()
+        if hasattr(self, "thread"):
+            self.thread.join(60)
+        shutil.rmtree(self.dir, ignore_errors=True)
+
+
+class FlowerRuntime(Runtime):
+    """Parties behind Flower SuperNodes (see the module docstring).
+
+    Parameters
+    ----------
+    factories : mapping of client name to :class:`EndpointFactory`
+    grid : flwr Grid, optional
+        The Grid of the ServerApp this runs in (deployment); default: start Flower's
+        simulation engine with one party server per client.
+    join_timeout : float
+        Deployment: seconds to wait for every client's node to join.
+    client_timeout, on_failure, retries :
+        Failure policy (see :class:`~fedmodel.runtime.base.Runtime`).
+    """
+
+    backend = "flower"
+
+    def __init__(
+        self,
+        factories: Mapping[str, EndpointFactory],
+        *,
+        grid: Any = None,
+        join_timeout: float = 120.0,
+        client_timeout: float | None = None,
+        on_failure: str = "stop",
+        retries: int = 0,
+    ):
+        super().__init__(client_timeout=client_timeout, on_failure=on_failure, retries=retries)
+        import_flwr()
+        names = list(factories)
+        self.client_seconds = {n: 0.0 for n in names}
+        self._sim: _Simulation | None = None
+        self._route: dict[Any, str] = {}
+        self.engine = "deployment" if grid is not None else "simulation"
+        try:
+            if grid is None:
+                self._sim = _Simulation(names, factories)
+                self.grid = self._sim.grid
+                nodes = self._hello(self._wait_nodes(len(names)))
+                by_partition = {
+                    int(info["node_config"]["partition-id"]): node for node, info in nodes.items()
+                }
+                self._host_of = {n: by_partition[i] for i, n in enumerate(names)}
+                self._route = {self._host_of[n]: self._sim.sockets[n] for n in names}
+                errors = self._sim.build(factories)
+            else:
+                self.grid = grid
+                nodes = self._hello(list(grid.get_node_ids()))
+                owner: dict[str, int] = {}
+                for node, info in nodes.items():
+                    for p in info.get("parties", []):
+                        if p in owner:
+                            raise ModelError(
+                                f"client '{p}' joined twice (nodes {owner[p]}, {node})"
+                            )
+                        owner[p] = node
+                missing = [n for n in names if n not in owner]
+                if missing:
+                    raise ModelError(
+                        f"clients {missing} have not joined the federation (connected: "
+                        f"{sorted(owner)})"
+                    )
+                self._host_of = {n: owner[n] for n in names}
+                groups = self._hosts_for(names)
+                stripped = strip_programs(factories)
+                results = self._map(
+                    {h: ("build", ({n: stripped[n] for n in ns},)) for h, ns in groups.items()},
+                    {h: 0 for h in groups},
+                )
+                errors = {}
+                for h, res in results.items():
+                    if isinstance(res, HostDead):
+                        raise RuntimeError(f"Flower node {h} did not answer: {res.reason}")
+                    errors.update(res)
+        except BaseException:
+            self.close()
+            raise
+        raise_build_errors(self, errors, names)
+
+    # -- nodes -------------------------------------------------------------------------------
+    def _wait_nodes(self, n: int, timeout: float = 120.0) -> list[int]:
+        deadline = time.monotonic() + timeout
+        while True:
+            nodes = list(self.grid.get_node_ids())
+            if len(nodes) >= n or time.monotonic() > deadline:
+                return nodes
+            time.sleep(0.1)
+
+    def _hello(self, nodes: list[int]) -> dict[int, dict]:
+        replies = self._map({node: ("hello", ()) for node in nodes}, {})
+        dead = {n: r.reason for n, r in replies.items() if isinstance(r, HostDead)}
+        if dead:
+            raise RuntimeError(f"Flower nodes did not answer: {dead}")
+        return replies
+
+    @property
+    def nodes(self) -> dict[str, int]:
+        """Client -> the Flower node id it runs behind."""
+        return dict(self._host_of)
+
+    # -- calls ---------------------------------------------------------------------------------
+    def _message(self, node: int, method: str, args: tuple):
+        return _message(node, method, args, self._route.get(node))
+
+    def _map(self, calls, steps, build: bool = False):
+        grid = self.grid
+        out: dict[Any, Any] = {}
+        with self.critical():
+            msgs = {h: self._message(h, *calls[h]) for h in calls}
+            ids = list(grid.push_messages(list(msgs.values())))
+        waiting = dict(zip(ids, msgs))
+        if self.client_timeout:
+            longest = max((steps.get(h, 0) for h in calls), default=0)
+            wait = max(1, longest) * float(self.client_timeout) + GRACE_SECONDS
+        else:
+            wait = DEFAULT_WAIT
+        deadline = time.monotonic() + wait
+        poll = POLL_SECONDS
+        while waiting:
+            with self.critical():
+                replies = list(grid.pull_messages(list(waiting)))
+            for reply in replies:
+                h = waiting.pop(reply.metadata.reply_to_message_id, None)
+                if h is None:
+                    continue
+                out[h] = self._decode(h, reply)
+            if not waiting:
+                break
+            if time.monotonic() > deadline:
+                for h in waiting.values():
+                    out[h] = HostDead(
+                        f"Flower node {h} did not answer within "
+                        + (
+                            f"client_timeout = {self.client_timeout:g} s per step (+{GRACE_SECONDS:g} s)"
+                            if self.client_timeout
+                            else f"{wait:g} s"
+                        )
+                    )
+                break
+            time.sleep(poll)
+            poll = min(2 * poll, POLL_MAX)
+        errors = [r for r in out.values() if isinstance(r, BaseException)]
+        if errors:
+            raise errors[0]
+        return out
+
+    def _decode(self, node: int, reply) -> Any:
+        if reply.has_error():
+            err = reply.error
+            return HostDead(f"Flower node {node} failed: {err.reason} (error code {err.code})")
+        content = reply.content
+        status = content.config_records.get("fedmodel.status", {}).get("status", "ok")
+        if CALL_RECORD not in content.config_records or ARRAY_RECORD not in content.array_records:
+            return HostDead(f"Flower node {node} answered a non-fedmodel reply")
+        value = from_records(content)
+        if status == "error":
+            return value if isinstance(value, BaseException) else RuntimeError(str(value))
+        return value
+
+    def close(self) -> None:
+        if self.closed:
+            return
+        self.closed = True
+        if self._sim is not None:
+            self._sim.stop()
+
+
+__all__ = ["FlowerRuntime", "decode", "strip_programs"]

@@ -1,0 +1,219 @@
+"""``backend="flower"`` (issue 15): the codec, and prox-al on Flower's simulation engine.
+
+The simulation engine runs the same Flower Messages, ClientApp (a relay) and party
+servers as a deployment, but starts them itself; the deployment itself (a SuperLink and
+three SuperNodes on 127.0.0.1, ``fedmodel join`` / ``fedmodel serve``) is in
+``tests/test_flower_deployment.py``.
+
+What is required: the same iterates as ``backend="serial"`` (max difference <= 1e-10;
+in practice the same rounds and bit-identical iterates, since every client runs the same
+code on the same data and every float crosses the link exactly), the same ledger, nothing
+of a client's data in what crosses the link, and a party that dies mid-solve being a
+client failure with the last consistent point kept (checkpoint, resumed elsewhere).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from problems import np_model
+
+from fedmodel.runtime.endpoints import EchoEndpoint, EndpointFactory
+from fedmodel.runtime.flower_codec import (
+    LOCAL_PROGRAM,
+    CodecError,
+    decode,
+    encode,
+)
+from fedmodel.runtime.messages import Message
+from fedmodel.runtime.outcomes import StepOutcome
+
+OPTS = dict(max_outer=4, history=False, random_state=0)
+
+
+# -- the codec (no Flower needed) ----------------------------------------------------------------
+def test_codec_round_trips_messages_outcomes_and_factories_exactly():
+    rng = np.random.default_rng(0)
+    w = rng.normal(size=7) * 10.0 ** rng.integers(-300, 300, size=7)
+    payload = {
+        "w": w,
+        "tol": 1e-12,
+        "nan": float("nan"),
+        "inf": -np.inf,
+        "k": np.int64(3),
+        "M": rng.normal(size=(2, 3)),
+        "empty": np.zeros((0, 4)),
+        "flag": True,
+    }
+    msg = Message("admm_w", "server", "site0", payload, 12, "algorithm")
+    out = StepOutcome("site0", reply=msg, error=ValueError("bad step"), kind="raised", sent=[msg])
+    value = {
+        "outcomes": [out],
+        "t": (1, "a", None),
+        "keys": {3: "x"},
+        "factory": EndpointFactory(EchoEndpoint, ("site0", LOCAL_PROGRAM)),
+    }
+    text, arrays = encode(value)
+    assert "site0" in text and all(isinstance(a, np.ndarray) for a in arrays)
+    back = decode(text, arrays)
+    got = back["outcomes"][0]
+    assert isinstance(got, StepOutcome) and got.kind == "raised"
+    assert isinstance(got.error, ValueError) and str(got.error) == "bad step"
+    p = got.reply.payload
+    assert p["w"].dtype == np.float64 and p["w"].tobytes() == w.tobytes()  # bit for bit
+    assert p["M"].shape == (2, 3) and p["empty"].shape == (0, 4)
+    assert np.isnan(p["nan"]) and p["inf"] == -np.inf and p["tol"] == 1e-12
+    assert isinstance(p["k"], np.int64) and p["flag"] is True
+    assert got.reply == msg.__class__(**{**msg.__dict__, "payload": p})
+    assert back["t"] == (1, "a", None) and back["keys"] == {3: "x"}
+    assert back["factory"].target is EchoEndpoint and back["factory"].args[1] is LOCAL_PROGRAM
+
+
+def test_codec_refuses_code_from_outside_fedmodel():
+    import os
+
+    with pytest.raises(CodecError, match="only module-level classes and functions"):
+        encode({"f": os.system})
+    with pytest.raises(CodecError, match="not part of the fedmodel package"):
+        decode('{"__ref": "os:system"}', [])
+    with pytest.raises(CodecError, match="cannot cross a Flower link"):
+        encode({"obj": object()})
+
+
+def test_codec_through_flower_records():
+    pytest.importorskip("flwr")
+    from fedmodel.runtime.flower_codec import from_records, to_records
+
+    w = np.linspace(0, 1, 5) / 3
+    back = from_records(to_records(("run", ([Message("w", "server", "a", {"w": w})], None))))
+    assert back[0] == "run" and back[1][0][0].payload["w"].tobytes() == w.tobytes()
+
+
+def test_flower_options_are_checked():
+    from fedmodel.errors import ModelError
+
+    with pytest.raises(ModelError, match="flower_grid is used by backend='flower' only"):
+        np_model(2).solve("prox-al", flower_grid=object())
+
+
+# -- Flower's simulation engine ------------------------------------------------------------------
+@pytest.fixture(scope="module")
+def serial():
+    return np_model(3).solve("prox-al", **OPTS)
+
+
+@pytest.fixture
+def wire(monkeypatch):
+    """Everything the server decoded from what crossed the Flower link (the parties'
+    answers)."""
+    from fedmodel.runtime import flower_runtime
+
+    seen = []
+    original = flower_runtime.from_records
+
+    def spy(records):
+        value = original(records)
+        seen.append(value)
+        return value
+
+    monkeypatch.setattr(flower_runtime, "from_records", spy)
+    return seen
+
+
+def test_simulation_gives_the_serial_iterates_and_ledger(serial, wire):
+    pytest.importorskip("flwr")
+    pytest.importorskip("ray")
+    from test_ledger import _arrays
+
+    model = np_model(3)
+    res = model.solve("prox-al", backend="flower", **OPTS)
+    assert res.extra["backend"] == "flower"
+    assert res.rounds == serial.rounds
+    assert np.max(np.abs(res.x - serial.x)) <= 1e-10 * max(1.0, np.max(np.abs(serial.x)))
+    strip = [{k: v for k, v in r.items() if k != "seconds"} for r in res.ledger]
+    assert strip == [{k: v for k, v in r.items() if k != "seconds"} for r in serial.ledger]
+    # three different Flower nodes, one per client
+    assert len(set(res.extra["placement"].values())) == 3
+    # nothing of a client's data in what crossed the link
+    compiled = model.compile()
+    data = {c.name: [np.asarray(d.value, dtype=float) for d in c.data] for c in compiled.clients}
+    rows = {r.tobytes() for arrs in data.values() for a in arrs for r in np.atleast_2d(a)}
+    samples = {a.shape[0] for arrs in data.values() for a in arrs}
+    assert wire, "nothing crossed the link"
+    crossed = 0
+    for value in wire:
+        for v in _arrays(value if isinstance(value, (list, dict, tuple)) else [value]):
+            if isinstance(v, StepOutcome) and v.reply is not None:
+                for a in _arrays(v.reply.payload):
+                    arr = np.asarray(a, dtype=float)
+                    crossed += 1
+                    assert not samples & set(arr.shape)
+                    assert np.ascontiguousarray(arr).tobytes() not in rows
+    assert crossed > 0
+    # and the answer is the centralized optimum's (within what 4 outer iterations reach)
+    ref = model.solve("centralized")
+    assert abs(res.objective - ref.objective) <= 1e-2 * max(1.0, abs(ref.objective))
+
+
+def test_simulation_party_death_is_a_client_failure_and_resumes(serial, tmp_path):
+    pytest.importorskip("flwr")
+    pytest.importorskip("ray")
+    from fedmodel.algorithms.proxal.options import ProxALOptions
+    from fedmodel.algorithms.proxal.server import run_prox_al
+    from fedmodel.runtime.faults import Fault
+
+    ck = str(tmp_path / "ck")
+    opts = ProxALOptions(backend="flower", checkpoint=ck, client_timeout=60, **OPTS)
+    # the round of the third outer iteration's first inner step
+    res = run_prox_al(np_model(3).compile(), opts, faults={"site1": Fault("exit", round=30)})
+    assert res.status == "client_failure", res.message
+    assert res.failure["client"] == "site1" and res.failure["kind"] == "dead"
+    assert "site1" in res.message and "Checkpoint written" not in res.message
+    assert res.rounds["outer"] >= 1
+    # the periodic checkpoint of the last completed outer iteration resumes elsewhere
+    again = np_model(3).solve("prox-al", resume=ck, **OPTS)
+    assert again.rounds == serial.rounds
+    assert np.max(np.abs(again.x - serial.x)) <= 1e-10 * max(1.0, np.max(np.abs(serial.x)))
+
+
+def test_simulation_ctrl_c_returns_interrupted_with_a_checkpoint(serial, tmp_path):
+    pytest.importorskip("flwr")
+    pytest.importorskip("ray")
+
+    def ctrl_c(row):
+        if row["iteration"] == 1:
+            raise KeyboardInterrupt  # what Ctrl-C raises in the solving thread
+
+    ck = str(tmp_path / "ck")
+    res = np_model(3).solve("prox-al", backend="flower", checkpoint=ck, callback=ctrl_c, **OPTS)
+    assert res.status == "interrupted", res.message
+    assert res.rounds["outer"] == 1 and res.checkpoint == ck
+    again = np_model(3).solve("prox-al", resume=ck, **OPTS)
+    assert np.max(np.abs(again.x - serial.x)) <= 1e-10 * max(1.0, np.max(np.abs(serial.x)))
+
+
+def test_the_package_works_without_flower():
+    """flwr is an optional extra: importing fedmodel (and its CLI, deploy and flower_app
+    modules) works without it, and backend="flower" then says what to install."""
+    import subprocess
+    import sys
+
+    code = (
+        "import sys; sys.modules['flwr'] = None\n"  # makes `import flwr` fail
+        "import fedmodel, fedmodel.cli, fedmodel.deploy, fedmodel.flower_app\n"
+        "assert fedmodel.flower_app.app is None\n"
+        "from problems import np_model\n"
+        "try:\n"
+        "    np_model(2).solve('prox-al', backend='flower')\n"
+        "except fedmodel.ModelError as exc:\n"
+        "    print('ERR', exc)\n"
+    )
+    import os
+
+    here = os.path.dirname(os.path.abspath(__file__))
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([os.path.dirname(here), here]))
+    out = subprocess.run(
+        [sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120
+    )
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert "pip install 'fedmodel[flower]'" in out.stdout
