@@ -27,7 +27,7 @@ import numpy as np
 from fedmodel.algorithms.centralized.cprox_al import pooled_evaluation, run_cprox_al
 from fedmodel.algorithms.centralized.options import CentralizedOptions
 from fedmodel.algorithms.common import make_result, split_multipliers
-from fedmodel.algorithms.proxal.options import ProxALOptions
+from fedmodel.algorithms.proxal.options import CProxALOptions
 from fedmodel.compiler.glm import NotRecognised
 from fedmodel.compiler.partition import CompiledModel
 from fedmodel.errors import ModelError, UnsupportedError
@@ -270,7 +270,7 @@ def _refine(compiled, options, x0, mus, nus):
     point method on the KKT operator) converge in few iterations; the Newton subproblem
     backend copes with the conditioning it brings.
     """
-    opts = ProxALOptions(
+    opts = CProxALOptions(
         eps=options.eps,
         beta=SMOOTH_BETA,
         sbar=0.5 * options.eps,
