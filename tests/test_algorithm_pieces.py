@@ -72,9 +72,11 @@ def test_inner_bound_is_a_valid_certificate_every_outer_iteration():
     assert compiled.n_clients == 3
 
 
-def test_messages_are_what_the_paper_says():
+@pytest.mark.parametrize("variant", ["paper", "adaptive"])
+def test_messages_are_what_the_paper_says(variant):
     model = np_model(3, seed=3)
-    res = model.solve(method="prox-al", eps=1e-3)
+    res = model.solve(method="prox-al", eps=1e-3, variant=variant)
+    extra = {"rho": ()} if variant == "adaptive" else {}
     d = res.x.size
     algo = [r for r in res.ledger if r["channel"] == "algorithm"]
     kinds = {r["kind"] for r in algo}
@@ -86,11 +88,12 @@ def test_messages_are_what_the_paper_says():
         elif r["kind"] == "admm_w":
             assert shapes == {"w": (d,), "tol": ()}
         elif r["kind"] == "admm_w_reply":
-            assert shapes == {"u_tilde": (d,), "eps_tilde": ()}
+            # (rho: the client's residual-balanced penalty, adaptive variant)
+            assert shapes == {"u_tilde": (d,), "eps_tilde": (), **extra}
         elif r["kind"] == "outer_reply":
             assert shapes == {"dmu_inf": (), "u_tilde": (d,)}
     # no message carries anything with a client's sample dimension
-    assert max(r["floats"] for r in algo) <= d + 1
+    assert max(r["floats"] for r in algo) <= d + 1 + len(extra)
     comm = res.communication
     assert comm["messages_up"] == comm["messages_down"]
     assert set(comm["per_party"]) == {"server", "site0", "site1", "site2"}

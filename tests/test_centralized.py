@@ -23,16 +23,27 @@ def test_auto_takes_the_smooth_path_for_logistic_models_and_agrees_with_cvxpy():
     assert np.abs(smooth.x - conic.x).max() <= 1e-3
 
 
-def test_auto_keeps_cvxpy_for_quadratic_programs():
+def test_auto_takes_the_smooth_path_for_small_qps_and_agrees_with_cvxpy():
     model = lcqp_test_model(3)
-    model.compile()
+    assert prefers_smooth_path(model.compile())
+    res = model.solve(method="centralized")
+    assert res.status == "optimal"
+    assert res.extra["solved_with"] == "cprox-al (smooth exact)"
+    assert res.kkt.stationarity <= 1e-6 and res.kkt.feasibility <= 1e-6
+    conic = model.solve(method="centralized", engine="cvxpy")
+    assert conic.status == "optimal" and conic.extra["cvxpy_solver"]
+    assert abs(conic.objective - res.objective) <= 1e-6 * max(1.0, abs(conic.objective))
+
+
+def test_auto_keeps_cvxpy_for_large_qps(monkeypatch):
+    from fedmodel.algorithms.centralized import pooled
+
+    model = lcqp_test_model(3)
+    monkeypatch.setattr(pooled, "SMOOTH_QP_MAX_SIZE", model.compile().layout.size - 1)
     assert not prefers_smooth_path(model.compile())
     res = model.solve(method="centralized")
     assert res.status == "optimal"
     assert "solved_with" not in res.extra and res.extra["cvxpy_solver"]
-    smooth = model.solve(method="centralized", engine="smooth")
-    assert smooth.status == "optimal"
-    assert abs(smooth.objective - res.objective) <= 1e-6 * max(1.0, abs(res.objective))
 
 
 def test_engine_is_validated():

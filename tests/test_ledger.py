@@ -159,7 +159,7 @@ def test_prox_al_traffic_matches_the_paper(method):
     """Seed 000: w down; u~_i and eps~_i up per inner round; ||mu_i^{k+1} - mu_i^k||_inf
     up per outer round (with the next ADMM initialisation u~_i^0)."""
     model = constrained_model() if method == "prox-al" else lsq_model()
-    res = model.solve(method, eps=1e-4)
+    res = model.solve(method, eps=1e-4, variant="paper")
     d = model.compile().layout.size
     alg = [r for r in res.ledger if r["channel"] == "algorithm"]
     expected = {

@@ -31,12 +31,15 @@ def traffic_per_round(compiled: CompiledModel) -> dict[str, dict[str, int]]:
     up u~_i and eps~_i (d + 1); outer round: down w^{k+1} (d), up ||dmu_i||_inf and the
     next ADMM initialisation u~_i^0 (d + 1), plus one scalar (the change of its own
     block) when it owns variables. d counts the shared variables only: party-owned ones
-    never travel. centralized/cprox-al pool the data.
+    never travel. centralized/cprox-al pool the data. The default (adaptive) prox-al
+    sends one more scalar up per inner round: the client's residual-balanced rho_i;
+    ``variant="paper"`` sends exactly Algorithm 2's messages.
     """
     d = compiled.layout.n_shared
     owned = 1 if compiled.layout.has_owned else 0
     return {
-        "prox-al inner round": {"down": d + 1, "up": d + 1},
+        "prox-al inner round": {"down": d + 1, "up": d + 2},
+        "prox-al inner round (variant='paper')": {"down": d + 1, "up": d + 1},
         "prox-al outer round": {"down": d, "up": d + 1 + owned},
         "admm round": {"down": d + 1, "up": d + 1},
     }

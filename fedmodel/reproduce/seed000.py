@@ -284,6 +284,7 @@ class _Runner:
             }
             if method == "prox-al":
                 opts["rho"] = settings["rho"]
+                opts["variant"] = "paper"  # Algorithms 1-2 exactly as published
         try:
             res = model.solve(method=method, **opts)
             error = ""

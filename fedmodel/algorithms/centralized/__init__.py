@@ -2,7 +2,7 @@
 and ``cprox-al`` (seed 000 Algorithm 3). Centralized by design: they read every program."""
 
 from fedmodel.algorithms.centralized.options import CentralizedOptions
-from fedmodel.algorithms.proxal.options import ProxALOptions
+from fedmodel.algorithms.proxal.options import CProxALOptions
 from fedmodel.algorithms.registry import MethodSpec
 
 
@@ -20,7 +20,7 @@ def _run_centralized(compiled, options, method):
 
 METHODS = {
     "cprox-al": MethodSpec(
-        ProxALOptions,
+        CProxALOptions,
         _run_cprox_al,
         "seed 000 Algorithm 3 (centralized)",
         federated=False,

@@ -20,9 +20,10 @@ class CentralizedOptions:
         ``w = 0``; needs every term to have a gradient. ``"auto"`` (default): ``"smooth"``
         when every term is of GLM form (the Newton backend applies) and at least one is
         not quadratic (logistic, exp, huber, ...: cvxpy would need the exponential cone,
-        where Clarabel fails and ECOS/SCS are slow and inexact on UCI Adult), falling back
-        to cvxpy if the smooth path does not certify; ``"cvxpy"`` otherwise (QPs: OSQP or
-        Clarabel are fast and exact).
+        where Clarabel fails and ECOS/SCS are slow and inexact on UCI Adult) or the model
+        is a QP with at most 3000 variables (a few cached Cholesky factorisations, faster
+        than building the cvxpy problem), falling back to cvxpy if the smooth path does not
+        certify; ``"cvxpy"`` otherwise (large QPs: OSQP or Clarabel, sparse).
     solver : str or None
         cvxpy solver (default: cvxpy's choice, OSQP for QPs, Clarabel for conic models).
     refine : bool

@@ -1,7 +1,7 @@
 """Seed 000 (He, Peng, Sun): ``prox-al`` (Algorithm 1 with the inexact ADMM of Algorithm 2) and
 ``admm`` (Algorithm 2 alone): options, server half, client half."""
 
-from fedmodel.algorithms.proxal.options import ProxALOptions
+from fedmodel.algorithms.proxal.options import ADMMOptions, ProxALOptions
 from fedmodel.algorithms.registry import MethodSpec
 
 
@@ -16,7 +16,7 @@ METHODS = {
         ProxALOptions, _run, "seed 000 Algorithm 1 + 2 (federated)", owned_variables=True
     ),
     "admm": MethodSpec(
-        ProxALOptions,
+        ADMMOptions,
         _run,
         "seed 000 Algorithm 2 alone (no constraints)",
         needs_no_constraints=True,

@@ -10,7 +10,9 @@ kind           payload in                         reply payload
 ``start``      ``w`` (= w^0)                      ``u_tilde`` (ADMM initialisation)
 ``outer``      ``w`` (= w^{k+1})                  ``dmu_inf`` = ||mu_i^{k+1}-mu_i^k||_inf,
                                                   ``u_tilde`` (next ADMM initialisation)
-``admm_w``     ``w`` (= w^{t+1}), ``tol``         ``u_tilde``, ``eps_tilde`` (eqs. 16-18)
+``admm_w``     ``w`` (= w^{t+1}), ``tol``         ``u_tilde``, ``eps_tilde`` (eqs. 16-18),
+                                                  ``rho`` (its current rho_i, when
+                                                  residual balancing is on)
 ``evaluate``   ``w``                              diagnostic: f_i, Lagrangian gradient,
                                                   feasibility, constraint values
 ``report``     (nothing)                          diagnostic: multipliers, local stats
@@ -70,6 +72,8 @@ class ProxALClient(ClientHalf):
         solver: str = "auto",
         max_local_iter: int = 10_000,
         theta0: np.ndarray | None = None,
+        balancing: tuple[float, float, int] | None = None,
+        relaxation: float = 1.0,
     ):
         super().__init__(program.local())  # (shared variables, this client's own)
         program = self.program
@@ -95,6 +99,12 @@ class ProxALClient(ClientHalf):
             # solve from the last factor (carried in this client's state, see get_state)
             self.solver.carry_factor = True
         self.max_local_iter = max_local_iter
+        # residual balancing (ratio, factor, rounds per outer iteration) or None
+        self.balancing = balancing
+        self.relaxation = float(relaxation)  # over-relaxation alpha (1 = Algorithm 2)
+        self.u_hat: np.ndarray | None = None  # relaxed u_i (shared part) behind u~_i
+        self.w_last: np.ndarray | None = None  # w^t, for the dual residual
+        self.admm_round = 0  # ADMM rounds since the last (re)start of Algorithm 2
         self.w_center: np.ndarray | None = None
         self.u = self.lam = self.u_tilde = None
         self.stats["max_residual_gap"] = 0.0
@@ -131,14 +141,17 @@ class ProxALClient(ClientHalf):
         x = self._local(w, self.theta_at_w)
         g = self._grad_P(x)[: self.ns]
         self.u = x.copy()
+        self.u_hat = w.copy()
         self.lam = -g
         self.u_tilde = w - g / self.rho
+        self.w_last = w.copy()
+        self.admm_round = 0
         return self.u_tilde
 
     # -- state (checkpoints, retries) --------------------------------------------------------
     state_fields = (
         "mu", "nu", "w_center", "u", "lam", "u_tilde", "theta_center", "theta_at_w", "cone",
-        "cone_at_w",
+        "cone_at_w", "rho", "w_last", "admm_round", "u_hat",
     )  # fmt: skip
     component_fields = ("solver",)  # the Newton backend's carried factor
 
@@ -180,7 +193,8 @@ class ProxALClient(ClientHalf):
         # eps~ (eq. 18): grad phi_{i,t}(w^{t+1}) = grad P_i(w^{t+1}) + lambda^t, with the
         # own block at its current value (its part of the gradient bounded too)
         g = self._grad_P(self._local(w, theta))
-        eps_tilde = float(np.abs(g[:ns] + self.lam - self.rho * (w - self.u[:ns])).max())
+        # (with over-relaxation u~_i = u^_i + lambda_i / rho_i: the bound uses u^_i)
+        eps_tilde = float(np.abs(g[:ns] + self.lam - self.rho * (w - self.u_hat)).max())
         if self.owned:
             eps_tilde = max(eps_tilde, float(np.abs(g[ns:]).max()))
         # client step (15): phi = P_i(u) + <lambda, u - w> + rho/2 ||u - w||^2, written as the
@@ -201,9 +215,35 @@ class ProxALClient(ClientHalf):
         )
         self.u = report.x
         u = self.u[:ns]
-        self.lam = self.lam + self.rho * (u - w)  # (16)
-        self.u_tilde = u + self.lam / self.rho  # (17)
-        return {"u_tilde": self.u_tilde, "eps_tilde": eps_tilde}
+        # over-relaxation (Eckstein, Bertsekas 1992; Boyd et al. 2011, 3.4.3): alpha = 1 is
+        # Algorithm 2; the server's step (14) and (16) see u^ = alpha u + (1 - alpha) w
+        a = self.relaxation
+        self.u_hat = u if a == 1.0 else a * u + (1.0 - a) * w
+        self.lam = self.lam + self.rho * (self.u_hat - w)  # (16)
+        if self.balancing is not None:
+            self.balance(u, w)
+        self.u_tilde = self.u_hat + self.lam / self.rho  # (17)
+        reply = {"u_tilde": self.u_tilde, "eps_tilde": eps_tilde}
+        if self.balancing is not None:
+            reply["rho"] = self.rho
+        return reply
+
+    def balance(self, u: np.ndarray, w: np.ndarray) -> None:
+        """Residual balancing of ``rho_i`` (He, Yang, Wang 2000; Boyd et al. 2011, 3.4.1)
+        on this client's own residuals: primal ``||u_i - w^{t+1}||`` against dual
+        ``rho_i ||w^{t+1} - w^t||``. ``lambda_i`` is unscaled, so only ``u~_i`` changes
+        with ``rho_i``; no change after ``rounds`` rounds of one run of Algorithm 2."""
+        ratio, factor, rounds = self.balancing
+        self.admm_round += 1
+        w_last, self.w_last = self.w_last, w.copy()
+        if self.admm_round > rounds or w_last is None:
+            return
+        primal = float(np.linalg.norm(u - w))
+        dual = self.rho * float(np.linalg.norm(w - w_last))
+        if primal > ratio * dual:
+            self.rho *= factor
+        elif dual > ratio * primal:
+            self.rho /= factor
 
     def _on_evaluate(self, w, mu=None, nu=None):
         if not self.owned:

@@ -35,6 +35,9 @@ from fedmodel.runtime.endpoints import EndpointFactory
 from fedmodel.subproblems.merit import MeritProblem
 from fedmodel.subproblems.select import make_solver
 
+#: outer iterations without a halving of max ||mu^(k+1) - mu^k|| before "diverging"
+DIVERGENCE_WINDOW = 6
+
 
 @dataclass
 class InnerOutcome:
@@ -46,6 +49,7 @@ class InnerOutcome:
     satisfied: bool
     server_residual: float
     timed_out: bool = False
+    stalled: bool = False
 
 
 class ProxALServer(ServerHalf):
@@ -75,7 +79,9 @@ class ProxALServer(ServerHalf):
     # options whose change alters the iterates: a checkpoint resumes only with the same values
     resume_options = (
         "eps", "beta", "sbar", "rho", "q", "mu0", "max_inner", "max_local_iter",
-        "local_floor", "solver", "divergence_limit",
+        "local_floor", "solver", "divergence_limit", "variant", "tau_rate", "kkt_factor",
+        "adaptive_rho", "rb_ratio", "rb_factor", "rb_rounds", "relaxation", "monitor",
+        "stall_rounds",
     )  # fmt: skip
     step_name = "outer iteration"
 
@@ -97,8 +103,8 @@ class ProxALServer(ServerHalf):
         self.ns = program.layout.n_shared
         self.owned = program.layout.size > self.ns
         self.beta = float(options.beta)
-        self.rhos = dict(rhos)
-        self.rho_sum = float(sum(rhos.values()))
+        self.initial_rhos = dict(rhos)
+        self.set_rhos(rhos)
         self.proximal = proximal
         self.max_steps = options.max_outer if proximal else 1
         self.prox_weight = 1.0 / ((n_clients + 1) * self.beta) if proximal else 0.0
@@ -112,6 +118,7 @@ class ProxALServer(ServerHalf):
         self.inner_total = 0
         self.mu_norms: list[float] = []
         self.w_norms: list[float] = []
+        self.dmu_history: list[float] = []
 
     # -- the protocol ------------------------------------------------------------------------
     def start(self, runtime: Runtime) -> None:
@@ -119,10 +126,20 @@ class ProxALServer(ServerHalf):
         replies = runtime.broadcast("start", {"w": self.x[: self.ns]})
         self.u_tildes = {k: r.payload["u_tilde"] for k, r in replies.items()}
 
+    def tau(self, k: int) -> float:
+        """Inner tolerance of outer iteration ``k``: ``sbar/(k+1)^2`` (paper), or
+        ``max(sbar tau_rate^k, kkt_factor eps1 / 2)`` (adaptive)."""
+        opts = self.options
+        if not self.proximal:
+            return opts.eps1
+        if opts.adaptive:
+            return max(opts.sbar * opts.tau_rate**k, 0.5 * opts.kkt_factor * opts.eps1)
+        return opts.sbar / (k + 1) ** 2
+
     def step(self, runtime: Runtime, deadline: float | None) -> StepReport:
         opts = self.options
         self.k = k = self.k + 1
-        tau = opts.sbar / (k + 1) ** 2 if self.proximal else opts.eps1
+        tau = self.tau(k)
         outcome = self.inner(runtime, self.x, self.u_tildes, tau, deadline)
         self.inner_total += outcome.iterations
         w_new = outcome.w
@@ -133,6 +150,19 @@ class ProxALServer(ServerHalf):
                     f"the iterates diverge (||w||_inf = {np.abs(w_new).max():.3g} at outer "
                     f"iteration {k}); the model is likely unbounded below. The last finite "
                     "iterate is returned."
+                ),
+            )
+        if outcome.stalled:
+            self.x = w_new
+            return StepReport(
+                info={"inner_iterations": outcome.iterations, "inner_bound": outcome.bound},
+                stop="stalled",
+                message=(
+                    f"the inner ADMM (Algorithm 2) stalled at outer iteration {k}: its bound "
+                    f"(19) improved by less than 10% over the last {opts.stall_rounds} rounds "
+                    f"(now {outcome.bound:.3g}, target tau_k = {tau:.3g}). The subproblem's "
+                    "consensus does not converge at this penalty: try a smaller beta, another "
+                    "rho, or monitor=False to keep going."
                 ),
             )
         dw = self.outer_change(w_new, self.x)
@@ -148,6 +178,7 @@ class ProxALServer(ServerHalf):
             self.u_tildes = {name: r.payload["u_tilde"] for name, r in replies.items()}
         self.mu_norms.append(float(np.abs(self.mu).max(initial=0.0)))
         self.w_norms.append(float(np.abs(self.x).max(initial=0.0)))
+        self.dmu_history.append(dmu)
         report = StepReport(
             info={
                 "inner_iterations": outcome.iterations,
@@ -157,9 +188,15 @@ class ProxALServer(ServerHalf):
                 "dmu_inf": dmu,
             }
         )
-        if not self.proximal:  # admm: one run of Algorithm 2 to tau = eps1
+        diverging = self.diverging() if (opts.monitor and self.proximal) else ""
+        if diverging:
+            report.stop, report.message = "diverging", diverging
+        elif not self.proximal:  # admm: one run of Algorithm 2 to tau = eps1
             report.stop = "stopped" if outcome.satisfied else "max_iterations"
-        elif dw + opts.beta * tau <= opts.beta * opts.eps1 and dmu <= opts.beta * opts.eps2:
+        elif (
+            dw + opts.beta * tau <= opts.beta * opts.kkt_factor * opts.eps1
+            and dmu <= opts.beta * opts.kkt_factor * opts.eps2
+        ):
             report.stop = "stopped"  # (8) holds; the certificate decides "optimal"
         return report
 
@@ -197,6 +234,8 @@ class ProxALServer(ServerHalf):
             "mu_norms": list(self.mu_norms),
             "w_norms": list(self.w_norms),
             "cone": self.problem.cone[0].copy(),
+            "rhos": dict(self.rhos),
+            "dmu_history": list(self.dmu_history),
         }
 
     def set_state(self, state: dict) -> None:
@@ -211,10 +250,12 @@ class ProxALServer(ServerHalf):
         self.w_norms = list(state["w_norms"])
         if "cone" in state:
             self.problem.cone[0] = np.array(state["cone"], dtype=float)
+        self.set_rhos(state["rhos"])
+        self.dmu_history = list(state["dmu_history"])
 
     def resume_key(self) -> dict:
         key = super().resume_key()
-        key["rho"] = dict(self.rhos)
+        key["rho"] = dict(self.initial_rhos)
         return key
 
     def round_counts(self) -> dict[str, int]:
@@ -266,6 +307,8 @@ class ProxALServer(ServerHalf):
         bound = np.inf
         residual = np.inf
         floor = opts.local_floor * tau
+        window = int(opts.stall_rounds) if opts.monitor else 0
+        best, best_at_window = np.inf, np.inf
         for t in range(opts.max_inner):
             eps = opts.q**t
             tol = max(eps, floor)  # local solves stop at tol; (19) stays a valid bound
@@ -284,14 +327,46 @@ class ProxALServer(ServerHalf):
             runtime.next_round()
             replies = runtime.broadcast("admm_w", {"w": w[:ns], "tol": tol})
             u_tildes = {name: r.payload["u_tilde"] for name, r in replies.items()}
+            if opts.adaptive_rho:  # residual balancing: the clients' new rho_i (public)
+                self.set_rhos({name: float(r.payload["rho"]) for name, r in replies.items()})
+                sigma = self.prox_weight + self.rho_sum
             bound = max(eps, residual) + sum(
                 float(r.payload["eps_tilde"]) for r in replies.values()
             )
             if bound <= tau:  # (19)
                 return InnerOutcome(w, t + 1, bound, True, residual)
+            best = min(best, bound)
+            if window and (t + 1) % window == 0:  # monitor: progress over the last window
+                if not np.isfinite(best) or best > 0.9 * best_at_window:
+                    return InnerOutcome(w, t + 1, bound, False, residual, stalled=True)
+                best_at_window = best
             if deadline is not None and time.perf_counter() > deadline:
                 return InnerOutcome(w, t + 1, bound, False, residual, timed_out=True)
         return InnerOutcome(w, opts.max_inner, bound, False, residual)
+
+    def diverging(self) -> str:
+        """Monitor (adaptive variant): a message when the multipliers keep growing.
+
+        ``max_i ||mu_i^{k+1} - mu_i^k||_inf = beta * (violation of the active constraints)``:
+        when it has not halved over :data:`DIVERGENCE_WINDOW` outer iterations while the
+        inner loops met their tolerance, the constraints cannot be met (an infeasible model)
+        and the multipliers grow without bound."""
+        h, n = self.dmu_history, DIVERGENCE_WINDOW
+        if len(h) < n + 1 or h[-1] <= self.beta * self.options.eps2:
+            return ""
+        if min(h[-n:]) < 0.5 * h[-n - 1]:
+            return ""
+        return (
+            f"the multipliers diverge: ||mu^(k+1) - mu^k||_inf stayed above {min(h[-n:]):.3g} "
+            f"over the last {n} outer iterations (a constraint violation of about "
+            f"{h[-1] / self.beta:.3g} that the penalty beta = {self.beta:g} does not reduce); "
+            "the model is likely infeasible"
+        )
+
+    def set_rhos(self, rhos: dict[str, float]) -> None:
+        """The clients' current ADMM penalties (changed by residual balancing)."""
+        self.rhos = dict(rhos)
+        self.rho_sum = float(sum(self.rhos.values()))
 
     def update_multipliers(self, w: np.ndarray) -> float:
         """mu_0^{k+1} = [mu_0^k + beta c_0(w^{k+1})]_+ (and nu_0 += beta a_0); returns the
@@ -326,6 +401,13 @@ def _growth_note(w_norms: list[float], history: list[dict]) -> str:
     return ""
 
 
+def _balancing(options: ProxALOptions) -> tuple[float, float, int] | None:
+    """Residual-balancing settings handed to the clients, or None (fixed rho)."""
+    if not options.adaptive_rho:
+        return None
+    return (float(options.rb_ratio), float(options.rb_factor), int(options.rb_rounds))
+
+
 def _client_factories(compiled: CompiledModel, options: ProxALOptions, rhos, proximal):
     n = compiled.n_clients
     x0 = starting_point(compiled, options.w0, options.random_state)
@@ -344,6 +426,8 @@ def _client_factories(compiled: CompiledModel, options: ProxALOptions, rhos, pro
                 options.max_local_iter,
                 # the client's own block of the starting point (its own variables)
                 x0[layout.indices(layout.owned_by(c.name))] if layout.has_owned else None,
+                _balancing(options),
+                float(options.relaxation),
             ),
         )
         for c in compiled.clients
