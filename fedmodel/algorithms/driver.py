@@ -166,6 +166,8 @@ class _Run:
     # -- marks and checkpoints ---------------------------------------------------------------
     def take_mark(self, k_next: int) -> None:
         rt = self.runtime
+        if rt.in_flight:  # work in flight: not a consistent point, the last mark stands
+            return
         with rt.critical():
             rt.mark()
             self.mark = _Mark(
@@ -176,6 +178,17 @@ class _Run:
                 rt.round,
                 len(rt.ledger.rows),
                 self.server.get_state(),
+            )
+
+    def quiesce(self) -> None:
+        """Before a mark that must be taken, a checkpoint or an evaluation: the server
+        drains the work it posted and has not taken yet (asynchronous methods)."""
+        if self.runtime.in_flight:
+            self.server.quiesce(self.runtime)
+        if self.runtime.in_flight:
+            raise RuntimeError(
+                f"{type(self.server).__name__}.quiesce left {self.runtime.in_flight} posted "
+                "messages in flight"
             )
 
     def save(self, reason: str) -> None:
@@ -245,6 +258,7 @@ class _Run:
                     status, message = last.stop, last.message
                     break
                 if opts.history and last.record:
+                    self.quiesce()
                     self.last_eval, self.last_eval_k = self.evaluate(), k
                     kkt, summary = self.last_eval
                     self.history.append(
@@ -272,6 +286,7 @@ class _Run:
                         f"{server.step_name}s"
                     )
                     if opts.checkpoint is not None:  # resumable where it stopped
+                        self.quiesce()
                         self.take_mark(k + 1)
                         with runtime.critical():
                             self.save("time_limit")
@@ -280,10 +295,16 @@ class _Run:
                             f"with resume={self.checkpoint_written!r}"
                         )
                     break
+                due = opts.checkpoint is not None and (k + 1) % opts.checkpoint_every == 0
+                if due:
+                    self.quiesce()
                 self.take_mark(k + 1)
-                if opts.checkpoint is not None and (k + 1) % opts.checkpoint_every == 0:
+                if due:
                     with runtime.critical():
                         self.save("periodic")
+            if runtime.in_flight:  # the certificate is computed at a consistent point
+                self.quiesce()
+                self.last_eval = None
         except ClientFailure as exc:
             return self.stopped_early(exc)
         except KeyboardInterrupt:

@@ -231,6 +231,12 @@ class ServerHalf:
         """Bring :meth:`point` up to date before an evaluation round (a peer-to-peer method
         gathers its output from a node here); default nothing."""
 
+    def quiesce(self, runtime) -> None:
+        """Take every reply of the messages this server posted (``runtime.post``) and has
+        not polled yet, so that the point is consistent: the driver calls it before an
+        evaluation, a checkpoint and the certificate when ``runtime.in_flight``; default
+        nothing (methods that only use blocking exchanges)."""
+
     def evaluation_extras(self) -> dict:
         """Extra payload of the certificate's ``evaluate`` messages (besides ``w``)."""
         return {}

@@ -29,6 +29,19 @@ travel between the server and the workers.
 Every message is recorded in the runtime's :class:`~fedmodel.runtime.messages.Ledger` in
 the same order on every backend (client order, each request followed by its reply), so
 the ledger of a run does not depend on where it ran.
+
+**Non-blocking exchange** (:meth:`Runtime.post`, :meth:`Runtime.poll`): ``post`` hands one
+message to a party and returns a :class:`Ticket` at once; ``poll`` returns the replies
+that are ready. On the processes and Ray backends (``supports_async = True``) the party
+computes while the server goes on; the serial backend (and a party hosted in the server's
+process) handles the message when it is posted, so its reply is ready at once and a run
+is deterministic; a backend without a non-blocking exchange does the same (a blocking
+exchange at ``post``). A posted message and its reply are recorded in the ledger when
+the reply is received (so on the asynchronous backends the ledger's order is the order
+of arrival); a failure or timeout of a posted step follows the same policy as a blocking
+one (``"retry"`` re-posts it, otherwise :class:`ClientFailure` at ``poll``). While a host
+has posted work in flight it cannot take a blocking call (marks, broadcasts to it):
+poll its tickets first (:attr:`Runtime.in_flight`).
 """
 
 from __future__ import annotations
@@ -38,6 +51,7 @@ import threading
 import time
 from collections.abc import Callable, Iterable, Mapping
 from contextlib import contextmanager
+from dataclasses import dataclass, field
 from typing import Any
 
 from fedmodel.runtime.checkpoint import CheckpointError
@@ -58,6 +72,40 @@ ON_FAILURE = ("stop", "retry")
 # Seconds a worker may take beyond ``client_timeout`` (per step it runs) to answer before it
 # is considered hung and is stopped; its parties then count as failed.
 GRACE_SECONDS = 5.0
+
+
+@dataclass(eq=False)
+class Ticket:
+    """A message posted with :meth:`Runtime.post`, waiting for its reply.
+
+    Attributes
+    ----------
+    message : Message
+        What was sent (its ``round`` is the round it was posted in).
+    reply : Message or None
+        The reply, once received.
+    posted : float
+        ``time.perf_counter()`` when it was (last) posted.
+    tries : int
+        Re-posts after a failed attempt (``on_failure="retry"``).
+    """
+
+    message: Message
+    reply: Message | None = None
+    posted: float = 0.0
+    tries: int = 0
+    host: Any = None
+    deadline: float | None = None
+    outcome: StepOutcome | None = field(default=None, repr=False)
+
+    @property
+    def receiver(self) -> str:
+        return self.message.receiver
+
+    @property
+    def done(self) -> bool:
+        """The reply is in."""
+        return self.reply is not None
 
 
 # -- the server side -----------------------------------------------------------------------------
@@ -82,6 +130,9 @@ class Runtime:
     """
 
     backend = "base"
+    #: ``post`` returns before the party has computed (processes, Ray); otherwise it
+    #: exchanges the message at once (serial: deterministically)
+    supports_async = False
 
     def __init__(
         self,
@@ -108,6 +159,8 @@ class Runtime:
         self.wait_seconds = 0.0  # time the server spent waiting for parties' replies
         # the parties that run in this (the server's) process, if any (host SERVER_HOST)
         self._local: PartyHost | None = None
+        # posted messages whose reply the server has not taken yet (post/poll)
+        self._inflight: list[Ticket] = []
 
     # -- interface ----------------------------------------------------------------------
     @property
@@ -149,6 +202,204 @@ class Runtime:
             for n in names
         ]
         return self._exchange(msgs)
+
+    # -- non-blocking exchange ------------------------------------------------------------
+    @property
+    def in_flight(self) -> int:
+        """Posted messages whose reply has not been taken by :meth:`poll` yet."""
+        return len(self._inflight)
+
+    def post(
+        self, receiver: str, kind: str, payload: dict[str, Any], channel: str = "algorithm"
+    ) -> Ticket:
+        """Send one message to ``receiver`` without waiting for its reply.
+
+        Returns a :class:`Ticket`; :meth:`poll` returns the reply when it is ready. A party
+        gets its posted messages in the order they were posted. On a backend without
+        ``supports_async`` (and for a party in the server's process) the message is
+        exchanged at once (a failure raises :class:`ClientFailure` here).
+
+        Examples
+        --------
+        >>> from fedmodel.runtime.serial import SerialRuntime
+        >>> class Echo:
+        ...     name = "a"
+        ...     def handle(self, m):
+        ...         return Message("echo", "a", SERVER, dict(m.payload), m.round)
+        >>> rt = SerialRuntime({"a": Echo()})
+        >>> t = rt.post("a", "ping", {"x": 1.0})
+        >>> rt.poll([t])[t].payload, rt.in_flight
+        ({'x': 1.0}, 0)
+        """
+        if receiver not in self._host_of:
+            raise KeyError(f"unknown receiver {receiver!r}")
+        msg = Message(kind, SERVER, receiver, payload, self.round, channel)
+        ticket = Ticket(msg, host=self._host_of[receiver], posted=time.perf_counter())
+        if not self.supports_async or ticket.host == SERVER_HOST or receiver in self.dead:
+            ticket.reply = self._exchange([msg])[receiver]  # at once (deterministic)
+            self._inflight.append(ticket)
+            return ticket
+        self._inflight.append(ticket)
+        self._launch(ticket)
+        return ticket
+
+    def poll(
+        self,
+        tickets: Iterable[Ticket],
+        timeout: float | None = None,
+        min_count: int = 1,
+    ) -> dict[Ticket, Message]:
+        """The replies of ``tickets`` that are ready, waiting until at least
+        ``min_count`` of them are (or ``timeout`` seconds passed; ``None``: no limit).
+
+        Returned tickets leave :attr:`in_flight`; the others may be polled again. Replies
+        are recorded in the ledger when they arrive. A step that failed is re-posted
+        (``on_failure="retry"``, retryable failures, up to ``retries`` times) or raises
+        :class:`ClientFailure` (the runtime still holds the other posted work:
+        :meth:`recover` discards it). ``poll(tickets, min_count=len(tickets))`` waits for
+        all of them.
+        """
+        tickets = list(tickets)
+        unknown = [t for t in tickets if t not in self._inflight]
+        if unknown:
+            raise ValueError(
+                f"poll got tickets that are not in flight (already polled?): "
+                f"{[(t.receiver, t.message.kind) for t in unknown]}"
+            )
+        want = min(int(min_count), len(tickets))
+        end = None if timeout is None else time.perf_counter() + float(timeout)
+        t0 = time.perf_counter()
+        try:
+            while sum(t.done for t in tickets) < want:
+                remaining = None if end is None else end - time.perf_counter()
+                if remaining is not None and remaining <= 0:
+                    break
+                self._receive_some(remaining)
+        finally:
+            self.wait_seconds += time.perf_counter() - t0
+        out = {t: t.reply for t in tickets if t.done}
+        self._inflight = [t for t in self._inflight if t not in out]
+        return out
+
+    def _receive_some(self, timeout: float | None) -> None:
+        """Wait (at most ``timeout`` s and until the earliest step deadline) for posted
+        work to finish; record what arrived, re-post or raise failed steps."""
+        pending = [t for t in self._inflight if not t.done]
+        if not pending:
+            raise RuntimeError("poll: nothing is in flight")
+        now = time.perf_counter()
+        deadlines = [t.deadline + GRACE_SECONDS for t in pending if t.deadline is not None]
+        wait_for = timeout
+        if deadlines:
+            until = max(0.0, min(deadlines) - now)
+            wait_for = until if wait_for is None else min(wait_for, until)
+        arrived = self._collect(pending, wait_for)
+        now = time.perf_counter()
+        if not arrived:  # a host that overran its deadline is stopped
+            for t in pending:
+                if t.deadline is not None and now > t.deadline + GRACE_SECONDS and not t.done:
+                    host = t.host
+                    dropped = self._abandon(host)
+                    why = HostDead(
+                        f"{self.backend} worker did not answer within client_timeout = "
+                        f"{self.client_timeout:g} s per step (+{GRACE_SECONDS:g} s) and was "
+                        "stopped"
+                    )
+                    arrived.extend((d, why) for d in dropped)
+        failed: dict[str, tuple[Ticket, StepOutcome]] = {}
+        for ticket, res in arrived:
+            if isinstance(res, HostDead):
+                names = [n for n, h in self._host_of.items() if h == ticket.host]
+                self._mark_dead(names, res.reason)
+                res = self.dead[ticket.receiver]
+            msg = ticket.message
+            self.ledger.record(msg)
+            self.client_seconds[msg.receiver] = (
+                self.client_seconds.get(msg.receiver, 0.0) + res.seconds
+            )
+            if res.ok:
+                reply = res.reply
+                if reply.sender != msg.receiver or reply.receiver != SERVER:
+                    raise RuntimeError(f"endpoint {msg.receiver!r} replied as {reply.sender!r}")
+                self.ledger.record(reply)
+                ticket.reply = reply
+                continue
+            if (
+                self.on_failure == "retry"
+                and res.retryable
+                and ticket.tries < self.retries
+                and msg.receiver not in self.dead
+            ):
+                ticket.tries += 1
+                self.retried.append(
+                    {
+                        "client": msg.receiver,
+                        "round": msg.round,
+                        "kind": msg.kind,
+                        "attempt": ticket.tries,
+                        "error": res.describe(),
+                    }
+                )
+                ticket.posted = time.perf_counter()
+                self._launch(ticket)
+                continue
+            failed[msg.receiver] = (ticket, res)
+        if failed:
+            first = next(iter(failed.values()))[0]
+            self._fail({n: o for n, (_, o) in failed.items()}, first.message)
+
+    def _launch(self, ticket: Ticket) -> None:
+        """Start the step of a posted ticket on its host (its deadline from
+        ``client_timeout``, after the host's earlier posted steps)."""
+        if self.client_timeout:
+            before = [
+                t.deadline
+                for t in self._inflight
+                if t.host == ticket.host and t is not ticket and not t.done and t.deadline
+            ]
+            start = max([time.perf_counter(), *before])
+            ticket.deadline = start + float(self.client_timeout)
+        self._submit(ticket)
+
+    def _submit(self, ticket: Ticket) -> None:
+        """Backend: start ``ticket.message`` on ``ticket.host`` without waiting."""
+        raise NotImplementedError
+
+    def _collect(self, pending: list[Ticket], timeout: float | None) -> list[tuple[Ticket, Any]]:
+        """Backend: wait up to ``timeout`` s for at least one posted step to finish;
+        returns ``(ticket, StepOutcome or HostDead)`` for each that did."""
+        raise NotImplementedError
+
+    def _abandon(self, host: Any) -> list[Ticket]:
+        """Backend: stop a host that overran; returns its posted tickets."""
+        raise NotImplementedError
+
+    def _drop_posted(self) -> None:
+        """After a failure or an interruption: let posted work finish (within the grace
+        period) and discard it; a host that does not finish is stopped."""
+        deadline = time.perf_counter() + GRACE_SECONDS + float(self.client_timeout or 0.0)
+        pending = [t for t in self._inflight if not t.done]
+        while pending and time.perf_counter() < deadline:
+            for ticket, _res in self._collect(pending, deadline - time.perf_counter()):
+                ticket.outcome = _res  # discarded
+            pending = [t for t in pending if t.outcome is None]
+        for host in {t.host for t in pending}:
+            self._abandon(host)
+            names = [n for n, h in self._host_of.items() if h == host]
+            self._mark_dead(names, "worker stopped: its posted work did not finish in time")
+        self._inflight.clear()
+
+    def _check_quiet(self, hosts: Iterable[Any]) -> None:
+        """A blocking call must not reach a host that still computes posted work."""
+        if not self._inflight:
+            return
+        hosts = set(hosts)
+        busy = sorted({t.receiver for t in self._inflight if not t.done and t.host in hosts})
+        if busy:
+            raise RuntimeError(
+                f"parties {busy} still compute posted work: poll their tickets before a "
+                "blocking exchange with them (e.g. drain before a mark or an evaluation)"
+            )
 
     # -- peer-to-peer messages (decentralized methods) ---------------------------------------
     def send_peer(
@@ -248,6 +499,8 @@ class Runtime:
 
     def recover(self) -> None:
         """After an interruption: wait for (or stop) work still in flight."""
+        if self._inflight:
+            self._drop_posted()
 
     def close(self) -> None:
         self.closed = True
@@ -343,6 +596,7 @@ class Runtime:
 
     def _map_hosts(self, method: str, args_for: Callable[[list[str]], tuple]) -> dict[Any, Any]:
         groups = self._hosts_for(self.alive)
+        self._check_quiet(groups)
         calls = {h: (method, args_for(names)) for h, names in groups.items()}
         results = self._map(calls, {h: 0 for h in calls})
         out = {}
@@ -369,6 +623,7 @@ class Runtime:
         groups: dict[Any, list[Message]] = {}
         for m in live:
             groups.setdefault(self._host_of[m.receiver], []).append(m)
+        self._check_quiet(groups)
         calls = {h: ("run", (ms, self.client_timeout)) for h, ms in groups.items()}
         t0 = time.perf_counter()
         try:
@@ -444,6 +699,7 @@ class Runtime:
             out = self.dead[name]
         else:
             h = self._host_of[name]
+            self._check_quiet([h])
             t0 = time.perf_counter()
             try:
                 res = self._map({h: (method, (msg, self.client_timeout))}, {h: 1})[h]

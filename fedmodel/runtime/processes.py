@@ -18,6 +18,13 @@ A worker that dies (killed, crashed) is detected through its process sentinel; a
 that does not answer within ``client_timeout`` (per step) plus a grace period is stopped.
 Either way its parties count as failed for the rest of the run.
 
+Posted messages (:meth:`~fedmodel.runtime.base.Runtime.post`) are written to the worker's
+connection at once and the server goes on; the worker handles them in order and its
+replies are read by :meth:`~fedmodel.runtime.base.Runtime.poll` when they arrive. The
+parties of one worker run one after the other, so a slow party holds back the others of
+its worker only: for asynchrony between parties, give each party its own worker
+(``workers`` = number of parties).
+
 After a solve, healthy workers drop their parties and are kept idle for the next solve in
 this process (starting a worker costs a second or two); :func:`shutdown_workers` stops
 them, and they stop at exit.
@@ -32,6 +39,7 @@ import socket
 import subprocess
 import sys
 import time
+from collections import deque
 from collections.abc import Mapping
 from multiprocessing.connection import Connection, wait
 from typing import Any
@@ -136,6 +144,7 @@ class ProcessRuntime(Runtime):
     """
 
     backend = "processes"
+    supports_async = True
 
     def __init__(
         self,
@@ -158,6 +167,7 @@ class ProcessRuntime(Runtime):
         self._procs: dict[int, subprocess.Popen] = {}
         self._conns: dict[int, Connection] = {}
         self._busy: set[int] = set()
+        self._posted: dict[int, deque] = {}  # worker -> posted tickets, in order
         env = dict(os.environ)
         for k in _THREAD_VARS:
             env.setdefault(k, "1")
@@ -298,6 +308,56 @@ class ProcessRuntime(Runtime):
             raise failed_here
         return out
 
+    # -- posted work (post/poll) ------------------------------------------------------------
+    def _submit(self, ticket) -> None:
+        h = ticket.host
+        queue = self._posted.setdefault(h, deque())
+        queue.append(ticket)
+        self._busy.add(h)
+        try:
+            with self.critical():
+                self._conns[h].send(("run", ([ticket.message], self.client_timeout)))
+        except (BrokenPipeError, ConnectionError, OSError, EOFError):
+            ticket.outcome = self._died(h)  # collected as dead by the next poll
+
+    def _collect(self, pending, timeout):
+        out: list = []
+        for queue in self._posted.values():  # posts that could not even be sent
+            if queue and isinstance(queue[0].outcome, HostDead):
+                dead = queue[0].outcome
+                out.extend((t, dead) for t in queue)
+                queue.clear()
+        if out:
+            return out
+        conns = {self._conns[h]: h for h, q in self._posted.items() if q}
+        if not conns:
+            return out
+        for conn in wait(list(conns), timeout=timeout):
+            h = conns[conn]
+            queue = self._posted[h]
+            try:
+                with self.critical():
+                    status, value = conn.recv()
+            except (EOFError, ConnectionError, OSError):
+                dead = self._died(h)
+                out.extend((t, dead) for t in queue)
+                queue.clear()
+                continue
+            ticket = queue.popleft()
+            if not queue:
+                self._busy.discard(h)
+            if status == "error":
+                raise value
+            out.append((ticket, value[0]))
+        return out
+
+    def _abandon(self, host):
+        queue = self._posted.get(host, deque())
+        tickets = list(queue)
+        queue.clear()
+        self._kill(host)
+        return tickets
+
     def _on_interrupt(self) -> None:
         for h in list(self._busy):
             if self._alive(h):
@@ -310,6 +370,8 @@ class ProcessRuntime(Runtime):
         """Collect (and discard) replies still in flight after an interruption; a worker
         that does not answer within the grace period is stopped."""
         self._on_interrupt()
+        if self._inflight:
+            self._drop_posted()
         deadline = time.monotonic() + GRACE_SECONDS + float(self.client_timeout or 0.0)
         for h in sorted(self._busy):
             conn = self._conns[h]

@@ -13,6 +13,11 @@ With ``server_hosts_clients=True`` one shard of the parties runs in the driver (
 server's process) instead; each round the driver submits the actors' calls, handles its
 own shard's messages, then collects the actors' replies.
 
+Posted messages (:meth:`~fedmodel.runtime.base.Runtime.post`) are submitted as actor
+tasks at once and the driver goes on; :meth:`~fedmodel.runtime.base.Runtime.poll` takes
+the replies that are ready (``ray.wait``). An actor runs its parties' steps one after the
+other: for asynchrony between parties, give each its own actor (``workers`` = parties).
+
 An actor that dies (``RayActorError``) is a failure of all its parties; one that does not
 answer within ``client_timeout`` per step plus a grace period is killed, likewise.
 """
@@ -115,6 +120,7 @@ class RayRuntime(Runtime):
     """
 
     backend = "ray"
+    supports_async = True
 
     def __init__(
         self,
@@ -165,6 +171,7 @@ class RayRuntime(Runtime):
         self._pool_key = (ray.get_runtime_context().get_job_id(), per_actor)
         self._labels = labels
         self._pending: dict[int, Any] = {}
+        self._posted: dict[Any, Any] = {}  # object ref -> posted ticket
         self._actors = {}
         try:
             if labels is not None:  # one actor per label, on a node that carries it
@@ -280,8 +287,49 @@ class RayRuntime(Runtime):
             raise failed_here
         return out
 
+    # -- posted work (post/poll) ------------------------------------------------------------
+    def _submit(self, ticket) -> None:
+        blob = pickle.dumps(("run", ([ticket.message], self.client_timeout)), protocol=5)
+        with self.critical():
+            ref = self._actors[ticket.host].call_pickled.remote(blob)
+        self._posted[ref] = ticket
+
+    def _collect(self, pending, timeout):
+        from ray.exceptions import RayActorError, RayTaskError
+
+        ray = self._ray
+        refs = [r for r, t in self._posted.items() if t in pending]
+        if not refs:
+            return []
+        ready, _ = ray.wait(refs, num_returns=1, timeout=timeout)
+        if ready:  # everything else that is ready too
+            ready, _ = ray.wait(refs, num_returns=len(refs), timeout=0)
+        out = []
+        for ref in ready:
+            ticket = self._posted.pop(ref)
+            try:
+                with self.critical():
+                    value = pickle.loads(ray.get(ref))
+                out.append((ticket, value[0]))
+            except RayActorError as exc:
+                out.append(
+                    (ticket, HostDead(f"Ray actor died ({type(exc).__name__}: {_first_line(exc)})"))
+                )
+            except RayTaskError as exc:
+                cause = getattr(exc, "cause", None)
+                raise (cause if isinstance(cause, BaseException) else exc) from None
+        return out
+
+    def _abandon(self, host):
+        tickets = [t for t in self._posted.values() if t.host == host]
+        self._posted = {r: t for r, t in self._posted.items() if t.host != host}
+        self._kill(host)
+        return tickets
+
     def _on_interrupt(self) -> None:
-        for h in list(self._pending):  # actors only: a local step is interrupted directly
+        for h in list(self._pending) + [
+            t.host for t in self._posted.values()
+        ]:  # actors only: a local step is interrupted directly
             pid, node = self._where.get(h, (None, None))
             if pid and node == self._node:
                 try:
@@ -291,6 +339,9 @@ class RayRuntime(Runtime):
 
     def recover(self) -> None:
         self._on_interrupt()
+        if self._inflight:
+            self._drop_posted()
+        self._posted.clear()
         if not self._pending:
             return
         refs = {ref: h for h, ref in self._pending.items()}
@@ -317,7 +368,13 @@ class RayRuntime(Runtime):
         lost = {self._host_of[n] for n in self.dead}
         keep = []
         for h, actor in actors.items():
-            if h in self._pending or h in lost or getattr(self, "_labels", None) is not None:
+            posted = {t.host for t in getattr(self, "_posted", {}).values()}
+            if (
+                h in self._pending
+                or h in posted
+                or h in lost
+                or getattr(self, "_labels", None) is not None
+            ):
                 self._kill(h)
                 continue
             keep.append(actor)

@@ -58,6 +58,19 @@ class FairVFLOptions(RuntimeOptions):
         server uses its previous partial scores, and the other parties compute on those
         stale scores), and it gets its next job the round after. ``None`` or all zeros:
         the synchronous rounds of eq. (9)-(11).
+    asynchronous : bool
+        Real asynchrony on the runtime: each round the server posts its job to every idle
+        party and uses the replies that are ready (at least ``min_replies``); a party still
+        computing keeps its last block in the sum (used stale by the others and
+        ``lambda``), its reply counts in the round it arrives. On the processes and Ray
+        runtimes the parties compute while the server goes on (give each party its own
+        worker); on the serial runtime every reply is ready at once (the synchronous
+        iterates). The server drains the work in flight at monitored rounds
+        (``monitor_every``), checkpoints and the certificate: raise ``monitor_every`` to
+        let parties run ahead. Not with ``delays`` (their deterministic simulation).
+    min_replies : int
+        Replies the server waits for in an asynchronous round (``1..K``; ``K``: the
+        synchronous rounds).
     seed : int
         Seed of the parties' generators (``"random"``).
     max_rounds : int
@@ -94,6 +107,8 @@ class FairVFLOptions(RuntimeOptions):
     local_updates: str = "exact"
     speeds: tuple[float, ...] | None = None
     delays: tuple[int, ...] | None = None
+    asynchronous: bool = False
+    min_replies: int = 1
     seed: int = 0
     max_rounds: int = 1000
     tol: float = 0.0
@@ -143,6 +158,13 @@ class FairVFLOptions(RuntimeOptions):
                 raise ModelError(
                     f"delays must be {K} non-negative integers (one per party), got {d}"
                 )
+        if self.asynchronous and self.delays is not None and any(self.delays):
+            raise ModelError(
+                "asynchronous=True runs the parties really asynchronously; delays simulate "
+                "that deterministically: give one or the other"
+            )
+        if int(self.min_replies) != self.min_replies or not 1 <= self.min_replies <= K:
+            raise ModelError(f"min_replies must be an integer in 1..{K}, got {self.min_replies}")
         if len(self.lambda0) != 2 or min(self.lambda0) < 0:
             raise ModelError(f"lambda0 must be two non-negative numbers, got {self.lambda0}")
 

@@ -19,6 +19,21 @@ the busy party anything; the party gets its next job in round ``t + d_k + 1``. T
 schedule depends on the delays only, so every backend gives the same iterates; with all
 ``d_k = 0`` it is the synchronous round above.
 
+**Real asynchrony** (option ``asynchronous=True``): each round the server posts ``z`` and
+``lambda`` to every idle party (:meth:`~fedmodel.runtime.base.Runtime.post`), then takes the
+replies that are ready (:meth:`~fedmodel.runtime.base.Runtime.poll`, at least
+``min_replies``) and goes on: a party still computing keeps its last published block in the
+sum (the others and ``lambda`` use it stale), and its reply, computed from the scores of the
+round it was posted in, counts in the round it arrives. On the processes and Ray runtimes
+the parties compute while the server runs rounds; on the serial runtime every reply is
+ready at once (the synchronous iterates, deterministic). Before a monitored round (the gap,
+the history), a checkpoint and the certificate the server drains the work in flight
+(:meth:`quiesce`): those are consistent points, and the only ones where the driver marks the
+parties' states (a failure returns to the last of them).
+
+Every reply used is logged (``state["replies"]``: round received, party, round posted; the
+staleness is the difference) and summarised in ``res.extra["asynchrony"]``.
+
 It runs on :func:`fedmodel.algorithms.driver.run_federated` without a compiled model: it
 supplies the checkpoint fingerprint, the evaluation round (the local KKT certificate of
 notes 6.2 from the parties' block gradients) and the :class:`~fedmodel.result.Result`.
@@ -26,6 +41,7 @@ notes 6.2 from the parties' block gradients) and the :class:`~fedmodel.result.Re
 
 from __future__ import annotations
 
+import copy
 from typing import Any
 
 import numpy as np
@@ -80,6 +96,8 @@ class VFLServer(ServerHalf):
         "local_updates",
         "speeds",
         "delays",
+        "asynchronous",
+        "min_replies",
         "seed",
         "lambda0",
     )
@@ -110,6 +128,7 @@ class VFLServer(ServerHalf):
         self.delays = {
             p: int(d) for p, d in zip(self.parties, opts.delays or [0] * len(self.parties))
         }
+        self._tickets: dict[str, Any] = {}  # party -> posted job (asynchronous)
         self._fingerprint = dict(fingerprint or {})
         self.y_test, self.group_a_test = y_test, group_a_test
         n = self.scores_of.n
@@ -120,6 +139,9 @@ class VFLServer(ServerHalf):
             "partials": {p: np.zeros(n) for p in self.parties},
             "pending": {},  # party -> (round its reply counts from, partial scores)
             "busy_until": {p: -1 for p in self.parties},
+            "sent": {p: 0 for p in self.parties},  # round of each party's last job
+            "replies": [],  # (round received, party, round posted) of every reply used
+            "row_round": -1,  # the round of the last history row
             "dual_residual": np.zeros(2),
             "gap": np.inf,
             "reason": "max_rounds",  # why the run stopped: max_rounds, gap, unbounded
@@ -127,10 +149,12 @@ class VFLServer(ServerHalf):
 
     # -- state ----------------------------------------------------------------------------
     def get_state(self) -> dict[str, Any]:
-        return self.state
+        """A copy of the state (a mark must not change with the later rounds)."""
+        return copy.deepcopy(self.state)
 
     def set_state(self, state: dict[str, Any]) -> None:
-        self.state = state
+        self.state = copy.deepcopy(state)
+        self._tickets = {}  # work posted after that point is gone (the runtime dropped it)
 
     @property
     def scores(self) -> np.ndarray:
@@ -198,16 +222,25 @@ class VFLServer(ServerHalf):
         z = st["scores"]
         st["dual_residual"] = self.dual_residual()
         runtime.next_round()
-        idle = [p for p in self.parties if st["busy_until"][p] < t]
         payload = {"scores": z, "lambda": st["lambda"]} if self.constrained else {"scores": z}
-        replies = runtime.broadcast("vfl_round", payload, to=idle) if idle else {}
-        for p in idle:
-            arrives = t + self.delays[p]
-            st["pending"][p] = (arrives, self._partial(replies[p]))
-            st["busy_until"][p] = arrives
-        for p in self.parties:  # replies that count from this round's end
-            if p in st["pending"] and st["pending"][p][0] <= t:
-                st["partials"][p] = st["pending"].pop(p)[1]
+        last = t + 1 >= self.max_steps
+        record = t % self.opts.monitor_every == 0 or last
+        if self.opts.asynchronous:
+            self._async_round(runtime, t, payload)
+            if record:  # a consistent point: the gap and the history need every block
+                self._drain(runtime, t)
+        else:
+            idle = [p for p in self.parties if st["busy_until"][p] < t]
+            replies = runtime.broadcast("vfl_round", payload, to=idle) if idle else {}
+            for p in idle:
+                arrives = t + self.delays[p]
+                st["pending"][p] = (arrives, self._partial(replies[p]))
+                st["busy_until"][p] = arrives
+                st["sent"][p] = t
+            for p in self.parties:  # replies that count from this round's end
+                if p in st["pending"] and st["pending"][p][0] <= t:
+                    st["partials"][p] = st["pending"].pop(p)[1]
+                    st["replies"].append((t, p, st["sent"][p]))
         st["scores"] = self._sum()
         st["t"] = t + 1
         if not np.all(np.isfinite(st["scores"])):
@@ -215,8 +248,6 @@ class VFLServer(ServerHalf):
             return StepReport(
                 stop="unbounded", message="the scores are no longer finite; lower the steps"
             )
-        last = st["t"] >= self.max_steps
-        record = t % self.opts.monitor_every == 0 or last
         if not record:
             return StepReport(record=False)
         reps = runtime.broadcast("vfl_monitor", {}, channel="diagnostic")
@@ -226,10 +257,70 @@ class VFLServer(ServerHalf):
         st["gap"] = gap
         row = self.summary(st["scores"])
         row.update(gap=gap, local_updates=sum(r.payload["updates"] for r in reps.values()))
+        since = [r for r in st["replies"] if r[0] > st.get("row_round", -1)]
+        row.update(replies=len(since), max_staleness=max((r[0] - r[2] for r in since), default=0))
+        st["row_round"] = t
         if self.opts.tol > 0 and gap <= self.opts.tol:
             st["reason"] = "gap"
             return StepReport(info=row, stop="stopped", message="gap (12) <= tol")
         return StepReport(info=row)
+
+    # -- asynchrony on the runtime (post/poll) ---------------------------------------------
+    def _async_round(self, runtime, t: int, payload: dict) -> None:
+        """Post the round's job to every idle party, take the replies that are ready (at
+        least ``min_replies``), and put them in the sum."""
+        st = self.state
+        self._runtime_async = (runtime.backend, runtime.supports_async)
+        for p in self.parties:
+            if p not in self._tickets:
+                self._tickets[p] = runtime.post(p, "vfl_round", payload)
+                st["sent"][p] = t
+        want = min(int(self.opts.min_replies), len(self._tickets))
+        got = runtime.poll(list(self._tickets.values()), min_count=want)
+        self._take(got, t)
+
+    def _take(self, got: dict, t: int) -> None:
+        st = self.state
+        for p in self.parties:  # a fixed order
+            ticket = self._tickets.get(p)
+            if ticket is not None and ticket in got:
+                st["partials"][p] = self._partial(got[ticket])
+                st["replies"].append((t, p, st["sent"][p]))
+                del self._tickets[p]
+
+    def _drain(self, runtime, t: int) -> None:
+        if self._tickets:
+            tickets = list(self._tickets.values())
+            self._take(runtime.poll(tickets, min_count=len(tickets)), t)
+
+    def quiesce(self, runtime) -> None:
+        """Wait for every job in flight and put its reply in the sum (a consistent point:
+        every party's state matches the block the server holds)."""
+        if self._tickets:
+            self._drain(runtime, int(self.state["t"]) - 1)
+            self.state["scores"] = self._sum()
+
+    def asynchrony(self) -> dict[str, Any]:
+        """Per party: replies used, rounds in which it did not reply, the staleness of each
+        reply (rounds between the job and the round its reply counted in)."""
+        st = self.state
+        rounds = int(st["t"])
+        out: dict[str, Any] = {"rounds": rounds, "mode": self.mode(), "parties": {}}
+        for p in self.parties:
+            stale = [r - s for r, q, s in st["replies"] if q == p]
+            out["parties"][p] = {
+                "replies": len(stale),
+                "silent_rounds": rounds - len({r for r, q, _ in st["replies"] if q == p}),
+                "staleness": stale,
+                "max_staleness": max(stale, default=0),
+                "mean_staleness": float(np.mean(stale)) if stale else 0.0,
+            }
+        return out
+
+    def mode(self) -> str:
+        if self.opts.asynchronous:
+            return "asynchronous"
+        return "delays" if any(self.delays.values()) else "synchronous"
 
     def summary(self, z: np.ndarray) -> dict[str, float]:
         f = self.scores_of
@@ -303,6 +394,13 @@ class VFLServer(ServerHalf):
                 f"max_rounds = {opts.max_rounds} reached; gap (12) {gap:.2e}, KKT stationarity "
                 f"{kkt.stationarity:.2e}, feasibility {kkt.feasibility:.2e}"
             )
+        backend, real = getattr(self, "_runtime_async", (None, True))
+        if opts.asynchronous and not real:
+            message += (
+                f"; asynchronous=True on the {backend} runtime, which has no non-blocking "
+                "exchange: every posted job was answered at once (synchronous rounds"
+                + (", deterministic)" if backend == "serial" else ")")
+            )
         if (
             self.constrained
             and kkt is not None
@@ -333,6 +431,7 @@ class VFLServer(ServerHalf):
             "local_updates": {
                 p: int(r["updates_total"]) for p, r in reports.items() if "updates_total" in r
             },
+            "asynchrony": self.asynchrony(),
         }
         tests = [reports[p].get("test_scores") for p in self.parties if p in reports]
         if self.y_test is not None and tests and all(v is not None for v in tests):
