@@ -166,3 +166,27 @@ def test_a_slow_party_does_not_hold_the_rounds_back_and_the_run_converges():
     for r in res.ledger:
         if r["channel"] == "algorithm":
             assert set(r["shapes"].values()) <= {(n,), (2,)}, r
+
+
+def test_asynchronous_failures_checkpoints_and_resume_on_processes(tmp_path):
+    prob = small_problem()
+    kw = dict(KW, backend="processes", workers=3, asynchronous=True, monitor_every=5)
+    boom = {"party1": Fault("raise", round=8, times=1, kinds=("vfl_round",))}
+    stopped = solve_vertical(prob, "fair-vfl", max_rounds=30, faults=boom, **kw)
+    assert stopped.status == "client_failure" and "party1" in stopped.message
+    # back to the last consistent point: a drained, monitored round
+    assert stopped.rounds["outer"] % 5 == 1 and stopped.rounds["outer"] <= 8
+    retried = solve_vertical(
+        prob, "fair-vfl", max_rounds=30, faults=boom, on_failure="retry", retries=1, **kw
+    )
+    assert retried.status != "client_failure" and retried.rounds["outer"] == 30
+    assert [r["client"] for r in retried.extra["retries"]] == ["party1"]
+    # a checkpoint is written at a drained point and resumes
+    ck = tmp_path / "ck"
+    first = solve_vertical(
+        prob, "fair-vfl", max_rounds=12, checkpoint=str(ck), checkpoint_every=4, **kw
+    )
+    assert first.checkpoint == str(ck)
+    rest = solve_vertical(prob, "fair-vfl", max_rounds=20, resume=str(ck), **kw)
+    assert rest.rounds["outer"] == 20 and rest.status != "client_failure"
+    assert rest.extra["asynchrony"]["rounds"] == 20

@@ -8,6 +8,10 @@
   limit passes; after each step, a history row (one diagnostic evaluation round, when
   ``options.history``), the callback, a consistent mark of every party's state, and a
   checkpoint every ``checkpoint_every`` steps;
+* a method that posts work and moves on (``runtime.post``, e.g. fair-vfl with
+  ``asynchronous=True``): while replies are in flight the step is not a consistent point
+  and no mark is taken; before a history evaluation, a checkpoint and the certificate the
+  driver calls ``server.quiesce(runtime)``, which takes every reply in flight;
 * a client failure the policy did not recover, or Ctrl-C, returns the last consistent
   iterate (every party put back to its state there) with status ``"client_failure"`` or
   ``"interrupted"``, and a checkpoint of it when asked;

@@ -5,10 +5,13 @@
 and one :class:`~fedmodel.runtime.endpoints.EndpointFactory` per party holding that party's
 block only, and hands them to the driver, which runs them on any backend with
 checkpoints/resume, the time limit, history rows and callbacks, failure policies, the
-ledger and the :class:`~fedmodel.result.Result`. Asynchrony on every runtime is
-deterministic: within a round a party's updates read the others' blocks as of the last
-exchange (eq. 11), and with ``delays`` a party's reply counts ``d_k`` rounds late; on the
-processes and Ray runtimes the parties sent a job in a round compute at the same time.
+ledger and the :class:`~fedmodel.result.Result`. Within a round a party's updates read the
+others' blocks as of the last exchange (eq. 11); with ``delays`` a party's reply counts
+``d_k`` rounds late (deterministic on every runtime); on the processes and Ray runtimes the
+parties sent a job in a round compute at the same time. With ``asynchronous=True`` the
+asynchrony is real on processes/Ray: the server posts jobs and goes on with the replies
+that have arrived, a slow party's block is used stale until its reply comes (see
+:mod:`fedmodel.algorithms.vfl.server`).
 
 Examples
 --------
