@@ -85,7 +85,7 @@ def test_a_failed_posted_step_is_retried_or_raised():
         with pytest.raises(ClientFailure, match="'b'"):
             rt.poll([t])
         rt.recover()
-        assert rt.in_flight == 0
+        assert rt.in_flight == 0 and rt.alive == ["a", "b"]  # it raised; its worker lives
     with ProcessRuntime(
         factories(["a", "b"], once), workers=2, on_failure="retry", retries=1
     ) as rt:
@@ -97,7 +97,7 @@ def test_a_failed_posted_step_is_retried_or_raised():
         assert [r["kind"] for r in rt.ledger.rows] == ["ping", "ping", "echo"]
 
 
-def test_a_posted_step_past_client_timeout_stops_its_worker():
+def test_a_posted_step_past_client_timeout_fails_as_a_timeout():
     with ProcessRuntime(factories(["a", "b"]), workers=2, client_timeout=0.2) as rt:
         rt.next_round()
         t = rt.post("b", "ping", {"x": 1.0, "sleep": 1.0})

@@ -97,6 +97,7 @@ class Ticket:
     host: Any = None
     deadline: float | None = None
     outcome: StepOutcome | None = field(default=None, repr=False)
+    running: bool = False  # submitted to its host, result not collected yet
 
     @property
     def receiver(self) -> str:
@@ -284,7 +285,7 @@ class Runtime:
     def _receive_some(self, timeout: float | None) -> None:
         """Wait (at most ``timeout`` s and until the earliest step deadline) for posted
         work to finish; record what arrived, re-post or raise failed steps."""
-        pending = [t for t in self._inflight if not t.done]
+        pending = [t for t in self._inflight if t.running]
         if not pending:
             raise RuntimeError("poll: nothing is in flight")
         now = time.perf_counter()
@@ -297,7 +298,7 @@ class Runtime:
         now = time.perf_counter()
         if not arrived:  # a host that overran its deadline is stopped
             for t in pending:
-                if t.deadline is not None and now > t.deadline + GRACE_SECONDS and not t.done:
+                if t.deadline is not None and now > t.deadline + GRACE_SECONDS and t.running:
                     host = t.host
                     dropped = self._abandon(host)
                     why = HostDead(
@@ -308,6 +309,7 @@ class Runtime:
                     arrived.extend((d, why) for d in dropped)
         failed: dict[str, tuple[Ticket, StepOutcome]] = {}
         for ticket, res in arrived:
+            ticket.running = False
             if isinstance(res, HostDead):
                 names = [n for n, h in self._host_of.items() if h == ticket.host]
                 self._mark_dead(names, res.reason)
@@ -344,6 +346,8 @@ class Runtime:
                 self._launch(ticket)
                 continue
             failed[msg.receiver] = (ticket, res)
+            ticket.outcome = res
+            self._inflight.remove(ticket)  # given up: reported now, not polled again
         if failed:
             first = next(iter(failed.values()))[0]
             self._fail({n: o for n, (_, o) in failed.items()}, first.message)
@@ -355,10 +359,11 @@ class Runtime:
             before = [
                 t.deadline
                 for t in self._inflight
-                if t.host == ticket.host and t is not ticket and not t.done and t.deadline
+                if t.host == ticket.host and t is not ticket and t.running and t.deadline
             ]
             start = max([time.perf_counter(), *before])
             ticket.deadline = start + float(self.client_timeout)
+        ticket.running = True
         self._submit(ticket)
 
     def _submit(self, ticket: Ticket) -> None:
@@ -378,11 +383,11 @@ class Runtime:
         """After a failure or an interruption: let posted work finish (within the grace
         period) and discard it; a host that does not finish is stopped."""
         deadline = time.perf_counter() + GRACE_SECONDS + float(self.client_timeout or 0.0)
-        pending = [t for t in self._inflight if not t.done]
+        pending = [t for t in self._inflight if t.running]
         while pending and time.perf_counter() < deadline:
             for ticket, _res in self._collect(pending, deadline - time.perf_counter()):
-                ticket.outcome = _res  # discarded
-            pending = [t for t in pending if t.outcome is None]
+                ticket.running = False  # its result is discarded
+            pending = [t for t in pending if t.running]
         for host in {t.host for t in pending}:
             self._abandon(host)
             names = [n for n, h in self._host_of.items() if h == host]
@@ -394,7 +399,7 @@ class Runtime:
         if not self._inflight:
             return
         hosts = set(hosts)
-        busy = sorted({t.receiver for t in self._inflight if not t.done and t.host in hosts})
+        busy = sorted({t.receiver for t in self._inflight if t.running and t.host in hosts})
         if busy:
             raise RuntimeError(
                 f"parties {busy} still compute posted work: poll their tickets before a "
