@@ -190,3 +190,37 @@ def test_asynchronous_failures_checkpoints_and_resume_on_processes(tmp_path):
     rest = solve_vertical(prob, "fair-vfl", max_rounds=20, resume=str(ck), **kw)
     assert rest.rounds["outer"] == 20 and rest.status != "client_failure"
     assert rest.extra["asynchrony"]["rounds"] == 20
+
+
+@pytest.mark.slow  # starting Ray and its actors alone takes ~25 s on a loaded 2-core machine
+def test_ray_post_and_poll():
+    ray = pytest.importorskip("ray")
+    from fedmodel.runtime.ray_runtime import RayRuntime
+
+    if not ray.is_initialized():  # as the other Ray tests: one local Ray for the session
+        ray.init(num_cpus=2, include_dashboard=False, configure_logging=False)
+    with RayRuntime(factories(["fast", "slow"]), workers=2) as rt:
+        assert rt.supports_async
+        rt.next_round()
+        slow = rt.post("slow", "ping", {"x": 1.0, "sleep": 1.0})
+        fast = rt.post("fast", "ping", {"x": 2.0})
+        got = rt.poll([slow, fast], min_count=1)
+        assert list(got) == [fast] and rt.in_flight == 1
+        with pytest.raises(RuntimeError, match="slow"):
+            rt.mark()
+        assert rt.poll([slow])[slow].payload == {"x": 1.0}
+        assert [r["kind"] for r in rt.ledger.rows] == ["ping", "echo", "ping", "echo"]
+
+
+def test_a_worker_dying_with_posted_work_is_a_client_failure():
+    crash = {"b": Fault("exit", round=1, times=1)}
+    with ProcessRuntime(factories(["a", "b"], crash), workers=2) as rt:
+        rt.next_round()
+        ta = rt.post("a", "ping", {"x": 1.0, "sleep": 0.2})
+        tb = rt.post("b", "ping", {"x": 2.0})
+        with pytest.raises(ClientFailure) as exc:
+            rt.poll([ta, tb], min_count=2)
+        assert exc.value.failures["b"].kind == "dead" and "died" in str(exc.value)
+        assert rt.alive == ["a"]
+        rt.recover()  # a's posted step is collected and discarded
+        assert rt.in_flight == 0 and rt.alive == ["a"]
