@@ -64,6 +64,10 @@ def test_processes_post_returns_at_once_and_poll_takes_what_is_ready():
             rt.send("slow", "ping", {"x": 0.0})
         assert rt.send("fast", "ping", {"x": 3.0}).payload == {"x": 3.0}  # others are free
         assert rt.poll([slow], timeout=0.01) == {}
+        again = rt.post("fast", "ping", {"x": 4.0})
+        time.sleep(0.5)
+        assert rt.poll([again], min_count=0) == {again: again.reply}  # arrived: taken
+        assert again.reply.payload == {"x": 4.0}
         got = rt.poll([slow])
         assert got[slow].payload == {"x": 1.0} and rt.in_flight == 0
         rt.mark()  # quiescent again

@@ -251,7 +251,8 @@ class Runtime:
         min_count: int = 1,
     ) -> dict[Ticket, Message]:
         """The replies of ``tickets`` that are ready, waiting until at least
-        ``min_count`` of them are (or ``timeout`` seconds passed; ``None``: no limit).
+        ``min_count`` of them are (or ``timeout`` seconds passed; ``None``: no limit);
+        ``min_count=0`` takes what has arrived without waiting.
 
         Returned tickets leave :attr:`in_flight`; the others may be polled again. Replies
         are recorded in the ledger when they arrive. A step that failed is re-posted
@@ -271,6 +272,8 @@ class Runtime:
         end = None if timeout is None else time.perf_counter() + float(timeout)
         t0 = time.perf_counter()
         try:
+            if any(t.running for t in tickets):  # take what has arrived, without waiting
+                self._receive_some(0.0)
             while sum(t.done for t in tickets) < want:
                 remaining = None if end is None else end - time.perf_counter()
                 if remaining is not None and remaining <= 0:
