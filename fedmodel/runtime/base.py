@@ -300,16 +300,19 @@ class Runtime:
         arrived = self._collect(pending, wait_for)
         now = time.perf_counter()
         if not arrived:  # a host that overran its deadline is stopped
-            for t in pending:
-                if t.deadline is not None and now > t.deadline + GRACE_SECONDS and t.running:
-                    host = t.host
-                    dropped = self._abandon(host)
-                    why = HostDead(
-                        f"{self.backend} worker did not answer within client_timeout = "
-                        f"{self.client_timeout:g} s per step (+{GRACE_SECONDS:g} s) and was "
-                        "stopped"
-                    )
-                    arrived.extend((d, why) for d in dropped)
+            overran = {
+                t.host
+                for t in pending
+                if t.deadline is not None and now > t.deadline + GRACE_SECONDS
+            }
+            for host in overran:
+                dropped = self._abandon(host)
+                why = HostDead(
+                    f"{self.backend} worker did not answer within client_timeout = "
+                    f"{self.client_timeout:g} s per step (+{GRACE_SECONDS:g} s) and was "
+                    "stopped"
+                )
+                arrived.extend((d, why) for d in dropped)
         failed: dict[str, tuple[Ticket, StepOutcome]] = {}
         for ticket, res in arrived:
             ticket.running = False
