@@ -36,7 +36,13 @@ class Sleeper:
         self.count = state["count"]
 
     def handle(self, msg: Message) -> Message:
-        time.sleep(float(msg.payload.get("sleep", 0.0)))
+        end = time.monotonic() + float(msg.payload.get("sleep", 0.0))
+        while time.monotonic() < end:
+            try:
+                time.sleep(max(0.0, end - time.monotonic()))
+            except BaseException:  # noqa: BLE001 - a stuck step ignores its timeout alarm
+                if not msg.payload.get("stuck"):
+                    raise
         self.count += 1
         return Message("echo", self.name, SERVER, {"x": msg.payload["x"]}, msg.round)
 
@@ -214,6 +220,18 @@ def test_ray_post_and_poll():
             rt.mark()
         assert rt.poll([slow])[slow].payload == {"x": 1.0}
         assert [r["kind"] for r in rt.ledger.rows] == ["ping", "echo", "ping", "echo"]
+
+
+def test_a_stuck_posted_step_gets_its_worker_stopped_after_the_grace_period():
+    with ProcessRuntime(factories(["a", "b"]), workers=2, client_timeout=0.2) as rt:
+        rt.next_round()
+        t = rt.post("b", "ping", {"x": 1.0, "sleep": 30.0, "stuck": True})
+        t0 = time.monotonic()
+        with pytest.raises(ClientFailure, match="was stopped") as exc:
+            rt.poll([t])
+        assert time.monotonic() - t0 < 15  # 0.2 s + the 5 s grace period, not 30 s
+        assert exc.value.failures["b"].kind == "dead" and rt.alive == ["a"]
+        assert rt.in_flight == 0
 
 
 def test_a_worker_dying_with_posted_work_is_a_client_failure():
