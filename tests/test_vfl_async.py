@@ -135,6 +135,18 @@ def test_asynchronous_on_serial_is_the_synchronous_run():
         solve_vertical(prob, "fair-vfl", asynchronous=True, min_replies=4, **KW)
 
 
+def test_waiting_for_every_reply_on_processes_is_the_synchronous_run():
+    prob = small_problem()
+    kw = dict(KW, max_rounds=20, monitor_every=7)
+    sync = solve_vertical(prob, "fedbcd", **kw)
+    a = solve_vertical(
+        prob, "fedbcd", backend="processes", workers=3, asynchronous=True, min_replies=3, **kw
+    )
+    np.testing.assert_array_equal(a.x, sync.x)
+    assert a.extra["asynchrony"]["parties"]["party1"]["silent_rounds"] == 0
+    assert "no non-blocking exchange" not in a.message
+
+
 def test_a_slow_party_does_not_hold_the_rounds_back_and_the_run_converges():
     prob = small_problem()
     ref = solve_constrained(prob, eps=0.05)
