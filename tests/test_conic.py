@@ -238,8 +238,10 @@ def test_pooled_methods_take_the_same_models(method, kind):
     _solve_and_check(kind, 3, rows=10, method=method, eps=1e-6, rel_tol=1e-6)
 
 
-def test_which_parties_take_the_conic_path():
+def test_which_parties_take_the_conic_path(capsys):
     model, _, _ = soc_affine(2, 6, 0)  # cones at the clients only
+    model.summary()
+    assert "soc:cone[0]: 3 component(s) in a second-order cone (hard" in capsys.readouterr().out
     compiled = model.compile()
     assert compiled.conic_parties() == ["c0", "c1"]
     assert all(c.kind == "cone" for c in compiled.clients[0].constraints if "soc" in c.label)
