@@ -185,18 +185,13 @@ class Party:
         """A convex objective term with summands that have no smooth/epigraph form: each
         such summand ``s`` becomes an auxiliary ``t`` with the cone form of ``s <= t``; the
         other summands stay (in epigraph form where that makes them smooth)."""
-        from fedmodel.compiler.smooth import NotSmoothError, check_smooth
-
         parts, extra = [], []
         for s in _summands(expr):
             s2, pieces = self._epigraph(s, label)
-            try:
-                check_smooth(s2)
+            if _smooth(s2) and all(_smooth(p.expr) for p in pieces):
                 parts.append(s2)
                 extra.extend(pieces)
                 continue
-            except NotSmoothError:
-                pass
             t = cp.Variable()
             self._register_aux(t, "epi")
             parts.append(t)
@@ -393,13 +388,27 @@ _MAX_TYPE = ("norm_inf", "abs", "max", "maximum")
 
 
 def _smooth(expr: cp.Expression) -> bool:
+    """Smooth wherever the iterates may go: the smooth layer can evaluate it, and it has no
+    ``quad_over_lin`` with a variable denominator (smooth only where the denominator is
+    positive, which penalised constraints do not keep the iterates in; it takes the conic
+    path instead)."""
     from fedmodel.compiler.smooth import NotSmoothError, check_smooth
 
     try:
         check_smooth(expr)
     except NotSmoothError:
         return False
-    return True
+    return not _variable_denominator(expr)
+
+
+def _variable_denominator(expr: cp.Expression) -> bool:
+    stack = [expr]
+    while stack:
+        e = stack.pop()
+        if type(e).__name__ == "quad_over_lin" and not e.args[1].is_constant():
+            return True
+        stack.extend(e.args)
+    return False
 
 
 def _summands(expr: cp.Expression) -> list[cp.Expression]:
