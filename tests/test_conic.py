@@ -362,3 +362,21 @@ def test_cone_block_projections_and_distances():
     assert expc.dist_dual(np.array([-1.0, 0.0, 1.0])) == 0.0  # 1 * e^0 <= e * 1
     feas, viol = cone_residuals([soc], np.array([1.0, 0.6, 0.8]), np.array([1.0, -0.6, -0.8]))
     assert viol == 0.0 and feas == pytest.approx(0.0, abs=1e-15)  # complementary pair
+
+
+def test_resume_from_a_checkpoint_repeats_the_conic_iterates(tmp_path):
+    """The cone multipliers are part of each party's state (``cone``, ``cone_at_w``): a
+    run resumed from a checkpoint repeats the uninterrupted iterates."""
+    model, _, _ = soc_owned_t(2, 6, 0)
+    full = model.solve(method="prox-al", eps=1e-3)
+    path = tmp_path / "run"
+    part = model.solve(
+        method="prox-al", eps=1e-3, checkpoint=str(path), checkpoint_every=2, max_outer=2
+    )
+    assert part.status == "max_iterations"
+    res = model.solve(method="prox-al", eps=1e-3, resume=str(path))
+    assert res.status == full.status == "optimal"
+    np.testing.assert_array_equal(res.x, full.x)
+    for name, mults in full.multipliers.items():
+        for label, value in mults.items():
+            np.testing.assert_array_equal(res.multipliers[name][label], value)
