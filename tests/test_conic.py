@@ -268,6 +268,14 @@ def test_which_parties_take_the_conic_path(capsys):
     assert res.extra["conic_parties"] == ["c0", "c1"] and "cvxpy" in res.extra["conic_path"]
     assert list(res.solution) == ["w"]  # the cone auxiliaries are hidden ...
     assert any(k.startswith("c0.cone") for k in res.extra["auxiliary"])  # ... but there
+    # cone auxiliaries and conic multipliers never travel in the algorithm's messages;
+    # the multipliers reach the caller only in the final (diagnostic) report
+    for row in res.ledger:
+        for key, shape in row["shapes"].items():
+            if row["channel"] == "algorithm":
+                assert shape in ((), (D,)), (row["kind"], key, shape)
+    cone_rows = [r for r in res.ledger if "cone" in r["shapes"]]
+    assert cone_rows and {r["kind"] for r in cone_rows} == {"report_reply"}
 
 
 def test_smooth_atoms_stay_smooth_and_a_variable_denominator_goes_conic():
