@@ -215,6 +215,10 @@ class Party:
             Must be DCP-convex, unless ``allow_nonconvex=True``, in which case it must be
             built from smooth atoms (it is then solved by a smooth local solver and the
             certificate is a local KKT one).
+            Non-smooth convex terms are rewritten exactly: piecewise-linear atoms into
+            epigraph form (:mod:`fedmodel.dsl.epigraph`, smooth), other atoms (a 2-norm,
+            ``lambda_max``, ``geo_mean``, ...) into cone constraints solved by the cvxpy
+            backend in this party's subproblem (:mod:`fedmodel.dsl.conic`).
         allow_nonconvex : bool
             Opt in to a smooth non-DCP term (seed 000 Section 5.3 style).
         name : str, optional
