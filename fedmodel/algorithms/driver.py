@@ -69,7 +69,7 @@ class _Mark:
 
 
 def run_federated(
-    compiled: CompiledModel,
+    compiled: CompiledModel | None,
     options: Any,
     method: str,
     server: ServerHalf,
@@ -83,9 +83,15 @@ def run_federated(
     :class:`~fedmodel.algorithms.options.RuntimeOptions` and the tolerances ``eps1``,
     ``eps2``. ``faults`` (client name -> :class:`~fedmodel.runtime.faults.Fault`) injects
     failures, for tests.
+
+    ``compiled=None``: a method without a compiled cvxpy model (the learning methods of
+    ``algorithms/ssca``); its server half then supplies what the model would:
+    ``fingerprint()`` (checkpoints), ``client_weights()`` (placement; may return None),
+    ``evaluate_round(runtime) -> (kkt, summary, diagnostics)`` (history rows and the final
+    evaluation) and ``build_result(**fields) -> Result``.
     """
     t_start = time.perf_counter()
-    fingerprint = model_fingerprint(compiled)
+    fingerprint = model_fingerprint(compiled) if compiled is not None else server.fingerprint()
     resume_key = server.resume_key()
     resumed = manifest = None
     if options.resume is not None:  # check before starting any worker
@@ -109,7 +115,11 @@ def run_federated(
         client_timeout=options.client_timeout,
         on_failure=options.on_failure,
         retries=options.retries,
-        weights={c.name: c.data_bytes() + 1 for c in compiled.clients},
+        weights=(
+            {c.name: c.data_bytes() + 1 for c in compiled.clients}
+            if compiled is not None
+            else server.client_weights()
+        ),
     )
     if not options.keep_ledger:
         runtime.ledger = CountingLedger()
@@ -139,7 +149,7 @@ class _Run:
         self.runtime = runtime
         self.fingerprint = fingerprint
         self.resume_key = resume_key
-        self.local = compiled.nonconvex
+        self.local = compiled.nonconvex if compiled is not None else True
         self.compile_seconds = 0.0
         self.mark: _Mark | None = None
         self.checkpoint_written: str | None = None
@@ -180,6 +190,10 @@ class _Run:
     def evaluate(self):
         """One diagnostic round at the server's point: every client evaluates its share with
         its own multipliers, the server adds its own and ``dh``."""
+        if self.compiled is None:  # no compiled model: the server half's own evaluation round
+            self.server.sync(self.runtime)
+            kkt, summary, self.diagnostics = self.server.evaluate_round(self.runtime)
+            return kkt, summary
         server, program = self.server, self.compiled.server
         server.sync(self.runtime)
         if program.layout.has_owned:
@@ -295,6 +309,34 @@ class _Run:
     # -- results -----------------------------------------------------------------------------
     def result(self, status, message, kkt, summary, reports, failure=None):
         compiled, server, runtime = self.compiled, self.server, self.runtime
+        if compiled is None:
+            return server.build_result(
+                status=status,
+                message=message,
+                kkt=kkt,
+                summary=summary,
+                reports={name: r.payload for name, r in reports.items()},
+                rounds={
+                    "outer": self.k + 1,
+                    **server.round_counts(),
+                    "communication": runtime.round,
+                },
+                communication=communication_totals(runtime.ledger),
+                timing={
+                    "compile": self.compile_seconds,
+                    "solve": time.perf_counter() - self.t_solve,
+                    "waiting": runtime.wait_seconds,
+                },
+                history=self.history,
+                ledger=runtime.ledger.rows,
+                failure=failure or {},
+                checkpoint=self.checkpoint_written,
+                runtime_extra={
+                    "backend": runtime.backend,
+                    "placement": runtime.placement,
+                    "retries": list(runtime.retried),
+                },
+            )
         multipliers = {
             compiled.server.name: split_multipliers(compiled.server, *server.multipliers())
         }
