@@ -119,6 +119,9 @@ class LearningOptions(RuntimeOptions):
         Feature-based, Remark 4: every client sends ``h_i`` and ``dh_i/dw_i`` of the batch
         straight to the server (one step, fewer messages). **For the MLP this sends the
         raw features** (``dh_i/dw_i = z_{n,i}``, footnote 16); off by default.
+    final_gradient : bool
+        Sample-based: one more diagnostic round at the end in which every client sends its
+        full gradient (``res.kkt.stationarity``, ``res.extra["gradient_norm"]``).
     """
 
     rounds: int = 100
@@ -128,6 +131,7 @@ class LearningOptions(RuntimeOptions):
     eval_every: int = 10
     designated: str | None = None
     one_step: bool = False
+    final_gradient: bool = True
 
     def validate_common(self) -> None:
         for name in ("rounds", "batch_size"):

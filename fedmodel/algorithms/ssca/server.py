@@ -157,7 +157,8 @@ class LearningServer(ServerHalf):
         row = self._row(runtime)
         violation = max([0.0, *row.get("constraint_values", [])])
         stationarity = float("nan")
-        if self.t == self.max_steps and hasattr(self, "_full_gradient"):
+        final = self.t == self.max_steps and self.options.final_gradient
+        if final and hasattr(self, "_full_gradient"):
             g = self._full_gradient(runtime)
             if self.objective == "loss" and not self.constraints:
                 g = g + 2 * self.lam * self.w
