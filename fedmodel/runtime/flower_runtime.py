@@ -235,7 +235,8 @@ class _Simulation:
     def stop(self) -> None:
         from fedmodel.runtime.flower_party import request
 
-        self.done.set() if hasattr(self, "done") else None
+        if hasattr(self, "done"):
+            self.done.set()  # the ServerApp returns; the simulation engine stops
         for n, p in self.procs.items():
             if p.poll() is None:
                 try:
@@ -253,6 +254,17 @@ class _Simulation:
         if hasattr(self, "thread"):
             self.thread.join(60)
         shutil.rmtree(self.dir, ignore_errors=True)
+        # Flower's simulation engine shuts Ray down when it ends: actors the Ray backend
+        # kept for the next solve are gone with it
+        from fedmodel.runtime import ray_runtime
+
+        try:
+            import ray
+
+            if not ray.is_initialized():
+                ray_runtime._POOL.clear()
+        except ImportError:  # pragma: no cover
+            pass
 
 
 class FlowerRuntime(Runtime):
