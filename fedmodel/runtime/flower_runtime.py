@@ -179,6 +179,10 @@ class _Simulation:
             if not line.startswith(b"ready"):
                 self.stop()
                 raise RuntimeError(f"the party server of client '{n}' failed to start")
+        # fedmodel's idle Ray actors would hold the CPUs Flower's ClientApp actors need
+        from fedmodel.runtime.ray_runtime import release_idle_actors
+
+        release_idle_actors()
         self.grid_q: queue.Queue = queue.Queue()
         self.done = threading.Event()
         server_app = ServerApp()
@@ -305,7 +309,7 @@ class FlowerRuntime(Runtime):
             if grid is None:
                 self._sim = _Simulation(names, factories)
                 self.grid = self._sim.grid
-                nodes = self._hello(self._wait_nodes(len(names)))
+                nodes = self._hello(self._wait_nodes(len(names)), wait=120.0)
                 by_partition = {
                     int(info["node_config"]["partition-id"]): node for node, info in nodes.items()
                 }
@@ -314,22 +318,8 @@ class FlowerRuntime(Runtime):
                 errors = self._sim.build(factories)
             else:
                 self.grid = grid
-                nodes = self._hello(list(grid.get_node_ids()))
-                owner: dict[str, int] = {}
-                for node, info in nodes.items():
-                    for p in info.get("parties", []):
-                        if p in owner:
-                            raise ModelError(
-                                f"client '{p}' joined twice (nodes {owner[p]}, {node})"
-                            )
-                        owner[p] = node
-                missing = [n for n in names if n not in owner]
-                if missing:
-                    raise ModelError(
-                        f"clients {missing} have not joined the federation (connected: "
-                        f"{sorted(owner)})"
-                    )
-                self._host_of = {n: owner[n] for n in names}
+                found = discover(grid, names, timeout=join_timeout)
+                self._host_of = {n: found[n][0] for n in names}
                 groups = self._hosts_for(names)
                 stripped = strip_programs(factories)
                 results = self._map(
@@ -355,11 +345,15 @@ class FlowerRuntime(Runtime):
                 return nodes
             time.sleep(0.1)
 
-    def _hello(self, nodes: list[int]) -> dict[int, dict]:
-        replies = self._map({node: ("hello", ()) for node in nodes}, {})
+    def _hello(self, nodes: list[int], wait: float) -> dict[int, dict]:
+        replies = self._map({node: ("hello", ()) for node in nodes}, {}, wait=wait)
         dead = {n: r.reason for n, r in replies.items() if isinstance(r, HostDead)}
         if dead:
-            raise RuntimeError(f"Flower nodes did not answer: {dead}")
+            raise RuntimeError(
+                f"Flower nodes did not answer: {dead} (on the simulation engine: Flower's "
+                "ClientApp actors need a free CPU of Ray each; is Ray busy elsewhere in "
+                "this process?)"
+            )
         return replies
 
     @property
@@ -371,14 +365,16 @@ class FlowerRuntime(Runtime):
     def _message(self, node: int, method: str, args: tuple):
         return _message(node, method, args, self._route.get(node))
 
-    def _map(self, calls, steps, build: bool = False):
+    def _map(self, calls, steps, build: bool = False, wait: float | None = None):
         grid = self.grid
         out: dict[Any, Any] = {}
         with self.critical():
             msgs = {h: self._message(h, *calls[h]) for h in calls}
             ids = list(grid.push_messages(list(msgs.values())))
         waiting = dict(zip(ids, msgs))
-        if self.client_timeout:
+        if wait is not None:
+            pass
+        elif self.client_timeout:
             longest = max((steps.get(h, 0) for h in calls), default=0)
             wait = max(1, longest) * float(self.client_timeout) + GRACE_SECONDS
         else:
