@@ -376,19 +376,10 @@ class _Run:
             except Exception as exc:  # noqa: BLE001
                 notes.append(f"restoring the clients' states failed ({exc})")
             if self.options.checkpoint is not None:
-                earlier = self.checkpoint_written
                 try:
                     self.save("client_failure" if failure is not None else "interrupted")
                 except Exception as exc:  # noqa: BLE001
-                    # the message must not claim a checkpoint of this point (issue 15)
-                    self.checkpoint_written = None
-                    note = f"no checkpoint could be written ({exc})"
-                    if earlier:
-                        note += (
-                            f"; the last one written, of an earlier point, is in {earlier!r} (resume "
-                            "continues from there)"
-                        )
-                    notes.append(note)
+                    notes.append(f"no checkpoint could be written ({exc})")
         usable = runtime.alive  # a client that raised may answer again; a dead one cannot
         kkt, summary = self.last_eval if self.last_eval is not None else (None, None)
         if summary is None and len(usable) == len(runtime.client_names):
