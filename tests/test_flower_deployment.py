@@ -229,6 +229,34 @@ def _file_model(fed):
     return mf.build({f"site{i}": {"X0": X0, "X1": X1} for i, (X0, X1) in enumerate(fed["sites"])})
 
 
+def test_ctrl_c_on_the_coordinator_returns_interrupted(federation, tmp_path):
+    fed = federation
+    out, ledger = tmp_path / "result.json", tmp_path / "ledger.jsonl"
+    ck = tmp_path / "ck"
+    _org, _ready, log = fed["joins"]["site0"]
+    seen = log.read_text().count("Receiving: query.fedmodel")
+    opts = dict(OPTS, max_outer=3, checkpoint=str(ck))
+    proc = _serve(fed, out, ledger, **opts)
+    try:
+        _wait_for(
+            lambda: log.read_text().count("Receiving: query.fedmodel") >= seen + 10, 900, "rounds"
+        )
+        proc.send_signal(signal.SIGINT)  # Ctrl-C on `fedmodel serve`
+        text, _ = proc.communicate(timeout=600)
+    finally:
+        _stop([proc])
+    assert proc.returncode == 130, text[-4000:]
+    res = json.loads(out.read_text())
+    assert res["status"] == "interrupted", res["message"]
+    assert "interrupted" in text
+    # the checkpoint of the returned point resumes to the uninterrupted answer
+    serial_opts = {k: v for k, v in opts.items() if k != "checkpoint"}
+    ref = _file_model(fed).solve("prox-al", **serial_opts)
+    again = _file_model(fed).solve("prox-al", resume=str(ck), **serial_opts)
+    assert again.rounds == ref.rounds
+    assert np.max(np.abs(again.x - ref.x)) <= 1e-10 * max(1.0, np.max(np.abs(ref.x)))
+
+
 def test_a_supernode_killed_mid_solve_is_a_client_failure(federation, tmp_path):
     fed = federation
     out, ledger = tmp_path / "result.json", tmp_path / "ledger.jsonl"

@@ -305,6 +305,8 @@ class FlowerRuntime(Runtime):
         self._sim: _Simulation | None = None
         self._route: dict[Any, str] = {}
         self.engine = "deployment" if grid is not None else "simulation"
+        # deployment: `fedmodel serve` asks for an interruption (Ctrl-C) with this file
+        self._stop_file = os.environ.get("FEDMODEL_STOP_FILE") if grid is not None else None
         try:
             if grid is None:
                 self._sim = _Simulation(names, factories)
@@ -391,6 +393,12 @@ class FlowerRuntime(Runtime):
                 out[h] = self._decode(h, reply)
             if not waiting:
                 break
+            if self._stop_file and os.path.exists(self._stop_file):
+                os.unlink(self._stop_file)  # once: the recovery still talks to the parties
+                if self._critical_depth:  # e.g. every party taking its mark: finish first
+                    self._pending_interrupt = True  # raised when the critical part ends
+                else:
+                    raise KeyboardInterrupt  # as Ctrl-C in this process would
             if time.monotonic() > deadline:
                 for h in waiting.values():
                     out[h] = HostDead(
