@@ -374,6 +374,7 @@ class FlowerRuntime(Runtime):
             msgs = {h: self._message(h, *calls[h]) for h in calls}
             ids = list(grid.push_messages(list(msgs.values())))
         waiting = dict(zip(ids, msgs))
+        self._inflight = waiting  # what recover() waits for after an interruption
         if wait is not None:
             pass
         elif self.client_timeout:
@@ -429,6 +430,18 @@ class FlowerRuntime(Runtime):
         if status == "error":
             return value if isinstance(value, BaseException) else RuntimeError(str(value))
         return value
+
+    def recover(self) -> None:
+        """After an interruption: wait (bounded) for the replies still in flight, so that
+        the parties have finished the abandoned step before they are put back to their
+        marks (Flower does not promise to deliver a node's messages in order)."""
+        waiting = dict(getattr(self, "_inflight", {}))
+        self._inflight = {}
+        deadline = time.monotonic() + GRACE_SECONDS + float(self.client_timeout or 60.0)
+        while waiting and time.monotonic() < deadline:
+            for reply in self.grid.pull_messages(list(waiting)):
+                waiting.pop(reply.metadata.reply_to_message_id, None)
+            time.sleep(POLL_MAX)
 
     def close(self) -> None:
         if self.closed:
