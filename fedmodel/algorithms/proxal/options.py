@@ -30,6 +30,8 @@ VARIANT_DEFAULTS = {
     "kkt_factor": (0.1, 1.0),
     "relaxation": (1.0, 1.0),
     "monitor": (True, False),
+    "anderson": (5, 0),
+    "outer_anderson": (5, 0),
 }
 
 
@@ -94,6 +96,16 @@ class ProxALOptions(RuntimeOptions):
     w0 : None, array, dict or "sphere"
         Starting point (default zeros, projected onto dom h); ``"sphere"`` draws it from the
         unit sphere with ``random_state`` as in the paper's experiments.
+    anderson : int, optional
+        Memory ``m`` of safeguarded type-II Anderson acceleration of the inner ADMM
+        (:mod:`fedmodel.algorithms.proxal.anderson`; as in SCS 3 and a2dr): 5 (adaptive)
+        or 0 (off; paper). The server sends ``m + 1`` weights with ``w``, each client
+        ``m + 1`` inner products with its reply. Off with party-owned variables.
+    outer_anderson : int, optional
+        Memory of the same safeguarded Anderson acceleration applied to Algorithm 1's
+        outer iteration ``(w^k, mu^k) -> (w^{k+1}, mu^{k+1})`` (a proximal point map):
+        5 (adaptive) or 0 (paper). Costs one more round (``outer_aa``) per accelerated
+        outer iteration. Off with party-owned variables.
     monitor : bool, optional
         Stop early with a reason (adaptive variant, default on): status ``"stalled"`` when
         the inner bound (19) improves by less than 10% over ``stall_rounds`` ADMM rounds
@@ -125,6 +137,8 @@ class ProxALOptions(RuntimeOptions):
     rb_rounds: int = 50
     relaxation: float | None = None
     monitor: bool | None = None
+    anderson: int | None = None
+    outer_anderson: int | None = None
     stall_rounds: int = 300
     q: float = 0.5
     mu0: float = 0.0
@@ -177,6 +191,9 @@ class ProxALOptions(RuntimeOptions):
                 raise ModelError(f"kkt_factor must lie in (0, 1], got {self.kkt_factor!r}")
             if self.rb_ratio <= 1 or self.rb_factor <= 1:
                 raise ModelError("rb_ratio and rb_factor must be > 1")
+        for name in ("anderson", "outer_anderson"):
+            if int(getattr(self, name)) < 0:
+                raise ModelError(f"{name} must be >= 0, got {getattr(self, name)!r}")
         if not 0 < self.relaxation < 2:
             raise ModelError(f"relaxation must lie in (0, 2), got {self.relaxation!r}")
         if not 0 < self.q < 1:
