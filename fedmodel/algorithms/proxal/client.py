@@ -76,12 +76,15 @@ class ProxALClient(ClientHalf):
         relaxation: float = 1.0,
         anderson: int = 0,
         outer_anderson: int = 0,
+        prox_beta: float | None = None,
     ):
         super().__init__(program.local())  # (shared variables, this client's own)
         program = self.program
         self.beta = float(beta)
         self.rho = float(rho)
-        self.prox_weight = 1.0 / ((n_clients + 1) * beta) if proximal else 0.0
+        # Algorithm 1's proximal step size (beta, or prox_beta when decoupled)
+        gamma = float(beta if prox_beta is None else prox_beta)
+        self.prox_weight = 1.0 / ((n_clients + 1) * gamma) if proximal else 0.0
         self.ns = program.layout.n_shared
         self.owned = program.layout.size > self.ns
         # weight of Algorithm 1's proximal term on the own block (see module doc)

@@ -82,7 +82,7 @@ class ProxALServer(ServerHalf):
         "eps", "beta", "sbar", "rho", "q", "mu0", "max_inner", "max_local_iter",
         "local_floor", "solver", "divergence_limit", "variant", "tau_rate", "kkt_factor",
         "adaptive_rho", "rb_ratio", "rb_factor", "rb_rounds", "relaxation", "monitor", "anderson",
-        "outer_anderson",
+        "outer_anderson", "prox_beta",
         "stall_rounds",
     )  # fmt: skip
     step_name = "outer iteration"
@@ -110,7 +110,8 @@ class ProxALServer(ServerHalf):
         self.set_rhos(rhos)
         self.proximal = proximal
         self.max_steps = options.max_outer if proximal else 1
-        self.prox_weight = 1.0 / ((n_clients + 1) * self.beta) if proximal else 0.0
+        self.gamma = float(options.prox_beta) if options.prox_beta is not None else self.beta
+        self.prox_weight = 1.0 / ((n_clients + 1) * self.gamma) if proximal else 0.0
         self.problem = MeritProblem([program], self.beta, regularizer)
         self.solver = make_solver(self.problem, options.solver)
         self.mu = np.full(program.m_ineq, float(options.mu0))
@@ -255,6 +256,8 @@ class ProxALServer(ServerHalf):
         server's own block in Algorithm 1's block metric (``beta p ||.||_inf``)."""
         ns = self.ns
         dw = float(np.abs(w_new[:ns] - w_old[:ns]).max(initial=0.0))
+        if self.proximal:  # (8) bounds stationarity by tau + dw / prox_beta
+            dw *= self.beta / self.gamma
         if self.owned and self.proximal:
             change = float(np.abs(w_new[ns:] - w_old[ns:]).max())
             dw = max(dw, self.beta * self.prox_weight * change)
@@ -470,8 +473,9 @@ def _growth_note(w_norms: list[float], history: list[dict]) -> str:
     # (mostly growing: accelerated iterations need not grow at every step)
     ups = sum(b > a for a, b in zip(half, half[1:]))
     growing = ups >= 0.8 * (len(half) - 1) and half[-1] >= 1.5 * half[0]
-    falling = len(history) >= 3 and all(
-        b["objective"] < a["objective"] for a, b in zip(history[-3:], history[-2:])
+    # (falling over the second half: accelerated iterations need not fall at every step)
+    falling = len(history) >= 3 and history[-1]["objective"] < min(
+        row["objective"] for row in history[len(history) // 2 : -1]
     )
     if growing and (falling or not history):
         return (
@@ -510,6 +514,7 @@ def _client_factories(compiled: CompiledModel, options: ProxALOptions, rhos, pro
                 float(options.relaxation),
                 0 if layout.has_owned else int(options.anderson),
                 0 if (layout.has_owned or not proximal) else int(options.outer_anderson),
+                options.prox_beta,
             ),
         )
         for c in compiled.clients
