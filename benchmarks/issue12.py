@@ -146,11 +146,11 @@ def case_np20(time_limit):
     return rows
 
 
-def case_table2(ns, time_limit):
+def case_table2(ns, time_limit, datasets=("breast_cancer", "monks", "adult"), save=None):
     from fedmodel.reproduce.seed000 import np_data, np_model, np_sites
 
     rows = []
-    for name in ("breast_cancer", "adult", "monks"):
+    for name in datasets:
         X, y = np_data(name)
         for n in ns:
             model = np_model(np_sites(X, y, n, 0), 0.2)
@@ -160,6 +160,8 @@ def case_table2(ns, time_limit):
             ref = row_of(res, wall, err, None, method="centralized", **common)
             fstar = ref.get("objective") if ref["status"] == "optimal" else None
             rows += [ref] + np_solves(model, fstar, common, time_limit, PAPER["table2"])
+            if save is not None:  # keep what is measured if the run is cut short
+                save(rows)
     return rows
 
 
@@ -320,6 +322,7 @@ def main(argv=None):
     ap.add_argument("--seeds", type=int, default=3)
     ap.add_argument("--time-limit", type=float, default=120.0)
     ap.add_argument("--ns", default="1,5,10,20")
+    ap.add_argument("--datasets", default="breast_cancer,monks,adult")
     args = ap.parse_args(argv)
     cases = [c for c in args.cases.split(",") if c]
     unknown = set(cases) - set(CASES)
@@ -327,6 +330,13 @@ def main(argv=None):
         ap.error(f"unknown cases {sorted(unknown)}; choose from {CASES}")
     ns = [int(x) for x in args.ns.split(",")]
     rows = json.loads(JSON.read_text()) if JSON.exists() else []
+    datasets = tuple(x for x in args.datasets.split(",") if x)
+
+    def save_partial(case, new):
+        kept = [r for r in rows if r.get("case") != case or r.get("data") not in datasets]
+        JSON.write_text(json.dumps(kept + new, indent=1, default=str))
+        write_md(kept + new)
+
     for case in cases:
         t0 = time.perf_counter()
         if case == "table1":
@@ -336,7 +346,15 @@ def main(argv=None):
         elif case == "np20":
             new = case_np20(args.time_limit)
         elif case == "table2":
-            new = case_table2(ns, args.time_limit)
+            new = case_table2(
+                ns, args.time_limit, datasets, lambda new: save_partial("table2", new)
+            )
+            rows = [r for r in rows if r.get("case") != case or r.get("data") not in datasets]
+            rows += new
+            JSON.write_text(json.dumps(rows, indent=1, default=str))
+            write_md(rows)
+            print(f"{case}: {len(new)} rows in {time.perf_counter() - t0:.0f} s", flush=True)
+            continue
         else:
             new = case_table3(ns, args.time_limit)
         rows = [r for r in rows if r.get("case") != case] + new
