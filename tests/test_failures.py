@@ -273,6 +273,32 @@ def test_ctrl_c_returns_interrupted_with_a_checkpoint_and_resumes(
     assert resumed.ledger == reference.ledger
 
 
+def test_a_failed_final_save_does_not_claim_a_fresh_checkpoint(model, tmp_path, monkeypatch):
+    """Periodic checkpoint at iteration 2, then Ctrl-C at 3 with a failing save: the message
+    says the checkpoint on disk is an older one (where it resumes), never "written"."""
+    import fedmodel.algorithms.driver as driver
+
+    real, calls = driver.write_checkpoint, []
+
+    def write_once(*args, **kw):
+        calls.append(kw.get("reason"))
+        if len(calls) > 1:
+            raise OSError("disk full")
+        return real(*args, **kw)
+
+    def stop_at_iteration_3(row):
+        if row["iteration"] == 3:
+            raise KeyboardInterrupt
+
+    monkeypatch.setattr(driver, "write_checkpoint", write_once)
+    path = str(tmp_path / "ck")
+    res = run(model, callback=stop_at_iteration_3, checkpoint=path, checkpoint_every=2)
+    assert res.status == "interrupted" and len(calls) == 2
+    assert "Checkpoint written" not in res.message
+    assert "is an older one: it resumes at outer iteration 2" in res.message
+    assert "no checkpoint could be written (disk full)" in res.message
+
+
 @pytest.mark.parametrize("backend", ["serial", "processes", "processes+server"])
 def test_sigint_during_a_solve(model, reference, backend, tmp_path):
     """A real SIGINT (as from Ctrl-C) while the clients are computing."""

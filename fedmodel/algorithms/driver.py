@@ -143,6 +143,7 @@ class _Run:
         self.compile_seconds = 0.0
         self.mark: _Mark | None = None
         self.checkpoint_written: str | None = None
+        self.checkpoint_k: int | None = None  # the step the checkpoint resumes at
         self.history: list[dict] = []
         self.last_eval = None
         self.last_eval_k = -2
@@ -176,6 +177,7 @@ class _Run:
             reason=reason,
         )
         self.checkpoint_written = os.fspath(self.options.checkpoint)
+        self.checkpoint_k = self.mark.k_next
 
     def evaluate(self):
         """One diagnostic round at the server's point: every client evaluates its share with
@@ -418,10 +420,15 @@ class _Run:
         else:
             status = "interrupted"
             message = f"interrupted (Ctrl-C); returned the last consistent iterate, {where}."
-        if self.checkpoint_written:
+        if self.checkpoint_written and self.checkpoint_k == self.k + 1:
             message += (
                 f" Checkpoint written to {self.checkpoint_written!r}: continue with "
                 f"resume={self.checkpoint_written!r}."
+            )
+        elif self.checkpoint_written:  # the last save failed: an older checkpoint remains
+            message += (
+                f" The checkpoint at {self.checkpoint_written!r} is an older one: it resumes "
+                f"at {self.server.step_name} {self.checkpoint_k}, not where this run stopped."
             )
         if notes:
             message += " Note: " + "; ".join(notes) + "."
