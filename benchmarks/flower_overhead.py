@@ -100,6 +100,7 @@ def deployment() -> dict:
     import test_flower_deployment as dep
 
     base = Path(tempfile.mkdtemp(prefix="fedmodel-bench-"))
+    (base / "federation").mkdir()
     with dep.loopback_federation(base / "federation") as fed:
         out, ledger = base / "result.json", base / "ledger.jsonl"
         t0 = time.perf_counter()

@@ -573,7 +573,7 @@ def cmd_serve(args) -> int:
     )
     print(f"{out['status']}: {out['message']}")
     print(f"result written to {args.out}" + (f", ledger to {args.ledger}" if args.ledger else ""))
-    return 0
+    return EXIT_INTERRUPT if out["status"] == "interrupted" else 0
 
 
 def _flower_arguments(p) -> None:

@@ -30,6 +30,11 @@ from typing import Any
 
 from fedmodel.errors import ModelError
 
+# ``fedmodel serve`` asks the ServerApp to stop (Ctrl-C) by creating ``out + STOP_SUFFIX``;
+# the Flower runtime checks for it while waiting for replies (FEDMODEL_STOP_FILE)
+STOP_SUFFIX = ".stop"
+INTERRUPT_WAIT = 300.0
+
 
 def _server_main(grid, context) -> None:
     """The ServerApp's main: the coordinator's side of ``fedmodel serve``."""
@@ -37,12 +42,12 @@ def _server_main(grid, context) -> None:
     from fedmodel.runtime.flower_runtime import discover
 
     cfg = dict(context.run_config)
-    here = os.path.dirname(os.path.abspath(__file__))  # noqa: F841 - for debugging
     model_file = load_model_file(cfg["fedmodel-model"])
     options = json.loads(cfg.get("fedmodel-options", "{}"))
     found = discover(grid, model_file.parties, timeout=float(cfg.get("fedmodel-wait", 120.0)))
     shapes = {p: info["shapes"][p] for p, (_node, info) in found.items()}
     model = coordinator_model(model_file, shapes)
+    os.environ["FEDMODEL_STOP_FILE"] = cfg["fedmodel-out"] + STOP_SUFFIX
     res = model.solve(cfg["fedmodel-method"], backend="flower", flower_grid=grid, **options)
     write_outputs(res, cfg["fedmodel-out"], cfg.get("fedmodel-ledger") or None)
 
@@ -191,19 +196,36 @@ def serve(
         if stream:
             cmd.append("--stream")
         deadline = None if timeout is None else time.monotonic() + timeout
+        stop_file = out + STOP_SUFFIX
+        if os.path.exists(stop_file):
+            os.unlink(stop_file)
         proc = subprocess.Popen(cmd, env=env, stdin=subprocess.DEVNULL)
+        interrupted_at = None
         try:
             while not os.path.exists(out):
-                if proc.poll() is not None and not os.path.exists(out):
-                    if not stream:  # `flwr run` without --stream returns at once
-                        time.sleep(0.2)
-                        if deadline is not None and time.monotonic() > deadline:
-                            break
-                        continue
-                    break
-                if deadline is not None and time.monotonic() > deadline:
-                    break
-                time.sleep(0.1)
+                try:
+                    now = time.monotonic()
+                    if deadline is not None and now > deadline:
+                        break
+                    if interrupted_at is None and stream and proc.poll() is not None:
+                        break  # the run ended without a result
+                    if interrupted_at is not None and now > interrupted_at + INTERRUPT_WAIT:
+                        break
+                    time.sleep(0.1)
+                except KeyboardInterrupt:
+                    if interrupted_at is not None:
+                        raise  # a second Ctrl-C: stop waiting
+                    # Ctrl-C: ask the ServerApp (on this machine) to stop where it is; it
+                    # returns the last consistent iterate (status "interrupted")
+                    interrupted_at = time.monotonic()
+                    with open(stop_file, "w"):
+                        pass
+                    print(
+                        "fedmodel serve: interrupting the solve (the last consistent iterate "
+                        "is returned; Ctrl-C again to stop waiting)",
+                        file=sys.stderr,
+                        flush=True,
+                    )
         finally:
             if proc.poll() is None:
                 proc.send_signal(signal.SIGINT)

@@ -83,6 +83,24 @@ def soc_owned_t(n, rows, seed):
     return model, obj, cons
 
 
+def soc_shared_t(n, rows, seed):
+    """Least squares + t with ||A_i w - b_i|| <= t at every client, t a shared variable
+    (the server pays for it; each client's cone constraint holds the shared t)."""
+    model, W = fm.Model("soc-shared"), cp.Variable(D)
+    w, t = model.variable(D, name="w"), model.variable(name="t")
+    T = cp.Variable()
+    model.server.minimize(t)
+    obj, cons = T, []
+    for k, (X, y) in enumerate(_parts(n, rows, seed)):
+        site = model.client(f"c{k}")
+        Xd, yd = site.data(X, name="X"), site.data(y, name="y")
+        site.minimize(cp.sum_squares(Xd @ w - yd) / rows)
+        site.subject_to(cp.norm(Xd[:3] @ w - yd[:3], 2) <= t, name="soc")
+        obj += cp.sum_squares(X @ W - y) / rows
+        cons.append(cp.norm(X[:3] @ W - y[:3], 2) <= T)
+    return model, obj, cons
+
+
 def soc_affine(n, rows, seed):
     """Least squares with an SOC constraint ``||A_i w|| <= 1.5 + c^T w`` per client."""
     model, W = fm.Model("soc-affine"), cp.Variable(D)
@@ -152,6 +170,7 @@ def exp_in_norm(n, rows, seed):
 MODELS = {
     "sqrt-lasso": sqrt_lasso,
     "soc-owned-t": soc_owned_t,
+    "soc-shared-t": soc_shared_t,
     "soc-affine": soc_affine,
     "lambda-max": lambda_max,
     "geo-mean": geo_mean,
@@ -201,7 +220,7 @@ def _solve_and_check(kind, n, rows, method, eps, rel_tol, seed=0):
 
 
 CASES = [(k, n) for k in ("sqrt-lasso", "soc-owned-t") for n in (1, 3, 5)] + [
-    (k, 3) for k in ("soc-affine", "lambda-max", "geo-mean", "exp-in-norm")
+    (k, 3) for k in ("soc-shared-t", "soc-affine", "lambda-max", "geo-mean", "exp-in-norm")
 ]
 
 
@@ -238,8 +257,10 @@ def test_pooled_methods_take_the_same_models(method, kind):
     _solve_and_check(kind, 3, rows=10, method=method, eps=1e-6, rel_tol=1e-6)
 
 
-def test_which_parties_take_the_conic_path():
+def test_which_parties_take_the_conic_path(capsys):
     model, _, _ = soc_affine(2, 6, 0)  # cones at the clients only
+    model.summary()
+    assert "soc:cone[0]: 3 component(s) in a second-order cone (hard" in capsys.readouterr().out
     compiled = model.compile()
     assert compiled.conic_parties() == ["c0", "c1"]
     assert all(c.kind == "cone" for c in compiled.clients[0].constraints if "soc" in c.label)
@@ -247,6 +268,47 @@ def test_which_parties_take_the_conic_path():
     assert res.extra["conic_parties"] == ["c0", "c1"] and "cvxpy" in res.extra["conic_path"]
     assert list(res.solution) == ["w"]  # the cone auxiliaries are hidden ...
     assert any(k.startswith("c0.cone") for k in res.extra["auxiliary"])  # ... but there
+    # cone auxiliaries and conic multipliers never travel in the algorithm's messages;
+    # the multipliers reach the caller only in the final (diagnostic) report
+    for row in res.ledger:
+        for key, shape in row["shapes"].items():
+            if row["channel"] == "algorithm":
+                assert shape in ((), (D,)), (row["kind"], key, shape)
+    cone_rows = [r for r in res.ledger if "cone" in r["shapes"]]
+    assert cone_rows and {r["kind"] for r in cone_rows} == {"report_reply"}
+
+
+def test_smooth_atoms_stay_smooth_and_a_variable_denominator_goes_conic():
+    """huber and log_sum_exp are smooth (the gradient backends take them, no cones);
+    quad_over_lin with a variable denominator is smooth only where it is positive, which
+    penalised constraints do not guarantee along the iterates: it takes the conic path."""
+    parts = _parts(2, 6, 3)
+    for atom, conic in [("huber", False), ("lse", False), ("qol", True)]:
+        model = fm.Model(atom)
+        w = model.variable(D, name="w")
+        W, obj, cons = cp.Variable(D), 0, []
+        for k, (X, y) in enumerate(parts):
+            site = model.client(f"c{k}")
+            Xd, yd = site.data(X, name="X"), site.data(y, name="y")
+            if atom == "huber":
+                site.minimize(cp.sum(cp.huber(Xd @ w - yd, 0.5)) / 6)
+                obj += cp.sum(cp.huber(X @ W - y, 0.5)) / 6
+            elif atom == "lse":
+                site.minimize(cp.log_sum_exp(Xd @ w - yd) + 0.1 * cp.sum_squares(w))
+                obj += cp.log_sum_exp(X @ W - y) + 0.1 * cp.sum_squares(W)
+            else:
+                v, V = site.variable(name=f"v{k}"), cp.Variable()
+                site.minimize(cp.sum_squares(Xd @ w - yd) / 6 + cp.quad_over_lin(w, v) + v)
+                site.subject_to(v >= 0.1)
+                obj += cp.sum_squares(X @ W - y) / 6 + cp.quad_over_lin(W, V) + V
+                cons.append(V >= 0.1)
+        assert bool(model.compile().conic_parties()) == conic, atom
+        res = model.solve(method="prox-al", eps=1e-4)
+        assert res.status == "optimal", (atom, res.message)
+        prob = cp.Problem(cp.Minimize(obj), cons)  # default Clarabel tolerances (1e-8):
+        prob.solve(solver="CLARABEL")  # exp cones of lse stop "inaccurate" at 1e-10
+        assert prob.status == "optimal", (atom, prob.status)
+        assert abs(res.objective - prob.value) / max(1.0, abs(prob.value)) <= 1e-3, atom
 
 
 def test_certificate_is_not_fooled_by_wrong_multipliers():
@@ -308,3 +370,21 @@ def test_cone_block_projections_and_distances():
     assert expc.dist_dual(np.array([-1.0, 0.0, 1.0])) == 0.0  # 1 * e^0 <= e * 1
     feas, viol = cone_residuals([soc], np.array([1.0, 0.6, 0.8]), np.array([1.0, -0.6, -0.8]))
     assert viol == 0.0 and feas == pytest.approx(0.0, abs=1e-15)  # complementary pair
+
+
+def test_resume_from_a_checkpoint_repeats_the_conic_iterates(tmp_path):
+    """The cone multipliers are part of each party's state (``cone``, ``cone_at_w``): a
+    run resumed from a checkpoint repeats the uninterrupted iterates."""
+    model, _, _ = soc_owned_t(2, 6, 0)
+    full = model.solve(method="prox-al", eps=1e-3)
+    path = tmp_path / "run"
+    part = model.solve(
+        method="prox-al", eps=1e-3, checkpoint=str(path), checkpoint_every=2, max_outer=2
+    )
+    assert part.status == "max_iterations"
+    res = model.solve(method="prox-al", eps=1e-3, resume=str(path))
+    assert res.status == full.status == "optimal"
+    np.testing.assert_array_equal(res.x, full.x)
+    for name, mults in full.multipliers.items():
+        for label, value in mults.items():
+            np.testing.assert_array_equal(res.multipliers[name][label], value)

@@ -221,17 +221,56 @@ def test_three_organisations_solve_prox_al(federation, tmp_path):
                 assert not samples & set(shape or []), r
 
 
+def _file_model(fed):
+    """The model of the model file with every party's real data (the serial reference)."""
+    from fedmodel.deploy import load_model_file
+
+    mf = load_model_file(fed["model"])
+    return mf.build({f"site{i}": {"X0": X0, "X1": X1} for i, (X0, X1) in enumerate(fed["sites"])})
+
+
+def test_ctrl_c_on_the_coordinator_returns_interrupted(federation, tmp_path):
+    fed = federation
+    out, ledger = tmp_path / "result.json", tmp_path / "ledger.jsonl"
+    ck = tmp_path / "ck"
+    _org, _ready, log = fed["joins"]["site0"]
+    seen = log.read_text().count("Receiving: query.fedmodel")
+    opts = dict(OPTS, max_outer=3, checkpoint=str(ck))
+    proc = _serve(fed, out, ledger, **opts)
+    try:
+        _wait_for(
+            lambda: log.read_text().count("Receiving: query.fedmodel") >= seen + 10, 900, "rounds"
+        )
+        proc.send_signal(signal.SIGINT)  # Ctrl-C on `fedmodel serve`
+        text, _ = proc.communicate(timeout=600)
+    finally:
+        _stop([proc])
+    assert proc.returncode == 130, text[-4000:]
+    res = json.loads(out.read_text())
+    assert res["status"] == "interrupted", res["message"]
+    assert "interrupted" in text
+    # the checkpoint of the returned point resumes to the uninterrupted answer
+    serial_opts = {k: v for k, v in opts.items() if k != "checkpoint"}
+    ref = _file_model(fed).solve("prox-al", **serial_opts)
+    again = _file_model(fed).solve("prox-al", resume=str(ck), **serial_opts)
+    assert again.rounds == ref.rounds
+    assert np.max(np.abs(again.x - ref.x)) <= 1e-10 * max(1.0, np.max(np.abs(ref.x)))
+
+
 def test_a_supernode_killed_mid_solve_is_a_client_failure(federation, tmp_path):
     fed = federation
     out, ledger = tmp_path / "result.json", tmp_path / "ledger.jsonl"
+    ck = tmp_path / "ck"  # every party writes its own state here (one machine: one path)
     _org, ready, log = fed["joins"]["site1"]
     info = json.loads(ready.read_text())
     seen = log.read_text().count("Receiving: query.fedmodel")
-    proc = _serve(fed, out, ledger, **{**OPTS, "max_inner": 10, "client_timeout": 20})
+    opts = dict(OPTS, max_outer=3, client_timeout=20, checkpoint=str(ck))
+    proc = _serve(fed, out, ledger, **opts)
     try:
-        # after a few of this solve's messages reached site1, its SuperNode goes away
+        # once the first outer iteration (and its checkpoint) is done and the second has
+        # begun at site1, its SuperNode goes away
         _wait_for(
-            lambda: log.read_text().count("Receiving: query.fedmodel") >= seen + 5, 600, "rounds"
+            lambda: log.read_text().count("Receiving: query.fedmodel") >= seen + 12, 900, "rounds"
         )
         os.kill(info["supernode_pid"], signal.SIGKILL)
         text, _ = proc.communicate(timeout=600)
@@ -241,3 +280,12 @@ def test_a_supernode_killed_mid_solve_is_a_client_failure(federation, tmp_path):
     res = json.loads(out.read_text())
     assert res["status"] == "client_failure", res["message"]
     assert res["failure"]["client"] == "site1" and res["failure"]["kind"] == "dead"
+    assert res["rounds"]["outer"] >= 1  # the last consistent iterate: a completed iteration
+    # nothing lost: the periodic checkpoint (each party's state written by the party)
+    # resumes, here on the serial backend, to the uninterrupted run's answer
+    assert str(ck) in res["message"]
+    serial_opts = {k: v for k, v in opts.items() if k not in ("checkpoint", "client_timeout")}
+    ref = _file_model(fed).solve("prox-al", **serial_opts)
+    again = _file_model(fed).solve("prox-al", resume=str(ck), **serial_opts)
+    assert again.rounds == ref.rounds
+    assert np.max(np.abs(again.x - ref.x)) <= 1e-10 * max(1.0, np.max(np.abs(ref.x)))

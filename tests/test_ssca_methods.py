@@ -241,3 +241,48 @@ def test_result_fields_and_schedule_report():
     assert not res.extra["schedule_conditions"]["satisfied"]  # the paper's schedules fail (6)
     assert res.extra["gradient_norm"] > 0
     assert "train_accuracy" in res.history[-1]
+
+
+# -- on the driver: checkpoints, resume, time limit, failures ----------------------------------
+@pytest.mark.parametrize("make", [sample_model, feature_model])
+def test_checkpoint_and_resume_repeat_the_uninterrupted_run(tmp_path, make):
+    kw = dict(batch_size=7, eval_every=2, seed=3)
+    full = make().solve("ssca", rounds=6, **kw)
+    # a run of 3 rounds checkpointed after round 2, resumed to 6 rounds
+    first = make().solve("ssca", rounds=3, checkpoint=tmp_path / "ck", checkpoint_every=2, **kw)
+    assert first.checkpoint is not None
+    resumed = make().solve("ssca", rounds=6, resume=tmp_path / "ck", **kw)
+    assert np.array_equal(resumed.x, full.x)
+    assert [r["round"] for r in resumed.history] == [r["round"] for r in full.history]
+    with pytest.raises(Exception, match="batch_size|options"):
+        make().solve("ssca", rounds=6, resume=tmp_path / "ck", batch_size=5, eval_every=2)
+
+
+def test_time_limit_and_client_failure_statuses():
+    res = sample_model().solve("ssca", rounds=10_000, batch_size=5, time_limit=0.3, eval_every=0)
+    assert res.status == "time_limit" and 0 < res.rounds["outer"] < 10_000
+    from fedmodel.algorithms.ssca import run as ssca_run
+    from fedmodel.runtime.faults import Fault
+
+    m = sample_model()
+    factories, server = ssca_run._build(m, "ssca", _opts(rounds=5, batch_size=5))
+    from fedmodel.algorithms.driver import run_federated
+
+    out = run_federated(
+        None,
+        server.options,
+        "ssca",
+        server,
+        factories,
+        faults={"c1": Fault("raise", round=3, kinds=("ssca_w",))},
+    )
+    assert out.status == "client_failure" and out.failure["client"] == "c1"
+    assert np.all(np.isfinite(out.x))
+
+
+def _opts(**kw):
+    from fedmodel.algorithms.ssca.options import SSCAOptions
+
+    o = SSCAOptions(**kw)
+    o.validate()
+    return o

@@ -462,7 +462,6 @@ class _Run:
                 try:
                     self.save("client_failure" if failure is not None else "interrupted")
                 except Exception as exc:  # noqa: BLE001
-                    # the message below names the older checkpoint, if any (issue 15)
                     notes.append(f"no checkpoint could be written ({exc})")
         usable = runtime.alive  # a client that raised may answer again; a dead one cannot
         kkt, summary = self.last_eval if self.last_eval is not None else (None, None)

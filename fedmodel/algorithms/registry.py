@@ -137,7 +137,13 @@ def solve_model(model, method: str, options: dict[str, Any]):
         raise UnsupportedError(
             f"method='{method}' does not take party-owned variables yet (owned by "
             f"{owners}; declared with party.variable(...) or introduced by a non-smooth "
-            f"term's epigraph form); methods that do: {takes}"
+            f"term's epigraph or cone form"
+            + (
+                f", here for {compiled.conic_parties()}'s cone constraints"
+                if compiled.has_cones
+                else ""
+            )
+            + f"); methods that do: {takes}"
         )
     if spec.needs_gradients:
         compiled.require_smooth(method)

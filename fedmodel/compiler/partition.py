@@ -319,7 +319,8 @@ class CompiledModel:
         moved, kept = [], []
         for c in self.server.constraints:
             try:
-                items = parse_regularizer_term(c.source, shared) if c.source is not None else []
+                cone = c.kind == "cone"  # cone constraints stay in their party's subproblem
+                items = [] if cone or c.source is None else parse_regularizer_term(c.source, shared)
             except (UnsupportedError, ModelError):
                 items = []
             simple = items and all(kind in ("lower", "upper", "ball") for kind, _, _ in items)

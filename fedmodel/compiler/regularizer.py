@@ -262,7 +262,9 @@ class Regularizer:
             scale = 1.0 + 2.0 * t * p.sumsq
             v, tt = z[s] / scale, t / scale
             if p.l1:
-                v = np.sign(v) * np.maximum(np.abs(v) - tt * p.l1, 0.0)
+                # soft-thresholding; "+ 0.0" turns the -0.0 of negative entries set to zero
+                # into 0.0 (same value, printed without a sign)
+                v = np.sign(v) * np.maximum(np.abs(v) - tt * p.l1, 0.0) + 0.0
             if p.l2:
                 nrm = np.linalg.norm(v)
                 v = v * max(0.0, 1.0 - tt * p.l2 / nrm) if nrm > 0 else v

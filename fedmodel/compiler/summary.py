@@ -3,6 +3,15 @@
 from __future__ import annotations
 
 from fedmodel.compiler.partition import CompiledModel, PartyProgram
+from fedmodel.dsl.conic import cone_kind
+
+_CONES = {
+    "nonneg": "R_+",
+    "zero": "{0}",
+    "soc": "a second-order cone",
+    "psd": "the PSD cone",
+    "exp": "an exponential cone",
+}
 
 
 def _party_lines(p: PartyProgram, publications=()) -> list[str]:
@@ -14,7 +23,9 @@ def _party_lines(p: PartyProgram, publications=()) -> list[str]:
         lines.append(f"    minimize  {t.label}{flag}")
     for c in p.constraints:
         flag = " [non-convex, opted in]" if c.allow_nonconvex else ""
-        rel = "<= 0" if c.kind == "ineq" else "== 0"
+        rel = {"ineq": "<= 0", "eq": "== 0"}.get(c.kind)
+        if rel is None:  # a cone constraint of a term with no smooth form (cvxpy backend)
+            rel = f"in {_CONES[cone_kind(c.source)]} (hard, cvxpy backend)"
         lines.append(f"    subject to {c.label}: {c.size} component(s) {rel}{flag}")
     for pub in publications:
         if pub.owner == p.name:
@@ -60,7 +71,7 @@ def model_summary(compiled: CompiledModel) -> str:
     if layout.has_owned:
         lines.append(
             "[party] marks a party-owned variable (kept by its owner, never sent); the "
-            "hidden ones are epigraph variables of non-smooth terms"
+            "hidden ones are epigraph or cone variables of non-smooth terms"
         )
     reg = compiled.regularizer
     lines.append("h (server prox): " + ("; ".join(reg.describe(layout)) or "none"))

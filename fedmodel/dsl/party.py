@@ -191,18 +191,13 @@ class Party:
         """A convex objective term with summands that have no smooth/epigraph form: each
         such summand ``s`` becomes an auxiliary ``t`` with the cone form of ``s <= t``; the
         other summands stay (in epigraph form where that makes them smooth)."""
-        from fedmodel.compiler.smooth import NotSmoothError, check_smooth
-
         parts, extra = [], []
         for s in _summands(expr):
             s2, pieces = self._epigraph(s, label)
-            try:
-                check_smooth(s2)
+            if _smooth(s2) and all(_smooth(p.expr) for p in pieces):
                 parts.append(s2)
                 extra.extend(pieces)
                 continue
-            except NotSmoothError:
-                pass
             t = cp.Variable()
             self._register_aux(t, "epi")
             parts.append(t)
@@ -226,6 +221,10 @@ class Party:
             Must be DCP-convex, unless ``allow_nonconvex=True``, in which case it must be
             built from smooth atoms (it is then solved by a smooth local solver and the
             certificate is a local KKT one).
+            Non-smooth convex terms are rewritten exactly: piecewise-linear atoms into
+            epigraph form (:mod:`fedmodel.dsl.epigraph`, smooth), other atoms (a 2-norm,
+            ``lambda_max``, ``geo_mean``, ...) into cone constraints solved by the cvxpy
+            backend in this party's subproblem (:mod:`fedmodel.dsl.conic`).
         allow_nonconvex : bool
             Opt in to a smooth non-DCP term (seed 000 Section 5.3 style).
         name : str, optional
@@ -485,13 +484,27 @@ _MAX_TYPE = ("norm_inf", "abs", "max", "maximum")
 
 
 def _smooth(expr: cp.Expression) -> bool:
+    """Smooth wherever the iterates may go: the smooth layer can evaluate it, and it has no
+    ``quad_over_lin`` with a variable denominator (smooth only where the denominator is
+    positive, which penalised constraints do not keep the iterates in; it takes the conic
+    path instead)."""
     from fedmodel.compiler.smooth import NotSmoothError, check_smooth
 
     try:
         check_smooth(expr)
     except NotSmoothError:
         return False
-    return True
+    return not _variable_denominator(expr)
+
+
+def _variable_denominator(expr: cp.Expression) -> bool:
+    stack = [expr]
+    while stack:
+        e = stack.pop()
+        if type(e).__name__ == "quad_over_lin" and not e.args[1].is_constant():
+            return True
+        stack.extend(e.args)
+    return False
 
 
 def _summands(expr: cp.Expression) -> list[cp.Expression]:

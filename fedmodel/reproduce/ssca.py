@@ -85,7 +85,14 @@ def ssca_steps(partition: str, B: int, local: int) -> dict:
 
 
 def run(model, method, B, rounds, eval_every, E=1, seed=0, **kw) -> dict[str, Any]:
-    opts = dict(rounds=rounds, batch_size=B, eval_every=eval_every, seed=seed, keep_ledger=False)
+    opts = dict(
+        rounds=rounds,
+        batch_size=B,
+        eval_every=eval_every,
+        seed=seed,
+        keep_ledger=False,
+        final_gradient=False,
+    )
     if method in ("fedavg-sgd",):
         opts.update(lr=SGD_LR, local_steps=E)
     if method == "sgd-m":

@@ -194,7 +194,19 @@ def request(socket_path: str, message: tuple, key: bytes | None = None) -> tuple
 def main(argv: list[str] | None = None) -> None:  # pragma: no cover - a subprocess
     """``python -m fedmodel.runtime.flower_party SOCKET``: a party server whose parties the
     Flower runtime builds (simulation)."""
+    import threading
+    import time
+
     argv = sys.argv[1:] if argv is None else argv
+    parent = os.getppid()
+
+    def orphaned():  # the Flower runtime that started this server is gone: stop
+        while True:
+            time.sleep(1.0)
+            if os.getppid() != parent:
+                os._exit(0)
+
+    threading.Thread(target=orphaned, daemon=True).start()
     server = PartyServer(argv[0])
     print("ready", flush=True)
     server.serve_forever()

@@ -179,6 +179,10 @@ class _Simulation:
             if not line.startswith(b"ready"):
                 self.stop()
                 raise RuntimeError(f"the party server of client '{n}' failed to start")
+        # fedmodel's idle Ray actors would hold the CPUs Flower's ClientApp actors need
+        from fedmodel.runtime.ray_runtime import release_idle_actors
+
+        release_idle_actors()
         self.grid_q: queue.Queue = queue.Queue()
         self.done = threading.Event()
         server_app = ServerApp()
@@ -235,7 +239,8 @@ class _Simulation:
     def stop(self) -> None:
         from fedmodel.runtime.flower_party import request
 
-        self.done.set() if hasattr(self, "done") else None
+        if hasattr(self, "done"):
+            self.done.set()  # the ServerApp returns; the simulation engine stops
         for n, p in self.procs.items():
             if p.poll() is None:
                 try:
@@ -253,6 +258,17 @@ class _Simulation:
         if hasattr(self, "thread"):
             self.thread.join(60)
         shutil.rmtree(self.dir, ignore_errors=True)
+        # Flower's simulation engine shuts Ray down when it ends: actors the Ray backend
+        # kept for the next solve are gone with it
+        from fedmodel.runtime import ray_runtime
+
+        try:
+            import ray
+
+            if not ray.is_initialized():
+                ray_runtime._POOL.clear()
+        except ImportError:  # pragma: no cover
+            pass
 
 
 class FlowerRuntime(Runtime):
@@ -289,11 +305,13 @@ class FlowerRuntime(Runtime):
         self._sim: _Simulation | None = None
         self._route: dict[Any, str] = {}
         self.engine = "deployment" if grid is not None else "simulation"
+        # deployment: `fedmodel serve` asks for an interruption (Ctrl-C) with this file
+        self._stop_file = os.environ.get("FEDMODEL_STOP_FILE") if grid is not None else None
         try:
             if grid is None:
                 self._sim = _Simulation(names, factories)
                 self.grid = self._sim.grid
-                nodes = self._hello(self._wait_nodes(len(names)))
+                nodes = self._hello(self._wait_nodes(len(names)), wait=120.0)
                 by_partition = {
                     int(info["node_config"]["partition-id"]): node for node, info in nodes.items()
                 }
@@ -302,22 +320,8 @@ class FlowerRuntime(Runtime):
                 errors = self._sim.build(factories)
             else:
                 self.grid = grid
-                nodes = self._hello(list(grid.get_node_ids()))
-                owner: dict[str, int] = {}
-                for node, info in nodes.items():
-                    for p in info.get("parties", []):
-                        if p in owner:
-                            raise ModelError(
-                                f"client '{p}' joined twice (nodes {owner[p]}, {node})"
-                            )
-                        owner[p] = node
-                missing = [n for n in names if n not in owner]
-                if missing:
-                    raise ModelError(
-                        f"clients {missing} have not joined the federation (connected: "
-                        f"{sorted(owner)})"
-                    )
-                self._host_of = {n: owner[n] for n in names}
+                found = discover(grid, names, timeout=join_timeout)
+                self._host_of = {n: found[n][0] for n in names}
                 groups = self._hosts_for(names)
                 stripped = strip_programs(factories)
                 results = self._map(
@@ -343,11 +347,15 @@ class FlowerRuntime(Runtime):
                 return nodes
             time.sleep(0.1)
 
-    def _hello(self, nodes: list[int]) -> dict[int, dict]:
-        replies = self._map({node: ("hello", ()) for node in nodes}, {})
+    def _hello(self, nodes: list[int], wait: float) -> dict[int, dict]:
+        replies = self._map({node: ("hello", ()) for node in nodes}, {}, wait=wait)
         dead = {n: r.reason for n, r in replies.items() if isinstance(r, HostDead)}
         if dead:
-            raise RuntimeError(f"Flower nodes did not answer: {dead}")
+            raise RuntimeError(
+                f"Flower nodes did not answer: {dead} (on the simulation engine: Flower's "
+                "ClientApp actors need a free CPU of Ray each; is Ray busy elsewhere in "
+                "this process?)"
+            )
         return replies
 
     @property
@@ -359,14 +367,17 @@ class FlowerRuntime(Runtime):
     def _message(self, node: int, method: str, args: tuple):
         return _message(node, method, args, self._route.get(node))
 
-    def _map(self, calls, steps, build: bool = False):
+    def _map(self, calls, steps, build: bool = False, wait: float | None = None):
         grid = self.grid
         out: dict[Any, Any] = {}
         with self.critical():
             msgs = {h: self._message(h, *calls[h]) for h in calls}
             ids = list(grid.push_messages(list(msgs.values())))
         waiting = dict(zip(ids, msgs))
-        if self.client_timeout:
+        self._inflight = waiting  # what recover() waits for after an interruption
+        if wait is not None:
+            pass
+        elif self.client_timeout:
             longest = max((steps.get(h, 0) for h in calls), default=0)
             wait = max(1, longest) * float(self.client_timeout) + GRACE_SECONDS
         else:
@@ -383,6 +394,12 @@ class FlowerRuntime(Runtime):
                 out[h] = self._decode(h, reply)
             if not waiting:
                 break
+            if self._stop_file and os.path.exists(self._stop_file):
+                os.unlink(self._stop_file)  # once: the recovery still talks to the parties
+                if self._critical_depth:  # e.g. every party taking its mark: finish first
+                    self._pending_interrupt = True  # raised when the critical part ends
+                else:
+                    raise KeyboardInterrupt  # as Ctrl-C in this process would
             if time.monotonic() > deadline:
                 for h in waiting.values():
                     out[h] = HostDead(
@@ -413,6 +430,18 @@ class FlowerRuntime(Runtime):
         if status == "error":
             return value if isinstance(value, BaseException) else RuntimeError(str(value))
         return value
+
+    def recover(self) -> None:
+        """After an interruption: wait (bounded) for the replies still in flight, so that
+        the parties have finished the abandoned step before they are put back to their
+        marks (Flower does not promise to deliver a node's messages in order)."""
+        waiting = dict(getattr(self, "_inflight", {}))
+        self._inflight = {}
+        deadline = time.monotonic() + GRACE_SECONDS + float(self.client_timeout or 60.0)
+        while waiting and time.monotonic() < deadline:
+            for reply in self.grid.pull_messages(list(waiting)):
+                waiting.pop(reply.metadata.reply_to_message_id, None)
+            time.sleep(POLL_MAX)
 
     def close(self) -> None:
         if self.closed:

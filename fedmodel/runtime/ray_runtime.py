@@ -78,6 +78,20 @@ class _ActorHost:
 _POOL: dict[tuple, list] = {}
 
 
+def release_idle_actors() -> None:
+    """Stop the idle actors kept for the next solve (they hold Ray's CPUs; Flower's
+    simulation engine needs them for its own actors)."""
+    if not _POOL:
+        return
+    ray = _import_ray()
+    for key in list(_POOL):
+        for actor in _POOL.pop(key):
+            try:
+                ray.kill(actor, no_restart=True)
+            except Exception:
+                pass
+
+
 def _take_actors(ray, key: tuple, count: int, make) -> list:
     for other in [k for k in _POOL if k != key]:  # free the CPUs other sizes reserve
         for actor in _POOL.pop(other):

@@ -85,6 +85,11 @@ class CvxpySolver:
             )
         self.problem = problem
         self.solver = solver or "CLARABEL"
+        # Clarabel (interior point) takes no starting point; with warm_start cvxpy would
+        # update the previous solver object in place, keeping its equilibration, so a
+        # solve would depend on the earlier ones and a resumed or retried run would not
+        # repeat its iterates bit for bit. Other solvers (OSQP, SCS) start from x0.
+        self.warm = self.solver != "CLARABEL"
         self.polish = polish
         self._polisher = None
         n = problem.n
@@ -168,7 +173,7 @@ class CvxpySolver:
         try:
             with warnings.catch_warnings():  # accuracy is measured (and polished) by the caller
                 warnings.filterwarnings("ignore", message="Solution may be inaccurate")
-                self.cvx_problem.solve(solver=self.solver, warm_start=True, **settings)
+                self.cvx_problem.solve(solver=self.solver, warm_start=self.warm, **settings)
             status = self.cvx_problem.status
         except cp.error.SolverError as exc:
             status = f"solver_error: {exc}"

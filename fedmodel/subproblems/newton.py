@@ -25,6 +25,12 @@ Cost structure (what makes thousands of small solves cheap):
   the Cholesky factor is cached under that key and reused across ADMM rounds and outer
   iterations; with the factor reused the Hessian is not even assembled
   (``factorizations`` counts the factorisations);
+* in that quadratic case, a block of unknowns with a diagonal Hessian block whatever the
+  active set (the epigraph variables of hinge, pinball and l1 terms: one per data row,
+  each in its own constraint rows) is eliminated by a Schur complement: only the small
+  block of the other unknowns is factored (``SCHUR_MIN_BLOCK``), instead of a dense
+  matrix with one row per epigraph variable; the mostly-zero constraint matrices of such
+  rows are multiplied in sparse form (``SPARSE_MATVEC_DENSITY``);
 * otherwise (logistic and other GLM terms) a factor computed in a solve is reused for the
   next steps of that solve (chord steps: two matrix-vector products instead of a Hessian)
   while full steps keep contracting ``||grad||_inf`` tenfold; never across solves, so the
@@ -119,6 +125,14 @@ _TRACE = False
 
 #: square terms are folded into a dense quadratic form up to this many unknowns
 MAX_DENSE_FOLD = 2000
+
+#: a block of at least this many unknowns whose Hessian block is diagonal (epigraph
+#: variables of hinge-type terms) is eliminated by a Schur complement
+SCHUR_MIN_BLOCK = 32
+
+#: constraint matrices with at most this fraction of nonzeros (epigraph rows) are
+#: multiplied in sparse (CSR) form
+SPARSE_MATVEC_DENSITY = 0.1
 
 
 class _Smooth:
@@ -254,6 +268,64 @@ def _frozen(factor):
     return c, lower
 
 
+class _SchurFactor:
+    """``H^{-1}`` for ``H = [[H_ww, H_wt], [H_tw, diag(d)]]`` through the Schur complement
+    ``S = H_ww - H_wt diag(d)^{-1} H_tw`` (one small Cholesky factor of ``S``)."""
+
+    def __init__(self, W, T, d, Hwt, S_factor):
+        self.W, self.T, self.d, self.Hwt, self.S_factor = W, T, d, Hwt, S_factor
+
+    def solve(self, g: np.ndarray) -> np.ndarray:
+        gw, gt = g[self.W], g[self.T]
+        dw = _trsv_solve(self.S_factor, gw - self.Hwt @ (gt / self.d))
+        out = np.empty_like(g)
+        out[self.W] = dw
+        out[self.T] = (gt - self.Hwt.T @ dw) / self.d
+        return out
+
+
+def _matvec_form(G: np.ndarray):
+    """``(G, G^T)`` for matrix-vector products: CSR matrices when at most a fraction
+    :data:`SPARSE_MATVEC_DENSITY` of ``G`` is nonzero, else ``G`` and its transpose view."""
+    if G.size and np.count_nonzero(G) <= SPARSE_MATVEC_DENSITY * G.size:
+        return sp.csr_matrix(G), sp.csr_matrix(G.T)
+    return G, G.T
+
+
+def _diagonal_block(n: int, obj: _Smooth, G_list: list[np.ndarray]) -> np.ndarray | None:
+    """Unknowns whose block of a quadratic merit function's Hessian is diagonal whatever
+    the active set: untouched by non-quadratic terms, no off-diagonal entry in ``Q``, and
+    at most one of them in each constraint row (epigraph variables of hinge-type terms).
+    None when there are fewer than :data:`SCHUR_MIN_BLOCK` of them or they are not most
+    of the unknowns."""
+    cand = np.ones(n, dtype=bool)
+    for t in obj.terms:
+        A = t.A
+        cols = (A != 0).sum(axis=0) if not sp.issparse(A) else A.getnnz(axis=0)
+        cand &= np.asarray(cols).ravel() == 0
+    if obj.Q is not None:
+        off = obj.Q.copy()
+        off[np.diag_indices(n)] = 0.0
+        cand &= ~np.any(off != 0, axis=0)
+    nz = [G != 0 for G in G_list if G.shape[0]]
+    count = sum((Z.sum(axis=0) for Z in nz), start=np.zeros(n))
+    changed = True
+    while changed:  # a row holding two candidates keeps the sparsest column only
+        changed = False
+        for Z in nz:
+            M = Z[(Z & cand).sum(axis=1) > 1] & cand
+            if not M.shape[0]:
+                continue
+            keep = np.where(M, count, np.inf).argmin(axis=1)
+            M[np.arange(M.shape[0]), keep] = False
+            cand &= ~M.any(axis=0)
+            changed = True
+    T = np.flatnonzero(cand)
+    if T.size < SCHUR_MIN_BLOCK or 2 * T.size < n:
+        return None
+    return T
+
+
 class NewtonSolver:
     """Semismooth Newton with line search for GLM-form merit problems.
 
@@ -290,6 +362,10 @@ class NewtonSolver:
         self.obj = _Smooth(f_total, n)
         self.G_in, self.g0_in, self.gather_in, self.nonlin_in = _stack_linear(ineq, n)
         self.G_eq, self.g0_eq, self.gather_eq, self.nonlin_eq = _stack_linear(eq, n)
+        # matrix-vector products with mostly-zero constraint matrices (epigraph rows: one
+        # epigraph variable each) in sparse form; the dense ones stay for the Hessians
+        self._mv_in, self._mvT_in = _matvec_form(self.G_in)
+        self._mv_eq, self._mvT_eq = _matvec_form(self.G_eq)
         self.h_sumsq = np.zeros(n)
         for s, p in zip(reg.slices, reg.pieces):
             self.h_sumsq[s] = p.sumsq
@@ -298,6 +374,12 @@ class NewtonSolver:
         # with sigma, beta and the active set: its Cholesky factor is cached and reused
         self.quadratic = self.obj.quadratic and not self.nonlin_in and not self.nonlin_eq
         self._base = None  # constant part of the quadratic Hessian (per beta)
+        # a large diagonal block (epigraph variables) is eliminated by a Schur complement
+        self._schur = None
+        if self.quadratic:
+            T = _diagonal_block(n, self.obj, [self.G_in, self.G_eq])
+            if T is not None:
+                self._schur = self._schur_data(T)
         # quadratic case: factors by (sigma, beta, active set), least recently used dropped
         # first; a few are kept (active sets can alternate), at most ~64 MB of them
         self._factors: OrderedDict = OrderedDict()
@@ -338,8 +420,8 @@ class NewtonSolver:
                 return images
         images = (
             self.obj.images(x),
-            self.G_in @ x + self.g0_in if self.G_in.shape[0] else None,
-            self.G_eq @ x + self.g0_eq if self.G_eq.shape[0] else None,
+            self._mv_in @ x + self.g0_in if self.G_in.shape[0] else None,
+            self._mv_eq @ x + self.g0_eq if self.G_eq.shape[0] else None,
             [c.images(x) for _, _, c in self.nonlin_in],
             [c.images(x) for _, _, c in self.nonlin_eq],
         )
@@ -400,12 +482,12 @@ class NewtonSolver:
             act = y > 0
             y = np.where(act, y, 0.0)
             val += (y @ y - m @ m) / (2 * beta)
-            g += self.G_in.T @ y
+            g += self._mvT_in @ y
         if c_eq is not None:
             m = self._m_eq if m_eq is None else m_eq
             y = m + beta * c_eq
             val += (y @ y - m @ m) / (2 * beta)
-            g += self.G_eq.T @ y
+            g += self._mvT_eq @ y
         comps = []
         for comp_list, imgs, mults, projected in (
             (self.nonlin_in, img_in, mu, True),
@@ -454,6 +536,63 @@ class NewtonSolver:
             H += p.beta * (Ga.T @ Ga)
         return H
 
+    def _schur_data(self, T: np.ndarray) -> dict:
+        """What the Schur complement needs, computed once: the kept unknowns ``W``, the
+        constraint rows split into their ``W`` part and their single ``T`` entry."""
+        n = self.n
+        W = np.setdiff1d(np.arange(n), T)
+        where = np.full(n, -1)
+        where[T] = np.arange(T.size)
+
+        def split(G):
+            GT = G[:, T]
+            has = GT != 0
+            col = np.where(has.any(axis=1), has.argmax(axis=1), -1)
+            val = np.where(col >= 0, GT[np.arange(G.shape[0]), np.maximum(col, 0)], 0.0)
+            return np.ascontiguousarray(G[:, W]), col, val
+
+        Qd = np.diag(self.obj.Q) if self.obj.Q is not None else np.zeros(n)
+        return {
+            "W": W,
+            "T": T,
+            "in": split(self.G_in),
+            "eq": split(self.G_eq),
+            "Qww": self.obj.Q[np.ix_(W, W)] if self.obj.Q is not None else None,
+            "diag": 2 * self.h_sumsq + Qd,  # used on T (Q is diagonal there)
+        }
+
+    def _schur_factor(self, act) -> _SchurFactor | None:
+        """The Newton matrix of the quadratic case at the active set ``act``, factored
+        through its diagonal block; None when that block is not positive."""
+        sd, p = self._schur, self.problem
+        W, T = sd["W"], sd["T"]
+        nw, nt = W.size, T.size
+        beta = p.beta
+        d = p.sigma + sd["diag"][T]
+        Hww = np.diag(p.sigma + 2 * self.h_sumsq[W])
+        if sd["Qww"] is not None:
+            Hww += sd["Qww"]
+        Hwt = np.zeros((nt, nw))  # H_tw, accumulated row by row
+        parts = [sd["eq"]]
+        if act is not None and act.any():
+            GW, col, val = sd["in"]
+            parts.append((GW[act], col[act], val[act]))
+        for GW, col, val in parts:
+            if not GW.shape[0]:
+                continue
+            Hww += beta * (GW.T @ GW)
+            on = col >= 0
+            d += beta * np.bincount(col[on], weights=val[on] ** 2, minlength=nt)
+            np.add.at(Hwt, col[on], beta * val[on, None] * GW[on])
+        if not np.all(d > 0) or not np.all(np.isfinite(d)):
+            return None
+        Hwt = np.ascontiguousarray(Hwt.T)
+        S = Hww - Hwt @ (Hwt.T / d[:, None])
+        S_factor = _factor(0.5 * (S + S.T))
+        if S_factor is None:
+            return None
+        return _SchurFactor(W, T, d, Hwt, S_factor)
+
     def _step(self, st: _State, refresh: bool) -> tuple[np.ndarray, bool]:
         """Newton step at ``st``; returns ``(step, fresh)``, ``fresh`` False when a factor
         of an earlier Hessian was reused (chord step; see :meth:`solve`)."""
@@ -463,7 +602,9 @@ class NewtonSolver:
             key = (self.problem.sigma, self.problem.beta, act)
             factor = self._factors.get(key)
             if factor is None:
-                factor = _factor(self._quadratic_hessian(st))
+                factor = self._schur_factor(st.act) if self._schur is not None else None
+                if factor is None:
+                    factor = _factor(self._quadratic_hessian(st))
                 self.factorizations += 1
                 self._factors[key] = factor
                 while len(self._factors) > self._capacity:
@@ -478,6 +619,8 @@ class NewtonSolver:
             fresh = False
         if self._factor is None:
             return -st.g, fresh
+        if isinstance(self._factor, _SchurFactor):
+            return -self._factor.solve(st.g), fresh
         return -_trsv_solve(self._factor, st.g), fresh
 
     # -- solve ------------------------------------------------------------------------------

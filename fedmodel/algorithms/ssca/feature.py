@@ -35,7 +35,7 @@ from __future__ import annotations
 import numpy as np
 
 from fedmodel.algorithms.protocol import ClientHalf
-from fedmodel.algorithms.ssca.surrogate import SurrogateState
+from fedmodel.algorithms.ssca.server import LearningServer
 from fedmodel.losses.base import FeatureSplitLoss
 
 
@@ -126,34 +126,15 @@ class FeatureClient(ClientHalf):
         return {k: float(v) for k, v in self.stats.items()}
 
 
-class FeatureServer:
+class FeatureServer(LearningServer):
     """The server of the feature-based methods: ``ssca`` (Algorithms 3-4) or vertical SGD
     (``momentum > 0``: SGD-m)."""
 
-    def __init__(
-        self,
-        kind,
-        names,
-        index,
-        n_rows,
-        w0,
-        opts,
-        state: SurrogateState | None,
-        constraints,
-        loss,
-        designated,
-        lam=0.0,
-        has_test=False,
-    ):
-        self.kind, self.names, self.index = kind, list(names), index  # index[0]: w0's
-        self.n, self.B = int(n_rows), int(opts.batch_size)
-        self.w = np.array(w0, dtype=float)
-        self.opts, self.state, self.constraints, self.loss = opts, state, constraints, loss
-        self.designated, self.lam, self.has_test = designated, float(lam), has_test
-        self.t = 0
-        self.v = np.zeros_like(self.w)
-        self.slack = np.zeros(len(constraints))
-        self.nu = np.zeros(len(constraints))
+    def __init__(self, kind, model, w0, options, state, method, samples, index, designated):
+        super().__init__(kind, model, w0, options, state, method, samples)
+        self.names, self.index = list(model.party_names), index  # index[0]: omega_0's
+        self.n, self.B = len(model.X), int(options.batch_size)
+        self.designated, self.has_test = designated, model.test is not None
 
     def collect(self, runtime, idx) -> tuple[np.ndarray, float]:
         """The batch's summed gradient (d) and loss (when needed), by Algorithm 3's steps
@@ -161,7 +142,7 @@ class FeatureServer:
         i0 = self.index[0]
         g = np.zeros_like(self.w)
         block = {n: self.index[k + 1] for k, n in enumerate(self.names)}
-        if self.opts.one_step:
+        if self.options.one_step:
             reps = runtime.broadcast("fb_onestep", lambda n: {"idx": idx, "wi": self.w[block[n]]})
             H = sum(np.asarray(r.payload["h"]) for r in reps.values())
             y = np.asarray(reps[self.designated].payload["y"])
@@ -186,23 +167,21 @@ class FeatureServer:
         g[i0] = d["g0"]
         return g, float(d.get("value", np.nan))
 
-    def step(self, runtime) -> dict:
-        self.t += 1
-        runtime.next_round()
-        idx = server_batch(self.opts.seed, self.t, self.n, self.B)
+    def _round(self, runtime) -> dict:
+        idx = server_batch(self.options.seed, self.t, self.n, self.B)
         g, value = self.collect(runtime, idx)
         b = len(idx)
         g, value = g / b, value / b
         if self.kind == "sgd":
-            r = self.opts.lr(self.t)
+            r = self.options.lr(self.t)
             step = g + 2 * self.lam * self.w
-            if self.opts.momentum > 0:
-                self.v = self.opts.momentum * self.v + step
+            if self.options.momentum > 0:
+                self.v = self.options.momentum * self.v + step
                 step = self.v
             self.w = self.w - r * step
             return {"lr": r}
         cons = [(value, g) for _ in self.constraints]
-        rho, gamma = self.opts.rho(self.t), self.opts.gamma(self.t)
+        rho, gamma = self.options.rho(self.t), self.options.gamma(self.t)
         self.state.update(rho, self.w, g, cons)
         w_bar, self.slack = self.state.solve()
         if self.state.last is not None:
@@ -224,7 +203,7 @@ class FeatureServer:
         ).payload
         return top
 
-    def evaluate(self, runtime, test=None) -> dict:
+    def _evaluate(self, runtime) -> dict:
         top = self._eval(runtime, False)
         row = {"train_loss": top["loss"] / top["n"], "train_accuracy": top["correct"] / top["n"]}
         row["constraint_values"] = [row["train_loss"] - con.U for con in self.constraints]

@@ -18,7 +18,7 @@ from typing import Any
 
 import numpy as np
 
-from fedmodel.algorithms.options import positive
+from fedmodel.algorithms.options import RUNTIME_OPTIONS_DOC, RuntimeOptions, positive
 from fedmodel.errors import ModelError
 
 SERVER_SOLVERS = ("auto", "lemma1", "dual", "cvxpy")
@@ -92,7 +92,7 @@ def check_conditions(rho: Schedule, gamma: Schedule, rounds: int = 1000) -> dict
 
 
 @dataclass
-class LearningOptions:
+class LearningOptions(RuntimeOptions):
     """Options shared by every learning method (SSCA and the SGD baselines).
 
     Parameters
@@ -104,13 +104,14 @@ class LearningOptions:
         sampler draws ``B`` of its rows without replacement, ``B <= N_i``; feature-based:
         the server draws one common batch of ``B`` row indices).
     seed : int
-        Seed of the samplers (client ``i`` in round ``t`` uses ``(seed, i, t)``; the
+        Seed of the samplers (client ``i`` in its ``t``-th round uses ``(seed, i, t)``; the
         server's common batch ``(seed, t)``) and, with ``w0=None``, of the starting point.
     w0 : array, optional
         Starting point (default ``loss.init(seed)``).
     eval_every : int
         Rounds between two diagnostic evaluations (full training loss, accuracy, test
-        accuracy) recorded in ``res.history``; 0 evaluates only at the start and the end.
+        accuracy; ``res.history``; the start and the last round are always evaluated);
+        0: only the start and the end. ``history=False`` skips all but the final one.
     designated : str, optional
         Feature-based: the client that computes the ``omega_0`` gradients (default the
         first).
@@ -118,12 +119,9 @@ class LearningOptions:
         Feature-based, Remark 4: every client sends ``h_i`` and ``dh_i/dw_i`` of the batch
         straight to the server (one step, fewer messages). **For the MLP this sends the
         raw features** (``dh_i/dw_i = z_{n,i}``, footnote 16); off by default.
-    callback : callable, optional
-        ``callback(row)`` after every evaluation.
-    blas_threads : int or None
-        OpenBLAS threads during the solve (default 1).
-    backend, workers, client_timeout, on_failure, retries, keep_ledger
-        Where the clients run and the failure policy, as for every federated method.
+    final_gradient : bool
+        Sample-based: one more diagnostic round at the end in which every client sends its
+        full gradient (``res.kkt.stationarity``, ``res.extra["gradient_norm"]``).
     """
 
     rounds: int = 100
@@ -133,43 +131,26 @@ class LearningOptions:
     eval_every: int = 10
     designated: str | None = None
     one_step: bool = False
-    callback: Any = None
-    blas_threads: int | None = 1
-    backend: str = "serial"
-    workers: int | None = None
-    server_hosts_clients: bool = False
-    ray_address: str | None = None
-    client_timeout: float | None = None
-    on_failure: str = "stop"
-    retries: int = 2
-    keep_ledger: bool = True
+    final_gradient: bool = True
 
     def validate_common(self) -> None:
         for name in ("rounds", "batch_size"):
             v = getattr(self, name)
             if isinstance(v, bool) or not isinstance(v, (int, np.integer)) or v < 1:
                 raise ModelError(f"{name} must be a positive integer, got {v!r}")
-        if (
-            isinstance(self.eval_every, bool)
-            or not isinstance(self.eval_every, (int, np.integer))
-            or self.eval_every < 0
-        ):
-            raise ModelError(f"eval_every must be an integer >= 0, got {self.eval_every!r}")
-        from fedmodel.runtime.base import BACKENDS, ON_FAILURE
-
-        if self.backend not in BACKENDS:
-            raise ModelError(f"backend must be one of {BACKENDS}, got {self.backend!r}")
-        if self.on_failure not in ON_FAILURE:
-            raise ModelError(f"on_failure must be one of {ON_FAILURE}, got {self.on_failure!r}")
+        v = self.eval_every
+        if isinstance(v, bool) or not isinstance(v, (int, np.integer)) or v < 0:
+            raise ModelError(f"eval_every must be an integer >= 0, got {v!r}")
+        self.validate_runtime()
 
     def to_dict(self) -> dict[str, Any]:
         out = {}
         for k, v in self.__dict__.items():
             if k in ("w0", "callback"):
                 continue
-            out[k] = (
-                v if not isinstance(v, Schedule) else (v.a, v.alpha) if v.fn is None else "callable"
-            )
+            if isinstance(v, Schedule):
+                v = (v.a, v.alpha) if v.fn is None else "callable"
+            out[k] = v
         return out
 
 
@@ -254,3 +235,7 @@ class SGDOptions(LearningOptions):
         v = self.local_steps
         if isinstance(v, bool) or not isinstance(v, (int, np.integer)) or v < 1:
             raise ModelError(f"local_steps must be a positive integer, got {v!r}")
+
+
+for _cls in (LearningOptions, SSCAOptions, SGDOptions):
+    _cls.__doc__ = (_cls.__doc__ or "") + RUNTIME_OPTIONS_DOC

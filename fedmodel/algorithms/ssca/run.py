@@ -1,27 +1,24 @@
 """Run a learning method on a :class:`~fedmodel.dsl.learning.LearningModel`: build the
-client halves where they run (each from its own rows or columns only), loop the rounds
-through the runtime, evaluate, and return a :class:`~fedmodel.result.Result`.
-
-This family has its own round loop (like ``algorithms/vfl/run.py``), not
-``driver.run_federated``: the driver is written around a compiled cvxpy model (its
-fingerprint, the KKT certificate round, ``make_result``). What the loop gives: every
-backend (the halves are :class:`~fedmodel.algorithms.protocol.ClientHalf` built from
-:class:`~fedmodel.runtime.endpoints.EndpointFactory`), the ledger and communication
-totals, history every ``eval_every`` rounds, the callback, client failures as a status.
-Not given: checkpoints/resume and time limits.
+client halves where they run (each from its own rows or columns only) and the server half,
+and hand both to :func:`fedmodel.algorithms.driver.run_federated` (``compiled=None``: the
+server half supplies the fingerprint, the evaluation round and the ``Result``). So every
+backend, the ledger, history every ``eval_every`` rounds, the callback, the time limit,
+checkpoints and resume, and client failures work as for every other method.
 
 ``res.extra`` holds the per-round accounting (``per_round``: floats per link and samples
 per client, from the ledger), the final slack and multipliers of constrained runs, the
-check of the step-size conditions and the final full gradient (sample-based).
+check of the step-size conditions and the final full gradient's norm (sample-based;
+``res.kkt.stationarity`` is its infinity norm, ``res.kkt.feasibility`` the largest
+constraint violation).
 """
 
 from __future__ import annotations
 
-import time
 from typing import Any
 
 import numpy as np
 
+from fedmodel.algorithms.driver import run_federated
 from fedmodel.algorithms.options import build_options
 from fedmodel.algorithms.ssca.feature import FeatureClient, FeatureServer
 from fedmodel.algorithms.ssca.options import SGDOptions, SSCAOptions, check_conditions
@@ -31,9 +28,6 @@ from fedmodel.errors import ModelError, UnsupportedError
 from fedmodel.result import Result
 from fedmodel.runtime.blas import blas_threads
 from fedmodel.runtime.endpoints import RUNTIME_PROXY, EndpointFactory
-from fedmodel.runtime.factory import make_runtime
-from fedmodel.runtime.messages import CountingLedger, communication_totals
-from fedmodel.runtime.outcomes import ClientFailure
 
 #: method -> (partition it runs on: "sample", "feature" or "both"; options; description)
 LEARNING_METHODS: dict[str, tuple[str, type, str]] = {
@@ -120,6 +114,7 @@ def _build(model, method, opts):
     if w0.shape != (loss.dim,):
         raise ModelError(f"w0 must have shape ({loss.dim},), got {w0.shape}")
     ssca = method == "ssca"
+    kind = "ssca" if ssca else "sgd"
     state = _state(model, opts) if ssca else None
     names = model.party_names
     if model.partition == "sample":
@@ -140,13 +135,10 @@ def _build(model, method, opts):
             factories[n] = EndpointFactory(
                 SampleClient, (n, k, X, Y, loss, opts.batch_size, opts.seed), kw
             )
-        server = SampleServer(
-            "ssca" if ssca else "sgd", sizes, w0, opts, state, model.constraints, loss
-        )
-        samples = {
-            n: min(opts.batch_size, s) * (1 if ssca else opts.local_steps) for n, s in sizes.items()
-        }
-        return factories, server, samples
+        E = 1 if ssca else opts.local_steps
+        samples = {n: min(opts.batch_size, s) * E for n, s in sizes.items()}
+        server = SampleServer(kind, model, w0, opts, state, method, samples, sizes)
+        return factories, server
     if any(c.party != "server" for c in model.constraints):
         raise UnsupportedError("feature-based models take constraints on the whole loss only")
     if opts.batch_size > len(model.X):
@@ -168,169 +160,14 @@ def _build(model, method, opts):
                 "test": test,
             },
         )
-    server = FeatureServer(
-        "ssca" if ssca else "sgd",
-        names,
-        index,
-        len(model.X),
-        w0,
-        opts,
-        state,
-        model.constraints,
-        loss,
-        designated,
-        lam=model.lam,
-        has_test=model.test is not None,
-    )
     samples = {n: min(opts.batch_size, len(model.X)) for n in names}
-    return factories, server, samples
-
-
-def _objective(model, w, row) -> float:
-    if model.objective == "norm":
-        return float(w @ w)
-    return row["train_loss"] + model.lam * float(w @ w)
+    server = FeatureServer(kind, model, w0, opts, state, method, samples, index, designated)
+    return factories, server
 
 
 def _run(model, method, opts, conditions) -> Result:
-    t0 = time.perf_counter()
-    factories, server, samples = _build(model, method, opts)
-    runtime = make_runtime(
-        opts.backend,
-        factories,
-        workers=opts.workers,
-        server_hosts_clients=opts.server_hosts_clients,
-        ray_address=opts.ray_address,
-        client_timeout=opts.client_timeout,
-        on_failure=opts.on_failure,
-        retries=opts.retries,
-    )
-    if not opts.keep_ledger:
-        runtime.ledger = CountingLedger()
-    test = model.test if model.partition == "sample" else None
-    history: list[dict[str, Any]] = []
-    t_setup = time.perf_counter() - t0
-    t1 = time.perf_counter()
-
-    def record(t, info):
-        row = {"round": t, **server.evaluate(runtime, test), **info}
-        row["objective"] = _objective(model, server.w, row)
-        row["norm_sq"] = float(server.w @ server.w)
-        if model.constraints:
-            row["slack"] = [float(s) for s in server.slack]
-        history.append(row)
-        if opts.callback is not None:
-            opts.callback(row)
-
-    status, message, failure = "max_iterations", "", {}
-    try:
-        try:
-            record(0, {})
-            info: dict[str, Any] = {}
-            for t in range(1, opts.rounds + 1):
-                info = server.step(runtime)
-                if not np.all(np.isfinite(server.w)):
-                    status = "unbounded"
-                    message = f"the iterate is no longer finite in round {t}; lower the steps"
-                    break
-                if t == opts.rounds or (opts.eval_every and t % opts.eval_every == 0):
-                    record(t, info)
-            grad = server.full_gradient(runtime) if hasattr(server, "full_gradient") else None
-            reports = runtime.broadcast("report", {}, channel="diagnostic")
-        except ClientFailure as exc:
-            first = exc.clients[0]
-            outcome = exc.failures[first]
-            status = "client_failure"
-            message = (
-                f"client {first!r} failed in round {exc.round} ({exc.kind}): {outcome.describe()}"
-            )
-            failure = {
-                "client": first,
-                "clients": exc.clients,
-                "error": outcome.describe(),
-                "kind": outcome.kind,
-                "round": exc.round,
-                "message_kind": exc.kind,
-                "traceback": outcome.detail,
-            }
-            grad, reports = None, {}
-        comm = communication_totals(runtime.ledger)
-        ledger_rows = list(runtime.ledger.rows)
-        n_rounds = runtime.round
-        backend = runtime.backend
-    finally:
-        runtime.close()
-    last = history[-1] if history else {"train_loss": float("nan"), "constraint_values": []}
-    w = server.w
-    violation = max([0.0, *last.get("constraint_values", [])])
-    if status == "max_iterations":
-        message = (
-            f"{opts.rounds} rounds done (a stochastic method with a round budget): training "
-            f"loss {last['train_loss']:.4g}"
-        )
-        if model.constraints:
-            message += f", largest constraint violation {violation:.3g}"
-    rounds_done = server.t
-    per_round = _per_round(comm, rounds_done, samples)
-    extra: dict[str, Any] = {
-        "partition": model.partition,
-        "per_round": per_round,
-        "samples": {n: float(r.payload.get("samples", 0)) for n, r in reports.items()},
-        "backend": backend,
-    }
+    factories, server = _build(model, method, opts)
+    res = run_federated(None, opts, method, server, factories)
     if conditions is not None:
-        extra["schedule_conditions"] = conditions
-    if grad is not None:
-        extra["gradient_norm"] = float(
-            np.linalg.norm(grad + (2 * model.lam * w if model.objective == "loss" else 0))
-        )
-    multipliers = {}
-    if model.constraints:
-        extra["slack"] = np.asarray(server.slack, dtype=float)
-        extra["nu"] = np.asarray(server.nu, dtype=float)
-        multipliers = {
-            "server": {
-                f"loss[{c.party}] <= {c.U:g}": np.array(server.nu[k])
-                for k, c in enumerate(model.constraints)
-            }
-        }
-    return Result(
-        status=status,
-        method=method,
-        objective=_objective(model, w, last) if history else float("nan"),
-        max_violation=violation,
-        x=w.copy(),
-        solution={"w": w.copy()},
-        multipliers=multipliers,
-        kkt=None,
-        rounds={"outer": rounds_done, "communication": n_rounds},
-        communication=comm,
-        timing={"compile": t_setup, "solve": time.perf_counter() - t1},
-        history=history,
-        message=message,
-        options=opts.to_dict(),
-        ledger=ledger_rows,
-        extra=extra,
-        failure=failure,
-    )
-
-
-def _per_round(comm: dict, rounds: int, samples: dict) -> dict[str, Any]:
-    """Algorithm traffic per round and link (floats), and samples per client and round."""
-    r = max(rounds, 1)
-    per = comm.get("per_party", {})
-    out = {
-        "floats_up": comm["floats_up"] / r,
-        "floats_down": comm["floats_down"] / r,
-        "floats_peer": comm["floats_peer"] / r,
-        "per_client": {
-            n: {
-                "floats_sent": per.get(n, {}).get("floats_sent", 0) / r,
-                "floats_received": per.get(n, {}).get("floats_received", 0) / r,
-                "samples": samples[n],
-            }
-            for n in samples
-        },
-        "samples": float(np.mean(list(samples.values()))) if samples else 0.0,
-    }
-    return out
+        res.extra["schedule_conditions"] = conditions
+    return res

@@ -23,7 +23,7 @@ import numpy as np
 
 from fedmodel.algorithms.protocol import ClientHalf
 from fedmodel.algorithms.ssca.options import Schedule
-from fedmodel.algorithms.ssca.surrogate import SurrogateState
+from fedmodel.algorithms.ssca.server import LearningServer
 from fedmodel.losses.base import SampleLoss
 
 
@@ -118,24 +118,18 @@ def _labels(Y):
     return Y.argmax(axis=1) if Y.ndim == 2 else Y
 
 
-class SampleServer:
+class SampleServer(LearningServer):
     """The server of the sample-based methods: ``ssca`` (Algorithms 1-2) or an SGD
     baseline (``sgd``: average of the clients' local models, weights ``N_i / N``)."""
 
-    def __init__(self, kind, sizes, w0, opts, state: SurrogateState | None, constraints, loss):
-        self.kind = kind  # "ssca" or "sgd"
+    def __init__(self, kind, model, w0, options, state, method, samples, sizes):
+        super().__init__(kind, model, w0, options, state, method, samples)
         self.sizes = dict(sizes)
         self.N = sum(self.sizes.values())
-        self.B = int(opts.batch_size)
-        self.w = np.array(w0, dtype=float)
-        self.opts, self.state, self.constraints, self.loss = opts, state, constraints, loss
-        self.t = 0
-        self.slack = np.zeros(len(constraints))
-        self.nu = np.zeros(len(constraints))
+        self.B = int(options.batch_size)
+        self.test = model.test
 
-    def step(self, runtime) -> dict:
-        self.t += 1
-        runtime.next_round()
+    def _round(self, runtime) -> dict:
         if self.kind == "sgd":
             reps = runtime.broadcast("sgd_w", {"w": self.w})
             self.w = sum(
@@ -144,28 +138,26 @@ class SampleServer:
             return {}
         reps = runtime.broadcast("ssca_w", {"w": self.w})
         b = {n: min(self.B, self.sizes[n]) for n in reps}
-        g = sum(
-            self.sizes[n] / (b[n] * self.N) * np.asarray(r.payload["grad"]) for n, r in reps.items()
-        )
+        wt = {n: self.sizes[n] / (b[n] * self.N) for n in reps}
+        g = sum(wt[n] * np.asarray(r.payload["grad"]) for n, r in reps.items())
         cons = []
         for con in self.constraints:
             if con.party == "server":
-                v = sum(
-                    self.sizes[n] / (b[n] * self.N) * r.payload["value"] for n, r in reps.items()
-                )
+                v = sum(wt[n] * r.payload["value"] for n, r in reps.items())
                 cons.append((v, g))
             else:
                 p = reps[con.party].payload
                 cons.append((p["value"] / b[con.party], np.asarray(p["grad"]) / b[con.party]))
-        rho, gamma = self.opts.rho(self.t), self.opts.gamma(self.t)
+        rho, gamma = self.options.rho(self.t), self.options.gamma(self.t)
         self.state.update(rho, self.w, g, cons)
         w_bar, self.slack = self.state.solve()
         if self.state.last is not None:
             self.nu = self.state.last.nu
+        step = float(np.linalg.norm(w_bar - self.w))
         self.w = (1 - gamma) * self.w + gamma * w_bar
-        return {"rho": rho, "gamma": gamma, "step_norm": float(np.linalg.norm(w_bar - self.w))}
+        return {"rho": rho, "gamma": gamma, "w_bar_distance": step}
 
-    def evaluate(self, runtime, test=None) -> dict:
+    def _evaluate(self, runtime) -> dict:
         reps = runtime.broadcast("evaluate", {"w": self.w}, channel="diagnostic")
         loss = sum(r.payload["loss"] for r in reps.values())
         row = {"train_loss": loss / self.N}
@@ -179,12 +171,11 @@ class SampleServer:
                 p = reps[con.party].payload
                 vals.append(p["loss"] / p["n"] - con.U)
         row["constraint_values"] = vals
-        if test is not None:
-            row["test_accuracy"] = float(
-                np.mean(self.loss.predict(self.w, test[0]) == _labels(test[1]))
-            )
+        if self.test is not None:
+            pred = self.loss.predict(self.w, self.test[0])
+            row["test_accuracy"] = float(np.mean(pred == _labels(self.test[1])))
         return row
 
-    def full_gradient(self, runtime) -> np.ndarray:
+    def _full_gradient(self, runtime) -> np.ndarray:
         reps = runtime.broadcast("full_grad", {"w": self.w}, channel="diagnostic")
         return sum(np.asarray(r.payload["grad"]) for r in reps.values()) / self.N
