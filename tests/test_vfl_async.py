@@ -258,3 +258,14 @@ def test_a_worker_dying_with_posted_work_is_a_client_failure():
         assert rt.alive == ["a"]
         rt.recover()  # a's posted step is collected and discarded
         assert rt.in_flight == 0 and rt.alive == ["a"]
+
+
+@pytest.mark.slow  # Flower's simulation engine takes about a minute to start here
+def test_asynchronous_on_flower_falls_back_to_synchronous_rounds_with_a_note():
+    pytest.importorskip("flwr")
+    prob = small_problem()
+    kw = dict(KW, max_rounds=6)
+    sync = solve_vertical(prob, "fair-vfl", **kw)
+    res = solve_vertical(prob, "fair-vfl", backend="flower", asynchronous=True, **kw)
+    np.testing.assert_array_equal(res.x, sync.x)
+    assert "flower runtime, which has no non-blocking exchange" in res.message

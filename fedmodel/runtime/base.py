@@ -161,7 +161,7 @@ class Runtime:
         # the parties that run in this (the server's) process, if any (host SERVER_HOST)
         self._local: PartyHost | None = None
         # posted messages whose reply the server has not taken yet (post/poll)
-        self._inflight: list[Ticket] = []
+        self._tickets_out: list[Ticket] = []
 
     # -- interface ----------------------------------------------------------------------
     @property
@@ -208,7 +208,7 @@ class Runtime:
     @property
     def in_flight(self) -> int:
         """Posted messages whose reply has not been taken by :meth:`poll` yet."""
-        return len(self._inflight)
+        return len(self._tickets_out)
 
     def post(
         self, receiver: str, kind: str, payload: dict[str, Any], channel: str = "algorithm"
@@ -238,9 +238,9 @@ class Runtime:
         ticket = Ticket(msg, host=self._host_of[receiver], posted=time.perf_counter())
         if not self.supports_async or ticket.host == SERVER_HOST or receiver in self.dead:
             ticket.reply = self._exchange([msg])[receiver]  # at once (deterministic)
-            self._inflight.append(ticket)
+            self._tickets_out.append(ticket)
             return ticket
-        self._inflight.append(ticket)
+        self._tickets_out.append(ticket)
         self._launch(ticket)
         return ticket
 
@@ -262,7 +262,7 @@ class Runtime:
         all of them.
         """
         tickets = list(tickets)
-        unknown = [t for t in tickets if t not in self._inflight]
+        unknown = [t for t in tickets if t not in self._tickets_out]
         if unknown:
             raise ValueError(
                 f"poll got tickets that are not in flight (already polled?): "
@@ -282,13 +282,13 @@ class Runtime:
         finally:
             self.wait_seconds += time.perf_counter() - t0
         out = {t: t.reply for t in tickets if t.done}
-        self._inflight = [t for t in self._inflight if t not in out]
+        self._tickets_out = [t for t in self._tickets_out if t not in out]
         return out
 
     def _receive_some(self, timeout: float | None) -> None:
         """Wait (at most ``timeout`` s and until the earliest step deadline) for posted
         work to finish; record what arrived, re-post or raise failed steps."""
-        pending = [t for t in self._inflight if t.running]
+        pending = [t for t in self._tickets_out if t.running]
         if not pending:
             raise RuntimeError("poll: nothing is in flight")
         now = time.perf_counter()
@@ -353,7 +353,7 @@ class Runtime:
                 continue
             failed[msg.receiver] = (ticket, res)
             ticket.outcome = res
-            self._inflight.remove(ticket)  # given up: reported now, not polled again
+            self._tickets_out.remove(ticket)  # given up: reported now, not polled again
         if failed:
             first = next(iter(failed.values()))[0]
             self._fail({n: o for n, (_, o) in failed.items()}, first.message)
@@ -364,7 +364,7 @@ class Runtime:
         if self.client_timeout:
             before = [
                 t.deadline
-                for t in self._inflight
+                for t in self._tickets_out
                 if t.host == ticket.host and t is not ticket and t.running and t.deadline
             ]
             start = max([time.perf_counter(), *before])
@@ -389,7 +389,7 @@ class Runtime:
         """After a failure or an interruption: let posted work finish (within the grace
         period) and discard it; a host that does not finish is stopped."""
         deadline = time.perf_counter() + GRACE_SECONDS + float(self.client_timeout or 0.0)
-        pending = [t for t in self._inflight if t.running]
+        pending = [t for t in self._tickets_out if t.running]
         while pending and time.perf_counter() < deadline:
             for ticket, _res in self._collect(pending, deadline - time.perf_counter()):
                 ticket.running = False  # its result is discarded
@@ -398,14 +398,14 @@ class Runtime:
             self._abandon(host)
             names = [n for n, h in self._host_of.items() if h == host]
             self._mark_dead(names, "worker stopped: its posted work did not finish in time")
-        self._inflight.clear()
+        self._tickets_out.clear()
 
     def _check_quiet(self, hosts: Iterable[Any]) -> None:
         """A blocking call must not reach a host that still computes posted work."""
-        if not self._inflight:
+        if not self._tickets_out:
             return
         hosts = set(hosts)
-        busy = sorted({t.receiver for t in self._inflight if t.running and t.host in hosts})
+        busy = sorted({t.receiver for t in self._tickets_out if t.running and t.host in hosts})
         if busy:
             raise RuntimeError(
                 f"parties {busy} still compute posted work: poll their tickets before a "
@@ -510,7 +510,7 @@ class Runtime:
 
     def recover(self) -> None:
         """After an interruption: wait for (or stop) work still in flight."""
-        if self._inflight:
+        if self._tickets_out:
             self._drop_posted()
 
     def close(self) -> None:

@@ -370,7 +370,7 @@ class ProcessRuntime(Runtime):
         """Collect (and discard) replies still in flight after an interruption; a worker
         that does not answer within the grace period is stopped."""
         self._on_interrupt()
-        if self._inflight:
+        if self._tickets_out:
             self._drop_posted()
         deadline = time.monotonic() + GRACE_SECONDS + float(self.client_timeout or 0.0)
         for h in sorted(self._busy):

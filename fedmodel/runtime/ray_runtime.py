@@ -353,7 +353,7 @@ class RayRuntime(Runtime):
 
     def recover(self) -> None:
         self._on_interrupt()
-        if self._inflight:
+        if self._tickets_out:
             self._drop_posted()
         self._posted.clear()
         if not self._pending:
