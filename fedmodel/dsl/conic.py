@@ -5,7 +5,7 @@ form in fedmodel (``norm(A w - b, 2)`` in an objective, ``norm(x, 2) <= t`` with
 variable ``t``, ``lambda_max``, ``geo_mean``, ...) is rewritten with cvxpy's own
 DCP-to-cone reduction (``Dcp2Cone``) into *cone constraints on affine expressions*
 
-    E_j(x, s) in K_j,   K_j in {R_+, {0}, second-order cones, PSD cones, exponential cones}
+    E_j(x, s) in K_j,   K_j in {R_+, {0}, second-order, PSD, exponential and 3-d power cones}
 
 over the model's variables ``x`` and auxiliary variables ``s`` created by the reduction
 (owned by the party that wrote the term and hidden from ``res.solution``, like the epigraph
@@ -32,16 +32,27 @@ Examples
 from __future__ import annotations
 
 import cvxpy as cp
-from cvxpy.constraints import PSD, SOC, Equality, ExpCone, Inequality, NonNeg, NonPos, Zero
+from cvxpy.constraints import (
+    PSD,
+    SOC,
+    Equality,
+    ExpCone,
+    Inequality,
+    NonNeg,
+    NonPos,
+    PowCone3D,
+    Zero,
+)
 
 #: cone constraint classes the certificate can measure (see cone_kind)
-SUPPORTED = (Inequality, NonNeg, NonPos, Equality, Zero, SOC, PSD, ExpCone)
+SUPPORTED = (Inequality, NonNeg, NonPos, Equality, Zero, SOC, PSD, ExpCone, PowCone3D)
 
 
 def cone_kind(con: cp.constraints.constraint.Constraint) -> str:
-    """``"nonneg"``, ``"zero"``, ``"soc"``, ``"psd"`` or ``"exp"`` for a supported constraint.
+    """``"nonneg"``, ``"zero"``, ``"soc"``, ``"psd"``, ``"exp"`` or ``"pow"`` for a supported
+    constraint.
 
-    Raises ``TypeError`` for other cone types (e.g. power cones).
+    Raises ``TypeError`` for other cone types (e.g. the n-dimensional power cone).
     """
     if isinstance(con, (Inequality, NonNeg, NonPos)):
         return "nonneg"
@@ -53,6 +64,8 @@ def cone_kind(con: cp.constraints.constraint.Constraint) -> str:
         return "psd"
     if isinstance(con, ExpCone):
         return "exp"
+    if isinstance(con, PowCone3D):
+        return "pow"
     raise TypeError(f"{type(con).__name__} cones are not supported")
 
 
@@ -65,7 +78,8 @@ def cone_vector(con: cp.constraints.constraint.Constraint) -> cp.Expression:
 
     ``lhs <= rhs``: ``rhs - lhs``; ``NonNeg(e)``: ``e``; ``NonPos(e)``: ``-e``;
     ``lhs == rhs``: ``lhs - rhs``; ``Zero(e)``: ``e``; ``SOC(t, X)``: ``(t, vec X)``;
-    ``PSD(A)``: ``vec A``; ``ExpCone(x, y, z)``: ``(x, y, z)``.
+    ``PSD(A)``: ``vec A``; ``ExpCone(x, y, z)`` and ``PowCone3D(x, y, z, alpha)``:
+    ``(x, y, z)``.
     """
     if isinstance(con, Inequality):
         return _flat(con.args[1] - con.args[0])
@@ -75,8 +89,8 @@ def cone_vector(con: cp.constraints.constraint.Constraint) -> cp.Expression:
         return _flat(con.args[0] - con.args[1])
     if isinstance(con, (NonNeg, Zero, PSD)):
         return _flat(con.args[0])
-    if isinstance(con, (SOC, ExpCone)):
-        return cp.hstack([_flat(a) for a in con.args])
+    if isinstance(con, (SOC, ExpCone, PowCone3D)):
+        return cp.hstack([_flat(a) for a in con.args[:3]])
     raise TypeError(f"{type(con).__name__} cones are not supported")
 
 
