@@ -180,6 +180,24 @@ def pnorm3(n, rows, seed):
     return model, obj, []
 
 
+def lambda_sum_largest(n, rows, seed):
+    """Least squares + the sum of the two largest eigenvalues of an affine matrix of w
+    (its cone form has a PSD auxiliary variable: a plain one with PSD and symmetry cone
+    constraints)."""
+    model, W = fm.Model("lambda-sum-largest"), cp.Variable(D)
+    w = model.variable(D, name="w")
+    obj = 0
+    for k, (X, y) in enumerate(_parts(n, rows, seed)):
+        site = model.client(f"c{k}")
+        B = np.diag([1.0, 2.0, 0.5]) + 0.1 * (k + 1)
+        Xd, yd = site.data(X, name="X"), site.data(y, name="y")
+        site.minimize(
+            cp.sum_squares(Xd @ w - yd) / rows + 0.3 * cp.lambda_sum_largest(cp.diag(w) + B, 2)
+        )
+        obj += cp.sum_squares(X @ W - y) / rows + 0.3 * cp.lambda_sum_largest(cp.diag(W) + B, 2)
+    return model, obj, []
+
+
 MODELS = {
     "sqrt-lasso": sqrt_lasso,
     "soc-owned-t": soc_owned_t,
@@ -189,6 +207,7 @@ MODELS = {
     "geo-mean": geo_mean,
     "exp-in-norm": exp_in_norm,
     "pnorm3": pnorm3,
+    "lambda-sum-largest": lambda_sum_largest,
 }
 
 

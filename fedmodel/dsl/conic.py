@@ -94,6 +94,14 @@ def cone_vector(con: cp.constraints.constraint.Constraint) -> cp.Expression:
     raise TypeError(f"{type(con).__name__} cones are not supported")
 
 
+def _substitute(expr: cp.Expression, mapping: dict[int, cp.Variable]) -> cp.Expression:
+    if isinstance(expr, cp.Variable):
+        return mapping.get(expr.id, expr)
+    if not expr.args:
+        return expr
+    return expr.copy(args=[_substitute(a, mapping) for a in expr.args])
+
+
 def lift(
     con: cp.constraints.constraint.Constraint,
 ) -> tuple[list[cp.constraints.constraint.Constraint], list[cp.Variable]]:
@@ -107,6 +115,32 @@ def lift(
     known = {v.id for v in con.variables()}
     lifted, _ = Dcp2Cone(quad_obj=False).apply(cp.Problem(cp.Minimize(0), [con]))
     cones = list(lifted.constraints)
+    # auxiliaries with attributes (symmetric, PSD, ...) become plain variables with those
+    # attributes as cone constraints: the subproblems stack plain vectors
+    plain: dict[int, cp.Variable] = {}
+    extra: list = []
+    for c in cones:
+        for v in c.variables():
+            if v.id in known or v.id in plain:
+                continue
+            flags = sorted(k for k, on in v.attributes.items() if on is True)
+            if not flags:
+                continue
+            unknown = set(flags) - {"symmetric", "PSD", "nonneg", "nonpos"}
+            if unknown:
+                raise TypeError(f"the cone form needs a variable with attributes {sorted(unknown)}")
+            V = cp.Variable(v.shape)
+            plain[v.id] = V
+            if "symmetric" in flags or "PSD" in flags:
+                extra.append(cp.upper_tri(V) == cp.upper_tri(V.T))
+            if "PSD" in flags:
+                extra.append(PSD(V))
+            if "nonneg" in flags:
+                extra.append(NonNeg(V))
+            if "nonpos" in flags:
+                extra.append(NonPos(V))
+    if plain:
+        cones = [c.copy(args=[_substitute(a, plain) for a in c.args]) for c in cones] + extra
     for c in cones:
         cone_kind(c)  # raises for unsupported cones
         for a in c.args:
@@ -117,9 +151,6 @@ def lift(
     for c in cones:
         for v in c.variables():
             if v.id not in known and v.id not in seen:
-                flags = [k for k, on in v.attributes.items() if on is True]
-                if flags:  # the stacked vector of the subproblems has no attributes
-                    raise TypeError(f"the cone form needs a variable with attributes {flags}")
                 seen.add(v.id)
                 new_vars.append(v)
     return cones, new_vars
