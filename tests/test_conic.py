@@ -345,6 +345,17 @@ def test_smooth_atoms_stay_smooth_and_a_variable_denominator_goes_conic():
         assert abs(res.objective - prob.value) / max(1.0, abs(prob.value)) <= 1e-3, atom
 
 
+def test_two_nonsmooth_summands_in_one_term_get_distinct_cone_labels():
+    model = fm.Model()
+    w = model.variable(D, name="w")
+    site = model.client("c0")
+    site.minimize(cp.norm(w - 1, 2) + cp.lambda_max(cp.diag(w)) + cp.sum_squares(w), name="f")
+    labels = [c.label for c in site.constraints]
+    assert len(labels) == len(set(labels)) and all(lab.startswith("f:cone[") for lab in labels)
+    res = model.solve(method="centralized", eps=1e-6)
+    assert res.status == "optimal" and set(res.multipliers["c0"]) == set(labels)
+
+
 def test_certificate_is_not_fooled_by_wrong_multipliers():
     """Zero conic multipliers at the optimum must fail stationarity (the objective's
     epigraph variable has a unit price that only the cone's dual can pay)."""
