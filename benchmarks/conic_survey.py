@@ -86,6 +86,9 @@ def build(kind: str):
         elif kind == "log_sum_exp":
             s.minimize(cp.log_sum_exp(Xd @ w - yd))
             obj += cp.log_sum_exp(X @ W - y)
+        elif kind == "pnorm3-exact":
+            s.minimize(ls + 0.3 * cp.pnorm(w, 3, approx=False))
+            obj += LS + 0.3 * cp.pnorm(W, 3, approx=False)
         elif kind == "norm-of-exp":
             s.minimize(ls + 0.3 * cp.norm(cp.hstack([cp.exp(w[0]), cp.exp(-w[1]), 1.0]), 2))
             obj += LS + 0.3 * cp.norm(cp.hstack([cp.exp(W[0]), cp.exp(-W[1]), 1.0]), 2)
@@ -104,6 +107,7 @@ KINDS = [
     "lambda_max",
     "geo_mean",
     "norm-of-exp",
+    "pnorm3-exact",
     "quad_over_lin",
     "quad_over_lin-var",
     "huber",

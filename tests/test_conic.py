@@ -4,7 +4,7 @@ Each model is written twice from the same arrays: with the fedmodel DSL (one cli
 data part) and as an independent plain-cvxpy problem over the pooled data, solved by
 Clarabel at tight tolerances. In fedmodel the non-smooth terms (a 2-norm objective, a
 second-order cone constraint with a variable right-hand side, ``lambda_max``,
-``geo_mean``, a 2-norm of exponentials) become hard cone constraints of their party's subproblem
+``geo_mean``, a 2-norm of exponentials, an exact 3-norm) become hard cone constraints of their party's subproblem
 (``fedmodel/dsl/conic.py``), solved by the cvxpy backend.
 
 What is asserted, for n in {1, 3, 5} clients:
@@ -167,6 +167,37 @@ def exp_in_norm(n, rows, seed):
     return model, obj, []
 
 
+def pnorm3(n, rows, seed):
+    """Least squares + an exact 3-norm of w (cone form: 3-d power cones)."""
+    model, W = fm.Model("pnorm3"), cp.Variable(D)
+    w = model.variable(D, name="w")
+    model.server.minimize(0.5 * cp.pnorm(w, 3, approx=False), name="p3")
+    obj = 0.5 * cp.pnorm(W, 3, approx=False)
+    for k, (X, y) in enumerate(_parts(n, rows, seed)):
+        site = model.client(f"c{k}")
+        site.minimize(cp.sum_squares(site.data(X, name="X") @ w - site.data(y, name="y")) / rows)
+        obj += cp.sum_squares(X @ W - y) / rows
+    return model, obj, []
+
+
+def lambda_sum_largest(n, rows, seed):
+    """Least squares + the sum of the two largest eigenvalues of an affine matrix of w
+    (its cone form has a PSD auxiliary variable: a plain one with PSD and symmetry cone
+    constraints)."""
+    model, W = fm.Model("lambda-sum-largest"), cp.Variable(D)
+    w = model.variable(D, name="w")
+    obj = 0
+    for k, (X, y) in enumerate(_parts(n, rows, seed)):
+        site = model.client(f"c{k}")
+        B = np.diag([1.0, 2.0, 0.5]) + 0.1 * (k + 1)
+        Xd, yd = site.data(X, name="X"), site.data(y, name="y")
+        site.minimize(
+            cp.sum_squares(Xd @ w - yd) / rows + 0.3 * cp.lambda_sum_largest(cp.diag(w) + B, 2)
+        )
+        obj += cp.sum_squares(X @ W - y) / rows + 0.3 * cp.lambda_sum_largest(cp.diag(W) + B, 2)
+    return model, obj, []
+
+
 MODELS = {
     "sqrt-lasso": sqrt_lasso,
     "soc-owned-t": soc_owned_t,
@@ -175,6 +206,8 @@ MODELS = {
     "lambda-max": lambda_max,
     "geo-mean": geo_mean,
     "exp-in-norm": exp_in_norm,
+    "pnorm3": pnorm3,
+    "lambda-sum-largest": lambda_sum_largest,
 }
 
 
@@ -220,7 +253,8 @@ def _solve_and_check(kind, n, rows, method, eps, rel_tol, seed=0):
 
 
 CASES = [(k, n) for k in ("sqrt-lasso", "soc-owned-t") for n in (1, 3, 5)] + [
-    (k, 3) for k in ("soc-shared-t", "soc-affine", "lambda-max", "geo-mean", "exp-in-norm")
+    (k, 3)
+    for k in ("soc-shared-t", "soc-affine", "lambda-max", "geo-mean", "exp-in-norm", "pnorm3")
 ]
 
 
@@ -311,6 +345,17 @@ def test_smooth_atoms_stay_smooth_and_a_variable_denominator_goes_conic():
         assert abs(res.objective - prob.value) / max(1.0, abs(prob.value)) <= 1e-3, atom
 
 
+def test_two_nonsmooth_summands_in_one_term_get_distinct_cone_labels():
+    model = fm.Model()
+    w = model.variable(D, name="w")
+    site = model.client("c0")
+    site.minimize(cp.norm(w - 1, 2) + cp.lambda_max(cp.diag(w)) + cp.sum_squares(w), name="f")
+    labels = [c.label for c in site.constraints]
+    assert len(labels) == len(set(labels)) and all(lab.startswith("f:cone[") for lab in labels)
+    res = model.solve(method="centralized", eps=1e-6)
+    assert res.status == "optimal" and set(res.multipliers["c0"]) == set(labels)
+
+
 def test_certificate_is_not_fooled_by_wrong_multipliers():
     """Zero conic multipliers at the optimum must fail stationarity (the objective's
     epigraph variable has a unit price that only the cone's dual can pay)."""
@@ -368,6 +413,11 @@ def test_cone_block_projections_and_distances():
     # (1, 1, 1): raising z costs e - 1, moving to the face (0, 0, 1) costs 1 (inf-norm)
     assert expc.dist_primal(np.array([1.0, 1.0, 1.0])) == pytest.approx(1.0)
     assert expc.dist_dual(np.array([-1.0, 0.0, 1.0])) == 0.0  # 1 * e^0 <= e * 1
+    powc = ConeBlock(cp.constraints.PowCone3D(x[0], x[1], x[0] - x[1], 0.5))
+    assert powc.dist_primal(np.array([4.0, 1.0, -2.0])) == 0.0  # sqrt(4 * 1) >= |-2|
+    assert powc.dist_primal(np.array([4.0, 1.0, 3.0])) == pytest.approx(1.0)
+    assert powc.dist_primal(np.array([-1.0, 1.0, 0.0])) == pytest.approx(1.0)
+    assert powc.dist_dual(np.array([2.0, 2.0, 4.0])) == 0.0  # (2/.5)^.5 (2/.5)^.5 = 4
     feas, viol = cone_residuals([soc], np.array([1.0, 0.6, 0.8]), np.array([1.0, -0.6, -0.8]))
     assert viol == 0.0 and feas == pytest.approx(0.0, abs=1e-15)  # complementary pair
 

@@ -153,8 +153,8 @@ def test_nonsmooth_client_term_takes_the_conic_path_and_is_certified():
 
 def test_a_cone_the_certificate_cannot_measure_names_party_and_term():
     model, w = _model()
-    with pytest.raises(fm.UnsupportedError, match=r"\[c\] term 'p3'.*PowCone3D"):
-        model.client("c").minimize(cp.pnorm(w, 3, approx=False), name="p3")
+    with pytest.raises(fm.UnsupportedError, match=r"\[c\] term 'gm'.*PowConeND"):
+        model.client("c").minimize(-cp.geo_mean(w + 2, approx=False), name="gm")
 
 
 def test_piecewise_linear_client_term_is_solved_through_its_epigraph():

@@ -7,7 +7,7 @@ A term with no smooth form reaches the compiler as cone constraints on affine ve
 * stationarity: its share ``-J_E^T lambda`` of the Lagrangian gradient (``E`` is affine,
   so ``J_E`` is exact and constant);
 * primal feasibility: ``dist_inf(E(x), K)`` (exact for ``R_+``, ``{0}``, second-order and
-  PSD cones, an upper bound for the exponential cone);
+  PSD cones, an upper bound for the exponential and 3-d power cones);
 * dual feasibility: ``dist_inf(lambda, K^*)`` (multipliers taken from a conic solver are
   first projected onto ``K^*`` where that projection has a closed form);
 * complementarity: ``|<lambda, E(x)>|``.
@@ -54,6 +54,10 @@ class ConeBlock:
         self.shapes = [a.shape for a in con.args]
         self.size = int(cone_vector(con).size)
         self.axis = int(getattr(con, "axis", 0) or 0)
+        self.alpha = None
+        if self.kind == "pow":  # x^alpha y^(1-alpha) >= |z|, per entry
+            alpha = np.asarray(con.alpha.value, dtype=float).ravel()
+            self.alpha = np.broadcast_to(alpha, (self.size // 3,)).copy()
 
     # -- multipliers from a cvxpy solve ----------------------------------------------------
     def dual_from(self, con) -> np.ndarray:
@@ -93,7 +97,7 @@ class ConeBlock:
         return np.concatenate([t, np.asarray(X).ravel(order="F")])
 
     def project(self, v: np.ndarray) -> np.ndarray | None:
-        """Euclidean projection onto ``K`` (None for the exponential cone)."""
+        """Euclidean projection onto ``K`` (None for the exponential and power cones)."""
         if self.kind == "nonneg":
             return np.maximum(v, 0.0)
         if self.kind == "zero":
@@ -115,15 +119,15 @@ class ConeBlock:
 
     def project_dual(self, lam: np.ndarray) -> np.ndarray:
         """``lambda`` projected onto ``K^*`` (``R_+``, SOC and PSD are self-dual, ``{0}^*``
-        is everything); the exponential cone's multipliers are returned as they are (their
-        distance to ``K^*`` is measured by :meth:`dist_dual`)."""
+        is everything); the exponential and power cones' multipliers are returned as they
+        are (their distance to ``K^*`` is measured by :meth:`dist_dual`)."""
         if self.kind == "zero":
             return lam
         p = self.project(lam)
         return lam if p is None else p
 
     def dist_primal(self, e: np.ndarray) -> float:
-        """``dist_inf(E, K)`` (an upper bound for the exponential cone)."""
+        """``dist_inf(E, K)`` (an upper bound for the exponential and power cones)."""
         if e.size == 0:
             return 0.0
         p = self.project(e)
@@ -133,12 +137,16 @@ class ConeBlock:
                 A = e.reshape((n, n), order="F")
                 e = (0.5 * (A + A.T)).ravel(order="F")
             return float(np.abs(e - p).max())
+        if self.kind == "pow":
+            return float(_pow_bound(*np.split(e, 3), self.alpha, dual=False).max(initial=0.0))
         return float(_exp_primal_bound(*np.split(e, 3)).max(initial=0.0))
 
     def dist_dual(self, lam: np.ndarray) -> float:
-        """``dist_inf(lambda, K^*)`` (an upper bound for the exponential cone)."""
+        """``dist_inf(lambda, K^*)`` (an upper bound for the exponential and power cones)."""
         if lam.size == 0 or self.kind == "zero":
             return 0.0
+        if self.kind == "pow":
+            return float(_pow_bound(*np.split(lam, 3), self.alpha, dual=True).max(initial=0.0))
         if self.kind == "exp":
             return float(_exp_dual_bound(*np.split(lam, 3)).max(initial=0.0))
         p = self.project(lam)
@@ -167,6 +175,19 @@ def _exp_dual_bound(u, v, w) -> np.ndarray:
         uu = np.where(u < 0, u, -1.0)
         raise_w = np.where(u < 0, np.maximum(-uu * np.exp(v / uu - 1.0) - w, 0.0), np.inf)
     return np.minimum(to_face, np.nan_to_num(raise_w, nan=np.inf))
+
+
+def _pow_bound(x, y, z, alpha, dual: bool) -> np.ndarray:
+    """Upper bound on ``dist_inf((x, y, z), K)`` for the 3-d power cone
+    ``K = {x^a y^(1-a) >= |z|, x, y >= 0}`` (``dual``: ``K^* = {(x/a)^a (y/(1-a))^(1-a) >=
+    |z|, x, y >= 0}``): the distance to the feasible point with ``x, y`` clipped at 0 and
+    ``|z|`` cut down to what they allow."""
+    xp, yp = np.maximum(x, 0.0), np.maximum(y, 0.0)
+    if dual:
+        cap = (xp / alpha) ** alpha * (yp / (1.0 - alpha)) ** (1.0 - alpha)
+    else:
+        cap = xp**alpha * yp ** (1.0 - alpha)
+    return np.maximum.reduce([xp - x, yp - y, np.maximum(np.abs(z) - cap, 0.0)])
 
 
 def cone_residuals(blocks: list[ConeBlock], e: np.ndarray, lam: np.ndarray) -> tuple[float, float]:

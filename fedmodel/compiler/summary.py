@@ -11,6 +11,7 @@ _CONES = {
     "soc": "a second-order cone",
     "psd": "the PSD cone",
     "exp": "an exponential cone",
+    "pow": "a power cone",
 }
 
 

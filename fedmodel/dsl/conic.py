@@ -5,7 +5,7 @@ form in fedmodel (``norm(A w - b, 2)`` in an objective, ``norm(x, 2) <= t`` with
 variable ``t``, ``lambda_max``, ``geo_mean``, ...) is rewritten with cvxpy's own
 DCP-to-cone reduction (``Dcp2Cone``) into *cone constraints on affine expressions*
 
-    E_j(x, s) in K_j,   K_j in {R_+, {0}, second-order cones, PSD cones, exponential cones}
+    E_j(x, s) in K_j,   K_j in {R_+, {0}, second-order, PSD, exponential and 3-d power cones}
 
 over the model's variables ``x`` and auxiliary variables ``s`` created by the reduction
 (owned by the party that wrote the term and hidden from ``res.solution``, like the epigraph
@@ -32,16 +32,27 @@ Examples
 from __future__ import annotations
 
 import cvxpy as cp
-from cvxpy.constraints import PSD, SOC, Equality, ExpCone, Inequality, NonNeg, NonPos, Zero
+from cvxpy.constraints import (
+    PSD,
+    SOC,
+    Equality,
+    ExpCone,
+    Inequality,
+    NonNeg,
+    NonPos,
+    PowCone3D,
+    Zero,
+)
 
 #: cone constraint classes the certificate can measure (see cone_kind)
-SUPPORTED = (Inequality, NonNeg, NonPos, Equality, Zero, SOC, PSD, ExpCone)
+SUPPORTED = (Inequality, NonNeg, NonPos, Equality, Zero, SOC, PSD, ExpCone, PowCone3D)
 
 
 def cone_kind(con: cp.constraints.constraint.Constraint) -> str:
-    """``"nonneg"``, ``"zero"``, ``"soc"``, ``"psd"`` or ``"exp"`` for a supported constraint.
+    """``"nonneg"``, ``"zero"``, ``"soc"``, ``"psd"``, ``"exp"`` or ``"pow"`` for a supported
+    constraint.
 
-    Raises ``TypeError`` for other cone types (e.g. power cones).
+    Raises ``TypeError`` for other cone types (e.g. the n-dimensional power cone).
     """
     if isinstance(con, (Inequality, NonNeg, NonPos)):
         return "nonneg"
@@ -53,6 +64,8 @@ def cone_kind(con: cp.constraints.constraint.Constraint) -> str:
         return "psd"
     if isinstance(con, ExpCone):
         return "exp"
+    if isinstance(con, PowCone3D):
+        return "pow"
     raise TypeError(f"{type(con).__name__} cones are not supported")
 
 
@@ -65,7 +78,8 @@ def cone_vector(con: cp.constraints.constraint.Constraint) -> cp.Expression:
 
     ``lhs <= rhs``: ``rhs - lhs``; ``NonNeg(e)``: ``e``; ``NonPos(e)``: ``-e``;
     ``lhs == rhs``: ``lhs - rhs``; ``Zero(e)``: ``e``; ``SOC(t, X)``: ``(t, vec X)``;
-    ``PSD(A)``: ``vec A``; ``ExpCone(x, y, z)``: ``(x, y, z)``.
+    ``PSD(A)``: ``vec A``; ``ExpCone(x, y, z)`` and ``PowCone3D(x, y, z, alpha)``:
+    ``(x, y, z)``.
     """
     if isinstance(con, Inequality):
         return _flat(con.args[1] - con.args[0])
@@ -75,9 +89,17 @@ def cone_vector(con: cp.constraints.constraint.Constraint) -> cp.Expression:
         return _flat(con.args[0] - con.args[1])
     if isinstance(con, (NonNeg, Zero, PSD)):
         return _flat(con.args[0])
-    if isinstance(con, (SOC, ExpCone)):
-        return cp.hstack([_flat(a) for a in con.args])
+    if isinstance(con, (SOC, ExpCone, PowCone3D)):
+        return cp.hstack([_flat(a) for a in con.args[:3]])
     raise TypeError(f"{type(con).__name__} cones are not supported")
+
+
+def _substitute(expr: cp.Expression, mapping: dict[int, cp.Variable]) -> cp.Expression:
+    if isinstance(expr, cp.Variable):
+        return mapping.get(expr.id, expr)
+    if not expr.args:
+        return expr
+    return expr.copy(args=[_substitute(a, mapping) for a in expr.args])
 
 
 def lift(
@@ -93,6 +115,32 @@ def lift(
     known = {v.id for v in con.variables()}
     lifted, _ = Dcp2Cone(quad_obj=False).apply(cp.Problem(cp.Minimize(0), [con]))
     cones = list(lifted.constraints)
+    # auxiliaries with attributes (symmetric, PSD, ...) become plain variables with those
+    # attributes as cone constraints: the subproblems stack plain vectors
+    plain: dict[int, cp.Variable] = {}
+    extra: list = []
+    for c in cones:
+        for v in c.variables():
+            if v.id in known or v.id in plain:
+                continue
+            flags = sorted(k for k, on in v.attributes.items() if on is True)
+            if not flags:
+                continue
+            unknown = set(flags) - {"symmetric", "PSD", "nonneg", "nonpos"}
+            if unknown:
+                raise TypeError(f"the cone form needs a variable with attributes {sorted(unknown)}")
+            V = cp.Variable(v.shape)
+            plain[v.id] = V
+            if "symmetric" in flags or "PSD" in flags:
+                extra.append(cp.upper_tri(V) == cp.upper_tri(V.T))
+            if "PSD" in flags:
+                extra.append(PSD(V))
+            if "nonneg" in flags:
+                extra.append(NonNeg(V))
+            if "nonpos" in flags:
+                extra.append(NonPos(V))
+    if plain:
+        cones = [c.copy(args=[_substitute(a, plain) for a in c.args]) for c in cones] + extra
     for c in cones:
         cone_kind(c)  # raises for unsupported cones
         for a in c.args:
@@ -103,9 +151,6 @@ def lift(
     for c in cones:
         for v in c.variables():
             if v.id not in known and v.id not in seen:
-                flags = [k for k, on in v.attributes.items() if on is True]
-                if flags:  # the stacked vector of the subproblems has no attributes
-                    raise TypeError(f"the cone form needs a variable with attributes {flags}")
                 seen.add(v.id)
                 new_vars.append(v)
     return cones, new_vars

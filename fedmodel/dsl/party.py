@@ -169,7 +169,7 @@ class Party:
         self._model._adopt_variable(var, self.name, hidden=True)
         self._variables.append(var)
 
-    def _cone_terms(self, con: Any, label: str) -> list[ConstraintTerm]:
+    def _cone_terms(self, con: Any, label: str, first: int = 0) -> list[ConstraintTerm]:
         """``con`` (a DCP constraint with no smooth form) as hard cone constraints (see
         :mod:`fedmodel.dsl.conic`); its auxiliaries become this party's hidden variables."""
         try:
@@ -184,7 +184,7 @@ class Party:
             self._register_aux(var, "cone")
         return [
             ConstraintTerm(conic.cone_vector(c), "cone", f"{label}:cone[{j}]", False, c)
-            for j, c in enumerate(cones)
+            for j, c in enumerate(cones, start=first)
         ]
 
     def _conic_objective(self, expr: cp.Expression, label: str) -> tuple[cp.Expression, list]:
@@ -201,7 +201,8 @@ class Party:
             t = cp.Variable()
             self._register_aux(t, "epi")
             parts.append(t)
-            extra.extend(self._cone_terms(s <= t, label))
+            first = sum(1 for c in extra if c.kind == "cone")  # labels unique in the term
+            extra.extend(self._cone_terms(s <= t, label, first))
         return sum(parts[1:], start=parts[0]), extra
 
     @property

@@ -197,6 +197,10 @@ class ProxALClient(ClientHalf):
         eps_tilde = float(np.abs(g[:ns] + self.lam - self.rho * (w - self.u_hat)).max())
         if self.owned:
             eps_tilde = max(eps_tilde, float(np.abs(g[ns:]).max()))
+        if self.cone.size:  # hard cone constraints: their feasibility and complementarity
+            # at (w^{t+1}, theta) too (the subdifferential is empty where they fail)
+            x = self._local(w, theta)
+            eps_tilde = max(eps_tilde, self.problem.functions[0].cone_residuals(x, self.cone)[0])
         # client step (15): phi = P_i(u) + <lambda, u - w> + rho/2 ||u - w||^2, written as the
         # merit function plus (sigma/2)||u - center||^2 with the prox share folded in.
         sigma = self.prox_weight + self.rho
