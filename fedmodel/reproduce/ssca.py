@@ -607,7 +607,8 @@ def _fig3_plot(rows, png: Path, target: float) -> Path:
         axes[a].set_ylabel(f"rounds to test accuracy {target:g}")
         axes[a].set_title(f"{partition}-based (not reached: not shown)", fontsize=9)
         axes[a].grid(alpha=0.3)
-        axes[a].legend(fontsize=7)
+        if axes[a].get_legend_handles_labels()[0]:
+            axes[a].legend(fontsize=7)
     fig.tight_layout()
     fig.savefig(png, dpi=90)
     return png
