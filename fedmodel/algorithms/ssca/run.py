@@ -14,6 +14,7 @@ constraint violation).
 
 from __future__ import annotations
 
+import warnings
 from typing import Any
 
 import numpy as np
@@ -165,9 +166,19 @@ def _build(model, method, opts):
     return factories, server
 
 
+ONE_STEP_WARNING = (
+    "one_step=True (Remark 4): every client sends dh_i/dw_i of the batch to the server; for "
+    "the MLP these are its raw features (footnote 16 of seed 003)"
+)
+
+
 def _run(model, method, opts, conditions) -> Result:
     factories, server = _build(model, method, opts)
+    if opts.one_step and model.partition == "feature":
+        warnings.warn(ONE_STEP_WARNING, stacklevel=4)
     res = run_federated(None, opts, method, server, factories)
     if conditions is not None:
         res.extra["schedule_conditions"] = conditions
+    if opts.one_step and model.partition == "feature":
+        res.extra["privacy"] = ONE_STEP_WARNING
     return res
