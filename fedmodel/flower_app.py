@@ -33,6 +33,7 @@ from fedmodel.errors import ModelError
 # ``fedmodel serve`` asks the ServerApp to stop (Ctrl-C) by creating ``out + STOP_SUFFIX``;
 # the Flower runtime checks for it while waiting for replies (FEDMODEL_STOP_FILE)
 STOP_SUFFIX = ".stop"
+TASK_POLL_ENV = "FLWR_SUPEREXEC_TASK_POLL_INTERVAL"
 INTERRUPT_WAIT = 300.0
 
 
@@ -296,7 +297,11 @@ def join(
         cmd.append("--insecure")
     if root_certificates:
         cmd += ["--root-certificates", os.path.abspath(root_certificates)]
-    node = subprocess.Popen(cmd, env=dict(os.environ, FLWR_HOME=home), stdin=subprocess.DEVNULL)
+    env = dict(os.environ, FLWR_HOME=home)
+    # the SuperNode's SuperExec looks for a message to start a ClientApp for every second by
+    # default: every message would wait up to 1 s more (Flower's only latency knob here)
+    env.setdefault(TASK_POLL_ENV, "0.05")
+    node = subprocess.Popen(cmd, env=env, stdin=subprocess.DEVNULL)
     if ready_file:
         with open(ready_file, "w") as fh:
             json.dump({"pid": os.getpid(), "supernode_pid": node.pid, "socket": sock}, fh)
