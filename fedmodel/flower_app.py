@@ -271,17 +271,22 @@ def join(
 ) -> int:
     """Serve ``party`` (its data from ``data_path`` only) to the SuperLink whose Fleet API
     is at ``superlink``, until stopped (SIGTERM / Ctrl-C); returns an exit code."""
-    from fedmodel.deploy import load_model_file, party_program, shapes_of
+    from fedmodel.deploy import load_model_file, party_compiled, shapes_of
     from fedmodel.runtime.flower_party import PartyServer
 
     model_file = load_model_file(model_path)
     data = model_file.load(party, data_path)
-    program = party_program(model_file, party, data)
+    program, regularizer = party_compiled(model_file, party, data)
     base = socket_dir or tempfile.mkdtemp(prefix="fedmodel-join-")
     os.makedirs(base, exist_ok=True)
     os.chmod(base, 0o700)
     sock = os.path.join(base, f"{party}.sock")
-    server = PartyServer(sock, {party: program}, info={"shapes": {party: shapes_of(data)}})
+    server = PartyServer(
+        sock,
+        {party: program},
+        info={"shapes": {party: shapes_of(data)}},
+        regularizer=regularizer,
+    )
     home = os.path.join(base, "flwr-" + party)
     os.makedirs(home, exist_ok=True)
     cmd = [

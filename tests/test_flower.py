@@ -217,3 +217,34 @@ def test_the_package_works_without_flower():
     )
     assert out.returncode == 0, out.stderr[-2000:]
     assert "pip install 'fedmodel[flower]'" in out.stdout
+
+
+def test_every_federated_method_can_be_built_over_a_flower_link(monkeypatch):
+    """What a deployed party receives to build its client half (``build``: the factory,
+    its own program left out) crosses the link without pickle, for every method."""
+    from test_ledger import federated_methods, solve_any
+
+    from fedmodel.algorithms import driver
+    from fedmodel.runtime.flower_codec import decode
+    from fedmodel.runtime.flower_runtime import strip_programs
+
+    class Captured(Exception):
+        pass
+
+    seen = {}
+
+    def capture(backend, factories, **kw):
+        seen["factories"] = factories
+        raise Captured
+
+    monkeypatch.setattr(driver, "make_runtime", capture)
+    for method in federated_methods():
+        seen.clear()
+        with pytest.raises(Captured):
+            solve_any(method)
+        stripped = strip_programs(seen["factories"])
+        text, arrays = encode(stripped)
+        back = decode(text, arrays)
+        for name, f in back.items():
+            assert f.target is seen["factories"][name].target, method
+            assert LOCAL_PROGRAM in f.args or LOCAL_PROGRAM in f.kwargs.values(), method
