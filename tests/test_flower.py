@@ -248,3 +248,30 @@ def test_every_federated_method_can_be_built_over_a_flower_link(monkeypatch):
         for name, f in back.items():
             assert f.target is seen["factories"][name].target, method
             assert LOCAL_PROGRAM in f.args or LOCAL_PROGRAM in f.kwargs.values(), method
+
+
+def _federated_methods():
+    from test_ledger import federated_methods
+
+    return federated_methods()
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("method", _federated_methods())
+def test_every_federated_method_on_the_simulation_engine(method):
+    """Every method run by the driver (peer-to-peer ones included) gives the serial
+    iterates behind Flower (about 30 s each: Flower's simulation engine starts Ray)."""
+    pytest.importorskip("flwr")
+    pytest.importorskip("ray")
+    import fedmodel as fm
+    from test_ledger import constrained_model, lsq_model
+
+    for make in (constrained_model, lsq_model):
+        try:
+            ref = make().solve(method)
+            break
+        except fm.UnsupportedError:
+            continue
+    res = make().solve(method, backend="flower")
+    assert res.rounds == ref.rounds and res.status == ref.status
+    assert np.max(np.abs(res.x - ref.x)) <= 1e-10 * max(1.0, np.max(np.abs(ref.x)))
