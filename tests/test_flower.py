@@ -263,8 +263,9 @@ def test_every_federated_method_on_the_simulation_engine(method):
     iterates behind Flower (about 30 s each: Flower's simulation engine starts Ray)."""
     pytest.importorskip("flwr")
     pytest.importorskip("ray")
-    import fedmodel as fm
     from test_ledger import constrained_model, lsq_model
+
+    import fedmodel as fm
 
     for make in (constrained_model, lsq_model):
         try:
