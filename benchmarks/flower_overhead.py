@@ -130,11 +130,14 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--rounds", type=int, default=30, help="echo rounds per backend")
     ap.add_argument("--deployment", action="store_true", help="also Flower's deployment engine")
+    ap.add_argument(
+        "--deployment-only", action="store_true", help="only the deployment (and serial)"
+    )
     ap.add_argument("--out", default=os.path.join(os.path.dirname(__file__), "RESULTS_flower.json"))
     args = ap.parse_args()
-    names = list(BACKENDS)
+    names = ["serial"] if args.deployment_only else list(BACKENDS)
     results = {"echo": echo(names, args.rounds), "prox-al": proxal(names)}
-    if args.deployment:
+    if args.deployment or args.deployment_only:
         results["prox-al"]["flower (deployment)"] = deployment()
     ref = np.asarray(results["prox-al"]["serial"]["x"])
     for row in results["prox-al"].values():

@@ -124,12 +124,18 @@ def stand_ins(shapes: Mapping[str, Any]) -> dict[str, np.ndarray]:
 
 def party_program(model_file: ModelFile, party: str, data: Mapping[str, np.ndarray]):
     """Compile ``party``'s own program from its data (others: stand-ins of its shapes)."""
+    return party_compiled(model_file, party, data)[0]
+
+
+def party_compiled(model_file: ModelFile, party: str, data: Mapping[str, np.ndarray]):
+    """``(program, regularizer)``: ``party``'s own compiled program and the model's
+    regularizer, compiled where the party runs (others' data: stand-ins of its shapes)."""
     own = shapes_of(data)
     full = {p: (dict(data) if p == party else stand_ins(own)) for p in model_file.parties}
     compiled = model_file.build(full).compile()
     for c in compiled.clients:
         if c.name == party:
-            return c
+            return c, compiled.regularizer
     raise ModelError(f"the model has no client '{party}'")  # pragma: no cover
 
 

@@ -33,6 +33,7 @@ from fedmodel.errors import ModelError
 # ``fedmodel serve`` asks the ServerApp to stop (Ctrl-C) by creating ``out + STOP_SUFFIX``;
 # the Flower runtime checks for it while waiting for replies (FEDMODEL_STOP_FILE)
 STOP_SUFFIX = ".stop"
+TASK_POLL_ENV = "FLWR_SUPEREXEC_TASK_POLL_INTERVAL"
 INTERRUPT_WAIT = 300.0
 
 
@@ -270,17 +271,22 @@ def join(
 ) -> int:
     """Serve ``party`` (its data from ``data_path`` only) to the SuperLink whose Fleet API
     is at ``superlink``, until stopped (SIGTERM / Ctrl-C); returns an exit code."""
-    from fedmodel.deploy import load_model_file, party_program, shapes_of
+    from fedmodel.deploy import load_model_file, party_compiled, shapes_of
     from fedmodel.runtime.flower_party import PartyServer
 
     model_file = load_model_file(model_path)
     data = model_file.load(party, data_path)
-    program = party_program(model_file, party, data)
+    program, regularizer = party_compiled(model_file, party, data)
     base = socket_dir or tempfile.mkdtemp(prefix="fedmodel-join-")
     os.makedirs(base, exist_ok=True)
     os.chmod(base, 0o700)
     sock = os.path.join(base, f"{party}.sock")
-    server = PartyServer(sock, {party: program}, info={"shapes": {party: shapes_of(data)}})
+    server = PartyServer(
+        sock,
+        {party: program},
+        info={"shapes": {party: shapes_of(data)}},
+        regularizer=regularizer,
+    )
     home = os.path.join(base, "flwr-" + party)
     os.makedirs(home, exist_ok=True)
     cmd = [
@@ -296,7 +302,11 @@ def join(
         cmd.append("--insecure")
     if root_certificates:
         cmd += ["--root-certificates", os.path.abspath(root_certificates)]
-    node = subprocess.Popen(cmd, env=dict(os.environ, FLWR_HOME=home), stdin=subprocess.DEVNULL)
+    env = dict(os.environ, FLWR_HOME=home)
+    # the SuperNode's SuperExec looks for a message to start a ClientApp for every second by
+    # default: every message would wait up to 1 s more (Flower's only latency knob here)
+    env.setdefault(TASK_POLL_ENV, "0.05")
+    node = subprocess.Popen(cmd, env=env, stdin=subprocess.DEVNULL)
     if ready_file:
         with open(ready_file, "w") as fh:
             json.dump({"pid": os.getpid(), "supernode_pid": node.pid, "socket": sock}, fh)

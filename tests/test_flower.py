@@ -217,3 +217,62 @@ def test_the_package_works_without_flower():
     )
     assert out.returncode == 0, out.stderr[-2000:]
     assert "pip install 'fedmodel[flower]'" in out.stdout
+
+
+def test_every_federated_method_can_be_built_over_a_flower_link(monkeypatch):
+    """What a deployed party receives to build its client half (``build``: the factory,
+    its own program left out) crosses the link without pickle, for every method."""
+    from test_ledger import federated_methods, solve_any
+
+    from fedmodel.algorithms import driver
+    from fedmodel.runtime.flower_codec import decode
+    from fedmodel.runtime.flower_runtime import strip_programs
+
+    class Captured(Exception):
+        pass
+
+    seen = {}
+
+    def capture(backend, factories, **kw):
+        seen["factories"] = factories
+        raise Captured
+
+    monkeypatch.setattr(driver, "make_runtime", capture)
+    for method in federated_methods():
+        seen.clear()
+        with pytest.raises(Captured):
+            solve_any(method)
+        stripped = strip_programs(seen["factories"])
+        text, arrays = encode(stripped)
+        back = decode(text, arrays)
+        for name, f in back.items():
+            assert f.target is seen["factories"][name].target, method
+            assert LOCAL_PROGRAM in f.args or LOCAL_PROGRAM in f.kwargs.values(), method
+
+
+def _federated_methods():
+    from test_ledger import federated_methods
+
+    return federated_methods()
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("method", _federated_methods())
+def test_every_federated_method_on_the_simulation_engine(method):
+    """Every method run by the driver (peer-to-peer ones included) gives the serial
+    iterates behind Flower (about 30 s each: Flower's simulation engine starts Ray)."""
+    pytest.importorskip("flwr")
+    pytest.importorskip("ray")
+    from test_ledger import constrained_model, lsq_model
+
+    import fedmodel as fm
+
+    for make in (constrained_model, lsq_model):
+        try:
+            ref = make().solve(method)
+            break
+        except fm.UnsupportedError:
+            continue
+    res = make().solve(method, backend="flower")
+    assert res.rounds == ref.rounds and res.status == ref.status
+    assert np.max(np.abs(res.x - ref.x)) <= 1e-10 * max(1.0, np.max(np.abs(ref.x)))

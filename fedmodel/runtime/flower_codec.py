@@ -69,6 +69,24 @@ def _local_program() -> _LocalProgram:
 LOCAL_PROGRAM = _LocalProgram()
 
 
+class _LocalRegularizer:
+    """Placeholder for "the model's regularizer h, as this party compiled it" (it holds
+    cvxpy expressions of the shared model, no data; each party compiles its own)."""
+
+    def __repr__(self) -> str:
+        return "LOCAL_REGULARIZER"
+
+    def __reduce__(self):
+        return (_local_regularizer, ())
+
+
+def _local_regularizer() -> _LocalRegularizer:
+    return LOCAL_REGULARIZER
+
+
+LOCAL_REGULARIZER = _LocalRegularizer()
+
+
 class CodecError(ValueError):
     """A value that cannot cross a Flower link (or a record that is not fedmodel's)."""
 
@@ -142,6 +160,8 @@ def encode(obj: Any) -> tuple[str, list[np.ndarray]]:
             return {"__s": _array(np.reshape(a, (1,)))}  # a numpy scalar keeps its type
         if isinstance(v, bytes):
             return {"__b": base64.b64encode(v).decode("ascii")}
+        if isinstance(v, slice):
+            return {"__slice": [enc(v.start), enc(v.stop), enc(v.step)]}
         if isinstance(v, list):
             return [enc(x) for x in v]
         if isinstance(v, tuple):
@@ -168,6 +188,8 @@ def encode(obj: Any) -> tuple[str, list[np.ndarray]]:
             return _exception(v)
         if v is LOCAL_PROGRAM:
             return {"__local": 1}
+        if v is LOCAL_REGULARIZER:
+            return {"__local_h": 1}
         if v is RUNTIME_PROXY:
             return {"__proxy": 1}
         if isinstance(v, EndpointFactory):
@@ -211,6 +233,8 @@ def decode(text: str, arrays: list[np.ndarray]) -> Any:
                 return base64.b64decode(x)
             if key == "__t":
                 return tuple(dec(e) for e in x)
+            if key == "__slice":
+                return slice(*(dec(e) for e in x))
             if key == "__d":
                 return {dec(k): dec(e) for k, e in x}
             if key == "__msg":
@@ -231,6 +255,8 @@ def decode(text: str, arrays: list[np.ndarray]) -> Any:
                 return _make_exception(*x)
             if key == "__local":
                 return LOCAL_PROGRAM
+            if key == "__local_h":
+                return LOCAL_REGULARIZER
             if key == "__proxy":
                 return RUNTIME_PROXY
             if key == "__factory":

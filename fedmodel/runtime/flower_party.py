@@ -31,7 +31,7 @@ from multiprocessing.connection import Client, Listener
 from typing import Any
 
 from fedmodel.runtime.endpoints import EndpointFactory
-from fedmodel.runtime.flower_codec import LOCAL_PROGRAM, decode, encode
+from fedmodel.runtime.flower_codec import LOCAL_PROGRAM, LOCAL_REGULARIZER, decode, encode
 from fedmodel.runtime.host import PartyHost
 from fedmodel.runtime.outcomes import portable_exception
 
@@ -68,6 +68,9 @@ class PartyServer:
     programs : mapping, optional
         Party name -> its own compiled ``PartyProgram`` (deployment): substituted for
         :data:`LOCAL_PROGRAM` in the factories the coordinator sends.
+    regularizer : Regularizer, optional
+        The model's compiled regularizer (deployment), for
+        :data:`~fedmodel.runtime.flower_codec.LOCAL_REGULARIZER`.
     info : dict, optional
         What ``hello`` answers besides the party names (e.g. the shapes of its data,
         which the coordinator needs to lay out the model; never the data).
@@ -78,9 +81,11 @@ class PartyServer:
         socket_path: str,
         programs: Mapping[str, Any] | None = None,
         info: dict | None = None,
+        regularizer: Any = None,
     ):
         self.socket_path = socket_path
         self.programs = dict(programs or {})
+        self.regularizer = regularizer
         self.info = dict(info or {})
         self.host = PartyHost()
         self.key = secrets.token_bytes(32)
@@ -105,7 +110,11 @@ class PartyServer:
                 )
 
             def sub(v, name=name):
-                return self.programs[name] if v is LOCAL_PROGRAM else v
+                if v is LOCAL_PROGRAM:
+                    return self.programs[name]
+                if v is LOCAL_REGULARIZER:
+                    return self.regularizer
+                return v
 
             out[name] = EndpointFactory(
                 f.target, tuple(sub(a) for a in f.args), {k: sub(v) for k, v in f.kwargs.items()}

@@ -44,6 +44,7 @@ from fedmodel.runtime.flower_codec import (
     ARRAY_RECORD,
     CALL_RECORD,
     LOCAL_PROGRAM,
+    LOCAL_REGULARIZER,
     MESSAGE_TYPE,
     decode,
     from_records,
@@ -69,21 +70,39 @@ def import_flwr():
         ) from exc
 
 
+# option fields that only the coordinator uses (and that cannot cross a link)
+_COORDINATOR_ONLY = ("flower_grid", "callback", "ray_placement")
+
+
 def strip_programs(factories: Mapping[str, EndpointFactory]) -> dict[str, EndpointFactory]:
-    """The factories with each party's own program replaced by
-    :data:`~fedmodel.runtime.flower_codec.LOCAL_PROGRAM` (what a deployed party receives:
-    it compiles its program from its own data)."""
+    """What a deployed party receives to build its client half: each factory with the
+    party's own program replaced by :data:`~fedmodel.runtime.flower_codec.LOCAL_PROGRAM`
+    and the model's regularizer by :data:`~fedmodel.runtime.flower_codec.LOCAL_REGULARIZER`
+    (the party compiles both from the model file and its own data), and the options'
+    coordinator-only fields (the Grid, a callback) cleared."""
+    import dataclasses
+
     out = {}
     for name, f in factories.items():
 
         def sub(v, name=name):
-            if type(v).__name__ == "PartyProgram" and hasattr(v, "layout"):
+            kind = type(v).__name__
+            if kind == "PartyProgram" and hasattr(v, "layout"):
                 if v.name != name:
                     raise ModelError(
                         f"the factory of client '{name}' holds the program of '{v.name}': "
                         "a party may only receive its own"
                     )
                 return LOCAL_PROGRAM
+            if kind == "Regularizer" and hasattr(v, "prox"):
+                return LOCAL_REGULARIZER
+            if dataclasses.is_dataclass(v) and not isinstance(v, type):
+                clear = {
+                    k: None
+                    for k in _COORDINATOR_ONLY
+                    if k in {fl.name for fl in dataclasses.fields(v)} and getattr(v, k) is not None
+                }
+                return dataclasses.replace(v, **clear) if clear else v
             return v
 
         out[name] = EndpointFactory(
