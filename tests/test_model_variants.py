@@ -92,7 +92,8 @@ def test_infeasible_model_ends_with_a_status_and_growing_multipliers():
     ref = model.solve(method="centralized")
     assert ref.status == "infeasible"
     res = model.solve(method="prox-al", max_outer=30, time_limit=60)
-    assert res.status in ("infeasible", "max_iterations")
+    # (the adaptive variant's monitor stops with "diverging" before max_outer)
+    assert res.status in ("infeasible", "max_iterations", "diverging")
     assert "infeasible" in res.message
     mus = [row["dmu_inf"] for row in res.history]
     assert mus[-1] > 0.5 and res.max_violation > 0.5

@@ -74,12 +74,17 @@ class ProxALClient(ClientHalf):
         theta0: np.ndarray | None = None,
         balancing: tuple[float, float, int] | None = None,
         relaxation: float = 1.0,
+        anderson: int = 0,
+        outer_anderson: int = 0,
+        prox_beta: float | None = None,
     ):
         super().__init__(program.local())  # (shared variables, this client's own)
         program = self.program
         self.beta = float(beta)
         self.rho = float(rho)
-        self.prox_weight = 1.0 / ((n_clients + 1) * beta) if proximal else 0.0
+        # Algorithm 1's proximal step size (beta, or prox_beta when decoupled)
+        gamma = float(beta if prox_beta is None else prox_beta)
+        self.prox_weight = 1.0 / ((n_clients + 1) * gamma) if proximal else 0.0
         self.ns = program.layout.n_shared
         self.owned = program.layout.size > self.ns
         # weight of Algorithm 1's proximal term on the own block (see module doc)
@@ -102,7 +107,15 @@ class ProxALClient(ClientHalf):
         # residual balancing (ratio, factor, rounds per outer iteration) or None
         self.balancing = balancing
         self.relaxation = float(relaxation)  # over-relaxation alpha (1 = Algorithm 2)
-        self.u_hat: np.ndarray | None = None  # relaxed u_i (shared part) behind u~_i
+        self.u_hat: np.ndarray | None = None  # u_i (shared part) behind u~_i
+        # Anderson acceleration memory: this client's block of the ADMM fixed-point
+        # iteration's outputs (u~_i, lambda_i) and residuals (see the server module)
+        self.anderson = int(anderson)
+        self.aa_out: list[tuple[np.ndarray, np.ndarray]] = []
+        self.aa_res: list[np.ndarray] = []
+        # outer Anderson acceleration: memory of (residual, mu_i, nu_i) of Algorithm 1
+        self.outer_anderson = int(outer_anderson)
+        self.outer_mem: list[tuple[np.ndarray, np.ndarray, np.ndarray]] = []
         self.w_last: np.ndarray | None = None  # w^t, for the dual residual
         self.admm_round = 0  # ADMM rounds since the last (re)start of Algorithm 2
         self.w_center: np.ndarray | None = None
@@ -146,12 +159,13 @@ class ProxALClient(ClientHalf):
         self.u_tilde = w - g / self.rho
         self.w_last = w.copy()
         self.admm_round = 0
+        self.aa_out, self.aa_res = [], []
         return self.u_tilde
 
     # -- state (checkpoints, retries) --------------------------------------------------------
     state_fields = (
         "mu", "nu", "w_center", "u", "lam", "u_tilde", "theta_center", "theta_at_w", "cone",
-        "cone_at_w", "rho", "w_last", "admm_round", "u_hat",
+        "cone_at_w", "rho", "w_last", "admm_round", "u_hat", "aa_out", "aa_res", "outer_mem",
     )  # fmt: skip
     component_fields = ("solver",)  # the Newton backend's carried factor
 
@@ -170,6 +184,7 @@ class ProxALClient(ClientHalf):
         # the outer iterate w^{k+1} is (w, theta at w): what eps~ was measured at
         dtheta = float(np.abs(self.theta_at_w - self.theta_center).max(initial=0.0))
         ci, ce = self.problem.functions[0].constraint_values(self._local(w, self.theta_at_w))
+        mu_in, nu_in = self.mu.copy(), self.nu.copy()
         dmu = 0.0
         if ci.size:
             new = np.maximum(self.mu + self.beta * ci, 0.0)
@@ -182,18 +197,63 @@ class ProxALClient(ClientHalf):
         reply = {"dmu_inf": dmu, "u_tilde": self._start_admm(w)}
         if self.owned:  # test (8) on the own block, in the block metric (a scalar)
             reply["dtheta_scaled"] = self.beta * self.theta_prox * dtheta
+        if self.outer_anderson:  # this client's block of the outer residual
+            r = np.concatenate([self.mu - mu_in, self.nu - nu_in])
+            self.outer_mem.append((r, self.mu.copy(), self.nu.copy()))
+            del self.outer_mem[: -(self.outer_anderson + 1)]
+            reply["gram"] = np.array([float(r @ q[0]) for q in self.outer_mem])
         return reply
 
-    def _on_admm_w(self, w, tol):
+    def _on_outer_aa(self, w, alpha, reset):
+        """Outer Anderson step: the multipliers become ``sum_j alpha_j`` of the last
+        outputs (projected on mu >= 0), and Algorithm 2 restarts at the combined ``w``."""
+        alpha = np.asarray(alpha, dtype=float)
+        if alpha.size:
+            picked = self.outer_mem[-alpha.size :]
+            self.mu = np.maximum(sum(a * q[1] for a, q in zip(alpha, picked)), 0.0)
+            self.nu = sum(a * q[2] for a, q in zip(alpha, picked))
+        if reset:
+            self.outer_mem = []
+        return {"u_tilde": self._start_admm(np.asarray(w, dtype=float))}
+
+    def _aa_input(self, alpha, reset) -> None:
+        """Anderson acceleration: this round's input (u~_i, lambda_i) is the combination
+        ``sum_j alpha_j`` of the last ``len(alpha)`` outputs (the server combined the u~_i
+        the same way for its step (14)); an empty ``alpha`` keeps the last output (a plain
+        ADMM step). ``reset`` clears the memory afterwards."""
+        alpha = np.asarray(alpha, dtype=float)
+        if alpha.size:
+            outs = self.aa_out[-alpha.size :]
+            u_in = sum(a * o[0] for a, o in zip(alpha, outs))
+            self.lam = sum(a * o[1] for a, o in zip(alpha, outs))
+            self.u_tilde = u_in
+            self.u_hat = u_in - self.lam / self.rho
+        if reset:
+            self.aa_out, self.aa_res = [], []
+
+    def _aa_record(self, u_in: np.ndarray, lam_in: np.ndarray) -> np.ndarray:
+        """Store this round's output and residual ``(u~' - u~, (lambda' - lambda)/rho)``;
+        return its inner products with the stored residuals (oldest first, itself last)."""
+        r = np.concatenate([self.u_tilde - u_in, (self.lam - lam_in) / self.rho])
+        self.aa_out.append((self.u_tilde.copy(), self.lam.copy()))
+        self.aa_res.append(r)
+        keep = self.anderson + 1
+        self.aa_out, self.aa_res = self.aa_out[-keep:], self.aa_res[-keep:]
+        return np.array([float(r @ q) for q in self.aa_res])
+
+    def _on_admm_w(self, w, tol, alpha=None, reset=False):
         w = np.asarray(w, dtype=float)
         ns = self.ns
+        if self.anderson:
+            self._aa_input(alpha if alpha is not None else [], reset)
+            u_in, lam_in = self.u_tilde.copy(), self.lam.copy()
         theta = self.u[ns:]
         self.theta_at_w = theta.copy()
         self.cone_at_w = self.cone.copy()  # the multipliers of the solve that gave theta
         # eps~ (eq. 18): grad phi_{i,t}(w^{t+1}) = grad P_i(w^{t+1}) + lambda^t, with the
         # own block at its current value (its part of the gradient bounded too)
         g = self._grad_P(self._local(w, theta))
-        # (with over-relaxation u~_i = u^_i + lambda_i / rho_i: the bound uses u^_i)
+        # (u^_i: the u_i with u~_i = u^_i + lambda_i / rho_i, also after Anderson steps)
         eps_tilde = float(np.abs(g[:ns] + self.lam - self.rho * (w - self.u_hat)).max())
         if self.owned:
             eps_tilde = max(eps_tilde, float(np.abs(g[ns:]).max()))
@@ -203,8 +263,13 @@ class ProxALClient(ClientHalf):
             eps_tilde = max(eps_tilde, self.problem.functions[0].cone_residuals(x, self.cone)[0])
         # client step (15): phi = P_i(u) + <lambda, u - w> + rho/2 ||u - w||^2, written as the
         # merit function plus (sigma/2)||u - center||^2 with the prox share folded in.
+        # over-relaxation (Eckstein, Bertsekas 1992; Boyd et al. 2011, 3.4.3) of the first
+        # ADMM block (the server's w): the step and (16) use w^ = alpha w + (1 - alpha) u_i^t;
+        # alpha = 1 is Algorithm 2
+        a = self.relaxation
+        w_step = w if a == 1.0 else a * w + (1.0 - a) * self.u_hat
         sigma = self.prox_weight + self.rho
-        center = (self.prox_weight * self.w_center + self.rho * w - self.lam) / sigma
+        center = (self.prox_weight * self.w_center + self.rho * w_step - self.lam) / sigma
         if self.owned:  # P_{i,k}'s prox term on theta (weight p) + proximal-ADMM term (rho)
             theta_c = (self.theta_prox * self.theta_center + self.rho * theta) / sigma
             center = np.concatenate([center, theta_c])
@@ -219,17 +284,16 @@ class ProxALClient(ClientHalf):
         )
         self.u = report.x
         u = self.u[:ns]
-        # over-relaxation (Eckstein, Bertsekas 1992; Boyd et al. 2011, 3.4.3): alpha = 1 is
-        # Algorithm 2; the server's step (14) and (16) see u^ = alpha u + (1 - alpha) w
-        a = self.relaxation
-        self.u_hat = u if a == 1.0 else a * u + (1.0 - a) * w
-        self.lam = self.lam + self.rho * (self.u_hat - w)  # (16)
+        self.u_hat = u.copy()  # the u_i behind u~_i (Anderson combines u~_i and lambda_i)
+        self.lam = self.lam + self.rho * (u - w_step)  # (16)
         if self.balancing is not None:
             self.balance(u, w)
         self.u_tilde = self.u_hat + self.lam / self.rho  # (17)
         reply = {"u_tilde": self.u_tilde, "eps_tilde": eps_tilde}
         if self.balancing is not None:
             reply["rho"] = self.rho
+        if self.anderson:
+            reply["gram"] = self._aa_record(u_in, lam_in)
         return reply
 
     def balance(self, u: np.ndarray, w: np.ndarray) -> None:

@@ -26,6 +26,7 @@ import numpy as np
 from fedmodel.algorithms.common import starting_point
 from fedmodel.algorithms.driver import run_federated
 from fedmodel.algorithms.protocol import ServerHalf, StepReport
+from fedmodel.algorithms.proxal.anderson import AndersonState
 from fedmodel.algorithms.proxal.client import ProxALClient
 from fedmodel.algorithms.proxal.options import ProxALOptions
 from fedmodel.compiler.partition import CompiledModel, PartyProgram
@@ -80,7 +81,8 @@ class ProxALServer(ServerHalf):
     resume_options = (
         "eps", "beta", "sbar", "rho", "q", "mu0", "max_inner", "max_local_iter",
         "local_floor", "solver", "divergence_limit", "variant", "tau_rate", "kkt_factor",
-        "adaptive_rho", "rb_ratio", "rb_factor", "rb_rounds", "relaxation", "monitor",
+        "adaptive_rho", "rb_ratio", "rb_factor", "rb_rounds", "relaxation", "monitor", "anderson",
+        "outer_anderson", "prox_beta",
         "stall_rounds",
     )  # fmt: skip
     step_name = "outer iteration"
@@ -96,6 +98,7 @@ class ProxALServer(ServerHalf):
         x0: np.ndarray | None = None,
     ):
         layout = program.layout
+        owned_anywhere = layout.has_owned  # (the model's layout: any party's own variables)
         # where the server's view (shared variables, then its own) sits in the model's x
         self.view_index = layout.indices(layout.local(program.name).variables)
         program = program.local()
@@ -107,7 +110,8 @@ class ProxALServer(ServerHalf):
         self.set_rhos(rhos)
         self.proximal = proximal
         self.max_steps = options.max_outer if proximal else 1
-        self.prox_weight = 1.0 / ((n_clients + 1) * self.beta) if proximal else 0.0
+        self.gamma = float(options.prox_beta) if options.prox_beta is not None else self.beta
+        self.prox_weight = 1.0 / ((n_clients + 1) * self.gamma) if proximal else 0.0
         self.problem = MeritProblem([program], self.beta, regularizer)
         self.solver = make_solver(self.problem, options.solver)
         self.mu = np.full(program.m_ineq, float(options.mu0))
@@ -119,6 +123,14 @@ class ProxALServer(ServerHalf):
         self.mu_norms: list[float] = []
         self.w_norms: list[float] = []
         self.dmu_history: list[float] = []
+        # Anderson acceleration memory (0: off); not with party-owned variables, whose
+        # own blocks are part of the iteration's state but never travel
+        self.anderson = 0 if owned_anywhere else int(options.anderson)
+        self.aa_rejections = 0
+        # outer Anderson acceleration (None: off) and its memory (residual, w, mu_0, nu_0)
+        m_out = 0 if (owned_anywhere or not proximal) else int(options.outer_anderson)
+        self.outer_aa = AndersonState(m_out) if m_out else None
+        self.outer_mem: list[tuple] = []
 
     # -- the protocol ------------------------------------------------------------------------
     def start(self, runtime: Runtime) -> None:
@@ -166,9 +178,10 @@ class ProxALServer(ServerHalf):
                 ),
             )
         dw = self.outer_change(w_new, self.x)
-        self.x = w_new
+        w_old, self.x = self.x, w_new
         dmu = 0.0
         if self.proximal:
+            mu_in, nu_in = self.mu.copy(), self.nu.copy()
             dmu = self.update_multipliers(self.x)
             runtime.next_round()
             replies = runtime.broadcast("outer", {"w": self.x[: self.ns]})
@@ -176,6 +189,8 @@ class ProxALServer(ServerHalf):
             # test (8) on the clients' own blocks (one scalar each, see the client module)
             dw = max([dw] + [float(r.payload.get("dtheta_scaled", 0.0)) for r in replies.values()])
             self.u_tildes = {name: r.payload["u_tilde"] for name, r in replies.items()}
+            if self.outer_aa is not None and not self.test8(dw, dmu, tau):
+                self.accelerate_outer(runtime, w_old, mu_in, nu_in, replies)
         self.mu_norms.append(float(np.abs(self.mu).max(initial=0.0)))
         self.w_norms.append(float(np.abs(self.x).max(initial=0.0)))
         self.dmu_history.append(dmu)
@@ -193,12 +208,44 @@ class ProxALServer(ServerHalf):
             report.stop, report.message = "diverging", diverging
         elif not self.proximal:  # admm: one run of Algorithm 2 to tau = eps1
             report.stop = "stopped" if outcome.satisfied else "max_iterations"
-        elif (
-            dw + opts.beta * tau <= opts.beta * opts.kkt_factor * opts.eps1
-            and dmu <= opts.beta * opts.kkt_factor * opts.eps2
-        ):
+        elif self.test8(dw, dmu, tau):
             report.stop = "stopped"  # (8) holds; the certificate decides "optimal"
         return report
+
+    def test8(self, dw: float, dmu: float, tau: float) -> bool:
+        """Stopping test (8), at ``kkt_factor * (eps1, eps2)`` (1 in the paper variant)."""
+        opts = self.options
+        target = opts.beta * opts.kkt_factor
+        return dw + opts.beta * tau <= target * opts.eps1 and dmu <= target * opts.eps2
+
+    def accelerate_outer(self, runtime, w_old, mu_in, nu_in, replies) -> None:
+        """Anderson acceleration of Algorithm 1's outer iteration ``(w^k, mu^k) ->
+        (w^{k+1}, mu^{k+1})`` (the proximal method of multipliers, a fixed-point iteration
+        of a firmly nonexpansive map), safeguarded as the inner one
+        (:mod:`~fedmodel.algorithms.proxal.anderson`). The server adds its own block
+        (``w`` and ``mu_0``) to the clients' Gram rows of their multiplier blocks; when the
+        next input is a combination, one more round (``outer_aa``) sends it with ``alpha``
+        and collects the clients' ADMM initialisations."""
+        r = np.concatenate([self.x - w_old, self.mu - mu_in, self.nu - nu_in])
+        mem = self.outer_mem
+        mem.append((r, self.x.copy(), self.mu.copy(), self.nu.copy()))
+        del mem[: -(self.outer_aa.memory + 1)]
+        row = np.array([float(r @ q[0]) for q in mem])
+        row = row + sum(np.asarray(rep.payload["gram"], dtype=float) for rep in replies.values())
+        alpha, reset = self.outer_aa.observe(row)
+        if alpha.size:
+            picked = mem[-alpha.size :]
+            self.x = sum(a * q[1] for a, q in zip(alpha, picked))
+            self.mu = np.maximum(sum(a * q[2] for a, q in zip(alpha, picked)), 0.0)
+            self.nu = sum(a * q[3] for a, q in zip(alpha, picked))
+        if reset:
+            mem.clear()
+        if alpha.size or reset:
+            runtime.next_round()
+            out = runtime.broadcast(
+                "outer_aa", {"w": self.x[: self.ns], "alpha": alpha, "reset": reset}
+            )
+            self.u_tildes = {name: rep.payload["u_tilde"] for name, rep in out.items()}
 
     def point(self) -> np.ndarray:
         """The server's view of the iterate: shared variables, then its own block."""
@@ -209,6 +256,8 @@ class ProxALServer(ServerHalf):
         server's own block in Algorithm 1's block metric (``beta p ||.||_inf``)."""
         ns = self.ns
         dw = float(np.abs(w_new[:ns] - w_old[:ns]).max(initial=0.0))
+        if self.proximal:  # (8) bounds stationarity by tau + dw / prox_beta
+            dw *= self.beta / self.gamma
         if self.owned and self.proximal:
             change = float(np.abs(w_new[ns:] - w_old[ns:]).max())
             dw = max(dw, self.beta * self.prox_weight * change)
@@ -236,6 +285,9 @@ class ProxALServer(ServerHalf):
             "cone": self.problem.cone[0].copy(),
             "rhos": dict(self.rhos),
             "dmu_history": list(self.dmu_history),
+            "aa_rejections": self.aa_rejections,
+            "outer_aa": None if self.outer_aa is None else dict(vars(self.outer_aa)),
+            "outer_mem": list(self.outer_mem),
         }
 
     def set_state(self, state: dict) -> None:
@@ -252,6 +304,10 @@ class ProxALServer(ServerHalf):
             self.problem.cone[0] = np.array(state["cone"], dtype=float)
         self.set_rhos(state["rhos"])
         self.dmu_history = list(state["dmu_history"])
+        self.aa_rejections = int(state["aa_rejections"])
+        if self.outer_aa is not None:
+            vars(self.outer_aa).update(state["outer_aa"])
+        self.outer_mem = list(state["outer_mem"])
 
     def resume_key(self) -> dict:
         key = super().resume_key()
@@ -309,6 +365,10 @@ class ProxALServer(ServerHalf):
         floor = opts.local_floor * tau
         window = int(opts.stall_rounds) if opts.monitor else 0
         best, best_at_window = np.inf, np.inf
+        aa = AndersonState(self.anderson) if self.anderson else None
+        alpha, reset = np.zeros(0), False
+        outputs: dict[str, list[np.ndarray]] = {name: [] for name in u_tildes}
+        rejected = 0
         for t in range(opts.max_inner):
             eps = opts.q**t
             tol = max(eps, floor)  # local solves stop at tol; (19) stays a valid bound
@@ -325,11 +385,23 @@ class ProxALServer(ServerHalf):
                 residual += self.rho_sum * float(np.abs(report.x[ns:] - w[ns:]).max())
             w = report.x
             runtime.next_round()
-            replies = runtime.broadcast("admm_w", {"w": w[:ns], "tol": tol})
+            payload = {"w": w[:ns], "tol": tol}
+            if aa is not None:  # this round's input: alpha over the last outputs
+                payload.update(alpha=alpha, reset=reset)
+            replies = runtime.broadcast("admm_w", payload)
             u_tildes = {name: r.payload["u_tilde"] for name, r in replies.items()}
+            changed = False
             if opts.adaptive_rho:  # residual balancing: the clients' new rho_i (public)
-                self.set_rhos({name: float(r.payload["rho"]) for name, r in replies.items()})
+                new = {name: float(r.payload["rho"]) for name, r in replies.items()}
+                changed = new != self.rhos
+                self.set_rhos(new)
                 sigma = self.prox_weight + self.rho_sum
+            if aa is not None:
+                row = sum(np.asarray(r.payload["gram"], dtype=float) for r in replies.values())
+                alpha, reset = aa.observe(row, changed)
+                u_tildes = _combine(outputs, u_tildes, alpha, reset, self.anderson + 1)
+                self.aa_rejections += aa.rejections - rejected
+                rejected = aa.rejections
             bound = max(eps, residual) + sum(
                 float(r.payload["eps_tilde"]) for r in replies.values()
             )
@@ -384,14 +456,32 @@ class ProxALServer(ServerHalf):
         return change
 
 
+def _combine(outputs, latest, alpha, reset, keep):
+    """The server's half of Anderson acceleration: store each client's newest ``u~_i``
+    and return the next input ``sum_j alpha_j u~_i^j`` (the newest when ``alpha`` is
+    empty); ``reset`` clears the memory."""
+    nxt = {}
+    for name, u in latest.items():
+        mem = outputs[name]
+        mem.append(u)
+        del mem[:-keep]
+        nxt[name] = sum(a * v for a, v in zip(alpha, mem[-alpha.size :])) if alpha.size else u
+        if reset:
+            mem.clear()
+    return nxt
+
+
 def _growth_note(w_norms: list[float], history: list[dict]) -> str:
     """Say so when the iterates grow steadily while the objective falls (unboundedness)."""
     half = w_norms[len(w_norms) // 2 :]
     if len(half) < 3 or half[0] <= 0:
         return ""
-    growing = all(b > a for a, b in zip(half, half[1:])) and half[-1] >= 1.5 * half[0]
-    falling = len(history) >= 3 and all(
-        b["objective"] < a["objective"] for a, b in zip(history[-3:], history[-2:])
+    # (mostly growing: accelerated iterations need not grow at every step)
+    ups = sum(b > a for a, b in zip(half, half[1:]))
+    growing = ups >= 0.8 * (len(half) - 1) and half[-1] >= 1.5 * half[0]
+    # (falling over the second half: accelerated iterations need not fall at every step)
+    falling = len(history) >= 3 and history[-1]["objective"] < min(
+        row["objective"] for row in history[len(history) // 2 : -1]
     )
     if growing and (falling or not history):
         return (
@@ -428,6 +518,9 @@ def _client_factories(compiled: CompiledModel, options: ProxALOptions, rhos, pro
                 x0[layout.indices(layout.owned_by(c.name))] if layout.has_owned else None,
                 _balancing(options),
                 float(options.relaxation),
+                0 if layout.has_owned else int(options.anderson),
+                0 if (layout.has_owned or not proximal) else int(options.outer_anderson),
+                options.prox_beta,
             ),
         )
         for c in compiled.clients
