@@ -44,8 +44,12 @@ def traffic_per_round(compiled: CompiledModel) -> dict[str, dict[str, int]]:
     next ADMM initialisation u~_i^0 (d + 1), plus one scalar (the change of its own
     block) when it owns variables. d counts the shared variables only: party-owned ones
     never travel. centralized/cprox-al pool the data. The default (adaptive) prox-al
-    sends one more scalar up per inner round: the client's residual-balanced rho_i;
-    ``variant="paper"`` sends exactly Algorithm 2's messages.
+    sends one more scalar up per inner round: the client's residual-balanced rho_i; on
+    models without party-owned variables its Anderson acceleration adds up to ``m + 2``
+    numbers down (weights, reset flag) and ``m + 1`` up (Gram row) per inner round
+    (``m = anderson = 5``), ``m + 1`` up per outer round and, per accelerated outer step,
+    one ``outer_aa`` round (``w`` and the weights down, ``u~_i`` up), not counted in this
+    table. ``variant="paper"`` sends exactly Algorithm 2's messages.
     """
     d = compiled.layout.n_shared
     owned = 1 if compiled.layout.has_owned else 0

@@ -314,6 +314,16 @@ class ProxALServer(ServerHalf):
         key["rho"] = dict(self.initial_rhos)
         return key
 
+    def extra(self, reports: dict[str, dict]) -> dict:
+        """The adaptive variant's final state: each client's rho_i (residual balancing)
+        and how many accelerated inputs the safeguards rejected."""
+        out = {"variant": self.options.variant, "rho": dict(self.rhos)}
+        if self.anderson:
+            out["anderson_rejections"] = self.aa_rejections
+        if self.outer_aa is not None:
+            out["outer_anderson_rejections"] = self.outer_aa.rejections
+        return out
+
     def round_counts(self) -> dict[str, int]:
         return {"inner": self.inner_total}
 
