@@ -89,6 +89,10 @@ def build(kind: str):
         elif kind == "pnorm3-exact":
             s.minimize(ls + 0.3 * cp.pnorm(w, 3, approx=False))
             obj += LS + 0.3 * cp.pnorm(W, 3, approx=False)
+        elif kind == "lambda_sum_largest":
+            B = np.diag([1.0, 2.0, 0.5]) + 0.1 * (k + 1)
+            s.minimize(ls + 0.3 * cp.lambda_sum_largest(cp.diag(w) + B, 2))
+            obj += LS + 0.3 * cp.lambda_sum_largest(cp.diag(W) + B, 2)
         elif kind == "norm-of-exp":
             s.minimize(ls + 0.3 * cp.norm(cp.hstack([cp.exp(w[0]), cp.exp(-w[1]), 1.0]), 2))
             obj += LS + 0.3 * cp.norm(cp.hstack([cp.exp(W[0]), cp.exp(-W[1]), 1.0]), 2)
@@ -106,6 +110,7 @@ KINDS = [
     "soc-affine",
     "lambda_max",
     "geo_mean",
+    "lambda_sum_largest",
     "norm-of-exp",
     "pnorm3-exact",
     "quad_over_lin",

@@ -356,6 +356,15 @@ def test_two_nonsmooth_summands_in_one_term_get_distinct_cone_labels():
     assert res.status == "optimal" and set(res.multipliers["c0"]) == set(labels)
 
 
+def test_stopped_early_is_not_optimal():
+    """A run cut short reports what the recomputed certificate says, never "optimal"."""
+    model, _, _ = sqrt_lasso(2, 6, 0)
+    res = model.solve(method="prox-al", eps=1e-6, max_outer=1)
+    assert res.status != "optimal" and not res.kkt.satisfied(1e-6, 1e-6)
+    res = model.solve(method="admm", eps=1e-6, max_inner=3)
+    assert res.status != "optimal" and not res.kkt.satisfied(1e-6, 1e-6)
+
+
 def test_certificate_is_not_fooled_by_wrong_multipliers():
     """Zero conic multipliers at the optimum must fail stationarity (the objective's
     epigraph variable has a unit price that only the cone's dual can pay)."""
