@@ -218,6 +218,10 @@ def main(argv: list[str] | None = None) -> None:  # pragma: no cover - a subproc
     threading.Thread(target=orphaned, daemon=True).start()
     server = PartyServer(argv[0])
     print("ready", flush=True)
+    # nobody reads this pipe any more: anything printed later must not fill it and block
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, 1)
+    os.close(devnull)
     server.serve_forever()
 
 

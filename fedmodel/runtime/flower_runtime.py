@@ -470,4 +470,4 @@ class FlowerRuntime(Runtime):
             self._sim.stop()
 
 
-__all__ = ["FlowerRuntime", "decode", "strip_programs"]
+__all__ = ["FlowerRuntime", "decode", "discover", "strip_programs"]
