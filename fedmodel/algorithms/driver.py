@@ -342,7 +342,7 @@ class _Run:
 
     # -- results -----------------------------------------------------------------------------
     def result(self, status, message, kkt, summary, reports, failure=None):
-        compiled, server, runtime = self.compiled, self.server, self.runtime
+        compiled, server = self.compiled, self.server
         if compiled is None:
             return self.own_result(status, message, kkt, summary, reports, failure)
         multipliers = {
@@ -350,7 +350,7 @@ class _Run:
                 compiled.server, *server.multipliers(), server.cone_duals()
             )
         }
-        per_party_seconds = {"server": 0.0}
+        per_party_seconds = {}
         local_iters = {"server": server.local_iterations}
         for c in compiled.clients:
             if c.name not in reports:
@@ -359,13 +359,14 @@ class _Run:
             multipliers[c.name] = split_multipliers(c, p["mu"], p["nu"], p.get("cone"))
             per_party_seconds[c.name] = p["seconds"]
             local_iters[c.name] = int(p["local_iterations"])
-        solve_seconds = time.perf_counter() - self.t_solve
-        # the server's own time: what it did not spend waiting for the clients' replies
-        per_party_seconds["server"] = max(0.0, solve_seconds - runtime.wait_seconds)
+        fields = self.run_fields(status, message, kkt, summary, failure, per_party_seconds)
+        fields["timing"]["local_iterations"] = local_iters
+        fields["extra"].update(server.extra({name: r.payload for name, r in reports.items()}))
+        if compiled.has_cones:
+            fields["extra"].update(conic_note(compiled))
         return make_result(
             compiled,
             method=self.method,
-            status=status,
             # the whole model's point: the server's view and each client's own block, which
             # reaches the caller only in the final (diagnostic) report, for .value
             x=global_point(
@@ -373,69 +374,58 @@ class _Run:
                 server.point(),
                 {name: r.payload.get("owned") for name, r in reports.items()},
             ),
-            kkt=kkt,
-            summary=summary,
             multipliers=multipliers,
-            message=message,
-            rounds={"outer": self.k + 1, **server.round_counts(), "communication": runtime.round},
-            communication=communication_totals(runtime.ledger),
-            timing={
-                "compile": self.compile_seconds,
-                "solve": solve_seconds,
-                "per_party": per_party_seconds,
-                "waiting": runtime.wait_seconds,
-                "local_iterations": local_iters,
-            },
-            history=self.history,
-            options={
-                k: v
-                for k, v in self.options.__dict__.items()
-                if k not in ("w0", "callback", "flower_grid")
-            },
-            ledger=runtime.ledger.rows,
-            failure=failure or {},
-            checkpoint=self.checkpoint_written,
-            extra={
-                "backend": runtime.backend,
-                "placement": runtime.placement,
-                "retries": list(runtime.retried),
-                **server.extra({name: r.payload for name, r in reports.items()}),
-                **(conic_note(compiled) if compiled.has_cones else {}),
-            },
+            **fields,
         )
 
-    def own_result(self, status, message, kkt, summary, reports, failure=None):
-        """The :class:`Result` of a method run without a compiled model: the driver's
-        fields (status, rounds, communication, timing, history, ledger, failure,
-        checkpoint), the rest from ``server.make_result``."""
-        server, runtime = self.server, self.runtime
+    def run_fields(self, status, message, kkt, summary, failure, per_party) -> dict:
+        """The Result fields the driver owns, for every method: status, message, the
+        certificate, rounds, communication, timing, history, options, ledger, failure,
+        checkpoint and the runtime's part of ``extra``."""
+        runtime = self.runtime
         solve_seconds = time.perf_counter() - self.t_solve
-        per_party = {"server": max(0.0, solve_seconds - runtime.wait_seconds)}
-        per_party.update({name: float(runtime.client_seconds.get(name, 0.0)) for name in reports})
-        return server.make_result(
-            status=status,
-            message=message,
-            kkt=kkt,
-            summary=summary,
-            reports={name: r.payload for name, r in reports.items()},
-            rounds={"outer": self.k + 1, **server.round_counts(), "communication": runtime.round},
-            communication=communication_totals(runtime.ledger),
-            timing={
+        # the server's own time: what it did not spend waiting for the clients' replies
+        per_party = {"server": max(0.0, solve_seconds - runtime.wait_seconds), **per_party}
+        return {
+            "status": status,
+            "message": message,
+            "kkt": kkt,
+            "summary": summary,
+            "rounds": {
+                "outer": self.k + 1,
+                **self.server.round_counts(),
+                "communication": runtime.round,
+            },
+            "communication": communication_totals(runtime.ledger),
+            "timing": {
                 "compile": self.compile_seconds,
                 "solve": solve_seconds,
                 "per_party": per_party,
                 "waiting": runtime.wait_seconds,
             },
-            history=self.history,
-            options={k: v for k, v in self.options.__dict__.items() if k != "callback"},
-            ledger=runtime.ledger.rows,
-            failure=failure or {},
-            checkpoint=self.checkpoint_written,
-            extra={
+            "history": self.history,
+            "options": {
+                k: v
+                for k, v in self.options.__dict__.items()
+                if k not in ("w0", "callback", "flower_grid")
+            },
+            "ledger": runtime.ledger.rows,
+            "failure": failure or {},
+            "checkpoint": self.checkpoint_written,
+            "extra": {
                 "backend": runtime.backend,
                 "placement": runtime.placement,
                 "retries": list(runtime.retried),
             },
+        }
+
+    def own_result(self, status, message, kkt, summary, reports, failure=None):
+        """The :class:`Result` of a method run without a compiled model: the driver's
+        fields (:meth:`run_fields`), the rest from ``server.make_result``."""
+        per_party = {name: float(self.runtime.client_seconds.get(name, 0.0)) for name in reports}
+        return self.server.make_result(
+            reports={name: r.payload for name, r in reports.items()},
+            **self.run_fields(status, message, kkt, summary, failure, per_party),
         )
 
     def stopped_early(self, failure: ClientFailure | None):
