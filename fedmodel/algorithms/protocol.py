@@ -34,6 +34,7 @@ its own data) and the :class:`~fedmodel.result.Result`.
 from __future__ import annotations
 
 import time
+from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
@@ -162,7 +163,7 @@ class StepReport:
     record: bool = True  # False: the step is inside an iteration the history does not record
 
 
-class ServerHalf:
+class ServerHalf(ABC):
     """Base of every method's server half (see the module docstring for the protocol).
 
     Subclasses implement :meth:`start`, :meth:`step`, :meth:`point`, :meth:`get_state` and
@@ -190,25 +191,26 @@ class ServerHalf:
         self.local_iterations = 0
 
     # -- the protocol ------------------------------------------------------------------------
+    @abstractmethod
     def start(self, runtime) -> None:
         """The first exchange (e.g. send the starting point); sets the initial state."""
-        raise NotImplementedError
 
+    @abstractmethod
     def step(self, runtime, deadline: float | None) -> StepReport:
         """One iteration of the method; ``deadline`` (``time.perf_counter()`` value) lets a long
         inner loop stop early."""
-        raise NotImplementedError
 
+    @abstractmethod
     def point(self) -> np.ndarray:
         """The current iterate (stacked variables) the certificate is computed at."""
-        raise NotImplementedError
 
+    @abstractmethod
     def get_state(self) -> dict:
         """Everything the next :meth:`step` needs (iterate, multipliers, counters)."""
-        raise NotImplementedError
 
+    @abstractmethod
     def set_state(self, state: dict) -> None:
-        raise NotImplementedError
+        """Put the server back to a :meth:`get_state` result (marks, checkpoints)."""
 
     # -- refinements -------------------------------------------------------------------------
     def multipliers(self) -> tuple[np.ndarray, np.ndarray]:
@@ -230,12 +232,14 @@ class ServerHalf:
     def sync(self, runtime) -> None:
         """Bring :meth:`point` up to date before an evaluation round (a peer-to-peer method
         gathers its output from a node here); default nothing."""
+        return None
 
     def quiesce(self, runtime) -> None:
         """Take every reply of the messages this server posted (``runtime.post``) and has
         not polled yet, so that the point is consistent: the driver calls it before an
         evaluation, a checkpoint and the certificate when ``runtime.in_flight``; default
         nothing (methods that only use blocking exchanges)."""
+        return None
 
     def evaluation_extras(self) -> dict:
         """Extra payload of the certificate's ``evaluate`` messages (besides ``w``)."""
@@ -268,7 +272,10 @@ class ServerHalf:
 
     def fingerprint(self) -> dict:
         """What a checkpoint must match to be resumed (``compiled=None`` only)."""
-        raise NotImplementedError
+        raise NotImplementedError(
+            f"{type(self).__name__}.fingerprint() is needed only to run without a compiled "
+            "model (run_federated(compiled=None)); this server half does not define it"
+        )
 
     def placement_weights(self) -> dict[str, float] | None:
         """Relative load of each client, for sharding them over workers (``compiled=None``)."""
@@ -278,11 +285,17 @@ class ServerHalf:
         """One diagnostic round at the current point (``compiled=None`` only): the KKT
         residuals, a summary (``objective``, ``max_violation``, ``constraints``) and extra
         history fields."""
-        raise NotImplementedError
+        raise NotImplementedError(
+            f"{type(self).__name__}.evaluate() is needed only to run without a compiled "
+            "model (run_federated(compiled=None)); this server half does not define it"
+        )
 
     def make_result(self, **fields: Any):
         """The :class:`~fedmodel.result.Result` from the driver's fields (``status``,
         ``message``, ``kkt``, ``summary``, ``reports`` = the clients' final report payloads,
         ``rounds``, ``communication``, ``timing``, ``history``, ``options``, ``ledger``,
         ``failure``, ``checkpoint``, ``extra``) (``compiled=None`` only)."""
-        raise NotImplementedError
+        raise NotImplementedError(
+            f"{type(self).__name__}.make_result() is needed only to run without a compiled "
+            "model (run_federated(compiled=None)); this server half does not define it"
+        )

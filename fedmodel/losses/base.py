@@ -15,12 +15,13 @@ Examples
 
 from __future__ import annotations
 
+from abc import ABC, abstractmethod
 from collections.abc import Callable, Sequence
 
 import numpy as np
 
 
-class SampleLoss:
+class SampleLoss(ABC):
     """A smooth per-sample loss ``f(w; x_n)`` with ``w`` in ``R^dim``.
 
     Subclasses implement :meth:`value_and_grad` (sum over the batch of the values and of
@@ -35,11 +36,11 @@ class SampleLoss:
 
     dim: int = 0
 
+    @abstractmethod
     def value_and_grad(
         self, w: np.ndarray, X: np.ndarray, Y: np.ndarray
     ) -> tuple[float, np.ndarray]:
         """``(sum_n f(w; x_n), sum_n grad f(w; x_n))`` over the rows of ``(X, Y)``."""
-        raise NotImplementedError
 
     def values(self, w: np.ndarray, X: np.ndarray, Y: np.ndarray) -> np.ndarray:
         """Per-sample values ``f(w; x_n)`` (default: one :meth:`value_and_grad` per row)."""
@@ -72,25 +73,25 @@ class FeatureSplitLoss(SampleLoss):
     of its own block ``w_i`` (and, for the designated client, ``w_0``'s).
     """
 
+    @abstractmethod
     def split(self, blocks: Sequence[np.ndarray]) -> list[np.ndarray]:
         """Index arrays into ``w`` of ``[w_0, w_1, ..., w_I]`` for the column blocks."""
-        raise NotImplementedError
 
+    @abstractmethod
     def h(self, w_i: np.ndarray, Z_i: np.ndarray) -> np.ndarray:
         """``h_i`` for the rows of ``Z_i``: an array of shape ``(B, H)``."""
-        raise NotImplementedError
 
+    @abstractmethod
     def top(
         self, w_0: np.ndarray, H: np.ndarray, Y: np.ndarray
     ) -> tuple[float, np.ndarray, np.ndarray]:
         """At ``H = sum_i h_i``: ``(sum_n f, sum_n grad_{w_0} f, dF/dH)`` with ``dF/dH`` of
         shape ``(B, H)`` (per-sample derivatives with respect to the summed ``h``)."""
-        raise NotImplementedError
 
+    @abstractmethod
     def block_grad(self, w_i: np.ndarray, Z_i: np.ndarray, dH: np.ndarray) -> np.ndarray:
         """``sum_n grad_{w_i} f`` from ``dF/dH`` and the block's own columns (or, in Remark
         4's one-step collection, from :meth:`h_jacobian`'s output in place of ``Z_i``)."""
-        raise NotImplementedError
 
     def h_jacobian(self, w_i: np.ndarray, Z_i: np.ndarray) -> np.ndarray:
         """What Remark 4's one-step collection sends for ``dh_i/dw_i`` (:meth:`block_grad`

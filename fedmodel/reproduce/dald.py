@@ -43,7 +43,8 @@ import cvxpy as cp
 import numpy as np
 
 from fedmodel.reproduce import register
-from fedmodel.reproduce.output import md_table, write_csv
+from fedmodel.reproduce.output import check as _check
+from fedmodel.reproduce.output import finish_report, md_table
 
 PAPER_FILE = "dald_paper.json"
 S_CHAIN = [[1, 1, 0], [0, 1, 1], [0, 0, 0]]
@@ -58,33 +59,6 @@ def paper_numbers() -> dict[str, Any]:
 
 # ---------------------------------------------------------------------------------------
 # checks and the output folder (CSV and Markdown writers: fedmodel.reproduce.output)
-
-
-def _check(name: str, passed: bool, detail: str) -> dict:
-    return {"name": name, "passed": bool(passed), "detail": detail}
-
-
-def _finish(out_dir: Path, name: str, md: list[str], rows: list[dict], checks, t0, quick, trials):
-    md += ["", "## Checks", ""]
-    md += [f"- {'PASS' if c['passed'] else 'FAIL'}: {c['name']}: {c['detail']}" for c in checks]
-    seconds = time.perf_counter() - t0
-    md += ["", f"Total wall time: {seconds:.1f} s.", ""]
-    md_path = out_dir / f"{name}.md"
-    md_path.write_text("\n".join(md))
-    csv_path = out_dir / f"{name}.csv"
-    write_csv(csv_path, rows)
-    return {
-        "name": name,
-        "out_dir": str(out_dir),
-        "markdown": str(md_path),
-        "files": [str(md_path), str(csv_path)],
-        "rows": rows,
-        "checks": checks,
-        "passed": all(c["passed"] for c in checks),
-        "seconds": seconds,
-        "quick": quick,
-        "trials": trials,
-    }
 
 
 class _Progress:
@@ -312,7 +286,7 @@ def table1(
             "hierarchical matrix [[1,1,0],[0,1,1],[0,0,0]]",
         )
     )
-    return _finish(out_dir, "dald-table1", md, rows, checks, t0, quick, trials)
+    return finish_report(out_dir, "dald-table1", md, rows, checks, t0, quick, trials=trials)
 
 
 # ---------------------------------------------------------------------------------------
@@ -540,4 +514,4 @@ def table2(
                     f"{get(hi, lam, method, it):.2f} vs {get(hi, lam, 'FedProx', it):.2f}",
                 )
             )
-    return _finish(out_dir, "dald-table2", md, rows, checks, t0, quick, trials)
+    return finish_report(out_dir, "dald-table2", md, rows, checks, t0, quick, trials=trials)

@@ -48,3 +48,46 @@ def md_table(header: Sequence[str], rows: Sequence[Sequence[Any]]) -> str:
     lines = ["| " + " | ".join(header) + " |", "|" + "|".join("---" for _ in header) + "|"]
     lines += ["| " + " | ".join(str(c) for c in row) + " |" for row in rows]
     return "\n".join(lines)
+
+
+def check(name: str, passed: bool, detail: str) -> dict:
+    """One reproduction check: its name, whether it passed, what was measured."""
+    return {"name": name, "passed": bool(passed), "detail": detail}
+
+
+def finish_report(
+    out_dir: Path,
+    name: str,
+    md: list[str],
+    rows: list[dict],
+    checks: list[dict],
+    t0: float,
+    quick: bool,
+    pngs: Sequence[Path | str] = (),
+    **fields: Any,
+) -> dict:
+    """Append the checks and the wall time to the Markdown ``md``, write ``NAME.md`` and
+    ``NAME.csv`` (``rows``) into ``out_dir``, and return the reproduction's summary (its
+    files, rows, checks, overall pass, seconds; ``fields`` such as ``trials`` are added)."""
+    import time
+
+    md += ["", "## Checks", ""]
+    md += [f"- {'PASS' if c['passed'] else 'FAIL'}: {c['name']}: {c['detail']}" for c in checks]
+    seconds = time.perf_counter() - t0
+    md += ["", f"Total wall time: {seconds:.1f} s{' (--quick)' if quick else ''}.", ""]
+    md_path = out_dir / f"{name}.md"
+    md_path.write_text("\n".join(md))
+    csv_path = out_dir / f"{name}.csv"
+    write_csv(csv_path, rows)
+    return {
+        "name": name,
+        "out_dir": str(out_dir),
+        "markdown": str(md_path),
+        "files": [str(md_path), str(csv_path), *[str(p) for p in pngs]],
+        "rows": rows,
+        "checks": checks,
+        "passed": all(c["passed"] for c in checks),
+        "seconds": seconds,
+        "quick": quick,
+        **fields,
+    }

@@ -37,7 +37,8 @@ from fedmodel.datasets import load_mnist
 from fedmodel.dsl.learning import LearningModel
 from fedmodel.losses import SwishMLP
 from fedmodel.reproduce import register
-from fedmodel.reproduce.output import md_table, write_csv
+from fedmodel.reproduce.output import check as _check
+from fedmodel.reproduce.output import finish_report, md_table
 
 CLIENTS, J, LAM, C, U = 10, 128, 1e-5, 1e5, 0.13
 N_TRAIN = 4000
@@ -141,34 +142,9 @@ def _rows(tag, family, B, E, out, partition, constrained=False) -> list[dict]:
     return rows
 
 
-def _check(name: str, passed: bool, detail: str) -> dict:
-    return {"name": name, "passed": bool(passed), "detail": detail}
-
-
 def _say(progress: bool, text: str) -> None:
     if progress:
         print(text, flush=True)
-
-
-def _finish(out_dir: Path, name: str, md: list[str], rows, checks, t0, quick, pngs=()):
-    md += ["", "## Checks", ""]
-    md += [f"- {'PASS' if c['passed'] else 'FAIL'}: {c['name']}: {c['detail']}" for c in checks]
-    seconds = time.perf_counter() - t0
-    md += ["", f"Total wall time: {seconds:.1f} s{' (--quick)' if quick else ''}.", ""]
-    md_path = out_dir / f"{name}.md"
-    md_path.write_text("\n".join(md))
-    csv_path = out_dir / f"{name}.csv"
-    write_csv(csv_path, rows)
-    return {
-        "name": name,
-        "markdown": str(md_path),
-        "files": [str(md_path), str(csv_path), *[str(p) for p in pngs]],
-        "rows": rows,
-        "checks": checks,
-        "passed": all(c["passed"] for c in checks),
-        "seconds": seconds,
-        "quick": quick,
-    }
 
 
 def _final(rows, **match):
@@ -397,7 +373,7 @@ def _fig12(partition, tag, out_dir, quick, progress, kw, paper_claims):
         "",
         _table(rows),
     ]
-    return _finish(out_dir, tag, md, rows, checks, t0, quick, [png])
+    return finish_report(out_dir, tag, md, rows, checks, t0, quick, [png])
 
 
 @register("ssca-fig1")
@@ -561,7 +537,7 @@ def fig3(out_dir, trials: int = 1, quick: bool = False, progress: bool = True, *
             ["partition", "method", "B", "E", "B x E", "rounds to target", "final test acc."], body
         ),
     ]
-    return _finish(out_dir, "ssca-fig3", md, rows, checks, t0, quick, [png])
+    return finish_report(out_dir, "ssca-fig3", md, rows, checks, t0, quick, [png])
 
 
 fig3.default_trials = 1
@@ -722,7 +698,7 @@ def fig4(out_dir, trials: int = 1, quick: bool = False, progress: bool = True, *
         "",
         md_table(["sweep", "value", "training cost", "||w_T||^2", "test acc."], body),
     ]
-    return _finish(out_dir, "ssca-fig4", md, rows, checks, t0, quick, [png])
+    return finish_report(out_dir, "ssca-fig4", md, rows, checks, t0, quick, [png])
 
 
 fig4.default_trials = 1

@@ -40,7 +40,8 @@ from fedmodel.algorithms.vfl.postprocessing import (
 from fedmodel.algorithms.vfl.reference import solve_constrained, solve_unconstrained
 from fedmodel.algorithms.vfl.run import solve_vertical
 from fedmodel.reproduce import register
-from fedmodel.reproduce.output import md_table, write_csv
+from fedmodel.reproduce.output import check as _check
+from fedmodel.reproduce.output import finish_report, md_table
 
 PAPER_FILE = "vfl_paper.json"
 EPS, C, ETA, BETA = 0.01, 1e-3, 100.0, 0.1
@@ -62,33 +63,6 @@ def paper_numbers() -> dict[str, Any]:
     """The paper's Table I and figure grids (transcribed)."""
     text = resources.files("fedmodel.reproduce").joinpath("data", PAPER_FILE).read_text()
     return json.loads(text)
-
-
-def _check(name: str, passed: bool, detail: str) -> dict:
-    return {"name": name, "passed": bool(passed), "detail": detail}
-
-
-def _finish(out_dir: Path, name: str, md: list[str], rows, checks, t0, quick, trials, pngs=()):
-    md += ["", "## Checks", ""]
-    md += [f"- {'PASS' if c['passed'] else 'FAIL'}: {c['name']}: {c['detail']}" for c in checks]
-    seconds = time.perf_counter() - t0
-    md += ["", f"Total wall time: {seconds:.1f} s.", ""]
-    md_path = out_dir / f"{name}.md"
-    md_path.write_text("\n".join(md))
-    csv_path = out_dir / f"{name}.csv"
-    write_csv(csv_path, rows)
-    return {
-        "name": name,
-        "out_dir": str(out_dir),
-        "markdown": str(md_path),
-        "files": [str(md_path), str(csv_path), *[str(p) for p in pngs]],
-        "rows": rows,
-        "checks": checks,
-        "passed": all(c["passed"] for c in checks),
-        "seconds": seconds,
-        "quick": quick,
-        "trials": trials,
-    }
 
 
 def _say(progress: bool, text: str) -> None:
@@ -308,7 +282,7 @@ def table1(out_dir, trials: int = 5, quick: bool = False, progress: bool = True,
                 ", ".join(st),
             )
         )
-    return _finish(out_dir, "vfl-table1", md, rows, checks, t0, quick, seeds)
+    return finish_report(out_dir, "vfl-table1", md, rows, checks, t0, quick, trials=seeds)
 
 
 table1.default_trials = 5  # the paper's 5 runs
@@ -420,7 +394,7 @@ def fig1(out_dir, trials: int = 1, quick: bool = False, progress: bool = True, *
                 f"{sel[-1]['train_deo']:.4f} at {sel[-1]['eps']}",
             )
         )
-    return _finish(out_dir, "vfl-fig1", md, rows, checks, t0, quick, 1, [png])
+    return finish_report(out_dir, "vfl-fig1", md, rows, checks, t0, quick, [png], trials=1)
 
 
 @register("vfl-fig2")
@@ -536,4 +510,4 @@ def fig2(out_dir, trials: int = 1, quick: bool = False, progress: bool = True, *
                 f"{big_q[-1]['final_loss']:.5f} at {big_q[-1]['eps']}",
             )
         )
-    return _finish(out_dir, "vfl-fig2", md, rows, checks, t0, quick, 1, [png])
+    return finish_report(out_dir, "vfl-fig2", md, rows, checks, t0, quick, [png], trials=1)

@@ -374,16 +374,22 @@ class Runtime:
 
     def _submit(self, ticket: Ticket) -> None:
         """Backend: start ``ticket.message`` on ``ticket.host`` without waiting."""
-        raise NotImplementedError
+        raise NotImplementedError(
+            f"{type(self).__name__}._submit: a backend with supports_async = True must define it"
+        )
 
     def _collect(self, pending: list[Ticket], timeout: float | None) -> list[tuple[Ticket, Any]]:
         """Backend: wait up to ``timeout`` s for at least one posted step to finish;
         returns ``(ticket, StepOutcome or HostDead)`` for each that did."""
-        raise NotImplementedError
+        raise NotImplementedError(
+            f"{type(self).__name__}._collect: a backend with supports_async = True must define it"
+        )
 
     def _abandon(self, host: Any) -> list[Ticket]:
         """Backend: stop a host that overran; returns its posted tickets."""
-        raise NotImplementedError
+        raise NotImplementedError(
+            f"{type(self).__name__}._abandon: a backend with supports_async = True must define it"
+        )
 
     def _drop_posted(self) -> None:
         """After a failure or an interruption: let posted work finish (within the grace
@@ -603,7 +609,9 @@ class Runtime:
         """Call ``getattr(host, method)(*args)`` on each host; returns host -> result, or
         host -> :class:`HostDead` when the host died or hung (``steps`` = how many client
         steps each call runs, to bound the wait)."""
-        raise NotImplementedError
+        raise NotImplementedError(
+            f"{type(self).__name__}._map: every runtime backend must define it"
+        )
 
     def _map_hosts(self, method: str, args_for: Callable[[list[str]], tuple]) -> dict[Any, Any]:
         groups = self._hosts_for(self.alive)
