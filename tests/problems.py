@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import cvxpy as cp
 import numpy as np
 
 from fedmodel.models import fairness_model, lcqp_instance, lcqp_model, neyman_pearson_model
@@ -45,3 +46,15 @@ def fairness_test_model(n: int, r: float = 0.05, seed: int = 0):
 
 def lcqp_test_model(n: int, d: int = 10, m: int = 2, seed: int = 0):
     return lcqp_model(lcqp_instance(n, d, m, random_state=seed))
+
+
+#: Clarabel at tight tolerances: the independent reference the federated answers are held to
+CLARABEL_TIGHT = {"tol_gap_abs": 1e-10, "tol_gap_rel": 1e-10, "tol_feas": 1e-10}
+
+
+def clarabel_reference(obj, cons) -> float:
+    """Optimal value of ``min obj s.t. cons`` by a plain cvxpy/Clarabel solve (tight)."""
+    prob = cp.Problem(cp.Minimize(obj), cons)
+    prob.solve(solver="CLARABEL", **CLARABEL_TIGHT)
+    assert prob.status == "optimal", prob.status
+    return float(prob.value)

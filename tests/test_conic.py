@@ -23,13 +23,13 @@ from __future__ import annotations
 import cvxpy as cp
 import numpy as np
 import pytest
+from problems import clarabel_reference
 
 import fedmodel as fm
 from fedmodel.algorithms.centralized.cprox_al import pooled_evaluation
 from fedmodel.algorithms.registry import method_spec
 from fedmodel.compiler.cones import ConeBlock, cone_residuals
 
-CLARABEL_TIGHT = {"tol_gap_abs": 1e-10, "tol_gap_rel": 1e-10, "tol_feas": 1e-10}
 D = 3
 
 
@@ -212,13 +212,6 @@ MODELS = {
 
 
 # -- checks ------------------------------------------------------------------------------------
-def _reference(obj, cons) -> float:
-    prob = cp.Problem(cp.Minimize(obj), cons)
-    prob.solve(solver="CLARABEL", **CLARABEL_TIGHT)
-    assert prob.status == "optimal", prob.status
-    return float(prob.value)
-
-
 def _stacked(program, multipliers, terms):
     blocks = [np.asarray(multipliers[c.label], dtype=float).ravel(order="F") for c in terms]
     return np.concatenate(blocks) if blocks else np.zeros(0)
@@ -239,7 +232,7 @@ def recomputed_certificate(model, res, method):
 
 def _solve_and_check(kind, n, rows, method, eps, rel_tol, seed=0):
     model, obj, cons = MODELS[kind](n, rows, seed)
-    ref = _reference(obj, cons)
+    ref = clarabel_reference(obj, cons)
     res = model.solve(method=method, eps=eps)
     kkt = recomputed_certificate(model, res, method)
     assert res.status == "optimal", (kind, n, res.status, res.message)

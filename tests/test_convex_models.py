@@ -18,12 +18,12 @@ from __future__ import annotations
 import cvxpy as cp
 import numpy as np
 import pytest
+from problems import clarabel_reference
 
 import fedmodel as fm
 from fedmodel.algorithms.centralized.cprox_al import pooled_evaluation
 from fedmodel.algorithms.registry import method_spec
 
-CLARABEL_TIGHT = {"tol_gap_abs": 1e-10, "tol_gap_rel": 1e-10, "tol_feas": 1e-10}
 D = 3  # features
 
 
@@ -152,13 +152,6 @@ MODELS = {
 
 
 # -- checks ------------------------------------------------------------------------------------
-def _reference(obj, cons) -> float:
-    prob = cp.Problem(cp.Minimize(obj), cons)
-    prob.solve(solver="CLARABEL", **CLARABEL_TIGHT)
-    assert prob.status == "optimal", prob.status
-    return float(prob.value)
-
-
 def _stacked(program, multipliers, kind):
     blocks = [
         np.asarray(multipliers[c.label], dtype=float).ravel(order="F")
@@ -181,7 +174,7 @@ def recomputed_certificate(model, res, method):
 
 def _solve_and_check(kind, n, rows, method, eps, rel_tol, seed=0):
     model, obj, cons = MODELS[kind](n, rows, seed)
-    ref = _reference(obj, cons)
+    ref = clarabel_reference(obj, cons)
     res = model.solve(method=method, eps=eps)
     kkt = recomputed_certificate(model, res, method)
     assert res.status == "optimal", (kind, n, res.status, res.message)
@@ -284,7 +277,7 @@ ATOMS = {
 @pytest.mark.parametrize("atom", list(ATOMS))
 def test_piecewise_linear_atoms_through_their_epigraph(atom):
     model, obj = _atom_model(ATOMS[atom])
-    ref = _reference(obj, [])
+    ref = clarabel_reference(obj, [])
     compiled = model.compile()
     assert compiled.layout.has_owned  # the epigraph variables, one block per client
     for method in ("cprox-al", "prox-al"):
@@ -304,7 +297,7 @@ def test_signs_propagate_through_a_nested_composition():
     site.minimize(cp.inv_pos(3 - cp.abs(w[0] - 2)) + cp.sum_squares(w - 1), name="barrier")
     assert model.compile().layout.has_owned
     W = cp.Variable(2)
-    ref = _reference(cp.inv_pos(3 - cp.abs(W[0] - 2)) + cp.sum_squares(W - 1), [])
+    ref = clarabel_reference(cp.inv_pos(3 - cp.abs(W[0] - 2)) + cp.sum_squares(W - 1), [])
     for method in ("centralized", "cprox-al", "prox-al"):
         res = model.solve(method=method, eps=1e-7)
         assert res.status == "optimal", (method, res.message)
@@ -333,7 +326,7 @@ def test_norm_ball_in_h(method):
         site.minimize(cp.sum_squares(site.data(X, name="X") @ w - site.data(y, name="y")) / 10)
         obj += cp.sum_squares(X @ W - y) / 10
     model.regularize(cp.norm(w, 2) <= 1)
-    ref = _reference(obj, [cp.norm(W, 2) <= 1])
+    ref = clarabel_reference(obj, [cp.norm(W, 2) <= 1])
     res = model.solve(method=method, eps=1e-6)
     assert res.status == "optimal" and res.kkt.satisfied(1e-6, 1e-6)
     assert abs(res.objective - ref) <= 1e-5 * max(1.0, abs(ref))
@@ -344,7 +337,7 @@ def test_admm_takes_a_norm_inf_bound_as_a_box():
     """``norm_inf(w) <= 1`` on the server is the box ``-1 <= w <= 1`` (part of h for admm);
     a piecewise-linear loss (epigraph constraints) is still refused, by name."""
     model, obj, cons = lasso_box(3, 12, 0, box_as_norm_inf=True)
-    ref = _reference(obj, cons)
+    ref = clarabel_reference(obj, cons)
     res = model.solve(method="admm", eps=1e-6)
     assert res.status == "optimal" and abs(res.objective - ref) <= 1e-5 * max(1.0, abs(ref))
     model, _, _ = pinball(2, 6, 0)
