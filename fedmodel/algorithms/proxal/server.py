@@ -96,6 +96,7 @@ class ProxALServer(ServerHalf):
         options: ProxALOptions,
         proximal: bool = True,
         x0: np.ndarray | None = None,
+        conic: bool = False,
     ):
         layout = program.layout
         owned_anywhere = layout.has_owned  # (the model's layout: any party's own variables)
@@ -106,8 +107,10 @@ class ProxALServer(ServerHalf):
         self.ns = program.layout.n_shared
         self.owned = program.layout.size > self.ns
         self.beta = float(options.beta)
-        # test (8)'s internal target, kkt_factor * eps (run_prox_al sets 1 for conic models)
-        self.kkt_factor = float(options.kkt_factor)
+        # test (8)'s internal target, kkt_factor * eps; eps itself when any party has cone
+        # constraints (``conic``): their interior-point subproblems are accurate to ~1e-9, so a
+        # target below eps only exhausts max_inner; the certificate checks eps in any case
+        self.kkt_factor = 1.0 if conic else float(options.kkt_factor)
         self.initial_rhos = dict(rhos)
         self.set_rhos(rhos)
         self.proximal = proximal
@@ -558,12 +561,14 @@ def run_prox_al(
     rhos = options.rho_per_client(names)
     x0 = starting_point(compiled, options.w0, options.random_state)
     server = ProxALServer(
-        compiled.server, compiled.regularizer, rhos, compiled.n_clients, options, proximal, x0
+        compiled.server,
+        compiled.regularizer,
+        rhos,
+        compiled.n_clients,
+        options,
+        proximal,
+        x0,
+        conic=bool(compiled.conic_parties()),
     )
-    if compiled.conic_parties():
-        # conic subproblems come from an interior-point solve (accurate to ~1e-9): a target
-        # below eps is not reachable there and only exhausts max_inner; the certificate
-        # still checks eps itself
-        server.kkt_factor = 1.0
     factories = _client_factories(compiled, options, rhos, proximal)
     return run_federated(compiled, options, method, server, factories, faults=faults)
