@@ -84,12 +84,19 @@ def test_messages_are_what_the_paper_says(variant):
     # rho (residual balancing), Anderson weights (down) and Gram rows (up), <= 6 numbers
     assert kinds == paper_kinds if variant == "paper" else paper_kinds <= kinds
     extra = 0 if variant == "paper" else 8
+    metric_floats = 0
     for r in algo:
         shapes = dict(r["shapes"])
+        if "metric" in shapes:  # the Hessian metric M_i: with each (re)start of Algorithm 2
+            assert variant == "adaptive"
+            assert r["kind"] in ("start_reply", "outer_reply", "outer_aa_reply")
+            assert tuple(shapes.pop("metric")) == (d, d)
+            metric_floats = d * d
         if variant == "adaptive":
             for key in ("alpha", "gram", "rho", "reset"):
                 if key in shapes:
-                    assert len(shapes.pop(key)) <= 1 and r["floats"] <= d + extra
+                    assert len(shapes.pop(key)) <= 1
+                    assert r["floats"] <= d + extra + (d * d if "metric" in r["shapes"] else 0)
         if r["kind"] in ("start", "outer", "outer_aa"):
             assert shapes == {"w": (d,)}
         elif r["kind"] == "admm_w":
@@ -99,7 +106,8 @@ def test_messages_are_what_the_paper_says(variant):
         elif r["kind"] == "outer_reply":
             assert shapes == {"dmu_inf": (), "u_tilde": (d,)}
     # no message carries anything with a client's sample dimension
-    assert max(r["floats"] for r in algo) <= d + 1 + extra
+    assert max(r["floats"] for r in algo) <= d + 1 + extra + metric_floats
+    assert (metric_floats > 0) == (variant == "adaptive")
     comm = res.communication
     assert comm["messages_up"] == comm["messages_down"]
     assert set(comm["per_party"]) == {"server", "site0", "site1", "site2"}

@@ -72,7 +72,9 @@ def test_owned_values_never_cross_the_network():
     for row in res.ledger:
         for key, shape in row["shapes"].items():
             seen.add((row["channel"], row["kind"], key))
-            if row["channel"] == "algorithm" or key in ("w", "grad"):
+            if key == "metric":  # the Hessian metric of the ADMM penalty: shared x shared
+                assert tuple(shape) == (shared, shared), (row["kind"], shape)
+            elif row["channel"] == "algorithm" or key in ("w", "grad"):
                 assert shape in ((), (shared,)), (row["kind"], key, shape)
     assert ("diagnostic", "evaluate_reply", "owned_stationarity") in seen
     # model.summary()'s traffic table says the same

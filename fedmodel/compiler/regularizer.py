@@ -255,27 +255,33 @@ class Regularizer:
                 g[s] = 2 * p.sumsq * x[s]
         return g
 
-    def prox(self, z: np.ndarray, t: float) -> np.ndarray:
-        """``argmin_x  h(x) + ||x - z||^2 / (2 t)`` (exact)."""
+    def prox(self, z: np.ndarray, t) -> np.ndarray:
+        """``argmin_x  h(x) + ||x - z||^2 / (2 t)`` (exact); ``t`` a scalar, or a vector
+        (a diagonal metric ``sum_j (x_j - z_j)^2 / (2 t_j)``: closed form for the separable
+        pieces -- l1, sum of squares, box -- and refused for a group norm or a norm ball
+        whose coordinates have different steps)."""
         x = np.array(z, dtype=float, copy=True)
         for s, p in zip(self.slices, self.pieces):
-            scale = 1.0 + 2.0 * t * p.sumsq
-            v, tt = z[s] / scale, t / scale
+            ts = np.asarray(t, dtype=float)[s] if np.ndim(t) else t
+            if (p.l2 or p.has_ball) and np.ndim(ts) and np.ptp(ts) > 0:
+                what = "group norm" if p.l2 else "norm ball"
+                raise UnsupportedError(
+                    f"the prox of a {what} under a per-coordinate step has no closed form; "
+                    "use a scalar step (penalty_metric='scalar')"
+                )
+            scale = 1.0 + 2.0 * ts * p.sumsq
+            v, tt = z[s] / scale, ts / scale
             if p.l1:
                 # soft-thresholding; "+ 0.0" turns the -0.0 of negative entries set to zero
                 # into 0.0 (same value, printed without a sign)
                 v = np.sign(v) * np.maximum(np.abs(v) - tt * p.l1, 0.0) + 0.0
             if p.l2:
+                tt = float(np.max(tt)) if np.ndim(tt) else tt  # (all equal, checked above)
                 nrm = np.linalg.norm(v)
                 v = v * max(0.0, 1.0 - tt * p.l2 / nrm) if nrm > 0 else v
             if p.has_box:
                 v = np.clip(v, p.lower, p.upper)
             if p.has_ball:  # radial: scale by the sum of squares, then project
-                if np.ndim(t) and np.ptp(t) > 0:
-                    raise UnsupportedError(
-                        "the prox of a norm ball under a per-coordinate step has no closed "
-                        "form; use a scalar step (scalar rho)"
-                    )
                 v = _project_ball(v, p.radius)
             x[s] = v
         return x

@@ -49,14 +49,19 @@ def traffic_per_round(compiled: CompiledModel) -> dict[str, dict[str, int]]:
     numbers down (weights, reset flag) and ``m + 1`` up (Gram row) per inner round
     (``m = anderson = 5``), ``m + 1`` up per outer round and, per accelerated outer step,
     one ``outer_aa`` round (``w`` and the weights down, ``u~_i`` up), not counted in this
-    table. ``variant="paper"`` sends exactly Algorithm 2's messages.
+    table. Its Hessian metric (``penalty_metric="hessian"``, when ``h`` is smooth and the
+    server has no cone constraints) adds the client's ``d x d`` metric ``M_i`` to every
+    outer reply (and to the start reply). ``variant="paper"`` sends exactly Algorithm 2's
+    messages.
     """
     d = compiled.layout.n_shared
     owned = 1 if compiled.layout.has_owned else 0
+    metric = d * d if compiled.regularizer.is_smooth and not compiled.server.cones else 0
     return {
         "prox-al inner round": {"down": d + 1, "up": d + 2},
         "prox-al inner round (variant='paper')": {"down": d + 1, "up": d + 1},
-        "prox-al outer round": {"down": d, "up": d + 1 + owned},
+        "prox-al outer round": {"down": d, "up": d + 1 + owned + metric},
+        "prox-al outer round (variant='paper')": {"down": d, "up": d + 1 + owned},
         "admm round": {"down": d + 1, "up": d + 1},
     }
 

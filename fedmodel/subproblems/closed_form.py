@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from fedmodel.errors import UnsupportedError
 from fedmodel.subproblems.merit import MeritProblem, SolveReport
 
 
@@ -24,9 +25,17 @@ class ProxSolver:
 
     def solve(self, x0: np.ndarray, tol: float, max_iter: int = 1) -> SolveReport:
         p = self.problem
-        x = (
-            p.regularizer.prox(p.center, 1.0 / p.sigma)
-            if not p.regularizer.is_zero
-            else p.center.copy()
-        )
+        reg = p.regularizer
+        if reg.is_zero:
+            x = p.center.copy()
+        elif np.ndim(p.sigma) == 2:  # a full metric: closed form for a sum of squares only
+            if not reg.is_smooth:
+                raise UnsupportedError(
+                    "the prox of a nonsmooth h under a full (non-diagonal) metric has no "
+                    "closed form; use a scalar ADMM penalty (penalty_metric='scalar')"
+                )
+            S = p.sigma + np.diag(reg.smooth_grad(np.ones(p.n)))  # + Hessian of h
+            x = np.linalg.solve(S, p.sigma @ p.center)
+        else:
+            x = reg.prox(p.center, 1.0 / p.sigma)
         return SolveReport(x, p.residual(x), tol, 1, self.name)

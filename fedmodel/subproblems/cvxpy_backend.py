@@ -97,11 +97,12 @@ class CvxpySolver:
         x = cp.Variable(n, name="x")
         mapping = stacked_variable_map(layout, x)
         beta = problem.beta
-        self.sigma = cp.Parameter(nonneg=True, name="sigma")
+        # sqrt of sigma per coordinate (sigma a scalar or a diagonal metric)
+        self.sqrt_sigma = cp.Parameter(n, nonneg=True, name="sqrt_sigma")
         self.linear = cp.Parameter(n, name="linear")
         self.mu = []
         self.nu = []
-        obj = 0.5 * self.sigma * cp.sum_squares(x) - self.linear @ x
+        obj = 0.5 * cp.sum_squares(cp.multiply(self.sqrt_sigma, x)) - self.linear @ x
         for prog in problem.programs:
             if prog.objective:
                 obj = obj + substitute(prog.objective_expr(), mapping)
@@ -133,7 +134,12 @@ class CvxpySolver:
 
     def solve(self, x0: np.ndarray, tol: float, max_iter: int = 10_000) -> SolveReport:
         p = self.problem
-        self.sigma.value = p.sigma
+        if np.ndim(p.sigma) == 2:
+            raise UnsupportedError(
+                "the cvxpy backend takes a scalar or diagonal proximal metric, not a full "
+                "matrix; use a scalar ADMM penalty (penalty_metric='scalar')"
+            )
+        self.sqrt_sigma.value = np.sqrt(np.broadcast_to(p.sigma, (p.n,)))
         self.linear.value = p.sigma * p.center
         for par, val in zip(self.mu, p.mu):
             if par is not None:

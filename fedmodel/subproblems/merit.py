@@ -2,7 +2,10 @@
 
     phi(x) = sum_p [ f_p(x) + (||[mu_p + beta c_p(x)]_+||^2 - ||mu_p||^2) / (2 beta)
                             + (||nu_p + beta a_p(x)||^2 - ||nu_p||^2) / (2 beta) ]
-             + (sigma / 2) ||x - center||^2  [+ h(x)]
+             + (1/2) ||x - center||_sigma^2  [+ h(x)]
+
+(``sigma`` a scalar, a vector -- a diagonal metric -- or a symmetric positive definite
+matrix: ``||d||_sigma^2 = d^T sigma d``)
 
 over one or more party programs ``p``. With one client program it is seed 000's client
 step (15) on ``P_{i,k}`` (11); with the server program plus ``h`` it is the server step
@@ -81,6 +84,8 @@ class MeritProblem:
         # subproblem), written by the cvxpy backend after each solve
         self.cone = [np.zeros(p.m_cone) for p in self.programs]
         self.sigma = 0.0
+        self._sigma_array = None
+        self._sigma_version = 0
         self.center = np.zeros(self.n)
         self.evaluations = 0
 
@@ -102,12 +107,26 @@ class MeritProblem:
         return g
 
     @property
+    def sigma_key(self):
+        """A hashable form of ``sigma`` (cache keys of factorisations)."""
+        s = self.sigma
+        return s if np.ndim(s) == 0 else ("array", self._sigma_version)
+
+    @property
     def functions(self):
         return [p.functions for p in self.programs]
 
-    def set(self, *, sigma: float, center: np.ndarray, mu=None, nu=None) -> None:
-        """Update the parameters (vectors only; nothing is recompiled)."""
-        self.sigma = float(sigma)
+    def set(self, *, sigma, center: np.ndarray, mu=None, nu=None) -> None:
+        """Update the parameters (vectors only; nothing is recompiled). ``sigma`` is a
+        scalar, a positive vector of length ``n`` (a diagonal metric) or a symmetric
+        positive definite ``n x n`` matrix; an array passed again (the same object) keeps
+        its :attr:`sigma_key`, so backends keep the factorisations they cached for it."""
+        if np.ndim(sigma) == 0:
+            self.sigma = float(sigma)
+        elif sigma is not self._sigma_array:
+            self._sigma_array = sigma
+            self._sigma_version += 1
+            self.sigma = np.asarray(sigma, dtype=float)
         self.center = np.asarray(center, dtype=float)
         if mu is not None:
             self.mu = [np.asarray(m, dtype=float) for m in mu]
@@ -118,8 +137,8 @@ class MeritProblem:
         """Value and gradient of ``phi`` without the nonsmooth part of ``h``."""
         self.evaluations += 1
         d = x - self.center
-        val = 0.5 * self.sigma * d.dot(d)
-        grad = self.sigma * d
+        grad = self.sigma @ d if np.ndim(self.sigma) == 2 else self.sigma * d
+        val = 0.5 * d.dot(grad)
         for fn, mu, nu in zip(self.functions, self.mu, self.nu):
             v, g = fn.merit(x, mu, nu, self.beta)
             val += v

@@ -326,6 +326,14 @@ def _diagonal_block(n: int, obj: _Smooth, G_list: list[np.ndarray]) -> np.ndarra
     return T
 
 
+def _add_sigma(H: np.ndarray, sigma) -> None:
+    """``H += sigma`` for a scalar, diagonal (vector) or full (matrix) ``sigma``."""
+    if np.ndim(sigma) == 2:
+        H += sigma
+    else:
+        H[np.diag_indices_from(H)] += sigma
+
+
 class NewtonSolver:
     """Semismooth Newton with line search for GLM-form merit problems.
 
@@ -467,10 +475,11 @@ class NewtonSolver:
         nu = p.nu if nu is None else nu
         beta = p.beta
         obj_img, c_in, c_eq, img_in, img_eq = self._images(x)
-        d = x - center
+        # (sigma a scalar, a diagonal or a full metric)
+        sd = sigma @ (x - center) if np.ndim(sigma) == 2 else sigma * (x - center)
         val_f, g = self.obj.value_grad(x, obj_img)
-        val = 0.5 * sigma * d.dot(d) + val_f
-        g += sigma * d
+        val = 0.5 * sd.dot(x - center) + val_f
+        g += sd
         if h and self.has_h:
             hx = self.h_sumsq * x
             val += float(hx @ x)
@@ -505,10 +514,23 @@ class NewtonSolver:
                 comps.append((comp, img, y, cg))
         return _State(x, float(val), g, obj_img, act, comps)
 
-    def _hessian(self, st: _State) -> np.ndarray:
+    def hessian(self, x, mu, nu) -> np.ndarray:
+        """The (generalised) Hessian at ``x`` of the party terms with multipliers ``mu``,
+        ``nu`` (lists, one array per program): ``sum_p f_p`` + AL terms, without the
+        proximal term and ``h``; only its upper triangle is meaningful. prox-al's clients
+        use it as the metric of their ADMM penalty (``penalty_metric="hessian"``)."""
+        x = np.asarray(x, dtype=float)
+        m_in = self._multipliers(self.gather_in, mu)
+        m_eq = self._multipliers(self.gather_eq, nu)
+        st = self._evaluate(x, 0.0, x, m_in, m_eq, mu, nu, h=False)
+        return self._hessian(st, sigma=0.0, h=False)
+
+    def _hessian(self, st: _State, sigma=None, h: bool = True) -> np.ndarray:
         p = self.problem
         beta = p.beta
-        H = np.diag(np.full(self.n, p.sigma) + 2 * self.h_sumsq)
+        sigma = p.sigma if sigma is None else sigma
+        H = np.diag(2 * self.h_sumsq if h else np.zeros(self.n))
+        _add_sigma(H, sigma)
         self.obj.add_hessian(H, st.images)
         if st.act is not None and st.act.any():
             Ga = self.G_in[st.act]
@@ -530,7 +552,7 @@ class NewtonSolver:
                 B += p.beta * (self.G_eq.T @ self.G_eq)
             self._base = (p.beta, B)
         H = self._base[1].copy()
-        H[np.diag_indices(self.n)] += p.sigma
+        _add_sigma(H, p.sigma)
         if st.act is not None and st.act.any():
             Ga = self.G_in[st.act]
             H += p.beta * (Ga.T @ Ga)
@@ -568,8 +590,9 @@ class NewtonSolver:
         W, T = sd["W"], sd["T"]
         nw, nt = W.size, T.size
         beta = p.beta
-        d = p.sigma + sd["diag"][T]
-        Hww = np.diag(p.sigma + 2 * self.h_sumsq[W])
+        sig = np.broadcast_to(p.sigma, (self.n,))
+        d = sig[T] + sd["diag"][T]
+        Hww = np.diag(sig[W] + 2 * self.h_sumsq[W])
         if sd["Qww"] is not None:
             Hww += sd["Qww"]
         Hwt = np.zeros((nt, nw))  # H_tw, accumulated row by row
@@ -599,10 +622,11 @@ class NewtonSolver:
         fresh = True
         if self.quadratic:
             act = st.act.tobytes() if st.act is not None else b""
-            key = (self.problem.sigma, self.problem.beta, act)
+            key = (self.problem.sigma_key, self.problem.beta, act)
             factor = self._factors.get(key)
             if factor is None:
-                factor = self._schur_factor(st.act) if self._schur is not None else None
+                schur = self._schur is not None and np.ndim(self.problem.sigma) < 2
+                factor = self._schur_factor(st.act) if schur else None
                 if factor is None:
                     factor = _factor(self._quadratic_hessian(st))
                 self.factorizations += 1

@@ -12,6 +12,13 @@ import numpy as np
 from fedmodel.subproblems.merit import MeritProblem, SolveReport
 
 
+def _sigma_bound(sigma) -> float:
+    """An upper bound of the largest eigenvalue of the proximal metric ``sigma``."""
+    if np.ndim(sigma) == 2:
+        return float(np.abs(sigma).sum(axis=1).max())
+    return float(np.max(sigma))
+
+
 class ProximalGradientSolver:
     """Solve a :class:`MeritProblem` to ``dist_inf(0, d phi) <= tol`` by FISTA."""
 
@@ -29,7 +36,7 @@ class ProximalGradientSolver:
         p = self.problem
         x = self._prox(np.asarray(x0, dtype=float), 1e-12)
         y, t = x.copy(), 1.0
-        L = max(self.lipschitz, p.sigma, 1e-8)
+        L = max(self.lipschitz, _sigma_bound(p.sigma), 1e-8)
         it = 0
         residual = p.residual(x)
         while residual > tol and it < max_iter:
@@ -50,7 +57,7 @@ class ProximalGradientSolver:
                 t_new, momentum = 1.0, 0.0
             y = x_new + momentum * (x_new - x)
             x, t = x_new, t_new
-            L = max(L / 1.5, p.sigma)  # let the step grow again
+            L = max(L / 1.5, _sigma_bound(p.sigma))  # let the step grow again
             residual = p.residual(x)
         self.lipschitz = L
         return SolveReport(x, residual, tol, it, self.name)

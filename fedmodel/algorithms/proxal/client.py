@@ -37,6 +37,7 @@ from __future__ import annotations
 import numpy as np
 
 from fedmodel.algorithms.protocol import ClientHalf
+from fedmodel.algorithms.proxal.metric import PenaltyMetric, hessian_metric, shifted_solver
 from fedmodel.certificate.kkt import party_evaluation
 from fedmodel.compiler.partition import PartyProgram
 from fedmodel.subproblems.merit import MeritProblem
@@ -77,6 +78,8 @@ class ProxALClient(ClientHalf):
         anderson: int = 0,
         outer_anderson: int = 0,
         prox_beta: float | None = None,
+        metric: str = "scalar",
+        metric_floor: float = 1e-8,
     ):
         super().__init__(program.local())  # (shared variables, this client's own)
         program = self.program
@@ -104,6 +107,13 @@ class ProxALClient(ClientHalf):
             # solve from the last factor (carried in this client's state, see get_state)
             self.solver.carry_factor = True
         self.max_local_iter = max_local_iter
+        # the ADMM penalty is rho_i M_i with a metric M_i on the shared variables: the
+        # identity ("scalar", Algorithm 2) or the Hessian of P_{i,k} ("hessian"), set at
+        # every (re)start of Algorithm 2 and sent to the server with u~_i (metric module)
+        self.metric = metric
+        self.metric_floor = float(metric_floor)
+        self.M = PenaltyMetric(self.ns)
+        self._center_solve = None  # (rho, M, p I + rho M, v -> (p I + rho M)^(-1) v)
         # residual balancing (ratio, factor, rounds per outer iteration) or None
         self.balancing = balancing
         self.relaxation = float(relaxation)  # over-relaxation alpha (1 = Algorithm 2)
@@ -147,16 +157,37 @@ class ProxALClient(ClientHalf):
     def _local(self, w: np.ndarray, theta: np.ndarray) -> np.ndarray:
         return np.concatenate([w, theta]) if self.owned else w
 
+    def _R(self, v: np.ndarray) -> np.ndarray:
+        """This client's ADMM penalty applied to ``v``: ``rho_i M_i v``."""
+        return self.rho * self.M.times(v)
+
+    def _R_inv(self, v: np.ndarray) -> np.ndarray:
+        """``(rho_i M_i)^(-1) v``."""
+        return self.M.solve(v) / self.rho
+
+    def _set_metric(self, x: np.ndarray) -> None:
+        """``penalty_metric="hessian"``: ``M_i`` = the Hessian of ``P_{i,k}`` at ``x`` on
+        the shared variables (its party terms plus this party's share of the proximal
+        term, made positive definite by ``metric_floor``), when the backend has exact
+        Hessians (Newton); the identity otherwise."""
+        if self.metric != "hessian" or not hasattr(self.solver, "hessian"):
+            return
+        ns = self.ns
+        H = self.solver.hessian(x, [self.mu], [self.nu])[:ns, :ns]
+        H[np.diag_indices(ns)] += self.prox_weight
+        self.M = hessian_metric(H, self.metric_floor)
+
     def _start_admm(self, w: np.ndarray) -> np.ndarray:
         """Algorithm 2 initialisation with w~^0 = w: u^0 = w, lambda^0 = -grad P(w)."""
         self.w_center = w.copy()
         self.theta_center = self.theta_at_w.copy()
         x = self._local(w, self.theta_at_w)
+        self._set_metric(x)
         g = self._grad_P(x)[: self.ns]
         self.u = x.copy()
         self.u_hat = w.copy()
         self.lam = -g
-        self.u_tilde = w - g / self.rho
+        self.u_tilde = w - self._R_inv(g)
         self.w_last = w.copy()
         self.admm_round = 0
         self.aa_out, self.aa_res = [], []
@@ -165,7 +196,7 @@ class ProxALClient(ClientHalf):
     # -- state (checkpoints, retries) --------------------------------------------------------
     state_fields = (
         "mu", "nu", "w_center", "u", "lam", "u_tilde", "theta_center", "theta_at_w", "cone",
-        "cone_at_w", "rho", "w_last", "admm_round", "u_hat", "aa_out", "aa_res", "outer_mem",
+        "cone_at_w", "rho", "M", "w_last", "admm_round", "u_hat", "aa_out", "aa_res", "outer_mem",
     )  # fmt: skip
     component_fields = ("solver",)  # the Newton backend's carried factor
 
@@ -176,8 +207,16 @@ class ProxALClient(ClientHalf):
         return self.cone_at_w if self.cone.size else None
 
     # -- message handlers --------------------------------------------------------------------
+    def _admm_start_reply(self, w) -> dict:
+        """(Re)start Algorithm 2 at ``w``: ``u~_i^0``, and the metric ``m_i`` when it is
+        not the scalar one."""
+        reply = {"u_tilde": self._start_admm(np.asarray(w, dtype=float))}
+        if not self.M.is_identity:
+            reply["metric"] = self.M.matrix
+        return reply
+
     def _on_start(self, w):
-        return {"u_tilde": self._start_admm(np.asarray(w, dtype=float))}
+        return self._admm_start_reply(w)
 
     def _on_outer(self, w):
         w = np.asarray(w, dtype=float)
@@ -194,7 +233,7 @@ class ProxALClient(ClientHalf):
             step = self.beta * ce
             dmu = max(dmu, float(np.abs(step).max()))
             self.nu = self.nu + step
-        reply = {"dmu_inf": dmu, "u_tilde": self._start_admm(w)}
+        reply = {"dmu_inf": dmu, **self._admm_start_reply(w)}
         if self.owned:  # test (8) on the own block, in the block metric (a scalar)
             reply["dtheta_scaled"] = self.beta * self.theta_prox * dtheta
         if self.outer_anderson:  # this client's block of the outer residual
@@ -214,7 +253,7 @@ class ProxALClient(ClientHalf):
             self.nu = sum(a * q[2] for a, q in zip(alpha, picked))
         if reset:
             self.outer_mem = []
-        return {"u_tilde": self._start_admm(np.asarray(w, dtype=float))}
+        return self._admm_start_reply(w)
 
     def _aa_input(self, alpha, reset) -> None:
         """Anderson acceleration: this round's input (u~_i, lambda_i) is the combination
@@ -227,14 +266,17 @@ class ProxALClient(ClientHalf):
             u_in = sum(a * o[0] for a, o in zip(alpha, outs))
             self.lam = sum(a * o[1] for a, o in zip(alpha, outs))
             self.u_tilde = u_in
-            self.u_hat = u_in - self.lam / self.rho
+            self.u_hat = u_in - self._R_inv(self.lam)
         if reset:
             self.aa_out, self.aa_res = [], []
 
     def _aa_record(self, u_in: np.ndarray, lam_in: np.ndarray) -> np.ndarray:
         """Store this round's output and residual ``(u~' - u~, (lambda' - lambda)/rho)``;
         return its inner products with the stored residuals (oldest first, itself last)."""
-        r = np.concatenate([self.u_tilde - u_in, (self.lam - lam_in) / self.rho])
+        # (in the metric m_i: the fixed-point iteration of ADMM on m_i^(1/2) u = m_i^(1/2) w)
+        r = np.concatenate(
+            [self.M.root(self.u_tilde - u_in), self.M.inverse_root(self.lam - lam_in) / self.rho]
+        )
         self.aa_out.append((self.u_tilde.copy(), self.lam.copy()))
         self.aa_res.append(r)
         keep = self.anderson + 1
@@ -254,7 +296,7 @@ class ProxALClient(ClientHalf):
         # own block at its current value (its part of the gradient bounded too)
         g = self._grad_P(self._local(w, theta))
         # (u^_i: the u_i with u~_i = u^_i + lambda_i / rho_i, also after Anderson steps)
-        eps_tilde = float(np.abs(g[:ns] + self.lam - self.rho * (w - self.u_hat)).max())
+        eps_tilde = float(np.abs(g[:ns] + self.lam - self._R(w - self.u_hat)).max())
         if self.owned:
             eps_tilde = max(eps_tilde, float(np.abs(g[ns:]).max()))
         if self.cone.size:  # hard cone constraints: their feasibility and complementarity
@@ -268,11 +310,14 @@ class ProxALClient(ClientHalf):
         # alpha = 1 is Algorithm 2
         a = self.relaxation
         w_step = w if a == 1.0 else a * w + (1.0 - a) * self.u_hat
-        sigma = self.prox_weight + self.rho
-        center = (self.prox_weight * self.w_center + self.rho * w_step - self.lam) / sigma
+        p = self.prox_weight
+        sigma, center = self._local_quadratic(p * self.w_center + self._R(w_step) - self.lam)
         if self.owned:  # P_{i,k}'s prox term on theta (weight p) + proximal-ADMM term (rho)
-            theta_c = (self.theta_prox * self.theta_center + self.rho * theta) / sigma
+            sigma_theta = self.theta_prox + self.rho
+            theta_c = (self.theta_prox * self.theta_center + self.rho * theta) / sigma_theta
             center = np.concatenate([center, theta_c])
+            if np.ndim(sigma):
+                sigma = _block_diagonal(sigma, np.full(theta.size, sigma_theta))
         self.problem.set(sigma=sigma, center=center, mu=[self.mu], nu=[self.nu])
         self.problem.cone[0] = self.cone
         report = self.solver.solve(self.u, float(tol), self.max_local_iter)
@@ -285,16 +330,31 @@ class ProxALClient(ClientHalf):
         self.u = report.x
         u = self.u[:ns]
         self.u_hat = u.copy()  # the u_i behind u~_i (Anderson combines u~_i and lambda_i)
-        self.lam = self.lam + self.rho * (u - w_step)  # (16)
+        self.lam = self.lam + self._R(u - w_step)  # (16)
         if self.balancing is not None:
             self.balance(u, w)
-        self.u_tilde = self.u_hat + self.lam / self.rho  # (17)
+        self.u_tilde = self.u_hat + self._R_inv(self.lam)  # (17)
         reply = {"u_tilde": self.u_tilde, "eps_tilde": eps_tilde}
         if self.balancing is not None:
             reply["rho"] = self.rho
         if self.anderson:
             reply["gram"] = self._aa_record(u_in, lam_in)
         return reply
+
+    def _local_quadratic(self, b: np.ndarray):
+        """``(sigma, center)`` of the client step's quadratic ``(p/2)||u - w^k||^2 +
+        <lambda, u> + (rho/2)||u - w||_M^2 = (1/2) u^T sigma u - b^T u + const`` on the shared
+        variables: ``sigma = p I + rho M`` (a scalar with the identity metric) and
+        ``center = sigma^(-1) b`` (one factorisation per metric and rho)."""
+        p = self.prox_weight
+        if self.M.is_identity:
+            return p + self.rho, b / (p + self.rho)
+        cached = self._center_solve
+        if cached is None or cached[0] != self.rho or cached[1] is not self.M:
+            S = self.rho * self.M.matrix
+            S[np.diag_indices_from(S)] += p
+            cached = self._center_solve = (self.rho, self.M, S, shifted_solver(self.M, p, self.rho))
+        return cached[2], cached[3](b)
 
     def balance(self, u: np.ndarray, w: np.ndarray) -> None:
         """Residual balancing of ``rho_i`` (He, Yang, Wang 2000; Boyd et al. 2011, 3.4.1)
@@ -306,8 +366,8 @@ class ProxALClient(ClientHalf):
         w_last, self.w_last = self.w_last, w.copy()
         if self.admm_round > rounds or w_last is None:
             return
-        primal = float(np.linalg.norm(u - w))
-        dual = self.rho * float(np.linalg.norm(w - w_last))
+        primal = float(np.linalg.norm(self.M.root(u - w)))  # (both in the metric M_i)
+        dual = self.rho * float(np.linalg.norm(self.M.root(w - w_last)))
         if primal > ratio * dual:
             self.rho *= factor
         elif dual > ratio * primal:
@@ -326,3 +386,12 @@ class ProxALClient(ClientHalf):
         if self.owned:  # the final write-back of the own block to the caller's variables
             out["owned"] = self.theta_at_w.copy()
         return out
+
+
+def _block_diagonal(A: np.ndarray, d: np.ndarray) -> np.ndarray:
+    """``[[A, 0], [0, diag(d)]]``."""
+    n, m = A.shape[0], d.size
+    out = np.zeros((n + m, n + m))
+    out[:n, :n] = A
+    out[np.arange(n, n + m), np.arange(n, n + m)] = d
+    return out

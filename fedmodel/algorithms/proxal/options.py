@@ -33,7 +33,10 @@ VARIANT_DEFAULTS = {
     "anderson": (5, 0),
     "outer_anderson": (5, 0),
     "prox_beta": (1e4, None),
+    "penalty_metric": ("hessian", "scalar"),
 }
+
+PENALTY_METRICS = ("hessian", "scalar")
 
 
 @dataclass
@@ -149,6 +152,8 @@ class ProxALOptions(RuntimeOptions):
     anderson: int | None = None
     outer_anderson: int | None = None
     prox_beta: float | None = None
+    penalty_metric: str | None = None
+    metric_floor: float = 1e-8
     stall_rounds: int = 300
     q: float = 0.5
     mu0: float = 0.0
@@ -203,6 +208,12 @@ class ProxALOptions(RuntimeOptions):
                 raise ModelError(f"kkt_factor must lie in (0, 1], got {self.kkt_factor!r}")
             if self.rb_ratio <= 1 or self.rb_factor <= 1:
                 raise ModelError("rb_ratio and rb_factor must be > 1")
+        if self.penalty_metric not in PENALTY_METRICS:
+            raise ModelError(
+                f"penalty_metric must be one of {PENALTY_METRICS}, got {self.penalty_metric!r}"
+            )
+        if not 0 < self.metric_floor <= 1:
+            raise ModelError(f"metric_floor must lie in (0, 1], got {self.metric_floor!r}")
         for name in ("anderson", "outer_anderson"):
             if int(getattr(self, name)) < 0:
                 raise ModelError(f"{name} must be >= 0, got {getattr(self, name)!r}")

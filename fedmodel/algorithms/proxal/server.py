@@ -22,6 +22,7 @@ import time
 from dataclasses import dataclass
 
 import numpy as np
+from scipy.linalg import cho_factor, cho_solve
 
 from fedmodel.algorithms.common import starting_point
 from fedmodel.algorithms.driver import run_federated
@@ -82,7 +83,7 @@ class ProxALServer(ServerHalf):
         "eps", "beta", "sbar", "rho", "q", "mu0", "max_inner", "max_local_iter",
         "local_floor", "solver", "divergence_limit", "variant", "tau_rate", "kkt_factor",
         "adaptive_rho", "rb_ratio", "rb_factor", "rb_rounds", "relaxation", "monitor", "anderson",
-        "outer_anderson", "prox_beta",
+        "outer_anderson", "prox_beta", "penalty_metric", "metric_floor",
         "stall_rounds",
     )  # fmt: skip
     step_name = "outer iteration"
@@ -97,6 +98,7 @@ class ProxALServer(ServerHalf):
         proximal: bool = True,
         x0: np.ndarray | None = None,
         conic: bool = False,
+        metric: str = "scalar",
     ):
         layout = program.layout
         owned_anywhere = layout.has_owned  # (the model's layout: any party's own variables)
@@ -112,6 +114,11 @@ class ProxALServer(ServerHalf):
         # target below eps only exhausts max_inner; the certificate checks eps in any case
         self.kkt_factor = 1.0 if conic else float(options.kkt_factor)
         self.initial_rhos = dict(rhos)
+        # the clients' metrics M_i of their ADMM penalties rho_i M_i (the identity unless
+        # penalty_metric="hessian"; sent with every (re)start of Algorithm 2)
+        self.metric = metric
+        self.metrics: dict[str, np.ndarray] = {}
+        self._center_solve = None
         self.set_rhos(rhos)
         self.proximal = proximal
         self.max_steps = options.max_outer if proximal else 1
@@ -141,7 +148,19 @@ class ProxALServer(ServerHalf):
     def start(self, runtime: Runtime) -> None:
         runtime.next_round()
         replies = runtime.broadcast("start", {"w": self.x[: self.ns]})
-        self.u_tildes = {k: r.payload["u_tilde"] for k, r in replies.items()}
+        self.take_starts(replies)
+
+    def take_starts(self, replies) -> None:
+        """The clients' replies to a (re)start of Algorithm 2: ``u~_i^0`` and, with the
+        Hessian metric, their ``M_i`` (a client without exact Hessians keeps the identity)."""
+        self.u_tildes = {name: r.payload["u_tilde"] for name, r in replies.items()}
+        if self.metric != "scalar":
+            self.metrics = {
+                name: np.asarray(r.payload["metric"], dtype=float)
+                for name, r in replies.items()
+                if r.payload.get("metric") is not None
+            }
+            self.set_rhos(self.rhos)
 
     def tau(self, k: int) -> float:
         """Inner tolerance of outer iteration ``k``: ``sbar/(k+1)^2`` (paper), or
@@ -193,7 +212,7 @@ class ProxALServer(ServerHalf):
             dmu = max([dmu] + [float(r.payload["dmu_inf"]) for r in replies.values()])
             # test (8) on the clients' own blocks (one scalar each, see the client module)
             dw = max([dw] + [float(r.payload.get("dtheta_scaled", 0.0)) for r in replies.values()])
-            self.u_tildes = {name: r.payload["u_tilde"] for name, r in replies.items()}
+            self.take_starts(replies)
             if self.outer_aa is not None and not self.test8(dw, dmu, tau):
                 self.accelerate_outer(runtime, w_old, mu_in, nu_in, replies)
         self.mu_norms.append(float(np.abs(self.mu).max(initial=0.0)))
@@ -250,7 +269,7 @@ class ProxALServer(ServerHalf):
             out = runtime.broadcast(
                 "outer_aa", {"w": self.x[: self.ns], "alpha": alpha, "reset": reset}
             )
-            self.u_tildes = {name: rep.payload["u_tilde"] for name, rep in out.items()}
+            self.take_starts(out)
 
     def point(self) -> np.ndarray:
         """The server's view of the iterate: shared variables, then its own block."""
@@ -289,6 +308,7 @@ class ProxALServer(ServerHalf):
             "w_norms": list(self.w_norms),
             "cone": self.problem.cone[0].copy(),
             "rhos": dict(self.rhos),
+            "metrics": dict(self.metrics),
             "dmu_history": list(self.dmu_history),
             "aa_rejections": self.aa_rejections,
             "outer_aa": None if self.outer_aa is None else dict(vars(self.outer_aa)),
@@ -307,6 +327,7 @@ class ProxALServer(ServerHalf):
         self.w_norms = list(state["w_norms"])
         if "cone" in state:
             self.problem.cone[0] = np.array(state["cone"], dtype=float)
+        self.metrics = dict(state.get("metrics", {}))
         self.set_rhos(state["rhos"])
         self.dmu_history = list(state["dmu_history"])
         self.aa_rejections = int(state["aa_rejections"])
@@ -322,7 +343,11 @@ class ProxALServer(ServerHalf):
     def extra(self, reports: dict[str, dict]) -> dict:
         """The adaptive variant's final state: each client's rho_i (residual balancing)
         and how many accelerated inputs the safeguards rejected."""
-        out = {"variant": self.options.variant, "rho": dict(self.rhos)}
+        out = {
+            "variant": self.options.variant,
+            "rho": dict(self.rhos),
+            "penalty_metric": self.metric,
+        }
         if self.anderson:
             out["anderson_rejections"] = self.aa_rejections
         if self.outer_aa is not None:
@@ -372,8 +397,9 @@ class ProxALServer(ServerHalf):
         module); only the shared part is broadcast.
         """
         opts = self.options
-        sigma = self.prox_weight + self.rho_sum
+        sigma = self.sigma_shared()
         ns = self.ns
+        self._sigma_x = None
         w = w_center
         bound = np.inf
         residual = np.inf
@@ -387,12 +413,22 @@ class ProxALServer(ServerHalf):
         for t in range(opts.max_inner):
             eps = opts.q**t
             tol = max(eps, floor)  # local solves stop at tol; (19) stays a valid bound
-            agg = sum(self.rhos[name] * u for name, u in u_tildes.items())
-            center = (self.prox_weight * w_center[:ns] + agg) / sigma
+            agg = sum(self.penalty(name, u) for name, u in u_tildes.items())
+            center = self.center_of(self.prox_weight * w_center[:ns] + agg)
+            sigma_x = sigma
             if self.owned:
-                theta_c = (self.prox_weight * w_center[ns:] + self.rho_sum * w[ns:]) / sigma
+                sigma_theta = self.prox_weight + self.rho_sum
+                theta_c = (self.prox_weight * w_center[ns:] + self.rho_sum * w[ns:]) / sigma_theta
                 center = np.concatenate([center, theta_c])
-            self.problem.set(sigma=sigma, center=center, mu=[self.mu], nu=[self.nu])
+                if np.ndim(sigma):
+                    sigma_x = np.zeros((sigma.shape[0] + theta_c.size,) * 2)
+                    sigma_x[: sigma.shape[0], : sigma.shape[0]] = sigma
+                    idx = np.arange(sigma.shape[0], sigma_x.shape[0])
+                    sigma_x[idx, idx] = sigma_theta
+                    self._sigma_x = sigma_x = (
+                        self._sigma_x if _same(self._sigma_x, sigma_x) else sigma_x
+                    )
+            self.problem.set(sigma=sigma_x, center=center, mu=[self.mu], nu=[self.nu])
             report = self.solver.solve(w, tol, opts.max_local_iter)  # server step (14)
             self.local_iterations += report.iterations
             residual = report.residual
@@ -409,8 +445,9 @@ class ProxALServer(ServerHalf):
             if opts.adaptive_rho:  # residual balancing: the clients' new rho_i (public)
                 new = {name: float(r.payload["rho"]) for name, r in replies.items()}
                 changed = new != self.rhos
-                self.set_rhos(new)
-                sigma = self.prox_weight + self.rho_sum
+                if changed:
+                    self.set_rhos(new)
+                    sigma = self.sigma_shared()
             if aa is not None:
                 row = sum(np.asarray(r.payload["gram"], dtype=float) for r in replies.values())
                 alpha, reset = aa.observe(row, changed)
@@ -430,6 +467,20 @@ class ProxALServer(ServerHalf):
             if deadline is not None and time.perf_counter() > deadline:
                 return InnerOutcome(w, t + 1, bound, False, residual, timed_out=True)
         return InnerOutcome(w, opts.max_inner, bound, False, residual)
+
+    def sigma_shared(self):
+        """``p I + sum_i rho_i M_i`` (a scalar when every metric is the identity); the same
+        object until the penalties or metrics change (the backends key factorisations on
+        it)."""
+        P = self.penalty_sum
+        if np.ndim(P) == 0:
+            return self.prox_weight + P
+        cached = getattr(self, "_sigma_cache", None)
+        if cached is None or cached[0] is not P:
+            S = P.copy()
+            S[np.diag_indices_from(S)] += self.prox_weight
+            self._sigma_cache = cached = (P, S)
+        return cached[1]
 
     def diverging(self) -> str:
         """Monitor (adaptive variant): a message when the multipliers keep growing.
@@ -454,6 +505,33 @@ class ProxALServer(ServerHalf):
         """The clients' current ADMM penalties (changed by residual balancing)."""
         self.rhos = dict(rhos)
         self.rho_sum = float(sum(self.rhos.values()))
+        self._center_solve = None
+        if self.metrics:  # sum_i rho_i M_i (identity for clients without a metric)
+            S = np.zeros((self.ns, self.ns))
+            for name, rho in self.rhos.items():
+                M = self.metrics.get(name)
+                if M is None:
+                    S[np.diag_indices(self.ns)] += rho
+                else:
+                    S += rho * M
+            self.penalty_sum = S
+        else:
+            self.penalty_sum = self.rho_sum
+
+    def penalty(self, name: str, v: np.ndarray) -> np.ndarray:
+        """Client ``name``'s ADMM penalty applied to ``v``: ``rho_i M_i v``."""
+        M = self.metrics.get(name)
+        return self.rhos[name] * (v if M is None else M @ v)
+
+    def center_of(self, b: np.ndarray) -> np.ndarray:
+        """``(p I + sum_i rho_i M_i)^(-1) b``: the centre of the server step's quadratic
+        (one factorisation per metric and penalties)."""
+        S = self.sigma_shared()
+        if np.ndim(S) == 0:
+            return b / S
+        if self._center_solve is None:
+            self._center_solve = cho_factor(S, lower=True)
+        return cho_solve(self._center_solve, b)
 
     def update_multipliers(self, w: np.ndarray) -> float:
         """mu_0^{k+1} = [mu_0^k + beta c_0(w^{k+1})]_+ (and nu_0 += beta a_0); returns the
@@ -469,6 +547,10 @@ class ProxALServer(ServerHalf):
             change = max(change, float(np.abs(step).max()))
             self.nu = self.nu + step
         return change
+
+
+def _same(a, b) -> bool:
+    return a is not None and a.shape == b.shape and np.array_equal(a, b)
 
 
 def _combine(outputs, latest, alpha, reset, keep):
@@ -493,7 +575,7 @@ def _growth_note(w_norms: list[float], history: list[dict]) -> str:
         return ""
     # (mostly growing: accelerated iterations need not grow at every step)
     ups = sum(b > a for a, b in zip(half, half[1:]))
-    growing = ups >= 0.8 * (len(half) - 1) and half[-1] >= 1.5 * half[0]
+    growing = ups >= 0.6 * (len(half) - 1) and half[-1] >= 1.5 * half[0]
     # (falling over the second half: accelerated iterations need not fall at every step)
     falling = len(history) >= 3 and history[-1]["objective"] < min(
         row["objective"] for row in history[len(history) // 2 : -1]
@@ -511,6 +593,17 @@ def _balancing(options: ProxALOptions) -> tuple[float, float, int] | None:
     if not options.adaptive_rho:
         return None
     return (float(options.rb_ratio), float(options.rb_factor), int(options.rb_rounds))
+
+
+def penalty_metric(compiled: CompiledModel, options: ProxALOptions) -> str:
+    """The ADMM penalty metric in effect: ``options.penalty_metric``, or ``"scalar"`` when
+    ``h`` is not smooth (its prox has no closed form under a full metric) or the server's
+    subproblem takes the cvxpy backend (cone constraints)."""
+    if options.penalty_metric == "scalar" or not compiled.regularizer.is_smooth:
+        return "scalar"
+    if compiled.server.cones or options.solver == "cvxpy":
+        return "scalar"
+    return str(options.penalty_metric)
 
 
 def _client_factories(compiled: CompiledModel, options: ProxALOptions, rhos, proximal):
@@ -536,6 +629,8 @@ def _client_factories(compiled: CompiledModel, options: ProxALOptions, rhos, pro
                 0 if layout.has_owned else int(options.anderson),
                 0 if (layout.has_owned or not proximal) else int(options.outer_anderson),
                 options.prox_beta,
+                penalty_metric(compiled, options),
+                float(options.metric_floor),
             ),
         )
         for c in compiled.clients
@@ -569,6 +664,7 @@ def run_prox_al(
         proximal,
         x0,
         conic=bool(compiled.conic_parties()),
+        metric=penalty_metric(compiled, options),
     )
     factories = _client_factories(compiled, options, rhos, proximal)
     return run_federated(compiled, options, method, server, factories, faults=faults)
