@@ -48,6 +48,10 @@ class PenaltyMetric:
             self.matrix = 0.5 * (M + M.T)
             self.lower = np.linalg.cholesky(self.matrix)
 
+    def __deepcopy__(self, memo) -> PenaltyMetric:
+        # read-only after construction: state snapshots (checkpoints, retried steps) share it
+        return self
+
     @property
     def is_identity(self) -> bool:
         return self.matrix is None
@@ -58,7 +62,7 @@ class PenaltyMetric:
 
     def solve(self, v: np.ndarray) -> np.ndarray:
         """``M^(-1) v``."""
-        return v if self.matrix is None else cho_solve((self.lower, True), v)
+        return v if self.matrix is None else cho_solve((self.lower, True), v, check_finite=False)
 
     def root(self, v: np.ndarray) -> np.ndarray:
         """``L^T v`` with ``M = L L^T``: ``||root(v)|| = (v^T M v)^(1/2)``."""
@@ -66,7 +70,11 @@ class PenaltyMetric:
 
     def inverse_root(self, v: np.ndarray) -> np.ndarray:
         """``L^(-1) v``: ``||inverse_root(v)|| = (v^T M^(-1) v)^(1/2)``."""
-        return v if self.matrix is None else solve_triangular(self.lower, v, lower=True)
+        return (
+            v
+            if self.matrix is None
+            else solve_triangular(self.lower, v, lower=True, check_finite=False)
+        )
 
 
 def shifted_solver(metric: PenaltyMetric, shift: float, rho: float):
@@ -75,8 +83,8 @@ def shifted_solver(metric: PenaltyMetric, shift: float, rho: float):
         return lambda v: v / (shift + rho)
     S = rho * metric.matrix
     S[np.diag_indices_from(S)] += shift
-    factor = cho_factor(S, lower=True)
-    return lambda v: cho_solve(factor, v)
+    factor = cho_factor(S, lower=True, check_finite=False)
+    return lambda v: cho_solve(factor, v, check_finite=False)
 
 
 def hessian_metric(H: np.ndarray, floor: float) -> PenaltyMetric:
