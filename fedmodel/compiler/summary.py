@@ -50,8 +50,9 @@ def traffic_per_round(compiled: CompiledModel) -> dict[str, dict[str, int]]:
     (``m = anderson = 5``), ``m + 1`` up per outer round and, per accelerated outer step,
     one ``outer_aa`` round (``w`` and the weights down, ``u~_i`` up), not counted in this
     table. Its Hessian metric (``penalty_metric="hessian"``, when ``h`` is smooth and the
-    server has no cone constraints) adds the client's ``d x d`` metric ``M_i`` to every
-    outer reply (and to the start reply). ``variant="paper"`` sends exactly Algorithm 2's
+    server has no cone constraints) adds the client's ``d x d`` metric ``M_i`` to the start
+    reply and to an outer reply whenever it changed (a quadratic client sends it once):
+    the row ``"prox-al metric update"``. ``variant="paper"`` sends exactly Algorithm 2's
     messages.
     """
     d = compiled.layout.n_shared
@@ -60,8 +61,8 @@ def traffic_per_round(compiled: CompiledModel) -> dict[str, dict[str, int]]:
     return {
         "prox-al inner round": {"down": d + 1, "up": d + 2},
         "prox-al inner round (variant='paper')": {"down": d + 1, "up": d + 1},
-        "prox-al outer round": {"down": d, "up": d + 1 + owned + metric},
-        "prox-al outer round (variant='paper')": {"down": d, "up": d + 1 + owned},
+        "prox-al outer round": {"down": d, "up": d + 1 + owned},
+        "prox-al metric update": {"down": 0, "up": metric},
         "admm round": {"down": d + 1, "up": d + 1},
     }
 

@@ -80,6 +80,7 @@ class ProxALClient(ClientHalf):
         prox_beta: float | None = None,
         metric: str = "scalar",
         metric_floor: float = 1e-8,
+        metric_refresh: float = 0.0,
     ):
         super().__init__(program.local())  # (shared variables, this client's own)
         program = self.program
@@ -112,6 +113,8 @@ class ProxALClient(ClientHalf):
         # every (re)start of Algorithm 2 and sent to the server with u~_i (metric module)
         self.metric = metric
         self.metric_floor = float(metric_floor)
+        self.metric_refresh = float(metric_refresh)
+        self.metric_changed = False
         self.M = PenaltyMetric(self.ns)
         self._center_solve = None  # (rho, M, p I + rho M, v -> (p I + rho M)^(-1) v)
         # residual balancing (ratio, factor, rounds per outer iteration) or None
@@ -165,24 +168,30 @@ class ProxALClient(ClientHalf):
         """``(rho_i M_i)^(-1) v``."""
         return self.M.solve(v) / self.rho
 
-    def _set_metric(self, x: np.ndarray) -> None:
+    def _set_metric(self, x: np.ndarray) -> bool:
         """``penalty_metric="hessian"``: ``M_i`` = the Hessian of ``P_{i,k}`` at ``x`` on
         the shared variables (its party terms plus this party's share of the proximal
         term, made positive definite by ``metric_floor``), when the backend has exact
-        Hessians (Newton); the identity otherwise."""
+        Hessians (Newton); the identity otherwise. The metric is kept (and not sent again)
+        while the Hessian differs from the one it was built from by at most
+        ``metric_refresh`` in relative Frobenius norm. Returns True when ``M_i`` changed."""
         if self.metric != "hessian" or not hasattr(self.solver, "hessian"):
-            return
+            return False
         ns = self.ns
         H = self.solver.hessian(x, [self.mu], [self.nu])[:ns, :ns]
         H[np.diag_indices(ns)] += self.prox_weight
+        old = self.M.source
+        if old is not None and np.linalg.norm(H - old) <= self.metric_refresh * np.linalg.norm(old):
+            return False
         self.M = hessian_metric(H, self.metric_floor)
+        return True
 
     def _start_admm(self, w: np.ndarray) -> np.ndarray:
         """Algorithm 2 initialisation with w~^0 = w: u^0 = w, lambda^0 = -grad P(w)."""
         self.w_center = w.copy()
         self.theta_center = self.theta_at_w.copy()
         x = self._local(w, self.theta_at_w)
-        self._set_metric(x)
+        self.metric_changed = self._set_metric(x)
         g = self._grad_P(x)[: self.ns]
         self.u = x.copy()
         self.u_hat = w.copy()
@@ -196,7 +205,7 @@ class ProxALClient(ClientHalf):
     # -- state (checkpoints, retries) --------------------------------------------------------
     state_fields = (
         "mu", "nu", "w_center", "u", "lam", "u_tilde", "theta_center", "theta_at_w", "cone",
-        "cone_at_w", "rho", "M", "w_last", "admm_round", "u_hat", "aa_out", "aa_res", "outer_mem",
+        "cone_at_w", "rho", "M", "metric_changed", "w_last", "admm_round", "u_hat", "aa_out", "aa_res", "outer_mem",
     )  # fmt: skip
     component_fields = ("solver",)  # the Newton backend's carried factor
 
@@ -211,7 +220,7 @@ class ProxALClient(ClientHalf):
         """(Re)start Algorithm 2 at ``w``: ``u~_i^0``, and the metric ``m_i`` when it is
         not the scalar one."""
         reply = {"u_tilde": self._start_admm(np.asarray(w, dtype=float))}
-        if not self.M.is_identity:
+        if self.metric_changed:
             reply["metric"] = self.M.matrix
         return reply
 
@@ -316,8 +325,11 @@ class ProxALClient(ClientHalf):
             sigma_theta = self.theta_prox + self.rho
             theta_c = (self.theta_prox * self.theta_center + self.rho * theta) / sigma_theta
             center = np.concatenate([center, theta_c])
-            if np.ndim(sigma):
-                sigma = _block_diagonal(sigma, np.full(theta.size, sigma_theta))
+            if np.ndim(sigma):  # (the same object while rho and M_i stay: cached factors)
+                if len(self._center_solve) == 4:
+                    full = _block_diagonal(sigma, np.full(theta.size, sigma_theta))
+                    self._center_solve = self._center_solve + (full,)
+                sigma = self._center_solve[4]
         self.problem.set(sigma=sigma, center=center, mu=[self.mu], nu=[self.nu])
         self.problem.cone[0] = self.cone
         report = self.solver.solve(self.u, float(tol), self.max_local_iter)
@@ -353,7 +365,8 @@ class ProxALClient(ClientHalf):
         if cached is None or cached[0] != self.rho or cached[1] is not self.M:
             S = self.rho * self.M.matrix
             S[np.diag_indices_from(S)] += p
-            cached = self._center_solve = (self.rho, self.M, S, shifted_solver(self.M, p, self.rho))
+            cached = (self.rho, self.M, S, shifted_solver(self.M, p, self.rho))
+            self._center_solve = cached
         return cached[2], cached[3](b)
 
     def balance(self, u: np.ndarray, w: np.ndarray) -> None:

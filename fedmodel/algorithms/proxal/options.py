@@ -118,6 +118,24 @@ class ProxALOptions(RuntimeOptions):
         outer iteration ``(w^k, mu^k) -> (w^{k+1}, mu^{k+1})`` (a proximal point map):
         5 (adaptive) or 0 (paper). Costs one more round (``outer_aa``) per accelerated
         outer iteration. Off with party-owned variables.
+    penalty_metric : {"hessian", "scalar"}, optional
+        The metric of Algorithm 2's penalty (:mod:`fedmodel.algorithms.proxal.metric`):
+        ``"scalar"`` (the paper: ``(rho_i/2)||u_i - w||^2``) or ``"hessian"`` (adaptive
+        default: ``(rho_i/2)(u_i - w)^T M_i (u_i - w)`` with ``M_i`` the Hessian of client
+        i's ``P_{i,k}`` at the start of each run of Algorithm 2). The Hessian metric is
+        Algorithm 2 on scaled consensus constraints (same theory, same bound (19)) and cuts
+        the rounds by 4-12x on the seed 000 problems, at the price of each client sending
+        its ``d x d`` ``M_i`` -- second-order information about its data -- when it changes
+        (at most once per outer iteration). It falls back to ``"scalar"`` when ``h`` is not
+        smooth or the server solves with cvxpy, and client by client when a backend has no
+        exact Hessian; ``res.extra["penalty_metric"]`` says which was used.
+    metric_floor : float, optional
+        ``M_i`` is made positive definite by adding ``metric_floor * max(diag M_i)``
+        (default 1e-8).
+    metric_refresh : float, optional
+        A client keeps (and does not resend) its ``M_i`` while its Hessian has changed by
+        at most this fraction in Frobenius norm (default 0: a new metric whenever the
+        Hessian changed; a quadratic client sends it once).
     monitor : bool, optional
         Stop early with a reason (adaptive variant, default on): status ``"stalled"`` when
         the inner bound (19) improves by less than 10% over ``stall_rounds`` ADMM rounds
@@ -154,6 +172,7 @@ class ProxALOptions(RuntimeOptions):
     prox_beta: float | None = None
     penalty_metric: str | None = None
     metric_floor: float = 1e-8
+    metric_refresh: float = 0.0
     stall_rounds: int = 300
     q: float = 0.5
     mu0: float = 0.0
@@ -214,6 +233,8 @@ class ProxALOptions(RuntimeOptions):
             )
         if not 0 < self.metric_floor <= 1:
             raise ModelError(f"metric_floor must lie in (0, 1], got {self.metric_floor!r}")
+        if not 0 <= self.metric_refresh < 1:
+            raise ModelError(f"metric_refresh must lie in [0, 1), got {self.metric_refresh!r}")
         for name in ("anderson", "outer_anderson"):
             if int(getattr(self, name)) < 0:
                 raise ModelError(f"{name} must be >= 0, got {getattr(self, name)!r}")

@@ -22,13 +22,14 @@ import time
 from dataclasses import dataclass
 
 import numpy as np
-from scipy.linalg import cho_factor, cho_solve
+from scipy.linalg import cho_factor
 
 from fedmodel.algorithms.common import starting_point
 from fedmodel.algorithms.driver import run_federated
 from fedmodel.algorithms.protocol import ServerHalf, StepReport
 from fedmodel.algorithms.proxal.anderson import AndersonState
 from fedmodel.algorithms.proxal.client import ProxALClient
+from fedmodel.algorithms.proxal.metric import solve_upper
 from fedmodel.algorithms.proxal.options import ProxALOptions
 from fedmodel.compiler.partition import CompiledModel, PartyProgram
 from fedmodel.compiler.regularizer import Regularizer
@@ -83,7 +84,7 @@ class ProxALServer(ServerHalf):
         "eps", "beta", "sbar", "rho", "q", "mu0", "max_inner", "max_local_iter",
         "local_floor", "solver", "divergence_limit", "variant", "tau_rate", "kkt_factor",
         "adaptive_rho", "rb_ratio", "rb_factor", "rb_rounds", "relaxation", "monitor", "anderson",
-        "outer_anderson", "prox_beta", "penalty_metric", "metric_floor",
+        "outer_anderson", "prox_beta", "penalty_metric", "metric_floor", "metric_refresh",
         "stall_rounds",
     )  # fmt: skip
     step_name = "outer iteration"
@@ -154,13 +155,15 @@ class ProxALServer(ServerHalf):
         """The clients' replies to a (re)start of Algorithm 2: ``u~_i^0`` and, with the
         Hessian metric, their ``M_i`` (a client without exact Hessians keeps the identity)."""
         self.u_tildes = {name: r.payload["u_tilde"] for name, r in replies.items()}
-        if self.metric != "scalar":
-            self.metrics = {
+        if self.metric != "scalar":  # a client sends M_i only when it changed
+            new = {
                 name: np.asarray(r.payload["metric"], dtype=float)
                 for name, r in replies.items()
                 if r.payload.get("metric") is not None
             }
-            self.set_rhos(self.rhos)
+            if new:
+                self.metrics = {**self.metrics, **new}
+                self.set_rhos(self.rhos)
 
     def tau(self, k: int) -> float:
         """Inner tolerance of outer iteration ``k``: ``sbar/(k+1)^2`` (paper), or
@@ -531,8 +534,8 @@ class ProxALServer(ServerHalf):
         if np.ndim(S) == 0:
             return b / S
         if self._center_solve is None:
-            self._center_solve = cho_factor(S, lower=True, check_finite=False)
-        return cho_solve(self._center_solve, b, check_finite=False)
+            self._center_solve = cho_factor(S, lower=False, check_finite=False)[0]
+        return solve_upper(self._center_solve, b)
 
     def update_multipliers(self, w: np.ndarray) -> float:
         """mu_0^{k+1} = [mu_0^k + beta c_0(w^{k+1})]_+ (and nu_0 += beta a_0); returns the
@@ -632,6 +635,7 @@ def _client_factories(compiled: CompiledModel, options: ProxALOptions, rhos, pro
                 options.prox_beta,
                 penalty_metric(compiled, options),
                 float(options.metric_floor),
+                float(options.metric_refresh),
             ),
         )
         for c in compiled.clients
