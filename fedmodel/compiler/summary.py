@@ -50,9 +50,9 @@ def traffic_per_round(compiled: CompiledModel) -> dict[str, dict[str, int]]:
     (``m = anderson = 5``), ``m + 1`` up per outer round and, per accelerated outer step,
     one ``outer_aa`` round (``w`` and the weights down, ``u~_i`` up), not counted in this
     table. Its Hessian metric (``penalty_metric="hessian"``, when ``h`` is smooth and the
-    server has no cone constraints) adds the client's ``d x d`` metric ``M_i`` to the start
-    reply and to an outer reply whenever it changed (a quadratic client sends it once):
-    the row ``"prox-al metric update"``. ``variant="paper"`` sends exactly Algorithm 2's
+    server has no cone constraints) adds the client's ``d x d`` metric ``M_i`` to a reply
+    whenever it changed -- at the start of a run of Algorithm 2 and after its rounds 4, 8,
+    ..., 128 (a quadratic client sends it once): the row ``"prox-al metric update"``. ``variant="paper"`` sends exactly Algorithm 2's
     messages.
     """
     d = compiled.layout.n_shared

@@ -43,6 +43,11 @@ from fedmodel.compiler.partition import PartyProgram
 from fedmodel.subproblems.merit import MeritProblem
 from fedmodel.subproblems.select import make_solver
 
+#: ADMM rounds of one run of Algorithm 2 after which a client re-evaluates its Hessian
+#: metric (penalty_metric="hessian"): the Hessian at the start of the run can be far from
+#: the one at its end (logistic losses on separable data flatten as the margins grow)
+METRIC_REFRESH_ROUNDS = frozenset({4, 8, 16, 32, 64, 128})
+
 
 class ProxALClient(ClientHalf):
     """Client ``i`` of seed 000: owns ``f_i``, ``c_i``, ``mu_i`` and its ADMM state.
@@ -343,10 +348,21 @@ class ProxALClient(ClientHalf):
         u = self.u[:ns]
         self.u_hat = u.copy()  # the u_i behind u~_i (Anderson combines u~_i and lambda_i)
         self.lam = self.lam + self._R(u - w_step)  # (16)
-        if self.balancing is not None:
-            self.balance(u, w)
+        if self.balancing is not None and (self.M.is_identity or self.owned):
+            self.balance(u, w)  # (counts admm_round)
+        else:  # (a Hessian metric of the whole subproblem: rho_i = 1 is its natural scale)
+            self.admm_round += 1
+        # the metric follows the Hessian a few times per run of Algorithm 2 (rounds 4, 8,
+        # 16, ...: finitely many changes, like rho's), at this client's own iterate u_i
+        refreshed = (
+            self.metric == "hessian"
+            and self.admm_round in METRIC_REFRESH_ROUNDS
+            and self._set_metric(self.u)
+        )
         self.u_tilde = self.u_hat + self._R_inv(self.lam)  # (17)
         reply = {"u_tilde": self.u_tilde, "eps_tilde": eps_tilde}
+        if refreshed:
+            reply["metric"] = self.M.matrix
         if self.balancing is not None:
             reply["rho"] = self.rho
         if self.anderson:

@@ -85,7 +85,11 @@ class ProxALOptions(RuntimeOptions):
         with the new ``rho_i``, which the server uses in its next step (14). Changes are
         allowed in the first ``rb_rounds`` ADMM rounds of each outer iteration only, so
         every run of Algorithm 2 ends with a fixed penalty (its convergence theory).
-        Default on in the adaptive variant.
+        Default on in the adaptive variant, for the clients whose penalty metric is the
+        identity or who own variables (their metric covers the shared block only): with
+        the Hessian metric (``penalty_metric``) ``rho_i = 1`` is the natural scale and
+        balancing took more rounds (Adult NP n = 20: 382 against 357; breast
+        cancer n = 20: 227 against 198; monks n = 20: 194 against 88).
     rb_ratio, rb_factor, rb_rounds : float, float, int
         Residual-balancing thresholds (10, 2, 50).
     relaxation : float, optional
@@ -126,7 +130,8 @@ class ProxALOptions(RuntimeOptions):
         Algorithm 2 on scaled consensus constraints (same theory, same bound (19)) and cuts
         the rounds by 4-12x on the seed 000 problems, at the price of each client sending
         its ``d x d`` ``M_i`` -- second-order information about its data -- when it changes
-        (at most once per outer iteration). It falls back to ``"scalar"`` when ``h`` is not
+        (evaluated at the start of each run of Algorithm 2 and after its rounds 4, 8, ...,
+        128). It falls back to ``"scalar"`` when ``h`` is not
         smooth or the server solves with cvxpy, and client by client when a backend has no
         exact Hessian; ``res.extra["penalty_metric"]`` says which was used.
     metric_floor : float, optional

@@ -450,7 +450,17 @@ class ProxALServer(ServerHalf):
                 changed = new != self.rhos
                 if changed:
                     self.set_rhos(new)
-                    sigma = self.sigma_shared()
+            metrics = {  # a client's refreshed Hessian metric (penalty_metric="hessian")
+                name: np.asarray(r.payload["metric"], dtype=float)
+                for name, r in replies.items()
+                if r.payload.get("metric") is not None
+            }
+            if metrics:
+                self.metrics = {**self.metrics, **metrics}
+                self.set_rhos(self.rhos)
+                changed = True
+            if changed:
+                sigma = self.sigma_shared()
             if aa is not None:
                 row = sum(np.asarray(r.payload["gram"], dtype=float) for r in replies.values())
                 alpha, reset = aa.observe(row, changed)
