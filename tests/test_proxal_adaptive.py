@@ -185,7 +185,23 @@ def test_hessian_metric_keeps_the_inner_bound_valid_and_cuts_rounds(make):
         for row in res.history:
             assert row["inner_bound"] <= row["tau"] or row["inner_iterations"] == 500
         runs[metric] = res.rounds["inner"]
+        sent = [r for r in res.ledger if "metric" in r["shapes"]]
+        if metric == "scalar":
+            assert not sent
+        elif compiled_is_quadratic(model):  # the Hessian never changes: sent once
+            assert sorted(r["sender"] for r in sent) == sorted(
+                c.name for c in model.compile().clients
+            )
+        else:  # a logistic Hessian moves: re-evaluated (and resent) within runs too
+            assert any(r["kind"] == "admm_w_reply" for r in sent)
     assert runs["hessian"] < runs["scalar"]
+
+
+def compiled_is_quadratic(model) -> bool:
+    from fedmodel.subproblems.merit import MeritProblem
+    from fedmodel.subproblems.newton import NewtonSolver
+
+    return all(NewtonSolver(MeritProblem([c], 1.0)).quadratic for c in model.compile().clients)
 
 
 def test_hessian_metric_falls_back_to_scalar_for_a_nonsmooth_h():
