@@ -440,9 +440,14 @@ class NewtonSolver:
         """What a solve's answer depends on beyond its arguments: the carried factor
         (``carry_factor``; quadratic problems' factors are functions of their key)."""
         carried = self.carry_factor and not self.quadratic
-        return {"factor": self._factor if carried else None}
+        # whether the cross-check passed: it decides where an owner's gradients come from
+        # (this backend's GLM form or the model's evaluator, equal up to rounding), so a
+        # resumed run repeats the uninterrupted one bit for bit
+        return {"factor": self._factor if carried else None, "verified": self._verified}
 
     def set_state(self, state: dict) -> None:
+        if state.get("verified") and self._delegate is None:
+            self._verified = True
         if self.carry_factor and not self.quadratic:
             f = state.get("factor")
             self._factor = None if f is None else _frozen((np.array(f[0], dtype=float), f[1]))

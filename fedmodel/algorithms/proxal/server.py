@@ -415,7 +415,10 @@ class ProxALServer(ServerHalf):
         rejected = 0
         for t in range(opts.max_inner):
             eps = opts.q**t
-            tol = max(eps, floor)  # local solves stop at tol; (19) stays a valid bound
+            # local solves stop at tol; (19) stays a valid bound. Adaptive: never looser than
+            # tau_k / 10 (a local solve's error enters eps~_i, so the paper's q^t alone would
+            # hold (19) back for log(tau_k)/log(q) rounds)
+            tol = max(min(eps, 0.1 * tau) if opts.adaptive else eps, floor)
             agg = sum(self.penalty(name, u) for name, u in u_tildes.items())
             center = self.center_of(self.prox_weight * w_center[:ns] + agg)
             sigma_x = sigma
