@@ -164,8 +164,10 @@ def test_simulation_party_death_is_a_client_failure_and_resumes(serial, tmp_path
 
     ck = str(tmp_path / "ck")
     opts = ProxALOptions(backend="flower", checkpoint=ck, client_timeout=60, **OPTS)
-    # the round of the third outer iteration's first inner step
-    res = run_prox_al(np_model(3).compile(), opts, faults={"site1": Fault("exit", round=30)})
+    # the round of the third outer iteration's first inner step (from a serial run)
+    history = np_model(3).solve("prox-al", **dict(OPTS, history=True)).history
+    fail_at = history[1]["rounds"] + 1
+    res = run_prox_al(np_model(3).compile(), opts, faults={"site1": Fault("exit", round=fail_at)})
     assert res.status == "client_failure", res.message
     assert res.failure["client"] == "site1" and res.failure["kind"] == "dead"
     assert "site1" in res.message and ck in res.message
