@@ -25,11 +25,12 @@ import numpy as np  # noqa: E402
 #: the candidates compared when run without arguments
 CANDIDATES = (
     "",
-    "prox_beta=1e6",
-    "outer_anderson=0",
-    "prox_beta=1e6 outer_anderson=0",
-    "tau_rate=0.01",
     "penalty_metric=scalar",
+    "prox_beta=1e6",
+    "kkt_factor=0.001",
+    "prox_beta=1e6 kkt_factor=0.001",
+    "outer_anderson=0",
+    "tau_rate=0.01",
 )
 
 

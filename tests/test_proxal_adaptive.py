@@ -212,3 +212,20 @@ def test_hessian_metric_falls_back_to_scalar_for_a_nonsmooth_h():
     assert res.extra["penalty_metric"] == "scalar"
     sizes = {tuple(s) for r in res.ledger for k, s in r["shapes"].items() if k == "metric"}
     assert not sizes  # nothing but Algorithm 2's vectors
+
+
+def test_local_cap_certifies_and_saves_the_rounds_q_t_costs():
+    """local_cap asks the local solves for at most local_cap * tau_k: the same certified
+    answer, in fewer rounds than the paper's q^t schedule (which alone needs
+    log(tau)/log(q) rounds before (19) can hold)."""
+    model = lcqp_test_model(3)
+    ref = model.solve(method="centralized", eps=1e-8)
+    rounds = {}
+    for cap in (0.0, 0.1):
+        res = model.solve(method="prox-al", eps=1e-5, local_cap=cap, history=False)
+        assert res.status == "optimal" and res.kkt.satisfied(1e-5, 1e-5), cap
+        assert abs(res.objective - ref.objective) <= 1e-3 * max(1.0, abs(ref.objective))
+        rounds[cap] = res.rounds["inner"]
+    assert rounds[0.1] < rounds[0.0]
+    with pytest.raises(fm.ModelError, match="local_cap"):
+        model.solve(method="prox-al", local_cap=2.0)

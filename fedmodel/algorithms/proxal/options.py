@@ -34,6 +34,7 @@ VARIANT_DEFAULTS = {
     "outer_anderson": (5, 0),
     "prox_beta": (1e4, None),
     "penalty_metric": ("hessian", "scalar"),
+    "local_cap": (0.1, 0.0),
 }
 
 PENALTY_METRICS = ("hessian", "scalar")
@@ -149,6 +150,13 @@ class ProxALOptions(RuntimeOptions):
         Never ``"optimal"``; the message says what to change.
     max_outer, max_inner : int
         Iteration caps of Algorithms 1 and 2.
+    local_cap : float, optional
+        Adaptive variant: local solves are never asked for less than ``local_cap * tau_k``
+        (default 0.1; 0: off, the paper's ``q^t`` alone). A local solve's error enters
+        ``eps~_i``, so with ``q^t`` alone (19) cannot hold before ``q^t <= tau_k``: about
+        ``log(tau_k)/log(q)`` rounds per outer iteration whatever the consensus does (17 at
+        tau = 1e-5). The adaptive variant also tests (19) with the server's measured
+        residual in place of ``max(q^t, residual)`` (both bound ``dist(0, d l_k)``).
     local_floor : float
         Local solves are asked for max(q^t, local_floor * tau_k): once q^t is far below
         the inner target tau_k, tighter local solves cannot change the test (19), which
@@ -178,6 +186,7 @@ class ProxALOptions(RuntimeOptions):
     penalty_metric: str | None = None
     metric_floor: float = 1e-8
     metric_refresh: float = 0.0
+    local_cap: float | None = None
     stall_rounds: int = 300
     q: float = 0.5
     mu0: float = 0.0
@@ -238,6 +247,8 @@ class ProxALOptions(RuntimeOptions):
             )
         if not 0 < self.metric_floor <= 1:
             raise ModelError(f"metric_floor must lie in (0, 1], got {self.metric_floor!r}")
+        if not 0 <= self.local_cap <= 1:
+            raise ModelError(f"local_cap must lie in [0, 1], got {self.local_cap!r}")
         if not 0 <= self.metric_refresh < 1:
             raise ModelError(f"metric_refresh must lie in [0, 1), got {self.metric_refresh!r}")
         for name in ("anderson", "outer_anderson"):

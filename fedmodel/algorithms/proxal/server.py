@@ -85,6 +85,7 @@ class ProxALServer(ServerHalf):
         "local_floor", "solver", "divergence_limit", "variant", "tau_rate", "kkt_factor",
         "adaptive_rho", "rb_ratio", "rb_factor", "rb_rounds", "relaxation", "monitor", "anderson",
         "outer_anderson", "prox_beta", "penalty_metric", "metric_floor", "metric_refresh",
+        "local_cap",
         "stall_rounds",
     )  # fmt: skip
     step_name = "outer iteration"
@@ -415,10 +416,11 @@ class ProxALServer(ServerHalf):
         rejected = 0
         for t in range(opts.max_inner):
             eps = opts.q**t
-            # local solves stop at tol; (19) stays a valid bound. Adaptive: never looser than
-            # tau_k / 10 (a local solve's error enters eps~_i, so the paper's q^t alone would
-            # hold (19) back for log(tau_k)/log(q) rounds)
-            tol = max(min(eps, 0.1 * tau) if opts.adaptive else eps, floor)
+            # local solves stop at tol; (19) stays a valid bound. local_cap (adaptive): never
+            # looser than local_cap * tau_k (a local solve's error enters eps~_i, so the
+            # paper's q^t alone holds (19) back for log(tau_k)/log(q) rounds)
+            cap = opts.local_cap if opts.adaptive else 0.0
+            tol = max(min(eps, cap * tau) if cap > 0 else eps, floor)
             agg = sum(self.penalty(name, u) for name, u in u_tildes.items())
             center = self.center_of(self.prox_weight * w_center[:ns] + agg)
             sigma_x = sigma
