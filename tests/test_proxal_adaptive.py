@@ -229,3 +229,24 @@ def test_local_cap_certifies_and_saves_the_rounds_q_t_costs():
     assert rounds[0.1] < rounds[0.0]
     with pytest.raises(fm.ModelError, match="local_cap"):
         model.solve(method="prox-al", local_cap=2.0)
+
+
+def test_a_monitor_stop_at_a_certified_point_is_optimal():
+    """ "diverging"/"stalled" describe the iteration; when the point returned is certified
+    the status says so (and keeps the monitor's reason in the message)."""
+    from fedmodel.algorithms.proxal.server import ProxALServer
+    from fedmodel.certificate.kkt import KKTResiduals
+
+    compiled = lcqp_test_model(2).compile()
+    opts = ProxALOptions(eps=1e-3)
+    opts.validate([c.name for c in compiled.clients])
+    server = ProxALServer(compiled.server, compiled.regularizer, {"client1": 1.0, "client2": 1.0},
+                          2, opts, x0=np.zeros(compiled.layout.size))  # fmt: skip
+    good = KKTResiduals(stationarity=1e-4, feasibility=1e-5)
+    bad = KKTResiduals(stationarity=1e-4, feasibility=1e-2)
+    status, message = server.conclude("diverging", "the multipliers diverge", good, {}, [])
+    assert status == "optimal" and "certified" in message and "diverge" in message
+    status, message = server.conclude("diverging", "the multipliers diverge", bad, {}, [])
+    assert status == "diverging"
+    status, _ = server.conclude("stalled", "the inner ADMM stalled", good, {}, [])
+    assert status == "optimal"

@@ -363,6 +363,13 @@ class ProxALServer(ServerHalf):
 
     def conclude(self, status, message, kkt, summary, history):
         opts = self.options
+        if status in ("diverging", "stalled") and kkt.satisfied(opts.eps1, opts.eps2):
+            # the monitor stopped the iteration, but the point it returns is certified (a
+            # non-convex outer loop can oscillate around a KKT point): the certificate decides
+            return "optimal", (
+                f"(eps1, eps2) = ({opts.eps1:g}, {opts.eps2:g})-KKT point certified; the "
+                f"monitor had stopped the iteration ({status}: {message})"
+            )
         if status == "inaccurate":
             message = (
                 "the stopping test (8) held but the recomputed KKT residuals "
