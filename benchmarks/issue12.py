@@ -174,11 +174,20 @@ def case_table3(ns, time_limit):
         model = fair_model(clients, server, 0.1)
         model.compile()
         common = {"case": "table3", "n": n, "d": clients[0][0].shape[1]}
-        ref_opts = {"eps": 1e-6, "beta": 1e5, "sbar": 5e-7, "history": False}
-        res, wall, _, err = timed(
-            model.solve, method="cprox-al", time_limit=4 * time_limit, **ref_opts
-        )
-        ref = row_of(res, wall, err, None, method="cprox-al (reference, local)", **common)
+        # the reference: a certified local KKT point at eps = 1e-6 (non-convex: there is no
+        # certified global optimum); prox-al at its defaults gets there where cprox-al
+        # (beta = 1e5) did not certify within its limit, which is then tried second
+        ref = None
+        for method, ref_opts in (
+            ("prox-al", {"eps": 1e-6}),
+            ("cprox-al", {"eps": 1e-6, "beta": 1e5, "sbar": 5e-7}),
+        ):
+            res, wall, _, err = timed(
+                model.solve, method=method, time_limit=3 * time_limit, history=False, **ref_opts
+            )
+            ref = row_of(res, wall, err, None, method=f"{method} (reference, local)", **common)
+            if ref["status"] == "optimal":
+                break
         fstar = ref.get("objective") if ref["status"] == "optimal" else None
         rows += [ref] + np_solves(model, fstar, common, time_limit, PAPER["table3"])
     return rows
@@ -286,8 +295,9 @@ def write_md(rows):
         "Produced by `python benchmarks/issue12.py` (see docs/performance.md). One process, "
         "serial runtime, `OPENBLAS_NUM_THREADS=1`, end-to-end `model.solve(...)` wall times. "
         "`rel. gap` = |f - f*| / |f*| with f* the certified optimum (`centralized`, KKT <= "
-        "1e-6; Table 1: the direct solve of the KKT system; Table 3: cprox-al to 1e-6, a "
-        "local certificate). **The machine is shared**: the 1-minute load average (2 cores) "
+        "1e-6; Table 1: the direct solve of the KKT system; Table 3: prox-al, else cprox-al, "
+        "certified to 1e-6, a local certificate: the model is non-convex, so the gap compares "
+        "two local KKT points). **The machine is shared**: the 1-minute load average (2 cores) "
         "is recorded per row; above 2 wall times are inflated.",
         "",
         f"Machine: {platform.platform()}, {os.cpu_count()} cores, Python "
