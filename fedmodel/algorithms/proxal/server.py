@@ -156,15 +156,20 @@ class ProxALServer(ServerHalf):
         """The clients' replies to a (re)start of Algorithm 2: ``u~_i^0`` and, with the
         Hessian metric, their ``M_i`` (a client without exact Hessians keeps the identity)."""
         self.u_tildes = {name: r.payload["u_tilde"] for name, r in replies.items()}
-        if self.metric != "scalar":  # a client sends M_i only when it changed
-            new = {
-                name: np.asarray(r.payload["metric"], dtype=float)
-                for name, r in replies.items()
-                if r.payload.get("metric") is not None
-            }
-            if new:
-                self.metrics = {**self.metrics, **new}
-                self.set_rhos(self.rhos)
+        self.take_metrics(replies)
+
+    def take_metrics(self, replies) -> bool:
+        """Take the metrics ``M_i`` some replies carry (a client sends its metric only when
+        it changed); True when one did (the server step's quadratic changes)."""
+        new = {
+            name: np.asarray(r.payload["metric"], dtype=float)
+            for name, r in replies.items()
+            if r.payload.get("metric") is not None
+        }
+        if new:
+            self.metrics = {**self.metrics, **new}
+            self.set_rhos(self.rhos)
+        return bool(new)
 
     def tau(self, k: int) -> float:
         """Inner tolerance of outer iteration ``k``: ``sbar/(k+1)^2`` (paper), or
@@ -462,14 +467,7 @@ class ProxALServer(ServerHalf):
                 changed = new != self.rhos
                 if changed:
                     self.set_rhos(new)
-            metrics = {  # a client's refreshed Hessian metric (penalty_metric="hessian")
-                name: np.asarray(r.payload["metric"], dtype=float)
-                for name, r in replies.items()
-                if r.payload.get("metric") is not None
-            }
-            if metrics:
-                self.metrics = {**self.metrics, **metrics}
-                self.set_rhos(self.rhos)
+            if self.take_metrics(replies):  # refreshed Hessian metrics (penalty_metric)
                 changed = True
             if changed:
                 sigma = self.sigma_shared()
