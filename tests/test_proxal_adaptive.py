@@ -204,6 +204,15 @@ def compiled_is_quadratic(model) -> bool:
     return all(NewtonSolver(MeritProblem([c], 1.0)).quadratic for c in model.compile().clients)
 
 
+def test_hessian_metric_falls_back_to_scalar_on_a_nonconvex_model():
+    from problems import fairness_test_model
+
+    res = fairness_test_model(2).solve(method="prox-al", eps=1e-4)
+    assert res.status == "optimal"
+    assert res.extra["penalty_metric"] == "scalar"
+    assert not [r for r in res.ledger if "metric" in r["shapes"]]
+
+
 def test_hessian_metric_falls_back_to_scalar_for_a_nonsmooth_h():
     model = lcqp_test_model(2)
     model.regularize(0.01 * cp.norm1(model.variables[0]))

@@ -133,8 +133,9 @@ class ProxALOptions(RuntimeOptions):
         its ``d x d`` ``M_i`` -- second-order information about its data -- when it changes
         (evaluated at the start of each run of Algorithm 2 and after its rounds 4, 8, ...,
         128). It falls back to ``"scalar"`` when ``h`` is not
-        smooth or the server solves with cvxpy, and client by client when a backend has no
-        exact Hessian; ``res.extra["penalty_metric"]`` says which was used.
+        smooth, the server solves with cvxpy or the model has non-convex terms, and client
+        by client when a backend has no exact Hessian; ``res.extra["penalty_metric"]``
+        says which was used.
     metric_floor : float, optional
         ``M_i`` is made positive definite by adding ``metric_floor * max(diag M_i)``
         (default 1e-8).

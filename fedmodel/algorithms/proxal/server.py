@@ -621,9 +621,14 @@ def _balancing(options: ProxALOptions) -> tuple[float, float, int] | None:
 
 def penalty_metric(compiled: CompiledModel, options: ProxALOptions) -> str:
     """The ADMM penalty metric in effect: ``options.penalty_metric``, or ``"scalar"`` when
-    ``h`` is not smooth (its prox has no closed form under a full metric) or the server's
-    subproblem takes the cvxpy backend (cone constraints)."""
+    ``h`` is not smooth (its prox has no closed form under a full metric), the server's
+    subproblem takes the cvxpy backend (cone constraints), or the model has non-convex terms
+    (ADMM on a non-convex problem needs a penalty that dominates the negative curvature,
+    which residual balancing of a scalar rho provides; with the Hessian metric Algorithm 2
+    did not converge on seed 000 Table 3 with n = 10)."""
     if options.penalty_metric == "scalar" or not compiled.regularizer.is_smooth:
+        return "scalar"
+    if compiled.nonconvex:
         return "scalar"
     if compiled.server.cones or options.solver == "cvxpy":
         return "scalar"
