@@ -46,6 +46,7 @@ poll its tickets first (:attr:`Runtime.in_flight`).
 
 from __future__ import annotations
 
+import abc
 import signal
 import threading
 import time
@@ -110,7 +111,7 @@ class Ticket:
 
 
 # -- the server side -----------------------------------------------------------------------------
-class Runtime:
+class Runtime(abc.ABC):
     """Base of the runtimes: the ledger, rounds, failure policy and message exchange.
 
     Subclasses place the parties on hosts (``self._host_of``) and implement
@@ -567,7 +568,9 @@ class Runtime:
             self._pending_interrupt = False
 
     def _on_interrupt(self) -> None:
-        """Hook: tell busy workers to abandon their step (processes backend)."""
+        """Hook: tell busy workers to abandon their step (processes backend); the other
+        backends have nothing to tell."""
+        return None
 
     def _run_local(self, method: str, args: tuple) -> Any:
         """Call ``method`` of the parties hosted in this process, with the
@@ -605,13 +608,11 @@ class Runtime:
             groups.setdefault(self._host_of[n], []).append(n)
         return groups
 
+    @abc.abstractmethod
     def _map(self, calls: dict[Any, tuple[str, tuple]], steps: dict[Any, int]) -> dict[Any, Any]:
         """Call ``getattr(host, method)(*args)`` on each host; returns host -> result, or
         host -> :class:`HostDead` when the host died or hung (``steps`` = how many client
-        steps each call runs, to bound the wait)."""
-        raise NotImplementedError(
-            f"{type(self).__name__}._map: every runtime backend must define it"
-        )
+        steps each call runs, to bound the wait). Every backend defines it."""
 
     def _map_hosts(self, method: str, args_for: Callable[[list[str]], tuple]) -> dict[Any, Any]:
         groups = self._hosts_for(self.alive)

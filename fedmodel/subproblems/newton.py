@@ -234,11 +234,16 @@ class _State:
 
 
 def _trsv_solve(factor, g: np.ndarray) -> np.ndarray:
-    """``H^{-1} g`` from ``cho_factor``'s upper factor by two BLAS triangular solves
-    (several times faster than LAPACK's potrs for one right-hand side)."""
+    """``H^{-1} g`` from a ``cho_factor`` factor (see :func:`solve_upper`)."""
     U, lower = factor
     if lower:
         return la.cho_solve(factor, g, check_finite=False)
+    return solve_upper(U, g)
+
+
+def solve_upper(U: np.ndarray, g: np.ndarray) -> np.ndarray:
+    """``(U^T U)^{-1} g`` for ``cho_factor``'s upper factor ``U``, by two BLAS triangular
+    solves (several times faster than LAPACK's potrs for one right-hand side)."""
     y = blas.dtrsv(U, g, trans=1)
     return blas.dtrsv(U, y, trans=0, overwrite_x=1)
 
@@ -518,6 +523,12 @@ class NewtonSolver:
                 g += y * cg
                 comps.append((comp, img, y, cg))
         return _State(x, float(val), g, obj_img, act, comps)
+
+    @property
+    def constant_hessian(self) -> bool:
+        """True when the Hessian of the party terms is the same at every point (quadratic
+        terms and equalities only: no active set to change)."""
+        return self.quadratic and not self.G_in.shape[0]
 
     def hessian(self, x, mu, nu) -> np.ndarray:
         """The (generalised) Hessian at ``x`` of the party terms with multipliers ``mu``,

@@ -182,6 +182,8 @@ class ProxALClient(ClientHalf):
         ``metric_refresh`` in relative Frobenius norm. Returns True when ``M_i`` changed."""
         if self.metric != "hessian" or not hasattr(self.solver, "hessian"):
             return False
+        if self.M.source is not None and self.solver.constant_hessian:
+            return False  # (quadratic terms and equalities only: nothing to re-evaluate)
         ns = self.ns
         H = self.solver.hessian(x, [self.mu], [self.nu])[:ns, :ns]
         H[np.diag_indices(ns)] += self.prox_weight
@@ -330,11 +332,6 @@ class ProxALClient(ClientHalf):
             sigma_theta = self.theta_prox + self.rho
             theta_c = (self.theta_prox * self.theta_center + self.rho * theta) / sigma_theta
             center = np.concatenate([center, theta_c])
-            if np.ndim(sigma):  # (the same object while rho and M_i stay: cached factors)
-                if len(self._center_solve) == 4:
-                    full = _block_diagonal(sigma, np.full(theta.size, sigma_theta))
-                    self._center_solve = self._center_solve + (full,)
-                sigma = self._center_solve[4]
         self.problem.set(sigma=sigma, center=center, mu=[self.mu], nu=[self.nu])
         self.problem.cone[0] = self.cone
         report = self.solver.solve(self.u, float(tol), self.max_local_iter)
@@ -372,15 +369,19 @@ class ProxALClient(ClientHalf):
     def _local_quadratic(self, b: np.ndarray):
         """``(sigma, center)`` of the client step's quadratic ``(p/2)||u - w^k||^2 +
         <lambda, u> + (rho/2)||u - w||_M^2 = (1/2) u^T sigma u - b^T u + const`` on the shared
-        variables: ``sigma = p I + rho M`` (a scalar with the identity metric) and
-        ``center = sigma^(-1) b`` (one factorisation per metric and rho)."""
+        variables: ``sigma = p I + rho M`` (a scalar with the identity metric; with an own
+        block, block-diagonal with ``p + rho`` there) and ``center = sigma^(-1) b`` on the
+        shared block. One factorisation per metric and rho, and the same ``sigma`` object
+        meanwhile (the Newton backend keys its factors on it)."""
         p = self.prox_weight
         if self.M.is_identity:
             return p + self.rho, b / (p + self.rho)
         cached = self._center_solve
         if cached is None or cached[0] != self.rho or cached[1] is not self.M:
-            S = self.rho * self.M.matrix
-            S[np.diag_indices_from(S)] += p
+            n, n_own = self.ns, self.program.layout.size - self.ns
+            S = np.zeros((n + n_own, n + n_own))
+            S[:n, :n] = self.rho * self.M.matrix
+            S[np.diag_indices(n + n_own)] += p + np.r_[np.zeros(n), np.full(n_own, self.rho)]
             cached = (self.rho, self.M, S, shifted_solver(self.M, p, self.rho))
             self._center_solve = cached
         return cached[2], cached[3](b)
@@ -415,12 +416,3 @@ class ProxALClient(ClientHalf):
         if self.owned:  # the final write-back of the own block to the caller's variables
             out["owned"] = self.theta_at_w.copy()
         return out
-
-
-def _block_diagonal(A: np.ndarray, d: np.ndarray) -> np.ndarray:
-    """``[[A, 0], [0, diag(d)]]``."""
-    n, m = A.shape[0], d.size
-    out = np.zeros((n + m, n + m))
-    out[:n, :n] = A
-    out[np.arange(n, n + m), np.arange(n, n + m)] = d
-    return out

@@ -20,6 +20,8 @@ from __future__ import annotations
 import numpy as np
 from scipy.linalg import blas, cho_factor
 
+from fedmodel.subproblems.newton import solve_upper
+
 
 class PenaltyMetric:
     """A symmetric positive definite ``M`` on the shared variables (the identity when
@@ -84,13 +86,6 @@ def shifted_solver(metric: PenaltyMetric, shift: float, rho: float):
     S[np.diag_indices_from(S)] += shift
     upper = cho_factor(S, lower=False, check_finite=False)[0]
     return lambda v: solve_upper(upper, v)
-
-
-def solve_upper(U: np.ndarray, v: np.ndarray) -> np.ndarray:
-    """``(U^T U)^(-1) v`` by two BLAS triangular solves (for one right-hand side several
-    times faster than LAPACK's potrs, see the Newton backend)."""
-    y = blas.dtrsv(U, v, trans=1)
-    return blas.dtrsv(U, y, trans=0, overwrite_x=1)
 
 
 def hessian_metric(H: np.ndarray, floor: float) -> PenaltyMetric:

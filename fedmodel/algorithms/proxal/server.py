@@ -29,13 +29,13 @@ from fedmodel.algorithms.driver import run_federated
 from fedmodel.algorithms.protocol import ServerHalf, StepReport
 from fedmodel.algorithms.proxal.anderson import AndersonState
 from fedmodel.algorithms.proxal.client import ProxALClient
-from fedmodel.algorithms.proxal.metric import solve_upper
 from fedmodel.algorithms.proxal.options import ProxALOptions
 from fedmodel.compiler.partition import CompiledModel, PartyProgram
 from fedmodel.compiler.regularizer import Regularizer
 from fedmodel.runtime.base import Runtime
 from fedmodel.runtime.endpoints import EndpointFactory
 from fedmodel.subproblems.merit import MeritProblem
+from fedmodel.subproblems.newton import solve_upper
 from fedmodel.subproblems.select import make_solver
 
 #: outer iterations without a halving of max ||mu^(k+1) - mu^k|| before "diverging"
@@ -120,12 +120,12 @@ class ProxALServer(ServerHalf):
         # penalty_metric="hessian"; sent with every (re)start of Algorithm 2)
         self.metric = metric
         self.metrics: dict[str, np.ndarray] = {}
-        self._center_solve = None
-        self.set_rhos(rhos)
         self.proximal = proximal
         self.max_steps = options.max_outer if proximal else 1
         self.gamma = float(options.prox_beta) if options.prox_beta is not None else self.beta
         self.prox_weight = 1.0 / ((n_clients + 1) * self.gamma) if proximal else 0.0
+        self.n_own = program.layout.size - self.ns
+        self.set_rhos(rhos)
         self.problem = MeritProblem([program], self.beta, regularizer)
         self.solver = make_solver(self.problem, options.solver)
         self.mu = np.full(program.m_ineq, float(options.mu0))
@@ -413,9 +413,7 @@ class ProxALServer(ServerHalf):
         module); only the shared part is broadcast.
         """
         opts = self.options
-        sigma = self.sigma_shared()
         ns = self.ns
-        self._sigma_x = None
         w = w_center
         bound = np.inf
         residual = np.inf
@@ -435,20 +433,11 @@ class ProxALServer(ServerHalf):
             tol = max(min(eps, cap * tau) if cap > 0 else eps, floor)
             agg = sum(self.penalty(name, u) for name, u in u_tildes.items())
             center = self.center_of(self.prox_weight * w_center[:ns] + agg)
-            sigma_x = sigma
             if self.owned:
                 sigma_theta = self.prox_weight + self.rho_sum
                 theta_c = (self.prox_weight * w_center[ns:] + self.rho_sum * w[ns:]) / sigma_theta
                 center = np.concatenate([center, theta_c])
-                if np.ndim(sigma):
-                    sigma_x = np.zeros((sigma.shape[0] + theta_c.size,) * 2)
-                    sigma_x[: sigma.shape[0], : sigma.shape[0]] = sigma
-                    idx = np.arange(sigma.shape[0], sigma_x.shape[0])
-                    sigma_x[idx, idx] = sigma_theta
-                    self._sigma_x = sigma_x = (
-                        self._sigma_x if _same(self._sigma_x, sigma_x) else sigma_x
-                    )
-            self.problem.set(sigma=sigma_x, center=center, mu=[self.mu], nu=[self.nu])
+            self.problem.set(sigma=self.sigma, center=center, mu=[self.mu], nu=[self.nu])
             report = self.solver.solve(w, tol, opts.max_local_iter)  # server step (14)
             self.local_iterations += report.iterations
             residual = report.residual
@@ -469,8 +458,6 @@ class ProxALServer(ServerHalf):
                     self.set_rhos(new)
             if self.take_metrics(replies):  # refreshed Hessian metrics (penalty_metric)
                 changed = True
-            if changed:
-                sigma = self.sigma_shared()
             if aa is not None:
                 row = sum(np.asarray(r.payload["gram"], dtype=float) for r in replies.values())
                 alpha, reset = aa.observe(row, changed)
@@ -491,20 +478,6 @@ class ProxALServer(ServerHalf):
             if deadline is not None and time.perf_counter() > deadline:
                 return InnerOutcome(w, t + 1, bound, False, residual, timed_out=True)
         return InnerOutcome(w, opts.max_inner, bound, False, residual)
-
-    def sigma_shared(self):
-        """``p I + sum_i rho_i M_i`` (a scalar when every metric is the identity); the same
-        object until the penalties or metrics change (the backends key factorisations on
-        it)."""
-        P = self.penalty_sum
-        if np.ndim(P) == 0:
-            return self.prox_weight + P
-        cached = getattr(self, "_sigma_cache", None)
-        if cached is None or cached[0] is not P:
-            S = P.copy()
-            S[np.diag_indices_from(S)] += self.prox_weight
-            self._sigma_cache = cached = (P, S)
-        return cached[1]
 
     def diverging(self) -> str:
         """Monitor (adaptive variant): a message when the multipliers keep growing.
@@ -529,18 +502,30 @@ class ProxALServer(ServerHalf):
         """The clients' current ADMM penalties (changed by residual balancing)."""
         self.rhos = dict(rhos)
         self.rho_sum = float(sum(self.rhos.values()))
-        self._center_solve = None
-        if self.metrics:  # sum_i rho_i M_i (identity for clients without a metric)
-            S = np.zeros((self.ns, self.ns))
-            for name, rho in self.rhos.items():
-                M = self.metrics.get(name)
-                if M is None:
-                    S[np.diag_indices(self.ns)] += rho
-                else:
-                    S += rho * M
-            self.penalty_sum = S
-        else:
-            self.penalty_sum = self.rho_sum
+        self._center_factor = None
+        p = self.prox_weight
+        if not self.metrics:  # the scalar penalty: sigma = p + sum_i rho_i
+            self.sigma_shared = self.sigma = p + self.rho_sum
+            return
+        # the server step's quadratic: p I + sum_i rho_i M_i on the shared variables (the
+        # identity for clients without a metric) and p + sum_i rho_i on its own block; new
+        # objects only here, so the backends' factorisations keyed on them are reused
+        S = np.zeros((self.ns, self.ns))
+        for name, rho in self.rhos.items():
+            M = self.metrics.get(name)
+            if M is None:
+                S[np.diag_indices(self.ns)] += rho
+            else:
+                S += rho * M
+        S[np.diag_indices(self.ns)] += p
+        self.sigma_shared = S
+        self.sigma = S
+        if self.owned:
+            n = self.ns + self.n_own
+            self.sigma = np.zeros((n, n))
+            self.sigma[: self.ns, : self.ns] = S
+            own = np.arange(self.ns, n)
+            self.sigma[own, own] = p + self.rho_sum
 
     def penalty(self, name: str, v: np.ndarray) -> np.ndarray:
         """Client ``name``'s ADMM penalty applied to ``v``: ``rho_i M_i v``."""
@@ -550,12 +535,12 @@ class ProxALServer(ServerHalf):
     def center_of(self, b: np.ndarray) -> np.ndarray:
         """``(p I + sum_i rho_i M_i)^(-1) b``: the centre of the server step's quadratic
         (one factorisation per metric and penalties)."""
-        S = self.sigma_shared()
+        S = self.sigma_shared
         if np.ndim(S) == 0:
             return b / S
-        if self._center_solve is None:
-            self._center_solve = cho_factor(S, lower=False, check_finite=False)[0]
-        return solve_upper(self._center_solve, b)
+        if self._center_factor is None:
+            self._center_factor = cho_factor(S, lower=False, check_finite=False)[0]
+        return solve_upper(self._center_factor, b)
 
     def update_multipliers(self, w: np.ndarray) -> float:
         """mu_0^{k+1} = [mu_0^k + beta c_0(w^{k+1})]_+ (and nu_0 += beta a_0); returns the
@@ -571,10 +556,6 @@ class ProxALServer(ServerHalf):
             change = max(change, float(np.abs(step).max()))
             self.nu = self.nu + step
         return change
-
-
-def _same(a, b) -> bool:
-    return a is not None and a.shape == b.shape and np.array_equal(a, b)
 
 
 def _combine(outputs, latest, alpha, reset, keep):
