@@ -131,6 +131,31 @@ def test_paper_variant_keeps_the_published_defaults():
         np_model(1).solve(method="prox-al", variant="fast")
 
 
+def test_kkt_factor_bounds_the_returned_violation():
+    """Test (8) at ``kkt_factor[1] * eps2`` on ||mu^{k+1} - mu^k||_inf / beta bounds the
+    violation of every constraint at the returned w^{k+1} (where the multipliers were
+    updated): the returned point is feasible to ``kkt_factor[1] * eps2``, whatever the
+    stationarity half; a float factor scales both halves."""
+    model = np_model(3, r=0.3, seed=2)
+    violations = {}
+    for factors in ((1.0, 1.0), (0.01, 0.01), (0.01, 0.001), (0.1, 1e-4)):
+        res = model.solve(method="prox-al", eps=1e-3, kkt_factor=factors, history=False)
+        assert res.status == "optimal", factors
+        assert res.max_violation <= factors[1] * 1e-3 * (1 + 1e-9), factors
+        violations[factors] = res.max_violation
+    # the constraints are active: at eps itself the bound is not met by accident
+    assert violations[(1.0, 1.0)] > 1e-5
+
+
+def test_kkt_factor_is_validated():
+    opts = ProxALOptions(kkt_factor=0.05)
+    assert opts.kkt_factors == (0.05, 0.05)
+    assert ProxALOptions().kkt_factors == (0.01, 0.001)
+    for bad in (0.0, 2.0, (0.01, 0.0), (0.1, 0.1, 0.1)):
+        with pytest.raises(fm.ModelError, match="kkt_factor"):
+            np_model(1).solve(method="prox-al", kkt_factor=bad)
+
+
 def test_an_infeasible_model_says_diverging_well_before_max_outer():
     model = fm.Model("infeasible")
     w = model.variable(2, name="w")

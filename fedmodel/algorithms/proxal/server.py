@@ -111,10 +111,10 @@ class ProxALServer(ServerHalf):
         self.ns = program.layout.n_shared
         self.owned = program.layout.size > self.ns
         self.beta = float(options.beta)
-        # test (8)'s internal target, kkt_factor * eps; eps itself when any party has cone
+        # test (8)'s internal targets, kkt_factor * (eps1, eps2); eps itself when any party has cone
         # constraints (``conic``): their interior-point subproblems are accurate to ~1e-9, so a
         # target below eps only exhausts max_inner; the certificate checks eps in any case
-        self.kkt_factor = 1.0 if conic else float(options.kkt_factor)
+        self.kkt_factors = (1.0, 1.0) if conic else options.kkt_factors
         self.initial_rhos = dict(rhos)
         # the clients' metrics M_i of their ADMM penalties rho_i M_i (the identity unless
         # penalty_metric="hessian"; sent with every (re)start of Algorithm 2)
@@ -178,7 +178,7 @@ class ProxALServer(ServerHalf):
         if not self.proximal:
             return opts.eps1
         if opts.adaptive:
-            return max(opts.sbar * opts.tau_rate**k, 0.5 * self.kkt_factor * opts.eps1)
+            return max(opts.sbar * opts.tau_rate**k, 0.5 * self.kkt_factors[0] * opts.eps1)
         return opts.sbar / (k + 1) ** 2
 
     def step(self, runtime: Runtime, deadline: float | None) -> StepReport:
@@ -248,8 +248,11 @@ class ProxALServer(ServerHalf):
     def test8(self, dw: float, dmu: float, tau: float) -> bool:
         """Stopping test (8), at ``kkt_factor * (eps1, eps2)`` (1 in the paper variant)."""
         opts = self.options
-        target = opts.beta * self.kkt_factor
-        return dw + opts.beta * tau <= target * opts.eps1 and dmu <= target * opts.eps2
+        f1, f2 = self.kkt_factors
+        return (
+            dw + opts.beta * tau <= opts.beta * f1 * opts.eps1
+            and dmu <= opts.beta * f2 * opts.eps2
+        )
 
     def accelerate_outer(self, runtime, w_old, mu_in, nu_in, replies) -> None:
         """Anderson acceleration of Algorithm 1's outer iteration ``(w^k, mu^k) ->
