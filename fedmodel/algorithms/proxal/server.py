@@ -250,8 +250,7 @@ class ProxALServer(ServerHalf):
         opts = self.options
         f1, f2 = self.kkt_factors
         return (
-            dw + opts.beta * tau <= opts.beta * f1 * opts.eps1
-            and dmu <= opts.beta * f2 * opts.eps2
+            dw + opts.beta * tau <= opts.beta * f1 * opts.eps1 and dmu <= opts.beta * f2 * opts.eps2
         )
 
     def accelerate_outer(self, runtime, w_old, mu_in, nu_in, replies) -> None:
