@@ -476,3 +476,19 @@ def test_check_smooth_accepts_nonconvex_and_generic_affine_rejects_parameters():
     kernel = cp.Parameter(3, value=np.ones(3))
     with pytest.raises(NotSmoothError, match="Parameter"):
         compile_smooth(cp.sum(cp.convolve(kernel, w)), VariableLayout([w]))
+
+
+@pytest.mark.parametrize("sign", [1.0, -1.0])
+def test_glm_gram_upper_matches_the_full_gram_for_any_sign_of_the_weights(sign):
+    """The Newton backend's Hessian pieces: ``gram_upper`` (syrk, one or two) equals the
+    upper triangle of ``s^2 A^T diag(d) A`` also when ``d`` has negative entries (the
+    concave half of a difference-of-convex constraint)."""
+    from fedmodel.compiler.glm import GLMTerm
+
+    rng = np.random.default_rng(3)
+    A = rng.normal(size=(300, 12))
+    term = GLMTerm("logistic", A, np.zeros(300), np.ones(300), s=sign)
+    for d in (rng.random(300), rng.normal(size=300), -rng.random(300)):
+        full = (A.T * d) @ A
+        assert np.allclose(np.triu(term.gram_upper(d)), np.triu(full), atol=1e-10)
+        assert np.allclose(term.gram(d), full, atol=1e-10)

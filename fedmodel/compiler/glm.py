@@ -230,6 +230,12 @@ def phi_d2(kind: str, z: np.ndarray, M: float = 1.0) -> np.ndarray:
     return _phi(kind, z, M)[2]
 
 
+def _syrk_upper(A: np.ndarray, d: np.ndarray) -> np.ndarray:
+    """Upper triangle of ``A^T diag(d) A`` for ``d >= 0`` (BLAS syrk on ``sqrt(d) A``)."""
+    B = A * np.sqrt(d)[:, None]
+    return blas.dsyrk(1.0, B.T, trans=0, lower=0)  # B.T is Fortran-ordered: no copy
+
+
 @dataclass
 class GLMTerm:
     """``sum_k weights_k * phi(s A x + b)_k`` (``s`` = -1 keeps ``-(X @ w)`` without a
@@ -270,10 +276,13 @@ class GLMTerm:
     def gram_upper(self, d: np.ndarray) -> np.ndarray:
         """Like :meth:`gram`, but only the upper triangle is guaranteed (BLAS syrk on
         ``sqrt(d) A`` when ``d >= 0``: half the flops of the full product); for Cholesky."""
-        if sp.issparse(self.A) or d.size == 0 or d.min() < 0:
+        if sp.issparse(self.A) or d.size == 0:
             return self.gram(d)
-        B = self.A * np.sqrt(d)[:, None]
-        G = blas.dsyrk(1.0, B.T, trans=0, lower=0)  # B.T is Fortran-ordered: no copy
+        if d.min() < 0:  # (a difference of convex terms): A+^T D+ A+ - A-^T D- A-
+            neg = d < 0
+            G = _syrk_upper(self.A[~neg], d[~neg]) - _syrk_upper(self.A[neg], -d[neg])
+        else:
+            G = _syrk_upper(self.A, d)
         return G if self.s == 1.0 else (self.s * self.s) * G
 
     def dense_A(self) -> np.ndarray:
