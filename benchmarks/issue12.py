@@ -3,10 +3,12 @@ Algorithms 1-2 (variant="paper"), plain cvxpy, scipy SLSQP and the certified opt
 
     python benchmarks/issue12.py [--cases table1,table1-tight,np20,table2,table3]
                                  [--seeds K] [--time-limit S] [--ns 1,5,10,20]
+                                 [--ref-limit S]
 
 Every case solves the centralized reference and the external bars in the same process,
 right before the federated solves, so the ratios compare like with like. Rows accumulate
-in ``benchmarks/results_issue12.json`` (a run replaces the cases it ran) and
+in ``benchmarks/results_issue12.json`` (a run replaces the cases it ran; for Table 2 and
+3 only the data sets and ns it ran, so runs may be split, also across processes) and
 ``benchmarks/RESULTS_issue12.md`` is rebuilt from it. ``OPENBLAS_NUM_THREADS=1``; the
 1-minute load average is recorded with every row (the machine is shared).
 """
@@ -14,6 +16,7 @@ in ``benchmarks/results_issue12.json`` (a run replaces the cases it ran) and
 from __future__ import annotations
 
 import argparse
+import fcntl
 import json
 import os
 import platform
@@ -165,7 +168,7 @@ def case_table2(ns, time_limit, datasets=("breast_cancer", "monks", "adult"), sa
     return rows
 
 
-def case_table3(ns, time_limit):
+def case_table3(ns, time_limit, ref_limit=None, save=None):
     from fedmodel.reproduce.seed000 import fair_model, fairness_data
 
     rows = []
@@ -183,13 +186,19 @@ def case_table3(ns, time_limit):
             ("cprox-al", {"eps": 1e-6, "beta": 1e5, "sbar": 5e-7}),
         ):
             res, wall, _, err = timed(
-                model.solve, method=method, time_limit=3 * time_limit, history=False, **ref_opts
+                model.solve,
+                method=method,
+                time_limit=ref_limit or 3 * time_limit,
+                history=False,
+                **ref_opts,
             )
             ref = row_of(res, wall, err, None, method=f"{method} (reference, local)", **common)
             if ref["status"] == "optimal":
                 break
         fstar = ref.get("objective") if ref["status"] == "optimal" else None
         rows += [ref] + np_solves(model, fstar, common, time_limit, PAPER["table3"])
+        if save is not None:  # keep what is measured if the run is cut short
+            save(rows)
     return rows
 
 
@@ -340,19 +349,40 @@ def main(argv=None):
     ap.add_argument("--time-limit", type=float, default=120.0)
     ap.add_argument("--ns", default="1,5,10,20")
     ap.add_argument("--datasets", default="breast_cancer,monks,adult")
+    ap.add_argument(
+        "--ref-limit",
+        type=float,
+        default=None,
+        help="time limit of Table 3's reference solves (default 3x --time-limit)",
+    )
     args = ap.parse_args(argv)
     cases = [c for c in args.cases.split(",") if c]
     unknown = set(cases) - set(CASES)
     if unknown:
         ap.error(f"unknown cases {sorted(unknown)}; choose from {CASES}")
     ns = [int(x) for x in args.ns.split(",")]
-    rows = json.loads(JSON.read_text()) if JSON.exists() else []
     datasets = tuple(x for x in args.datasets.split(",") if x)
 
-    def save_partial(case, new):
-        kept = [r for r in rows if r.get("case") != case or r.get("data") not in datasets]
-        JSON.write_text(json.dumps(kept + new, indent=1, default=str))
-        write_md(kept + new)
+    def replaced(row, case) -> bool:
+        """Whether this run's ``case`` replaces an earlier ``row``: the same case and, for
+        the tables run per data set or per n, one of the data sets / ns of this run."""
+        if row.get("case") != case:
+            return False
+        if case == "table2":
+            return row.get("data") in datasets and row.get("n") in ns
+        if case == "table3":
+            return row.get("n") in ns
+        return True
+
+    def save(case, new):
+        # several runs (e.g. table3 n = 1,5 and n = 10,20 on two cores) may share the
+        # file: read, merge and write it under a lock
+        with open(JSON.with_suffix(".lock"), "w") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)
+            rows = json.loads(JSON.read_text()) if JSON.exists() else []
+            rows = [r for r in rows if not replaced(r, case)] + new
+            JSON.write_text(json.dumps(rows, indent=1, default=str))
+            write_md(rows)
 
     for case in cases:
         t0 = time.perf_counter()
@@ -363,20 +393,10 @@ def main(argv=None):
         elif case == "np20":
             new = case_np20(args.time_limit)
         elif case == "table2":
-            new = case_table2(
-                ns, args.time_limit, datasets, lambda new: save_partial("table2", new)
-            )
-            rows = [r for r in rows if r.get("case") != case or r.get("data") not in datasets]
-            rows += new
-            JSON.write_text(json.dumps(rows, indent=1, default=str))
-            write_md(rows)
-            print(f"{case}: {len(new)} rows in {time.perf_counter() - t0:.0f} s", flush=True)
-            continue
+            new = case_table2(ns, args.time_limit, datasets, lambda new: save("table2", new))
         else:
-            new = case_table3(ns, args.time_limit)
-        rows = [r for r in rows if r.get("case") != case] + new
-        JSON.write_text(json.dumps(rows, indent=1, default=str))
-        write_md(rows)
+            new = case_table3(ns, args.time_limit, args.ref_limit, lambda new: save("table3", new))
+        save(case, new)
         print(f"{case}: {len(new)} rows in {time.perf_counter() - t0:.0f} s", flush=True)
 
 
