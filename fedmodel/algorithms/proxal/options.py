@@ -61,9 +61,10 @@ class ProxALOptions(RuntimeOptions):
         Penalty parameter (Algorithm 1). Default 10 (paper) or 100 (adaptive).
     sbar : float, optional
         Inner tolerance scale: tau_k = sbar / (k + 1)^2 (paper), or
-        ``max(sbar * tau_rate^k, eps1 * kkt_factor / 2)`` (adaptive). Default ``100 * eps1``,
-        which is the paper's 0.1 at eps = 1e-3 and keeps the number of outer iterations needed by
-        (8) (tau_k <= eps1 requires k + 1 >= sqrt(sbar / eps1)) independent of eps.
+        ``max(sbar * tau_rate^k, eps1 * kkt_factor[0] / 2)`` (adaptive; the stationarity
+        factor). Default ``100 * eps1``, which is the paper's 0.1 at eps = 1e-3 and keeps the
+        number of outer iterations needed by (8) (tau_k <= eps1 requires
+        k + 1 >= sqrt(sbar / eps1)) independent of eps.
     tau_rate : float, optional
         Adaptive variant: geometric decrease of the inner tolerance (default 0.1). The
         paper's ``sbar/(k+1)^2`` forces about ``sqrt(sbar/eps1)`` outer iterations even when
