@@ -64,6 +64,8 @@ def test_demo_prints_table_and_names_plot(tmp_path, capsys):
     assert cli.main(["-q", "demo", "--plot", str(png)]) == 0
     out = capsys.readouterr().out
     assert "prox-al" in out and "centralized" in out
+    assert "prox-al at its defaults" in out
+    assert "status: prox-al optimal, centralized optimal" in out
     assert "relative objective difference" in out
     assert "communication rounds" in out and "wall time" in out
     assert f"convergence plot: {png.resolve()}" in out
