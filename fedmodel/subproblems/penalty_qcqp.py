@@ -164,10 +164,17 @@ def solve_penalty_qcqp(
         if grad @ step <= 0:  # not an ascent direction: projected gradient
             step = grad
         t = 1.0
+        res = _box_residual(grad, nu, c)
         while t > 1e-20:
             trial = np.clip(nu + t * step, 0.0, c)
-            if dual(trial)[0] >= h + 1e-4 * grad @ (trial - nu):
+            h_trial, grad_trial = dual(trial)[:2]
+            if h_trial >= h + 1e-4 * grad @ (trial - nu):
                 break
+            # near the optimum the dual value cannot resolve the increase (rounding): a
+            # full step that still reduces the box residual is taken (as the Newton backend)
+            if t == 1.0 and abs(h_trial - h) <= 1e-13 * max(1.0, abs(h)):
+                if _box_residual(grad_trial, trial, c) < res:
+                    break
             t *= 0.5
         if np.array_equal(trial, nu):
             break
