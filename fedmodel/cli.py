@@ -273,7 +273,6 @@ def _reference_method(model) -> str:
 # -- commands ---------------------------------------------------------------------------
 
 
-# seed 000 Table 2 (Neyman-Pearson): beta = 300, sbar = 1e-3, rho = 0.01
 #: ``fedmodel demo --variant paper``: seed 000 Algorithms 1-2 with its Table 2 settings
 _DEMO_PAPER_SETTINGS = {"variant": "paper", "beta": 300.0, "sbar": 1e-3, "rho": 0.01}
 
@@ -303,7 +302,7 @@ def cmd_demo(args) -> int:
         )
         + f", eps = {args.eps:g}"
     )
-    settings = dict(_DEMO_PAPER_SETTINGS) if args.variant == "paper" else {}
+    settings = _DEMO_PAPER_SETTINGS if args.variant == "paper" else {}
     t0 = time.perf_counter()
     res = _solve_with_progress(model, "prox-al", {"eps": args.eps, **settings}, args.quiet)
     t_fed = time.perf_counter() - t0

@@ -40,6 +40,19 @@ VARIANT_DEFAULTS = {
 PENALTY_METRICS = ("hessian", "scalar")
 
 
+def float_pair(name: str, value: Any) -> tuple[float, float]:
+    """``value`` (a float, or a pair such as ``eps = (eps1, eps2)``) as two floats; a
+    :class:`ModelError` naming the option otherwise."""
+    try:
+        if np.ndim(value) == 0:
+            return float(value), float(value)
+        if np.ndim(value) == 1 and len(value) == 2:
+            return float(value[0]), float(value[1])
+    except (TypeError, ValueError):
+        pass
+    raise ModelError(f"{name} must be a float or a pair of floats, got {value!r}")
+
+
 @dataclass
 class ProxALOptions(RuntimeOptions):
     """Options of ``prox-al`` (seed 000 Algorithm 1 + Algorithm 2) and ``cprox-al``.
@@ -216,24 +229,21 @@ class ProxALOptions(RuntimeOptions):
         if self.sbar is None:
             try:
                 self.sbar = 100.0 * self.eps1
-            except (TypeError, ValueError, IndexError):
+            except ModelError:
                 self.sbar = 0.1  # validate() reports the bad eps
 
     @property
     def eps1(self) -> float:
-        return float(self.eps[0] if np.ndim(self.eps) else self.eps)
+        return float_pair("eps", self.eps)[0]
 
     @property
     def eps2(self) -> float:
-        return float(self.eps[1] if np.ndim(self.eps) else self.eps)
+        return float_pair("eps", self.eps)[1]
 
     @property
     def kkt_factors(self) -> tuple[float, float]:
         """``kkt_factor`` as ``(stationarity, feasibility)``."""
-        f = self.kkt_factor
-        if np.ndim(f) == 1 and len(f) == 2:
-            return float(f[0]), float(f[1])
-        return float(f), float(f)
+        return float_pair("kkt_factor", self.kkt_factor)
 
     @property
     def adaptive(self) -> bool:
@@ -242,8 +252,7 @@ class ProxALOptions(RuntimeOptions):
     def validate(self, client_names: list[str]) -> None:
         if self.variant not in VARIANTS:
             raise ModelError(f"variant must be one of {VARIANTS}, got {self.variant!r}")
-        if np.ndim(self.eps) not in (0, 1) or (np.ndim(self.eps) == 1 and len(self.eps) != 2):
-            raise ModelError(f"eps must be a float or a pair (eps1, eps2), got {self.eps!r}")
+        float_pair("eps", self.eps)  # (raises on anything else)
         _positive("eps1", self.eps1)
         _positive("eps2", self.eps2)
         _positive("beta", self.beta)
@@ -253,11 +262,8 @@ class ProxALOptions(RuntimeOptions):
         if self.adaptive:
             if not 0 < self.tau_rate < 1:
                 raise ModelError(f"tau_rate must lie in (0, 1), got {self.tau_rate!r}")
-            f = self.kkt_factor
-            if np.ndim(f) not in (0, 1) or (np.ndim(f) == 1 and len(f) != 2):
-                raise ModelError(f"kkt_factor must be a float or a pair, got {f!r}")
             if not all(0 < v <= 1 for v in self.kkt_factors):
-                raise ModelError(f"kkt_factor must lie in (0, 1], got {f!r}")
+                raise ModelError(f"kkt_factor must lie in (0, 1], got {self.kkt_factor!r}")
             if self.rb_ratio <= 1 or self.rb_factor <= 1:
                 raise ModelError("rb_ratio and rb_factor must be > 1")
         if self.penalty_metric not in PENALTY_METRICS:
