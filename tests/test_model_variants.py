@@ -134,7 +134,9 @@ def test_result_record_is_json_and_complete():
         assert key in rec
     assert rec["history"][0]["constraints"]["s"]["ineq"]
     assert res.timing["solve"] > 0 and res.timing["compile"] >= 0
-    assert res.rounds["communication"] >= res.rounds["inner"] >= res.rounds["outer"] >= 1
+    # (an outer iteration may need no inner round: its start already meets tau_k)
+    assert res.rounds["communication"] >= res.rounds["inner"] + res.rounds["outer"]
+    assert res.rounds["outer"] >= 1
     text = str(res.compare(model.solve(method="centralized")))
     assert "relative objective difference" in text
     model.summary(print_=False)

@@ -53,6 +53,8 @@ class Message:
 def _size(v: Any) -> int:
     if isinstance(v, np.ndarray):
         return v.size
+    if isinstance(v, str):  # (a keyword such as inner="newton": not a float)
+        return 0
     if isinstance(v, (float, int)):
         return 1
     return int(np.size(v))

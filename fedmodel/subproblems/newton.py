@@ -541,6 +541,36 @@ class NewtonSolver:
         st = self._evaluate(x, 0.0, x, m_in, m_eq, mu, nu, h=False)
         return self._hessian(st, sigma=0.0, h=False)
 
+    def derivatives(self, x, mu, nu) -> tuple[float, np.ndarray, np.ndarray]:
+        """Value, gradient and (generalised) Hessian at ``x`` of the party terms with
+        multipliers ``mu``, ``nu`` (lists, one array per program): ``sum_p f_p`` + AL terms,
+        without the proximal term and ``h``; the Hessian is full (both triangles). prox-al's
+        federated Newton inner solver (``inner_solver="newton"``) asks each client for these.
+
+        The first call cross-checks value and gradient against the model's own evaluator,
+        as the first :meth:`solve` does; raises :class:`NotRecognised` when they disagree
+        (the caller then uses another method: this backend would hand over to L-BFGS).
+        """
+        if self._delegate is not None:
+            raise NotRecognised("the GLM form disagreed with the model's evaluator")
+        x = np.asarray(x, dtype=float)
+        m_in = self._multipliers(self.gather_in, mu)
+        m_eq = self._multipliers(self.gather_eq, nu)
+        st = self._evaluate(x, 0.0, x, m_in, m_eq, mu, nu, h=False)
+        if not self._verified:
+            val, g = 0.0, np.zeros(self.n)
+            for fn, m, v in zip(self.problem.functions, mu, nu):
+                fv, fg = fn.merit(x, m, v, self.problem.beta)
+                val, g = val + fv, g + fg
+            scale = max(1.0, abs(val), float(np.abs(g).max(initial=0.0)))
+            if abs(val - st.val) > 1e-8 * scale or np.abs(g - st.g).max(initial=0.0) > 1e-8 * scale:
+                self._disagree()
+                raise NotRecognised("the GLM form disagreed with the model's evaluator")
+            self._verified = True
+        H = np.triu(self._hessian(st, sigma=0.0, h=False))
+        H += np.triu(H, 1).T
+        return st.val, np.array(st.g, dtype=float), H
+
     def _hessian(self, st: _State, sigma=None, h: bool = True) -> np.ndarray:
         p = self.problem
         beta = p.beta

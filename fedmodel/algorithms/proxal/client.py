@@ -13,10 +13,19 @@ kind           payload in                         reply payload
 ``admm_w``     ``w`` (= w^{t+1}), ``tol``         ``u_tilde``, ``eps_tilde`` (eqs. 16-18),
                                                   ``rho`` (its current rho_i, when
                                                   residual balancing is on)
+``newton_w``   ``w`` (a trial point)              ``value``, ``grad`` of P_{i,k} at ``w``,
+                                                  ``hessian`` (when it changed)
 ``evaluate``   ``w``                              diagnostic: f_i, Lagrangian gradient,
                                                   feasibility, constraint values
 ``report``     (nothing)                          diagnostic: multipliers, local stats
 =============  =================================  =====================================
+
+With ``inner_solver="newton"`` (:mod:`fedmodel.algorithms.proxal.newton_inner`) the server
+adds ``inner="newton"`` to ``start``, ``outer`` and ``outer_aa``: the client then sets
+``w`` as the centre of its ``P_{i,k}`` and replies with the ``newton_w`` payload (value,
+gradient, Hessian at ``w``) in place of the ADMM initialisation; a client that cannot
+(no exact Hessians, own variables) replies ``newton = False`` with the reason to ``start``
+and the server runs Algorithm 2 instead.
 
 Party-owned variables (``client.variable``, epigraph auxiliaries) never travel: ``w``,
 ``u~_i`` and the Lagrangian gradient are the shared variables only. The client solves its
@@ -39,6 +48,7 @@ import numpy as np
 from fedmodel.algorithms.protocol import ClientHalf
 from fedmodel.algorithms.proxal.metric import PenaltyMetric, hessian_metric, shifted_solver
 from fedmodel.certificate.kkt import party_evaluation
+from fedmodel.compiler.glm import NotRecognised
 from fedmodel.compiler.partition import PartyProgram
 from fedmodel.subproblems.merit import MeritProblem
 from fedmodel.subproblems.select import make_solver
@@ -138,6 +148,7 @@ class ProxALClient(ClientHalf):
         self.admm_round = 0  # ADMM rounds since the last (re)start of Algorithm 2
         self.w_center: np.ndarray | None = None
         self.u = self.lam = self.u_tilde = None
+        self.newton_H: np.ndarray | None = None  # the Hessian last sent (inner_solver="newton")
         self.stats["max_residual_gap"] = 0.0
 
     # -- P_{i,k} and its gradient -----------------------------------------------------------
@@ -213,6 +224,7 @@ class ProxALClient(ClientHalf):
     state_fields = (
         "mu", "nu", "w_center", "u", "lam", "u_tilde", "theta_center", "theta_at_w", "cone",
         "cone_at_w", "rho", "M", "metric_changed", "w_last", "admm_round", "u_hat", "aa_out", "aa_res", "outer_mem",
+        "newton_H",
     )  # fmt: skip
     component_fields = ("solver",)  # the Newton backend's carried factor
 
@@ -231,10 +243,53 @@ class ProxALClient(ClientHalf):
             reply["metric"] = self.M.matrix
         return reply
 
-    def _on_start(self, w):
+    def _inner_start_reply(self, w, inner: str) -> dict:
+        """The reply that starts the next inner solve at ``w``: the ADMM initialisation, or
+        (``inner="newton"``) ``P_{i,k}``'s derivatives at its new centre ``w``."""
+        if inner != "newton":
+            return self._admm_start_reply(w)
+        self.w_center = np.asarray(w, dtype=float).copy()
+        return self._on_newton_w(w)
+
+    def newton_unsupported(self) -> str:
+        """Why this client cannot take part in the federated Newton inner solver ("" when
+        it can): it needs exact (generalised) Hessians of its terms."""
+        if self.owned:
+            return "it has its own variables"
+        if not hasattr(self.solver, "derivatives"):
+            return f"its subproblem backend ({self.solver.name}) has no exact Hessians"
+        return ""
+
+    def _on_start(self, w, inner: str = "admm"):
+        if inner == "newton":
+            why = self.newton_unsupported()
+            if why:
+                return {"newton": False, "why": why}
+            try:
+                return {"newton": True, **self._inner_start_reply(w, inner)}
+            except NotRecognised as exc:  # (the backend's GLM form failed its cross-check)
+                return {"newton": False, "why": str(exc)}
         return self._admm_start_reply(w)
 
-    def _on_outer(self, w):
+    def _on_newton_w(self, w):
+        """Value, gradient and Hessian of ``P_{i,k}`` (eq. 11: the merit terms plus this
+        party's share ``p ||w - w^k||^2 / 2`` of the proximal term) at ``w``; the Hessian
+        only when it differs from the one last sent (the server keeps that one)."""
+        w = np.asarray(w, dtype=float)
+        val, g, H = self.solver.derivatives(w, [self.mu], [self.nu])
+        p = self.prox_weight
+        d = w - self.w_center
+        val += 0.5 * p * float(d @ d)
+        g += p * d
+        H[np.diag_indices_from(H)] += p
+        self.stats["derivative_evaluations"] = self.stats.get("derivative_evaluations", 0) + 1
+        reply = {"value": float(val), "grad": g}
+        if self.newton_H is None or not np.array_equal(H, self.newton_H):
+            reply["hessian"] = H
+            self.newton_H = H
+        return reply
+
+    def _on_outer(self, w, inner: str = "admm"):
         w = np.asarray(w, dtype=float)
         # the outer iterate w^{k+1} is (w, theta at w): what eps~ was measured at
         dtheta = float(np.abs(self.theta_at_w - self.theta_center).max(initial=0.0))
@@ -249,7 +304,7 @@ class ProxALClient(ClientHalf):
             step = self.beta * ce
             dmu = max(dmu, float(np.abs(step).max()))
             self.nu = self.nu + step
-        reply = {"dmu_inf": dmu, **self._admm_start_reply(w)}
+        reply = {"dmu_inf": dmu, **self._inner_start_reply(w, inner)}
         if self.owned:  # test (8) on the own block, in the block metric (a scalar)
             reply["dtheta_scaled"] = self.beta * self.theta_prox * dtheta
         if self.outer_anderson:  # this client's block of the outer residual
@@ -259,7 +314,7 @@ class ProxALClient(ClientHalf):
             reply["gram"] = np.array([float(r @ q[0]) for q in self.outer_mem])
         return reply
 
-    def _on_outer_aa(self, w, alpha, reset):
+    def _on_outer_aa(self, w, alpha, reset, inner: str = "admm"):
         """Outer Anderson step: the multipliers become ``sum_j alpha_j`` of the last
         outputs (projected on mu >= 0), and Algorithm 2 restarts at the combined ``w``."""
         alpha = np.asarray(alpha, dtype=float)
@@ -269,7 +324,7 @@ class ProxALClient(ClientHalf):
             self.nu = sum(a * q[2] for a, q in zip(alpha, picked))
         if reset:
             self.outer_mem = []
-        return self._admm_start_reply(w)
+        return self._inner_start_reply(w, inner)
 
     def _aa_input(self, alpha, reset) -> None:
         """Anderson acceleration: this round's input (u~_i, lambda_i) is the combination

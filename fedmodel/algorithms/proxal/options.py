@@ -35,7 +35,10 @@ VARIANT_DEFAULTS = {
     "prox_beta": (1e4, None),
     "penalty_metric": ("hessian", "scalar"),
     "local_cap": (0.1, 0.0),
+    "inner_solver": ("auto", "admm"),
 }
+
+INNER_SOLVERS = ("auto", "newton", "admm")
 
 PENALTY_METRICS = ("hessian", "scalar")
 
@@ -183,6 +186,20 @@ class ProxALOptions(RuntimeOptions):
         the inner target tau_k, tighter local solves cannot change the test (19), which
         stays a valid bound on dist(0, d l_k) because it uses the server's measured
         residual and the clients' exact eps~_i (Theorem 4.1's proof).
+    inner_solver : {"auto", "newton", "admm"}, optional
+        How each outer iteration's subproblem ``min l_k`` is solved. ``"admm"``: Algorithm
+        2 (the paper; default of ``variant="paper"``). ``"newton"``: federated semismooth
+        Newton on ``l_k`` (:mod:`fedmodel.algorithms.proxal.newton_inner`): each round the
+        clients return ``P_{i,k}``'s value, gradient and Hessian (``d x d``, only when it
+        changed) at the server's point, the server steps along ``-H^(-1) g`` with an
+        Armijo line search, and the inner loop stops when the measured
+        ``||grad l_k||_inf <= tau_k`` (the same requirement Algorithm 2's bound (19)
+        certifies). It needs ``C^1`` terms with exact (generalised) Hessians: a smooth
+        ``h``, a convex model, no cone constraints or party-owned variables, the Newton
+        backend at every party. ``"auto"`` (default of the adaptive variant) picks Newton
+        when the model allows it and Algorithm 2 otherwise; ``res.extra["inner_solver"]``
+        says which ran (and ``"inner_solver_note"`` why not Newton). The ADMM options
+        (``rho``, ``anderson``, ``penalty_metric`` ...) apply to Algorithm 2 only.
     solver : {"auto", "lbfgs", "cvxpy"}
         Subproblem backend of every party.
     (and the runtime options below)
@@ -208,6 +225,7 @@ class ProxALOptions(RuntimeOptions):
     metric_floor: float = 1e-8
     metric_refresh: float = 0.0
     local_cap: float | None = None
+    inner_solver: str | None = None
     stall_rounds: int = 300
     q: float = 0.5
     mu0: float = 0.0
@@ -266,6 +284,10 @@ class ProxALOptions(RuntimeOptions):
                 raise ModelError(f"kkt_factor must lie in (0, 1], got {self.kkt_factor!r}")
             if self.rb_ratio <= 1 or self.rb_factor <= 1:
                 raise ModelError("rb_ratio and rb_factor must be > 1")
+        if self.inner_solver not in INNER_SOLVERS:
+            raise ModelError(
+                f"inner_solver must be one of {INNER_SOLVERS}, got {self.inner_solver!r}"
+            )
         if self.penalty_metric not in PENALTY_METRICS:
             raise ModelError(
                 f"penalty_metric must be one of {PENALTY_METRICS}, got {self.penalty_metric!r}"

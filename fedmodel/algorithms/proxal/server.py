@@ -14,6 +14,11 @@ The server half below holds only the server's program (``c_0``, server data, ``h
    ||mu_i^{k+1} - mu_i^k||_inf (with the next ADMM initialisation u~_i^0);
 4. stop on (8): ||w^{k+1} - w^k||_inf + beta tau_k <= beta eps1 and
    max_i ||mu_i^{k+1} - mu_i^k||_inf <= beta eps2.
+
+With ``inner_solver="newton"`` step 2 is a federated semismooth Newton method on l_k
+(:mod:`fedmodel.algorithms.proxal.newton_inner`) in place of Algorithm 2: each round the
+clients return P_{i,k}'s value, gradient and Hessian at the broadcast point, and the inner
+loop stops when the measured ||grad l_k||_inf <= tau_k.
 """
 
 from __future__ import annotations
@@ -29,9 +34,12 @@ from fedmodel.algorithms.driver import run_federated
 from fedmodel.algorithms.protocol import ServerHalf, StepReport
 from fedmodel.algorithms.proxal.anderson import AndersonState
 from fedmodel.algorithms.proxal.client import ProxALClient
+from fedmodel.algorithms.proxal.newton_inner import federated_newton
 from fedmodel.algorithms.proxal.options import ProxALOptions
+from fedmodel.compiler.glm import NotRecognised
 from fedmodel.compiler.partition import CompiledModel, PartyProgram
 from fedmodel.compiler.regularizer import Regularizer
+from fedmodel.errors import ModelError
 from fedmodel.runtime.base import Runtime
 from fedmodel.runtime.endpoints import EndpointFactory
 from fedmodel.subproblems.merit import MeritProblem
@@ -85,7 +93,7 @@ class ProxALServer(ServerHalf):
         "local_floor", "solver", "divergence_limit", "variant", "tau_rate", "kkt_factor",
         "adaptive_rho", "rb_ratio", "rb_factor", "rb_rounds", "relaxation", "monitor", "anderson",
         "outer_anderson", "prox_beta", "penalty_metric", "metric_floor", "metric_refresh",
-        "local_cap",
+        "local_cap", "inner_solver",
         "stall_rounds",
     )  # fmt: skip
     step_name = "outer iteration"
@@ -101,6 +109,7 @@ class ProxALServer(ServerHalf):
         x0: np.ndarray | None = None,
         conic: bool = False,
         metric: str = "scalar",
+        inner_solver: str = "admm",
     ):
         layout = program.layout
         owned_anywhere = layout.has_owned  # (the model's layout: any party's own variables)
@@ -145,16 +154,57 @@ class ProxALServer(ServerHalf):
         m_out = 0 if (owned_anywhere or not proximal) else int(options.outer_anderson)
         self.outer_aa = AndersonState(m_out) if m_out else None
         self.outer_mem: list[tuple] = []
+        # the inner solver: Algorithm 2 ("admm") or federated Newton ("newton"; the
+        # clients' Hessians as last sent, their sum, and the sums of their values and
+        # gradients at the current w^k, from the round that started the inner solve)
+        self.inner_mode = inner_solver
+        self.inner_note = ""
+        if inner_solver == "newton" and not (
+            hasattr(self.solver, "derivatives") or not self.problem.has_smooth_terms
+        ):
+            self.inner_mode = "admm"
+            self.inner_note = (
+                f"the server's subproblem backend ({self.solver.name}) has no Hessians"
+            )
+        self.client_hessians: dict[str, np.ndarray] = {}
+        self.hessian_sum: np.ndarray | None = None
+        self.seed: tuple[float, np.ndarray] | None = None
 
     # -- the protocol ------------------------------------------------------------------------
     def start(self, runtime: Runtime) -> None:
+        if self.inner_mode == "newton":
+            try:  # (the first call cross-checks the server's GLM form)
+                self.own_derivatives(self.x, self.x)
+            except NotRecognised as exc:
+                self.inner_mode, self.inner_note = "admm", f"the server: {exc}"
+        if self.inner_mode == "newton":
+            runtime.next_round()
+            replies = runtime.broadcast("start", {"w": self.x[: self.ns], "inner": "newton"})
+            why = [
+                f"client '{n}': {r.payload['why']}"
+                for n, r in replies.items()
+                if not r.payload["newton"]
+            ]
+            if not why:
+                self.take_starts(replies)
+                return
+            # a client cannot: Algorithm 2 for the whole run (one more round)
+            self.inner_mode, self.inner_note = "admm", "; ".join(why)
         runtime.next_round()
         replies = runtime.broadcast("start", {"w": self.x[: self.ns]})
         self.take_starts(replies)
 
+    def inner_payload(self) -> dict:
+        """What the messages that start an inner solve add for the inner solver."""
+        return {"inner": "newton"} if self.inner_mode == "newton" else {}
+
     def take_starts(self, replies) -> None:
-        """The clients' replies to a (re)start of Algorithm 2: ``u~_i^0`` and, with the
-        Hessian metric, their ``M_i`` (a client without exact Hessians keeps the identity)."""
+        """The clients' replies to a (re)start of the inner solver: with Algorithm 2,
+        ``u~_i^0`` and, with the Hessian metric, their ``M_i`` (a client without exact
+        Hessians keeps the identity); with Newton, their derivatives at ``w^k``."""
+        if self.inner_mode == "newton":
+            self.seed = self.take_derivatives(replies)
+            return
         self.u_tildes = {name: r.payload["u_tilde"] for name, r in replies.items()}
         self.take_metrics(replies)
 
@@ -185,7 +235,10 @@ class ProxALServer(ServerHalf):
         opts = self.options
         self.k = k = self.k + 1
         tau = self.tau(k)
-        outcome = self.inner(runtime, self.x, self.u_tildes, tau, deadline)
+        if self.inner_mode == "newton":
+            outcome = self.inner_newton(runtime, tau, deadline)
+        else:
+            outcome = self.inner(runtime, self.x, self.u_tildes, tau, deadline)
         self.inner_total += outcome.iterations
         w_new = outcome.w
         if not np.all(np.isfinite(w_new)) or np.abs(w_new).max() > opts.divergence_limit:
@@ -195,6 +248,18 @@ class ProxALServer(ServerHalf):
                     f"the iterates diverge (||w||_inf = {np.abs(w_new).max():.3g} at outer "
                     f"iteration {k}); the model is likely unbounded below. The last finite "
                     "iterate is returned."
+                ),
+            )
+        if outcome.stalled and self.inner_mode == "newton":
+            self.x = w_new
+            return StepReport(
+                info={"inner_iterations": outcome.iterations, "inner_bound": outcome.bound},
+                stop="stalled",
+                message=(
+                    f"the federated Newton inner solver stalled at outer iteration {k}: its "
+                    f"line search found no decrease of l_k (||grad l_k||_inf = "
+                    f"{outcome.bound:.3g}, target tau_k = {tau:.3g}); the values are probably "
+                    "at rounding level. Try inner_solver='admm' or a larger eps."
                 ),
             )
         if outcome.stalled:
@@ -217,7 +282,7 @@ class ProxALServer(ServerHalf):
             mu_in, nu_in = self.mu.copy(), self.nu.copy()
             dmu = self.update_multipliers(self.x)
             runtime.next_round()
-            replies = runtime.broadcast("outer", {"w": self.x[: self.ns]})
+            replies = runtime.broadcast("outer", {"w": self.x[: self.ns], **self.inner_payload()})
             dmu = max([dmu] + [float(r.payload["dmu_inf"]) for r in replies.values()])
             # test (8) on the clients' own blocks (one scalar each, see the client module)
             dw = max([dw] + [float(r.payload.get("dtheta_scaled", 0.0)) for r in replies.values()])
@@ -278,7 +343,8 @@ class ProxALServer(ServerHalf):
         if alpha.size or reset:
             runtime.next_round()
             out = runtime.broadcast(
-                "outer_aa", {"w": self.x[: self.ns], "alpha": alpha, "reset": reset}
+                "outer_aa",
+                {"w": self.x[: self.ns], "alpha": alpha, "reset": reset, **self.inner_payload()},
             )
             self.take_starts(out)
 
@@ -324,6 +390,10 @@ class ProxALServer(ServerHalf):
             "aa_rejections": self.aa_rejections,
             "outer_aa": None if self.outer_aa is None else dict(vars(self.outer_aa)),
             "outer_mem": list(self.outer_mem),
+            "inner_mode": self.inner_mode,
+            "inner_note": self.inner_note,
+            "client_hessians": dict(self.client_hessians),
+            "seed": self.seed,
         }
 
     def set_state(self, state: dict) -> None:
@@ -345,6 +415,11 @@ class ProxALServer(ServerHalf):
         if self.outer_aa is not None:
             vars(self.outer_aa).update(state["outer_aa"])
         self.outer_mem = list(state["outer_mem"])
+        self.inner_mode = state.get("inner_mode", self.inner_mode)
+        self.inner_note = state.get("inner_note", "")
+        self.client_hessians = dict(state.get("client_hessians", {}))
+        self.hessian_sum = sum(self.client_hessians.values()) if self.client_hessians else None
+        self.seed = state.get("seed")
 
     def resume_key(self) -> dict:
         key = super().resume_key()
@@ -358,7 +433,10 @@ class ProxALServer(ServerHalf):
             "variant": self.options.variant,
             "rho": dict(self.rhos),
             "penalty_metric": self.metric,
+            "inner_solver": self.inner_mode,
         }
+        if self.inner_note:
+            out["inner_solver_note"] = self.inner_note
         if self.anderson:
             out["anderson_rejections"] = self.aa_rejections
         if self.outer_aa is not None:
@@ -480,6 +558,60 @@ class ProxALServer(ServerHalf):
             if deadline is not None and time.perf_counter() > deadline:
                 return InnerOutcome(w, t + 1, bound, False, residual, timed_out=True)
         return InnerOutcome(w, opts.max_inner, bound, False, residual)
+
+    def take_derivatives(self, replies) -> tuple[float, np.ndarray]:
+        """The clients' ``P_{i,k}`` derivatives: keep the Hessians they sent (a client
+        sends one only when it changed) and return the sums of their values and
+        gradients."""
+        new = {n: r.payload["hessian"] for n, r in replies.items() if "hessian" in r.payload}
+        if new:
+            self.client_hessians = {**self.client_hessians, **new}
+            self.hessian_sum = sum(
+                np.asarray(H, dtype=float) for H in self.client_hessians.values()
+            )
+        val = sum(float(r.payload["value"]) for r in replies.values())
+        grad = sum(np.asarray(r.payload["grad"], dtype=float) for r in replies.values())
+        return val, grad
+
+    def own_derivatives(self, w: np.ndarray, w_center: np.ndarray):
+        """Value, gradient and Hessian at ``w`` of the server's share of ``l_k``:
+        ``P_{0,k}`` (its terms with ``mu_0``, its share of the proximal term about
+        ``w_center``) plus ``h`` (smooth here)."""
+        n = w.size
+        if self.problem.has_smooth_terms:
+            val, g, H = self.solver.derivatives(w, [self.mu], [self.nu])
+        else:  # no server terms: h and the proximal share only
+            val, g, H = 0.0, np.zeros(n), np.zeros((n, n))
+        reg = self.problem.regularizer
+        if not reg.is_zero:  # (a sum of squares: smooth)
+            val += reg.value(w)
+            g = g + reg.smooth_grad(w)
+            H[np.diag_indices(n)] += reg.smooth_grad(np.ones(n))
+        p = self.prox_weight
+        d = w - w_center
+        H[np.diag_indices(n)] += p
+        return val + 0.5 * p * float(d @ d), g + p * d, H
+
+    def inner_newton(self, runtime: Runtime, tau: float, deadline: float | None) -> InnerOutcome:
+        """Step 2 with ``inner_solver="newton"``: federated semismooth Newton on ``l_k``
+        from ``w^k``, whose client derivatives came with the round that set up ``l_k``
+        (``start``, ``outer`` or ``outer_aa``); one round per trial point."""
+        w_center = self.x
+
+        def evaluate(w):
+            runtime.next_round()
+            replies = runtime.broadcast("newton_w", {"w": w})
+            val, grad = self.take_derivatives(replies)
+            v0, g0, H0 = self.own_derivatives(w, w_center)
+            return val + v0, grad + g0, self.hessian_sum + H0
+
+        v0, g0, H0 = self.own_derivatives(w_center, w_center)
+        start = (w_center, self.seed[0] + v0, self.seed[1] + g0, self.hessian_sum + H0)
+        out = federated_newton(evaluate, start, tau, int(self.options.max_inner), deadline)
+        return InnerOutcome(
+            out.w, out.rounds, out.residual, out.satisfied, out.residual,
+            timed_out=out.timed_out, stalled=out.stalled,
+        )  # fmt: skip
 
     def diverging(self) -> str:
         """Monitor (adaptive variant): a message when the multipliers keep growing.
@@ -618,6 +750,36 @@ def penalty_metric(compiled: CompiledModel, options: ProxALOptions) -> str:
     return str(options.penalty_metric)
 
 
+def inner_solver(
+    compiled: CompiledModel, options: ProxALOptions, proximal: bool
+) -> tuple[str, str]:
+    """The inner solver of each outer iteration and, when ``"auto"`` does not pick
+    Newton, why: ``("newton", "")`` when the model allows federated Newton on ``l_k``
+    (:mod:`~fedmodel.algorithms.proxal.newton_inner`: ``C^1`` terms with generalised
+    Hessians), else ``("admm", reason)`` (Algorithm 2). ``inner_solver="newton"`` on a
+    model that does not allow it is a :class:`ModelError`; a client whose backend turns out
+    to have no Hessians switches the run to Algorithm 2 at its start (``res.extra``)."""
+    choice = options.inner_solver
+    if choice == "admm":
+        return "admm", ""
+    why = ""
+    if not proximal:
+        why = "method 'admm' is Algorithm 2 itself"
+    elif compiled.layout.has_owned:
+        why = "parties own variables (their blocks never travel)"
+    elif not compiled.regularizer.is_smooth:
+        why = "h is not smooth"
+    elif compiled.nonconvex:
+        why = "the model has non-convex terms (indefinite Hessians)"
+    elif compiled.conic_parties():
+        why = "parties have cone constraints (no Hessians)"
+    elif options.solver not in ("auto", "newton"):
+        why = f"solver={options.solver!r} (Newton derivatives need the Newton backend)"
+    if why and choice == "newton":
+        raise ModelError(f"inner_solver='newton' is not available: {why}; use inner_solver='admm'")
+    return ("admm", why) if why else ("newton", "")
+
+
 def _client_factories(compiled: CompiledModel, options: ProxALOptions, rhos, proximal):
     n = compiled.n_clients
     x0 = starting_point(compiled, options.w0, options.random_state)
@@ -668,6 +830,7 @@ def run_prox_al(
     options.validate(names)
     rhos = options.rho_per_client(names)
     x0 = starting_point(compiled, options.w0, options.random_state)
+    mode, note = inner_solver(compiled, options, proximal)
     server = ProxALServer(
         compiled.server,
         compiled.regularizer,
@@ -678,6 +841,8 @@ def run_prox_al(
         x0,
         conic=bool(compiled.conic_parties()),
         metric=penalty_metric(compiled, options),
+        inner_solver=mode,
     )
+    server.inner_note = server.inner_note or note
     factories = _client_factories(compiled, options, rhos, proximal)
     return run_federated(compiled, options, method, server, factories, faults=faults)

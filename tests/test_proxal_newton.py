@@ -1,0 +1,200 @@
+"""prox-al's federated Newton inner solver (``inner_solver="newton"``, issue 12): the loop's
+guarantees, the derivatives the clients send, when it runs, and its answers against the
+centralized optimum."""
+
+import cvxpy as cp
+import numpy as np
+import pytest
+from problems import lcqp_test_model, np_model
+
+import fedmodel as fm
+from fedmodel.algorithms.proxal.newton_inner import federated_newton, newton_direction
+from fedmodel.subproblems.merit import MeritProblem
+from fedmodel.subproblems.newton import NewtonSolver
+
+
+def _logistic_problem(seed=0, n=200, d=5):
+    rng = np.random.default_rng(seed)
+    A = rng.normal(size=(n, d))
+    y = np.sign(rng.normal(size=n) + A[:, 0])
+
+    def evaluate(w):
+        z = -y * (A @ w)
+        val = float(np.logaddexp(0.0, z).sum() / n + 0.5e-3 * w @ w)
+        s = 1.0 / (1.0 + np.exp(-z))
+        g = A.T @ (-y * s) / n + 1e-3 * w
+        H = (A * (s * (1 - s))[:, None]).T @ A / n + 1e-3 * np.eye(d)
+        return val, g, H
+
+    return evaluate, d
+
+
+def test_federated_newton_reaches_tau_with_monotone_values():
+    evaluate, d = _logistic_problem()
+    accepted, seen = [], []
+
+    def counted(w):
+        out = evaluate(w)
+        seen.append(out[0])
+        return out
+
+    w0 = np.zeros(d)
+    out = federated_newton(counted, (w0, *evaluate(w0)), tau=1e-10, max_rounds=50)
+    assert out.satisfied and out.residual <= 1e-10
+    assert out.rounds == len(seen)  # one evaluation (round) per trial point
+    # the returned residual is the gradient measured at the returned point
+    assert np.abs(evaluate(out.w)[1]).max() == pytest.approx(out.residual, abs=1e-16)
+    # never a point with a larger value than the start; Newton: few rounds
+    assert evaluate(out.w)[0] <= evaluate(w0)[0]
+    assert out.rounds <= 10
+    del accepted
+
+
+def test_line_search_globalises_a_newton_step_that_would_diverge():
+    # f(w) = sum sqrt(1 + w^2): pure Newton from |w| > 1 diverges (w -> -w^3)
+    def evaluate(w):
+        r = np.sqrt(1 + w * w)
+        return float(r.sum()), w / r, np.diag(1 / r**3)
+
+    w0 = np.array([3.0, -2.0])
+    values = []
+
+    def counted(w):
+        out = evaluate(w)
+        values.append(out[0])
+        return out
+
+    out = federated_newton(counted, (w0, *evaluate(w0)), tau=1e-9, max_rounds=100)
+    assert out.satisfied and np.abs(out.w).max() <= 1e-9
+    assert out.backtracks > 0  # the full step was rejected at least once
+    # accepted values decrease: each accepted point is below the starting value
+    assert max(values) > evaluate(w0)[0]  # (some trial overshot...)
+    assert evaluate(out.w)[0] < evaluate(w0)[0]  # (...but none was accepted)
+
+
+def test_federated_newton_stops_at_the_round_limit_with_the_last_accepted_point():
+    evaluate, d = _logistic_problem(seed=1)
+    w0 = np.zeros(d)
+    out = federated_newton(evaluate, (w0, *evaluate(w0)), tau=1e-14, max_rounds=2)
+    assert not out.satisfied and out.rounds == 2 and not out.stalled
+    assert out.residual == pytest.approx(float(np.abs(evaluate(out.w)[1]).max()))
+
+
+def test_newton_direction_is_a_descent_direction_for_singular_and_indefinite_H():
+    rng = np.random.default_rng(3)
+    g = rng.normal(size=4)
+    for H in (np.zeros((4, 4)), np.diag([1.0, 0.0, 0.0, 2.0]), np.diag([1.0, -1.0, 2.0, 3.0])):
+        d = newton_direction(H, g)
+        assert np.all(np.isfinite(d)) and g @ d < 0
+
+
+def test_newton_backend_derivatives_match_finite_differences():
+    """What a client sends: value, gradient and the full (both triangles) generalised
+    Hessian of its merit terms, at multipliers that make some constraints active."""
+    model = np_model(1, seed=4)
+    program = model.compile().clients[0]
+    problem = MeritProblem([program], beta=10.0)
+    solver = NewtonSolver(problem)
+    rng = np.random.default_rng(0)
+    mu = [np.array([0.7])]
+    nu = [np.zeros(0)]
+    x = rng.normal(size=problem.n) * 0.3
+    val, g, H = solver.derivatives(x, mu, nu)
+    assert np.allclose(H, H.T)
+    ref_val, ref_g = program.functions.merit(x, mu[0], nu[0], 10.0)
+    assert val == pytest.approx(ref_val, rel=1e-12) and np.allclose(g, ref_g, atol=1e-12)
+    h = 1e-6
+    for j in range(problem.n):
+        e = np.zeros(problem.n)
+        e[j] = h
+        col = (solver.derivatives(x + e, mu, nu)[1] - solver.derivatives(x - e, mu, nu)[1]) / (
+            2 * h
+        )
+        assert np.allclose(H[:, j], col, atol=1e-5)
+
+
+def test_default_prox_al_uses_newton_on_smooth_models_and_matches_centralized():
+    model = np_model(4, seed=2)
+    ref = model.solve(method="centralized", eps=1e-8)
+    res = model.solve(method="prox-al")
+    assert res.extra["inner_solver"] == "newton"
+    assert res.status == "optimal"
+    assert abs(res.objective - ref.objective) <= 1e-3 * abs(ref.objective)
+    assert res.max_violation <= 1e-3 * 1e-3 * (1 + 1e-9)  # kkt_factor's feasibility half
+    for row in res.history:  # the inner loop's bound is the measured ||grad l_k||_inf
+        assert row["inner_bound"] <= row["tau"]
+    # the same iteration with Algorithm 2 as the inner solver needs more rounds
+    admm = model.solve(method="prox-al", inner_solver="admm")
+    assert admm.extra["inner_solver"] == "admm" and admm.status == "optimal"
+    assert res.rounds["communication"] < admm.rounds["communication"]
+
+
+def test_newton_inner_on_a_qp_matches_cvxpy():
+    model = lcqp_test_model(3, d=12, m=3, seed=1)
+    ref = model.solve(method="centralized", eps=1e-9)
+    res = model.solve(method="prox-al", eps=1e-6, inner_solver="newton")
+    assert res.status == "optimal" and res.extra["inner_solver"] == "newton"
+    assert abs(res.objective - ref.objective) <= 1e-6 * max(1.0, abs(ref.objective))
+
+
+def test_a_quadratic_client_sends_its_hessian_only_when_it_changes():
+    model = lcqp_test_model(3, d=8, m=2, seed=0)
+    res = model.solve(method="prox-al", inner_solver="newton")
+    d = res.x.size
+    replies = [
+        r
+        for r in res.ledger
+        if r["channel"] == "algorithm"
+        and r["kind"].endswith("_reply")
+        and r["kind"] != "evaluate_reply"
+    ]
+    with_h = [r for r in replies if "hessian" in dict(r["shapes"])]
+    assert with_h and len(with_h) < len([r for r in replies if "grad" in dict(r["shapes"])])
+    for r in with_h:
+        assert tuple(dict(r["shapes"])["hessian"]) == (d, d)
+
+
+def test_newton_messages():
+    model = np_model(3, seed=3)
+    res = model.solve(method="prox-al", eps=1e-3)
+    d = res.x.size
+    algo = [r for r in res.ledger if r["channel"] == "algorithm"]
+    kinds = {r["kind"] for r in algo}
+    assert {"start", "newton_w", "outer"} <= kinds and "admm_w" not in kinds
+    for r in algo:
+        shapes = dict(r["shapes"])
+        if r["kind"] == "newton_w":  # down: the point only
+            assert set(shapes) == {"w"} and tuple(shapes["w"]) == (d,)
+        if r["kind"] == "newton_w_reply":  # up: value, gradient, Hessian (when changed)
+            assert set(shapes) - {"hessian"} == {"value", "grad"}
+
+
+def test_auto_falls_back_to_admm_and_says_why():
+    base = np_model(2, seed=1)
+    w = base.variables[0]
+    base.regularize(0.01 * cp.norm1(w))  # a non-smooth h
+    res = base.solve(method="prox-al")
+    assert res.extra["inner_solver"] == "admm"
+    assert "h is not smooth" in res.extra["inner_solver_note"]
+    with pytest.raises(
+        fm.ModelError, match="inner_solver='newton' is not available: h is not smooth"
+    ):
+        base.solve(method="prox-al", inner_solver="newton")
+    with pytest.raises(fm.ModelError, match="inner_solver must be one of"):
+        base.solve(method="prox-al", inner_solver="bfgs")
+
+
+def test_a_client_without_hessians_switches_the_run_to_admm():
+    """A client whose terms the Newton backend does not recognise (L-BFGS) says so in its
+    ``start`` reply; the server runs Algorithm 2 from the same start and reports why."""
+    model = np_model(2, seed=5)
+    w = model.variables[0]
+    extra = model.client("extra")
+    A = extra.data(np.random.default_rng(0).normal(size=(6, w.size)), name="A")
+    extra.minimize(0.1 * cp.log_sum_exp(A @ w), name="soft max")
+    ref = model.solve(method="centralized", eps=1e-8)
+    res = model.solve(method="prox-al")
+    assert res.extra["inner_solver"] == "admm"
+    assert "client 'extra'" in res.extra["inner_solver_note"]
+    assert res.status == "optimal"
+    assert abs(res.objective - ref.objective) <= 1e-3 * max(1.0, abs(ref.objective))
