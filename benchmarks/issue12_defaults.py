@@ -73,6 +73,8 @@ def problems() -> dict:
             )
     out["synthetic NP, n = 3"] = lambda: synthetic_np(3)
     out["small LCQP, n = 3"] = lambda: lcqp_model(lcqp_instance(3, 10, 2, random_state=0))
+    # (objective ~ 2.5e3: multipliers far larger than beta times the violation)
+    out["LCQP d = 12, m = 3, n = 3"] = lambda: lcqp_model(lcqp_instance(3, 12, 3, random_state=1))
     return out
 
 

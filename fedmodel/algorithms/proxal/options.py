@@ -40,6 +40,13 @@ VARIANT_DEFAULTS = {
 
 INNER_SOLVERS = ("auto", "newton", "admm")
 
+#: adaptive defaults that depend on the inner solver that runs (the values above are
+#: Algorithm 2's): with Newton, whose rounds do not grow with the penalty's conditioning, a
+#: larger beta and a longer proximal step took fewer rounds and less time
+#: (benchmarks/issue12_defaults.py: geometric mean 34 rounds against 37, 2.4 s against 3.6 s
+#: over its 10 problems)
+NEWTON_DEFAULTS = {"beta": 300.0, "prox_beta": 1e5}
+
 PENALTY_METRICS = ("hessian", "scalar")
 
 
@@ -74,7 +81,8 @@ class ProxALOptions(RuntimeOptions):
         (8), so that ``"optimal"`` comes with a small objective gap, not just KKT
         residuals below ``eps`` (see docs/performance.md).
     beta : float, optional
-        Penalty parameter (Algorithm 1). Default 10 (paper) or 100 (adaptive).
+        Penalty parameter (Algorithm 1). Default 10 (paper) or, adaptive, 100 with
+        Algorithm 2 as the inner solver and 300 with Newton (``inner_solver``).
     sbar : float, optional
         Inner tolerance scale: tau_k = sbar / (k + 1)^2 (paper), or
         ``max(sbar * tau_rate^k, eps1 * kkt_factor[0] / 2)`` (adaptive; the stationarity
@@ -137,15 +145,19 @@ class ProxALOptions(RuntimeOptions):
         The proximal step size of Algorithm 1's outer iteration, ``||w - w^k||^2 /
         (2 prox_beta)`` split over the parties, decoupled from the penalty ``beta`` (the
         proximal method of multipliers in the metric ``diag(1/prox_beta, 1/beta)``; test (8)
-        uses ``||w^{k+1} - w^k|| / prox_beta``). Default: 1e4 (adaptive: a long proximal
-        step moves fast along the flat directions of logistic losses on one-hot data, while
-        the penalty beta = 100 keeps the inner ADMM well conditioned), ``beta``
-        (paper: Algorithm 1).
+        uses ``||w^{k+1} - w^k|| / prox_beta``). Default: adaptive, 1e4 with Algorithm 2
+        (a long proximal step moves fast along the flat directions of logistic losses on
+        one-hot data, while the penalty beta = 100 keeps the inner ADMM well conditioned)
+        and 1e5 with the Newton inner solver; ``beta`` (paper: Algorithm 1).
     outer_anderson : int, optional
         Memory of the same safeguarded Anderson acceleration applied to Algorithm 1's
         outer iteration ``(w^k, mu^k) -> (w^{k+1}, mu^{k+1})`` (a proximal point map):
         5 (adaptive) or 0 (paper). Costs one more round (``outer_aa``) per accelerated
-        outer iteration. Off with party-owned variables.
+        outer iteration, and saves many where the multipliers are large (without it the
+        Newton inner solver took 27 rounds in geometric mean over
+        benchmarks/issue12_defaults.py's problems against 34, but the method of
+        multipliers crawled on an LCQP whose multipliers are ~100 beta). Off with
+        party-owned variables.
     penalty_metric : {"hessian", "scalar"}, optional
         The metric of Algorithm 2's penalty (:mod:`fedmodel.algorithms.proxal.metric`):
         ``"scalar"`` (the paper: ``(rho_i/2)||u_i - w||^2``) or ``"hessian"`` (adaptive
@@ -239,6 +251,8 @@ class ProxALOptions(RuntimeOptions):
     divergence_limit: float = 1e10
 
     def __post_init__(self) -> None:
+        # the options left to their defaults (resolve_inner may change those)
+        self._defaulted = {name for name in VARIANT_DEFAULTS if getattr(self, name) is None}
         if self.variant in VARIANTS:
             pick = 0 if self.variant == "adaptive" else 1
             for name, values in VARIANT_DEFAULTS.items():
@@ -249,6 +263,15 @@ class ProxALOptions(RuntimeOptions):
                 self.sbar = 100.0 * self.eps1
             except ModelError:
                 self.sbar = 0.1  # validate() reports the bad eps
+
+    def resolve_inner(self, inner: str) -> None:
+        """Set the adaptive defaults that depend on the inner solver that runs
+        (:data:`NEWTON_DEFAULTS` when ``inner == "newton"``); options the user gave are
+        kept."""
+        if self.adaptive and inner == "newton":
+            for name, value in NEWTON_DEFAULTS.items():
+                if name in getattr(self, "_defaulted", ()):
+                    setattr(self, name, value)
 
     @property
     def eps1(self) -> float:

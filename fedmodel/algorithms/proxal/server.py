@@ -827,10 +827,11 @@ def run_prox_al(
     """
     proximal = method == "prox-al"
     names = [c.name for c in compiled.clients]
+    mode, note = inner_solver(compiled, options, proximal)
+    options.resolve_inner(mode)
     options.validate(names)
     rhos = options.rho_per_client(names)
     x0 = starting_point(compiled, options.w0, options.random_state)
-    mode, note = inner_solver(compiled, options, proximal)
     server = ProxALServer(
         compiled.server,
         compiled.regularizer,
