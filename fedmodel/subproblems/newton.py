@@ -544,8 +544,10 @@ class NewtonSolver:
     def derivatives(self, x, mu, nu) -> tuple[float, np.ndarray, np.ndarray]:
         """Value, gradient and (generalised) Hessian at ``x`` of the party terms with
         multipliers ``mu``, ``nu`` (lists, one array per program): ``sum_p f_p`` + AL terms,
-        without the proximal term and ``h``; the Hessian is full (both triangles). prox-al's
-        federated Newton inner solver (``inner_solver="newton"``) asks each client for these.
+        without the proximal term and ``h``; the Hessian is full (both triangles) and
+        read-only: on a (piecewise) quadratic problem the same array is returned while the
+        active set repeats. prox-al's federated Newton inner solver
+        (``inner_solver="newton"``) asks each client for these.
 
         The first call cross-checks value and gradient against the model's own evaluator,
         as the first :meth:`solve` does; raises :class:`NotRecognised` when they disagree
@@ -567,9 +569,19 @@ class NewtonSolver:
                 self._disagree()
                 raise NotRecognised("the GLM form disagreed with the model's evaluator")
             self._verified = True
+        g = np.array(st.g, dtype=float)
+        key = None
+        if self.quadratic:  # the Hessian is a function of the active set (and beta)
+            key = (self.problem.beta, None if st.act is None else st.act.tobytes())
+            cached = getattr(self, "_derivative_hessian", None)
+            if cached is not None and cached[0] == key:
+                return st.val, g, cached[1]
         H = np.triu(self._hessian(st, sigma=0.0, h=False))
         H += np.triu(H, 1).T
-        return st.val, np.array(st.g, dtype=float), H
+        H.setflags(write=False)
+        if key is not None:
+            self._derivative_hessian = (key, H)
+        return st.val, g, H
 
     def _hessian(self, st: _State, sigma=None, h: bool = True) -> np.ndarray:
         p = self.problem

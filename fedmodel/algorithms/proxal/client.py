@@ -148,7 +148,8 @@ class ProxALClient(ClientHalf):
         self.admm_round = 0  # ADMM rounds since the last (re)start of Algorithm 2
         self.w_center: np.ndarray | None = None
         self.u = self.lam = self.u_tilde = None
-        self.newton_H: np.ndarray | None = None  # the Hessian last sent (inner_solver="newton")
+        # inner_solver="newton": (the backend's Hessian, the one last sent) -- read-only
+        self.newton_H: tuple[np.ndarray, np.ndarray] | None = None
         self.stats["max_residual_gap"] = 0.0
 
     # -- P_{i,k} and its gradient -----------------------------------------------------------
@@ -276,17 +277,22 @@ class ProxALClient(ClientHalf):
         party's share ``p ||w - w^k||^2 / 2`` of the proximal term) at ``w``; the Hessian
         only when it differs from the one last sent (the server keeps that one)."""
         w = np.asarray(w, dtype=float)
-        val, g, H = self.solver.derivatives(w, [self.mu], [self.nu])
+        val, g, H_raw = self.solver.derivatives(w, [self.mu], [self.nu])
         p = self.prox_weight
         d = w - self.w_center
         val += 0.5 * p * float(d @ d)
         g += p * d
-        H[np.diag_indices_from(H)] += p
         self.stats["derivative_evaluations"] = self.stats.get("derivative_evaluations", 0) + 1
         reply = {"value": float(val), "grad": g}
-        if self.newton_H is None or not np.array_equal(H, self.newton_H):
+        last = self.newton_H
+        if last is not None and H_raw is last[0]:  # (a quadratic client's, unchanged)
+            return reply
+        H = H_raw + p * np.eye(H_raw.shape[0])
+        H.setflags(write=False)  # (shared, not copied, by state snapshots)
+        if last is None or not np.array_equal(H, last[1]):
             reply["hessian"] = H
-            self.newton_H = H
+            last = (H_raw, H)
+        self.newton_H = (H_raw, last[1])
         return reply
 
     def _on_outer(self, w, inner: str = "admm"):

@@ -80,29 +80,37 @@ class NewtonOutcome:
     backtracks: int = 0
 
 
-def newton_direction(H: np.ndarray, g: np.ndarray) -> np.ndarray:
-    """``-H^(-1) g`` by Cholesky; a shift ``delta I`` (from ``1e-10 max diag H``, times 100
-    until the factorisation succeeds) when ``H`` is not numerically positive definite,
-    and the steepest-descent direction ``-g`` when no shift works.
-
-    Examples
-    --------
-    >>> newton_direction(np.diag([2.0, 4.0]), np.array([2.0, 4.0])).tolist()
-    [-1.0, -1.0]
-    """
+def hessian_factor(H: np.ndarray):
+    """Cholesky factor of ``H``, or of ``H + delta I`` (``delta`` from ``1e-10 max diag
+    H``, times 100 until the factorisation succeeds) when ``H`` is not numerically
+    positive definite; None when no shift works (then steepest descent)."""
     try:
-        return -cho_solve(cho_factor(H, check_finite=False), g, check_finite=False)
+        return cho_factor(H, check_finite=False)
     except (LinAlgError, ValueError):
         pass
     top = float(np.max(np.abs(np.diag(H)), initial=0.0))
     shift = 1e-10 * top if top > 0 else 1e-10
     for _ in range(8):
         try:
-            S = H + shift * np.eye(H.shape[0])
-            return -cho_solve(cho_factor(S, check_finite=False), g, check_finite=False)
+            return cho_factor(H + shift * np.eye(H.shape[0]), check_finite=False)
         except (LinAlgError, ValueError):
             shift *= 100.0
-    return -np.asarray(g, dtype=float)
+    return None
+
+
+def newton_direction(H: np.ndarray, g: np.ndarray, factor=None) -> np.ndarray:
+    """``-H^(-1) g`` (with ``factor = hessian_factor(H)`` when given); the steepest-descent
+    direction ``-g`` when ``H`` has no factor.
+
+    Examples
+    --------
+    >>> newton_direction(np.diag([2.0, 4.0]), np.array([2.0, 4.0])).tolist()
+    [-1.0, -1.0]
+    """
+    factor = hessian_factor(H) if factor is None else factor
+    if factor is None:
+        return -np.asarray(g, dtype=float)
+    return -cho_solve(factor, g, check_finite=False)
 
 
 def federated_newton(
@@ -135,6 +143,7 @@ def federated_newton(
     """
     w, val, g, H = start
     rounds = backtracks = 0
+    factored = None  # (H, its factor): evaluate returns the same H while it is unchanged
     while True:
         residual = float(np.abs(g).max(initial=0.0))
         if residual <= tau:
@@ -142,7 +151,9 @@ def federated_newton(
         if rounds >= max_rounds or (deadline is not None and time.perf_counter() > deadline):
             timed_out = rounds < max_rounds
             return NewtonOutcome(w, rounds, residual, False, False, timed_out, backtracks)
-        d = newton_direction(H, g)
+        if factored is None or factored[0] is not H:
+            factored = (H, hessian_factor(H))
+        d = newton_direction(H, g, factored[1])
         slope = float(g @ d)
         if not slope < 0:  # (numerical trouble): the steepest-descent direction
             d, slope = -g, -float(g @ g)

@@ -574,23 +574,30 @@ class ProxALServer(ServerHalf):
         return val, grad
 
     def own_derivatives(self, w: np.ndarray, w_center: np.ndarray):
-        """Value, gradient and Hessian at ``w`` of the server's share of ``l_k``:
-        ``P_{0,k}`` (its terms with ``mu_0``, its share of the proximal term about
-        ``w_center``) plus ``h`` (smooth here)."""
+        """Value, gradient and Hessian at ``w`` of ``l_k``'s server share: ``P_{0,k}`` (its
+        terms with ``mu_0``, its share of the proximal term about ``w_center``) plus ``h``
+        (smooth here); the Hessian returned is ``l_k``'s (the clients' last ones added),
+        the same array while no part of it changed (the Newton loop reuses its factor)."""
         n = w.size
         if self.problem.has_smooth_terms:
-            val, g, H = self.solver.derivatives(w, [self.mu], [self.nu])
+            val, g, H0 = self.solver.derivatives(w, [self.mu], [self.nu])
         else:  # no server terms: h and the proximal share only
-            val, g, H = 0.0, np.zeros(n), np.zeros((n, n))
+            val, g = 0.0, np.zeros(n)
+            if getattr(self, "_no_terms_hessian", None) is None:
+                self._no_terms_hessian = np.zeros((n, n))
+            H0 = self._no_terms_hessian
         reg = self.problem.regularizer
         if not reg.is_zero:  # (a sum of squares: smooth)
             val += reg.value(w)
             g = g + reg.smooth_grad(w)
-            H[np.diag_indices(n)] += reg.smooth_grad(np.ones(n))
         p = self.prox_weight
         d = w - w_center
-        H[np.diag_indices(n)] += p
-        return val + 0.5 * p * float(d @ d), g + p * d, H
+        cached = getattr(self, "_total_hessian", None)
+        if cached is None or cached[0] is not self.hessian_sum or cached[1] is not H0:
+            H = H0 + (0.0 if self.hessian_sum is None else self.hessian_sum)
+            H[np.diag_indices(n)] += p + reg.smooth_grad(np.ones(n))
+            cached = self._total_hessian = (self.hessian_sum, H0, H)
+        return val + 0.5 * p * float(d @ d), g + p * d, cached[2]
 
     def inner_newton(self, runtime: Runtime, tau: float, deadline: float | None) -> InnerOutcome:
         """Step 2 with ``inner_solver="newton"``: federated semismooth Newton on ``l_k``
@@ -602,11 +609,11 @@ class ProxALServer(ServerHalf):
             runtime.next_round()
             replies = runtime.broadcast("newton_w", {"w": w})
             val, grad = self.take_derivatives(replies)
-            v0, g0, H0 = self.own_derivatives(w, w_center)
-            return val + v0, grad + g0, self.hessian_sum + H0
+            v0, g0, H = self.own_derivatives(w, w_center)
+            return val + v0, grad + g0, H
 
-        v0, g0, H0 = self.own_derivatives(w_center, w_center)
-        start = (w_center, self.seed[0] + v0, self.seed[1] + g0, self.hessian_sum + H0)
+        v0, g0, H = self.own_derivatives(w_center, w_center)
+        start = (w_center, self.seed[0] + v0, self.seed[1] + g0, H)
         out = federated_newton(evaluate, start, tau, int(self.options.max_inner), deadline)
         return InnerOutcome(
             out.w, out.rounds, out.residual, out.satisfied, out.residual,
