@@ -313,7 +313,8 @@ def cmd_demo(args) -> int:
     print(res.compare(ref))
     print(f"status: prox-al {res.status}, centralized {ref.status}")
     print(
-        f"prox-al: {res.rounds.get('outer')} outer iterations, "
+        f"prox-al: {res.rounds.get('outer')} outer iterations "
+        f"(inner solver: {res.extra.get('inner_solver', 'admm')}), "
         f"{res.rounds.get('communication')} communication rounds, "
         f"{res.communication.get('floats_up', 0) + res.communication.get('floats_down', 0)} "
         f"floats sent; wall time {t_fed:.2f} s (centralized {t_ref:.2f} s)"

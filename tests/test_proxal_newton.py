@@ -198,3 +198,29 @@ def test_a_client_without_hessians_switches_the_run_to_admm():
     assert "client 'extra'" in res.extra["inner_solver_note"]
     assert res.status == "optimal"
     assert abs(res.objective - ref.objective) <= 1e-3 * max(1.0, abs(ref.objective))
+
+
+def test_newton_defaults_apply_only_when_newton_runs_and_keep_user_options():
+    from fedmodel.algorithms.proxal.options import NEWTON_DEFAULTS, ProxALOptions
+
+    opts = ProxALOptions()
+    assert (opts.beta, opts.prox_beta) == (100.0, 1e4)  # Algorithm 2's, until resolved
+    opts.resolve_inner("newton")
+    assert (opts.beta, opts.prox_beta) == (NEWTON_DEFAULTS["beta"], NEWTON_DEFAULTS["prox_beta"])
+    given = ProxALOptions(beta=50.0)
+    given.resolve_inner("newton")
+    assert (given.beta, given.prox_beta) == (50.0, NEWTON_DEFAULTS["prox_beta"])
+    admm = ProxALOptions()
+    admm.resolve_inner("admm")
+    assert (admm.beta, admm.prox_beta) == (100.0, 1e4)
+    paper = ProxALOptions(variant="paper")
+    paper.resolve_inner("newton")  # (the paper variant has no Newton defaults)
+    assert paper.beta == 10.0
+    # what a solve used is what it reports (res.options): Newton at the Newton beta; a
+    # model that falls back to Algorithm 2 keeps Algorithm 2's
+    res = np_model(2, seed=1).solve(method="prox-al", history=False)
+    assert res.extra["inner_solver"] == "newton" and res.options["beta"] == 300.0
+    model = np_model(2, seed=1)
+    model.regularize(0.01 * cp.norm1(model.variables[0]))
+    res = model.solve(method="prox-al", history=False)
+    assert res.extra["inner_solver"] == "admm" and res.options["beta"] == 100.0

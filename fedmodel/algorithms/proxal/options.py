@@ -74,9 +74,11 @@ class ProxALOptions(RuntimeOptions):
     variant : {"adaptive", "paper"}
         ``"paper"``: seed 000 Algorithms 1-2 exactly as published (beta = 10, rho = 1,
         tau_k = sbar/(k+1)^2, stop on (8) at eps); ``fedmodel reproduce`` uses it.
-        ``"adaptive"`` (default): the same iteration with the changes below, each its own
-        option: a larger penalty ``beta`` (fewer outer iterations), a geometric inner
-        tolerance schedule ``tau_rate``, residual-balancing ADMM penalties
+        ``"adaptive"`` (default): Algorithm 1 with the changes below, each its own
+        option: a federated Newton inner solver in place of Algorithm 2 on smooth
+        convex models (``inner_solver``), a larger penalty ``beta`` (fewer outer
+        iterations), a geometric inner tolerance schedule ``tau_rate``,
+        residual-balancing ADMM penalties
         (``adaptive_rho``) and a tighter internal target ``kkt_factor * eps`` for test
         (8), so that ``"optimal"`` comes with a small objective gap, not just KKT
         residuals below ``eps`` (see docs/performance.md).
