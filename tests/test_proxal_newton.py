@@ -31,7 +31,7 @@ def _logistic_problem(seed=0, n=200, d=5):
 
 def test_federated_newton_reaches_tau_with_monotone_values():
     evaluate, d = _logistic_problem()
-    accepted, seen = [], []
+    seen = []
 
     def counted(w):
         out = evaluate(w)
@@ -47,7 +47,6 @@ def test_federated_newton_reaches_tau_with_monotone_values():
     # never a point with a larger value than the start; Newton: few rounds
     assert evaluate(out.w)[0] <= evaluate(w0)[0]
     assert out.rounds <= 10
-    del accepted
 
 
 def test_line_search_globalises_a_newton_step_that_would_diverge():
@@ -224,3 +223,27 @@ def test_newton_defaults_apply_only_when_newton_runs_and_keep_user_options():
     model.regularize(0.01 * cp.norm1(model.variables[0]))
     res = model.solve(method="prox-al", history=False)
     assert res.extra["inner_solver"] == "admm" and res.options["beta"] == 100.0
+
+
+def test_a_line_search_that_finds_no_decrease_stalls_at_the_start_point():
+    # the reported gradient has the wrong sign: every Newton trial point increases f
+    def evaluate(w):
+        return float(w @ w), -2 * w, 2 * np.eye(w.size)
+
+    w0 = np.array([1.0, -0.5])
+    out = federated_newton(evaluate, (w0, *evaluate(w0)), tau=1e-8, max_rounds=200)
+    assert out.stalled and not out.satisfied
+    assert np.array_equal(out.w, w0) and out.rounds < 200
+
+
+def test_a_stalled_newton_inner_solve_ends_the_run_with_its_reason(monkeypatch):
+    import fedmodel.algorithms.proxal.server as server_module
+    from fedmodel.algorithms.proxal.newton_inner import NewtonOutcome
+
+    def stalled(evaluate, start, tau, max_rounds, deadline=None):
+        return NewtonOutcome(start[0], 3, 1.0, False, stalled=True)
+
+    monkeypatch.setattr(server_module, "federated_newton", stalled)
+    res = np_model(2, seed=1).solve(method="prox-al")
+    assert res.status == "stalled"
+    assert "Newton inner solver stalled" in res.message and "inner_solver='admm'" in res.message

@@ -52,19 +52,33 @@ def traffic_per_round(compiled: CompiledModel) -> dict[str, dict[str, int]]:
     table. Its Hessian metric (``penalty_metric="hessian"``, when ``h`` is smooth and the
     server has no cone constraints) adds the client's ``d x d`` metric ``M_i`` to a reply
     whenever it changed -- at the start of a run of Algorithm 2 and after its rounds 4, 8,
-    ..., 128 (a quadratic client sends it once): the row ``"prox-al metric update"``. ``variant="paper"`` sends exactly Algorithm 2's
-    messages.
+    ..., 128 (a quadratic client sends it once): the row ``"prox-al metric update"``.
+    On a smooth convex model without cone constraints or party-owned variables the default
+    prox-al runs its Newton inner solver instead of Algorithm 2 (``inner_solver="auto"``):
+    per inner round, down the point ``w`` (d), up the client's value, gradient and, when it
+    changed (every round on a non-quadratic client, with the active set on a quadratic
+    one), its ``d x d`` Hessian: the row ``"prox-al Newton round"``, counted with the
+    Hessian. ``variant="paper"`` sends exactly Algorithm 2's messages.
     """
     d = compiled.layout.n_shared
     owned = 1 if compiled.layout.has_owned else 0
     metric = d * d if compiled.regularizer.is_smooth and not compiled.server.cones else 0
-    return {
+    newton = (
+        compiled.regularizer.is_smooth
+        and not compiled.nonconvex
+        and not compiled.conic_parties()
+        and not compiled.layout.has_owned
+    )
+    rows = {
         "prox-al inner round": {"down": d + 1, "up": d + 2},
         "prox-al inner round (variant='paper')": {"down": d + 1, "up": d + 1},
         "prox-al outer round": {"down": d, "up": d + 1 + owned},
         "prox-al metric update": {"down": 0, "up": metric},
         "admm round": {"down": d + 1, "up": d + 1},
     }
+    if newton:
+        rows["prox-al Newton round"] = {"down": d, "up": d + 1 + d * d}
+    return rows
 
 
 def model_summary(compiled: CompiledModel) -> str:

@@ -250,30 +250,27 @@ class ProxALServer(ServerHalf):
                     "iterate is returned."
                 ),
             )
-        if outcome.stalled and self.inner_mode == "newton":
+        if outcome.stalled:
             self.x = w_new
-            return StepReport(
-                info={"inner_iterations": outcome.iterations, "inner_bound": outcome.bound},
-                stop="stalled",
-                message=(
+            if self.inner_mode == "newton":
+                why = (
                     f"the federated Newton inner solver stalled at outer iteration {k}: its "
                     f"line search found no decrease of l_k (||grad l_k||_inf = "
                     f"{outcome.bound:.3g}, target tau_k = {tau:.3g}); the values are probably "
                     "at rounding level. Try inner_solver='admm' or a larger eps."
-                ),
-            )
-        if outcome.stalled:
-            self.x = w_new
-            return StepReport(
-                info={"inner_iterations": outcome.iterations, "inner_bound": outcome.bound},
-                stop="stalled",
-                message=(
+                )
+            else:
+                why = (
                     f"the inner ADMM (Algorithm 2) stalled at outer iteration {k}: its bound "
                     f"(19) improved by less than 10% over the last {opts.stall_rounds} rounds "
                     f"(now {outcome.bound:.3g}, target tau_k = {tau:.3g}). The subproblem's "
                     "consensus does not converge at this penalty: try a smaller beta, another "
                     "rho, or monitor=False to keep going."
-                ),
+                )
+            return StepReport(
+                info={"inner_iterations": outcome.iterations, "inner_bound": outcome.bound},
+                stop="stalled",
+                message=why,
             )
         dw = self.outer_change(w_new, self.x)
         w_old, self.x = self.x, w_new
