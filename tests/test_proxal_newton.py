@@ -66,9 +66,15 @@ def test_line_search_globalises_a_newton_step_that_would_diverge():
     out = federated_newton(counted, (w0, *evaluate(w0)), tau=1e-9, max_rounds=100)
     assert out.satisfied and np.abs(out.w).max() <= 1e-9
     assert out.backtracks > 0  # the full step was rejected at least once
-    # accepted values decrease: each accepted point is below the starting value
     assert max(values) > evaluate(w0)[0]  # (some trial overshot...)
-    assert evaluate(out.w)[0] < evaluate(w0)[0]  # (...but none was accepted)
+    # ...but the accepted points' values never increase: the point returned after k
+    # rounds (the last one accepted by then) has a value <= the one after k - 1 rounds
+    accepted = [
+        evaluate(federated_newton(evaluate, (w0, *evaluate(w0)), 1e-9, k).w)[0]
+        for k in range(out.rounds + 1)
+    ]
+    assert all(b <= a for a, b in zip(accepted, accepted[1:]))
+    assert accepted[-1] < accepted[0]
 
 
 def test_federated_newton_stops_at_the_round_limit_with_the_last_accepted_point():

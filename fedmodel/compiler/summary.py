@@ -53,7 +53,7 @@ def traffic_per_round(compiled: CompiledModel) -> dict[str, dict[str, int]]:
     server has no cone constraints) adds the client's ``d x d`` metric ``M_i`` to a reply
     whenever it changed -- at the start of a run of Algorithm 2 and after its rounds 4, 8,
     ..., 128 (a quadratic client sends it once): the row ``"prox-al metric update"``.
-    On a smooth convex model without cone constraints or party-owned variables the default
+    On a smooth model without cone constraints or party-owned variables the default
     prox-al runs its Newton inner solver instead of Algorithm 2 (``inner_solver="auto"``):
     per inner round, down the point ``w`` (d), up the client's value, gradient and, when it
     changed (every round on a non-quadratic client, with the active set on a quadratic
@@ -65,7 +65,6 @@ def traffic_per_round(compiled: CompiledModel) -> dict[str, dict[str, int]]:
     metric = d * d if compiled.regularizer.is_smooth and not compiled.server.cones else 0
     newton = (
         compiled.regularizer.is_smooth
-        and not compiled.nonconvex
         and not compiled.conic_parties()
         and not compiled.layout.has_owned
     )

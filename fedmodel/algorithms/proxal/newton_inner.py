@@ -4,12 +4,15 @@ Algorithm 1 of seed 000 needs, at outer iteration ``k``, a point ``w`` with
 ``dist(0, d l_k(w)) <= tau_k``, where ``l_k = P_{0,k} + h + sum_i P_{i,k}`` (eqs. 10-11).
 Algorithm 2 (ADMM) is one way to get it. When every part of ``l_k`` is ``C^1`` with a
 (generalised) Hessian -- smooth ``h``, GLM-form client terms, no party-owned variables or
-cone constraints, a convex model -- a Newton method on ``l_k`` itself is another, and it
-needs far fewer rounds: the augmented-Lagrangian terms make ``l_k`` only piecewise ``C^2``,
-and semismooth Newton with a line search converges on such functions superlinearly (Qi and
-Sun, Math. Programming 1993), which is how the semismooth Newton augmented Lagrangian
-methods solve their subproblems (Zhao, Sun and Toh, SIAM J. Optim. 2010; Li, Sun and Toh,
-SIAM J. Optim. 2018).
+cone constraints -- a Newton method on ``l_k`` itself is another, and it needs far fewer
+rounds: the augmented-Lagrangian terms make ``l_k`` only piecewise ``C^2``, and semismooth
+Newton with a line search converges on such functions superlinearly (Qi and Sun, Math.
+Programming 1993), which is how the semismooth Newton augmented Lagrangian methods solve
+their subproblems (Zhao, Sun and Toh, SIAM J. Optim. 2010; Li, Sun and Toh, SIAM J. Optim.
+2018). On a non-convex model the Hessian is shifted until it is positive definite (a
+modified Newton method, Nocedal and Wright, Numerical Optimization, Sec. 3.4), so every
+step is a descent direction and the loop ends at an approximately stationary point of
+``l_k``: what Algorithm 1 asks of its inner solver there too (Algorithm 2 gives no more).
 
 Federated, one round is one evaluation: the server broadcasts a point ``w``; every client
 returns ``P_{i,k}(w)``, its gradient and its Hessian (the Hessian only when it changed

@@ -76,7 +76,7 @@ class ProxALOptions(RuntimeOptions):
         tau_k = sbar/(k+1)^2, stop on (8) at eps); ``fedmodel reproduce`` uses it.
         ``"adaptive"`` (default): Algorithm 1 with the changes below, each its own
         option: a federated Newton inner solver in place of Algorithm 2 on smooth
-        convex models (``inner_solver``), a larger penalty ``beta`` (fewer outer
+        models (``inner_solver``), a larger penalty ``beta`` (fewer outer
         iterations), a geometric inner tolerance schedule ``tau_rate``,
         residual-balancing ADMM penalties
         (``adaptive_rho``) and a tighter internal target ``kkt_factor * eps`` for test
@@ -209,7 +209,7 @@ class ProxALOptions(RuntimeOptions):
         Armijo line search, and the inner loop stops when the measured
         ``||grad l_k||_inf <= tau_k`` (the same requirement Algorithm 2's bound (19)
         certifies). It needs ``C^1`` terms with exact (generalised) Hessians: a smooth
-        ``h``, a convex model, no cone constraints or party-owned variables, the Newton
+        ``h``, no cone constraints or party-owned variables, the Newton
         backend at every party. ``"auto"`` (default of the adaptive variant) picks Newton
         when the model allows it and Algorithm 2 otherwise; ``res.extra["inner_solver"]``
         says which ran (and ``"inner_solver_note"`` why not Newton). The ADMM options

@@ -773,8 +773,6 @@ def inner_solver(
         why = "parties own variables (their blocks never travel)"
     elif not compiled.regularizer.is_smooth:
         why = "h is not smooth"
-    elif compiled.nonconvex:
-        why = "the model has non-convex terms (indefinite Hessians)"
     elif compiled.conic_parties():
         why = "parties have cone constraints (no Hessians)"
     elif options.solver not in ("auto", "newton"):
