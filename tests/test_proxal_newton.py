@@ -253,3 +253,15 @@ def test_a_stalled_newton_inner_solve_ends_the_run_with_its_reason(monkeypatch):
     res = np_model(2, seed=1).solve(method="prox-al")
     assert res.status == "stalled"
     assert "Newton inner solver stalled" in res.message and "inner_solver='admm'" in res.message
+
+
+def test_auto_keeps_algorithm_2_when_the_hessians_would_be_too_large(monkeypatch):
+    import fedmodel.algorithms.proxal.server as server_module
+
+    monkeypatch.setattr(server_module, "NEWTON_MAX_SHARED", 3)
+    model = np_model(2, seed=1)  # 5 shared variables
+    res = model.solve(method="prox-al", history=False)
+    assert res.extra["inner_solver"] == "admm"
+    assert "5 shared variables" in res.extra["inner_solver_note"]
+    forced = model.solve(method="prox-al", inner_solver="newton", history=False)
+    assert forced.extra["inner_solver"] == "newton" and forced.status == "optimal"

@@ -211,7 +211,10 @@ class ProxALOptions(RuntimeOptions):
         certifies). It needs ``C^1`` terms with exact (generalised) Hessians: a smooth
         ``h``, no cone constraints or party-owned variables, the Newton
         backend at every party. ``"auto"`` (default of the adaptive variant) picks Newton
-        when the model allows it and Algorithm 2 otherwise; ``res.extra["inner_solver"]``
+        when the model allows it and has at most 2000 shared variables (a larger ``d x d``
+        Hessian per client and round is left to an explicit ``"newton"``), and Algorithm
+        2 otherwise; on a non-convex model the Hessian is shifted to positive definite
+        (modified Newton). ``res.extra["inner_solver"]``
         says which ran (and ``"inner_solver_note"`` why not Newton). The ADMM options
         (``rho``, ``anderson``, ``penalty_metric`` ...) apply to Algorithm 2 only.
     solver : {"auto", "lbfgs", "cvxpy"}

@@ -48,6 +48,9 @@ from fedmodel.subproblems.select import make_solver
 
 #: outer iterations without a halving of max ||mu^(k+1) - mu^k|| before "diverging"
 DIVERGENCE_WINDOW = 6
+#: inner_solver="auto" picks Newton up to this many shared variables (a client sends its
+#: d x d Hessian each round: 32 MB at d = 2000, and the server factors a d x d matrix)
+NEWTON_MAX_SHARED = 2000
 
 
 @dataclass
@@ -777,6 +780,13 @@ def inner_solver(
         why = "parties have cone constraints (no Hessians)"
     elif options.solver not in ("auto", "newton"):
         why = f"solver={options.solver!r} (Newton derivatives need the Newton backend)"
+    elif choice == "auto" and compiled.layout.n_shared > NEWTON_MAX_SHARED:
+        d = compiled.layout.n_shared
+        why = (
+            f"{d} shared variables: each client would send a {d} x {d} Hessian "
+            f"({8 * d * d / 1e6:.0f} MB) per round (auto picks Newton up to "
+            f"{NEWTON_MAX_SHARED}; inner_solver='newton' forces it)"
+        )
     if why and choice == "newton":
         raise ModelError(f"inner_solver='newton' is not available: {why}; use inner_solver='admm'")
     return ("admm", why) if why else ("newton", "")
