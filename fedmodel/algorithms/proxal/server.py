@@ -159,7 +159,7 @@ class ProxALServer(ServerHalf):
         self.outer_mem: list[tuple] = []
         # the inner solver: Algorithm 2 ("admm") or federated Newton ("newton"; the
         # clients' Hessians as last sent, their sum, and the sums of their values and
-        # gradients at the current w^k, from the round that started the inner solve)
+        # gradients at w^k from the round that starts the next inner solve)
         self.inner_mode = inner_solver
         self.inner_note = ""
         if inner_solver == "newton" and not (
@@ -171,7 +171,9 @@ class ProxALServer(ServerHalf):
             )
         self.client_hessians: dict[str, np.ndarray] = {}
         self.hessian_sum: np.ndarray | None = None
-        self.seed: tuple[float, np.ndarray] | None = None
+        self.start_derivatives: tuple[float, np.ndarray] | None = None
+        self._no_terms_hessian: np.ndarray | None = None  # (a server without terms)
+        self._total_hessian = None  # (hessian_sum, server part, l_k's Hessian)
 
     # -- the protocol ------------------------------------------------------------------------
     def start(self, runtime: Runtime) -> None:
@@ -206,7 +208,7 @@ class ProxALServer(ServerHalf):
         ``u~_i^0`` and, with the Hessian metric, their ``M_i`` (a client without exact
         Hessians keeps the identity); with Newton, their derivatives at ``w^k``."""
         if self.inner_mode == "newton":
-            self.seed = self.take_derivatives(replies)
+            self.start_derivatives = self.take_derivatives(replies)
             return
         self.u_tildes = {name: r.payload["u_tilde"] for name, r in replies.items()}
         self.take_metrics(replies)
@@ -393,7 +395,7 @@ class ProxALServer(ServerHalf):
             "inner_mode": self.inner_mode,
             "inner_note": self.inner_note,
             "client_hessians": dict(self.client_hessians),
-            "seed": self.seed,
+            "start_derivatives": self.start_derivatives,
         }
 
     def set_state(self, state: dict) -> None:
@@ -419,7 +421,7 @@ class ProxALServer(ServerHalf):
         self.inner_note = state.get("inner_note", "")
         self.client_hessians = dict(state.get("client_hessians", {}))
         self.hessian_sum = sum(self.client_hessians.values()) if self.client_hessians else None
-        self.seed = state.get("seed")
+        self.start_derivatives = state.get("start_derivatives")
 
     def resume_key(self) -> dict:
         key = super().resume_key()
@@ -583,7 +585,7 @@ class ProxALServer(ServerHalf):
             val, g, H0 = self.solver.derivatives(w, [self.mu], [self.nu])
         else:  # no server terms: h and the proximal share only
             val, g = 0.0, np.zeros(n)
-            if getattr(self, "_no_terms_hessian", None) is None:
+            if self._no_terms_hessian is None:
                 self._no_terms_hessian = np.zeros((n, n))
             H0 = self._no_terms_hessian
         reg = self.problem.regularizer
@@ -592,7 +594,7 @@ class ProxALServer(ServerHalf):
             g = g + reg.smooth_grad(w)
         p = self.prox_weight
         d = w - w_center
-        cached = getattr(self, "_total_hessian", None)
+        cached = self._total_hessian
         if cached is None or cached[0] is not self.hessian_sum or cached[1] is not H0:
             H = H0 + (0.0 if self.hessian_sum is None else self.hessian_sum)
             H[np.diag_indices(n)] += p + reg.smooth_grad(np.ones(n))
@@ -613,7 +615,8 @@ class ProxALServer(ServerHalf):
             return val + v0, grad + g0, H
 
         v0, g0, H = self.own_derivatives(w_center, w_center)
-        start = (w_center, self.seed[0] + v0, self.seed[1] + g0, H)
+        val, grad = self.start_derivatives
+        start = (w_center, val + v0, grad + g0, H)
         out = federated_newton(evaluate, start, tau, int(self.options.max_inner), deadline)
         return InnerOutcome(
             out.w, out.rounds, out.residual, out.satisfied, out.residual,
