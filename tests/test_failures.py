@@ -24,6 +24,9 @@ from backend_configs import BACKENDS, REMOTE, on  # noqa: E402
 from problems import np_model  # noqa: E402
 
 EPS = 1e-4
+#: a short proximal step (the default Newton inner solver needs only 3-5 outer iterations
+#: here): 14 outer iterations to checkpoint, interrupt and resume in
+SLOW = {"prox_beta": 1.0}
 
 
 @pytest.fixture(scope="module", autouse=True)
@@ -43,11 +46,11 @@ def model():
 
 @pytest.fixture(scope="module")
 def reference(model):
-    return model.solve("prox-al", eps=EPS)
+    return model.solve("prox-al", eps=EPS, **SLOW)
 
 
 def run(model, faults=None, **kw):
-    opts = ProxALOptions(eps=EPS, workers=2, **kw)
+    opts = ProxALOptions(eps=EPS, workers=2, **{**SLOW, **kw})
     return run_prox_al(model.compile(), opts, "prox-al", faults=faults)
 
 
@@ -248,7 +251,7 @@ def test_mismatched_checkpoints_give_clear_errors(model, checkpoint_at_2):
     with pytest.raises(CheckpointError, match="site0.*different terms or data"):
         run(np_model(3, seed=7), resume=str(checkpoint_at_2))
     with pytest.raises(CheckpointError, match="method 'prox-al', not 'admm'"):
-        opts = ProxALOptions(eps=EPS, resume=str(checkpoint_at_2))
+        opts = ProxALOptions(eps=EPS, resume=str(checkpoint_at_2), **SLOW)
         run_prox_al(model.compile(), opts, "admm")
 
 

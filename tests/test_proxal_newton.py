@@ -265,3 +265,15 @@ def test_auto_keeps_algorithm_2_when_the_hessians_would_be_too_large(monkeypatch
     assert "5 shared variables" in res.extra["inner_solver_note"]
     forced = model.solve(method="prox-al", inner_solver="newton", history=False)
     assert forced.extra["inner_solver"] == "newton" and forced.status == "optimal"
+
+
+def test_measured_stationarity_of_test_8_is_the_certificates():
+    """With Newton, test (8)'s stationarity half uses grad l_k(w^{k+1}) - (w^{k+1} - w^k) /
+    prox_beta, which is the Lagrangian's gradient at (w^{k+1}, mu^{k+1}): the value the
+    certificate recomputes from the clients' own evaluations at the returned point."""
+    for model in (np_model(3, seed=2), lcqp_test_model(3, d=12, m=3, seed=0)):
+        res = model.solve(method="prox-al", eps=1e-4)
+        assert res.status == "optimal" and res.extra["inner_solver"] == "newton"
+        measured = res.history[-1]["stationarity_measured"]
+        assert measured == pytest.approx(res.kkt.stationarity, rel=1e-3, abs=1e-13)
+        assert measured <= 0.01 * 1e-4  # (8) at kkt_factor[0] * eps1

@@ -72,6 +72,8 @@ class NewtonOutcome:
         The deadline passed.
     backtracks : int
         Rejected trial points (rounds that did not advance).
+    gradient : ndarray
+        ``grad l_k(w)`` at ``w``.
     """
 
     w: np.ndarray
@@ -81,6 +83,7 @@ class NewtonOutcome:
     stalled: bool = False
     timed_out: bool = False
     backtracks: int = 0
+    gradient: np.ndarray | None = None
 
 
 def hessian_factor(H: np.ndarray):
@@ -150,10 +153,10 @@ def federated_newton(
     while True:
         residual = float(np.abs(g).max(initial=0.0))
         if residual <= tau:
-            return NewtonOutcome(w, rounds, residual, True, backtracks=backtracks)
+            return NewtonOutcome(w, rounds, residual, True, backtracks=backtracks, gradient=g)
         if rounds >= max_rounds or (deadline is not None and time.perf_counter() > deadline):
             timed_out = rounds < max_rounds
-            return NewtonOutcome(w, rounds, residual, False, False, timed_out, backtracks)
+            return NewtonOutcome(w, rounds, residual, False, False, timed_out, backtracks, g)
         if factored is None or factored[0] is not H:
             factored = (H, hessian_factor(H))
         d = newton_direction(H, g, factored[1])
@@ -177,12 +180,14 @@ def federated_newton(
                 break
             backtracks += 1
             if rounds >= max_rounds:
-                return NewtonOutcome(w, rounds, residual, False, backtracks=backtracks)
+                return NewtonOutcome(w, rounds, residual, False, backtracks=backtracks, gradient=g)
             # minimiser of the quadratic through (0, val), slope, (t, val_t), kept in
             # [0.1 t, 0.5 t]
             curvature = val_t - val - slope * t
             t_new = -slope * t * t / (2.0 * curvature) if curvature > 0 else 0.5 * t
             t = min(max(t_new, 0.1 * t), 0.5 * t)
             if t < MIN_STEP or not np.isfinite(t):
-                return NewtonOutcome(w, rounds, residual, False, True, backtracks=backtracks)
+                return NewtonOutcome(
+                    w, rounds, residual, False, True, backtracks=backtracks, gradient=g
+                )
         w, val, g, H = trial, val_t, g_t, H_t
