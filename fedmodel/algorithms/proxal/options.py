@@ -98,7 +98,9 @@ class ProxALOptions(RuntimeOptions):
     kkt_factor : float or (float, float), optional
         Adaptive variant: test (8) is applied with ``kkt_factor * (eps1, eps2)``, the
         stationarity and the feasibility halves (a float scales both; default
-        ``(0.01, 0.001)``); the certificate still checks ``eps``. A KKT residual of ``eps``
+        ``(0.01, 0.001)``); the certificate still checks ``eps``. (With the Newton inner
+        solver the stationarity half is the measured Lagrangian gradient at the new
+        iterate, not (8)'s bound of it.) A KKT residual of ``eps``
         does not bound the objective error by ``eps`` on flat problems (logistic losses);
         the tighter stationarity target makes ``"optimal"`` come with a relative objective
         gap below eps on every seed 000 problem measured (docs/performance.md). The

@@ -13,7 +13,8 @@ The server half below holds only the server's program (``c_0``, server data, ``h
 3. mu_0 update on the server; w^{k+1} broadcast; clients update mu_i and return
    ||mu_i^{k+1} - mu_i^k||_inf (with the next ADMM initialisation u~_i^0);
 4. stop on (8): ||w^{k+1} - w^k||_inf + beta tau_k <= beta eps1 and
-   max_i ||mu_i^{k+1} - mu_i^k||_inf <= beta eps2.
+   max_i ||mu_i^{k+1} - mu_i^k||_inf <= beta eps2 (with the Newton inner solver, the
+   first half on the measured Lagrangian gradient, which it bounds; see ``test8``).
 
 With ``inner_solver="newton"`` step 2 is a federated semismooth Newton method on l_k
 (:mod:`fedmodel.algorithms.proxal.newton_inner`) in place of Algorithm 2: each round the
