@@ -285,6 +285,18 @@ class CompiledModel:
         """Parties whose subproblems take the conic path (cvxpy backend)."""
         return [p.name for p in self.parties if p.cones]
 
+    def shared_hessian_obstacle(self) -> str:
+        """Why the parties cannot exchange Hessians of their subproblems on the shared
+        variables ("" when they can, as prox-al's Newton inner solver needs): party-owned
+        variables (their blocks never travel), a non-smooth ``h``, cone constraints."""
+        if self.layout.has_owned:
+            return "parties own variables (their blocks never travel)"
+        if not self.regularizer.is_smooth:
+            return "h is not smooth"
+        if self.conic_parties():
+            return "parties have cone constraints (no Hessians)"
+        return ""
+
     def require_smooth(self, method: str) -> None:
         """Raise :class:`UnsupportedError` naming the party and term when a term is not
         continuously differentiable (gradient-based methods need C^1 terms)."""

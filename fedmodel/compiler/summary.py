@@ -63,11 +63,7 @@ def traffic_per_round(compiled: CompiledModel) -> dict[str, dict[str, int]]:
     d = compiled.layout.n_shared
     owned = 1 if compiled.layout.has_owned else 0
     metric = d * d if compiled.regularizer.is_smooth and not compiled.server.cones else 0
-    newton = (
-        compiled.regularizer.is_smooth
-        and not compiled.conic_parties()
-        and not compiled.layout.has_owned
-    )
+    newton = not compiled.shared_hessian_obstacle()
     rows = {
         "prox-al inner round": {"down": d + 1, "up": d + 2},
         "prox-al inner round (variant='paper')": {"down": d + 1, "up": d + 1},

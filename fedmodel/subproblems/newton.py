@@ -233,7 +233,7 @@ class _State:
         )
 
 
-def _trsv_solve(factor, g: np.ndarray) -> np.ndarray:
+def cholesky_solve(factor, g: np.ndarray) -> np.ndarray:
     """``H^{-1} g`` from a ``cho_factor`` factor (see :func:`solve_upper`)."""
     U, lower = factor
     if lower:
@@ -248,22 +248,23 @@ def solve_upper(U: np.ndarray, g: np.ndarray) -> np.ndarray:
     return blas.dtrsv(U, y, trans=0, overwrite_x=1)
 
 
-def _factor(H: np.ndarray):
+def shifted_cholesky(H: np.ndarray, first: float = 1e-9, growth: float = 10.0, tries: int = 30):
     """Cholesky factor of ``H``, shifted by a multiple of I until it exists (indefinite H
-    from non-convex terms); None when even large shifts fail. The factor is read-only:
-    it is only ever replaced, never changed in place (so state snapshots can share it)."""
+    from non-convex terms): ``first * max(1, max |diag H|)``, times ``growth`` per failed
+    try; None when even large shifts fail. The factor is read-only: it is only ever
+    replaced, never changed in place (so state snapshots can share it)."""
     try:
         return _frozen(la.cho_factor(H, lower=False, check_finite=False))
     except la.LinAlgError:
         pass
     scale = max(1.0, float(np.abs(np.diag(H)).max(initial=1.0)))
-    shift = 1e-9 * scale
+    shift = first * scale
     eye = np.eye(H.shape[0])
-    for _ in range(30):
+    for _ in range(tries):
         try:
             return _frozen(la.cho_factor(H + shift * eye, lower=False, check_finite=False))
         except la.LinAlgError:
-            shift *= 10
+            shift *= growth
     return None
 
 
@@ -282,7 +283,7 @@ class _SchurFactor:
 
     def solve(self, g: np.ndarray) -> np.ndarray:
         gw, gt = g[self.W], g[self.T]
-        dw = _trsv_solve(self.S_factor, gw - self.Hwt @ (gt / self.d))
+        dw = cholesky_solve(self.S_factor, gw - self.Hwt @ (gt / self.d))
         out = np.empty_like(g)
         out[self.W] = dw
         out[self.T] = (gt - self.Hwt.T @ dw) / self.d
@@ -402,6 +403,7 @@ class NewtonSolver:
         self._cache: list = []  # (x, affine images) of the last two points evaluated
         self._verified = False
         self._delegate = None
+        self._derivative_hessian = None  # (active-set key, Hessian) of derivatives()
         #: non-quadratic problems: within a solve, reuse the last Hessian's factor (chord
         #: steps) while full steps reduce ||grad||_inf by at least the factor ``chord_rate``
         self.reuse_factor = True
@@ -559,25 +561,24 @@ class NewtonSolver:
         m_in = self._multipliers(self.gather_in, mu)
         m_eq = self._multipliers(self.gather_eq, nu)
         st = self._evaluate(x, 0.0, x, m_in, m_eq, mu, nu, h=False)
-        if not self._verified:
+        if not self._verified:  # the party terms from the model's evaluator
             val, g = 0.0, np.zeros(self.n)
             for fn, m, v in zip(self.problem.functions, mu, nu):
                 fv, fg = fn.merit(x, m, v, self.problem.beta)
                 val, g = val + fv, g + fg
-            scale = max(1.0, abs(val), float(np.abs(g).max(initial=0.0)))
-            if abs(val - st.val) > 1e-8 * scale or np.abs(g - st.g).max(initial=0.0) > 1e-8 * scale:
-                self._disagree()
+            if not self._cross_check(st, (val, g)):
                 raise NotRecognised("the GLM form disagreed with the model's evaluator")
             self._verified = True
         g = np.array(st.g, dtype=float)
         key = None
         if self.quadratic:  # the Hessian is a function of the active set (and beta)
             key = (self.problem.beta, None if st.act is None else st.act.tobytes())
-            cached = getattr(self, "_derivative_hessian", None)
+            cached = self._derivative_hessian
             if cached is not None and cached[0] == key:
                 return st.val, g, cached[1]
-        H = np.triu(self._hessian(st, sigma=0.0, h=False))
-        H += np.triu(H, 1).T
+        H = self._hessian(st, sigma=0.0, h=False)  # (a new array; its upper triangle)
+        lower = np.tril_indices(self.n, -1)
+        H[lower] = H.T[lower]
         H.setflags(write=False)
         if key is not None:
             self._derivative_hessian = (key, H)
@@ -669,7 +670,7 @@ class NewtonSolver:
             return None
         Hwt = np.ascontiguousarray(Hwt.T)
         S = Hww - Hwt @ (Hwt.T / d[:, None])
-        S_factor = _factor(0.5 * (S + S.T))
+        S_factor = shifted_cholesky(0.5 * (S + S.T))
         if S_factor is None:
             return None
         return _SchurFactor(W, T, d, Hwt, S_factor)
@@ -686,7 +687,7 @@ class NewtonSolver:
                 schur = self._schur is not None and np.ndim(self.problem.sigma) < 2
                 factor = self._schur_factor(st.act) if schur else None
                 if factor is None:
-                    factor = _factor(self._quadratic_hessian(st))
+                    factor = shifted_cholesky(self._quadratic_hessian(st))
                 self.factorizations += 1
                 self._factors[key] = factor
                 while len(self._factors) > self._capacity:
@@ -695,7 +696,7 @@ class NewtonSolver:
                 self._factors.move_to_end(key)
             self._factor = factor
         elif refresh or self._factor is None or not self.reuse_factor:
-            self._factor = _factor(self._hessian(st))
+            self._factor = shifted_cholesky(self._hessian(st))
             self.factorizations += 1
         else:
             fresh = False
@@ -703,7 +704,7 @@ class NewtonSolver:
             return -st.g, fresh
         if isinstance(self._factor, _SchurFactor):
             return -self._factor.solve(st.g), fresh
-        return -_trsv_solve(self._factor, st.g), fresh
+        return -cholesky_solve(self._factor, st.g), fresh
 
     # -- solve ------------------------------------------------------------------------------
     def solve(self, x0: np.ndarray, tol: float, max_iter: int = 200) -> SolveReport:
@@ -772,9 +773,11 @@ class NewtonSolver:
             self._verified = True
         return SolveReport(st.x, gnorm, tol, it, self.name, message)
 
-    def _cross_check(self, st: _State) -> bool:
-        """Compare value and gradient with the model's own smooth evaluator (first solve)."""
-        val, g = self.problem.smooth_value_grad(st.x)
+    def _cross_check(self, st: _State, reference=None) -> bool:
+        """Compare value and gradient with the model's own smooth evaluator (first solve),
+        or with ``reference = (value, gradient)`` from it; hand over to L-BFGS if they
+        disagree."""
+        val, g = self.problem.smooth_value_grad(st.x) if reference is None else reference
         scale = max(1.0, abs(val), float(np.abs(g).max(initial=0.0)))
         ok = abs(val - st.val) <= 1e-8 * scale and np.abs(g - st.g).max(initial=0.0) <= (
             1e-8 * scale

@@ -287,7 +287,8 @@ class ProxALClient(ClientHalf):
         last = self.newton_H
         if last is not None and H_raw is last[0]:  # (a quadratic client's, unchanged)
             return reply
-        H = H_raw + p * np.eye(H_raw.shape[0])
+        H = H_raw.copy()
+        H[np.diag_indices_from(H)] += p
         H.setflags(write=False)  # (shared, not copied, by state snapshots)
         if last is None or not np.array_equal(H, last[1]):
             reply["hessian"] = H

@@ -90,6 +90,9 @@ class ProxALServer(ServerHalf):
         False for plain ADMM (method ``"admm"``).
     x0 : array
         The starting point w^0 (stacked variables).
+    inner_solver : {"admm", "newton"}
+        The inner solver chosen by :func:`inner_solver` (Algorithm 2 when a party turns
+        out not to support Newton), and ``inner_note`` why not Newton.
     """
 
     # options whose change alters the iterates: a checkpoint resumes only with the same values
@@ -115,6 +118,7 @@ class ProxALServer(ServerHalf):
         conic: bool = False,
         metric: str = "scalar",
         inner_solver: str = "admm",
+        inner_note: str = "",
     ):
         layout = program.layout
         owned_anywhere = layout.has_owned  # (the model's layout: any party's own variables)
@@ -163,7 +167,7 @@ class ProxALServer(ServerHalf):
         # clients' Hessians as last sent, their sum, and the sums of their values and
         # gradients at w^k from the round that starts the next inner solve)
         self.inner_mode = inner_solver
-        self.inner_note = ""
+        self.inner_note = inner_note  # why not Newton (res.extra["inner_solver_note"])
         if inner_solver == "newton" and not (
             hasattr(self.solver, "derivatives") or not self.problem.has_smooth_terms
         ):
@@ -786,27 +790,29 @@ def inner_solver(
     choice = options.inner_solver
     if choice == "admm":
         return "admm", ""
-    why = ""
+    why = _newton_obstacle(compiled, options, proximal)
+    if why and choice == "newton":
+        raise ModelError(f"inner_solver='newton' is not available: {why}; use inner_solver='admm'")
+    return ("admm", why) if why else ("newton", "")
+
+
+def _newton_obstacle(compiled: CompiledModel, options: ProxALOptions, proximal: bool) -> str:
+    """Why ``inner_solver`` cannot (or ``"auto"`` should not) be Newton; "" if it can."""
     if not proximal:
-        why = "method 'admm' is Algorithm 2 itself"
-    elif compiled.layout.has_owned:
-        why = "parties own variables (their blocks never travel)"
-    elif not compiled.regularizer.is_smooth:
-        why = "h is not smooth"
-    elif compiled.conic_parties():
-        why = "parties have cone constraints (no Hessians)"
-    elif options.solver not in ("auto", "newton"):
-        why = f"solver={options.solver!r} (Newton derivatives need the Newton backend)"
-    elif choice == "auto" and compiled.layout.n_shared > NEWTON_MAX_SHARED:
-        d = compiled.layout.n_shared
-        why = (
+        return "method 'admm' is Algorithm 2 itself"
+    why = compiled.shared_hessian_obstacle()
+    if why:
+        return why
+    if options.solver not in ("auto", "newton"):
+        return f"solver={options.solver!r} (Newton derivatives need the Newton backend)"
+    d = compiled.layout.n_shared
+    if options.inner_solver == "auto" and d > NEWTON_MAX_SHARED:
+        return (
             f"{d} shared variables: each client would send a {d} x {d} Hessian "
             f"({8 * d * d / 1e6:.0f} MB) per round (auto picks Newton up to "
             f"{NEWTON_MAX_SHARED}; inner_solver='newton' forces it)"
         )
-    if why and choice == "newton":
-        raise ModelError(f"inner_solver='newton' is not available: {why}; use inner_solver='admm'")
-    return ("admm", why) if why else ("newton", "")
+    return ""
 
 
 def _client_factories(compiled: CompiledModel, options: ProxALOptions, rhos, proximal):
@@ -872,7 +878,7 @@ def run_prox_al(
         conic=bool(compiled.conic_parties()),
         metric=penalty_metric(compiled, options),
         inner_solver=mode,
+        inner_note=note,
     )
-    server.inner_note = server.inner_note or note
     factories = _client_factories(compiled, options, rhos, proximal)
     return run_federated(compiled, options, method, server, factories, faults=faults)
