@@ -199,7 +199,9 @@ def write_state_file(path: str, record: Any) -> str:
     try:
         text, arrays = plaincodec.encode(record)
     except plaincodec.PlainCodecError as exc:
-        raise CheckpointError(f"a state in {os.path.basename(path)!r} cannot be written: {exc}")
+        raise CheckpointError(
+            f"a state in {os.path.basename(path)!r} cannot be written: {exc}"
+        ) from None
     entries = {"text": np.frombuffer(text.encode("utf-8"), dtype=np.uint8)}
     entries.update({f"a{i}": a for i, a in enumerate(arrays)})
     buf = io.BytesIO()
