@@ -103,7 +103,7 @@ def safe_filename(name: str) -> str:
     """``name`` as a file-name part: other characters replaced, a short hash appended.
 
     >>> safe_filename("site 0/a")
-    'site_0_a-3a6e42b0'
+    'site_0_a-50ef2216'
     """
     keep = "".join(ch if ch.isalnum() or ch in "-_." else "_" for ch in name)
     return f"{keep}-{hashlib.sha1(name.encode()).hexdigest()[:8]}"
@@ -149,7 +149,7 @@ def run_token(directory: str) -> str:
     (the directory's base name as a plain name).
 
     >>> run_token("/tmp/runs/ck")
-    'ck-3c0ea3e0'
+    'ck-c8c2ca9f'
     """
     base = os.path.basename(os.path.normpath(os.path.abspath(os.fspath(directory))))
     return safe_filename(base or "checkpoint")
@@ -344,12 +344,12 @@ def party_fingerprint(program: Any) -> dict[str, str] | None:
 
     Examples
     --------
-    >>> import numpy as np, fedmodel as fm
+    >>> import cvxpy as cp, numpy as np, fedmodel as fm
     >>> def build(bound):
     ...     m = fm.Model("demo")
     ...     w = m.variable(2, name="w")
     ...     c = m.client("site0")
-    ...     c.minimize(fm.sum_squares(w - c.data(np.ones(2), name="a")))
+    ...     c.minimize(cp.sum_squares(w - c.data(np.ones(2), name="a")))
     ...     c.subject_to(w[0] <= bound)
     ...     return m.compile().clients[0]
     >>> a, b = party_fingerprint(build(0.45)), party_fingerprint(build(0.3))

@@ -22,7 +22,7 @@ Examples
 >>> import numpy as np
 >>> text, arrays = encode({"w": np.array([0.1, 1 / 3]), "tol": float("nan"), 3: (1, "a")})
 >>> out = decode(text, arrays)
->>> out["w"].tolist() == [0.1, 1 / 3], np.isnan(out["tol"]), out[3]
+>>> out["w"].tolist() == [0.1, 1 / 3], bool(np.isnan(out["tol"])), out[3]
 (True, True, (1, 'a'))
 """
 
