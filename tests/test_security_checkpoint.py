@@ -273,6 +273,14 @@ def test_a_deployed_party_writes_only_in_its_own_directory(party_server, tmp_pat
     assert "refusing checkpoint file '/etc/passwd'" in bad["site0"]
     with pytest.raises(CheckpointError, match="refusing checkpoint directory"):
         party_server.call("load_checkpoint", ("/etc", {"site0": [fname, sha]}))
+    # later checkpoints: the party keeps its last two files (the manifest names one of them)
+    later = [
+        party_server.call(
+            "write_checkpoint", (run_token(tmp_path / "ck"), f"00000{k}-0a1b2c3d", True)
+        )
+        for k in (3, 4)
+    ]
+    assert sorted(os.listdir(own)) == sorted(w["site0"][0] for w in later)
 
 
 def test_a_deployed_party_without_a_checkpoint_directory_refuses_checkpoints(tmp_path):

@@ -94,6 +94,7 @@ class PartyServer:
     ):
         self.socket_path = socket_path
         self.checkpoint_dir = None if checkpoint_dir is None else os.path.abspath(checkpoint_dir)
+        self._written: dict[tuple[str, str], list[str]] = {}
         self.programs = dict(programs or {})
         self.regularizer = regularizer
         self.info = dict(info or {})
@@ -160,7 +161,24 @@ class PartyServer:
             if not args:
                 raise CheckpointError(f"{method} without a run name")
             args = (self._checkpoint_directory(args[0], method == "write_checkpoint"), *args[1:])
-        return getattr(self.host, method)(*args)
+        result = getattr(self.host, method)(*args)
+        if method == "write_checkpoint" and self.checkpoint_dir is not None:
+            self._prune(args[0], result)
+        return result
+
+    def _prune(self, directory: str, written: Mapping[str, tuple[str, str]]) -> None:
+        """Keep, of the files this server wrote in ``directory``, each party's last two
+        (the coordinator's manifest names the newer one once written, the older one until
+        then); the coordinator removes old files only from its own directory."""
+        for name, (fname, _sha) in written.items():
+            mine = self._written.setdefault((directory, name), [])
+            mine.append(fname)
+            for old in mine[:-2]:
+                try:
+                    os.remove(os.path.join(directory, old))
+                except OSError:
+                    pass
+            del mine[:-2]
 
     def handle(self, request: tuple) -> tuple:
         """One request from a connection: ``("call", text, arrays)`` (from the relay:
