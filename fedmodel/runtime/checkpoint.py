@@ -449,7 +449,8 @@ def write_checkpoint(
     write_atomic(os.path.join(directory, MANIFEST), json.dumps(manifest, indent=1).encode("utf-8"))
     keep = {server_file, MANIFEST} | {f for f, _ in parties.values()}
     for f in os.listdir(directory):
-        if (f.startswith("server-") or f.startswith("party-")) and f.endswith(SUFFIX):
+        # (.pkl: the files of a version-1 checkpoint that was in this directory)
+        if (f.startswith("server-") or f.startswith("party-")) and f.endswith((SUFFIX, ".pkl")):
             if f not in keep:
                 try:
                     os.remove(os.path.join(directory, f))
@@ -495,6 +496,9 @@ def read_manifest(directory: str) -> dict:
         raise CheckpointError(f"checkpoint {directory!r} is corrupted: malformed 'parties'")
     if not (isinstance(manifest["server"], list) and len(manifest["server"]) == 2):
         raise CheckpointError(f"checkpoint {directory!r} is corrupted: malformed 'server'")
+    for key in ("model", "options"):
+        if not isinstance(manifest[key], dict):
+            raise CheckpointError(f"checkpoint {directory!r} is corrupted: malformed '{key}'")
     return manifest
 
 
