@@ -231,12 +231,12 @@ class Party:
         name : str, optional
             Label used in summaries and error messages.
         """
-        expr = cp.Expression.cast_to_const(expr) if not isinstance(expr, cp.Expression) else expr
         label = name or f"objective[{len(self._objective)}]"
         if isinstance(expr, cp.constraints.constraint.Constraint):
             raise ModelError(
                 "minimize() takes an expression, not a constraint", self.name, str(expr)
             )
+        expr = cp.Expression.cast_to_const(expr) if not isinstance(expr, cp.Expression) else expr
         if not expr.is_scalar():
             raise DataError(
                 f"objective term '{label}' must be scalar, got shape {expr.shape} "
@@ -255,6 +255,52 @@ class Party:
                 expr, extra = self._conic_objective(expr, label)
         self._objective.append(ObjectiveTerm(expr, label, allow_nonconvex))
         self._constraints.extend(extra)
+
+    def maximize(
+        self, expr: Any, *, allow_nonconvex: bool = False, name: str | None = None
+    ) -> None:
+        """Add ``-expr`` to this party's objective: maximize a concave ``expr``.
+
+        The model minimizes the sum of every party's objective, so ``maximize(u)`` is
+        ``minimize(-u)`` (``res.objective`` is the value of that minimized sum, as in a
+        cvxpy ``Minimize`` of the negated utility).
+
+        Parameters
+        ----------
+        expr : cvxpy scalar expression
+            Must be DCP-concave, unless ``allow_nonconvex=True`` (smooth terms only, see
+            :meth:`minimize`).
+        allow_nonconvex : bool
+            Opt in to a smooth non-concave term (local certificate).
+        name : str, optional
+            Label used in summaries and error messages.
+
+        Examples
+        --------
+        >>> import cvxpy as cp, numpy as np, fedmodel as fm
+        >>> model = fm.Model()
+        >>> w = model.variable(2)
+        >>> site = model.client("site0")
+        >>> A = site.data(np.eye(2), name="A")
+        >>> site.maximize(-cp.sum_squares(A @ w - 1))
+        >>> round(float(model.solve(method="centralized").x @ np.ones(2)), 6)
+        2.0
+        """
+        label = name or f"objective[{len(self._objective)}]"
+        if isinstance(expr, cp.constraints.constraint.Constraint):
+            raise ModelError(
+                "maximize() takes an expression, not a constraint", self.name, str(expr)
+            )
+        expr = cp.Expression.cast_to_const(expr) if not isinstance(expr, cp.Expression) else expr
+        if not allow_nonconvex and not expr.is_concave():
+            raise NonConvexError(
+                f"objective term '{label}' passed to maximize() is not DCP-concave. "
+                f"{_dcp_reason(-expr)}\nIf it is smooth and you accept a local (KKT) "
+                "certificate, pass allow_nonconvex=True to this call.",
+                self.name,
+                str(expr),
+            )
+        self.minimize(-expr, allow_nonconvex=allow_nonconvex, name=label)
 
     def subject_to(
         self,
