@@ -77,3 +77,18 @@ def test_maximize_refuses_a_convex_term_and_a_constraint():
         site.maximize(cp.sum_squares(w))
     with pytest.raises(ModelError, match="not a constraint"):
         site.maximize(w >= 0)
+
+
+def test_runtime_options_refuse_a_bad_time_limit_and_a_checkpoint_file(tmp_path):
+    model = fm.Model()
+    w = model.variable(3, name="w")
+    _least_squares(model, w)
+    for bad in (-1, 0, float("nan"), True, "10"):
+        with pytest.raises(ModelError, match="time_limit must be a positive number"):
+            model.solve(method="prox-al", time_limit=bad)
+    f = tmp_path / "not-a-directory"
+    f.write_text("x")
+    with pytest.raises(ModelError, match="is a file; checkpoint= names a directory"):
+        model.solve(method="prox-al", checkpoint=f)
+    with pytest.raises(ModelError, match="retries must be an integer >= 0"):
+        model.solve(method="prox-al", retries=1.5)
