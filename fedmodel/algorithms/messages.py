@@ -105,9 +105,10 @@ def program_dims(program) -> dict[str, int]:
     """The dimensions of a client's messages from its compiled
     :class:`~fedmodel.compiler.partition.PartyProgram`."""
     layout = program.layout
+    own = sum(int(v.size) for v in layout.owned_by(program.name))
     return {
         "d": int(layout.n_shared),
-        "d_own": int(layout.size - layout.n_shared),
+        "d_own": own,
         "m_ineq": int(program.m_ineq),
         "m_eq": int(program.m_eq),
         "m_cone": int(program.m_cone),
@@ -182,7 +183,7 @@ def privacy_rows(compiled, method: str = "prox-al", **options: Any) -> list[dict
     table = method_table(method)
     if table is None:
         return []
-    opts = build_options(method_spec(method).options, **options)
+    opts = build_options(method_spec(method).options, options, method)
     extra = table.option_dims(opts) if table.option_dims is not None else {}
     per_client = {
         c.name: table.privacy_rows(method, {**program_dims(c), **extra}) for c in compiled.clients
@@ -226,10 +227,5 @@ def docs_tables() -> str:
         table = getattr(importlib.import_module(module), attr)
         methods = [m for m, p in FAMILIES.items() if p == package]
         parts.append(f"#### {', '.join(f'`{m}`' for m in methods)}\n")
-        rows = table.privacy_rows(None)
-        for r in rows:
-            spec = table[r["kind"]]
-            if spec.methods is not None and set(spec.methods) != set(methods):
-                r["kind"] = r["kind"] + "` (" + ", ".join(spec.methods) + ")`"
-        parts.append(privacy_markdown(rows) + "\n")
+        parts.append(privacy_markdown(table.privacy_rows(None), methods=methods) + "\n")
     return "\n".join(parts).rstrip() + "\n"

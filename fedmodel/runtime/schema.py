@@ -50,6 +50,8 @@ from fedmodel.runtime.outcomes import InvalidReply
 DTYPES = ("float", "int", "bool", "str", "map")
 #: directions of a message kind
 DIRECTIONS = ("server", "peer", "local")
+#: the default largest magnitude of a finite field's entries (:attr:`Field.max_abs`)
+MAX_ABS = 1e150
 #: longest string a ``str`` field may carry, and most keys of a ``map`` field
 MAX_STR = 4096
 MAX_MAP_KEYS = 1024
@@ -68,7 +70,7 @@ class Field:
         (bounded by ``max_size`` only).
     dtype : {"float", "int", "bool", "str", "map"}
     finite : bool
-        NaN and inf are refused unless False.
+        NaN and inf, and entries beyond ``max_abs`` in magnitude, are refused unless False.
     required : bool
         False: the field may be absent (e.g. sent only when it changed).
     nullable : bool
@@ -81,6 +83,9 @@ class Field:
     max_size : int or str, optional
         Bound on the number of entries (a number or a dimension's name), for fields whose
         shape is not fixed.
+    max_abs : float
+        Largest magnitude of an entry (default :data:`MAX_ABS`: beyond it, products of two
+        entries overflow to inf).
     """
 
     shape: tuple | None = ()
@@ -91,6 +96,7 @@ class Field:
     reveals: str = ""
     opt_in: str | None = None
     max_size: int | str | None = None
+    max_abs: float = MAX_ABS
 
     def __post_init__(self):
         if self.dtype not in DTYPES:
@@ -186,10 +192,13 @@ def _check_array(spec: Field, value: Any, dims: Mapping[str, int], dtype: str) -
     bound = spec.bound(dims)
     if bound is not None and arr.size > bound:
         return f"has {arr.size} entries (at most {bound})"
-    if spec.finite and kind == "f":
+    if spec.finite and kind == "f" and arr.size:
         bad = int(arr.size - np.count_nonzero(np.isfinite(arr)))
         if bad:
             return f"is not finite ({bad} NaN/inf entries)"
+        top = float(np.abs(arr).max())
+        if top > spec.max_abs:
+            return f"has entries of magnitude {top:.3g} (at most {spec.max_abs:g})"
     return None
 
 
@@ -408,23 +417,29 @@ class MessageTable:
                 rows.append(
                     {
                         "kind": spec.kind,
+                        "methods": spec.methods,
                         "direction": direction,
                         "channel": spec.channel,
                         "fields": {n: _symbolic(f) for n, f in fields.items()},
                         "floats": _floats(fields, dims) if dims is not None else None,
-                        "reveals": "; ".join(
-                            [spec.reveals] * (direction != "server -> client")
-                            + [f"{n}: {f.reveals}" for n, f in fields.items() if f.reveals]
-                        ).strip("; "),
+                        "reveals": _reveals(spec, direction, fields),
                         "opt_in": sorted({f.opt_in for f in fields.values() if f.opt_in}),
                     }
                 )
         return rows
 
 
+def _reveals(spec: MessageSpec, direction: str, fields: Mapping[str, Field]) -> str:
+    """What one leg of a message reveals: the kind's sentence (what the party sends),
+    then each opt-in field's own (the server's request reveals only its iterate)."""
+    parts = [] if direction == "server -> client" else [spec.reveals]
+    parts += [f"`{n}`: {f.reveals}" for n, f in fields.items() if f.opt_in and f.reveals]
+    return "; ".join(p for p in parts if p)
+
+
 def _symbolic(f: Field) -> str:
     if f.dtype == "str":
-        return "text"
+        return "text" + ("?" if not f.required else "")
     if f.shape is None:
         shape = "any" + (f" (<= {f.max_size})" if f.max_size is not None else "")
     else:
@@ -446,16 +461,24 @@ def _floats(fields: Mapping[str, Field], dims: Mapping[str, int]) -> int | None:
     return total
 
 
-def privacy_markdown(rows: Iterable[Mapping[str, Any]], numbers: bool = False) -> str:
+def privacy_markdown(
+    rows: Iterable[Mapping[str, Any]], numbers: bool = False, methods: Iterable[str] = ()
+) -> str:
     """A markdown table of :meth:`MessageTable.privacy_rows` (``numbers``: a column of
-    floats per message for the model the rows were computed for)."""
+    floats per message for the model the rows were computed for; a kind used by only some
+    of ``methods`` is marked with them). Field shapes are symbolic (``d``, ``m_ineq``,
+    ...); ``?`` marks an optional field."""
+    every = set(methods)
     head = ["kind", "direction", "fields", *(["floats"] if numbers else []), "reveals"]
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for r in rows:
         fields = ", ".join(f"`{n}` {s}" for n, s in r["fields"].items()) or "(none)"
         if r["channel"] == "diagnostic":
             fields += " [diagnostic]"
-        cells = [f"`{r['kind']}`", r["direction"], fields]
+        kind = f"`{r['kind']}`"
+        if every and r.get("methods") and set(r["methods"]) != every:
+            kind += " (" + ", ".join(r["methods"]) + ")"
+        cells = [kind, r["direction"], fields]
         if numbers:
             cells.append("?" if r["floats"] is None else str(r["floats"]))
         reveals = r["reveals"] or "-"
