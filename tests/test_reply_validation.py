@@ -103,11 +103,11 @@ def test_prox_al_admm_refuses_a_bad_reply_naming_the_client(model, kind, field, 
         ("newton_w", "grad", "shape", "has shape (6,)", {}),
         ("admm_w", "u_tilde", "nan", "is not finite", {"inner_solver": "admm"}),
         ("evaluate", "grad", "nan", "is not finite", {}),
-        ("report", "nu", "extra", "unknown field", {}),
+        ("report", "nu", "extra", "has shape (3,), expected ()", {}),
     ],
 )
 def test_refused_on_every_backend(model, backend, kind, field, how, what, kw):
-    if how == "extra":  # an undeclared array (the report takes extra scalars only)
+    if how == "extra":  # an undeclared array (a report takes undeclared scalars only)
         field = "leak"
     fault = Fault("corrupt", round=2, kinds=(kind,), target=field, corruption=how)
     res = prox_al(model, fault, backend=backend, **kw)
@@ -256,3 +256,20 @@ def test_docs_tables_are_the_generated_ones():
     m = re.search(r"<!-- message-tables:begin -->\n(.*?)<!-- message-tables:end -->", text, re.S)
     assert m, "docs/runtime.md has no message-tables section"
     assert m.group(1).strip() == docs_tables().strip()
+
+
+@pytest.mark.parametrize("backend", ["serial", "processes"])
+def test_a_bad_peer_message_is_a_failure_of_its_sender(model, backend):
+    """dgd's iterates travel node to node (the runtime carries them): a NaN or a wrong shape
+    in a peer message is refused before any neighbour reads it, naming the sender."""
+    from fedmodel.algorithms.baselines.dgd import DGDOptions, run_dgd
+
+    compiled = model.compile()
+    for how, what in [("nan", "is not finite"), ("shape", "has shape (6,), expected (d=5,)")]:
+        opts = DGDOptions(penalty=10.0, max_rounds=10, backend=backend, workers=2)
+        fault = Fault("corrupt", round=3, kinds=("dgd_x",), target="x", corruption=how)
+        res = run_dgd(compiled, opts, "dgd", faults={"site1": fault})
+        assert res.status == "client_failure", res.message
+        assert res.failure["client"] == "site1" and res.failure["kind"] == "invalid_reply"
+        assert "peer message 'dgd_x'" in res.failure["error"] and what in res.failure["error"]
+        assert "'x'" in res.failure["error"]

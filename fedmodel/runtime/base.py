@@ -447,6 +447,8 @@ class Runtime(abc.ABC):
         """
         if receiver not in self._host_of:
             raise KeyError(f"unknown receiver {receiver!r}")
+        if self.reply_check is not None:  # raises InvalidReply, a failure of the sender
+            self.reply_check(sender, kind, "peer", payload)
         msg = Message(kind, sender, receiver, payload, self.round, channel)
         self.ledger.record(msg)
         self._peer_queue.append(msg)
@@ -737,10 +739,8 @@ class Runtime(abc.ABC):
             if isinstance(res, HostDead):
                 self._mark_dead(self._hosts_for(self.alive).get(h, [name]), res.reason)
                 out = self.dead[name]
-            else:
-                out = res
-                if out.ok and method == "activate":
-                    out = self._vet(msg, out)
+            else:  # (a peer delivery returns nothing; what it sends is checked)
+                out = self._vet(msg, res) if method == "activate" else _as_invalid(res)
         self.client_seconds[name] = self.client_seconds.get(name, 0.0) + out.seconds
         if not out.ok:
             self._fail({name: out}, msg)
@@ -748,19 +748,24 @@ class Runtime(abc.ABC):
 
     def _take_sent(self, out: StepOutcome) -> None:
         for m in out.sent:
-            if self.reply_check is not None:
-                try:
-                    self.reply_check(m.sender, m.kind, "peer", m.payload)
-                except InvalidReply as exc:
-                    bad = StepOutcome(m.sender, error=exc, kind="invalid_reply")
-                    self._fail({m.sender: bad}, m)
-            self.send_peer(m.sender, m.receiver, m.kind, m.payload, m.channel)
+            try:
+                if m.sender != out.name:
+                    raise InvalidReply(
+                        out.name, m.kind, None,
+                        f"client {out.name!r}, peer message {m.kind!r}: sent as {m.sender!r}",
+                    )  # fmt: skip
+                self.send_peer(m.sender, m.receiver, m.kind, m.payload, m.channel)
+            except InvalidReply as exc:
+                bad = StepOutcome(out.name, error=exc, kind="invalid_reply")
+                self._fail({out.name: bad}, m)
 
     # -- what parties send is checked before use ---------------------------------------------
     def _vet(self, msg: Message, out: StepOutcome) -> StepOutcome:
         """``out`` if what the party returned for ``msg`` is well formed (see
         :attr:`reply_check`), else a failure of kind ``"invalid_reply"`` naming the party,
-        the kind and the field."""
+        the kind and the field (also when the party's step raised it: a peer message it
+        sent on the serial backend, checked by :meth:`send_peer` inside the step)."""
+        out = _as_invalid(out)
         if not out.ok:
             return out
         name = msg.receiver
@@ -799,6 +804,14 @@ class Runtime(abc.ABC):
         self, msgs: list[Message], outcomes: dict[str, StepOutcome]
     ) -> dict[str, StepOutcome]:
         return {m.receiver: self._vet(m, outcomes[m.receiver]) for m in msgs}
+
+
+def _as_invalid(out: StepOutcome) -> StepOutcome:
+    """A step that raised :class:`InvalidReply` (a peer message it sent, checked inside
+    the step on the serial backend) is an invalid reply, not a retryable error."""
+    if out.kind == "raised" and isinstance(out.error, InvalidReply):
+        return StepOutcome(out.name, error=out.error, kind="invalid_reply", seconds=out.seconds)
+    return out
 
 
 def raise_build_errors(runtime: Runtime, errors: Mapping[str, Any], order: list[str]) -> None:

@@ -119,6 +119,8 @@ class FaultyEndpoint:
     """An endpoint wrapped with a :class:`Fault` (built where the client runs)."""
 
     def __init__(self, factory: EndpointFactory, fault: Fault, outbox=None):
+        if fault.action == "corrupt" and outbox is not None:  # its peer messages too
+            outbox = _CorruptingOutbox(outbox, fault)
         self.inner = factory.build(outbox)
         self.fault = fault
         self.fired = 0  # not part of the state: a restored state does not re-arm the fault
@@ -135,6 +137,8 @@ class FaultyEndpoint:
     def handle(self, msg):
         f = self.fault
         due = msg.round >= f.round and (not f.kinds or msg.kind in f.kinds)
+        if f.action == "corrupt" and msg.channel != "local" and msg.sender != "server":
+            due = False  # (a peer message delivered to it: it corrupts what it sends)
         if due and (f.times is None or self.fired < f.times):
             self.fired += 1
             if f.action == "raise":
@@ -153,6 +157,26 @@ class FaultyEndpoint:
                     )
                 return corrupt(out, f.target, f.corruption) if isinstance(out, dict) else out
         return self.inner.handle(msg)
+
+
+class _CorruptingOutbox:
+    """The outbox of a client with a ``"corrupt"`` fault: it corrupts the peer messages of
+    the fault's kinds that the client sends (from the fault's round on)."""
+
+    def __init__(self, outbox, fault: Fault):
+        self.outbox, self.fault, self.fired = outbox, fault, 0
+
+    def send_peer(self, sender, receiver, kind, payload, channel="algorithm"):
+        f = self.fault
+        rnd = int(getattr(self.outbox, "round", f.round))
+        due = kind in f.kinds and rnd >= f.round and (f.times is None or self.fired < f.times)
+        if due:
+            self.fired += 1
+            payload = corrupt(payload, f.target, f.corruption)
+        return self.outbox.send_peer(sender, receiver, kind, payload, channel)
+
+    def __getattr__(self, item):
+        return getattr(self.__dict__["outbox"], item)
 
 
 def inject_faults(
