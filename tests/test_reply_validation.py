@@ -124,15 +124,21 @@ def test_a_bad_reply_is_not_retried(model):
     assert res.extra["retries"] == []
 
 
-def test_the_lie_in_the_certificate_round_no_longer_changes_the_objective(model):
-    """Before validation a NaN in the final evaluate ended 'stalled'/'inaccurate' with a
-    wrong objective; now the run names the liar and reports the last consistent iterate's
-    objective from the honest evaluation before it."""
-    honest = model.solve("prox-al", eps=EPS)
+def test_a_lie_in_the_certificate_round_is_refused_and_the_objective_is_the_honest_one(model):
+    """Before validation a lie in the final evaluate round turned the objective into a wrong
+    value ("inaccurate"); now the run names the liar and returns the last consistent
+    iterate (the step before the last) with its honest objective (the fault fires once:
+    the driver's second evaluation round is honest), within the method's tolerance of the
+    honest run's."""
+    honest = model.solve("prox-al", eps=EPS, history=False)
     fault = Fault("corrupt", round=1, kinds=("evaluate",), target="grad", corruption="nan")
     res = prox_al(model, fault, history=False)
     assert_refused(res, "evaluate", "grad", "is not finite")
     assert honest.status == "optimal"
+    compiled = model.compile()
+    own = sum(p.functions.objective(res.x) for p in compiled.parties)  # h = 0 here
+    assert res.objective == pytest.approx(own, rel=1e-12)
+    assert abs(res.objective - honest.objective) <= 10 * EPS * max(1.0, abs(honest.objective))
 
 
 def test_fedavg_refuses_bad_replies(model):
