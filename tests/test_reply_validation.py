@@ -279,3 +279,30 @@ def test_a_bad_peer_message_is_a_failure_of_its_sender(model, backend):
         assert res.failure["client"] == "site1" and res.failure["kind"] == "invalid_reply"
         assert "peer message 'dgd_x'" in res.failure["error"] and what in res.failure["error"]
         assert "'x'" in res.failure["error"]
+
+
+@pytest.mark.parametrize("partition", ["sample", "feature"])
+def test_learning_methods_without_a_compiled_model_validate_replies(partition):
+    """ssca runs on its own representation (run_federated(compiled=None)): its replies are
+    checked against its table too (d = the loss's parameters; feature-based replies bounded
+    in size)."""
+    from test_ssca_methods import feature_model, sample_model
+
+    from fedmodel.algorithms.driver import run_federated
+    from fedmodel.algorithms.ssca.options import SSCAOptions
+    from fedmodel.algorithms.ssca.run import _build
+
+    model = sample_model() if partition == "sample" else feature_model()
+    opts = SSCAOptions(rounds=4, batch_size=5, eval_every=0)
+    opts.validate()  # (the schedules become callables)
+    name = model.party_names[1]
+    kind, field = ("ssca_w", "grad") if partition == "sample" else ("fb_grad", "gi")
+    for how, what in [
+        ("nan", "is not finite"),
+        ("huge", "entries" if partition == "feature" else "has shape (1000000,)"),
+    ]:
+        fault = Fault("corrupt", round=2, kinds=(kind,), target=field, corruption=how)
+        factories, server = _build(model, "ssca", opts)
+        res = run_federated(None, opts, "ssca", server, factories, faults={name: fault})
+        assert res.status == "client_failure" and res.failure["client"] == name, res.message
+        assert f"'{field}'" in res.failure["error"] and what in res.failure["error"]
