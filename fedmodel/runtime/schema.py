@@ -193,11 +193,11 @@ def _check_array(spec: Field, value: Any, dims: Mapping[str, int], dtype: str) -
     if bound is not None and arr.size > bound:
         return f"has {arr.size} entries (at most {bound})"
     if spec.finite and kind == "f" and arr.size:
-        bad = int(arr.size - np.count_nonzero(np.isfinite(arr)))
-        if bad:
-            return f"is not finite ({bad} NaN/inf entries)"
-        top = float(np.abs(arr).max())
-        if top > spec.max_abs:
+        top = float(np.abs(arr).max())  # (NaN if any entry is NaN)
+        if not top <= spec.max_abs:
+            bad = int(arr.size - np.count_nonzero(np.isfinite(arr)))
+            if bad:
+                return f"is not finite ({bad} NaN/inf entries)"
             return f"has entries of magnitude {top:.3g} (at most {spec.max_abs:g})"
     return None
 
@@ -329,13 +329,21 @@ class MessageTable:
             raise ValueError(f"message table {self.family!r}: kinds declared twice: {dup}")
 
     def __contains__(self, kind: str) -> bool:
-        return any(s.kind == kind for s in self.specs)
+        return kind in self._by_kind
 
     def __getitem__(self, kind: str) -> MessageSpec:
-        for s in self.specs:
-            if s.kind == kind:
-                return s
-        raise KeyError(f"message table {self.family!r} declares no kind {kind!r}")
+        try:
+            return self._by_kind[kind]
+        except KeyError:
+            raise KeyError(f"message table {self.family!r} declares no kind {kind!r}") from None
+
+    @property
+    def _by_kind(self) -> dict[str, MessageSpec]:
+        cached = self.__dict__.get("_kinds")
+        if cached is None:
+            cached = {s.kind: s for s in self.specs}
+            object.__setattr__(self, "_kinds", cached)  # (frozen: a cache, not a field)
+        return cached
 
     @property
     def kinds(self) -> list[str]:
