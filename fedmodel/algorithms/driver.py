@@ -36,6 +36,7 @@ from fedmodel.algorithms.common import (
     make_result,
     split_multipliers,
 )
+from fedmodel.algorithms.messages import reply_checker
 from fedmodel.algorithms.protocol import ServerHalf, StepReport
 from fedmodel.certificate.kkt import assemble, party_evaluation
 from fedmodel.compiler.partition import CompiledModel
@@ -130,6 +131,8 @@ def run_federated(
     )
     if not options.keep_ledger:
         runtime.ledger = CountingLedger()
+    # every reply is checked against the method's declared message table before use
+    runtime.reply_check = reply_checker(server, compiled)
     try:
         start = None
         if manifest is not None:
@@ -314,8 +317,14 @@ class _Run:
         except KeyboardInterrupt:
             return self.stopped_early(None)
 
-        if self.last_eval is None or self.last_eval_k != self.k or status == "unbounded":
-            self.last_eval, self.last_eval_k = self.evaluate(), self.k
+        try:  # the certificate round: a client may fail (or answer malformed) here too
+            if self.last_eval is None or self.last_eval_k != self.k or status == "unbounded":
+                self.last_eval, self.last_eval_k = self.evaluate(), self.k
+        except ClientFailure as exc:
+            self.last_eval = None
+            return self.stopped_early(exc)
+        except KeyboardInterrupt:
+            return self.stopped_early(None)
         kkt, summary = self.last_eval
         if status == "stopped":
             if kkt.satisfied(opts.eps1, opts.eps2):
@@ -337,7 +346,12 @@ class _Run:
                 f"{kkt.feasibility:.2e})"
             )
         status, message = server.conclude(status, message, kkt, summary, self.history)
-        reports = runtime.broadcast("report", server.report_payload(), channel="diagnostic")
+        try:
+            reports = runtime.broadcast("report", server.report_payload(), channel="diagnostic")
+        except ClientFailure as exc:
+            return self.stopped_early(exc)
+        except KeyboardInterrupt:
+            return self.stopped_early(None)
         return self.result(status, message, kkt, summary, reports)
 
     # -- results -----------------------------------------------------------------------------

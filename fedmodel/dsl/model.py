@@ -228,12 +228,19 @@ class Model:
 
         return compile_model(self)
 
-    def summary(self, print_: bool = True) -> str:
-        """Describe each party, its terms and constraint dimensions, and what crosses the
-        network per round of each method (counts of floats)."""
+    def summary(self, print_: bool = True, method: str = "prox-al") -> str:
+        """Describe each party, its terms and constraint dimensions, what crosses the
+        network per round of each method (counts of floats), and the privacy table of
+        ``method``: each message kind, its direction, its size in floats for this model,
+        what it reveals, and which kinds are opt-in (declared in the method's message
+        table, :mod:`fedmodel.algorithms.messages`)."""
+        from fedmodel.algorithms.messages import privacy_text
         from fedmodel.compiler.summary import model_summary
 
-        text = model_summary(self.compile())
+        compiled = self.compile()
+        text = model_summary(compiled)
+        if not compiled.publications:  # (vertical models: see docs/runtime.md's tables)
+            text += "\n" + privacy_text(compiled, method)
         if print_:
             print(text)
         return text

@@ -35,6 +35,7 @@ from fedmodel.algorithms.driver import run_federated
 from fedmodel.algorithms.protocol import ServerHalf, StepReport
 from fedmodel.algorithms.proxal.anderson import AndersonState
 from fedmodel.algorithms.proxal.client import ProxALClient
+from fedmodel.algorithms.proxal.messages import PROXAL
 from fedmodel.algorithms.proxal.newton_inner import federated_newton
 from fedmodel.algorithms.proxal.options import ProxALOptions
 from fedmodel.compiler.glm import NotRecognised
@@ -95,6 +96,7 @@ class ProxALServer(ServerHalf):
         out not to support Newton), and ``inner_note`` why not Newton.
     """
 
+    messages = PROXAL
     # options whose change alters the iterates: a checkpoint resumes only with the same values
     resume_options = (
         "eps", "beta", "sbar", "rho", "q", "mu0", "max_inner", "max_local_iter",
