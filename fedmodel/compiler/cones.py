@@ -64,7 +64,8 @@ class ConeBlock:
         """``lambda`` (flattened like ``E``) from cvxpy's ``con.dual_value``; zeros when the
         solver returned none."""
         dv = con.dual_value
-        if dv is None:
+        if dv is None or (isinstance(dv, (list, tuple)) and any(d is None for d in dv)):
+            # no duals: the solver failed (an SOC's dual_value is then [None, None])
             return np.zeros(self.size)
         if isinstance(dv, (list, tuple)):
             lam = np.concatenate([np.atleast_1d(np.asarray(d)).ravel(order="F") for d in dv])
