@@ -339,7 +339,9 @@ def _scaled(reports: dict[str, dict], regularizer: Regularizer, x: np.ndarray, g
     else:
         residual = regularizer.dist_subdiff(x, grad)
     denom = max(1.0, float(scale.max(initial=0.0)), regularizer.subgradient_scale(x))
-    stationarity = residual / denom
+    stationarity = residual / denom if np.isfinite(denom) else float("inf")
+    if not np.isfinite(stationarity):  # (inf / inf) at a blown-up point: no certificate
+        stationarity = float("inf")
     stationarity = max(
         stationarity,
         max((float(r.get("owned_scaled", 0.0)) for r in reports.values()), default=0.0),
