@@ -196,6 +196,12 @@ def check_finite_constants(expr: Any, party: str, label: str) -> None:
     ...     print(exc.party)
     server
     """
+    if isinstance(expr, (list, tuple)):  # e.g. regularize([lo <= w, w <= hi])
+        for item in expr:
+            check_finite_constants(item, party, label)
+        return
+    if not hasattr(expr, "constants"):  # not a cvxpy object: refused elsewhere
+        return
     leaves = [(c, "constant") for c in expr.constants() if not isinstance(c, PrivateData)]
     leaves += [(p, f"parameter '{p.name()}'") for p in expr.parameters()]
     for leaf, what in leaves:

@@ -475,8 +475,9 @@ class ProxALServer(ServerHalf):
         if status == "inaccurate":
             message = (
                 "the stopping test (8) held but the recomputed KKT residuals "
-                f"(stationarity {kkt.stationarity:.2e}, feasibility {kkt.feasibility:.2e}) "
-                "exceed the tolerance; the inner ADMM probably hit max_inner. Raise "
+                f"({kkt.describe()}) exceed the tolerance: test (8) bounds the absolute "
+                "residuals, the certificate scales them (a loss averaged over many rows needs "
+                "a smaller eps in (8)), or the inner ADMM hit max_inner. Lower eps, raise "
                 "max_inner or lower sbar."
             )
         elif status == "max_iterations" and not self.proximal:
