@@ -336,14 +336,12 @@ class _Run:
                 status = "inaccurate"
                 message = (
                     "the method's stopping test held but the recomputed KKT residuals "
-                    f"(stationarity {kkt.stationarity:.2e}, feasibility {kkt.feasibility:.2e}) "
-                    f"exceed (eps1, eps2) = ({opts.eps1:g}, {opts.eps2:g})"
+                    f"({kkt.describe()}) exceed (eps1, eps2) = ({opts.eps1:g}, {opts.eps2:g})"
                 )
         elif status == "max_iterations":
             message = (
                 f"{server.max_steps} {server.step_name}s reached without meeting the method's "
-                f"stopping test (KKT stationarity {kkt.stationarity:.2e}, feasibility "
-                f"{kkt.feasibility:.2e})"
+                f"stopping test (KKT {kkt.describe()})"
             )
         status, message = server.conclude(status, message, kkt, summary, self.history)
         try:

@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING, Any
 import cvxpy as cp
 import numpy as np
 
-from fedmodel.dsl.data import PrivateData, fingerprint
+from fedmodel.dsl.data import PrivateData, check_finite_constants, fingerprint
 from fedmodel.dsl.party import Client, Server
 from fedmodel.errors import ModelError
 
@@ -192,6 +192,7 @@ class Model:
         """
         from fedmodel.compiler.regularizer import parse_regularizer_term
 
+        check_finite_constants(term, "server", f"regularize[{len(self._regularizers)}]")
         parse_regularizer_term(term, self._variables)  # validate now, with a clear error
         self._regularizers.append(term)
 
@@ -220,6 +221,7 @@ class Model:
                     party,
                     str(expr),
                 )
+        check_finite_constants(expr, party, label)
 
     # -- compile and solve -----------------------------------------------------------------
     def compile(self) -> CompiledModel:
