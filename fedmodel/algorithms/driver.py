@@ -36,6 +36,7 @@ from fedmodel.algorithms.common import (
     make_result,
     split_multipliers,
 )
+from fedmodel.algorithms.messages import reply_checker
 from fedmodel.algorithms.protocol import ServerHalf, StepReport
 from fedmodel.certificate.kkt import KKTResiduals, assemble, party_evaluation
 from fedmodel.compiler.partition import CompiledModel
@@ -143,6 +144,8 @@ def run_federated(
     )
     if not options.keep_ledger:
         runtime.ledger = CountingLedger()
+    # every reply is checked against the method's declared message table before use
+    runtime.reply_check = reply_checker(server, compiled)
     try:
         start = None
         if manifest is not None:
@@ -327,8 +330,14 @@ class _Run:
         except KeyboardInterrupt:
             return self.stopped_early(None)
 
-        if self.last_eval is None or self.last_eval_k != self.k or status == "unbounded":
-            self.last_eval, self.last_eval_k = self.evaluate(), self.k
+        try:  # the certificate round: a client may fail (or answer malformed) here too
+            if self.last_eval is None or self.last_eval_k != self.k or status == "unbounded":
+                self.last_eval, self.last_eval_k = self.evaluate(), self.k
+        except ClientFailure as exc:
+            self.last_eval = None
+            return self.stopped_early(exc)
+        except KeyboardInterrupt:
+            return self.stopped_early(None)
         kkt, summary = self.last_eval
         if status == "stopped":
             if kkt.satisfied(opts.eps1, opts.eps2):
@@ -340,17 +349,20 @@ class _Run:
                 status = "inaccurate"
                 message = (
                     "the method's stopping test held but the recomputed KKT residuals "
-                    f"(stationarity {kkt.stationarity:.2e}, feasibility {kkt.feasibility:.2e}) "
-                    f"exceed (eps1, eps2) = ({opts.eps1:g}, {opts.eps2:g})"
+                    f"({kkt.describe()}) exceed (eps1, eps2) = ({opts.eps1:g}, {opts.eps2:g})"
                 )
         elif status == "max_iterations":
             message = (
                 f"{server.max_steps} {server.step_name}s reached without meeting the method's "
-                f"stopping test (KKT stationarity {kkt.stationarity:.2e}, feasibility "
-                f"{kkt.feasibility:.2e})"
+                f"stopping test (KKT {kkt.describe()})"
             )
         status, message = server.conclude(status, message, kkt, summary, self.history)
-        reports = runtime.broadcast("report", server.report_payload(), channel="diagnostic")
+        try:
+            reports = runtime.broadcast("report", server.report_payload(), channel="diagnostic")
+        except ClientFailure as exc:
+            return self.stopped_early(exc)
+        except KeyboardInterrupt:
+            return self.stopped_early(None)
         return self.result(status, message, kkt, summary, reports)
 
     # -- results -----------------------------------------------------------------------------

@@ -43,6 +43,7 @@ import numpy as np
 
 from fedmodel.algorithms.common import evaluation_payload, penalty_multipliers
 from fedmodel.algorithms.dald.local import LocalProblem, consensus_quadratic
+from fedmodel.algorithms.dald.messages import DALD
 from fedmodel.algorithms.dald.options import DALDOptions, InnerRule, PenaltySchedule
 from fedmodel.algorithms.protocol import ClientHalf
 from fedmodel.compiler.partition import PartyProgram
@@ -84,6 +85,8 @@ def is_uniform(vectors) -> bool:
 
 class DALDCCClient(ClientHalf):
     """Client ``i`` of Fed-DALD-CC: solves (13), updates ``mu_i`` by (15)."""
+
+    messages = DALD
 
     state_fields = ("x", "mu", "dual_updates", "last_w")
     component_fields = ("local",)
@@ -179,6 +182,8 @@ class DALDDCNode(ClientHalf):
     runtime
         Used to send peer messages.
     """
+
+    messages = DALD
 
     state_fields = (
         "x", "nbr", "mu", "gathered", "last_control", "sweep", "dual_updates", "fresh_dual",

@@ -50,6 +50,7 @@ from fedmodel.algorithms.dald.client import (
     make_local,
 )
 from fedmodel.algorithms.dald.local import scaled_regularizer
+from fedmodel.algorithms.dald.messages import DALD
 from fedmodel.algorithms.dald.options import (
     DALDOptions,
     InnerRule,
@@ -81,6 +82,8 @@ class DALDCCServer(ServerHalf):
     ``x_hat``, the clients' last ``x_i``, the mirror of ``sum_i mu_i``, the pending dual
     steps, the penalty schedule, the coordination sequence's generator and the counters.
     """
+
+    messages = DALD
 
     resume_options = (
         "rho", "rho_default", "inner", "eps_dual", "eps_pri", "vmax", "max_inner",
@@ -407,6 +410,8 @@ class DALDDCServer(ServerHalf):
     gathered before each evaluation (:meth:`sync`). State: the coordination sequence's
     generator, the counters and the root's last decision.
     """
+
+    messages = DALD
 
     resume_options = DALDCCServer.resume_options + ("topology", "root", "order")
     step_name = "inner iteration"

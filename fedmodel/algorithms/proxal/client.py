@@ -46,6 +46,7 @@ from __future__ import annotations
 import numpy as np
 
 from fedmodel.algorithms.protocol import ClientHalf
+from fedmodel.algorithms.proxal.messages import PROXAL
 from fedmodel.algorithms.proxal.metric import PenaltyMetric, hessian_metric, shifted_solver
 from fedmodel.certificate.kkt import party_evaluation
 from fedmodel.compiler.glm import NotRecognised
@@ -228,6 +229,7 @@ class ProxALClient(ClientHalf):
         "newton_H",
     )  # fmt: skip
     component_fields = ("solver",)  # the Newton backend's carried factor
+    messages = PROXAL
 
     def get_state(self) -> dict:
         state = super().get_state()
