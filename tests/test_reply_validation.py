@@ -243,7 +243,12 @@ def test_summary_privacy_table_of_prox_al(model):
     assert admm["floats"] == d + 1 + 1 + d * d + aa  # u~, eps~, rho, opt-in metric, Gram
     assert admm["opt_in"] == ["penalty_metric='hessian'"]
     assert rows[("admm_w", "server -> client")]["floats"] == d + 1 + aa + 1
-    assert rows[("evaluate", "client -> server")]["floats"] == 1 + d + 3 + 1 + 0
+    # objective, grad, scale, owned_stationarity, owned_scaled, owned_index (<= d here),
+    # feasibility, feasibility_scaled, violation, c_ineq (1), c_eq (0)
+    assert (
+        rows[("evaluate", "client -> server")]["floats"]
+        == 1 + d + d + 1 + 1 + d + 1 + 1 + 1 + 1 + 0
+    )
     assert rows[("report", "client -> server")]["opt_in"] == []
     text = model.summary(print_=False)
     assert "messages of prox-al" in text

@@ -32,8 +32,16 @@ W = Field(("d",), reveals="")
 EVALUATION_FIELDS: dict[str, Field] = {
     "objective": Field((), reveals="f_i(w)"),
     "grad": Field(("d",), reveals="the gradient of its Lagrangian at w"),
+    "scale": Field(
+        ("d",),
+        reveals="per coordinate, the largest magnitude of its gradient and constraint-Jacobian "
+        "terms at w (the certificate's scale)",
+    ),
     "owned_stationarity": Field((), reveals="stationarity of its own block"),
+    "owned_scaled": Field((), reveals="scaled stationarity of its own block"),
+    "owned_index": Field(("<=d_party",), dtype="int", reveals="which coordinates are its own"),
     "feasibility": Field(()),
+    "feasibility_scaled": Field(()),
     "violation": Field(()),
     "c_ineq": Field(("m_ineq",), reveals="its inequality constraint values at w"),
     "c_eq": Field(("m_eq",), reveals="its equality constraint values at w"),
@@ -109,6 +117,7 @@ def program_dims(program) -> dict[str, int]:
     return {
         "d": int(layout.n_shared),
         "d_own": own,
+        "d_party": int(layout.n_shared) + own,
         "m_ineq": int(program.m_ineq),
         "m_eq": int(program.m_eq),
         "m_cone": int(program.m_cone),
