@@ -23,6 +23,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import time
 from collections.abc import Mapping
@@ -72,7 +73,8 @@ class _Mark:
         d = dict(self.__dict__)
         if self.last_eval is not None:  # (residuals, summary): the residuals as a dict
             kkt, summary = self.last_eval
-            d["last_eval"] = (kkt.to_dict(), summary)
+            fields = {f.name: getattr(kkt, f.name) for f in dataclasses.fields(kkt)}
+            d["last_eval"] = (fields, summary)
         d["ledger"] = list(runtime.ledger.rows[: self.ledger_rows])
         d["client_seconds"] = dict(runtime.client_seconds)
         return d
