@@ -559,6 +559,7 @@ def cmd_join(args) -> int:
         root_certificates=args.root_certificates,
         socket_dir=args.socket_dir,
         ready_file=args.ready_file,
+        checkpoint_dir=args.checkpoint_dir,
     )
 
 
@@ -700,6 +701,11 @@ def build_parser() -> argparse.ArgumentParser:
         "--superlink", required=True, metavar="HOST:PORT", help="the SuperLink's Fleet API"
     )
     p.add_argument("--socket-dir", metavar="DIR", help="where the party's local socket lives")
+    p.add_argument(
+        "--checkpoint-dir",
+        metavar="DIR",
+        help="where the party writes its checkpoint files (default fedmodel-checkpoints/PARTY)",
+    )
     p.add_argument("--ready-file", metavar="FILE", help=argparse.SUPPRESS)
     p.set_defaults(func=cmd_join)
 

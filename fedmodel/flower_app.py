@@ -268,9 +268,14 @@ def join(
     root_certificates: str | None = None,
     socket_dir: str | None = None,
     ready_file: str | None = None,
+    checkpoint_dir: str | None = None,
 ) -> int:
     """Serve ``party`` (its data from ``data_path`` only) to the SuperLink whose Fleet API
-    is at ``superlink``, until stopped (SIGTERM / Ctrl-C); returns an exit code."""
+    is at ``superlink``, until stopped (SIGTERM / Ctrl-C); returns an exit code.
+
+    The party writes its checkpoint files only under ``checkpoint_dir`` (default
+    ``fedmodel-checkpoints/<party>`` in the working directory; created ``0700`` when
+    missing), one subdirectory per run token the coordinator names."""
     from fedmodel.deploy import load_model_file, party_compiled, shapes_of
     from fedmodel.runtime.flower_party import PartyServer
 
@@ -286,6 +291,7 @@ def join(
         {party: program},
         info={"shapes": {party: shapes_of(data)}},
         regularizer=regularizer,
+        checkpoint_dir=checkpoint_dir or os.path.join("fedmodel-checkpoints", party),
     )
     home = os.path.join(base, "flwr-" + party)
     os.makedirs(home, exist_ok=True)

@@ -229,6 +229,22 @@ def _file_model(fed):
     return mf.build({f"site{i}": {"X0": X0, "X1": X1} for i, (X0, X1) in enumerate(fed["sites"])})
 
 
+def _gather_party_files(fed, ck):
+    """Each organisation's checkpoint files (written in its own checkpoint directory, under
+    the run token the coordinator named) copied next to the coordinator's manifest, as
+    the organisations would hand them over to resume elsewhere."""
+    import shutil
+
+    from fedmodel.runtime.checkpoint import run_token
+
+    for name, (org, _ready, _log) in fed["joins"].items():
+        own = org / "fedmodel-checkpoints" / name / run_token(str(ck))
+        files = [f for f in os.listdir(own) if f.startswith("party-")]
+        assert files, f"{name} wrote no checkpoint file in its own directory"
+        for f in files:
+            shutil.copy(own / f, ck / f)
+
+
 def test_ctrl_c_on_the_coordinator_returns_interrupted(federation, tmp_path):
     fed = federation
     out, ledger = tmp_path / "result.json", tmp_path / "ledger.jsonl"
@@ -250,6 +266,7 @@ def test_ctrl_c_on_the_coordinator_returns_interrupted(federation, tmp_path):
     assert res["status"] == "interrupted", res["message"]
     assert "interrupted" in text
     # the checkpoint of the returned point resumes to the uninterrupted answer
+    _gather_party_files(fed, ck)
     serial_opts = {k: v for k, v in opts.items() if k != "checkpoint"}
     ref = _file_model(fed).solve("prox-al", **serial_opts)
     again = _file_model(fed).solve("prox-al", resume=str(ck), **serial_opts)
@@ -260,7 +277,7 @@ def test_ctrl_c_on_the_coordinator_returns_interrupted(federation, tmp_path):
 def test_a_supernode_killed_mid_solve_is_a_client_failure(federation, tmp_path):
     fed = federation
     out, ledger = tmp_path / "result.json", tmp_path / "ledger.jsonl"
-    ck = tmp_path / "ck"  # every party writes its own state here (one machine: one path)
+    ck = tmp_path / "ck"  # the manifest; each party writes its state in its own directory
     _org, ready, log = fed["joins"]["site1"]
     info = json.loads(ready.read_text())
     seen = log.read_text().count("Receiving: query.fedmodel")
@@ -284,6 +301,8 @@ def test_a_supernode_killed_mid_solve_is_a_client_failure(federation, tmp_path):
     # nothing lost: the periodic checkpoint (each party's state written by the party)
     # resumes, here on the serial backend, to the uninterrupted run's answer
     assert str(ck) in res["message"]
+    assert not [f for f in os.listdir(ck) if f.startswith("party-")]
+    _gather_party_files(fed, ck)
     serial_opts = {k: v for k, v in opts.items() if k not in ("checkpoint", "client_timeout")}
     ref = _file_model(fed).solve("prox-al", **serial_opts)
     again = _file_model(fed).solve("prox-al", resume=str(ck), **serial_opts)

@@ -23,6 +23,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import time
 from collections.abc import Mapping
@@ -38,7 +39,7 @@ from fedmodel.algorithms.common import (
 )
 from fedmodel.algorithms.messages import reply_checker
 from fedmodel.algorithms.protocol import ServerHalf, StepReport
-from fedmodel.certificate.kkt import assemble, party_evaluation
+from fedmodel.certificate.kkt import KKTResiduals, assemble, party_evaluation
 from fedmodel.compiler.partition import CompiledModel
 from fedmodel.runtime.checkpoint import (
     check_manifest,
@@ -68,10 +69,24 @@ class _Mark:
     server: dict
 
     def state(self, runtime) -> dict:
+        """The server side of a checkpoint, as plain values and arrays."""
         d = dict(self.__dict__)
+        if self.last_eval is not None:  # (residuals, summary): the residuals as a dict
+            kkt, summary = self.last_eval
+            fields = {f.name: getattr(kkt, f.name) for f in dataclasses.fields(kkt)}
+            d["last_eval"] = (fields, summary)
         d["ledger"] = list(runtime.ledger.rows[: self.ledger_rows])
         d["client_seconds"] = dict(runtime.client_seconds)
         return d
+
+    @classmethod
+    def from_state(cls, state: dict) -> _Mark:
+        """The inverse of :meth:`state` (the ledger and client seconds are the caller's)."""
+        mark = cls(**{k: state[k] for k in cls.__dataclass_fields__})
+        if mark.last_eval is not None:
+            kkt, summary = mark.last_eval
+            mark.last_eval = (KKTResiduals(**kkt), summary)
+        return mark
 
 
 def run_federated(
@@ -137,7 +152,7 @@ def run_federated(
         start = None
         if manifest is not None:
             runtime.load_party_checkpoint(options.resume, manifest["parties"])
-            start = _Mark(**{k: resumed[k] for k in _Mark.__dataclass_fields__})
+            start = _Mark.from_state(resumed)
             runtime.ledger.rows = list(resumed["ledger"])
             runtime.client_seconds.update(resumed["client_seconds"])
         run = _Run(compiled, options, method, server, runtime, fingerprint, resume_key)

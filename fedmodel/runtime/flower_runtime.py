@@ -39,6 +39,7 @@ from typing import Any
 
 from fedmodel.errors import ModelError
 from fedmodel.runtime.base import GRACE_SECONDS, Runtime, raise_build_errors
+from fedmodel.runtime.checkpoint import run_token
 from fedmodel.runtime.endpoints import EndpointFactory
 from fedmodel.runtime.flower_codec import (
     ARRAY_RECORD,
@@ -356,6 +357,20 @@ class FlowerRuntime(Runtime):
             self.close()
             raise
         raise_build_errors(self, errors, names)
+
+    # -- checkpoints -------------------------------------------------------------------------
+    def _party_directory(self, directory: str) -> str:
+        """Where the parties write their checkpoint files: in simulation the directory
+        itself (party servers this process started, on this machine); deployed, each party
+        writes in its own checkpoint directory (``fedmodel join --checkpoint-dir``) and the
+        coordinator names only a run token (:func:`~fedmodel.runtime.checkpoint.run_token`)."""
+        return os.fspath(directory) if self._sim is not None else run_token(directory)
+
+    def write_party_checkpoint(self, directory: str, tag: str, marked: bool = True) -> dict:
+        return super().write_party_checkpoint(self._party_directory(directory), tag, marked)
+
+    def load_party_checkpoint(self, directory: str, files: Mapping[str, Any]) -> None:
+        super().load_party_checkpoint(self._party_directory(directory), files)
 
     # -- nodes -------------------------------------------------------------------------------
     def _wait_nodes(self, n: int, timeout: float = 120.0) -> list[int]:

@@ -186,11 +186,12 @@ class DALDDCNode(ClientHalf):
     messages = DALD
 
     state_fields = (
-        "x", "nbr", "mu", "schedule", "gathered", "last_control", "sweep", "dual_updates",
-        "fresh_dual", "last_w",
+        "x", "nbr", "mu", "gathered", "last_control", "sweep", "dual_updates", "fresh_dual",
+        "last_w",
     )  # fmt: skip
-    component_fields = ("local",)
-    root_state_fields = ("rule", "k", "v", "total", "pending_full", "last_residuals", "reason")
+    component_fields = ("local", "schedule")
+    # (the root's InnerRule is a function of the options, which a resume checks: not state)
+    root_state_fields = ("k", "v", "total", "pending_full", "last_residuals", "reason")
 
     def __init__(
         self,

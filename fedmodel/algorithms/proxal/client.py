@@ -231,6 +231,15 @@ class ProxALClient(ClientHalf):
     component_fields = ("solver",)  # the Newton backend's carried factor
     messages = PROXAL
 
+    def get_state(self) -> dict:
+        state = super().get_state()
+        state["M"] = self.M.to_state()  # (plain values: checkpoints hold no objects)
+        return state
+
+    def set_state(self, state: dict) -> None:
+        super().set_state(state)
+        self.M = PenaltyMetric.from_state(state["M"])
+
     def multipliers(self) -> tuple[np.ndarray, np.ndarray]:
         return self.mu, self.nu
 
