@@ -110,17 +110,12 @@ class CvxpySolver:
             nu = cp.Parameter(prog.m_eq) if prog.m_eq else None
             self.mu.append(mu)
             self.nu.append(nu)
-            # ||[mu + beta g]_+||^2 / (2 beta) written as ||[mu / rb + rb g]_+||^2 / 2 with
-            # rb = sqrt(beta): the same value with coefficients sqrt(beta) instead of beta and
-            # 1 / beta (at beta = 100 the latter made Clarabel end in NumericalError on
-            # pooled SOC models, issue 23)
-            rb = float(np.sqrt(beta))
             if mu is not None:
                 g = cp.hstack([cp.vec(substitute(c.expr, mapping), order="F") for c in prog.ineq])
-                obj = obj + cp.sum_squares(cp.pos(mu / rb + rb * g)) / 2
+                obj = obj + cp.sum_squares(cp.pos(mu + beta * g)) / (2 * beta)
             if nu is not None:
                 a = cp.hstack([cp.vec(substitute(c.expr, mapping), order="F") for c in prog.eq])
-                obj = obj + cp.sum_squares(nu / rb + rb * a) / 2
+                obj = obj + cp.sum_squares(nu + beta * a) / (2 * beta)
         reg = problem.regularizer
         cons = []
         if not reg.is_zero:
