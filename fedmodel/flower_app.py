@@ -20,6 +20,7 @@ import collections
 import inspect
 import json
 import os
+import re
 import shutil
 import signal
 import socket
@@ -479,6 +480,9 @@ def party_server(model_file, party: str, data: Mapping[str, Any], socket_path: s
     )
 
 
+_ANSI = re.compile(r"\x1b\[[0-9;]*m")  # colours in Flower's log
+
+
 def _exit_text(code: int) -> str:
     if code < 0:
         try:
@@ -557,16 +561,25 @@ def join(
     signal.signal(signal.SIGTERM, on_term)  # (before the SuperNode can exit: see watch)
     stopping = threading.Event()
     exited: list[int] = []
-    tail: collections.deque[str] = collections.deque(maxlen=8)
+    tail: collections.deque[str] = collections.deque(maxlen=1)  # its last line
+    error: list[str] = []  # its last error block (Flower: an ERROR line, then details)
     node = subprocess.Popen(
         cmd, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT
     )
 
-    def relay_output():  # the SuperNode's log to ours, keeping its last lines
+    def relay_output():  # the SuperNode's log to ours, keeping what says why it exited
+        in_error = False
         for raw in node.stdout:
             line = raw.decode(errors="replace")
-            if line.strip():
-                tail.append(line.strip())
+            text = _ANSI.sub("", line).strip()
+            if "ERROR" in text:
+                error[:], in_error = [text], True
+            elif in_error and text and len(error) < 6:
+                error.append(text)
+            else:
+                in_error = False
+            if text:
+                tail.append(text)
             try:
                 sys.stderr.write(line)
                 sys.stderr.flush()
@@ -604,9 +617,8 @@ def join(
         output.join(5)
         server.close()
     if exited:
-        last = " | ".join(
-            line for line in tail if "ERROR" in line or "code" in line or "Failed" in line
-        ) or (tail[-1] if tail else "no output")
+        said = tail if exited[0] < 0 or not error else error  # (killed: no error of its own)
+        last = " | ".join(" ".join(line.split()) for line in said) or "no output"
         raise DeploymentError(
             f"the Flower SuperNode of party '{party}' {_exit_text(exited[0])} "
             f"({last}); the party server is stopped"

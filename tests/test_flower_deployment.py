@@ -318,8 +318,10 @@ def test_a_supernode_whose_key_is_not_registered_cannot_join(federation, tmp_pat
         _stop([p])
     text = log.read_text()
     assert code == 1, text[-3000:]
-    assert "the Flower SuperNode of party 'site1' exited with code 1" in text, text[-3000:]
-    assert "Failed to activate SuperNode" in text, text[-3000:]
+    said = [line for line in text.splitlines() if line.startswith("fedmodel: error:")]
+    assert len(said) == 1, text[-3000:]
+    assert "the Flower SuperNode of party 'site1' exited with code 1" in said[0]
+    assert "Failed to activate SuperNode" in said[0]  # Flower's reason, in the message
 
 
 def test_three_organisations_solve_prox_al(federation, tmp_path):
