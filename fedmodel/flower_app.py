@@ -192,7 +192,6 @@ def register_parties(
     ``--enable-supernode-auth`` accepts only the SuperNodes whose key is registered."""
     from flwr.cli.typing import SuperLinkConnection
     from flwr.cli.utils import init_http_client_from_connection
-    from flwr.proto.control_pb2 import ListNodesRequest, RegisterNodeRequest
 
     conn = SuperLinkConnection(
         name="fedmodel",
@@ -202,22 +201,35 @@ def register_parties(
     )
     client = init_http_client_from_connection(conn)
     try:
-        known = {
-            bytes(n.public_key): int(n.node_id)
-            for n in client.ListNodes(ListNodesRequest()).nodes_info
-            if n.status != "unregistered"
-        }
-        out = {}
-        for party, key in keys.items():
-            if key not in known:
-                reply = client.RegisterNode(RegisterNodeRequest(public_key=key, name=party))
-                if not reply.node_id:
-                    raise DeploymentError(f"the SuperLink did not register the key of '{party}'")
-                known[key] = int(reply.node_id)
-            out[party] = known[key]
-        return out
+        return _register(client, keys)
+    except FedModelError:
+        raise
+    except Exception as exc:  # the Control API's errors (httpx, Flower): one clear message
+        raise DeploymentError(
+            f"could not register the parties' keys with the SuperLink at {superlink}: "
+            f"{type(exc).__name__}: {exc}"
+        ) from exc
     finally:
         client.close()
+
+
+def _register(client, keys: Mapping[str, bytes]) -> dict[str, int]:
+    from flwr.proto.control_pb2 import ListNodesRequest, RegisterNodeRequest
+
+    known = {
+        bytes(n.public_key): int(n.node_id)
+        for n in client.ListNodes(ListNodesRequest()).nodes_info
+        if n.status != "unregistered"
+    }
+    out = {}
+    for party, key in keys.items():
+        if key not in known:
+            reply = client.RegisterNode(RegisterNodeRequest(public_key=key, name=party))
+            if not reply.node_id:
+                raise DeploymentError(f"the SuperLink did not register the key of '{party}'")
+            known[key] = int(reply.node_id)
+        out[party] = known[key]
+    return out
 
 
 # -- fedmodel serve ------------------------------------------------------------------------------
@@ -563,9 +575,13 @@ def join(
     exited: list[int] = []
     tail: collections.deque[str] = collections.deque(maxlen=1)  # its last line
     error: list[str] = []  # its last error block (Flower: an ERROR line, then details)
-    node = subprocess.Popen(
-        cmd, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT
-    )
+    try:
+        node = subprocess.Popen(
+            cmd, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT
+        )
+    except OSError:
+        server.close()
+        raise
 
     def relay_output():  # the SuperNode's log to ours, keeping what says why it exited
         in_error = False
@@ -616,6 +632,8 @@ def join(
             watcher.join(10)
         output.join(5)
         server.close()
+        if not socket_dir:
+            shutil.rmtree(base, ignore_errors=True)  # the temporary directory made above
     if exited:
         said = tail if exited[0] < 0 or not error else error  # (killed: no error of its own)
         last = " | ".join(" ".join(line.split()) for line in said) or "no output"

@@ -300,3 +300,19 @@ def test_join_refuses_a_private_key_others_can_read(tmp_path, capsys):
     assert f"--auth-key {key} is readable by other users" in capsys.readouterr().err
     assert main(argv + ["--insecure", "--root-certificates", str(key)]) == 1
     assert "--insecure and --root-certificates exclude each other" in capsys.readouterr().err
+
+
+def test_register_without_a_reachable_superlink_says_so(tmp_path, capsys):
+    import socket
+
+    (tmp_path / "model.py").write_text(MODEL)
+    keys = tmp_path / "parties.keys"
+    keys.write_text("".join(f"{p} {_public_key()}\n" for p in PARTIES))
+    with socket.socket() as s:  # a port nobody listens on
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    argv = ["register", str(tmp_path / "model.py"), "--superlink", f"127.0.0.1:{port}",
+            "--insecure", "--authorized-keys", str(keys)]  # fmt: skip
+    assert main(argv) == 1
+    err = capsys.readouterr().err
+    assert f"could not register the parties' keys with the SuperLink at 127.0.0.1:{port}" in err
