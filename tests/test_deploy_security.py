@@ -316,3 +316,29 @@ def test_register_without_a_reachable_superlink_says_so(tmp_path, capsys):
     assert main(argv) == 1
     err = capsys.readouterr().err
     assert f"could not register the parties' keys with the SuperLink at 127.0.0.1:{port}" in err
+
+
+def test_a_resumed_deployed_solve_keeps_the_run_so_far_then_its_own_hello(organisations, tmp_path):
+    nodes = {p: 101 + i for i, p in enumerate(PARTIES)}
+    grid = LoopbackGrid({nodes[p]: organisations.servers[p] for p in PARTIES})
+    found = discover(grid, PARTIES, timeout=10, nodes=nodes)
+    shapes = {p: info["shapes"][p] for p, (_node, info) in found.items()}
+    model = coordinator_model(organisations.model_file, shapes)
+    ck = tmp_path / "ck"
+    opts = dict(OPTS, max_outer=2)
+    first = model.solve(
+        "prox-al", backend="flower", flower_grid=JoinedGrid(grid, found), checkpoint=str(ck),
+        **dict(opts, max_outer=1),
+    )  # fmt: skip
+    again = model.solve(
+        "prox-al", backend="flower", flower_grid=JoinedGrid(grid, found), resume=str(ck), **opts
+    )
+    channels = [r["channel"] for r in again.ledger]
+    # the first run up to its checkpoint (its hello first), then this run's hello, then
+    # the rest of the method's messages
+    n = next(i for i in range(6, len(channels)) if channels[i] == "join")
+    assert channels[:6] == ["join"] * 6 and "join" not in channels[6:n]
+    assert again.ledger[:n] == first.ledger[:n]
+    assert channels[n : n + 6] == ["join"] * 6
+    assert again.ledger[n : n + 6] == first.ledger[:6]
+    assert "join" not in channels[n + 6 :] and len(channels) > n + 6
