@@ -182,7 +182,7 @@ def discover(
         owner: dict[str, tuple[int, dict]] = {}
         for node, info in asked.items():
             claimed = info.get("parties", []) if isinstance(info, dict) else []
-            if node in party_of_node and list(claimed) != [party_of_node[node]]:
+            if node in party_of_node and claimed and list(claimed) != [party_of_node[node]]:
                 raise ModelError(
                     f"node {node}, registered for party '{party_of_node[node]}', says it "
                     f"serves {list(claimed)}: a node may serve only the party whose key "
