@@ -153,7 +153,8 @@ def run_federated(
         if manifest is not None:
             runtime.load_party_checkpoint(options.resume, manifest["parties"])
             start = _Mark.from_state(resumed)
-            runtime.ledger.rows = list(resumed["ledger"])
+            # the run so far, then what this runtime recorded on starting (Flower: hello)
+            runtime.ledger.rows = list(resumed["ledger"]) + runtime.ledger.rows
             runtime.client_seconds.update(resumed["client_seconds"])
         run = _Run(compiled, options, method, server, runtime, fingerprint, resume_key)
         run.compile_seconds = time.perf_counter() - t_start

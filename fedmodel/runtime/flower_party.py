@@ -26,6 +26,7 @@ import pickle
 import secrets
 import signal
 import sys
+import threading
 from collections.abc import Mapping
 from multiprocessing.connection import Client, Listener
 from typing import Any
@@ -205,10 +206,28 @@ class PartyServer:
                 raise
             return ("error", *encode(portable_exception(exc)))
 
-    def serve_forever(self) -> None:
-        """Answer one request per connection until stopped (``stop``, SIGTERM)."""
+    def serve_forever(self, stop_on_interrupt: bool = False) -> None:
+        """Answer one request per connection until stopped (``stop``, SIGTERM; with
+        ``stop_on_interrupt``, also Ctrl-C between steps, as ``fedmodel join`` wants: a
+        party server of the simulation outlives a Ctrl-C of the solve it serves)."""
         self.host.install_signal_handlers(interrupts=True)
-        signal.signal(signal.SIGTERM, lambda *a: sys.exit(0))
+
+        def on_term(*_):
+            self.stopped = True
+            sys.exit(0)
+
+        signal.signal(signal.SIGTERM, on_term)
+        if stop_on_interrupt and threading.current_thread() is threading.main_thread():
+            in_step = signal.getsignal(signal.SIGINT)
+
+            def on_int(signum, frame):
+                if self.host._in_step and callable(in_step):
+                    in_step(signum, frame)  # interrupts the step (the host's handler)
+                else:
+                    self.stopped = True
+                    raise KeyboardInterrupt
+
+            signal.signal(signal.SIGINT, on_int)
         try:
             while not self.stopped:
                 try:
