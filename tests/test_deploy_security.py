@@ -171,8 +171,15 @@ def organisations(tmp_path, monkeypatch):
         p: {"X0": X0, "X1": X1, "patient_ids": np.arange(len(X0) + len(X1))}
         for p, (X0, X1) in zip(PARTIES, sites)
     }
-    servers = {
-        p: party_server(model_file, p, data[p], os.path.join(sockets, f"{p}.sock")) for p in PARTIES
+    servers = {  # each organisation's own checkpoint directory
+        p: party_server(
+            model_file,
+            p,
+            data[p],
+            os.path.join(sockets, f"{p}.sock"),
+            checkpoint_dir=str(tmp_path / "own" / p),
+        )
+        for p in PARTIES
     }
     yield SimpleNamespace(model_file=model_file, sites=sites, data=data, servers=servers)
     for s in servers.values():
