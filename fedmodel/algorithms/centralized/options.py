@@ -22,8 +22,9 @@ class CentralizedOptions:
         not quadratic (logistic, exp, huber, ...: cvxpy would need the exponential cone,
         where Clarabel fails and ECOS/SCS are slow and inexact on UCI Adult) or the model
         is a QP with at most 3000 variables (a few cached Cholesky factorisations, faster
-        than building the cvxpy problem), falling back to cvxpy if the smooth path does not
-        certify; ``"cvxpy"`` otherwise (large QPs: OSQP or Clarabel, sparse).
+        than building the cvxpy problem), and the model has no epigraph auxiliaries (hinge,
+        abs, pinball, l1: those go to the conic solver directly), falling back to cvxpy if
+        the smooth path does not certify; ``"cvxpy"`` otherwise (large QPs: OSQP or Clarabel, sparse).
     solver : str or None
         cvxpy solver (default: cvxpy's choice, OSQP for QPs, Clarabel for conic models).
     refine : bool

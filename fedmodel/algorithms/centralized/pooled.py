@@ -15,6 +15,8 @@ Two engines (``CentralizedOptions.engine``):
   augmented-Lagrangian Hessian of a QP changes only with the active set, so two or three
   cached Cholesky factorisations certify it, about 10x faster than building and solving the
   cvxpy problem on seed 000 Table 1), and falls back to cvxpy if it does not certify.
+  Models with epigraph auxiliaries (non-smooth terms rewritten by ``dsl/epigraph.py``) and
+  conic models go to the conic solver directly.
 """
 
 from __future__ import annotations
@@ -78,10 +80,16 @@ SMOOTH_QP_MAX_SIZE = 3000
 
 
 def prefers_smooth_path(compiled: CompiledModel) -> bool:
-    """True when every term is of GLM form (the Newton backend applies) and either one
-    term is not quadratic or the model is a QP of at most :data:`SMOOTH_QP_MAX_SIZE`
-    variables (see ``engine``)."""
-    if not _smooth(compiled):
+    """True when every term is of GLM form (the Newton backend applies), the model has no
+    epigraph auxiliaries, and either one term is not quadratic or the model is a QP of at
+    most :data:`SMOOTH_QP_MAX_SIZE` variables (see ``engine``).
+
+    A model with epigraph auxiliaries (hinge, abs, pinball, l1, ... rewritten by
+    :mod:`fedmodel.dsl.epigraph`) is an LP or QP in disguise with one auxiliary per row:
+    an interior-point conic solver takes it in a few dozen iterations, while the augmented
+    Lagrangian's Newton steps stall on its degenerate active set (hinge SVM on German
+    credit: 76 s uncertified against 0.06 s for Clarabel)."""
+    if compiled.layout.hidden or not _smooth(compiled):
         return False
     try:
         solver = NewtonSolver(MeritProblem(compiled.parties, 1.0, compiled.regularizer))
