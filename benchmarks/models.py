@@ -1,0 +1,836 @@
+"""Every convex model a user writes (issue 23): a suite of convex models, each solved by
+prox-al at its defaults, cprox-al and centralized, next to a plain Clarabel solve of the
+pooled problem, and judged independently of the library's own numbers.
+
+    python benchmarks/models.py                       # every model, full sizes, 60 s per solve
+    python benchmarks/models.py --quick               # small sizes
+    python benchmarks/models.py --models svm-german,lad-wine --methods centralized
+    python benchmarks/models.py --time-limit 30 --hard-limit 120
+
+Each model is defined once, in a function returning a :class:`Case`: the ``fm.Model``, the
+pooled plain-cvxpy problem over the same data, and which pooled variable stands for which
+model variable. Every (model, method) solve runs in a child process (fork) with the
+method's ``time_limit`` and a hard kill after ``--hard-limit`` seconds (a run that ignores
+its time limit is reported as ``killed``); the child also measures its peak memory.
+
+The judge (:func:`judge`) sets the pooled problem's variables to the returned values
+(``res.solution``, i.e. what ``.value`` holds) and evaluates the user's objective and
+constraints with cvxpy on the pooled data:
+
+* relative objective gap ``(f(x) - f*) / max(1, |f*|)``, ``f*`` the plain Clarabel optimum
+  of the pooled problem in the same run;
+* relative violation: the largest over the constraints of ``||violation||_inf /
+  max(1, ||lhs||_inf, ||rhs||_inf)`` (both sides evaluated at the point: the constraint's
+  scale, as OSQP/SCS scale their primal residuals).
+
+A method that says ``optimal`` with a relative gap or violation above ``10 * eps`` (its own
+``eps``) is a **silent wrong answer**. Results: ``benchmarks/RESULTS_models.md`` (table, command,
+machine load) and ``benchmarks/results_models.json`` (every row; a run replaces the rows of
+the (model, method, size) triples it ran).
+"""
+
+from __future__ import annotations
+
+import os
+
+for _var in ("OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS", "OMP_NUM_THREADS"):
+    os.environ.setdefault(_var, "1")
+
+import argparse  # noqa: E402
+import fcntl  # noqa: E402
+import json  # noqa: E402
+import multiprocessing as mp  # noqa: E402
+import platform  # noqa: E402
+import resource  # noqa: E402
+import sys  # noqa: E402
+import time  # noqa: E402
+import traceback  # noqa: E402
+from collections.abc import Callable  # noqa: E402
+from dataclasses import dataclass, field  # noqa: E402
+from pathlib import Path  # noqa: E402
+
+import cvxpy as cp  # noqa: E402
+import numpy as np  # noqa: E402
+import scipy.sparse as sparse  # noqa: E402
+
+import fedmodel as fm  # noqa: E402
+from fedmodel.datasets import (  # noqa: E402
+    load_breast_cancer,
+    load_communities,
+    load_german,
+    load_wine_quality,
+    split_stratified,
+)
+
+HERE = Path(__file__).resolve().parent
+JSON = HERE / "results_models.json"
+MD = HERE / "RESULTS_models.md"
+METHODS = ("prox-al", "cprox-al", "centralized")
+
+
+@dataclass
+class Case:
+    """One model: the federated form, the pooled plain-cvxpy form, and how they match.
+
+    Attributes
+    ----------
+    model : fm.Model
+        What a user writes.
+    pooled : cvxpy.Problem
+        The same problem over the pooled data, written with plain cvxpy.
+    variables : dict
+        Model variable name -> the pooled problem's variable standing for it.
+    n_clients : int
+    klass : str
+        The model class (for the table).
+    """
+
+    model: fm.Model
+    pooled: cp.Problem
+    variables: dict[str, cp.Variable]
+    n_clients: int
+    klass: str
+    note: str = ""
+    extra: dict = field(default_factory=dict)
+
+
+# ----------------------------------------------------------------------------------------
+# The judge
+# ----------------------------------------------------------------------------------------
+def _inf_norm(value) -> float:
+    if value is None:
+        return np.inf
+    a = np.asarray(value.toarray() if sparse.issparse(value) else value, dtype=float)
+    return float(np.max(np.abs(a))) if a.size else 0.0
+
+
+def judge(case: Case, solution: dict[str, np.ndarray], f_star: float) -> dict[str, float]:
+    """Objective, relative gap and relative violation of ``solution`` on the pooled problem.
+
+    Computed with cvxpy on the pooled data only, from the returned values: nothing of the
+    library's own certificate or objective enters.
+    """
+    for name, var in case.variables.items():
+        if name not in solution:
+            return {"objective": np.nan, "rel_gap": np.nan, "rel_violation": np.nan}
+        var.value = np.asarray(solution[name], dtype=float).reshape(var.shape)
+    objective = float(case.pooled.objective.value)
+    worst = 0.0
+    for con in case.pooled.constraints:
+        viol = con.violation()
+        scale = max([1.0] + [_inf_norm(arg.value) for arg in con.args])
+        worst = max(worst, _inf_norm(viol) / scale)
+    if not np.isfinite(objective):
+        worst = np.inf if not np.isfinite(worst) else worst
+    gap = (objective - f_star) / max(1.0, abs(f_star))
+    return {"objective": objective, "rel_gap": float(gap), "rel_violation": float(worst)}
+
+
+# ----------------------------------------------------------------------------------------
+# Data helpers
+# ----------------------------------------------------------------------------------------
+def _regression_parts(X, y, n, seed=0):
+    """Rows dealt to ``n`` clients at random (equal sizes up to one row)."""
+    idx = np.random.default_rng(seed).permutation(len(y))
+    return [(X[i], y[i]) for i in np.array_split(idx, n)]
+
+
+def _synthetic_regression(rows, d, seed, noise=0.3, heavy=False):
+    rng = np.random.default_rng(seed)
+    X = rng.normal(size=(rows, d))
+    w0 = rng.normal(size=d)
+    e = rng.standard_t(2, size=rows) if heavy else rng.normal(size=rows)
+    return X, X @ w0 + noise * e
+
+
+def _synthetic_classification(rows, d, seed, density=None):
+    rng = np.random.default_rng(seed)
+    if density is None:
+        X = rng.normal(size=(rows, d))
+    else:
+        X = sparse.random(rows, d, density=density, format="csr", random_state=seed)
+        X.data = rng.normal(size=X.nnz)
+    w0 = rng.normal(size=d) * (rng.random(d) < 0.1)
+    margin = X @ w0
+    y = np.where(margin + 0.5 * rng.normal(size=rows) > 0, 1.0, -1.0)
+    return X, y
+
+
+# ----------------------------------------------------------------------------------------
+# The models (each defined once; ``quick`` shrinks it)
+# ----------------------------------------------------------------------------------------
+def _loss_model(name, klass, parts, loss, *, server=None, server_cons=None, reg=None, d=None):
+    """A model where client k minimises ``loss(X_k, y_k, w, N)`` (N the pooled row count),
+    the server adds ``server(w)`` and constraints ``server_cons(w)``, and ``reg(w)`` goes to
+    ``h``; the pooled problem is the same over the stacked data."""
+    N = sum(len(y) for _, y in parts)
+    d = d or parts[0][0].shape[1]
+    m = fm.Model(name)
+    w = m.variable(d, name="w")
+    W = cp.Variable(d, name="w")
+    obj = 0
+    cons = []
+    for k, (Xk, yk) in enumerate(parts):
+        c = m.client(f"c{k}")
+        Xd, yd = c.data(Xk, name="X"), c.data(yk, name="y")
+        c.minimize(loss(Xd, yd, w, N), name="loss")
+    # per client, as the clients wrote it: equal to the stacked form for separable losses,
+    # and the right pooled objective for non-separable ones (norm, log_sum_exp)
+    obj = sum(loss(Xk, yk, W, N) for Xk, yk in parts)
+    if server is not None:
+        m.server.minimize(server(w))
+        obj = obj + server(W)
+    if server_cons is not None:
+        m.server.subject_to(server_cons(w))
+        cons += server_cons(W)
+    if reg is not None:
+        m.regularize(reg(w))
+        obj = obj + reg(W)
+    return Case(m, cp.Problem(cp.Minimize(obj), cons), {"w": W}, len(parts), klass)
+
+
+def _hinge(X, y, w, N):
+    return cp.sum(cp.pos(1 - cp.multiply(y, X @ w[:-1] + w[-1]))) / N
+
+
+def _pinball(tau):
+    def loss(X, y, w, N):
+        r = y - X @ w
+        return cp.sum(tau * cp.pos(r) + (1 - tau) * cp.pos(-r)) / N
+
+    return loss
+
+
+def _lad(X, y, w, N):
+    return cp.sum(cp.abs(X @ w - y)) / N
+
+
+def _ls(X, y, w, N):
+    return cp.sum_squares(X @ w - y) / N
+
+
+def _logistic(X, y, w, N):
+    return cp.sum(cp.logistic(-cp.multiply(y, X @ w))) / N
+
+
+def _huber(X, y, w, N):
+    return cp.sum(cp.huber(X @ w - y, 1.0)) / N
+
+
+def svm_german(quick, n=5):
+    """Issue table row 1: hinge SVM with intercept, German credit, server norm(w, 2) <= 1."""
+    ds = load_german(intercept=False)
+    X, y = ds.X, 2.0 * ds.y - 1.0
+    if quick:
+        X, y = X[:200], y[:200]
+    parts = split_stratified(X, y, n, random_state=0)
+    d = X.shape[1] + 1
+    return _loss_model(
+        "svm-german",
+        "hinge + SOC-ball",
+        parts,
+        _hinge,
+        server_cons=lambda w: [cp.norm(w[:-1], 2) <= 1],
+        d=d,
+    )
+
+
+def svm_synthetic(quick, n):
+    X, y = _synthetic_classification(60 * n if quick else 200 * n, 10, seed=n)
+    parts = _regression_parts(X, y, n)
+    return _loss_model(
+        f"svm-{n}",
+        "hinge + ridge",
+        parts,
+        _hinge,
+        server=lambda w: 0.05 * cp.sum_squares(w[:-1]),
+        d=11,
+    )
+
+
+def quantile_communities(quick, n=10):
+    """Issue table row 2: quantile regression tau = 0.9 (pos form), 30 features."""
+    ds = load_communities(threshold=None, intercept=False)
+    X = np.hstack([ds.X[:, :30], np.ones((len(ds.y), 1))])
+    y = ds.y
+    if quick:
+        X, y = X[:300], y[:300]
+    return _loss_model(
+        "quantile-communities", "pinball (epigraph)", _regression_parts(X, y, n), _pinball(0.9)
+    )
+
+
+def quantile_synthetic(quick, n):
+    X, y = _synthetic_regression(40 * n if quick else 200 * n, 8, seed=10 + n, heavy=True)
+    return _loss_model(
+        f"quantile-{n}", "pinball (epigraph)", _regression_parts(X, y, n), _pinball(0.25)
+    )
+
+
+def lad_wine(quick, n=12):
+    """Issue table row 3: LAD on wine quality, sum(w[:11]) == 0 on the server."""
+    ds = load_wine_quality()
+    X, y = ds.X, ds.y
+    if quick:
+        X, y = X[:360], y[:360]
+    return _loss_model(
+        "lad-wine",
+        "abs (epigraph) + equality",
+        _regression_parts(X, y, n),
+        _lad,
+        server_cons=lambda w: [cp.sum(w[:11]) == 0],
+    )
+
+
+def lad_synthetic(quick, n):
+    X, y = _synthetic_regression(40 * n if quick else 200 * n, 8, seed=20 + n, heavy=True)
+    return _loss_model(f"lad-{n}", "abs (epigraph)", _regression_parts(X, y, n), _lad)
+
+
+def kl_simplex(quick, n=5):
+    """Issue table row 4: KL divergence to client priors + moment constraints, simplex."""
+    d = 8 if quick else 30
+    rng = np.random.default_rng(4)
+    m = fm.Model("kl-simplex")
+    w = m.variable(d, name="w")
+    W = cp.Variable(d, name="w")
+    m.server.subject_to([cp.sum(w) == 1, w >= 0])
+    obj, cons = 0, [cp.sum(W) == 1, W >= 0]
+    grid = np.linspace(0, 1, d)
+    for k in range(n):
+        q = rng.dirichlet(np.ones(d))
+        c = m.client(f"c{k}")
+        qd = c.data(q, name="prior")
+        c.minimize(cp.sum(cp.kl_div(w, qd)) / n, name="kl")
+        obj += cp.sum(cp.kl_div(W, q)) / n
+        # a moment the clients agree on: the mean of the grid below the uniform one's + k/50
+        b = 0.4 + 0.02 * k
+        gd = c.data(grid, name="grid")
+        c.subject_to(gd @ w <= b)
+        cons.append(grid @ W <= b)
+    return Case(m, cp.Problem(cp.Minimize(obj), cons), {"w": W}, n, "kl_div (exp cone)")
+
+
+def bpdn(quick, n=3):
+    """Issue table row 5: min norm1(w) s.t. per-client norm(X_k w - y_k, 2) <= eps_k."""
+    d, rows = (20, 10) if quick else (100, 30)
+    rng = np.random.default_rng(5)
+    w0 = np.zeros(d)
+    w0[rng.choice(d, 5, replace=False)] = rng.normal(size=5)
+    m = fm.Model("bpdn")
+    w = m.variable(d, name="w")
+    W = cp.Variable(d, name="w")
+    m.server.minimize(cp.norm1(w))
+    cons = []
+    for k in range(n):
+        X = rng.normal(size=(rows, d)) / np.sqrt(rows)
+        noise = 0.05 * rng.normal(size=rows)
+        y = X @ w0 + noise
+        eps_k = 1.2 * np.linalg.norm(noise)
+        c = m.client(f"c{k}")
+        Xd, yd = c.data(X, name="X"), c.data(y, name="y")
+        c.subject_to(cp.norm(Xd @ w - yd, 2) <= eps_k)
+        cons.append(cp.norm(X @ W - y, 2) <= eps_k)
+    return Case(m, cp.Problem(cp.Minimize(cp.norm1(W)), cons), {"w": W}, n, "l1 + SOC constraints")
+
+
+def markowitz(quick, n=4):
+    """Issue table row 6: per-client risk quad_form(w, S_k) <= 0.002, budget on the server."""
+    d = 10 if quick else 50
+    rng = np.random.default_rng(6)
+    m = fm.Model("markowitz")
+    w = m.variable(d, name="w")
+    W = cp.Variable(d, name="w")
+    m.server.subject_to([cp.sum(w) == 1, w >= 0])
+    obj, cons = 0, [cp.sum(W) == 1, W >= 0]
+    for k in range(n):
+        F = rng.normal(size=(d, 3)) * 0.05
+        S = F @ F.T + np.diag(rng.uniform(0.002, 0.01, size=d))
+        mu = rng.uniform(0.0, 0.1, size=d) + 0.05 * (np.arange(d) == k)
+        c = m.client(f"c{k}")
+        Sd, mud = c.data(S, name="S"), c.data(mu, name="mu")
+        c.minimize(-mud @ w / n, name="return")
+        c.subject_to(cp.quad_form(w, Sd) <= 0.002)
+        obj += -mu @ W / n
+        cons.append(cp.quad_form(W, S) <= 0.002)
+    return Case(m, cp.Problem(cp.Minimize(obj), cons), {"w": W}, n, "LP + QCQP")
+
+
+def logistic_ball(quick, n=10, d=None, rows=50, density=None, radius=0.5, name=None):
+    """Issue table row 7 (d = 100, 50 rows per client) and the issue's "done" case
+    (sparse, d = 10,000, 1% density, 20 x 500): logistic + an active l2 ball."""
+    d = d or 100
+    if quick:
+        d, rows = min(d, 50), min(rows, 30)
+    X, y = _synthetic_classification(rows * n, d, seed=7 + d, density=density)
+    parts = [(X[i * rows : (i + 1) * rows], y[i * rows : (i + 1) * rows]) for i in range(n)]
+    return _loss_model(
+        name or f"logistic-ball-d{d}",
+        "logistic + l2 ball",
+        parts,
+        _logistic,
+        server_cons=lambda w: [cp.norm(w, 2) <= radius],
+    )
+
+
+def sparse_logistic(quick, n=20):
+    """Issue table row 8: sparse logistic regression (l1 in h), d = 3000, sparse data."""
+    d, rows = (100, 20) if quick else (3000, 100)
+    X, y = _synthetic_classification(rows * n, d, seed=8, density=0.01)
+    parts = [(X[i * rows : (i + 1) * rows], y[i * rows : (i + 1) * rows]) for i in range(n)]
+    return _loss_model(
+        "sparse-logistic-d3000",
+        "logistic + l1 (h)",
+        parts,
+        _logistic,
+        reg=lambda w: 0.01 * cp.norm1(w),
+    )
+
+
+def sparse_logistic_ball(quick, n=20):
+    return logistic_ball(
+        quick, n=n, d=10_000, rows=500, density=0.01, radius=1.0, name="sparse-logistic-ball"
+    )
+
+
+def sqrt_ls_box(quick, n=2):
+    """Issue table row 9: norm(X_k w - y_k, 2) objectives + a server box, 50 rows each."""
+    X, y = _synthetic_regression(50 * n, 5, seed=9)
+    return _loss_model(
+        "sqrt-ls-box",
+        "2-norm objective (SOC) + box",
+        _regression_parts(X, y, n),
+        lambda X, y, w, N: cp.norm(X @ w - y, 2),
+        server_cons=lambda w: [w <= 0.5, w >= -0.5],
+    )
+
+
+def lasso(quick, n):
+    X, y = _synthetic_regression(30 * n if quick else 100 * n, 20, seed=30 + n)
+    return _loss_model(
+        f"lasso-{n}",
+        "LS + l1 (server term)",
+        _regression_parts(X, y, n),
+        _ls,
+        server=lambda w: 0.1 * cp.norm1(w),
+    )
+
+
+def elastic_net(quick, n):
+    X, y = _synthetic_regression(30 * n if quick else 100 * n, 20, seed=40 + n)
+    return _loss_model(
+        f"elastic-net-{n}",
+        "LS + l1 + l2 (h)",
+        _regression_parts(X, y, n),
+        _ls,
+        reg=lambda w: 0.05 * cp.norm1(w) + 0.05 * cp.sum_squares(w),
+    )
+
+
+def huber(quick, n):
+    X, y = _synthetic_regression(30 * n if quick else 100 * n, 10, seed=50 + n, heavy=True)
+    return _loss_model(
+        f"huber-{n}",
+        "huber + ridge",
+        _regression_parts(X, y, n),
+        _huber,
+        server=lambda w: 0.01 * cp.sum_squares(w),
+    )
+
+
+def logistic_np(quick, n=5):
+    """Neyman-Pearson logistic on breast cancer: minimise the loss on class 0 subject to
+    the loss on class 1 below alpha, both pooled over the clients (one constraint per
+    client on its own share)."""
+    ds = load_breast_cancer()
+    X, y = ds.X, ds.y
+    if quick:
+        X, y = X[:200], y[:200]
+    parts = split_stratified(X, y, n, random_state=0)
+    n0, n1 = int(np.sum(y == 0)), int(np.sum(y == 1))
+    d = X.shape[1]
+    m = fm.Model("logistic-np")
+    w = m.variable(d, name="w")
+    W = cp.Variable(d, name="w")
+    m.server.minimize(1e-3 * cp.sum_squares(w))
+    obj, cons = 1e-3 * cp.sum_squares(W), []
+    alpha = 0.3
+    for k, (Xk, yk) in enumerate(parts):
+        c = m.client(f"c{k}")
+        X0, X1 = Xk[yk == 0], Xk[yk == 1]
+        X0d, X1d = c.data(X0, name="X0"), c.data(X1, name="X1")
+        share = len(X1) / n1
+        c.minimize(cp.sum(cp.logistic(X0d @ w)) / n0, name="type-I")
+        c.subject_to(cp.sum(cp.logistic(-(X1d @ w))) / n1 <= alpha * share)
+        obj += cp.sum(cp.logistic(X0 @ W)) / n0
+        cons.append(cp.sum(cp.logistic(-(X1 @ W))) / n1 <= alpha * share)
+    return Case(m, cp.Problem(cp.Minimize(obj), cons), {"w": W}, n, "logistic NP")
+
+
+def lcqp(quick, n):
+    d = 10 if quick else 40
+    rng = np.random.default_rng(60 + n)
+    m = fm.Model(f"lcqp-{n}")
+    w = m.variable(d, name="w")
+    W = cp.Variable(d, name="w")
+    m.server.subject_to([w <= 1, w >= -1])
+    obj, cons = 0, [W <= 1, W >= -1]
+    for k in range(n):
+        A = rng.normal(size=(2 * d, d)) / np.sqrt(d)
+        q = rng.normal(size=d)
+        G = rng.normal(size=(3, d))
+        h = rng.uniform(0.1, 0.5, size=3)
+        c = m.client(f"c{k}")
+        Ad, qd, Gd = c.data(A, name="A"), c.data(q, name="q"), c.data(G, name="G")
+        c.minimize(0.5 * cp.sum_squares(Ad @ w) / n + qd @ w / n, name="qp")
+        c.subject_to(Gd @ w <= h)
+        obj += 0.5 * cp.sum_squares(A @ W) / n + q @ W / n
+        cons.append(G @ W <= h)
+    return Case(m, cp.Problem(cp.Minimize(obj), cons), {"w": W}, n, "LCQP")
+
+
+def log_sum_exp(quick, n):
+    X, y = _synthetic_regression(10 * n if quick else 40 * n, 6, seed=70 + n)
+    return _loss_model(
+        f"log-sum-exp-{n}",
+        "log_sum_exp (exp cone) + ridge",
+        _regression_parts(X, y, n),
+        lambda X, y, w, N: cp.log_sum_exp(X @ w - y),
+        server=lambda w: 0.1 * cp.sum_squares(w),
+    )
+
+
+def max_entropy(quick, n=5):
+    """Maximum entropy on the simplex (server entr term) with per-client moment bounds."""
+    d = 10 if quick else 40
+    rng = np.random.default_rng(80)
+    m = fm.Model("max-entropy")
+    w = m.variable(d, name="w")
+    W = cp.Variable(d, name="w")
+    m.server.minimize(-cp.sum(cp.entr(w)))
+    m.server.subject_to([cp.sum(w) == 1])
+    obj, cons = -cp.sum(cp.entr(W)), [cp.sum(W) == 1]
+    for k in range(n):
+        a = rng.uniform(0, 1, size=(2, d))
+        b = a.mean(axis=1) - 0.05
+        c = m.client(f"c{k}")
+        ad = c.data(a, name="a")
+        c.subject_to(ad @ w <= b)
+        cons.append(a @ W <= b)
+    return Case(m, cp.Problem(cp.Minimize(obj), cons), {"w": W}, n, "entr (exp cone)")
+
+
+def soc_constrained_ls(quick, n):
+    X, y = _synthetic_regression(20 * n if quick else 80 * n, 6, seed=90 + n)
+    parts = _regression_parts(X, y, n)
+    rng = np.random.default_rng(91)
+    m = fm.Model(f"soc-ls-{n}")
+    w = m.variable(6, name="w")
+    W = cp.Variable(6, name="w")
+    N = len(y)
+    obj, cons = 0, []
+    for k, (Xk, yk) in enumerate(parts):
+        A = rng.normal(size=(3, 6))
+        cvec = rng.uniform(0, 0.2, size=6)
+        c = m.client(f"c{k}")
+        Xd, yd, Ad = c.data(Xk, name="X"), c.data(yk, name="y"), c.data(A, name="A")
+        c.minimize(cp.sum_squares(Xd @ w - yd) / N, name="ls")
+        c.subject_to(cp.norm(Ad @ w, 2) <= 1 + cvec @ w)
+        obj += cp.sum_squares(Xk @ W - yk) / N
+        cons.append(cp.norm(A @ W, 2) <= 1 + cvec @ W)
+    return Case(m, cp.Problem(cp.Minimize(obj), cons), {"w": W}, n, "LS + SOC constraints")
+
+
+def ridge(quick, n):
+    X, y = _synthetic_regression(30 * n if quick else 200 * n, 10, seed=100 + n)
+    return _loss_model(
+        f"ridge-{n}",
+        "LS + ridge (smooth QP)",
+        _regression_parts(X, y, n),
+        _ls,
+        server=lambda w: 0.01 * cp.sum_squares(w),
+    )
+
+
+def _n(builder, n):
+    return lambda quick: builder(quick, n)
+
+
+#: name -> (builder(quick) -> Case, what the issue's table says about it, or "")
+MODELS: dict[str, tuple[Callable[[bool], Case], str]] = {
+    "svm-german": (svm_german, "issue row 1"),
+    "quantile-communities": (quantile_communities, "issue row 2"),
+    "lad-wine": (lad_wine, "issue row 3"),
+    "kl-simplex": (kl_simplex, "issue row 4"),
+    "bpdn": (bpdn, "issue row 5"),
+    "markowitz": (markowitz, "issue row 6"),
+    "logistic-ball-d100": (lambda q: logistic_ball(q), "issue row 7"),
+    "sparse-logistic-d3000": (sparse_logistic, "issue row 8"),
+    "sqrt-ls-box": (sqrt_ls_box, "issue row 9"),
+    "sparse-logistic-ball": (sparse_logistic_ball, "issue 'done' case"),
+    "lad-1": (_n(lad_synthetic, 1), "epigraph"),
+    "lad-20": (_n(lad_synthetic, 20), "epigraph"),
+    "quantile-5": (_n(quantile_synthetic, 5), "epigraph"),
+    "svm-1": (_n(svm_synthetic, 1), ""),
+    "svm-20": (_n(svm_synthetic, 20), ""),
+    "lasso-5": (_n(lasso, 5), ""),
+    "elastic-net-20": (_n(elastic_net, 20), ""),
+    "huber-5": (_n(huber, 5), ""),
+    "logistic-np": (logistic_np, ""),
+    "lcqp-1": (_n(lcqp, 1), ""),
+    "lcqp-5": (_n(lcqp, 5), ""),
+    "log-sum-exp-5": (_n(log_sum_exp, 5), ""),
+    "max-entropy": (max_entropy, ""),
+    "soc-ls-5": (_n(soc_constrained_ls, 5), ""),
+    "ridge-20": (_n(ridge, 20), ""),
+}
+
+
+# ----------------------------------------------------------------------------------------
+# Running
+# ----------------------------------------------------------------------------------------
+def _peak_mb() -> float:
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0
+
+
+def pooled_reference(case: Case, time_limit: float) -> dict:
+    """A plain Clarabel solve of the pooled problem (the wall includes cvxpy's compile)."""
+    t0 = time.perf_counter()
+    try:
+        case.pooled.solve(solver="CLARABEL", time_limit=time_limit)
+        status = case.pooled.status
+    except cp.error.SolverError as exc:
+        status = f"solver_error: {str(exc)[:60]}"
+    wall = time.perf_counter() - t0
+    value = case.pooled.value if status in ("optimal", "optimal_inaccurate") else np.nan
+    point = {k: None if v.value is None else np.array(v.value) for k, v in case.variables.items()}
+    return {"status": status, "wall": wall, "f_star": float(value), "point": point}
+
+
+def run_one(name: str, method: str, quick: bool, time_limit: float) -> dict:
+    """Build the model, solve the pooled problem with Clarabel, solve with ``method``, judge."""
+    from fedmodel.algorithms.registry import method_spec
+
+    case = MODELS[name][0](quick)
+    ref = pooled_reference(case, time_limit)
+    eps = method_spec(method).options().eps
+    row = {
+        "model": name,
+        "class": case.klass,
+        "n": case.n_clients,
+        "d": int(case.variables["w"].size),
+        "method": method,
+        "eps": eps,
+        "quick": quick,
+        "clarabel_status": ref["status"],
+        "clarabel_wall": ref["wall"],
+        "f_star": ref["f_star"],
+    }
+    t0 = time.perf_counter()
+    try:
+        res = case.model.solve(method=method, time_limit=time_limit)
+    except Exception as exc:  # what the user would see
+        row.update(
+            status=f"{type(exc).__name__}: {str(exc)[:120]}",
+            wall=time.perf_counter() - t0,
+            peak_mb=_peak_mb(),
+        )
+        row["traceback"] = traceback.format_exc()[-600:]
+        return row
+    row["wall"] = time.perf_counter() - t0
+    row["peak_mb"] = _peak_mb()
+    row["status"] = res.status
+    row["message"] = (res.message or "")[:200]
+    rounds = res.rounds.get("communication", 0) if res.rounds else 0
+    row["rounds"] = int(rounds)
+    comm = res.communication or {}
+    per_party = comm.get("per_party", {})
+    clients = [v["floats_sent"] for p, v in per_party.items() if p != "server"]
+    row["floats_per_client_round"] = float(max(clients)) / rounds if clients and rounds else 0.0
+    row["inner_solver"] = (res.extra or {}).get("inner_solver", "")
+    row["library_objective"] = float(res.objective) if res.objective is not None else np.nan
+    row.update(judge(case, res.solution, ref["f_star"]))
+    tol = 10 * float(eps)
+    row["silent_wrong"] = bool(
+        res.status == "optimal" and not (abs(row["rel_gap"]) <= tol and row["rel_violation"] <= tol)
+    )
+    return row
+
+
+def _child(conn, name, method, quick, time_limit):
+    try:
+        conn.send(run_one(name, method, quick, time_limit))
+    except BaseException as exc:  # noqa: BLE001 - reported, never hidden
+        conn.send({"model": name, "method": method, "status": f"benchmark error: {exc!r}"})
+    conn.close()
+
+
+def run_isolated(name, method, quick, time_limit, hard_limit) -> dict:
+    """:func:`run_one` in a forked child, killed after ``hard_limit`` seconds."""
+    ctx = mp.get_context("fork")
+    recv, send = ctx.Pipe(duplex=False)
+    proc = ctx.Process(target=_child, args=(send, name, method, quick, time_limit))
+    t0 = time.perf_counter()
+    proc.start()
+    send.close()
+    row = None
+    if recv.poll(hard_limit):
+        try:
+            row = recv.recv()
+        except EOFError:
+            row = None
+    if proc.is_alive():
+        proc.kill()
+    proc.join()
+    if row is None:
+        row = {
+            "model": name,
+            "method": method,
+            "quick": quick,
+            "status": f"killed after {hard_limit:g} s (time_limit {time_limit:g} s not held)"
+            if time.perf_counter() - t0 >= hard_limit
+            else f"child died (exit code {proc.exitcode})",
+            "wall": time.perf_counter() - t0,
+        }
+    row["load1"] = os.getloadavg()[0]
+    return row
+
+
+# ----------------------------------------------------------------------------------------
+# Report
+# ----------------------------------------------------------------------------------------
+def _fmt(x, spec=".1e"):
+    if x is None or (isinstance(x, float) and not np.isfinite(x)):
+        return "-"
+    return format(x, spec)
+
+
+def write_report(rows: list[dict], command: str) -> None:
+    lines = [
+        "# Every convex model: prox-al, cprox-al, centralized against plain Clarabel",
+        "",
+        "Written by `benchmarks/models.py` (issue 23). Last command:",
+        "",
+        f"    {command}",
+        "",
+        "Gap = (f(x) - f*) / max(1, |f*|), violation = max over constraints of ||viol||_inf / "
+        "max(1, ||lhs||_inf, ||rhs||_inf), both evaluated with cvxpy on the pooled data at "
+        "the returned `.value`s (not the library's numbers); f* = plain Clarabel on the "
+        "pooled problem in the same run (its wall includes cvxpy's compile). "
+        "**SILENT WRONG** = status optimal with |gap| or violation > 10 x eps. "
+        "floats/client/round = the largest client's floats sent / communication rounds. "
+        "Each solve ran in its own process with `time_limit`; 'killed' = it ignored the "
+        "time limit and was killed.",
+        "",
+    ]
+    for quick in (False, True):
+        sub = [r for r in rows if bool(r.get("quick")) == quick]
+        if not sub:
+            continue
+        lines += [
+            f"## {'Quick sizes (--quick)' if quick else 'Full sizes'}",
+            "",
+            "| model | class | n | d | method | eps | status | rounds | floats/client/round | "
+            "wall (s) | Clarabel wall (s) | gap | violation | peak MB | load | flag |",
+            "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
+        ]
+        order = {name: i for i, name in enumerate(MODELS)}
+        sub.sort(
+            key=lambda r: (
+                order.get(r["model"], 99),
+                METHODS.index(r["method"]) if r["method"] in METHODS else 9,
+            )
+        )
+        for r in sub:
+            flag = "**SILENT WRONG**" if r.get("silent_wrong") else ""
+            lines.append(
+                f"| {r['model']} | {r.get('class', '')} | {r.get('n', '')} | {r.get('d', '')} | "
+                f"{r['method']} | {_fmt(r.get('eps'), 'g')} | {r['status'][:90]} | "
+                f"{r.get('rounds', '-')} | {_fmt(r.get('floats_per_client_round'), '.0f')} | "
+                f"{_fmt(r.get('wall'), '.2f')} | {_fmt(r.get('clarabel_wall'), '.2f')} | "
+                f"{_fmt(r.get('rel_gap'))} | {_fmt(r.get('rel_violation'))} | "
+                f"{_fmt(r.get('peak_mb'), '.0f')} | {_fmt(r.get('load1'), '.1f')} | {flag} |"
+            )
+        lines += ["", *headline(sub), ""]
+    lines += [
+        f"Machine: {platform.machine()}, {os.cpu_count()} cores shared with other sessions, "
+        f"Python {platform.python_version()}, OPENBLAS_NUM_THREADS=1; load column = 1-min "
+        "load average when the solve ended.",
+    ]
+    MD.write_text("\n".join(lines) + "\n")
+
+
+def headline(rows: list[dict]) -> list[str]:
+    out = []
+    for method in METHODS:
+        sub = [r for r in rows if r["method"] == method]
+        if not sub:
+            continue
+        opt = [r for r in sub if r.get("status") == "optimal"]
+        wrong = [r["model"] for r in sub if r.get("silent_wrong")]
+        rounds = [r["rounds"] for r in opt if "rounds" in r]
+        text = f"- {method}: optimal on {len(opt)}/{len(sub)}; silent wrong answers: {len(wrong)}"
+        if wrong:
+            text += f" ({', '.join(wrong)})"
+        if rounds and method != "centralized":
+            text += (
+                f"; rounds of the optimal runs: median {int(np.median(rounds))}, max {max(rounds)}"
+            )
+        if method == "centralized":
+            ratios = [r["wall"] / r["clarabel_wall"] for r in opt if r.get("clarabel_wall")]
+            if ratios:
+                text += (
+                    f"; wall / Clarabel wall: median {np.median(ratios):.2f}, max {max(ratios):.2f}"
+                )
+        out.append(text)
+    return out
+
+
+def main(argv=None) -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--models", default=",".join(MODELS), help="comma-separated subset")
+    ap.add_argument("--methods", default=",".join(METHODS))
+    ap.add_argument("--time-limit", type=float, default=60.0, help="per solve (s)")
+    ap.add_argument(
+        "--hard-limit",
+        type=float,
+        default=None,
+        help="kill a solve after this many s (default 2 x time limit + 60)",
+    )
+    ap.add_argument("--quick", action="store_true", help="small sizes")
+    args = ap.parse_args(argv)
+    names = [s for s in args.models.split(",") if s]
+    unknown = [s for s in names if s not in MODELS]
+    if unknown:
+        ap.error(f"unknown models {unknown}; choose from {list(MODELS)}")
+    methods = [s for s in args.methods.split(",") if s]
+    hard = args.hard_limit or 2 * args.time_limit + 60
+    for name in names:
+        for method in methods:
+            row = run_isolated(name, method, args.quick, args.time_limit, hard)
+            with open(JSON.with_suffix(".lock"), "w") as lock:  # runs may go in parallel
+                fcntl.flock(lock, fcntl.LOCK_EX)
+                rows = json.loads(JSON.read_text()) if JSON.exists() else []
+                rows = [
+                    r
+                    for r in rows
+                    if not (
+                        r["model"] == name
+                        and r["method"] == method
+                        and bool(r.get("quick")) == args.quick
+                    )
+                ]
+                rows.append(row)
+                JSON.write_text(json.dumps(rows, indent=1, default=float))
+                write_report(rows, "python benchmarks/models.py " + " ".join(sys.argv[1:]))
+            print(
+                f"{name:24s} {method:12s} {row['status'][:50]:50s} rounds={row.get('rounds')} "
+                f"wall={_fmt(row.get('wall'), '.2f')} clarabel={_fmt(row.get('clarabel_wall'), '.2f')} "
+                f"gap={_fmt(row.get('rel_gap'))} viol={_fmt(row.get('rel_violation'))}"
+                + ("  SILENT WRONG" if row.get("silent_wrong") else ""),
+                flush=True,
+            )
+
+
+if __name__ == "__main__":
+    main()
