@@ -607,25 +607,47 @@ def pooled_reference(case: Case, time_limit: float) -> dict:
     return {"status": status, "wall": wall, "f_star": float(value), "point": point}
 
 
-def run_one(name: str, method: str, quick: bool, time_limit: float) -> dict:
-    """Build the model, solve the pooled problem with Clarabel, solve with ``method``, judge."""
-    from fedmodel.algorithms.registry import method_spec
-
+def run_reference(name: str, quick: bool, time_limit: float) -> dict:
+    """The plain Clarabel row of a model (its f* judges the methods' rows)."""
     case = MODELS[name][0](quick)
     ref = pooled_reference(case, time_limit)
-    eps = method_spec(method).options().eps
-    row = {
+    row = _describe(case, name, "clarabel", quick)
+    row.update(
+        status=ref["status"],
+        wall=ref["wall"],
+        clarabel_wall=ref["wall"],
+        f_star=ref["f_star"],
+        peak_mb=_peak_mb(),
+        rounds=0,
+    )
+    return row
+
+
+def _describe(case: Case, name: str, method: str, quick: bool) -> dict:
+    return {
         "model": name,
         "class": case.klass,
         "n": case.n_clients,
         "d": int(case.variables["w"].size),
         "method": method,
-        "eps": eps,
         "quick": quick,
-        "clarabel_status": ref["status"],
-        "clarabel_wall": ref["wall"],
-        "f_star": ref["f_star"],
     }
+
+
+def run_one(name: str, method: str, quick: bool, time_limit: float, ref: dict) -> dict:
+    """Build the model, solve it with ``method`` and judge the answer against ``ref`` (the
+    model's :func:`run_reference` row)."""
+    from fedmodel.algorithms.registry import method_spec
+
+    case = MODELS[name][0](quick)
+    eps = method_spec(method).options().eps
+    row = _describe(case, name, method, quick)
+    row.update(
+        eps=eps,
+        clarabel_status=ref.get("status"),
+        clarabel_wall=ref.get("wall"),
+        f_star=ref.get("f_star", np.nan),
+    )
     t0 = time.perf_counter()
     try:
         res = case.model.solve(method=method, time_limit=time_limit)
@@ -640,7 +662,7 @@ def run_one(name: str, method: str, quick: bool, time_limit: float) -> dict:
     row["wall"] = time.perf_counter() - t0
     row["peak_mb"] = _peak_mb()
     row["status"] = res.status
-    row["message"] = (res.message or "")[:200]
+    row["message"] = (res.message or "")[:300]
     rounds = res.rounds.get("communication", 0) if res.rounds else 0
     row["rounds"] = int(rounds)
     comm = res.communication or {}
@@ -649,7 +671,7 @@ def run_one(name: str, method: str, quick: bool, time_limit: float) -> dict:
     row["floats_per_client_round"] = float(max(clients)) / rounds if clients and rounds else 0.0
     row["inner_solver"] = (res.extra or {}).get("inner_solver", "")
     row["library_objective"] = float(res.objective) if res.objective is not None else np.nan
-    row.update(judge(case, res.solution, ref["f_star"]))
+    row.update(judge(case, res.solution, row["f_star"]))
     tol = 10 * float(eps)
     row["silent_wrong"] = bool(
         res.status == "optimal" and not (abs(row["rel_gap"]) <= tol and row["rel_violation"] <= tol)
@@ -657,19 +679,23 @@ def run_one(name: str, method: str, quick: bool, time_limit: float) -> dict:
     return row
 
 
-def _child(conn, name, method, quick, time_limit):
+def _child(conn, name, method, quick, time_limit, ref):
     try:
-        conn.send(run_one(name, method, quick, time_limit))
+        if method == "clarabel":
+            conn.send(run_reference(name, quick, time_limit))
+        else:
+            conn.send(run_one(name, method, quick, time_limit, ref))
     except BaseException as exc:  # noqa: BLE001 - reported, never hidden
-        conn.send({"model": name, "method": method, "status": f"benchmark error: {exc!r}"})
+        conn.send({"model": name, "method": method, "quick": quick, "status": f"error: {exc!r}"})
     conn.close()
 
 
-def run_isolated(name, method, quick, time_limit, hard_limit) -> dict:
-    """:func:`run_one` in a forked child, killed after ``hard_limit`` seconds."""
+def run_isolated(name, method, quick, time_limit, hard_limit, ref=None) -> dict:
+    """:func:`run_one` (or :func:`run_reference` for ``method="clarabel"``) in a forked
+    child, killed after ``hard_limit`` seconds."""
     ctx = mp.get_context("fork")
     recv, send = ctx.Pipe(duplex=False)
-    proc = ctx.Process(target=_child, args=(send, name, method, quick, time_limit))
+    proc = ctx.Process(target=_child, args=(send, name, method, quick, time_limit, ref or {}))
     t0 = time.perf_counter()
     proc.start()
     send.close()
@@ -705,22 +731,31 @@ def _fmt(x, spec=".1e"):
     return format(x, spec)
 
 
-def write_report(rows: list[dict], command: str) -> None:
+ORDER = ("clarabel", *METHODS)
+
+
+def _key(r: dict) -> tuple:
+    return (r["model"], r["method"], bool(r.get("quick")), r.get("tag", ""))
+
+
+def write_report(rows: list[dict], commands: list[str]) -> None:
     lines = [
         "# Every convex model: prox-al, cprox-al, centralized against plain Clarabel",
         "",
-        "Written by `benchmarks/models.py` (issue 23). Last command:",
+        "Written by `benchmarks/models.py` (issue 23). Commands run (rows of a later run "
+        "replace the same model, method, size and tag):",
         "",
-        f"    {command}",
+        *[f"    {c}" for c in commands],
         "",
-        "Gap = (f(x) - f*) / max(1, |f*|), violation = max over constraints of ||viol||_inf / "
-        "max(1, ||lhs||_inf, ||rhs||_inf), both evaluated with cvxpy on the pooled data at "
-        "the returned `.value`s (not the library's numbers); f* = plain Clarabel on the "
-        "pooled problem in the same run (its wall includes cvxpy's compile). "
-        "**SILENT WRONG** = status optimal with |gap| or violation > 10 x eps. "
-        "floats/client/round = the largest client's floats sent / communication rounds. "
-        "Each solve ran in its own process with `time_limit`; 'killed' = it ignored the "
-        "time limit and was killed.",
+        "Gap = (f(x) - f*) / max(1, |f*|), violation = max over constraints of "
+        "||viol||_inf / max(1, ||lhs||_inf, ||rhs||_inf), both evaluated with cvxpy on the "
+        "pooled data at the returned `.value`s (not the library's numbers); f* = plain "
+        "Clarabel on the pooled problem in the same run (row `clarabel`; its wall includes "
+        "cvxpy's compile). **SILENT WRONG** = status optimal with |gap| or violation > "
+        "10 x eps (the method's own eps). floats/client/round = the largest client's "
+        "floats sent / communication rounds. Each solve ran in its own process with "
+        "`time_limit`; 'killed' = it ignored the time limit and was killed. A method "
+        "tagged `[main]` ran on the code of main before this branch (PYTHONPATH=/work/main).",
         "",
     ]
     for quick in (False, True):
@@ -738,20 +773,22 @@ def write_report(rows: list[dict], command: str) -> None:
         sub.sort(
             key=lambda r: (
                 order.get(r["model"], 99),
-                METHODS.index(r["method"]) if r["method"] in METHODS else 9,
+                ORDER.index(r["method"]) if r["method"] in ORDER else 9,
+                r.get("tag", ""),
             )
         )
         for r in sub:
             flag = "**SILENT WRONG**" if r.get("silent_wrong") else ""
+            method = r["method"] + (f" [{r['tag']}]" if r.get("tag") else "")
             lines.append(
                 f"| {r['model']} | {r.get('class', '')} | {r.get('n', '')} | {r.get('d', '')} | "
-                f"{r['method']} | {_fmt(r.get('eps'), 'g')} | {r['status'][:90]} | "
+                f"{method} | {_fmt(r.get('eps'), 'g')} | {r['status'][:90]} | "
                 f"{r.get('rounds', '-')} | {_fmt(r.get('floats_per_client_round'), '.0f')} | "
                 f"{_fmt(r.get('wall'), '.2f')} | {_fmt(r.get('clarabel_wall'), '.2f')} | "
                 f"{_fmt(r.get('rel_gap'))} | {_fmt(r.get('rel_violation'))} | "
                 f"{_fmt(r.get('peak_mb'), '.0f')} | {_fmt(r.get('load1'), '.1f')} | {flag} |"
             )
-        lines += ["", *headline(sub), ""]
+        lines += ["", *headline([r for r in sub if not r.get("tag")]), ""]
     lines += [
         f"Machine: {platform.machine()}, {os.cpu_count()} cores shared with other sessions, "
         f"Python {platform.python_version()}, OPENBLAS_NUM_THREADS=1; load column = 1-min "
@@ -761,6 +798,7 @@ def write_report(rows: list[dict], command: str) -> None:
 
 
 def headline(rows: list[dict]) -> list[str]:
+    """Per method: optimal count, silent wrong answers, rounds (federated), wall ratio."""
     out = []
     for method in METHODS:
         sub = [r for r in rows if r["method"] == method]
@@ -768,14 +806,16 @@ def headline(rows: list[dict]) -> list[str]:
             continue
         opt = [r for r in sub if r.get("status") == "optimal"]
         wrong = [r["model"] for r in sub if r.get("silent_wrong")]
-        rounds = [r["rounds"] for r in opt if "rounds" in r]
         text = f"- {method}: optimal on {len(opt)}/{len(sub)}; silent wrong answers: {len(wrong)}"
         if wrong:
             text += f" ({', '.join(wrong)})"
-        if rounds and method != "centralized":
-            text += (
-                f"; rounds of the optimal runs: median {int(np.median(rounds))}, max {max(rounds)}"
-            )
+        if method == "prox-al":
+            rounds = [r["rounds"] for r in opt if "rounds" in r]
+            if rounds:
+                text += (
+                    f"; rounds of the optimal runs: median {int(np.median(rounds))}, "
+                    f"max {max(rounds)}"
+                )
         if method == "centralized":
             ratios = [r["wall"] / r["clarabel_wall"] for r in opt if r.get("clarabel_wall")]
             if ratios:
@@ -784,6 +824,17 @@ def headline(rows: list[dict]) -> list[str]:
                 )
         out.append(text)
     return out
+
+
+def _store(row: dict, command: str) -> None:
+    with open(JSON.with_suffix(".lock"), "w") as lock:  # runs may go in parallel
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        data = json.loads(JSON.read_text()) if JSON.exists() else {"rows": [], "commands": []}
+        rows = [r for r in data["rows"] if _key(r) != _key(row)]
+        rows.append(row)
+        commands = data["commands"] + ([command] if command not in data["commands"] else [])
+        JSON.write_text(json.dumps({"rows": rows, "commands": commands}, indent=1, default=float))
+        write_report(rows, commands)
 
 
 def main(argv=None) -> None:
@@ -798,6 +849,7 @@ def main(argv=None) -> None:
         help="kill a solve after this many s (default 2 x time limit + 60)",
     )
     ap.add_argument("--quick", action="store_true", help="small sizes")
+    ap.add_argument("--tag", default="", help="label of the rows (e.g. 'main' for a before run)")
     args = ap.parse_args(argv)
     names = [s for s in args.models.split(",") if s]
     unknown = [s for s in names if s not in MODELS]
@@ -805,27 +857,20 @@ def main(argv=None) -> None:
         ap.error(f"unknown models {unknown}; choose from {list(MODELS)}")
     methods = [s for s in args.methods.split(",") if s]
     hard = args.hard_limit or 2 * args.time_limit + 60
+    command = "python benchmarks/models.py " + " ".join(sys.argv[1:] if argv is None else argv)
     for name in names:
-        for method in methods:
-            row = run_isolated(name, method, args.quick, args.time_limit, hard)
-            with open(JSON.with_suffix(".lock"), "w") as lock:  # runs may go in parallel
-                fcntl.flock(lock, fcntl.LOCK_EX)
-                rows = json.loads(JSON.read_text()) if JSON.exists() else []
-                rows = [
-                    r
-                    for r in rows
-                    if not (
-                        r["model"] == name
-                        and r["method"] == method
-                        and bool(r.get("quick")) == args.quick
-                    )
-                ]
-                rows.append(row)
-                JSON.write_text(json.dumps(rows, indent=1, default=float))
-                write_report(rows, "python benchmarks/models.py " + " ".join(sys.argv[1:]))
+        ref = run_isolated(name, "clarabel", args.quick, args.time_limit, hard)
+        for method in ["clarabel", *methods]:
+            row = ref if method == "clarabel" else None
+            if row is None:
+                row = run_isolated(name, method, args.quick, args.time_limit, hard, ref)
+            row["tag"] = args.tag if method != "clarabel" else ""
+            if method != "clarabel" or not args.tag:
+                _store(row, command)
             print(
                 f"{name:24s} {method:12s} {row['status'][:50]:50s} rounds={row.get('rounds')} "
-                f"wall={_fmt(row.get('wall'), '.2f')} clarabel={_fmt(row.get('clarabel_wall'), '.2f')} "
+                f"wall={_fmt(row.get('wall'), '.2f')} "
+                f"clarabel={_fmt(row.get('clarabel_wall'), '.2f')} "
                 f"gap={_fmt(row.get('rel_gap'))} viol={_fmt(row.get('rel_violation'))}"
                 + ("  SILENT WRONG" if row.get("silent_wrong") else ""),
                 flush=True,

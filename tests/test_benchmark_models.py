@@ -56,7 +56,7 @@ def test_judge_measures_gap_and_violation_by_hand():
     w = rng.normal(size=W.shape)
     w[:-1] *= 2.0 / np.linalg.norm(w[:-1])  # norm 2: violates ||w|| <= 1 by 1
     Xs, ys = [], []
-    for client in case.model.clients.values():
+    for client in case.model.clients:
         X, y = (np.asarray(d.value) for d in client.data_handles)
         Xs.append(X)
         ys.append(y)
