@@ -62,6 +62,11 @@ from fedmodel.datasets import (  # noqa: E402
     split_stratified,
 )
 
+# import the methods' modules here, before the solves fork: a lazy import inside the
+# first solve of a process (about 1 s) would be charged to that solve's wall only
+import fedmodel.algorithms.centralized.pooled  # noqa: E402, F401
+import fedmodel.algorithms.proxal.server  # noqa: E402, F401
+
 HERE = Path(__file__).resolve().parent
 JSON = HERE / "results_models.json"
 MD = HERE / "RESULTS_models.md"
