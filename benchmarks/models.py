@@ -54,6 +54,11 @@ import numpy as np  # noqa: E402
 import scipy.sparse as sparse  # noqa: E402
 
 import fedmodel as fm  # noqa: E402
+
+# import the methods' modules here, before the solves fork: a lazy import inside the
+# first solve of a process (about 1 s) would be charged to that solve's wall only
+import fedmodel.algorithms.centralized.pooled  # noqa: E402, F401
+import fedmodel.algorithms.proxal.server  # noqa: E402, F401
 from fedmodel.datasets import (  # noqa: E402
     load_breast_cancer,
     load_communities,
@@ -61,11 +66,6 @@ from fedmodel.datasets import (  # noqa: E402
     load_wine_quality,
     split_stratified,
 )
-
-# import the methods' modules here, before the solves fork: a lazy import inside the
-# first solve of a process (about 1 s) would be charged to that solve's wall only
-import fedmodel.algorithms.centralized.pooled  # noqa: E402, F401
-import fedmodel.algorithms.proxal.server  # noqa: E402, F401
 
 HERE = Path(__file__).resolve().parent
 JSON = HERE / "results_models.json"
