@@ -365,8 +365,9 @@ def logistic_ball(quick, n=10, d=None, rows=50, density=None, radius=0.5, name=N
     """Issue table row 7 (d = 100, 50 rows per client) and the issue's "done" case
     (sparse, d = 10,000, 1% density, 20 x 500): logistic + an active l2 ball."""
     d = d or 100
-    if quick:
+    if quick:  # and a few nonzeros per row at the small d
         d, rows = min(d, 50), min(rows, 30)
+        density = density and max(density, 5 / d)
     X, y = _synthetic_classification(rows * n, d, seed=7 + d, density=density)
     parts = [(X[i * rows : (i + 1) * rows], y[i * rows : (i + 1) * rows]) for i in range(n)]
     return _loss_model(
@@ -381,7 +382,7 @@ def logistic_ball(quick, n=10, d=None, rows=50, density=None, radius=0.5, name=N
 def sparse_logistic(quick, n=20):
     """Issue table row 8: sparse logistic regression (l1 in h), d = 3000, sparse data."""
     d, rows = (100, 20) if quick else (3000, 100)
-    X, y = _synthetic_classification(rows * n, d, seed=8, density=0.01)
+    X, y = _synthetic_classification(rows * n, d, seed=8, density=0.05 if quick else 0.01)
     parts = [(X[i * rows : (i + 1) * rows], y[i * rows : (i + 1) * rows]) for i in range(n)]
     return _loss_model(
         "sparse-logistic-d3000",

@@ -39,7 +39,7 @@ def test_auto_keeps_cvxpy_for_large_qps(monkeypatch):
     from fedmodel.algorithms.centralized import pooled
 
     model = lcqp_test_model(3)
-    monkeypatch.setattr(pooled, "SMOOTH_QP_MAX_SIZE", model.compile().layout.size - 1)
+    monkeypatch.setattr(pooled, "SMOOTH_MAX_SIZE", model.compile().layout.size - 1)
     assert not prefers_smooth_path(model.compile())
     res = model.solve(method="centralized")
     assert res.status == "optimal"

@@ -11,7 +11,7 @@ Two engines (``CentralizedOptions.engine``):
 * the smooth exact path: cprox-al on the pooled problem with a large penalty and Newton
   subproblems. ``engine="auto"`` takes it for smooth GLM models with a non-quadratic term
   (logistic Neyman-Pearson on UCI Adult: Clarabel fails there, ECOS stops inexact, SCS
-  takes minutes) and for QPs of moderate size (:data:`SMOOTH_QP_MAX_SIZE` variables: the
+  takes minutes) and for QPs, both up to :data:`SMOOTH_MAX_SIZE` variables (the
   augmented-Lagrangian Hessian of a QP changes only with the active set, so two or three
   cached Cholesky factorisations certify it, about 10x faster than building and solving the
   cvxpy problem on seed 000 Table 1), and falls back to cvxpy if it does not certify.
@@ -78,28 +78,30 @@ SMOOTH_BETA = 1e5
 #: ``eps`` (:func:`conic_solver_settings`)
 CONIC_TOLERANCE_FACTOR = 1e-4
 
-#: QPs up to this many variables take the smooth exact path under ``engine="auto"`` (its
-#: Newton steps factor a dense Hessian, O(size^3); beyond this a sparse conic solver wins)
-SMOOTH_QP_MAX_SIZE = 3000
+#: Models up to this many variables take the smooth exact path under ``engine="auto"`` (its
+#: Newton steps factor a dense Hessian, O(size^3); beyond this a sparse conic solver wins:
+#: at d = 10,000 one factorisation alone takes tens of seconds)
+SMOOTH_MAX_SIZE = 3000
 
 
 def prefers_smooth_path(compiled: CompiledModel) -> bool:
     """True when every term is of GLM form (the Newton backend applies), the model has no
-    epigraph auxiliaries, and either one term is not quadratic or the model is a QP of at
-    most :data:`SMOOTH_QP_MAX_SIZE` variables (see ``engine``).
+    epigraph auxiliaries and at most :data:`SMOOTH_MAX_SIZE` variables (see ``engine``).
 
     A model with epigraph auxiliaries (hinge, abs, pinball, l1, ... rewritten by
     :mod:`fedmodel.dsl.epigraph`) is an LP or QP in disguise with one auxiliary per row:
     an interior-point conic solver takes it in a few dozen iterations, while the augmented
     Lagrangian's Newton steps stall on its degenerate active set (hinge SVM on German
     credit: 76 s uncertified against 0.06 s for Clarabel)."""
-    if compiled.layout.hidden or not _smooth(compiled):
+    if compiled.layout.size > SMOOTH_MAX_SIZE or compiled.layout.hidden:
+        return False
+    if not _smooth(compiled):
         return False
     try:
-        solver = NewtonSolver(MeritProblem(compiled.parties, 1.0, compiled.regularizer))
+        NewtonSolver(MeritProblem(compiled.parties, 1.0, compiled.regularizer))
     except NotRecognised:
         return False
-    return not solver.quadratic or compiled.layout.size <= SMOOTH_QP_MAX_SIZE
+    return True
 
 
 def run_centralized(compiled: CompiledModel, options: CentralizedOptions):
