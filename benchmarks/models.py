@@ -866,11 +866,14 @@ def headline(rows: list[dict]) -> list[str]:
                     f"max {max(rounds)}"
                 )
         if method == "centralized":
-            ratios = [r["wall"] / r["clarabel_wall"] for r in opt if r.get("clarabel_wall")]
-            if ratios:
-                text += (
-                    f"; wall / Clarabel wall: median {np.median(ratios):.2f}, max {max(ratios):.2f}"
-                )
+            conic = [r for r in opt if r.get("message", "").startswith("CLARABEL")]
+            for label, part in (("all optimal", opt), ("solved by Clarabel", conic)):
+                ratios = [r["wall"] / r["clarabel_wall"] for r in part if r.get("clarabel_wall")]
+                if ratios:
+                    text += (
+                        f"; wall / Clarabel wall, {label} ({len(ratios)}): median "
+                        f"{np.median(ratios):.2f}, max {max(ratios):.2f}"
+                    )
         out.append(text)
     return out
 
