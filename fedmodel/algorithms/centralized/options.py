@@ -25,7 +25,7 @@ class CentralizedOptions:
         and ECOS/SCS are slow and inexact on UCI Adult, and a QP takes a few cached
         Cholesky factorisations, faster than building the cvxpy problem -- falling back to
         cvxpy if the smooth path does not certify; ``"cvxpy"`` otherwise (Clarabel at
-        tolerances ``1e-4 * eps`` on epigraph and conic models; cvxpy's choice, sparse, on
+        tolerances ``1e-6 * eps`` on epigraph and conic models; cvxpy's choice, sparse, on
         large smooth models).
     solver : str or None
         cvxpy solver (default: cvxpy's choice, OSQP for QPs, Clarabel for conic models).
