@@ -760,6 +760,38 @@ def _fmt(x, spec=".1e"):
 
 ORDER = ("clarabel", *METHODS)
 
+#: what the runs of 2026-11-25 showed (hand-written; the tables above are generated)
+NOTES = """## Notes (2026-11-25, branch bench)
+
+- The machine was shared (1-min load 8-22 during the full runs): walls are comparable only
+  within a row group; each row has its own load.
+- `centralized` before/after (item 5): on main, hinge SVM German credit and quantile
+  Communities were killed after 150 s (time_limit 60 s not held; the smooth exact path
+  stalls on the epigraph LP) and LAD wine took 140 s (Clarabel's point at its default 1e-8
+  did not certify, then an 86 s cprox-al refinement); on this branch epigraph and conic
+  models go to Clarabel at tolerances 1e-6 x eps and certify in 0.37 / 2.27 / 0.80 s
+  (plain Clarabel 0.25 / 2.11 / 0.80 s). Sparse logistic d = 3000 (above 3000 variables
+  the smooth path's dense Newton no longer applies): 12.3 s against 13.3 s for Clarabel.
+- The d = 10,000 sparse logistic + l2 ball (20 x 500 rows): neither the pooled Clarabel
+  solve (cvxpy compile + exponential cones) nor prox-al (time_limit 200 s) ended within
+  420 s, so it has no f*; prox-al did not hold its time limit. Not rerun for cprox-al and
+  centralized (both would be killed as well: centralized is Clarabel at this size).
+- Silent wrong answers: cprox-al (eps = 1e-3) on hinge SVM German (gap 4.3e-2), quantile
+  Communities (1.8e-2), Markowitz (risk budget exceeded by 33% of it) and sparse logistic
+  d = 3000 (3.7e-2); centralized on Markowitz (risk constraint violated by 1.5e-4 of its
+  0.002 budget: the certificate's feasibility is absolute, 3e-7 < eps = 1e-6). prox-al
+  had none on the full sizes.
+- `centralized` "inaccurate" on kl-simplex and max-entropy: Clarabel's point is right
+  (gap < 1e-9) but the certificate reads stationarity ~1e-5-1e-4 (kl_div/entr gradients
+  near w_j = 0), and the refinement does not certify either.
+- prox-al at its defaults: "unbounded" on kl-simplex (finite optimum), time_limit on the
+  epigraph models above ~1000 rows (svm-german, quantile, lad-wine, lad-20, quantile-5,
+  svm-20) and on max-entropy; floats per client and round well above 10 d where the Hessian
+  metric travels (logistic-ball d = 100: 9,101 = 91 d; bpdn 29 d; markowitz 46 d).
+- time_limit not held: prox-al on sparse logistic d = 3000 (144 s at 120 s) and d = 10,000
+  (> 420 s at 200 s); cprox-al on svm-20 (> 150 s at 60 s).
+"""
+
 
 def _solution_file(row: dict) -> str:
     size = "quick" if row.get("quick") else "full"
@@ -838,6 +870,7 @@ def write_report(rows: list[dict], commands: list[str]) -> None:
                 f"{_fmt(r.get('peak_mb'), '.0f')} | {_fmt(r.get('load1'), '.1f')} | {flag} |"
             )
         lines += ["", *headline([r for r in sub if not r.get("tag")]), ""]
+    lines += [NOTES, ""]
     lines += [
         f"Machine: {platform.machine()}, {os.cpu_count()} cores shared with other sessions, "
         f"Python {platform.python_version()}, OPENBLAS_NUM_THREADS=1; load column = 1-min "
