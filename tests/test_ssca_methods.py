@@ -304,3 +304,16 @@ def test_gradient_norm_decreases_under_schedules_meeting_4_and_6():
         norms.append(res.extra["gradient_norm"])
         assert res.kkt.stationarity <= norms[-1]  # inf-norm <= 2-norm
     assert norms[1] < 0.25 * norms[0] and norms[2] < norms[1]
+
+
+def test_rows_of_the_wrong_width_are_refused_by_name():
+    """MNIST's loader appends an intercept (785 columns) against SwishMLP(P=784): a clear
+    error at declaration, not a client failure from a matmul inside the solve."""
+    X = np.zeros((4, 785))
+    model = fm.LearningModel(SwishMLP(P=784, J=4, L=10))
+    with pytest.raises(ModelError, match="client 'c0': X has 785 columns.*intercept"):
+        model.client("c0", X, np.zeros(4, dtype=int))
+    with pytest.raises(ModelError, match="vertical"):
+        model.vertical(X, np.zeros(4, dtype=int), blocks=[range(392), range(392, 784)])
+    with pytest.raises(ModelError, match="the test set"):
+        model.set_test(X[:, :3], np.zeros(4, dtype=int))

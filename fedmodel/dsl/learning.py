@@ -100,6 +100,7 @@ class LearningModel:
                 f"client {name!r}: X must be (N_i, K) with N_i >= 1 rows and Y one label per "
                 f"row; got X {X.shape}, Y {Y.shape}"
             )
+        self._check_columns(X, f"client {name!r}")
         self.partition = "sample"
         self.clients[name] = (X, Y)
         return name
@@ -122,6 +123,7 @@ class LearningModel:
                 f"fedmodel.losses.FeatureSplitLoss, got {type(self.loss).__name__}"
             )
         X, Y = np.asarray(X, dtype=float), np.asarray(Y)
+        self._check_columns(X, "vertical()")
         blocks = [np.asarray(b, dtype=np.int64) for b in blocks]
         self.loss.split(blocks)  # checks the partition of the columns
         names = list(names) if names is not None else [f"client{i}" for i in range(len(blocks))]
@@ -135,7 +137,24 @@ class LearningModel:
 
     def set_test(self, X: np.ndarray, Y: np.ndarray) -> None:
         """A test set: held by the server (sample-based) or split by the feature blocks."""
-        self.test = (np.asarray(X, dtype=float), np.asarray(Y))
+        X = np.asarray(X, dtype=float)
+        self._check_columns(X, "the test set")
+        self.test = (X, np.asarray(Y))
+
+    def _check_columns(self, X: np.ndarray, who: str) -> None:
+        """Refuse rows whose width is not the loss's input width (e.g. MNIST's 785 columns,
+        an intercept included, against ``SwishMLP(P=784)``)."""
+        want = getattr(self.loss, "n_inputs", None)
+        if want is not None and X.ndim == 2 and X.shape[1] != want:
+            hint = (
+                " (an intercept column? fedmodel.datasets loaders take intercept=False)"
+                if X.shape[1] == want + 1
+                else ""
+            )
+            raise ModelError(
+                f"{who}: X has {X.shape[1]} columns but {type(self.loss).__name__} takes rows "
+                f"of {want}{hint}"
+            )
 
     def constrain_loss(self, U: float, party: str = "server") -> None:
         """Add ``F(w) <= U`` (``party="server"``: the average loss over every row) or a

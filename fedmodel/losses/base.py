@@ -32,9 +32,12 @@ class SampleLoss(ABC):
     ----------
     dim : int
         Number of parameters ``d``.
+    n_inputs : int or None
+        Number of columns a row ``x_n`` must have (None: any, the loss does not say).
     """
 
     dim: int = 0
+    n_inputs: int | None = None
 
     @abstractmethod
     def value_and_grad(

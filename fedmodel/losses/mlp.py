@@ -82,6 +82,7 @@ class SwishMLP(FeatureSplitLoss):
         if min(self.P, self.J, self.L) < 1:
             raise ValueError(f"P, J, L must be positive, got {(P, J, L)}")
         self.dim = self.J * (self.P + self.L)
+        self.n_inputs = self.P
         self.init_scale = float(init_scale)
 
     # -- layout ------------------------------------------------------------------------------
