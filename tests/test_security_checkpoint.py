@@ -19,10 +19,10 @@ import numpy as np
 import pytest
 
 import fedmodel as fm
+from fedmodel.compiler.fingerprint import party_fingerprint
 from fedmodel.runtime import plaincodec
 from fedmodel.runtime.checkpoint import (
     CheckpointError,
-    party_fingerprint,
     read_state_file,
     run_token,
     write_state_file,

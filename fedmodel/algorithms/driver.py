@@ -40,10 +40,10 @@ from fedmodel.algorithms.common import (
 from fedmodel.algorithms.messages import reply_checker
 from fedmodel.algorithms.protocol import ServerHalf, StepReport
 from fedmodel.certificate.kkt import KKTResiduals, assemble, party_evaluation
+from fedmodel.compiler.fingerprint import model_fingerprint
 from fedmodel.compiler.partition import CompiledModel
 from fedmodel.runtime.checkpoint import (
     check_manifest,
-    model_fingerprint,
     read_manifest,
     read_server_state,
     write_checkpoint,

@@ -126,6 +126,13 @@ class PartyProgram:
             data=self.data,
         )
 
+    def fingerprint(self) -> dict[str, str]:
+        """This party's checkpoint fingerprint (its terms with every constant in them, and
+        its data), computed where it runs: :func:`fedmodel.compiler.fingerprint.party_fingerprint`."""
+        from fedmodel.compiler.fingerprint import party_fingerprint
+
+        return party_fingerprint(self)
+
     def data_bytes(self) -> int:
         total = 0
         for d in self.data:

@@ -33,8 +33,8 @@ Loading checks, each with a clear :class:`CheckpointError`:
 * every file is present, matches its checksum, and is a state archive of the plain form;
 * it was written by the same method, for a model with the same clients and variables, with
   the same options that change the iterates;
-* the model is the same one: the server's terms (:func:`party_fingerprint`), the
-  regularizer ``h`` (:func:`regularizer_fingerprint`) and, on each party, that party's
+* the model is the same one: the server's terms and the
+  regularizer ``h`` (:mod:`fedmodel.compiler.fingerprint`) and, on each party, that party's
   own terms and data. A term's fingerprint covers its expression tree and **every
   constant in it** (bounds, coefficients, cvxpy constants and parameter values), so a
   resume after, e.g., a constraint bound changed from 0.45 to 0.3 is refused naming the
@@ -62,12 +62,10 @@ from __future__ import annotations
 import hashlib
 import io
 import json
-import numbers
 import os
 import re
 import time
 import uuid
-from fractions import Fraction
 from typing import Any
 
 import numpy as np
@@ -240,149 +238,7 @@ def read_state_file(
         raise CheckpointError(f"file {fname} cannot be read ({exc})") from exc
 
 
-# -- fingerprints ----------------------------------------------------------------------------
-def _feed_value(h, v: Any) -> None:
-    """Hash a constant's value exactly (dense, sparse, scalar, None)."""
-    if v is None:
-        h.update(b"none;")
-    elif hasattr(v, "nnz"):
-        v = v.tocsc()
-        h.update(f"sparse{v.shape}{v.dtype};".encode())
-        for part in (v.data, v.indices, v.indptr):
-            h.update(np.ascontiguousarray(part).tobytes())
-    else:
-        arr = np.asarray(v)
-        if arr.dtype.kind not in plaincodec.ARRAY_KINDS:
-            h.update(repr(v).encode())
-            return
-        h.update(f"array{arr.shape}{arr.dtype};".encode())
-        h.update(np.ascontiguousarray(arr).tobytes())
-
-
-def _feed_expr(h, expr: Any, variables: dict[int, int]) -> None:
-    """Hash the expression tree ``expr`` canonically: each atom's type, shape and own
-    data (exponents, axes, index keys ...), each variable by its place in the layout,
-    each constant and parameter by its value, private data by its owner and name (the
-    data itself is hashed separately)."""
-    import cvxpy as cp
-
-    from fedmodel.dsl.data import PrivateData
-
-    def feed(obj: Any) -> None:
-        if isinstance(obj, cp.Expression):
-            stack.append(obj)
-            drain()
-        elif isinstance(obj, (list, tuple)):
-            h.update(b"[")
-            for x in obj:
-                feed(x)
-            h.update(b"]")
-        elif isinstance(obj, (np.ndarray, np.generic)) or hasattr(obj, "nnz"):
-            _feed_value(h, obj)
-        elif obj is None or isinstance(obj, (str, bool, numbers.Number, Fraction, slice)):
-            h.update(f"{type(obj).__name__}:{obj!r};".encode())
-        else:  # an object without a stable value: its type only
-            h.update(f"<{type(obj).__name__}>;".encode())
-
-    stack: list[Any] = []
-
-    def drain() -> None:
-        base = len(stack) - 1
-        while len(stack) > base:
-            e = stack.pop()
-            if e is _CLOSE:
-                h.update(b")")
-                continue
-            h.update(f"{type(e).__name__}{e.shape}".encode())
-            if isinstance(e, cp.Variable):
-                place = variables.get(id(e))
-                h.update(f"#{place};".encode() if place is not None else f"'{e.name()}';".encode())
-            elif isinstance(e, PrivateData):
-                h.update(f"data:{e.owner}.{e.data_name};".encode())
-            elif not e.args:  # a constant, a parameter
-                _feed_value(h, e.value)
-            else:
-                feed(e.get_data())
-                h.update(b"(")
-                stack.append(_CLOSE)
-                stack.extend(reversed(e.args))
-
-    feed(expr)
-
-
-_CLOSE = object()
-
-
-def terms_fingerprint(program: Any) -> str:
-    """A hash of one party's terms: every objective term and constraint (label, kind,
-    size, the whole expression with every constant in it), over its variable layout."""
-    h = hashlib.sha256()
-    h.update(f"{program.name}:{program.layout.size};".encode())
-    variables = {id(v): i for i, v in enumerate(program.layout.variables)}
-    for t in program.objective:
-        h.update(f"obj:{t.label}:{t.allow_nonconvex};".encode())
-        _feed_expr(h, t.expr, variables)
-    for c in program.constraints:
-        h.update(f"con:{c.label}:{c.kind}:{c.size}:{c.allow_nonconvex};".encode())
-        _feed_expr(h, c.expr, variables)
-    return h.hexdigest()
-
-
-def data_fingerprint(program: Any) -> str:
-    """A hash of one party's private data (names, shapes and values)."""
-    h = hashlib.sha256()
-    for d in program.data:
-        h.update(f"data:{getattr(d, 'data_name', '')};".encode())
-        v = d.value
-        _feed_value(h, v if hasattr(v, "nnz") else np.asarray(v, dtype=float))
-    return h.hexdigest()
-
-
-def party_fingerprint(program: Any) -> dict[str, str] | None:
-    """One party's fingerprint, computed where it runs: ``{"terms": ..., "data": ...}``
-    (:func:`terms_fingerprint`, :func:`data_fingerprint`); None without a program.
-
-    Examples
-    --------
-    >>> import cvxpy as cp, numpy as np, fedmodel as fm
-    >>> def build(bound):
-    ...     m = fm.Model("demo")
-    ...     w = m.variable(2, name="w")
-    ...     c = m.client("site0")
-    ...     c.minimize(cp.sum_squares(w - c.data(np.ones(2), name="a")))
-    ...     c.subject_to(w[0] <= bound)
-    ...     return m.compile().clients[0]
-    >>> a, b = party_fingerprint(build(0.45)), party_fingerprint(build(0.3))
-    >>> a["data"] == b["data"], a["terms"] == b["terms"]
-    (True, False)
-    """
-    if program is None:
-        return None
-    return {"terms": terms_fingerprint(program), "data": data_fingerprint(program)}
-
-
-def regularizer_fingerprint(regularizer: Any) -> str:
-    """A hash of the regularizer ``h``: each piece's variable slice and coefficients."""
-    h = hashlib.sha256()
-    for s, piece in zip(regularizer.slices, regularizer.pieces):
-        h.update(f"{s.start}:{s.stop};".encode())
-        for key, value in sorted(vars(piece).items()):
-            h.update(f"{key}=".encode())
-            _feed_value(h, value)
-    return h.hexdigest()
-
-
-def model_fingerprint(compiled) -> dict[str, Any]:
-    """What the server knows of the model: its name, variables, clients, own terms, h."""
-    return {
-        "name": compiled.name,
-        "n_variables": int(compiled.layout.size),
-        "clients": [c.name for c in compiled.clients],
-        "server": party_fingerprint(compiled.server),
-        "h": regularizer_fingerprint(compiled.regularizer),
-    }
-
-
+# -- fingerprints (computed by fedmodel.compiler.fingerprint where each party runs) -----------
 def fingerprint_mismatch(theirs: Any, mine: Any, party: str) -> str | None:
     """Why a party's fingerprint differs from the one its checkpoint was written with (None
     when equal)."""

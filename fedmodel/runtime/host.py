@@ -195,11 +195,7 @@ class PartyHost:
         ``directory``, in a file it names itself (``party-<name>-<tag>.npz``, see
         :mod:`fedmodel.runtime.checkpoint`); returns name -> (file name, sha256). Nothing
         but these travels."""
-        from fedmodel.runtime.checkpoint import (
-            party_fingerprint,
-            state_file_name,
-            write_state_file,
-        )
+        from fedmodel.runtime.checkpoint import state_file_name, write_state_file
 
         out = {}
         for name, ep in self.endpoints.items():
@@ -209,7 +205,7 @@ class PartyHost:
             record = {
                 "format": "fedmodel-party-state",
                 "party": name,
-                "fingerprint": party_fingerprint(getattr(ep, "program", None)),
+                "fingerprint": _fingerprint(ep),
                 "state": state,
             }
             fname = state_file_name("party", tag, name)
@@ -224,11 +220,7 @@ class PartyHost:
         """Each party reads and checks its own file (a bare name of its own form inside
         ``directory``, its checksum, its fingerprint), then takes that state; returns
         name -> None or an error message."""
-        from fedmodel.runtime.checkpoint import (
-            fingerprint_mismatch,
-            party_fingerprint,
-            read_state_file,
-        )
+        from fedmodel.runtime.checkpoint import fingerprint_mismatch, read_state_file
 
         errors: dict[str, str | None] = {}
         for name, entry in files.items():
@@ -244,9 +236,7 @@ class PartyHost:
                 if record.get("party") != name:
                     raise CheckpointError(f"file {fname} holds party '{record.get('party')}'")
                 ep = self.endpoints[name]
-                why = fingerprint_mismatch(
-                    record.get("fingerprint"), party_fingerprint(getattr(ep, "program", None)), name
-                )
+                why = fingerprint_mismatch(record.get("fingerprint"), _fingerprint(ep), name)
                 if why is not None:
                     raise CheckpointError(why)
                 ep.set_state(record["state"])
@@ -255,6 +245,13 @@ class PartyHost:
             except Exception as exc:  # noqa: BLE001 - reported to the server
                 errors[name] = f"{exc}"
         return errors
+
+
+def _fingerprint(endpoint: Any) -> Any:
+    """The fingerprint of the party's own program (``program.fingerprint()``, computed
+    here, where its data is); None for an endpoint without a program."""
+    program = getattr(endpoint, "program", None)
+    return program.fingerprint() if program is not None else None
 
 
 @dataclass
