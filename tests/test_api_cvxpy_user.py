@@ -92,3 +92,16 @@ def test_runtime_options_refuse_a_bad_time_limit_and_a_checkpoint_file(tmp_path)
         model.solve(method="prox-al", checkpoint=f)
     with pytest.raises(ModelError, match="retries must be an integer >= 0"):
         model.solve(method="prox-al", retries=1.5)
+
+
+def test_a_run_that_converges_before_checkpoint_every_still_writes_one(tmp_path):
+    model = fm.Model()
+    w = model.variable(3, name="w")
+    _least_squares(model, w)
+    run = tmp_path / "run1"
+    first = model.solve(method="prox-al", checkpoint=run, checkpoint_every=1000)
+    assert first.status == "optimal" and first.rounds["outer"] < 1000
+    assert (run / "manifest.json").exists()
+    again = model.solve(method="prox-al", resume=run)
+    assert again.status == "optimal"
+    assert np.abs(again.x - first.x).max() < 1e-6

@@ -325,6 +325,15 @@ class _Run:
                 if due:
                     with runtime.critical():
                         self.save("periodic")
+            if (
+                opts.checkpoint is not None
+                and status not in ("time_limit", "unbounded")
+                and self.checkpoint_k != self.k + 1
+            ):  # the final state too: a run that ends before checkpoint_every wrote nothing
+                self.quiesce()
+                self.take_mark(self.k + 1)
+                with runtime.critical():
+                    self.save("final")
             if runtime.in_flight:  # the certificate is computed at a consistent point
                 self.quiesce()
                 self.last_eval = None
