@@ -556,7 +556,7 @@ def table1(
     )
     md.append(md_table(header, table))
     files = _finish(out_dir, "table1", md, runs, rows, checks, time.perf_counter() - t_start)
-    _plot_table1(out_dir / "table1.png", rows)
+    _plot_table1(out_dir / "table1.png", rows, trials)
     return _summary(
         "table1",
         out_dir,
@@ -737,7 +737,7 @@ def table2(
     )
     md.append(md_table(header, table))
     files = _finish(out_dir, "table2", md, runs, rows, checks, time.perf_counter() - t_start)
-    _plot_table23(out_dir / "table2.png", rows, "table2")
+    _plot_table23(out_dir / "table2.png", rows, "table2", trials)
     return _summary(
         "table2",
         out_dir,
@@ -938,7 +938,7 @@ def table3(
     )
     md.append(md_table(header, table))
     files = _finish(out_dir, "table3", md, runs, rows, checks, time.perf_counter() - t_start)
-    _plot_table23(out_dir / "table3.png", rows, "table3")
+    _plot_table23(out_dir / "table3.png", rows, "table3", trials)
     return _summary(
         "table3",
         out_dir,
@@ -1326,53 +1326,120 @@ def fig3(
 # -- table plots --------------------------------------------------------------------------
 
 
+def _table_figure(figsize):
+    """A fresh Agg figure, or None without matplotlib (the tables are written anyway)."""
+    try:
+        from fedmodel.plots import require_matplotlib
+
+        figure = require_matplotlib()
+    except ImportError:
+        return None
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+
+    fig = figure.Figure(figsize=figsize, layout="constrained")
+    FigureCanvasAgg(fig)
+    return fig
+
+
+def _trials_text(trials: int) -> str:
+    return f"mean +- std over {trials} trials" if trials > 1 else "one trial (no error bar)"
+
+
+def _points(ax, x, pairs, marker: str, label: str, color=None, log: bool = False, **kw):
+    """Means at categorical positions ``x`` with +-std error bars (none where the std is
+    NaN: one trial), markers only; on a log axis exact zeros sit on the bottom edge
+    (:func:`fedmodel.plots.log_plot`). Returns the colour used and whether a zero was drawn."""
+    from fedmodel.plots import log_plot
+
+    x = np.asarray(x, dtype=float)
+    mean = np.array([p[0] if p is not None else math.nan for p in pairs], dtype=float)
+    std = np.array([p[1] if p is not None else math.nan for p in pairs], dtype=float)
+    if log:
+        line, zeros = log_plot(ax, x, mean, marker, color=color, label=label, **kw)
+    else:
+        (line,) = ax.plot(x, mean, marker, color=color, label=label, **kw)
+        zeros = None
+    bar = np.isfinite(mean) & np.isfinite(std) & (mean > 0 if log else True)
+    if bar.any():
+        lower = np.minimum(std[bar], mean[bar] * 0.999) if log else std[bar]
+        ax.errorbar(
+            x[bar],
+            mean[bar],
+            yerr=[lower, std[bar]],
+            fmt="none",
+            ecolor=line.get_color(),
+            capsize=3,
+        )
+    return line.get_color(), zeros is not None
+
+
+def _categorical_x(ax, labels, xlabel: str) -> None:
+    ax.set_xticks(range(len(labels)), labels)
+    ax.set_xlim(-0.5, len(labels) - 0.5)
+    ax.set_xlabel(xlabel)
+    ax.xaxis.set_minor_locator(_null_locator())
+    ax.grid(True, axis="y", alpha=0.3)
+
+
 def _null_locator():
     from matplotlib.ticker import NullLocator
 
     return NullLocator()
 
 
-def _plot_table1(path: Path, rows: list[dict]) -> None:
-    try:
-        from fedmodel.plots import require_matplotlib
+def _plot_table1(path: Path, rows: list[dict], trials: int = 1) -> None:
+    """Table 1 against the paper, per (n, d, m) instance (categorical x positions, markers
+    with +-std error bars, no lines joining instances)."""
+    from fedmodel.plots import zero_legend_handle
 
-        figure = require_matplotlib()
-    except ImportError:
+    fig = _table_figure((11, 4.4))
+    if fig is None:
         return
-    from matplotlib.backends.backend_agg import FigureCanvasAgg
-
-    fig = figure.Figure(figsize=(10, 4), layout="constrained")
-    FigureCanvasAgg(fig)
     ax1, ax2 = fig.subplots(1, 2)
     labels = [f"{r['n']}/{r['d']}/{r['m']}" for r in rows]
     x = np.arange(len(rows))
-    ours = [r["rel_diff"][0] for r in rows]
-    paper = [
-        (_paper_row("table1", n=r["n"], d=r["d"], m=r["m"]) or {}).get("rel_diff", [math.nan])[0]
-        for r in rows
-    ]
-    ax1.semilogy(x, ours, "o-", label="ours: prox-al vs cprox-al")
-    ax1.semilogy(x, paper, "s--", label="paper: Alg. 1 vs cProx-AL")
-    ax1.set_title("relative objective difference")
-    ax2.semilogy(x, [r["viol_prox_al"][0] for r in rows], "o-", label="ours prox-al")
-    ax2.semilogy(x, [r["viol_cprox_al"][0] for r in rows], "^-", label="ours cprox-al")
-    ax2.semilogy(
-        x,
-        [
-            (_paper_row("table1", n=r["n"], d=r["d"], m=r["m"]) or {}).get(
-                "viol_prox_al", [math.nan]
-            )[0]
-            for r in rows
-        ],
-        "s--",
-        label="paper Alg. 1",
-    )
-    ax2.set_title("feasibility violation")
+    paper = [_paper_row("table1", n=r["n"], d=r["d"], m=r["m"]) or {} for r in rows]
+    zero = False
+    for ax, series, ylabel, title, bound in (
+        (
+            ax1,
+            [
+                ("rel_diff", "o", "ours: prox-al vs cprox-al", rows),
+                ("rel_diff", "s", "paper: Alg. 1 vs cProx-AL", paper),
+            ],
+            "|f(prox-al) - f(cprox-al)| / |f(cprox-al)|",
+            "relative objective difference",
+            1e-2,
+        ),
+        (
+            ax2,
+            [
+                ("viol_prox_al", "o", "ours: prox-al", rows),
+                ("viol_cprox_al", "^", "ours: cprox-al", rows),
+                ("viol_prox_al", "s", "paper: Alg. 1", paper),
+                ("viol_cprox_al", "D", "paper: cProx-AL", paper),
+            ],
+            "max violation  max_i |C_i w + d_i|_inf",
+            "feasibility violation",
+            1e-3,
+        ),
+    ):
+        width = 0.6 / len(series)
+        for k, (key, marker, label, src) in enumerate(series):
+            shift = (k - (len(series) - 1) / 2) * width
+            color = "0.45" if src is paper else None
+            if src is paper and "D" in marker:
+                color = "0.2"
+            _, z = _points(ax, x + shift, [r.get(key) for r in src], marker, label, color, log=True)
+            zero |= z
+        ax.axhline(bound, color="k", linestyle=":", linewidth=1, label=f"pass threshold {bound:g}")
+        _categorical_x(ax, labels, "instance n / d / m")
+        ax.set_ylabel(ylabel)
+        ax.set_title(title)
     for ax in (ax1, ax2):
-        ax.set_xticks(x, labels, rotation=45)
-        ax.set_xlabel("n / d / m")
-        ax.grid(True, alpha=0.3)
-        ax.legend(fontsize="small")
+        handles, _ = ax.get_legend_handles_labels()
+        ax.legend(handles=handles + ([zero_legend_handle()] if zero else []), fontsize="small")
+    fig.suptitle(f"seed 000 Table 1 (QP): ours vs the paper, {_trials_text(trials)}")
     fig.savefig(path, dpi=120)
 
 
@@ -1392,67 +1459,92 @@ def _mark_uncertified(ax, xs, ys, flags, label: bool) -> None:
         )  # fmt: skip
 
 
-def _plot_table23(path: Path, rows: list[dict], table: str) -> None:
-    try:
-        from fedmodel.plots import require_matplotlib
-
-        figure = require_matplotlib()
-    except ImportError:
-        return
-    from matplotlib.backends.backend_agg import FigureCanvasAgg
+def _plot_table23(path: Path, rows: list[dict], table: str, trials: int = 1) -> None:
+    """Tables 2/3 against the paper. Per data set: our three methods' objectives (top,
+    mean +- std over the trials, one marker per method beside each other) and the paper's
+    (bottom: its preprocessing differs, so its values get their own panel and scale);
+    right: the relative difference prox-al vs cprox-al, ours and the paper's, on a log
+    scale with the 1e-2 pass threshold."""
+    from fedmodel.plots import zero_legend_handle
 
     groups: dict[str, list[dict]] = {}
     for r in rows:
         groups.setdefault(r["dataset"], []).append(r)
-    fig = figure.Figure(figsize=(4.2 * (len(groups) + 1), 4), layout="constrained")
-    FigureCanvasAgg(fig)
-    axes = np.atleast_1d(fig.subplots(1, len(groups) + 1))
-    for ax, (ds, rs) in zip(axes, groups.items()):
+    fig = _table_figure((4.2 * (len(groups) + 1), 7))
+    if fig is None:
+        return
+    names = list(groups)
+    mosaic = [[f"ours:{ds}" for ds in names] + ["rel"], [f"paper:{ds}" for ds in names] + ["rel"]]
+    axes = fig.subplot_mosaic(mosaic)
+    what = "Neyman-Pearson" if table == "table2" else "fairness"
+    for ds, rs in groups.items():
+        label = DATASET_LABEL.get(ds, ds)
         ns = [r["n"] for r in rs]
-        for key, style, label in (
-            ("obj_prox_al", "o-", "prox-al"),
-            ("obj_cprox_al", "^-", "cprox-al"),
-            ("obj_centralized", "x:", "centralized (f*)"),
+        x = np.arange(len(ns))
+        key = {"dataset": ds} if table == "table2" else {}
+        paper = [_paper_row(table, n=n, **key) or {} for n in ns]
+        ax = axes[f"ours:{ds}"]
+        for k, (col, marker, name) in enumerate(
+            (
+                ("obj_prox_al", "o", "prox-al"),
+                ("obj_cprox_al", "^", "cprox-al"),
+                ("obj_centralized", "x", "centralized (f*)"),
+            )
         ):
-            vals = [r[key][0] for r in rs]
-            if np.any(np.isfinite(vals)):
-                ax.errorbar(
-                    ns, vals, yerr=[r[key][1] for r in rs], fmt=style, capsize=3, label=label
-                )
-        flags = [_prox_uncertified(r) for r in rs]
-        _mark_uncertified(ax, ns, [r["obj_prox_al"][0] for r in rs], flags, label=True)
-        key = {"dataset": ds} if table == "table2" else {}
-        pv = [(_paper_row(table, n=n, **key) or {}).get("obj_prox_al", [math.nan])[0] for n in ns]
-        ax.plot(ns, pv, "s--", color="0.4", label="paper Alg. 1")
-        ax.set_xscale("log")
-        ax.minorticks_off()
-        ax.set_xticks(ns, [str(n) for n in ns])
-        ax.set_xlabel("clients n")
-        ax.set_ylabel("objective")
-        ax.set_title(DATASET_LABEL.get(ds, ds))
-        ax.grid(True, alpha=0.3)
-        ax.legend(fontsize="x-small")
-    ax = axes[-1]
-    for i, (ds, rs) in enumerate(groups.items()):
-        ns = [r["n"] for r in rs]
-        ours = [max(r["rel_diff"][0], 1e-12) for r in rs]
-        (line,) = ax.semilogy(ns, ours, "o-", label=f"{DATASET_LABEL.get(ds, ds)} ours")
-        _mark_uncertified(ax, ns, ours, [_prox_uncertified(r) for r in rs], label=i == 0)
-        key = {"dataset": ds} if table == "table2" else {}
-        ax.semilogy(
-            ns,
-            [(_paper_row(table, n=n, **key) or {}).get("rel_diff", [math.nan])[0] for n in ns],
-            "s--",
-            color=line.get_color(),
-            label=f"{DATASET_LABEL.get(ds, ds)} paper",
+            vals = [r.get(col) for r in rs]
+            if any(v is not None and np.isfinite(v[0]) for v in vals):
+                _points(ax, x + (k - 1) * 0.2, vals, marker, name)
+        _mark_uncertified(
+            ax, x - 0.2, [r["obj_prox_al"][0] for r in rs], [_prox_uncertified(r) for r in rs], True
         )
-    ax.axhline(1e-2, color="k", linestyle=":", linewidth=1, label="1e-2")
-    ax.set_xscale("log")
+        ax.set_ylabel(f"objective (ours), {_trials_text(trials)}")
+        ax.set_title(f"{label}: our objective")
+        ax.legend(fontsize="x-small")
+        ax = axes[f"paper:{ds}"]
+        _points(ax, x - 0.1, [p.get("obj_prox_al") for p in paper], "s", "paper Alg. 1", "0.45")
+        _points(ax, x + 0.1, [p.get("obj_cprox_al") for p in paper], "D", "paper cProx-AL", "0.2")
+        ax.set_ylabel("objective (paper), mean +- std")
+        ax.set_title(f"{label}: the paper's objective")
+        ax.legend(fontsize="x-small")
+        for ax in (axes[f"ours:{ds}"], axes[f"paper:{ds}"]):
+            _categorical_x(ax, [str(n) for n in ns], "clients n")
+    ax = axes["rel"]
     all_ns = sorted({r["n"] for r in rows})
-    ax.set_xticks(all_ns, [str(n) for n in all_ns])
-    ax.xaxis.set_minor_locator(_null_locator())
-    ax.set_xlabel("clients n")
+    pos = {n: i for i, n in enumerate(all_ns)}
+    width = 0.7 / (2 * len(groups))
+    zero = False
+    for g, (ds, rs) in enumerate(groups.items()):
+        label = DATASET_LABEL.get(ds, ds)
+        x = np.array([pos[r["n"]] for r in rs], dtype=float)
+        key = {"dataset": ds} if table == "table2" else {}
+        shift = (2 * g - (2 * len(groups) - 1) / 2) * width
+        color, z = _points(
+            ax, x + shift, [r["rel_diff"] for r in rs], "o", f"{label}: ours", log=True
+        )
+        zero |= z
+        _mark_uncertified(
+            ax,
+            x + shift,
+            [r["rel_diff"][0] for r in rs],
+            [_prox_uncertified(r) for r in rs],
+            g == 0,
+        )
+        _, z = _points(
+            ax,
+            x + shift + width,
+            [(_paper_row(table, n=r["n"], **key) or {}).get("rel_diff") for r in rs],
+            "s",
+            f"{label}: paper",
+            color,
+            log=True,
+            markerfacecolor="white",
+        )
+        zero |= z
+    ax.axhline(1e-2, color="k", linestyle=":", linewidth=1, label="pass threshold 1e-2")
+    _categorical_x(ax, [str(n) for n in all_ns], "clients n")
+    ax.set_ylabel("|f(prox-al) - f(cprox-al)| / |f(cprox-al)|")
     ax.set_title("relative difference prox-al vs cprox-al")
-    ax.grid(True, alpha=0.3)
-    ax.legend(fontsize="x-small")
+    handles, _ = ax.get_legend_handles_labels()
+    ax.legend(handles=handles + ([zero_legend_handle()] if zero else []), fontsize="x-small")
+    fig.suptitle(f"seed 000 Table {table[-1]} ({what}): ours vs the paper")
     fig.savefig(path, dpi=120)
