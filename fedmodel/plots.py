@@ -439,6 +439,7 @@ def plot_bands(
     title: str | None = None,
     secondary: Mapping[str, np.ndarray] | None = None,
     secondary_label: str | None = None,
+    threshold_label: str | None = None,
 ):
     """Min/mean/max bands across clients (seed 000 Figs. 1 and 2).
 
@@ -459,6 +460,8 @@ def plot_bands(
         Bands drawn on a right-hand axis (e.g. the objective next to the constraints).
     secondary_label : str, optional
         Label of the right-hand axis.
+    threshold_label : str, optional
+        Legend entry of the threshold line (default "feasible if below this line (T)").
 
     Returns
     -------
@@ -500,7 +503,7 @@ def plot_bands(
             color="k",
             linestyle="--",
             linewidth=1,
-            label=f"feasible if below this line ({threshold:g})",
+            label=threshold_label or f"feasible if below this line ({threshold:g})",
         )
         handles.append(h)
     ax.set_xlabel(xlabel)

@@ -1010,6 +1010,7 @@ def fig1(
                 it,
                 {"class-0 loss (objective)": c0, "class-1 loss (constraint)": c1},
                 threshold=r,
+                threshold_label=f"class-1 bound r = {r:g}",
                 ax=ax,
                 ylabel="logistic loss",
                 title=f"{DATASET_LABEL[ds]}, n = {n} ({res.status})",
@@ -1098,6 +1099,7 @@ def fig2(
                 {"local loss disparity": disp},
                 lines={"global disparity": glob},
                 threshold=r,
+                threshold_label=f"disparity bound r = {r:g}",
                 ax=ax,
                 ylabel="loss disparity",
                 secondary={"classification loss": loss},
@@ -1142,7 +1144,7 @@ def fig3(
     """Seed 000 Fig. 3: constrained vs unconstrained models across clients."""
     from fedmodel.plots import require_matplotlib
 
-    figure = require_matplotlib()
+    require_matplotlib()  # before the runs: fail early without matplotlib
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     grid = _grid("fig3", quick, kw)
@@ -1153,34 +1155,15 @@ def fig3(
         "fig3", (len(datasets) + 1) * len(ns) * 2, progress, _time_limit(quick, time_limit)
     )
     t_start = time.perf_counter()
-    from matplotlib.backends.backend_agg import FigureCanvasAgg
-
-    fig = figure.Figure(figsize=(4.5 * (len(datasets) + 1), 4), layout="constrained")
-    FigureCanvasAgg(fig)
-    axes = np.atleast_1d(fig.subplots(1, len(datasets) + 1))
     runs = []
     checks_vals: list[float] = []
     fair_vals: list[float] = []
-
-    def errorbar(ax, x, vals, color, marker, label, dashed=False):
-        vals = np.asarray(vals, dtype=float)
-        mean = vals.mean()
-        ax.errorbar(
-            [x],
-            [mean],
-            yerr=[[mean - vals.min()], [vals.max() - mean]],
-            color=color,
-            marker=marker,
-            capsize=4,
-            linestyle="none",
-            label=label,
-            mfc="white" if dashed else color,
-        )
-
+    np_points: dict[str, dict[int, dict]] = {ds: {} for ds in datasets}
+    fair_points: dict[int, dict] = {}
     try:
-        for ax, ds in zip(axes, datasets):
+        for ds in datasets:
             X, y = np_data(ds, grid["datasets"][ds], seed=0)
-            for j, n in enumerate(ns):
+            for n in ns:
                 sites = np_sites(X, y, n, seed=0)
                 cons, sec, err = runner.solve(
                     np_model(sites, s2["r"]), "centralized", s2, 0, f"{ds} n={n} constrained"
@@ -1192,41 +1175,13 @@ def fig3(
                 runs.append(_record(unc, sec2, err2, dataset=ds, n=n, model="unconstrained"))
                 if cons is None or unc is None:
                     continue
-                for res, shift, dashed, tag in (
-                    (cons, -0.12, False, "NP"),
-                    (unc, 0.12, True, "unconstrained"),
-                ):
+                for res, tag in ((cons, "NP"), (unc, "unconstrained")):
                     l0 = [_mean_logistic(X0, 1.0, res.x) for X0, _ in sites]
                     l1 = [_mean_logistic(X1, -1.0, res.x) for _, X1 in sites]
-                    first = j == 0
-                    errorbar(
-                        ax,
-                        j + shift - 0.04,
-                        l0,
-                        "tab:blue",
-                        "o",
-                        f"class 0, {tag}" if first else None,
-                        dashed,
-                    )
-                    errorbar(
-                        ax,
-                        j + shift + 0.04,
-                        l1,
-                        "tab:brown",
-                        "s",
-                        f"class 1, {tag}" if first else None,
-                        dashed,
-                    )
+                    np_points[ds].setdefault(n, {})[tag] = (l0, l1)
                     if tag == "NP":
                         checks_vals.append(max(l1))
-            ax.axhline(s2["r"], color="k", linestyle="--", linewidth=1)
-            ax.set_xticks(range(len(ns)), [f"n = {n}" for n in ns])
-            ax.set_ylabel("logistic loss (min / mean / max over clients)")
-            ax.set_title(DATASET_LABEL[ds])
-            ax.legend(fontsize="x-small")
-            ax.grid(True, alpha=0.3)
-        ax = axes[-1]
-        for j, n in enumerate(ns):
+        for n in ns:
             clients, server = fairness_data(n, 0, grid["train_rows"], grid["test_rows"])
             cons, sec, err = runner.solve(
                 fair_model(clients, server, s3["r"]),
@@ -1247,10 +1202,7 @@ def fig3(
             if cons is None or unc is None:
                 continue
             parties = list(clients) + [server]
-            for res, shift, dashed, tag in (
-                (cons, -0.12, False, "fair"),
-                (unc, 0.12, True, "unconstrained"),
-            ):
+            for res, tag in ((cons, "fair"), (unc, "unconstrained")):
                 loss = [_logistic_loss(Xk, yk, res.x) for Xk, yk, _ in clients]
                 disp = [
                     abs(
@@ -1259,36 +1211,13 @@ def fig3(
                     )
                     for Xk, yk, sk in parties
                 ]
-                first = j == 0
-                errorbar(
-                    ax,
-                    j + shift - 0.04,
-                    loss,
-                    "tab:blue",
-                    "o",
-                    f"loss, {tag}" if first else None,
-                    dashed,
-                )
-                errorbar(
-                    ax,
-                    j + shift + 0.04,
-                    disp,
-                    "tab:brown",
-                    "s",
-                    f"disparity, {tag}" if first else None,
-                    dashed,
-                )
+                fair_points.setdefault(n, {})[tag] = (loss, disp)
                 if tag == "fair":
                     fair_vals.append(max(disp))
-        ax.axhline(s3["r"], color="k", linestyle="--", linewidth=1)
-        ax.set_xticks(range(len(ns)), [f"n = {n}" for n in ns])
-        ax.set_title("adult-b (fairness)")
-        ax.legend(fontsize="x-small")
-        ax.grid(True, alpha=0.3)
     finally:
         runner.close()
     png = out_dir / "fig3.png"
-    fig.savefig(png, dpi=120)
+    _plot_fig3(png, ns, np_points, fair_points, s2["r"], s3["r"])
     checks = [
         _check(
             "NP models: every client's class-1 loss <= r + 1e-3", _max(checks_vals), s2["r"] + 1e-3
@@ -1321,6 +1250,87 @@ def fig3(
     )
     files = _finish(out_dir, "fig3", md, runs, [], checks, time.perf_counter() - t_start)
     return _summary("fig3", out_dir, files + [str(png)], runs, checks, t_start, quick, 1)
+
+
+def _range_point(ax, x, vals, color, marker, label, hollow=False) -> None:
+    """One marker at the mean of ``vals`` with a bar from their min to their max."""
+    vals = np.asarray(vals, dtype=float)
+    mean = vals.mean()
+    ax.errorbar(
+        [x],
+        [mean],
+        yerr=[[mean - vals.min()], [vals.max() - mean]],
+        color=color,
+        marker=marker,
+        capsize=4,
+        linestyle="none",
+        label=label,
+        mfc="white" if hollow else color,
+    )
+
+
+def _plot_fig3(
+    path: Path,
+    ns: list[int],
+    np_points: dict[str, dict[int, dict[str, tuple]]],
+    fair_points: dict[int, dict[str, tuple]],
+    r_np: float,
+    r_fair: float,
+) -> None:
+    """Seed 000 Fig. 3. ``np_points[ds][n][tag] = (class-0 losses, class-1 losses)`` per
+    client for tag "NP" / "unconstrained"; ``fair_points[n][tag] = (losses per client,
+    disparities per party)`` for tag "fair" / "unconstrained". One panel per NP data set
+    (both losses share the unit "logistic loss"), and two for adult-b: the classification
+    loss and the loss disparity, each on its own axis; bound lines are in the legends."""
+    from fedmodel.plots import require_matplotlib
+
+    figure = require_matplotlib()
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+
+    names = list(np_points)
+    fig = figure.Figure(figsize=(4.5 * (len(names) + 2), 4.4), layout="constrained")
+    FigureCanvasAgg(fig)
+    axes = np.atleast_1d(fig.subplots(1, len(names) + 2))
+    shifts = {"NP": -0.12, "fair": -0.12, "unconstrained": 0.12}
+    for ax, ds in zip(axes, names):
+        for j, n in enumerate(ns):
+            for tag, (l0, l1) in np_points[ds].get(n, {}).items():
+                first = j == 0
+                hollow = tag == "unconstrained"
+                x = j + shifts[tag]
+                _range_point(
+                    ax, x - 0.04, l0, "tab:blue", "o", f"class 0, {tag}" if first else None, hollow
+                )
+                _range_point(
+                    ax, x + 0.04, l1, "tab:brown", "s", f"class 1, {tag}" if first else None, hollow
+                )
+        ax.axhline(
+            r_np, color="k", linestyle="--", linewidth=1, label=f"class-1 bound r = {r_np:g}"
+        )
+        ax.set_ylabel("logistic loss (min / mean / max over clients)")
+        ax.set_title(f"{DATASET_LABEL[ds]} (Neyman-Pearson)")
+    ax_loss, ax_disp = axes[-2], axes[-1]
+    for j, n in enumerate(ns):
+        for tag, (loss, disp) in fair_points.get(n, {}).items():
+            first = j == 0
+            hollow = tag == "unconstrained"
+            x = j + shifts[tag]
+            _range_point(ax_loss, x, loss, "tab:blue", "o", tag if first else None, hollow)
+            _range_point(ax_disp, x, disp, "tab:brown", "s", tag if first else None, hollow)
+    ax_disp.axhline(
+        r_fair, color="k", linestyle="--", linewidth=1, label=f"disparity bound r = {r_fair:g}"
+    )
+    ax_loss.set_ylabel("logistic loss (min / mean / max over clients)")
+    ax_loss.set_title("adult-b (fairness): classification loss")
+    ax_disp.set_ylabel("loss disparity |L(female) - L(male)|\n(min / mean / max over parties)")
+    ax_disp.set_title("adult-b (fairness): loss disparity")
+    for ax in axes:
+        ax.set_xticks(range(len(ns)), [f"n = {n}" for n in ns])
+        ax.set_xlim(-0.5, len(ns) - 0.5)
+        ax.grid(True, axis="y", alpha=0.3)
+        ax.legend(fontsize="x-small")
+    fig.suptitle("seed 000 Fig. 3: constrained (filled) vs unconstrained (open) models")
+    fig.savefig(path, dpi=120)
 
 
 # -- table plots --------------------------------------------------------------------------
