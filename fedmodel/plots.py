@@ -67,6 +67,7 @@ _QUANTITIES = (
     ("stationarity", "KKT stationarity"),
     ("feasibility", "KKT feasibility"),
 )
+_STYLES = ("o-", "s--", "^-", "D:")  # plot_result's line per quantity
 
 
 def require_matplotlib():
@@ -292,9 +293,9 @@ def plot_result(res, reference=None, ax=None, path=None, title: str | None = Non
     ref = _reference_objective(reference)
     data = [(label, _series(hist, key, ref)) for key, label in _QUANTITIES]
     any_zero = False
-    for label, y in data:
-        if y is not None:
-            _, zeros = log_plot(ax, x, y, "o-", markersize=3, label=label)
+    for (label, y), fmt in zip(data, _STYLES):
+        if y is not None:  # distinct styles: curves that coincide stay visible
+            _, zeros = log_plot(ax, x, y, fmt, markersize=4, label=label)
             any_zero |= zeros is not None
     eps = (getattr(res, "options", None) or {}).get("eps")
     if eps is not None and np.ndim(eps) == 0:

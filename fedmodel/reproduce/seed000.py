@@ -1276,7 +1276,7 @@ def _plot_fig3(
     fair_points: dict[int, dict[str, tuple]],
     r_np: float,
     r_fair: float,
-) -> None:
+):
     """Seed 000 Fig. 3. ``np_points[ds][n][tag] = (class-0 losses, class-1 losses)`` per
     client for tag "NP" / "unconstrained"; ``fair_points[n][tag] = (losses per client,
     disparities per party)`` for tag "fair" / "unconstrained". One panel per NP data set
@@ -1331,6 +1331,7 @@ def _plot_fig3(
         ax.legend(fontsize="x-small")
     fig.suptitle("seed 000 Fig. 3: constrained (filled) vs unconstrained (open) models")
     fig.savefig(path, dpi=120)
+    return fig
 
 
 # -- table plots --------------------------------------------------------------------------
@@ -1397,7 +1398,7 @@ def _null_locator():
     return NullLocator()
 
 
-def _plot_table1(path: Path, rows: list[dict], trials: int = 1) -> None:
+def _plot_table1(path: Path, rows: list[dict], trials: int = 1):
     """Table 1 against the paper, per (n, d, m) instance (categorical x positions, markers
     with +-std error bars, no lines joining instances)."""
     from fedmodel.plots import zero_legend_handle
@@ -1451,6 +1452,7 @@ def _plot_table1(path: Path, rows: list[dict], trials: int = 1) -> None:
         ax.legend(handles=handles + ([zero_legend_handle()] if zero else []), fontsize="small")
     fig.suptitle(f"seed 000 Table 1 (QP): ours vs the paper, {_trials_text(trials)}")
     fig.savefig(path, dpi=120)
+    return fig
 
 
 def _prox_uncertified(row: dict) -> bool:
@@ -1469,7 +1471,7 @@ def _mark_uncertified(ax, xs, ys, flags, label: bool) -> None:
         )  # fmt: skip
 
 
-def _plot_table23(path: Path, rows: list[dict], table: str, trials: int = 1) -> None:
+def _plot_table23(path: Path, rows: list[dict], table: str, trials: int = 1):
     """Tables 2/3 against the paper. Per data set: our three methods' objectives (top,
     mean +- std over the trials, one marker per method beside each other) and the paper's
     (bottom: its preprocessing differs, so its values get their own panel and scale);
@@ -1558,3 +1560,4 @@ def _plot_table23(path: Path, rows: list[dict], table: str, trials: int = 1) -> 
     ax.legend(handles=handles + ([zero_legend_handle()] if zero else []), fontsize="x-small")
     fig.suptitle(f"seed 000 Table {table[-1]} ({what}): ours vs the paper")
     fig.savefig(path, dpi=120)
+    return fig

@@ -152,9 +152,15 @@ def _final(rows, **match):
     return sel[-1] if sel else None
 
 
-def _curves(rows, panels, path: Path, title: str):
+def _curves(rows, panels, path: Path, title: str) -> Path:
     """One row of panels per group: (training cost, test accuracy) against rounds; each
-    series is ``(label, match, color, linestyle)``."""
+    series is ``(label, match, color, linestyle)``; saved as PNG at ``path``."""
+    _curves_figure(rows, panels, title).savefig(path, dpi=90)
+    return path
+
+
+def _curves_figure(rows, panels, title: str):
+    """The figure of :func:`_curves`."""
     from fedmodel.plots import require_matplotlib
 
     figure = require_matplotlib()
@@ -187,8 +193,7 @@ def _curves(rows, panels, path: Path, title: str):
             ax.grid(alpha=0.3)
     fig.suptitle(title, fontsize=10)
     fig.tight_layout()
-    fig.savefig(path, dpi=90)
-    return path
+    return fig
 
 
 def _accuracy_axis(ax) -> None:

@@ -333,7 +333,8 @@ def fig1(out_dir, trials: int = 1, quick: bool = False, progress: bool = True, *
                     rounds=rounds,
                 )
             )
-    png = _fig1_plot(rows, datasets, out_dir / "vfl-fig1.png")
+    png = out_dir / "vfl-fig1.png"
+    _fig1_plot(rows, datasets, png)
     md = [
         "# Seed 002, Fig. 1 (fedmodel reproduction)",
         "",
@@ -379,7 +380,7 @@ def fig1(out_dir, trials: int = 1, quick: bool = False, progress: bool = True, *
     return finish_report(out_dir, "vfl-fig1", md, rows, checks, t0, quick, [png], trials=1)
 
 
-def _fig1_plot(rows: list[dict], datasets, path: Path) -> Path:
+def _fig1_plot(rows: list[dict], datasets, path: Path):
     """Fig. 1's PNG: accuracy and fairness (%) against eps, each point at its eps value
     (log x axis, ticks at the eps values run), one panel per data set."""
     from fedmodel.plots import require_matplotlib
@@ -406,7 +407,7 @@ def _fig1_plot(rows: list[dict], datasets, path: Path) -> Path:
         ax.grid(alpha=0.3)
         ax.legend(fontsize=8)
     fig.savefig(path, dpi=110)
-    return path
+    return fig
 
 
 @register("vfl-fig2")
