@@ -1017,6 +1017,10 @@ def fig1(
             )
     finally:
         runner.close()
+    fig.suptitle(
+        "seed 000 Fig. 1: per-client logistic losses over prox-al's outer iterations "
+        "(lines = mean, bands = min..max over clients)"
+    )
     png = out_dir / "fig1.png"
     fig.savefig(png, dpi=120)
     checks = [_check("final class-1 loss of every client <= r + 1e-3", _max(checks_vals), r + 1e-3)]
@@ -1108,6 +1112,10 @@ def fig2(
             )
     finally:
         runner.close()
+    fig.suptitle(
+        "seed 000 Fig. 2: per-party loss disparity (left axis) and classification loss "
+        "(right axis) over prox-al's outer iterations (lines = mean, bands = min..max)"
+    )
     png = out_dir / "fig2.png"
     fig.savefig(png, dpi=120)
     checks = [_check("final disparity of every party <= r + 1e-3", _max(checks_vals), r + 1e-3)]
