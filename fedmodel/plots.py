@@ -18,6 +18,10 @@ plot_bands
     Min/mean/max bands across clients of per-client quantities (seed 000 Figs. 1-2).
 plot_client_bands
     ``client_series`` + ``plot_bands`` for one result.
+log_plot, zero_legend_handle, integer_ticks
+    Building blocks shared with the reproductions' figures: a log-scale curve whose exact
+    zeros are open markers on the axes' bottom edge (legend entry "0 (exact)") instead of
+    points at an invented floor; whole-number ticks for iteration and round counts.
 
 Examples
 --------
@@ -150,8 +154,9 @@ def integer_ticks(axis) -> None:
 
     Examples
     --------
-    >>> from fedmodel.plots import _new_axes, integer_ticks
-    >>> fig, ax = _new_axes(None)
+    >>> from matplotlib.figure import Figure
+    >>> from fedmodel.plots import integer_ticks
+    >>> ax = Figure().subplots()
     >>> integer_ticks(ax.xaxis)
     """
     from matplotlib.ticker import MaxNLocator
@@ -191,8 +196,9 @@ def log_plot(ax, x, y, fmt: str = "o-", zero_marker: str = "v", **kw):
 
     Examples
     --------
-    >>> from fedmodel.plots import _new_axes, log_plot
-    >>> fig, ax = _new_axes(None)
+    >>> from matplotlib.figure import Figure
+    >>> from fedmodel.plots import log_plot
+    >>> ax = Figure().subplots()
     >>> line, zeros = log_plot(ax, [1, 2, 3], [1e-2, 0.0, 1e-4], label="max violation")
     >>> int(zeros.get_xdata()[0])
     2
