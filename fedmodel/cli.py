@@ -277,6 +277,24 @@ def _reference_method(model) -> str:
 _DEMO_PAPER_SETTINGS = {"variant": "paper", "beta": 300.0, "sbar": 1e-3, "rho": 0.01}
 
 
+def _demo_plot_path(plot: str | None, variant: str) -> Path:
+    """The demo's plot file: ``--plot`` if given, else one file per variant
+    (``fedmodel-demo.png``, ``fedmodel-demo-paper.png``) so neither overwrites the other."""
+    if plot is not None:
+        return Path(plot)
+    return Path("fedmodel-demo.png" if variant == "adaptive" else f"fedmodel-demo-{variant}.png")
+
+
+def _demo_plot_title(variant: str, clients: int, status: str) -> str:
+    """The demo plot's title: the problem, which prox-al variant, the clients, the status."""
+    how = (
+        "prox-al as published (seed 000 Alg. 1-2, Table 2 settings)"
+        if variant == "paper"
+        else "prox-al at its defaults (adaptive)"
+    )
+    return f"Neyman-Pearson on breast cancer, {clients} clients\n{how}: {status}"
+
+
 def cmd_demo(args) -> int:
     import numpy as np
 
@@ -327,11 +345,10 @@ def cmd_demo(args) -> int:
         f"class-1 loss per client: min {min(losses):.4f}, max {max(losses):.4f} (bound {args.r:g})"
     )
     if not args.no_plot:
-        path = Path(args.plot)
+        path = _demo_plot_path(args.plot, args.variant)
+        title = _demo_plot_title(args.variant, args.clients, res.status)
         saved = _plot_or_note(
-            lambda p: res.plot(reference=ref, path=p, title="fedmodel demo: prox-al, 5 clients"),
-            path,
-            args.quiet,
+            lambda p: res.plot(reference=ref, path=p, title=title), path, args.quiet
         )
         if saved is not None:
             print(f"convergence plot: {saved.resolve()}")
@@ -644,8 +661,9 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument(
         "--plot",
-        default="fedmodel-demo.png",
-        help="where to save the convergence plot (default fedmodel-demo.png)",
+        default=None,
+        help="where to save the convergence plot (default fedmodel-demo.png, "
+        "fedmodel-demo-paper.png with --variant paper)",
     )
     p.add_argument("--no-plot", action="store_true", help="do not save a plot")
     p.set_defaults(func=cmd_demo)

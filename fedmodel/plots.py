@@ -18,6 +18,10 @@ plot_bands
     Min/mean/max bands across clients of per-client quantities (seed 000 Figs. 1-2).
 plot_client_bands
     ``client_series`` + ``plot_bands`` for one result.
+log_plot, zero_legend_handle, integer_ticks
+    Building blocks shared with the reproductions' figures: a log-scale curve whose exact
+    zeros are open markers on the axes' bottom edge (legend entry "0 (exact)") instead of
+    points at an invented floor; whole-number ticks for iteration and round counts.
 
 Examples
 --------
@@ -43,25 +47,31 @@ from typing import Any
 import numpy as np
 
 __all__ = [
+    "ZERO_LABEL",
     "client_series",
+    "integer_ticks",
+    "log_plot",
     "plot_bands",
     "plot_client_bands",
     "plot_result",
     "plot_results",
     "require_matplotlib",
+    "zero_legend_handle",
 ]
 
 _MISSING = (
     "fedmodel's plots need matplotlib, which is not installed; install it with "
     "pip install 'fedmodel[plots]'"
 )
-_FLOOR = 1e-16  # floor of the zero-value floor (see _zero_floor)
+#: legend entry of the markers that stand for exact zeros on a log axis (see log_plot)
+ZERO_LABEL = "0 (exact)"
 _QUANTITIES = (
     ("objective gap", "objective gap |f - f*|"),
     ("max_violation", "max violation"),
     ("stationarity", "KKT stationarity"),
     ("feasibility", "KKT feasibility"),
 )
+_STYLES = ("o-", "s--", "^-", "D:")  # plot_result's line per quantity
 
 
 def require_matplotlib():
@@ -138,29 +148,113 @@ def _series(hist: list[dict], key: str, reference: float | None) -> np.ndarray |
     return vals
 
 
-def _zero_floor(arrays) -> float:
-    """Where to draw zeros on a log axis: a decade below the smallest positive value."""
-    pos = [a[a > 0].min() for a in arrays if a is not None and np.any(a > 0)]
-    if not pos:
-        return 1.0
-    return max(10.0 ** (np.floor(np.log10(min(pos))) - 1), _FLOOR)
+def integer_ticks(axis) -> None:
+    """Ticks at whole numbers only on ``axis`` (an Axes' ``xaxis`` or ``yaxis``): iteration
+    and round counts never get ticks such as 1.25.
+
+    Examples
+    --------
+    >>> from matplotlib.figure import Figure
+    >>> from fedmodel.plots import integer_ticks
+    >>> ax = Figure().subplots()
+    >>> integer_ticks(ax.xaxis)
+    """
+    from matplotlib.ticker import MaxNLocator
+
+    axis.set_major_locator(MaxNLocator(integer=True))
 
 
-def _draw(ax, x, y, floor, **kw):
-    """Plot ``y`` on a log axis; exact zeros sit on ``floor`` with open markers."""
-    zero = y <= 0
-    (line,) = ax.plot(x, np.where(zero, floor, y), marker="o", markersize=3, **kw)
+def _integer_valued(x) -> bool:
+    x = np.asarray(x, dtype=float)
+    return x.size > 0 and bool(np.all(np.isfinite(x) & (x == np.round(x))))
+
+
+def log_plot(ax, x, y, fmt: str = "o-", zero_marker: str = "v", **kw):
+    """Plot ``y`` against ``x`` on a log y axis without inventing values for zeros.
+
+    Positive values are drawn as usual; exact zeros (and negative values, which a log
+    axis cannot show) break the line and are marked by an open ``zero_marker`` on the
+    bottom edge of the axes, whatever its limits (add :func:`zero_legend_handle` to the
+    legend to explain them). NaN values are simply left out.
+
+    Parameters
+    ----------
+    ax : matplotlib Axes
+        Its y scale is set to log.
+    x, y : array-like
+    fmt : str
+        matplotlib format string of the positive values.
+    zero_marker : str
+        Marker of the zeros.
+    **kw
+        Passed to ``ax.plot`` (``label``, ``color``, ...).
+
+    Returns
+    -------
+    tuple (line, zeros)
+        The line of positive values and the Line2D of the zero markers (None if none).
+
+    Examples
+    --------
+    >>> from matplotlib.figure import Figure
+    >>> from fedmodel.plots import log_plot
+    >>> ax = Figure().subplots()
+    >>> line, zeros = log_plot(ax, [1, 2, 3], [1e-2, 0.0, 1e-4], label="max violation")
+    >>> int(zeros.get_xdata()[0])
+    2
+    """
+    x = np.asarray(x, dtype=float)
+    y = np.asarray(y, dtype=float)
+    zero = np.isfinite(y) & (y <= 0)
+    ax.set_yscale("log")
+    (line,) = ax.plot(x, np.where(y > 0, y, np.nan), fmt, **kw)
+    zeros = None
     if zero.any():
-        ax.plot(
+        (zeros,) = ax.plot(
             x[zero],
-            np.full(zero.sum(), floor),
+            np.zeros(int(zero.sum())),
             linestyle="none",
-            marker="v",
-            markersize=6,
+            marker=zero_marker,
+            markersize=7,
             markerfacecolor="white",
             color=line.get_color(),
+            transform=ax.get_xaxis_transform(),  # y in axes units: 0 = the bottom edge
+            clip_on=False,
+            zorder=3,
         )
-    return line
+    return line, zeros
+
+
+def zero_legend_handle(color: str = "0.3", marker: str = "v"):
+    """A legend handle for the zero markers of :func:`log_plot` (label :data:`ZERO_LABEL`).
+
+    Examples
+    --------
+    >>> from fedmodel.plots import zero_legend_handle
+    >>> zero_legend_handle().get_label()
+    '0 (exact)'
+    """
+    require_matplotlib()
+    from matplotlib.lines import Line2D
+
+    return Line2D(
+        [],
+        [],
+        linestyle="none",
+        marker=marker,
+        markersize=7,
+        markerfacecolor="white",
+        color=color,
+        label=ZERO_LABEL,
+    )
+
+
+def _legend(ax, extra=(), **kw) -> None:
+    """The axes' legend with ``extra`` handles appended."""
+    handles, _ = ax.get_legend_handles_labels()
+    handles = list(handles) + list(extra)
+    if handles:
+        ax.legend(handles=handles, **kw)
 
 
 def _reference_objective(reference) -> float | None:
@@ -204,29 +298,21 @@ def plot_result(res, reference=None, ax=None, path=None, title: str | None = Non
     x, xlabel = _x_axis(hist)
     ref = _reference_objective(reference)
     data = [(label, _series(hist, key, ref)) for key, label in _QUANTITIES]
-    floor = _zero_floor([y for _, y in data])
-    for label, y in data:
-        if y is not None:
-            _draw(ax, x, y, floor, label=label)
-    if any(y is not None and np.any(y <= 0) for _, y in data):
-        ax.plot(
-            [],
-            [],
-            linestyle="none",
-            marker="v",
-            markerfacecolor="white",
-            color="0.3",
-            label="exactly 0 (drawn at the bottom)",
-        )
+    any_zero = False
+    for (label, y), fmt in zip(data, _STYLES):
+        if y is not None:  # distinct styles: curves that coincide stay visible
+            _, zeros = log_plot(ax, x, y, fmt, markersize=4, label=label)
+            any_zero |= zeros is not None
     eps = (getattr(res, "options", None) or {}).get("eps")
     if eps is not None and np.ndim(eps) == 0:
         ax.axhline(float(eps), color="0.4", linestyle=":", linewidth=1, label=f"eps = {eps:g}")
     ax.set_yscale("log")
     ax.set_xlabel(xlabel)
+    integer_ticks(ax.xaxis)
     ax.set_ylabel("value (log scale)")
     ax.set_title(title or f"{res.method}: {res.status}")
     ax.grid(True, which="major", alpha=0.3)
-    ax.legend(fontsize="small")
+    _legend(ax, [zero_legend_handle()] if any_zero else [], fontsize="small")
     _save(fig, path)
     return fig
 
@@ -274,18 +360,21 @@ def plot_results(
         x, xlabel = _x_axis(hist)
         xlabels.add(xlabel)
         curves.append((label, x, [_series(hist, key, ref) for key, _ in _QUANTITIES]))
+    zero_in = set()
     for q, axis in enumerate(axes.flat):
-        floor = _zero_floor([ys[q] for _, _, ys in curves])
         for label, x, ys in curves:
             if ys[q] is not None:
-                _draw(axis, x, ys[q], floor, label=label)
-    for axis, (key, name) in zip(axes.flat, _QUANTITIES):
+                _, zeros = log_plot(axis, x, ys[q], "o-", markersize=3, label=label)
+                if zeros is not None:
+                    zero_in.add(q)
+    for q, (axis, (key, name)) in enumerate(zip(axes.flat, _QUANTITIES)):
         axis.set_title(name)
         axis.set_yscale("log")
         axis.set_xlabel(" / ".join(sorted(xlabels)) or "iterations")
+        integer_ticks(axis.xaxis)
         axis.grid(True, alpha=0.3)
         if axis.lines:
-            axis.legend(fontsize="small")
+            _legend(axis, [zero_legend_handle()] if q in zero_in else [], fontsize="small")
         elif key == "objective gap":
             axis.text(
                 0.5,
@@ -357,6 +446,7 @@ def plot_bands(
     title: str | None = None,
     secondary: Mapping[str, np.ndarray] | None = None,
     secondary_label: str | None = None,
+    threshold_label: str | None = None,
 ):
     """Min/mean/max bands across clients (seed 000 Figs. 1 and 2).
 
@@ -377,6 +467,8 @@ def plot_bands(
         Bands drawn on a right-hand axis (e.g. the objective next to the constraints).
     secondary_label : str, optional
         Label of the right-hand axis.
+    threshold_label : str, optional
+        Legend entry of the threshold line (default "feasible if below this line (T)").
 
     Returns
     -------
@@ -418,11 +510,13 @@ def plot_bands(
             color="k",
             linestyle="--",
             linewidth=1,
-            label=f"feasible if below this line ({threshold:g})",
+            label=threshold_label or f"feasible if below this line ({threshold:g})",
         )
         handles.append(h)
     ax.set_xlabel(xlabel)
     ax.set_ylabel(ylabel)
+    if _integer_valued(x):
+        integer_ticks(ax.xaxis)
     ax.grid(True, alpha=0.3)
     if secondary:
         ax2 = ax.twinx()

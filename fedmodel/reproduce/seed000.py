@@ -556,7 +556,7 @@ def table1(
     )
     md.append(md_table(header, table))
     files = _finish(out_dir, "table1", md, runs, rows, checks, time.perf_counter() - t_start)
-    _plot_table1(out_dir / "table1.png", rows)
+    _plot_table1(out_dir / "table1.png", rows, trials)
     return _summary(
         "table1",
         out_dir,
@@ -737,7 +737,7 @@ def table2(
     )
     md.append(md_table(header, table))
     files = _finish(out_dir, "table2", md, runs, rows, checks, time.perf_counter() - t_start)
-    _plot_table23(out_dir / "table2.png", rows, "table2")
+    _plot_table23(out_dir / "table2.png", rows, "table2", trials)
     return _summary(
         "table2",
         out_dir,
@@ -938,7 +938,7 @@ def table3(
     )
     md.append(md_table(header, table))
     files = _finish(out_dir, "table3", md, runs, rows, checks, time.perf_counter() - t_start)
-    _plot_table23(out_dir / "table3.png", rows, "table3")
+    _plot_table23(out_dir / "table3.png", rows, "table3", trials)
     return _summary(
         "table3",
         out_dir,
@@ -1010,12 +1010,17 @@ def fig1(
                 it,
                 {"class-0 loss (objective)": c0, "class-1 loss (constraint)": c1},
                 threshold=r,
+                threshold_label=f"class-1 bound r = {r:g}",
                 ax=ax,
                 ylabel="logistic loss",
                 title=f"{DATASET_LABEL[ds]}, n = {n} ({res.status})",
             )
     finally:
         runner.close()
+    fig.suptitle(
+        "seed 000 Fig. 1: per-client logistic losses over prox-al's outer iterations "
+        "(lines = mean, bands = min..max over clients)"
+    )
     png = out_dir / "fig1.png"
     fig.savefig(png, dpi=120)
     checks = [_check("final class-1 loss of every client <= r + 1e-3", _max(checks_vals), r + 1e-3)]
@@ -1098,6 +1103,7 @@ def fig2(
                 {"local loss disparity": disp},
                 lines={"global disparity": glob},
                 threshold=r,
+                threshold_label=f"disparity bound r = {r:g}",
                 ax=ax,
                 ylabel="loss disparity",
                 secondary={"classification loss": loss},
@@ -1106,6 +1112,10 @@ def fig2(
             )
     finally:
         runner.close()
+    fig.suptitle(
+        "seed 000 Fig. 2: per-party loss disparity (left axis) and classification loss "
+        "(right axis) over prox-al's outer iterations (lines = mean, bands = min..max)"
+    )
     png = out_dir / "fig2.png"
     fig.savefig(png, dpi=120)
     checks = [_check("final disparity of every party <= r + 1e-3", _max(checks_vals), r + 1e-3)]
@@ -1142,7 +1152,7 @@ def fig3(
     """Seed 000 Fig. 3: constrained vs unconstrained models across clients."""
     from fedmodel.plots import require_matplotlib
 
-    figure = require_matplotlib()
+    require_matplotlib()  # before the runs: fail early without matplotlib
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     grid = _grid("fig3", quick, kw)
@@ -1153,34 +1163,15 @@ def fig3(
         "fig3", (len(datasets) + 1) * len(ns) * 2, progress, _time_limit(quick, time_limit)
     )
     t_start = time.perf_counter()
-    from matplotlib.backends.backend_agg import FigureCanvasAgg
-
-    fig = figure.Figure(figsize=(4.5 * (len(datasets) + 1), 4), layout="constrained")
-    FigureCanvasAgg(fig)
-    axes = np.atleast_1d(fig.subplots(1, len(datasets) + 1))
     runs = []
     checks_vals: list[float] = []
     fair_vals: list[float] = []
-
-    def errorbar(ax, x, vals, color, marker, label, dashed=False):
-        vals = np.asarray(vals, dtype=float)
-        mean = vals.mean()
-        ax.errorbar(
-            [x],
-            [mean],
-            yerr=[[mean - vals.min()], [vals.max() - mean]],
-            color=color,
-            marker=marker,
-            capsize=4,
-            linestyle="none",
-            label=label,
-            mfc="white" if dashed else color,
-        )
-
+    np_points: dict[str, dict[int, dict]] = {ds: {} for ds in datasets}
+    fair_points: dict[int, dict] = {}
     try:
-        for ax, ds in zip(axes, datasets):
+        for ds in datasets:
             X, y = np_data(ds, grid["datasets"][ds], seed=0)
-            for j, n in enumerate(ns):
+            for n in ns:
                 sites = np_sites(X, y, n, seed=0)
                 cons, sec, err = runner.solve(
                     np_model(sites, s2["r"]), "centralized", s2, 0, f"{ds} n={n} constrained"
@@ -1192,41 +1183,13 @@ def fig3(
                 runs.append(_record(unc, sec2, err2, dataset=ds, n=n, model="unconstrained"))
                 if cons is None or unc is None:
                     continue
-                for res, shift, dashed, tag in (
-                    (cons, -0.12, False, "NP"),
-                    (unc, 0.12, True, "unconstrained"),
-                ):
+                for res, tag in ((cons, "NP"), (unc, "unconstrained")):
                     l0 = [_mean_logistic(X0, 1.0, res.x) for X0, _ in sites]
                     l1 = [_mean_logistic(X1, -1.0, res.x) for _, X1 in sites]
-                    first = j == 0
-                    errorbar(
-                        ax,
-                        j + shift - 0.04,
-                        l0,
-                        "tab:blue",
-                        "o",
-                        f"class 0, {tag}" if first else None,
-                        dashed,
-                    )
-                    errorbar(
-                        ax,
-                        j + shift + 0.04,
-                        l1,
-                        "tab:brown",
-                        "s",
-                        f"class 1, {tag}" if first else None,
-                        dashed,
-                    )
+                    np_points[ds].setdefault(n, {})[tag] = (l0, l1)
                     if tag == "NP":
                         checks_vals.append(max(l1))
-            ax.axhline(s2["r"], color="k", linestyle="--", linewidth=1)
-            ax.set_xticks(range(len(ns)), [f"n = {n}" for n in ns])
-            ax.set_ylabel("logistic loss (min / mean / max over clients)")
-            ax.set_title(DATASET_LABEL[ds])
-            ax.legend(fontsize="x-small")
-            ax.grid(True, alpha=0.3)
-        ax = axes[-1]
-        for j, n in enumerate(ns):
+        for n in ns:
             clients, server = fairness_data(n, 0, grid["train_rows"], grid["test_rows"])
             cons, sec, err = runner.solve(
                 fair_model(clients, server, s3["r"]),
@@ -1247,10 +1210,7 @@ def fig3(
             if cons is None or unc is None:
                 continue
             parties = list(clients) + [server]
-            for res, shift, dashed, tag in (
-                (cons, -0.12, False, "fair"),
-                (unc, 0.12, True, "unconstrained"),
-            ):
+            for res, tag in ((cons, "fair"), (unc, "unconstrained")):
                 loss = [_logistic_loss(Xk, yk, res.x) for Xk, yk, _ in clients]
                 disp = [
                     abs(
@@ -1259,36 +1219,13 @@ def fig3(
                     )
                     for Xk, yk, sk in parties
                 ]
-                first = j == 0
-                errorbar(
-                    ax,
-                    j + shift - 0.04,
-                    loss,
-                    "tab:blue",
-                    "o",
-                    f"loss, {tag}" if first else None,
-                    dashed,
-                )
-                errorbar(
-                    ax,
-                    j + shift + 0.04,
-                    disp,
-                    "tab:brown",
-                    "s",
-                    f"disparity, {tag}" if first else None,
-                    dashed,
-                )
+                fair_points.setdefault(n, {})[tag] = (loss, disp)
                 if tag == "fair":
                     fair_vals.append(max(disp))
-        ax.axhline(s3["r"], color="k", linestyle="--", linewidth=1)
-        ax.set_xticks(range(len(ns)), [f"n = {n}" for n in ns])
-        ax.set_title("adult-b (fairness)")
-        ax.legend(fontsize="x-small")
-        ax.grid(True, alpha=0.3)
     finally:
         runner.close()
     png = out_dir / "fig3.png"
-    fig.savefig(png, dpi=120)
+    _plot_fig3(png, ns, np_points, fair_points, s2["r"], s3["r"])
     checks = [
         _check(
             "NP models: every client's class-1 loss <= r + 1e-3", _max(checks_vals), s2["r"] + 1e-3
@@ -1323,7 +1260,144 @@ def fig3(
     return _summary("fig3", out_dir, files + [str(png)], runs, checks, t_start, quick, 1)
 
 
+def _range_point(ax, x, vals, color, marker, label, hollow=False) -> None:
+    """One marker at the mean of ``vals`` with a bar from their min to their max."""
+    vals = np.asarray(vals, dtype=float)
+    mean = vals.mean()
+    ax.errorbar(
+        [x],
+        [mean],
+        yerr=[[mean - vals.min()], [vals.max() - mean]],
+        color=color,
+        marker=marker,
+        capsize=4,
+        linestyle="none",
+        label=label,
+        mfc="white" if hollow else color,
+    )
+
+
+def _plot_fig3(
+    path: Path,
+    ns: list[int],
+    np_points: dict[str, dict[int, dict[str, tuple]]],
+    fair_points: dict[int, dict[str, tuple]],
+    r_np: float,
+    r_fair: float,
+):
+    """Seed 000 Fig. 3. ``np_points[ds][n][tag] = (class-0 losses, class-1 losses)`` per
+    client for tag "NP" / "unconstrained"; ``fair_points[n][tag] = (losses per client,
+    disparities per party)`` for tag "fair" / "unconstrained". One panel per NP data set
+    (both losses share the unit "logistic loss"), and two for adult-b: the classification
+    loss and the loss disparity, each on its own axis; bound lines are in the legends."""
+    from fedmodel.plots import require_matplotlib
+
+    figure = require_matplotlib()
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+
+    names = list(np_points)
+    fig = figure.Figure(figsize=(4.5 * (len(names) + 2), 4.4), layout="constrained")
+    FigureCanvasAgg(fig)
+    axes = np.atleast_1d(fig.subplots(1, len(names) + 2))
+    shifts = {"NP": -0.12, "fair": -0.12, "unconstrained": 0.12}
+    for ax, ds in zip(axes, names):
+        for j, n in enumerate(ns):
+            for tag, (l0, l1) in np_points[ds].get(n, {}).items():
+                first = j == 0
+                hollow = tag == "unconstrained"
+                x = j + shifts[tag]
+                _range_point(
+                    ax, x - 0.04, l0, "tab:blue", "o", f"class 0, {tag}" if first else None, hollow
+                )
+                _range_point(
+                    ax, x + 0.04, l1, "tab:brown", "s", f"class 1, {tag}" if first else None, hollow
+                )
+        ax.axhline(
+            r_np, color="k", linestyle="--", linewidth=1, label=f"class-1 bound r = {r_np:g}"
+        )
+        ax.set_ylabel("logistic loss (min / mean / max over clients)")
+        ax.set_title(f"{DATASET_LABEL[ds]} (Neyman-Pearson)")
+    ax_loss, ax_disp = axes[-2], axes[-1]
+    for j, n in enumerate(ns):
+        for tag, (loss, disp) in fair_points.get(n, {}).items():
+            first = j == 0
+            hollow = tag == "unconstrained"
+            x = j + shifts[tag]
+            _range_point(ax_loss, x, loss, "tab:blue", "o", tag if first else None, hollow)
+            _range_point(ax_disp, x, disp, "tab:brown", "s", tag if first else None, hollow)
+    ax_disp.axhline(
+        r_fair, color="k", linestyle="--", linewidth=1, label=f"disparity bound r = {r_fair:g}"
+    )
+    ax_loss.set_ylabel("logistic loss (min / mean / max over clients)")
+    ax_loss.set_title("adult-b (fairness): classification loss")
+    ax_disp.set_ylabel("loss disparity |L(female) - L(male)|\n(min / mean / max over parties)")
+    ax_disp.set_title("adult-b (fairness): loss disparity")
+    for ax in axes:
+        ax.set_xticks(range(len(ns)), [f"n = {n}" for n in ns])
+        ax.set_xlim(-0.5, len(ns) - 0.5)
+        ax.grid(True, axis="y", alpha=0.3)
+        ax.legend(fontsize="x-small")
+    fig.suptitle("seed 000 Fig. 3: constrained (filled) vs unconstrained (open) models")
+    fig.savefig(path, dpi=120)
+    return fig
+
+
 # -- table plots --------------------------------------------------------------------------
+
+
+def _table_figure(figsize):
+    """A fresh Agg figure, or None without matplotlib (the tables are written anyway)."""
+    try:
+        from fedmodel.plots import require_matplotlib
+
+        figure = require_matplotlib()
+    except ImportError:
+        return None
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+
+    fig = figure.Figure(figsize=figsize, layout="constrained")
+    FigureCanvasAgg(fig)
+    return fig
+
+
+def _trials_text(trials: int) -> str:
+    return f"mean +- std over {trials} trials" if trials > 1 else "one trial (no error bar)"
+
+
+def _points(ax, x, pairs, marker: str, label: str, color=None, log: bool = False, **kw):
+    """Means at categorical positions ``x`` with +-std error bars (none where the std is
+    NaN: one trial), markers only; on a log axis exact zeros sit on the bottom edge
+    (:func:`fedmodel.plots.log_plot`). Returns the colour used and whether a zero was drawn."""
+    from fedmodel.plots import log_plot
+
+    x = np.asarray(x, dtype=float)
+    mean = np.array([p[0] if p is not None else math.nan for p in pairs], dtype=float)
+    std = np.array([p[1] if p is not None else math.nan for p in pairs], dtype=float)
+    if log:
+        line, zeros = log_plot(ax, x, mean, marker, color=color, label=label, **kw)
+    else:
+        (line,) = ax.plot(x, mean, marker, color=color, label=label, **kw)
+        zeros = None
+    bar = np.isfinite(mean) & np.isfinite(std) & (mean > 0 if log else True)
+    if bar.any():
+        lower = np.minimum(std[bar], mean[bar] * 0.999) if log else std[bar]
+        ax.errorbar(
+            x[bar],
+            mean[bar],
+            yerr=[lower, std[bar]],
+            fmt="none",
+            ecolor=line.get_color(),
+            capsize=3,
+        )
+    return line.get_color(), zeros is not None
+
+
+def _categorical_x(ax, labels, xlabel: str) -> None:
+    ax.set_xticks(range(len(labels)), labels)
+    ax.set_xlim(-0.5, len(labels) - 0.5)
+    ax.set_xlabel(xlabel)
+    ax.xaxis.set_minor_locator(_null_locator())
+    ax.grid(True, axis="y", alpha=0.3)
 
 
 def _null_locator():
@@ -1332,48 +1406,61 @@ def _null_locator():
     return NullLocator()
 
 
-def _plot_table1(path: Path, rows: list[dict]) -> None:
-    try:
-        from fedmodel.plots import require_matplotlib
+def _plot_table1(path: Path, rows: list[dict], trials: int = 1):
+    """Table 1 against the paper, per (n, d, m) instance (categorical x positions, markers
+    with +-std error bars, no lines joining instances)."""
+    from fedmodel.plots import zero_legend_handle
 
-        figure = require_matplotlib()
-    except ImportError:
+    fig = _table_figure((11, 4.4))
+    if fig is None:
         return
-    from matplotlib.backends.backend_agg import FigureCanvasAgg
-
-    fig = figure.Figure(figsize=(10, 4), layout="constrained")
-    FigureCanvasAgg(fig)
     ax1, ax2 = fig.subplots(1, 2)
     labels = [f"{r['n']}/{r['d']}/{r['m']}" for r in rows]
     x = np.arange(len(rows))
-    ours = [r["rel_diff"][0] for r in rows]
-    paper = [
-        (_paper_row("table1", n=r["n"], d=r["d"], m=r["m"]) or {}).get("rel_diff", [math.nan])[0]
-        for r in rows
-    ]
-    ax1.semilogy(x, ours, "o-", label="ours: prox-al vs cprox-al")
-    ax1.semilogy(x, paper, "s--", label="paper: Alg. 1 vs cProx-AL")
-    ax1.set_title("relative objective difference")
-    ax2.semilogy(x, [r["viol_prox_al"][0] for r in rows], "o-", label="ours prox-al")
-    ax2.semilogy(x, [r["viol_cprox_al"][0] for r in rows], "^-", label="ours cprox-al")
-    ax2.semilogy(
-        x,
-        [
-            (_paper_row("table1", n=r["n"], d=r["d"], m=r["m"]) or {}).get(
-                "viol_prox_al", [math.nan]
-            )[0]
-            for r in rows
-        ],
-        "s--",
-        label="paper Alg. 1",
-    )
-    ax2.set_title("feasibility violation")
+    paper = [_paper_row("table1", n=r["n"], d=r["d"], m=r["m"]) or {} for r in rows]
+    zero = False
+    for ax, series, ylabel, title, bound in (
+        (
+            ax1,
+            [
+                ("rel_diff", "o", "ours: prox-al vs cprox-al", rows),
+                ("rel_diff", "s", "paper: Alg. 1 vs cProx-AL", paper),
+            ],
+            "|f(prox-al) - f(cprox-al)| / |f(cprox-al)|",
+            "relative objective difference",
+            1e-2,
+        ),
+        (
+            ax2,
+            [
+                ("viol_prox_al", "o", "ours: prox-al", rows),
+                ("viol_cprox_al", "^", "ours: cprox-al", rows),
+                ("viol_prox_al", "s", "paper: Alg. 1", paper),
+                ("viol_cprox_al", "D", "paper: cProx-AL", paper),
+            ],
+            "max violation  max_i |C_i w + d_i|_inf",
+            "feasibility violation",
+            1e-3,
+        ),
+    ):
+        width = 0.6 / len(series)
+        for k, (key, marker, label, src) in enumerate(series):
+            shift = (k - (len(series) - 1) / 2) * width
+            color = "0.45" if src is paper else None
+            if src is paper and "D" in marker:
+                color = "0.2"
+            _, z = _points(ax, x + shift, [r.get(key) for r in src], marker, label, color, log=True)
+            zero |= z
+        ax.axhline(bound, color="k", linestyle=":", linewidth=1, label=f"pass threshold {bound:g}")
+        _categorical_x(ax, labels, "instance n / d / m")
+        ax.set_ylabel(ylabel)
+        ax.set_title(title)
     for ax in (ax1, ax2):
-        ax.set_xticks(x, labels, rotation=45)
-        ax.set_xlabel("n / d / m")
-        ax.grid(True, alpha=0.3)
-        ax.legend(fontsize="small")
+        handles, _ = ax.get_legend_handles_labels()
+        ax.legend(handles=handles + ([zero_legend_handle()] if zero else []), fontsize="small")
+    fig.suptitle(f"seed 000 Table 1 (QP): ours vs the paper, {_trials_text(trials)}")
     fig.savefig(path, dpi=120)
+    return fig
 
 
 def _prox_uncertified(row: dict) -> bool:
@@ -1392,67 +1479,93 @@ def _mark_uncertified(ax, xs, ys, flags, label: bool) -> None:
         )  # fmt: skip
 
 
-def _plot_table23(path: Path, rows: list[dict], table: str) -> None:
-    try:
-        from fedmodel.plots import require_matplotlib
-
-        figure = require_matplotlib()
-    except ImportError:
-        return
-    from matplotlib.backends.backend_agg import FigureCanvasAgg
+def _plot_table23(path: Path, rows: list[dict], table: str, trials: int = 1):
+    """Tables 2/3 against the paper. Per data set: our three methods' objectives (top,
+    mean +- std over the trials, one marker per method beside each other) and the paper's
+    (bottom: its preprocessing differs, so its values get their own panel and scale);
+    right: the relative difference prox-al vs cprox-al, ours and the paper's, on a log
+    scale with the 1e-2 pass threshold."""
+    from fedmodel.plots import zero_legend_handle
 
     groups: dict[str, list[dict]] = {}
     for r in rows:
         groups.setdefault(r["dataset"], []).append(r)
-    fig = figure.Figure(figsize=(4.2 * (len(groups) + 1), 4), layout="constrained")
-    FigureCanvasAgg(fig)
-    axes = np.atleast_1d(fig.subplots(1, len(groups) + 1))
-    for ax, (ds, rs) in zip(axes, groups.items()):
+    fig = _table_figure((4.2 * (len(groups) + 1), 7))
+    if fig is None:
+        return
+    names = list(groups)
+    mosaic = [[f"ours:{ds}" for ds in names] + ["rel"], [f"paper:{ds}" for ds in names] + ["rel"]]
+    axes = fig.subplot_mosaic(mosaic)
+    what = "Neyman-Pearson" if table == "table2" else "fairness"
+    for ds, rs in groups.items():
+        label = DATASET_LABEL.get(ds, ds)
         ns = [r["n"] for r in rs]
-        for key, style, label in (
-            ("obj_prox_al", "o-", "prox-al"),
-            ("obj_cprox_al", "^-", "cprox-al"),
-            ("obj_centralized", "x:", "centralized (f*)"),
+        x = np.arange(len(ns))
+        key = {"dataset": ds} if table == "table2" else {}
+        paper = [_paper_row(table, n=n, **key) or {} for n in ns]
+        ax = axes[f"ours:{ds}"]
+        for k, (col, marker, name) in enumerate(
+            (
+                ("obj_prox_al", "o", "prox-al"),
+                ("obj_cprox_al", "^", "cprox-al"),
+                ("obj_centralized", "x", "centralized (f*)"),
+            )
         ):
-            vals = [r[key][0] for r in rs]
-            if np.any(np.isfinite(vals)):
-                ax.errorbar(
-                    ns, vals, yerr=[r[key][1] for r in rs], fmt=style, capsize=3, label=label
-                )
-        flags = [_prox_uncertified(r) for r in rs]
-        _mark_uncertified(ax, ns, [r["obj_prox_al"][0] for r in rs], flags, label=True)
-        key = {"dataset": ds} if table == "table2" else {}
-        pv = [(_paper_row(table, n=n, **key) or {}).get("obj_prox_al", [math.nan])[0] for n in ns]
-        ax.plot(ns, pv, "s--", color="0.4", label="paper Alg. 1")
-        ax.set_xscale("log")
-        ax.minorticks_off()
-        ax.set_xticks(ns, [str(n) for n in ns])
-        ax.set_xlabel("clients n")
-        ax.set_ylabel("objective")
-        ax.set_title(DATASET_LABEL.get(ds, ds))
-        ax.grid(True, alpha=0.3)
-        ax.legend(fontsize="x-small")
-    ax = axes[-1]
-    for i, (ds, rs) in enumerate(groups.items()):
-        ns = [r["n"] for r in rs]
-        ours = [max(r["rel_diff"][0], 1e-12) for r in rs]
-        (line,) = ax.semilogy(ns, ours, "o-", label=f"{DATASET_LABEL.get(ds, ds)} ours")
-        _mark_uncertified(ax, ns, ours, [_prox_uncertified(r) for r in rs], label=i == 0)
-        key = {"dataset": ds} if table == "table2" else {}
-        ax.semilogy(
-            ns,
-            [(_paper_row(table, n=n, **key) or {}).get("rel_diff", [math.nan])[0] for n in ns],
-            "s--",
-            color=line.get_color(),
-            label=f"{DATASET_LABEL.get(ds, ds)} paper",
+            vals = [r.get(col) for r in rs]
+            if any(v is not None and np.isfinite(v[0]) for v in vals):
+                _points(ax, x + (k - 1) * 0.2, vals, marker, name)
+        _mark_uncertified(
+            ax, x - 0.2, [r["obj_prox_al"][0] for r in rs], [_prox_uncertified(r) for r in rs], True
         )
-    ax.axhline(1e-2, color="k", linestyle=":", linewidth=1, label="1e-2")
-    ax.set_xscale("log")
+        ax.set_ylabel(f"objective (ours), {_trials_text(trials)}")
+        ax.set_title(f"{label}: our objective")
+        ax.legend(fontsize="x-small")
+        ax = axes[f"paper:{ds}"]
+        _points(ax, x - 0.1, [p.get("obj_prox_al") for p in paper], "s", "paper Alg. 1", "0.45")
+        _points(ax, x + 0.1, [p.get("obj_cprox_al") for p in paper], "D", "paper cProx-AL", "0.2")
+        ax.set_ylabel("objective (paper), mean +- std")
+        ax.set_title(f"{label}: the paper's objective")
+        ax.legend(fontsize="x-small")
+        for ax in (axes[f"ours:{ds}"], axes[f"paper:{ds}"]):
+            _categorical_x(ax, [str(n) for n in ns], "clients n")
+    ax = axes["rel"]
     all_ns = sorted({r["n"] for r in rows})
-    ax.set_xticks(all_ns, [str(n) for n in all_ns])
-    ax.xaxis.set_minor_locator(_null_locator())
-    ax.set_xlabel("clients n")
+    pos = {n: i for i, n in enumerate(all_ns)}
+    width = 0.7 / (2 * len(groups))
+    zero = False
+    for g, (ds, rs) in enumerate(groups.items()):
+        label = DATASET_LABEL.get(ds, ds)
+        x = np.array([pos[r["n"]] for r in rs], dtype=float)
+        key = {"dataset": ds} if table == "table2" else {}
+        shift = (2 * g - (2 * len(groups) - 1) / 2) * width
+        color, z = _points(
+            ax, x + shift, [r["rel_diff"] for r in rs], "o", f"{label}: ours", log=True
+        )
+        zero |= z
+        _mark_uncertified(
+            ax,
+            x + shift,
+            [r["rel_diff"][0] for r in rs],
+            [_prox_uncertified(r) for r in rs],
+            g == 0,
+        )
+        _, z = _points(
+            ax,
+            x + shift + width,
+            [(_paper_row(table, n=r["n"], **key) or {}).get("rel_diff") for r in rs],
+            "s",
+            f"{label}: paper",
+            color,
+            log=True,
+            markerfacecolor="white",
+        )
+        zero |= z
+    ax.axhline(1e-2, color="k", linestyle=":", linewidth=1, label="pass threshold 1e-2")
+    _categorical_x(ax, [str(n) for n in all_ns], "clients n")
+    ax.set_ylabel("|f(prox-al) - f(cprox-al)| / |f(cprox-al)|")
     ax.set_title("relative difference prox-al vs cprox-al")
-    ax.grid(True, alpha=0.3)
-    ax.legend(fontsize="x-small")
+    handles, _ = ax.get_legend_handles_labels()
+    ax.legend(handles=handles + ([zero_legend_handle()] if zero else []), fontsize="x-small")
+    fig.suptitle(f"seed 000 Table {table[-1]} ({what}): ours vs the paper")
     fig.savefig(path, dpi=120)
+    return fig

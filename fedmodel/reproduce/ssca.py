@@ -152,9 +152,15 @@ def _final(rows, **match):
     return sel[-1] if sel else None
 
 
-def _curves(rows, panels, path: Path, title: str):
+def _curves(rows, panels, path: Path, title: str) -> Path:
     """One row of panels per group: (training cost, test accuracy) against rounds; each
-    series is ``(label, match, color, linestyle)``."""
+    series is ``(label, match, color, linestyle)``; saved as PNG at ``path``."""
+    _curves_figure(rows, panels, title).savefig(path, dpi=90)
+    return path
+
+
+def _curves_figure(rows, panels, title: str):
+    """The figure of :func:`_curves`."""
     from fedmodel.plots import require_matplotlib
 
     figure = require_matplotlib()
@@ -175,18 +181,36 @@ def _curves(rows, panels, path: Path, title: str):
             axes[p, 1].plot(x, [r["test_accuracy"] for r in sel], ls, color=color, label=label)
         axes[p, 0].set_yscale("log")
         axes[p, 0].set_ylabel("training cost F(w)")
-        axes[p, 1].set_ylabel("test accuracy")
+        # logit scale: the first rounds (~0.1, chance on 10 digits) and the differences
+        # near 0.9 both show, nothing is clipped
+        _accuracy_axis(axes[p, 1])
         axes[p, 0].set_title(f"{panel_title}: training cost", fontsize=9)
         axes[p, 1].set_title(f"{panel_title}: test accuracy", fontsize=9)
-        axes[p, 1].set_ylim(0.5, 1.0)
         axes[p, 0].legend(fontsize=7)
+        axes[p, 1].legend(fontsize=7, loc="lower right")
         for ax in axes[p]:
             ax.set_xlabel("communication round t")
             ax.grid(alpha=0.3)
     fig.suptitle(title, fontsize=10)
     fig.tight_layout()
-    fig.savefig(path, dpi=90)
-    return path
+    return fig
+
+
+def _accuracy_axis(ax) -> None:
+    """Accuracy in (0, 1) on a logit scale, its whole data range shown (no clipping)."""
+    from matplotlib.ticker import FixedLocator, NullFormatter
+
+    ys = np.concatenate([np.asarray(line.get_ydata(), dtype=float) for line in ax.lines] or [[]])
+    ys = ys[np.isfinite(ys) & (ys > 0) & (ys < 1)]
+    if ys.size == 0:
+        return
+    ax.set_yscale("logit")
+    ax.set_ylim(min(ys.min() * 0.8, 0.5), 1 - (1 - ys.max()) * 0.6)
+    ticks = [0.05, 0.1, 0.2, 0.5, 0.8, 0.9, 0.95, 0.99, 0.999]
+    ax.yaxis.set_major_locator(FixedLocator(ticks))
+    ax.yaxis.set_major_formatter(lambda v, _: f"{v:g}")
+    ax.yaxis.set_minor_formatter(NullFormatter())
+    ax.set_ylabel("test accuracy (logit scale)")
 
 
 def _panels(rows, partition: str, bound: float) -> list:
