@@ -218,8 +218,14 @@ class Result:
         return "\n".join(lines)
 
     def ledger_frame(self):
-        """The ledger as a pandas DataFrame (needs pandas)."""
-        import pandas as pd
+        """The ledger as a pandas DataFrame (needs pandas: ``pip install pandas``)."""
+        try:
+            import pandas as pd
+        except ModuleNotFoundError:
+            raise ModuleNotFoundError(
+                "Result.ledger_frame() needs pandas (pip install pandas, or the extra "
+                "fedmodel[pandas]); Result.ledger_table() prints the same rows without it"
+            ) from None
 
         return pd.DataFrame(self.ledger)
 

@@ -105,3 +105,24 @@ def test_a_run_that_converges_before_checkpoint_every_still_writes_one(tmp_path)
     again = model.solve(method="prox-al", resume=run)
     assert again.status == "optimal"
     assert np.abs(again.x - first.x).max() < 1e-6
+
+
+def test_pooled_results_say_they_sent_nothing_and_ledger_frame_names_pandas(monkeypatch):
+    import builtins
+
+    model = fm.Model()
+    w = model.variable(3, name="w")
+    _least_squares(model, w)
+    assert model.solve(method="centralized").rounds["communication"] == 0
+    res = model.solve(method="prox-al")
+    assert res.rounds["communication"] > 0
+    real_import = builtins.__import__
+
+    def no_pandas(name, *args, **kwargs):
+        if name == "pandas":
+            raise ModuleNotFoundError("No module named 'pandas'")
+        return real_import(name, *args, **kwargs)
+
+    monkeypatch.setattr(builtins, "__import__", no_pandas)
+    with pytest.raises(ModuleNotFoundError, match="ledger_table"):
+        res.ledger_frame()

@@ -154,6 +154,8 @@ def make_result(
     auxiliary = {v.name(): np.asarray(val) for v, val in values.items() if v.id in layout.hidden}
     if auxiliary:  # epigraph variables of non-smooth terms: there when asked for
         fields_["extra"] = {**(fields_.get("extra") or {}), "auxiliary": auxiliary}
+    # a pooled solve (centralized, cprox-al) sends nothing: say so rather than leave it empty
+    fields_["rounds"] = {"communication": 0, **(fields_.get("rounds") or {})}
     return Result(
         status=status,
         method=method,
