@@ -116,6 +116,9 @@ class Progress:
     def _ensure_bar(self):
         """The tqdm bar, created at the first update (so an early error prints no bar)."""
         if self._bar is None and self._tqdm is not None:
+            # a solve has no known total: the outer iteration, rounds and residuals and the
+            # elapsed time, without tqdm's rate ("1it [00:00, 53773.13it/s]" said nothing)
+            counting = None if self.total else "{desc}{postfix} [{elapsed}]"
             self._bar = self._tqdm(
                 total=self.total,
                 desc=self.desc,
@@ -123,6 +126,7 @@ class Progress:
                 leave=True,
                 unit="run" if self.total else "it",
                 dynamic_ncols=True,
+                bar_format=counting,
             )
             if self.count:
                 self._bar.update(self.count)
