@@ -27,15 +27,17 @@ federated Newton, e.g. Safaryan et al., "FedNL", ICML 2022): a ``d x d`` matrix 
 client with fewer rows than ``d``, reveals its rows (a 1-row client's row comes back
 exactly). That is why exact Newton is an opt-in.
 
-The default, ``inner_solver="quasi-newton"``, runs the same loop with the clients' Hessian
-sum replaced by a BFGS model the server builds from the summed gradients of consecutive
-rounds (:class:`SecantModel`; Nocedal and Wright, Ch. 6 and Sec. 18.3): each client sends
-its value and gradient (``d + 1`` floats) and nothing of second order. The model is carried
+The default, ``inner_solver="quasi-newton"``, runs the same loop with the Hessian replaced
+by a BFGS model the server builds from ``l_k``'s gradients (the clients' summed gradients
+plus its own) at consecutive rounds (:class:`SecantModel`; Nocedal and Wright, Ch. 6 and
+Sec. 18.3): each client sends its
+value and gradient (``d + 1`` floats) and nothing of second order. The model is carried
 across outer iterations (``l_k`` changes only through the multipliers and the proximal
 centre), and a rejected trial point, which taught the model the curvature along the step,
 gives a new direction before the line search backtracks (``remodel``). Measured against
-exact Newton on the seed 000 problems (benchmarks/RESULTS_od_default.md): about 3-10x the
-rounds at ``d + 1`` instead of ``d^2 + d + 1`` floats per client and round.
+exact Newton on the seed 000 problems (benchmarks/RESULTS_od_default.md): about 5-30x the
+rounds (most on one-hot data with ~100 variables, where the model must learn many flat
+directions) at ``d + 1`` instead of ``d^2 + d + 1`` floats per client and round.
 
 :func:`federated_newton` is the loop; the server half supplies ``evaluate``, the round
 trip.
@@ -217,12 +219,14 @@ def federated_newton(
 
 
 class SecantModel:
-    """A server-side BFGS model of the clients' summed Hessian, built from the gradients
-    they send (``inner_solver="quasi-newton"``): no client sends second-order information.
+    """A server-side BFGS model of ``l_k``'s Hessian (less its known constant diagonal: the
+    proximal term and ``h``), built from the gradients the clients send
+    (``inner_solver="quasi-newton"``): no client sends second-order information.
 
-    Every evaluation round gives the server the clients' summed gradient ``G(w)`` at the
-    broadcast point; two consecutive rounds on the same ``l_k`` give a secant pair ``s = w'
-    - w``, ``y = G(w') - G(w)``, and the model ``B`` takes the BFGS update with Powell's
+    Every evaluation round gives the server ``l_k``'s gradient ``G(w)`` at the broadcast
+    point (the clients' summed gradients plus its own); two consecutive rounds on the same
+    ``l_k`` give a secant pair ``s = w' - w``, ``y = G(w') - G(w)``, and the model ``B``
+    takes the BFGS update with Powell's
     damping (Nocedal and Wright, Numerical Optimization, Sec. 18.3: ``y`` is blended with
     ``B s`` until ``s^T y >= 0.2 s^T B s``, so ``B`` stays positive definite on non-convex
     models). The first pair scales the starting ``B = (y^T y / s^T y) I`` (ibid., eq.

@@ -451,7 +451,6 @@ class ProxALServer(ServerHalf):
         self.start_derivatives = state.get("start_derivatives")
         if self.secant is not None and state.get("secant") is not None:
             self.secant.set_state(state["secant"])
-            self.hessian_sum = self.secant.matrix
 
     def resume_key(self) -> dict:
         key = super().resume_key()
@@ -635,36 +634,67 @@ class ProxALServer(ServerHalf):
         """Step 2 with ``inner_solver="newton"`` or ``"quasi-newton"``: federated
         (semismooth, or quasi-) Newton on ``l_k`` from ``w^k``, whose client derivatives
         came with the round that set up ``l_k`` (``start``, ``outer`` or ``outer_aa``); one
-        round per trial point. Quasi-Newton: the clients' Hessian sum is the server's
-        :class:`~fedmodel.algorithms.proxal.newton_inner.SecantModel`, updated from the
-        summed gradients of consecutive rounds (clients send value and gradient only)."""
+        round per trial point. Quasi-Newton: the curvature is the server's
+        :class:`~fedmodel.algorithms.proxal.newton_inner.SecantModel` of ``l_k`` less its
+        constant diagonal (the proximal term and ``h``), updated from the gradients of
+        consecutive rounds (clients send value and gradient only). The model covers the
+        server's own terms too: their exact Hessian at an iterate where an
+        augmented-Lagrangian term is inactive says nothing of the wall it meets along the
+        step, which a secant pair across it does."""
         w_center = self.x
-        secant = self.secant if self.inner_mode == "quasi-newton" else None
-        kind = "newton_w" if secant is None else "gradient_w"
+        if self.inner_mode == "quasi-newton":
+            return self.inner_quasi_newton(runtime, tau, deadline)
 
         def evaluate(w):
             runtime.next_round()
-            replies = runtime.broadcast(kind, {"w": w})
+            replies = runtime.broadcast("newton_w", {"w": w})
             val, grad = self.take_derivatives(replies)
-            if secant is not None and secant.observe(w, grad):
-                self.hessian_sum = secant.matrix
             v0, g0, H = self.own_derivatives(w, w_center)
             return val + v0, grad + g0, H
 
         val, grad = self.start_derivatives
-        if secant is not None:  # (pairs only within one l_k; the model is kept)
-            secant.restart(w_center, grad)
-            self.hessian_sum = secant.matrix if secant.matrix is not None else secant.initial(grad)
         v0, g0, H = self.own_derivatives(w_center, w_center)
         start = (w_center, val + v0, grad + g0, H)
-        remodel = 0 if secant is None else QN_REMODEL
+        out = federated_newton(evaluate, start, tau, int(self.options.max_inner), deadline)
+        return _inner_outcome(out)
+
+    def inner_quasi_newton(self, runtime, tau: float, deadline: float | None) -> InnerOutcome:
+        """:meth:`inner_newton` with the secant model (``inner_solver="quasi-newton"``)."""
+        w_center, secant = self.x, self.secant
+        n = w_center.size
+        reg = self.problem.regularizer
+        known = self.prox_weight + (0.0 if reg.is_zero else reg.smooth_grad(np.ones(n)))
+        known = np.broadcast_to(np.asarray(known, dtype=float), (n,))
+        model_of = {}  # B -> B + diag(known) (one matrix per model update)
+
+        def curvature():
+            B = secant.matrix
+            if B is None:
+                B = secant.initial(grad0)
+            if model_of.get("B") is not B:
+                H = np.array(B)
+                H[np.diag_indices(n)] += known
+                model_of.update(B=B, H=H)
+            return model_of["H"]
+
+        def derivatives(w, replies_sum):
+            v0, g0, _ = self.own_derivatives(w, w_center)
+            return replies_sum[0] + v0, replies_sum[1] + g0
+
+        def evaluate(w):
+            runtime.next_round()
+            replies = runtime.broadcast("gradient_w", {"w": w})
+            val, grad = derivatives(w, self.take_derivatives(replies))
+            secant.observe(w, grad - known * w)  # (the pair of l_k less its known part)
+            return val, grad, curvature()
+
+        val0, grad0 = derivatives(w_center, self.start_derivatives)
+        secant.restart(w_center, grad0 - known * w_center)  # (pairs only within one l_k)
+        start = (w_center, val0, grad0, curvature())
         out = federated_newton(
-            evaluate, start, tau, int(self.options.max_inner), deadline, remodel=remodel
+            evaluate, start, tau, int(self.options.max_inner), deadline, remodel=QN_REMODEL
         )
-        return InnerOutcome(
-            out.w, out.rounds, out.residual, out.satisfied, out.residual,
-            timed_out=out.timed_out, stalled=out.stalled, gradient=out.gradient,
-        )  # fmt: skip
+        return _inner_outcome(out)
 
     def diverging(self) -> str:
         """Monitor (adaptive variant): a message when the multipliers keep growing.
@@ -743,6 +773,15 @@ class ProxALServer(ServerHalf):
             change = max(change, float(np.abs(step).max()))
             self.nu = self.nu + step
         return change
+
+
+def _inner_outcome(out) -> InnerOutcome:
+    """An :class:`InnerOutcome` of the (quasi-)Newton loop's outcome (its bound is the
+    measured ``||grad l_k||_inf``)."""
+    return InnerOutcome(
+        out.w, out.rounds, out.residual, out.satisfied, out.residual,
+        timed_out=out.timed_out, stalled=out.stalled, gradient=out.gradient,
+    )  # fmt: skip
 
 
 def _combine(outputs, latest, alpha, reset, keep):
