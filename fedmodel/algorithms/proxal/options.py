@@ -120,8 +120,9 @@ class ProxALOptions(RuntimeOptions):
         and multiplies ``rho_i`` by ``rb_factor`` when ``r_i > rb_ratio s_i`` (divides when
         ``s_i > rb_ratio r_i``), within ``[rho_i / 1000, 10 rho_i]`` of its starting value
         (a server point that stops moving makes ``s_i`` vanish); ``lambda_i`` is kept
-        (unscaled form) and ``u~_i`` is sent with the new ``rho_i``, which the server uses in its next step (14). Changes are
-        allowed in the first ``rb_rounds`` ADMM rounds of each outer iteration only, so
+        (unscaled form) and ``u~_i`` is sent with the new ``rho_i``, which the server uses
+        in its next step (14). Changes are allowed in the first ``rb_rounds`` ADMM rounds
+        of each outer iteration only, so
         every run of Algorithm 2 ends with a fixed penalty (its convergence theory).
         Default on in the adaptive variant, for the clients whose penalty metric is the
         identity or who own variables (their metric covers the shared block only): with
