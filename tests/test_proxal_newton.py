@@ -159,6 +159,14 @@ def test_the_default_sends_vectors_only_and_newton_is_the_opt_in_that_sends_hess
     assert ("gradient_w_reply", "grad", (d,)) in shapes
     # vectors only: d-vectors and the Anderson weights / Gram rows (anderson + 1 = 6)
     assert all(len(shape) <= 1 and int(np.prod(shape)) <= max(d, 6) for _, _, shape in shapes)
+    # model.summary()'s traffic table says the same
+    from fedmodel.compiler.summary import traffic_per_round
+
+    table = traffic_per_round(model.compile())
+    sizes = {(r["kind"], r["floats"]) for r in res.ledger if r["channel"] == "algorithm"}
+    assert ("gradient_w_reply", table["prox-al quasi-Newton round"]["up"]) in sizes
+    assert ("gradient_w", table["prox-al quasi-Newton round"]["down"]) in sizes
+    assert table["prox-al Newton round (opt-in)"]["up"] == d * d + d + 1
     newton = model.solve(method="prox-al", inner_solver="newton")
     assert newton.status == "optimal"
     assert ("newton_w_reply", "hessian", (d, d)) in _algorithm_shapes(newton)

@@ -115,8 +115,10 @@ def model_summary(compiled: CompiledModel) -> str:
         lines.append("    centralized / cprox-al  pool every party's data (not federated)")
         return "\n".join(lines)
     lines.append("traffic per client and round (floats):")
-    for name, t in traffic_per_round(compiled).items():
-        lines.append(f"    {name:<30} down {t['down']:>6}   up {t['up']:>6}")
+    table = traffic_per_round(compiled)
+    width = max(len(name) for name in table)
+    for name, t in table.items():
+        lines.append(f"    {name:<{width}} down {t['down']:>6}   up {t['up']:>6}")
     lines.append("    (opt-in: reveals each client's d x d Hessian of its subproblem)")
     lines.append("    centralized / cprox-al  pool every party's data (not federated)")
     return "\n".join(lines)
