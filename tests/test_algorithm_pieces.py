@@ -75,9 +75,11 @@ def test_inner_bound_is_a_valid_certificate_every_outer_iteration():
 @pytest.mark.parametrize("variant", ["paper", "adaptive"])
 def test_messages_are_what_the_paper_says(variant):
     model = np_model(3, seed=3)
-    # (Algorithm 2's messages: the adaptive variant with inner_solver="admm"; the Newton
-    # inner solver's messages are checked in test_proxal_newton.py)
-    extra_opts = {"inner_solver": "admm"} if variant == "adaptive" else {}
+    # (Algorithm 2's messages: the adaptive variant with inner_solver="admm" and the opt-in
+    # Hessian metric; the (quasi-)Newton inner solvers' messages are checked in
+    # test_proxal_newton.py)
+    extra_opts = {"inner_solver": "admm", "penalty_metric": "hessian"}
+    extra_opts = extra_opts if variant == "adaptive" else {}
     res = model.solve(method="prox-al", eps=1e-3, variant=variant, **extra_opts)
     d = res.x.size
     algo = [r for r in res.ledger if r["channel"] == "algorithm"]

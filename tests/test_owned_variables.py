@@ -85,7 +85,7 @@ def test_owned_values_never_cross_the_network():
     assert ("admm_w", table["prox-al inner round"]["down"]) in sizes
     assert ("admm_w_reply", table["prox-al inner round"]["up"]) in sizes
     outer_up = table["prox-al outer round"]["up"]
-    with_metric = outer_up + table["prox-al metric update"]["up"]
+    with_metric = outer_up + table.get("prox-al metric (opt-in)", {"up": 0})["up"]
     assert {("outer_reply", outer_up), ("outer_reply", with_metric)} & sizes
     # only the last report (to the caller, for .value) holds a client's own block
     owned_rows = [r for r in res.ledger if "owned" in r["shapes"]]

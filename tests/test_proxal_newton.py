@@ -1,6 +1,7 @@
-"""prox-al's federated Newton inner solver (``inner_solver="newton"``, issue 12): the loop's
-guarantees, the derivatives the clients send, when it runs, and its answers against the
-centralized optimum."""
+"""prox-al's federated (quasi-)Newton inner solvers (issue 12; issues 22 and 23: the default
+``inner_solver="quasi-newton"`` sends O(d) floats, exact Newton is an opt-in): the loop's
+guarantees, the derivatives the clients send, when each runs, and their answers against
+the centralized optimum."""
 
 import cvxpy as cp
 import numpy as np
@@ -8,7 +9,11 @@ import pytest
 from problems import lcqp_test_model, np_model
 
 import fedmodel as fm
-from fedmodel.algorithms.proxal.newton_inner import federated_newton, newton_direction
+from fedmodel.algorithms.proxal.newton_inner import (
+    SecantModel,
+    federated_newton,
+    newton_direction,
+)
 from fedmodel.subproblems.merit import MeritProblem
 from fedmodel.subproblems.newton import NewtonSolver
 
@@ -118,20 +123,102 @@ def test_newton_backend_derivatives_match_finite_differences():
         assert np.allclose(H[:, j], col, atol=1e-5)
 
 
-def test_default_prox_al_uses_newton_on_smooth_models_and_matches_centralized():
+def _algorithm_shapes(res):
+    """(kind, field, shape) of every algorithm message of a run."""
+    return [
+        (r["kind"], key, tuple(shape))
+        for r in res.ledger
+        if r["channel"] == "algorithm"
+        for key, shape in dict(r["shapes"]).items()
+    ]
+
+
+@pytest.mark.parametrize("inner", ["quasi-newton", "newton"])
+def test_prox_al_with_either_newton_inner_solver_matches_centralized(inner):
     model = np_model(4, seed=2)
     ref = model.solve(method="centralized", eps=1e-8)
-    res = model.solve(method="prox-al")
-    assert res.extra["inner_solver"] == "newton"
+    res = model.solve(method="prox-al", inner_solver=inner)
+    assert res.extra["inner_solver"] == inner
     assert res.status == "optimal"
     assert abs(res.objective - ref.objective) <= 1e-3 * abs(ref.objective)
     assert res.max_violation <= 1e-3 * 1e-3 * (1 + 1e-9)  # kkt_factor's feasibility half
     for row in res.history:  # the inner loop's bound is the measured ||grad l_k||_inf
         assert row["inner_bound"] <= row["tau"]
-    # the same iteration with Algorithm 2 as the inner solver needs more rounds
-    admm = model.solve(method="prox-al", inner_solver="admm")
-    assert admm.extra["inner_solver"] == "admm" and admm.status == "optimal"
-    assert res.rounds["communication"] < admm.rounds["communication"]
+
+
+def test_the_default_sends_vectors_only_and_newton_is_the_opt_in_that_sends_hessians():
+    """Issue 22/23: at its defaults prox-al sends no d x d matrix (a client with fewer rows
+    than d would reveal them through its Hessian); inner_solver="newton" does, and takes
+    fewer rounds."""
+    model = np_model(3, seed=2)
+    d = model.compile().layout.n_shared
+    res = model.solve(method="prox-al")
+    assert res.status == "optimal" and res.extra["inner_solver"] == "quasi-newton"
+    assert res.extra["penalty_metric"] == "scalar"
+    shapes = _algorithm_shapes(res)
+    assert ("gradient_w_reply", "grad", (d,)) in shapes
+    # vectors only: d-vectors and the Anderson weights / Gram rows (anderson + 1 = 6)
+    assert all(len(shape) <= 1 and int(np.prod(shape)) <= max(d, 6) for _, _, shape in shapes)
+    # model.summary()'s traffic table says the same
+    from fedmodel.compiler.summary import traffic_per_round
+
+    table = traffic_per_round(model.compile())
+    sizes = {(r["kind"], r["floats"]) for r in res.ledger if r["channel"] == "algorithm"}
+    assert ("gradient_w_reply", table["prox-al quasi-Newton round"]["up"]) in sizes
+    assert ("gradient_w", table["prox-al quasi-Newton round"]["down"]) in sizes
+    assert table["prox-al Newton round (opt-in)"]["up"] == d * d + d + 1
+    newton = model.solve(method="prox-al", inner_solver="newton")
+    assert newton.status == "optimal"
+    assert ("newton_w_reply", "hessian", (d, d)) in _algorithm_shapes(newton)
+    assert newton.rounds["communication"] < res.rounds["communication"]
+    # Algorithm 2 at its (scalar-metric) default sends vectors only too
+    admm = model.solve(method="prox-al", inner_solver="admm", history=False)
+    assert admm.status == "optimal" and admm.extra["penalty_metric"] == "scalar"
+    assert all(len(shape) <= 1 for _, _, shape in _algorithm_shapes(admm))
+
+
+def test_secant_model_meets_the_secant_equation_and_stays_positive_definite():
+    rng = np.random.default_rng(0)
+    A = rng.normal(size=(4, 4))
+    A = A @ A.T + np.eye(4)
+    model = SecantModel(4)
+    w = rng.normal(size=4)
+    model.restart(w, A @ w)
+    for _ in range(6):
+        w_new = w + rng.normal(size=4)
+        assert model.observe(w_new, A @ w_new)
+        s = w_new - w
+        assert np.allclose(model.matrix @ s, A @ s)  # (the last pair, undamped: convex)
+        assert np.all(np.linalg.eigvalsh(model.matrix) > 0)
+        w = w_new
+    # negative curvature along a step (a non-convex model): Powell's damping keeps B > 0
+    before = model.matrix
+    assert model.observe(w + np.ones(4), A @ w - 5.0 * np.ones(4))
+    assert np.all(np.linalg.eigvalsh(model.matrix) > 0) and model.matrix is not before
+    # restart: the next pair starts at the new point (never across two l_k), B is kept
+    kept = model.matrix
+    model.restart(np.zeros(4), np.full(4, 100.0))
+    assert model.matrix is kept
+    assert not SecantModel(4).observe(w, A @ w)  # (no pair yet)
+
+
+def test_quasi_newton_loop_on_a_quadratic_reaches_tau():
+    rng = np.random.default_rng(1)
+    A = rng.normal(size=(6, 6))
+    A = A @ A.T + 0.1 * np.eye(6)
+    b = rng.normal(size=6)
+    model = SecantModel(6)
+
+    def evaluate(w):
+        g = A @ w - b
+        model.observe(w, g)
+        return 0.5 * float(w @ A @ w) - float(b @ w), g, model.matrix
+
+    w0 = np.zeros(6)
+    model.restart(w0, -b)
+    start = (w0, 0.0, -b, model.initial(-b))
+    out = federated_newton(evaluate, start, tau=1e-9, max_rounds=100, remodel=2)
+    assert out.satisfied and np.allclose(out.w, np.linalg.solve(A, b), atol=1e-7)
 
 
 def test_newton_inner_on_a_qp_matches_cvxpy():
@@ -161,7 +248,7 @@ def test_a_quadratic_client_sends_its_hessian_only_when_it_changes():
 
 def test_newton_messages():
     model = np_model(3, seed=3)
-    res = model.solve(method="prox-al", eps=1e-3)
+    res = model.solve(method="prox-al", eps=1e-3, inner_solver="newton")
     d = res.x.size
     algo = [r for r in res.ledger if r["channel"] == "algorithm"]
     kinds = {r["kind"] for r in algo}
@@ -189,20 +276,24 @@ def test_auto_falls_back_to_admm_and_says_why():
         base.solve(method="prox-al", inner_solver="bfgs")
 
 
-def test_a_client_without_hessians_switches_the_run_to_admm():
+def test_a_client_without_hessians_switches_the_newton_opt_in_to_admm():
     """A client whose terms the Newton backend does not recognise (L-BFGS) says so in its
-    ``start`` reply; the server runs Algorithm 2 from the same start and reports why."""
+    ``start`` reply to the Newton opt-in; the server runs Algorithm 2 from the same start
+    and reports why. The default quasi-Newton solver needs only its gradients."""
     model = np_model(2, seed=5)
     w = model.variables[0]
     extra = model.client("extra")
     A = extra.data(np.random.default_rng(0).normal(size=(6, w.size)), name="A")
     extra.minimize(0.1 * cp.log_sum_exp(A @ w), name="soft max")
     ref = model.solve(method="centralized", eps=1e-8)
-    res = model.solve(method="prox-al")
+    res = model.solve(method="prox-al", inner_solver="newton")
     assert res.extra["inner_solver"] == "admm"
     assert "client 'extra'" in res.extra["inner_solver_note"]
     assert res.status == "optimal"
     assert abs(res.objective - ref.objective) <= 1e-3 * max(1.0, abs(ref.objective))
+    default = model.solve(method="prox-al")
+    assert default.extra["inner_solver"] == "quasi-newton" and default.status == "optimal"
+    assert abs(default.objective - ref.objective) <= 1e-3 * max(1.0, abs(ref.objective))
 
 
 def test_newton_defaults_apply_only_when_newton_runs_and_keep_user_options():
@@ -221,9 +312,14 @@ def test_newton_defaults_apply_only_when_newton_runs_and_keep_user_options():
     paper = ProxALOptions(variant="paper")
     paper.resolve_inner("newton")  # (the paper variant has no Newton defaults)
     assert paper.beta == 10.0
-    # what a solve used is what it reports (res.options): Newton at the Newton beta; a
+    qn = ProxALOptions()
+    qn.resolve_inner("quasi-newton")  # (Algorithm 2's)
+    assert (qn.beta, qn.prox_beta) == (100.0, 1e4)
+    # what a solve used is what it reports (res.options): each inner solver at its beta; a
     # model that falls back to Algorithm 2 keeps Algorithm 2's
     res = np_model(2, seed=1).solve(method="prox-al", history=False)
+    assert res.extra["inner_solver"] == "quasi-newton" and res.options["beta"] == 100.0
+    res = np_model(2, seed=1).solve(method="prox-al", history=False, inner_solver="newton")
     assert res.extra["inner_solver"] == "newton" and res.options["beta"] == 300.0
     model = np_model(2, seed=1)
     model.regularize(0.01 * cp.norm1(model.variables[0]))
@@ -246,13 +342,14 @@ def test_a_stalled_newton_inner_solve_ends_the_run_with_its_reason(monkeypatch):
     import fedmodel.algorithms.proxal.server as server_module
     from fedmodel.algorithms.proxal.newton_inner import NewtonOutcome
 
-    def stalled(evaluate, start, tau, max_rounds, deadline=None):
+    def stalled(evaluate, start, tau, max_rounds, deadline=None, remodel=0):
         return NewtonOutcome(start[0], 3, 1.0, False, stalled=True)
 
     monkeypatch.setattr(server_module, "federated_newton", stalled)
     res = np_model(2, seed=1).solve(method="prox-al")
     assert res.status == "stalled"
-    assert "Newton inner solver stalled" in res.message and "inner_solver='admm'" in res.message
+    assert "quasi-newton inner solver stalled" in res.message
+    assert "inner_solver='admm'" in res.message
 
 
 def test_auto_keeps_algorithm_2_when_the_hessians_would_be_too_large(monkeypatch):
@@ -263,17 +360,21 @@ def test_auto_keeps_algorithm_2_when_the_hessians_would_be_too_large(monkeypatch
     res = model.solve(method="prox-al", history=False)
     assert res.extra["inner_solver"] == "admm"
     assert "5 shared variables" in res.extra["inner_solver_note"]
-    forced = model.solve(method="prox-al", inner_solver="newton", history=False)
-    assert forced.extra["inner_solver"] == "newton" and forced.status == "optimal"
+    for inner in ("quasi-newton", "newton"):
+        forced = model.solve(method="prox-al", inner_solver=inner, history=False)
+        assert forced.extra["inner_solver"] == inner and forced.status == "optimal"
 
 
 def test_measured_stationarity_of_test_8_is_the_certificates():
     """With Newton, test (8)'s stationarity half uses grad l_k(w^{k+1}) - (w^{k+1} - w^k) /
     prox_beta, which is the Lagrangian's gradient at (w^{k+1}, mu^{k+1}): the value the
     certificate recomputes from the clients' own evaluations at the returned point."""
-    for model in (np_model(3, seed=2), lcqp_test_model(3, d=12, m=3, seed=0)):
-        res = model.solve(method="prox-al", eps=1e-4)
-        assert res.status == "optimal" and res.extra["inner_solver"] == "newton"
+    for model, inner in (
+        (np_model(3, seed=2), "quasi-newton"),
+        (lcqp_test_model(3, d=12, m=3, seed=0), "newton"),
+    ):
+        res = model.solve(method="prox-al", eps=1e-4, inner_solver=inner)
+        assert res.status == "optimal" and res.extra["inner_solver"] == inner
         measured = res.history[-1]["stationarity_measured"]
         assert measured == pytest.approx(res.kkt.stationarity, rel=1e-3, abs=1e-13)
         assert measured <= 0.01 * 1e-4  # (8) at kkt_factor[0] * eps1

@@ -49,16 +49,20 @@ def traffic_per_round(compiled: CompiledModel) -> dict[str, dict[str, int]]:
     numbers down (weights, reset flag) and ``m + 1`` up (Gram row) per inner round
     (``m = anderson = 5``), ``m + 1`` up per outer round and, per accelerated outer step,
     one ``outer_aa`` round (``w`` and the weights down, ``u~_i`` up), not counted in this
-    table. Its Hessian metric (``penalty_metric="hessian"``, when ``h`` is smooth and the
-    server has no cone constraints) adds the client's ``d x d`` metric ``M_i`` to a reply
-    whenever it changed -- at the start of a run of Algorithm 2 and after its rounds 4, 8,
-    ..., 128 (a quadratic client sends it once): the row ``"prox-al metric update"``.
-    On a smooth model without cone constraints or party-owned variables the default
-    prox-al runs its Newton inner solver instead of Algorithm 2 (``inner_solver="auto"``):
-    per inner round, down the point ``w`` (d), up the client's value, gradient and, when it
+    table. On a smooth model without cone constraints or party-owned variables (and at
+    most 2000 shared variables) the default prox-al runs its quasi-Newton inner solver
+    instead of Algorithm 2 (``inner_solver="auto"``): per inner round, down the point
+    ``w`` (d), up the client's value and gradient (d + 1): the row ``"prox-al quasi-Newton
+    round"``. No default sends a ``d x d`` matrix. Two opt-ins do, and reveal each
+    client's Hessian of its subproblem (for a client with fewer rows than d, its rows):
+    ``inner_solver="newton"`` adds the client's ``d x d`` Hessian to each reply when it
     changed (every round on a non-quadratic client, with the active set on a quadratic
-    one), its ``d x d`` Hessian: the row ``"prox-al Newton round"``, counted with the
-    Hessian. ``variant="paper"`` sends exactly Algorithm 2's messages.
+    one): the row ``"prox-al Newton round (opt-in)"``, counted with the Hessian; the ADMM
+    penalty's Hessian metric (``penalty_metric="hessian"``, when ``h`` is smooth and the
+    server has no cone constraints) adds its ``d x d`` metric ``M_i`` to a reply whenever
+    it changed -- at the start of a run of Algorithm 2 and after its rounds 4, 8, ..., 128
+    (a quadratic client sends it once): the row ``"prox-al metric (opt-in)"``.
+    ``variant="paper"`` sends exactly Algorithm 2's messages.
     """
     d = compiled.layout.n_shared
     owned = 1 if compiled.layout.has_owned else 0
@@ -68,11 +72,13 @@ def traffic_per_round(compiled: CompiledModel) -> dict[str, dict[str, int]]:
         "prox-al inner round": {"down": d + 1, "up": d + 2},
         "prox-al inner round (variant='paper')": {"down": d + 1, "up": d + 1},
         "prox-al outer round": {"down": d, "up": d + 1 + owned},
-        "prox-al metric update": {"down": 0, "up": metric},
         "admm round": {"down": d + 1, "up": d + 1},
     }
     if newton:
-        rows["prox-al Newton round"] = {"down": d, "up": d + 1 + d * d}
+        rows["prox-al quasi-Newton round"] = {"down": d, "up": d + 1}
+        rows["prox-al Newton round (opt-in)"] = {"down": d, "up": d + 1 + d * d}
+    if metric:
+        rows["prox-al metric (opt-in)"] = {"down": 0, "up": metric}
     return rows
 
 
@@ -109,7 +115,10 @@ def model_summary(compiled: CompiledModel) -> str:
         lines.append("    centralized / cprox-al  pool every party's data (not federated)")
         return "\n".join(lines)
     lines.append("traffic per client and round (floats):")
-    for name, t in traffic_per_round(compiled).items():
-        lines.append(f"    {name:<22} down {t['down']:>6}   up {t['up']:>6}")
+    table = traffic_per_round(compiled)
+    width = max(len(name) for name in table)
+    for name, t in table.items():
+        lines.append(f"    {name:<{width}} down {t['down']:>6}   up {t['up']:>6}")
+    lines.append("    (opt-in: reveals each client's d x d Hessian of its subproblem)")
     lines.append("    centralized / cprox-al  pool every party's data (not federated)")
     return "\n".join(lines)

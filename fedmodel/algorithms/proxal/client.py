@@ -13,19 +13,27 @@ kind           payload in                         reply payload
 ``admm_w``     ``w`` (= w^{t+1}), ``tol``         ``u_tilde``, ``eps_tilde`` (eqs. 16-18),
                                                   ``rho`` (its current rho_i, when
                                                   residual balancing is on)
+``gradient_w`` ``w`` (a trial point)              ``value``, ``grad`` of P_{i,k} at ``w``
+                                                  (quasi-Newton: ``()``, ``(d,)``)
 ``newton_w``   ``w`` (a trial point)              ``value``, ``grad`` of P_{i,k} at ``w``,
-                                                  ``hessian`` (when it changed)
+                                                  ``hessian`` ``(d, d)`` (when it changed;
+                                                  opt-in ``inner_solver="newton"`` only)
 ``evaluate``   ``w``                              diagnostic: f_i, Lagrangian gradient,
                                                   feasibility, constraint values
 ``report``     (nothing)                          diagnostic: multipliers, local stats
 =============  =================================  =====================================
 
-With ``inner_solver="newton"`` (:mod:`fedmodel.algorithms.proxal.newton_inner`) the server
-adds ``inner="newton"`` to ``start``, ``outer`` and ``outer_aa``: the client then sets
-``w`` as the centre of its ``P_{i,k}`` and replies with the ``newton_w`` payload (value,
-gradient, Hessian at ``w``) in place of the ADMM initialisation; a client that cannot
-(no exact Hessians, own variables) replies ``newton = False`` with the reason to ``start``
-and the server runs Algorithm 2 instead.
+With ``inner_solver="quasi-newton"`` (the adaptive default on smooth models) or
+``"newton"`` (:mod:`fedmodel.algorithms.proxal.newton_inner`) the server adds
+``inner="quasi-newton"`` / ``"newton"`` to ``start``, ``outer`` and ``outer_aa``: the
+client then sets ``w`` as the centre of its ``P_{i,k}`` and replies with the
+``gradient_w`` payload (value, gradient at ``w``) or the ``newton_w`` payload (value,
+gradient, Hessian) in place of the ADMM initialisation; a client that cannot (own
+variables; for Newton, no exact Hessians) replies ``newton = False`` with the reason to
+``start`` and the server runs Algorithm 2 instead. Only the opt-ins ``inner_solver="newton"``
+and ``penalty_metric="hessian"`` (``metric``, ``(d, d)``, in ``start``/``outer``/``admm_w``
+replies) send ``d x d`` matrices: they reveal the client's Hessian of its subproblem (for
+a client with fewer rows than ``d``, its rows).
 
 Party-owned variables (``client.variable``, epigraph auxiliaries) never travel: ``w``,
 ``u~_i`` and the Lagrangian gradient are the shared variables only. The client solves its
@@ -58,6 +66,15 @@ from fedmodel.subproblems.select import make_solver
 #: metric (penalty_metric="hessian"): the Hessian at the start of the run can be far from
 #: the one at its end (logistic losses on separable data flatten as the margins grow)
 METRIC_REFRESH_ROUNDS = frozenset({4, 8, 16, 32, 64, 128})
+#: residual balancing keeps rho_i within [rho_start / RHO_SHRINK, rho_start * RHO_GROWTH]
+#: (as OSQP bounds its rho): a server point that stops moving makes the dual residual
+#: vanish, and unbounded doubling took a client's rho to 2^17 (pinball loss, one client,
+#: now that the scalar penalty is the default: Algorithm 2 stuck at max_inner; optimal in
+#: 1,373 rounds with the bound, 2,513 and "inaccurate" at 1e3). Shrinking stays wide: NP on
+#: Adult wants rho ~ 0.01
+RHO_GROWTH, RHO_SHRINK = 10.0, 1e3
+#: the inner solvers whose rounds evaluate P_{i,k}'s derivatives (newton_inner)
+INNER_NEWTON = ("newton", "quasi-newton")
 
 
 class ProxALClient(ClientHalf):
@@ -101,7 +118,7 @@ class ProxALClient(ClientHalf):
         super().__init__(program.local())  # (shared variables, this client's own)
         program = self.program
         self.beta = float(beta)
-        self.rho = float(rho)
+        self.rho = self.rho_start = float(rho)
         # Algorithm 1's proximal step size (beta, or prox_beta when decoupled)
         gamma = float(beta if prox_beta is None else prox_beta)
         self.prox_weight = 1.0 / ((n_clients + 1) * gamma) if proximal else 0.0
@@ -155,7 +172,13 @@ class ProxALClient(ClientHalf):
 
     # -- P_{i,k} and its gradient -----------------------------------------------------------
     def _grad_P(self, w: np.ndarray) -> np.ndarray:
-        """Gradient of P_{i,k} (eq. 11) at ``w``: merit gradient plus the prox share.
+        """Gradient of P_{i,k} (eq. 11) at ``w``: merit gradient plus the prox share."""
+        return self._value_grad_P(w)[1]
+
+    def _value_grad_P(self, w: np.ndarray) -> tuple[float, np.ndarray]:
+        """Value and gradient of P_{i,k} (eq. 11) at ``w``: the merit terms plus the prox
+        share (the value without cone terms: it serves the quasi-Newton inner solver,
+        which runs on models without cones only).
 
         From the Newton backend's GLM form when it has been cross-checked against the
         model's evaluator (one pass over each data matrix, affine images shared with the
@@ -163,17 +186,21 @@ class ProxALClient(ClientHalf):
         """
         solver = self.solver
         if getattr(solver, "verified", False):
-            _, g = solver.merit_value_grad(w, [self.mu], [self.nu])
+            val, g = solver.merit_value_grad(w, [self.mu], [self.nu])
         else:
-            _, g = self.problem.functions[0].merit(w, self.mu, self.nu, self.beta)
+            val, g = self.problem.functions[0].merit(w, self.mu, self.nu, self.beta)
         g = np.array(g, dtype=float)  # a copy: the backends may hand out their buffers
         if self.cone.size:  # cone constraints: the Lagrangian gradient at their duals
             g += self.problem.functions[0].cone_grad(w, self.cone)
         ns = self.ns
-        g[:ns] += self.prox_weight * (w[:ns] - self.w_center)
+        d = w[:ns] - self.w_center
+        g[:ns] += self.prox_weight * d
+        val = float(val) + 0.5 * self.prox_weight * float(d @ d)
         if self.owned:
-            g[ns:] += self.theta_prox * (w[ns:] - self.theta_center)
-        return g
+            d_own = w[ns:] - self.theta_center
+            g[ns:] += self.theta_prox * d_own
+            val += 0.5 * self.theta_prox * float(d_own @ d_own)
+        return val, g
 
     def _local(self, w: np.ndarray, theta: np.ndarray) -> np.ndarray:
         return np.concatenate([w, theta]) if self.owned else w
@@ -257,24 +284,26 @@ class ProxALClient(ClientHalf):
 
     def _inner_start_reply(self, w, inner: str) -> dict:
         """The reply that starts the next inner solve at ``w``: the ADMM initialisation, or
-        (``inner="newton"``) ``P_{i,k}``'s derivatives at its new centre ``w``."""
-        if inner != "newton":
+        ``P_{i,k}``'s derivatives at its new centre ``w`` (``inner="newton"``: with the
+        Hessian; ``"quasi-newton"``: value and gradient)."""
+        if inner not in INNER_NEWTON:
             return self._admm_start_reply(w)
         self.w_center = np.asarray(w, dtype=float).copy()
-        return self._on_newton_w(w)
+        return self._on_newton_w(w) if inner == "newton" else self._on_gradient_w(w)
 
-    def newton_unsupported(self) -> str:
-        """Why this client cannot take part in the federated Newton inner solver ("" when
-        it can): it needs exact (generalised) Hessians of its terms."""
+    def newton_unsupported(self, inner: str = "newton") -> str:
+        """Why this client cannot take part in the federated (quasi-)Newton inner solver
+        ("" when it can): its own variables never travel, and ``inner="newton"`` needs
+        exact (generalised) Hessians of its terms."""
         if self.owned:
             return "it has its own variables"
-        if not hasattr(self.solver, "derivatives"):
+        if inner == "newton" and not hasattr(self.solver, "derivatives"):
             return f"its subproblem backend ({self.solver.name}) has no exact Hessians"
         return ""
 
     def _on_start(self, w, inner: str = "admm"):
-        if inner == "newton":
-            why = self.newton_unsupported()
+        if inner in INNER_NEWTON:
+            why = self.newton_unsupported(inner)
             if why:
                 return {"newton": False, "why": why}
             try:
@@ -282,6 +311,13 @@ class ProxALClient(ClientHalf):
             except NotRecognised as exc:  # (the backend's GLM form failed its cross-check)
                 return {"newton": False, "why": str(exc)}
         return self._admm_start_reply(w)
+
+    def _on_gradient_w(self, w):
+        """Value and gradient of ``P_{i,k}`` at ``w`` (the quasi-Newton inner solver: ``d +
+        1`` floats, no second-order information)."""
+        val, g = self._value_grad_P(np.asarray(w, dtype=float))
+        self.stats["derivative_evaluations"] = self.stats.get("derivative_evaluations", 0) + 1
+        return {"value": val, "grad": g}
 
     def _on_newton_w(self, w):
         """Value, gradient and Hessian of ``P_{i,k}`` (eq. 11: the merit terms plus this
@@ -472,9 +508,9 @@ class ProxALClient(ClientHalf):
         primal = float(np.linalg.norm(self.M.root(u - w)))  # (both in the metric M_i)
         dual = self.rho * float(np.linalg.norm(self.M.root(w - w_last)))
         if primal > ratio * dual:
-            self.rho *= factor
+            self.rho = min(self.rho * factor, self.rho_start * RHO_GROWTH)
         elif dual > ratio * primal:
-            self.rho /= factor
+            self.rho = max(self.rho / factor, self.rho_start / RHO_SHRINK)
 
     def _on_evaluate(self, w, mu=None, nu=None):
         if not self.owned:

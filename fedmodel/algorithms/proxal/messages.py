@@ -114,6 +114,17 @@ PROXAL = MessageTable(
             reveals="one ADMM round of Algorithm 2",
         ),
         MessageSpec(
+            "gradient_w",
+            request={"w": W},
+            reply={
+                "value": Field((), reveals="P_{i,k}(w)"),
+                "grad": Field(("d",), reveals="the gradient of P_{i,k} at w"),
+            },
+            reveals="P_{i,k}'s value and gradient at a trial point (quasi-Newton inner "
+            "solver, the default on smooth models: d + 1 floats, no curvature)",
+            methods=("prox-al",),
+        ),
+        MessageSpec(
             "newton_w",
             request={"w": W},
             reply={

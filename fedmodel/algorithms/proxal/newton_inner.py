@@ -1,4 +1,5 @@
-"""Federated semismooth Newton for Algorithm 1's subproblem (prox-al's ``inner_solver="newton"``).
+"""Federated (quasi-)Newton for Algorithm 1's subproblem (prox-al's ``inner_solver=
+"quasi-newton"``, the adaptive default on smooth models, and the opt-in ``"newton"``).
 
 Algorithm 1 of seed 000 needs, at outer iteration ``k``, a point ``w`` with
 ``dist(0, d l_k(w)) <= tau_k``, where ``l_k = P_{0,k} + h + sum_i P_{i,k}`` (eqs. 10-11).
@@ -22,7 +23,21 @@ backtracks along it (Armijo) when the value does not decrease enough. The stoppi
 the gradient's infinity norm measured at the returned point: exactly ``dist(0, d l_k)``, so
 the outer loop's guarantee (Theorem 4.2) holds as with (19). Clients send the same kind of
 second-order information as with ``penalty_metric="hessian"`` (the pattern of exact-Hessian
-federated Newton, e.g. Safaryan et al., "FedNL", ICML 2022).
+federated Newton, e.g. Safaryan et al., "FedNL", ICML 2022): a ``d x d`` matrix that, for a
+client with fewer rows than ``d``, reveals its rows (a 1-row client's row comes back
+exactly). That is why exact Newton is an opt-in.
+
+The default, ``inner_solver="quasi-newton"``, runs the same loop with the Hessian replaced
+by a BFGS model the server builds from ``l_k``'s gradients (the clients' summed gradients
+plus its own) at consecutive rounds (:class:`SecantModel`; Nocedal and Wright, Ch. 6 and
+Sec. 18.3): each client sends its
+value and gradient (``d + 1`` floats) and nothing of second order. The model is carried
+across outer iterations (``l_k`` changes only through the multipliers and the proximal
+centre), and a rejected trial point, which taught the model the curvature along the step,
+gives a new direction before the line search backtracks (``remodel``). Measured against
+exact Newton on the seed 000 problems (benchmarks/RESULTS_od_default.md): about 5-30x the
+rounds (most on one-hot data with ~100 variables, where the model must learn many flat
+directions) at ``d + 1`` instead of ``d^2 + d + 1`` floats per client and round.
 
 :func:`federated_newton` is the loop; the server half supplies ``evaluate``, the round
 trip.
@@ -114,6 +129,7 @@ def federated_newton(
     tau: float,
     max_rounds: int,
     deadline: float | None = None,
+    remodel: int = 0,
 ) -> NewtonOutcome:
     """Minimise ``l_k`` to ``||grad l_k||_inf <= tau`` by Newton steps with backtracking.
 
@@ -130,6 +146,12 @@ def federated_newton(
         Evaluation rounds allowed.
     deadline : float, optional
         ``time.perf_counter()`` value after which the loop returns (``timed_out``).
+    remodel : int, optional
+        With a secant model (:class:`SecantModel`; ``evaluate`` returns a new matrix
+        after every evaluation that taught it something), a rejected trial point's
+        evaluation has updated the model along the step: the first ``remodel`` rejections
+        at a point take a new direction from that model (a step of length 1 again) in place
+        of backtracking along the old one. 0 (exact Hessians): always backtrack.
 
     Returns
     -------
@@ -140,15 +162,17 @@ def federated_newton(
     rounds = backtracks = 0
     factored = None  # (H, its factor): evaluate returns the same H while it is unchanged
     while True:
+        remodels = 0
         residual = float(np.abs(g).max(initial=0.0))
         if residual <= tau:
             return NewtonOutcome(w, rounds, residual, True, backtracks=backtracks, gradient=g)
         if rounds >= max_rounds or (deadline is not None and time.perf_counter() > deadline):
             timed_out = rounds < max_rounds
             return NewtonOutcome(w, rounds, residual, False, False, timed_out, backtracks, g)
-        if factored is None or factored[0] is not H:
-            factored = (H, shifted_cholesky(H, **SHIFT))
-        d = newton_direction(H, g, factored[1])
+        model = H  # the curvature the direction comes from
+        if factored is None or factored[0] is not model:
+            factored = (model, shifted_cholesky(model, **SHIFT))
+        d = newton_direction(model, g, factored[1])
         slope = float(g @ d)
         if not slope < 0:  # (numerical trouble): the steepest-descent direction
             d, slope = -g, -float(g @ g)
@@ -170,6 +194,18 @@ def federated_newton(
             backtracks += 1
             if rounds >= max_rounds:
                 return NewtonOutcome(w, rounds, residual, False, backtracks=backtracks, gradient=g)
+            if remodels < remodel and H_t is not model and np.isfinite(val_t):
+                # the secant model learnt the curvature along the rejected step: a new
+                # direction from it (for a quadratic along d, the exact minimiser on that line)
+                remodels += 1
+                model = H_t
+                factored = (model, shifted_cholesky(model, **SHIFT))
+                d = newton_direction(model, g, factored[1])
+                slope = float(g @ d)
+                if not slope < 0:
+                    d, slope = -g, -float(g @ g)
+                t = 1.0
+                continue
             # minimiser of the quadratic through (0, val), slope, (t, val_t), kept in
             # [0.1 t, 0.5 t]
             curvature = val_t - val - slope * t
@@ -180,3 +216,106 @@ def federated_newton(
                     w, rounds, residual, False, True, backtracks=backtracks, gradient=g
                 )
         w, val, g, H = trial, val_t, g_t, H_t
+
+
+class SecantModel:
+    """A server-side BFGS model of ``l_k``'s Hessian (less its known constant diagonal: the
+    proximal term and ``h``), built from the gradients the clients send
+    (``inner_solver="quasi-newton"``): no client sends second-order information.
+
+    Every evaluation round gives the server ``l_k``'s gradient ``G(w)`` at the broadcast
+    point (the clients' summed gradients plus its own); two consecutive rounds on the same
+    ``l_k`` give a secant pair ``s = w' - w``, ``y = G(w') - G(w)``, and the model ``B``
+    takes the BFGS update with Powell's
+    damping (Nocedal and Wright, Numerical Optimization, Sec. 18.3: ``y`` is blended with
+    ``B s`` until ``s^T y >= 0.2 s^T B s``, so ``B`` stays positive definite on non-convex
+    models). The first pair scales the starting ``B = (y^T y / s^T y) I`` (ibid., eq.
+    6.20). ``B`` is kept across Algorithm 1's outer iterations: ``l_k`` changes from one to
+    the next only through the multipliers and the proximal centre, so the curvature learnt
+    stays a good start (pairs never mix two different ``l_k``: :meth:`restart`).
+
+    Parameters
+    ----------
+    n : int
+        Dimension (the shared variables).
+
+    Examples
+    --------
+    >>> A = np.diag([4.0, 1.0])
+    >>> model = SecantModel(2)
+    >>> model.restart(np.zeros(2), -np.ones(2))
+    >>> for w in (np.array([1.0, 0.0]), np.array([1.0, 1.0])):
+    ...     model.observe(w, A @ w - 1.0)
+    >>> bool(np.allclose(model.matrix @ np.array([0.0, 1.0]), A @ np.array([0.0, 1.0])))
+    True
+    """
+
+    #: Powell's damping threshold
+    DAMPING = 0.2
+
+    def __init__(self, n: int):
+        self.n = int(n)
+        self.matrix: np.ndarray | None = None  # B (None: no pair yet)
+        self.last: tuple[np.ndarray, np.ndarray] | None = None  # (w, G(w)) of the last round
+        self.updates = 0
+
+    def restart(self, w: np.ndarray, gradient: np.ndarray) -> None:
+        """A new ``l_k`` (or a new point of the same one to pair with): the next secant
+        pair starts at ``(w, gradient)``; the model itself is kept."""
+        self.last = (_frozen(w), _frozen(gradient))
+
+    def observe(self, w: np.ndarray, gradient: np.ndarray) -> bool:
+        """Take the clients' summed gradient at ``w`` (the next round's): update ``B`` with
+        the pair from the last round. True when ``B`` changed (a new matrix object)."""
+        w, gradient = _frozen(w), _frozen(gradient)
+        last, self.last = self.last, (w, gradient)
+        if last is None:
+            return False
+        s, y = w - last[0], gradient - last[1]
+        if not (np.all(np.isfinite(y)) and float(s @ s) > 0):
+            return False
+        B = self.matrix
+        sy = float(s @ y)
+        if B is None:
+            if not sy > 0:
+                return False
+            B = np.eye(self.n) * (float(y @ y) / sy)
+        Bs = B @ s
+        sBs = float(s @ Bs)
+        if not sBs > 0:
+            return False
+        if sy < self.DAMPING * sBs:  # Powell's damping
+            theta = (1.0 - self.DAMPING) * sBs / (sBs - sy)
+            y = theta * y + (1.0 - theta) * Bs
+            sy = float(s @ y)
+        B = B - np.outer(Bs, Bs / sBs) + np.outer(y, y / sy)
+        self.matrix = _frozen(0.5 * (B + B.T))
+        self.updates += 1
+        return True
+
+    def initial(self, gradient: np.ndarray) -> np.ndarray:
+        """The model before any secant pair: ``||G||_inf I``, so that the first step
+        moves each variable by at most about 1 (the line search and the first pair then
+        set the scale)."""
+        scale = float(np.abs(gradient).max(initial=0.0))
+        return np.eye(self.n) * (scale if np.isfinite(scale) and scale > 0 else 1.0)
+
+    def get_state(self) -> dict:
+        """The model as plain arrays (read-only: snapshots share them)."""
+        last = self.last if self.last is not None else (None, None)
+        return {"matrix": self.matrix, "w": last[0], "gradient": last[1], "updates": self.updates}
+
+    def set_state(self, state: dict) -> None:
+        self.matrix = _frozen(state["matrix"])
+        w, g = state["w"], state["gradient"]
+        self.last = None if w is None else (_frozen(w), _frozen(g))
+        self.updates = int(state["updates"])
+
+
+def _frozen(a):
+    """``a`` as a read-only float array (None stays None)."""
+    if a is None:
+        return None
+    a = np.array(a, dtype=float)
+    a.setflags(write=False)
+    return a

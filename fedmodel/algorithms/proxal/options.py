@@ -33,12 +33,12 @@ VARIANT_DEFAULTS = {
     "anderson": (5, 0),
     "outer_anderson": (5, 0),
     "prox_beta": (1e4, None),
-    "penalty_metric": ("hessian", "scalar"),
+    "penalty_metric": ("scalar", "scalar"),
     "local_cap": (0.1, 0.0),
     "inner_solver": ("auto", "admm"),
 }
 
-INNER_SOLVERS = ("auto", "newton", "admm")
+INNER_SOLVERS = ("auto", "quasi-newton", "newton", "admm")
 
 #: adaptive defaults that depend on the inner solver that runs (the values above are
 #: Algorithm 2's): with Newton, whose rounds do not grow with the penalty's conditioning, a
@@ -75,7 +75,7 @@ class ProxALOptions(RuntimeOptions):
         ``"paper"``: seed 000 Algorithms 1-2 exactly as published (beta = 10, rho = 1,
         tau_k = sbar/(k+1)^2, stop on (8) at eps); ``fedmodel reproduce`` uses it.
         ``"adaptive"`` (default): Algorithm 1 with the changes below, each its own
-        option: a federated Newton inner solver in place of Algorithm 2 on smooth
+        option: a federated quasi-Newton inner solver in place of Algorithm 2 on smooth
         models (``inner_solver``), a larger penalty ``beta`` (fewer outer
         iterations), a geometric inner tolerance schedule ``tau_rate``,
         residual-balancing ADMM penalties
@@ -84,7 +84,8 @@ class ProxALOptions(RuntimeOptions):
         residuals below ``eps`` (see docs/performance.md).
     beta : float, optional
         Penalty parameter (Algorithm 1). Default 10 (paper) or, adaptive, 100 with
-        Algorithm 2 as the inner solver and 300 with Newton (``inner_solver``).
+        Algorithm 2 or quasi-Newton as the inner solver and 300 with Newton
+        (``inner_solver``).
     sbar : float, optional
         Inner tolerance scale: tau_k = sbar / (k + 1)^2 (paper), or
         ``max(sbar * tau_rate^k, eps1 * kkt_factor[0] / 2)`` (adaptive; the stationarity
@@ -117,9 +118,11 @@ class ProxALOptions(RuntimeOptions):
         client on its own numbers: after its step (15), client i compares its primal
         residual ``r_i = ||u_i - w||`` with its dual residual ``s_i = rho_i ||w^{t+1} - w^t||``
         and multiplies ``rho_i`` by ``rb_factor`` when ``r_i > rb_ratio s_i`` (divides when
-        ``s_i > rb_ratio r_i``); ``lambda_i`` is kept (unscaled form) and ``u~_i`` is sent
-        with the new ``rho_i``, which the server uses in its next step (14). Changes are
-        allowed in the first ``rb_rounds`` ADMM rounds of each outer iteration only, so
+        ``s_i > rb_ratio r_i``), within ``[rho_i / 1000, 10 rho_i]`` of its starting value
+        (a server point that stops moving makes ``s_i`` vanish); ``lambda_i`` is kept
+        (unscaled form) and ``u~_i`` is sent with the new ``rho_i``, which the server uses
+        in its next step (14). Changes are allowed in the first ``rb_rounds`` ADMM rounds
+        of each outer iteration only, so
         every run of Algorithm 2 ends with a fixed penalty (its convergence theory).
         Default on in the adaptive variant, for the clients whose penalty metric is the
         identity or who own variables (their metric covers the shared block only): with
@@ -152,7 +155,8 @@ class ProxALOptions(RuntimeOptions):
         uses ``||w^{k+1} - w^k|| / prox_beta``). Default: adaptive, 1e4 with Algorithm 2
         (a long proximal step moves fast along the flat directions of logistic losses on
         one-hot data, while the penalty beta = 100 keeps the inner ADMM well conditioned)
-        and 1e5 with the Newton inner solver; ``beta`` (paper: Algorithm 1).
+        and with the quasi-Newton inner solver, 1e5 with Newton; ``beta`` (paper:
+        Algorithm 1).
     outer_anderson : int, optional
         Memory of the same safeguarded Anderson acceleration applied to Algorithm 1's
         outer iteration ``(w^k, mu^k) -> (w^{k+1}, mu^{k+1})`` (a proximal point map):
@@ -162,16 +166,18 @@ class ProxALOptions(RuntimeOptions):
         benchmarks/issue12_defaults.py's problems against 34, but the method of
         multipliers crawled on an LCQP whose multipliers are ~100 beta). Off with
         party-owned variables.
-    penalty_metric : {"hessian", "scalar"}, optional
+    penalty_metric : {"scalar", "hessian"}, optional
         The metric of Algorithm 2's penalty (:mod:`fedmodel.algorithms.proxal.metric`):
-        ``"scalar"`` (the paper: ``(rho_i/2)||u_i - w||^2``) or ``"hessian"`` (adaptive
-        default: ``(rho_i/2)(u_i - w)^T M_i (u_i - w)`` with ``M_i`` the Hessian of client
-        i's ``P_{i,k}`` at the start of each run of Algorithm 2). The Hessian metric is
-        Algorithm 2 on scaled consensus constraints (same theory, same bound (19)) and cuts
-        the rounds by 4-12x on the seed 000 problems, at the price of each client sending
-        its ``d x d`` ``M_i`` -- second-order information about its data -- when it changes
-        (evaluated at the start of each run of Algorithm 2 and after its rounds 4, 8, ...,
-        128). It falls back to ``"scalar"`` when ``h`` is not
+        ``"scalar"`` (default, the paper: ``(rho_i/2)||u_i - w||^2``; every message is
+        ``O(d)``) or ``"hessian"`` (an opt-in: ``(rho_i/2)(u_i - w)^T M_i (u_i - w)`` with
+        ``M_i`` the Hessian of client i's ``P_{i,k}`` at the start of each run of
+        Algorithm 2). The Hessian metric is Algorithm 2 on scaled consensus constraints
+        (same theory, same bound (19)) and cuts the rounds by 4-12x on the seed 000
+        problems, but **it reveals each client's d x d Hessian of its subproblem (for a
+        client with fewer rows than d, its rows: a 1-row client's row comes back
+        exactly)**: each client sends its ``M_i`` when it changes (evaluated at the start
+        of each run of Algorithm 2 and after its rounds 4, 8, ..., 128), ``8 d^2`` bytes
+        each time. It falls back to ``"scalar"`` when ``h`` is not
         smooth, the server solves with cvxpy or the model has non-convex terms, and client
         by client when a backend has no exact Hessian; ``res.extra["penalty_metric"]``
         says which was used.
@@ -202,23 +208,30 @@ class ProxALOptions(RuntimeOptions):
         the inner target tau_k, tighter local solves cannot change the test (19), which
         stays a valid bound on dist(0, d l_k) because it uses the server's measured
         residual and the clients' exact eps~_i (Theorem 4.1's proof).
-    inner_solver : {"auto", "newton", "admm"}, optional
+    inner_solver : {"auto", "quasi-newton", "newton", "admm"}, optional
         How each outer iteration's subproblem ``min l_k`` is solved. ``"admm"``: Algorithm
-        2 (the paper; default of ``variant="paper"``). ``"newton"``: federated semismooth
-        Newton on ``l_k`` (:mod:`fedmodel.algorithms.proxal.newton_inner`): each round the
-        clients return ``P_{i,k}``'s value, gradient and Hessian (``d x d``, only when it
-        changed) at the server's point, the server steps along ``-H^(-1) g`` with an
-        Armijo line search, and the inner loop stops when the measured
-        ``||grad l_k||_inf <= tau_k`` (the same requirement Algorithm 2's bound (19)
-        certifies). It needs ``C^1`` terms with exact (generalised) Hessians: a smooth
-        ``h``, no cone constraints or party-owned variables, the Newton
-        backend at every party. ``"auto"`` (default of the adaptive variant) picks Newton
-        when the model allows it and has at most 2000 shared variables (a larger ``d x d``
-        Hessian per client and round is left to an explicit ``"newton"``), and Algorithm
-        2 otherwise; on a non-convex model the Hessian is shifted to positive definite
-        (modified Newton). ``res.extra["inner_solver"]``
-        says which ran (and ``"inner_solver_note"`` why not Newton). The ADMM options
-        (``rho``, ``anderson``, ``penalty_metric`` ...) apply to Algorithm 2 only.
+        2 (the paper; default of ``variant="paper"``). ``"quasi-newton"``: a federated
+        quasi-Newton method on ``l_k`` (:mod:`fedmodel.algorithms.proxal.newton_inner`):
+        each round the clients return ``P_{i,k}``'s value and gradient (``d + 1`` floats)
+        at the server's point; the server keeps a BFGS model of their Hessian sum built
+        from those gradients (:class:`~fedmodel.algorithms.proxal.newton_inner.SecantModel`,
+        carried across outer iterations), adds its own exact Hessian, steps along
+        ``-B^(-1) g`` with an Armijo line search, and the inner loop stops when the
+        measured ``||grad l_k||_inf <= tau_k`` (the same requirement Algorithm 2's bound
+        (19) certifies). ``"newton"`` (an opt-in): the same loop with each client's exact
+        Hessian in place of the model -- federated semismooth Newton, the fewest rounds
+        (3-30x fewer on the seed 000 problems), but **it reveals each client's d x d
+        Hessian of its subproblem (for a client with fewer rows than d, its rows: a 1-row
+        client's row comes back exactly)**, sent whenever it changed (``8 d^2`` bytes).
+        Both need ``C^1`` terms: a smooth ``h``, no cone constraints or party-owned
+        variables, and the Newton backend at the server (``"newton"``: at every party).
+        ``"auto"`` (default of the adaptive variant) picks ``"quasi-newton"`` when the
+        model allows it and has at most 2000 shared variables (the server's dense model),
+        and Algorithm 2 with the scalar penalty otherwise: no default sends a ``d x d``
+        matrix. On a non-convex model the Hessian (or model) is shifted to positive
+        definite (modified Newton). ``res.extra["inner_solver"]`` says which ran (and
+        ``"inner_solver_note"`` why not quasi-Newton). The ADMM options (``rho``,
+        ``anderson``, ``penalty_metric`` ...) apply to Algorithm 2 only.
     solver : {"auto", "lbfgs", "cvxpy"}
         Subproblem backend of every party.
     (and the runtime options below)
@@ -273,8 +286,10 @@ class ProxALOptions(RuntimeOptions):
 
     def resolve_inner(self, inner: str) -> None:
         """Set the adaptive defaults that depend on the inner solver that runs
-        (:data:`NEWTON_DEFAULTS` when ``inner == "newton"``); options the user gave are
-        kept."""
+        (:data:`NEWTON_DEFAULTS` when ``inner == "newton"``; the quasi-Newton inner solver
+        keeps Algorithm 2's: its secant model learns a stiffer ``l_k`` more slowly, and
+        Newton's longer proximal step made the multipliers of a small NP model crawl);
+        options the user gave are kept."""
         if self.adaptive and inner == "newton":
             for name, value in NEWTON_DEFAULTS.items():
                 if name in getattr(self, "_defaulted", ()):

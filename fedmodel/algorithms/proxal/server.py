@@ -16,10 +16,11 @@ The server half below holds only the server's program (``c_0``, server data, ``h
    max_i ||mu_i^{k+1} - mu_i^k||_inf <= beta eps2 (with the Newton inner solver, the
    first half on the measured Lagrangian gradient, which it bounds; see ``test8``).
 
-With ``inner_solver="newton"`` step 2 is a federated semismooth Newton method on l_k
+With ``inner_solver="quasi-newton"`` (the adaptive default on smooth models) or the
+opt-in ``"newton"`` step 2 is a federated (quasi-)Newton method on l_k
 (:mod:`fedmodel.algorithms.proxal.newton_inner`) in place of Algorithm 2: each round the
-clients return P_{i,k}'s value, gradient and Hessian at the broadcast point, and the inner
-loop stops when the measured ||grad l_k||_inf <= tau_k.
+clients return P_{i,k}'s value and gradient (Newton: and Hessian) at the broadcast point,
+and the inner loop stops when the measured ||grad l_k||_inf <= tau_k.
 """
 
 from __future__ import annotations
@@ -36,7 +37,7 @@ from fedmodel.algorithms.protocol import ServerHalf, StepReport
 from fedmodel.algorithms.proxal.anderson import AndersonState
 from fedmodel.algorithms.proxal.client import ProxALClient
 from fedmodel.algorithms.proxal.messages import PROXAL
-from fedmodel.algorithms.proxal.newton_inner import federated_newton
+from fedmodel.algorithms.proxal.newton_inner import SecantModel, federated_newton
 from fedmodel.algorithms.proxal.options import ProxALOptions
 from fedmodel.certificate.kkt import party_evaluation
 from fedmodel.compiler.glm import NotRecognised
@@ -54,9 +55,14 @@ DIVERGENCE_WINDOW = 10
 #: "unbounded" needs the objective at the blown-up point this many times max(1, |f|)
 #: below the last iterate's (see ProxALServer.blow_up)
 UNBOUNDED_DROP = 10.0
-#: inner_solver="auto" picks Newton up to this many shared variables (a client sends its
-#: d x d Hessian each round: 32 MB at d = 2000, and the server factors a d x d matrix)
+#: inner_solver="auto" picks the quasi-Newton inner solver up to this many shared
+#: variables (the server keeps and factors a d x d model: 32 MB at d = 2000)
 NEWTON_MAX_SHARED = 2000
+#: the inner solvers that run the Newton loop (newton_inner.federated_newton)
+NEWTON_MODES = ("newton", "quasi-newton")
+#: quasi-Newton: rejected trial points at one iterate that give a new direction from the
+#: updated secant model before the line search backtracks along the last one
+QN_REMODEL = 2
 
 
 @dataclass
@@ -95,9 +101,9 @@ class ProxALServer(ServerHalf):
         False for plain ADMM (method ``"admm"``).
     x0 : array
         The starting point w^0 (stacked variables).
-    inner_solver : {"admm", "newton"}
+    inner_solver : {"admm", "quasi-newton", "newton"}
         The inner solver chosen by :func:`inner_solver` (Algorithm 2 when a party turns
-        out not to support Newton), and ``inner_note`` why not Newton.
+        out not to support it), and ``inner_note`` why not (quasi-)Newton.
     """
 
     messages = PROXAL
@@ -174,13 +180,15 @@ class ProxALServer(ServerHalf):
         # gradients at w^k from the round that starts the next inner solve)
         self.inner_mode = inner_solver
         self.inner_note = inner_note  # why not Newton (res.extra["inner_solver_note"])
-        if inner_solver == "newton" and not (
+        if inner_solver in NEWTON_MODES and not (
             hasattr(self.solver, "derivatives") or not self.problem.has_smooth_terms
         ):
             self.inner_mode = "admm"
             self.inner_note = (
                 f"the server's subproblem backend ({self.solver.name}) has no Hessians"
             )
+        # quasi-Newton: the server's secant model of the clients' summed Hessian
+        self.secant = SecantModel(self.ns) if inner_solver == "quasi-newton" else None
         self.client_hessians: dict[str, np.ndarray] = {}
         self.hessian_sum: np.ndarray | None = None
         self.start_derivatives: tuple[float, np.ndarray] | None = None
@@ -189,14 +197,14 @@ class ProxALServer(ServerHalf):
 
     # -- the protocol ------------------------------------------------------------------------
     def start(self, runtime: Runtime) -> None:
-        if self.inner_mode == "newton":
+        if self.inner_mode in NEWTON_MODES:
             try:  # (the first call cross-checks the server's GLM form)
                 self.own_derivatives(self.x, self.x)
             except NotRecognised as exc:
                 self.inner_mode, self.inner_note = "admm", f"the server: {exc}"
-        if self.inner_mode == "newton":
+        if self.inner_mode in NEWTON_MODES:
             runtime.next_round()
-            replies = runtime.broadcast("start", {"w": self.x[: self.ns], "inner": "newton"})
+            replies = runtime.broadcast("start", {"w": self.x[: self.ns], **self.inner_payload()})
             why = [
                 f"client '{n}': {r.payload['why']}"
                 for n, r in replies.items()
@@ -213,13 +221,13 @@ class ProxALServer(ServerHalf):
 
     def inner_payload(self) -> dict:
         """What the messages that start an inner solve add for the inner solver."""
-        return {"inner": "newton"} if self.inner_mode == "newton" else {}
+        return {"inner": self.inner_mode} if self.inner_mode in NEWTON_MODES else {}
 
     def take_starts(self, replies) -> None:
         """The clients' replies to a (re)start of the inner solver: with Algorithm 2,
         ``u~_i^0`` and, with the Hessian metric, their ``M_i`` (a client without exact
-        Hessians keeps the identity); with Newton, their derivatives at ``w^k``."""
-        if self.inner_mode == "newton":
+        Hessians keeps the identity); with (quasi-)Newton, their derivatives at ``w^k``."""
+        if self.inner_mode in NEWTON_MODES:
             self.start_derivatives = self.take_derivatives(replies)
             return
         self.u_tildes = {name: r.payload["u_tilde"] for name, r in replies.items()}
@@ -252,7 +260,7 @@ class ProxALServer(ServerHalf):
         opts = self.options
         self.k = k = self.k + 1
         tau = self.tau(k)
-        if self.inner_mode == "newton":
+        if self.inner_mode in NEWTON_MODES:
             outcome = self.inner_newton(runtime, tau, deadline)
         else:
             outcome = self.inner(runtime, self.x, self.u_tildes, tau, deadline)
@@ -262,9 +270,9 @@ class ProxALServer(ServerHalf):
             return self.blow_up(runtime, k, w_new)
         if outcome.stalled:
             self.x = w_new
-            if self.inner_mode == "newton":
+            if self.inner_mode in NEWTON_MODES:
                 why = (
-                    f"the federated Newton inner solver stalled at outer iteration {k}: its "
+                    f"the federated {self.inner_mode} inner solver stalled at outer iteration {k}: its "
                     f"line search found no decrease of l_k (||grad l_k||_inf = "
                     f"{outcome.bound:.3g}, target tau_k = {tau:.3g}); the values are probably "
                     "at rounding level. Try inner_solver='admm' or a larger eps."
@@ -413,6 +421,7 @@ class ProxALServer(ServerHalf):
             "inner_note": self.inner_note,
             "client_hessians": dict(self.client_hessians),
             "start_derivatives": self.start_derivatives,
+            "secant": None if self.secant is None else self.secant.get_state(),
         }
 
     def set_state(self, state: dict) -> None:
@@ -439,6 +448,8 @@ class ProxALServer(ServerHalf):
         self.client_hessians = dict(state.get("client_hessians", {}))
         self.hessian_sum = sum(self.client_hessians.values()) if self.client_hessians else None
         self.start_derivatives = state.get("start_derivatives")
+        if self.secant is not None and state.get("secant") is not None:
+            self.secant.set_state(state["secant"])
 
     def resume_key(self) -> dict:
         key = super().resume_key()
@@ -620,10 +631,19 @@ class ProxALServer(ServerHalf):
         return val + 0.5 * p * float(d @ d), g + p * d, cached[2]
 
     def inner_newton(self, runtime: Runtime, tau: float, deadline: float | None) -> InnerOutcome:
-        """Step 2 with ``inner_solver="newton"``: federated semismooth Newton on ``l_k``
-        from ``w^k``, whose client derivatives came with the round that set up ``l_k``
-        (``start``, ``outer`` or ``outer_aa``); one round per trial point."""
+        """Step 2 with ``inner_solver="newton"`` or ``"quasi-newton"``: federated
+        (semismooth, or quasi-) Newton on ``l_k`` from ``w^k``, whose client derivatives
+        came with the round that set up ``l_k`` (``start``, ``outer`` or ``outer_aa``); one
+        round per trial point. Quasi-Newton: the curvature is the server's
+        :class:`~fedmodel.algorithms.proxal.newton_inner.SecantModel` of ``l_k`` less its
+        constant diagonal (the proximal term and ``h``), updated from the gradients of
+        consecutive rounds (clients send value and gradient only). The model covers the
+        server's own terms too: their exact Hessian at an iterate where an
+        augmented-Lagrangian term is inactive says nothing of the wall it meets along the
+        step, which a secant pair across it does."""
         w_center = self.x
+        if self.inner_mode == "quasi-newton":
+            return self.inner_quasi_newton(runtime, tau, deadline)
 
         def evaluate(w):
             runtime.next_round()
@@ -632,14 +652,49 @@ class ProxALServer(ServerHalf):
             v0, g0, H = self.own_derivatives(w, w_center)
             return val + v0, grad + g0, H
 
-        v0, g0, H = self.own_derivatives(w_center, w_center)
         val, grad = self.start_derivatives
+        v0, g0, H = self.own_derivatives(w_center, w_center)
         start = (w_center, val + v0, grad + g0, H)
         out = federated_newton(evaluate, start, tau, int(self.options.max_inner), deadline)
-        return InnerOutcome(
-            out.w, out.rounds, out.residual, out.satisfied, out.residual,
-            timed_out=out.timed_out, stalled=out.stalled, gradient=out.gradient,
-        )  # fmt: skip
+        return _inner_outcome(out)
+
+    def inner_quasi_newton(self, runtime, tau: float, deadline: float | None) -> InnerOutcome:
+        """:meth:`inner_newton` with the secant model (``inner_solver="quasi-newton"``)."""
+        w_center, secant = self.x, self.secant
+        n = w_center.size
+        reg = self.problem.regularizer
+        known = self.prox_weight + (0.0 if reg.is_zero else reg.smooth_grad(np.ones(n)))
+        known = np.broadcast_to(np.asarray(known, dtype=float), (n,))
+        model_of = {}  # B -> B + diag(known) (one matrix per model update)
+
+        def curvature():
+            B = secant.matrix
+            if B is None:
+                B = secant.initial(grad0)
+            if model_of.get("B") is not B:
+                H = np.array(B)
+                H[np.diag_indices(n)] += known
+                model_of.update(B=B, H=H)
+            return model_of["H"]
+
+        def derivatives(w, replies_sum):
+            v0, g0, _ = self.own_derivatives(w, w_center)
+            return replies_sum[0] + v0, replies_sum[1] + g0
+
+        def evaluate(w):
+            runtime.next_round()
+            replies = runtime.broadcast("gradient_w", {"w": w})
+            val, grad = derivatives(w, self.take_derivatives(replies))
+            secant.observe(w, grad - known * w)  # (the pair of l_k less its known part)
+            return val, grad, curvature()
+
+        val0, grad0 = derivatives(w_center, self.start_derivatives)
+        secant.restart(w_center, grad0 - known * w_center)  # (pairs only within one l_k)
+        start = (w_center, val0, grad0, curvature())
+        out = federated_newton(
+            evaluate, start, tau, int(self.options.max_inner), deadline, remodel=QN_REMODEL
+        )
+        return _inner_outcome(out)
 
     def objective_at(self, runtime: Runtime, x: np.ndarray) -> tuple[float, float]:
         """``(f + h, max violation)`` at the server's view ``x``: one diagnostic round, each
@@ -784,6 +839,15 @@ class ProxALServer(ServerHalf):
         return change
 
 
+def _inner_outcome(out) -> InnerOutcome:
+    """An :class:`InnerOutcome` of the (quasi-)Newton loop's outcome (its bound is the
+    measured ``||grad l_k||_inf``)."""
+    return InnerOutcome(
+        out.w, out.rounds, out.residual, out.satisfied, out.residual,
+        timed_out=out.timed_out, stalled=out.stalled, gradient=out.gradient,
+    )  # fmt: skip
+
+
 def _combine(outputs, latest, alpha, reset, keep):
     """The server's half of Anderson acceleration: store each client's newest ``u~_i``
     and return the next input ``sum_j alpha_j u~_i^j`` (the newest when ``alpha`` is
@@ -846,22 +910,27 @@ def inner_solver(
     compiled: CompiledModel, options: ProxALOptions, proximal: bool
 ) -> tuple[str, str]:
     """The inner solver of each outer iteration and, when ``"auto"`` does not pick
-    Newton, why: ``("newton", "")`` when the model allows federated Newton on ``l_k``
-    (:mod:`~fedmodel.algorithms.proxal.newton_inner`: ``C^1`` terms with generalised
-    Hessians), else ``("admm", reason)`` (Algorithm 2). ``inner_solver="newton"`` on a
-    model that does not allow it is a :class:`ModelError`; a client whose backend turns out
-    to have no Hessians switches the run to Algorithm 2 at its start (``res.extra``)."""
+    quasi-Newton, why: ``("quasi-newton", "")`` (``"auto"``) or the forced
+    ``("newton", "")`` when the model allows a federated (quasi-)Newton method on ``l_k``
+    (:mod:`~fedmodel.algorithms.proxal.newton_inner`: ``C^1`` terms), else ``("admm",
+    reason)`` (Algorithm 2). A forced ``"newton"``/``"quasi-newton"`` on a model that does
+    not allow it is a :class:`ModelError`; a client that turns out unable switches the run
+    to Algorithm 2 at its start (``res.extra``)."""
     choice = options.inner_solver
-    if choice == "admm":
+    if choice not in ("auto", *NEWTON_MODES):  # ("admm"; options.validate names the others)
         return "admm", ""
     why = _newton_obstacle(compiled, options, proximal)
-    if why and choice == "newton":
-        raise ModelError(f"inner_solver='newton' is not available: {why}; use inner_solver='admm'")
-    return ("admm", why) if why else ("newton", "")
+    if why and choice != "auto":
+        raise ModelError(
+            f"inner_solver={choice!r} is not available: {why}; use inner_solver='admm'"
+        )
+    mode = "quasi-newton" if choice == "auto" else choice
+    return ("admm", why) if why else (mode, "")
 
 
 def _newton_obstacle(compiled: CompiledModel, options: ProxALOptions, proximal: bool) -> str:
-    """Why ``inner_solver`` cannot (or ``"auto"`` should not) be Newton; "" if it can."""
+    """Why ``inner_solver`` cannot (or ``"auto"`` should not) be (quasi-)Newton; "" if it
+    can."""
     if not proximal:
         return "method 'admm' is Algorithm 2 itself"
     why = compiled.shared_hessian_obstacle()
@@ -872,9 +941,9 @@ def _newton_obstacle(compiled: CompiledModel, options: ProxALOptions, proximal: 
     d = compiled.layout.n_shared
     if options.inner_solver == "auto" and d > NEWTON_MAX_SHARED:
         return (
-            f"{d} shared variables: each client would send a {d} x {d} Hessian "
-            f"({8 * d * d / 1e6:.0f} MB) per round (auto picks Newton up to "
-            f"{NEWTON_MAX_SHARED}; inner_solver='newton' forces it)"
+            f"{d} shared variables: the server's quasi-Newton model would be a {d} x {d} "
+            f"matrix ({8 * d * d / 1e6:.0f} MB, factored every round; auto picks "
+            f"quasi-Newton up to {NEWTON_MAX_SHARED}; inner_solver='quasi-newton' forces it)"
         )
     return ""
 
