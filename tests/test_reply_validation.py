@@ -57,13 +57,13 @@ def assert_refused(res, kind, field, what):
 
 
 # (message kind, field, corruption, what the error says, options)
-NEWTON = [
-    ("newton_w", "grad", "shape", "has shape (6,), expected (d=5,)"),
-    ("newton_w", "grad", "nan", "is not finite"),
-    ("newton_w", "value", "large", "magnitude 1e+300"),
-    ("newton_w", "grad", "huge", "has shape (1000000,)"),
-    ("newton_w", "leak", "extra", "unknown field"),
-    ("newton_w", "grad", "missing", "is missing"),
+DEFAULT = [  # the default (quasi-Newton) inner solver's trial-point replies
+    ("gradient_w", "grad", "shape", "has shape (6,), expected (d=5,)"),
+    ("gradient_w", "grad", "nan", "is not finite"),
+    ("gradient_w", "value", "large", "magnitude 1e+300"),
+    ("gradient_w", "grad", "huge", "has shape (1000000,)"),
+    ("gradient_w", "leak", "extra", "unknown field"),
+    ("gradient_w", "grad", "missing", "is missing"),
 ]
 ADMM = [
     ("admm_w", "u_tilde", "nan", "is not finite"),
@@ -81,8 +81,8 @@ CERTIFICATE = [
 ]
 
 
-@pytest.mark.parametrize("kind,field,how,what", NEWTON + CERTIFICATE)
-def test_prox_al_newton_refuses_a_bad_reply_naming_the_client(model, kind, field, how, what):
+@pytest.mark.parametrize("kind,field,how,what", DEFAULT + CERTIFICATE)
+def test_prox_al_default_refuses_a_bad_reply_naming_the_client(model, kind, field, how, what):
     fault = Fault("corrupt", round=2, kinds=(kind,), target=field, corruption=how)
     res = prox_al(model, fault)
     assert_refused(res, kind, field, what)
@@ -100,7 +100,8 @@ def test_prox_al_admm_refuses_a_bad_reply_naming_the_client(model, kind, field, 
 @pytest.mark.parametrize(
     "kind,field,how,what,kw",
     [
-        ("newton_w", "grad", "shape", "has shape (6,)", {}),
+        ("gradient_w", "grad", "shape", "has shape (6,)", {}),
+        ("newton_w", "grad", "shape", "has shape (6,)", {"inner_solver": "newton"}),
         ("admm_w", "u_tilde", "nan", "is not finite", {"inner_solver": "admm"}),
         ("evaluate", "grad", "nan", "is not finite", {}),
         ("report", "nu", "extra", "has shape (3,), expected ()", {}),
@@ -118,9 +119,9 @@ def test_refused_on_every_backend(model, backend, kind, field, how, what, kw):
 def test_a_bad_reply_is_not_retried(model):
     """A malformed reply is not a transient fault and the client's step already ran (a
     retry would not repeat it): under on_failure="retry" the run still stops on it."""
-    fault = Fault("corrupt", round=2, kinds=("newton_w",), target="grad", corruption="nan")
+    fault = Fault("corrupt", round=2, kinds=("gradient_w",), target="grad", corruption="nan")
     res = prox_al(model, fault, on_failure="retry", retries=3)
-    assert_refused(res, "newton_w", "grad", "is not finite")
+    assert_refused(res, "gradient_w", "grad", "is not finite")
     assert res.extra["retries"] == []
 
 
