@@ -271,9 +271,11 @@ def join(
 ) -> int:
     """Serve ``party`` (its data from ``data_path`` only) to the SuperLink whose Fleet API
     is at ``superlink``, until stopped (SIGTERM / Ctrl-C); returns an exit code."""
+    from fedmodel.algorithms.registry import all_methods
     from fedmodel.deploy import load_model_file, party_compiled, shapes_of
     from fedmodel.runtime.flower_party import PartyServer
 
+    all_methods()  # every family registers the client halves a coordinator may build (wire)
     model_file = load_model_file(model_path)
     data = model_file.load(party, data_path)
     program, regularizer = party_compiled(model_file, party, data)
