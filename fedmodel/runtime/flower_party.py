@@ -45,6 +45,7 @@ import secrets
 import signal
 import sys
 from collections.abc import Mapping
+from multiprocessing import AuthenticationError
 from multiprocessing.connection import Client, Listener
 from typing import Any
 
@@ -247,7 +248,7 @@ class PartyServer:
         connection or a refused request ends only that connection)."""
         try:
             conn = self.listener.accept()
-        except OSError:  # a connection that failed authentication
+        except (OSError, EOFError, AuthenticationError):  # a failed or abandoned handshake
             return
         with conn:
             try:
