@@ -557,8 +557,10 @@ def cmd_join(args) -> int:
         args.superlink,
         insecure=args.insecure,
         root_certificates=args.root_certificates,
+        auth_key=args.auth_key,
         socket_dir=args.socket_dir,
         ready_file=args.ready_file,
+        checkpoint_dir=args.checkpoint_dir,
     )
 
 
@@ -574,6 +576,7 @@ def cmd_serve(args) -> int:
         args.ledger,
         insecure=args.insecure,
         root_certificates=args.root_certificates,
+        authorized_keys=args.authorized_keys,
         wait=args.wait,
         timeout=args.timeout,
         stream=not args.quiet,
@@ -583,10 +586,31 @@ def cmd_serve(args) -> int:
     return EXIT_INTERRUPT if out["status"] == "interrupted" else 0
 
 
+def cmd_register(args) -> int:
+    from fedmodel.deploy import load_model_file
+    from fedmodel.flower_app import read_authorized_keys, register_parties, transport_security
+
+    transport_security("register", args.insecure, args.root_certificates)
+    keys = read_authorized_keys(args.authorized_keys, load_model_file(args.model).parties)
+    nodes = register_parties(
+        args.superlink, keys, insecure=args.insecure, root_certificates=args.root_certificates
+    )
+    for party, node in nodes.items():
+        print(f"{party}: node {node}")
+    return 0
+
+
 def _flower_arguments(p) -> None:
     p.add_argument("model", metavar="MODEL.py", help="the shared model file (docs/deployment.md)")
-    p.add_argument("--insecure", action="store_true", help="no TLS (tests on loopback only)")
-    p.add_argument("--root-certificates", metavar="PEM", help="CA certificate of the SuperLink")
+    p.add_argument(
+        "--insecure", action="store_true", help="no TLS (loopback tests, development only)"
+    )
+    p.add_argument(
+        "--root-certificates",
+        "--root-cert",
+        metavar="PEM",
+        help="CA certificate of the SuperLink's TLS certificate (default: the system's roots)",
+    )
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -699,7 +723,22 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--superlink", required=True, metavar="HOST:PORT", help="the SuperLink's Fleet API"
     )
-    p.add_argument("--socket-dir", metavar="DIR", help="where the party's local socket lives")
+    p.add_argument(
+        "--auth-key",
+        metavar="KEY",
+        help="the party's private key (OpenSSH ECDSA) its SuperNode authenticates with",
+    )
+    p.add_argument(
+        "--checkpoint-dir",
+        metavar="DIR",
+        help="where the party writes its checkpoint files (default fedmodel-checkpoints/PARTY)",
+    )
+    p.add_argument(
+        "--socket-dir",
+        metavar="DIR",
+        help="where the party's local socket lives (created 0700; an existing one must be "
+        "private to this user)",
+    )
     p.add_argument("--ready-file", metavar="FILE", help=argparse.SUPPRESS)
     p.set_defaults(func=cmd_join)
 
@@ -712,9 +751,29 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--out", default="result.json", help="Result JSON (default result.json)")
     p.add_argument("--ledger", metavar="FILE", help="write the ledger (JSON lines) here")
+    p.add_argument(
+        "--authorized-keys",
+        metavar="FILE",
+        help="the parties' public keys ('PARTY ecdsa-sha2-... KEY' lines): registered with the "
+        "SuperLink, each party accepted only from the node holding its key",
+    )
     p.add_argument("--wait", type=float, default=120.0, help="seconds to wait for the parties")
     p.add_argument("--timeout", type=float, default=None, help="seconds for the whole run")
     p.set_defaults(func=cmd_serve)
+
+    p = sub.add_parser(
+        "register",
+        parents=[common],
+        help="register the parties' public keys with a SuperLink (SuperNode authentication)",
+    )
+    _flower_arguments(p)
+    p.add_argument(
+        "--superlink", required=True, metavar="HOST:PORT", help="the SuperLink's Control API"
+    )
+    p.add_argument(
+        "--authorized-keys", required=True, metavar="FILE", help="the parties' public keys"
+    )
+    p.set_defaults(func=cmd_register)
 
     p = sub.add_parser("datasets", parents=[common], help="list the bundled data sets")
     p.add_argument("--json", action="store_true", help="print as JSON")

@@ -47,7 +47,7 @@ import sys
 from collections.abc import Mapping
 from dataclasses import dataclass
 from types import ModuleType
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 
@@ -122,21 +122,82 @@ def stand_ins(shapes: Mapping[str, Any]) -> dict[str, np.ndarray]:
     return {k: np.zeros(tuple(int(s) for s in v)) for k, v in shapes.items()}
 
 
+class _ReadRecorder(Mapping):
+    """One party's arrays as ``build`` sees them, noting the names it reads (iterating
+    over the names, e.g. ``dict(data[p])``, counts as reading all of them)."""
+
+    def __init__(self, arrays: Mapping[str, np.ndarray], read: set[str]):
+        self._arrays = arrays
+        self._read = read
+
+    def __getitem__(self, name: str) -> np.ndarray:
+        value = self._arrays[name]
+        self._read.add(name)
+        return value
+
+    def __contains__(self, name: object) -> bool:
+        return name in self._arrays
+
+    def __iter__(self):
+        self._read.update(self._arrays)
+        return iter(self._arrays)
+
+    def __len__(self) -> int:
+        return len(self._arrays)
+
+
+class PartyBuild(NamedTuple):
+    """What a party compiles from the model file and its own data (see
+    :func:`party_compiled`)."""
+
+    program: Any
+    regularizer: Any
+    used: tuple[str, ...]  # the names of the party's arrays the model reads
+
+
 def party_program(model_file: ModelFile, party: str, data: Mapping[str, np.ndarray]):
     """Compile ``party``'s own program from its data (others: stand-ins of its shapes)."""
-    return party_compiled(model_file, party, data)[0]
+    return party_compiled(model_file, party, data).program
 
 
-def party_compiled(model_file: ModelFile, party: str, data: Mapping[str, np.ndarray]):
-    """``(program, regularizer)``: ``party``'s own compiled program and the model's
-    regularizer, compiled where the party runs (others' data: stand-ins of its shapes)."""
+def party_compiled(model_file: ModelFile, party: str, data: Mapping[str, np.ndarray]) -> PartyBuild:
+    """``party``'s own compiled program, the model's regularizer (compiled where the party
+    runs; the others' data: stand-ins of its shapes) and the names of the arrays the
+    model file's ``build`` reads: only those are reported when the party joins.
+
+    Examples
+    --------
+    >>> # fragment: a party's file holding X0, X1 and an array the model never reads
+    >>> built = party_compiled(model_file, "site0", {"X0": X0, "X1": X1, "notes": notes})
+    >>> built.used
+    ('X0', 'X1')
+    """
     own = shapes_of(data)
-    full = {p: (dict(data) if p == party else stand_ins(own)) for p in model_file.parties}
+    read: set[str] = set()
+    full = {
+        p: _ReadRecorder(dict(data) if p == party else stand_ins(own), read)
+        for p in model_file.parties
+    }
     compiled = model_file.build(full).compile()
     for c in compiled.clients:
         if c.name == party:
-            return c, compiled.regularizer
+            used = tuple(k for k in data if k in read)
+            return PartyBuild(c, compiled.regularizer, used)
     raise ModelError(f"the model has no client '{party}'")  # pragma: no cover
+
+
+def join_info(party: str, data: Mapping[str, np.ndarray], used: tuple[str, ...]) -> dict:
+    """What a party's ``hello`` says when it joins: its name and the shapes of the arrays
+    the model reads (``used``), never their values and nothing about the other arrays of
+    its file.
+
+    Examples
+    --------
+    >>> info = join_info("site0", {"X0": np.zeros((4, 2)), "ids": np.zeros(4)}, ("X0",))
+    >>> info["shapes"]
+    {'site0': {'X0': [4, 2]}}
+    """
+    return {"shapes": {party: shapes_of({k: data[k] for k in used})}}
 
 
 def coordinator_model(model_file: ModelFile, shapes: Mapping[str, Mapping[str, Any]]):

@@ -39,7 +39,7 @@ def test_auto_keeps_cvxpy_for_large_qps(monkeypatch):
     from fedmodel.algorithms.centralized import pooled
 
     model = lcqp_test_model(3)
-    monkeypatch.setattr(pooled, "SMOOTH_QP_MAX_SIZE", model.compile().layout.size - 1)
+    monkeypatch.setattr(pooled, "SMOOTH_MAX_SIZE", model.compile().layout.size - 1)
     assert not prefers_smooth_path(model.compile())
     res = model.solve(method="centralized")
     assert res.status == "optimal"
@@ -65,3 +65,36 @@ def test_smooth_engine_refuses_a_term_without_gradient():
     with pytest.raises(UnsupportedError, match="site1"):
         model.solve(method="centralized", engine="smooth")
     assert model.solve(method="centralized").status == "optimal"
+
+
+def test_auto_sends_epigraph_models_to_clarabel_and_certifies_them():
+    """Hinge SVM (epigraph of pos): Clarabel directly at tight tolerances, certified at
+    1e-6 without the smooth path or a refinement, at Clarabel's optimum."""
+    import cvxpy as cp
+
+    import fedmodel as fm
+
+    rng = np.random.default_rng(0)
+    model, W, B, obj = fm.Model(), cp.Variable(4), cp.Variable(), 0
+    w, b = model.variable(4, name="w"), model.variable(name="b")
+    model.server.subject_to(cp.norm(w, 2) <= 1)
+    for k in range(3):
+        X = rng.normal(size=(60, 4))
+        y = np.sign(X @ np.array([1.0, -1.0, 0.5, 0.0]) + 0.3 * rng.normal(size=60))
+        site = model.client(f"c{k}")
+        Xd, yd = site.data(X, name="X"), site.data(y, name="y")
+        site.minimize(cp.sum(cp.pos(1 - cp.multiply(yd, Xd @ w + b))) / 180)
+        obj += cp.sum(cp.pos(1 - cp.multiply(y, X @ W + B))) / 180
+    assert not prefers_smooth_path(model.compile())
+    res = model.solve(method="centralized")
+    assert res.status == "optimal"
+    assert res.extra["cvxpy_solver"] == "CLARABEL"
+    assert "solved_with" not in res.extra and "refined_with" not in res.extra
+    ref = cp.Problem(cp.Minimize(obj), [cp.norm(W, 2) <= 1])
+    ref.solve(solver="CLARABEL")
+    Xs = [np.asarray(d.value) for c in model.clients for d in c.data_handles]
+    hinge = sum(
+        np.maximum(0.0, 1 - y * (X @ res.solution["w"] + res.solution["b"])).sum() / 180
+        for X, y in zip(Xs[::2], Xs[1::2])
+    )
+    assert abs(hinge - ref.value) <= 1e-6 * max(1.0, abs(ref.value))

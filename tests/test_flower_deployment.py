@@ -1,6 +1,8 @@
 """Flower's deployment engine on loopback (issue 15): a SuperLink and three SuperNodes on
 127.0.0.1, each organisation started with ``fedmodel join`` in its own directory holding
-only its own data file, the coordinator with ``fedmodel serve``.
+only its own data file and its own key, the coordinator with ``fedmodel serve``; with TLS
+(a CA and a server certificate the test makes) and SuperNode authentication (each party's
+ECDSA key registered with the SuperLink, issue 22).
 
 Flower's deployment engine starts a fresh ClientApp process for every message and a
 SuperNode polls for messages every 3 s, so a round costs seconds (see
@@ -64,7 +66,79 @@ def _free_port() -> int:
 def _env(home: str) -> dict:
     env = dict(os.environ, FLWR_HOME=home, OPENBLAS_NUM_THREADS="1")
     env["PYTHONPATH"] = os.pathsep.join([ROOT, env.get("PYTHONPATH", "")]).rstrip(os.pathsep)
+    # the SuperLink starts flower-superexec from PATH
+    env["PATH"] = os.pathsep.join([os.path.dirname(sys.executable), env.get("PATH", "")])
     return env
+
+
+def make_tls(directory) -> dict:
+    """A CA and a certificate for 127.0.0.1 it signs (what Flower's guide makes with
+    openssl), written under ``directory``; returns their paths."""
+    import datetime
+
+    from cryptography import x509
+    from cryptography.hazmat.primitives import hashes, serialization
+    from cryptography.hazmat.primitives.asymmetric import ec
+    from cryptography.x509.oid import NameOID
+
+    now = datetime.datetime.now(datetime.timezone.utc)
+    pem = serialization.Encoding.PEM
+
+    def cert(subject, key, issuer, issuer_key, ca, san=None):
+        b = (
+            x509.CertificateBuilder()
+            .subject_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, subject)]))
+            .issuer_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, issuer)]))
+            .public_key(key.public_key())
+            .serial_number(x509.random_serial_number())
+            .not_valid_before(now - datetime.timedelta(minutes=5))
+            .not_valid_after(now + datetime.timedelta(days=1))
+            .add_extension(x509.BasicConstraints(ca=ca, path_length=None), critical=True)
+        )
+        if san:
+            b = b.add_extension(x509.SubjectAlternativeName(san), critical=False)
+        return b.sign(issuer_key, hashes.SHA256())
+
+    import ipaddress
+
+    ca_key, key = ec.generate_private_key(ec.SECP384R1()), ec.generate_private_key(ec.SECP384R1())
+    ca = cert("fedmodel test CA", ca_key, "fedmodel test CA", ca_key, True)
+    san = [x509.IPAddress(ipaddress.ip_address("127.0.0.1")), x509.DNSName("localhost")]
+    server = cert("127.0.0.1", key, "fedmodel test CA", ca_key, False, san)
+    out = {
+        "ca": directory / "ca.crt",
+        "cert": directory / "server.pem",
+        "key": directory / "server.key",
+    }
+    out["ca"].write_bytes(ca.public_bytes(pem))
+    out["cert"].write_bytes(server.public_bytes(pem))
+    out["key"].write_bytes(
+        key.private_bytes(pem, serialization.PrivateFormat.PKCS8, serialization.NoEncryption())
+    )
+    os.chmod(out["key"], 0o600)
+    return out
+
+
+def make_node_key(path) -> str:
+    """A SuperNode's ECDSA key pair, as ``ssh-keygen -t ecdsa -b 384 -N "" -f path`` makes
+    it: the private key at ``path`` (0600); returns the public key line."""
+    from cryptography.hazmat.primitives import serialization
+    from cryptography.hazmat.primitives.asymmetric import ec
+
+    key = ec.generate_private_key(ec.SECP384R1())
+    path.write_bytes(
+        key.private_bytes(
+            serialization.Encoding.PEM,
+            serialization.PrivateFormat.OpenSSH,
+            serialization.NoEncryption(),
+        )
+    )
+    os.chmod(path, 0o600)
+    return (
+        key.public_key()
+        .public_bytes(serialization.Encoding.OpenSSH, serialization.PublicFormat.OpenSSH)
+        .decode()
+    )
 
 
 def _bin(name: str) -> str:
@@ -133,43 +207,80 @@ def federation(tmp_path_factory):
         yield fed
 
 
+def _join(fed, org, party, data, log, key, ready=None, socket_dir=None):
+    """``fedmodel join`` of ``party`` in directory ``org`` (its data file ``data`` there)."""
+    cmd = [_bin("fedmodel"), "join", str(fed["model"]), "--party", party, "--data", data,
+           "--superlink", fed["link"], "--root-certificates", str(fed["tls"]["ca"]),
+           "--auth-key", str(key), "--socket-dir", str(socket_dir or org / "run")]  # fmt: skip
+    if ready is not None:
+        cmd += ["--ready-file", str(ready)]
+    return subprocess.Popen(
+        cmd, cwd=org, env=_env(str(org)), start_new_session=True,
+        stdout=open(log, "w"), stderr=subprocess.STDOUT,
+    )  # fmt: skip
+
+
 @contextlib.contextmanager
 def loopback_federation(base):
-    """A SuperLink and three ``fedmodel join`` organisations on 127.0.0.1 under ``base``
-    (a Path); everything started is stopped on exit."""
+    """A SuperLink (TLS, SuperNode authentication) and three ``fedmodel join``
+    organisations on 127.0.0.1 under ``base`` (a Path), each party's key registered with
+    ``fedmodel register``; everything started is stopped on exit."""
     model_path = base / "model.py"
     model_path.write_text(MODEL)
     sites = np_sites(3)
     port = _free_port()
     link = f"127.0.0.1:{port}"
+    (base / "pki").mkdir()
+    tls = make_tls(base / "pki")
     procs, joins = [], {}
+    fed = {"base": base, "model": model_path, "link": link, "joins": joins, "sites": sites,
+           "tls": tls, "keys": base / "parties.keys", "procs": {}}  # fmt: skip
     try:
         (base / "link").mkdir()
         procs.append(
             subprocess.Popen(
-                [_bin("flower-superlink"), "--insecure", "--database", str(base / "link" / "state.db"),
+                [_bin("flower-superlink"), "--ssl-ca-certfile", str(tls["ca"]),
+                 "--ssl-certfile", str(tls["cert"]), "--ssl-keyfile", str(tls["key"]),
+                 "--enable-supernode-auth", "--database", str(base / "link" / "state.db"),
                  "--host", "127.0.0.1", "--port", str(port)],
                 env=_env(str(base / "link")), start_new_session=True,
                 stdout=open(base / "link.log", "w"), stderr=subprocess.STDOUT,
             )
         )  # fmt: skip
+        lines = []
         for i, (X0, X1) in enumerate(sites):
             org = base / f"org{i}"
             org.mkdir()
-            np.savez(org / f"site{i}.npz", X0=X0, X1=X1)  # only its own data is here
-            ready = org / "ready.json"
-            p = subprocess.Popen(
-                [_bin("fedmodel"), "join", str(model_path), "--party", f"site{i}",
-                 "--data", f"site{i}.npz", "--superlink", link, "--insecure",
-                 "--socket-dir", str(org / "run"), "--ready-file", str(ready)],
-                cwd=org, env=_env(str(org)), start_new_session=True,
-                stdout=open(base / f"join{i}.log", "w"), stderr=subprocess.STDOUT,
-            )  # fmt: skip
+            # only its own data is here, and an array the model never reads
+            np.savez(org / f"site{i}.npz", X0=X0, X1=X1, record_ids=np.arange(len(X0) + len(X1)))
+            lines.append(f"site{i} " + make_node_key(org / f"site{i}.key"))
+        fed["keys"].write_text("# party, its SuperNode's public key\n" + "\n".join(lines) + "\n")
+        # the coordinator registers the parties' public keys (the SuperLink must be up)
+        register = [_bin("fedmodel"), "register", str(model_path), "--superlink", link,
+                    "--root-certificates", str(tls["ca"]), "--authorized-keys", str(fed["keys"])]  # fmt: skip
+        deadline = time.monotonic() + 120
+        while True:
+            r = subprocess.run(register, env=_env(str(base / "link")), capture_output=True,
+                               text=True, timeout=120)  # fmt: skip
+            if r.returncode == 0 or time.monotonic() > deadline:
+                break
+            time.sleep(1.0)
+        assert r.returncode == 0, r.stdout + r.stderr
+        assert [line.split(":")[0] for line in r.stdout.splitlines() if ": node " in line] == [
+            "site0",
+            "site1",
+            "site2",
+        ]
+        for i in range(3):
+            org = base / f"org{i}"
+            ready, log = org / "ready.json", base / f"join{i}.log"
+            p = _join(fed, org, f"site{i}", f"site{i}.npz", log, org / f"site{i}.key", ready)
             procs.append(p)
-            joins[f"site{i}"] = (org, ready, base / f"join{i}.log")
+            fed["procs"][f"site{i}"] = p
+            joins[f"site{i}"] = (org, ready, log)
         for name, (_org, ready, _log) in joins.items():
             _wait_for(ready.exists, 180, f"{name} to join")
-        yield {"base": base, "model": model_path, "link": link, "joins": joins, "sites": sites}
+        yield fed
     finally:
         _stop(procs)
 
@@ -182,11 +293,35 @@ def _serial(sites, **opts):
 
 def _serve(fed, out, ledger, **opts):
     cmd = [_bin("fedmodel"), "serve", str(fed["model"]), "--superlink", fed["link"],
-           "--insecure", "--out", str(out), "--ledger", str(ledger), "--timeout", "900"]  # fmt: skip
+           "--root-certificates", str(fed["tls"]["ca"]), "--authorized-keys", str(fed["keys"]),
+           "--out", str(out), "--ledger", str(ledger), "--timeout", "900"]  # fmt: skip
     for k, v in opts.items():
         cmd += ["-o", f"{k}={v}"]
     return subprocess.Popen(cmd, env=_env(str(fed["base"] / "serve")), stdout=subprocess.PIPE,
                             stderr=subprocess.STDOUT, text=True, start_new_session=True)  # fmt: skip
+
+
+def test_a_supernode_whose_key_is_not_registered_cannot_join(federation, tmp_path):
+    """Someone with site1's data file but not site1's key cannot take its place: the
+    SuperLink refuses the SuperNode, and ``fedmodel join`` says so and exits non-zero."""
+    fed = federation
+    org = tmp_path / "rogue"
+    org.mkdir()
+    X0, X1 = fed["sites"][1]
+    np.savez(org / "site1.npz", X0=X0, X1=X1)
+    make_node_key(org / "rogue.key")
+    log = tmp_path / "rogue.log"
+    p = _join(fed, org, "site1", "site1.npz", log, org / "rogue.key")
+    try:
+        code = p.wait(timeout=180)
+    finally:
+        _stop([p])
+    text = log.read_text()
+    assert code == 1, text[-3000:]
+    said = [line for line in text.splitlines() if line.startswith("fedmodel: error:")]
+    assert len(said) == 1, text[-3000:]
+    assert "the Flower SuperNode of party 'site1' exited with code 1" in said[0]
+    assert "Failed to activate SuperNode" in said[0]  # Flower's reason, in the message
 
 
 def test_three_organisations_solve_prox_al(federation, tmp_path):
@@ -209,7 +344,17 @@ def test_three_organisations_solve_prox_al(federation, tmp_path):
     x = np.asarray(res["x"])
     assert np.max(np.abs(x - ref.x)) <= 1e-10 * max(1.0, np.max(np.abs(ref.x)))
     rows = [json.loads(line) for line in ledger.read_text().splitlines()]
-    strip = [{k: v for k, v in r.items() if k != "seconds"} for r in rows]
+    # the hello exchange first: each party reported the shapes of the arrays the model
+    # reads (X0, X1: two integers each), not its other array
+    hello = [r for r in rows if r["channel"] == "join"]
+    assert [(r["sender"], r["receiver"], r["kind"]) for r in hello] == [
+        x
+        for i in range(3)
+        for x in (("server", f"site{i}", "hello"), (f"site{i}", "server", "hello"))
+    ]
+    for r in hello[1::2]:
+        assert r["shapes"] == {"X0": [2], "X1": [2]} and r["floats"] == 4, r
+    strip = [{k: v for k, v in r.items() if k != "seconds"} for r in rows if r["channel"] != "join"]
     from fedmodel.result import _jsonable
 
     assert strip == [{k: v for k, v in _jsonable(r).items() if k != "seconds"} for r in ref.ledger]
@@ -227,6 +372,22 @@ def _file_model(fed):
 
     mf = load_model_file(fed["model"])
     return mf.build({f"site{i}": {"X0": X0, "X1": X1} for i, (X0, X1) in enumerate(fed["sites"])})
+
+
+def _gather_party_files(fed, ck):
+    """Each organisation's checkpoint files (written in its own checkpoint directory, under
+    the run token the coordinator named) copied next to the coordinator's manifest, as
+    the organisations would hand them over to resume elsewhere."""
+    import shutil
+
+    from fedmodel.runtime.checkpoint import run_token
+
+    for name, (org, _ready, _log) in fed["joins"].items():
+        own = org / "fedmodel-checkpoints" / name / run_token(str(ck))
+        files = [f for f in os.listdir(own) if f.startswith("party-")]
+        assert files, f"{name} wrote no checkpoint file in its own directory"
+        for f in files:
+            shutil.copy(own / f, ck / f)
 
 
 def test_ctrl_c_on_the_coordinator_returns_interrupted(federation, tmp_path):
@@ -250,6 +411,7 @@ def test_ctrl_c_on_the_coordinator_returns_interrupted(federation, tmp_path):
     assert res["status"] == "interrupted", res["message"]
     assert "interrupted" in text
     # the checkpoint of the returned point resumes to the uninterrupted answer
+    _gather_party_files(fed, ck)
     serial_opts = {k: v for k, v in opts.items() if k != "checkpoint"}
     ref = _file_model(fed).solve("prox-al", **serial_opts)
     again = _file_model(fed).solve("prox-al", resume=str(ck), **serial_opts)
@@ -260,7 +422,7 @@ def test_ctrl_c_on_the_coordinator_returns_interrupted(federation, tmp_path):
 def test_a_supernode_killed_mid_solve_is_a_client_failure(federation, tmp_path):
     fed = federation
     out, ledger = tmp_path / "result.json", tmp_path / "ledger.jsonl"
-    ck = tmp_path / "ck"  # every party writes its own state here (one machine: one path)
+    ck = tmp_path / "ck"  # the manifest; each party writes its state in its own directory
     _org, ready, log = fed["joins"]["site1"]
     info = json.loads(ready.read_text())
     seen = log.read_text().count("Receiving: query.fedmodel")
@@ -273,6 +435,13 @@ def test_a_supernode_killed_mid_solve_is_a_client_failure(federation, tmp_path):
             lambda: log.read_text().count("Receiving: query.fedmodel") >= seen + 12, 900, "rounds"
         )
         os.kill(info["supernode_pid"], signal.SIGKILL)
+        # the organisation's `fedmodel join` notices, says so and exits non-zero (rather
+        # than living on with a defunct child)
+        join = fed["procs"]["site1"]
+        assert join.wait(timeout=60) == 1
+        assert "the Flower SuperNode of party 'site1' was killed by signal SIGKILL" in (
+            log.read_text()
+        )
         text, _ = proc.communicate(timeout=600)
     finally:
         _stop([proc])
@@ -284,6 +453,8 @@ def test_a_supernode_killed_mid_solve_is_a_client_failure(federation, tmp_path):
     # nothing lost: the periodic checkpoint (each party's state written by the party)
     # resumes, here on the serial backend, to the uninterrupted run's answer
     assert str(ck) in res["message"]
+    assert not [f for f in os.listdir(ck) if f.startswith("party-")]
+    _gather_party_files(fed, ck)
     serial_opts = {k: v for k, v in opts.items() if k not in ("checkpoint", "client_timeout")}
     ref = _file_model(fed).solve("prox-al", **serial_opts)
     again = _file_model(fed).solve("prox-al", resume=str(ck), **serial_opts)

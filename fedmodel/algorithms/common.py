@@ -127,6 +127,8 @@ def history_row(k: int, summary: dict, kkt: KKTResiduals, **extra) -> dict:
         "max_violation": summary["max_violation"],
         "stationarity": kkt.stationarity,
         "feasibility": kkt.feasibility,
+        "scaled_stationarity": kkt.scaled_stationarity,
+        "scaled_feasibility": kkt.scaled_feasibility,
         "constraints": summary["constraints"],
         **extra,
     }

@@ -23,6 +23,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import time
 from collections.abc import Mapping
@@ -36,8 +37,9 @@ from fedmodel.algorithms.common import (
     make_result,
     split_multipliers,
 )
+from fedmodel.algorithms.messages import reply_checker
 from fedmodel.algorithms.protocol import ServerHalf, StepReport
-from fedmodel.certificate.kkt import assemble, party_evaluation
+from fedmodel.certificate.kkt import KKTResiduals, assemble, party_evaluation
 from fedmodel.compiler.partition import CompiledModel
 from fedmodel.runtime.checkpoint import (
     check_manifest,
@@ -67,10 +69,24 @@ class _Mark:
     server: dict
 
     def state(self, runtime) -> dict:
+        """The server side of a checkpoint, as plain values and arrays."""
         d = dict(self.__dict__)
+        if self.last_eval is not None:  # (residuals, summary): the residuals as a dict
+            kkt, summary = self.last_eval
+            fields = {f.name: getattr(kkt, f.name) for f in dataclasses.fields(kkt)}
+            d["last_eval"] = (fields, summary)
         d["ledger"] = list(runtime.ledger.rows[: self.ledger_rows])
         d["client_seconds"] = dict(runtime.client_seconds)
         return d
+
+    @classmethod
+    def from_state(cls, state: dict) -> _Mark:
+        """The inverse of :meth:`state` (the ledger and client seconds are the caller's)."""
+        mark = cls(**{k: state[k] for k in cls.__dataclass_fields__})
+        if mark.last_eval is not None:
+            kkt, summary = mark.last_eval
+            mark.last_eval = (KKTResiduals(**kkt), summary)
+        return mark
 
 
 def run_federated(
@@ -130,12 +146,15 @@ def run_federated(
     )
     if not options.keep_ledger:
         runtime.ledger = CountingLedger()
+    # every reply is checked against the method's declared message table before use
+    runtime.reply_check = reply_checker(server, compiled)
     try:
         start = None
         if manifest is not None:
             runtime.load_party_checkpoint(options.resume, manifest["parties"])
-            start = _Mark(**{k: resumed[k] for k in _Mark.__dataclass_fields__})
-            runtime.ledger.rows = list(resumed["ledger"])
+            start = _Mark.from_state(resumed)
+            # the run so far, then what this runtime recorded on starting (Flower: hello)
+            runtime.ledger.rows = list(resumed["ledger"]) + runtime.ledger.rows
             runtime.client_seconds.update(resumed["client_seconds"])
         run = _Run(compiled, options, method, server, runtime, fingerprint, resume_key)
         run.compile_seconds = time.perf_counter() - t_start
@@ -314,8 +333,14 @@ class _Run:
         except KeyboardInterrupt:
             return self.stopped_early(None)
 
-        if self.last_eval is None or self.last_eval_k != self.k or status == "unbounded":
-            self.last_eval, self.last_eval_k = self.evaluate(), self.k
+        try:  # the certificate round: a client may fail (or answer malformed) here too
+            if self.last_eval is None or self.last_eval_k != self.k or status == "unbounded":
+                self.last_eval, self.last_eval_k = self.evaluate(), self.k
+        except ClientFailure as exc:
+            self.last_eval = None
+            return self.stopped_early(exc)
+        except KeyboardInterrupt:
+            return self.stopped_early(None)
         kkt, summary = self.last_eval
         if status == "stopped":
             if kkt.satisfied(opts.eps1, opts.eps2):
@@ -327,17 +352,20 @@ class _Run:
                 status = "inaccurate"
                 message = (
                     "the method's stopping test held but the recomputed KKT residuals "
-                    f"(stationarity {kkt.stationarity:.2e}, feasibility {kkt.feasibility:.2e}) "
-                    f"exceed (eps1, eps2) = ({opts.eps1:g}, {opts.eps2:g})"
+                    f"({kkt.describe()}) exceed (eps1, eps2) = ({opts.eps1:g}, {opts.eps2:g})"
                 )
         elif status == "max_iterations":
             message = (
                 f"{server.max_steps} {server.step_name}s reached without meeting the method's "
-                f"stopping test (KKT stationarity {kkt.stationarity:.2e}, feasibility "
-                f"{kkt.feasibility:.2e})"
+                f"stopping test (KKT {kkt.describe()})"
             )
         status, message = server.conclude(status, message, kkt, summary, self.history)
-        reports = runtime.broadcast("report", server.report_payload(), channel="diagnostic")
+        try:
+            reports = runtime.broadcast("report", server.report_payload(), channel="diagnostic")
+        except ClientFailure as exc:
+            return self.stopped_early(exc)
+        except KeyboardInterrupt:
+            return self.stopped_early(None)
         return self.result(status, message, kkt, summary, reports)
 
     # -- results -----------------------------------------------------------------------------

@@ -89,12 +89,30 @@ RUNTIME_OPTIONS_DOC = """
 
 
 def positive(name: str, value: Any) -> None:
-    try:
-        ok = float(value) > 0 and np.isfinite(float(value))
-    except (TypeError, ValueError):
-        ok = False
+    """Refuse ``value`` unless it is a finite real number > 0 (not a string, not a bool)."""
+    ok = (
+        isinstance(value, (int, float, np.integer, np.floating))
+        and not isinstance(value, (bool, np.bool_))
+        and np.isfinite(float(value))
+        and float(value) > 0
+    )
     if not ok:
         raise ModelError(f"{name} must be a positive number, got {value!r}")
+
+
+def whole_number(name: str, value: Any, minimum: int = 1) -> None:
+    """Refuse ``value`` unless it is an integer (not a bool) of at least ``minimum``.
+
+    Examples
+    --------
+    >>> whole_number("max_outer", 200)
+    >>> whole_number("max_outer", 2.5)
+    Traceback (most recent call last):
+    ...
+    fedmodel.errors.ModelError: max_outer must be an integer >= 1, got 2.5
+    """
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < minimum:
+        raise ModelError(f"{name} must be an integer >= {minimum}, got {value!r}")
 
 
 def build_options(cls, options: dict[str, Any], method: str):
@@ -181,28 +199,24 @@ class RuntimeOptions:
             )
         if self.backend == "flower" and self.server_hosts_clients:
             raise ModelError("server_hosts_clients is for backend='processes' or 'ray'")
+        if self.time_limit is not None:
+            positive("time_limit", self.time_limit)
         if self.client_timeout is not None:
             positive("client_timeout", self.client_timeout)
         if self.on_failure not in ON_FAILURE:
             raise ModelError(f"on_failure must be one of {ON_FAILURE}, got {self.on_failure!r}")
-        if (
-            isinstance(self.retries, bool)
-            or not isinstance(self.retries, (int, np.integer))
-            or self.retries < 0
-        ):
-            raise ModelError(f"retries must be an integer >= 0, got {self.retries!r}")
+        whole_number("retries", self.retries, minimum=0)
         for name in ("checkpoint", "resume"):
             value = getattr(self, name)
             if value is not None and not isinstance(value, (str, os.PathLike)):
                 raise ModelError(f"{name} must be a directory path, got {value!r}")
-        if (
-            isinstance(self.checkpoint_every, bool)
-            or not isinstance(self.checkpoint_every, (int, np.integer))
-            or self.checkpoint_every < 1
-        ):
-            raise ModelError(
-                f"checkpoint_every must be an integer >= 1, got {self.checkpoint_every!r}"
-            )
+        whole_number("checkpoint_every", self.checkpoint_every)
+        if self.checkpoint is not None and os.path.exists(self.checkpoint):
+            if not os.path.isdir(self.checkpoint):
+                raise ModelError(
+                    f"checkpoint={os.fspath(self.checkpoint)!r} is a file; checkpoint= names a "
+                    "directory (created if missing)"
+                )
         if self.resume is not None and not os.path.isdir(self.resume):
             raise ModelError(f"resume={os.fspath(self.resume)!r}: no such checkpoint directory")
 

@@ -43,6 +43,7 @@ import numpy as np
 from fedmodel.certificate.kkt import party_evaluation
 from fedmodel.compiler.partition import PartyProgram
 from fedmodel.runtime.messages import SERVER, Message
+from fedmodel.runtime.schema import MessageTable
 
 
 class ClientHalf:
@@ -72,6 +73,9 @@ class ClientHalf:
     """
 
     state_fields: ClassVar[tuple[str, ...]] = ()
+    #: the declared kinds this half answers (its family's ``messages.py``); every
+    #: ``_on_<kind>`` must be declared there (tests/test_reply_validation.py)
+    messages: ClassVar[MessageTable | None] = None
     # attributes holding objects with their own get_state/set_state (local solvers whose
     # caches change the iterates: step sizes, carried factors); saved with the state
     component_fields: ClassVar[tuple[str, ...]] = ()
@@ -182,6 +186,8 @@ class ServerHalf(ABC):
     """
 
     resume_options: ClassVar[tuple[str, ...]] = ()
+    #: the method family's message table: the driver validates every reply against it
+    messages: ClassVar[MessageTable | None] = None
     step_name: ClassVar[str] = "iteration"
     max_steps: int = 1
 
@@ -252,6 +258,16 @@ class ServerHalf(ABC):
     def report_payload(self) -> dict:
         """Payload of the final ``report`` messages."""
         return {}
+
+    def message_dims(self, client: str) -> dict[str, int]:
+        """Dimensions of ``client``'s messages beyond those of its compiled program
+        (:func:`fedmodel.algorithms.messages.program_dims`): e.g. an Anderson memory, or
+        every dimension when the method runs without a compiled model. By default those
+        the table derives from the options (``messages.option_dims``)."""
+        table = self.messages
+        if table is None or table.option_dims is None:
+            return {}
+        return table.option_dims(self.options)
 
     def resume_key(self) -> dict:
         """The options (by name) a checkpoint must have been written with to resume."""

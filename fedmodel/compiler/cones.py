@@ -64,7 +64,8 @@ class ConeBlock:
         """``lambda`` (flattened like ``E``) from cvxpy's ``con.dual_value``; zeros when the
         solver returned none."""
         dv = con.dual_value
-        if dv is None:
+        if dv is None or (isinstance(dv, (list, tuple)) and any(d is None for d in dv)):
+            # no duals: the solver failed (an SOC's dual_value is then [None, None])
             return np.zeros(self.size)
         if isinstance(dv, (list, tuple)):
             lam = np.concatenate([np.atleast_1d(np.asarray(d)).ravel(order="F") for d in dv])
@@ -190,16 +191,31 @@ def _pow_bound(x, y, z, alpha, dual: bool) -> np.ndarray:
     return np.maximum.reduce([xp - x, yp - y, np.maximum(np.abs(z) - cap, 0.0)])
 
 
-def cone_residuals(blocks: list[ConeBlock], e: np.ndarray, lam: np.ndarray) -> tuple[float, float]:
+def cone_residuals(
+    blocks: list[ConeBlock], e: np.ndarray, lam: np.ndarray, scaled: bool = False
+) -> tuple[float, ...]:
     """``(feasibility, violation)`` of stacked cone blocks at ``E = e`` with multipliers
     ``lam``: feasibility is the max over blocks of the primal and dual distances and the
-    complementarity ``|<lambda_j, E_j>|``; violation is the primal distance alone."""
-    feas = viol = 0.0
+    complementarity ``|<lambda_j, E_j>|``; violation is the primal distance alone.
+
+    With ``scaled`` a third number: the same feasibility with each part relative to its
+    block's scale, ``dist(E, K) / max(1, ||E||_inf)``, ``dist(lambda, K^*) / max(1,
+    ||lambda||_inf)`` and ``|<lambda, E>| / max(1, ||lambda||_2 ||E||_2)``."""
+    feas = viol = rel = 0.0
     off = 0
     for b in blocks:
         ej, lj = e[off : off + b.size], lam[off : off + b.size]
         off += b.size
-        primal = b.dist_primal(ej)
+        primal, dual, comp = b.dist_primal(ej), b.dist_dual(lj), abs(float(lj.dot(ej)))
         viol = max(viol, primal)
-        feas = max(feas, primal, b.dist_dual(lj), abs(float(lj.dot(ej))))
-    return feas, viol
+        feas = max(feas, primal, dual, comp)
+        if scaled:
+            e_inf = float(np.abs(ej).max(initial=0.0))
+            l_inf = float(np.abs(lj).max(initial=0.0))
+            rel = max(
+                rel,
+                primal / max(1.0, e_inf),
+                dual / max(1.0, l_inf),
+                comp / max(1.0, float(np.linalg.norm(lj) * np.linalg.norm(ej))),
+            )
+    return (feas, viol, rel) if scaled else (feas, viol)

@@ -134,6 +134,11 @@ class PartyProgram:
         return total
 
 
+#: at most this many vector-Jacobian products per constraint kind when the certificate
+#: measures the scale of the Lagrangian's terms (blocks beyond it are grouped)
+SCALE_BLOCKS = 16
+
+
 class PartyFunctions:
     """Compiled numpy evaluators for one party: ``f(x)``, ``c(x)`` stacked, ``a(x)`` stacked."""
 
@@ -211,6 +216,54 @@ class PartyFunctions:
             g = g + self.cone_grad(x, cone)
         return g
 
+    def lagrangian_terms(
+        self, x: np.ndarray, mu: np.ndarray, nu: np.ndarray, cone: np.ndarray | None = None
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """:meth:`lagrangian_grad` and, per coordinate, the largest magnitude of the terms it
+        sums: ``|grad f|`` and each constraint block's ``|J_j^T mu_j|`` (inequality, equality
+        and cone blocks separately, at most :data:`SCALE_BLOCKS` products per kind). The
+        certificate divides stationarity by these (:mod:`fedmodel.certificate.kkt`)."""
+        gf = self.objective_and_grad(x)[1]
+        grad, scale = np.array(gf, dtype=float), np.abs(gf)
+        program = self.program
+        kinds = (
+            (self.c, program.ineq, mu, 1.0),
+            (self.a, program.eq, nu, 1.0),
+            (self.k, program.cones, cone, -1.0),
+        )
+        for fun, terms, y, sign in kinds:
+            if fun is None or y is None or not np.any(y):
+                continue
+            y = np.asarray(y, dtype=float)
+            bounds = np.cumsum([0] + [t.size for t in terms])
+            groups = np.array_split(np.arange(len(terms)), min(len(terms), SCALE_BLOCKS))
+            for group in groups:
+                adj = np.zeros_like(y)
+                lo, hi = bounds[group[0]], bounds[group[-1] + 1]
+                adj[lo:hi] = y[lo:hi]
+                if not np.any(adj):
+                    continue
+                term = sign * fun.vjp(x, adj)[1]
+                grad += term
+                np.maximum(scale, np.abs(term), out=scale)
+        return grad, scale
+
+    @cached_property
+    def constant_parts(self) -> tuple[np.ndarray, np.ndarray]:
+        """``(c(0), a(0))``: the constant parts of the constraints (for an affine
+        ``c(x) = A x - b`` this is ``-b``), non-finite entries as 0; the scale of a
+        constraint's feasibility residual is ``max(1, |c(0)|, |c(x) - c(0)|)``."""
+        zero = np.zeros(self.n)
+        with np.errstate(all="ignore"):
+            try:
+                ci, ce = self.constraint_values(zero)
+            except (ValueError, FloatingPointError, ZeroDivisionError):
+                ci, ce = np.zeros(self.m_ineq), np.zeros(self.m_eq)
+        return (
+            np.nan_to_num(ci, nan=0.0, posinf=0.0, neginf=0.0),
+            np.nan_to_num(ce, nan=0.0, posinf=0.0, neginf=0.0),
+        )
+
     def cone_values(self, x: np.ndarray) -> np.ndarray:
         """``E(x)`` of the cone constraints, stacked (empty without any)."""
         return self.k.value(x) if self.k is not None else np.zeros(0)
@@ -221,13 +274,16 @@ class PartyFunctions:
             return np.zeros(self.n)
         return -self.k.vjp(x, np.asarray(cone, dtype=float))[1]
 
-    def cone_residuals(self, x: np.ndarray, cone: np.ndarray | None) -> tuple[float, float]:
+    def cone_residuals(
+        self, x: np.ndarray, cone: np.ndarray | None, scaled: bool = False
+    ) -> tuple[float, ...]:
         """``(feasibility, violation)`` of the cone constraints at ``x`` with multipliers
-        ``cone`` (zeros when None), see :func:`fedmodel.compiler.cones.cone_residuals`."""
+        ``cone`` (zeros when None), and with ``scaled`` the scaled feasibility third, see
+        :func:`fedmodel.compiler.cones.cone_residuals`."""
         if self.k is None:
-            return 0.0, 0.0
+            return (0.0, 0.0, 0.0) if scaled else (0.0, 0.0)
         lam = np.zeros(self.m_cone) if cone is None else np.asarray(cone, dtype=float)
-        return cone_residuals(self.blocks, self.cone_values(x), lam)
+        return cone_residuals(self.blocks, self.cone_values(x), lam, scaled=scaled)
 
     def merit(
         self, x: np.ndarray, mu: np.ndarray, nu: np.ndarray, beta: float

@@ -247,6 +247,19 @@ class Regularizer:
                 worst = max(worst, float(np.linalg.norm(x[s])) - p.radius)
         return worst
 
+    def subgradient_scale(self, x: np.ndarray) -> float:
+        """Largest magnitude of an element of ``dh(x)`` without the box's normal cone
+        (``2 sumsq |v|``, the l1 weight, the group norm's weight): h's share of the scale
+        of the stationarity residual (:mod:`fedmodel.certificate.kkt`)."""
+        worst = 0.0
+        for s, p in zip(self.slices, self.pieces):
+            v = x[s]
+            worst = max(
+                worst,
+                2 * p.sumsq * float(np.abs(v).max(initial=0.0)) + p.l1 + p.l2,
+            )
+        return worst
+
     def smooth_grad(self, x: np.ndarray) -> np.ndarray:
         """Gradient of the sum-of-squares part of h."""
         g = np.zeros_like(x)

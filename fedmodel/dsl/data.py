@@ -169,3 +169,52 @@ def fingerprint(value: Any) -> tuple | None:
         return None
     h = hashlib.blake2b(np.ascontiguousarray(arr).tobytes(), digest_size=16)
     return ("dense", arr.shape, h.hexdigest())
+
+
+def check_finite_constants(expr: Any, party: str, label: str) -> None:
+    """Refuse a term, constraint or regulariser whose constants are not all finite.
+
+    NaN or inf in a coefficient, a bound or any other constant of ``expr`` (a cvxpy
+    expression or constraint) would otherwise reach the solvers and come back as a NaN
+    objective certified "optimal". Private data is checked when it is registered
+    (:meth:`fedmodel.Client.data`); this checks the constants written in the expression
+    itself, and the values of its parameters.
+
+    Raises
+    ------
+    DataError
+        Naming the party, the term and what is not finite.
+
+    Examples
+    --------
+    >>> import numpy as np, cvxpy as cp
+    >>> w = cp.Variable(2)
+    >>> check_finite_constants(2.0 * cp.sum_squares(w), "server", "objective[0]")
+    >>> try:
+    ...     check_finite_constants(np.nan * cp.sum_squares(w), "server", "objective[0]")
+    ... except DataError as exc:
+    ...     print(exc.party)
+    server
+    """
+    if isinstance(expr, (list, tuple)):  # e.g. regularize([lo <= w, w <= hi])
+        for item in expr:
+            check_finite_constants(item, party, label)
+        return
+    if not hasattr(expr, "constants"):  # not a cvxpy object: refused elsewhere
+        return
+    leaves = [(c, "constant") for c in expr.constants() if not isinstance(c, PrivateData)]
+    leaves += [(p, f"parameter '{p.name()}'") for p in expr.parameters()]
+    for leaf, what in leaves:
+        value = leaf.value
+        if value is None:
+            continue
+        values = value.data if sp.issparse(value) else np.asarray(value, dtype=float)
+        if np.all(np.isfinite(values)):
+            continue
+        kind = "a NaN" if np.isnan(values).any() else "an inf"
+        raise DataError(
+            f"'{label}' has {kind} {what}; every coefficient, bound and constant of a term "
+            "must be finite",
+            party=party,
+            term=str(expr),
+        )

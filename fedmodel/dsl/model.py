@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING, Any
 import cvxpy as cp
 import numpy as np
 
-from fedmodel.dsl.data import PrivateData, fingerprint
+from fedmodel.dsl.data import PrivateData, check_finite_constants, fingerprint
 from fedmodel.dsl.party import Client, Server
 from fedmodel.errors import ModelError
 
@@ -57,7 +57,16 @@ class Model:
         self._published: dict[int, Any] = {}
 
     # -- declaration -----------------------------------------------------------------------
-    def variable(self, shape: int | tuple[int, ...] = (), name: str | None = None) -> cp.Variable:
+    def variable(
+        self,
+        shape: int | tuple[int, ...] = (),
+        name: str | None = None,
+        *,
+        nonneg: bool = False,
+        nonpos: bool = False,
+        bounds: tuple[Any, Any] | None = None,
+        **attributes: Any,
+    ) -> cp.Variable:
         """Declare a shared model variable and return it (a plain ``cvxpy.Variable``).
 
         Parameters
@@ -66,15 +75,44 @@ class Model:
             Shape of the variable (``()`` for a scalar).
         name : str, optional
             Name shown in summaries.
+        nonneg, nonpos : bool
+            As in cvxpy: the sign constraint, added to ``h`` as the box ``w >= 0`` /
+            ``w <= 0`` (handled exactly by the server's prox, see :meth:`regularize`).
+        bounds : (lower, upper), optional
+            As in cvxpy: constant bounds (scalars or arrays of the variable's shape, ``None``
+            for no bound), added to ``h`` as a box.
+        **attributes
+            Other cvxpy variable attributes (``integer``, ``boolean``, ``PSD``, ...) are
+            refused with a :class:`~fedmodel.errors.ModelError`: fedmodel solves continuous
+            models whose shared variables have no structure beyond a box.
 
-        Notes
-        -----
-        Bounds such as ``w >= 0`` are declared with ``model.regularize(w >= 0)`` (handled
-        exactly by the server's prox) or as constraints of a party, not as cvxpy variable
-        attributes.
+        Examples
+        --------
+        >>> import fedmodel as fm
+        >>> model = fm.Model()
+        >>> w = model.variable(3, name="w", nonneg=True)
+        >>> w.shape
+        (3,)
         """
+        if attributes:
+            raise ModelError(
+                f"model.variable() does not take the cvxpy attribute(s) {sorted(attributes)}: "
+                "shared variables are continuous; declare sign and bounds with nonneg=, "
+                "nonpos=, bounds= or model.regularize(lo <= w)"
+            )
+        if nonneg and nonpos:
+            raise ModelError("model.variable(): nonneg=True and nonpos=True together fix w = 0")
         var = self._new_variable(shape, name or f"w{len(self._variables)}", None)
         self._variables.append(var)
+        lower, upper = bounds if bounds is not None else (None, None)
+        if nonneg:
+            lower = 0.0 if lower is None else np.maximum(lower, 0.0)
+        if nonpos:
+            upper = 0.0 if upper is None else np.minimum(upper, 0.0)
+        if lower is not None:
+            self.regularize(var >= lower)
+        if upper is not None:
+            self.regularize(var <= upper)
         return var
 
     def _new_variable(
@@ -154,6 +192,7 @@ class Model:
         """
         from fedmodel.compiler.regularizer import parse_regularizer_term
 
+        check_finite_constants(term, "server", f"regularize[{len(self._regularizers)}]")
         parse_regularizer_term(term, self._variables)  # validate now, with a clear error
         self._regularizers.append(term)
 
@@ -182,6 +221,7 @@ class Model:
                     party,
                     str(expr),
                 )
+        check_finite_constants(expr, party, label)
 
     # -- compile and solve -----------------------------------------------------------------
     def compile(self) -> CompiledModel:
@@ -190,12 +230,19 @@ class Model:
 
         return compile_model(self)
 
-    def summary(self, print_: bool = True) -> str:
-        """Describe each party, its terms and constraint dimensions, and what crosses the
-        network per round of each method (counts of floats)."""
+    def summary(self, print_: bool = True, method: str = "prox-al") -> str:
+        """Describe each party, its terms and constraint dimensions, what crosses the
+        network per round of each method (counts of floats), and the privacy table of
+        ``method``: each message kind, its direction, its size in floats for this model,
+        what it reveals, and which kinds are opt-in (declared in the method's message
+        table, :mod:`fedmodel.algorithms.messages`)."""
+        from fedmodel.algorithms.messages import privacy_text
         from fedmodel.compiler.summary import model_summary
 
-        text = model_summary(self.compile())
+        compiled = self.compile()
+        text = model_summary(compiled)
+        if not compiled.publications:  # (vertical models: see docs/runtime.md's tables)
+            text += "\n" + privacy_text(compiled, method)
         if print_:
             print(text)
         return text

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
 import cvxpy as cp
@@ -32,6 +32,9 @@ class ObjectiveTerm:
     expr: cp.Expression
     label: str
     allow_nonconvex: bool
+    #: the expression the user wrote when ``expr`` is its epigraph/cone form (the objective
+    #: is reported on it: :func:`fedmodel.certificate.kkt.user_model_values`)
+    source: Any = None
 
 
 @dataclass(frozen=True)
@@ -44,6 +47,12 @@ class ConstraintTerm:
     label: str
     allow_nonconvex: bool
     source: Any  # the cvxpy constraint the user wrote
+    #: the user's constraint when this term is part of its epigraph/cone form (its violation
+    #: is reported on that constraint); None for a constraint kept as written
+    origin: Any = None
+    #: part of the epigraph/cone form of an objective term (no constraint of the user's:
+    #: left out of the reported violation, kept in the certificate)
+    internal: bool = False
 
     @property
     def size(self) -> int:
@@ -231,12 +240,13 @@ class Party:
         name : str, optional
             Label used in summaries and error messages.
         """
-        expr = cp.Expression.cast_to_const(expr) if not isinstance(expr, cp.Expression) else expr
         label = name or f"objective[{len(self._objective)}]"
         if isinstance(expr, cp.constraints.constraint.Constraint):
             raise ModelError(
                 "minimize() takes an expression, not a constraint", self.name, str(expr)
             )
+        expr = cp.Expression.cast_to_const(expr) if not isinstance(expr, cp.Expression) else expr
+        written = expr
         if not expr.is_scalar():
             raise DataError(
                 f"objective term '{label}' must be scalar, got shape {expr.shape} "
@@ -253,8 +263,55 @@ class Party:
             expr, extra = self._epigraph(expr, label)
             if not extra and not _smooth(expr):  # no smooth form: cone constraints
                 expr, extra = self._conic_objective(expr, label)
-        self._objective.append(ObjectiveTerm(expr, label, allow_nonconvex))
-        self._constraints.extend(extra)
+        source = written if expr is not written else None
+        self._objective.append(ObjectiveTerm(expr, label, allow_nonconvex, source))
+        self._constraints.extend(replace(t, internal=True) for t in extra)
+
+    def maximize(
+        self, expr: Any, *, allow_nonconvex: bool = False, name: str | None = None
+    ) -> None:
+        """Add ``-expr`` to this party's objective: maximize a concave ``expr``.
+
+        The model minimizes the sum of every party's objective, so ``maximize(u)`` is
+        ``minimize(-u)`` (``res.objective`` is the value of that minimized sum, as in a
+        cvxpy ``Minimize`` of the negated utility).
+
+        Parameters
+        ----------
+        expr : cvxpy scalar expression
+            Must be DCP-concave, unless ``allow_nonconvex=True`` (smooth terms only, see
+            :meth:`minimize`).
+        allow_nonconvex : bool
+            Opt in to a smooth non-concave term (local certificate).
+        name : str, optional
+            Label used in summaries and error messages.
+
+        Examples
+        --------
+        >>> import cvxpy as cp, numpy as np, fedmodel as fm
+        >>> model = fm.Model()
+        >>> w = model.variable(2)
+        >>> site = model.client("site0")
+        >>> A = site.data(np.eye(2), name="A")
+        >>> site.maximize(-cp.sum_squares(A @ w - 1))
+        >>> round(float(model.solve(method="centralized").x @ np.ones(2)), 6)
+        2.0
+        """
+        label = name or f"objective[{len(self._objective)}]"
+        if isinstance(expr, cp.constraints.constraint.Constraint):
+            raise ModelError(
+                "maximize() takes an expression, not a constraint", self.name, str(expr)
+            )
+        expr = cp.Expression.cast_to_const(expr) if not isinstance(expr, cp.Expression) else expr
+        if not allow_nonconvex and not expr.is_concave():
+            raise NonConvexError(
+                f"objective term '{label}' passed to maximize() is not DCP-concave. "
+                f"{_dcp_reason(-expr)}\nIf it is smooth and you accept a local (KKT) "
+                "certificate, pass allow_nonconvex=True to this call.",
+                self.name,
+                str(expr),
+            )
+        self.minimize(-expr, allow_nonconvex=allow_nonconvex, name=label)
 
     def subject_to(
         self,
@@ -287,9 +344,13 @@ class Party:
             if term.kind == "ineq" and not allow_nonconvex:
                 g, extra = self._epigraph(term.expr, label)
                 if not extra and not _smooth(g):  # no smooth form: hard cone constraints
-                    self._constraints.extend(self._cone_terms(g <= 0, label))
+                    cones = self._cone_terms(g <= 0, label)
+                    self._constraints.extend(replace(t, origin=c) for t in cones)
                     continue
                 term = ConstraintTerm(g, term.kind, label, allow_nonconvex, c)
+            if extra:  # epigraph form: the violation is reported on c
+                term = replace(term, origin=c)
+                extra = [replace(t, origin=c) for t in extra]
             self._constraints.append(term)
             self._constraints.extend(extra)
 

@@ -60,6 +60,7 @@ from fedmodel.runtime.host import HostDead, PartyHost
 from fedmodel.runtime.messages import SERVER, Ledger, Message
 from fedmodel.runtime.outcomes import (
     ClientFailure,
+    InvalidReply,
     StepOutcome,
 )
 from fedmodel.runtime.placement import SERVER_HOST
@@ -129,6 +130,17 @@ class Runtime(abc.ABC):
     propagate_errors : bool
         Re-raise a client's own exception unchanged (the historical behaviour of the
         serial runtime) instead of :class:`ClientFailure`.
+
+    Attributes
+    ----------
+    reply_check : callable or None
+        ``check(party, kind, direction, payload)`` (a
+        :data:`~fedmodel.runtime.schema.ReplyCheck`, e.g. from the method's declared
+        message table) called on every reply, peer message and activation return before
+        anyone uses it; an :class:`~fedmodel.runtime.outcomes.InvalidReply` it raises is a
+        failure of that party (kind ``"invalid_reply"``, not retried: the party's step
+        ran, so a retry would not repeat it). Every reply must also come from the party
+        asked, be addressed to the server and be of kind ``<kind>_reply``.
     """
 
     backend = "base"
@@ -163,6 +175,7 @@ class Runtime(abc.ABC):
         self._local: PartyHost | None = None
         # posted messages whose reply the server has not taken yet (post/poll)
         self._tickets_out: list[Ticket] = []
+        self.reply_check: Callable[[str, str, str, Any], None] | None = None
 
     # -- interface ----------------------------------------------------------------------
     @property
@@ -326,10 +339,9 @@ class Runtime(abc.ABC):
             self.client_seconds[msg.receiver] = (
                 self.client_seconds.get(msg.receiver, 0.0) + res.seconds
             )
+            res = self._vet(msg, res)
             if res.ok:
                 reply = res.reply
-                if reply.sender != msg.receiver or reply.receiver != SERVER:
-                    raise RuntimeError(f"endpoint {msg.receiver!r} replied as {reply.sender!r}")
                 self.ledger.record(reply)
                 ticket.reply = reply
                 continue
@@ -435,6 +447,8 @@ class Runtime(abc.ABC):
         """
         if receiver not in self._host_of:
             raise KeyError(f"unknown receiver {receiver!r}")
+        if self.reply_check is not None:  # raises InvalidReply, a failure of the sender
+            self.reply_check(sender, kind, "peer", payload)
         msg = Message(kind, sender, receiver, payload, self.round, channel)
         self.ledger.record(msg)
         self._peer_queue.append(msg)
@@ -662,7 +676,7 @@ class Runtime(abc.ABC):
 
     def _exchange(self, msgs: list[Message]) -> dict[str, Message]:
         attempts: list[tuple[Message, StepOutcome]] = []
-        outcomes = self._run_messages(msgs)
+        outcomes = self._vet_all(msgs, self._run_messages(msgs))
         attempts.extend((m, outcomes[m.receiver]) for m in msgs)
         tries = {m.receiver: 0 for m in msgs}
         while True:
@@ -687,17 +701,14 @@ class Runtime(abc.ABC):
                         "error": outcomes[m.receiver].describe(),
                     }
                 )
-            new = self._run_messages(again)
+            new = self._vet_all(again, self._run_messages(again))
             outcomes.update(new)
             attempts.extend((m, new[m.receiver]) for m in again)
         for m, out in attempts:  # the same order on every backend
             self.ledger.record(m)
             self.client_seconds[m.receiver] = self.client_seconds.get(m.receiver, 0.0) + out.seconds
             if out.ok:
-                reply = out.reply
-                if reply.sender != m.receiver or reply.receiver != SERVER:
-                    raise RuntimeError(f"endpoint {m.receiver!r} replied as {reply.sender!r}")
-                self.ledger.record(reply)
+                self.ledger.record(out.reply)
         failures = {m.receiver: outcomes[m.receiver] for m in msgs if not outcomes[m.receiver].ok}
         if failures:
             self._fail(failures, msgs[0])
@@ -728,8 +739,8 @@ class Runtime(abc.ABC):
             if isinstance(res, HostDead):
                 self._mark_dead(self._hosts_for(self.alive).get(h, [name]), res.reason)
                 out = self.dead[name]
-            else:
-                out = res
+            else:  # (a peer delivery returns nothing; what it sends is checked)
+                out = self._vet(msg, res) if method == "activate" else _as_invalid(res)
         self.client_seconds[name] = self.client_seconds.get(name, 0.0) + out.seconds
         if not out.ok:
             self._fail({name: out}, msg)
@@ -737,7 +748,70 @@ class Runtime(abc.ABC):
 
     def _take_sent(self, out: StepOutcome) -> None:
         for m in out.sent:
-            self.send_peer(m.sender, m.receiver, m.kind, m.payload, m.channel)
+            try:
+                if m.sender != out.name:
+                    raise InvalidReply(
+                        out.name, m.kind, None,
+                        f"client {out.name!r}, peer message {m.kind!r}: sent as {m.sender!r}",
+                    )  # fmt: skip
+                self.send_peer(m.sender, m.receiver, m.kind, m.payload, m.channel)
+            except InvalidReply as exc:
+                bad = StepOutcome(out.name, error=exc, kind="invalid_reply")
+                self._fail({out.name: bad}, m)
+
+    # -- what parties send is checked before use ---------------------------------------------
+    def _vet(self, msg: Message, out: StepOutcome) -> StepOutcome:
+        """``out`` if what the party returned for ``msg`` is well formed (see
+        :attr:`reply_check`), else a failure of kind ``"invalid_reply"`` naming the party,
+        the kind and the field (also when the party's step raised it: a peer message it
+        sent on the serial backend, checked by :meth:`send_peer` inside the step)."""
+        out = _as_invalid(out)
+        if not out.ok:
+            return out
+        name = msg.receiver
+        try:
+            if msg.channel == "local":  # an activation: the step's return value
+                if self.reply_check is not None:
+                    self.reply_check(name, msg.kind, "local", out.reply)
+                return out
+            reply = out.reply
+            if not isinstance(reply, Message):
+                raise InvalidReply(
+                    name, msg.kind, None,
+                    f"client {name!r}, reply to {msg.kind!r}: not a message "
+                    f"({type(reply).__name__})",
+                )  # fmt: skip
+            if reply.sender != name or reply.receiver != SERVER:
+                raise InvalidReply(
+                    name, msg.kind, None,
+                    f"client {name!r}, reply to {msg.kind!r}: sent as {reply.sender!r} to "
+                    f"{reply.receiver!r}",
+                )  # fmt: skip
+            if self.reply_check is not None and reply.kind != msg.kind + "_reply":
+                raise InvalidReply(
+                    name, msg.kind, None,
+                    f"client {name!r}, reply to {msg.kind!r}: of kind {reply.kind!r}",
+                )  # fmt: skip
+            if self.reply_check is not None:
+                self.reply_check(name, msg.kind, "server", reply.payload)
+        except InvalidReply as exc:
+            return StepOutcome(
+                name, error=exc, kind="invalid_reply", seconds=out.seconds, sent=out.sent
+            )
+        return out
+
+    def _vet_all(
+        self, msgs: list[Message], outcomes: dict[str, StepOutcome]
+    ) -> dict[str, StepOutcome]:
+        return {m.receiver: self._vet(m, outcomes[m.receiver]) for m in msgs}
+
+
+def _as_invalid(out: StepOutcome) -> StepOutcome:
+    """A step that raised :class:`InvalidReply` (a peer message it sent, checked inside
+    the step on the serial backend) is an invalid reply, not a retryable error."""
+    if out.kind == "raised" and isinstance(out.error, InvalidReply):
+        return StepOutcome(out.name, error=out.error, kind="invalid_reply", seconds=out.seconds)
+    return out
 
 
 def raise_build_errors(runtime: Runtime, errors: Mapping[str, Any], order: list[str]) -> None:

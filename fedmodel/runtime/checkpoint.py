@@ -2,37 +2,78 @@
 
 A checkpoint is a directory::
 
-    PATH/manifest.json          what was written, when, for which run; file checksums
-    PATH/server-<tag>.pkl       the server half's state and the outer loop's state
-    PATH/party-<name>-<tag>.pkl one per client, written by the client itself (its worker)
+    PATH/manifest.json           what was written, when, for which run; file checksums
+    PATH/server-<tag>.npz        the server half's state and the outer loop's state
+    PATH/party-<name>-<tag>.npz  one per client, written by the client itself (its worker)
+
+Format (version 2). Every state file is a numpy ``.npz`` archive read with
+``allow_pickle=False``: its entry ``text`` is the state's structure as JSON (UTF-8) and
+``a0``, ``a1`` ... are the numeric arrays it refers to, as written by the plain codec
+(:mod:`fedmodel.runtime.plaincodec`: plain values, numpy scalars and arrays, lists, tuples
+and dicts). Nothing in a checkpoint is unpickled and no class or function is looked up by
+name: reading one builds plain values and arrays only, which each party's ``set_state``
+takes. Version 1 checkpoints (pickles) are refused with a :class:`CheckpointError`.
 
 Each party serialises its own state (``get_state()``) together with a fingerprint of its
-own terms and data, computed where it runs; only the file name and checksum go back to the
-server, which writes the manifest last (so a crash while writing leaves the previous
-checkpoint usable). Files of older checkpoints in the same directory are removed once the
-new manifest is in place.
+own terms and data, computed where it runs, and chooses its file's name itself
+(``party-<name>-<tag>.npz`` in the directory it writes to); only the file name and
+checksum go back to the server, which writes the manifest last (so a crash while writing
+leaves the previous checkpoint usable). Files of older checkpoints in the same directory
+are removed once the new manifest is in place. A party deployed in its own organisation
+(``fedmodel join``) writes to its own checkpoint directory (``--checkpoint-dir``): the
+coordinator names only a run token, a plain name checked by the party
+(:func:`checked_token`), never a path.
 
-Loading checks, with a clear :class:`~fedmodel.runtime.checkpoint.CheckpointError`: that the
-directory holds a fedmodel checkpoint, that every file is present with its checksum, that
-it was written by the same method for a model with the same clients and variables, that
-the options that change the iterates are the same, and (on each party) that the party's
-terms and data are the ones it was written with. Checkpoints are pickles: load only
-checkpoints you wrote.
+Loading checks, each with a clear :class:`CheckpointError`:
+
+* the directory holds a fedmodel checkpoint of this format version;
+* every file name is a bare name of the expected form (``server-<tag>.npz``, and on each
+  party its own ``party-<name>-<tag>.npz``): no directory part, no ``..``, not absolute,
+  resolved inside the directory; anything else is refused before any file is opened;
+* every file is present, matches its checksum, and is a state archive of the plain form;
+* it was written by the same method, for a model with the same clients and variables, with
+  the same options that change the iterates;
+* the model is the same one: the server's terms (:func:`party_fingerprint`), the
+  regularizer ``h`` (:func:`regularizer_fingerprint`) and, on each party, that party's
+  own terms and data. A term's fingerprint covers its expression tree and **every
+  constant in it** (bounds, coefficients, cvxpy constants and parameter values), so a
+  resume after, e.g., a constraint bound changed from 0.45 to 0.3 is refused naming the
+  party whose terms changed.
+
+Within one organisation, worker processes and Ray actors still receive their endpoint
+factories and messages as pickles (``multiprocessing`` and Ray use pickle): both ends are
+processes the same user started on machines of the same trust domain, so nothing unpickled
+there crossed an organisation's boundary. Checkpoints are files that may be copied around,
+and a deployed party's checkpoint calls come from another organisation's coordinator:
+those never use pickle.
+
+Examples
+--------
+>>> import tempfile, os, numpy as np
+>>> d = tempfile.mkdtemp()
+>>> sha = write_state_file(os.path.join(d, "server-000001-0a1b2c3d.npz"),
+...                        {"x": np.arange(3.0), "k": 1})
+>>> read_state_file(d, "server-000001-0a1b2c3d.npz", sha, "server")["x"].tolist()
+[0.0, 1.0, 2.0]
 """
 
 from __future__ import annotations
 
 import hashlib
+import io
 import json
+import numbers
 import os
-import pickle
+import re
 import time
 import uuid
+from fractions import Fraction
 from typing import Any
 
 import numpy as np
 
 from fedmodel.errors import ModelError
+from fedmodel.runtime import plaincodec
 
 
 class CheckpointError(ModelError):
@@ -59,49 +100,307 @@ def write_atomic(path: str, blob: bytes) -> str:
 
 
 def safe_filename(name: str) -> str:
+    """``name`` as a file-name part: other characters replaced, a short hash appended.
+
+    >>> safe_filename("site 0/a")
+    'site_0_a-50ef2216'
+    """
     keep = "".join(ch if ch.isalnum() or ch in "-_." else "_" for ch in name)
     return f"{keep}-{hashlib.sha1(name.encode()).hexdigest()[:8]}"
 
 
 FORMAT = "fedmodel-checkpoint"
-VERSION = 1
+#: 2: states as .npz archives of the plain codec (1: pickles, no longer read)
+VERSION = 2
 MANIFEST = "manifest.json"
+SUFFIX = ".npz"
+#: a checkpoint's tag: the iteration it resumes at and a random part
+TAG = re.compile(r"[0-9]{6,12}-[0-9a-f]{8}")
+#: a run token a coordinator may name for a deployed party's checkpoint subdirectory
+_TOKEN = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}")
+_ZIP_MAGIC = b"PK\x03\x04"
 
 
-def party_fingerprint(program: Any) -> str | None:
-    """A hash of one party's terms (labels, sizes) and data, computed where it runs."""
+def checked_tag(tag: Any) -> str:
+    """``tag`` when it is a checkpoint tag (``NNNNNN-xxxxxxxx``), else CheckpointError."""
+    if not isinstance(tag, str) or not TAG.fullmatch(tag):
+        raise CheckpointError(f"refusing checkpoint tag {tag!r:.80}: not of the form NNNNNN-hex8")
+    return tag
+
+
+def checked_token(token: Any) -> str:
+    """``token`` when it is a plain name (letters, digits, ``_ . -``; not ``.``/``..``; no
+    directory part), else CheckpointError: what a coordinator may name for a deployed
+    party's checkpoint subdirectory.
+
+    >>> checked_token("run-1")
+    'run-1'
+    """
+    if not isinstance(token, str) or not _TOKEN.fullmatch(token) or token.strip(".") == "":
+        raise CheckpointError(
+            f"refusing checkpoint directory {token!r:.80} from the coordinator: a deployed "
+            "party takes only a plain run name (its checkpoints stay in its own directory)"
+        )
+    return token
+
+
+def run_token(directory: str) -> str:
+    """The run token a coordinator sends deployed parties for its checkpoint ``directory``
+    (the directory's base name as a plain name).
+
+    >>> run_token("/tmp/runs/ck")
+    'ck-c8c2ca9f'
+    """
+    base = os.path.basename(os.path.normpath(os.path.abspath(os.fspath(directory))))
+    return safe_filename(base or "checkpoint")
+
+
+def state_file_name(kind: str, tag: str, party: str | None = None) -> str:
+    """The file name a state is written to: ``server-<tag>.npz`` or
+    ``party-<safe name>-<tag>.npz``."""
+    checked_tag(tag)
+    if kind == "server":
+        return f"server-{tag}{SUFFIX}"
+    return f"party-{safe_filename(str(party))}-{tag}{SUFFIX}"
+
+
+def resolve_state_file(directory: str, fname: Any, kind: str, party: str | None = None) -> str:
+    """The path of the state file ``fname`` inside ``directory``, after checking that
+    ``fname`` is a bare name of the form :func:`state_file_name` gives for ``kind`` (and
+    ``party``); anything else raises CheckpointError naming the file, before any file
+    is opened."""
+    prefix = "server-" if kind == "server" else f"party-{safe_filename(str(party))}-"
+    ok = (
+        isinstance(fname, str)
+        and fname.startswith(prefix)
+        and fname.endswith(SUFFIX)
+        and TAG.fullmatch(fname[len(prefix) : -len(SUFFIX)]) is not None
+    )
+    if not ok:
+        who = "the server" if kind == "server" else f"party '{party}'"
+        raise CheckpointError(
+            f"refusing checkpoint file {fname!r:.120}: not a state file of {who} (a bare "
+            f"name {prefix}<tag>{SUFFIX} inside the checkpoint directory)"
+        )
+    directory = os.fspath(directory)
+    path = os.path.join(directory, fname)
+    real_dir = os.path.realpath(directory)
+    if os.path.dirname(os.path.realpath(path)) != real_dir:  # a symbolic link out
+        raise CheckpointError(f"refusing checkpoint file {fname!r}: it leads out of {directory!r}")
+    return path
+
+
+def write_state_file(path: str, record: Any) -> str:
+    """Write ``record`` (plain values and arrays) as a state archive; returns its sha256.
+
+    Raises CheckpointError naming the field when a value is not plain (see
+    :mod:`fedmodel.runtime.plaincodec`).
+    """
+    try:
+        text, arrays = plaincodec.encode(record)
+    except plaincodec.PlainCodecError as exc:
+        raise CheckpointError(
+            f"a state in {os.path.basename(path)!r} cannot be written: {exc}"
+        ) from None
+    entries = {"text": np.frombuffer(text.encode("utf-8"), dtype=np.uint8)}
+    entries.update({f"a{i}": a for i, a in enumerate(arrays)})
+    buf = io.BytesIO()
+    np.savez(buf, **entries)
+    return write_atomic(path, buf.getvalue())
+
+
+def read_state_file(
+    directory: str, fname: Any, sha: Any, kind: str, party: str | None = None
+) -> Any:
+    """Read the state archive ``fname`` of ``directory`` (checked with
+    :func:`resolve_state_file`, its checksum ``sha`` and its form); returns the record."""
+    path = resolve_state_file(directory, fname, kind, party)
+    if not os.path.isfile(path):
+        raise CheckpointError(f"file {fname} is missing")
+    with open(path, "rb") as fh:
+        blob = fh.read()
+    if hashlib.sha256(blob).hexdigest() != sha:
+        raise CheckpointError(f"file {fname} is corrupted (checksum mismatch)")
+    if not blob.startswith(_ZIP_MAGIC):
+        raise CheckpointError(f"file {fname} is not a fedmodel state archive (.npz)")
+    try:
+        with np.load(io.BytesIO(blob), allow_pickle=False) as z:
+            names = set(z.files)
+            n = len(names) - 1
+            if names != {"text", *(f"a{i}" for i in range(n))}:
+                raise CheckpointError(f"file {fname} has unexpected entries")
+            text = z["text"]
+            if text.dtype != np.uint8 or text.ndim != 1:
+                raise CheckpointError(f"file {fname} has no state text")
+            arrays = [z[f"a{i}"] for i in range(n)]
+        return plaincodec.decode(text.tobytes().decode("utf-8"), arrays)
+    except CheckpointError:
+        raise
+    except Exception as exc:  # a corrupted archive, an object array, a malformed text
+        raise CheckpointError(f"file {fname} cannot be read ({exc})") from exc
+
+
+# -- fingerprints ----------------------------------------------------------------------------
+def _feed_value(h, v: Any) -> None:
+    """Hash a constant's value exactly (dense, sparse, scalar, None)."""
+    if v is None:
+        h.update(b"none;")
+    elif hasattr(v, "nnz"):
+        v = v.tocsc()
+        h.update(f"sparse{v.shape}{v.dtype};".encode())
+        for part in (v.data, v.indices, v.indptr):
+            h.update(np.ascontiguousarray(part).tobytes())
+    else:
+        arr = np.asarray(v)
+        if arr.dtype.kind not in plaincodec.ARRAY_KINDS:
+            h.update(repr(v).encode())
+            return
+        h.update(f"array{arr.shape}{arr.dtype};".encode())
+        h.update(np.ascontiguousarray(arr).tobytes())
+
+
+def _feed_expr(h, expr: Any, variables: dict[int, int]) -> None:
+    """Hash the expression tree ``expr`` canonically: each atom's type, shape and own
+    data (exponents, axes, index keys ...), each variable by its place in the layout,
+    each constant and parameter by its value, private data by its owner and name (the
+    data itself is hashed separately)."""
+    import cvxpy as cp
+
+    from fedmodel.dsl.data import PrivateData
+
+    def feed(obj: Any) -> None:
+        if isinstance(obj, cp.Expression):
+            stack.append(obj)
+            drain()
+        elif isinstance(obj, (list, tuple)):
+            h.update(b"[")
+            for x in obj:
+                feed(x)
+            h.update(b"]")
+        elif isinstance(obj, (np.ndarray, np.generic)) or hasattr(obj, "nnz"):
+            _feed_value(h, obj)
+        elif obj is None or isinstance(obj, (str, bool, numbers.Number, Fraction, slice)):
+            h.update(f"{type(obj).__name__}:{obj!r};".encode())
+        else:  # an object without a stable value: its type only
+            h.update(f"<{type(obj).__name__}>;".encode())
+
+    stack: list[Any] = []
+
+    def drain() -> None:
+        base = len(stack) - 1
+        while len(stack) > base:
+            e = stack.pop()
+            if e is _CLOSE:
+                h.update(b")")
+                continue
+            h.update(f"{type(e).__name__}{e.shape}".encode())
+            if isinstance(e, cp.Variable):
+                place = variables.get(id(e))
+                h.update(f"#{place};".encode() if place is not None else f"'{e.name()}';".encode())
+            elif isinstance(e, PrivateData):
+                h.update(f"data:{e.owner}.{e.data_name};".encode())
+            elif not e.args:  # a constant, a parameter
+                _feed_value(h, e.value)
+            else:
+                feed(e.get_data())
+                h.update(b"(")
+                stack.append(_CLOSE)
+                stack.extend(reversed(e.args))
+
+    feed(expr)
+
+
+_CLOSE = object()
+
+
+def terms_fingerprint(program: Any) -> str:
+    """A hash of one party's terms: every objective term and constraint (label, kind,
+    size, the whole expression with every constant in it), over its variable layout."""
+    h = hashlib.sha256()
+    h.update(f"{program.name}:{program.layout.size};".encode())
+    variables = {id(v): i for i, v in enumerate(program.layout.variables)}
+    for t in program.objective:
+        h.update(f"obj:{t.label}:{t.allow_nonconvex};".encode())
+        _feed_expr(h, t.expr, variables)
+    for c in program.constraints:
+        h.update(f"con:{c.label}:{c.kind}:{c.size}:{c.allow_nonconvex};".encode())
+        _feed_expr(h, c.expr, variables)
+    return h.hexdigest()
+
+
+def data_fingerprint(program: Any) -> str:
+    """A hash of one party's private data (names, shapes and values)."""
+    h = hashlib.sha256()
+    for d in program.data:
+        h.update(f"data:{getattr(d, 'data_name', '')};".encode())
+        v = d.value
+        _feed_value(h, v if hasattr(v, "nnz") else np.asarray(v, dtype=float))
+    return h.hexdigest()
+
+
+def party_fingerprint(program: Any) -> dict[str, str] | None:
+    """One party's fingerprint, computed where it runs: ``{"terms": ..., "data": ...}``
+    (:func:`terms_fingerprint`, :func:`data_fingerprint`); None without a program.
+
+    Examples
+    --------
+    >>> import cvxpy as cp, numpy as np, fedmodel as fm
+    >>> def build(bound):
+    ...     m = fm.Model("demo")
+    ...     w = m.variable(2, name="w")
+    ...     c = m.client("site0")
+    ...     c.minimize(cp.sum_squares(w - c.data(np.ones(2), name="a")))
+    ...     c.subject_to(w[0] <= bound)
+    ...     return m.compile().clients[0]
+    >>> a, b = party_fingerprint(build(0.45)), party_fingerprint(build(0.3))
+    >>> a["data"] == b["data"], a["terms"] == b["terms"]
+    (True, False)
+    """
     if program is None:
         return None
+    return {"terms": terms_fingerprint(program), "data": data_fingerprint(program)}
+
+
+def regularizer_fingerprint(regularizer: Any) -> str:
+    """A hash of the regularizer ``h``: each piece's variable slice and coefficients."""
     h = hashlib.sha256()
-    h.update(str(program.name).encode())
-    h.update(str(program.layout.size).encode())
-    for t in program.objective:
-        h.update(f"obj:{t.label}".encode())
-    for c in program.constraints:
-        h.update(f"con:{c.label}:{c.kind}:{c.size}".encode())
-    for d in program.data:
-        v = d.value
-        h.update(str(getattr(d, "data_name", "")).encode())
-        if hasattr(v, "nnz"):
-            v = v.tocsc()
-            for part in (v.data, v.indices, v.indptr):
-                h.update(np.ascontiguousarray(part).tobytes())
-            h.update(str(v.shape).encode())
-        else:
-            arr = np.ascontiguousarray(np.asarray(v, dtype=float))
-            h.update(str(arr.shape).encode())
-            h.update(arr.tobytes())
+    for s, piece in zip(regularizer.slices, regularizer.pieces):
+        h.update(f"{s.start}:{s.stop};".encode())
+        for key, value in sorted(vars(piece).items()):
+            h.update(f"{key}=".encode())
+            _feed_value(h, value)
     return h.hexdigest()
 
 
 def model_fingerprint(compiled) -> dict[str, Any]:
-    """What the server knows of the model: its name, variables, clients, own terms."""
+    """What the server knows of the model: its name, variables, clients, own terms, h."""
     return {
         "name": compiled.name,
         "n_variables": int(compiled.layout.size),
         "clients": [c.name for c in compiled.clients],
         "server": party_fingerprint(compiled.server),
+        "h": regularizer_fingerprint(compiled.regularizer),
     }
+
+
+def fingerprint_mismatch(theirs: Any, mine: Any, party: str) -> str | None:
+    """Why a party's fingerprint differs from the one its checkpoint was written with (None
+    when equal)."""
+    if theirs == mine:
+        return None
+    if isinstance(theirs, dict) and isinstance(mine, dict):
+        if theirs.get("terms") != mine.get("terms"):
+            return (
+                f"the model's terms of party '{party}' changed since the checkpoint was "
+                "written (an expression, a constant, a bound or a coefficient differs): "
+                "the checkpoint was written for different terms or data of this party"
+            )
+        if theirs.get("data") != mine.get("data"):
+            return (
+                f"the data of party '{party}' changed since the checkpoint was written: the "
+                "checkpoint was written for different terms or data of this party"
+            )
+    return f"the checkpoint was written for different terms or data of party '{party}'"
 
 
 def _jsonable(v: Any) -> Any:
@@ -132,9 +431,9 @@ def write_checkpoint(
     os.makedirs(directory, exist_ok=True)
     tag = f"{iteration:06d}-{uuid.uuid4().hex[:8]}"
     parties = runtime.write_party_checkpoint(directory, tag, marked=True)
-    server_file = f"server-{tag}.pkl"
+    server_file = state_file_name("server", tag)
     record = {"format": "fedmodel-server-state", "state": server_state}
-    server_sha = write_atomic(os.path.join(directory, server_file), pickle.dumps(record, 4))
+    server_sha = write_state_file(os.path.join(directory, server_file), record)
     manifest = {
         "format": FORMAT,
         "version": VERSION,
@@ -150,7 +449,8 @@ def write_checkpoint(
     write_atomic(os.path.join(directory, MANIFEST), json.dumps(manifest, indent=1).encode("utf-8"))
     keep = {server_file, MANIFEST} | {f for f, _ in parties.values()}
     for f in os.listdir(directory):
-        if (f.startswith("server-") or f.startswith("party-")) and f.endswith(".pkl"):
+        # (.pkl: the files of a version-1 checkpoint that was in this directory)
+        if (f.startswith("server-") or f.startswith("party-")) and f.endswith((SUFFIX, ".pkl")):
             if f not in keep:
                 try:
                     os.remove(os.path.join(directory, f))
@@ -175,6 +475,13 @@ def read_manifest(directory: str) -> dict:
         ) from exc
     if not isinstance(manifest, dict) or manifest.get("format") != FORMAT:
         raise CheckpointError(f"{directory!r} does not hold a fedmodel checkpoint")
+    if manifest.get("version") == 1:
+        raise CheckpointError(
+            f"checkpoint {directory!r} was written by an older fedmodel (format version 1, "
+            f"pickled states), which this fedmodel does not read (version {VERSION}: no "
+            "pickle); run again from the start, or finish the run with the fedmodel that "
+            "wrote it"
+        )
     if manifest.get("version") != VERSION:
         raise CheckpointError(
             f"checkpoint {directory!r} has format version {manifest.get('version')!r}; this "
@@ -183,6 +490,15 @@ def read_manifest(directory: str) -> dict:
     for key in ("method", "model", "options", "iteration", "server", "parties"):
         if key not in manifest:
             raise CheckpointError(f"checkpoint {directory!r} is corrupted: no '{key}' entry")
+    if not isinstance(manifest["parties"], dict) or not all(
+        isinstance(v, list) and len(v) == 2 for v in manifest["parties"].values()
+    ):
+        raise CheckpointError(f"checkpoint {directory!r} is corrupted: malformed 'parties'")
+    if not (isinstance(manifest["server"], list) and len(manifest["server"]) == 2):
+        raise CheckpointError(f"checkpoint {directory!r} is corrupted: malformed 'server'")
+    for key in ("model", "options"):
+        if not isinstance(manifest[key], dict):
+            raise CheckpointError(f"checkpoint {directory!r} is corrupted: malformed '{key}'")
     return manifest
 
 
@@ -193,14 +509,34 @@ def check_manifest(manifest: dict, *, method: str, model: dict, options: dict, w
             f"checkpoint {where!r} was written by method '{manifest['method']}', not '{method}'"
         )
     theirs = manifest["model"]
+    if not isinstance(theirs, dict):
+        raise CheckpointError(f"checkpoint {where!r} is corrupted: malformed 'model'")
     for key, label in (
         ("clients", "clients"),
         ("n_variables", "number of variables"),
-        ("server", "server terms or data"),
     ):
         if theirs.get(key) != model.get(key):
             raise CheckpointError(
                 f"checkpoint {where!r} was written for a different model ({label} differ: "
+                f"{_short(theirs.get(key))} vs {_short(model.get(key))})"
+            )
+    why = fingerprint_mismatch(theirs.get("server"), model.get("server"), "server")
+    if why is not None:
+        raise CheckpointError(
+            f"checkpoint {where!r} was written for a different model (server terms or data "
+            f"differ): {why}"
+        )
+    if theirs.get("h") != model.get("h"):
+        raise CheckpointError(
+            f"checkpoint {where!r} was written for a different model: the regularizer h "
+            "changed since it was written (a coefficient or a bound of h differs)"
+        )
+    for key in sorted(set(theirs) | set(model)):  # e.g. a vertical problem's fingerprint
+        if key not in ("clients", "n_variables", "server", "h") and theirs.get(key) != model.get(
+            key
+        ):
+            raise CheckpointError(
+                f"checkpoint {where!r} was written for a different model ({key} differ: "
                 f"{_short(theirs.get(key))} vs {_short(model.get(key))})"
             )
     mine = _jsonable(options)
@@ -216,19 +552,20 @@ def check_manifest(manifest: dict, *, method: str, model: dict, options: dict, w
 
 
 def read_server_state(directory: str, manifest: dict) -> dict:
+    """The server's state of the checkpoint in ``directory`` (checked: file name, checksum,
+    form)."""
     fname, sha = manifest["server"]
-    path = os.path.join(os.fspath(directory), fname)
-    if not os.path.exists(path):
-        raise CheckpointError(f"checkpoint {directory!r} is incomplete: {fname} is missing")
-    if file_sha256(path) != sha:
-        raise CheckpointError(
-            f"checkpoint {directory!r} is corrupted: {fname} does not match its checksum"
-        )
     try:
-        with open(path, "rb") as fh:
-            record = pickle.load(fh)
-    except Exception as exc:
-        raise CheckpointError(f"checkpoint {directory!r}: {fname} cannot be read ({exc})") from exc
+        record = read_state_file(directory, fname, sha, "server")
+    except CheckpointError as exc:
+        msg = str(exc)
+        if msg.startswith(f"file {fname} is corrupted"):
+            msg = f"is corrupted: {fname} does not match its checksum"
+        elif msg.startswith(f"file {fname} is missing"):
+            msg = f"is incomplete: {fname} is missing"
+        else:
+            msg = f"cannot be used: {msg}"
+        raise CheckpointError(f"checkpoint {os.fspath(directory)!r} {msg}") from None
     if not isinstance(record, dict) or record.get("format") != "fedmodel-server-state":
         raise CheckpointError(f"checkpoint {directory!r}: {fname} is not a server state")
     return record["state"]

@@ -44,11 +44,13 @@ import pickle
 import secrets
 import signal
 import sys
+import threading
 from collections.abc import Mapping
 from multiprocessing import AuthenticationError
 from multiprocessing.connection import Client, Listener
 from typing import Any
 
+from fedmodel.runtime.checkpoint import CheckpointError, checked_token
 from fedmodel.runtime.endpoints import EndpointFactory
 from fedmodel.runtime.flower_codec import (
     LOCAL_PROGRAM,
@@ -103,6 +105,13 @@ class PartyServer:
     info : dict, optional
         What ``hello`` answers besides the party names (e.g. the shapes of its data,
         which the coordinator needs to lay out the model; never the data).
+    checkpoint_dir : str, optional
+        Deployment: the party's own checkpoint directory. The coordinator's
+        ``write_checkpoint`` / ``load_checkpoint`` calls then name only a run token (a
+        plain name, :func:`~fedmodel.runtime.checkpoint.checked_token`): the party's files
+        are ``checkpoint_dir/<token>/party-<name>-<tag>.npz``. Without it (simulation: a
+        party server the coordinator's own process started) the directory is taken as
+        given; a deployed server (``programs`` given) without it refuses checkpoint calls.
     accept_local : bool
         Accept local (pickled) requests: only for the server a simulation's Flower
         runtime starts for itself; a deployment's party server (``fedmodel join``) keeps
@@ -123,11 +132,14 @@ class PartyServer:
         programs: Mapping[str, Any] | None = None,
         info: dict | None = None,
         regularizer: Any = None,
+        checkpoint_dir: str | None = None,
         *,
         accept_local: bool = False,
     ):
         self.socket_path = socket_path
         self.accept_local = bool(accept_local)
+        self.checkpoint_dir = None if checkpoint_dir is None else os.path.abspath(checkpoint_dir)
+        self._written: dict[tuple[str, str], list[str]] = {}
         self.programs = dict(programs or {})
         self.regularizer = regularizer
         self.info = dict(info or {})
@@ -171,6 +183,22 @@ class PartyServer:
         self.host.marks.clear()
         return self.host.build(out)
 
+    def _checkpoint_directory(self, token: Any, create: bool) -> str:
+        """The directory a coordinator's checkpoint call names (see ``checkpoint_dir``)."""
+        if self.checkpoint_dir is None:
+            if self.programs:  # deployed: never a path chosen by the coordinator
+                raise CheckpointError(
+                    "this party has no checkpoint directory (fedmodel join --checkpoint-dir)"
+                )
+            return token  # simulation: the coordinator's own process started this server
+        path = os.path.join(self.checkpoint_dir, checked_token(token))
+        if create:
+            os.makedirs(self.checkpoint_dir, mode=0o700, exist_ok=True)
+            os.makedirs(path, mode=0o700, exist_ok=True)
+        elif not os.path.isdir(path):
+            raise CheckpointError(f"no checkpoint of run {token!r} in this party's directory")
+        return path
+
     def call(self, method: str, args: tuple) -> Any:
         if method == "hello":
             return {"parties": sorted(self.programs) or self.host.names(), **self.info}
@@ -178,7 +206,28 @@ class PartyServer:
             return self._build(*args)
         if method not in REMOTE_CALLS:
             raise PermissionError(f"call {method!r} is not allowed from the coordinator")
-        return getattr(self.host, method)(*args)
+        if method in ("write_checkpoint", "load_checkpoint"):
+            if not args:
+                raise CheckpointError(f"{method} without a run name")
+            args = (self._checkpoint_directory(args[0], method == "write_checkpoint"), *args[1:])
+        result = getattr(self.host, method)(*args)
+        if method == "write_checkpoint" and self.checkpoint_dir is not None:
+            self._prune(args[0], result)
+        return result
+
+    def _prune(self, directory: str, written: Mapping[str, tuple[str, str]]) -> None:
+        """Keep, of the files this server wrote in ``directory``, each party's last two
+        (the coordinator's manifest names the newer one once written, the older one until
+        then); the coordinator removes old files only from its own directory."""
+        for name, (fname, _sha) in written.items():
+            mine = self._written.setdefault((directory, name), [])
+            mine.append(fname)
+            for old in mine[:-2]:
+                try:
+                    os.remove(os.path.join(directory, old))
+                except OSError:
+                    pass
+            del mine[:-2]
 
     def handle(self, request: tuple) -> tuple:
         """One request from a connection: ``("call", text, arrays)`` (from the relay: the
@@ -261,10 +310,28 @@ class PartyServer:
             except OSError:
                 pass
 
-    def serve_forever(self) -> None:
-        """Answer one request per connection until stopped (``stop``, SIGTERM)."""
+    def serve_forever(self, stop_on_interrupt: bool = False) -> None:
+        """Answer one request per connection until stopped (``stop``, SIGTERM; with
+        ``stop_on_interrupt``, also Ctrl-C between steps, as ``fedmodel join`` wants: a
+        party server of the simulation outlives a Ctrl-C of the solve it serves)."""
         self.host.install_signal_handlers(interrupts=True)
-        signal.signal(signal.SIGTERM, lambda *a: sys.exit(0))
+
+        def on_term(*_):
+            self.stopped = True
+            sys.exit(0)
+
+        signal.signal(signal.SIGTERM, on_term)
+        if stop_on_interrupt and threading.current_thread() is threading.main_thread():
+            in_step = signal.getsignal(signal.SIGINT)
+
+            def on_int(signum, frame):
+                if self.host._in_step and callable(in_step):
+                    in_step(signum, frame)  # interrupts the step (the host's handler)
+                else:
+                    self.stopped = True
+                    raise KeyboardInterrupt
+
+            signal.signal(signal.SIGINT, on_int)
         try:
             while not self.stopped:
                 self.serve_one()

@@ -35,10 +35,14 @@ import tempfile
 import threading
 import time
 from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import Any
+
+import numpy as np
 
 from fedmodel.errors import ModelError
 from fedmodel.runtime.base import GRACE_SECONDS, Runtime, raise_build_errors
+from fedmodel.runtime.checkpoint import run_token
 from fedmodel.runtime.endpoints import EndpointFactory
 from fedmodel.runtime.flower_codec import (
     ARRAY_RECORD,
@@ -51,6 +55,7 @@ from fedmodel.runtime.flower_codec import (
     to_records,
 )
 from fedmodel.runtime.host import HostDead
+from fedmodel.runtime.messages import SERVER, Message
 
 # seconds between two polls of the Grid for replies: from POLL_SECONDS, doubling up to
 # POLL_MAX (a deployment's Grid is an HTTP API of the SuperLink: polling it every
@@ -120,17 +125,51 @@ def _message(node: int, method: str, args: tuple, route: str | None = None):
     return Message(content=content, dst_node_id=node, message_type=MESSAGE_TYPE)
 
 
-def discover(grid, parties: list[str], timeout: float = 120.0) -> dict[str, tuple[int, dict]]:
+@dataclass
+class JoinedGrid:
+    """A ServerApp's Grid and the parties that joined it (what :func:`discover` found):
+    party -> (node id, its ``hello``). Passed as ``flower_grid``, the runtime uses these
+    nodes instead of asking every node again (``fedmodel serve`` discovers the parties
+    once, to learn the shapes it builds the model with)."""
+
+    grid: Any
+    parties: dict[str, tuple[int, dict]]
+
+
+def _hello_ok(reply) -> bool:
+    return (
+        not reply.has_error()
+        and reply.content.config_records.get("fedmodel.status", {}).get("status", "ok") == "ok"
+    )
+
+
+def discover(
+    grid,
+    parties: list[str],
+    timeout: float = 120.0,
+    nodes: Mapping[str, int] | None = None,
+) -> dict[str, tuple[int, dict]]:
     """Wait until every party in ``parties`` has joined (a node whose party server says it
     serves it); returns party -> (node id, what its ``hello`` said: parties, shapes).
 
+    ``nodes`` (SuperNode authentication, ``fedmodel serve --authorized-keys``): party ->
+    the node id the SuperLink registered for that party's public key. Only those nodes
+    are asked, and each must serve exactly its own party: a node cannot claim another
+    party's name.
+
     Raises :class:`~fedmodel.errors.ModelError` naming the parties still missing after
-    ``timeout`` seconds, or a party that joined twice.
+    ``timeout`` seconds, a party that joined twice, or a node that claims a party other
+    than the one its key was registered for.
     """
     deadline = time.monotonic() + timeout
     asked: dict[int, dict] = {}
+    party_of_node = {int(n): p for p, n in (nodes or {}).items()}
     while True:
-        new = [n for n in grid.get_node_ids() if n not in asked]
+        new = [
+            n
+            for n in grid.get_node_ids()
+            if n not in asked and (nodes is None or n in party_of_node)
+        ]
         if new:
             ids = list(grid.push_messages([_message(n, "hello", ()) for n in new]))
             pending = dict(zip(ids, new))
@@ -138,20 +177,19 @@ def discover(grid, parties: list[str], timeout: float = 120.0) -> dict[str, tupl
             while pending and time.monotonic() < until:
                 for reply in grid.pull_messages(list(pending)):
                     node = pending.pop(reply.metadata.reply_to_message_id, None)
-                    if node is None:
-                        continue
-                    ok = (
-                        not reply.has_error()
-                        and reply.content.config_records.get("fedmodel.status", {}).get(
-                            "status", "ok"
-                        )
-                        == "ok"
-                    )
-                    asked[node] = from_records(reply.content) if ok else {}
+                    if node is not None:
+                        asked[node] = from_records(reply.content) if _hello_ok(reply) else {}
                 time.sleep(0.05)
         owner: dict[str, tuple[int, dict]] = {}
         for node, info in asked.items():
-            for p in info.get("parties", []) if isinstance(info, dict) else []:
+            claimed = info.get("parties", []) if isinstance(info, dict) else []
+            if node in party_of_node and claimed and list(claimed) != [party_of_node[node]]:
+                raise ModelError(
+                    f"node {node}, registered for party '{party_of_node[node]}', says it "
+                    f"serves {list(claimed)}: a node may serve only the party whose key "
+                    "it holds"
+                )
+            for p in claimed:
                 if p in owner:
                     raise ModelError(f"party '{p}' joined twice (nodes {owner[p][0]}, {node})")
                 owner[p] = (node, info)
@@ -163,6 +201,19 @@ def discover(grid, parties: list[str], timeout: float = 120.0) -> dict[str, tupl
                 f"parties {missing} have not joined within {timeout:g} s (joined: {sorted(owner)})"
             )
         time.sleep(0.5)
+
+
+def hello_messages(found: Mapping[str, tuple[int, dict]]) -> list[Message]:
+    """The ``hello`` exchange with each party as ledger messages (channel ``"join"``,
+    round 0): the coordinator's question, and the party's answer, whose payload holds,
+    per array the model reads, its shape (a vector of integers: ``floats`` counts them)."""
+    out = []
+    for party, (_node, info) in found.items():
+        shapes = (info.get("shapes") or {}).get(party, {}) if isinstance(info, dict) else {}
+        out.append(Message("hello", SERVER, party, {}, 0, "join"))
+        payload = {str(k): np.asarray(v, dtype=np.int64) for k, v in shapes.items()}
+        out.append(Message("hello", party, SERVER, payload, 0, "join"))
+    return out
 
 
 class _Simulation:
@@ -338,8 +389,17 @@ class FlowerRuntime(Runtime):
                 self._route = {self._host_of[n]: self._sim.sockets[n] for n in names}
                 errors = self._sim.build(factories)
             else:
+                if isinstance(grid, JoinedGrid):
+                    found = grid.parties
+                    grid = grid.grid
+                    missing = [n for n in names if n not in found]
+                    if missing:
+                        raise ModelError(f"parties {missing} have not joined the Grid")
+                else:
+                    found = discover(grid, names, timeout=join_timeout)
                 self.grid = grid
-                found = discover(grid, names, timeout=join_timeout)
+                for msg in hello_messages({n: found[n] for n in names}):
+                    self.ledger.record(msg)
                 self._host_of = {n: found[n][0] for n in names}
                 groups = self._hosts_for(names)
                 stripped = strip_programs(factories)
@@ -356,6 +416,20 @@ class FlowerRuntime(Runtime):
             self.close()
             raise
         raise_build_errors(self, errors, names)
+
+    # -- checkpoints -------------------------------------------------------------------------
+    def _party_directory(self, directory: str) -> str:
+        """Where the parties write their checkpoint files: in simulation the directory
+        itself (party servers this process started, on this machine); deployed, each party
+        writes in its own checkpoint directory (``fedmodel join --checkpoint-dir``) and the
+        coordinator names only a run token (:func:`~fedmodel.runtime.checkpoint.run_token`)."""
+        return os.fspath(directory) if self._sim is not None else run_token(directory)
+
+    def write_party_checkpoint(self, directory: str, tag: str, marked: bool = True) -> dict:
+        return super().write_party_checkpoint(self._party_directory(directory), tag, marked)
+
+    def load_party_checkpoint(self, directory: str, files: Mapping[str, Any]) -> None:
+        super().load_party_checkpoint(self._party_directory(directory), files)
 
     # -- nodes -------------------------------------------------------------------------------
     def _wait_nodes(self, n: int, timeout: float = 120.0) -> list[int]:
@@ -470,4 +544,4 @@ class FlowerRuntime(Runtime):
             self._sim.stop()
 
 
-__all__ = ["FlowerRuntime", "decode", "discover", "strip_programs"]
+__all__ = ["FlowerRuntime", "JoinedGrid", "decode", "discover", "hello_messages", "strip_programs"]

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import copy
 import os
-import pickle
 import signal
 import threading
 import time
@@ -16,7 +15,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
-from fedmodel.runtime.checkpoint import CheckpointError, file_sha256, safe_filename, write_atomic
+from fedmodel.runtime.checkpoint import CheckpointError
 from fedmodel.runtime.endpoints import EndpointFactory, Outbox, _get_state, copy_state
 from fedmodel.runtime.messages import Message
 from fedmodel.runtime.outcomes import (
@@ -193,8 +192,14 @@ class PartyHost:
 
     def write_checkpoint(self, directory: str, tag: str, marked: bool = True) -> dict:
         """Each party writes its own state (its mark, or its current state) to
-        ``directory``; returns name -> (file name, sha256). Nothing but these travels."""
-        from fedmodel.runtime.checkpoint import party_fingerprint
+        ``directory``, in a file it names itself (``party-<name>-<tag>.npz``, see
+        :mod:`fedmodel.runtime.checkpoint`); returns name -> (file name, sha256). Nothing
+        but these travels."""
+        from fedmodel.runtime.checkpoint import (
+            party_fingerprint,
+            state_file_name,
+            write_state_file,
+        )
 
         out = {}
         for name, ep in self.endpoints.items():
@@ -207,35 +212,43 @@ class PartyHost:
                 "fingerprint": party_fingerprint(getattr(ep, "program", None)),
                 "state": state,
             }
-            fname = f"party-{safe_filename(name)}-{tag}.pkl"
-            sha = write_atomic(os.path.join(directory, fname), pickle.dumps(record, protocol=4))
+            fname = state_file_name("party", tag, name)
+            try:
+                sha = write_state_file(os.path.join(directory, fname), record)
+            except CheckpointError as exc:
+                raise CheckpointError(f"party '{name}': {exc}") from None
             out[name] = (fname, sha)
         return out
 
     def load_checkpoint(self, directory: str, files: Mapping[str, tuple[str, str]]) -> dict:
-        """Each party reads and checks its own file, then takes that state; returns
+        """Each party reads and checks its own file (a bare name of its own form inside
+        ``directory``, its checksum, its fingerprint), then takes that state; returns
         name -> None or an error message."""
-        from fedmodel.runtime.checkpoint import party_fingerprint
+        from fedmodel.runtime.checkpoint import (
+            fingerprint_mismatch,
+            party_fingerprint,
+            read_state_file,
+        )
 
         errors: dict[str, str | None] = {}
-        for name, (fname, sha) in files.items():
-            path = os.path.join(directory, fname)
+        for name, entry in files.items():
             try:
-                if not os.path.exists(path):
-                    raise CheckpointError(f"file {fname} is missing")
-                if file_sha256(path) != sha:
-                    raise CheckpointError(f"file {fname} is corrupted (checksum mismatch)")
-                with open(path, "rb") as fh:
-                    record = pickle.load(fh)
+                if name not in self.endpoints:
+                    raise CheckpointError(f"no party '{name}' here")
+                if not (isinstance(entry, (list, tuple)) and len(entry) == 2):
+                    raise CheckpointError(f"malformed checkpoint entry {entry!r:.80}")
+                fname, sha = entry
+                record = read_state_file(directory, fname, sha, "party", name)
                 if not isinstance(record, dict) or record.get("format") != "fedmodel-party-state":
                     raise CheckpointError(f"file {fname} is not a fedmodel party state")
                 if record.get("party") != name:
                     raise CheckpointError(f"file {fname} holds party '{record.get('party')}'")
                 ep = self.endpoints[name]
-                if record.get("fingerprint") != party_fingerprint(getattr(ep, "program", None)):
-                    raise CheckpointError(
-                        "the checkpoint was written for different terms or data of this party"
-                    )
+                why = fingerprint_mismatch(
+                    record.get("fingerprint"), party_fingerprint(getattr(ep, "program", None)), name
+                )
+                if why is not None:
+                    raise CheckpointError(why)
                 ep.set_state(record["state"])
                 self.marks[name] = _get_state(ep)
                 errors[name] = None

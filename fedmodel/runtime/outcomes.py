@@ -22,6 +22,27 @@ class StepInterrupted(BaseException):
     """Raised inside a worker's step when the server was interrupted (Ctrl-C)."""
 
 
+class InvalidReply(FedModelError):
+    """What a party sent does not fit the method's declared message table (see
+    :mod:`fedmodel.runtime.schema`): the runtime turns it into a failure of that party
+    (:class:`StepOutcome` of kind ``"invalid_reply"``).
+
+    Attributes
+    ----------
+    party, kind : str
+        Who sent it, and the message kind it answered.
+    field : str or None
+        The offending field (None: the message as a whole).
+    """
+
+    def __init__(self, party: str, kind: str, field: str | None, message: str):
+        self.party, self.kind, self.field = party, kind, field
+        super().__init__(message)
+
+    def __reduce__(self):
+        return (InvalidReply, (self.party, self.kind, self.field, str(self)))
+
+
 @dataclass
 class StepOutcome:
     """What happened when a party handled one message."""
@@ -29,7 +50,7 @@ class StepOutcome:
     name: str
     reply: Any = None  # the reply Message (or an activation's return value)
     error: BaseException | None = None
-    kind: str = "ok"  # "ok", "raised", "timeout", "interrupted", "dead"
+    kind: str = "ok"  # "ok", "raised", "timeout", "interrupted", "dead", "invalid_reply"
     seconds: float = 0.0
     detail: str = ""  # traceback text of the error
     sent: list[Message] = field(default_factory=list)  # peer messages sent while handling
@@ -45,7 +66,7 @@ class StepOutcome:
     def describe(self) -> str:
         if self.kind == "dead":
             return str(self.error)
-        if self.kind == "timeout":
+        if self.kind in ("timeout", "invalid_reply"):
             return str(self.error)
         return f"{type(self.error).__name__}: {self.error}"
 

@@ -19,6 +19,7 @@ from fedmodel.algorithms.baselines.common import (
     _positive,
     _status,
 )
+from fedmodel.algorithms.baselines.messages import BASELINES
 from fedmodel.algorithms.common import (
     evaluation_payload,
     penalty_multipliers,
@@ -99,6 +100,8 @@ class DGDOptions(RuntimeOptions):
 @register_wire_type("dgd.node")
 class DGDNode(ClientHalf):
     """Node of dgd: keeps ``x_i`` and its neighbours' last iterates."""
+
+    messages = BASELINES
 
     state_fields = ("x", "nbr", "alpha", "k", "last_move", "last_w")
     component_fields = ("local",)
@@ -204,6 +207,8 @@ class DGDServer(ServerHalf):
     node send ``x_i`` to its neighbours, then take its step; the returned point is the
     average of the nodes' iterates, gathered on the diagnostic channel when the stopping
     test or an evaluation needs it (:meth:`sync`)."""
+
+    messages = BASELINES
 
     resume_options = ("mixing", "step", "step_decay", "tol", "penalty")
     step_name = "round"

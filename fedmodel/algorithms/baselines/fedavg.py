@@ -40,6 +40,7 @@ from fedmodel.algorithms.baselines.common import (
     _sample_count,
     _status,
 )
+from fedmodel.algorithms.baselines.messages import BASELINES
 from fedmodel.algorithms.common import (
     evaluation_payload,
     penalty_multipliers,
@@ -182,6 +183,8 @@ class FedProxOptions(FedAvgOptions):
 class FedClient(ClientHalf):
     """Client of fedavg / fedprox: local training from the global model."""
 
+    messages = BASELINES
+
     state_fields = ("x", "last_w")
     component_fields = ("local",)
 
@@ -234,6 +237,8 @@ class FedAvgServer(ServerHalf):
     State: the global model ``x_hat``, the aggregation weights, the round counter and the
     recorded snapshots.
     """
+
+    messages = BASELINES
 
     resume_options = (
         "local_solver", "local_start", "local_steps", "step", "weights", "tol", "penalty",

@@ -106,23 +106,31 @@ def run_cprox_al(
         if options.callback is not None:
             options.callback(history[-1] if history else {"iteration": k})
         if dw + beta * tau <= beta * options.eps1 and dmu <= beta * options.eps2:
+            # test (8) is absolute; the verdict is the scaled certificate: stop when it
+            # holds, otherwise keep iterating (tau_k keeps shrinking) until it does
             status = "stopped"
-            break
+            kkt, _ = pooled_evaluation(compiled, x, mus, nus, problem.cone)
+            if kkt.satisfied(options.eps1, options.eps2):
+                break
         if deadline is not None and time.perf_counter() > deadline:
             status, message = "time_limit", f"time limit of {options.time_limit:g} s reached"
             break
+        status = "max_iterations"
     kkt, summary = pooled_evaluation(compiled, x, mus, nus, problem.cone)
     if status == "stopped":
         status = "optimal" if kkt.satisfied(options.eps1, options.eps2) else "inaccurate"
         message = (
             f"(eps1, eps2) = ({options.eps1:g}, {options.eps2:g})-KKT point certified"
             if status == "optimal"
-            else f"stopping test (8) held but the certificate reads {kkt!r}"
+            else f"stopping test (8) held but the certificate reads {kkt.describe()}"
         )
         if status == "optimal" and kkt.local:
             message += " (a local certificate: the model has non-convex terms)"
     elif status == "max_iterations":
-        message = f"max_outer = {options.max_outer} outer iterations reached"
+        message = (
+            f"max_outer = {options.max_outer} outer iterations reached without a certified "
+            f"point ({kkt.describe()})"
+        )
     multipliers = {
         p.name: split_multipliers(p, m, v, lam)
         for p, m, v, lam in zip(parties, mus, nus, problem.cone)

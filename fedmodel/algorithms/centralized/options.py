@@ -18,12 +18,15 @@ class CentralizedOptions:
         not certified). ``"smooth"``: the smooth exact path, cprox-al on the pooled problem
         with Newton (or L-BFGS) subproblems and a large penalty (beta = 1e5), started from
         ``w = 0``; needs every term to have a gradient. ``"auto"`` (default): ``"smooth"``
-        when every term is of GLM form (the Newton backend applies) and at least one is
-        not quadratic (logistic, exp, huber, ...: cvxpy would need the exponential cone,
-        where Clarabel fails and ECOS/SCS are slow and inexact on UCI Adult) or the model
-        is a QP with at most 3000 variables (a few cached Cholesky factorisations, faster
-        than building the cvxpy problem), falling back to cvxpy if the smooth path does not
-        certify; ``"cvxpy"`` otherwise (large QPs: OSQP or Clarabel, sparse).
+        when every term is of GLM form (the Newton backend applies), the model has at most
+        3000 variables (Newton factors a dense Hessian) and no epigraph auxiliaries (hinge,
+        abs, pinball, l1: those go to Clarabel directly) -- smooth non-quadratic terms
+        (logistic, exp, huber, ...) would need the exponential cone, where Clarabel fails
+        and ECOS/SCS are slow and inexact on UCI Adult, and a QP takes a few cached
+        Cholesky factorisations, faster than building the cvxpy problem -- falling back to
+        cvxpy if the smooth path does not certify; ``"cvxpy"`` otherwise (Clarabel at
+        tolerances ``1e-6 * eps`` on epigraph and conic models; cvxpy's choice, sparse, on
+        large smooth models).
     solver : str or None
         cvxpy solver (default: cvxpy's choice, OSQP for QPs, Clarabel for conic models).
     refine : bool

@@ -43,6 +43,7 @@ import numpy as np
 
 from fedmodel.algorithms.common import evaluation_payload, penalty_multipliers
 from fedmodel.algorithms.dald.local import LocalProblem, consensus_quadratic
+from fedmodel.algorithms.dald.messages import DALD
 from fedmodel.algorithms.dald.options import DALDOptions, InnerRule, PenaltySchedule
 from fedmodel.algorithms.protocol import ClientHalf
 from fedmodel.compiler.partition import PartyProgram
@@ -86,6 +87,8 @@ def is_uniform(vectors) -> bool:
 @register_wire_type("dald.cc_client")
 class DALDCCClient(ClientHalf):
     """Client ``i`` of Fed-DALD-CC: solves (13), updates ``mu_i`` by (15)."""
+
+    messages = DALD
 
     state_fields = ("x", "mu", "dual_updates", "last_w")
     component_fields = ("local",)
@@ -183,12 +186,15 @@ class DALDDCNode(ClientHalf):
         Used to send peer messages.
     """
 
+    messages = DALD
+
     state_fields = (
-        "x", "nbr", "mu", "schedule", "gathered", "last_control", "sweep", "dual_updates",
-        "fresh_dual", "last_w",
+        "x", "nbr", "mu", "gathered", "last_control", "sweep", "dual_updates", "fresh_dual",
+        "last_w",
     )  # fmt: skip
-    component_fields = ("local",)
-    root_state_fields = ("rule", "k", "v", "total", "pending_full", "last_residuals", "reason")
+    component_fields = ("local", "schedule")
+    # (the root's InnerRule is a function of the options, which a resume checks: not state)
+    root_state_fields = ("k", "v", "total", "pending_full", "last_residuals", "reason")
 
     def __init__(
         self,

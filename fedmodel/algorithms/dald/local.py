@@ -26,7 +26,7 @@ Three solvers (``local_solver=``):
 
 from __future__ import annotations
 
-import copy
+import dataclasses
 from dataclasses import dataclass
 
 import numpy as np
@@ -162,12 +162,12 @@ class LocalProblem:
             "alpha": self._alpha,
             "lf": self._lf,
             "engine": engine.get_state() if hasattr(engine, "get_state") else None,
-            "stats": copy.copy(self.stats),
+            "stats": dataclasses.asdict(self.stats),
         }
 
     def set_state(self, state: dict) -> None:
         self._alpha, self._lf = state["alpha"], state["lf"]
-        self.stats = copy.copy(state["stats"])
+        self.stats = LocalStats(**state["stats"])
         if state["engine"] is not None:
             if self._engine is None:
                 self._exact_engine()

@@ -324,5 +324,11 @@ class PenaltySchedule:
     def advance(self) -> None:
         self.scale = min(self.scale * self.growth, self.max)
 
+    def get_state(self) -> dict:
+        return {"scale": self.scale}
+
+    def set_state(self, state: dict) -> None:
+        self.scale = float(state["scale"])
+
 
 DALDOptions.__doc__ += RUNTIME_OPTIONS_DOC

@@ -50,6 +50,7 @@ from fedmodel.algorithms.dald.client import (
     make_local,
 )
 from fedmodel.algorithms.dald.local import scaled_regularizer
+from fedmodel.algorithms.dald.messages import DALD
 from fedmodel.algorithms.dald.options import (
     DALDOptions,
     InnerRule,
@@ -81,6 +82,8 @@ class DALDCCServer(ServerHalf):
     ``x_hat``, the clients' last ``x_i``, the mirror of ``sum_i mu_i``, the pending dual
     steps, the penalty schedule, the coordination sequence's generator and the counters.
     """
+
+    messages = DALD
 
     resume_options = (
         "rho", "rho_default", "inner", "eps_dual", "eps_pri", "vmax", "max_inner",
@@ -198,18 +201,17 @@ class DALDCCServer(ServerHalf):
         return penalty_multipliers(self.program, self.x_hat, self.options.penalty)
 
     def get_state(self) -> dict:
-        # deep-copied as one object: pending_x may share x_hat (identity means "this x_hat")
-        return copy.deepcopy(
+        """Plain values and arrays (checkpoints): the coordination's and the penalty
+        schedule's own states; a pending dual step on the ``x_hat`` sent with it (the same
+        array) is recorded as ``None``."""
+        state = copy.deepcopy(
             {
                 key: getattr(self, key)
                 for key in (
                     "x_hat",
                     "cache",
                     "mu_sum",
-                    "schedule",
                     "pending",
-                    "pending_x",
-                    "coord",
                     "k",
                     "v",
                     "total",
@@ -220,14 +222,24 @@ class DALDCCServer(ServerHalf):
                     "reason",
                 )
             }  # fmt: skip
-            | {"local": self.local.get_state()}
         )
+        state["pending_x"] = {
+            n: None if xd is self.x_hat else xd.copy() for n, xd in self.pending_x.items()
+        }
+        state["schedule"] = self.schedule.get_state()
+        state["coord"] = self.coord.get_state()
+        state["local"] = self.local.get_state()
+        return state
 
     def set_state(self, state: dict) -> None:
         state = copy.deepcopy(state)
         self.local.set_state(state.pop("local"))
+        self.schedule.set_state(state.pop("schedule"))
+        self.coord.set_state(state.pop("coord"))
+        pending_x = state.pop("pending_x")
         for key, value in state.items():
             setattr(self, key, value)
+        self.pending_x = {n: self.x_hat if xd is None else xd for n, xd in pending_x.items()}
 
     def evaluation_extras(self) -> dict:
         return {"x_hat": self.x_hat, "rho_scale": self.schedule.scale}
@@ -399,6 +411,8 @@ class DALDDCServer(ServerHalf):
     generator, the counters and the root's last decision.
     """
 
+    messages = DALD
+
     resume_options = DALDCCServer.resume_options + ("topology", "root", "order")
     step_name = "inner iteration"
 
@@ -517,7 +531,6 @@ class DALDDCServer(ServerHalf):
             {
                 key: getattr(self, key)
                 for key in (
-                    "coord",
                     "x",
                     "k",
                     "v",
@@ -530,10 +543,13 @@ class DALDDCServer(ServerHalf):
                     "reason",
                 )
             }  # fmt: skip
+            | {"coord": self.coord.get_state()}
         )
 
     def set_state(self, state: dict) -> None:
-        for key, value in copy.deepcopy(state).items():
+        state = copy.deepcopy(state)
+        self.coord.set_state(state.pop("coord"))
+        for key, value in state.items():
             setattr(self, key, value)
 
     def round_counts(self) -> dict[str, int]:

@@ -409,6 +409,20 @@ class Coordination:
     def is_full(self) -> bool:
         return isinstance(self.spec, str) and self.spec == "full" and self.dropout == 0.0
 
+    def get_state(self) -> dict:
+        """What changes along a run, as plain values: the random generator's state, the
+        ages and visit counts (the spec and fractions come from the options)."""
+        return {
+            "rng": self.rng.bit_generator.state,
+            "age": dict(self.age),
+            "visits": dict(self.visits),
+        }
+
+    def set_state(self, state: dict) -> None:
+        self.rng.bit_generator.state = state["rng"]
+        self.age = {str(k): int(v) for k, v in state["age"].items()}
+        self.visits = {str(k): int(v) for k, v in state["visits"].items()}
+
     def sequence(
         self, k: int, v: int, full: bool = False, scores: dict[str, float] | None = None
     ) -> list[str]:

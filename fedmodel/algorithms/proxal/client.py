@@ -46,6 +46,7 @@ from __future__ import annotations
 import numpy as np
 
 from fedmodel.algorithms.protocol import ClientHalf
+from fedmodel.algorithms.proxal.messages import PROXAL
 from fedmodel.algorithms.proxal.metric import PenaltyMetric, hessian_metric, shifted_solver
 from fedmodel.certificate.kkt import party_evaluation
 from fedmodel.compiler.glm import NotRecognised
@@ -230,6 +231,16 @@ class ProxALClient(ClientHalf):
         "newton_H",
     )  # fmt: skip
     component_fields = ("solver",)  # the Newton backend's carried factor
+    messages = PROXAL
+
+    def get_state(self) -> dict:
+        state = super().get_state()
+        state["M"] = self.M.to_state()  # (plain values: checkpoints hold no objects)
+        return state
+
+    def set_state(self, state: dict) -> None:
+        super().set_state(state)
+        self.M = PenaltyMetric.from_state(state["M"])
 
     def multipliers(self) -> tuple[np.ndarray, np.ndarray]:
         return self.mu, self.nu

@@ -52,10 +52,41 @@ class PenaltyMetric:
             M = np.asarray(matrix, dtype=float)
             self.matrix = 0.5 * (M + M.T)
             self.upper = cho_factor(self.matrix, lower=False, check_finite=False)[0]
+        self._freeze()
+
+    def _freeze(self) -> None:
+        # read-only after construction: state snapshots (retried steps) share the arrays
+        for a in (self.matrix, self.upper, self.source):
+            if isinstance(a, np.ndarray):
+                a.setflags(write=False)
 
     def __deepcopy__(self, memo) -> PenaltyMetric:
-        # read-only after construction: state snapshots (checkpoints, retried steps) share it
         return self
+
+    def to_state(self) -> dict:
+        """The metric as plain values and arrays (a client's state, checkpoints).
+
+        >>> m = PenaltyMetric(2, np.array([[4.0, 0.0], [0.0, 1.0]]))
+        >>> PenaltyMetric.from_state(m.to_state()).solve(np.ones(2))
+        array([0.25, 1.  ])
+        """
+        return {"n": self.n, "matrix": self.matrix, "upper": self.upper, "source": self.source}
+
+    @classmethod
+    def from_state(cls, state: dict) -> PenaltyMetric:
+        """The metric of a :meth:`to_state` result (its factor taken as it is, so a
+        restored run repeats the same iterates bit for bit)."""
+        m = cls(int(state["n"]))
+
+        def arr(key: str) -> np.ndarray | None:
+            v = state.get(key)
+            return None if v is None else np.array(v, dtype=float)
+
+        m.matrix, m.upper, m.source = arr("matrix"), arr("upper"), arr("source")
+        if (m.matrix is None) != (m.upper is None):
+            raise ValueError("a penalty metric state needs both its matrix and its factor")
+        m._freeze()
+        return m
 
     @property
     def is_identity(self) -> bool:

@@ -35,8 +35,10 @@ from fedmodel.algorithms.driver import run_federated
 from fedmodel.algorithms.protocol import ServerHalf, StepReport
 from fedmodel.algorithms.proxal.anderson import AndersonState
 from fedmodel.algorithms.proxal.client import ProxALClient
+from fedmodel.algorithms.proxal.messages import PROXAL
 from fedmodel.algorithms.proxal.newton_inner import federated_newton
 from fedmodel.algorithms.proxal.options import ProxALOptions
+from fedmodel.certificate.kkt import party_evaluation
 from fedmodel.compiler.glm import NotRecognised
 from fedmodel.compiler.partition import CompiledModel, PartyProgram
 from fedmodel.compiler.regularizer import Regularizer
@@ -47,8 +49,11 @@ from fedmodel.subproblems.merit import MeritProblem
 from fedmodel.subproblems.newton import solve_upper
 from fedmodel.subproblems.select import make_solver
 
-#: outer iterations without a halving of max ||mu^(k+1) - mu^k|| before "diverging"
-DIVERGENCE_WINDOW = 6
+#: outer iterations of a plateau of max ||mu^(k+1) - mu^k|| before "diverging"
+DIVERGENCE_WINDOW = 10
+#: "unbounded" needs the objective at the blown-up point this many times max(1, |f|)
+#: below the last iterate's (see ProxALServer.blow_up)
+UNBOUNDED_DROP = 10.0
 #: inner_solver="auto" picks Newton up to this many shared variables (a client sends its
 #: d x d Hessian each round: 32 MB at d = 2000, and the server factors a d x d matrix)
 NEWTON_MAX_SHARED = 2000
@@ -95,6 +100,7 @@ class ProxALServer(ServerHalf):
         out not to support Newton), and ``inner_note`` why not Newton.
     """
 
+    messages = PROXAL
     # options whose change alters the iterates: a checkpoint resumes only with the same values
     resume_options = (
         "eps", "beta", "sbar", "rho", "q", "mu0", "max_inner", "max_local_iter",
@@ -253,14 +259,7 @@ class ProxALServer(ServerHalf):
         self.inner_total += outcome.iterations
         w_new = outcome.w
         if not np.all(np.isfinite(w_new)) or np.abs(w_new).max() > opts.divergence_limit:
-            return StepReport(
-                stop="unbounded",
-                message=(
-                    f"the iterates diverge (||w||_inf = {np.abs(w_new).max():.3g} at outer "
-                    f"iteration {k}); the model is likely unbounded below. The last finite "
-                    "iterate is returned."
-                ),
-            )
+            return self.blow_up(runtime, k, w_new)
         if outcome.stalled:
             self.x = w_new
             if self.inner_mode == "newton":
@@ -478,8 +477,9 @@ class ProxALServer(ServerHalf):
         if status == "inaccurate":
             message = (
                 "the stopping test (8) held but the recomputed KKT residuals "
-                f"(stationarity {kkt.stationarity:.2e}, feasibility {kkt.feasibility:.2e}) "
-                "exceed the tolerance; the inner ADMM probably hit max_inner. Raise "
+                f"({kkt.describe()}) exceed the tolerance: test (8) bounds the absolute "
+                "residuals, the certificate scales them (a loss averaged over many rows needs "
+                "a smaller eps in (8)), or the inner ADMM hit max_inner. Lower eps, raise "
                 "max_inner or lower sbar."
             )
         elif status == "max_iterations" and not self.proximal:
@@ -641,17 +641,81 @@ class ProxALServer(ServerHalf):
             timed_out=out.timed_out, stalled=out.stalled, gradient=out.gradient,
         )  # fmt: skip
 
-    def diverging(self) -> str:
-        """Monitor (adaptive variant): a message when the multipliers keep growing.
+    def objective_at(self, runtime: Runtime, x: np.ndarray) -> tuple[float, float]:
+        """``(f + h, max violation)`` at the server's view ``x``: one diagnostic round, each
+        party on its own data (the unbounded monitor's evidence)."""
+        ns = self.ns
+        mine = party_evaluation(self.program, x, self.mu, self.nu, self.owned, self.cone_duals())
+        replies = runtime.broadcast("evaluate", {"w": x[:ns]}, channel="diagnostic")
+        reports = [mine] + [r.payload for r in replies.values()]
+        objective = sum(float(r["objective"]) for r in reports)
+        objective += self.problem.regularizer.value(x[:ns])
+        violation = max(float(r["violation"]) for r in reports)
+        violation = max(violation, self.problem.regularizer.box_violation(x[:ns]))
+        return objective, violation
 
-        ``max_i ||mu_i^{k+1} - mu_i^k||_inf = beta * (violation of the active constraints)``:
-        when it has not halved over :data:`DIVERGENCE_WINDOW` outer iterations while the
-        inner loops met their tolerance, the constraints cannot be met (an infeasible model)
-        and the multipliers grow without bound."""
+    def blow_up(self, runtime: Runtime, k: int, w_new: np.ndarray) -> StepReport:
+        """Monitor: the inner solve returned a non-finite point or one beyond
+        ``divergence_limit``. "unbounded" only with evidence: the point is finite, its
+        objective ``f + h`` lies more than :data:`UNBOUNDED_DROP` ``* max(1, |f(w^k)|)``
+        below the last iterate's, and its violation is no larger than the last iterate's
+        (or ``eps2``) -- the model then has feasible points far below the last iterate, as
+        an unbounded model does. Otherwise (an inner solver that blew up on a model whose
+        objective would grow, such as a KL divergence or a 1-norm) status "stalled" with
+        the measured numbers; the last finite iterate is returned either way."""
+        size = float(np.abs(w_new).max()) if np.all(np.isfinite(w_new)) else float("inf")
+        f_new = v_new = float("nan")
+        if np.isfinite(size):
+            f_old, v_old = self.objective_at(runtime, self.x)
+            f_new, v_new = self.objective_at(runtime, w_new)
+            dropped = f_old - f_new > UNBOUNDED_DROP * max(1.0, abs(f_old))
+            feasible = v_new <= max(v_old, self.options.eps2)
+            if np.isfinite(f_new) and dropped and feasible:
+                return StepReport(
+                    stop="unbounded",
+                    message=(
+                        f"the iterates diverge (||w||_inf = {size:.3g} at outer iteration {k}) "
+                        f"along a direction where f + h falls from {f_old:.6g} to {f_new:.3g} "
+                        f"with violation {v_new:.2e} (last iterate: {v_old:.2e}); the model is "
+                        "likely unbounded below. The last finite iterate is returned."
+                    ),
+                )
+        if np.isfinite(size):
+            measured = (
+                f"objective there {f_new:.3g}, violation {v_new:.3g}: the objective does not "
+                "fall along it as it would on an unbounded model"
+            )
+        else:
+            measured = "a non-finite point says nothing about the model"
+        return StepReport(
+            stop="stalled",
+            message=(
+                f"the inner solve at outer iteration {k} returned ||w||_inf = {size:.3g} "
+                f"(the last iterate had ||w||_inf = {np.abs(self.x).max(initial=0.0):.3g}; "
+                f"{measured}): a numerical failure of the inner solver, not evidence that "
+                "the model is unbounded. The last finite iterate is returned; try "
+                "inner_solver='admm'/'newton', a starting point w0 inside the domain of the "
+                "terms (log, kl_div, entr), a smaller beta, or method='centralized'."
+            ),
+        )
+
+    def diverging(self) -> str:
+        """Monitor (adaptive variant): a message when the constraints cannot be met.
+
+        ``max_i ||mu_i^{k+1} - mu_i^k||_inf = beta * (violation of the active constraints)``.
+        On an infeasible model the violation settles at a positive level and the
+        multipliers grow by about that much every outer iteration; on a feasible one it
+        keeps falling, if slowly. The verdict needs :data:`DIVERGENCE_WINDOW` outer
+        iterations in which it neither halved nor varied by more than a factor 2 (a
+        plateau, not the oscillation of a slowly converging run), above ``beta eps2``."""
         h, n = self.dmu_history, DIVERGENCE_WINDOW
         if len(h) < n + 1 or h[-1] <= self.beta * self.options.eps2:
             return ""
-        if min(h[-n:]) < 0.5 * h[-n - 1]:
+        window = h[-n:]
+        if min(window) < 0.5 * h[-n - 1] or max(window) > 2.0 * min(window):
+            return ""
+        # a plateau still falling steadily (a slow but converging run) is no verdict
+        if window[-1] < 0.8 * window[0]:
             return ""
         return (
             f"the multipliers diverge: ||mu^(k+1) - mu^k||_inf stayed above {min(h[-n:]):.3g} "

@@ -35,6 +35,7 @@ from __future__ import annotations
 import numpy as np
 
 from fedmodel.algorithms.protocol import ClientHalf
+from fedmodel.algorithms.ssca.messages import SSCA
 from fedmodel.algorithms.ssca.server import LearningServer
 from fedmodel.losses.base import FeatureSplitLoss
 
@@ -54,6 +55,8 @@ def _labels(Y):
 
 class FeatureClient(ClientHalf):
     """A feature-based client: its columns ``Z`` of every row, the labels, the loss."""
+
+    messages = SSCA
 
     state_fields = ("idx", "w0", "wi", "h", "H")
 

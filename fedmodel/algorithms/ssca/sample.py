@@ -22,6 +22,7 @@ from __future__ import annotations
 import numpy as np
 
 from fedmodel.algorithms.protocol import ClientHalf
+from fedmodel.algorithms.ssca.messages import SSCA
 from fedmodel.algorithms.ssca.options import Schedule
 from fedmodel.algorithms.ssca.server import LearningServer
 from fedmodel.losses.base import SampleLoss
@@ -39,6 +40,8 @@ def sample_batch(seed: int, index: int, draw: int, n: int, B: int, step: int = 0
 
 class SampleClient(ClientHalf):
     """A sample-based client: its rows ``(X, Y)``, the loss, its sampler."""
+
+    messages = SSCA
 
     state_fields = ("draws", "buf")
 

@@ -15,6 +15,7 @@ from typing import Any
 import numpy as np
 
 from fedmodel.algorithms.protocol import ServerHalf, StepReport
+from fedmodel.algorithms.ssca.messages import SSCA
 from fedmodel.algorithms.ssca.options import Schedule
 from fedmodel.algorithms.ssca.surrogate import SurrogateState
 from fedmodel.certificate.kkt import KKTResiduals
@@ -44,6 +45,8 @@ class LearningServer(ServerHalf):
         Samples per client and round (the computation accounting).
     """
 
+    messages = SSCA
+
     #: a stochastic method on a non-convex loss: the certificate is a local one
     local_certificate = True
 
@@ -57,6 +60,11 @@ class LearningServer(ServerHalf):
         self.loss, self.objective, self.lam = model.loss, model.objective, model.lam
         self.constraints = list(model.constraints)
         self.w = np.array(w0, dtype=float)
+        # the most rows one message covers (reply validation: message_dims)
+        parts = [X for X, _ in model.clients.values()] if model.partition == "sample" else [model.X]
+        if getattr(model, "test", None) is not None:
+            parts.append(model.test[0])
+        self.message_rows = max((len(X) for X in parts), default=0)
         self.state = state
         self.max_steps = int(options.rounds)
         self.t = 0
@@ -65,6 +73,15 @@ class LearningServer(ServerHalf):
         self.v = np.zeros_like(self.w)  # momentum buffer (vertical SGD-m)
         self.initial: dict | None = None
         self.final_gradient: np.ndarray | None = None
+
+    def message_dims(self, client: str) -> dict[str, int]:
+        """``d`` the model's parameters; ``rows`` the most rows a message may cover (a
+        client's, the feature-based model's or its test set's); ``cap`` bounds the
+        feature-based messages whose shape depends on the loss (rows x (d + 1)^2: per row
+        at most a Jacobian of every parameter)."""
+        d = int(self.w.size)
+        rows = self.message_rows
+        return {"d": d, "rows": rows, "cap": rows * (d + 1) ** 2}
 
     # -- the protocol ------------------------------------------------------------------------
     def start(self, runtime) -> None:

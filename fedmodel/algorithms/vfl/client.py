@@ -39,6 +39,7 @@ from typing import Any
 import numpy as np
 
 from fedmodel.algorithms.protocol import ClientHalf
+from fedmodel.algorithms.vfl.messages import VFL
 from fedmodel.algorithms.vfl.options import FairVFLOptions, Schedule
 from fedmodel.algorithms.vfl.problem import ScoreFunctions
 
@@ -63,6 +64,8 @@ class VFLParty(ClientHalf):
     X_test : array (n_test, m_k), optional
         This party's columns of the held-out samples.
     """
+
+    messages = VFL
 
     def __init__(
         self,

@@ -47,6 +47,7 @@ from typing import Any
 import numpy as np
 
 from fedmodel.algorithms.protocol import ServerHalf, StepReport
+from fedmodel.algorithms.vfl.messages import VFL
 from fedmodel.algorithms.vfl.metrics import score_metrics
 from fedmodel.algorithms.vfl.options import FairVFLOptions, Schedule
 from fedmodel.algorithms.vfl.problem import ScoreFunctions
@@ -81,6 +82,8 @@ class VFLServer(ServerHalf):
     >>> srv.get_state()["lambda"], srv.max_steps
     (array([0., 0.]), 1000)
     """
+
+    messages = VFL
 
     step_name = "round"
     resume_options = (
@@ -146,6 +149,13 @@ class VFLServer(ServerHalf):
             "gap": np.inf,
             "reason": "max_rounds",  # why the run stopped: max_rounds, gap, unbounded
         }
+
+    def message_dims(self, client: str) -> dict[str, int]:
+        """``n`` training rows, ``n_test`` held-out rows, ``m_k`` the party's columns (from
+        the problem's fingerprint, when the runner set it up)."""
+        sizes = dict(zip(self._fingerprint.get("parties", ()), self._fingerprint.get("sizes", ())))
+        n_test = 0 if self.y_test is None else len(self.y_test)
+        return {"n": int(self.scores_of.n), "n_test": int(n_test), "m_k": int(sizes.get(client, 0))}
 
     # -- state ----------------------------------------------------------------------------
     def get_state(self) -> dict[str, Any]:

@@ -1,0 +1,107 @@
+"""The message table of ``dald-cc`` (server rounds) and ``dald-dc`` (nodes activated by a
+coordinator, iterates peer to peer).
+
+Examples
+--------
+>>> DALD["cc_solve"].reply["x"].shape
+('d',)
+"""
+
+from __future__ import annotations
+
+from fedmodel.algorithms.messages import PENALTY_FIELDS, evaluate_spec, report_spec
+from fedmodel.runtime.schema import Field, MessageSpec, MessageTable
+
+_X = Field(("d",), reveals="its local copy x_i of the model")
+_CC, _DC = ("dald-cc",), ("dald-dc",)
+_RES = Field((2,), reveals="the largest residuals (D, C) it has seen")
+_CONSENSUS = {
+    "mu_plus": Field(("d",), required=False, reveals="its consensus multiplier after (15)"),
+    "r_dual": Field((), required=False),
+    "r_primal": Field((), required=False),
+}
+_CONSENSUS_REQUEST = {
+    "x_hat": Field(("d",), required=False),
+    "rho_scale": Field((), required=False),
+}
+
+DALD = MessageTable(
+    "dald",
+    (
+        MessageSpec(
+            "cc_solve",
+            request={
+                "x_hat": Field(("d",)),
+                "repeat": Field((), required=False),
+                "rho_scale": Field((), required=False),
+                "dual": Field((), required=False),
+                "x_hat_dual": Field(("d",), required=False),
+                "dual_rho_scale": Field((), required=False),
+            },
+            reply={"x": _X},
+            reveals="its solution of (13), x_i",
+            methods=_CC,
+        ),
+        MessageSpec(
+            "snapshot",
+            reply={"x": Field(("d",), nullable=True, reveals="x_i")},
+            channel="diagnostic",
+            reveals="its current x_i",
+        ),
+        MessageSpec("dc_solve", direction="local", methods=_DC),
+        MessageSpec("dc_relay", direction="local", methods=_DC),
+        MessageSpec(
+            "dc_score",
+            direction="local",
+            value=Field((), reveals="its disagreement with its neighbours"),
+            methods=_DC,
+        ),
+        MessageSpec(
+            "dc_decide",
+            direction="local",
+            reply={
+                "d": Field((), dtype="int"),
+                "D": Field(()),
+                "C": Field(()),
+                "reason": Field((), dtype="str"),
+                "rho_scale": Field(()),
+            },
+            reveals="the root's decision and the residuals it gathered",
+            methods=_DC,
+        ),
+        MessageSpec(
+            "dc_x",
+            direction="peer",
+            request={"x": _X, "res": Field((2,), required=False)},
+            reveals="its iterate x_s, to its neighbours",
+            methods=_DC,
+        ),
+        MessageSpec("dc_report", direction="peer", request={"res": _RES}, reveals="", methods=_DC),
+        MessageSpec(
+            "dc_control",
+            direction="peer",
+            request={"d": Field(()), "t": Field(())},
+            reveals="the root's decision",
+            methods=_DC,
+        ),
+        MessageSpec(
+            "output",
+            reply={"x": _X},
+            channel="diagnostic",
+            reveals="the root's iterate (the returned model)",
+            methods=_DC,
+        ),
+        evaluate_spec(request=_CONSENSUS_REQUEST, reply={**PENALTY_FIELDS, **_CONSENSUS}),
+        report_spec(
+            request=_CONSENSUS_REQUEST,
+            reply={
+                "x": Field(("d",), nullable=True, reveals="x_i"),
+                "mu_consensus": Field(("d",), required=False, reveals="its consensus multiplier"),
+                "mu_edges": Field(
+                    ("d",), dtype="map", required=False, reveals="its edges' multipliers"
+                ),
+                **_CONSENSUS,
+            },
+        ),
+    ),
+)

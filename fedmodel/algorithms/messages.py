@@ -1,0 +1,240 @@
+"""Message tables shared by the families: the certificate's ``evaluate`` and ``report``, the
+dimensions of a client, and the lookups the driver, the summary and the tests use.
+
+Each family declares its own kinds in ``<family>/messages.py`` (a
+:class:`~fedmodel.runtime.schema.MessageTable`, set as ``messages`` on its client and
+server halves); the driver hands the runtime the server half's checker
+(:func:`reply_checker`), so every reply is validated in one place before the server half
+reads it.
+
+Dimensions (per client): ``d`` the shared variables (what travels), ``d_own`` the
+client's own block, ``m_ineq``, ``m_eq``, ``m_cone`` its constraint rows; a family adds
+its own (``aa``: Anderson memory, ``n``: rows of a vertical problem, ...) through
+``ServerHalf.message_dims``.
+
+Examples
+--------
+>>> EVALUATE.reply["grad"].shape
+('d',)
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from fedmodel.runtime.schema import Field, MessageSpec, MessageTable, ReplyCheck, privacy_markdown
+
+#: the point of an evaluation (sent by the server)
+W = Field(("d",), reveals="")
+
+#: a party's share of the KKT residuals at ``w`` (certificate/kkt.party_evaluation)
+EVALUATION_FIELDS: dict[str, Field] = {
+    "objective": Field((), reveals="f_i(w)"),
+    "grad": Field(("d",), reveals="the gradient of its Lagrangian at w"),
+    "scale": Field(
+        ("d",),
+        reveals="per coordinate, the largest magnitude of its gradient and constraint-Jacobian "
+        "terms at w (the certificate's scale)",
+    ),
+    "owned_stationarity": Field((), reveals="stationarity of its own block"),
+    "owned_scaled": Field((), reveals="scaled stationarity of its own block"),
+    "owned_index": Field(("<=d_party",), dtype="int", reveals="which coordinates are its own"),
+    "feasibility": Field(()),
+    "feasibility_scaled": Field(()),
+    "violation": Field(()),
+    "c_ineq": Field(("m_ineq",), reveals="its inequality constraint values at w"),
+    "c_eq": Field(("m_eq",), reveals="its equality constraint values at w"),
+}
+#: the multipliers a quadratic-penalty method implies (common.evaluation_payload)
+PENALTY_FIELDS: dict[str, Field] = {
+    "mu_c": Field(("m_ineq",)),
+    "nu_c": Field(("m_eq",)),
+}
+
+EVALUATE = MessageSpec(
+    "evaluate",
+    request={
+        "w": W,
+        "mu": Field(("m_ineq",), required=False),
+        "nu": Field(("m_eq",), required=False),
+    },
+    reply=EVALUATION_FIELDS,
+    channel="diagnostic",
+    reveals="f_i, its Lagrangian gradient and constraint values at w (the certificate)",
+)
+
+#: a client's statistics in ``report`` (counts, seconds): any short list of scalars
+STATISTIC = Field((), reveals="statistics")
+
+REPORT_FIELDS: dict[str, Field] = {
+    "mu": Field(("m_ineq",), reveals="its multipliers"),
+    "nu": Field(("m_eq",), reveals="its multipliers"),
+    "cone": Field(("m_cone",), required=False, reveals="its cone multipliers"),
+}
+
+REPORT = MessageSpec(
+    "report",
+    reply=REPORT_FIELDS,
+    channel="diagnostic",
+    reveals="its multipliers and statistics (end of the run)",
+    extra=STATISTIC,
+)
+
+
+def evaluate_spec(
+    request: Mapping[str, Field] | None = None, reply: Mapping[str, Field] | None = None
+) -> MessageSpec:
+    """:data:`EVALUATE` with a family's fields added (request and reply)."""
+    return MessageSpec(
+        "evaluate",
+        request={**EVALUATE.request, **(request or {})},
+        reply={**EVALUATE.reply, **(reply or {})},
+        channel="diagnostic",
+        reveals=EVALUATE.reveals,
+    )
+
+
+def report_spec(
+    request: Mapping[str, Field] | None = None, reply: Mapping[str, Field] | None = None
+) -> MessageSpec:
+    """:data:`REPORT` with a family's fields added."""
+    return MessageSpec(
+        "report",
+        request=dict(request or {}),
+        reply={**REPORT.reply, **(reply or {})},
+        channel="diagnostic",
+        reveals=REPORT.reveals,
+        extra=STATISTIC,
+    )
+
+
+def program_dims(program) -> dict[str, int]:
+    """The dimensions of a client's messages from its compiled
+    :class:`~fedmodel.compiler.partition.PartyProgram`."""
+    layout = program.layout
+    own = sum(int(v.size) for v in layout.owned_by(program.name))
+    return {
+        "d": int(layout.n_shared),
+        "d_own": own,
+        "d_party": int(layout.n_shared) + own,
+        "m_ineq": int(program.m_ineq),
+        "m_eq": int(program.m_eq),
+        "m_cone": int(program.m_cone),
+    }
+
+
+def reply_checker(server, compiled=None) -> ReplyCheck | None:
+    """The runtime's reply check for ``server``'s declared table (None when the server
+    half declares none): each client's dimensions from its program in ``compiled`` (when
+    given) and the server half's ``message_dims(name)``."""
+    table: MessageTable | None = getattr(server, "messages", None)
+    if table is None:
+        return None
+    programs = {p.name: p for p in compiled.parties} if compiled is not None else {}
+
+    def dims(name: str) -> dict[str, int]:
+        out: dict[str, Any] = program_dims(programs[name]) if name in programs else {}
+        out.update(server.message_dims(name))
+        return out
+
+    return table.checker(dims)
+
+
+#: each family's table (module:attribute), imported on first use; pooled methods have none
+FAMILY_TABLES: dict[str, str] = {
+    "fedmodel.algorithms.proxal": "fedmodel.algorithms.proxal.messages:PROXAL",
+    "fedmodel.algorithms.dald": "fedmodel.algorithms.dald.messages:DALD",
+    "fedmodel.algorithms.baselines": "fedmodel.algorithms.baselines.messages:BASELINES",
+    "fedmodel.algorithms.vfl": "fedmodel.algorithms.vfl.messages:VFL",
+    "fedmodel.algorithms.ssca": "fedmodel.algorithms.ssca.messages:SSCA",
+}
+
+
+def method_table(method: str) -> MessageTable | None:
+    """The message table of ``method`` (None for the pooled methods, which exchange no
+    messages: ``centralized``, ``cprox-al``).
+
+    Examples
+    --------
+    >>> method_table("prox-al").family, method_table("centralized")
+    ('proxal', None)
+    """
+    import importlib
+
+    from fedmodel.algorithms.registry import FAMILIES, method_spec
+
+    method_spec(method)  # (an unknown method is refused with the valid names)
+    ref = FAMILY_TABLES.get(FAMILIES.get(method, ""))
+    if ref is None:
+        return None
+    module, attr = ref.split(":")
+    return getattr(importlib.import_module(module), attr)
+
+
+def privacy_rows(compiled, method: str = "prox-al", **options: Any) -> list[dict[str, Any]]:
+    """The privacy table of ``method`` on a compiled model: one row per message kind and
+    direction, with ``floats`` the numbers it carries for this model (the largest over the
+    clients; optional fields counted) and ``floats_per_client``.
+
+    Examples
+    --------
+    >>> import fedmodel as fm, numpy as np, cvxpy as cp
+    >>> m = fm.Model("toy"); w = m.variable(3, name="w")
+    >>> c = m.client("a"); c.minimize(cp.sum_squares(w - c.data(np.ones(3), "t")))
+    >>> rows = privacy_rows(m.compile(), "prox-al")
+    >>> [r["floats"] for r in rows if r["kind"] == "newton_w"]
+    [3, 13]
+    """
+    from fedmodel.algorithms.options import build_options
+    from fedmodel.algorithms.registry import method_spec
+
+    table = method_table(method)
+    if table is None:
+        return []
+    opts = build_options(method_spec(method).options, options, method)
+    extra = table.option_dims(opts) if table.option_dims is not None else {}
+    per_client = {
+        c.name: table.privacy_rows(method, {**program_dims(c), **extra}) for c in compiled.clients
+    }
+    first = next(iter(per_client.values()), table.privacy_rows(method, None))
+    out = []
+    for i, row in enumerate(first):
+        counts = {name: rows[i]["floats"] for name, rows in per_client.items()}
+        known = [v for v in counts.values() if v is not None]
+        out.append({**row, "floats": max(known) if known else None, "floats_per_client": counts})
+    return out
+
+
+def privacy_text(compiled, method: str = "prox-al", **options: Any) -> str:
+    """The privacy table of ``method`` as text lines for ``model.summary()``."""
+    rows = privacy_rows(compiled, method, **options)
+    if not rows:
+        return f"messages of {method}: none (it pools every party's data; not federated)"
+    lines = [f"messages of {method} (floats per message for this model, what each reveals):"]
+    for r in rows:
+        flag = " [opt-in: " + ", ".join(r["opt_in"]) + "]" if r["opt_in"] else ""
+        diag = " [diagnostic]" if r["channel"] == "diagnostic" else ""
+        floats = "?" if r["floats"] is None else r["floats"]
+        lines.append(
+            f"    {r['kind']:<12} {r['direction']:<20} {floats:>8}{flag}{diag}  "
+            + (r["reveals"] or "-")
+        )
+    return "\n".join(lines)
+
+
+def docs_tables() -> str:
+    """The markdown tables of every family's messages, symbolic (the section of
+    docs/runtime.md between the ``message-tables`` markers; a test keeps them equal)."""
+    import importlib
+
+    from fedmodel.algorithms.registry import FAMILIES
+
+    parts = []
+    for package, ref in FAMILY_TABLES.items():
+        module, attr = ref.split(":")
+        table = getattr(importlib.import_module(module), attr)
+        methods = [m for m, p in FAMILIES.items() if p == package]
+        parts.append(f"#### {', '.join(f'`{m}`' for m in methods)}\n")
+        parts.append(privacy_markdown(table.privacy_rows(None), methods=methods) + "\n")
+    return "\n".join(parts).rstrip() + "\n"

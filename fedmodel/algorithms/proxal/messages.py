@@ -1,0 +1,131 @@
+"""The message table of ``prox-al`` and ``admm`` (Algorithm 1, Algorithm 2 and the Newton
+inner solver): every kind the client half answers, its fields and what each reveals.
+
+Dimensions: ``d`` (shared variables), ``d_own`` (the client's own block, never sent but in
+the final report), ``m_ineq``, ``m_eq``, ``m_cone``, and ``aa`` / ``oaa`` (the inner and
+outer Anderson memories plus one, from the options).
+
+Examples
+--------
+>>> PROXAL["admm_w"].reply["u_tilde"].shape
+('d',)
+"""
+
+from __future__ import annotations
+
+from fedmodel.algorithms.messages import W, evaluate_spec, report_spec
+from fedmodel.runtime.schema import Field, MessageSpec, MessageTable
+
+NEWTON = "inner_solver='newton'"
+HESSIAN_METRIC = "penalty_metric='hessian'"
+
+_INNER = Field((), dtype="str", required=False)  # "admm" (default) or "newton"
+_U_TILDE = Field(("d",), required=False, reveals="u~_i = u_i + lambda_i / rho_i (eq. 17)")
+_METRIC = Field(
+    ("d", "d"),
+    required=False,
+    opt_in=HESSIAN_METRIC,
+    reveals="the Hessian of P_{i,k} (d x d curvature: with fewer rows than d it can reveal "
+    "the rows)",
+)
+#: the derivatives of P_{i,k} at w (Newton inner solver)
+_NEWTON_REPLY = {
+    "value": Field((), required=False, reveals="P_{i,k}(w)"),
+    "grad": Field(("d",), required=False, reveals="the gradient of P_{i,k} at w"),
+    "hessian": Field(
+        ("d", "d"),
+        required=False,
+        opt_in=NEWTON,
+        reveals="the Hessian of P_{i,k} at w (d x d curvature: with fewer rows than d it "
+        "can reveal the rows)",
+    ),
+}
+#: the reply that starts the next inner solve: the ADMM initialisation or the derivatives
+_INNER_START = {"u_tilde": _U_TILDE, "metric": _METRIC, **_NEWTON_REPLY}
+_START_ALTERNATIVES = (("u_tilde",), ("value", "grad"))
+_GRAM = Field(("<=aa",), required=False, reveals="inner products of its ADMM residuals")
+_OUTER_GRAM = Field(("<=oaa",), required=False, reveals="inner products of its multiplier changes")
+
+
+def option_dims(options) -> dict[str, int]:
+    """``aa`` / ``oaa``: the inner and outer Anderson memories plus one (the most weights
+    and Gram entries a message carries)."""
+    return {
+        "aa": int(getattr(options, "anderson", 0)) + 1,
+        "oaa": int(getattr(options, "outer_anderson", 0)) + 1,
+    }
+
+
+PROXAL = MessageTable(
+    "proxal",
+    (
+        MessageSpec(
+            "start",
+            request={"w": W, "inner": _INNER},
+            reply={
+                "newton": Field((), dtype="bool", required=False),
+                "why": Field((), dtype="str", required=False),
+                **_INNER_START,
+            },
+            one_of=(*_START_ALTERNATIVES, ("newton", "why")),
+            reveals="the start of its inner solver at w^0",
+        ),
+        MessageSpec(
+            "outer",
+            request={"w": W, "inner": _INNER},
+            reply={
+                "dmu_inf": Field((), reveals="||mu_i^{k+1} - mu_i^k||_inf"),
+                "dtheta_scaled": Field((), required=False, reveals="the change of its block"),
+                "gram": _OUTER_GRAM,
+                **_INNER_START,
+            },
+            one_of=_START_ALTERNATIVES,
+            reveals="the change of its multipliers and the next inner start",
+            methods=("prox-al",),
+        ),
+        MessageSpec(
+            "outer_aa",
+            request={
+                "w": W,
+                "alpha": Field(("<=oaa",)),
+                "reset": Field((), dtype="bool"),
+                "inner": _INNER,
+            },
+            reply=_INNER_START,
+            one_of=_START_ALTERNATIVES,
+            reveals="the inner start at the combined point (outer Anderson step)",
+            methods=("prox-al",),
+        ),
+        MessageSpec(
+            "admm_w",
+            request={
+                "w": W,
+                "tol": Field(()),
+                "alpha": Field(("<=aa",), required=False),
+                "reset": Field((), dtype="bool", required=False),
+            },
+            reply={
+                "u_tilde": Field(("d",), reveals="u~_i = u_i + lambda_i / rho_i (eq. 17)"),
+                "eps_tilde": Field((), reveals="its local accuracy (eq. 18)"),
+                "rho": Field((), required=False, reveals="its residual-balanced rho_i"),
+                "metric": _METRIC,
+                "gram": _GRAM,
+            },
+            reveals="one ADMM round of Algorithm 2",
+        ),
+        MessageSpec(
+            "newton_w",
+            request={"w": W},
+            reply={
+                "value": Field((), reveals="P_{i,k}(w)"),
+                "grad": Field(("d",), reveals="the gradient of P_{i,k} at w"),
+                "hessian": _NEWTON_REPLY["hessian"],
+            },
+            reveals="P_{i,k}'s value and gradient at a trial point (Newton inner solver)",
+            methods=("prox-al",),
+        ),
+        evaluate_spec(),
+        report_spec(reply={"owned": Field(("d_own",), required=False, reveals="its own block")}),
+    ),
+    option_dims=option_dims,
+)

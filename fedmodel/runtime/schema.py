@@ -1,0 +1,497 @@
+"""Declared message tables: what each message kind of a method carries, checked on arrival.
+
+A method declares, once, every kind of message its halves exchange (:class:`MessageSpec`):
+the fields of the request and of the reply (:class:`Field`: shape in symbolic dimensions,
+dtype, whether it must be finite, whether it may be missing, what it reveals about the
+party's data). A :class:`MessageTable` groups a family's specs and resolves the symbolic
+dimensions for one client (``d``: the shared variables, ``m_ineq``, ``m_eq``, ``n`` rows,
+...). The same declaration serves three readers:
+
+* the server's **reply validation** (:meth:`MessageTable.checker`): the runtime calls the
+  checker on every reply, peer message and activation return before the server half uses
+  it; a reply of an undeclared kind, with a missing or unknown field, of the wrong shape or
+  dtype, non-finite or beyond its size bound raises :class:`~fedmodel.runtime.outcomes.InvalidReply`
+  naming the client, the kind and the field, which the runtime turns into a failure of that
+  client (``StepOutcome(kind="invalid_reply")``);
+* the **privacy table** (:meth:`MessageTable.privacy_rows`, :func:`privacy_markdown`):
+  each kind, its direction, its size in numbers for a model, and what it reveals;
+* the ledger and codec (planned, issue 26): the same specs name the fields they carry.
+
+This module imports nothing of the algorithms (the runtime must not): the tables live in
+each family's ``messages.py`` and the driver hands the runtime their checker.
+
+Examples
+--------
+>>> import numpy as np
+>>> table = MessageTable("toy", (
+...     MessageSpec("ping", request={"w": Field(("d",))}, reply={"g": Field(("d",))}),
+... ))
+>>> check = table.checker(lambda name: {"d": 2})
+>>> check("a", "ping", "server", {"g": np.zeros(2)})
+>>> try:
+...     check("a", "ping", "server", {"g": np.full(2, np.nan)})
+... except InvalidReply as exc:
+...     print(exc)
+client 'a', reply to 'ping': field 'g' is not finite (2 NaN/inf entries)
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from fedmodel.runtime.outcomes import InvalidReply
+
+#: dtypes a field may declare: numbers (``float`` accepts integers too), ``bool``, ``str``,
+#: and ``map`` (a mapping of short string keys to arrays of the field's shape)
+DTYPES = ("float", "int", "bool", "str", "map")
+#: directions of a message kind
+DIRECTIONS = ("server", "peer", "local")
+#: the default largest magnitude of a finite field's entries (:attr:`Field.max_abs`)
+MAX_ABS = 1e150
+#: longest string a ``str`` field may carry, and most keys of a ``map`` field
+MAX_STR = 4096
+MAX_MAP_KEYS = 1024
+
+
+@dataclass(frozen=True)
+class Field:
+    """One field of a message.
+
+    Parameters
+    ----------
+    shape : tuple or None
+        Each entry an int, a symbolic dimension (``"d"``, resolved per client by the
+        table), ``"<=name"`` (at most that many), or ``"*"`` (any length: the field's
+        size is then bounded by ``max_size`` only). ``()`` is a scalar; None: any shape
+        (bounded by ``max_size`` only).
+    dtype : {"float", "int", "bool", "str", "map"}
+    finite : bool
+        NaN and inf, and entries beyond ``max_abs`` in magnitude, are refused unless False.
+    required : bool
+        False: the field may be absent (e.g. sent only when it changed).
+    nullable : bool
+        The value may be ``None`` (e.g. no iterate yet).
+    reveals : str
+        What the field tells its receiver about the sender's data (privacy table).
+    opt_in : str, optional
+        The option that makes this field travel (e.g. ``"inner_solver='newton'"``): shown
+        as opt-in in the privacy table.
+    max_size : int or str, optional
+        Bound on the number of entries (a number or a dimension's name), for fields whose
+        shape is not fixed.
+    max_abs : float
+        Largest magnitude of an entry (default :data:`MAX_ABS`: beyond it, products of two
+        entries overflow to inf).
+    """
+
+    shape: tuple | None = ()
+    dtype: str = "float"
+    finite: bool = True
+    required: bool = True
+    nullable: bool = False
+    reveals: str = ""
+    opt_in: str | None = None
+    max_size: int | str | None = None
+    max_abs: float = MAX_ABS
+
+    def __post_init__(self):
+        if self.dtype not in DTYPES:
+            raise ValueError(f"Field dtype must be one of {DTYPES}, got {self.dtype!r}")
+
+    def dims(self, dims: Mapping[str, int]) -> list[tuple[int, bool]]:
+        """``(size, exact)`` of each axis for one client (``exact=False``: an upper bound;
+        ``-1``: any)."""
+        out = []
+        for entry in self.shape or ():
+            if isinstance(entry, (int, np.integer)):
+                out.append((int(entry), True))
+            elif entry == "*":
+                out.append((-1, False))
+            elif entry.startswith("<="):
+                out.append((_dim(dims, entry[2:]), False))
+            else:
+                out.append((_dim(dims, entry), True))
+        return out
+
+    def size(self, dims: Mapping[str, int]) -> int | None:
+        """Most numbers this field carries for one client (None: only ``max_size`` bounds it)."""
+        if self.dtype == "str":
+            return 0
+        if self.shape is None:
+            return self.bound(dims)
+        n = 1
+        for size, _exact in self.dims(dims):
+            if size < 0:
+                return self.bound(dims)
+            n *= size
+        return n
+
+    def bound(self, dims: Mapping[str, int]) -> int | None:
+        """``max_size`` for one client (None: no bound declared)."""
+        if isinstance(self.max_size, str):
+            return _dim(dims, self.max_size)
+        return self.max_size
+
+    def check(self, value: Any, dims: Mapping[str, int]) -> str | None:
+        """Why ``value`` does not fit this field (None when it does)."""
+        if value is None:
+            return None if self.nullable else "is None"
+        if self.dtype == "str":
+            if not isinstance(value, str):
+                return f"is a {type(value).__name__}, not a string"
+            return None if len(value) <= MAX_STR else f"is a string of {len(value)} characters"
+        if self.dtype == "map":
+            if not isinstance(value, Mapping):
+                return f"is a {type(value).__name__}, not a mapping"
+            if len(value) > MAX_MAP_KEYS:
+                return f"has {len(value)} keys (at most {MAX_MAP_KEYS})"
+            for key, item in value.items():
+                if not isinstance(key, str) or len(key) > 256:
+                    return f"has a key that is not a short string ({key!r:.40})"
+                why = _check_array(self, item, dims, "float")
+                if why:
+                    return f"entry {key!r} {why}"
+            return None
+        return _check_array(self, value, dims, self.dtype)
+
+
+def _dim(dims: Mapping[str, int], name: str) -> int:
+    if name not in dims:
+        raise KeyError(f"message table: the dimension {name!r} is not known for this client")
+    return int(dims[name])
+
+
+def _check_array(spec: Field, value: Any, dims: Mapping[str, int], dtype: str) -> str | None:
+    if isinstance(value, (bool, np.bool_)):
+        arr = np.asarray(value)
+    elif isinstance(value, (int, float, np.number)):
+        arr = np.asarray(value)
+    elif isinstance(value, (np.ndarray, list, tuple)):
+        try:
+            arr = np.asarray(value)
+        except (ValueError, TypeError):
+            return "is not a regular array"
+    else:
+        return f"is a {type(value).__name__}, not a number or an array"
+    kind = arr.dtype.kind
+    allowed = {"float": "fiu", "int": "iu", "bool": "b"}[dtype]
+    if kind not in allowed:
+        return f"has dtype {arr.dtype}, expected {dtype}"
+    axes = spec.dims(dims)
+    if spec.shape is not None and arr.ndim != len(axes):
+        return f"has shape {arr.shape}, expected {_shape_text(spec, dims)}"
+    for got, (size, exact) in zip(arr.shape, axes):
+        if size < 0:
+            continue
+        if (exact and got != size) or (not exact and got > size):
+            return f"has shape {arr.shape}, expected {_shape_text(spec, dims)}"
+    bound = spec.bound(dims)
+    if bound is not None and arr.size > bound:
+        return f"has {arr.size} entries (at most {bound})"
+    if spec.finite and kind == "f" and arr.size:
+        top = float(np.abs(arr).max())  # (NaN if any entry is NaN)
+        if not top <= spec.max_abs:
+            bad = int(arr.size - np.count_nonzero(np.isfinite(arr)))
+            if bad:
+                return f"is not finite ({bad} NaN/inf entries)"
+            return f"has entries of magnitude {top:.3g} (at most {spec.max_abs:g})"
+    return None
+
+
+def _shape_text(spec: Field, dims: Mapping[str, int]) -> str:
+    parts = []
+    for entry, (size, exact) in zip(spec.shape, spec.dims(dims)):
+        if size < 0:
+            parts.append("any")
+        elif exact:
+            parts.append(str(size) if str(entry) == str(size) else f"{entry}={size}")
+        else:
+            parts.append(f"{entry}={size}")
+    return "(" + ", ".join(parts) + ("," if len(parts) == 1 else "") + ")"
+
+
+@dataclass(frozen=True)
+class MessageSpec:
+    """One message kind: the request's fields and the reply's.
+
+    Parameters
+    ----------
+    kind : str
+        The kind of the request; its reply is ``<kind>_reply``.
+    request, reply : dict of str to Field
+        The declared fields; a reply may carry no other field, except scalars of
+        ``extra`` (e.g. a client's statistics in ``report``), at most ``max_extra`` of them.
+    direction : {"server", "peer", "local"}
+        ``"server"``: the server asks, the client replies. ``"peer"``: one party to
+        another (``request`` is the payload, no reply). ``"local"``: the server activates a
+        party's own step (nothing sent; ``reply`` or ``value`` is what the step returns).
+    value : Field, optional
+        A local step that returns a bare value (not a dict).
+    channel : {"algorithm", "diagnostic"}
+        Diagnostic messages (history, certificate) are monitoring a deployment may switch off.
+    reveals : str
+        What the exchange reveals, in a sentence (privacy table).
+    methods : tuple of str, optional
+        The methods of the family that use this kind (None: all).
+    extra : Field, optional
+        Undeclared reply fields allowed if they fit this field (at most ``max_extra``).
+    one_of : tuple of tuples of str
+        Alternatives among the optional reply fields: a reply must hold every field of at
+        least one of them (e.g. the ADMM start ``("u_tilde",)`` or the Newton start
+        ``("value", "grad")``).
+    """
+
+    kind: str
+    request: Mapping[str, Field] = field(default_factory=dict)
+    reply: Mapping[str, Field] = field(default_factory=dict)
+    direction: str = "server"
+    value: Field | None = None
+    channel: str = "algorithm"
+    reveals: str = ""
+    methods: tuple[str, ...] | None = None
+    extra: Field | None = None
+    max_extra: int = 32
+    one_of: tuple[tuple[str, ...], ...] = ()
+
+    def __post_init__(self):
+        if self.direction not in DIRECTIONS:
+            raise ValueError(f"MessageSpec direction must be one of {DIRECTIONS}")
+
+    @property
+    def opt_in(self) -> list[str]:
+        """The options that turn on fields of this kind (opt-in traffic)."""
+        fields = [*self.request.values(), *self.reply.values()]
+        return sorted({f.opt_in for f in fields if f.opt_in})
+
+    def check_payload(self, payload: Any, fields: Mapping[str, Field], dims) -> str | None:
+        """Why ``payload`` does not fit ``fields`` (None when it does)."""
+        if not isinstance(payload, Mapping):
+            return f"payload is a {type(payload).__name__}, not a mapping of fields"
+        extras = 0
+        for name in payload:
+            if name in fields:
+                continue
+            if self.extra is not None and isinstance(name, str):
+                extras += 1
+                why = self.extra.check(payload[name], dims)
+                if why:
+                    return f"field {name!r} {why}"
+                continue
+            return f"unknown field {name!r} (declared: {sorted(fields)})"
+        if extras > self.max_extra:
+            return f"{extras} undeclared statistics (at most {self.max_extra})"
+        for name, spec in fields.items():
+            if name not in payload:
+                if spec.required:
+                    return f"field {name!r} is missing"
+                continue
+            why = spec.check(payload[name], dims)
+            if why:
+                return f"field {name!r} {why}"
+        if self.one_of and fields is self.reply:
+            if not any(all(n in payload for n in group) for group in self.one_of):
+                wanted = " or ".join("(" + ", ".join(g) + ")" for g in self.one_of)
+                return f"holds none of the field sets {wanted}"
+        return None
+
+
+#: A checker the runtime calls on what a party sent: ``check(party, kind, direction,
+#: payload)``; raises :class:`InvalidReply` (direction ``"server"``: the reply to a request
+#: of that kind; ``"peer"``: a peer message; ``"local"``: an activation's return value).
+ReplyCheck = Callable[[str, str, str, Any], None]
+
+
+@dataclass(frozen=True)
+class MessageTable:
+    """A method family's message kinds.
+
+    Parameters
+    ----------
+    family : str
+    specs : tuple of MessageSpec
+    option_dims : callable, optional
+        ``option_dims(options) -> dict``: dimensions that follow from the method's options
+        (e.g. an Anderson memory), for every client.
+    """
+
+    family: str
+    specs: tuple[MessageSpec, ...]
+    option_dims: Callable[[Any], dict[str, int]] | None = None
+
+    def __post_init__(self):
+        kinds = [s.kind for s in self.specs]
+        dup = sorted({k for k in kinds if kinds.count(k) > 1})
+        if dup:
+            raise ValueError(f"message table {self.family!r}: kinds declared twice: {dup}")
+
+    def __contains__(self, kind: str) -> bool:
+        return kind in self._by_kind
+
+    def __getitem__(self, kind: str) -> MessageSpec:
+        try:
+            return self._by_kind[kind]
+        except KeyError:
+            raise KeyError(f"message table {self.family!r} declares no kind {kind!r}") from None
+
+    @property
+    def _by_kind(self) -> dict[str, MessageSpec]:
+        cached = self.__dict__.get("_kinds")
+        if cached is None:
+            cached = {s.kind: s for s in self.specs}
+            object.__setattr__(self, "_kinds", cached)  # (frozen: a cache, not a field)
+        return cached
+
+    @property
+    def kinds(self) -> list[str]:
+        return [s.kind for s in self.specs]
+
+    def for_method(self, method: str | None) -> list[MessageSpec]:
+        return [s for s in self.specs if method is None or s.methods is None or method in s.methods]
+
+    def merged(self, *others: MessageTable, family: str | None = None) -> MessageTable:
+        """This table with the specs of ``others`` (a kind declared here wins)."""
+        specs = list(self.specs)
+        for other in others:
+            specs += [s for s in other.specs if s.kind not in self]
+        return MessageTable(family or self.family, tuple(specs))
+
+    # -- validation --------------------------------------------------------------------------
+    def validate(self, party: str, kind: str, direction: str, payload: Any, dims) -> None:
+        """Raise :class:`InvalidReply` unless ``payload`` is what ``party`` may send for
+        ``kind`` (see :data:`ReplyCheck`)."""
+        what = {"server": "reply to", "peer": "peer message", "local": "return of step"}
+        where = f"client {party!r}, {what.get(direction, direction)} {kind!r}"
+        if kind not in self:
+            raise InvalidReply(party, kind, None, f"{where}: the kind is not declared")
+        spec = self[kind]
+        if spec.direction != direction:
+            raise InvalidReply(
+                party, kind, None, f"{where}: declared as a {spec.direction!r} message"
+            )
+        d = dims(party) if callable(dims) else dims
+        if direction == "local":
+            if spec.value is not None:
+                why = spec.value.check(payload, d)
+                if why:
+                    raise InvalidReply(party, kind, "value", f"{where}: value {why}")
+                return
+            if payload is None and not spec.reply:
+                return
+        fields = spec.request if direction == "peer" else spec.reply
+        why = spec.check_payload(payload, fields, d)
+        if why:
+            field_name = why.split("'")[1] if why.startswith(("field", "unknown")) else None
+            raise InvalidReply(party, kind, field_name, f"{where}: {why}")
+
+    def checker(self, dims: Callable[[str], Mapping[str, int]]) -> ReplyCheck:
+        """The runtime's :data:`ReplyCheck` for this table, with ``dims(party)`` the
+        dimensions of one party (computed once per party)."""
+        cache: dict[str, Mapping[str, int]] = {}
+
+        def party_dims(name: str) -> Mapping[str, int]:
+            if name not in cache:
+                cache[name] = dims(name)
+            return cache[name]
+
+        def check(party: str, kind: str, direction: str, payload: Any) -> None:
+            self.validate(party, kind, direction, payload, party_dims)
+
+        return check
+
+    # -- privacy -----------------------------------------------------------------------------
+    def privacy_rows(
+        self, method: str | None, dims: Mapping[str, int] | None = None
+    ) -> list[dict[str, Any]]:
+        """One row per message kind and direction of travel: ``kind``, ``direction``
+        (``server -> client``, ``client -> server``, ``client -> client``, ``local``),
+        ``channel``, ``fields`` (symbolic shapes), ``floats`` (numbers at most, for
+        ``dims``; None without), ``reveals``, ``opt_in``."""
+        rows = []
+        for spec in self.for_method(method):
+            legs = {
+                "server": [("server -> client", spec.request), ("client -> server", spec.reply)],
+                "peer": [("client -> client", spec.request)],
+                "local": [("local step -> server", spec.reply)],
+            }[spec.direction]
+            if spec.direction == "local" and spec.value is not None:
+                legs = [("local step -> server", {"(value)": spec.value})]
+            for direction, fields in legs:
+                if spec.direction == "local" and not fields:
+                    continue
+                rows.append(
+                    {
+                        "kind": spec.kind,
+                        "methods": spec.methods,
+                        "direction": direction,
+                        "channel": spec.channel,
+                        "fields": {n: _symbolic(f) for n, f in fields.items()},
+                        "floats": _floats(fields, dims) if dims is not None else None,
+                        "reveals": _reveals(spec, direction, fields),
+                        "opt_in": sorted({f.opt_in for f in fields.values() if f.opt_in}),
+                    }
+                )
+        return rows
+
+
+def _reveals(spec: MessageSpec, direction: str, fields: Mapping[str, Field]) -> str:
+    """What one leg of a message reveals: the kind's sentence (what the party sends),
+    then each opt-in field's own (the server's request reveals only its iterate)."""
+    parts = [] if direction == "server -> client" else [spec.reveals]
+    parts += [f"`{n}`: {f.reveals}" for n, f in fields.items() if f.opt_in and f.reveals]
+    return "; ".join(p for p in parts if p)
+
+
+def _symbolic(f: Field) -> str:
+    if f.dtype == "str":
+        return "text" + ("?" if not f.required else "")
+    if f.shape is None:
+        shape = "any" + (f" (<= {f.max_size})" if f.max_size is not None else "")
+    else:
+        shape = "x".join(str(s) for s in f.shape) if f.shape else "1"
+    flags = ("?" if not f.required else "") + (" (opt-in)" if f.opt_in else "")
+    return f"{shape}{' ' + f.dtype if f.dtype in ('map', 'bool', 'int') else ''}{flags}"
+
+
+def _floats(fields: Mapping[str, Field], dims: Mapping[str, int]) -> int | None:
+    total = 0
+    for f in fields.values():
+        try:
+            n = f.size(dims)
+        except KeyError:
+            return None
+        if n is None:
+            return None
+        total += n
+    return total
+
+
+def privacy_markdown(
+    rows: Iterable[Mapping[str, Any]], numbers: bool = False, methods: Iterable[str] = ()
+) -> str:
+    """A markdown table of :meth:`MessageTable.privacy_rows` (``numbers``: a column of
+    floats per message for the model the rows were computed for; a kind used by only some
+    of ``methods`` is marked with them). Field shapes are symbolic (``d``, ``m_ineq``,
+    ...); ``?`` marks an optional field."""
+    every = set(methods)
+    head = ["kind", "direction", "fields", *(["floats"] if numbers else []), "reveals"]
+    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    for r in rows:
+        fields = ", ".join(f"`{n}` {s}" for n, s in r["fields"].items()) or "(none)"
+        if r["channel"] == "diagnostic":
+            fields += " [diagnostic]"
+        kind = f"`{r['kind']}`"
+        if every and r.get("methods") and set(r["methods"]) != every:
+            kind += " (" + ", ".join(r["methods"]) + ")"
+        cells = [kind, r["direction"], fields]
+        if numbers:
+            cells.append("?" if r["floats"] is None else str(r["floats"]))
+        reveals = r["reveals"] or "-"
+        if r["opt_in"]:
+            reveals = "**opt-in** (" + ", ".join(r["opt_in"]) + "): " + reveals
+        cells.append(reveals)
+        lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines)

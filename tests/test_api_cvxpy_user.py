@@ -1,0 +1,94 @@
+"""What a cvxpy user expects of the DSL: variable attributes and maximize."""
+
+import cvxpy as cp
+import numpy as np
+import pytest
+
+import fedmodel as fm
+from fedmodel.errors import ModelError, NonConvexError
+
+
+def _least_squares(model, w, concave=False):
+    rng = np.random.default_rng(0)
+    X = rng.normal(size=(20, 3))
+    y = X @ np.array([1.0, -2.0, 0.5])
+    site = model.client("site0")
+    A, b = site.data(X, name="X"), site.data(y, name="y")
+    if concave:
+        site.maximize(-cp.sum_squares(A @ w - b))
+    else:
+        site.minimize(cp.sum_squares(A @ w - b))
+    return X, y
+
+
+def test_nonneg_variable_is_a_box_in_h_and_matches_cvxpy():
+    model = fm.Model()
+    w = model.variable(3, name="w", nonneg=True)
+    X, y = _least_squares(model, w)
+    res = model.solve(method="centralized")
+    ref = cp.Variable(3, nonneg=True)
+    cp.Problem(cp.Minimize(cp.sum_squares(X @ ref - y))).solve()
+    assert res.status == "optimal"
+    assert np.abs(res.x - ref.value).max() < 1e-5
+    assert res.x.min() >= -1e-9  # the bound is active at the optimum (w[1] = 0)
+    assert abs(res.x[1]) < 1e-6
+
+
+def test_bounds_and_nonpos_become_boxes():
+    model = fm.Model()
+    w = model.variable(3, name="w", bounds=(-0.25, np.array([0.5, 2.0, 0.1])))
+    X, y = _least_squares(model, w)
+    res = model.solve(method="centralized")
+    ref = cp.Variable(3)
+    cp.Problem(
+        cp.Minimize(cp.sum_squares(X @ ref - y)), [ref >= -0.25, ref <= [0.5, 2.0, 0.1]]
+    ).solve()
+    assert np.abs(res.x - ref.value).max() < 1e-5
+    model2 = fm.Model()
+    v = model2.variable(2, nonpos=True)
+    assert len(model2._regularizers) == 1 and v.shape == (2,)
+
+
+def test_other_variable_attributes_are_refused_by_name():
+    model = fm.Model()
+    with pytest.raises(ModelError, match="integer"):
+        model.variable(2, integer=True)
+    with pytest.raises(ModelError, match="fix w = 0"):
+        model.variable(2, nonneg=True, nonpos=True)
+
+
+def test_maximize_a_concave_utility_equals_minimizing_its_negative():
+    model = fm.Model()
+    w = model.variable(3, name="w")
+    _least_squares(model, w, concave=True)
+    other = fm.Model()
+    v = other.variable(3, name="w")
+    _least_squares(other, v)
+    a, b = model.solve(method="centralized"), other.solve(method="centralized")
+    assert np.abs(a.x - b.x).max() < 1e-7
+    assert abs(a.objective - b.objective) < 1e-7
+
+
+def test_maximize_refuses_a_convex_term_and_a_constraint():
+    model = fm.Model()
+    w = model.variable(2, name="w")
+    site = model.client("site0")
+    with pytest.raises(NonConvexError, match="not DCP-concave"):
+        site.maximize(cp.sum_squares(w))
+    with pytest.raises(ModelError, match="not a constraint"):
+        site.maximize(w >= 0)
+
+
+def test_runtime_options_refuse_a_bad_time_limit_and_a_checkpoint_file(tmp_path):
+    model = fm.Model()
+    w = model.variable(3, name="w")
+    _least_squares(model, w)
+    for bad in (-1, 0, float("nan"), True, "10"):
+        with pytest.raises(ModelError, match="time_limit must be a positive number"):
+            model.solve(method="prox-al", time_limit=bad)
+    f = tmp_path / "not-a-directory"
+    f.write_text("x")
+    with pytest.raises(ModelError, match="is a file; checkpoint= names a directory"):
+        model.solve(method="prox-al", checkpoint=f)
+    with pytest.raises(ModelError, match="retries must be an integer >= 0"):
+        model.solve(method="prox-al", retries=1.5)

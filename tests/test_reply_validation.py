@@ -1,0 +1,313 @@
+"""Replies are validated against the method's declared message table before the server uses
+them (issue 22, item 3): a reply of the wrong shape, NaN, inf, 1e300 entries, a million
+entries, an unknown or a missing field, a string for a number, in an algorithm round or in
+the certificate's evaluate/report round, is a failure of that named client under the
+failure policy (status "client_failure"), never an exception out of ``solve``. Every
+``_on_<kind>`` of every client half is declared; the privacy table of ``model.summary()``
+and of docs/runtime.md come from the same declarations."""
+
+from __future__ import annotations
+
+import inspect
+import os
+import re
+import sys
+
+import numpy as np
+import pytest
+
+from fedmodel.algorithms.baselines.fedavg import FedAvgOptions, run_fedavg
+from fedmodel.algorithms.messages import docs_tables, privacy_rows
+from fedmodel.algorithms.protocol import ClientHalf
+from fedmodel.algorithms.proxal.options import ProxALOptions
+from fedmodel.algorithms.proxal.server import run_prox_al
+from fedmodel.algorithms.registry import FAMILIES
+from fedmodel.runtime.faults import Fault
+from fedmodel.runtime.outcomes import InvalidReply
+from fedmodel.runtime.schema import Field, MessageSpec, MessageTable
+
+sys.path.insert(0, os.path.dirname(__file__))
+from problems import np_model  # noqa: E402
+
+EPS = 1e-4
+DOCS = os.path.join(os.path.dirname(__file__), "..", "docs", "runtime.md")
+
+
+@pytest.fixture(scope="module")
+def model():
+    return np_model(3)
+
+
+def prox_al(model, fault, backend="serial", **kw):
+    opts = ProxALOptions(eps=EPS, backend=backend, workers=2, **kw)
+    return run_prox_al(model.compile(), opts, "prox-al", faults={"site1": fault})
+
+
+def assert_refused(res, kind, field, what):
+    """The run ended on a failure of site1 that names the message kind, the field and the
+    reason; nothing escaped ``solve``."""
+    assert res.status == "client_failure", (res.status, res.message)
+    assert res.failure["client"] == "site1" and res.failure["kind"] == "invalid_reply"
+    assert res.failure["message_kind"] == kind
+    err = res.failure["error"]
+    assert "'site1'" in err and f"'{kind}'" in err and what in err, err
+    if field is not None:
+        assert f"'{field}'" in err, err
+    assert "client 'site1' failed" in res.message and "invalid_reply" in res.message
+
+
+# (message kind, field, corruption, what the error says, options)
+NEWTON = [
+    ("newton_w", "grad", "shape", "has shape (6,), expected (d=5,)"),
+    ("newton_w", "grad", "nan", "is not finite"),
+    ("newton_w", "value", "large", "magnitude 1e+300"),
+    ("newton_w", "grad", "huge", "has shape (1000000,)"),
+    ("newton_w", "leak", "extra", "unknown field"),
+    ("newton_w", "grad", "missing", "is missing"),
+]
+ADMM = [
+    ("admm_w", "u_tilde", "nan", "is not finite"),
+    ("admm_w", "u_tilde", "inf", "is not finite"),
+    ("admm_w", "eps_tilde", "text", "not a number"),
+    ("admm_w", "u_tilde", "huge", "has shape (1000000,)"),
+    ("admm_w", "eps_tilde", "missing", "is missing"),
+]
+CERTIFICATE = [
+    ("evaluate", "grad", "nan", "is not finite"),
+    ("evaluate", "c_ineq", "shape", "has shape (2,), expected (m_ineq=1,)"),
+    ("evaluate", "objective", "large", "magnitude 1e+300"),
+    ("report", "mu", "shape", "has shape (2,), expected (m_ineq=1,)"),
+    ("report", "mu", "nan", "is not finite"),
+]
+
+
+@pytest.mark.parametrize("kind,field,how,what", NEWTON + CERTIFICATE)
+def test_prox_al_newton_refuses_a_bad_reply_naming_the_client(model, kind, field, how, what):
+    fault = Fault("corrupt", round=2, kinds=(kind,), target=field, corruption=how)
+    res = prox_al(model, fault)
+    assert_refused(res, kind, field, what)
+    assert np.all(np.isfinite(res.x))  # the last consistent iterate, not the lie
+
+
+@pytest.mark.parametrize("kind,field,how,what", ADMM + CERTIFICATE[:2])
+def test_prox_al_admm_refuses_a_bad_reply_naming_the_client(model, kind, field, how, what):
+    fault = Fault("corrupt", round=3, kinds=(kind,), target=field, corruption=how)
+    res = prox_al(model, fault, inner_solver="admm")
+    assert_refused(res, kind, field, what)
+
+
+@pytest.mark.parametrize("backend", ["serial", "processes"])
+@pytest.mark.parametrize(
+    "kind,field,how,what,kw",
+    [
+        ("newton_w", "grad", "shape", "has shape (6,)", {}),
+        ("admm_w", "u_tilde", "nan", "is not finite", {"inner_solver": "admm"}),
+        ("evaluate", "grad", "nan", "is not finite", {}),
+        ("report", "nu", "extra", "has shape (3,), expected ()", {}),
+    ],
+)
+def test_refused_on_every_backend(model, backend, kind, field, how, what, kw):
+    if how == "extra":  # an undeclared array (a report takes undeclared scalars only)
+        field = "leak"
+    fault = Fault("corrupt", round=2, kinds=(kind,), target=field, corruption=how)
+    res = prox_al(model, fault, backend=backend, **kw)
+    assert_refused(res, kind, field, what)
+    assert res.extra["backend"] == backend
+
+
+def test_a_bad_reply_is_not_retried(model):
+    """A malformed reply is not a transient fault and the client's step already ran (a
+    retry would not repeat it): under on_failure="retry" the run still stops on it."""
+    fault = Fault("corrupt", round=2, kinds=("newton_w",), target="grad", corruption="nan")
+    res = prox_al(model, fault, on_failure="retry", retries=3)
+    assert_refused(res, "newton_w", "grad", "is not finite")
+    assert res.extra["retries"] == []
+
+
+def test_a_lie_in_the_certificate_round_is_refused_and_the_objective_is_the_honest_one(model):
+    """Before validation a lie in the final evaluate round turned the objective into a wrong
+    value ("inaccurate"); now the run names the liar and returns the last consistent
+    iterate (the step before the last) with its honest objective (the fault fires once:
+    the driver's second evaluation round is honest), within the method's tolerance of the
+    honest run's."""
+    honest = model.solve("prox-al", eps=EPS, history=False)
+    fault = Fault("corrupt", round=1, kinds=("evaluate",), target="grad", corruption="nan")
+    res = prox_al(model, fault, history=False)
+    assert_refused(res, "evaluate", "grad", "is not finite")
+    assert honest.status == "optimal"
+    compiled = model.compile()
+    own = sum(p.functions.objective(res.x) for p in compiled.parties)  # h = 0 here
+    assert res.objective == pytest.approx(own, rel=1e-12)
+    assert abs(res.objective - honest.objective) <= 10 * EPS * max(1.0, abs(honest.objective))
+
+
+def test_fedavg_refuses_bad_replies(model):
+    compiled = model.compile()
+    for backend in ("serial", "processes"):
+        for kind, field, how, what in [
+            ("fed_round", "x", "shape", "has shape (6,), expected (d=5,)"),
+            ("fed_round", "x", "nan", "is not finite"),
+            ("evaluate", "c_ineq", "missing", "is missing"),
+        ]:
+            opts = FedAvgOptions(max_rounds=5, penalty=10.0, backend=backend, workers=2)
+            fault = Fault("corrupt", round=2, kinds=(kind,), target=field, corruption=how)
+            res = run_fedavg(compiled, opts, "fedavg", faults={"site1": fault})
+            assert_refused(res, kind, field, what)
+
+
+def test_honest_runs_pass_validation(model):
+    """The declared tables accept every honest reply (the families' own tests run with
+    validation on; here the options that add optional fields)."""
+    for kw in [
+        {},
+        {"inner_solver": "admm"},
+        {"inner_solver": "admm", "penalty_metric": "hessian", "anderson": 3},
+    ]:
+        res = model.solve("prox-al", eps=EPS, **kw)
+        assert res.status == "optimal", (kw, res.message)
+    for method in ("fedavg", "dald-cc"):
+        limit = {"max_rounds": 5} if method == "fedavg" else {"max_outer": 5}
+        res = model.solve(method, penalty=10.0, **limit)
+        assert res.status != "client_failure", res.message
+
+
+def test_vertical_method_without_a_compiled_model_validates_replies():
+    from test_vfl import small_problem
+
+    from fedmodel.algorithms.vfl.run import solve_vertical
+
+    prob = small_problem()
+    name = prob.party_names[1]
+    fault = Fault(
+        "corrupt", round=2, kinds=("vfl_round",), target="partial_scores", corruption="shape"
+    )
+    res = solve_vertical(prob, "fair-vfl", max_rounds=10, eps=0.05, faults={name: fault})
+    assert res.status == "client_failure" and res.failure["client"] == name
+    assert f"has shape ({prob.n + 1},), expected (n={prob.n},)" in res.failure["error"]
+
+
+# -- the declarations ----------------------------------------------------------------------------
+def _client_halves() -> list[type]:
+    import importlib
+
+    for package in set(FAMILIES.values()):
+        importlib.import_module(package)
+    seen, todo = [], list(ClientHalf.__subclasses__())
+    while todo:
+        cls = todo.pop()
+        todo += cls.__subclasses__()
+        if cls.__module__.startswith("fedmodel.") and cls not in seen:
+            seen.append(cls)
+    return seen
+
+
+def test_every_kind_a_client_half_answers_is_declared():
+    halves = _client_halves()
+    names = {c.__name__ for c in halves}
+    assert {"ProxALClient", "FedClient", "DGDNode", "DALDCCClient", "DALDDCNode"} <= names
+    assert {"VFLParty", "SampleClient", "FeatureClient"} <= names
+    missing = []
+    for cls in halves:
+        kinds = {n[4:] for n, _ in inspect.getmembers(cls) if n.startswith("_on_")}
+        table = cls.messages
+        assert table is not None, f"{cls.__name__} declares no message table"
+        missing += [f"{cls.__name__}._on_{k}" for k in sorted(kinds) if k not in table]
+    assert missing == [], f"message kinds answered but not declared: {missing}"
+
+
+def test_a_kind_declared_nowhere_is_refused():
+    table = MessageTable("toy", (MessageSpec("ping", reply={"g": Field(("d",))}),))
+    check = table.checker(lambda name: {"d": 2})
+    check("a", "ping", "server", {"g": np.zeros(2)})
+    with pytest.raises(InvalidReply, match="'pong': the kind is not declared"):
+        check("a", "pong", "server", {"g": np.zeros(2)})
+    with pytest.raises(InvalidReply, match="declared as a 'server' message"):
+        check("a", "ping", "peer", {"g": np.zeros(2)})
+    with pytest.raises(InvalidReply, match="has dtype <U1, expected float"):
+        check("a", "ping", "server", {"g": np.array(["a", "b"])})
+    with pytest.raises(InvalidReply, match="not a mapping"):
+        check("a", "ping", "server", [1.0, 2.0])
+
+
+# -- the privacy table ---------------------------------------------------------------------------
+def test_summary_privacy_table_of_prox_al(model):
+    d = model.compile().layout.n_shared
+    assert d == 5
+    rows = {(r["kind"], r["direction"]): r for r in privacy_rows(model.compile(), "prox-al")}
+    newton = rows[("newton_w", "client -> server")]
+    assert newton["floats"] == 1 + d + d * d  # value, gradient, the opt-in Hessian
+    assert newton["opt_in"] == ["inner_solver='newton'"]
+    assert "d x d curvature" in newton["reveals"]
+    admm = rows[("admm_w", "client -> server")]
+    aa = ProxALOptions().anderson + 1
+    assert admm["floats"] == d + 1 + 1 + d * d + aa  # u~, eps~, rho, opt-in metric, Gram
+    assert admm["opt_in"] == ["penalty_metric='hessian'"]
+    assert rows[("admm_w", "server -> client")]["floats"] == d + 1 + aa + 1
+    # objective, grad, scale, owned_stationarity, owned_scaled, owned_index (<= d here),
+    # feasibility, feasibility_scaled, violation, c_ineq (1), c_eq (0)
+    assert (
+        rows[("evaluate", "client -> server")]["floats"]
+        == 1 + d + d + 1 + 1 + d + 1 + 1 + 1 + 1 + 0
+    )
+    assert rows[("report", "client -> server")]["opt_in"] == []
+    text = model.summary(print_=False)
+    assert "messages of prox-al" in text
+    line = next(
+        ln
+        for ln in text.splitlines()
+        if ln.strip().startswith("newton_w") and "->" in ln and "client -> server" in ln
+    )
+    assert f" {1 + d + d * d} " in line and "opt-in: inner_solver='newton'" in line
+    pooled = model.summary(print_=False, method="centralized")
+    assert "messages of centralized: none" in pooled
+
+
+def test_docs_tables_are_the_generated_ones():
+    text = open(DOCS).read()
+    m = re.search(r"<!-- message-tables:begin -->\n(.*?)<!-- message-tables:end -->", text, re.S)
+    assert m, "docs/runtime.md has no message-tables section"
+    assert m.group(1).strip() == docs_tables().strip()
+
+
+@pytest.mark.parametrize("backend", ["serial", "processes"])
+def test_a_bad_peer_message_is_a_failure_of_its_sender(model, backend):
+    """dgd's iterates travel node to node (the runtime carries them): a NaN or a wrong shape
+    in a peer message is refused before any neighbour reads it, naming the sender."""
+    from fedmodel.algorithms.baselines.dgd import DGDOptions, run_dgd
+
+    compiled = model.compile()
+    for how, what in [("nan", "is not finite"), ("shape", "has shape (6,), expected (d=5,)")]:
+        opts = DGDOptions(penalty=10.0, max_rounds=10, backend=backend, workers=2)
+        fault = Fault("corrupt", round=3, kinds=("dgd_x",), target="x", corruption=how)
+        res = run_dgd(compiled, opts, "dgd", faults={"site1": fault})
+        assert res.status == "client_failure", res.message
+        assert res.failure["client"] == "site1" and res.failure["kind"] == "invalid_reply"
+        assert "peer message 'dgd_x'" in res.failure["error"] and what in res.failure["error"]
+        assert "'x'" in res.failure["error"]
+
+
+@pytest.mark.parametrize("partition", ["sample", "feature"])
+def test_learning_methods_without_a_compiled_model_validate_replies(partition):
+    """ssca runs on its own representation (run_federated(compiled=None)): its replies are
+    checked against its table too (d = the loss's parameters; feature-based replies bounded
+    in size)."""
+    from test_ssca_methods import feature_model, sample_model
+
+    from fedmodel.algorithms.driver import run_federated
+    from fedmodel.algorithms.ssca.options import SSCAOptions
+    from fedmodel.algorithms.ssca.run import _build
+
+    model = sample_model() if partition == "sample" else feature_model()
+    opts = SSCAOptions(rounds=4, batch_size=5, eval_every=0)
+    opts.validate()  # (the schedules become callables)
+    name = model.party_names[1]
+    kind, field = ("ssca_w", "grad") if partition == "sample" else ("fb_grad", "gi")
+    for how, what in [
+        ("nan", "is not finite"),
+        ("huge", "entries" if partition == "feature" else "has shape (1000000,)"),
+    ]:
+        fault = Fault("corrupt", round=2, kinds=(kind,), target=field, corruption=how)
+        factories, server = _build(model, "ssca", opts)
+        res = run_federated(None, opts, "ssca", server, factories, faults={name: fault})
+        assert res.status == "client_failure" and res.failure["client"] == name, res.message
+        assert f"'{field}'" in res.failure["error"] and what in res.failure["error"]
