@@ -89,8 +89,8 @@ def _crafted(path) -> list[tuple[str, str]]:
         (json.dumps({"__dc": ["dald.options", {"eval": "x"}]}), "no field(s) ['eval']"),
         # the old exception form (module, attribute path, args)
         (json.dumps({"__exc": ["fedmodel.runtime.flower_party", "os.system", ["x"]]}), "__exc"),
-        (json.dumps({"__eval": _command(path)}), "unknown tag '__eval'"),
-        (json.dumps({"__a": "0"}), "array index '0'"),
+        (json.dumps({"__eval": _command(path)}), "unknown entry '__eval'"),
+        (json.dumps({"__a": "0"}), "array reference '0'"),
     ]
     return out
 
@@ -171,7 +171,7 @@ def test_arrays_are_numeric_and_never_unpickled(sentinel):
     for bad in (np.array(["a"]), np.zeros(2, dtype=[("x", "f8")]), np.array([None], dtype=object)):
         with pytest.raises(CodecError, match="is not a numeric array"):
             decode(json.dumps({"__a": 0}), [bad])
-    with pytest.raises(CodecError, match="array index 3 out of range"):
+    with pytest.raises(CodecError, match="array reference 3 out of range"):
         decode(json.dumps({"__a": 3}), [np.zeros(2)])
     with pytest.raises(CodecError, match="cannot cross a Flower link"):
         encode({"a": np.array([None], dtype=object)})

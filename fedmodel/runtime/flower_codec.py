@@ -41,17 +41,16 @@ fedmodel.runtime.wire.CodecError: refusing '__ref' ...
 
 from __future__ import annotations
 
-import base64
 import dataclasses
-import json
-import math
 from typing import Any
 
 import numpy as np
 
+from fedmodel.runtime import plaincodec
 from fedmodel.runtime.endpoints import RUNTIME_PROXY, EndpointFactory
 from fedmodel.runtime.messages import Message
 from fedmodel.runtime.outcomes import StepOutcome
+from fedmodel.runtime.plaincodec import ARRAY_KINDS, NOT_HANDLED, PlainCodecError
 from fedmodel.runtime.wire import (
     CodecError,
     build_dataclass,
@@ -66,9 +65,6 @@ from fedmodel.runtime.wire import (
 CALL_RECORD = "fedmodel"
 ARRAY_RECORD = "fedmodel.arrays"
 MESSAGE_TYPE = "query.fedmodel"
-
-# the dtype kinds an array may have on the wire: bool, integers, floats, complex
-ARRAY_KINDS = "biufc"
 
 
 class _LocalProgram:
@@ -106,179 +102,115 @@ def _local_regularizer() -> _LocalRegularizer:
 LOCAL_REGULARIZER = _LocalRegularizer()
 
 
-def _float(x: float) -> Any:
-    x = float(x)
-    if math.isfinite(x):
-        return x
-    return {"__f": repr(x)}  # 'nan', 'inf', '-inf'
-
-
 def _exception(exc: BaseException) -> dict:
     return {"__exc": list(exception_parts(exc))}
 
 
+def _encode_runtime(v: Any, enc) -> Any:
+    """The runtime's own types, for :func:`fedmodel.runtime.plaincodec.encode`."""
+    if isinstance(v, Message):
+        return {"__msg": [v.kind, v.sender, v.receiver, enc(v.payload), v.round, v.channel]}
+    if isinstance(v, StepOutcome):
+        error = None if v.error is None else _exception(v.error)
+        return {
+            "__out": [v.name, enc(v.reply), error, v.kind, enc(v.seconds), v.detail, enc(v.sent)]
+        }
+    if isinstance(v, BaseException):
+        return _exception(v)
+    if v is LOCAL_PROGRAM:
+        return {"__local": 1}
+    if v is LOCAL_REGULARIZER:
+        return {"__local_h": 1}
+    if v is RUNTIME_PROXY:
+        return {"__proxy": 1}
+    if isinstance(v, EndpointFactory):
+        return {"__factory": [wire_name(v.target), enc(v.args), enc(v.kwargs)]}
+    if dataclasses.is_dataclass(v) and not isinstance(v, type):
+        name, fields = dataclass_fields(v)
+        return {"__dc": [name, {k: enc(x) for k, x in fields.items()}]}
+    if isinstance(v, type) or callable(v):
+        wire_name(v)  # raises: no function or class crosses a link, only their names
+    raise CodecError(f"a {type(v).__name__} cannot cross a Flower link ({v!r:.80})")
+
+
 def encode(obj: Any) -> tuple[str, list[np.ndarray]]:
-    """``obj`` -> (JSON text, arrays); see the module docstring for what may be in it."""
-    arrays: list[np.ndarray] = []
+    """``obj`` -> (JSON text, arrays): :func:`fedmodel.runtime.plaincodec.encode` with the
+    runtime's types (see the module docstring)."""
+    try:
+        return plaincodec.encode(obj, _encode_runtime)
+    except PlainCodecError as exc:
+        raise CodecError(f"cannot cross a Flower link: {exc}") from None
 
-    def enc(v: Any) -> Any:
-        if v is None or isinstance(v, (bool, str)):
-            return v
-        if isinstance(v, (int, np.integer)) and not isinstance(v, np.bool_):
-            return int(v) if isinstance(v, int) else {"__s": _array(np.reshape(v, (1,)))}
-        if isinstance(v, float):
-            return _float(v)
-        if isinstance(v, (np.ndarray, np.generic)):
-            a = np.asarray(v)
-            if a.dtype.kind not in ARRAY_KINDS:
-                raise CodecError(f"array of dtype {a.dtype} cannot cross a Flower link")
-            if isinstance(v, np.ndarray):
-                return {"__a": _array(a)}
-            return {"__s": _array(np.reshape(a, (1,)))}  # a numpy scalar keeps its type
-        if isinstance(v, bytes):
-            return {"__b": base64.b64encode(v).decode("ascii")}
-        if isinstance(v, slice):
-            return {"__slice": [enc(v.start), enc(v.stop), enc(v.step)]}
-        if isinstance(v, list):
-            return [enc(x) for x in v]
-        if isinstance(v, tuple):
-            return {"__t": [enc(x) for x in v]}
-        if isinstance(v, dict):
-            if all(isinstance(k, str) and not k.startswith("__") for k in v):
-                return {k: enc(x) for k, x in v.items()}
-            return {"__d": [[enc(k), enc(x)] for k, x in v.items()]}
-        if isinstance(v, Message):
-            return {"__msg": [v.kind, v.sender, v.receiver, enc(v.payload), v.round, v.channel]}
-        if isinstance(v, StepOutcome):
-            return {
-                "__out": [
-                    v.name,
-                    enc(v.reply),
-                    None if v.error is None else _exception(v.error),
-                    v.kind,
-                    _float(v.seconds),
-                    v.detail,
-                    enc(v.sent),
-                ]
-            }
-        if isinstance(v, BaseException):
-            return _exception(v)
-        if v is LOCAL_PROGRAM:
-            return {"__local": 1}
-        if v is LOCAL_REGULARIZER:
-            return {"__local_h": 1}
-        if v is RUNTIME_PROXY:
-            return {"__proxy": 1}
-        if isinstance(v, EndpointFactory):
-            return {"__factory": [wire_name(v.target), enc(v.args), enc(v.kwargs)]}
-        if dataclasses.is_dataclass(v) and not isinstance(v, type):
-            name, fields = dataclass_fields(v)
-            return {"__dc": [name, {k: enc(x) for k, x in fields.items()}]}
-        if isinstance(v, type) or callable(v):
-            wire_name(v)  # raises: no function or class crosses a link, only their names
-        raise CodecError(f"a {type(v).__name__} cannot cross a Flower link ({v!r:.80})")
 
-    def _array(a: np.ndarray) -> int:
-        arrays.append(np.array(a, order="C"))  # (ascontiguousarray makes 0-d 1-d)
-        return len(arrays) - 1
-
-    text = json.dumps(enc(obj), allow_nan=False)
-    return text, arrays
+def _decode_runtime(key: str, x: Any, dec) -> Any:
+    """The runtime's own tags, for :func:`fedmodel.runtime.plaincodec.decode`."""
+    if key == "__msg":
+        kind, sender, receiver, payload, rnd, channel = _typed(x, list, key, 6)
+        for field in (kind, sender, receiver, channel):
+            _typed(field, str, key)
+        return Message(kind, sender, receiver, dec(payload), _typed(rnd, int, key), channel)
+    if key == "__out":
+        name, reply, err, kind, seconds, detail, sent = _typed(x, list, key, 7)
+        error = None if err is None else dec(err)
+        if error is not None and not isinstance(error, BaseException):
+            raise CodecError("an outcome's error must be an exception")
+        return StepOutcome(
+            _typed(name, str, key),
+            reply=dec(reply),
+            error=error,
+            kind=_typed(kind, str, key),
+            seconds=float(_typed(dec(seconds), (int, float), key)),
+            detail=_typed(detail, str, key),
+            sent=dec(sent),
+        )
+    if key == "__exc":
+        name, texts = _typed(x, list, key, 2)
+        return make_exception(name, texts)
+    if key == "__local":
+        return LOCAL_PROGRAM
+    if key == "__local_h":
+        return LOCAL_REGULARIZER
+    if key == "__proxy":
+        return RUNTIME_PROXY
+    if key == "__factory":
+        target, args, kwargs = _typed(x, list, key, 3)
+        cls = wire_type(target)
+        if dataclasses.is_dataclass(cls):
+            raise CodecError(f"wire type {target!r} is an option dataclass, not an endpoint")
+        args, kwargs = dec(args), dec(kwargs)
+        if not isinstance(args, (tuple, list)) or not isinstance(kwargs, dict):
+            raise CodecError(f"the factory of {target!r}: args a sequence, kwargs an object")
+        return EndpointFactory(cls, tuple(args), kwargs)
+    if key == "__dc":
+        name, fields = _typed(x, list, key, 2)
+        return build_dataclass(name, fields, dec)
+    if key == "__ref":
+        raise CodecError(
+            f"refusing '__ref' {x!r:.120}: no function or class is decoded from a message "
+            "(a party builds only registered wire types, by name)"
+        )
+    return NOT_HANDLED  # refused by the plain codec as an unknown entry
 
 
 def decode(text: str, arrays: list[np.ndarray]) -> Any:
-    """The inverse of :func:`encode`: builds only what the module docstring lists.
+    """The inverse of :func:`encode`: builds only what the module docstring lists
+    (:func:`fedmodel.runtime.plaincodec.decode` with the runtime's tags).
 
     Raises
     ------
     CodecError
         Anything else, naming it (e.g. a name that is not a registered wire type).
     """
-    arrays = [_checked_array(a, i) for i, a in enumerate(arrays)]
-
-    def array(i: Any) -> np.ndarray:
-        if type(i) is not int or not 0 <= i < len(arrays):
-            raise CodecError(f"array index {i!r} out of range ({len(arrays)} arrays sent)")
-        return arrays[i]
-
-    def dec(v: Any) -> Any:
-        if isinstance(v, list):
-            return [dec(x) for x in v]
-        if not isinstance(v, dict):
-            return v
-        tags = [k for k in v if k.startswith("__")]
-        if not tags:
-            return {k: dec(e) for k, e in v.items()}
-        if len(v) != 1:
-            raise CodecError(f"a tagged value has one key, not {sorted(v)[:5]}")
-        ((key, x),) = v.items()
-        if key == "__a":
-            return np.array(array(x))
-        if key == "__s":
-            return array(x).reshape(-1)[0]
-        if key == "__f":
-            if x not in ("nan", "inf", "-inf"):
-                raise CodecError(f"'__f' holds 'nan', 'inf' or '-inf', not {x!r:.40}")
-            return float(x)
-        if key == "__b":
-            return base64.b64decode(_typed(x, str, key), validate=True)
-        if key == "__t":
-            return tuple(dec(e) for e in _typed(x, list, key))
-        if key == "__slice":
-            return slice(*(dec(e) for e in _typed(x, list, key, 3)))
-        if key == "__d":
-            return {dec(k): dec(e) for k, e in (_typed(p, list, key, 2) for p in x)}
-        if key == "__msg":
-            kind, sender, receiver, payload, rnd, channel = _typed(x, list, key, 6)
-            for field in (kind, sender, receiver, channel):
-                _typed(field, str, key)
-            return Message(kind, sender, receiver, dec(payload), _typed(rnd, int, key), channel)
-        if key == "__out":
-            name, reply, err, kind, seconds, detail, sent = _typed(x, list, key, 7)
-            error = None if err is None else dec(err)
-            if error is not None and not isinstance(error, BaseException):
-                raise CodecError("an outcome's error must be an exception")
-            return StepOutcome(
-                _typed(name, str, key),
-                reply=dec(reply),
-                error=error,
-                kind=_typed(kind, str, key),
-                seconds=float(_typed(dec(seconds), (int, float), key)),
-                detail=_typed(detail, str, key),
-                sent=dec(sent),
-            )
-        if key == "__exc":
-            name, texts = _typed(x, list, key, 2)
-            return make_exception(name, texts)
-        if key == "__local":
-            return LOCAL_PROGRAM
-        if key == "__local_h":
-            return LOCAL_REGULARIZER
-        if key == "__proxy":
-            return RUNTIME_PROXY
-        if key == "__factory":
-            target, args, kwargs = _typed(x, list, key, 3)
-            cls = wire_type(target)
-            if dataclasses.is_dataclass(cls):
-                raise CodecError(f"wire type {target!r} is an option dataclass, not an endpoint")
-            args, kwargs = dec(args), dec(kwargs)
-            if not isinstance(args, (tuple, list)) or not isinstance(kwargs, dict):
-                raise CodecError(f"the factory of {target!r}: args a sequence, kwargs an object")
-            return EndpointFactory(cls, tuple(args), kwargs)
-        if key == "__dc":
-            name, fields = _typed(x, list, key, 2)
-            return build_dataclass(name, fields, dec)
-        if key == "__ref":
-            raise CodecError(
-                f"refusing '__ref' {x!r:.120}: no function or class is decoded from a message "
-                "(a party builds only registered wire types, by name)"
-            )
-        raise CodecError(f"unknown tag {key!r:.40} in a fedmodel record")
-
+    for i, a in enumerate(arrays):
+        if not isinstance(a, np.ndarray) or a.dtype.kind not in ARRAY_KINDS:
+            kind = getattr(a, "dtype", type(a).__name__)
+            raise CodecError(f"array {i} of a fedmodel record: {kind} is not a numeric array")
     try:
-        return dec(json.loads(text))
+        return plaincodec.decode(text, arrays, _decode_runtime)
     except CodecError:
         raise
+    except PlainCodecError as exc:
+        raise CodecError(f"a malformed fedmodel record: {exc}") from None
     except RecursionError:
         raise CodecError("a fedmodel record nested too deeply") from None
     except (TypeError, ValueError, KeyError, IndexError, AttributeError) as exc:
@@ -292,14 +224,6 @@ def _typed(x: Any, kind: Any, tag: str, length: int | None = None) -> Any:
     if length is not None and len(x) != length:
         raise CodecError(f"a malformed {tag!r} value: {length} items expected, not {len(x)}")
     return x
-
-
-def _checked_array(a: Any, i: int) -> np.ndarray:
-    """Array ``i`` of a record, if it is a numpy array of a numeric dtype."""
-    if not isinstance(a, np.ndarray) or a.dtype.kind not in ARRAY_KINDS or a.dtype.hasobject:
-        kind = getattr(a, "dtype", type(a).__name__)
-        raise CodecError(f"array {i} of a fedmodel record: {kind} is not a numeric array")
-    return a
 
 
 # -- Flower records ------------------------------------------------------------------------------
