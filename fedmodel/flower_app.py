@@ -487,9 +487,11 @@ def party_server(
     """The party server of ``party`` (its own data ``data``): its program compiled from the
     model file, a ``hello`` that reports the shapes of the arrays the model reads, and its
     checkpoint files under ``checkpoint_dir`` (none accepted without one)."""
+    from fedmodel.algorithms.registry import all_methods
     from fedmodel.deploy import join_info, party_compiled
     from fedmodel.runtime.flower_party import PartyServer
 
+    all_methods()  # every family registers the client halves a coordinator may build (wire)
     built = party_compiled(model_file, party, data)
     return PartyServer(
         socket_path,

@@ -18,7 +18,8 @@ import numpy as np
 import pytest
 from problems import np_model
 
-from fedmodel.runtime.endpoints import EchoEndpoint, EndpointFactory
+from fedmodel.algorithms.proxal.client import ProxALClient
+from fedmodel.runtime.endpoints import EndpointFactory
 from fedmodel.runtime.flower_codec import (
     LOCAL_PROGRAM,
     CodecError,
@@ -51,7 +52,7 @@ def test_codec_round_trips_messages_outcomes_and_factories_exactly():
         "outcomes": [out],
         "t": (1, "a", None),
         "keys": {3: "x"},
-        "factory": EndpointFactory(EchoEndpoint, ("site0", LOCAL_PROGRAM)),
+        "factory": EndpointFactory(ProxALClient, (LOCAL_PROGRAM, 1.0)),
     }
     text, arrays = encode(value)
     assert "site0" in text and all(isinstance(a, np.ndarray) for a in arrays)
@@ -66,15 +67,15 @@ def test_codec_round_trips_messages_outcomes_and_factories_exactly():
     assert isinstance(p["k"], np.int64) and p["flag"] is True
     assert got.reply == msg.__class__(**{**msg.__dict__, "payload": p})
     assert back["t"] == (1, "a", None) and back["keys"] == {3: "x"}
-    assert back["factory"].target is EchoEndpoint and back["factory"].args[1] is LOCAL_PROGRAM
+    assert back["factory"].target is ProxALClient and back["factory"].args[0] is LOCAL_PROGRAM
 
 
 def test_codec_refuses_code_from_outside_fedmodel():
     import os
 
-    with pytest.raises(CodecError, match="only module-level classes and functions"):
+    with pytest.raises(CodecError, match="only classes registered"):
         encode({"f": os.system})
-    with pytest.raises(CodecError, match="not part of the fedmodel package"):
+    with pytest.raises(CodecError, match="no function or class is decoded"):
         decode('{"__ref": "os:system"}', [])
     with pytest.raises(CodecError, match="cannot cross a Flower link"):
         encode({"obj": object()})

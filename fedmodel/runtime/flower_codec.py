@@ -10,13 +10,21 @@ call (the method's payloads: ``w``, ``u_tilde`` ...) becomes an entry of an
 JSON text in a ``ConfigRecord`` (floats written with ``repr``, so they round-trip
 exactly, ``nan`` and ``inf`` included).
 
-Nothing is unpickled: the decoder builds only plain values, numpy arrays, messages,
-outcomes, exceptions (by name; unknown types become ``RuntimeError``) and, for the
-``build`` call of a deployment, classes, functions and dataclasses **of the fedmodel
-package** (``EndpointFactory`` targets and their option objects). A party never receives
-another party's program or data: its own program is the placeholder
-:data:`LOCAL_PROGRAM`, which the party host replaces by the program it compiled from its
-own data.
+What a decoder builds is closed: plain values (``None``, booleans, numbers, strings,
+bytes, lists, tuples, dicts, slices), numpy arrays of numeric dtypes (never ``object``;
+Flower loads them with ``allow_pickle=False``), messages, outcomes, the placeholders
+below, exceptions of a fixed table (:data:`~fedmodel.runtime.wire.WIRE_EXCEPTIONS`; an
+unknown name becomes a ``RuntimeError`` naming it) and, for the ``build`` call of a
+deployment, endpoint factories and option dataclasses **by registered name**
+(:mod:`fedmodel.runtime.wire`: the client and node halves the method families
+registered, ``"proxal.client"`` ...). Nothing is unpickled, nothing is looked up by
+module path or attribute, and no function or class crosses a link: anything else (a
+``module:attribute`` reference, an unregistered name, an unknown field, a tag the decoder
+does not know, an array it cannot use) is refused with a :class:`CodecError` naming it.
+
+A party never receives another party's program or data: its own program is the
+placeholder :data:`LOCAL_PROGRAM`, which the party host replaces by the program it
+compiled from its own data.
 
 Examples
 --------
@@ -25,31 +33,38 @@ Examples
 >>> out = decode(text, arrays)
 >>> out["w"].tolist() == [0.1, 1 / 3], out["tol"], out["k"]
 (True, 1e-06, (1, 'a'))
+>>> decode('{"__ref": "fedmodel.runtime.flower_party:os.system"}', [])  # doctest: +ELLIPSIS
+Traceback (most recent call last):
+...
+fedmodel.runtime.wire.CodecError: refusing '__ref' ...
 """
 
 from __future__ import annotations
 
-import base64
-import builtins
 import dataclasses
-import importlib
-import json
-import math
 from typing import Any
 
 import numpy as np
 
+from fedmodel.runtime import plaincodec
 from fedmodel.runtime.endpoints import RUNTIME_PROXY, EndpointFactory
 from fedmodel.runtime.messages import Message
 from fedmodel.runtime.outcomes import StepOutcome
+from fedmodel.runtime.plaincodec import ARRAY_KINDS, NOT_HANDLED, PlainCodecError
+from fedmodel.runtime.wire import (
+    CodecError,
+    build_dataclass,
+    dataclass_fields,
+    exception_parts,
+    make_exception,
+    wire_name,
+    wire_type,
+)
 
 # the record names inside a Flower RecordDict
 CALL_RECORD = "fedmodel"
 ARRAY_RECORD = "fedmodel.arrays"
 MESSAGE_TYPE = "query.fedmodel"
-
-# modules whose classes, functions and dataclasses a decoder may instantiate
-TRUSTED_PREFIX = "fedmodel."
 
 
 class _LocalProgram:
@@ -87,192 +102,128 @@ def _local_regularizer() -> _LocalRegularizer:
 LOCAL_REGULARIZER = _LocalRegularizer()
 
 
-class CodecError(ValueError):
-    """A value that cannot cross a Flower link (or a record that is not fedmodel's)."""
-
-
-def _ref(obj: Any) -> str:
-    mod, name = getattr(obj, "__module__", ""), getattr(obj, "__qualname__", "")
-    if not (mod + ".").startswith(TRUSTED_PREFIX) or "<" in name:
-        raise CodecError(
-            f"{obj!r} cannot cross a Flower link: only module-level classes and functions "
-            "of the fedmodel package can be named in a factory"
-        )
-    return f"{mod}:{name}"
-
-
-def _resolve(ref: str) -> Any:
-    mod, _, name = ref.partition(":")
-    if not (mod + ".").startswith(TRUSTED_PREFIX):
-        raise CodecError(f"refusing to load {ref!r}: not part of the fedmodel package")
-    obj: Any = importlib.import_module(mod)
-    for part in name.split("."):
-        obj = getattr(obj, part)
-    return obj
-
-
-def _float(x: float) -> Any:
-    x = float(x)
-    if math.isfinite(x):
-        return x
-    return {"__f": repr(x)}  # 'nan', 'inf', '-inf'
-
-
 def _exception(exc: BaseException) -> dict:
-    cls = type(exc)
-    return {"__exc": [cls.__module__, cls.__qualname__, [str(a) for a in exc.args] or [str(exc)]]}
+    return {"__exc": list(exception_parts(exc))}
 
 
-def _make_exception(mod: str, name: str, args: list[str]) -> BaseException:
-    cls = None
-    if mod == "builtins":
-        cls = getattr(builtins, name, None)
-    elif (mod + ".").startswith(TRUSTED_PREFIX):
-        try:
-            cls = _resolve(f"{mod}:{name}")
-        except Exception:
-            cls = None
-    if isinstance(cls, type) and issubclass(cls, BaseException):
-        try:
-            return cls(*args)
-        except Exception:
-            pass
-    return RuntimeError(f"{name}: {' '.join(args)}")
+def _encode_runtime(v: Any, enc) -> Any:
+    """The runtime's own types, for :func:`fedmodel.runtime.plaincodec.encode`."""
+    if isinstance(v, Message):
+        return {"__msg": [v.kind, v.sender, v.receiver, enc(v.payload), v.round, v.channel]}
+    if isinstance(v, StepOutcome):
+        error = None if v.error is None else _exception(v.error)
+        return {
+            "__out": [v.name, enc(v.reply), error, v.kind, enc(v.seconds), v.detail, enc(v.sent)]
+        }
+    if isinstance(v, BaseException):
+        return _exception(v)
+    if v is LOCAL_PROGRAM:
+        return {"__local": 1}
+    if v is LOCAL_REGULARIZER:
+        return {"__local_h": 1}
+    if v is RUNTIME_PROXY:
+        return {"__proxy": 1}
+    if isinstance(v, EndpointFactory):
+        return {"__factory": [wire_name(v.target), enc(v.args), enc(v.kwargs)]}
+    if dataclasses.is_dataclass(v) and not isinstance(v, type):
+        name, fields = dataclass_fields(v)
+        return {"__dc": [name, {k: enc(x) for k, x in fields.items()}]}
+    if isinstance(v, type) or callable(v):
+        wire_name(v)  # raises: no function or class crosses a link, only their names
+    raise CodecError(f"a {type(v).__name__} cannot cross a Flower link ({v!r:.80})")
 
 
 def encode(obj: Any) -> tuple[str, list[np.ndarray]]:
-    """``obj`` -> (JSON text, arrays); see the module docstring for what may be in it."""
-    arrays: list[np.ndarray] = []
+    """``obj`` -> (JSON text, arrays): :func:`fedmodel.runtime.plaincodec.encode` with the
+    runtime's types (see the module docstring)."""
+    try:
+        return plaincodec.encode(obj, _encode_runtime)
+    except PlainCodecError as exc:
+        raise CodecError(f"cannot cross a Flower link: {exc}") from None
 
-    def enc(v: Any) -> Any:
-        if v is None or isinstance(v, (bool, str)):
-            return v
-        if isinstance(v, (int, np.integer)) and not isinstance(v, np.bool_):
-            return int(v) if isinstance(v, int) else {"__s": _array(np.reshape(v, (1,)))}
-        if isinstance(v, float):
-            return _float(v)
-        if isinstance(v, (np.ndarray, np.generic)):
-            a = np.asarray(v)
-            if a.dtype.kind not in "biufc":
-                raise CodecError(f"array of dtype {a.dtype} cannot cross a Flower link")
-            if isinstance(v, np.ndarray):
-                return {"__a": _array(a)}
-            return {"__s": _array(np.reshape(a, (1,)))}  # a numpy scalar keeps its type
-        if isinstance(v, bytes):
-            return {"__b": base64.b64encode(v).decode("ascii")}
-        if isinstance(v, slice):
-            return {"__slice": [enc(v.start), enc(v.stop), enc(v.step)]}
-        if isinstance(v, list):
-            return [enc(x) for x in v]
-        if isinstance(v, tuple):
-            return {"__t": [enc(x) for x in v]}
-        if isinstance(v, dict):
-            if all(isinstance(k, str) and not k.startswith("__") for k in v):
-                return {k: enc(x) for k, x in v.items()}
-            return {"__d": [[enc(k), enc(x)] for k, x in v.items()]}
-        if isinstance(v, Message):
-            return {"__msg": [v.kind, v.sender, v.receiver, enc(v.payload), v.round, v.channel]}
-        if isinstance(v, StepOutcome):
-            return {
-                "__out": [
-                    v.name,
-                    enc(v.reply),
-                    None if v.error is None else _exception(v.error),
-                    v.kind,
-                    _float(v.seconds),
-                    v.detail,
-                    enc(v.sent),
-                ]
-            }
-        if isinstance(v, BaseException):
-            return _exception(v)
-        if v is LOCAL_PROGRAM:
-            return {"__local": 1}
-        if v is LOCAL_REGULARIZER:
-            return {"__local_h": 1}
-        if v is RUNTIME_PROXY:
-            return {"__proxy": 1}
-        if isinstance(v, EndpointFactory):
-            return {"__factory": [_ref(v.target), enc(v.args), enc(v.kwargs)]}
-        if dataclasses.is_dataclass(v) and not isinstance(v, type):
-            return {
-                "__dc": [
-                    _ref(type(v)),
-                    {f.name: enc(getattr(v, f.name)) for f in dataclasses.fields(v) if f.init},
-                ]
-            }
-        if isinstance(v, type) or callable(v):
-            return {"__ref": _ref(v)}
-        raise CodecError(f"a {type(v).__name__} cannot cross a Flower link ({v!r:.80})")
 
-    def _array(a: np.ndarray) -> int:
-        arrays.append(np.array(a, order="C"))  # (ascontiguousarray makes 0-d 1-d)
-        return len(arrays) - 1
-
-    text = json.dumps(enc(obj), allow_nan=False)
-    return text, arrays
+def _decode_runtime(key: str, x: Any, dec) -> Any:
+    """The runtime's own tags, for :func:`fedmodel.runtime.plaincodec.decode`."""
+    if key == "__msg":
+        kind, sender, receiver, payload, rnd, channel = _typed(x, list, key, 6)
+        for field in (kind, sender, receiver, channel):
+            _typed(field, str, key)
+        return Message(kind, sender, receiver, dec(payload), _typed(rnd, int, key), channel)
+    if key == "__out":
+        name, reply, err, kind, seconds, detail, sent = _typed(x, list, key, 7)
+        error = None if err is None else dec(err)
+        if error is not None and not isinstance(error, BaseException):
+            raise CodecError("an outcome's error must be an exception")
+        return StepOutcome(
+            _typed(name, str, key),
+            reply=dec(reply),
+            error=error,
+            kind=_typed(kind, str, key),
+            seconds=float(_typed(dec(seconds), (int, float), key)),
+            detail=_typed(detail, str, key),
+            sent=dec(sent),
+        )
+    if key == "__exc":
+        name, texts = _typed(x, list, key, 2)
+        return make_exception(name, texts)
+    if key == "__local":
+        return LOCAL_PROGRAM
+    if key == "__local_h":
+        return LOCAL_REGULARIZER
+    if key == "__proxy":
+        return RUNTIME_PROXY
+    if key == "__factory":
+        target, args, kwargs = _typed(x, list, key, 3)
+        cls = wire_type(target)
+        if dataclasses.is_dataclass(cls):
+            raise CodecError(f"wire type {target!r} is an option dataclass, not an endpoint")
+        args, kwargs = dec(args), dec(kwargs)
+        if not isinstance(args, (tuple, list)) or not isinstance(kwargs, dict):
+            raise CodecError(f"the factory of {target!r}: args a sequence, kwargs an object")
+        return EndpointFactory(cls, tuple(args), kwargs)
+    if key == "__dc":
+        name, fields = _typed(x, list, key, 2)
+        return build_dataclass(name, fields, dec)
+    if key == "__ref":
+        raise CodecError(
+            f"refusing '__ref' {x!r:.120}: no function or class is decoded from a message "
+            "(a party builds only registered wire types, by name)"
+        )
+    return NOT_HANDLED  # refused by the plain codec as an unknown entry
 
 
 def decode(text: str, arrays: list[np.ndarray]) -> Any:
-    """The inverse of :func:`encode`."""
+    """The inverse of :func:`encode`: builds only what the module docstring lists
+    (:func:`fedmodel.runtime.plaincodec.decode` with the runtime's tags).
 
-    def dec(v: Any) -> Any:
-        if isinstance(v, list):
-            return [dec(x) for x in v]
-        if not isinstance(v, dict):
-            return v
-        if len(v) == 1:
-            ((key, x),) = v.items()
-            if key == "__a":
-                return np.array(arrays[x])
-            if key == "__s":
-                return np.asarray(arrays[x]).reshape(-1)[0]
-            if key == "__f":
-                return float(x)
-            if key == "__b":
-                return base64.b64decode(x)
-            if key == "__t":
-                return tuple(dec(e) for e in x)
-            if key == "__slice":
-                return slice(*(dec(e) for e in x))
-            if key == "__d":
-                return {dec(k): dec(e) for k, e in x}
-            if key == "__msg":
-                kind, sender, receiver, payload, rnd, channel = x
-                return Message(kind, sender, receiver, dec(payload), int(rnd), channel)
-            if key == "__out":
-                name, reply, err, kind, seconds, detail, sent = x
-                return StepOutcome(
-                    name,
-                    reply=dec(reply),
-                    error=None if err is None else dec(err),
-                    kind=kind,
-                    seconds=float(dec(seconds)),
-                    detail=detail,
-                    sent=dec(sent),
-                )
-            if key == "__exc":
-                return _make_exception(*x)
-            if key == "__local":
-                return LOCAL_PROGRAM
-            if key == "__local_h":
-                return LOCAL_REGULARIZER
-            if key == "__proxy":
-                return RUNTIME_PROXY
-            if key == "__factory":
-                target, args, kwargs = x
-                return EndpointFactory(_resolve(target), dec(args), dec(kwargs))
-            if key == "__dc":
-                cls, fields = x
-                cls = _resolve(cls)
-                if not (isinstance(cls, type) and dataclasses.is_dataclass(cls)):
-                    raise CodecError(f"{x[0]!r} is not a dataclass")
-                return cls(**{k: dec(e) for k, e in fields.items()})
-            if key == "__ref":
-                return _resolve(x)
-        return {k: dec(e) for k, e in v.items()}
+    Raises
+    ------
+    CodecError
+        Anything else, naming it (e.g. a name that is not a registered wire type).
+    """
+    for i, a in enumerate(arrays):
+        if not isinstance(a, np.ndarray) or a.dtype.kind not in ARRAY_KINDS:
+            kind = getattr(a, "dtype", type(a).__name__)
+            raise CodecError(f"array {i} of a fedmodel record: {kind} is not a numeric array")
+    try:
+        return plaincodec.decode(text, arrays, _decode_runtime)
+    except CodecError:
+        raise
+    except PlainCodecError as exc:
+        raise CodecError(f"a malformed fedmodel record: {exc}") from None
+    except RecursionError:
+        raise CodecError("a fedmodel record nested too deeply") from None
+    except (TypeError, ValueError, KeyError, IndexError, AttributeError) as exc:
+        raise CodecError(f"a malformed fedmodel record: {type(exc).__name__}: {exc}") from None
 
-    return dec(json.loads(text))
+
+def _typed(x: Any, kind: Any, tag: str, length: int | None = None) -> Any:
+    """``x`` if it is a ``kind`` (of ``length`` items); else a CodecError naming ``tag``."""
+    if not isinstance(x, kind) or isinstance(x, bool) and kind is not bool:
+        raise CodecError(f"a malformed {tag!r} value: {x!r:.80}")
+    if length is not None and len(x) != length:
+        raise CodecError(f"a malformed {tag!r} value: {length} items expected, not {len(x)}")
+    return x
 
 
 # -- Flower records ------------------------------------------------------------------------------
@@ -296,5 +247,8 @@ def from_records(records) -> Any:
         ar = records.array_records[ARRAY_RECORD]
     except KeyError as exc:
         raise CodecError(f"not a fedmodel record (missing {exc})") from None
-    arrays = [ar[str(i)].numpy() for i in range(len(ar))]
+    try:  # Flower loads each with np.load(allow_pickle=False)
+        arrays = [ar[str(i)].numpy() for i in range(len(ar))]
+    except (KeyError, TypeError, ValueError, OSError) as exc:
+        raise CodecError(f"the arrays of a fedmodel record: {exc}") from None
     return decode(text, arrays)

@@ -17,6 +17,24 @@ alarms and Ctrl-C work as in a worker process).
 * Simulation (``backend="flower"`` without a grid): the Flower runtime starts one party
   server per client and hands it the client's factory directly (``build_local``), as
   the processes backend does.
+
+What a party server accepts on its socket (one byte frame per connection, after the HMAC
+handshake):
+
+* a **codec call** (the relay's frame, :func:`fedmodel.runtime.flower_relay_app.pack`):
+  JSON and ``.npy`` arrays read with ``allow_pickle=False``, decoded by
+  :func:`~fedmodel.runtime.flower_codec.decode`, which builds plain values, arrays,
+  messages and, for ``build``, only the endpoint classes and option dataclasses the method
+  families registered by name (:mod:`fedmodel.runtime.wire`). This is all a deployed
+  party (``fedmodel join``) accepts: what the coordinator sends is never unpickled, and a
+  refused call (an unregistered name, a module path, a malformed frame) is answered with
+  an error; the server goes on serving the next call.
+* a **local request** (a pickle; ``accept_local=True`` only): the simulation's own
+  Flower runtime, which started this server in the same program and organisation and
+  reads its HMAC key file, hands it the client factories (``build_local``) and stops it,
+  as the processes backend does with its workers. A deployed party server is created
+  with ``accept_local=False`` (the default) and refuses these frames without reading
+  them.
 """
 
 from __future__ import annotations
@@ -28,16 +46,27 @@ import signal
 import sys
 import threading
 from collections.abc import Mapping
+from multiprocessing import AuthenticationError
 from multiprocessing.connection import Client, Listener
 from typing import Any
 
 from fedmodel.runtime.checkpoint import CheckpointError, checked_token
 from fedmodel.runtime.endpoints import EndpointFactory
-from fedmodel.runtime.flower_codec import LOCAL_PROGRAM, LOCAL_REGULARIZER, decode, encode
+from fedmodel.runtime.flower_codec import (
+    LOCAL_PROGRAM,
+    LOCAL_REGULARIZER,
+    CodecError,
+    decode,
+    encode,
+)
 from fedmodel.runtime.host import PartyHost
-from fedmodel.runtime.outcomes import portable_exception
 
 # host methods a remote coordinator may call (the relay forwards nothing else)
+# the first byte of a frame on the party socket: a codec call or answer (the relay's
+# pack / unpack), a local request and its pickled answer (simulation only)
+LOCAL_FRAME = b"L"
+PICKLED_FRAME = b"P"
+
 REMOTE_CALLS = (
     "run",
     "peer",
@@ -83,6 +112,18 @@ class PartyServer:
         are ``checkpoint_dir/<token>/party-<name>-<tag>.npz``. Without it (simulation: a
         party server the coordinator's own process started) the directory is taken as
         given; a deployed server (``programs`` given) without it refuses checkpoint calls.
+    accept_local : bool
+        Accept local (pickled) requests: only for the server a simulation's Flower
+        runtime starts for itself; a deployment's party server (``fedmodel join``) keeps
+        the default ``False`` and answers codec calls only.
+
+    Examples
+    --------
+    >>> import os, tempfile
+    >>> server = PartyServer(os.path.join(tempfile.mkdtemp(), "party.sock"))
+    >>> server.handle(("local", b"..."))[0]  # a deployment's server: no pickle
+    'error'
+    >>> server.close()
     """
 
     def __init__(
@@ -92,8 +133,11 @@ class PartyServer:
         info: dict | None = None,
         regularizer: Any = None,
         checkpoint_dir: str | None = None,
+        *,
+        accept_local: bool = False,
     ):
         self.socket_path = socket_path
+        self.accept_local = bool(accept_local)
         self.checkpoint_dir = None if checkpoint_dir is None else os.path.abspath(checkpoint_dir)
         self._written: dict[tuple[str, str], list[str]] = {}
         self.programs = dict(programs or {})
@@ -114,6 +158,10 @@ class PartyServer:
     def _build(self, factories: Mapping[str, EndpointFactory]) -> dict:
         """Build the coordinator's factories with this party's own program in place of
         :data:`LOCAL_PROGRAM`; a factory for a party not served here is refused."""
+        if not isinstance(factories, Mapping) or not all(
+            isinstance(f, EndpointFactory) for f in factories.values()
+        ):
+            raise CodecError("build takes a dict of party name -> endpoint factory")
         out: dict[str, EndpointFactory] = {}
         for name, f in factories.items():
             if name not in self.programs:
@@ -182,15 +230,30 @@ class PartyServer:
             del mine[:-2]
 
     def handle(self, request: tuple) -> tuple:
-        """One request from a connection: ``("call", text, arrays)`` (from the relay:
-        the codec's form, nothing unpickled from the network) or ``("local", blob)``
-        (from the Flower runtime that started this server, simulation only)."""
+        """One request from a connection: ``("call", text, arrays)`` (from the relay: the
+        codec's form, nothing unpickled) or ``("local", blob)`` (a pickle from the Flower
+        runtime that started this server; ``accept_local`` servers only). Returns
+        ``("ok" | "error", text, arrays)`` or ``("pickled", blob)``; never raises for a
+        refused or failing call."""
+        kind = request[0] if isinstance(request, tuple) and request else None
         try:
-            if request[0] == "call":
-                method, args = decode(request[1], request[2])
-                return ("ok", *encode(self.call(method, tuple(args))))
-            if request[0] == "local":
-                method, args = pickle.loads(request[1])
+            if kind == "call":
+                call = decode(request[1], request[2])
+                if not (
+                    isinstance(call, tuple)
+                    and len(call) == 2
+                    and isinstance(call[0], str)
+                    and isinstance(call[1], (tuple, list))
+                ):
+                    raise CodecError("a call is (method name, arguments)")
+                return ("ok", *encode(self.call(call[0], tuple(call[1]))))
+            if kind == "local":
+                if not self.accept_local:
+                    raise PermissionError(
+                        "this party server accepts the coordinator's codec calls only "
+                        "(local requests are for a simulation's own party servers)"
+                    )
+                method, args = pickle.loads(request[1])  # the local runtime's (see above)
                 if method == "build_local":
                     self.host.endpoints.clear()
                     result: Any = self.host.build(*args)
@@ -200,11 +263,52 @@ class PartyServer:
                 else:
                     result = getattr(self.host, method)(*args)
                 return ("pickled", pickle.dumps(result, protocol=5))
-            raise ValueError(f"unknown request {request[0]!r}")
+            raise CodecError(f"unknown request {kind!r:.40}")
         except BaseException as exc:  # noqa: BLE001 - reported to the caller
-            if isinstance(exc, KeyboardInterrupt) and request[0] != "call":
+            if isinstance(exc, KeyboardInterrupt) and kind == "local":
                 raise
-            return ("error", *encode(portable_exception(exc)))
+            try:
+                return ("error", *encode(exc))
+            except Exception:  # pragma: no cover - an exception always encodes
+                return ("error", *encode(RuntimeError(type(exc).__name__)))
+
+    def handle_frame(self, frame: bytes) -> bytes:
+        """:meth:`handle` on the bytes of one connection; returns the answer's bytes."""
+        from fedmodel.runtime.flower_relay_app import FRAME, pack, unpack
+
+        if frame[:1] == LOCAL_FRAME and self.accept_local:
+            reply = self.handle(("local", frame[1:]))
+        elif frame[:1] == FRAME:
+            try:
+                status, text, arrays = unpack(frame)
+                if status != "call":
+                    raise ValueError(f"a frame of status {status!r:.20}, not a call")
+                reply = self.handle(("call", text, arrays))
+            except Exception as exc:  # a malformed frame: answered, not fatal
+                reply = ("error", *encode(CodecError(f"a malformed call frame: {exc}")))
+        else:  # a local request to a deployed party, or bytes that are no frame
+            reply = self.handle(("local" if frame[:1] == LOCAL_FRAME else "unknown",))
+        if reply[0] == "pickled":
+            return PICKLED_FRAME + reply[1]
+        return pack(*reply)
+
+    def serve_one(self) -> None:
+        """Accept one connection and answer its request (a failed handshake, a closed
+        connection or a refused request ends only that connection)."""
+        try:
+            conn = self.listener.accept()
+        except (OSError, EOFError, AuthenticationError):  # a failed or abandoned handshake
+            return
+        with conn:
+            try:
+                frame = conn.recv_bytes()
+            except (EOFError, OSError):
+                return
+            reply = self.handle_frame(frame)
+            try:
+                conn.send_bytes(reply)
+            except OSError:
+                pass
 
     def serve_forever(self, stop_on_interrupt: bool = False) -> None:
         """Answer one request per connection until stopped (``stop``, SIGTERM; with
@@ -230,20 +334,7 @@ class PartyServer:
             signal.signal(signal.SIGINT, on_int)
         try:
             while not self.stopped:
-                try:
-                    conn = self.listener.accept()
-                except OSError:  # a connection that failed authentication
-                    continue
-                with conn:
-                    try:
-                        request = conn.recv()
-                    except (EOFError, OSError):
-                        continue
-                    reply = self.handle(request)
-                    try:
-                        conn.send(reply)
-                    except OSError:
-                        pass
+                self.serve_one()
         finally:
             self.close()
 
@@ -260,11 +351,22 @@ class PartyServer:
 
 
 def request(socket_path: str, message: tuple, key: bytes | None = None) -> tuple:
-    """Send one request to the party server at ``socket_path`` and return its reply."""
+    """Send one request to the party server at ``socket_path`` and return its answer:
+    ``message`` is ``("call", text, arrays)`` or ``("local", pickled bytes)``; the answer
+    ``(status, text, arrays)`` or ``("pickled", bytes)`` (see :meth:`PartyServer.handle`)."""
+    from fedmodel.runtime.flower_relay_app import pack, unpack
+
     key = read_key(socket_path) if key is None else key
+    if message[0] == "local":
+        frame = LOCAL_FRAME + message[1]
+    else:
+        frame = pack(*message)
     with Client(socket_path, family="AF_UNIX", authkey=key) as conn:
-        conn.send(message)
-        return conn.recv()
+        conn.send_bytes(frame)
+        answer = conn.recv_bytes()
+    if answer[:1] == PICKLED_FRAME:
+        return ("pickled", answer[1:])
+    return unpack(answer)
 
 
 def main(argv: list[str] | None = None) -> None:  # pragma: no cover - a subprocess
@@ -283,7 +385,7 @@ def main(argv: list[str] | None = None) -> None:  # pragma: no cover - a subproc
                 os._exit(0)
 
     threading.Thread(target=orphaned, daemon=True).start()
-    server = PartyServer(argv[0])
+    server = PartyServer(argv[0], accept_local=True)  # started by the simulation's runtime
     print("ready", flush=True)
     # nobody reads this pipe any more: anything printed later must not fill it and block
     devnull = os.open(os.devnull, os.O_WRONLY)

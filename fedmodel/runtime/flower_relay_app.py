@@ -20,13 +20,23 @@ Where the party server listens:
 
 ``hello`` to a node without a party server answers its node config (the simulation's
 partition id), so that the coordinator can map nodes to parties.
+
+Between the relay and the party server, a call and its answer travel as one byte frame
+(:func:`pack` / :func:`unpack`, also used by the party server): a JSON header (status,
+the codec's JSON text, the arrays' sizes) and each array in numpy's ``.npy`` format,
+written and read with ``allow_pickle=False``. Nothing on this socket is pickled, so a
+party server never unpickles what came from the coordinator; the party server decodes
+the call (:mod:`fedmodel.runtime.flower_codec`) and refuses anything it does not know.
 """
 
 from __future__ import annotations
 
+import io
 import json
+import struct
 from multiprocessing.connection import Client
 
+import numpy as np
 from flwr.app import Array, ArrayRecord, ConfigRecord, Message, RecordDict
 from flwr.clientapp import ClientApp
 
@@ -34,6 +44,9 @@ CALL_RECORD = "fedmodel"
 ARRAY_RECORD = "fedmodel.arrays"
 ROUTE_RECORD = "fedmodel.route"
 STATUS_RECORD = "fedmodel.status"
+# the first byte of a frame on the party socket: a codec call or answer (this module's
+# pack / unpack); the party server's other frames (simulation only) start with others
+FRAME = b"C"
 
 app = ClientApp()
 
@@ -48,13 +61,59 @@ def _records(text: str, arrays, status: str) -> RecordDict:
     )
 
 
+def pack(status: str, text: str, arrays) -> bytes:
+    """One frame on the party socket: ``status`` (``"call"``, ``"ok"``, ``"error"``), the
+    codec's JSON ``text`` and its ``arrays`` (``.npy``, no pickle)."""
+    parts = []
+    for a in arrays:
+        buf = io.BytesIO()
+        np.save(buf, np.asarray(a), allow_pickle=False)
+        parts.append(buf.getvalue())
+    head = json.dumps({"status": status, "json": text, "sizes": [len(p) for p in parts]})
+    head_bytes = head.encode("utf-8")
+    return FRAME + struct.pack("!Q", len(head_bytes)) + head_bytes + b"".join(parts)
+
+
+def unpack(frame: bytes) -> tuple:
+    """``(status, text, arrays)`` of a :func:`pack` frame; ``ValueError`` if it is not one
+    (arrays read with ``allow_pickle=False``: an object array is refused)."""
+    view = memoryview(frame)
+    if bytes(view[:1]) != FRAME or len(view) < 9:
+        raise ValueError("not a fedmodel frame")
+    (n,) = struct.unpack("!Q", view[1:9])
+    if n > len(view) - 9:
+        raise ValueError("a truncated fedmodel frame")
+    head = json.loads(bytes(view[9 : 9 + n]).decode("utf-8"))
+    if not (
+        isinstance(head, dict)
+        and isinstance(head.get("status"), str)
+        and isinstance(head.get("json"), str)
+        and isinstance(head.get("sizes"), list)
+        and all(type(k) is int and k >= 0 for k in head["sizes"])
+    ):
+        raise ValueError("a malformed fedmodel frame header")
+    pos, arrays = 9 + n, []
+    for k in head["sizes"]:
+        if pos + k > len(view):
+            raise ValueError("a truncated fedmodel frame")
+        a = np.load(io.BytesIO(view[pos : pos + k]), allow_pickle=False)
+        if not isinstance(a, np.ndarray):
+            raise ValueError("an array of a fedmodel frame is not a .npy array")
+        arrays.append(a)
+        pos += k
+    if pos != len(view):
+        raise ValueError("trailing bytes after a fedmodel frame")
+    return head["status"], head["json"], arrays
+
+
 def forward(socket_path: str, text: str, arrays: list) -> tuple:
-    """One call to the party server at ``socket_path`` (HMAC key in ``socket_path.key``)."""
+    """One call to the party server at ``socket_path`` (HMAC key in ``socket_path.key``);
+    returns ``(status, text, arrays)`` of its answer."""
     with open(socket_path + ".key", "rb") as fh:
         key = fh.read()
     with Client(socket_path, family="AF_UNIX", authkey=key) as conn:
-        conn.send(("call", text, arrays))
-        return conn.recv()
+        conn.send_bytes(pack("call", text, arrays))
+        return unpack(conn.recv_bytes())
 
 
 @app.query("fedmodel")

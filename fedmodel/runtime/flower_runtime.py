@@ -298,7 +298,7 @@ class _Simulation:
             )[:2]
             if status != "pickled":
                 raise RuntimeError(f"the party server of client '{n}' could not build it")
-            errors.update(pickle.loads(blob))
+            errors.update(pickle.loads(blob))  # its own party server (accept_local), not a link
         return errors
 
     def kill(self, name: str) -> None:

@@ -35,8 +35,10 @@ from fedmodel.compiler.partition import CompiledModel
 from fedmodel.compiler.regularizer import Regularizer
 from fedmodel.errors import ModelError, UnsupportedError
 from fedmodel.runtime.endpoints import RUNTIME_PROXY, EndpointFactory
+from fedmodel.runtime.wire import register_wire_type
 
 
+@register_wire_type("dgd.options")
 @dataclass
 class DGDOptions(RuntimeOptions):
     """Options of ``dgd`` (seed 004 eq. 55).
@@ -95,6 +97,7 @@ class DGDOptions(RuntimeOptions):
         return float(self.eps)
 
 
+@register_wire_type("dgd.node")
 class DGDNode(ClientHalf):
     """Node of dgd: keeps ``x_i`` and its neighbours' last iterates."""
 

@@ -55,8 +55,10 @@ from fedmodel.compiler.partition import CompiledModel, PartyProgram
 from fedmodel.compiler.regularizer import Regularizer
 from fedmodel.errors import ModelError, UnsupportedError
 from fedmodel.runtime.endpoints import EndpointFactory
+from fedmodel.runtime.wire import register_wire_type
 
 
+@register_wire_type("fedavg.options")
 @dataclass
 class FedAvgOptions(RuntimeOptions):
     """Options of ``fedavg``.
@@ -154,6 +156,7 @@ class FedAvgOptions(RuntimeOptions):
         return float(self.eps)
 
 
+@register_wire_type("fedprox.options")
 @dataclass
 class FedProxOptions(FedAvgOptions):
     """Options of ``fedprox``: those of ``fedavg`` plus ``prox_coef``.
@@ -176,6 +179,7 @@ class FedProxOptions(FedAvgOptions):
         _positive(method, "prox_coef", self.prox_coef)
 
 
+@register_wire_type("fedavg.client")
 class FedClient(ClientHalf):
     """Client of fedavg / fedprox: local training from the global model."""
 

@@ -49,6 +49,7 @@ from fedmodel.algorithms.protocol import ClientHalf
 from fedmodel.compiler.partition import PartyProgram
 from fedmodel.compiler.regularizer import Regularizer
 from fedmodel.runtime.messages import Message
+from fedmodel.runtime.wire import register_wire_type
 
 # decisions of the dald-dc root (and of the dald-cc server)
 CONTINUE, FULL_NEXT, OUTER, STOP = 0, 1, 2, 3
@@ -83,6 +84,7 @@ def is_uniform(vectors) -> bool:
     return all(np.all(v == vals[0].flat[0]) for v in vals) if vals else True
 
 
+@register_wire_type("dald.cc_client")
 class DALDCCClient(ClientHalf):
     """Client ``i`` of Fed-DALD-CC: solves (13), updates ``mu_i`` by (15)."""
 
@@ -166,6 +168,7 @@ class DALDCCClient(ClientHalf):
         return out
 
 
+@register_wire_type("dald.dc_node")
 class DALDDCNode(ClientHalf):
     """Node ``s`` of Fed-DALD-DC: solves (20), holds ``mu_e`` of its incident edges (21).
 

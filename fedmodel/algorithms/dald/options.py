@@ -15,10 +15,12 @@ from fedmodel.algorithms.dald.topology import validate_coordination
 from fedmodel.algorithms.options import RUNTIME_OPTIONS_DOC, RuntimeOptions
 from fedmodel.compiler.partition import CompiledModel
 from fedmodel.errors import ModelError, UnsupportedError
+from fedmodel.runtime.wire import register_wire_type
 
 INNER_RULES = ("B1", "B2", "B3", "B4")
 
 
+@register_wire_type("dald.options")
 @dataclass
 class DALDOptions(RuntimeOptions):
     """Options of ``dald-cc`` (Algorithm 2) and ``dald-dc`` (Algorithm 3) of seed 004.

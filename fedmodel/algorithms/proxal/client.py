@@ -59,6 +59,7 @@ from fedmodel.algorithms.proxal.metric import PenaltyMetric, hessian_metric, shi
 from fedmodel.certificate.kkt import party_evaluation
 from fedmodel.compiler.glm import NotRecognised
 from fedmodel.compiler.partition import PartyProgram
+from fedmodel.runtime.wire import register_wire_type
 from fedmodel.subproblems.merit import MeritProblem
 from fedmodel.subproblems.select import make_solver
 
@@ -77,6 +78,7 @@ RHO_GROWTH, RHO_SHRINK = 10.0, 1e3
 INNER_NEWTON = ("newton", "quasi-newton")
 
 
+@register_wire_type("proxal.client")
 class ProxALClient(ClientHalf):
     """Client ``i`` of seed 000: owns ``f_i``, ``c_i``, ``mu_i`` and its ADMM state.
 
