@@ -328,8 +328,8 @@ class _Run:
             if (
                 opts.checkpoint is not None
                 and status not in ("time_limit", "unbounded")
-                and self.checkpoint_k != self.k + 1
-            ):  # the final state too: a run that ends before checkpoint_every wrote nothing
+                and self.checkpoint_written is None
+            ):  # a run that ended before its first checkpoint_every: its final state
                 self.quiesce()
                 self.take_mark(self.k + 1)
                 with runtime.critical():
