@@ -126,8 +126,10 @@ def owned_scaled_stationarity(
 
     Declared own variables: ``||r||_inf / max(1, ||terms||_inf)`` like the shared block.
     Hidden auxiliaries (one per epigraph row or cone term): per coordinate, relative to
-    its own terms, ``|r_i| / max(terms_i, c)``, with ``c`` the median magnitude of the
-    objective's coefficients on the party's auxiliaries (1 when they carry none): an
+    its own terms, ``|r_i| / max(terms_i, c)``, with ``c`` the largest magnitude of the
+    objective's coefficients on the party's auxiliaries (1 when they carry none; not the
+    median: a smooth term of auxiliaries, e.g. ``square(pos(r))``, has coefficients ``~0``
+    on its inactive rows, which made ``2e-9 / 2e-9 = 1`` out of an exact point): an
     epigraph variable ``t_j`` of a loss averaged over ``N`` rows has coefficient ``1/N``
     and its residual ``1/N - sum lambda`` is measured relative to ``1/N``, i.e. as the
     relative error of the subgradient it certifies."""
@@ -138,7 +140,7 @@ def owned_scaled_stationarity(
     if hidden.size:
         coef = np.abs(grad_f[hidden])
         coef = coef[coef > 0]
-        floor = float(np.median(coef)) if coef.size else 1.0
+        floor = float(coef.max()) if coef.size else 1.0
         worst = max(worst, float((np.abs(grad[hidden]) / np.maximum(scale[hidden], floor)).max()))
     return worst
 
