@@ -195,7 +195,9 @@ def _pow_bound(x, y, z, alpha, dual: bool) -> np.ndarray:
 SCALE_FLOOR = 1e-12
 
 
-def constraint_scale(c: np.ndarray, c0: np.ndarray) -> np.ndarray:
+def constraint_scale(
+    c: np.ndarray, c0: np.ndarray, absolute: np.ndarray | None = None
+) -> np.ndarray:
     """Per component, the scale of a constraint's feasibility residual: its own terms.
 
     With a constant side (``c0 = b != 0``: a budget such as ``quad_form(w, S) <= 0.002``,
@@ -203,7 +205,10 @@ def constraint_scale(c: np.ndarray, c0: np.ndarray) -> np.ndarray:
     at ``x``, with no absolute floor: 16% over a budget of 0.002 reads 0.14, not 3e-4. A
     homogeneous constraint (``b = 0``, e.g. ``sum(w) == 0``) has no side of its own other
     than its value, which is the residual itself, so its scale is ``max(1, |c(x)|)``: an
-    absolute test, as OSQP's ``eps_abs``. :data:`SCALE_FLOOR` only guards 0 / 0.
+    absolute test, as OSQP's ``eps_abs``. :data:`SCALE_FLOOR` only guards 0 / 0. Where
+    ``absolute`` is True (a piece of an objective term's epigraph or cone form: no side of
+    the user's, and its value tends to 0 at an exact fit) the scale is ``max(1, |c0|,
+    |c(x) - c0|)``.
 
     Examples
     --------
@@ -212,7 +217,10 @@ def constraint_scale(c: np.ndarray, c0: np.ndarray) -> np.ndarray:
     """
     c, c0 = np.asarray(c, dtype=float), np.asarray(c0, dtype=float)
     own = np.maximum(np.abs(c0), np.abs(c - c0))
-    return np.where(c0 != 0, np.maximum(own, SCALE_FLOOR), np.maximum(own, 1.0))
+    floor = np.where(c0 != 0, SCALE_FLOOR, 1.0)
+    if absolute is not None:
+        floor = np.where(absolute, 1.0, floor)
+    return np.maximum(own, floor)
 
 
 def cone_residuals(
@@ -221,6 +229,7 @@ def cone_residuals(
     lam: np.ndarray,
     scaled: bool = False,
     e0: np.ndarray | None = None,
+    absolute: np.ndarray | None = None,
 ) -> tuple[float, ...]:
     """``(feasibility, violation)`` of stacked cone blocks at ``E = e`` with multipliers
     ``lam``: feasibility is the max over blocks of the primal and dual distances and the
@@ -231,8 +240,9 @@ def cone_residuals(
     ``E`` is the constraint's value) is measured per component as a smooth constraint's
     (:func:`constraint_scale` with ``E(0) = e0``); of another cone over ``||E||_inf``
     (its sides, e.g. ``(eps, X w - y)`` of ``norm(X w - y) <= eps``), with no absolute
-    floor when ``E(0) != 0`` and ``max(1, ||E||_inf)`` when ``E(0) = 0`` or ``e0`` is not
-    given. ``dist(lambda, K^*)`` is over ``max(1, ||lambda||_inf)`` and ``|<lambda, E>|``
+    floor when ``E(0) != 0`` and ``max(1, ||E||_inf)`` when ``E(0) = 0``, ``e0`` is not
+    given or the block is ``absolute`` (per entry; the cone form of an objective term,
+    whose ``E`` tends to 0 at an exact fit: ``norm(w - 1)`` at ``w = 1``). ``dist(lambda, K^*)`` is over ``max(1, ||lambda||_inf)`` and ``|<lambda, E>|``
     over ``max(1, ||lambda||_2 ||E||_2)``."""
     feas = viol = rel = 0.0
     off = 0
@@ -246,11 +256,14 @@ def cone_residuals(
             e_inf = float(np.abs(ej).max(initial=0.0))
             l_inf = float(np.abs(lj).max(initial=0.0))
             e0j = np.zeros(b.size) if e0 is None else e0[off - b.size : off]
+            absj = None if absolute is None else absolute[off - b.size : off]
             if b.kind in ("nonneg", "zero"):
                 gap = -np.minimum(ej, 0.0) if b.kind == "nonneg" else np.abs(ej)
-                primal_rel = float((gap / constraint_scale(ej, e0j)).max(initial=0.0))
+                scale = constraint_scale(ej, e0j, absj)
+                primal_rel = float((gap / scale).max(initial=0.0))
             else:
-                floor = SCALE_FLOOR if np.any(e0j) else 1.0
+                own = np.any(e0j) and not (absj is not None and np.any(absj))
+                floor = SCALE_FLOOR if own else 1.0
                 primal_rel = primal / max(floor, e_inf)
             rel = max(
                 rel,

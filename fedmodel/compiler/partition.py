@@ -294,7 +294,24 @@ class PartyFunctions:
             return (0.0, 0.0, 0.0) if scaled else (0.0, 0.0)
         lam = np.zeros(self.m_cone) if cone is None else np.asarray(cone, dtype=float)
         e0 = self.cone_constant_part if scaled else None
-        return cone_residuals(self.blocks, self.cone_values(x), lam, scaled=scaled, e0=e0)
+        absolute = self.internal_masks[2] if scaled else None
+        return cone_residuals(
+            self.blocks, self.cone_values(x), lam, scaled=scaled, e0=e0, absolute=absolute
+        )
+
+    @cached_property
+    def internal_masks(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Per stacked entry of the inequalities, equalities and cone constraints: True for
+        the pieces of an objective term's epigraph or cone form (``internal``), whose
+        feasibility is measured with an absolute floor
+        (:func:`fedmodel.compiler.cones.constraint_scale`)."""
+        program = self.program
+        return tuple(
+            np.concatenate([np.full(t.size, t.internal) for t in terms])
+            if terms
+            else np.zeros(0, dtype=bool)
+            for terms in (program.ineq, program.eq, program.cones)
+        )
 
     @cached_property
     def cone_constant_part(self) -> np.ndarray:
