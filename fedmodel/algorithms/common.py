@@ -16,7 +16,8 @@ from fedmodel.result import Result
 def starting_point(compiled: CompiledModel, w0: Any, random_state: Any = None) -> np.ndarray:
     """The stacked starting point: zeros, an array, a dict of variable values, or
     ``"sphere"`` (uniform on the unit sphere, as in seed 000's experiments); projected
-    onto dom(h)."""
+    onto dom(h), and moved inside the domain of terms whose gradient is infinite there
+    (:func:`_into_gradient_domain`: ``kl_div(w, q)`` at ``w = 0``)."""
     layout = compiled.layout
     if w0 is None:
         x = np.zeros(layout.size)

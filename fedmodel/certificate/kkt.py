@@ -59,6 +59,10 @@ verdict is invariant under scaling the objective: the same model with its loss s
 averaged gets the same scaled residuals at the same point (multipliers scaled alike) once
 the averaged terms are at least 1 (``tests/test_certificate_scale.py``).
 
+Not covered: at a point on the boundary of a term's domain (``kl_div``, ``entr``, ``log``
+at ``w_j -> 0``) the gradient blows up and the smooth stationarity reads large at a correct
+point (``centralized`` then says "inaccurate", never "optimal" at a wrong one).
+
 The objective and violation reported (``res.objective``, ``res.max_violation``) are those
 of the model as written (:func:`user_model_values`), not of its epigraph or cone form.
 """
