@@ -103,7 +103,10 @@ def test_adaptive_default_matches_the_optimum_in_fewer_rounds(make):
     ref = model.solve(method="centralized")
     paper = model.solve(method="prox-al", variant="paper", history=False)
     res = model.solve(method="prox-al", history=False)
-    assert ref.status == paper.status == res.status == "optimal"
+    assert ref.status == res.status == "optimal"
+    # the paper's test (8) is absolute: its point violates a constraint with a budget
+    # below 1 by 1.4e-3 of that budget, which the certificate at eps = 1e-3 refuses
+    assert paper.status in ("optimal", "inaccurate")
     gap = abs(res.objective - ref.objective) / max(1.0, abs(ref.objective))
     assert gap <= 1e-3
     assert res.rounds["communication"] < paper.rounds["communication"]
@@ -143,7 +146,10 @@ def test_kkt_factor_bounds_the_returned_violation(inner):
         res = model.solve(
             method="prox-al", eps=1e-3, kkt_factor=factors, inner_solver=inner, history=False
         )
-        assert res.status == "optimal", factors
+        # at factor 1, test (8) allows an absolute violation eps2 = 1e-3, which is 3e-3 of
+        # the budget r = 0.3: the certificate (relative to the budget) may refuse it
+        assert res.status == "optimal" or factors[1] == 1.0, factors
+        assert res.status in ("optimal", "inaccurate"), factors
         assert res.extra["inner_solver"] == inner
         assert res.max_violation <= factors[1] * 1e-3 * (1 + 1e-9), factors
         violations[factors] = res.max_violation

@@ -16,7 +16,8 @@ from fedmodel.result import Result
 def starting_point(compiled: CompiledModel, w0: Any, random_state: Any = None) -> np.ndarray:
     """The stacked starting point: zeros, an array, a dict of variable values, or
     ``"sphere"`` (uniform on the unit sphere, as in seed 000's experiments); projected
-    onto dom(h)."""
+    onto dom(h), and moved inside the domain of terms whose gradient is infinite there
+    (:func:`_into_gradient_domain`: ``kl_div(w, q)`` at ``w = 0``)."""
     layout = compiled.layout
     if w0 is None:
         x = np.zeros(layout.size)
@@ -46,7 +47,50 @@ def starting_point(compiled: CompiledModel, w0: Any, random_state: Any = None) -
             raise ModelError(f"w0 has {x.size} entries; the model's variables have {layout.size}")
     if not np.all(np.isfinite(x)):
         raise ModelError("w0 contains NaN or inf")
-    return compiled.regularizer.project_domain(x)
+    x = compiled.regularizer.project_domain(x)
+    return _into_gradient_domain(compiled, x)
+
+
+#: where a term's gradient is infinite at the starting point (the boundary of the domain
+#: of ``kl_div``, ``entr``, ``log``: ``w = 0``), those coordinates start here instead
+INTERIOR_START = 1.0
+
+
+def _into_gradient_domain(compiled: CompiledModel, x: np.ndarray) -> np.ndarray:
+    """``x`` with the coordinates where some party's objective or constraint gradient is not
+    finite moved to :data:`INTERIOR_START` (then projected onto dom(h)), when that makes
+    every gradient finite; otherwise ``x`` unchanged.
+
+    ``kl_div(w, q)`` has gradient ``log(w / q) = -inf`` at ``w = 0``, the default start: the
+    first subproblem's gradient is then infinite and a method reads its iterates as
+    diverging ("unbounded" on a model with a finite optimum). Only structure is used: the
+    coordinates moved are those whose gradient is infinite, not a guess of the solution."""
+    bad = _nonfinite_gradient(compiled, x)
+    if not bad.any():
+        return x
+    y = x.copy()
+    y[bad] = INTERIOR_START
+    y = compiled.regularizer.project_domain(y)
+    return y if not _nonfinite_gradient(compiled, y).any() else x
+
+
+def _nonfinite_gradient(compiled: CompiledModel, x: np.ndarray) -> np.ndarray:
+    """Coordinates where some party's objective gradient or constraint Jacobian (through a
+    vector-Jacobian product with ones) is not finite at ``x``."""
+    bad = np.zeros(x.size, dtype=bool)
+    with np.errstate(all="ignore"):
+        for p in compiled.parties:
+            fn = p.functions
+            try:
+                grads = [fn.objective_and_grad(x)[1]]
+                ones_i, ones_e = np.ones(p.m_ineq), np.ones(p.m_eq)
+                if p.m_ineq or p.m_eq:
+                    grads.append(fn.constraint_vjp(x, ones_i, ones_e))
+            except (ValueError, FloatingPointError, ZeroDivisionError):
+                continue
+            for g in grads:
+                bad |= ~np.isfinite(np.asarray(g, dtype=float))
+    return bad
 
 
 def split_multipliers(

@@ -191,16 +191,59 @@ def _pow_bound(x, y, z, alpha, dual: bool) -> np.ndarray:
     return np.maximum.reduce([xp - x, yp - y, np.maximum(np.abs(z) - cap, 0.0)])
 
 
+#: the floor of a constraint's scale when it has a constant side: only there to avoid 0 / 0
+SCALE_FLOOR = 1e-12
+
+
+def constraint_scale(
+    c: np.ndarray, c0: np.ndarray, absolute: np.ndarray | None = None
+) -> np.ndarray:
+    """Per component, the scale of a constraint's feasibility residual: its own terms.
+
+    With a constant side (``c0 = b != 0``: a budget such as ``quad_form(w, S) <= 0.002``,
+    or the ``b`` of ``a^T x - b``) the scale is ``max(|b|, |c(x) - b|)``, the larger side
+    at ``x``, with no absolute floor: 16% over a budget of 0.002 reads 0.14, not 3e-4. A
+    homogeneous constraint (``b = 0``, e.g. ``sum(w) == 0``) has no side of its own other
+    than its value, which is the residual itself, so its scale is ``max(1, |c(x)|)``: an
+    absolute test, as OSQP's ``eps_abs``. :data:`SCALE_FLOOR` only guards 0 / 0. Where
+    ``absolute`` is True (a piece of an objective term's epigraph or cone form: no side of
+    the user's, and its value tends to 0 at an exact fit) the scale is ``max(1, |c0|,
+    |c(x) - c0|)``.
+
+    Examples
+    --------
+    >>> constraint_scale(np.array([0.0003, 0.5]), np.array([-0.002, 0.0]))
+    array([0.0023, 1.    ])
+    """
+    c, c0 = np.asarray(c, dtype=float), np.asarray(c0, dtype=float)
+    own = np.maximum(np.abs(c0), np.abs(c - c0))
+    floor = np.where(c0 != 0, SCALE_FLOOR, 1.0)
+    if absolute is not None:
+        floor = np.where(absolute, 1.0, floor)
+    return np.maximum(own, floor)
+
+
 def cone_residuals(
-    blocks: list[ConeBlock], e: np.ndarray, lam: np.ndarray, scaled: bool = False
+    blocks: list[ConeBlock],
+    e: np.ndarray,
+    lam: np.ndarray,
+    scaled: bool = False,
+    e0: np.ndarray | None = None,
+    absolute: np.ndarray | None = None,
 ) -> tuple[float, ...]:
     """``(feasibility, violation)`` of stacked cone blocks at ``E = e`` with multipliers
     ``lam``: feasibility is the max over blocks of the primal and dual distances and the
     complementarity ``|<lambda_j, E_j>|``; violation is the primal distance alone.
 
     With ``scaled`` a third number: the same feasibility with each part relative to its
-    block's scale, ``dist(E, K) / max(1, ||E||_inf)``, ``dist(lambda, K^*) / max(1,
-    ||lambda||_inf)`` and ``|<lambda, E>| / max(1, ||lambda||_2 ||E||_2)``."""
+    block's scale. The primal distance of a componentwise block (``nonneg``, ``zero``:
+    ``E`` is the constraint's value) is measured per component as a smooth constraint's
+    (:func:`constraint_scale` with ``E(0) = e0``); of another cone over ``||E||_inf``
+    (its sides, e.g. ``(eps, X w - y)`` of ``norm(X w - y) <= eps``), with no absolute
+    floor when ``E(0) != 0`` and ``max(1, ||E||_inf)`` when ``E(0) = 0``, ``e0`` is not
+    given or the block is ``absolute`` (per entry; the cone form of an objective term,
+    whose ``E`` tends to 0 at an exact fit: ``norm(w - 1)`` at ``w = 1``). ``dist(lambda, K^*)`` is over ``max(1, ||lambda||_inf)`` and ``|<lambda, E>|``
+    over ``max(1, ||lambda||_2 ||E||_2)``."""
     feas = viol = rel = 0.0
     off = 0
     for b in blocks:
@@ -212,9 +255,19 @@ def cone_residuals(
         if scaled:
             e_inf = float(np.abs(ej).max(initial=0.0))
             l_inf = float(np.abs(lj).max(initial=0.0))
+            e0j = np.zeros(b.size) if e0 is None else e0[off - b.size : off]
+            absj = None if absolute is None else absolute[off - b.size : off]
+            if b.kind in ("nonneg", "zero"):
+                gap = -np.minimum(ej, 0.0) if b.kind == "nonneg" else np.abs(ej)
+                scale = constraint_scale(ej, e0j, absj)
+                primal_rel = float((gap / scale).max(initial=0.0))
+            else:
+                own = np.any(e0j) and not (absj is not None and np.any(absj))
+                floor = SCALE_FLOOR if own else 1.0
+                primal_rel = primal / max(floor, e_inf)
             rel = max(
                 rel,
-                primal / max(1.0, e_inf),
+                primal_rel,
                 dual / max(1.0, l_inf),
                 comp / max(1.0, float(np.linalg.norm(lj) * np.linalg.norm(ej))),
             )

@@ -257,19 +257,29 @@ class PartyFunctions:
 
     @cached_property
     def constant_parts(self) -> tuple[np.ndarray, np.ndarray]:
-        """``(c(0), a(0))``: the constant parts of the constraints (for an affine
-        ``c(x) = A x - b`` this is ``-b``), non-finite entries as 0; the scale of a
-        constraint's feasibility residual is ``max(1, |c(0)|, |c(x) - c(0)|)``."""
+        """``(b_ineq, b_eq)``: the constant sides of the constraints, stacked, for the scale
+        of their feasibility residuals (:func:`fedmodel.certificate.kkt.constraint_scale`).
+
+        For an affine ``c(x) = A x - b`` this is ``c(0) = -b``; for a nonlinear one the
+        constant addends of its top-level sum (``norm(X w - y) - eps``: ``-eps``, not
+        ``c(0) = ||y|| - eps``; ``quad_form(w, S) - 0.002``: ``-0.002``), 0 when it has none.
+        Non-finite entries read 0."""
         zero = np.zeros(self.n)
         with np.errstate(all="ignore"):
             try:
                 ci, ce = self.constraint_values(zero)
             except (ValueError, FloatingPointError, ZeroDivisionError):
                 ci, ce = np.zeros(self.m_ineq), np.zeros(self.m_eq)
-        return (
-            np.nan_to_num(ci, nan=0.0, posinf=0.0, neginf=0.0),
-            np.nan_to_num(ce, nan=0.0, posinf=0.0, neginf=0.0),
-        )
+        parts = []
+        for at_zero, terms in ((ci, self.program.ineq), (ce, self.program.eq)):
+            out, off = np.array(at_zero, dtype=float), 0
+            for t in terms:
+                if not t.expr.is_affine():
+                    const = np.broadcast_to(_constant_addend(t.expr), t.expr.shape)
+                    out[off : off + t.size] = np.asarray(const, dtype=float).ravel(order="F")
+                off += t.size
+            parts.append(np.nan_to_num(out, nan=0.0, posinf=0.0, neginf=0.0))
+        return parts[0], parts[1]
 
     def cone_values(self, x: np.ndarray) -> np.ndarray:
         """``E(x)`` of the cone constraints, stacked (empty without any)."""
@@ -290,7 +300,37 @@ class PartyFunctions:
         if self.k is None:
             return (0.0, 0.0, 0.0) if scaled else (0.0, 0.0)
         lam = np.zeros(self.m_cone) if cone is None else np.asarray(cone, dtype=float)
-        return cone_residuals(self.blocks, self.cone_values(x), lam, scaled=scaled)
+        e0 = self.cone_constant_part if scaled else None
+        absolute = self.internal_masks[2] if scaled else None
+        return cone_residuals(
+            self.blocks, self.cone_values(x), lam, scaled=scaled, e0=e0, absolute=absolute
+        )
+
+    @cached_property
+    def internal_masks(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Per stacked entry of the inequalities, equalities and cone constraints: True for
+        the pieces of an objective term's epigraph or cone form (``internal``), whose
+        feasibility is measured with an absolute floor
+        (:func:`fedmodel.compiler.cones.constraint_scale`)."""
+        program = self.program
+        return tuple(
+            np.concatenate([np.full(t.size, t.internal) for t in terms])
+            if terms
+            else np.zeros(0, dtype=bool)
+            for terms in (program.ineq, program.eq, program.cones)
+        )
+
+    @cached_property
+    def cone_constant_part(self) -> np.ndarray:
+        """``E(0)`` of the cone constraints (their affine arguments' constant parts, e.g. the
+        ``eps`` and ``-y`` of ``norm(X w - y) <= eps``), non-finite entries as 0: a block
+        with a nonzero one is scaled by its own terms (:func:`cone_residuals`)."""
+        with np.errstate(all="ignore"):
+            try:
+                e0 = self.cone_values(np.zeros(self.n))
+            except (ValueError, FloatingPointError, ZeroDivisionError):
+                e0 = np.zeros(self.m_cone)
+        return np.nan_to_num(e0, nan=0.0, posinf=0.0, neginf=0.0)
 
     def merit(
         self, x: np.ndarray, mu: np.ndarray, nu: np.ndarray, beta: float
@@ -307,6 +347,20 @@ class PartyFunctions:
         val += (ye.dot(ye) - nu.dot(nu)) / (2 * beta) if ce.size else 0.0
         grad += self.constraint_vjp(x, yi, ye)
         return float(val), grad
+
+
+def _constant_addend(expr) -> np.ndarray | float:
+    """The sum of the constant addends of ``expr``'s top-level sum (through negations), 0
+    when there is none: the constant side of a constraint ``g(x) - b`` with ``g``
+    nonlinear."""
+    if expr.is_constant():
+        value = expr.value
+        return 0.0 if value is None else np.asarray(value, dtype=float)
+    if isinstance(expr, cp.atoms.affine.add_expr.AddExpression):
+        return sum((_constant_addend(a) for a in expr.args), start=0.0)
+    if isinstance(expr, cp.atoms.affine.unary_operators.NegExpression):
+        return -_constant_addend(expr.args[0])
+    return 0.0
 
 
 @dataclass
