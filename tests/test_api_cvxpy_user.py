@@ -126,3 +126,13 @@ def test_pooled_results_say_they_sent_nothing_and_ledger_frame_names_pandas(monk
     monkeypatch.setattr(builtins, "__import__", no_pandas)
     with pytest.raises(ModuleNotFoundError, match="ledger_table"):
         res.ledger_frame()
+
+
+def test_prox_al_refuses_a_fractional_iteration_cap_and_a_string_tolerance():
+    model = fm.Model()
+    w = model.variable(3, name="w")
+    _least_squares(model, w)
+    with pytest.raises(ModelError, match="max_outer must be an integer >= 1, got 2.5"):
+        model.solve(method="prox-al", max_outer=2.5)
+    with pytest.raises(ModelError, match="eps must be a float or a pair of floats"):
+        model.solve(method="prox-al", eps="1e-3")

@@ -9,7 +9,7 @@ from typing import Any
 
 import numpy as np
 
-from fedmodel.algorithms.options import RUNTIME_OPTIONS_DOC, RuntimeOptions
+from fedmodel.algorithms.options import RUNTIME_OPTIONS_DOC, RuntimeOptions, whole_number
 from fedmodel.algorithms.options import positive as _positive
 from fedmodel.errors import ModelError
 
@@ -54,6 +54,10 @@ def float_pair(name: str, value: Any) -> tuple[float, float]:
     """``value`` (a float, or a pair such as ``eps = (eps1, eps2)``) as two floats; a
     :class:`ModelError` naming the option otherwise."""
     try:
+        if isinstance(value, (str, bytes)) or (
+            np.ndim(value) == 1 and any(isinstance(v, (str, bytes)) for v in value)
+        ):
+            raise TypeError("a string is not a tolerance")
         if np.ndim(value) == 0:
             return float(value), float(value)
         if np.ndim(value) == 1 and len(value) == 2:
@@ -353,8 +357,7 @@ class ProxALOptions(RuntimeOptions):
         if self.mu0 < 0:
             raise ModelError(f"mu0 must be >= 0, got {self.mu0!r}")
         for name in ("max_outer", "max_inner", "max_local_iter"):
-            if int(getattr(self, name)) < 1:
-                raise ModelError(f"{name} must be >= 1, got {getattr(self, name)!r}")
+            whole_number(name, getattr(self, name))
         for name, r in self.rho_per_client(client_names).items():
             _positive(f"rho for client '{name}'", r)
         self.validate_runtime()
