@@ -188,3 +188,26 @@ def test_the_shim_runs_the_trusted_clientapp(tmp_path):
     )
     assert out.returncode == 0, out.stderr
     assert "Run a Flower ClientApp" in out.stdout
+
+
+def test_the_shims_refuse_every_other_task_command(tmp_path):
+    """A coordinator can make a SuperNode run other task types from its FAB (a run whose
+    primary task is an AgentApp: ``flwr-agentapp``); every such command on the party's
+    PATH refuses to start, before anything of the FAB is read."""
+    from flwr.supercore.constant import TASK_TYPE_TO_COMMAND
+
+    trusted_clientapp.write_shim(str(tmp_path / "bin"))
+    others = set(TASK_TYPE_TO_COMMAND.values()) - {"flwr-clientapp"}
+    assert "flwr-agentapp" in others
+    assert sorted(os.listdir(tmp_path / "bin")) == sorted(others | {"flwr-clientapp"})
+    env = dict(os.environ, PATH=os.pathsep.join([str(tmp_path / "bin"), os.environ["PATH"]]))
+    for command in others:
+        out = subprocess.run(
+            [command, "--runtime-api-address", "127.0.0.1:1", "--token", "t"],
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+        assert out.returncode == 1, (command, out)
+        assert f"fedmodel party: refused to start {command}" in out.stderr

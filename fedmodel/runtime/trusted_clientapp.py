@@ -153,8 +153,11 @@ def main() -> None:
 
 
 def write_shim(directory: str) -> str:
-    """Write ``directory/flwr-clientapp`` (mode 0700): runs this file with this Python.
-    Put ``directory`` first on the SuperNode's ``PATH``; returns the shim's path.
+    """Write ``directory/flwr-clientapp`` (mode 0700), which runs this file with this
+    Python, and, for every other task command of Flower's SuperExec (``flwr-agentapp``,
+    ``flwr-serverapp``, ...: a coordinator can make a SuperNode start an AgentApp task
+    from its FAB), one that refuses to start. Put ``directory`` first on the SuperNode's
+    ``PATH``; returns the ``flwr-clientapp`` shim's path.
 
     Example
     -------
@@ -164,15 +167,31 @@ def write_shim(directory: str) -> str:
     >>> os.path.basename(write_shim(d))
     'flwr-clientapp'
     """
+    from flwr.supercore.constant import TASK_TYPE_TO_COMMAND
+
     os.makedirs(directory, mode=0o700, exist_ok=True)
-    path = os.path.join(directory, CLIENTAPP_COMMAND)
     script = os.path.abspath(__file__)
-    text = f'#!/bin/sh\nexec {shlex.quote(sys.executable)} {shlex.quote(script)} "$@"\n'
+    for command in sorted(set(TASK_TYPE_TO_COMMAND.values()) - {CLIENTAPP_COMMAND}):
+        refusal = (
+            f"fedmodel party: refused to start {command} (a task the coordinator's run "
+            f"asked for): this party runs only the relay ClientApp of its own fedmodel"
+        )
+        _write_executable(
+            os.path.join(directory, command),
+            f"#!/bin/sh\necho {shlex.quote(refusal)} >&2\nexit 1\n",
+        )
+    path = os.path.join(directory, CLIENTAPP_COMMAND)
+    _write_executable(
+        path, f'#!/bin/sh\nexec {shlex.quote(sys.executable)} {shlex.quote(script)} "$@"\n'
+    )
+    return path
+
+
+def _write_executable(path: str, text: str) -> None:
     fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o700)
     with os.fdopen(fd, "w") as fh:
         fh.write(text)
     os.chmod(path, 0o700)
-    return path
 
 
 if __name__ == "__main__":
