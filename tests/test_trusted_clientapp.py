@@ -211,3 +211,23 @@ def test_the_shims_refuse_every_other_task_command(tmp_path):
         )
         assert out.returncode == 1, (command, out)
         assert f"fedmodel party: refused to start {command}" in out.stderr
+
+
+def test_main_turns_runtime_dependency_installation_off(hooks, monkeypatch):
+    """``--allow-runtime-dependency-installation`` (which a SuperNode passes on when it was
+    started with it) reaches Flower's ``run_clientapp`` as off."""
+    import importlib
+
+    cli = importlib.import_module("flwr.supernode.cli.flwr_clientapp")
+    calls = []
+    monkeypatch.setattr(cli, "run_clientapp", lambda **kw: calls.append(kw))
+    monkeypatch.setattr(
+        sys,
+        "argv",
+        ["flwr-clientapp", "--runtime-api-address", "127.0.0.1:1", "--token", "t", "--insecure",
+         "--allow-runtime-dependency-installation"],
+    )  # fmt: skip
+    trusted_clientapp.main()
+    assert len(calls) == 1 and calls[0]["runtime_dependency_install"] is False
+    assert calls[0]["runtime_api_address"] == "127.0.0.1:1"
+    assert process.get_load_client_app_fn is trusted_clientapp.trusted_load_client_app_fn
