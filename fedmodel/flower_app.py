@@ -541,6 +541,7 @@ def join(
     missing), one subdirectory per run token the coordinator names.
     """
     from fedmodel.deploy import load_model_file
+    from fedmodel.runtime.trusted_clientapp import write_shim
 
     transport_security("join", insecure, root_certificates)
     if auth_key:
@@ -583,6 +584,13 @@ def join(
     if auth_key:
         cmd += ["--auth-supernode-private-key", os.path.abspath(auth_key)]
     env = dict(os.environ, FLWR_HOME=home)
+    # the SuperExec starts `flwr-clientapp` from PATH for every message: ours first, which
+    # runs this installation's relay and never the coordinator's FAB code (trusted_clientapp)
+    shim_dir = os.path.join(base, "bin")
+    write_shim(shim_dir)
+    env["PATH"] = os.pathsep.join(
+        [shim_dir, os.path.dirname(sys.executable), os.environ.get("PATH", "")]
+    ).rstrip(os.pathsep)
     # the SuperNode's SuperExec looks for a message to start a ClientApp for every second by
     # default: every message would wait up to 1 s more (Flower's only latency knob here)
     env.setdefault(TASK_POLL_ENV, "0.05")

@@ -291,8 +291,33 @@ def _serial(sites, **opts):
     return neyman_pearson_model(sites, r=0.45).solve("prox-al", **opts)
 
 
-def _serve(fed, out, ledger, **opts):
-    cmd = [_bin("fedmodel"), "serve", str(fed["model"]), "--superlink", fed["link"],
+# `fedmodel serve` whose FAB carries a tampered relay: importing it (as Flower's own
+# flwr-clientapp does with the FAB's ClientApp) writes the file named by argv[1]
+TAMPERED_SERVE = """
+import os, sys
+import fedmodel.flower_app as flower_app
+from fedmodel.cli import main
+
+sentinel = sys.argv.pop(1)
+make_app_dir = flower_app.make_app_dir
+
+def tampered(directory, model_path):
+    make_app_dir(directory, model_path)
+    with open(os.path.join(directory, "fedmodel_relay.py"), "a") as fh:
+        fh.write("\\nwith open(%r, 'a') as _fh: _fh.write('ran the FAB relay\\\\n')\\n" % sentinel)
+    return directory
+
+flower_app.make_app_dir = tampered
+sys.exit(main(sys.argv[1:]))
+"""
+
+
+def _serve(fed, out, ledger, tampered_fab=None, **opts):
+    """``fedmodel serve``; ``tampered_fab``: a path its FAB's relay writes when imported."""
+    head = [_bin("fedmodel")]
+    if tampered_fab is not None:
+        head = [sys.executable, "-c", TAMPERED_SERVE, str(tampered_fab)]
+    cmd = head + ["serve", str(fed["model"]), "--superlink", fed["link"],
            "--root-certificates", str(fed["tls"]["ca"]), "--authorized-keys", str(fed["keys"]),
            "--out", str(out), "--ledger", str(ledger), "--timeout", "900"]  # fmt: skip
     for k, v in opts.items():
@@ -325,18 +350,23 @@ def test_a_supernode_whose_key_is_not_registered_cannot_join(federation, tmp_pat
 
 
 def test_three_organisations_solve_prox_al(federation, tmp_path):
+    """The solve, by a coordinator whose FAB carries a relay that would run its own code
+    on the parties: each party runs its own fedmodel's relay (``fedmodel join``'s trusted
+    ``flwr-clientapp``), the FAB's code never runs there, and the solve is unchanged."""
     fed = federation
+    sentinel = tmp_path / "fab-relay-ran"
     for i in range(3):  # each organisation holds its own data file only
         assert sorted(f for f in os.listdir(fed["joins"][f"site{i}"][0]) if f.endswith(".npz")) == [
             f"site{i}.npz"
         ]
     out, ledger = tmp_path / "result.json", tmp_path / "ledger.jsonl"
-    proc = _serve(fed, out, ledger, **OPTS)
+    proc = _serve(fed, out, ledger, tampered_fab=sentinel, **OPTS)
     try:
         text, _ = proc.communicate(timeout=1000)
     finally:
         _stop([proc])
     assert proc.returncode == 0, text[-4000:]
+    assert not sentinel.exists(), sentinel.read_text()
     res = json.loads(out.read_text())
     ref = _serial(fed["sites"], **OPTS)
     assert res["extra"]["backend"] == "flower"

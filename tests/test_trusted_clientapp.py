@@ -1,0 +1,233 @@
+"""A deployed party never runs the coordinator's FAB code (issue 22, "a party trusts nobody").
+
+``fedmodel join`` puts a ``flwr-clientapp`` of its own first on its SuperNode's ``PATH``
+(:mod:`fedmodel.runtime.trusted_clientapp`): Flower's ClientApp process with the FAB
+installation, the ClientApp loader and the dependency installation replaced. These tests
+drive Flower's own ``run_clientapp`` (its Runtime API connection replaced by the test) with
+a FAB made by ``fedmodel serve``'s ``make_app_dir`` whose relay is tampered: importing it
+writes a sentinel file. The loopback deployment test (tests/test_flower_deployment.py,
+``-m slow``) solves through the real SuperNode with such a FAB.
+"""
+
+import hashlib
+import json
+import os
+import stat
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("flwr")
+
+from flwr.app import ArrayRecord, ConfigRecord, Context, Message, RecordDict  # noqa: E402
+from flwr.cli.build import build_fab_from_disk  # noqa: E402
+from flwr.common.config import get_metadata_from_config, get_project_config  # noqa: E402
+from flwr.supercore.exit import ExitCode  # noqa: E402
+from flwr.supercore.fab import Fab  # noqa: E402
+from flwr.supercore.run import Run  # noqa: E402
+from flwr.supercore.task_identity import TaskIdentity  # noqa: E402
+from flwr.supernode.runtime import run_clientapp as process  # noqa: E402
+
+from fedmodel.flower_app import make_app_dir  # noqa: E402
+from fedmodel.runtime import flower_relay_app, trusted_clientapp  # noqa: E402
+
+HOOKED = ("install_from_fab", "get_load_client_app_fn", "install_app_dependencies")
+
+
+@pytest.fixture
+def tampered_fab(tmp_path, monkeypatch):
+    """``(fab, run, sentinel)``: the FAB of ``fedmodel serve`` whose relay module writes
+    ``sentinel`` when imported and when it handles a message."""
+    monkeypatch.setenv("FLWR_HOME", str(tmp_path / "flwr-home"))
+    sentinel = tmp_path / "fab-code-ran"
+    model = tmp_path / "model.py"
+    model.write_text("# a model file\n")
+    app_dir = Path(make_app_dir(str(tmp_path / "app"), str(model)))
+    relay = app_dir / "fedmodel_relay.py"
+    relay.write_text(
+        relay.read_text()
+        + f"\nopen({str(sentinel)!r}, 'a').write('imported\\n')\n"
+        + "_genuine = relay\n\n\n"
+        + "def relay(msg, context):  # replaces the handler: runs code, then relays\n"
+        + f"    open({str(sentinel)!r}, 'a').write('handled\\n')\n"
+        + "    return _genuine(msg, context)\n\n\n"
+        + "app._registered_funcs['query.fedmodel'] = relay\n"
+    )
+    content = build_fab_from_disk(app_dir)
+    fab_id, fab_version = get_metadata_from_config(get_project_config(app_dir))
+    run = Run.create_empty(7)
+    run.fab_id, run.fab_version = fab_id, fab_version
+    run.fab_hash = hashlib.sha256(content).hexdigest()
+    return Fab(run.fab_hash, content, {}), run, sentinel
+
+
+def _hello(node_config):
+    """A ``hello`` query as the coordinator sends it, and the party's context."""
+    content = RecordDict(
+        {
+            flower_relay_app.CALL_RECORD: ConfigRecord({"json": json.dumps({"__t": ["hello"]})}),
+            flower_relay_app.ARRAY_RECORD: ArrayRecord(),
+        }
+    )
+    msg = Message(content=content, dst_node_id=5, message_type="query.fedmodel")
+    msg.metadata.__dict__["_message_id"] = msg.object_id
+    context = Context(
+        run_id=7, node_id=5, node_config=node_config, state=RecordDict(), run_config={}
+    )
+    return msg, context
+
+
+def _run_flower_clientapp(monkeypatch, fab, run, node_config, dependency_install=False):
+    """Flower's ``run_clientapp`` on one ``hello`` message; its Runtime API (SuperNode)
+    replaced by this test. Returns ``(reply, exit_code)``."""
+    for name, value in (("_task_id", 1), ("_run_id", 7), ("_node_id", 5)):  # as Flower's
+        monkeypatch.setattr(TaskIdentity, name, value)  # pull_task_input sets them
+    msg, context = _hello(node_config)
+    seen = {}
+
+    class NoClient:
+        @classmethod
+        def from_server_address(cls, **kwargs):
+            return cls()
+
+        def close(self):
+            pass
+
+    class NoHeartbeat:
+        is_running = False
+
+        def __init__(self, fn):
+            pass
+
+        def start(self):
+            pass
+
+    monkeypatch.setattr(process, "RuntimeHttpClient", NoClient)
+    monkeypatch.setattr(process, "HeartbeatSender", NoHeartbeat)
+    monkeypatch.setattr(process, "register_signal_handlers", lambda **kw: None)
+    monkeypatch.setattr(process, "event", lambda *a, **kw: None)
+    monkeypatch.setattr(process, "pull_task_input", lambda client: (msg, context, run, fab))
+    monkeypatch.setattr(process, "push_message", lambda c, m, ctx: seen.update(reply=m))
+    monkeypatch.setattr(process, "flwr_exit", lambda code, **kw: seen.update(code=code))
+    process.run_clientapp(
+        runtime_api_address="127.0.0.1:1",
+        token="t",
+        insecure=True,
+        runtime_dependency_install=dependency_install,
+    )
+    return seen.get("reply"), seen.get("code")
+
+
+@pytest.fixture
+def hooks(monkeypatch):
+    """install_trusted_hooks, undone after the test (Flower's names restored)."""
+    for name in HOOKED:
+        monkeypatch.setattr(process, name, getattr(process, name))
+    trusted_clientapp.install_trusted_hooks()
+
+
+def test_the_trusted_loader_gives_the_installed_relay_whatever_the_fab(tampered_fab, hooks):
+    fab, run, sentinel = tampered_fab
+    load = process.get_load_client_app_fn(default_app_ref="", app_path=None, multi_app=True)
+    app = load(run.fab_id, run.fab_version, fab.hash_str)
+    assert app is trusted_clientapp.load_relay_app()
+    relay_module = sys.modules["fedmodel_trusted_relay"]
+    assert os.path.samefile(relay_module.__file__, flower_relay_app.__file__)
+    process.install_from_fab(fab.content, skip_prompt=True)  # a no-op: nothing unpacked
+    assert not (Path(os.environ["FLWR_HOME"]) / "apps").exists()
+    assert not sentinel.exists()
+
+
+def test_flower_clientapp_with_the_hooks_answers_with_the_installed_relay(
+    tampered_fab, hooks, monkeypatch
+):
+    fab, run, sentinel = tampered_fab
+    reply, code = _run_flower_clientapp(monkeypatch, fab, run, {"partition-id": 3})
+    assert code == ExitCode.SUCCESS and not reply.has_error(), (code, reply)
+    answer = json.loads(reply.content.config_records[flower_relay_app.CALL_RECORD]["json"])
+    assert answer == {"node_config": {"partition-id": 3}}
+    assert not sentinel.exists()
+    assert not (Path(os.environ["FLWR_HOME"]) / "apps").exists()  # the FAB never unpacked
+    # a dependency installation asked for anyway is refused (main forces it off)
+    reply, code = _run_flower_clientapp(
+        monkeypatch, fab, run, {"partition-id": 3}, dependency_install=True
+    )
+    assert code == ExitCode.TASK_PROC_EXCEPTION and reply.has_error()
+    assert "dependency installation" in reply.error.reason
+    assert not sentinel.exists()
+
+
+def test_without_the_hooks_flower_runs_the_fab_code(tampered_fab, monkeypatch):
+    """The control: the same message through Flower's ``run_clientapp`` as shipped imports
+    the FAB's relay (what ``fedmodel join`` prevents); the sentinel is written."""
+    fab, run, sentinel = tampered_fab
+    monkeypatch.setattr(sys, "path", list(sys.path))
+    monkeypatch.delitem(sys.modules, "fedmodel_relay", raising=False)
+    try:
+        reply, code = _run_flower_clientapp(monkeypatch, fab, run, {"partition-id": 3})
+    finally:
+        sys.modules.pop("fedmodel_relay", None)
+    assert code == ExitCode.SUCCESS and not reply.has_error(), (code, reply)
+    assert sentinel.read_text() == "imported\nhandled\n"
+
+
+def test_the_shim_runs_the_trusted_clientapp(tmp_path):
+    """The ``flwr-clientapp`` ``fedmodel join`` puts first on the SuperNode's PATH: this
+    user's only, and it runs :mod:`fedmodel.runtime.trusted_clientapp` (Flower's argument
+    parser answers ``--help``; the module is run as a file, not from the FAB)."""
+    shim = trusted_clientapp.write_shim(str(tmp_path / "bin"))
+    assert os.path.basename(shim) == "flwr-clientapp"
+    assert stat.S_IMODE(os.stat(shim).st_mode) == 0o700
+    text = Path(shim).read_text()
+    assert os.path.abspath(trusted_clientapp.__file__) in text and sys.executable in text
+    env = dict(os.environ, PATH=os.pathsep.join([str(tmp_path / "bin"), os.environ["PATH"]]))
+    out = subprocess.run(
+        ["flwr-clientapp", "--help"], env=env, capture_output=True, text=True, timeout=120
+    )
+    assert out.returncode == 0, out.stderr
+    assert "Run a Flower ClientApp" in out.stdout
+
+
+def test_the_shims_refuse_every_other_task_command(tmp_path):
+    """A coordinator can make a SuperNode run other task types from its FAB (a run whose
+    primary task is an AgentApp: ``flwr-agentapp``); every such command on the party's
+    PATH refuses to start, before anything of the FAB is read."""
+    from flwr.supercore.constant import TASK_TYPE_TO_COMMAND
+
+    trusted_clientapp.write_shim(str(tmp_path / "bin"))
+    others = set(TASK_TYPE_TO_COMMAND.values()) - {"flwr-clientapp"}
+    assert "flwr-agentapp" in others
+    assert sorted(os.listdir(tmp_path / "bin")) == sorted(others | {"flwr-clientapp"})
+    env = dict(os.environ, PATH=os.pathsep.join([str(tmp_path / "bin"), os.environ["PATH"]]))
+    for command in others:
+        out = subprocess.run(
+            [command, "--runtime-api-address", "127.0.0.1:1", "--token", "t"],
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+        assert out.returncode == 1, (command, out)
+        assert f"fedmodel party: refused to start {command}" in out.stderr
+
+
+def test_main_turns_runtime_dependency_installation_off(hooks, monkeypatch):
+    """``--allow-runtime-dependency-installation`` (which a SuperNode passes on when it was
+    started with it) reaches Flower's ``run_clientapp`` as off."""
+    import importlib
+
+    cli = importlib.import_module("flwr.supernode.cli.flwr_clientapp")
+    calls = []
+    monkeypatch.setattr(cli, "run_clientapp", lambda **kw: calls.append(kw))
+    monkeypatch.setattr(
+        sys,
+        "argv",
+        ["flwr-clientapp", "--runtime-api-address", "127.0.0.1:1", "--token", "t", "--insecure",
+         "--allow-runtime-dependency-installation"],
+    )  # fmt: skip
+    trusted_clientapp.main()
+    assert len(calls) == 1 and calls[0]["runtime_dependency_install"] is False
+    assert calls[0]["runtime_api_address"] == "127.0.0.1:1"
+    assert process.get_load_client_app_fn is trusted_clientapp.trusted_load_client_app_fn
