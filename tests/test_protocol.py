@@ -101,7 +101,11 @@ def run_gradient(compiled, options, method):
     return run_federated(compiled, options, method, server, factories)
 
 
-def test_a_new_method_is_a_server_half_a_client_half_and_a_registry_line():
+def test_a_new_method_is_a_server_half_a_client_half_and_a_registry_line(monkeypatch):
+    from fedmodel.algorithms import registry
+
+    # registered for this test only: other tests iterate over every registered method
+    monkeypatch.setattr(registry, "_REGISTERED", dict(registry._REGISTERED))
     register_method("toy-gd", MethodSpec(GradientOptions, run_gradient, "test method"))
     assert "toy-gd" in available_methods()
     model = least_squares_model()
