@@ -836,7 +836,7 @@ def write_report(rows: list[dict], commands: list[str]) -> None:
         "10 x eps (the method's own eps). floats/client/round = the largest client's "
         "floats sent / communication rounds. Each solve ran in its own process with "
         "`time_limit`; 'killed' = it ignored the time limit and was killed. A method "
-        "tagged `[main]` ran on the code of main before this branch (PYTHONPATH=/work/main); "
+        "tagged `[main]` ran on the code of main before this branch (main checked out and put first on PYTHONPATH); "
         "`[pre]`: on main at 43464aa, before the scaled-feasibility and stationarity-floor "
         "change of the certificate (branch silent).",
         "",
