@@ -136,3 +136,17 @@ def test_prox_al_refuses_a_fractional_iteration_cap_and_a_string_tolerance():
         model.solve(method="prox-al", max_outer=2.5)
     with pytest.raises(ModelError, match="eps must be a float or a pair of floats"):
         model.solve(method="prox-al", eps="1e-3")
+
+
+def test_a_checkpoint_directory_that_cannot_be_written_costs_the_checkpoint_not_the_run(
+    tmp_path,
+):
+    model = fm.Model()
+    w = model.variable(3, name="w")
+    _least_squares(model, w)
+    blocker = tmp_path / "a-file"
+    blocker.write_text("x")
+    res = model.solve(method="prox-al", checkpoint=blocker / "ck", checkpoint_every=1)
+    assert res.status == "optimal"
+    assert res.checkpoint is None
+    assert "checkpoint could not be written" in res.message

@@ -43,6 +43,7 @@ from fedmodel.certificate.kkt import KKTResiduals, assemble, party_evaluation
 from fedmodel.compiler.fingerprint import model_fingerprint
 from fedmodel.compiler.partition import CompiledModel
 from fedmodel.runtime.checkpoint import (
+    CheckpointError,
     check_manifest,
     read_manifest,
     read_server_state,
@@ -180,6 +181,7 @@ class _Run:
         self.mark: _Mark | None = None
         self.checkpoint_written: str | None = None
         self.checkpoint_k: int | None = None  # the step the checkpoint resumes at
+        self.checkpoint_failed: str | None = None  # why the last checkpoint was not written
         self.history: list[dict] = []
         self.last_eval = None
         self.last_eval_k = -2
@@ -215,6 +217,15 @@ class _Run:
             )
 
     def save(self, reason: str) -> None:
+        """Write a checkpoint of the mark; a directory that cannot be written (read-only, a
+        full disk, a file in the way) costs the checkpoint, not the run: the Result's
+        message says so."""
+        try:
+            self._write(reason)
+        except (OSError, CheckpointError) as exc:
+            self.checkpoint_failed = f"the {reason} checkpoint could not be written ({exc})"
+
+    def _write(self, reason: str) -> None:
         write_checkpoint(
             self.options.checkpoint,
             self.runtime,
@@ -313,10 +324,11 @@ class _Run:
                         self.take_mark(k + 1)
                         with runtime.critical():
                             self.save("time_limit")
-                        message += (
-                            f"; checkpoint written to {self.checkpoint_written!r}: continue "
-                            f"with resume={self.checkpoint_written!r}"
-                        )
+                        if self.checkpoint_k == k + 1:
+                            message += (
+                                f"; checkpoint written to {self.checkpoint_written!r}: continue "
+                                f"with resume={self.checkpoint_written!r}"
+                            )
                     break
                 due = opts.checkpoint is not None and (k + 1) % opts.checkpoint_every == 0
                 if due:
@@ -423,6 +435,8 @@ class _Run:
         solve_seconds = time.perf_counter() - self.t_solve
         # the server's own time: what it did not spend waiting for the clients' replies
         per_party = {"server": max(0.0, solve_seconds - runtime.wait_seconds), **per_party}
+        if self.checkpoint_failed:
+            message = f"{message}. Note: {self.checkpoint_failed}"
         return {
             "status": status,
             "message": message,
@@ -487,7 +501,7 @@ class _Run:
                 notes.append(f"restoring the clients' states failed ({exc})")
             if self.options.checkpoint is not None:
                 try:
-                    self.save("client_failure" if failure is not None else "interrupted")
+                    self._write("client_failure" if failure is not None else "interrupted")
                 except Exception as exc:  # noqa: BLE001
                     notes.append(f"no checkpoint could be written ({exc})")
         usable = runtime.alive  # a client that raised may answer again; a dead one cannot
