@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import textwrap
+
 import cvxpy as cp
 import numpy as np
 
@@ -58,3 +60,28 @@ def clarabel_reference(obj, cons) -> float:
     prob.solve(solver="CLARABEL", **CLARABEL_TIGHT)
     assert prob.status == "optimal", prob.status
     return float(prob.value)
+
+
+#: the model file the deployment tests hand every organisation (three Neyman-Pearson sites)
+DEPLOYMENT_MODEL = textwrap.dedent(
+    """
+    import cvxpy as cp
+    import fedmodel as fm
+
+    PARTIES = ["site0", "site1", "site2"]
+
+
+    def build(data):
+        model = fm.Model("np-deploy")
+        d = data[PARTIES[0]]["X0"].shape[1]
+        w = model.variable(d, name="w")
+        for name in PARTIES:
+            X0, X1 = data[name]["X0"], data[name]["X1"]
+            site = model.client(name)
+            A0 = site.data(X0, name="class0")
+            A1 = site.data(X1, name="class1")
+            site.minimize(cp.sum(cp.logistic(A0 @ w)) / (X0.shape[0] * len(PARTIES)))
+            site.subject_to(cp.sum(cp.logistic(-(A1 @ w))) / X1.shape[0] <= 0.45)
+        return model
+    """
+)

@@ -16,11 +16,11 @@ import os
 import shutil
 import stat
 import tempfile
-import textwrap
 from types import SimpleNamespace
 
 import numpy as np
 import pytest
+from problems import DEPLOYMENT_MODEL as MODEL
 from problems import np_sites
 
 pytest.importorskip("flwr")
@@ -40,28 +40,6 @@ from fedmodel.runtime.flower_runtime import JoinedGrid, discover  # noqa: E402
 
 OPTS = dict(max_outer=1, max_inner=3, history=False, random_state=0)
 PARTIES = ["site0", "site1", "site2"]
-MODEL = textwrap.dedent(
-    """
-    import cvxpy as cp
-    import fedmodel as fm
-
-    PARTIES = ["site0", "site1", "site2"]
-
-
-    def build(data):
-        model = fm.Model("np-deploy")
-        d = data[PARTIES[0]]["X0"].shape[1]
-        w = model.variable(d, name="w")
-        for name in PARTIES:
-            X0, X1 = data[name]["X0"], data[name]["X1"]
-            site = model.client(name)
-            A0 = site.data(X0, name="class0")
-            A1 = site.data(X1, name="class1")
-            site.minimize(cp.sum(cp.logistic(A0 @ w)) / (X0.shape[0] * len(PARTIES)))
-            site.subject_to(cp.sum(cp.logistic(-(A1 @ w))) / X1.shape[0] <= 0.45)
-        return model
-    """
-)
 
 
 # -- the socket directory --------------------------------------------------------------------
