@@ -85,7 +85,7 @@ class VFLParty(ClientHalf):
         self.stats = {"local_solves": 0, "local_iterations": 0, "seconds": 0.0}
         self.X = np.asarray(X_block, dtype=float)
         self.X_test = None if X_test is None else np.asarray(X_test, dtype=float)
-        self.scores_of = ScoreFunctions(y, group_a)
+        self.scores_of = ScoreFunctions(y, group_a, opts.constraint, opts.tpr_temperature)
         self.opts = opts
         self.Q = int(opts.Q)
         self.l2 = float(l2)

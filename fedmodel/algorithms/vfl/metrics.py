@@ -9,6 +9,13 @@
 
 Prediction rule: ``+1`` when ``z >= 0`` (``p >= 1/2``).
 
+The group TPRs of hard predictions (:func:`true_positive_rates`, used by
+:func:`score_metrics`) are computed by ``fairlearn.metrics`` (``MetricFrame`` of
+``true_positive_rate`` by group) when fairlearn is installed (the optional extra
+``fedmodel[fairness]``), else by the package's own count; both give the same numbers
+(``tests/test_vfl_fairness.py``). Randomised predictions (:func:`probability_metrics`) use
+expectations, which fairlearn's metrics of hard labels do not take: always the own path.
+
 Examples
 --------
 >>> import numpy as np
@@ -33,20 +40,90 @@ def harmonic_mean(accuracy: float, fairness: float) -> float:
     return float(2 * accuracy * fairness / s) if s > 0 else 0.0
 
 
+METRICS_BACKENDS = ("auto", "fairlearn", "own")
+
+
+def fairlearn_available() -> bool:
+    """True when ``fairlearn.metrics`` can be imported."""
+    try:
+        import fairlearn.metrics  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
+def true_positive_rates(
+    pred_positive: np.ndarray, y: np.ndarray, group_a: np.ndarray, backend: str = "auto"
+) -> tuple[float, float]:
+    """``(TPR_a, TPR_b)`` of hard predictions: the share predicted positive among the
+    positive-label samples of each group.
+
+    Parameters
+    ----------
+    pred_positive : bool array (n,)
+        True where the prediction is the positive class.
+    y : array (n,)
+        Labels; ``> 0`` is the positive class.
+    group_a : bool array (n,)
+    backend : {"auto", "fairlearn", "own"}
+        ``"fairlearn"``: ``fairlearn.metrics.MetricFrame(metrics=true_positive_rate, ...)
+        .by_group``; ``"own"``: the mean of the predictions over each group's positives;
+        ``"auto"``: fairlearn when installed, else own.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> y = np.array([1, 1, 0, 1, 1]); a = np.array([True, True, False, False, False])
+    >>> true_positive_rates(np.array([1, 0, 0, 1, 1]) > 0, y, a, backend="own")
+    (0.5, 1.0)
+    """
+    if backend not in METRICS_BACKENDS:
+        raise ValueError(f"backend must be one of {METRICS_BACKENDS}, got {backend!r}")
+    pred = np.asarray(pred_positive, dtype=bool)
+    pos = np.asarray(y) > 0
+    g = np.asarray(group_a, dtype=bool)
+    if backend == "auto":
+        backend = "fairlearn" if fairlearn_available() else "own"
+    if backend == "own" or not (pos & g).any() or not (pos & ~g).any():
+        return _rate(pred, pos & g), _rate(pred, pos & ~g)
+    try:
+        from fairlearn.metrics import MetricFrame, true_positive_rate
+    except ImportError:
+        raise ImportError(
+            "backend='fairlearn' needs fairlearn: pip install 'fedmodel[fairness]'"
+        ) from None
+    frame = MetricFrame(
+        metrics=true_positive_rate,
+        y_true=pos.astype(int),
+        y_pred=pred.astype(int),
+        sensitive_features=g,
+    )
+    by_group = frame.by_group
+    return float(by_group[True]), float(by_group[False])
+
+
+def _rate(pred: np.ndarray, mask: np.ndarray) -> float:
+    return float(pred[mask].mean()) if mask.any() else float("nan")
+
+
 def _masks(y: np.ndarray, group_a: np.ndarray):
     pos = np.asarray(y) > 0
     g = np.asarray(group_a, dtype=bool)
     return pos & g, pos & ~g
 
 
-def score_metrics(z: np.ndarray, y: np.ndarray, group_a: np.ndarray) -> dict[str, float]:
-    """Metrics of a linear model's scores ``z``."""
+def score_metrics(
+    z: np.ndarray, y: np.ndarray, group_a: np.ndarray, backend: str = "auto"
+) -> dict[str, float]:
+    """Metrics of a linear model's scores ``z`` (prediction ``+1`` where ``z >= 0``); the
+    group TPRs through :func:`true_positive_rates` with ``backend``."""
     z, y = np.asarray(z, dtype=float), np.asarray(y, dtype=float)
     in_a, in_b = _masks(y, group_a)
     losses = logistic_loss(z, y)
     d = float(losses[in_a].mean() - losses[in_b].mean())
     pred = np.where(z >= 0, 1.0, -1.0)
-    return _assemble(float((pred == y).mean()), d, (pred[in_a] > 0).mean(), (pred[in_b] > 0).mean())
+    tpr_a, tpr_b = true_positive_rates(pred > 0, y, group_a, backend)
+    return _assemble(float((pred == y).mean()), d, tpr_a, tpr_b)
 
 
 def probability_metrics(

@@ -16,6 +16,7 @@ from typing import Any
 import numpy as np
 
 from fedmodel.algorithms.options import RUNTIME_OPTIONS_DOC, RuntimeOptions
+from fedmodel.algorithms.vfl.problem import CONSTRAINTS
 from fedmodel.errors import ModelError
 
 LOCAL_UPDATES = ("exact", "random", "speeds")
@@ -30,7 +31,17 @@ class FairVFLOptions(RuntimeOptions):
     Parameters
     ----------
     eps : float
-        DEO tolerance in ``|D(theta)| <= eps`` (ignored by fedbcd).
+        Tolerance in ``|D(theta)| <= eps`` (ignored by fedbcd).
+    constraint : {"loss", "tpr"}
+        What ``D`` is (:class:`~fedmodel.algorithms.vfl.problem.ScoreFunctions`):
+        ``"loss"``, seed 002's loss-based DEO ``lhat^a - lhat^b`` (Definition 1; the
+        default); ``"tpr"``, the rate-based equal opportunity ``r^a - r^b`` with ``r^s`` the
+        mean of ``sigmoid(z / tpr_temperature)`` over the positives of group ``s``, a smooth
+        surrogate of ``TPR_a - TPR_b``. Either is a smooth function of the scores, so the
+        messages and the algorithm are unchanged; ``res.extra["constraint"]`` reports the
+        true TPR gap and the bound on its distance to the surrogate.
+    tpr_temperature : float
+        ``T > 0`` of the ``"tpr"`` surrogate.
     c, eta, beta : float
         Constant schedule (the paper's experiments: ``c_t = 1e-3``, ``eta_t = 100``, i.e. a
         primal step ``1/eta = 0.01``, ``beta = 0.1``).
@@ -96,6 +107,8 @@ class FairVFLOptions(RuntimeOptions):
     """
 
     eps: float = 0.01
+    constraint: str = "loss"
+    tpr_temperature: float = 0.25
     c: float = 1e-3
     eta: float = 100.0
     beta: float = 0.1
@@ -131,6 +144,10 @@ class FairVFLOptions(RuntimeOptions):
         self.validate_runtime()
         if self.eps < 0:
             raise ModelError(f"eps must be >= 0, got {self.eps}")
+        if self.constraint not in CONSTRAINTS:
+            raise ModelError(f"constraint must be one of {CONSTRAINTS}, got {self.constraint!r}")
+        if not self.tpr_temperature > 0:
+            raise ModelError(f"tpr_temperature must be > 0, got {self.tpr_temperature}")
         if self.c < 0 or self.eta <= 0 or self.beta <= 0:
             raise ModelError(
                 f"need c >= 0, eta > 0, beta > 0 (got {self.c}, {self.eta}, {self.beta})"

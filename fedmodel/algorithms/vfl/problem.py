@@ -53,6 +53,18 @@ def logistic_loss_curvature(z: np.ndarray, y: np.ndarray) -> np.ndarray:
     return p * (1.0 - p)
 
 
+CONSTRAINTS = ("loss", "tpr")
+"""The fairness constraints ``|D(z)| <= eps`` of the family: ``"loss"``, seed 002's
+loss-based DEO (Definition 1); ``"tpr"``, a smooth surrogate of the TPR gap (equal
+opportunity as practitioners measure it)."""
+
+
+def _constraint_kind(constraint: str) -> str:
+    if constraint not in CONSTRAINTS:
+        raise ModelError(f"constraint must be one of {CONSTRAINTS}, got {constraint!r}")
+    return constraint
+
+
 class ScoreFunctions:
     """What depends only on the scores ``z``, the labels ``y`` (+-1) and the groups.
 
@@ -64,12 +76,40 @@ class ScoreFunctions:
     y : array of +-1, shape (n,)
     group_a : bool array, shape (n,)
         True for group ``a``, False for group ``b``.
+    constraint : {"loss", "tpr"}
+        What ``D`` is. ``"loss"`` (seed 002, Definition 1): ``D = lhat^a - lhat^b``, the
+        mean logistic loss over the positives of group ``a`` minus that of group ``b``.
+        ``"tpr"`` (rate-based equal opportunity): ``D = r^a - r^b`` with ``r^s =
+        mean_{i in N^s} sigmoid(z_i / T)``, a smooth surrogate of the true positive rate
+        ``TPR_s = mean_{i in N^s} 1[z_i >= 0]`` (the prediction rule).
+    temperature : float
+        ``T > 0`` of the ``"tpr"`` surrogate (smaller: closer to the indicator, stiffer).
+        Per sample ``|1[z >= 0] - sigmoid(z / T)| <= sigmoid(-|z| / T)``, so the true TPR gap
+        differs from the surrogate's by at most :meth:`surrogate_error_bound`.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> f = ScoreFunctions(np.array([1.0, 1, 1, 1]), np.array([1, 1, 0, 0]) > 0, "tpr", 0.1)
+    >>> z = np.array([3.0, -3.0, 3.0, 3.0])
+    >>> round(f.constraint_gap(z), 4), f.tpr_gap(z), round(f.surrogate_error_bound(z), 4)
+    (-0.5, -0.5, 0.0)
     """
 
-    def __init__(self, y: np.ndarray, group_a: np.ndarray):
+    def __init__(
+        self,
+        y: np.ndarray,
+        group_a: np.ndarray,
+        constraint: str = "loss",
+        temperature: float = 0.25,
+    ):
         self.y = np.asarray(y, dtype=float)
         self.group_a = np.asarray(group_a, dtype=bool)
         self.n = self.y.size
+        self.constraint = _constraint_kind(constraint)
+        self.temperature = float(temperature)
+        if not self.temperature > 0:
+            raise ModelError(f"the TPR surrogate's temperature must be > 0, got {temperature}")
         pos = self.y > 0
         self.in_a = pos & self.group_a
         self.in_b = pos & ~self.group_a
@@ -95,27 +135,87 @@ class ScoreFunctions:
         return float(losses[self.in_a].mean()), float(losses[self.in_b].mean())
 
     def deo_gap(self, z: np.ndarray) -> float:
-        """``D = lhat^a - lhat^b`` (signed; DEO is ``|D|``)."""
+        """``D = lhat^a - lhat^b`` (signed; DEO is ``|D|``), the loss-based DEO whatever the
+        constraint."""
         return float(self.deo_weights @ self.losses(z))
+
+    def tpr_gap(self, z: np.ndarray) -> float:
+        """The true ``TPR_a - TPR_b`` of the rule ``z >= 0`` (signed)."""
+        return float(self.deo_weights @ (np.asarray(z) >= 0))
+
+    def surrogate_rates(self, z: np.ndarray) -> np.ndarray:
+        """Per sample ``sigmoid(z / T)`` (the ``"tpr"`` surrogate of ``1[z >= 0]``)."""
+        return expit(np.asarray(z, dtype=float) / self.temperature)
+
+    def surrogate_error_bound(self, z: np.ndarray) -> float:
+        """A bound on ``|(TPR_a - TPR_b) - (r^a - r^b)|`` at ``z``: ``mean_{N^a}
+        sigmoid(-|z|/T) + mean_{N^b} sigmoid(-|z|/T)`` (each indicator is within
+        ``sigmoid(-|z|/T)`` of its surrogate)."""
+        err = expit(-np.abs(np.asarray(z, dtype=float)) / self.temperature)
+        return float(np.abs(self.deo_weights) @ err)
+
+    def constraint_gap(self, z: np.ndarray) -> float:
+        """The constrained ``D(z)``: :meth:`deo_gap` (``"loss"``) or ``r^a - r^b``
+        (``"tpr"``)."""
+        if self.constraint == "loss":
+            return self.deo_gap(z)
+        return float(self.deo_weights @ self.surrogate_rates(z))
+
+    def constraint_derivative(self, z: np.ndarray) -> np.ndarray:
+        """Per sample ``dD / dz_i`` (``grad_k D = X_k^T`` of it)."""
+        if self.constraint == "loss":
+            return self.deo_weights * logistic_loss_derivative(z, self.y)
+        r = self.surrogate_rates(z)
+        return self.deo_weights * r * (1.0 - r) / self.temperature
+
+    def constraint_curvature(self, z: np.ndarray) -> np.ndarray:
+        """Per sample ``d^2 D / dz_i^2``."""
+        if self.constraint == "loss":
+            return self.deo_weights * logistic_loss_curvature(z, self.y)
+        r = self.surrogate_rates(z)
+        return self.deo_weights * r * (1.0 - r) * (1.0 - 2.0 * r) / self.temperature**2
 
     def constraint_values(self, z: np.ndarray, eps: float) -> np.ndarray:
         """``[D - eps, -D - eps]`` (4a)-(4b): feasible when both are ``<= 0``."""
-        d = self.deo_gap(z)
+        d = self.constraint_gap(z)
         return np.array([d - eps, -d - eps])
+
+    def constraint_report(self, z: np.ndarray, eps: float) -> dict[str, float | str]:
+        """What the constraint is and where ``z`` stands: ``kind``, ``eps``, the
+        constrained ``gap`` (signed ``D``), and for ``"tpr"`` its ``temperature``, the true
+        ``tpr_gap`` and the ``surrogate_error_bound``."""
+        out: dict[str, float | str] = {
+            "kind": self.constraint,
+            "eps": float(eps),
+            "gap": self.constraint_gap(z),
+        }
+        if self.constraint == "tpr":
+            out.update(
+                temperature=self.temperature,
+                tpr_gap=self.tpr_gap(z),
+                surrogate_error_bound=self.surrogate_error_bound(z),
+            )
+        return out
 
     def dual_gradient(self, z: np.ndarray, lam: np.ndarray, eps: float, c: float) -> np.ndarray:
         """(7): ``grad_lambda f~ = [-c lam_1 + D - eps, -c lam_2 - D - eps]``."""
         return self.constraint_values(z, eps) - c * np.asarray(lam, dtype=float)
 
     def score_weights(self, z: np.ndarray, lam_diff: float = 0.0) -> np.ndarray:
-        """Per-sample ``w`` with ``grad_k f = X_k^T w + grad h_k`` (8): ``w_i = l'(z_i, y_i)
-        (1/n + (lam_1 - lam_2) a_i)`` with ``a_i`` the DEO weight of sample ``i``."""
+        """Per-sample ``w`` with ``grad_k f = X_k^T w + grad h_k`` (8): ``w_i = l'(z_i, y_i) /
+        n + (lam_1 - lam_2) dD/dz_i`` (loss-based DEO: ``dD/dz_i = l'(z_i, y_i) a_i`` with
+        ``a_i`` the DEO weight of sample ``i``)."""
         dl = logistic_loss_derivative(z, self.y)
-        return dl * (1.0 / self.n + lam_diff * self.deo_weights)
+        if self.constraint == "loss":
+            return dl * (1.0 / self.n + lam_diff * self.deo_weights)
+        return dl * (1.0 / self.n) + lam_diff * self.constraint_derivative(z)
 
     def score_curvature(self, z: np.ndarray, lam_diff: float = 0.0) -> np.ndarray:
         """Diagonal ``d^2/dz^2`` of ``f`` in the scores (Newton polish of the reference)."""
-        return logistic_loss_curvature(z, self.y) * (1.0 / self.n + lam_diff * self.deo_weights)
+        curv = logistic_loss_curvature(z, self.y)
+        if self.constraint == "loss":
+            return curv * (1.0 / self.n + lam_diff * self.deo_weights)
+        return curv * (1.0 / self.n) + lam_diff * self.constraint_curvature(z)
 
 
 @dataclass
@@ -225,8 +325,11 @@ class VerticalProblem:
     def sizes(self) -> list[int]:
         return [b.shape[1] for b in self.blocks]
 
-    def score_functions(self) -> ScoreFunctions:
-        return ScoreFunctions(self.y, self.group_a)
+    def score_functions(
+        self, constraint: str = "loss", temperature: float = 0.25
+    ) -> ScoreFunctions:
+        """The score-side functions with the given constraint (:class:`ScoreFunctions`)."""
+        return ScoreFunctions(self.y, self.group_a, constraint, temperature)
 
     def split_theta(self, theta: np.ndarray) -> list[np.ndarray]:
         """The stacked ``theta`` cut into the parties' blocks."""

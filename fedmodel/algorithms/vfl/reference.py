@@ -42,12 +42,15 @@ from fedmodel.result import Result
 
 class PooledVerticalModel:
     """``f(theta, lambda) = L(theta) + lam_1 (D - eps) - lam_2 (D + eps)`` (5) on the
-    stacked ``X = [X_1 ... X_K]``, with its exact gradients. Centralized by design."""
+    stacked ``X = [X_1 ... X_K]``, with its exact gradients. Centralized by design.
 
-    def __init__(self, problem: VerticalProblem):
+    ``constraint``/``temperature``: which ``D`` (the loss-based DEO or the TPR surrogate,
+    :class:`~fedmodel.algorithms.vfl.problem.ScoreFunctions`)."""
+
+    def __init__(self, problem: VerticalProblem, constraint: str = "loss", temperature=0.25):
         self.problem = problem
         self.X = np.hstack(problem.blocks)
-        self.f = problem.score_functions()
+        self.f = problem.score_functions(constraint, temperature)
         self.l2 = float(problem.l2)
 
     def loss(self, theta: np.ndarray) -> float:
@@ -55,7 +58,8 @@ class PooledVerticalModel:
         return self.f.data_loss(self.X @ theta) + self.l2 * float(theta @ theta)
 
     def deo_gap(self, theta: np.ndarray) -> float:
-        return self.f.deo_gap(self.X @ theta)
+        """The constrained ``D(theta)`` (the loss-based DEO unless ``constraint="tpr"``)."""
+        return self.f.constraint_gap(self.X @ theta)
 
     def lagrangian(self, theta: np.ndarray, lam: np.ndarray, eps: float, c: float = 0.0) -> float:
         """``f~ = f - (c/2)||lam||^2``."""
@@ -72,10 +76,8 @@ class PooledVerticalModel:
         return self.X.T @ w + 2.0 * self.l2 * theta
 
     def grad_deo(self, theta: np.ndarray) -> np.ndarray:
-        from fedmodel.algorithms.vfl.problem import logistic_loss_derivative
-
-        dl = logistic_loss_derivative(self.X @ theta, self.f.y)
-        return self.X.T @ (dl * self.f.deo_weights)
+        """``grad_theta D`` of the constrained ``D``."""
+        return self.X.T @ self.f.constraint_derivative(self.X @ theta)
 
     def hessian_theta(self, theta: np.ndarray, lam_diff: float = 0.0) -> np.ndarray:
         c = self.f.score_curvature(self.X @ theta, lam_diff)
@@ -122,8 +124,14 @@ def solve_constrained(
     rho: float = 10.0,
     max_outer: int = 50,
     theta0: np.ndarray | None = None,
+    constraint: str = "loss",
+    tpr_temperature: float = 0.25,
 ) -> Result:
     """``min L s.t. |D| <= eps`` by an augmented Lagrangian; local KKT certificate.
+
+    ``constraint="loss"`` (default) is seed 002's loss-based DEO; ``"tpr"`` the smooth
+    surrogate of the TPR gap with temperature ``tpr_temperature`` (as in fair-vfl's options;
+    ``res.extra["constraint"]`` then has the true TPR gap and the surrogate's error bound).
 
     Inner problems ``L + (1/(2 rho)) sum_j ([mu_j + rho g_j]_+^2 - mu_j^2)`` are solved by
     L-BFGS to ``tol / 10``; ``mu_j <- [mu_j + rho g_j]_+``; ``rho`` grows tenfold when the
@@ -132,7 +140,7 @@ def solve_constrained(
     is non-convex).
     """
     t0 = time.perf_counter()
-    pm = PooledVerticalModel(problem)
+    pm = PooledVerticalModel(problem, constraint, tpr_temperature)
     m = pm.X.shape[1]
     theta = np.zeros(m) if theta0 is None else np.asarray(theta0, dtype=float).copy()
     if theta0 is None:
@@ -210,13 +218,15 @@ def _result(problem, pm, method, status, theta, lam, kkt, msg, t0, extra) -> Res
     blocks = problem.split_theta(theta)
     solution = {f"theta_{n}": b for n, b in zip(problem.party_names, blocks)}
     eps = extra.get("eps")
-    viol = 0.0 if eps is None else max(0.0, abs(pm.f.deo_gap(z)) - eps)
+    viol = 0.0 if eps is None else max(0.0, abs(pm.f.constraint_gap(z)) - eps)
     info: dict[str, Any] = {
         "lambda": np.asarray(lam, dtype=float),
         "train": score_metrics(z, problem.y, problem.group_a),
         "scores": z,
         **{k: v for k, v in extra.items() if k != "history"},
     }
+    if eps is not None:
+        info["constraint"] = pm.f.constraint_report(z, eps)
     if problem.test_blocks is not None:
         z_test = np.hstack(problem.test_blocks) @ theta
         info["test"] = score_metrics(z_test, problem.y_test, problem.group_a_test)

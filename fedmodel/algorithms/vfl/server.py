@@ -103,6 +103,8 @@ class VFLServer(ServerHalf):
         "min_replies",
         "seed",
         "lambda0",
+        "constraint",
+        "tpr_temperature",
     )
 
     def __init__(
@@ -119,7 +121,7 @@ class VFLServer(ServerHalf):
         method: str = "fair-vfl",
     ):
         super().__init__(None, opts)
-        self.scores_of = ScoreFunctions(y, group_a)
+        self.scores_of = ScoreFunctions(y, group_a, opts.constraint, opts.tpr_temperature)
         self.opts = opts
         self.parties = list(parties)
         self.method = method
@@ -335,6 +337,7 @@ class VFLServer(ServerHalf):
     def summary(self, z: np.ndarray) -> dict[str, float]:
         f = self.scores_of
         d = f.deo_gap(z)
+        gap = f.constraint_gap(z)
         lam = self.state["lambda"]
         pred = np.where(z >= 0, 1.0, -1.0)
         return {
@@ -342,7 +345,9 @@ class VFLServer(ServerHalf):
             "data_loss": f.data_loss(z),
             "deo_gap": d,
             "deo_loss": abs(d),
-            "violation": max(0.0, abs(d) - self.eps) if self.constrained else 0.0,
+            "tpr_gap": f.tpr_gap(z),
+            "constraint_gap": gap,
+            "violation": max(0.0, abs(gap) - self.eps) if self.constrained else 0.0,
             "lambda1": float(lam[0]),
             "lambda2": float(lam[1]),
             "train_accuracy": float((pred == f.y).mean()),
@@ -443,6 +448,8 @@ class VFLServer(ServerHalf):
             },
             "asynchrony": self.asynchrony(),
         }
+        if self.constrained:
+            extra["constraint"] = self.scores_of.constraint_report(z, self.eps)
         tests = [reports[p].get("test_scores") for p in self.parties if p in reports]
         if self.y_test is not None and tests and all(v is not None for v in tests):
             z_test = np.zeros(self.y_test.size)
