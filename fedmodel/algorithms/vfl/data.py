@@ -15,8 +15,11 @@ data set       rows (train / test)     columns    blocks (K = 6)      paper's co
 * COMPAS: :func:`fedmodel.datasets.load_compas` with ProPublica's filter and the
   African-American and Caucasian rows (5,278, the paper's count); 5 numeric + 9 one-hot
   columns and an intercept: **15 columns, not the paper's 26** (its preprocessing is not
-  given), so the parties hold 2 columns each (below Theorem 1's ``m_k > 2``). Label ``+1``
-  = not a recidivist (the protected class); groups African-American (a) / Caucasian.
+  given), so the parties hold 2 columns each (below Theorem 1's ``m_k > 2``). The two race
+  one-hot columns (African-American, Caucasian) are among the features by default (the
+  model may use the protected attribute directly); ``drop_sensitive=True`` leaves them out
+  (13 columns). Label ``+1`` = not a recidivist (the protected class); groups
+  African-American (a) / Caucasian.
 * Communities and Crime: :func:`fedmodel.datasets.load_communities` (``racepctblack``
   removed from ``X``): 99 standardised attributes and an intercept, **100 columns** (the
   paper: 99, no intercept mentioned). Label ``+1`` = ``ViolentCrimesPerPop <= 0.375`` (the
@@ -51,17 +54,17 @@ PAPER_SIZES = {
 }
 
 
-def _pooled(name: str):
+def _pooled(name: str, drop_sensitive: bool = False):
     from fedmodel.datasets import load_adult, load_communities, load_compas
 
     if name == "adult":
-        ds = load_adult()
+        ds = load_adult(drop_sensitive=drop_sensitive)
         X = np.vstack([ds.X, ds.X_test])
         y01 = np.concatenate([ds.y, ds.y_test])
         female = np.concatenate([ds.sensitive, ds.sensitive_test]).astype(bool)
         return X, np.where(y01 == 1, 1.0, -1.0), female
     if name == "compas":
-        ds = load_compas(races=("African-American", "Caucasian"))
+        ds = load_compas(races=("African-American", "Caucasian"), drop_sensitive=drop_sensitive)
         return ds.X, np.where(ds.y == 0, 1.0, -1.0), ds.sensitive.astype(bool)
     if name == "communities":
         ds = load_communities()
@@ -70,14 +73,24 @@ def _pooled(name: str):
 
 
 def vertical_dataset(
-    name: str, seed: int = 0, K: int = 6, n_train: int | None = None
+    name: str,
+    seed: int = 0,
+    K: int = 6,
+    n_train: int | None = None,
+    drop_sensitive: bool = False,
 ) -> VerticalProblem:
     """Seed 002's vertical split of ``name`` for trial ``seed`` (see the module doc).
 
     ``n_train`` overrides the paper's training size (the rest is the test part, capped at
-    the paper's test size).
+    the paper's test size). ``drop_sensitive=True`` leaves the protected attribute's
+    one-hot columns out of the features (COMPAS: the two race columns, 13 columns, blocks
+    3 + 5 x 2; Adult: the two sex columns, 102 columns, blocks 6 x 17); it stays the
+    group. The paper does not say whether its features include it; the default keeps it.
+    Communities has no such column (``racepctblack`` is always removed).
     """
-    X, y, group_a = _pooled(name)
+    if drop_sensitive and name == "communities":
+        drop_sensitive = False  # racepctblack is never a feature there
+    X, y, group_a = _pooled(name, drop_sensitive)
     tr, te, _ = PAPER_SIZES[name]
     if n_train is not None:
         tr = int(n_train)

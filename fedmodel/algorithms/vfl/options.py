@@ -218,21 +218,29 @@ class Schedule:
         )
 
 
-def lipschitz_bounds(problem, lambda_bound: float = 1.0) -> tuple[float, float]:
+def lipschitz_bounds(
+    problem, lambda_bound: float = 1.0, constraint: str = "loss", tpr_temperature: float = 0.25
+) -> tuple[float, float]:
     """Bounds on Assumption 2's ``L`` and ``L12`` for the logistic model.
 
-    ``L <= ||X||^2 / (4 n) + 2 l2 + lambda_bound (||X_{N^a}||^2 / |N^a| +
-    ||X_{N^b}||^2 / |N^b|) / 4`` (the loss curvature is at most 1/4; ``|lam_1 - lam_2| <=
-    lambda_bound``) and ``L12 <= sqrt(2) (mean_{N^a} ||X_i|| + mean_{N^b} ||X_i||)``
-    (``|l'| <= 1``). Centralized by design: it reads every block (a set-up computation
-    for the theoretical schedule only).
+    ``L <= ||X||^2 / (4 n) + 2 l2 + lambda_bound kappa (||X_{N^a}||^2 / |N^a| +
+    ||X_{N^b}||^2 / |N^b|)`` and ``L12 <= sqrt(2) g (mean_{N^a} ||X_i|| + mean_{N^b}
+    ||X_i||)`` (``|lam_1 - lam_2| <= lambda_bound``), with ``kappa`` and ``g`` bounds on
+    the second and first derivatives of the constrained per-sample function: the logistic
+    loss (``constraint="loss"``: ``kappa = 1/4``, ``g = 1``) or ``sigmoid(z / T)``
+    (``"tpr"``: ``kappa = 1 / (6 sqrt(3) T^2)``, ``g = 1 / (4 T)``). Centralized by design:
+    it reads every block (a set-up computation for the theoretical schedule only).
     """
     X = np.hstack(problem.blocks)
     f = problem.score_functions()
+    if constraint == "tpr":
+        kappa, g = 1.0 / (6.0 * np.sqrt(3.0) * tpr_temperature**2), 1.0 / (4.0 * tpr_temperature)
+    else:
+        kappa, g = 0.25, 1.0
     norm2 = np.linalg.norm(X, 2) ** 2
     na = np.linalg.norm(X[f.in_a], 2) ** 2 / f.size_a
     nb = np.linalg.norm(X[f.in_b], 2) ** 2 / f.size_b
-    L = norm2 / (4 * problem.n) + 2 * problem.l2 + lambda_bound * (na + nb) / 4
+    L = norm2 / (4 * problem.n) + 2 * problem.l2 + lambda_bound * kappa * (na + nb)
     rows = np.linalg.norm(X, axis=1)
-    L12 = np.sqrt(2.0) * (rows[f.in_a].mean() + rows[f.in_b].mean())
+    L12 = np.sqrt(2.0) * g * (rows[f.in_a].mean() + rows[f.in_b].mean())
     return float(L), float(L12)

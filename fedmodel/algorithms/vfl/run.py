@@ -119,7 +119,13 @@ def solve_vertical(
     t0 = time.perf_counter()
     consts = (1.0, 1.0)
     if opts.schedule == "theorem2":
-        consts = tuple(opts.lipschitz) if opts.lipschitz is not None else lipschitz_bounds(problem)
+        consts = (
+            tuple(opts.lipschitz)
+            if opts.lipschitz is not None
+            else lipschitz_bounds(
+                problem, constraint=opts.constraint, tpr_temperature=opts.tpr_temperature
+            )
+        )
     server = VFLServer(
         problem.y,
         problem.group_a,

@@ -71,6 +71,13 @@ def solve_published(model, method: str, options: dict[str, Any]) -> Result:
             f"method='{method}' does not take published expressions (client.publish: a "
             f"vertical model); methods that do: {VERTICAL_METHODS}"
         )
+    if options.get("constraint", "loss") != "loss":
+        raise UnsupportedError(
+            f"constraint={options['constraint']!r}: this DSL model constrains the loss-based "
+            "DEO it is written with (fm.deo); the rate-based equal opportunity "
+            "(constraint='tpr') is an option of fm.models.fair_vfl(...).solve(...) and of "
+            "fedmodel.algorithms.vfl.solve_vertical"
+        )
     problem, eps = recognize(model)
     res = solve_problem(problem, eps, method, options)
     owned = {c.name: c.owned_variables[0] for c in model.clients}  # one each (recognised)
