@@ -78,7 +78,12 @@ class VerticalModel:
     def solve(self, method: str = "fair-vfl", **options: Any) -> Result:
         """Solve with a vertical method (``"fair-vfl"``, ``"fedbcd"``) or the certified
         centralized reference (``"centralized"`` or ``"cprox-al"``: the DEO-constrained
-        model; with ``constrained=False`` the plain regularised logistic regression)."""
+        model; with ``constrained=False`` the plain regularised logistic regression).
+
+        ``constraint="tpr"`` (with ``eps=`` and ``tpr_temperature=``) constrains instead the
+        smooth surrogate of the TPR gap, in fair-vfl and in the reference alike
+        (:class:`~fedmodel.algorithms.vfl.problem.ScoreFunctions`); ``res.extra
+        ["constraint"]`` then reports the true TPR gap and the surrogate's error bound."""
         from fedmodel.algorithms.vfl.solve import solve_problem
 
         return solve_problem(self.problem, self.eps, method, options)
