@@ -40,6 +40,7 @@ from typing import Any, ClassVar
 
 import numpy as np
 
+from fedmodel.algorithms.options import resume_key
 from fedmodel.certificate.kkt import party_evaluation
 from fedmodel.compiler.partition import PartyProgram
 from fedmodel.runtime.messages import SERVER, Message
@@ -176,16 +177,12 @@ class ServerHalf(ABC):
 
     Attributes
     ----------
-    resume_options : tuple of str
-        Options whose change alters the iterates: a checkpoint resumes only with the same
-        values.
     step_name : str
         What one step is called in messages (``"outer iteration"`` for prox-al).
     max_steps : int
         Steps after which the run ends with status ``"max_iterations"``.
     """
 
-    resume_options: ClassVar[tuple[str, ...]] = ()
     #: the method family's message table: the driver validates every reply against it
     messages: ClassVar[MessageTable | None] = None
     step_name: ClassVar[str] = "iteration"
@@ -270,8 +267,10 @@ class ServerHalf(ABC):
         return table.option_dims(self.options)
 
     def resume_key(self) -> dict:
-        """The options (by name) a checkpoint must have been written with to resume."""
-        return {k: getattr(self.options, k) for k in self.resume_options}
+        """The options (by name) a checkpoint must have been written with to resume: every
+        field of the options dataclass not declared ``stop_only``
+        (:func:`fedmodel.algorithms.options.resume_key`)."""
+        return resume_key(self.options)
 
     def round_counts(self) -> dict[str, int]:
         """Counts for ``res.rounds`` besides ``outer`` (steps) and ``communication``."""

@@ -29,7 +29,7 @@ from fedmodel.algorithms.dald.local import scaled_regularizer
 from fedmodel.algorithms.dald.options import check_constraints
 from fedmodel.algorithms.dald.topology import SERVER, metropolis_weights, topology_graph
 from fedmodel.algorithms.driver import run_federated
-from fedmodel.algorithms.options import RuntimeOptions
+from fedmodel.algorithms.options import RuntimeOptions, stop_only
 from fedmodel.algorithms.protocol import ClientHalf, ServerHalf, StepReport
 from fedmodel.compiler.partition import CompiledModel
 from fedmodel.compiler.regularizer import Regularizer
@@ -70,10 +70,10 @@ class DGDOptions(RuntimeOptions):
     mixing: Any = "metropolis"
     step: float | None = None
     step_decay: float = 0.0
-    max_rounds: int = 1000
+    max_rounds: int = stop_only(1000)
     tol: float | None = None
     penalty: float | None = None
-    eps: float = 1e-3
+    eps: float = stop_only(1e-3)
     w0: Any = None
     snapshot_iterations: Any = ()
 
@@ -210,7 +210,6 @@ class DGDServer(ServerHalf):
 
     messages = BASELINES
 
-    resume_options = ("mixing", "step", "step_decay", "tol", "penalty")
     step_name = "round"
 
     def __init__(self, program, nodes: list[str], weights, opts: DGDOptions, x0):
@@ -223,9 +222,6 @@ class DGDServer(ServerHalf):
         self.move = np.inf
         self.r = 0
         self.snapshots: dict[int, dict] = {}
-
-    def resume_key(self) -> dict:
-        return {**super().resume_key(), "mixing": self.weights}
 
     def start(self, runtime) -> None:
         pass

@@ -49,7 +49,7 @@ from fedmodel.algorithms.common import (
 from fedmodel.algorithms.dald.local import LOCAL_SOLVERS, scaled_regularizer
 from fedmodel.algorithms.dald.options import check_constraints
 from fedmodel.algorithms.driver import run_federated
-from fedmodel.algorithms.options import RuntimeOptions
+from fedmodel.algorithms.options import RuntimeOptions, stop_only
 from fedmodel.algorithms.protocol import ClientHalf, ServerHalf, StepReport
 from fedmodel.compiler.partition import CompiledModel, PartyProgram
 from fedmodel.compiler.regularizer import Regularizer
@@ -96,15 +96,15 @@ class FedAvgOptions(RuntimeOptions):
     local_steps: int = 10
     step: float | None = None
     weights: Any = "samples"
-    max_rounds: int = 1000
-    tol: float = 1e-10
+    max_rounds: int = stop_only(1000)
+    tol: float = stop_only(1e-10)
     penalty: float | None = None
-    eps: float = 1e-3
+    eps: float = stop_only(1e-3)
     local_tol: float | None = None
     local_max_iter: int = 1000
     solver: str = "auto"
     w0: Any = None
-    snapshot_iterations: Any = ()
+    snapshot_iterations: Any = stop_only(())
 
     def validate(self, compiled: CompiledModel, method: str) -> None:
         if self.local_solver not in LOCAL_SOLVERS:
@@ -240,10 +240,6 @@ class FedAvgServer(ServerHalf):
 
     messages = BASELINES
 
-    resume_options = (
-        "local_solver", "local_start", "local_steps", "step", "weights", "tol", "penalty",
-        "local_tol", "local_max_iter", "solver",
-    )  # fmt: skip
     step_name = "round"
 
     def __init__(self, compiled: CompiledModel, opts: FedAvgOptions, prox_coef: float, x0):

@@ -12,7 +12,7 @@ import numpy as np
 
 from fedmodel.algorithms.dald.local import LOCAL_SOLVERS
 from fedmodel.algorithms.dald.topology import validate_coordination
-from fedmodel.algorithms.options import RUNTIME_OPTIONS_DOC, RuntimeOptions
+from fedmodel.algorithms.options import RUNTIME_OPTIONS_DOC, RuntimeOptions, stop_only
 from fedmodel.compiler.partition import CompiledModel
 from fedmodel.errors import ModelError, UnsupportedError
 from fedmodel.runtime.wire import register_wire_type
@@ -116,8 +116,8 @@ class DALDOptions(RuntimeOptions):
     vmax: int = 1
     vmax_k: Any = None
     max_inner: int = 1000
-    max_outer: int = 100_000
-    max_iter: int = 10_000
+    max_outer: int = stop_only(100_000)
+    max_iter: int = stop_only(10_000)
     local_solver: str = "exact"
     local_steps: int = 1
     step: float | None = None
@@ -132,10 +132,10 @@ class DALDOptions(RuntimeOptions):
     rho_growth: float = 1.0
     rho_growth_max: float = 1e4
     penalty: float | None = None
-    eps: float = 1e-3
+    eps: float = stop_only(1e-3)
     w0: Any = None
-    snapshot_iterations: Any = ()
-    divergence_limit: float = 1e12
+    snapshot_iterations: Any = stop_only(())
+    divergence_limit: float = stop_only(1e12)
 
     def validate(self, compiled: CompiledModel, method: str) -> None:
         if self.inner not in INNER_RULES:

@@ -85,12 +85,6 @@ class DALDCCServer(ServerHalf):
 
     messages = DALD
 
-    resume_options = (
-        "rho", "rho_default", "inner", "eps_dual", "eps_pri", "vmax", "max_inner",
-        "max_outer", "local_solver", "local_steps", "step", "local_tol", "local_max_iter",
-        "solver", "coordination", "fraction", "dropout", "random_state",
-        "update_multipliers", "rho_growth", "rho_growth_max", "penalty",
-    )  # fmt: skip
     step_name = "inner iteration"
 
     def __init__(
@@ -413,7 +407,6 @@ class DALDDCServer(ServerHalf):
 
     messages = DALD
 
-    resume_options = DALDCCServer.resume_options + ("topology", "root", "order")
     step_name = "inner iteration"
 
     def __init__(self, program, hier, opts: DALDOptions, x0, has_constraints, nonconvex):
@@ -436,11 +429,6 @@ class DALDDCServer(ServerHalf):
         self.snapshots: dict[int, dict] = {}
         self.reason = "max_iter"
         self.consensus_kkt: dict[str, float] = {}
-
-    def resume_key(self) -> dict:
-        key = super().resume_key()
-        key["topology"] = {"order": self.hier.order, "edges": self.hier.edges}
-        return key
 
     def start(self, runtime) -> None:
         pass

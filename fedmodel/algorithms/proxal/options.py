@@ -9,7 +9,12 @@ from typing import Any
 
 import numpy as np
 
-from fedmodel.algorithms.options import RUNTIME_OPTIONS_DOC, RuntimeOptions, whole_number
+from fedmodel.algorithms.options import (
+    RUNTIME_OPTIONS_DOC,
+    RuntimeOptions,
+    stop_only,
+    whole_number,
+)
 from fedmodel.algorithms.options import positive as _positive
 from fedmodel.errors import ModelError
 
@@ -267,12 +272,12 @@ class ProxALOptions(RuntimeOptions):
     mu0: float = 0.0
     w0: Any = None
     random_state: Any = None
-    max_outer: int = 500
+    max_outer: int = stop_only(500)
     max_inner: int = 500
     max_local_iter: int = 10_000
     local_floor: float = 1e-3
     solver: str = "auto"
-    divergence_limit: float = 1e10
+    divergence_limit: float = stop_only(1e10)
 
     def __post_init__(self) -> None:
         # the options left to their defaults (resolve_inner may change those)

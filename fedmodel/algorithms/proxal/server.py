@@ -107,15 +107,6 @@ class ProxALServer(ServerHalf):
     """
 
     messages = PROXAL
-    # options whose change alters the iterates: a checkpoint resumes only with the same values
-    resume_options = (
-        "eps", "beta", "sbar", "rho", "q", "mu0", "max_inner", "max_local_iter",
-        "local_floor", "solver", "divergence_limit", "variant", "tau_rate", "kkt_factor",
-        "adaptive_rho", "rb_ratio", "rb_factor", "rb_rounds", "relaxation", "monitor", "anderson",
-        "outer_anderson", "prox_beta", "penalty_metric", "metric_floor", "metric_refresh",
-        "local_cap", "inner_solver",
-        "stall_rounds",
-    )  # fmt: skip
     step_name = "outer iteration"
 
     def __init__(
@@ -450,11 +441,6 @@ class ProxALServer(ServerHalf):
         self.start_derivatives = state.get("start_derivatives")
         if self.secant is not None and state.get("secant") is not None:
             self.secant.set_state(state["secant"])
-
-    def resume_key(self) -> dict:
-        key = super().resume_key()
-        key["rho"] = dict(self.initial_rhos)
-        return key
 
     def extra(self, reports: dict[str, dict]) -> dict:
         """The adaptive variant's final state: each client's rho_i (residual balancing)

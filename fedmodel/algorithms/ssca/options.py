@@ -18,7 +18,7 @@ from typing import Any
 
 import numpy as np
 
-from fedmodel.algorithms.options import RUNTIME_OPTIONS_DOC, RuntimeOptions, positive
+from fedmodel.algorithms.options import RUNTIME_OPTIONS_DOC, RuntimeOptions, positive, stop_only
 from fedmodel.errors import ModelError
 
 SERVER_SOLVERS = ("auto", "lemma1", "dual", "cvxpy")
@@ -124,14 +124,14 @@ class LearningOptions(RuntimeOptions):
         full gradient (``res.kkt.stationarity``, ``res.extra["gradient_norm"]``).
     """
 
-    rounds: int = 100
+    rounds: int = stop_only(100)
     batch_size: int = 10
     seed: int = 0
     w0: Any = None
-    eval_every: int = 10
+    eval_every: int = stop_only(10)
     designated: str | None = None
     one_step: bool = False
-    final_gradient: bool = True
+    final_gradient: bool = stop_only(True)
 
     def validate_common(self) -> None:
         for name in ("rounds", "batch_size"):
@@ -184,7 +184,7 @@ class SSCAOptions(LearningOptions):
     tau: float = 0.2
     c: float = 1e5
     server_solver: str = "auto"
-    check_schedules: str = "report"
+    check_schedules: str = stop_only("report")
 
     def validate(self) -> None:
         self.validate_common()

@@ -16,16 +16,9 @@ import numpy as np
 
 from fedmodel.algorithms.protocol import ServerHalf, StepReport
 from fedmodel.algorithms.ssca.messages import SSCA
-from fedmodel.algorithms.ssca.options import Schedule
 from fedmodel.algorithms.ssca.surrogate import SurrogateState
 from fedmodel.certificate.kkt import KKTResiduals
 from fedmodel.result import Result
-
-
-def _jsonable(v):
-    if isinstance(v, Schedule):
-        return [v.a, v.alpha] if v.fn is None else "callable"
-    return v
 
 
 class LearningServer(ServerHalf):
@@ -126,21 +119,6 @@ class LearningServer(ServerHalf):
         self.initial = state["initial"]
         if self.state is not None:
             self.state.set_state(state["surrogate"])
-
-    def resume_key(self) -> dict:
-        keys = (
-            "batch_size",
-            "seed",
-            "rho",
-            "gamma",
-            "tau",
-            "c",
-            "lr",
-            "momentum",
-            "local_steps",
-            "one_step",
-        )
-        return {k: _jsonable(getattr(self.options, k)) for k in keys if hasattr(self.options, k)}
 
     def report_payload(self) -> dict:
         return {}

@@ -15,7 +15,7 @@ from typing import Any
 
 import numpy as np
 
-from fedmodel.algorithms.options import RUNTIME_OPTIONS_DOC, RuntimeOptions
+from fedmodel.algorithms.options import RUNTIME_OPTIONS_DOC, RuntimeOptions, stop_only
 from fedmodel.errors import ModelError
 
 LOCAL_UPDATES = ("exact", "random", "speeds")
@@ -110,9 +110,9 @@ class FairVFLOptions(RuntimeOptions):
     asynchronous: bool = False
     min_replies: int = 1
     seed: int = 0
-    max_rounds: int = 1000
-    tol: float = 0.0
-    kkt_tol: float = 1e-4
+    max_rounds: int = stop_only(1000)
+    tol: float = stop_only(0.0)
+    kkt_tol: float = stop_only(1e-4)
     monitor_every: int = 1
     reveal_parameters: bool = True
     lambda0: tuple[float, float] = (0.0, 0.0)

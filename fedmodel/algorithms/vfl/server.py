@@ -86,24 +86,6 @@ class VFLServer(ServerHalf):
     messages = VFL
 
     step_name = "round"
-    resume_options = (
-        "eps",
-        "c",
-        "eta",
-        "beta",
-        "beta_convention",
-        "schedule",
-        "lipschitz",
-        "tau",
-        "Q",
-        "local_updates",
-        "speeds",
-        "delays",
-        "asynchronous",
-        "min_replies",
-        "seed",
-        "lambda0",
-    )
 
     def __init__(
         self,
