@@ -49,7 +49,7 @@ from fedmodel.runtime.checkpoint import (
     read_server_state,
     write_checkpoint,
 )
-from fedmodel.runtime.endpoints import EndpointFactory
+from fedmodel.runtime.endpoints import EndpointFactory, copy_state
 from fedmodel.runtime.factory import make_runtime
 from fedmodel.runtime.faults import inject_faults
 from fedmodel.runtime.messages import CountingLedger, communication_totals
@@ -202,7 +202,7 @@ class _Run:
                 self.last_eval_k,
                 rt.round,
                 len(rt.ledger.rows),
-                self.server.get_state(),
+                copy_state(self.server.get_state()),
             )
 
     def quiesce(self) -> None:

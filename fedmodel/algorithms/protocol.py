@@ -19,7 +19,7 @@ A method is four small pieces (a new method is a family folder and a registry li
            step = server.step(runtime, deadline)    # update: one iteration of the paper
            (history row, callback, time limit, checkpoint: the driver's business)
 
-   Everything the next step needs is in :meth:`ServerHalf.get_state`, so the driver can
+   Everything the next step needs is in its declared state (``state_fields``), so the driver can
    stop after any step (client failure, Ctrl-C, time limit) and return or checkpoint the
    last consistent iterate, and resume from it bit for bit;
 4. a :class:`~fedmodel.algorithms.registry.MethodSpec` in its family's ``METHODS`` and a line in
@@ -43,11 +43,76 @@ import numpy as np
 from fedmodel.algorithms.options import resume_key
 from fedmodel.certificate.kkt import party_evaluation
 from fedmodel.compiler.partition import PartyProgram
+from fedmodel.runtime.endpoints import copy_state
 from fedmodel.runtime.messages import SERVER, Message
 from fedmodel.runtime.schema import MessageTable
 
 
-class ClientHalf:
+class DeclaredState:
+    """Algorithm state declared once and saved, restored and copied by the protocol (as
+    optax's ``ScaleByAdamState`` or jaxopt's ``ProxGradState`` are typed state values): the
+    attributes named by ``state_fields`` hold plain values and numpy arrays (containers of
+    them), and those named by ``component_fields`` hold objects with their own
+    ``get_state``/``set_state`` (a secant model, a local solver's carried factor; ``None``
+    when absent). :meth:`get_state` reads them (the caller copies: the host before each
+    step, the driver at each mark), :meth:`set_state` puts copies back and then calls
+    :meth:`state_restored`, where a half recomputes what derives from its state (sums,
+    factorisations). A state missing a declared field is refused, naming it.
+
+    Examples
+    --------
+    >>> class Counter(DeclaredState):
+    ...     state_fields = ("x", "k")
+    ...     def __init__(self):
+    ...         self.x, self.k = np.zeros(2), 0
+    >>> c = Counter()
+    >>> c.k = 3
+    >>> saved = c.get_state()
+    >>> c.k = 9
+    >>> c.set_state(saved)
+    >>> c.k
+    3
+    """
+
+    state_fields: ClassVar[tuple[str, ...]] = ()
+    #: attributes holding objects with their own get_state/set_state, saved with the state
+    component_fields: ClassVar[tuple[str, ...]] = ()
+
+    def get_state(self) -> dict:
+        """The declared state: every ``state_fields`` attribute and each component's own
+        state, by name (not copied: the host and the driver copy it)."""
+        state = {key: getattr(self, key) for key in self.state_fields}
+        for key in self.component_fields:
+            part = getattr(self, key)
+            state[key] = part.get_state() if hasattr(part, "get_state") else None
+        return state
+
+    def set_state(self, state: dict) -> None:
+        """Put the half back to a :meth:`get_state` result (a copy of it)."""
+        missing = [k for k in (*self.state_fields, *self.component_fields) if k not in state]
+        if missing:
+            raise ValueError(
+                f"{type(self).__name__}: the state to restore lacks the declared field(s) {missing}"
+            )
+        for key in self.state_fields:
+            value = state[key]
+            # (an array as a writable copy: one read from a checkpoint may be read-only)
+            if isinstance(value, np.ndarray):
+                setattr(self, key, np.array(value, dtype=value.dtype))
+            else:
+                setattr(self, key, copy_state(value))
+        for key in self.component_fields:
+            part = getattr(self, key)
+            if state[key] is not None and hasattr(part, "set_state"):
+                part.set_state(copy_state(state[key]))
+        self.state_restored()
+
+    def state_restored(self) -> None:
+        """Recompute what derives from the declared state after :meth:`set_state`;
+        default nothing."""
+
+
+class ClientHalf(DeclaredState):
     """Base of every method's client half: message dispatch and explicit state.
 
     Subclasses set ``state_fields`` (the attributes that make up the algorithm state; the
@@ -73,13 +138,9 @@ class ClientHalf:
     ...         return {"x": x}
     """
 
-    state_fields: ClassVar[tuple[str, ...]] = ()
     #: the declared kinds this half answers (its family's ``messages.py``); every
     #: ``_on_<kind>`` must be declared there (tests/test_reply_validation.py)
     messages: ClassVar[MessageTable | None] = None
-    # attributes holding objects with their own get_state/set_state (local solvers whose
-    # caches change the iterates: step sizes, carried factors); saved with the state
-    component_fields: ClassVar[tuple[str, ...]] = ()
 
     def __init__(self, program: PartyProgram):
         self.name = program.name
@@ -104,25 +165,13 @@ class ClientHalf:
 
     # -- state -------------------------------------------------------------------------------
     def get_state(self) -> dict:
-        """The algorithm state (``state_fields``) and statistics; the host copies it."""
-        state = {key: getattr(self, key) for key in self.state_fields}
-        state["stats"] = dict(self.stats)
-        for key in self.component_fields:
-            part = getattr(self, key)
-            state[key] = part.get_state() if hasattr(part, "get_state") else None
-        return state
+        """The algorithm state (``state_fields``, ``component_fields``) and statistics; the
+        host copies it."""
+        return {**super().get_state(), "stats": dict(self.stats)}
 
     def set_state(self, state: dict) -> None:
-        for key in self.state_fields:
-            value = state[key]
-            if isinstance(value, np.ndarray):
-                value = np.array(value, dtype=value.dtype)
-            setattr(self, key, value)
         self.stats = dict(state["stats"])
-        for key in self.component_fields:
-            part = getattr(self, key)
-            if state.get(key) is not None and hasattr(part, "set_state"):
-                part.set_state(state[key])
+        super().set_state(state)
 
     # -- the certificate's messages ----------------------------------------------------------
     def multipliers(self) -> tuple[np.ndarray, np.ndarray]:
@@ -168,11 +217,12 @@ class StepReport:
     record: bool = True  # False: the step is inside an iteration the history does not record
 
 
-class ServerHalf(ABC):
+class ServerHalf(DeclaredState, ABC):
     """Base of every method's server half (see the module docstring for the protocol).
 
-    Subclasses implement :meth:`start`, :meth:`step`, :meth:`point`, :meth:`get_state` and
-    :meth:`set_state`; they may refine :meth:`conclude` (status messages), :meth:`multipliers`
+    Subclasses implement :meth:`start`, :meth:`step` and :meth:`point`, and declare their
+    state (``state_fields``, ``component_fields``: :class:`DeclaredState`; everything the
+    next :meth:`step` needs: iterate, multipliers, counters); they may refine :meth:`conclude` (status messages), :meth:`multipliers`
     and :meth:`extra`.
 
     Attributes
@@ -206,14 +256,6 @@ class ServerHalf(ABC):
     @abstractmethod
     def point(self) -> np.ndarray:
         """The current iterate (stacked variables) the certificate is computed at."""
-
-    @abstractmethod
-    def get_state(self) -> dict:
-        """Everything the next :meth:`step` needs (iterate, multipliers, counters)."""
-
-    @abstractmethod
-    def set_state(self, state: dict) -> None:
-        """Put the server back to a :meth:`get_state` result (marks, checkpoints)."""
 
     # -- refinements -------------------------------------------------------------------------
     def multipliers(self) -> tuple[np.ndarray, np.ndarray]:

@@ -210,6 +210,7 @@ class DGDServer(ServerHalf):
 
     messages = BASELINES
 
+    state_fields = ("x_avg", "move", "r", "snapshots")
     step_name = "round"
 
     def __init__(self, program, nodes: list[str], weights, opts: DGDOptions, x0):
@@ -268,20 +269,6 @@ class DGDServer(ServerHalf):
 
     def multipliers(self):
         return penalty_multipliers(self.program, self.x_avg, self.options.penalty)
-
-    def get_state(self) -> dict:
-        return {
-            "x_avg": self.x_avg.copy(),
-            "move": self.move,
-            "r": self.r,
-            "snapshots": dict(self.snapshots),
-        }
-
-    def set_state(self, state: dict) -> None:
-        self.x_avg = np.array(state["x_avg"], dtype=float)
-        self.move = float(state["move"])
-        self.r = int(state["r"])
-        self.snapshots = dict(state["snapshots"])
 
     def round_counts(self) -> dict[str, int]:
         return {"inner": self.r}

@@ -240,6 +240,8 @@ class FedAvgServer(ServerHalf):
 
     messages = BASELINES
 
+    state_fields = ("x", "p", "r", "dx", "snapshots")
+    component_fields = ("server_local",)
     step_name = "round"
 
     def __init__(self, compiled: CompiledModel, opts: FedAvgOptions, prox_coef: float, x0):
@@ -308,25 +310,6 @@ class FedAvgServer(ServerHalf):
 
     def multipliers(self):
         return penalty_multipliers(self.program, self.x, self.options.penalty)
-
-    def get_state(self) -> dict:
-        return {
-            "x": self.x.copy(),
-            "p": dict(self.p),
-            "r": self.r,
-            "dx": self.dx,
-            "snapshots": dict(self.snapshots),
-            "server_local": None if self.server_local is None else self.server_local.get_state(),
-        }
-
-    def set_state(self, state: dict) -> None:
-        self.x = np.array(state["x"], dtype=float)
-        self.p = dict(state["p"])
-        self.r = int(state["r"])
-        self.dx = float(state["dx"])
-        self.snapshots = dict(state["snapshots"])
-        if self.server_local is not None:
-            self.server_local.set_state(state["server_local"])
 
     def round_counts(self) -> dict[str, int]:
         return {"inner": self.r}

@@ -43,6 +43,8 @@ class LearningServer(ServerHalf):
     #: a stochastic method on a non-convex loss: the certificate is a local one
     local_certificate = True
 
+    state_fields = ("w", "t", "slack", "nu", "v", "initial")
+    component_fields = ("state",)  # the SSCA surrogate's running sums (None for SGD)
     step_name = "round"
 
     def __init__(self, kind, model, w0, options, state: SurrogateState | None, method, samples):
@@ -97,28 +99,6 @@ class LearningServer(ServerHalf):
 
     def point(self) -> np.ndarray:
         return self.w
-
-    def get_state(self) -> dict:
-        return {
-            "w": self.w.copy(),
-            "t": self.t,
-            "slack": self.slack.copy(),
-            "nu": self.nu.copy(),
-            "v": self.v.copy(),
-            "initial": self.initial,
-            "surrogate": None if self.state is None else self.state.get_state(),
-        }
-
-    def set_state(self, state: dict) -> None:
-        self.w, self.t = np.array(state["w"]), int(state["t"])
-        self.slack, self.nu, self.v = (
-            np.array(state["slack"]),
-            np.array(state["nu"]),
-            np.array(state["v"]),
-        )
-        self.initial = state["initial"]
-        if self.state is not None:
-            self.state.set_state(state["surrogate"])
 
     def report_payload(self) -> dict:
         return {}
