@@ -113,6 +113,7 @@ def run_federated(
     :class:`~fedmodel.algorithms.protocol.ServerHalf`).
     """
     t_start = time.perf_counter()
+    options.validate_runtime()
     fingerprint = model_fingerprint(compiled) if compiled is not None else server.fingerprint()
     resume_key = server.resume_key()
     resumed = manifest = None

@@ -238,8 +238,20 @@ class RuntimeOptions:
     resume: Any = stop_only(None)
     keep_ledger: bool = stop_only(True)
 
+    def for_clients(self, **changes: Any):
+        """These options as they travel to where the clients run: no callback and no
+        Flower grid (objects of the coordinator's process), with ``changes`` applied."""
+        return dataclasses.replace(self, callback=None, flower_grid=None, **changes)
+
+    def validate(self, problem: Any, method: str) -> None:
+        """Check the method's own options against the problem it is about to solve (the
+        compiled model; a vertical problem; a learning model), naming the option. Each
+        options class has this one check, called by the registry (``solve_model``; the
+        vertical and learning entry points for theirs); the runtime options are checked by
+        the driver (:meth:`validate_runtime`)."""
+
     def validate_runtime(self) -> None:
-        """Check the runtime, failure and checkpoint options."""
+        """Check the runtime, failure and checkpoint options (the driver calls it)."""
         from fedmodel.runtime.base import BACKENDS, ON_FAILURE
 
         if self.backend not in BACKENDS:

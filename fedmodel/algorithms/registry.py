@@ -147,6 +147,7 @@ def solve_model(model, method: str, options: dict[str, Any]):
         )
     if spec.needs_gradients:
         compiled.require_smooth(method)
+    opts.validate(compiled, method)  # the options against the model (naming the option)
     with blas_threads(getattr(opts, "blas_threads", None)):
         result = spec.runner(compiled, opts, method)
     result.timing["model_compile"] = compile_seconds

@@ -86,7 +86,6 @@ class DGDOptions(RuntimeOptions):
         if not (np.isfinite(self.step_decay) and self.step_decay >= 0):
             raise ModelError(f"{method}: step_decay must be >= 0, got {self.step_decay!r}")
         check_constraints(compiled, method, self.penalty)
-        self.validate_runtime()
 
     @property
     def eps1(self) -> float:
@@ -296,7 +295,6 @@ class DGDServer(ServerHalf):
 def run_dgd(compiled: CompiledModel, opts: DGDOptions, method: str = "dgd", *, faults=None):
     """Run dgd through the driver: the nodes run on any backend, their iterates travel peer
     to peer."""
-    opts.validate(compiled, method)
     names = [c.name for c in compiled.clients]
     g = topology_graph(opts.topology, names)
     if SERVER not in g and not compiled.server.is_empty:
@@ -308,7 +306,7 @@ def run_dgd(compiled: CompiledModel, opts: DGDOptions, method: str = "dgd", *, f
     weights = _mixing(opts, g, nodes, method)
     reg_share = scaled_regularizer(compiled.regularizer, 1.0 / len(names))
     x0 = starting_point(compiled, opts.w0)
-    node_opts = replace(opts, callback=None, topology=None, mixing="metropolis")
+    node_opts = opts.for_clients(topology=None, mixing="metropolis")
     factories = {}
     for s in nodes:
         prog = compiled.server if s == SERVER else compiled.program(s)

@@ -28,7 +28,7 @@ a node of the topology.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -145,7 +145,6 @@ class FedAvgOptions(RuntimeOptions):
         elif w not in ("samples", "uniform"):
             raise ModelError(f"{method}: weights must be 'samples', 'uniform' or a dict, got {w!r}")
         check_constraints(compiled, method, self.penalty)
-        self.validate_runtime()
 
     @property
     def eps1(self) -> float:
@@ -334,11 +333,10 @@ def run_fedavg(
     compiled: CompiledModel, opts: FedAvgOptions, method: str = "fedavg", *, faults=None
 ):
     """Run fedavg or fedprox through the driver (any backend, checkpoints, failure policies)."""
-    opts.validate(compiled, method)
     n = compiled.n_clients
     reg_share = scaled_regularizer(compiled.regularizer, 1.0 / n)
     prox_coef = float(getattr(opts, "prox_coef", 0.0)) if method == "fedprox" else 0.0
-    client_opts = replace(opts, callback=None)  # what travels to where the clients run
+    client_opts = opts.for_clients()  # what travels to where the clients run
     factories = {
         c.name: EndpointFactory(FedClient, (c, reg_share, client_opts, prox_coef))
         for c in compiled.clients

@@ -180,7 +180,6 @@ class DALDOptions(RuntimeOptions):
         if any(s < 1 for s in snaps):
             raise ModelError(f"{method}: snapshot_iterations must be >= 1")
         check_constraints(compiled, method, self.penalty)
-        self.validate_runtime()
 
     @property
     def eps1(self) -> float:

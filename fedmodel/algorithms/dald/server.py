@@ -335,7 +335,6 @@ def _conclude(server, status, message, kkt):
 
 
 def _setup(compiled: CompiledModel, opts: DALDOptions, method: str):
-    opts.validate(compiled, method)
     names = [c.name for c in compiled.clients]
     x0 = starting_point(compiled, opts.w0)
     reg_share = scaled_regularizer(compiled.regularizer, 1.0 / len(names))
@@ -359,7 +358,7 @@ def run_dald_cc(
     names, x0, reg_share = _setup(compiled, opts, method)
     rhos = rho_for_clients(opts, names, compiled.layout.size, method)
     opts.coordination_check(names)
-    client_opts = replace(opts, callback=None)  # what travels to where the clients run
+    client_opts = opts.for_clients()  # what travels to where the clients run
     factories = {
         c.name: EndpointFactory(DALDCCClient, (c, rhos[c.name], reg_share, client_opts))
         for c in compiled.clients
@@ -541,7 +540,7 @@ def run_dald_dc(
         )
     rhos = rho_for_edges(opts, hier.edges, compiled.layout.size, method)
     opts.coordination_check(hier.order)
-    node_opts = replace(opts, callback=None, topology=None)  # what travels to the nodes
+    node_opts = opts.for_clients(topology=None)  # what travels to the nodes
     factories = {}
     for s in hier.order:
         program = compiled.server if s == SERVER else compiled.program(s)

@@ -17,6 +17,7 @@ from fedmodel.algorithms.options import (
 )
 from fedmodel.algorithms.options import positive as _positive
 from fedmodel.errors import ModelError
+from fedmodel.runtime.wire import register_wire_type
 
 # Defaults of variant="paper" follow seed 000 Section 5.1 (sbar = 0.1, beta = 10, rho = 1,
 # mu0 = 0). The paper does not state q; any q in (0, 1) is covered by its Theorem 4.2, and
@@ -72,6 +73,7 @@ def float_pair(name: str, value: Any) -> tuple[float, float]:
     raise ModelError(f"{name} must be a float or a pair of floats, got {value!r}")
 
 
+@register_wire_type("proxal.options")
 @dataclass
 class ProxALOptions(RuntimeOptions):
     """Options of ``prox-al`` (seed 000 Algorithm 1 + Algorithm 2) and ``cprox-al``.
@@ -321,7 +323,16 @@ class ProxALOptions(RuntimeOptions):
     def adaptive(self) -> bool:
         return self.variant == "adaptive"
 
-    def validate(self, client_names: list[str]) -> None:
+    @property
+    def balancing(self) -> tuple[float, float, int] | None:
+        """Residual-balancing settings ``(rb_ratio, rb_factor, rb_rounds)`` handed to the
+        clients, or None (a fixed rho: ``adaptive_rho=False``)."""
+        if not self.adaptive_rho:
+            return None
+        return (float(self.rb_ratio), float(self.rb_factor), int(self.rb_rounds))
+
+    def validate(self, compiled, method: str) -> None:
+        client_names = [c.name for c in compiled.clients]
         if self.variant not in VARIANTS:
             raise ModelError(f"variant must be one of {VARIANTS}, got {self.variant!r}")
         float_pair("eps", self.eps)  # (raises on anything else)
@@ -365,7 +376,6 @@ class ProxALOptions(RuntimeOptions):
             whole_number(name, getattr(self, name))
         for name, r in self.rho_per_client(client_names).items():
             _positive(f"rho for client '{name}'", r)
-        self.validate_runtime()
 
     def rho_per_client(self, client_names: list[str]) -> dict[str, float]:
         rho = self.rho
@@ -401,6 +411,7 @@ class CProxALOptions(ProxALOptions):
     variant: str = "paper"
 
 
+@register_wire_type("admm.options")
 @dataclass
 class ADMMOptions(ProxALOptions):
     """Options of ``admm`` (seed 000 Algorithm 2 alone): those of :class:`ProxALOptions`

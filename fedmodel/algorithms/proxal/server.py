@@ -838,13 +838,6 @@ def _growth_note(w_norms: list[float], history: list[dict]) -> str:
     return ""
 
 
-def _balancing(options: ProxALOptions) -> tuple[float, float, int] | None:
-    """Residual-balancing settings handed to the clients, or None (fixed rho)."""
-    if not options.adaptive_rho:
-        return None
-    return (float(options.rb_ratio), float(options.rb_factor), int(options.rb_rounds))
-
-
 def penalty_metric(compiled: CompiledModel, options: ProxALOptions) -> str:
     """The ADMM penalty metric in effect: ``options.penalty_metric``, or ``"scalar"`` when
     ``h`` is not smooth (its prox has no closed form under a full metric), the server's
@@ -904,32 +897,22 @@ def _newton_obstacle(compiled: CompiledModel, options: ProxALOptions, proximal: 
 
 
 def _client_factories(compiled: CompiledModel, options: ProxALOptions, rhos, proximal):
-    n = compiled.n_clients
+    """Each client half, built where it runs from its own program and the options (those
+    that travel: no callback)."""
     x0 = starting_point(compiled, options.w0, options.random_state)
-    layout = compiled.layout
+    layout, metric = compiled.layout, penalty_metric(compiled, options)
+    client_options = options.for_clients(w0=None, random_state=None)  # (theta0 below)
     return {
         c.name: EndpointFactory(
             ProxALClient,
-            (
-                c,
-                options.beta,
-                rhos[c.name],
-                n,
-                proximal,
-                options.mu0,
-                options.solver,
-                options.max_local_iter,
+            (c, client_options, rhos[c.name], compiled.n_clients, proximal),
+            {
                 # the client's own block of the starting point (its own variables)
-                x0[layout.indices(layout.owned_by(c.name))] if layout.has_owned else None,
-                _balancing(options),
-                float(options.relaxation),
-                0 if layout.has_owned else int(options.anderson),
-                0 if (layout.has_owned or not proximal) else int(options.outer_anderson),
-                options.prox_beta,
-                penalty_metric(compiled, options),
-                float(options.metric_floor),
-                float(options.metric_refresh),
-            ),
+                "theta0": (
+                    x0[layout.indices(layout.owned_by(c.name))] if layout.has_owned else None
+                ),
+                "metric": metric,
+            },
         )
         for c in compiled.clients
     }
@@ -952,7 +935,6 @@ def run_prox_al(
     names = [c.name for c in compiled.clients]
     mode, note = inner_solver(compiled, options, proximal)
     options.resolve_inner(mode)
-    options.validate(names)
     rhos = options.rho_per_client(names)
     x0 = starting_point(compiled, options.w0, options.random_state)
     server = ProxALServer(

@@ -141,7 +141,6 @@ class LearningOptions(RuntimeOptions):
         v = self.eval_every
         if isinstance(v, bool) or not isinstance(v, (int, np.integer)) or v < 0:
             raise ModelError(f"eval_every must be an integer >= 0, got {v!r}")
-        self.validate_runtime()
 
     def to_dict(self) -> dict[str, Any]:
         out = {}
@@ -186,7 +185,7 @@ class SSCAOptions(LearningOptions):
     server_solver: str = "auto"
     check_schedules: str = stop_only("report")
 
-    def validate(self) -> None:
+    def validate(self, problem: Any = None, method: str = "ssca") -> None:
         self.validate_common()
         self.rho = Schedule.of(self.rho, "rho")
         self.gamma = Schedule.of(self.gamma, "gamma")
@@ -227,7 +226,7 @@ class SGDOptions(LearningOptions):
     momentum: float = 0.1
     local_steps: int = 1
 
-    def validate(self) -> None:
+    def validate(self, problem: Any = None, method: str = "fedsgd") -> None:
         self.validate_common()
         self.lr = Schedule.of(self.lr, "lr")
         if not 0 <= float(self.momentum) < 1:

@@ -127,8 +127,8 @@ class FairVFLOptions(RuntimeOptions):
         """The driver's feasibility tolerance: ``kkt_tol``."""
         return float(self.kkt_tol)
 
-    def validate(self, K: int) -> None:
-        self.validate_runtime()
+    def validate(self, problem, method: str) -> None:
+        K = problem.K
         if self.eps < 0:
             raise ModelError(f"eps must be >= 0, got {self.eps}")
         if self.c < 0 or self.eta <= 0 or self.beta <= 0:
