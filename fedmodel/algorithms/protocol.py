@@ -33,6 +33,8 @@ its own data) and the :class:`~fedmodel.result.Result`.
 
 from __future__ import annotations
 
+import functools
+import inspect
 import time
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
@@ -153,15 +155,47 @@ class ClientHalf(DeclaredState):
 
     # -- messages ----------------------------------------------------------------------------
     def handle(self, msg: Message) -> Any:
+        """Dispatch ``msg`` to the handler of its kind, ``_on_<kind>(**payload)`` (with
+        ``sender=`` when the handler takes it: peer messages), after checking the kind and
+        the payload's field names against the declared table (``messages``): an unknown
+        kind, a missing required field or an undeclared one is a ValueError naming the
+        party, the kind and the field."""
         t0 = time.perf_counter()
-        handler = getattr(self, f"_on_{msg.kind}", None)
+        handler, takes_sender = _handler(type(self), msg.kind)
         if handler is None:
             raise ValueError(f"party {self.name!r} got unknown message kind {msg.kind!r}")
-        out = handler(**msg.payload)
+        if self.messages is not None:
+            self._check_request(msg)
+        if takes_sender:
+            out = handler(self, sender=msg.sender, **msg.payload)
+        else:
+            out = handler(self, **msg.payload)
         self.stats["seconds"] += time.perf_counter() - t0
         if msg.channel == "local" or msg.sender != SERVER:
             return out
         return Message(msg.kind + "_reply", self.name, SERVER, out, msg.round, msg.channel)
+
+    def _check_request(self, msg: Message) -> None:
+        """The payload's field names against the kind's declared request fields."""
+        table = self.messages
+        if msg.kind not in table:
+            raise ValueError(
+                f"party {self.name!r} got message kind {msg.kind!r}, which its method's "
+                f"message table {table.family!r} does not declare"
+            )
+        declared = table[msg.kind].request
+        payload = msg.payload
+        for name in payload:
+            if name not in declared:
+                raise ValueError(
+                    f"party {self.name!r} got message {msg.kind!r} with the undeclared field "
+                    f"{name!r} (declared: {sorted(declared)})"
+                )
+        for name, spec in declared.items():
+            if spec.required and name not in payload:
+                raise ValueError(
+                    f"party {self.name!r} got message {msg.kind!r} without its field {name!r}"
+                )
 
     # -- state -------------------------------------------------------------------------------
     def get_state(self) -> dict:
@@ -202,6 +236,16 @@ class ClientHalf(DeclaredState):
         if cone is not None:
             out["cone"] = np.array(cone)
         return out
+
+
+@functools.cache
+def _handler(cls: type, kind: str) -> tuple[Any, bool]:
+    """The handler of message ``kind`` on class ``cls`` (``_on_<kind>``, None when there is
+    none) and whether it takes the sender."""
+    fn = getattr(cls, f"_on_{kind}", None)
+    if fn is None:
+        return None, False
+    return fn, "sender" in inspect.signature(fn).parameters
 
 
 @dataclass

@@ -120,11 +120,9 @@ class DGDNode(ClientHalf):
         self.last_move = np.inf
         self.last_w: np.ndarray | None = None
 
-    def handle(self, msg):
-        if msg.kind == "dgd_x":
-            self.nbr[msg.sender] = np.asarray(msg.payload["x"], dtype=float)
-            return None
-        return super().handle(msg)
+    def _on_dgd_x(self, x, sender):
+        """A neighbour's iterate."""
+        self.nbr[sender] = np.asarray(x, dtype=float)
 
     def _on_dgd_send(self):
         for j in self.neighbours:

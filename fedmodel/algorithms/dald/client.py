@@ -37,8 +37,6 @@ kind             payload                                 effect
 
 from __future__ import annotations
 
-import time
-
 import numpy as np
 
 from fedmodel.algorithms.common import evaluation_payload, penalty_multipliers
@@ -48,7 +46,6 @@ from fedmodel.algorithms.dald.options import DALDOptions, InnerRule, PenaltySche
 from fedmodel.algorithms.protocol import ClientHalf
 from fedmodel.compiler.partition import PartyProgram
 from fedmodel.compiler.regularizer import Regularizer
-from fedmodel.runtime.messages import Message
 from fedmodel.runtime.wire import register_wire_type
 
 # decisions of the dald-dc root (and of the dald-cc server)
@@ -278,16 +275,12 @@ class DALDDCNode(ClientHalf):
             self.runtime.send_peer(self.name, j, "dc_x", payload)
         return None
 
-    def handle(self, msg: Message):
-        if msg.kind == "dc_x":
-            t0 = time.perf_counter()
-            self.nbr[msg.sender] = np.asarray(msg.payload["x"], dtype=float)
-            res = msg.payload.get("res")
-            if res is not None:
-                self.gathered = np.maximum(self.gathered, res)
-            self.stats["seconds"] += time.perf_counter() - t0
-            return None
-        return super().handle(msg)
+    def _on_dc_x(self, x, sender, res=None):
+        """A neighbour's iterate (and, on the way up, its gathered residuals)."""
+        self.nbr[sender] = np.asarray(x, dtype=float)
+        if res is not None:
+            self.gathered = np.maximum(self.gathered, res)
+        return None
 
     def _on_dc_relay(self):
         self.gathered = np.maximum(self.gathered, self._own_residuals())

@@ -59,6 +59,7 @@ DALD = MessageTable(
         MessageSpec(
             "dc_decide",
             direction="local",
+            request={"full": Field((), dtype="bool", required=False)},  # a full sweep ended
             reply={
                 "d": Field((), dtype="int"),
                 "D": Field(()),
