@@ -96,8 +96,18 @@ RUNTIME_OPTIONS_DOC = """
 """
 
 
-def positive(name: str, value: Any) -> None:
-    """Refuse ``value`` unless it is a finite real number > 0 (not a string, not a bool)."""
+def positive(name: str, value: Any, method: str | None = None) -> None:
+    """Refuse ``value`` unless it is a finite real number > 0 (not a string, not a bool);
+    the error names the option (and the method, when given).
+
+    Examples
+    --------
+    >>> positive("step", 0.5)
+    >>> positive("step", 0, method="fedavg")
+    Traceback (most recent call last):
+    ...
+    fedmodel.errors.ModelError: fedavg: step must be a positive number, got 0
+    """
     ok = (
         isinstance(value, (int, float, np.integer, np.floating))
         and not isinstance(value, (bool, np.bool_))
@@ -105,10 +115,11 @@ def positive(name: str, value: Any) -> None:
         and float(value) > 0
     )
     if not ok:
-        raise ModelError(f"{name} must be a positive number, got {value!r}")
+        where = f"{method}: " if method else ""
+        raise ModelError(f"{where}{name} must be a positive number, got {value!r}")
 
 
-def whole_number(name: str, value: Any, minimum: int = 1) -> None:
+def whole_number(name: str, value: Any, minimum: int = 1, method: str | None = None) -> None:
     """Refuse ``value`` unless it is an integer (not a bool) of at least ``minimum``.
 
     Examples
@@ -120,7 +131,8 @@ def whole_number(name: str, value: Any, minimum: int = 1) -> None:
     fedmodel.errors.ModelError: max_outer must be an integer >= 1, got 2.5
     """
     if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < minimum:
-        raise ModelError(f"{name} must be an integer >= {minimum}, got {value!r}")
+        where = f"{method}: " if method else ""
+        raise ModelError(f"{where}{name} must be an integer >= {minimum}, got {value!r}")
 
 
 def stop_only(default: Any = MISSING, *, default_factory: Any = MISSING) -> Any:

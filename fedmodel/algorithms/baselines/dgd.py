@@ -14,14 +14,12 @@ from typing import Any
 import numpy as np
 
 from fedmodel.algorithms.baselines.common import (
-    _int_at_least_1,
     _local,
-    _positive,
     _status,
 )
 from fedmodel.algorithms.baselines.messages import BASELINES
 from fedmodel.algorithms.common import (
-    evaluation_payload,
+    PenaltyClient,
     penalty_multipliers,
     starting_point,
 )
@@ -29,8 +27,8 @@ from fedmodel.algorithms.dald.local import scaled_regularizer
 from fedmodel.algorithms.dald.options import check_constraints
 from fedmodel.algorithms.dald.topology import SERVER, metropolis_weights, topology_graph
 from fedmodel.algorithms.driver import run_federated
-from fedmodel.algorithms.options import RuntimeOptions, stop_only
-from fedmodel.algorithms.protocol import ClientHalf, ServerHalf, StepReport
+from fedmodel.algorithms.options import RuntimeOptions, positive, stop_only, whole_number
+from fedmodel.algorithms.protocol import ServerHalf, StepReport
 from fedmodel.compiler.partition import CompiledModel
 from fedmodel.compiler.regularizer import Regularizer
 from fedmodel.errors import ModelError, UnsupportedError
@@ -78,11 +76,11 @@ class DGDOptions(RuntimeOptions):
     snapshot_iterations: Any = ()
 
     def validate(self, compiled: CompiledModel, method: str) -> None:
-        _int_at_least_1(method, "max_rounds", self.max_rounds)
+        whole_number("max_rounds", self.max_rounds, method=method)
         for name in ("step", "tol", "penalty"):
             if getattr(self, name) is not None:
-                _positive(method, name, getattr(self, name))
-        _positive(method, "eps", self.eps)
+                positive(name, getattr(self, name), method=method)
+        positive("eps", self.eps, method=method)
         if not (np.isfinite(self.step_decay) and self.step_decay >= 0):
             raise ModelError(f"{method}: step_decay must be >= 0, got {self.step_decay!r}")
         check_constraints(compiled, method, self.penalty)
@@ -97,7 +95,7 @@ class DGDOptions(RuntimeOptions):
 
 
 @register_wire_type("dgd.node")
-class DGDNode(ClientHalf):
+class DGDNode(PenaltyClient):
     """Node of dgd: keeps ``x_i`` and its neighbours' last iterates."""
 
     messages = BASELINES
@@ -145,19 +143,6 @@ class DGDNode(ClientHalf):
 
     def _on_state(self):
         return {"x": self.x.copy(), "move": self.last_move}
-
-    def multipliers(self):
-        """The multipliers the quadratic penalty implies at the last evaluated model."""
-        if self.last_w is None:
-            return super().multipliers()
-        return penalty_multipliers(self.program, self.last_w, self.penalty)
-
-    def _on_evaluate(self, w):
-        self.last_w = np.asarray(w, dtype=float)
-        return evaluation_payload(self.program, self.last_w, self.penalty)
-
-    def _on_snapshot(self):
-        return {"x": self.x.copy()}
 
     def _on_report(self):
         return {

@@ -34,23 +34,21 @@ from typing import Any
 import numpy as np
 
 from fedmodel.algorithms.baselines.common import (
-    _int_at_least_1,
     _local,
-    _positive,
     _sample_count,
     _status,
 )
 from fedmodel.algorithms.baselines.messages import BASELINES
 from fedmodel.algorithms.common import (
-    evaluation_payload,
+    PenaltyClient,
     penalty_multipliers,
     starting_point,
 )
 from fedmodel.algorithms.dald.local import LOCAL_SOLVERS, scaled_regularizer
 from fedmodel.algorithms.dald.options import check_constraints
 from fedmodel.algorithms.driver import run_federated
-from fedmodel.algorithms.options import RuntimeOptions, stop_only
-from fedmodel.algorithms.protocol import ClientHalf, ServerHalf, StepReport
+from fedmodel.algorithms.options import RuntimeOptions, positive, stop_only, whole_number
+from fedmodel.algorithms.protocol import ServerHalf, StepReport
 from fedmodel.compiler.partition import CompiledModel, PartyProgram
 from fedmodel.compiler.regularizer import Regularizer
 from fedmodel.errors import ModelError, UnsupportedError
@@ -115,14 +113,14 @@ class FedAvgOptions(RuntimeOptions):
             raise ModelError(
                 f"{method}: local_start must be 'global' or 'previous', got {self.local_start!r}"
             )
-        _int_at_least_1(method, "local_steps", self.local_steps)
-        _int_at_least_1(method, "max_rounds", self.max_rounds)
-        _int_at_least_1(method, "local_max_iter", self.local_max_iter)
-        _positive(method, "tol", self.tol)
-        _positive(method, "eps", self.eps)
+        whole_number("local_steps", self.local_steps, method=method)
+        whole_number("max_rounds", self.max_rounds, method=method)
+        whole_number("local_max_iter", self.local_max_iter, method=method)
+        positive("tol", self.tol, method=method)
+        positive("eps", self.eps, method=method)
         for name in ("step", "local_tol", "penalty"):
             if getattr(self, name) is not None and getattr(self, name) != "backtracking":
-                _positive(method, name, getattr(self, name))
+                positive(name, getattr(self, name), method=method)
         if self.local_solver == "bfgs" and not (
             compiled.regularizer.is_zero or compiled.regularizer.is_smooth
         ):
@@ -141,7 +139,7 @@ class FedAvgOptions(RuntimeOptions):
                     f"unknown {unknown}"
                 )
             for n in names:
-                _positive(method, f"weight of '{n}'", w[n])
+                positive(f"weight of '{n}'", w[n], method=method)
         elif w not in ("samples", "uniform"):
             raise ModelError(f"{method}: weights must be 'samples', 'uniform' or a dict, got {w!r}")
         check_constraints(compiled, method, self.penalty)
@@ -175,11 +173,11 @@ class FedProxOptions(FedAvgOptions):
 
     def validate(self, compiled: CompiledModel, method: str) -> None:
         super().validate(compiled, method)
-        _positive(method, "prox_coef", self.prox_coef)
+        positive("prox_coef", self.prox_coef, method=method)
 
 
 @register_wire_type("fedavg.client")
-class FedClient(ClientHalf):
+class FedClient(PenaltyClient):
     """Client of fedavg / fedprox: local training from the global model."""
 
     messages = BASELINES
@@ -198,12 +196,6 @@ class FedClient(ClientHalf):
         self.x: np.ndarray | None = None
         self.last_w: np.ndarray | None = None
 
-    def multipliers(self):
-        """The multipliers the quadratic penalty implies at the last evaluated model."""
-        if self.last_w is None:
-            return super().multipliers()
-        return penalty_multipliers(self.program, self.last_w, self.penalty)
-
     def _on_samples(self):
         return {"n": float(_sample_count(self.program))}
 
@@ -213,13 +205,6 @@ class FedClient(ClientHalf):
         start = x_hat if (self.x is None or self.local_start == "global") else self.x
         self.x = self.local.solve(start.copy())
         return {"x": self.x}
-
-    def _on_evaluate(self, w):
-        self.last_w = np.asarray(w, dtype=float)
-        return evaluation_payload(self.program, self.last_w, self.penalty)
-
-    def _on_snapshot(self):
-        return {"x": None if self.x is None else self.x.copy()}
 
     def _on_report(self):
         return {
