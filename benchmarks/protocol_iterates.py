@@ -23,10 +23,8 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."
 
 
 def _cases():
-    import cvxpy as cp
-    from problems import fairness_test_model, lcqp_test_model, np_model
+    from problems import fairness_test_model, lcqp_test_model, least_squares_model, np_model
 
-    import fedmodel as fm
     from fedmodel.datasets import load_breast_cancer, split_by_class, split_stratified
     from fedmodel.models import neyman_pearson_model
 
@@ -39,17 +37,7 @@ def _cases():
         return neyman_pearson_model(sites, r=0.3)
 
     def least_squares(n=3, d=4, seed=0):
-        rng = np.random.default_rng(seed)
-        w_true = rng.normal(size=d)
-        model = fm.Model("ls")
-        w = model.variable(d, name="w")
-        for k in range(n):
-            A = rng.normal(size=(20, d))
-            b = A @ w_true + 0.1 * rng.normal(size=20)
-            site = model.client(f"site{k}")
-            site.minimize(cp.sum_squares(site.data(A, name="A") @ w - site.data(b, name="b")) / 40)
-        model.regularize(1e-2 * cp.sum_squares(w))
-        return model
+        return least_squares_model(n, d, seed)
 
     yield "demo prox-al", lambda: demo().solve("prox-al", eps=1e-3)
     yield "np prox-al adaptive", lambda: np_model(3).solve("prox-al", eps=1e-4)

@@ -5,9 +5,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-import cvxpy as cp
 import numpy as np
 import pytest
+from problems import least_squares_model
 
 import fedmodel as fm
 from fedmodel.algorithms.baselines.fedavg import FedAvgOptions, run_fedavg
@@ -22,21 +22,6 @@ from fedmodel.runtime.endpoints import EndpointFactory
 from fedmodel.runtime.faults import Fault
 from fedmodel.runtime.messages import Message
 from fedmodel.runtime.schema import Field, MessageSpec, MessageTable
-
-
-def least_squares_model(n_clients=3, d=4, seed=0):
-    rng = np.random.default_rng(seed)
-    w_true = rng.normal(size=d)
-    model = fm.Model("ls")
-    w = model.variable(d, name="w")
-    for k in range(n_clients):
-        A = rng.normal(size=(20, d))
-        b = A @ w_true + 0.1 * rng.normal(size=20)
-        site = model.client(f"site{k}")
-        site.minimize(cp.sum_squares(site.data(A, name="A") @ w - site.data(b, name="b")) / 40)
-    model.regularize(1e-2 * cp.sum_squares(w))
-    return model
-
 
 # -- a new method in a few lines: gradient descent with exact averaging ------------------------
 # (the whole method, from TOY to the registration in the test, is the walkthrough of
@@ -60,9 +45,7 @@ TOY = MessageTable(
 class GradientOptions(RuntimeOptions):
     step: float = 0.1
     max_steps: int = stop_only(2000)  # a cap: a resumed run may go further
-    eps: float = stop_only(1e-6)  # the certificate's tolerance
-
-    eps1 = eps2 = property(lambda self: self.eps)
+    eps: float = stop_only(1e-6)  # the certificate's tolerance (eps1 = eps2 = eps)
 
     def validate(self, compiled, method):
         positive("step", self.step)

@@ -10,7 +10,7 @@ import dataclasses
 
 import numpy as np
 import pytest
-from test_protocol import least_squares_model
+from problems import least_squares_model
 from test_ssca_methods import feature_model, sample_model
 from test_vfl import small_problem
 

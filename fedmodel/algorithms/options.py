@@ -250,6 +250,17 @@ class RuntimeOptions:
     resume: Any = stop_only(None)
     keep_ledger: bool = stop_only(True)
 
+    @property
+    def eps1(self) -> float:
+        """The certificate's stationarity tolerance (``eps``; a method with a pair of
+        tolerances defines its own)."""
+        return float(self.eps)
+
+    @property
+    def eps2(self) -> float:
+        """The certificate's feasibility tolerance (``eps``)."""
+        return float(self.eps)
+
     def for_clients(self, **changes: Any):
         """These options as they travel to where the clients run: no callback and no
         Flower grid (objects of the coordinator's process), with ``changes`` applied."""

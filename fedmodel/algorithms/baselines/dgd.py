@@ -85,14 +85,6 @@ class DGDOptions(RuntimeOptions):
             raise ModelError(f"{method}: step_decay must be >= 0, got {self.step_decay!r}")
         check_constraints(compiled, method, self.penalty)
 
-    @property
-    def eps1(self) -> float:
-        return float(self.eps)
-
-    @property
-    def eps2(self) -> float:
-        return float(self.eps)
-
 
 @register_wire_type("dgd.node")
 class DGDNode(PenaltyClient):

@@ -144,14 +144,6 @@ class FedAvgOptions(RuntimeOptions):
             raise ModelError(f"{method}: weights must be 'samples', 'uniform' or a dict, got {w!r}")
         check_constraints(compiled, method, self.penalty)
 
-    @property
-    def eps1(self) -> float:
-        return float(self.eps)
-
-    @property
-    def eps2(self) -> float:
-        return float(self.eps)
-
 
 @register_wire_type("fedprox.options")
 @dataclass

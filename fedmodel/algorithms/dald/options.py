@@ -181,14 +181,6 @@ class DALDOptions(RuntimeOptions):
             raise ModelError(f"{method}: snapshot_iterations must be >= 1")
         check_constraints(compiled, method, self.penalty)
 
-    @property
-    def eps1(self) -> float:
-        return float(self.eps)
-
-    @property
-    def eps2(self) -> float:
-        return float(self.eps)
-
     def coordination_check(self, nodes: list[str]) -> None:
         validate_coordination(self.coordination, nodes, self.fraction, self.dropout)
 
