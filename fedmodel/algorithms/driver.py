@@ -38,6 +38,7 @@ from fedmodel.algorithms.common import (
     split_multipliers,
 )
 from fedmodel.algorithms.messages import reply_checker
+from fedmodel.algorithms.options import resume_key
 from fedmodel.algorithms.protocol import ServerHalf, StepReport
 from fedmodel.certificate.kkt import KKTResiduals, assemble, party_evaluation
 from fedmodel.compiler.fingerprint import model_fingerprint
@@ -115,7 +116,8 @@ def run_federated(
     t_start = time.perf_counter()
     options.validate_runtime()
     fingerprint = model_fingerprint(compiled) if compiled is not None else server.fingerprint()
-    resume_key = server.resume_key()
+    # every option not declared stop-only (algorithms/options.py)
+    key = resume_key(options)
     resumed = manifest = None
     if options.resume is not None:  # check before starting any worker
         manifest = read_manifest(options.resume)
@@ -123,7 +125,7 @@ def run_federated(
             manifest,
             method=method,
             model=fingerprint,
-            options=resume_key,
+            options=key,
             where=os.fspath(options.resume),
         )
         resumed = read_server_state(options.resume, manifest)
@@ -158,7 +160,7 @@ def run_federated(
             # the run so far, then what this runtime recorded on starting (Flower: hello)
             runtime.ledger.rows = list(resumed["ledger"]) + runtime.ledger.rows
             runtime.client_seconds.update(resumed["client_seconds"])
-        run = _Run(compiled, options, method, server, runtime, fingerprint, resume_key)
+        run = _Run(compiled, options, method, server, runtime, fingerprint, key)
         run.compile_seconds = time.perf_counter() - t_start
         with runtime.deferred_interrupts():
             return run.solve(start)

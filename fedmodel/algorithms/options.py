@@ -19,6 +19,7 @@ from typing import Any
 import numpy as np
 
 from fedmodel.errors import ModelError
+from fedmodel.runtime.plaincodec import plain
 
 # The runtime options' documentation, appended to every federated method's options docstring.
 RUNTIME_OPTIONS_DOC = """
@@ -184,20 +185,15 @@ def resume_value(value: Any) -> Any:
     schedule) field by field, a graph (an object with ``nodes`` and ``edges``) as its sorted
     nodes and edges; a function by its name and another object by its type (compared by
     name only: keep such options plain)."""
-    if value is None or isinstance(value, (bool, int, float, str)):
-        return value
-    if isinstance(value, (np.bool_, np.integer, np.floating)):
-        return value.item()
-    if isinstance(value, np.ndarray):
-        return resume_value(value.tolist())
-    if isinstance(value, dict):
-        return {str(k): resume_value(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [resume_value(v) for v in value]
+    return plain(value, _resume_object)
+
+
+def _resume_object(value: Any) -> Any:
+    """An option's value that is not a plain value or a container of them, for the key."""
     if dataclasses.is_dataclass(value) and not isinstance(value, type):  # e.g. a schedule
         return {
             "type": type(value).__qualname__,
-            **{f.name: resume_value(getattr(value, f.name)) for f in fields(value)},
+            **{f.name: getattr(value, f.name) for f in fields(value)},
         }
     if hasattr(value, "nodes") and hasattr(value, "edges"):  # a networkx graph
         return {

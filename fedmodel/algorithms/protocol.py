@@ -42,7 +42,6 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from fedmodel.algorithms.options import resume_key
 from fedmodel.certificate.kkt import party_evaluation
 from fedmodel.compiler.partition import PartyProgram
 from fedmodel.runtime.endpoints import copy_state
@@ -351,12 +350,6 @@ class ServerHalf(DeclaredState, ABC):
         if table is None or table.option_dims is None:
             return {}
         return table.option_dims(self.options)
-
-    def resume_key(self) -> dict:
-        """The options (by name) a checkpoint must have been written with to resume: every
-        field of the options dataclass not declared ``stop_only``
-        (:func:`fedmodel.algorithms.options.resume_key`)."""
-        return resume_key(self.options)
 
     def round_counts(self) -> dict[str, int]:
         """Counts for ``res.rounds`` besides ``outer`` (steps) and ``communication``."""
