@@ -277,3 +277,23 @@ def test_peer_to_peer_methods_run_on_the_driver_on_every_backend_and_resume(tmp_
     resumed = model.solve(method, resume=ck, **kw)
     assert np.array_equal(resumed.x, serial.x)
     assert resumed.rounds == serial.rounds
+
+
+def test_declared_state_is_restored_as_a_copy_and_a_missing_field_is_named():
+    compiled = least_squares_model(2).compile()
+    server = GradientServer(compiled, GradientOptions())
+    saved = {"x": np.arange(4.0)}
+    server.set_state(saved)
+    server.x[0] = 9.0  # the server's array is its own: the saved state is untouched
+    assert saved["x"][0] == 0.0 and server.get_state()["x"][0] == 9.0
+    with pytest.raises(
+        ValueError, match=r"GradientServer: .* lacks the declared field\(s\) \['x'\]"
+    ):
+        server.set_state({})
+    client = GradientClient(compiled.clients[0], GradientOptions())
+    client.handle(Message("gradient", "server", "site0", {"w": np.zeros(4)}, 1))
+    state = client.get_state()
+    assert state["calls"] == 1 and state["stats"]["seconds"] > 0
+    client.handle(Message("gradient", "server", "site0", {"w": np.zeros(4)}, 2))
+    client.set_state(state)
+    assert client.calls == 1
