@@ -9,6 +9,7 @@ from typing import Any
 import numpy as np
 
 from fedmodel.certificate.kkt import KKTResiduals
+from fedmodel.runtime.plaincodec import plain
 
 STATUSES = (
     "optimal",  # the KKT tolerance was met
@@ -273,21 +274,7 @@ class Result:
 
 
 def _jsonable(obj: Any) -> Any:
-    if isinstance(obj, dict):
-        return {str(k): _jsonable(v) for k, v in obj.items()}
-    if isinstance(obj, (list, tuple)):
-        return [_jsonable(v) for v in obj]
-    if isinstance(obj, np.ndarray):
-        return _jsonable(obj.tolist())
-    if isinstance(obj, (np.floating, float)):
-        f = float(obj)
-        return f if np.isfinite(f) else str(f)
-    if isinstance(obj, (np.integer,)):
-        return int(obj)
-    if isinstance(obj, (np.bool_,)):
-        return bool(obj)
-    if isinstance(obj, (str, int, bool)) or obj is None:
-        return obj
-    if hasattr(obj, "to_dict"):
-        return _jsonable(obj.to_dict())
-    return str(obj)
+    """``obj`` as plain JSON values (:func:`fedmodel.runtime.plaincodec.plain`: a
+    non-finite number as its text); an object with ``to_dict`` through it, another by its
+    text."""
+    return plain(obj, lambda o: o.to_dict() if hasattr(o, "to_dict") else str(o))

@@ -7,7 +7,23 @@ import textwrap
 import cvxpy as cp
 import numpy as np
 
+import fedmodel as fm
 from fedmodel.models import fairness_model, lcqp_instance, lcqp_model, neyman_pearson_model
+
+
+def least_squares_model(n_clients=3, d=4, seed=0):
+    """A ridge-regularised least-squares model over ``n_clients`` sites (20 rows each)."""
+    rng = np.random.default_rng(seed)
+    w_true = rng.normal(size=d)
+    model = fm.Model("ls")
+    w = model.variable(d, name="w")
+    for k in range(n_clients):
+        A = rng.normal(size=(20, d))
+        b = A @ w_true + 0.1 * rng.normal(size=20)
+        site = model.client(f"site{k}")
+        site.minimize(cp.sum_squares(site.data(A, name="A") @ w - site.data(b, name="b")) / 40)
+    model.regularize(1e-2 * cp.sum_squares(w))
+    return model
 
 
 def np_sites(n: int, d: int = 4, m0: int = 60, m1: int = 30, seed: int = 0):

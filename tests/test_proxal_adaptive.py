@@ -85,7 +85,8 @@ def test_safeguard_rejects_an_accelerated_input_whose_residual_grew():
 
 def test_residual_balancing_moves_rho_towards_the_larger_residual():
     compiled = lcqp_test_model(2).compile()
-    client = ProxALClient(compiled.clients[0], 10.0, 1.0, 2, balancing=(10.0, 2.0, 3))
+    options = ProxALOptions(beta=10.0, adaptive_rho=True, rb_ratio=10.0, rb_factor=2.0, rb_rounds=3)
+    client = ProxALClient(compiled.clients[0], options, rho=1.0, n_clients=2)
     client.w_last = np.zeros(client.ns)
     w = np.full(client.ns, 1e-3)  # small change of w: small dual residual
     client.balance(w + 1.0, w)  # large primal residual: rho grows
@@ -287,7 +288,7 @@ def test_a_monitor_stop_at_a_certified_point_is_optimal():
 
     compiled = lcqp_test_model(2).compile()
     opts = ProxALOptions(eps=1e-3)
-    opts.validate([c.name for c in compiled.clients])
+    opts.validate(compiled, "prox-al")
     server = ProxALServer(compiled.server, compiled.regularizer, {"client1": 1.0, "client2": 1.0},
                           2, opts, x0=np.zeros(compiled.layout.size))  # fmt: skip
     good = KKTResiduals(stationarity=1e-4, feasibility=1e-5)

@@ -7,6 +7,7 @@ from typing import Any
 
 import numpy as np
 
+from fedmodel.algorithms.protocol import ClientHalf
 from fedmodel.certificate.kkt import KKTResiduals, assemble, party_evaluation
 from fedmodel.compiler.partition import CompiledModel, PartyProgram
 from fedmodel.errors import ModelError
@@ -235,3 +236,31 @@ def evaluation_payload(program: PartyProgram, x: np.ndarray, penalty: float | No
 def pooled_certificate(compiled: CompiledModel, reports: dict[str, dict], x: np.ndarray):
     """KKT residuals of the original (pooled) model at ``x`` from the parties' reports."""
     return assemble(reports, compiled.regularizer, x, compiled.nonconvex)
+
+
+class PenaltyClient(ClientHalf):
+    """Base of the client halves of the methods that treat constraints by the quadratic
+    penalty (``penalty=beta``: dald-cc, dald-dc, fedavg, fedprox, dgd): their multipliers
+    are the penalty's at the last evaluated point ``last_w``, their ``evaluate`` reply adds
+    them (``mu_c``, ``nu_c``), and ``snapshot`` returns the local model ``x``.
+
+    Subclasses set ``penalty``, ``last_w`` (None) and ``x`` in their constructor and keep
+    ``last_w`` in their ``state_fields``.
+    """
+
+    penalty: float | None = None
+    last_w: np.ndarray | None = None
+    x: np.ndarray | None = None
+
+    def multipliers(self) -> tuple[np.ndarray, np.ndarray]:
+        """The multipliers the quadratic penalty implies at the last evaluated model."""
+        if self.last_w is None:
+            return super().multipliers()
+        return penalty_multipliers(self.program, self.last_w, self.penalty)
+
+    def _on_evaluate(self, w):
+        self.last_w = np.asarray(w, dtype=float)
+        return evaluation_payload(self.program, self.last_w, self.penalty)
+
+    def _on_snapshot(self):
+        return {"x": None if self.x is None else self.x.copy()}

@@ -38,6 +38,7 @@ from fedmodel.algorithms.common import (
     split_multipliers,
 )
 from fedmodel.algorithms.messages import reply_checker
+from fedmodel.algorithms.options import resume_key
 from fedmodel.algorithms.protocol import ServerHalf, StepReport
 from fedmodel.certificate.kkt import KKTResiduals, assemble, party_evaluation
 from fedmodel.compiler.fingerprint import model_fingerprint
@@ -49,7 +50,7 @@ from fedmodel.runtime.checkpoint import (
     read_server_state,
     write_checkpoint,
 )
-from fedmodel.runtime.endpoints import EndpointFactory
+from fedmodel.runtime.endpoints import EndpointFactory, copy_state
 from fedmodel.runtime.factory import make_runtime
 from fedmodel.runtime.faults import inject_faults
 from fedmodel.runtime.messages import CountingLedger, communication_totals
@@ -113,8 +114,10 @@ def run_federated(
     :class:`~fedmodel.algorithms.protocol.ServerHalf`).
     """
     t_start = time.perf_counter()
+    options.validate_runtime()
     fingerprint = model_fingerprint(compiled) if compiled is not None else server.fingerprint()
-    resume_key = server.resume_key()
+    # every option not declared stop-only (algorithms/options.py)
+    key = resume_key(options)
     resumed = manifest = None
     if options.resume is not None:  # check before starting any worker
         manifest = read_manifest(options.resume)
@@ -122,7 +125,7 @@ def run_federated(
             manifest,
             method=method,
             model=fingerprint,
-            options=resume_key,
+            options=key,
             where=os.fspath(options.resume),
         )
         resumed = read_server_state(options.resume, manifest)
@@ -157,7 +160,7 @@ def run_federated(
             # the run so far, then what this runtime recorded on starting (Flower: hello)
             runtime.ledger.rows = list(resumed["ledger"]) + runtime.ledger.rows
             runtime.client_seconds.update(resumed["client_seconds"])
-        run = _Run(compiled, options, method, server, runtime, fingerprint, resume_key)
+        run = _Run(compiled, options, method, server, runtime, fingerprint, key)
         run.compile_seconds = time.perf_counter() - t_start
         with runtime.deferred_interrupts():
             return run.solve(start)
@@ -202,7 +205,7 @@ class _Run:
                 self.last_eval_k,
                 rt.round,
                 len(rt.ledger.rows),
-                self.server.get_state(),
+                copy_state(self.server.get_state()),
             )
 
     def quiesce(self) -> None:

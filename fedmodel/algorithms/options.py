@@ -1,16 +1,25 @@
-"""Option helpers shared by every method: validation of numbers and building an options
-dataclass from ``model.solve(**options)`` with a clear error for unknown names.
+"""Option helpers shared by every method: validation of numbers, building an options
+dataclass from ``model.solve(**options)`` with a clear error for unknown names, and the
+resume key of a checkpoint, derived from the options dataclass.
+
+Every option of a method is part of the key a checkpoint must match to be resumed, unless
+its field is declared :func:`stop_only`: an option that decides only when or where the run
+stops, where it runs, or what it reports (tolerances of a stopping test, iteration caps,
+time limits, callbacks, the backend, output), never the iterates. A new option is
+therefore safe by default: resuming with it changed is refused, naming it.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import os
-from dataclasses import dataclass, fields
+from dataclasses import MISSING, dataclass, field, fields
 from typing import Any
 
 import numpy as np
 
 from fedmodel.errors import ModelError
+from fedmodel.runtime.plaincodec import plain
 
 # The runtime options' documentation, appended to every federated method's options docstring.
 RUNTIME_OPTIONS_DOC = """
@@ -88,8 +97,18 @@ RUNTIME_OPTIONS_DOC = """
 """
 
 
-def positive(name: str, value: Any) -> None:
-    """Refuse ``value`` unless it is a finite real number > 0 (not a string, not a bool)."""
+def positive(name: str, value: Any, method: str | None = None) -> None:
+    """Refuse ``value`` unless it is a finite real number > 0 (not a string, not a bool);
+    the error names the option (and the method, when given).
+
+    Examples
+    --------
+    >>> positive("step", 0.5)
+    >>> positive("step", 0, method="fedavg")
+    Traceback (most recent call last):
+    ...
+    fedmodel.errors.ModelError: fedavg: step must be a positive number, got 0
+    """
     ok = (
         isinstance(value, (int, float, np.integer, np.floating))
         and not isinstance(value, (bool, np.bool_))
@@ -97,10 +116,11 @@ def positive(name: str, value: Any) -> None:
         and float(value) > 0
     )
     if not ok:
-        raise ModelError(f"{name} must be a positive number, got {value!r}")
+        where = f"{method}: " if method else ""
+        raise ModelError(f"{where}{name} must be a positive number, got {value!r}")
 
 
-def whole_number(name: str, value: Any, minimum: int = 1) -> None:
+def whole_number(name: str, value: Any, minimum: int = 1, method: str | None = None) -> None:
     """Refuse ``value`` unless it is an integer (not a bool) of at least ``minimum``.
 
     Examples
@@ -112,7 +132,78 @@ def whole_number(name: str, value: Any, minimum: int = 1) -> None:
     fedmodel.errors.ModelError: max_outer must be an integer >= 1, got 2.5
     """
     if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < minimum:
-        raise ModelError(f"{name} must be an integer >= {minimum}, got {value!r}")
+        where = f"{method}: " if method else ""
+        raise ModelError(f"{where}{name} must be an integer >= {minimum}, got {value!r}")
+
+
+def stop_only(default: Any = MISSING, *, default_factory: Any = MISSING) -> Any:
+    """A dataclass field that is not part of the resume key: changing it between a
+    checkpoint and its resume is allowed, because it never changes the iterates (a
+    tolerance of a stopping test, an iteration cap, a callback, where the parties run,
+    what is reported).
+
+    Examples
+    --------
+    >>> from dataclasses import dataclass
+    >>> @dataclass
+    ... class Opts:
+    ...     step: float = 0.1
+    ...     max_steps: int = stop_only(100)
+    >>> resume_key(Opts(step=0.5, max_steps=7))
+    {'step': 0.5}
+    """
+    return field(default=default, default_factory=default_factory, metadata={"stop_only": True})
+
+
+def is_stop_only(f) -> bool:
+    """Whether the dataclass field ``f`` is declared :func:`stop_only`."""
+    return bool(f.metadata.get("stop_only", False))
+
+
+def resume_key(options: Any) -> dict[str, Any]:
+    """The options a checkpoint must have been written with to be resumed: every field of
+    the options dataclass not declared :func:`stop_only`, by name, as plain values
+    (:func:`resume_value`).
+
+    Examples
+    --------
+    >>> from fedmodel.algorithms.baselines.fedavg import FedProxOptions
+    >>> key = resume_key(FedProxOptions(prox_coef=2.0, tol=1e-8))
+    >>> key["prox_coef"], "tol" in key
+    (2.0, False)
+    """
+    return {
+        f.name: resume_value(getattr(options, f.name))
+        for f in fields(options)
+        if not is_stop_only(f)
+    }
+
+
+def resume_value(value: Any) -> Any:
+    """``value`` as a plain value comparable across runs (JSON types): numpy arrays and
+    scalars as lists and numbers, dicts and sequences element-wise, a dataclass (a
+    schedule) field by field, a graph (an object with ``nodes`` and ``edges``) as its sorted
+    nodes and edges; a function by its name and another object by its type (compared by
+    name only: keep such options plain)."""
+    return plain(value, _resume_object)
+
+
+def _resume_object(value: Any) -> Any:
+    """An option's value that is not a plain value or a container of them, for the key."""
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):  # e.g. a schedule
+        return {
+            "type": type(value).__qualname__,
+            **{f.name: getattr(value, f.name) for f in fields(value)},
+        }
+    if hasattr(value, "nodes") and hasattr(value, "edges"):  # a networkx graph
+        return {
+            "nodes": sorted(str(n) for n in value.nodes),
+            "edges": sorted(sorted((str(a), str(b))) for a, b in value.edges),
+        }
+    if callable(value):
+        name = getattr(value, "__qualname__", type(value).__qualname__)
+        return f"<callable {getattr(value, '__module__', '')}.{name}>"
+    return f"<{type(value).__module__}.{type(value).__qualname__}>"
 
 
 def build_options(cls, options: dict[str, Any], method: str):
@@ -135,26 +226,51 @@ class RuntimeOptions:
     Attributes
     ----------"""
 
-    time_limit: float | None = None
-    history: bool = True
-    callback: Any = None
-    blas_threads: int | None = 1
-    backend: str = "serial"
-    workers: int | None = None
-    server_hosts_clients: bool = False
-    ray_address: str | None = None
-    ray_placement: dict | None = None
-    flower_grid: Any = None
-    client_timeout: float | None = None
-    on_failure: str = "stop"
-    retries: int = 2
-    checkpoint: Any = None
-    checkpoint_every: int = 1
-    resume: Any = None
-    keep_ledger: bool = True
+    # every runtime option is stop-only: every backend gives the same iterates, and a
+    # resumed run may run elsewhere, with other limits, history and checkpoints
+    time_limit: float | None = stop_only(None)
+    history: bool = stop_only(True)
+    callback: Any = stop_only(None)
+    blas_threads: int | None = stop_only(1)
+    backend: str = stop_only("serial")
+    workers: int | None = stop_only(None)
+    server_hosts_clients: bool = stop_only(False)
+    ray_address: str | None = stop_only(None)
+    ray_placement: dict | None = stop_only(None)
+    flower_grid: Any = stop_only(None)
+    client_timeout: float | None = stop_only(None)
+    on_failure: str = stop_only("stop")
+    retries: int = stop_only(2)
+    checkpoint: Any = stop_only(None)
+    checkpoint_every: int = stop_only(1)
+    resume: Any = stop_only(None)
+    keep_ledger: bool = stop_only(True)
+
+    @property
+    def eps1(self) -> float:
+        """The certificate's stationarity tolerance (``eps``; a method with a pair of
+        tolerances defines its own)."""
+        return float(self.eps)
+
+    @property
+    def eps2(self) -> float:
+        """The certificate's feasibility tolerance (``eps``)."""
+        return float(self.eps)
+
+    def for_clients(self, **changes: Any):
+        """These options as they travel to where the clients run: no callback and no
+        Flower grid (objects of the coordinator's process), with ``changes`` applied."""
+        return dataclasses.replace(self, callback=None, flower_grid=None, **changes)
+
+    def validate(self, problem: Any, method: str) -> None:
+        """Check the method's own options against the problem it is about to solve (the
+        compiled model; a vertical problem; a learning model), naming the option. Each
+        options class has this one check, called by the registry (``solve_model``; the
+        vertical and learning entry points for theirs); the runtime options are checked by
+        the driver (:meth:`validate_runtime`)."""
 
     def validate_runtime(self) -> None:
-        """Check the runtime, failure and checkpoint options."""
+        """Check the runtime, failure and checkpoint options (the driver calls it)."""
         from fedmodel.runtime.base import BACKENDS, ON_FAILURE
 
         if self.backend not in BACKENDS:

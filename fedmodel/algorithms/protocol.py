@@ -19,7 +19,7 @@ A method is four small pieces (a new method is a family folder and a registry li
            step = server.step(runtime, deadline)    # update: one iteration of the paper
            (history row, callback, time limit, checkpoint: the driver's business)
 
-   Everything the next step needs is in :meth:`ServerHalf.get_state`, so the driver can
+   Everything the next step needs is in its declared state (``state_fields``), so the driver can
    stop after any step (client failure, Ctrl-C, time limit) and return or checkpoint the
    last consistent iterate, and resume from it bit for bit;
 4. a :class:`~fedmodel.algorithms.registry.MethodSpec` in its family's ``METHODS`` and a line in
@@ -33,6 +33,8 @@ its own data) and the :class:`~fedmodel.result.Result`.
 
 from __future__ import annotations
 
+import functools
+import inspect
 import time
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
@@ -42,11 +44,76 @@ import numpy as np
 
 from fedmodel.certificate.kkt import party_evaluation
 from fedmodel.compiler.partition import PartyProgram
+from fedmodel.runtime.endpoints import copy_state
 from fedmodel.runtime.messages import SERVER, Message
 from fedmodel.runtime.schema import MessageTable
 
 
-class ClientHalf:
+class DeclaredState:
+    """Algorithm state declared once and saved, restored and copied by the protocol (as
+    optax's ``ScaleByAdamState`` or jaxopt's ``ProxGradState`` are typed state values): the
+    attributes named by ``state_fields`` hold plain values and numpy arrays (containers of
+    them), and those named by ``component_fields`` hold objects with their own
+    ``get_state``/``set_state`` (a secant model, a local solver's carried factor; ``None``
+    when absent). :meth:`get_state` reads them (the caller copies: the host before each
+    step, the driver at each mark), :meth:`set_state` puts copies back and then calls
+    :meth:`state_restored`, where a half recomputes what derives from its state (sums,
+    factorisations). A state missing a declared field is refused, naming it.
+
+    Examples
+    --------
+    >>> class Counter(DeclaredState):
+    ...     state_fields = ("x", "k")
+    ...     def __init__(self):
+    ...         self.x, self.k = np.zeros(2), 0
+    >>> c = Counter()
+    >>> c.k = 3
+    >>> saved = c.get_state()
+    >>> c.k = 9
+    >>> c.set_state(saved)
+    >>> c.k
+    3
+    """
+
+    state_fields: ClassVar[tuple[str, ...]] = ()
+    #: attributes holding objects with their own get_state/set_state, saved with the state
+    component_fields: ClassVar[tuple[str, ...]] = ()
+
+    def get_state(self) -> dict:
+        """The declared state: every ``state_fields`` attribute and each component's own
+        state, by name (not copied: the host and the driver copy it)."""
+        state = {key: getattr(self, key) for key in self.state_fields}
+        for key in self.component_fields:
+            part = getattr(self, key)
+            state[key] = part.get_state() if hasattr(part, "get_state") else None
+        return state
+
+    def set_state(self, state: dict) -> None:
+        """Put the half back to a :meth:`get_state` result (a copy of it)."""
+        missing = [k for k in (*self.state_fields, *self.component_fields) if k not in state]
+        if missing:
+            raise ValueError(
+                f"{type(self).__name__}: the state to restore lacks the declared field(s) {missing}"
+            )
+        for key in self.state_fields:
+            value = state[key]
+            # (an array as a writable copy: one read from a checkpoint may be read-only)
+            if isinstance(value, np.ndarray):
+                setattr(self, key, np.array(value, dtype=value.dtype))
+            else:
+                setattr(self, key, copy_state(value))
+        for key in self.component_fields:
+            part = getattr(self, key)
+            if state[key] is not None and hasattr(part, "set_state"):
+                part.set_state(copy_state(state[key]))
+        self.state_restored()
+
+    def state_restored(self) -> None:
+        """Recompute what derives from the declared state after :meth:`set_state`;
+        default nothing."""
+
+
+class ClientHalf(DeclaredState):
     """Base of every method's client half: message dispatch and explicit state.
 
     Subclasses set ``state_fields`` (the attributes that make up the algorithm state; the
@@ -72,13 +139,9 @@ class ClientHalf:
     ...         return {"x": x}
     """
 
-    state_fields: ClassVar[tuple[str, ...]] = ()
     #: the declared kinds this half answers (its family's ``messages.py``); every
     #: ``_on_<kind>`` must be declared there (tests/test_reply_validation.py)
     messages: ClassVar[MessageTable | None] = None
-    # attributes holding objects with their own get_state/set_state (local solvers whose
-    # caches change the iterates: step sizes, carried factors); saved with the state
-    component_fields: ClassVar[tuple[str, ...]] = ()
 
     def __init__(self, program: PartyProgram):
         self.name = program.name
@@ -91,37 +154,57 @@ class ClientHalf:
 
     # -- messages ----------------------------------------------------------------------------
     def handle(self, msg: Message) -> Any:
+        """Dispatch ``msg`` to the handler of its kind, ``_on_<kind>(**payload)`` (with
+        ``sender=`` when the handler takes it: peer messages), after checking the kind and
+        the payload's field names against the declared table (``messages``): an unknown
+        kind, a missing required field or an undeclared one is a ValueError naming the
+        party, the kind and the field."""
         t0 = time.perf_counter()
-        handler = getattr(self, f"_on_{msg.kind}", None)
+        handler, takes_sender = _handler(type(self), msg.kind)
         if handler is None:
             raise ValueError(f"party {self.name!r} got unknown message kind {msg.kind!r}")
-        out = handler(**msg.payload)
+        if self.messages is not None:
+            self._check_request(msg)
+        if takes_sender:
+            out = handler(self, sender=msg.sender, **msg.payload)
+        else:
+            out = handler(self, **msg.payload)
         self.stats["seconds"] += time.perf_counter() - t0
         if msg.channel == "local" or msg.sender != SERVER:
             return out
         return Message(msg.kind + "_reply", self.name, SERVER, out, msg.round, msg.channel)
 
+    def _check_request(self, msg: Message) -> None:
+        """The payload's field names against the kind's declared request fields."""
+        table = self.messages
+        if msg.kind not in table:
+            raise ValueError(
+                f"party {self.name!r} got message kind {msg.kind!r}, which its method's "
+                f"message table {table.family!r} does not declare"
+            )
+        declared = table[msg.kind].request
+        payload = msg.payload
+        for name in payload:
+            if name not in declared:
+                raise ValueError(
+                    f"party {self.name!r} got message {msg.kind!r} with the undeclared field "
+                    f"{name!r} (declared: {sorted(declared)})"
+                )
+        for name, spec in declared.items():
+            if spec.required and name not in payload:
+                raise ValueError(
+                    f"party {self.name!r} got message {msg.kind!r} without its field {name!r}"
+                )
+
     # -- state -------------------------------------------------------------------------------
     def get_state(self) -> dict:
-        """The algorithm state (``state_fields``) and statistics; the host copies it."""
-        state = {key: getattr(self, key) for key in self.state_fields}
-        state["stats"] = dict(self.stats)
-        for key in self.component_fields:
-            part = getattr(self, key)
-            state[key] = part.get_state() if hasattr(part, "get_state") else None
-        return state
+        """The algorithm state (``state_fields``, ``component_fields``) and statistics; the
+        host copies it."""
+        return {**super().get_state(), "stats": dict(self.stats)}
 
     def set_state(self, state: dict) -> None:
-        for key in self.state_fields:
-            value = state[key]
-            if isinstance(value, np.ndarray):
-                value = np.array(value, dtype=value.dtype)
-            setattr(self, key, value)
         self.stats = dict(state["stats"])
-        for key in self.component_fields:
-            part = getattr(self, key)
-            if state.get(key) is not None and hasattr(part, "set_state"):
-                part.set_state(state[key])
+        super().set_state(state)
 
     # -- the certificate's messages ----------------------------------------------------------
     def multipliers(self) -> tuple[np.ndarray, np.ndarray]:
@@ -154,6 +237,16 @@ class ClientHalf:
         return out
 
 
+@functools.cache
+def _handler(cls: type, kind: str) -> tuple[Any, bool]:
+    """The handler of message ``kind`` on class ``cls`` (``_on_<kind>``, None when there is
+    none) and whether it takes the sender."""
+    fn = getattr(cls, f"_on_{kind}", None)
+    if fn is None:
+        return None, False
+    return fn, "sender" in inspect.signature(fn).parameters
+
+
 @dataclass
 class StepReport:
     """What one server step did: per-iteration facts for the history row (``info``), and
@@ -167,25 +260,22 @@ class StepReport:
     record: bool = True  # False: the step is inside an iteration the history does not record
 
 
-class ServerHalf(ABC):
+class ServerHalf(DeclaredState, ABC):
     """Base of every method's server half (see the module docstring for the protocol).
 
-    Subclasses implement :meth:`start`, :meth:`step`, :meth:`point`, :meth:`get_state` and
-    :meth:`set_state`; they may refine :meth:`conclude` (status messages), :meth:`multipliers`
+    Subclasses implement :meth:`start`, :meth:`step` and :meth:`point`, and declare their
+    state (``state_fields``, ``component_fields``: :class:`DeclaredState`; everything the
+    next :meth:`step` needs: iterate, multipliers, counters); they may refine :meth:`conclude` (status messages), :meth:`multipliers`
     and :meth:`extra`.
 
     Attributes
     ----------
-    resume_options : tuple of str
-        Options whose change alters the iterates: a checkpoint resumes only with the same
-        values.
     step_name : str
         What one step is called in messages (``"outer iteration"`` for prox-al).
     max_steps : int
         Steps after which the run ends with status ``"max_iterations"``.
     """
 
-    resume_options: ClassVar[tuple[str, ...]] = ()
     #: the method family's message table: the driver validates every reply against it
     messages: ClassVar[MessageTable | None] = None
     step_name: ClassVar[str] = "iteration"
@@ -209,14 +299,6 @@ class ServerHalf(ABC):
     @abstractmethod
     def point(self) -> np.ndarray:
         """The current iterate (stacked variables) the certificate is computed at."""
-
-    @abstractmethod
-    def get_state(self) -> dict:
-        """Everything the next :meth:`step` needs (iterate, multipliers, counters)."""
-
-    @abstractmethod
-    def set_state(self, state: dict) -> None:
-        """Put the server back to a :meth:`get_state` result (marks, checkpoints)."""
 
     # -- refinements -------------------------------------------------------------------------
     def multipliers(self) -> tuple[np.ndarray, np.ndarray]:
@@ -268,10 +350,6 @@ class ServerHalf(ABC):
         if table is None or table.option_dims is None:
             return {}
         return table.option_dims(self.options)
-
-    def resume_key(self) -> dict:
-        """The options (by name) a checkpoint must have been written with to resume."""
-        return {k: getattr(self.options, k) for k in self.resume_options}
 
     def round_counts(self) -> dict[str, int]:
         """Counts for ``res.rounds`` besides ``outer`` (steps) and ``communication``."""

@@ -59,6 +59,18 @@ FAMILIES: dict[str, str] = {
     "vertical-sgd-m": "fedmodel.algorithms.ssca",
 }
 
+#: Models that are not horizontal DSL models (shared variables), and the family package
+#: that solves them with its ``solve_model(model, method, options)``, imported on first use
+#: like the families above: a vertical model, whose clients publish their partial scores
+#: (``client.publish``, seed 002).
+MODEL_FAMILIES: dict[str, str] = {"vertical": "fedmodel.algorithms.vfl"}
+
+
+def model_kind(model) -> str:
+    """``"vertical"`` for a model with published expressions, else ``"horizontal"``."""
+    return "vertical" if getattr(model, "publications", ()) else "horizontal"
+
+
 # Methods registered at run time (plug-ins, tests): name -> spec.
 _REGISTERED: dict[str, MethodSpec] = {}
 
@@ -96,11 +108,16 @@ def describe_options(method: str) -> str:
 
 
 def solve_model(model, method: str, options: dict[str, Any]):
-    if getattr(model, "publications", ()):  # a vertical model (client.publish): seed 002
-        from fedmodel.algorithms.vfl.solve import solve_published
+    """``model.solve(method, **options)``: the options built and validated against the
+    compiled model, the method's requirements checked, its runner called (BLAS pinned);
+    a model of another kind (:data:`MODEL_FAMILIES`) goes to the family that solves it."""
+    kind = model_kind(model)
+    if kind != "horizontal":
+        import importlib
 
+        family = importlib.import_module(MODEL_FAMILIES[kind])
         with blas_threads(options.get("blas_threads", 1)):
-            return solve_published(model, method, options)
+            return family.solve_model(model, method, options)
     spec = method_spec(method)
     if spec.vertical:
         raise UnsupportedError(
@@ -147,6 +164,7 @@ def solve_model(model, method: str, options: dict[str, Any]):
         )
     if spec.needs_gradients:
         compiled.require_smooth(method)
+    opts.validate(compiled, method)  # the options against the model (naming the option)
     with blas_threads(getattr(opts, "blas_threads", None)):
         result = spec.runner(compiled, opts, method)
     result.timing["model_compile"] = compile_seconds

@@ -259,18 +259,6 @@ def fingerprint_mismatch(theirs: Any, mine: Any, party: str) -> str | None:
     return f"the checkpoint was written for different terms or data of party '{party}'"
 
 
-def _jsonable(v: Any) -> Any:
-    if isinstance(v, dict):
-        return {str(k): _jsonable(x) for k, x in v.items()}
-    if isinstance(v, (list, tuple)):
-        return [_jsonable(x) for x in v]
-    if isinstance(v, (np.floating, np.integer)):
-        return v.item()
-    if isinstance(v, np.ndarray):
-        return _jsonable(v.tolist())
-    return v
-
-
 def write_checkpoint(
     directory: str,
     runtime,
@@ -295,7 +283,7 @@ def write_checkpoint(
         "version": VERSION,
         "method": method,
         "model": model,
-        "options": _jsonable(options),
+        "options": plaincodec.plain(options),
         "iteration": int(iteration),
         "reason": reason,
         "written": time.strftime("%Y-%m-%dT%H:%M:%S"),
@@ -395,7 +383,7 @@ def check_manifest(manifest: dict, *, method: str, model: dict, options: dict, w
                 f"checkpoint {where!r} was written for a different model ({key} differ: "
                 f"{_short(theirs.get(key))} vs {_short(model.get(key))})"
             )
-    mine = _jsonable(options)
+    mine = plaincodec.plain(options)
     diff = sorted(
         k for k in set(mine) | set(manifest["options"]) if mine.get(k) != manifest["options"].get(k)
     )

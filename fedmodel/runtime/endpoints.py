@@ -9,7 +9,7 @@ stands for the host's peer :class:`Outbox`. :func:`copy_state` snapshots a party
 from __future__ import annotations
 
 import copy
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -19,26 +19,45 @@ from fedmodel.runtime.messages import SERVER, Message
 
 
 # -- endpoint factories ------------------------------------------------------------------------
-class _RuntimeProxy:
-    """Placeholder for "the runtime" in an :class:`EndpointFactory`'s arguments.
+class Placeholder:
+    """A named stand-in among an :class:`EndpointFactory`'s arguments for something that
+    exists only where the party is built (the runtime's peer outbox, the party's own
+    program); :meth:`EndpointFactory.substituted` puts the real object in its place. One
+    object per name (:func:`placeholder`), also after pickling.
 
-    Endpoints that send peer-to-peer messages receive, in its place, an object with
-    ``send_peer(sender, receiver, kind, payload, channel)`` (the runtime itself in the
-    serial backend, an outbox that the worker returns with the reply elsewhere).
+    Examples
+    --------
+    >>> import pickle
+    >>> pickle.loads(pickle.dumps(RUNTIME_PROXY)) is RUNTIME_PROXY
+    True
+    >>> EndpointFactory(dict, (), {"x": RUNTIME_PROXY}).substituted({RUNTIME_PROXY: 1}).kwargs
+    {'x': 1}
     """
 
+    def __init__(self, name: str):
+        self.name = name
+
     def __repr__(self) -> str:
-        return "RUNTIME_PROXY"
+        return self.name
 
     def __reduce__(self):
-        return (_runtime_proxy, ())
+        return (placeholder, (self.name,))
 
 
-def _runtime_proxy() -> _RuntimeProxy:
-    return RUNTIME_PROXY
+_PLACEHOLDERS: dict[str, Placeholder] = {}
 
 
-RUNTIME_PROXY = _RuntimeProxy()
+def placeholder(name: str) -> Placeholder:
+    """The placeholder called ``name`` (made on first use)."""
+    if name not in _PLACEHOLDERS:
+        _PLACEHOLDERS[name] = Placeholder(name)
+    return _PLACEHOLDERS[name]
+
+
+#: "the runtime": endpoints that send peer-to-peer messages receive, in its place, an object
+#: with ``send_peer(sender, receiver, kind, payload, channel)`` (the runtime itself in the
+#: serial backend, an outbox that the worker returns with the reply elsewhere)
+RUNTIME_PROXY = placeholder("RUNTIME_PROXY")
 
 
 @dataclass(frozen=True)
@@ -55,13 +74,20 @@ class EndpointFactory:
     args: tuple = ()
     kwargs: dict = field(default_factory=dict)
 
-    def build(self, outbox: Any = None) -> Any:
-        def sub(v):
-            return outbox if v is RUNTIME_PROXY else v
+    def substituted(self, values: Mapping[Placeholder, Any]) -> EndpointFactory:
+        """This factory with each :class:`Placeholder` among its arguments that ``values``
+        names replaced by its value (the one place arguments are substituted)."""
+        return self.mapped(lambda v: values.get(v, v) if isinstance(v, Placeholder) else v)
 
-        return self.target(
-            *[sub(a) for a in self.args], **{k: sub(v) for k, v in self.kwargs.items()}
+    def mapped(self, fn: Callable[[Any], Any]) -> EndpointFactory:
+        """This factory with ``fn`` applied to each argument."""
+        return EndpointFactory(
+            self.target, tuple(fn(a) for a in self.args), {k: fn(v) for k, v in self.kwargs.items()}
         )
+
+    def build(self, outbox: Any = None) -> Any:
+        f = self.substituted({RUNTIME_PROXY: outbox})
+        return f.target(*f.args, **f.kwargs)
 
 
 # -- the worker side -------------------------------------------------------------------------------

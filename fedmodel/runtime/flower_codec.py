@@ -47,7 +47,7 @@ from typing import Any
 import numpy as np
 
 from fedmodel.runtime import plaincodec
-from fedmodel.runtime.endpoints import RUNTIME_PROXY, EndpointFactory
+from fedmodel.runtime.endpoints import RUNTIME_PROXY, EndpointFactory, placeholder
 from fedmodel.runtime.messages import Message
 from fedmodel.runtime.outcomes import StepOutcome
 from fedmodel.runtime.plaincodec import ARRAY_KINDS, NOT_HANDLED, PlainCodecError
@@ -67,39 +67,11 @@ ARRAY_RECORD = "fedmodel.arrays"
 MESSAGE_TYPE = "query.fedmodel"
 
 
-class _LocalProgram:
-    """Placeholder for "this party's own program" in a factory sent to a deployed party."""
-
-    def __repr__(self) -> str:
-        return "LOCAL_PROGRAM"
-
-    def __reduce__(self):
-        return (_local_program, ())
-
-
-def _local_program() -> _LocalProgram:
-    return LOCAL_PROGRAM
-
-
-LOCAL_PROGRAM = _LocalProgram()
-
-
-class _LocalRegularizer:
-    """Placeholder for "the model's regularizer h, as this party compiled it" (it holds
-    cvxpy expressions of the shared model, no data; each party compiles its own)."""
-
-    def __repr__(self) -> str:
-        return "LOCAL_REGULARIZER"
-
-    def __reduce__(self):
-        return (_local_regularizer, ())
-
-
-def _local_regularizer() -> _LocalRegularizer:
-    return LOCAL_REGULARIZER
-
-
-LOCAL_REGULARIZER = _LocalRegularizer()
+#: "this party's own program" in a factory sent to a deployed party
+LOCAL_PROGRAM = placeholder("LOCAL_PROGRAM")
+#: "the model's regularizer h, as this party compiled it" (it holds cvxpy expressions of
+#: the shared model, no data; each party compiles its own)
+LOCAL_REGULARIZER = placeholder("LOCAL_REGULARIZER")
 
 
 def _exception(exc: BaseException) -> dict:

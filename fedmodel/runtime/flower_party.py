@@ -169,16 +169,8 @@ class PartyServer:
                     f"this party server holds {sorted(self.programs)}, not '{name}'"
                 )
 
-            def sub(v, name=name):
-                if v is LOCAL_PROGRAM:
-                    return self.programs[name]
-                if v is LOCAL_REGULARIZER:
-                    return self.regularizer
-                return v
-
-            out[name] = EndpointFactory(
-                f.target, tuple(sub(a) for a in f.args), {k: sub(v) for k, v in f.kwargs.items()}
-            )
+            local = {LOCAL_PROGRAM: self.programs[name], LOCAL_REGULARIZER: self.regularizer}
+            out[name] = f.substituted(local)
         self.host.endpoints.clear()
         self.host.marks.clear()
         return self.host.build(out)

@@ -110,9 +110,7 @@ def strip_programs(factories: Mapping[str, EndpointFactory]) -> dict[str, Endpoi
                 return dataclasses.replace(v, **clear) if clear else v
             return v
 
-        out[name] = EndpointFactory(
-            f.target, tuple(sub(a) for a in f.args), {k: sub(v) for k, v in f.kwargs.items()}
-        )
+        out[name] = f.mapped(sub)
     return out
 
 

@@ -49,6 +49,40 @@ class PlainCodecError(ValueError):
     """A value the plain codec cannot write, or a text/array list it refuses to read."""
 
 
+def plain(value: Any, other: Callable[[Any], Any] | None = None) -> Any:
+    """``value`` as plain JSON values, one-way (for a record a person or a comparison reads,
+    not a round trip: that is :func:`encode`): dicts with their keys as strings, lists and
+    tuples as lists, numpy arrays as nested lists, numpy scalars as Python numbers, and a
+    non-finite float as its text (``"nan"``, ``"inf"``, ``"-inf"``: JSON has no such
+    number). Another object goes through ``other`` (its result made plain in turn), or is
+    kept when ``other`` is None.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> plain({1: np.array([0.5, np.nan]), "k": (np.int64(2), np.bool_(True))})
+    {'1': [0.5, 'nan'], 'k': [2, True]}
+    """
+    if value is None or isinstance(value, (bool, str)):
+        return value
+    if isinstance(value, np.bool_):
+        return bool(value)
+    if isinstance(value, (int, np.integer)):
+        return int(value)
+    if isinstance(value, (float, np.floating)):
+        f = float(value)
+        return f if math.isfinite(f) else repr(f)
+    if isinstance(value, np.ndarray):
+        return plain(value.tolist(), other)
+    if isinstance(value, dict):
+        return {str(k): plain(v, other) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [plain(v, other) for v in value]
+    if other is None:
+        return value
+    return plain(other(value), other)
+
+
 def _float(x: float) -> Any:
     x = float(x)
     if math.isfinite(x):

@@ -8,21 +8,6 @@ import numpy as np
 
 from fedmodel.algorithms.dald.local import LocalProblem
 from fedmodel.compiler.partition import PartyProgram
-from fedmodel.errors import ModelError
-
-
-def _positive(method, name, value):
-    try:
-        ok = float(value) > 0 and np.isfinite(float(value))
-    except (TypeError, ValueError):
-        ok = False
-    if not ok:
-        raise ModelError(f"{method}: {name} must be a positive number, got {value!r}")
-
-
-def _int_at_least_1(method, name, value):
-    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1:
-        raise ModelError(f"{method}: {name} must be an integer >= 1, got {value!r}")
 
 
 def _sample_count(program: PartyProgram) -> int:

@@ -14,14 +14,12 @@ from typing import Any
 import numpy as np
 
 from fedmodel.algorithms.baselines.common import (
-    _int_at_least_1,
     _local,
-    _positive,
     _status,
 )
 from fedmodel.algorithms.baselines.messages import BASELINES
 from fedmodel.algorithms.common import (
-    evaluation_payload,
+    PenaltyClient,
     penalty_multipliers,
     starting_point,
 )
@@ -29,8 +27,8 @@ from fedmodel.algorithms.dald.local import scaled_regularizer
 from fedmodel.algorithms.dald.options import check_constraints
 from fedmodel.algorithms.dald.topology import SERVER, metropolis_weights, topology_graph
 from fedmodel.algorithms.driver import run_federated
-from fedmodel.algorithms.options import RuntimeOptions
-from fedmodel.algorithms.protocol import ClientHalf, ServerHalf, StepReport
+from fedmodel.algorithms.options import RuntimeOptions, positive, stop_only, whole_number
+from fedmodel.algorithms.protocol import ServerHalf, StepReport
 from fedmodel.compiler.partition import CompiledModel
 from fedmodel.compiler.regularizer import Regularizer
 from fedmodel.errors import ModelError, UnsupportedError
@@ -70,35 +68,26 @@ class DGDOptions(RuntimeOptions):
     mixing: Any = "metropolis"
     step: float | None = None
     step_decay: float = 0.0
-    max_rounds: int = 1000
+    max_rounds: int = stop_only(1000)
     tol: float | None = None
     penalty: float | None = None
-    eps: float = 1e-3
+    eps: float = stop_only(1e-3)
     w0: Any = None
     snapshot_iterations: Any = ()
 
     def validate(self, compiled: CompiledModel, method: str) -> None:
-        _int_at_least_1(method, "max_rounds", self.max_rounds)
+        whole_number("max_rounds", self.max_rounds, method=method)
         for name in ("step", "tol", "penalty"):
             if getattr(self, name) is not None:
-                _positive(method, name, getattr(self, name))
-        _positive(method, "eps", self.eps)
+                positive(name, getattr(self, name), method=method)
+        positive("eps", self.eps, method=method)
         if not (np.isfinite(self.step_decay) and self.step_decay >= 0):
             raise ModelError(f"{method}: step_decay must be >= 0, got {self.step_decay!r}")
         check_constraints(compiled, method, self.penalty)
-        self.validate_runtime()
-
-    @property
-    def eps1(self) -> float:
-        return float(self.eps)
-
-    @property
-    def eps2(self) -> float:
-        return float(self.eps)
 
 
 @register_wire_type("dgd.node")
-class DGDNode(ClientHalf):
+class DGDNode(PenaltyClient):
     """Node of dgd: keeps ``x_i`` and its neighbours' last iterates."""
 
     messages = BASELINES
@@ -121,11 +110,9 @@ class DGDNode(ClientHalf):
         self.last_move = np.inf
         self.last_w: np.ndarray | None = None
 
-    def handle(self, msg):
-        if msg.kind == "dgd_x":
-            self.nbr[msg.sender] = np.asarray(msg.payload["x"], dtype=float)
-            return None
-        return super().handle(msg)
+    def _on_dgd_x(self, x, sender):
+        """A neighbour's iterate."""
+        self.nbr[sender] = np.asarray(x, dtype=float)
 
     def _on_dgd_send(self):
         for j in self.neighbours:
@@ -148,19 +135,6 @@ class DGDNode(ClientHalf):
 
     def _on_state(self):
         return {"x": self.x.copy(), "move": self.last_move}
-
-    def multipliers(self):
-        """The multipliers the quadratic penalty implies at the last evaluated model."""
-        if self.last_w is None:
-            return super().multipliers()
-        return penalty_multipliers(self.program, self.last_w, self.penalty)
-
-    def _on_evaluate(self, w):
-        self.last_w = np.asarray(w, dtype=float)
-        return evaluation_payload(self.program, self.last_w, self.penalty)
-
-    def _on_snapshot(self):
-        return {"x": self.x.copy()}
 
     def _on_report(self):
         return {
@@ -210,7 +184,7 @@ class DGDServer(ServerHalf):
 
     messages = BASELINES
 
-    resume_options = ("mixing", "step", "step_decay", "tol", "penalty")
+    state_fields = ("x_avg", "move", "r", "snapshots")
     step_name = "round"
 
     def __init__(self, program, nodes: list[str], weights, opts: DGDOptions, x0):
@@ -223,9 +197,6 @@ class DGDServer(ServerHalf):
         self.move = np.inf
         self.r = 0
         self.snapshots: dict[int, dict] = {}
-
-    def resume_key(self) -> dict:
-        return {**super().resume_key(), "mixing": self.weights}
 
     def start(self, runtime) -> None:
         pass
@@ -273,20 +244,6 @@ class DGDServer(ServerHalf):
     def multipliers(self):
         return penalty_multipliers(self.program, self.x_avg, self.options.penalty)
 
-    def get_state(self) -> dict:
-        return {
-            "x_avg": self.x_avg.copy(),
-            "move": self.move,
-            "r": self.r,
-            "snapshots": dict(self.snapshots),
-        }
-
-    def set_state(self, state: dict) -> None:
-        self.x_avg = np.array(state["x_avg"], dtype=float)
-        self.move = float(state["move"])
-        self.r = int(state["r"])
-        self.snapshots = dict(state["snapshots"])
-
     def round_counts(self) -> dict[str, int]:
         return {"inner": self.r}
 
@@ -313,7 +270,6 @@ class DGDServer(ServerHalf):
 def run_dgd(compiled: CompiledModel, opts: DGDOptions, method: str = "dgd", *, faults=None):
     """Run dgd through the driver: the nodes run on any backend, their iterates travel peer
     to peer."""
-    opts.validate(compiled, method)
     names = [c.name for c in compiled.clients]
     g = topology_graph(opts.topology, names)
     if SERVER not in g and not compiled.server.is_empty:
@@ -325,7 +281,7 @@ def run_dgd(compiled: CompiledModel, opts: DGDOptions, method: str = "dgd", *, f
     weights = _mixing(opts, g, nodes, method)
     reg_share = scaled_regularizer(compiled.regularizer, 1.0 / len(names))
     x0 = starting_point(compiled, opts.w0)
-    node_opts = replace(opts, callback=None, topology=None, mixing="metropolis")
+    node_opts = opts.for_clients(topology=None, mixing="metropolis")
     factories = {}
     for s in nodes:
         prog = compiled.server if s == SERVER else compiled.program(s)

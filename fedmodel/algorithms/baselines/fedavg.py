@@ -28,29 +28,27 @@ a node of the topology.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
 from fedmodel.algorithms.baselines.common import (
-    _int_at_least_1,
     _local,
-    _positive,
     _sample_count,
     _status,
 )
 from fedmodel.algorithms.baselines.messages import BASELINES
 from fedmodel.algorithms.common import (
-    evaluation_payload,
+    PenaltyClient,
     penalty_multipliers,
     starting_point,
 )
 from fedmodel.algorithms.dald.local import LOCAL_SOLVERS, scaled_regularizer
 from fedmodel.algorithms.dald.options import check_constraints
 from fedmodel.algorithms.driver import run_federated
-from fedmodel.algorithms.options import RuntimeOptions
-from fedmodel.algorithms.protocol import ClientHalf, ServerHalf, StepReport
+from fedmodel.algorithms.options import RuntimeOptions, positive, stop_only, whole_number
+from fedmodel.algorithms.protocol import ServerHalf, StepReport
 from fedmodel.compiler.partition import CompiledModel, PartyProgram
 from fedmodel.compiler.regularizer import Regularizer
 from fedmodel.errors import ModelError, UnsupportedError
@@ -96,15 +94,15 @@ class FedAvgOptions(RuntimeOptions):
     local_steps: int = 10
     step: float | None = None
     weights: Any = "samples"
-    max_rounds: int = 1000
-    tol: float = 1e-10
+    max_rounds: int = stop_only(1000)
+    tol: float = stop_only(1e-10)
     penalty: float | None = None
-    eps: float = 1e-3
+    eps: float = stop_only(1e-3)
     local_tol: float | None = None
     local_max_iter: int = 1000
     solver: str = "auto"
     w0: Any = None
-    snapshot_iterations: Any = ()
+    snapshot_iterations: Any = stop_only(())
 
     def validate(self, compiled: CompiledModel, method: str) -> None:
         if self.local_solver not in LOCAL_SOLVERS:
@@ -115,14 +113,14 @@ class FedAvgOptions(RuntimeOptions):
             raise ModelError(
                 f"{method}: local_start must be 'global' or 'previous', got {self.local_start!r}"
             )
-        _int_at_least_1(method, "local_steps", self.local_steps)
-        _int_at_least_1(method, "max_rounds", self.max_rounds)
-        _int_at_least_1(method, "local_max_iter", self.local_max_iter)
-        _positive(method, "tol", self.tol)
-        _positive(method, "eps", self.eps)
+        whole_number("local_steps", self.local_steps, method=method)
+        whole_number("max_rounds", self.max_rounds, method=method)
+        whole_number("local_max_iter", self.local_max_iter, method=method)
+        positive("tol", self.tol, method=method)
+        positive("eps", self.eps, method=method)
         for name in ("step", "local_tol", "penalty"):
             if getattr(self, name) is not None and getattr(self, name) != "backtracking":
-                _positive(method, name, getattr(self, name))
+                positive(name, getattr(self, name), method=method)
         if self.local_solver == "bfgs" and not (
             compiled.regularizer.is_zero or compiled.regularizer.is_smooth
         ):
@@ -141,19 +139,10 @@ class FedAvgOptions(RuntimeOptions):
                     f"unknown {unknown}"
                 )
             for n in names:
-                _positive(method, f"weight of '{n}'", w[n])
+                positive(f"weight of '{n}'", w[n], method=method)
         elif w not in ("samples", "uniform"):
             raise ModelError(f"{method}: weights must be 'samples', 'uniform' or a dict, got {w!r}")
         check_constraints(compiled, method, self.penalty)
-        self.validate_runtime()
-
-    @property
-    def eps1(self) -> float:
-        return float(self.eps)
-
-    @property
-    def eps2(self) -> float:
-        return float(self.eps)
 
 
 @register_wire_type("fedprox.options")
@@ -176,11 +165,11 @@ class FedProxOptions(FedAvgOptions):
 
     def validate(self, compiled: CompiledModel, method: str) -> None:
         super().validate(compiled, method)
-        _positive(method, "prox_coef", self.prox_coef)
+        positive("prox_coef", self.prox_coef, method=method)
 
 
 @register_wire_type("fedavg.client")
-class FedClient(ClientHalf):
+class FedClient(PenaltyClient):
     """Client of fedavg / fedprox: local training from the global model."""
 
     messages = BASELINES
@@ -199,12 +188,6 @@ class FedClient(ClientHalf):
         self.x: np.ndarray | None = None
         self.last_w: np.ndarray | None = None
 
-    def multipliers(self):
-        """The multipliers the quadratic penalty implies at the last evaluated model."""
-        if self.last_w is None:
-            return super().multipliers()
-        return penalty_multipliers(self.program, self.last_w, self.penalty)
-
     def _on_samples(self):
         return {"n": float(_sample_count(self.program))}
 
@@ -214,13 +197,6 @@ class FedClient(ClientHalf):
         start = x_hat if (self.x is None or self.local_start == "global") else self.x
         self.x = self.local.solve(start.copy())
         return {"x": self.x}
-
-    def _on_evaluate(self, w):
-        self.last_w = np.asarray(w, dtype=float)
-        return evaluation_payload(self.program, self.last_w, self.penalty)
-
-    def _on_snapshot(self):
-        return {"x": None if self.x is None else self.x.copy()}
 
     def _on_report(self):
         return {
@@ -240,10 +216,8 @@ class FedAvgServer(ServerHalf):
 
     messages = BASELINES
 
-    resume_options = (
-        "local_solver", "local_start", "local_steps", "step", "weights", "tol", "penalty",
-        "local_tol", "local_max_iter", "solver",
-    )  # fmt: skip
+    state_fields = ("x", "p", "r", "dx", "snapshots")
+    component_fields = ("server_local",)
     step_name = "round"
 
     def __init__(self, compiled: CompiledModel, opts: FedAvgOptions, prox_coef: float, x0):
@@ -313,25 +287,6 @@ class FedAvgServer(ServerHalf):
     def multipliers(self):
         return penalty_multipliers(self.program, self.x, self.options.penalty)
 
-    def get_state(self) -> dict:
-        return {
-            "x": self.x.copy(),
-            "p": dict(self.p),
-            "r": self.r,
-            "dx": self.dx,
-            "snapshots": dict(self.snapshots),
-            "server_local": None if self.server_local is None else self.server_local.get_state(),
-        }
-
-    def set_state(self, state: dict) -> None:
-        self.x = np.array(state["x"], dtype=float)
-        self.p = dict(state["p"])
-        self.r = int(state["r"])
-        self.dx = float(state["dx"])
-        self.snapshots = dict(state["snapshots"])
-        if self.server_local is not None:
-            self.server_local.set_state(state["server_local"])
-
     def round_counts(self) -> dict[str, int]:
         return {"inner": self.r}
 
@@ -355,11 +310,10 @@ def run_fedavg(
     compiled: CompiledModel, opts: FedAvgOptions, method: str = "fedavg", *, faults=None
 ):
     """Run fedavg or fedprox through the driver (any backend, checkpoints, failure policies)."""
-    opts.validate(compiled, method)
     n = compiled.n_clients
     reg_share = scaled_regularizer(compiled.regularizer, 1.0 / n)
     prox_coef = float(getattr(opts, "prox_coef", 0.0)) if method == "fedprox" else 0.0
-    client_opts = replace(opts, callback=None)  # what travels to where the clients run
+    client_opts = opts.for_clients()  # what travels to where the clients run
     factories = {
         c.name: EndpointFactory(FedClient, (c, reg_share, client_opts, prox_coef))
         for c in compiled.clients

@@ -50,7 +50,6 @@ def run_cprox_al(
 ):
     """Run Algorithm 3; ``mu_init``/``nu_init`` warm-start the multipliers (refinement)."""
     t0 = time.perf_counter()
-    options.validate([c.name for c in compiled.clients])
     parties = compiled.parties
     problem = MeritProblem(parties, options.beta, compiled.regularizer)
     solver = make_solver(problem, options.solver)

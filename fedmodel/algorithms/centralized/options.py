@@ -3,6 +3,12 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any
+
+from fedmodel.errors import ModelError, UnsupportedError
+
+#: how the pooled problem is solved (``CentralizedOptions.engine``)
+ENGINES = ("auto", "cvxpy", "smooth")
 
 
 @dataclass
@@ -47,3 +53,16 @@ class CentralizedOptions:
     solver_options: dict = field(default_factory=dict)
     time_limit: float | None = None
     blas_threads: int | None = 1
+
+    def validate(self, compiled: Any, method: str) -> None:
+        """The engine, and a convex model (cvxpy needs DCP)."""
+        if compiled.nonconvex:
+            raise UnsupportedError(
+                "method='centralized' solves the pooled problem with cvxpy, which needs a "
+                "convex (DCP) model; this model has terms declared with allow_nonconvex=True. "
+                "Use method='cprox-al' as the centralized reference (as seed 000 does)."
+            )
+        if self.engine not in ENGINES:
+            raise ModelError(
+                f"unknown engine {self.engine!r} for method 'centralized'; choose one of {ENGINES}"
+            )

@@ -28,12 +28,12 @@ import cvxpy as cp
 import numpy as np
 
 from fedmodel.algorithms.centralized.cprox_al import pooled_evaluation, run_cprox_al
-from fedmodel.algorithms.centralized.options import CentralizedOptions
+from fedmodel.algorithms.centralized.options import ENGINES, CentralizedOptions  # noqa: F401
 from fedmodel.algorithms.common import conic_note, make_result, split_multipliers
 from fedmodel.algorithms.proxal.options import CProxALOptions
 from fedmodel.compiler.glm import NotRecognised
 from fedmodel.compiler.partition import CompiledModel
-from fedmodel.errors import ModelError, UnsupportedError
+from fedmodel.errors import UnsupportedError
 from fedmodel.subproblems.merit import MeritProblem
 from fedmodel.subproblems.newton import NewtonSolver
 
@@ -67,8 +67,6 @@ def pooled_problem(compiled: CompiledModel):
     objective = cp.Minimize(obj) if isinstance(obj, cp.Expression) else cp.Minimize(0)
     return cp.Problem(objective, cons), per_party
 
-
-ENGINES = ("auto", "cvxpy", "smooth")
 
 #: cprox-al settings of the smooth exact path: a large beta makes the proximal point outer
 #: loop contract fast (about 15 outer iterations on UCI Adult); Newton copes with the
@@ -113,16 +111,6 @@ def smooth_path_applies(compiled: CompiledModel) -> bool:
 
 
 def run_centralized(compiled: CompiledModel, options: CentralizedOptions):
-    if compiled.nonconvex:
-        raise UnsupportedError(
-            "method='centralized' solves the pooled problem with cvxpy, which needs a convex "
-            "(DCP) model; this model has terms declared with allow_nonconvex=True. Use "
-            "method='cprox-al' as the centralized reference (as seed 000 does)."
-        )
-    if options.engine not in ENGINES:
-        raise ModelError(
-            f"unknown engine {options.engine!r} for method 'centralized'; choose one of {ENGINES}"
-        )
     if options.engine == "smooth":
         compiled.require_smooth("centralized with engine='smooth'")
         for p in compiled.parties:

@@ -37,18 +37,14 @@ kind             payload                                 effect
 
 from __future__ import annotations
 
-import time
-
 import numpy as np
 
-from fedmodel.algorithms.common import evaluation_payload, penalty_multipliers
+from fedmodel.algorithms.common import PenaltyClient
 from fedmodel.algorithms.dald.local import LocalProblem, consensus_quadratic
 from fedmodel.algorithms.dald.messages import DALD
 from fedmodel.algorithms.dald.options import DALDOptions, InnerRule, PenaltySchedule
-from fedmodel.algorithms.protocol import ClientHalf
 from fedmodel.compiler.partition import PartyProgram
 from fedmodel.compiler.regularizer import Regularizer
-from fedmodel.runtime.messages import Message
 from fedmodel.runtime.wire import register_wire_type
 
 # decisions of the dald-dc root (and of the dald-cc server)
@@ -85,7 +81,7 @@ def is_uniform(vectors) -> bool:
 
 
 @register_wire_type("dald.cc_client")
-class DALDCCClient(ClientHalf):
+class DALDCCClient(PenaltyClient):
     """Client ``i`` of Fed-DALD-CC: solves (13), updates ``mu_i`` by (15)."""
 
     messages = DALD
@@ -131,8 +127,7 @@ class DALDCCClient(ClientHalf):
         return mu_plus, block_residual(self.local, self.x, g)
 
     def _on_evaluate(self, w, x_hat=None, rho_scale=1.0):
-        w = self.last_w = np.asarray(w, dtype=float)
-        out = evaluation_payload(self.program, w, self.penalty)
+        out = super()._on_evaluate(w)
         if x_hat is not None and self.x is not None:
             x_hat = np.asarray(x_hat, dtype=float)
             mu_plus, r66 = self._consensus(x_hat, rho_scale)
@@ -142,15 +137,6 @@ class DALDCCClient(ClientHalf):
                 r_primal=float(np.abs(x_hat - self.x).max(initial=0.0)),
             )
         return out
-
-    def _on_snapshot(self):
-        return {"x": None if self.x is None else self.x.copy()}
-
-    def multipliers(self):
-        """The multipliers the quadratic penalty implies at the last evaluated model."""
-        if self.last_w is None:
-            return super().multipliers()
-        return penalty_multipliers(self.program, self.last_w, self.penalty)
 
     def _on_report(self, x_hat=None, rho_scale=1.0):
         out = {
@@ -169,7 +155,7 @@ class DALDCCClient(ClientHalf):
 
 
 @register_wire_type("dald.dc_node")
-class DALDDCNode(ClientHalf):
+class DALDDCNode(PenaltyClient):
     """Node ``s`` of Fed-DALD-DC: solves (20), holds ``mu_e`` of its incident edges (21).
 
     Parameters
@@ -278,16 +264,12 @@ class DALDDCNode(ClientHalf):
             self.runtime.send_peer(self.name, j, "dc_x", payload)
         return None
 
-    def handle(self, msg: Message):
-        if msg.kind == "dc_x":
-            t0 = time.perf_counter()
-            self.nbr[msg.sender] = np.asarray(msg.payload["x"], dtype=float)
-            res = msg.payload.get("res")
-            if res is not None:
-                self.gathered = np.maximum(self.gathered, res)
-            self.stats["seconds"] += time.perf_counter() - t0
-            return None
-        return super().handle(msg)
+    def _on_dc_x(self, x, sender, res=None):
+        """A neighbour's iterate (and, on the way up, its gathered residuals)."""
+        self.nbr[sender] = np.asarray(x, dtype=float)
+        if res is not None:
+            self.gathered = np.maximum(self.gathered, res)
+        return None
 
     def _on_dc_relay(self):
         self.gathered = np.maximum(self.gathered, self._own_residuals())
@@ -383,18 +365,8 @@ class DALDDCNode(ClientHalf):
     def _on_output(self):
         return {"x": self.x.copy()}
 
-    def _on_snapshot(self):
-        return {"x": self.x.copy()}
-
-    def multipliers(self):
-        """The multipliers the quadratic penalty implies at the last evaluated model."""
-        if self.last_w is None:
-            return super().multipliers()
-        return penalty_multipliers(self.program, self.last_w, self.penalty)
-
     def _on_evaluate(self, w):
-        w = self.last_w = np.asarray(w, dtype=float)
-        out = evaluation_payload(self.program, w, self.penalty)
+        out = super()._on_evaluate(w)
         out["r_dual"], out["r_primal"] = self._consensus()
         return out
 

@@ -48,7 +48,15 @@ DALD = MessageTable(
             channel="diagnostic",
             reveals="its current x_i",
         ),
-        MessageSpec("dc_solve", direction="local", methods=_DC),
+        MessageSpec(
+            "dc_solve",
+            direction="local",
+            request={  # repeated local solves; report=False: no residuals up the hierarchy
+                "repeat": Field((), dtype="int", required=False),
+                "report": Field((), dtype="bool", required=False),
+            },
+            methods=_DC,
+        ),
         MessageSpec("dc_relay", direction="local", methods=_DC),
         MessageSpec(
             "dc_score",
@@ -59,6 +67,7 @@ DALD = MessageTable(
         MessageSpec(
             "dc_decide",
             direction="local",
+            request={"full": Field((), dtype="bool", required=False)},  # a full sweep ended
             reply={
                 "d": Field((), dtype="int"),
                 "D": Field(()),

@@ -12,7 +12,7 @@ import numpy as np
 
 from fedmodel.algorithms.dald.local import LOCAL_SOLVERS
 from fedmodel.algorithms.dald.topology import validate_coordination
-from fedmodel.algorithms.options import RUNTIME_OPTIONS_DOC, RuntimeOptions
+from fedmodel.algorithms.options import RUNTIME_OPTIONS_DOC, RuntimeOptions, positive, stop_only
 from fedmodel.compiler.partition import CompiledModel
 from fedmodel.errors import ModelError, UnsupportedError
 from fedmodel.runtime.wire import register_wire_type
@@ -116,8 +116,8 @@ class DALDOptions(RuntimeOptions):
     vmax: int = 1
     vmax_k: Any = None
     max_inner: int = 1000
-    max_outer: int = 100_000
-    max_iter: int = 10_000
+    max_outer: int = stop_only(100_000)
+    max_iter: int = stop_only(10_000)
     local_solver: str = "exact"
     local_steps: int = 1
     step: float | None = None
@@ -132,16 +132,16 @@ class DALDOptions(RuntimeOptions):
     rho_growth: float = 1.0
     rho_growth_max: float = 1e4
     penalty: float | None = None
-    eps: float = 1e-3
+    eps: float = stop_only(1e-3)
     w0: Any = None
-    snapshot_iterations: Any = ()
-    divergence_limit: float = 1e12
+    snapshot_iterations: Any = stop_only(())
+    divergence_limit: float = stop_only(1e12)
 
     def validate(self, compiled: CompiledModel, method: str) -> None:
         if self.inner not in INNER_RULES:
             raise ModelError(f"{method}: inner must be one of {INNER_RULES}, got {self.inner!r}")
         for name in ("eps_dual", "eps_pri", "eps", "rho_default"):
-            _positive(method, name, getattr(self, name))
+            positive(name, getattr(self, name), method=method)
         for name in ("vmax", "max_inner", "max_outer", "max_iter", "local_steps", "local_max_iter"):
             v = getattr(self, name)
             if isinstance(v, bool) or not isinstance(v, (int, np.integer)) or v < 1:
@@ -151,11 +151,11 @@ class DALDOptions(RuntimeOptions):
                 f"{method}: local_solver must be one of {LOCAL_SOLVERS}, got {self.local_solver!r}"
             )
         if self.step is not None and self.step != "backtracking":
-            _positive(method, "step", self.step)
+            positive("step", self.step, method=method)
         if self.local_tol is not None:
-            _positive(method, "local_tol", self.local_tol)
+            positive("local_tol", self.local_tol, method=method)
         if self.penalty is not None:
-            _positive(method, "penalty", self.penalty)
+            positive("penalty", self.penalty, method=method)
         if not (np.isfinite(self.rho_growth) and self.rho_growth >= 1.0):
             raise ModelError(f"{method}: rho_growth must be >= 1, got {self.rho_growth!r}")
         if not self.rho_growth_max >= 1.0:
@@ -180,27 +180,9 @@ class DALDOptions(RuntimeOptions):
         if any(s < 1 for s in snaps):
             raise ModelError(f"{method}: snapshot_iterations must be >= 1")
         check_constraints(compiled, method, self.penalty)
-        self.validate_runtime()
-
-    @property
-    def eps1(self) -> float:
-        return float(self.eps)
-
-    @property
-    def eps2(self) -> float:
-        return float(self.eps)
 
     def coordination_check(self, nodes: list[str]) -> None:
         validate_coordination(self.coordination, nodes, self.fraction, self.dropout)
-
-
-def _positive(method: str, name: str, value: Any) -> None:
-    try:
-        ok = float(value) > 0 and np.isfinite(float(value))
-    except (TypeError, ValueError):
-        ok = False
-    if not ok:
-        raise ModelError(f"{method}: {name} must be a positive number, got {value!r}")
 
 
 def check_constraints(compiled: CompiledModel, method: str, penalty: float | None) -> None:

@@ -30,7 +30,6 @@ Importing this module also registers the baselines ``fedavg``, ``fedprox`` and `
 
 from __future__ import annotations
 
-import copy
 from dataclasses import replace
 
 import numpy as np
@@ -84,13 +83,12 @@ class DALDCCServer(ServerHalf):
     """
 
     messages = DALD
-
-    resume_options = (
-        "rho", "rho_default", "inner", "eps_dual", "eps_pri", "vmax", "max_inner",
-        "max_outer", "local_solver", "local_steps", "step", "local_tol", "local_max_iter",
-        "solver", "coordination", "fraction", "dropout", "random_state",
-        "update_multipliers", "rho_growth", "rho_growth_max", "penalty",
+    state_fields = (
+        "x_hat", "cache", "mu_sum", "pending", "k", "v", "total", "pending_full", "D", "C",
+        "snapshots", "reason",
     )  # fmt: skip
+    #: the coordination sequence, the penalty schedule and the server's local solver
+    component_fields = ("schedule", "coord", "local")
     step_name = "inner iteration"
 
     def __init__(
@@ -201,45 +199,19 @@ class DALDCCServer(ServerHalf):
         return penalty_multipliers(self.program, self.x_hat, self.options.penalty)
 
     def get_state(self) -> dict:
-        """Plain values and arrays (checkpoints): the coordination's and the penalty
-        schedule's own states; a pending dual step on the ``x_hat`` sent with it (the same
+        """The declared state; a pending dual step on the ``x_hat`` sent with it (the same
         array) is recorded as ``None``."""
-        state = copy.deepcopy(
-            {
-                key: getattr(self, key)
-                for key in (
-                    "x_hat",
-                    "cache",
-                    "mu_sum",
-                    "pending",
-                    "k",
-                    "v",
-                    "total",
-                    "pending_full",
-                    "D",
-                    "C",
-                    "snapshots",
-                    "reason",
-                )
-            }  # fmt: skip
-        )
+        state = super().get_state()
         state["pending_x"] = {
-            n: None if xd is self.x_hat else xd.copy() for n, xd in self.pending_x.items()
+            n: None if xd is self.x_hat else xd for n, xd in self.pending_x.items()
         }
-        state["schedule"] = self.schedule.get_state()
-        state["coord"] = self.coord.get_state()
-        state["local"] = self.local.get_state()
         return state
 
     def set_state(self, state: dict) -> None:
-        state = copy.deepcopy(state)
-        self.local.set_state(state.pop("local"))
-        self.schedule.set_state(state.pop("schedule"))
-        self.coord.set_state(state.pop("coord"))
-        pending_x = state.pop("pending_x")
-        for key, value in state.items():
-            setattr(self, key, value)
-        self.pending_x = {n: self.x_hat if xd is None else xd for n, xd in pending_x.items()}
+        super().set_state(state)
+        self.pending_x = {
+            n: self.x_hat if xd is None else np.array(xd) for n, xd in state["pending_x"].items()
+        }
 
     def evaluation_extras(self) -> dict:
         return {"x_hat": self.x_hat, "rho_scale": self.schedule.scale}
@@ -363,7 +335,6 @@ def _conclude(server, status, message, kkt):
 
 
 def _setup(compiled: CompiledModel, opts: DALDOptions, method: str):
-    opts.validate(compiled, method)
     names = [c.name for c in compiled.clients]
     x0 = starting_point(compiled, opts.w0)
     reg_share = scaled_regularizer(compiled.regularizer, 1.0 / len(names))
@@ -387,7 +358,7 @@ def run_dald_cc(
     names, x0, reg_share = _setup(compiled, opts, method)
     rhos = rho_for_clients(opts, names, compiled.layout.size, method)
     opts.coordination_check(names)
-    client_opts = replace(opts, callback=None)  # what travels to where the clients run
+    client_opts = opts.for_clients()  # what travels to where the clients run
     factories = {
         c.name: EndpointFactory(DALDCCClient, (c, rhos[c.name], reg_share, client_opts))
         for c in compiled.clients
@@ -412,8 +383,10 @@ class DALDDCServer(ServerHalf):
     """
 
     messages = DALD
-
-    resume_options = DALDCCServer.resume_options + ("topology", "root", "order")
+    state_fields = (
+        "x", "k", "v", "total", "forced_full", "D", "C", "rho_scale", "snapshots", "reason",
+    )  # fmt: skip
+    component_fields = ("coord",)
     step_name = "inner iteration"
 
     def __init__(self, program, hier, opts: DALDOptions, x0, has_constraints, nonconvex):
@@ -436,11 +409,6 @@ class DALDDCServer(ServerHalf):
         self.snapshots: dict[int, dict] = {}
         self.reason = "max_iter"
         self.consensus_kkt: dict[str, float] = {}
-
-    def resume_key(self) -> dict:
-        key = super().resume_key()
-        key["topology"] = {"order": self.hier.order, "edges": self.hier.edges}
-        return key
 
     def start(self, runtime) -> None:
         pass
@@ -526,32 +494,6 @@ class DALDDCServer(ServerHalf):
         }
         return dict(self.consensus_kkt)
 
-    def get_state(self) -> dict:
-        return copy.deepcopy(
-            {
-                key: getattr(self, key)
-                for key in (
-                    "x",
-                    "k",
-                    "v",
-                    "total",
-                    "forced_full",
-                    "D",
-                    "C",
-                    "rho_scale",
-                    "snapshots",
-                    "reason",
-                )
-            }  # fmt: skip
-            | {"coord": self.coord.get_state()}
-        )
-
-    def set_state(self, state: dict) -> None:
-        state = copy.deepcopy(state)
-        self.coord.set_state(state.pop("coord"))
-        for key, value in state.items():
-            setattr(self, key, value)
-
     def round_counts(self) -> dict[str, int]:
         outer = self.k - 1 if self.v == 0 else self.k
         return {"outer": min(outer, self.options.max_outer), "inner": self.total}
@@ -598,7 +540,7 @@ def run_dald_dc(
         )
     rhos = rho_for_edges(opts, hier.edges, compiled.layout.size, method)
     opts.coordination_check(hier.order)
-    node_opts = replace(opts, callback=None, topology=None)  # what travels to the nodes
+    node_opts = opts.for_clients(topology=None)  # what travels to the nodes
     factories = {}
     for s in hier.order:
         program = compiled.server if s == SERVER else compiled.program(s)

@@ -91,6 +91,13 @@ class AndersonState:
         self.accepted: list[bool] = []
         self.rejections = 0
 
+    def get_state(self) -> dict:
+        """The memory's state, as plain values and arrays."""
+        return dict(vars(self))
+
+    def set_state(self, state: dict) -> None:
+        vars(self).update(state)
+
     def observe(self, row: np.ndarray, changed: bool = False) -> tuple[np.ndarray, bool]:
         """Take this round's Gram row; return ``(alpha, reset)`` for the next input.
 

@@ -56,6 +56,7 @@ import numpy as np
 from fedmodel.algorithms.protocol import ClientHalf
 from fedmodel.algorithms.proxal.messages import PROXAL
 from fedmodel.algorithms.proxal.metric import PenaltyMetric, hessian_metric, shifted_solver
+from fedmodel.algorithms.proxal.options import ProxALOptions
 from fedmodel.certificate.kkt import party_evaluation
 from fedmodel.compiler.glm import NotRecognised
 from fedmodel.compiler.partition import PartyProgram
@@ -86,8 +87,10 @@ class ProxALClient(ClientHalf):
     ----------
     program : PartyProgram
         This client's own terms and data (nothing else).
-    beta : float
-        Penalty parameter. Ignored when ``proximal=False`` and there are no constraints.
+    options : ProxALOptions
+        The method's options (``beta``, ``mu0``, ``solver``, ``max_local_iter``, residual
+        balancing, ``relaxation``, Anderson memories, ``prox_beta``, the metric's floor and
+        refresh), as the server was built with.
     rho : float
         This client's ADMM penalty ``rho_i``.
     n_clients : int
@@ -95,30 +98,33 @@ class ProxALClient(ClientHalf):
         ``n + 1`` parties (eq. 11).
     proximal : bool
         False for plain ADMM on ``f_i`` (method ``"admm"``).
+    theta0 : array, optional
+        The starting point of this client's own variables.
+    metric : {"scalar", "hessian"}
+        The penalty metric in effect (:func:`~fedmodel.algorithms.proxal.server.penalty_metric`).
     """
 
     def __init__(
         self,
         program: PartyProgram,
-        beta: float,
+        options: ProxALOptions,
         rho: float,
         n_clients: int,
         proximal: bool = True,
-        mu0: float = 0.0,
-        solver: str = "auto",
-        max_local_iter: int = 10_000,
         theta0: np.ndarray | None = None,
-        balancing: tuple[float, float, int] | None = None,
-        relaxation: float = 1.0,
-        anderson: int = 0,
-        outer_anderson: int = 0,
-        prox_beta: float | None = None,
         metric: str = "scalar",
-        metric_floor: float = 1e-8,
-        metric_refresh: float = 0.0,
     ):
+        # Anderson acceleration is off when any party owns variables (their blocks are
+        # part of the iteration's state but never travel); the program's layout is the model's
+        owned_anywhere = program.layout.has_owned
         super().__init__(program.local())  # (shared variables, this client's own)
         program = self.program
+        beta, mu0, prox_beta = options.beta, options.mu0, options.prox_beta
+        max_local_iter, balancing = options.max_local_iter, options.balancing
+        relaxation = options.relaxation
+        anderson = 0 if owned_anywhere else int(options.anderson)
+        outer_anderson = 0 if (owned_anywhere or not proximal) else int(options.outer_anderson)
+        metric_floor, metric_refresh = options.metric_floor, options.metric_refresh
         self.beta = float(beta)
         self.rho = self.rho_start = float(rho)
         # Algorithm 1's proximal step size (beta, or prox_beta when decoupled)
@@ -137,7 +143,7 @@ class ProxALClient(ClientHalf):
         self.cone = np.zeros(program.m_cone)  # conic duals of its cone constraints
         self.cone_at_w = self.cone.copy()  # those matching theta_at_w (the certificate's)
         self.problem = MeritProblem([program], beta)
-        self.solver = make_solver(self.problem, solver)
+        self.solver = make_solver(self.problem, options.solver)
         if hasattr(self.solver, "carry_factor"):
             # ADMM rounds solve the same subproblem with moving vectors: start each Newton
             # solve from the last factor (carried in this client's state, see get_state)

@@ -9,9 +9,15 @@ from typing import Any
 
 import numpy as np
 
-from fedmodel.algorithms.options import RUNTIME_OPTIONS_DOC, RuntimeOptions, whole_number
+from fedmodel.algorithms.options import (
+    RUNTIME_OPTIONS_DOC,
+    RuntimeOptions,
+    stop_only,
+    whole_number,
+)
 from fedmodel.algorithms.options import positive as _positive
 from fedmodel.errors import ModelError
+from fedmodel.runtime.wire import register_wire_type
 
 # Defaults of variant="paper" follow seed 000 Section 5.1 (sbar = 0.1, beta = 10, rho = 1,
 # mu0 = 0). The paper does not state q; any q in (0, 1) is covered by its Theorem 4.2, and
@@ -67,6 +73,7 @@ def float_pair(name: str, value: Any) -> tuple[float, float]:
     raise ModelError(f"{name} must be a float or a pair of floats, got {value!r}")
 
 
+@register_wire_type("proxal.options")
 @dataclass
 class ProxALOptions(RuntimeOptions):
     """Options of ``prox-al`` (seed 000 Algorithm 1 + Algorithm 2) and ``cprox-al``.
@@ -267,12 +274,12 @@ class ProxALOptions(RuntimeOptions):
     mu0: float = 0.0
     w0: Any = None
     random_state: Any = None
-    max_outer: int = 500
+    max_outer: int = stop_only(500)
     max_inner: int = 500
     max_local_iter: int = 10_000
     local_floor: float = 1e-3
     solver: str = "auto"
-    divergence_limit: float = 1e10
+    divergence_limit: float = stop_only(1e10)
 
     def __post_init__(self) -> None:
         # the options left to their defaults (resolve_inner may change those)
@@ -316,7 +323,16 @@ class ProxALOptions(RuntimeOptions):
     def adaptive(self) -> bool:
         return self.variant == "adaptive"
 
-    def validate(self, client_names: list[str]) -> None:
+    @property
+    def balancing(self) -> tuple[float, float, int] | None:
+        """Residual-balancing settings ``(rb_ratio, rb_factor, rb_rounds)`` handed to the
+        clients, or None (a fixed rho: ``adaptive_rho=False``)."""
+        if not self.adaptive_rho:
+            return None
+        return (float(self.rb_ratio), float(self.rb_factor), int(self.rb_rounds))
+
+    def validate(self, compiled, method: str) -> None:
+        client_names = [c.name for c in compiled.clients]
         if self.variant not in VARIANTS:
             raise ModelError(f"variant must be one of {VARIANTS}, got {self.variant!r}")
         float_pair("eps", self.eps)  # (raises on anything else)
@@ -360,7 +376,6 @@ class ProxALOptions(RuntimeOptions):
             whole_number(name, getattr(self, name))
         for name, r in self.rho_per_client(client_names).items():
             _positive(f"rho for client '{name}'", r)
-        self.validate_runtime()
 
     def rho_per_client(self, client_names: list[str]) -> dict[str, float]:
         rho = self.rho
@@ -396,6 +411,7 @@ class CProxALOptions(ProxALOptions):
     variant: str = "paper"
 
 
+@register_wire_type("admm.options")
 @dataclass
 class ADMMOptions(ProxALOptions):
     """Options of ``admm`` (seed 000 Algorithm 2 alone): those of :class:`ProxALOptions`

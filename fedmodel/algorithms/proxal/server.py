@@ -107,15 +107,14 @@ class ProxALServer(ServerHalf):
     """
 
     messages = PROXAL
-    # options whose change alters the iterates: a checkpoint resumes only with the same values
-    resume_options = (
-        "eps", "beta", "sbar", "rho", "q", "mu0", "max_inner", "max_local_iter",
-        "local_floor", "solver", "divergence_limit", "variant", "tau_rate", "kkt_factor",
-        "adaptive_rho", "rb_ratio", "rb_factor", "rb_rounds", "relaxation", "monitor", "anderson",
-        "outer_anderson", "prox_beta", "penalty_metric", "metric_floor", "metric_refresh",
-        "local_cap", "inner_solver",
-        "stall_rounds",
+    #: iterate, the clients' last u~_i, mu_0/nu_0, counters, penalties and metrics, the
+    #: inner solver's state (Anderson memory, the clients' Hessians, the secant model)
+    state_fields = (
+        "x", "u_tildes", "k", "mu", "nu", "local_iterations", "inner_total", "mu_norms",
+        "w_norms", "cone", "rhos", "metrics", "dmu_history", "aa_rejections", "outer_mem",
+        "inner_mode", "inner_note", "client_hessians", "start_derivatives",
     )  # fmt: skip
+    component_fields = ("outer_aa", "secant")
     step_name = "outer iteration"
 
     def __init__(
@@ -397,64 +396,20 @@ class ProxALServer(ServerHalf):
     def cone_duals(self) -> np.ndarray | None:
         return self.problem.cone[0] if self.problem.has_cones else None
 
-    def get_state(self) -> dict:
-        """The server half's own state: iterate, the clients' last ``u~_i``, ``mu_0``,
-        ``nu_0`` and counters."""
-        return {
-            "x": self.x.copy(),
-            "u_tildes": dict(self.u_tildes),
-            "k": self.k,
-            "mu": self.mu.copy(),
-            "nu": self.nu.copy(),
-            "local_iterations": self.local_iterations,
-            "inner_total": self.inner_total,
-            "mu_norms": list(self.mu_norms),
-            "w_norms": list(self.w_norms),
-            "cone": self.problem.cone[0].copy(),
-            "rhos": dict(self.rhos),
-            "metrics": dict(self.metrics),
-            "dmu_history": list(self.dmu_history),
-            "aa_rejections": self.aa_rejections,
-            "outer_aa": None if self.outer_aa is None else dict(vars(self.outer_aa)),
-            "outer_mem": list(self.outer_mem),
-            "inner_mode": self.inner_mode,
-            "inner_note": self.inner_note,
-            "client_hessians": dict(self.client_hessians),
-            "start_derivatives": self.start_derivatives,
-            "secant": None if self.secant is None else self.secant.get_state(),
-        }
+    @property
+    def cone(self) -> np.ndarray:
+        """The server's cone multipliers (held by its merit problem)."""
+        return self.problem.cone[0]
 
-    def set_state(self, state: dict) -> None:
-        self.x = np.array(state["x"], dtype=float)
-        self.u_tildes = dict(state["u_tildes"])
-        self.k = int(state["k"])
-        self.mu = np.array(state["mu"], dtype=float)
-        self.nu = np.array(state["nu"], dtype=float)
-        self.local_iterations = int(state["local_iterations"])
-        self.inner_total = int(state["inner_total"])
-        self.mu_norms = list(state["mu_norms"])
-        self.w_norms = list(state["w_norms"])
-        if "cone" in state:
-            self.problem.cone[0] = np.array(state["cone"], dtype=float)
-        self.metrics = dict(state.get("metrics", {}))
-        self.set_rhos(state["rhos"])
-        self.dmu_history = list(state["dmu_history"])
-        self.aa_rejections = int(state["aa_rejections"])
-        if self.outer_aa is not None:
-            vars(self.outer_aa).update(state["outer_aa"])
-        self.outer_mem = list(state["outer_mem"])
-        self.inner_mode = state.get("inner_mode", self.inner_mode)
-        self.inner_note = state.get("inner_note", "")
-        self.client_hessians = dict(state.get("client_hessians", {}))
+    @cone.setter
+    def cone(self, value) -> None:
+        self.problem.cone[0] = np.array(value, dtype=float)
+
+    def state_restored(self) -> None:
+        """The penalties' sums and the server step's quadratic, and the clients' Hessian sum,
+        from the restored state."""
+        self.set_rhos(self.rhos)
         self.hessian_sum = sum(self.client_hessians.values()) if self.client_hessians else None
-        self.start_derivatives = state.get("start_derivatives")
-        if self.secant is not None and state.get("secant") is not None:
-            self.secant.set_state(state["secant"])
-
-    def resume_key(self) -> dict:
-        key = super().resume_key()
-        key["rho"] = dict(self.initial_rhos)
-        return key
 
     def extra(self, reports: dict[str, dict]) -> dict:
         """The adaptive variant's final state: each client's rho_i (residual balancing)
@@ -883,13 +838,6 @@ def _growth_note(w_norms: list[float], history: list[dict]) -> str:
     return ""
 
 
-def _balancing(options: ProxALOptions) -> tuple[float, float, int] | None:
-    """Residual-balancing settings handed to the clients, or None (fixed rho)."""
-    if not options.adaptive_rho:
-        return None
-    return (float(options.rb_ratio), float(options.rb_factor), int(options.rb_rounds))
-
-
 def penalty_metric(compiled: CompiledModel, options: ProxALOptions) -> str:
     """The ADMM penalty metric in effect: ``options.penalty_metric``, or ``"scalar"`` when
     ``h`` is not smooth (its prox has no closed form under a full metric), the server's
@@ -949,32 +897,22 @@ def _newton_obstacle(compiled: CompiledModel, options: ProxALOptions, proximal: 
 
 
 def _client_factories(compiled: CompiledModel, options: ProxALOptions, rhos, proximal):
-    n = compiled.n_clients
+    """Each client half, built where it runs from its own program and the options (those
+    that travel: no callback)."""
     x0 = starting_point(compiled, options.w0, options.random_state)
-    layout = compiled.layout
+    layout, metric = compiled.layout, penalty_metric(compiled, options)
+    client_options = options.for_clients(w0=None, random_state=None)  # (theta0 below)
     return {
         c.name: EndpointFactory(
             ProxALClient,
-            (
-                c,
-                options.beta,
-                rhos[c.name],
-                n,
-                proximal,
-                options.mu0,
-                options.solver,
-                options.max_local_iter,
+            (c, client_options, rhos[c.name], compiled.n_clients, proximal),
+            {
                 # the client's own block of the starting point (its own variables)
-                x0[layout.indices(layout.owned_by(c.name))] if layout.has_owned else None,
-                _balancing(options),
-                float(options.relaxation),
-                0 if layout.has_owned else int(options.anderson),
-                0 if (layout.has_owned or not proximal) else int(options.outer_anderson),
-                options.prox_beta,
-                penalty_metric(compiled, options),
-                float(options.metric_floor),
-                float(options.metric_refresh),
-            ),
+                "theta0": (
+                    x0[layout.indices(layout.owned_by(c.name))] if layout.has_owned else None
+                ),
+                "metric": metric,
+            },
         )
         for c in compiled.clients
     }
@@ -997,7 +935,6 @@ def run_prox_al(
     names = [c.name for c in compiled.clients]
     mode, note = inner_solver(compiled, options, proximal)
     options.resolve_inner(mode)
-    options.validate(names)
     rhos = options.rho_per_client(names)
     x0 = starting_point(compiled, options.w0, options.random_state)
     server = ProxALServer(

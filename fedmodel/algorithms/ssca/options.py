@@ -18,7 +18,7 @@ from typing import Any
 
 import numpy as np
 
-from fedmodel.algorithms.options import RUNTIME_OPTIONS_DOC, RuntimeOptions, positive
+from fedmodel.algorithms.options import RUNTIME_OPTIONS_DOC, RuntimeOptions, positive, stop_only
 from fedmodel.errors import ModelError
 
 SERVER_SOLVERS = ("auto", "lemma1", "dual", "cvxpy")
@@ -124,14 +124,14 @@ class LearningOptions(RuntimeOptions):
         full gradient (``res.kkt.stationarity``, ``res.extra["gradient_norm"]``).
     """
 
-    rounds: int = 100
+    rounds: int = stop_only(100)
     batch_size: int = 10
     seed: int = 0
     w0: Any = None
-    eval_every: int = 10
+    eval_every: int = stop_only(10)
     designated: str | None = None
     one_step: bool = False
-    final_gradient: bool = True
+    final_gradient: bool = stop_only(True)
 
     def validate_common(self) -> None:
         for name in ("rounds", "batch_size"):
@@ -141,7 +141,6 @@ class LearningOptions(RuntimeOptions):
         v = self.eval_every
         if isinstance(v, bool) or not isinstance(v, (int, np.integer)) or v < 0:
             raise ModelError(f"eval_every must be an integer >= 0, got {v!r}")
-        self.validate_runtime()
 
     def to_dict(self) -> dict[str, Any]:
         out = {}
@@ -184,9 +183,9 @@ class SSCAOptions(LearningOptions):
     tau: float = 0.2
     c: float = 1e5
     server_solver: str = "auto"
-    check_schedules: str = "report"
+    check_schedules: str = stop_only("report")
 
-    def validate(self) -> None:
+    def validate(self, problem: Any = None, method: str = "ssca") -> None:
         self.validate_common()
         self.rho = Schedule.of(self.rho, "rho")
         self.gamma = Schedule.of(self.gamma, "gamma")
@@ -227,7 +226,7 @@ class SGDOptions(LearningOptions):
     momentum: float = 0.1
     local_steps: int = 1
 
-    def validate(self) -> None:
+    def validate(self, problem: Any = None, method: str = "fedsgd") -> None:
         self.validate_common()
         self.lr = Schedule.of(self.lr, "lr")
         if not 0 <= float(self.momentum) < 1:

@@ -87,7 +87,7 @@ def fit(model, method: str = "ssca", **options: Any) -> Result:
         ):
             raise ModelError(f"method={method!r} takes one step per round (local_steps=1)")
     opts = build_options(cls, options, method)
-    opts.validate()
+    opts.validate(model, method)
     conditions = None
     if cls is SSCAOptions:
         conditions = check_conditions(opts.rho, opts.gamma, opts.rounds)

@@ -16,16 +16,9 @@ import numpy as np
 
 from fedmodel.algorithms.protocol import ServerHalf, StepReport
 from fedmodel.algorithms.ssca.messages import SSCA
-from fedmodel.algorithms.ssca.options import Schedule
 from fedmodel.algorithms.ssca.surrogate import SurrogateState
 from fedmodel.certificate.kkt import KKTResiduals
 from fedmodel.result import Result
-
-
-def _jsonable(v):
-    if isinstance(v, Schedule):
-        return [v.a, v.alpha] if v.fn is None else "callable"
-    return v
 
 
 class LearningServer(ServerHalf):
@@ -50,6 +43,8 @@ class LearningServer(ServerHalf):
     #: a stochastic method on a non-convex loss: the certificate is a local one
     local_certificate = True
 
+    state_fields = ("w", "t", "slack", "nu", "v", "initial")
+    component_fields = ("state",)  # the SSCA surrogate's running sums (None for SGD)
     step_name = "round"
 
     def __init__(self, kind, model, w0, options, state: SurrogateState | None, method, samples):
@@ -104,43 +99,6 @@ class LearningServer(ServerHalf):
 
     def point(self) -> np.ndarray:
         return self.w
-
-    def get_state(self) -> dict:
-        return {
-            "w": self.w.copy(),
-            "t": self.t,
-            "slack": self.slack.copy(),
-            "nu": self.nu.copy(),
-            "v": self.v.copy(),
-            "initial": self.initial,
-            "surrogate": None if self.state is None else self.state.get_state(),
-        }
-
-    def set_state(self, state: dict) -> None:
-        self.w, self.t = np.array(state["w"]), int(state["t"])
-        self.slack, self.nu, self.v = (
-            np.array(state["slack"]),
-            np.array(state["nu"]),
-            np.array(state["v"]),
-        )
-        self.initial = state["initial"]
-        if self.state is not None:
-            self.state.set_state(state["surrogate"])
-
-    def resume_key(self) -> dict:
-        keys = (
-            "batch_size",
-            "seed",
-            "rho",
-            "gamma",
-            "tau",
-            "c",
-            "lr",
-            "momentum",
-            "local_steps",
-            "one_step",
-        )
-        return {k: _jsonable(getattr(self.options, k)) for k in keys if hasattr(self.options, k)}
 
     def report_payload(self) -> dict:
         return {}

@@ -17,6 +17,15 @@ from fedmodel.algorithms.vfl.options import FairVFLOptions
 from fedmodel.algorithms.vfl.problem import VerticalProblem
 from fedmodel.algorithms.vfl.run import DESCRIPTIONS, run_vertical, solve_vertical
 
+
+def solve_model(model, method: str, options: dict):
+    """A vertical DSL model (its clients publish their partial scores), solved with
+    ``method`` (the registry's entry for ``MODEL_FAMILIES["vertical"]``)."""
+    from fedmodel.algorithms.vfl.solve import solve_published
+
+    return solve_published(model, method, options)
+
+
 METHODS = {
     name: MethodSpec(FairVFLOptions, run_vertical, text, vertical=True)
     for name, text in DESCRIPTIONS.items()

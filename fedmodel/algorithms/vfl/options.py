@@ -15,7 +15,7 @@ from typing import Any
 
 import numpy as np
 
-from fedmodel.algorithms.options import RUNTIME_OPTIONS_DOC, RuntimeOptions
+from fedmodel.algorithms.options import RUNTIME_OPTIONS_DOC, RuntimeOptions, stop_only
 from fedmodel.algorithms.vfl.problem import CONSTRAINTS
 from fedmodel.errors import ModelError
 
@@ -123,9 +123,9 @@ class FairVFLOptions(RuntimeOptions):
     asynchronous: bool = False
     min_replies: int = 1
     seed: int = 0
-    max_rounds: int = 1000
-    tol: float = 0.0
-    kkt_tol: float = 1e-4
+    max_rounds: int = stop_only(1000)
+    tol: float = stop_only(0.0)
+    kkt_tol: float = stop_only(1e-4)
     monitor_every: int = 1
     reveal_parameters: bool = True
     lambda0: tuple[float, float] = (0.0, 0.0)
@@ -140,8 +140,8 @@ class FairVFLOptions(RuntimeOptions):
         """The driver's feasibility tolerance: ``kkt_tol``."""
         return float(self.kkt_tol)
 
-    def validate(self, K: int) -> None:
-        self.validate_runtime()
+    def validate(self, problem, method: str) -> None:
+        K = problem.K
         if self.eps < 0:
             raise ModelError(f"eps must be >= 0, got {self.eps}")
         if self.constraint not in CONSTRAINTS:

@@ -114,7 +114,7 @@ def solve_vertical(
     opts = build_options(options, **kw)
     if callback is not None:
         opts.callback = callback
-    opts.validate(problem.K)
+    opts.validate(problem, method)
     constrained = method == "fair-vfl"
     t0 = time.perf_counter()
     consts = (1.0, 1.0)

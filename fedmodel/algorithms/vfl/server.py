@@ -41,7 +41,6 @@ notes 6.2 from the parties' block gradients) and the :class:`~fedmodel.result.Re
 
 from __future__ import annotations
 
-import copy
 from typing import Any
 
 import numpy as np
@@ -84,28 +83,10 @@ class VFLServer(ServerHalf):
     """
 
     messages = VFL
-
+    #: one dict of plain values and arrays: lambda, the round, the scores and partial
+    #: scores, the asynchronous bookkeeping, the gap
+    state_fields = ("state",)
     step_name = "round"
-    resume_options = (
-        "eps",
-        "c",
-        "eta",
-        "beta",
-        "beta_convention",
-        "schedule",
-        "lipschitz",
-        "tau",
-        "Q",
-        "local_updates",
-        "speeds",
-        "delays",
-        "asynchronous",
-        "min_replies",
-        "seed",
-        "lambda0",
-        "constraint",
-        "tpr_temperature",
-    )
 
     def __init__(
         self,
@@ -160,12 +141,7 @@ class VFLServer(ServerHalf):
         return {"n": int(self.scores_of.n), "n_test": int(n_test), "m_k": int(sizes.get(client, 0))}
 
     # -- state ----------------------------------------------------------------------------
-    def get_state(self) -> dict[str, Any]:
-        """A copy of the state (a mark must not change with the later rounds)."""
-        return copy.deepcopy(self.state)
-
-    def set_state(self, state: dict[str, Any]) -> None:
-        self.state = copy.deepcopy(state)
+    def state_restored(self) -> None:
         self._tickets = {}  # work posted after that point is gone (the runtime dropped it)
 
     @property
