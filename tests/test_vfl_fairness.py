@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from test_vfl import small_problem
 
 import fedmodel as fm
 from fedmodel.algorithms.vfl.client import VFLParty
@@ -18,7 +19,7 @@ from fedmodel.algorithms.vfl.reference import (
 )
 from fedmodel.algorithms.vfl.run import solve_vertical
 from fedmodel.errors import ModelError, UnsupportedError
-from tests.test_vfl import small_problem
+from fedmodel.runtime.checkpoint import CheckpointError
 
 T = 0.5  # the surrogate's temperature in these tests
 
@@ -132,6 +133,19 @@ def test_rate_constraint_through_the_builder_and_refused_on_a_dsl_deo_model():
     assert abs(ref.extra["constraint"]["gap"]) <= 0.05 + ref.kkt.feasibility
     with pytest.raises(UnsupportedError, match="constraint='tpr'"):
         vm.dsl.solve(method="fair-vfl", constraint="tpr")
+
+
+def test_a_checkpoint_resumes_only_with_the_same_constraint(tmp_path):
+    prob = small_problem()
+    kw = dict(eps=0.05, eta=2.0, Q=2, constraint="tpr", tpr_temperature=T)
+    full = solve_vertical(prob, "fair-vfl", max_rounds=10, **kw)
+    ck = tmp_path / "ck"
+    solve_vertical(prob, "fair-vfl", max_rounds=6, checkpoint=str(ck), checkpoint_every=6, **kw)
+    rest = solve_vertical(prob, "fair-vfl", max_rounds=10, resume=str(ck), **kw)
+    np.testing.assert_array_equal(rest.x, full.x)
+    for other in ({"constraint": "loss"}, {"tpr_temperature": 0.2}):  # other iterates
+        with pytest.raises(CheckpointError):
+            solve_vertical(prob, "fair-vfl", max_rounds=10, resume=str(ck), **{**kw, **other})
 
 
 def test_bad_constraint_options_are_named():
