@@ -36,6 +36,7 @@ from fedmodel.algorithms.driver import run_federated
 from fedmodel.algorithms.protocol import ServerHalf, StepReport
 from fedmodel.algorithms.proxal.anderson import AndersonState
 from fedmodel.algorithms.proxal.client import ProxALClient
+from fedmodel.algorithms.proxal.exact_admm import ExactADMM
 from fedmodel.algorithms.proxal.messages import PROXAL
 from fedmodel.algorithms.proxal.newton_inner import SecantModel, federated_newton
 from fedmodel.algorithms.proxal.options import ProxALOptions
@@ -47,6 +48,7 @@ from fedmodel.errors import ModelError
 from fedmodel.runtime.base import Runtime
 from fedmodel.runtime.endpoints import EndpointFactory
 from fedmodel.subproblems.merit import MeritProblem
+from fedmodel.subproblems.conic_prox import exact_prox_solver, internal_rows
 from fedmodel.subproblems.newton import solve_upper
 from fedmodel.subproblems.select import make_solver
 
@@ -60,6 +62,8 @@ UNBOUNDED_DROP = 10.0
 NEWTON_MAX_SHARED = 2000
 #: the inner solvers that run the Newton loop (newton_inner.federated_newton)
 NEWTON_MODES = ("newton", "quasi-newton")
+#: consensus ADMM with exact party steps (exact_admm.py): non-smooth and conic models
+EXACT = "exact-admm"
 #: quasi-Newton: rejected trial points at one iterate that give a new direction from the
 #: updated secant model before the line search backtracks along the last one
 QN_REMODEL = 2
@@ -131,6 +135,7 @@ class ProxALServer(ServerHalf):
         metric: str = "scalar",
         inner_solver: str = "admm",
         inner_note: str = "",
+        exact_fallback: bool = False,
     ):
         layout = program.layout
         owned_anywhere = layout.has_owned  # (the model's layout: any party's own variables)
@@ -190,6 +195,17 @@ class ProxALServer(ServerHalf):
         # quasi-Newton: the server's secant model of the clients' summed Hessian
         self.secant = SecantModel(self.ns) if inner_solver == "quasi-newton" else None
         self.client_hessians: dict[str, np.ndarray] = {}
+        # exact-admm (also what "auto" falls back to when a party cannot take quasi-Newton
+        # on a convex model): its state, the server's exact step and its hard rows
+        self.exact_fallback = bool(exact_fallback)
+        self.exact = ExactADMM(
+            float(np.mean(list(rhos.values()))) if rhos else 1.0,
+            int(options.anderson),
+            _balancing(options),
+            int(options.max_inner),
+        )
+        self._exact_solver = None
+        self.hard_rows = internal_rows(self.problem)
         self.hessian_sum: np.ndarray | None = None
         self.start_derivatives: tuple[float, np.ndarray] | None = None
         self._no_terms_hessian: np.ndarray | None = None  # (a server without terms)
@@ -201,7 +217,8 @@ class ProxALServer(ServerHalf):
             try:  # (the first call cross-checks the server's GLM form)
                 self.own_derivatives(self.x, self.x)
             except NotRecognised as exc:
-                self.inner_mode, self.inner_note = "admm", f"the server: {exc}"
+                fallback = EXACT if self.exact_fallback else "admm"
+                self.inner_mode, self.inner_note = fallback, f"the server: {exc}"
         if self.inner_mode in NEWTON_MODES:
             runtime.next_round()
             replies = runtime.broadcast("start", {"w": self.x[: self.ns], **self.inner_payload()})
@@ -213,15 +230,17 @@ class ProxALServer(ServerHalf):
             if not why:
                 self.take_starts(replies)
                 return
-            # a client cannot: Algorithm 2 for the whole run (one more round)
-            self.inner_mode, self.inner_note = "admm", "; ".join(why)
+            # a client cannot: Algorithm 2 (or, on a convex model at "auto", exact-admm)
+            # for the whole run (one more round)
+            fallback = EXACT if self.exact_fallback else "admm"
+            self.inner_mode, self.inner_note = fallback, "; ".join(why)
         runtime.next_round()
-        replies = runtime.broadcast("start", {"w": self.x[: self.ns]})
+        replies = runtime.broadcast("start", {"w": self.x[: self.ns], **self.inner_payload()})
         self.take_starts(replies)
 
     def inner_payload(self) -> dict:
         """What the messages that start an inner solve add for the inner solver."""
-        return {"inner": self.inner_mode} if self.inner_mode in NEWTON_MODES else {}
+        return {"inner": self.inner_mode} if self.inner_mode in (*NEWTON_MODES, EXACT) else {}
 
     def take_starts(self, replies) -> None:
         """The clients' replies to a (re)start of the inner solver: with Algorithm 2,
@@ -229,6 +248,8 @@ class ProxALServer(ServerHalf):
         Hessians keeps the identity); with (quasi-)Newton, their derivatives at ``w^k``."""
         if self.inner_mode in NEWTON_MODES:
             self.start_derivatives = self.take_derivatives(replies)
+            return
+        if self.inner_mode == EXACT:  # (the clients only set their new centres)
             return
         self.u_tildes = {name: r.payload["u_tilde"] for name, r in replies.items()}
         self.take_metrics(replies)
@@ -262,6 +283,8 @@ class ProxALServer(ServerHalf):
         tau = self.tau(k)
         if self.inner_mode in NEWTON_MODES:
             outcome = self.inner_newton(runtime, tau, deadline)
+        elif self.inner_mode == EXACT:
+            outcome = self.exact.solve(self, runtime, tau, deadline)
         else:
             outcome = self.inner(runtime, self.x, self.u_tildes, tau, deadline)
         self.inner_total += outcome.iterations
@@ -422,6 +445,7 @@ class ProxALServer(ServerHalf):
             "client_hessians": dict(self.client_hessians),
             "start_derivatives": self.start_derivatives,
             "secant": None if self.secant is None else self.secant.get_state(),
+            "exact_admm": self.exact.get_state(),
         }
 
     def set_state(self, state: dict) -> None:
@@ -450,6 +474,8 @@ class ProxALServer(ServerHalf):
         self.start_derivatives = state.get("start_derivatives")
         if self.secant is not None and state.get("secant") is not None:
             self.secant.set_state(state["secant"])
+        if state.get("exact_admm") is not None:
+            self.exact.set_state(state["exact_admm"])
 
     def resume_key(self) -> dict:
         key = super().resume_key()
@@ -467,8 +493,11 @@ class ProxALServer(ServerHalf):
         }
         if self.inner_note:
             out["inner_solver_note"] = self.inner_note
-        if self.anderson:
+        if self.anderson and self.inner_mode != EXACT:
             out["anderson_rejections"] = self.aa_rejections
+        if self.inner_mode == EXACT:
+            out["exact_admm_sigma"] = self.exact.sigma
+            out["anderson_rejections"] = self.exact.rejections
         if self.outer_aa is not None:
             out["outer_anderson_rejections"] = self.outer_aa.rejections
         return out
@@ -827,16 +856,39 @@ class ProxALServer(ServerHalf):
         """mu_0^{k+1} = [mu_0^k + beta c_0(w^{k+1})]_+ (and nu_0 += beta a_0); returns the
         infinity-norm change."""
         ci, ce = self.problem.functions[0].constraint_values(w)
+        # exact-admm: the epigraph pieces' multipliers are the exact steps' duals (kept)
+        hard_i, hard_e = self.hard_rows if self.inner_mode == EXACT else (False, False)
         change = 0.0
         if ci.size:
-            new = np.maximum(self.mu + self.beta * ci, 0.0)
+            new = np.where(hard_i, self.mu, np.maximum(self.mu + self.beta * ci, 0.0))
             change = float(np.abs(new - self.mu).max())
             self.mu = new
         if ce.size:
-            step = self.beta * ce
+            step = np.where(hard_e, 0.0, self.beta * ce)
             change = max(change, float(np.abs(step).max()))
             self.nu = self.nu + step
         return change
+
+    def exact_step(self, avg: np.ndarray, weight: float, tol: float):
+        """The server's step of exact-admm (:mod:`~fedmodel.algorithms.proxal.exact_admm`):
+        ``argmin P_{0,k}(z, theta_0) + h(z) + (weight/2)||z - avg||^2`` over its view,
+        exactly (its epigraph pieces as hard constraints, their duals kept in ``mu_0``);
+        returns the point and the measured residual."""
+        ns, p = self.ns, self.prox_weight
+        if self._exact_solver is None:
+            self._exact_solver = exact_prox_solver(self.problem, self.options.solver)
+        center = (p * self.x[:ns] + weight * avg) / (p + weight)
+        sigma = p + weight
+        if self.owned:
+            sigma = np.r_[np.full(ns, p + weight), np.full(self.n_own, p)]
+            center = np.concatenate([center, self.x[ns:]])
+        self.problem.set(sigma=sigma, center=center, mu=[self.mu], nu=[self.nu])
+        start = np.concatenate([avg, self.x[ns:]]) if self.owned else avg
+        report = self._exact_solver.solve(start, tol, self.options.max_local_iter)
+        self.local_iterations += report.iterations
+        self.mu = np.array(self.problem.mu[0], dtype=float)
+        self.nu = np.array(self.problem.nu[0], dtype=float)
+        return report.x, report.residual
 
 
 def _inner_outcome(out) -> InnerOutcome:
@@ -917,6 +969,13 @@ def inner_solver(
     not allow it is a :class:`ModelError`; a client that turns out unable switches the run
     to Algorithm 2 at its start (``res.extra``)."""
     choice = options.inner_solver
+    if choice == EXACT:
+        if not proximal or compiled.nonconvex:
+            raise ModelError(
+                f"inner_solver={EXACT!r} needs method 'prox-al' on a convex model "
+                "(its exact party steps minimise convex subproblems); use inner_solver='admm'"
+            )
+        return EXACT, ""
     if choice not in ("auto", *NEWTON_MODES):  # ("admm"; options.validate names the others)
         return "admm", ""
     why = _newton_obstacle(compiled, options, proximal)
@@ -925,6 +984,8 @@ def inner_solver(
             f"inner_solver={choice!r} is not available: {why}; use inner_solver='admm'"
         )
     mode = "quasi-newton" if choice == "auto" else choice
+    if why and proximal and not compiled.nonconvex and compiled.shared_hessian_obstacle():
+        return EXACT, why  # (non-smooth or conic, convex: the exact consensus ADMM)
     return ("admm", why) if why else (mode, "")
 
 
@@ -1012,6 +1073,7 @@ def run_prox_al(
         metric=penalty_metric(compiled, options),
         inner_solver=mode,
         inner_note=note,
+        exact_fallback=proximal and options.inner_solver == "auto" and not compiled.nonconvex,
     )
     factories = _client_factories(compiled, options, rhos, proximal)
     return run_federated(compiled, options, method, server, factories, faults=faults)
