@@ -22,8 +22,8 @@ from fedmodel.errors import UnsupportedError
 from fedmodel.subproblems.merit import MeritProblem, SolveReport
 
 
-#: hard pieces' duals below this fraction of the largest are inactive (set to 0)
-INACTIVE_DUAL = 1e-7
+#: duals of hard pieces below this fraction of the largest are rounding (set to 0)
+ROUNDING_DUAL = 1e-9
 
 
 def substitute(expr: cp.Expression, mapping: dict[int, cp.Expression]) -> cp.Expression:
@@ -189,7 +189,7 @@ class CvxpySolver:
         tight = clarabel_tolerances(tol) if self.solver == "CLARABEL" else {}
         x, residual, status, cone = self._attempt(x0, tight)
         attempts = 1
-        if residual > tol and tight:
+        if residual > tol and tight and not (self.hard_internal and np.isfinite(residual)):
             # interior-point methods may lose accuracy at tight tolerances on degenerate
             # problems (e.g. a PSD cone with a multiple eigenvalue): try the defaults and
             # keep whichever point has the smaller measured residual
@@ -246,9 +246,17 @@ class CvxpySolver:
                 if ineq:
                     mu = np.array(p.mu[j], dtype=float)
                     dual = np.maximum(np.concatenate([np.ravel(c.dual_value) for c in ineq]), 0.0)
-                    # an interior-point dual is never exactly 0; the certificate reads mu > 0
-                    # as an active piece, so the ones at rounding level are set to 0
-                    dual[dual <= INACTIVE_DUAL * dual.max(initial=0.0)] = 0.0
+                    # an interior-point dual is never exactly 0 and the certificate reads
+                    # mu_j > 0 as an active piece: a piece with slack s_j = -c_j > 0 keeps its
+                    # dual only when that costs less (s_j over its scale, as the certificate
+                    # measures it) than setting it to 0 (mu_j over the largest dual, the
+                    # relative stationarity of its auxiliary); rounding-level duals go too
+                    c = p.functions[j].constraint_values(x)[0][~rows_i]
+                    c0 = np.abs(p.functions[j].constant_parts[0][~rows_i])
+                    top = dual.max(initial=0.0)
+                    slack = -c / np.maximum(1.0, c0)
+                    dual[(slack > 0) & (dual < slack * top)] = 0.0
+                    dual[dual <= ROUNDING_DUAL * top] = 0.0
                     mu[~rows_i] = dual
                     p.mu[j] = mu
                 if eq:

@@ -64,6 +64,8 @@ NEWTON_MAX_SHARED = 2000
 NEWTON_MODES = ("newton", "quasi-newton")
 #: consensus ADMM with exact party steps (exact_admm.py): non-smooth and conic models
 EXACT = "exact-admm"
+#: test (8)'s targets with exact-admm, as fractions of eps
+EXACT_KKT_FACTORS = (1.0, 1.0)
 #: quasi-Newton: rejected trial points at one iterate that give a new direction from the
 #: updated secant model before the line search backtracks along the last one
 QN_REMODEL = 2
@@ -150,6 +152,8 @@ class ProxALServer(ServerHalf):
         # constraints (``conic``): their interior-point subproblems are accurate to ~1e-9, so a
         # target below eps only exhausts max_inner; the certificate checks eps in any case
         self.kkt_factors = (1.0, 1.0) if conic else options.kkt_factors
+        if inner_solver == EXACT or exact_fallback:  # (set again by start if it falls back)
+            self.kkt_factors = EXACT_KKT_FACTORS if options.adaptive else self.kkt_factors
         self.initial_rhos = dict(rhos)
         # the clients' metrics M_i of their ADMM penalties rho_i M_i (the identity unless
         # penalty_metric="hessian"; sent with every (re)start of Algorithm 2)
