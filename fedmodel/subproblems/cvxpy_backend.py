@@ -21,7 +21,6 @@ import numpy as np
 from fedmodel.errors import UnsupportedError
 from fedmodel.subproblems.merit import MeritProblem, SolveReport
 
-
 #: duals of hard pieces below this fraction of the largest are rounding (set to 0)
 ROUNDING_DUAL = 1e-9
 
