@@ -25,7 +25,7 @@ Examples
 --------
 >>> import cvxpy as cp
 >>> x = cp.Variable(2)
->>> restricted_domain(cp.sum(cp.kl_div(x, 1)) ), restricted_domain(cp.sum_squares(x))
+>>> restricted_domain(cp.sum(cp.kl_div(x, 1))), restricted_domain(cp.sum_squares(x))
 (True, False)
 """
 
@@ -42,8 +42,8 @@ from fedmodel.subproblems.select import make_solver
 def restricted_domain(expr: cp.Expression) -> bool:
     """True when ``expr`` is defined on part of the space only (cvxpy's ``domain``:
     ``kl_div``, ``entr``, ``log``, ...)."""
-    try:
-        return bool(expr.domain)
+    try:  # (constant conditions, such as quad_over_lin's y >= 0 for y = 1, do not count)
+        return any(con.variables() for con in expr.domain)
     except (AttributeError, TypeError, ValueError):
         return False
 

@@ -161,8 +161,7 @@ class ProxALServer(ServerHalf):
         # constraints (``conic``): their interior-point subproblems are accurate to ~1e-9, so a
         # target below eps only exhausts max_inner; the certificate checks eps in any case
         self.kkt_factors = (1.0, 1.0) if conic else options.kkt_factors
-        if (inner_solver == EXACT or exact_fallback) and options.adaptive:
-            self.kkt_factors = EXACT_KKT_FACTORS[bool(user_constraints)]
+        self.user_constraints = bool(user_constraints)
         self.initial_rhos = dict(rhos)
         # the clients' metrics M_i of their ADMM penalties rho_i M_i (the identity unless
         # penalty_metric="hessian"; sent with every (re)start of Algorithm 2)
@@ -222,6 +221,7 @@ class ProxALServer(ServerHalf):
         )
         self._exact_solver = None
         self.hard_rows = internal_rows(self.problem)
+        self.use_exact_factors()
         self.hessian_sum: np.ndarray | None = None
         self.start_derivatives: tuple[float, np.ndarray] | None = None
         self._no_terms_hessian: np.ndarray | None = None  # (a server without terms)
@@ -235,6 +235,7 @@ class ProxALServer(ServerHalf):
             except NotRecognised as exc:
                 fallback = EXACT if self.exact_fallback else "admm"
                 self.inner_mode, self.inner_note = fallback, f"the server: {exc}"
+                self.use_exact_factors()
         if self.inner_mode in NEWTON_MODES:
             runtime.next_round()
             replies = runtime.broadcast("start", {"w": self.x[: self.ns], **self.inner_payload()})
@@ -250,9 +251,16 @@ class ProxALServer(ServerHalf):
             # for the whole run (one more round)
             fallback = EXACT if self.exact_fallback else "admm"
             self.inner_mode, self.inner_note = fallback, "; ".join(why)
+            self.use_exact_factors()
         runtime.next_round()
         replies = runtime.broadcast("start", {"w": self.x[: self.ns], **self.inner_payload()})
         self.take_starts(replies)
+
+    def use_exact_factors(self) -> None:
+        """Test (8)'s targets of exact-admm (:data:`EXACT_KKT_FACTORS`; adaptive variant),
+        when it is the inner solver."""
+        if self.inner_mode == EXACT and self.options.adaptive:
+            self.kkt_factors = EXACT_KKT_FACTORS[self.user_constraints]
 
     def inner_payload(self) -> dict:
         """What the messages that start an inner solve add for the inner solver."""
@@ -484,6 +492,7 @@ class ProxALServer(ServerHalf):
             vars(self.outer_aa).update(state["outer_aa"])
         self.outer_mem = list(state["outer_mem"])
         self.inner_mode = state.get("inner_mode", self.inner_mode)
+        self.use_exact_factors()
         self.inner_note = state.get("inner_note", "")
         self.client_hessians = dict(state.get("client_hessians", {}))
         self.hessian_sum = sum(self.client_hessians.values()) if self.client_hessians else None
