@@ -71,6 +71,9 @@ EXACT = "exact-admm"
 #: solution: at tau_k's floor of eps/2 the multipliers of max-entropy and bpdn stalled at a
 #: violation of ~1e-3 and "diverging"); the feasibility half at a hundredth of eps
 EXACT_KKT_FACTORS = {False: (1.0, 0.01), True: (0.1, 0.01)}
+#: "auto" picks exact-admm at eps >= this only (see _exact_eps_ok; tests/test_convex_models.py
+#: certifies hinge-squared at 1e-6 and an inv_pos barrier at 1e-7 with Algorithm 2)
+EXACT_MIN_EPS = 1e-5
 #: exact-admm's over-relaxation when ``relaxation`` is left to its default (1.6 took more
 #: rounds than 1 on LAD, SVM and quantile models)
 EXACT_RELAXATION = 1.0
@@ -1009,13 +1012,21 @@ def inner_solver(
             f"inner_solver={choice!r} is not available: {why}; use inner_solver='admm'"
         )
     mode = "quasi-newton" if choice == "auto" else choice
-    if choice == "auto" and proximal and not compiled.nonconvex:
+    if choice == "auto" and proximal and not compiled.nonconvex and _exact_eps_ok(options):
         # non-smooth or conic terms, or terms with a restricted domain (a gradient step
         # from w = 0 evaluates kl_div/entr/log on its boundary): the exact consensus ADMM
         obstacle = compiled.shared_hessian_obstacle() or _restricted_domain(compiled)
         if obstacle:
             return EXACT, why or obstacle
     return ("admm", why) if why else (mode, "")
+
+
+def _exact_eps_ok(options: ProxALOptions) -> bool:
+    """Whether ``"auto"`` may pick exact-admm at this ``eps``: its steps are interior-point
+    solutions, whose duals of pieces at a kink are ambiguous to about the square root of
+    the solver's gap (Clarabel at 1e-10: ~1e-5 relative), so below
+    :data:`EXACT_MIN_EPS` the certificate cannot certify them (Algorithm 2 runs)."""
+    return min(options.eps1, options.eps2) >= EXACT_MIN_EPS
 
 
 def _restricted_domain(compiled: CompiledModel) -> str:
@@ -1111,7 +1122,10 @@ def run_prox_al(
         metric=penalty_metric(compiled, options),
         inner_solver=mode,
         inner_note=note,
-        exact_fallback=proximal and options.inner_solver == "auto" and not compiled.nonconvex,
+        exact_fallback=proximal
+        and options.inner_solver == "auto"
+        and not compiled.nonconvex
+        and _exact_eps_ok(options),
         user_constraints=any(
             c.kind != "cone" and not c.internal for p in compiled.parties for c in p.constraints
         ),
