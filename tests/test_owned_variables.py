@@ -82,9 +82,10 @@ def test_owned_values_never_cross_the_network():
 
     table = traffic_per_round(model.compile())
     sizes = {(r["kind"], r["floats"]) for r in res.ledger if r["channel"] == "algorithm"}
-    assert ("admm_w", table["prox-al inner round"]["down"]) in sizes
-    assert ("admm_w_reply", table["prox-al inner round"]["up"]) in sizes
-    outer_up = table["prox-al outer round"]["up"]
+    assert res.extra["inner_solver"] == "exact-admm"  # (the default with owned variables)
+    assert ("xadmm_w", table["prox-al exact-admm round"]["down"]) in sizes
+    assert ("xadmm_w_reply", table["prox-al exact-admm round"]["up"]) in sizes
+    outer_up = table["prox-al outer round (exact-admm)"]["up"]
     with_metric = outer_up + table.get("prox-al metric (opt-in)", {"up": 0})["up"]
     assert {("outer_reply", outer_up), ("outer_reply", with_metric)} & sizes
     # only the last report (to the caller, for .value) holds a client's own block

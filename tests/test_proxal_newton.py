@@ -261,13 +261,17 @@ def test_newton_messages():
             assert set(shapes) - {"hessian"} == {"value", "grad"}
 
 
-def test_auto_falls_back_to_admm_and_says_why():
+def test_auto_falls_back_to_exact_admm_and_says_why():
+    """A convex model with a non-smooth h runs exact-admm at "auto" (issue 23; Algorithm 2
+    when forced), and says why not quasi-Newton."""
     base = np_model(2, seed=1)
     w = base.variables[0]
     base.regularize(0.01 * cp.norm1(w))  # a non-smooth h
     res = base.solve(method="prox-al")
-    assert res.extra["inner_solver"] == "admm"
+    assert res.extra["inner_solver"] == "exact-admm"
     assert "h is not smooth" in res.extra["inner_solver_note"]
+    res = base.solve(method="prox-al", inner_solver="admm", max_outer=1)
+    assert res.extra["inner_solver"] == "admm"
     with pytest.raises(
         fm.ModelError, match="inner_solver='newton' is not available: h is not smooth"
     ):
@@ -324,7 +328,7 @@ def test_newton_defaults_apply_only_when_newton_runs_and_keep_user_options():
     model = np_model(2, seed=1)
     model.regularize(0.01 * cp.norm1(model.variables[0]))
     res = model.solve(method="prox-al", history=False)
-    assert res.extra["inner_solver"] == "admm" and res.options["beta"] == 100.0
+    assert res.extra["inner_solver"] == "exact-admm" and res.options["beta"] == 100.0
 
 
 def test_a_line_search_that_finds_no_decrease_stalls_at_the_start_point():

@@ -53,7 +53,11 @@ def traffic_per_round(compiled: CompiledModel) -> dict[str, dict[str, int]]:
     most 2000 shared variables) the default prox-al runs its quasi-Newton inner solver
     instead of Algorithm 2 (``inner_solver="auto"``): per inner round, down the point
     ``w`` (d), up the client's value and gradient (d + 1): the row ``"prox-al quasi-Newton
-    round"``. No default sends a ``d x d`` matrix. Two opt-ins do, and reveal each
+    round"``. On the other convex models (non-smooth or conic terms, party-owned variables,
+    a non-smooth ``h``) it runs exact-admm: per inner round, down the client's centre, the
+    penalty and the tolerance (d + 2), up its exact step's shared part (d): the row
+    ``"prox-al exact-admm round"``; its outer round sends ``||dmu_i||_inf``, a start flag
+    and, with own variables, the change of its block up. No default sends a ``d x d`` matrix. Two opt-ins do, and reveal each
     client's Hessian of its subproblem (for a client with fewer rows than d, its rows):
     ``inner_solver="newton"`` adds the client's ``d x d`` Hessian to each reply when it
     changed (every round on a non-quadratic client, with the active set on a quadratic
@@ -74,6 +78,9 @@ def traffic_per_round(compiled: CompiledModel) -> dict[str, dict[str, int]]:
         "prox-al outer round": {"down": d, "up": d + 1 + owned},
         "admm round": {"down": d + 1, "up": d + 1},
     }
+    if not newton and not compiled.nonconvex:  # exact-admm (the default there)
+        rows["prox-al exact-admm round"] = {"down": d + 2, "up": d}
+        rows["prox-al outer round (exact-admm)"] = {"down": d, "up": 2 + owned}
     if newton:
         rows["prox-al quasi-Newton round"] = {"down": d, "up": d + 1}
         rows["prox-al Newton round (opt-in)"] = {"down": d, "up": d + 1 + d * d}

@@ -21,6 +21,9 @@ import numpy as np
 from fedmodel.errors import UnsupportedError
 from fedmodel.subproblems.merit import MeritProblem, SolveReport
 
+#: duals of hard pieces below this fraction of the largest are rounding (set to 0)
+ROUNDING_DUAL = 1e-9
+
 
 def substitute(expr: cp.Expression, mapping: dict[int, cp.Expression]) -> cp.Expression:
     """Copy of ``expr`` with each variable ``v`` (by id) replaced by ``mapping[v.id]``."""
@@ -77,7 +80,13 @@ class CvxpySolver:
 
     name = "cvxpy"
 
-    def __init__(self, problem: MeritProblem, solver: str | None = None, polish: bool = True):
+    def __init__(
+        self,
+        problem: MeritProblem,
+        solver: str | None = None,
+        polish: bool = True,
+        hard_internal: bool = False,
+    ):
         if any(p.nonconvex for p in problem.programs):
             raise UnsupportedError(
                 "the cvxpy backend needs DCP-convex terms; terms declared with "
@@ -102,22 +111,50 @@ class CvxpySolver:
         self.linear = cp.Parameter(n, name="linear")
         self.mu = []
         self.nu = []
+        # hard_internal: the pieces of an objective term's epigraph form (``internal``
+        # constraints) are hard constraints of the subproblem, as the terms' own conic
+        # form is, instead of augmented-Lagrangian terms; their duals are written to the
+        # merit problem's multipliers after each solve (subproblems/conic_prox.py)
+        self.hard_internal = bool(hard_internal)
+        self.penalised: list[tuple[np.ndarray, np.ndarray]] = []  # rows with AL terms
+        self.internal_cons: list[tuple[list, list]] = []  # hard (ineq, eq) constraints
         obj = 0.5 * cp.sum_squares(cp.multiply(self.sqrt_sigma, x)) - self.linear @ x
+        hard = []
         for prog in problem.programs:
             if prog.objective:
                 obj = obj + substitute(prog.objective_expr(), mapping)
-            mu = cp.Parameter(prog.m_ineq, nonneg=True) if prog.m_ineq else None
-            nu = cp.Parameter(prog.m_eq) if prog.m_eq else None
+            keep_i = [c for c in prog.ineq if not (hard_internal and c.internal)]
+            keep_e = [c for c in prog.eq if not (hard_internal and c.internal)]
+            soft = [not (hard_internal and c.internal) for c in prog.ineq]
+            rows_i = np.concatenate([np.full(c.size, k) for c, k in zip(prog.ineq, soft)] or [[]])
+            soft_e = [not (hard_internal and c.internal) for c in prog.eq]
+            rows_e = np.concatenate([np.full(c.size, k) for c, k in zip(prog.eq, soft_e)] or [[]])
+            self.penalised.append((rows_i.astype(bool), rows_e.astype(bool)))
+            m_i, m_e = sum(c.size for c in keep_i), sum(c.size for c in keep_e)
+            mu = cp.Parameter(m_i, nonneg=True) if m_i else None
+            nu = cp.Parameter(m_e) if m_e else None
             self.mu.append(mu)
             self.nu.append(nu)
             if mu is not None:
-                g = cp.hstack([cp.vec(substitute(c.expr, mapping), order="F") for c in prog.ineq])
+                g = cp.hstack([cp.vec(substitute(c.expr, mapping), order="F") for c in keep_i])
                 obj = obj + cp.sum_squares(cp.pos(mu + beta * g)) / (2 * beta)
             if nu is not None:
-                a = cp.hstack([cp.vec(substitute(c.expr, mapping), order="F") for c in prog.eq])
+                a = cp.hstack([cp.vec(substitute(c.expr, mapping), order="F") for c in keep_e])
                 obj = obj + cp.sum_squares(nu + beta * a) / (2 * beta)
+            ineq = [
+                cp.vec(substitute(c.expr, mapping), order="F") <= 0
+                for c, k in zip(prog.ineq, soft)
+                if not k
+            ]
+            eq = [
+                cp.vec(substitute(c.expr, mapping), order="F") == 0
+                for c, k in zip(prog.eq, soft_e)
+                if not k
+            ]
+            self.internal_cons.append((ineq, eq))
+            hard = hard + ineq + eq
         reg = problem.regularizer
-        cons = []
+        cons = list(hard)
         if not reg.is_zero:
             h, cons = reg.cvxpy_parts([x[s] for s in reg.slices])
             obj = obj + h
@@ -141,17 +178,17 @@ class CvxpySolver:
             )
         self.sqrt_sigma.value = np.sqrt(np.broadcast_to(p.sigma, (p.n,)))
         self.linear.value = p.sigma * p.center
-        for par, val in zip(self.mu, p.mu):
+        for par, val, (rows, _) in zip(self.mu, p.mu, self.penalised):
             if par is not None:
-                par.value = np.maximum(val, 0.0)
-        for par, val in zip(self.nu, p.nu):
+                par.value = np.maximum(val[rows], 0.0)
+        for par, val, (_, rows) in zip(self.nu, p.nu, self.penalised):
             if par is not None:
-                par.value = val
+                par.value = val[rows]
         x0 = np.asarray(x0, dtype=float)
         tight = clarabel_tolerances(tol) if self.solver == "CLARABEL" else {}
         x, residual, status, cone = self._attempt(x0, tight)
         attempts = 1
-        if residual > tol and tight:
+        if residual > tol and tight and not (self.hard_internal and np.isfinite(residual)):
             # interior-point methods may lose accuracy at tight tolerances on degenerate
             # problems (e.g. a PSD cone with a multiple eigenvalue): try the defaults and
             # keep whichever point has the smaller measured residual
@@ -173,7 +210,7 @@ class CvxpySolver:
         if p.has_cones:
             p.cone = cone
         report = SolveReport(x, residual, tol, attempts, self.name, str(status))
-        if residual > tol and self.polish and not p.has_cones:
+        if residual > tol and self.polish and not p.has_cones and not self.hard_internal:
             if self._polisher is None:
                 self._polisher = polisher_for(p)
             polished = self._polisher.solve(x, tol, max_iter)
@@ -201,6 +238,30 @@ class CvxpySolver:
             # solver's defaults next and never reads multipliers of another solve
             return np.array(x0, dtype=float), np.inf, status, [np.array(c) for c in p.cone]
         x = np.array(self.x.value, dtype=float)
+        if self.hard_internal:  # the hard pieces' duals are their multipliers
+            for j, ((ineq, eq), (rows_i, rows_e)) in enumerate(
+                zip(self.internal_cons, self.penalised)
+            ):
+                if ineq:
+                    mu = np.array(p.mu[j], dtype=float)
+                    dual = np.maximum(np.concatenate([np.ravel(c.dual_value) for c in ineq]), 0.0)
+                    # an interior-point dual is never exactly 0 and the certificate reads
+                    # mu_j > 0 as an active piece: a piece with slack s_j = -c_j > 0 keeps its
+                    # dual only when that costs less (s_j over its scale, as the certificate
+                    # measures it) than setting it to 0 (mu_j over the largest dual, the
+                    # relative stationarity of its auxiliary); rounding-level duals go too
+                    c = p.functions[j].constraint_values(x)[0][~rows_i]
+                    c0 = np.abs(p.functions[j].constant_parts[0][~rows_i])
+                    top = dual.max(initial=0.0)
+                    slack = -c / np.maximum(1.0, c0)
+                    dual[(slack > 0) & (dual < slack * top)] = 0.0
+                    dual[dual <= ROUNDING_DUAL * top] = 0.0
+                    mu[~rows_i] = dual
+                    p.mu[j] = mu
+                if eq:
+                    nu = np.array(p.nu[j], dtype=float)
+                    nu[~rows_e] = np.concatenate([np.ravel(c.dual_value) for c in eq])
+                    p.nu[j] = nu
         if p.has_cones:  # the conic duals are the cone constraints' multipliers
             for j, (prog, mine) in enumerate(zip(p.programs, self.cones)):
                 blocks = prog.functions.blocks

@@ -61,6 +61,7 @@ from fedmodel.certificate.kkt import party_evaluation
 from fedmodel.compiler.glm import NotRecognised
 from fedmodel.compiler.partition import PartyProgram
 from fedmodel.runtime.wire import register_wire_type
+from fedmodel.subproblems.conic_prox import exact_prox_solver, internal_rows
 from fedmodel.subproblems.merit import MeritProblem
 from fedmodel.subproblems.select import make_solver
 
@@ -77,6 +78,8 @@ METRIC_REFRESH_ROUNDS = frozenset({4, 8, 16, 32, 64, 128})
 RHO_GROWTH, RHO_SHRINK = 10.0, 1e3
 #: the inner solvers whose rounds evaluate P_{i,k}'s derivatives (newton_inner)
 INNER_NEWTON = ("newton", "quasi-newton")
+#: the inner solver whose rounds are exact proximal steps (exact_admm)
+EXACT = "exact-admm"
 
 
 @register_wire_type("proxal.client")
@@ -144,6 +147,12 @@ class ProxALClient(ClientHalf):
         self.cone_at_w = self.cone.copy()  # those matching theta_at_w (the certificate's)
         self.problem = MeritProblem([program], beta)
         self.solver = make_solver(self.problem, options.solver)
+        # exact-admm: the backend of the exact step (built at its first round), the
+        # epigraph pieces' rows (their multipliers are its duals) and whether it runs
+        self.solver_option = options.solver
+        self._exact_solver = None
+        self.hard_rows = internal_rows(self.problem)
+        self.exact_mode = False
         if hasattr(self.solver, "carry_factor"):
             # ADMM rounds solve the same subproblem with moving vectors: start each Newton
             # solve from the last factor (carried in this client's state, see get_state)
@@ -261,7 +270,7 @@ class ProxALClient(ClientHalf):
     state_fields = (
         "mu", "nu", "w_center", "u", "lam", "u_tilde", "theta_center", "theta_at_w", "cone",
         "cone_at_w", "rho", "M", "metric_changed", "w_last", "admm_round", "u_hat", "aa_out", "aa_res", "outer_mem",
-        "newton_H",
+        "newton_H", "exact_mode",
     )  # fmt: skip
     component_fields = ("solver",)  # the Newton backend's carried factor
     messages = PROXAL
@@ -294,6 +303,11 @@ class ProxALClient(ClientHalf):
         """The reply that starts the next inner solve at ``w``: the ADMM initialisation, or
         ``P_{i,k}``'s derivatives at its new centre ``w`` (``inner="newton"``: with the
         Hessian; ``"quasi-newton"``: value and gradient)."""
+        self.exact_mode = inner == EXACT
+        if self.exact_mode:  # exact-admm: the new centres of P_{i,k}, nothing to send
+            self.w_center = np.asarray(w, dtype=float).copy()
+            self.theta_center = self.theta_at_w.copy()
+            return {"exact": True}
         if inner not in INNER_NEWTON:
             return self._admm_start_reply(w)
         self.w_center = np.asarray(w, dtype=float).copy()
@@ -318,7 +332,7 @@ class ProxALClient(ClientHalf):
                 return {"newton": True, **self._inner_start_reply(w, inner)}
             except NotRecognised as exc:  # (the backend's GLM form failed its cross-check)
                 return {"newton": False, "why": str(exc)}
-        return self._admm_start_reply(w)
+        return self._inner_start_reply(w, inner)
 
     def _on_gradient_w(self, w):
         """Value and gradient of ``P_{i,k}`` at ``w`` (the quasi-Newton inner solver: ``d +
@@ -357,13 +371,15 @@ class ProxALClient(ClientHalf):
         dtheta = float(np.abs(self.theta_at_w - self.theta_center).max(initial=0.0))
         ci, ce = self.problem.functions[0].constraint_values(self._local(w, self.theta_at_w))
         mu_in, nu_in = self.mu.copy(), self.nu.copy()
+        # exact-admm: the epigraph pieces' multipliers are its exact steps' duals (kept)
+        hard_i, hard_e = self.hard_rows if self.exact_mode else (False, False)
         dmu = 0.0
         if ci.size:
-            new = np.maximum(self.mu + self.beta * ci, 0.0)
+            new = np.where(hard_i, self.mu, np.maximum(self.mu + self.beta * ci, 0.0))
             dmu = float(np.abs(new - self.mu).max())
             self.mu = new
         if ce.size:  # equalities: unprojected update
-            step = self.beta * ce
+            step = np.where(hard_e, 0.0, self.beta * ce)
             dmu = max(dmu, float(np.abs(step).max()))
             self.nu = self.nu + step
         reply = {"dmu_inf": dmu, **self._inner_start_reply(w, inner)}
@@ -387,6 +403,39 @@ class ProxALClient(ClientHalf):
         if reset:
             self.outer_mem = []
         return self._inner_start_reply(w, inner)
+
+    def _on_xadmm_w(self, c, sigma, tol):
+        """One round of exact-admm (:mod:`~fedmodel.algorithms.proxal.exact_admm`): the
+        exact minimiser of ``P_{i,k}(x) + (sigma/2)||x_shared - c||^2`` over this client's
+        view (:mod:`~fedmodel.subproblems.conic_prox`); replies its shared part ``x_i``.
+        Its own block, the epigraph pieces' multipliers (the solve's duals) and the cone
+        multipliers stay here, with the point they belong to."""
+        c = np.asarray(c, dtype=float)
+        ns, p, s = self.ns, self.prox_weight, float(sigma)
+        if self._exact_solver is None:
+            self._exact_solver = exact_prox_solver(self.problem, self.solver_option)
+        center = (p * self.w_center + s * c) / (p + s)
+        weight = p + s
+        if self.owned:  # Algorithm 1's proximal share on its own block (weight p)
+            n_own = self.program.layout.size - ns
+            weight = np.r_[np.full(ns, p + s), np.full(n_own, self.theta_prox)]
+            center = np.concatenate([center, self.theta_center])
+        self.problem.set(sigma=weight, center=center, mu=[self.mu], nu=[self.nu])
+        self.problem.cone[0] = self.cone
+        start = self.u if self.u is not None else self._local(c, self.theta_at_w)
+        report = self._exact_solver.solve(start, float(tol), self.max_local_iter)
+        self.stats["local_solves"] += 1
+        self.stats["local_iterations"] += report.iterations
+        self.stats["max_residual_gap"] = max(
+            self.stats["max_residual_gap"], report.residual / max(float(tol), 1e-300)
+        )
+        self.mu = np.array(self.problem.mu[0], dtype=float)
+        self.nu = np.array(self.problem.nu[0], dtype=float)
+        self.cone = np.array(self.problem.cone[0], dtype=float)
+        self.cone_at_w = self.cone.copy()
+        self.u = np.array(report.x, dtype=float)
+        self.theta_at_w = self.u[ns:].copy()
+        return {"x": self.u[:ns].copy()}
 
     def _aa_input(self, alpha, reset) -> None:
         """Anderson acceleration: this round's input (u~_i, lambda_i) is the combination

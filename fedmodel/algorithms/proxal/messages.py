@@ -41,8 +41,13 @@ _NEWTON_REPLY = {
     ),
 }
 #: the reply that starts the next inner solve: the ADMM initialisation or the derivatives
-_INNER_START = {"u_tilde": _U_TILDE, "metric": _METRIC, **_NEWTON_REPLY}
-_START_ALTERNATIVES = (("u_tilde",), ("value", "grad"))
+_INNER_START = {
+    "u_tilde": _U_TILDE,
+    "metric": _METRIC,
+    **_NEWTON_REPLY,
+    "exact": Field((), dtype="bool", required=False, reveals="nothing (exact-admm started)"),
+}
+_START_ALTERNATIVES = (("u_tilde",), ("value", "grad"), ("exact",))
 _GRAM = Field(("<=aa",), required=False, reveals="inner products of its ADMM residuals")
 _OUTER_GRAM = Field(("<=oaa",), required=False, reveals="inner products of its multiplier changes")
 
@@ -112,6 +117,24 @@ PROXAL = MessageTable(
                 "gram": _GRAM,
             },
             reveals="one ADMM round of Algorithm 2",
+        ),
+        MessageSpec(
+            "xadmm_w",
+            request={
+                "c": Field(("d",)),
+                "sigma": Field(()),
+                "tol": Field(()),
+            },
+            reply={
+                "x": Field(
+                    ("d",),
+                    reveals="x_i = argmin P_{i,k}(x) + (sigma/2)||x - c_i||^2, the prox of "
+                    "its subproblem at the centre c_i",
+                ),
+            },
+            reveals="one round of exact-admm (prox-al's inner solver on non-smooth and conic "
+            "models: d floats)",
+            methods=("prox-al",),
         ),
         MessageSpec(
             "gradient_w",

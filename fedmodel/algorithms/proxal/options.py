@@ -44,7 +44,7 @@ VARIANT_DEFAULTS = {
     "inner_solver": ("auto", "admm"),
 }
 
-INNER_SOLVERS = ("auto", "quasi-newton", "newton", "admm")
+INNER_SOLVERS = ("auto", "quasi-newton", "newton", "admm", "exact-admm")
 
 #: adaptive defaults that depend on the inner solver that runs (the values above are
 #: Algorithm 2's): with Newton, whose rounds do not grow with the penalty's conditioning, a

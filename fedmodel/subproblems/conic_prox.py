@@ -1,0 +1,82 @@
+"""The exact proximal step of a party in prox-al's ``inner_solver="exact-admm"``.
+
+Each round of the exact consensus ADMM
+(:mod:`fedmodel.algorithms.proxal.exact_admm`) asks every party for the exact minimiser of
+
+    P_{i,k}(x) + (sigma / 2) ||x_shared - c||^2
+
+over its whole view ``x = (shared, own variables)``: its objective terms, the
+augmented-Lagrangian terms of the constraints the user wrote (with the multipliers of
+Algorithm 1), its share of the proximal term, and the ADMM coupling about the centre
+``c``. The backend is chosen here (:func:`exact_prox_solver`):
+
+* a party whose terms are non-smooth or conic -- the epigraph pieces of ``pos``, ``abs``,
+  ``norm1``, ... (``internal`` constraints of the compiler), cone constraints, or terms
+  with a restricted domain (``kl_div``, ``entr``, ``log``: a gradient method may step
+  outside it) -- gets the cvxpy backend compiled once (DPP; Clarabel) with the epigraph
+  pieces as **hard** constraints (``CvxpySolver(hard_internal=True)``): the non-smooth
+  term is then minimised exactly, as the user wrote it, and the pieces' multipliers are
+  the solve's duals (written to the merit problem's ``mu``/``nu`` rows of the pieces, where
+  the certificate reads them) instead of outer-loop augmented-Lagrangian multipliers;
+* any other party keeps its usual backend (:func:`~fedmodel.subproblems.select.make_solver`:
+  Newton, L-BFGS or the closed-form prox), asked for a tight tolerance.
+
+Examples
+--------
+>>> import cvxpy as cp
+>>> x = cp.Variable(2)
+>>> restricted_domain(cp.sum(cp.kl_div(x, 1))), restricted_domain(cp.sum_squares(x))
+(True, False)
+"""
+
+from __future__ import annotations
+
+import cvxpy as cp
+import numpy as np
+
+from fedmodel.subproblems.cvxpy_backend import CvxpySolver
+from fedmodel.subproblems.merit import MeritProblem
+from fedmodel.subproblems.select import make_solver
+
+
+def restricted_domain(expr: cp.Expression) -> bool:
+    """True when ``expr`` is defined on part of the space only (cvxpy's ``domain``:
+    ``kl_div``, ``entr``, ``log``, ...)."""
+    try:  # (constant conditions, such as quad_over_lin's y >= 0 for y = 1, do not count)
+        return any(con.variables() for con in expr.domain)
+    except (AttributeError, TypeError, ValueError):
+        return False
+
+
+def needs_conic_step(problem: MeritProblem) -> str:
+    """Why the exact step of ``problem`` goes to the hard-constraint cvxpy backend ("" when
+    its smooth backend solves it exactly)."""
+    for prog in problem.programs:
+        if prog.cones:
+            return "cone constraints"
+        if any(c.internal for c in prog.constraints):
+            return "epigraph pieces of non-smooth terms"
+        terms = [t.expr for t in prog.objective] + [c.expr for c in prog.constraints]
+        if any(restricted_domain(e) for e in terms):
+            return "terms with a restricted domain"
+    return ""
+
+
+def exact_prox_solver(problem: MeritProblem, solver: str = "auto"):
+    """The backend of a party's exact proximal step (see the module docstring);
+    ``solver`` is the method's ``solver`` option (``"cvxpy"`` forces cvxpy)."""
+    if needs_conic_step(problem) or solver == "cvxpy":
+        return CvxpySolver(problem, hard_internal=True)
+    return make_solver(problem, solver)
+
+
+def internal_rows(problem: MeritProblem) -> tuple[np.ndarray, np.ndarray]:
+    """Masks of the first program's inequality and equality rows that are epigraph pieces
+    (``internal``): their multipliers come from the exact steps' duals."""
+    prog = problem.programs[0]
+    ineq = [np.full(c.size, c.internal) for c in prog.ineq]
+    eq = [np.full(c.size, c.internal) for c in prog.eq]
+    return (
+        np.concatenate(ineq).astype(bool) if ineq else np.zeros(0, dtype=bool),
+        np.concatenate(eq).astype(bool) if eq else np.zeros(0, dtype=bool),
+    )
