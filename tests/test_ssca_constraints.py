@@ -266,3 +266,12 @@ def test_feature_based_errors():
 def test_penalty_options_are_checked(option, value):
     with pytest.raises(ModelError, match=option):
         sample_model().solve("ssca", rounds=2, batch_size=30, c=10.0, **{option: value})
+
+
+def test_processes_backend_gives_the_serial_iterates_with_general_constraints():
+    """The clients' constraint tasks (another loss, a module-level function) travel to
+    worker processes; the iterates are those of the serial run."""
+    kw = dict(rounds=5, batch_size=10, tau=1.0, c=1e3, eval_every=0)
+    serial = sample_model().solve("ssca", **kw)
+    procs = sample_model().solve("ssca", backend="processes", workers=2, **kw)
+    assert np.array_equal(serial.x, procs.x)
