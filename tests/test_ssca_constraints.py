@@ -275,3 +275,27 @@ def test_processes_backend_gives_the_serial_iterates_with_general_constraints():
     serial = sample_model().solve("ssca", **kw)
     procs = sample_model().solve("ssca", backend="processes", workers=2, **kw)
     assert np.array_equal(serial.x, procs.x)
+
+
+@pytest.mark.parametrize("kind", ["squared", "logistic"])
+def test_linear_loss_gradients_and_its_feature_split(kind):
+    """LinearLoss: finite differences of its gradient, and the gradient assembled from the
+    blocks' h_i (top + block_grad) equals the pooled one."""
+    X, y = data()
+    loss = LinearLoss(P, kind)
+    w = np.random.default_rng(3).normal(size=P + 1)
+    value, grad = loss.value_and_grad(w, X, y)
+    eps = 1e-6
+    fd = [
+        (loss.total(w + eps * e, X, y) - loss.total(w - eps * e, X, y)) / (2 * eps)
+        for e in np.eye(P + 1)
+    ]
+    assert np.allclose(grad, fd, rtol=1e-6, atol=1e-6)
+    index = loss.split(BLOCKS)
+    H = sum(loss.h(w[index[k + 1]], X[:, b]) for k, b in enumerate(BLOCKS))
+    v, g0, dH = loss.top(w[index[0]], H, y)
+    assembled = np.zeros(P + 1)
+    assembled[index[0]] = g0
+    for k, b in enumerate(BLOCKS):
+        assembled[index[k + 1]] = loss.block_grad(w[index[k + 1]], X[:, b], dH)
+    assert v == pytest.approx(value, rel=1e-12) and np.allclose(assembled, grad, rtol=1e-12)
