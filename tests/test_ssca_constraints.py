@@ -299,3 +299,23 @@ def test_linear_loss_gradients_and_its_feature_split(kind):
     for k, b in enumerate(BLOCKS):
         assembled[index[k + 1]] = loss.block_grad(w[index[k + 1]], X[:, b], dH)
     assert v == pytest.approx(value, rel=1e-12) and np.allclose(assembled, grad, rtol=1e-12)
+
+
+def test_the_reproductions_constrained_runs_use_schedules_meeting_4_and_6():
+    """Theorems 2 and 4 assume (4) and (6); the paper's table fails (6) and its B = 100
+    constrained run ends above U (docs/ssca.md): the reproduction's constrained runs use
+    rho = 1/t^0.5, gamma = 1/t^0.6 with the table's tau, or the table with 'paper'."""
+    from fedmodel.algorithms.ssca.options import Schedule, check_conditions
+    from fedmodel.reproduce.ssca import constrained_steps, ssca_steps
+
+    theory = constrained_steps("sample", 100, 400)
+    rho, gamma = Schedule.of(theory["rho"], "rho"), Schedule.of(theory["gamma"], "gamma")
+    assert check_conditions(rho, gamma)["satisfied"]
+    assert theory["tau"] == ssca_steps("sample", 100, 400)["tau"]
+    paper = constrained_steps("feature", 1000, 400, "paper")
+    assert paper == ssca_steps("feature", 1000, 400)
+    assert not check_conditions(Schedule.of(paper["rho"], "r"), Schedule.of(paper["gamma"], "g"))[
+        "satisfied"
+    ]
+    with pytest.raises(ValueError, match="schedules"):
+        constrained_steps("sample", 100, 400, "fast")
