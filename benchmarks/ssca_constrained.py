@@ -3,7 +3,7 @@ formulation (40) on the MNIST subset with B = 10 per client, over tau and schedu
 
     OPENBLAS_NUM_THREADS=1 python benchmarks/ssca_constrained.py             # about 6 minutes
     OPENBLAS_NUM_THREADS=1 python benchmarks/ssca_constrained.py --diagnose  # about 2 minutes
-    OPENBLAS_NUM_THREADS=1 python benchmarks/ssca_constrained.py --large     # about 5 minutes
+    OPENBLAS_NUM_THREADS=1 python benchmarks/ssca_constrained.py --large     # about 15 minutes
 
 ``--diagnose``: B = 10 and 100 with the paper's rows, the true training loss against the
 server's constraint surrogate at the iterate and how often the surrogate problem needs its
