@@ -10,9 +10,20 @@ Two partitions (seed 003):
   :class:`~fedmodel.losses.base.FeatureSplitLoss`, e.g. the MLP).
 
 Objective: the average training loss ``F(w)`` plus ``lam ||w||^2`` (``objective="loss"``,
-the paper's (32)) or ``||w||^2`` (``objective="norm"``, (40)); constraints
-``model.constrain_loss(U)`` (``F(w) <= U``, held by the server from every client's
-uploads) or ``model.constrain_loss(U, party="c3")`` (client ``c3``'s own average loss).
+the paper's (32)) or ``||w||^2`` (``objective="norm"``, (40)). Constraints ``G_m(w) <= U_m``
+(the paper's Problems 3 and 8, general smooth ``F_{s,m}`` / ``F_{f,m}``), several at once:
+
+* ``model.constrain_loss(U)``: the average of a per-sample loss over every row (the
+  objective's own loss by default, or another one: ``loss=...``), assembled by the server
+  from every client's mini-batch uploads; ``party="c3"``: over client ``c3``'s own rows
+  (sample-based);
+* ``model.constrain(function, U)``: a differentiable function of the parameters returning
+  ``(value, gradient)`` (a norm, a fairness-type term, ...), held by the server
+  (``function(w)``) or by a client (``party="c3"``; ``function(w, X, Y)`` on its own rows;
+  feature-based ``function(w_i, Z_i, Y)`` on its block of the parameters and its columns).
+
+Each is handled by mini-batch SSCA with the paper's constraint surrogate (15)/(27) (value
++ linear + ``tau ||w - w_t||^2``, recursively averaged) and the slack problem (5)/(10).
 
 Examples
 --------
@@ -31,7 +42,7 @@ True
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -45,11 +56,55 @@ OBJECTIVES = ("loss", "norm")
 
 
 @dataclass
-class LossConstraint:
-    """``F_party(w) <= U``: ``party="server"`` is the whole training loss."""
+class LearningConstraint:
+    """One constraint ``G(w) <= U`` of a :class:`LearningModel`.
+
+    Attributes
+    ----------
+    U : float
+        The bound.
+    party : str
+        Who holds it: ``"server"`` or a client's name.
+    loss : SampleLoss or None
+        A per-sample loss averaged over the rows (over every row for ``party="server"``,
+        over the client's own rows otherwise); None with ``function=None``: the
+        objective's own loss (the paper's (40)).
+    function : callable or None
+        A differentiable function of the parameters returning ``(value, gradient)``:
+        ``function(w)`` held by the server; ``function(w, X, Y)`` held by a sample-based
+        client (its own rows); ``function(w_i, Z_i, Y)`` held by a feature-based client
+        (its block of the parameters and its columns; the gradient is the block's).
+    name : str
+        Its label (``res.multipliers["server"][name]``, errors).
+    """
 
     U: float
     party: str = "server"
+    loss: SampleLoss | None = None
+    function: Callable | None = None
+    name: str = ""
+
+    @property
+    def kind(self) -> str:
+        """``"loss"`` (the objective's loss), ``"sample"`` (another per-sample loss) or
+        ``"function"``."""
+        if self.function is not None:
+            return "function"
+        return "loss" if self.loss is None else "sample"
+
+    @property
+    def label(self) -> str:
+        if self.name:
+            return self.name
+        return f"loss[{self.party}] <= {self.U:g}"
+
+    def describe(self) -> str:
+        """``constraint 'name' of party 'p'`` (errors)."""
+        return f"constraint {self.label!r} of party {self.party!r}"
+
+
+#: the name of the constraint class before general constraints (issue 24)
+LossConstraint = LearningConstraint
 
 
 class LearningModel:
@@ -85,7 +140,7 @@ class LearningModel:
         self.X: np.ndarray | None = None
         self.Y: np.ndarray | None = None
         self.test: tuple[np.ndarray, np.ndarray] | None = None
-        self.constraints: list[LossConstraint] = []
+        self.constraints: list[LearningConstraint] = []
 
     # -- declaration -------------------------------------------------------------------------
     def client(self, name: str, X: np.ndarray, Y: np.ndarray) -> str:
@@ -156,15 +211,133 @@ class LearningModel:
                 f"of {want}{hint}"
             )
 
-    def constrain_loss(self, U: float, party: str = "server") -> None:
-        """Add ``F(w) <= U`` (``party="server"``: the average loss over every row) or a
-        client's own average loss ``<= U`` (sample-based)."""
-        if party != "server" and party not in self.clients:
+    def constrain_loss(
+        self,
+        U: float,
+        party: str = "server",
+        loss: SampleLoss | None = None,
+        name: str | None = None,
+    ) -> LearningConstraint:
+        """Add ``(1/N) sum_n f(w; x_n) <= U``: the average per-sample loss ``f`` over every
+        row (``party="server"``: the server assembles it from every client's mini-batch
+        uploads, the paper's ``F_{s,m}`` / ``F_{f,m}``) or over a sample-based client's
+        own rows (``party=<client>``).
+
+        Parameters
+        ----------
+        U : float
+            The bound (finite).
+        party : str
+            ``"server"`` or a sample-based client's name.
+        loss : SampleLoss, optional
+            The per-sample loss (default: the objective's own loss, the paper's (40)); it
+            must have the objective's number of parameters, and a feature-based model needs a
+            :class:`~fedmodel.losses.base.FeatureSplitLoss` with the same parameter blocks.
+        name : str, optional
+            The constraint's label (default ``"loss[party] <= U"`` for the objective's loss,
+            ``"<loss class>[party] <= U"`` for another one).
+
+        Examples
+        --------
+        >>> import numpy as np, fedmodel as fm
+        >>> from fedmodel.losses import LinearLoss
+        >>> model = fm.LearningModel(LinearLoss(3, kind="squared"))
+        >>> _ = model.client("a", np.eye(3), np.ones(3))
+        >>> model.constrain_loss(0.7, loss=LinearLoss(3, kind="logistic")).label
+        'LinearLoss[server] <= 0.7'
+        """
+        U = self._bound(U, party, name or "loss")
+        self._party(party, "constrain_loss", name)
+        if loss is not None:
+            who = f"constrain_loss (constraint {name or type(loss).__name__!r} of party {party!r})"
+            if not isinstance(loss, SampleLoss):
+                raise ModelError(
+                    f"{who}: loss must be a fedmodel.losses.SampleLoss (value and gradient on a "
+                    f"batch), got {type(loss).__name__}"
+                )
+            if int(loss.dim) != int(self.loss.dim):
+                raise ModelError(
+                    f"{who}: the loss has {loss.dim} parameters but the model's has "
+                    f"{self.loss.dim}; a constraint is a function of the same w"
+                )
+            if name is None:
+                name = f"{type(loss).__name__}[{party}] <= {U:g}"
+        con = LearningConstraint(U, party, loss=loss, name=name or "")
+        self._add(con)
+        return con
+
+    def constrain(
+        self,
+        function: Callable,
+        U: float,
+        party: str = "server",
+        name: str | None = None,
+    ) -> LearningConstraint:
+        """Add ``G(w) <= U`` for a differentiable function ``G`` of the parameters (a
+        norm, a fairness-type term, ...) returning ``(value, gradient)``.
+
+        Parameters
+        ----------
+        function : callable
+            Held by the server: ``function(w) -> (value, gradient (d,))``. Held by a
+            sample-based client: ``function(w, X, Y)`` on all its rows. Held by a
+            feature-based client: ``function(w_i, Z_i, Y) -> (value, gradient (d_i,))`` on
+            its block ``w_i`` of the parameters and its columns ``Z_i``.
+        U : float
+            The bound (finite).
+        party : str
+            ``"server"`` or a client's name.
+        name : str, optional
+            The constraint's label (default ``"function[party] <= U"``).
+
+        Examples
+        --------
+        >>> import numpy as np, fedmodel as fm
+        >>> from fedmodel.losses import LinearLoss
+        >>> model = fm.LearningModel(LinearLoss(3, kind="squared"))
+        >>> _ = model.client("a", np.eye(3), np.ones(3))
+        >>> model.constrain(lambda w: (w @ w, 2 * w), 1.0, name="norm").describe()
+        "constraint 'norm' of party 'server'"
+        """
+        label = name or "function"
+        U = self._bound(U, party, label)
+        self._party(party, "constrain", name)
+        if not callable(function):
             raise ModelError(
-                f"constrain_loss: unknown party {party!r} (a sample-based client's name or "
-                "'server')"
+                f"constrain: constraint {label!r} of party {party!r}: function must be a "
+                f"callable returning (value, gradient), got {type(function).__name__}"
             )
-        self.constraints.append(LossConstraint(float(U), party))
+        con = LearningConstraint(
+            U, party, function=function, name=name or f"function[{party}] <= {U:g}"
+        )
+        self._add(con)
+        return con
+
+    def _bound(self, U: Any, party: str, label: str) -> float:
+        try:
+            value = float(U)
+        except (TypeError, ValueError):
+            value = float("nan")
+        if not np.isfinite(value):
+            raise ModelError(
+                f"constraint {label!r} of party {party!r}: the bound U must be a finite number, "
+                f"got {U!r}"
+            )
+        return value
+
+    def _party(self, party: str, where: str, name: str | None) -> None:
+        if party == "server" or party in self.clients or party in self.block_names:
+            return
+        known = self.party_names if self.partition else []
+        raise ModelError(
+            f"{where}: constraint {name or '(unnamed)'!r}: unknown party {party!r} (a client's "
+            f"name {known} or 'server')"
+        )
+
+    def _add(self, con: LearningConstraint) -> None:
+        if any(c.label == con.label for c in self.constraints):
+            raise ModelError(f"{con.describe()}: a constraint with that name exists; pass name=...")
+        self.constraints.append(con)
 
     # -- facts -------------------------------------------------------------------------------
     @property
@@ -185,6 +358,43 @@ class LearningModel:
                 "objective='norm' without a loss constraint has the trivial solution w = 0; "
                 "add model.constrain_loss(U)"
             )
+        for con in self.constraints:
+            if (
+                con.party != "server"
+                and self.partition == "sample"
+                and con.party not in self.clients
+            ):
+                raise ModelError(f"{con.describe()}: no such client")
+            if self.partition == "feature":
+                self._check_feature_constraint(con)
+
+    def _check_feature_constraint(self, con: LearningConstraint) -> None:
+        """Feature-based: a client-held constraint must be a function of its block; a
+        second per-sample loss must have the objective's parameter blocks."""
+        if con.party != "server" and con.kind != "function":
+            raise ModelError(
+                f"{con.describe()}: a feature-based client holds only its columns; a loss "
+                "over rows is a constraint of the server (party='server'), a client's own "
+                "constraint is model.constrain(function(w_i, Z_i, Y), U, party=...)"
+            )
+        if con.kind == "sample":
+            if not isinstance(con.loss, FeatureSplitLoss):
+                raise ModelError(
+                    f"{con.describe()}: feature-based learning needs a FeatureSplitLoss, got "
+                    f"{type(con.loss).__name__}"
+                )
+            mine = self.loss.split(self.blocks)
+            try:
+                theirs = con.loss.split(self.blocks)
+            except ValueError as exc:
+                raise ModelError(f"{con.describe()}: {exc}") from None
+            if len(mine) != len(theirs) or any(
+                not np.array_equal(a, b) for a, b in zip(mine, theirs)
+            ):
+                raise ModelError(
+                    f"{con.describe()}: its loss splits the parameters into other blocks than "
+                    "the objective's (each client's block w_i must be the same)"
+                )
 
     # -- solve -------------------------------------------------------------------------------
     def solve(self, method: str = "ssca", **options: Any) -> Result:

@@ -9,6 +9,8 @@ batch of rows (:class:`SampleLoss`). Models with a vertical (feature-split) stru
   functions);
 * :mod:`.mlp`: :class:`SwishMLP`, the paper's Section V network (no biases, swish hidden
   layer, softmax cross-entropy) with the analytic gradients ``a_bar``, ``b_bar``;
+* :mod:`.linear`: :class:`LinearLoss`, least squares and logistic regression (convex;
+  feature-split too);
 * :mod:`.jax_adapter`: :func:`jax_loss`, a user's JAX function as a :class:`SampleLoss`
   (optional extra ``jax``, imported lazily).
 
@@ -16,11 +18,13 @@ This layer knows nothing of the DSL, the compiler, the runtime or the algorithms
 """
 
 from fedmodel.losses.base import CallableLoss, FeatureSplitLoss, SampleLoss
+from fedmodel.losses.linear import LinearLoss
 from fedmodel.losses.mlp import SwishMLP, swish, swish_prime
 
 __all__ = [
     "CallableLoss",
     "FeatureSplitLoss",
+    "LinearLoss",
     "SampleLoss",
     "SwishMLP",
     "swish",

@@ -10,11 +10,18 @@ kind       from -> to                        payload
 fb_batch   server -> client i                ``idx`` (B), ``w0`` (d_0), ``wi`` (d_i);
                                              reply empty
 fb_share   client i's own turn (local)       sends ``fb_h`` to every other client
-fb_h       client i -> client j (peer)       ``h`` = h_i(w_i, z_{n,i}) of the batch (B x H)
+fb_h       client i -> client j (peer)       ``h`` = h_i(w_i, z_{n,i}) of the batch (B x H);
+                                             ``hc``: the h_{m,i} of each constraint with
+                                             another loss, side by side (B x sum H_m)
 fb_grad    server -> client i                empty; reply ``gi`` = sum of the block's
                                              gradients (d_i); the designated client adds
                                              ``g0`` (d_0) and, with a constraint,
-                                             ``value`` (1)
+                                             ``value`` (1); per constraint with another
+                                             loss ``lgi`` (its block's gradient sum), the
+                                             designated client ``lg0``, ``lvalue``
+                                             (Algorithm 4's q_{f,m,0}, q_{f,m,i}); per
+                                             function constraint of its own ``fvalue``,
+                                             ``fgrad`` (d_i, on all its rows)
 fb_onestep server -> client i                Remark 4 (``one_step=True``): ``idx``, ``wi``;
                                              reply ``h`` (B x H) and ``jac`` = dh_i/dw_i
                                              (**the raw features for the MLP**), the
@@ -35,6 +42,7 @@ from __future__ import annotations
 import numpy as np
 
 from fedmodel.algorithms.protocol import ClientHalf
+from fedmodel.algorithms.ssca.constraints import evaluate_function, feature_losses, own_functions
 from fedmodel.algorithms.ssca.messages import SSCA
 from fedmodel.algorithms.ssca.server import LearningServer
 from fedmodel.losses.base import FeatureSplitLoss
@@ -58,7 +66,7 @@ class FeatureClient(ClientHalf):
 
     messages = SSCA
 
-    state_fields = ("idx", "w0", "wi", "h", "H")
+    state_fields = ("idx", "w0", "wi", "h", "H", "hc", "Hc", "cwidths")
 
     def __init__(
         self,
@@ -71,8 +79,16 @@ class FeatureClient(ClientHalf):
         designated: bool,
         send_value: bool = False,
         test: tuple[np.ndarray, np.ndarray] | None = None,
+        closses: tuple = (),
+        functions: tuple = (),
     ):
         self.name, self.program = name, None
+        #: (label, FeatureSplitLoss) of each constraint with another loss (every client)
+        self.closses = list(closses)
+        #: (label, function(w_i, Z_i, Y)) of its own function constraints
+        self.functions = list(functions)
+        self.hc = self.Hc = None
+        self.cwidths = np.zeros(0, dtype=np.int64)
         self.stats = {"local_solves": 0, "local_iterations": 0, "seconds": 0.0, "samples": 0}
         self.Z, self.Y, self.loss, self.peers, self.outbox = Z, Y, loss, list(peers), outbox
         self.designated, self.send_value, self.test = bool(designated), bool(send_value), test
@@ -84,15 +100,32 @@ class FeatureClient(ClientHalf):
         self.w0, self.wi = np.asarray(w0, dtype=float), np.asarray(wi, dtype=float)
         self.h = self.loss.h(self.wi, self.Z[self.idx])
         self.H = self.h.copy()
+        if self.closses:
+            self.hc = self._constraint_h(self.wi, self.Z[self.idx])
+            self.Hc = self.hc.copy()
         self.stats["samples"] += len(self.idx)
         return {}
 
-    def _on_fb_share(self):
-        for j in self.peers:
-            self.outbox.send_peer(self.name, j, "fb_h", {"h": self.h})
+    def _constraint_h(self, wi, Z) -> np.ndarray:
+        """The ``h_{m,i}`` of every constraint loss side by side (rows x sum H_m)."""
+        hs = [np.asarray(loss.h(wi, Z), dtype=float) for _, loss in self.closses]
+        self.cwidths = np.array([h.shape[1] for h in hs], dtype=np.int64)
+        return np.concatenate(hs, axis=1)
 
-    def _on_fb_h(self, h):
+    def _split(self, Hc) -> list[np.ndarray]:
+        return np.split(np.asarray(Hc, dtype=float), np.cumsum(self.cwidths)[:-1], axis=1)
+
+    def _on_fb_share(self):
+        payload = {"h": self.h}
+        if self.closses:
+            payload["hc"] = self.hc
+        for j in self.peers:
+            self.outbox.send_peer(self.name, j, "fb_h", payload)
+
+    def _on_fb_h(self, h, hc=None):
         self.H = self.H + np.asarray(h, dtype=float)
+        if hc is not None and self.closses:
+            self.Hc = self.Hc + np.asarray(hc, dtype=float)
 
     def _on_fb_grad(self):
         value, g0, dH = self.loss.top(self.w0, self.H, self.Y[self.idx])
@@ -101,8 +134,30 @@ class FeatureClient(ClientHalf):
             out["g0"] = g0
             if self.send_value:
                 out["value"] = float(value)
+        if self.closses:
+            lgi, lg0, lvalue = [], [], []
+            Zb, Yb = self.Z[self.idx], self.Y[self.idx]
+            for (_, loss), Hm in zip(self.closses, self._split(self.Hc)):
+                v, g0m, dHm = loss.top(self.w0, Hm, Yb)
+                lgi.append(loss.block_grad(self.wi, Zb, dHm))
+                lg0.append(g0m)
+                lvalue.append(float(v))
+            out["lgi"] = np.array(lgi)
+            if self.designated:
+                out["lg0"], out["lvalue"] = np.array(lg0), np.array(lvalue)
+        if self.functions:
+            out.update(self._function_values(self.wi))
         self.stats["local_iterations"] += 1
         return out
+
+    def _function_values(self, wi) -> dict:
+        """Value and block gradient of its own function constraints, on all its rows."""
+        vals, grads = [], []
+        for label, fn in self.functions:
+            v, g = evaluate_function(fn, (wi, self.Z, self.Y), wi.size, label, self.name)
+            vals.append(v)
+            grads.append(g)
+        return {"fvalue": np.array(vals), "fgrad": np.array(grads)}
 
     def _on_fb_onestep(self, idx, wi):
         idx = np.asarray(idx, dtype=np.int64)
@@ -116,14 +171,28 @@ class FeatureClient(ClientHalf):
 
     def _on_fb_eval_h(self, wi, test=False):
         Z = self.Z if not test else self.test[0]
-        return {"h": self.loss.h(np.asarray(wi, dtype=float), Z)}
+        wi = np.asarray(wi, dtype=float)
+        out = {"h": self.loss.h(wi, Z)}
+        if self.closses and not test:
+            out["hc"] = self._constraint_h(wi, Z)
+        if self.functions and not test:
+            out["fvalue"] = self._function_values(wi)["fvalue"]
+        return out
 
-    def _on_fb_eval_top(self, w0, H, test=False):
+    def _on_fb_eval_top(self, w0, H, test=False, Hc=None):
         Y = self.Y if not test else self.test[1]
-        H = np.asarray(H, dtype=float)
-        value, _, _ = self.loss.top(np.asarray(w0, dtype=float), H, Y)
-        correct = self.loss.top_correct(np.asarray(w0, dtype=float), H, _labels(Y))
-        return {"loss": float(value), "correct": int(correct), "n": len(Y)}
+        H, w0 = np.asarray(H, dtype=float), np.asarray(w0, dtype=float)
+        value, _, _ = self.loss.top(w0, H, Y)
+        out = {"loss": float(value), "n": len(Y)}
+        try:
+            out["correct"] = int(self.loss.top_correct(w0, H, _labels(Y)))
+        except NotImplementedError:  # a regression
+            pass
+        if Hc is not None and self.closses:
+            out["closs"] = np.array(
+                [loss.top(w0, Hm, Y)[0] for (_, loss), Hm in zip(self.closses, self._split(Hc))]
+            )
+        return out
 
     def _on_report(self):
         return {k: float(v) for k, v in self.stats.items()}
@@ -135,13 +204,23 @@ class FeatureServer(LearningServer):
 
     def __init__(self, kind, model, w0, options, state, method, samples, index, designated):
         super().__init__(kind, model, w0, options, state, method, samples)
+        #: constraints with another loss (their order in lgi / lg0 / lvalue / closs)
+        self.closs_index = feature_losses(self.constraints)
+        #: per client, its own function constraints (their order in fvalue / fgrad)
+        self.own = {
+            n: own_functions(self.constraints, n)
+            for n in model.party_names
+            if own_functions(self.constraints, n)
+        }
+        self.pieces = {}
         self.names, self.index = list(model.party_names), index  # index[0]: omega_0's
         self.n, self.B = len(model.X), int(options.batch_size)
         self.designated, self.has_test = designated, model.test is not None
 
     def collect(self, runtime, idx) -> tuple[np.ndarray, float]:
         """The batch's summed gradient (d) and loss (when needed), by Algorithm 3's steps
-        3-6 (or Remark 4's one step)."""
+        3-6 (or Remark 4's one step); the other constraints' pieces in ``self.pieces``."""
+        self.pieces: dict[int, tuple[float, np.ndarray]] = {}
         i0 = self.index[0]
         g = np.zeros_like(self.w)
         block = {n: self.index[k + 1] for k, n in enumerate(self.names)}
@@ -168,6 +247,18 @@ class FeatureServer(LearningServer):
             g[block[n]] = r.payload["gi"]
         d = reps[self.designated].payload
         g[i0] = d["g0"]
+        for k, m in enumerate(self.closs_index):  # another loss: Algorithm 4's q_{f,m}
+            gm = np.zeros_like(self.w)
+            for n, r in reps.items():
+                gm[block[n]] = np.asarray(r.payload["lgi"])[k]
+            gm[i0] = np.asarray(d["lg0"])[k]
+            self.pieces[m] = (float(np.asarray(d["lvalue"])[k]), gm)
+        for n, ms in self.own.items():  # clients' own functions (exact, not batch sums)
+            p = reps[n].payload
+            for k, m in enumerate(ms):
+                gm = np.zeros_like(self.w)
+                gm[block[n]] = np.asarray(p["fgrad"])[k]
+                self.pieces[m] = (float(np.asarray(p["fvalue"])[k]), gm)
         return g, float(d.get("value", np.nan))
 
     def _round(self, runtime) -> dict:
@@ -183,12 +274,21 @@ class FeatureServer(LearningServer):
                 step = self.v
             self.w = self.w - r * step
             return {"lr": r}
-        cons = [(value, g) for _ in self.constraints]
+        cons = []
+        for m, con in enumerate(self.constraints):
+            if con.kind == "loss":
+                cons.append((value, g))
+            elif con.kind == "sample":
+                v, gm = self.pieces[m]
+                cons.append((v / b, gm / b))
+            elif con.party == "server":
+                cons.append(self.server_function(con))
+            else:
+                cons.append(self.pieces[m])
         rho, gamma = self.options.rho(self.t), self.options.gamma(self.t)
         self.state.update(rho, self.w, g, cons)
         w_bar, self.slack = self.state.solve()
-        if self.state.last is not None:
-            self.nu = self.state.last.nu
+        self._after_solve()
         self.w = (1 - gamma) * self.w + gamma * w_bar
         return {"rho": rho, "gamma": gamma}
 
@@ -198,19 +298,39 @@ class FeatureServer(LearningServer):
             "fb_eval_h", lambda n: {"wi": self.w[block[n]], "test": test}, channel="diagnostic"
         )
         H = sum(np.asarray(r.payload["h"]) for r in reps.values())
-        top = runtime.send(
-            self.designated,
-            "fb_eval_top",
-            {"w0": self.w[self.index[0]], "H": H, "test": test},
-            channel="diagnostic",
-        ).payload
+        request = {"w0": self.w[self.index[0]], "H": H, "test": test}
+        if self.closs_index and not test:
+            request["Hc"] = sum(np.asarray(r.payload["hc"]) for r in reps.values())
+        top = dict(
+            runtime.send(self.designated, "fb_eval_top", request, channel="diagnostic").payload
+        )
+        if not test:
+            top["fvalue"] = {
+                m: float(np.asarray(reps[n].payload["fvalue"])[k])
+                for n, ms in self.own.items()
+                for k, m in enumerate(ms)
+            }
         return top
 
     def _evaluate(self, runtime) -> dict:
         top = self._eval(runtime, False)
-        row = {"train_loss": top["loss"] / top["n"], "train_accuracy": top["correct"] / top["n"]}
-        row["constraint_values"] = [row["train_loss"] - con.U for con in self.constraints]
+        row = {"train_loss": top["loss"] / top["n"]}
+        if "correct" in top:
+            row["train_accuracy"] = top["correct"] / top["n"]
+        vals = []
+        for m, con in enumerate(self.constraints):
+            if con.kind == "loss":
+                value = row["train_loss"]
+            elif con.kind == "sample":
+                value = float(np.asarray(top["closs"])[self.closs_index.index(m)]) / top["n"]
+            elif con.party == "server":
+                value = self.server_function(con)[0]
+            else:
+                value = top["fvalue"][m]
+            vals.append(value - con.U)
+        row["constraint_values"] = vals
         if self.has_test:
             tt = self._eval(runtime, True)
-            row["test_accuracy"] = tt["correct"] / tt["n"]
+            if "correct" in tt:
+                row["test_accuracy"] = tt["correct"] / tt["n"]
         return row

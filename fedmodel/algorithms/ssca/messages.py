@@ -4,6 +4,9 @@ Sample-based methods send the model ``w`` (``d`` = the loss's parameters) and re
 mini-batch gradients or local models. Feature-based methods exchange per-row hidden
 pre-activations whose shapes depend on the loss (``*``: any length; the rows of a
 batch are at most ``rows``); their size is bounded by ``cap`` (rows times parameters).
+``k`` is the number of the model's constraints: the values and gradients of the
+constraints other than the objective's own loss (another loss, a client's own function)
+travel as ``k``-row arrays.
 
 Examples
 --------
@@ -19,6 +22,12 @@ _SAMPLE = ("ssca", "fedsgd", "fedavg-sgd", "sgd-m")
 _FEATURE = ("ssca", "vertical-sgd", "vertical-sgd-m")
 _W = {"w": Field(("d",))}
 _ANY = Field(None, max_size="cap", reveals="per-row hidden pre-activations of its block")
+_ANY_OPTIONAL = Field(
+    None,
+    max_size="cap",
+    required=False,
+    reveals="per-row hidden pre-activations of its block for the constraints' losses",
+)
 _COUNT = Field((), dtype="int", reveals="the number of rows")
 
 
@@ -35,6 +44,15 @@ SSCA = MessageTable(
             reply={
                 "grad": Field(("d",), reveals="its mini-batch gradient"),
                 "value": Field((), required=False, reveals="its mini-batch loss"),
+                "cvalue": Field(
+                    ("<=k",),
+                    required=False,
+                    reveals="its constraint functions' values (mini-batch sums of another "
+                    "loss; its own function on all its rows)",
+                ),
+                "cgrad": Field(
+                    ("<=k", "d"), required=False, reveals="its constraint functions' gradients"
+                ),
             },
             reveals="a mini-batch gradient of its loss",
             methods=_SAMPLE,
@@ -49,7 +67,10 @@ SSCA = MessageTable(
         MessageSpec(
             "evaluate",
             request=_W,
-            reply=_eval_reply(correct=Field((), dtype="int", required=False)),
+            reply=_eval_reply(
+                correct=Field((), dtype="int", required=False),
+                cvalue=Field(("<=k",), required=False, reveals="its constraint functions"),
+            ),
             channel="diagnostic",
             reveals="its loss and accuracy at w",
             methods=_SAMPLE,
@@ -71,7 +92,7 @@ SSCA = MessageTable(
         MessageSpec(
             "fb_h",
             direction="peer",
-            request={"h": _ANY},
+            request={"h": _ANY, "hc": _ANY_OPTIONAL},
             reveals="its hidden pre-activations of the batch",
             methods=_FEATURE,
         ),
@@ -81,6 +102,16 @@ SSCA = MessageTable(
                 "gi": Field(None, max_size="cap", reveals="its block's gradient"),
                 "g0": Field(None, max_size="cap", required=False, reveals="the top gradient"),
                 "value": Field((), required=False),
+                "lgi": Field(
+                    ("<=k", "*"),
+                    max_size="cap",
+                    required=False,
+                    reveals="its block's gradients of the constraints' losses",
+                ),
+                "lg0": Field(("<=k", "*"), max_size="cap", required=False),
+                "lvalue": Field(("<=k",), required=False, reveals="the constraints' losses"),
+                "fvalue": Field(("<=k",), required=False, reveals="its own constraint functions"),
+                "fgrad": Field(("<=k", "*"), max_size="cap", required=False),
             },
             reveals="its block gradient of the batch",
             methods=_FEATURE,
@@ -99,15 +130,27 @@ SSCA = MessageTable(
         MessageSpec(
             "fb_eval_h",
             request={"wi": Field(None), "test": Field((), dtype="bool", required=False)},
-            reply={"h": _ANY},
+            reply={
+                "h": _ANY,
+                "hc": _ANY_OPTIONAL,
+                "fvalue": Field(("<=k",), required=False, reveals="its own constraint functions"),
+            },
             channel="diagnostic",
             reveals="its pre-activations of every row",
             methods=_FEATURE,
         ),
         MessageSpec(
             "fb_eval_top",
-            request={"w0": Field(None), "H": Field(None), "test": Field((), dtype="bool")},
-            reply=_eval_reply(correct=Field((), dtype="int")),
+            request={
+                "w0": Field(None),
+                "H": Field(None),
+                "test": Field((), dtype="bool"),
+                "Hc": Field(None, required=False),
+            },
+            reply=_eval_reply(
+                correct=Field((), dtype="int", required=False),
+                closs=Field(("<=k",), required=False, reveals="the constraints' summed losses"),
+            ),
             channel="diagnostic",
             reveals="the loss and accuracy (designated client)",
             methods=_FEATURE,

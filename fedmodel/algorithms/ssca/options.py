@@ -176,6 +176,18 @@ class SSCAOptions(LearningOptions):
     check_schedules : {"report", "raise"}
         Conditions (4) and (6) are checked and reported in ``res.extra``;
         ``"raise"`` refuses schedules that fail them (the paper's own experiments' do).
+    c_growth : float
+        The increasing penalty of Theorem 2 (``c_j -> infinity``): 1 (default) keeps ``c``
+        fixed (the paper's experiments); ``> 1`` multiplies ``c`` by it at the end of every
+        stage of ``c_every`` rounds in which the server's surrogate problem needed its
+        slack in some round (a multiplier at the penalty, ``nu_m = c``), up to ``c_max``.
+        The surrogates and the iterate carry over from stage to stage (only the server's
+        problem depends on ``c``); the current ``c`` is in the history rows and
+        ``res.extra["c"]``.
+    c_every : int
+        Rounds per stage of the increasing penalty (default 50).
+    c_max : float
+        Largest penalty (default ``1e12``).
     """
 
     rho: Any = (0.9, 0.1)
@@ -184,6 +196,9 @@ class SSCAOptions(LearningOptions):
     c: float = 1e5
     server_solver: str = "auto"
     check_schedules: str = stop_only("report")
+    c_growth: float = 1.0
+    c_every: int = 50
+    c_max: float = 1e12
 
     def validate(self, problem: Any = None, method: str = "ssca") -> None:
         self.validate_common()
@@ -191,6 +206,15 @@ class SSCAOptions(LearningOptions):
         self.gamma = Schedule.of(self.gamma, "gamma")
         positive("tau", self.tau)
         positive("c", self.c)
+        positive("c_max", self.c_max)
+        g = self.c_growth
+        if isinstance(g, bool) or not isinstance(g, (int, float)) or not 1 <= g < np.inf:
+            raise ModelError(f"c_growth must be a number >= 1 (1: a fixed c), got {g!r}")
+        v = self.c_every
+        if isinstance(v, bool) or not isinstance(v, (int, np.integer)) or v < 1:
+            raise ModelError(f"c_every must be a positive integer, got {v!r}")
+        if float(self.c_max) < float(self.c):
+            raise ModelError(f"c_max = {self.c_max!r} is below c = {self.c!r}")
         if self.server_solver not in SERVER_SOLVERS:
             raise ModelError(
                 f"server_solver must be one of {SERVER_SOLVERS}, got {self.server_solver!r}"

@@ -21,6 +21,13 @@ import numpy as np
 
 from fedmodel.algorithms.driver import run_federated
 from fedmodel.algorithms.options import build_options
+from fedmodel.algorithms.ssca.constraints import (
+    check_loss_output,
+    evaluate_function,
+    feature_losses,
+    own_functions,
+    sample_tasks,
+)
 from fedmodel.algorithms.ssca.feature import FeatureClient, FeatureServer
 from fedmodel.algorithms.ssca.options import SGDOptions, SSCAOptions, check_conditions
 from fedmodel.algorithms.ssca.sample import SampleClient, SampleServer
@@ -125,10 +132,17 @@ def _build(model, method, opts):
             raise ModelError(
                 f"batch_size = {opts.batch_size} exceeds the rows of clients {small} (B <= N_i)"
             )
-        factories = {}
+        _probe_sample(model, w0)
+        factories, tasks = {}, {}
         for k, (n, (X, Y)) in enumerate(model.clients.items()):
-            send_value = ssca and any(c.party in ("server", n) for c in model.constraints)
-            kw = {"send_value": send_value}
+            send_value = ssca and any(
+                c.kind == "loss" and c.party in ("server", n) for c in model.constraints
+            )
+            tasks[n] = sample_tasks(model.constraints, n) if ssca else []
+            kw = {
+                "send_value": send_value,
+                "constraint_tasks": tuple(_task(model.constraints[m]) for m in tasks[n]),
+            }
             if not ssca:
                 kw.update(
                     lam=model.lam, lr=opts.lr, momentum=opts.momentum, local_steps=opts.local_steps
@@ -138,32 +152,88 @@ def _build(model, method, opts):
             )
         E = 1 if ssca else opts.local_steps
         samples = {n: min(opts.batch_size, s) * E for n, s in sizes.items()}
-        server = SampleServer(kind, model, w0, opts, state, method, samples, sizes)
+        server = SampleServer(kind, model, w0, opts, state, method, samples, sizes, tasks)
         return factories, server
-    if any(c.party != "server" for c in model.constraints):
-        raise UnsupportedError("feature-based models take constraints on the whole loss only")
+    general = [c for c in model.constraints if c.kind == "sample" or c.party != "server"]
+    if ssca and opts.one_step and general:
+        raise UnsupportedError(
+            f"one_step=True (Remark 4) collects the objective's loss only; {general[0].describe()}"
+            " needs Algorithm 4's collection (one_step=False)"
+        )
     if opts.batch_size > len(model.X):
         raise ModelError(f"batch_size = {opts.batch_size} exceeds the {len(model.X)} rows")
     designated = opts.designated or names[0]
     if designated not in names:
         raise ModelError(f"designated={designated!r} is not a client ({names})")
     index = loss.split(model.blocks)
+    _probe_feature(model, w0, index)
+    closses = tuple(
+        (model.constraints[m].label, model.constraints[m].loss)
+        for m in feature_losses(model.constraints)
+    )
     factories = {}
     for k, n in enumerate(names):
         cols = model.blocks[k]
         test = None if model.test is None else (model.test[0][:, cols], model.test[1])
+        functions = tuple(
+            (model.constraints[m].label, model.constraints[m].function)
+            for m in own_functions(model.constraints, n)
+        )
         factories[n] = EndpointFactory(
             FeatureClient,
             (n, model.X[:, cols], model.Y, loss, [p for p in names if p != n], RUNTIME_PROXY),
             {
                 "designated": n == designated,
-                "send_value": ssca and bool(model.constraints),
+                "send_value": ssca and any(c.kind == "loss" for c in model.constraints),
                 "test": test,
+                "closses": closses if ssca else (),
+                "functions": functions if ssca else (),
             },
         )
     samples = {n: min(opts.batch_size, len(model.X)) for n in names}
     server = FeatureServer(kind, model, w0, opts, state, method, samples, index, designated)
     return factories, server
+
+
+def _task(con) -> tuple:
+    """What a sample-based client computes for constraint ``con``."""
+    return (con.kind, con.label, con.loss if con.kind == "sample" else con.function)
+
+
+def _probe_sample(model, w0: np.ndarray) -> None:
+    """Evaluate every constraint's loss or function once at ``w0`` before the run, so that
+    a wrong output is refused here, naming the party and the constraint (not as a client
+    failure in round 1)."""
+    d = w0.size
+    for con in model.constraints:
+        if con.kind == "function" and con.party == "server":
+            evaluate_function(con.function, (w0,), d, con.label, "server")
+        elif con.kind == "function":
+            X, Y = model.clients[con.party]
+            evaluate_function(con.function, (w0, X, Y), d, con.label, con.party)
+        elif con.kind == "sample":
+            X, Y = (
+                model.clients[con.party]
+                if con.party != "server"
+                else next(iter(model.clients.values()))
+            )
+            check_loss_output(con.loss, w0, X[:2], Y[:2], con)
+
+
+def _probe_feature(model, w0: np.ndarray, index: list[np.ndarray]) -> None:
+    """The feature-based counterpart of :func:`_probe_sample` (a client's function on its
+    block of ``w0`` and its columns)."""
+    names = model.party_names
+    for con in model.constraints:
+        if con.kind == "function" and con.party == "server":
+            evaluate_function(con.function, (w0,), w0.size, con.label, "server")
+        elif con.kind == "function":
+            k = names.index(con.party)
+            wi = w0[index[k + 1]]
+            Z = model.X[:, model.blocks[k]]
+            evaluate_function(con.function, (wi, Z, model.Y), wi.size, con.label, con.party)
+        elif con.kind == "sample":
+            check_loss_output(con.loss, w0, model.X[:2], model.Y[:2], con)
 
 
 ONE_STEP_WARNING = (

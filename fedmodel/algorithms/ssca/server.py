@@ -15,6 +15,7 @@ from typing import Any
 import numpy as np
 
 from fedmodel.algorithms.protocol import ServerHalf, StepReport
+from fedmodel.algorithms.ssca.constraints import evaluate_function
 from fedmodel.algorithms.ssca.messages import SSCA
 from fedmodel.algorithms.ssca.surrogate import SurrogateState
 from fedmodel.certificate.kkt import KKTResiduals
@@ -43,7 +44,7 @@ class LearningServer(ServerHalf):
     #: a stochastic method on a non-convex loss: the certificate is a local one
     local_certificate = True
 
-    state_fields = ("w", "t", "slack", "nu", "v", "initial")
+    state_fields = ("w", "t", "slack", "nu", "v", "initial", "c", "slack_seen")
     component_fields = ("state",)  # the SSCA surrogate's running sums (None for SGD)
     step_name = "round"
 
@@ -66,17 +67,47 @@ class LearningServer(ServerHalf):
         self.slack = np.zeros(len(self.constraints))
         self.nu = np.zeros(len(self.constraints))
         self.v = np.zeros_like(self.w)  # momentum buffer (vertical SGD-m)
+        # the increasing penalty (Theorem 2's c_j -> infinity; options c_growth, c_every)
+        self.c = float(getattr(options, "c", 0.0))
+        self.slack_seen = False
         self.initial: dict | None = None
         self.final_gradient: np.ndarray | None = None
+
+    def state_restored(self) -> None:
+        """The surrogate's penalty from the restored ``c`` (the increasing-penalty loop)."""
+        if self.state is not None:
+            self.state.set_penalty(self.c)
 
     def message_dims(self, client: str) -> dict[str, int]:
         """``d`` the model's parameters; ``rows`` the most rows a message may cover (a
         client's, the feature-based model's or its test set's); ``cap`` bounds the
         feature-based messages whose shape depends on the loss (rows x (d + 1)^2: per row
-        at most a Jacobian of every parameter)."""
+        at most a Jacobian of every parameter); ``k`` the number of constraints."""
         d = int(self.w.size)
         rows = self.message_rows
-        return {"d": d, "rows": rows, "cap": rows * (d + 1) ** 2}
+        return {"d": d, "rows": rows, "cap": rows * (d + 1) ** 2, "k": len(self.constraints)}
+
+    def server_function(self, con) -> tuple[float, np.ndarray]:
+        """``(value, gradient)`` of a server-held function constraint at ``w``."""
+        return evaluate_function(con.function, (self.w,), self.w.size, con.label, "server")
+
+    def _after_solve(self) -> None:
+        """After the server's surrogate problem: keep its multipliers and run the increasing
+        penalty. A stage is ``c_every`` rounds; when in some round of the stage the surrogate
+        problem needed its slack (a multiplier at the penalty, ``nu_m = c``: the penalty
+        binds), ``c <- min(c_growth c, c_max)`` (Theorem 2: runs with ``c_j -> infinity``
+        reach a KKT point of Problem 3 / 8; with zero slack at ``c_j``, ``c_j`` is kept)."""
+        last = self.state.last
+        if last is None:
+            return
+        self.nu = last.nu
+        self.slack_seen = self.slack_seen or bool(np.any(last.nu >= self.c * (1 - 1e-12)))
+        growth, every = float(self.options.c_growth), int(self.options.c_every)
+        if growth > 1 and self.t % every == 0:
+            if self.slack_seen and self.c < self.options.c_max:
+                self.c = min(self.c * growth, float(self.options.c_max))
+                self.state.set_penalty(self.c)
+            self.slack_seen = False
 
     # -- the protocol ------------------------------------------------------------------------
     def start(self, runtime) -> None:
@@ -112,7 +143,7 @@ class LearningServer(ServerHalf):
             "partition": self.partition,
             "objective": self.objective,
             "lam": self.lam,
-            "constraints": [[c.U, c.party] for c in self.constraints],
+            "constraints": [[c.U, c.party, c.kind, c.label] for c in self.constraints],
         }
 
     def placement_weights(self) -> dict | None:
@@ -129,6 +160,8 @@ class LearningServer(ServerHalf):
         row["norm_sq"] = float(self.w @ self.w)
         if self.constraints:
             row["slack"] = [float(s) for s in self.slack]
+            if self.state is not None:
+                row["c"] = self.c
         return row
 
     def evaluate(self, runtime):
@@ -204,11 +237,11 @@ class LearningServer(ServerHalf):
         if self.constraints:
             extra["slack"] = self.slack.copy()
             extra["nu"] = self.nu.copy()
+            extra["constraints"] = [c.label for c in self.constraints]
+            if self.state is not None:
+                extra["c"] = self.c
             multipliers = {
-                "server": {
-                    f"loss[{c.party}] <= {c.U:g}": np.array(self.nu[k])
-                    for k, c in enumerate(self.constraints)
-                }
+                "server": {c.label: np.array(self.nu[k]) for k, c in enumerate(self.constraints)}
             }
         per_party = {"server": max(0.0, timing["solve"] - timing["waiting"])}
         per_party.update({n: float(p.get("seconds", 0.0)) for n, p in reports.items()})

@@ -139,6 +139,12 @@ class SurrogateState:
         self.last = sol
         return sol.w, sol.s
 
+    def set_penalty(self, c: float) -> None:
+        """A new penalty ``c`` of the slacks (the increasing-penalty loop)."""
+        if float(c) != self.c:
+            self.c = float(c)
+            self._cvx = None  # compiled with c
+
     def get_state(self) -> dict:
         return {
             "f1": self.f1.copy(),
