@@ -49,11 +49,13 @@ def traffic_per_round(compiled: CompiledModel) -> dict[str, dict[str, int]]:
     numbers down (weights, reset flag) and ``m + 1`` up (Gram row) per inner round
     (``m = anderson = 5``), ``m + 1`` up per outer round and, per accelerated outer step,
     one ``outer_aa`` round (``w`` and the weights down, ``u~_i`` up), not counted in this
-    table. On a smooth model without cone constraints or party-owned variables (and at
-    most 2000 shared variables) the default prox-al runs its quasi-Newton inner solver
+    table. On a smooth model without cone constraints or party-owned variables the
+    default prox-al runs its quasi-Newton inner solver
     instead of Algorithm 2 (``inner_solver="auto"``): per inner round, down the point
-    ``w`` (d), up the client's value and gradient (d + 1): the row ``"prox-al quasi-Newton
-    round"``. No default sends a ``d x d`` matrix. Two opt-ins do, and reveal each
+    ``w`` and ``k`` curvature directions (``(k + 1) d``), up the client's value, gradient
+    and Hessian-vector products along them (``(k + 1) d + 1``), ``k = min(8, d // 4)`` up
+    to 2000 shared variables and 0 beyond (``curvature_directions``): the row ``"prox-al
+    quasi-Newton round"``. No default sends a ``d x d`` matrix. Two opt-ins do, and reveal each
     client's Hessian of its subproblem (for a client with fewer rows than d, its rows):
     ``inner_solver="newton"`` adds the client's ``d x d`` Hessian to each reply when it
     changed (every round on a non-quadratic client, with the active set on a quadratic
@@ -74,8 +76,11 @@ def traffic_per_round(compiled: CompiledModel) -> dict[str, dict[str, int]]:
         "prox-al outer round": {"down": d, "up": d + 1 + owned},
         "admm round": {"down": d + 1, "up": d + 1},
     }
-    if newton:
-        rows["prox-al quasi-Newton round"] = {"down": d, "up": d + 1}
+    if newton:  # (the default number k of curvature directions: the option's rule)
+        from fedmodel.algorithms.proxal.options import ProxALOptions
+
+        k = ProxALOptions().curvature_count(d)
+        rows["prox-al quasi-Newton round"] = {"down": d + k * d, "up": d + 1 + k * d}
         rows["prox-al Newton round (opt-in)"] = {"down": d, "up": d + 1 + d * d}
     if metric:
         rows["prox-al metric (opt-in)"] = {"down": 0, "up": metric}

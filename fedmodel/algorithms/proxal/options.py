@@ -236,6 +236,17 @@ class ProxALOptions(RuntimeOptions):
         definite (modified Newton). ``res.extra["inner_solver"]`` says which ran (and
         ``"inner_solver_note"`` why not quasi-Newton). The ADMM options (``rho``,
         ``anderson``, ``penalty_metric`` ...) apply to Algorithm 2 only.
+    curvature_directions : int, optional
+        ``inner_solver="quasi-newton"``: each round (and with the round that starts an
+        inner solve) the server also sends ``k`` directions (the trial step and random
+        ones, orthonormal) and each client returns its Hessian's products with them (``k
+        d`` more floats), which the server's model takes as exact curvature pairs (block
+        BFGS). 0: gradients only (``d + 1`` floats). Default: ``min(8, d // 4)`` with the
+        dense model (``d <= 2000``), 0 with the limited-memory one (random directions in
+        thousands of dimensions measured no help). A product ``H_i v`` is a directional
+        derivative of the gradient the client sends anyway (for a quadratic client, the
+        gradient difference along ``v``); the products of ``d / k`` rounds span the
+        client's Hessian where it does not change (a quadratic client's).
     solver : {"auto", "lbfgs", "cvxpy"}
         Subproblem backend of every party.
     (and the runtime options below)
@@ -262,6 +273,7 @@ class ProxALOptions(RuntimeOptions):
     metric_refresh: float = 0.0
     local_cap: float | None = None
     inner_solver: str | None = None
+    curvature_directions: int | None = None
     stall_rounds: int = 300
     q: float = 0.5
     mu0: float = 0.0
@@ -287,6 +299,16 @@ class ProxALOptions(RuntimeOptions):
                 self.sbar = 100.0 * self.eps1
             except ModelError:
                 self.sbar = 0.1  # validate() reports the bad eps
+
+    def curvature_count(self, d: int) -> int:
+        """The number of curvature directions per round for ``d`` shared variables: the
+        option, or its default ``min(8, d // 4)`` up to ``DENSE_MODEL_MAX`` variables and
+        0 beyond (see ``curvature_directions``)."""
+        if self.curvature_directions is not None:
+            return int(self.curvature_directions)
+        from fedmodel.algorithms.proxal.newton_inner import DENSE_MODEL_MAX
+
+        return min(8, d // 4) if d <= DENSE_MODEL_MAX else 0
 
     def resolve_inner(self, inner: str) -> None:
         """Set the adaptive defaults that depend on the inner solver that runs
@@ -356,6 +378,9 @@ class ProxALOptions(RuntimeOptions):
             raise ModelError(f"q must lie in (0, 1), got {self.q!r}")
         if self.mu0 < 0:
             raise ModelError(f"mu0 must be >= 0, got {self.mu0!r}")
+        k = self.curvature_directions
+        if k is not None and not (isinstance(k, (int, np.integer)) and 0 <= k <= 64):
+            raise ModelError(f"curvature_directions must be an integer in [0, 64], got {k!r}")
         for name in ("max_outer", "max_inner", "max_local_iter"):
             whole_number(name, getattr(self, name))
         for name, r in self.rho_per_client(client_names).items():
