@@ -397,6 +397,7 @@ def _refine(compiled, options, x0, mus, nus):
     )
     result = run_cprox_al(compiled, opts, method="centralized", mu_init=mus, nu_init=nus)
     if result.status != "optimal":
-        result.status = "inaccurate" if result.status != "unbounded" else "unbounded"
+        if result.status not in ("unbounded", "time_limit"):
+            result.status = "inaccurate"
         result.message += f". Not certified to eps = {options.eps:g}"
     return result
