@@ -138,7 +138,7 @@ PROXAL = MessageTable(
                 "grad": Field(("d",), reveals="the gradient of P_{i,k} at w"),
             },
             reveals="P_{i,k}'s value and gradient at a trial point (quasi-Newton inner "
-            "solver with curvature_directions = 0, its default above 2000 shared variables: "
+            "solver with curvature_directions = 0, its default above 500 shared variables: "
             "d + 1 floats, no curvature)",
             methods=("prox-al",),
         ),
@@ -152,7 +152,7 @@ PROXAL = MessageTable(
             },
             reveals="P_{i,k}'s value, gradient and Hessian-vector products along k = "
             "curvature_directions server-chosen directions at a trial point (the quasi-Newton "
-            "default up to 2000 shared variables, k = min(8, d // 4): (k + 1) d + 1 floats; "
+            "default up to 500 shared variables, k = min(8, d // 4): (k + 1) d + 1 floats; "
             "the products of d / k rounds span the Hessian where it does not change, e.g. a "
             "quadratic client's)",
             methods=("prox-al",),
