@@ -197,3 +197,27 @@ def test_centralized_stops_at_its_time_limit_with_a_point():
     res = model.solve(method="centralized", time_limit=1e-4)
     assert res.status in ("time_limit", "optimal")
     assert np.all(np.isfinite(res.solution["w"]))
+
+
+def test_a_run_with_the_limited_memory_model_resumes_from_a_checkpoint(monkeypatch, tmp_path):
+    """The limited-memory model's pairs and the curvature directions (seeded by outer
+    iteration and round) are state: a resumed run repeats the uninterrupted one."""
+    import fedmodel.algorithms.proxal.server as server_module
+    from fedmodel.algorithms.proxal.options import ProxALOptions
+    from fedmodel.algorithms.proxal.server import run_prox_al
+
+    monkeypatch.setattr(server_module, "DENSE_MODEL_MAX", 3)
+    compiled = np_model(3).compile()
+
+    def run(**kw):
+        opts = ProxALOptions(eps=1e-5, prox_beta=1.0, curvature_directions=2, **kw)
+        return run_prox_al(compiled, opts, "prox-al")
+
+    whole = run()
+    path = tmp_path / "run"
+    cut = run(checkpoint=str(path), checkpoint_every=2, max_outer=2)
+    assert cut.status == "max_iterations"
+    resumed = run(resume=str(path))
+    assert whole.status == resumed.status == "optimal"
+    assert np.array_equal(resumed.x, whole.x)
+    assert resumed.rounds == whole.rounds
