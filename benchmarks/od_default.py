@@ -10,7 +10,7 @@ and its largest single message), wall and the relative objective gap to the cent
 solve, for
 
 - the default (``inner_solver="auto"`` = ``"quasi-newton"``: value, gradient and the
-  Hessian-vector products along ``k = min(8, d // 4)`` server-chosen directions up, a
+  Hessian-vector products along ``k = min(2, d // 4)`` server-chosen directions up, a
   server-side block-BFGS model of the clients' Hessian sum),
 - the same with gradients only (``curvature_directions=0``, the default of issue 22),
 - the Newton opt-in (``inner_solver="newton"``: each client's d x d Hessian),

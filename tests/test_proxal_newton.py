@@ -156,7 +156,7 @@ def test_the_default_sends_vectors_only_and_newton_is_the_opt_in_that_sends_hess
     assert res.status == "optimal" and res.extra["inner_solver"] == "quasi-newton"
     assert res.extra["penalty_metric"] == "scalar"
     shapes = _algorithm_shapes(res)
-    k = min(8, d // 4)  # the default curvature directions: Hessian-vector products
+    k = min(2, d // 4)  # the default curvature directions: Hessian-vector products
     assert ("curvature_w_reply", "grad", (d,)) in shapes
     assert ("curvature_w_reply", "hvp", (k, d)) in shapes
     # O(d): d-vectors, k of them in a block, and the Anderson weights / Gram rows (6)

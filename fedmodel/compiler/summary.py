@@ -53,7 +53,7 @@ def traffic_per_round(compiled: CompiledModel) -> dict[str, dict[str, int]]:
     default prox-al runs its quasi-Newton inner solver
     instead of Algorithm 2 (``inner_solver="auto"``): per inner round, down the point
     ``w`` and ``k`` curvature directions (``(k + 1) d``), up the client's value, gradient
-    and Hessian-vector products along them (``(k + 1) d + 1``), ``k = min(8, d // 4)`` up
+    and Hessian-vector products along them (``(k + 1) d + 1``), ``k = min(2, d // 4)`` up
     to 500 shared variables and 0 beyond (``curvature_directions``): the row ``"prox-al
     quasi-Newton round"``. No default sends a ``d x d`` matrix. Two opt-ins do, and reveal each
     client's Hessian of its subproblem (for a client with fewer rows than d, its rows):

@@ -67,9 +67,9 @@ def option_dims(options) -> dict[str, int]:
 
 def _curvature_bound(options) -> int:
     """The most curvature directions a message carries (``curvature_directions``, or its
-    default's largest value, 8)."""
+    default's largest value, 2)."""
     k = getattr(options, "curvature_directions", None)
-    return 8 if k is None else int(k)
+    return 2 if k is None else int(k)
 
 
 PROXAL = MessageTable(
@@ -152,7 +152,7 @@ PROXAL = MessageTable(
             },
             reveals="P_{i,k}'s value, gradient and Hessian-vector products along k = "
             "curvature_directions server-chosen directions at a trial point (the quasi-Newton "
-            "default up to 500 shared variables, k = min(8, d // 4): (k + 1) d + 1 floats; "
+            "default up to 500 shared variables, k = min(2, d // 4): (k + 1) d + 1 floats; "
             "the products of d / k rounds span the Hessian where it does not change, e.g. a "
             "quadratic client's)",
             methods=("prox-al",),

@@ -49,10 +49,12 @@ NEWTON_DEFAULTS = {"beta": 300.0, "prox_beta": 1e5}
 
 PENALTY_METRICS = ("hessian", "scalar")
 
-#: the default curvature_directions is min(8, d // 4) up to this many shared variables and
-#: 0 beyond: measured to help at d = 10, 97, 500 (seed 000's demo, Adult NP, Table 1);
-#: at d = 2000 (sparse logistic + l2 ball) 8 random directions stalled the first inner
-#: solve, and in thousands of dimensions the limited-memory model gains nothing from them
+#: the default curvature_directions is min(2, d // 4) up to this many shared variables and
+#: 0 beyond. Rounds measured with k = 0 / 2 / 8 directions (docs/performance.md): demo
+#: 290 / 74 / 45, Adult NP 20 sites 1,390 / 548 / 294, Table 1 52 / 53 / 48, lcqp-1
+#: 334 / 176 / 1,296, lcqp-5 171 / 207 / 808, logistic-ball-d100 79 / 98 / 72 (geometric
+#: means 213 / 140 / 207); at d = 2000 (sparse logistic + l2 ball) 8 directions stalled the
+#: first inner solve, and the limited-memory model gains nothing from random directions
 CURVATURE_MAX_SHARED = 500
 
 
@@ -247,10 +249,10 @@ class ProxALOptions(RuntimeOptions):
         inner solve) the server also sends ``k`` directions (the trial step and random
         ones, orthonormal) and each client returns its Hessian's products with them (``k
         d`` more floats), which the server's model takes as exact curvature pairs (block
-        BFGS). 0: gradients only (``d + 1`` floats). Default: ``min(8, d // 4)`` up to 500
-        shared variables (measured on the seed 000 problems: the demo 54 rounds instead of
-        290, Adult NP 294 instead of 1,390), 0 beyond (at d = 2000 random directions
-        stalled a sparse logistic model). A product ``H_i v`` is a directional
+        BFGS). 0: gradients only (``d + 1`` floats). Default: ``min(2, d // 4)`` up to 500
+        shared variables, 0 beyond (``CURVATURE_MAX_SHARED``: measured, the demo 74 rounds
+        instead of 290, Adult NP 548 instead of 1,390; more directions helped these -- 45
+        and 294 with 8 -- but took LCQPs with a server box from 171-334 to 808-1,296). A product ``H_i v`` is a directional
         derivative of the gradient the client sends anyway (for a quadratic client, the
         gradient difference along ``v``); the products of ``d / k`` rounds span the
         client's Hessian where it does not change (a quadratic client's).
@@ -309,11 +311,11 @@ class ProxALOptions(RuntimeOptions):
 
     def curvature_count(self, d: int) -> int:
         """The number of curvature directions per round for ``d`` shared variables: the
-        option, or its default ``min(8, d // 4)`` up to ``DENSE_MODEL_MAX`` variables and
+        option, or its default ``min(2, d // 4)`` up to ``CURVATURE_MAX_SHARED`` variables and
         0 beyond (see ``curvature_directions``)."""
         if self.curvature_directions is not None:
             return int(self.curvature_directions)
-        return min(8, d // 4) if d <= CURVATURE_MAX_SHARED else 0
+        return min(2, d // 4) if d <= CURVATURE_MAX_SHARED else 0
 
     def resolve_inner(self, inner: str) -> None:
         """Set the adaptive defaults that depend on the inner solver that runs

@@ -251,7 +251,7 @@ class ProxALServer(ServerHalf):
         Hessians keeps the identity); with (quasi-)Newton, their derivatives at ``w^k``."""
         if self.inner_mode in NEWTON_MODES:
             self.start_derivatives = self.take_derivatives(replies)
-            V = getattr(self, "start_directions", None)
+            V = self.start_directions
             self.start_products = None
             if V is not None and all("hvp" in r.payload for r in replies.values()):
                 hvp = [np.asarray(r.payload["hvp"], dtype=float) for r in replies.values()]
