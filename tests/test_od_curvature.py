@@ -221,3 +221,30 @@ def test_a_run_with_the_limited_memory_model_resumes_from_a_checkpoint(monkeypat
     assert whole.status == resumed.status == "optimal"
     assert np.array_equal(resumed.x, whole.x)
     assert resumed.rounds == whole.rounds
+
+
+def test_a_client_without_exact_hessians_sends_difference_products():
+    """A smooth term outside the GLM catalogue (log_sum_exp of an affine map) takes the
+    L-BFGS backend at the client, which has no exact Hessian: its products come from a
+    forward difference of its gradient, and the run still reaches the optimum."""
+    rng = np.random.default_rng(6)
+    m = fm.Model("lse")
+    w = m.variable(4, name="w")
+    W = cp.Variable(4)
+    pooled = 0.1 * cp.sum_squares(W)
+    m.server.minimize(0.1 * cp.sum_squares(w))
+    for k in range(2):
+        A, b = rng.normal(size=(8, 4)), rng.normal(size=8)
+        c = m.client(f"c{k}")
+        c.minimize(cp.log_sum_exp(c.data(A, name="A") @ w - c.data(b, name="b")))
+        pooled = pooled + cp.log_sum_exp(A @ W - b)
+    prob = cp.Problem(cp.Minimize(pooled))
+    prob.solve(solver="CLARABEL", **CLARABEL_TIGHT)
+    from fedmodel.algorithms.proxal.client import ProxALClient
+
+    client = ProxALClient(m.compile().clients[0], 100.0, 1.0, 2)
+    assert not hasattr(client.solver, "products")
+    res = m.solve(method="prox-al", eps=1e-6, history=False, curvature_directions=1)
+    assert res.status == "optimal" and res.extra["inner_solver"] == "quasi-newton"
+    assert any(r["kind"] == "curvature_w_reply" for r in res.ledger)
+    assert res.objective == pytest.approx(prob.value, rel=1e-6, abs=1e-8)
