@@ -95,8 +95,33 @@ def test_block_bfgs_takes_every_exact_pair_and_the_limited_model_solves_with_the
     limited.observe_products(Q, Q @ H)
     g = rng.normal(size=6)
     known = np.full(6, 0.25)
-    step = limited.view(known, g).solve(g)
+    view = limited.view(known, g)
+    step = view.solve(g)
     assert np.allclose((H + np.diag(known)) @ step, g, atol=1e-9)
+    assert np.allclose(view.times(step), g, atol=1e-9)  # B v, the damping's product
+
+
+def test_the_limited_model_damps_a_secant_pair_like_the_dense_one():
+    """Powell's damping needs B s: the limited model computes it by the direct recursion
+    and keeps s^T y >= 0.2 s^T B s, as the dense model does (same pairs, same B_0)."""
+    rng = np.random.default_rng(7)
+    H = np.diag([100.0, 1.0, 1.0])
+    known = np.zeros(3)
+    dense, limited = SecantModel(3), LimitedSecantModel(3)
+    limited.known = known
+    V = np.eye(3)
+    dense.observe_products(V, V @ H)
+    limited.observe_products(V, V @ H)
+    s = np.array([1.0, 0.0, 0.0])
+    y = np.array([0.01, 0.0, 0.0])  # (the wall's curvature gone along s)
+    dense.update(s, y)
+    limited.update(s, y)
+    Bs_dense = dense.matrix @ s
+    Bs_limited = limited.view(known, None).times(s)
+    assert float(s @ Bs_dense) == pytest.approx(0.2 * 100.0, rel=1e-9)  # s^T y damped to 0.2 sBs
+    assert np.allclose(Bs_limited, Bs_dense, rtol=1e-9, atol=1e-12)
+    g = rng.normal(size=3)
+    assert np.allclose(limited.view(known, None).solve(g), np.linalg.solve(dense.matrix, g))
 
 
 def test_the_default_inner_solver_matches_plain_cvxpy_on_a_smooth_model():

@@ -408,6 +408,8 @@ class LimitedSecantModel:
         self.updates = 0
         self.scale: float | None = None  # y^T y / s^T y of the newest pair
         self._view = None
+        #: the known diagonal of l_k's Hessian (set by the owner: damping needs B s)
+        self.known: np.ndarray | None = None
 
     restart = SecantModel.restart
 
@@ -421,14 +423,26 @@ class LimitedSecantModel:
     def observe_products(self, V: np.ndarray, Y: np.ndarray) -> bool:
         changed = False
         for s, y in conjugate_pairs(V, Y):
-            changed = self.update(s, y) or changed
+            changed = self.update(s, y, damped=False) or changed
         return changed
 
-    def update(self, s: np.ndarray, y: np.ndarray) -> bool:
+    def update(self, s: np.ndarray, y: np.ndarray, damped: bool = True) -> bool:
+        """As :meth:`SecantModel.update`: Powell's damping of a secant pair against the
+        model's own ``B s`` (the compact product, :meth:`LimitedInverse.times`; measured
+        on a sparse logistic + l2-ball model at d = 500: 190 rounds with the dense damped
+        model, 8,471 with it undamped -- the curvature of an augmented-Lagrangian wall
+        the step has left must not vanish from the model at once)."""
         if not (np.all(np.isfinite(y)) and float(s @ s) > 0):
             return False
         sy = float(s @ y)
-        if not sy > 0:  # (no damping without the matrix: the pair is left out)
+        if damped and self.pairs and self.known is not None:
+            Bs = self.view(self.known, None).times(s) - self.known * s  # (less known)
+            sBs = float(s @ Bs)
+            if sBs > 0 and sy < SecantModel.DAMPING * sBs:
+                theta = (1.0 - SecantModel.DAMPING) * sBs / (sBs - sy)
+                y = theta * y + (1.0 - theta) * Bs
+                sy = float(s @ y)
+        if not sy > 0:  # (the pair is left out)
             return False
         self.scale = float(y @ y) / sy
         self.pairs.append((_frozen(s), _frozen(y)))
@@ -444,7 +458,7 @@ class LimitedSecantModel:
         if self._view is None or self._view.known is not known:
             scale = self.scale
             if scale is None:
-                scale = float(np.abs(gradient).max(initial=0.0))
+                scale = 1.0 if gradient is None else float(np.abs(gradient).max(initial=0.0))
                 scale = scale if np.isfinite(scale) and scale > 0 else 1.0
             self._view = LimitedInverse(self.pairs, scale, known)
         return self._view
@@ -482,6 +496,23 @@ class LimitedInverse:
             sy = float(s @ y)
             if sy > 0:
                 self.pairs.append((s, y, 1.0 / sy))
+        self._direct = None  # (B_j s_j, 1 / s_j^T B_j s_j) per pair, for times()
+
+    def times(self, v: np.ndarray) -> np.ndarray:
+        """``B v`` by the direct BFGS recursion from ``B_0`` (``O(m^2 d)`` once per model,
+        then ``O(m d)``)."""
+        if self._direct is None:
+            direct = []
+            for s, y, rho in self.pairs:
+                a = self.diag * s
+                for (a_i, c_i), (_, y_i, rho_i) in zip(direct, self.pairs):
+                    a = a - (c_i * float(a_i @ s)) * a_i + (rho_i * float(y_i @ s)) * y_i
+                direct.append((a, 1.0 / float(s @ a)))
+            self._direct = direct
+        out = self.diag * v
+        for (a, c), (_, y, rho) in zip(self._direct, self.pairs):
+            out = out - (c * float(a @ v)) * a + (rho * float(y @ v)) * y
+        return out
 
     def solve(self, g: np.ndarray) -> np.ndarray:
         q = np.array(g, dtype=float)

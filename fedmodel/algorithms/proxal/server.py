@@ -712,6 +712,8 @@ class ProxALServer(ServerHalf):
         model_of = {}  # B -> B + diag(known) (one matrix per model update)
         k_dirs = self.curvature_k
         anchor = {"w": w_center, "round": 0}
+        if isinstance(secant, LimitedSecantModel):
+            secant.known = known  # (its damping needs the model's B s)
 
         def curvature():
             if isinstance(secant, LimitedSecantModel):
