@@ -503,7 +503,7 @@ class LimitedInverse:
         then ``O(m d)``)."""
         if self._direct is None:
             direct = []
-            for s, y, rho in self.pairs:
+            for s, _, _ in self.pairs:
                 a = self.diag * s
                 for (a_i, c_i), (_, y_i, rho_i) in zip(direct, self.pairs):
                     a = a - (c_i * float(a_i @ s)) * a_i + (rho_i * float(y_i @ s)) * y_i
