@@ -9,12 +9,13 @@ For each case, at eps = 1e-3: rounds, floats a client sends per round (mean over
 and its largest single message), wall and the relative objective gap to the centralized
 solve, for
 
-- the new default (``inner_solver="auto"`` = ``"quasi-newton"``: value and gradient up,
-  a server-side BFGS model of the clients' Hessian sum),
+- the default (``inner_solver="auto"`` = ``"quasi-newton"``: value, gradient and the
+  Hessian-vector products along ``k = min(2, d // 4)`` server-chosen directions up, a
+  server-side block-BFGS model of the clients' Hessian sum),
+- the same with gradients only (``curvature_directions=0``, the default of issue 22),
 - the Newton opt-in (``inner_solver="newton"``: each client's d x d Hessian),
-- Algorithm 2 with the Hessian metric opt-in (``inner_solver="admm",
-  penalty_metric="hessian"``),
-- Algorithm 2 with the scalar penalty (``inner_solver="admm"``, now its default).
+- with ``--all``: Algorithm 2 with the Hessian metric opt-in (``inner_solver="admm",
+  penalty_metric="hessian"``) and with the scalar penalty (``inner_solver="admm"``).
 
 Adult NP also gets scipy SLSQP on the pooled data, in the same run. ``suite`` runs the
 default and the Newton opt-in over ``issue12_defaults.py``'s 10 problems (geometric mean
@@ -48,10 +49,13 @@ MD = HERE / "RESULTS_od_default.md"
 #: seconds (its status then says "time_limit")
 SCALAR_ADMM_LIMIT = 120.0
 
-#: the configurations compared: label -> prox-al options
+#: the configurations compared: label -> prox-al options (``--all`` adds ``ADMM_CONFIGS``)
 CONFIGS = {
-    "default (quasi-newton)": {},
+    "default (quasi-newton + H v)": {},
+    "quasi-newton, gradients only": {"curvature_directions": 0},
     "newton (opt-in)": {"inner_solver": "newton"},
+}
+ADMM_CONFIGS = {
     "admm + hessian metric (opt-in)": {"inner_solver": "admm", "penalty_metric": "hessian"},
     "admm scalar": {"inner_solver": "admm"},
 }
@@ -79,7 +83,7 @@ def traffic(res, n_clients: int) -> tuple[float, int]:
 
 def solve_row(model, case: str, label: str, opts: dict, fstar: float, time_limit: float) -> dict:
     n = model.compile().n_clients
-    if opts == CONFIGS["admm scalar"]:
+    if opts == ADMM_CONFIGS["admm scalar"]:
         time_limit = min(time_limit, SCALAR_ADMM_LIMIT)
     res, wall, _, err = timed(
         model.solve, method="prox-al", eps=1e-3, time_limit=time_limit, history=False, **opts
@@ -99,7 +103,8 @@ def solve_row(model, case: str, label: str, opts: dict, fstar: float, time_limit
     return row
 
 
-def run_case(case: str, model, time_limit: float, configs=CONFIGS) -> list[dict]:
+def run_case(case: str, model, time_limit: float, configs=None) -> list[dict]:
+    configs = configs or CONFIGS
     model.compile()
     d = model.compile().layout.n_shared
     ref, wall, _, err = timed(model.solve, method="centralized", eps=1e-6)
@@ -136,7 +141,7 @@ def case_table1(time_limit: float) -> list[dict]:
 def case_suite(time_limit: float) -> list[dict]:
     from issue12_defaults import problems
 
-    configs = {k: CONFIGS[k] for k in ("default (quasi-newton)", "newton (opt-in)")}
+    configs = {k: CONFIGS[k] for k in ("default (quasi-newton + H v)", "newton (opt-in)")}
     rows = []
     for name, make in problems().items():
         rows += run_case(f"suite: {name}", make(), time_limit, configs)
@@ -162,14 +167,26 @@ def write_md(rows: list[dict], argv: list[str]) -> None:
         "relative objective difference to `centralized` (eps = 1e-6).",
         "",
         "| case | d | method | status | rounds | floats up / client / round | largest "
-        "message | wall (s) | gap |",
-        "|---|---|---|---|---|---|---|---|---|",
+        "message | wall (s) | wall ratio | gap |",
+        "|---|---|---|---|---|---|---|---|---|---|",
     ]
+    # the wall ratio: to scipy SLSQP where the case has it (same run), else to centralized
+    refs = {}
     for r in rows:
+        if r["method"] == "scipy SLSQP (pooled)" or (
+            r["method"] == "centralized" and r["case"] not in refs
+        ):
+            refs[r["case"]] = (r["method"].split()[0 if "SLSQP" not in r["method"] else 1], r)
+    for r in rows:
+        ref = refs.get(r["case"])
+        ratio = ""
+        if ref is not None and ref[1] is not r and "rounds" in r and ref[1]["wall"] > 0:
+            ratio = f"{r['wall'] / ref[1]['wall']:.2f}x {ref[0]}"
         lines.append(
             f"| {r['case']} | {r.get('d', '')} | {r['method']} | {r['status']} | "
             f"{fmt(r.get('rounds'))} | {fmt(r.get('floats_up'), '{:.0f}')} | "
-            f"{fmt(r.get('max_message'))} | {r['wall']:.2f} | {fmt(r.get('gap'), '{:.1e}')} |"
+            f"{fmt(r.get('max_message'))} | {r['wall']:.2f} | {ratio} | "
+            f"{fmt(r.get('gap'), '{:.1e}')} |"
         )
     suite = [r for r in rows if r["case"].startswith("suite") and "rounds" in r]
     if suite:
@@ -192,10 +209,13 @@ def main(argv=None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--cases", default="demo,np20,table1,suite")
     ap.add_argument("--time-limit", type=float, default=300.0)
+    ap.add_argument("--all", action="store_true", help="also Algorithm 2 (admm) configurations")
     ap.add_argument("--save", help="write the rows to this JSON file (no table)")
     ap.add_argument("--merge", help="build the table from these saved JSON files")
     args = ap.parse_args(argv)
     rows: list[dict] = []
+    if args.all:
+        CONFIGS.update(ADMM_CONFIGS)
     if args.merge:
         for path in args.merge.split(","):
             rows += json.loads(Path(path).read_text())

@@ -156,16 +156,22 @@ def test_the_default_sends_vectors_only_and_newton_is_the_opt_in_that_sends_hess
     assert res.status == "optimal" and res.extra["inner_solver"] == "quasi-newton"
     assert res.extra["penalty_metric"] == "scalar"
     shapes = _algorithm_shapes(res)
-    assert ("gradient_w_reply", "grad", (d,)) in shapes
-    # vectors only: d-vectors and the Anderson weights / Gram rows (anderson + 1 = 6)
-    assert all(len(shape) <= 1 and int(np.prod(shape)) <= max(d, 6) for _, _, shape in shapes)
+    k = min(2, d // 4)  # the default curvature directions: Hessian-vector products
+    assert ("curvature_w_reply", "grad", (d,)) in shapes
+    assert ("curvature_w_reply", "hvp", (k, d)) in shapes
+    # O(d): d-vectors, k of them in a block, and the Anderson weights / Gram rows (6)
+    assert all(int(np.prod(shape)) <= max(k * d, d, 6) for _, _, shape in shapes)
+    assert all(shape[-1:] != (d,) or shape[:-1] in ((), (k,)) for _, _, shape in shapes)
     # model.summary()'s traffic table says the same
     from fedmodel.compiler.summary import traffic_per_round
 
     table = traffic_per_round(model.compile())
     sizes = {(r["kind"], r["floats"]) for r in res.ledger if r["channel"] == "algorithm"}
-    assert ("gradient_w_reply", table["prox-al quasi-Newton round"]["up"]) in sizes
-    assert ("gradient_w", table["prox-al quasi-Newton round"]["down"]) in sizes
+    assert ("curvature_w_reply", table["prox-al quasi-Newton round"]["up"]) in sizes
+    assert ("curvature_w", table["prox-al quasi-Newton round"]["down"]) in sizes
+    gradients_only = model.solve(method="prox-al", curvature_directions=0, history=False)
+    assert gradients_only.status == "optimal"
+    assert ("gradient_w_reply", "grad", (d,)) in _algorithm_shapes(gradients_only)
     assert table["prox-al Newton round (opt-in)"]["up"] == d * d + d + 1
     newton = model.solve(method="prox-al", inner_solver="newton")
     assert newton.status == "optimal"
@@ -346,7 +352,7 @@ def test_a_stalled_newton_inner_solve_ends_the_run_with_its_reason(monkeypatch):
     import fedmodel.algorithms.proxal.server as server_module
     from fedmodel.algorithms.proxal.newton_inner import NewtonOutcome
 
-    def stalled(evaluate, start, tau, max_rounds, deadline=None, remodel=0):
+    def stalled(evaluate, start, tau, max_rounds, deadline=None, remodel=0, on_accept=None):
         return NewtonOutcome(start[0], 3, 1.0, False, stalled=True)
 
     monkeypatch.setattr(server_module, "federated_newton", stalled)
@@ -356,17 +362,27 @@ def test_a_stalled_newton_inner_solve_ends_the_run_with_its_reason(monkeypatch):
     assert "inner_solver='admm'" in res.message
 
 
-def test_auto_keeps_algorithm_2_when_the_hessians_would_be_too_large(monkeypatch):
+def test_many_shared_variables_take_the_limited_memory_model(monkeypatch):
+    """Above DENSE_MODEL_MAX shared variables the server keeps the last curvature pairs
+    (two-loop recursion) instead of a d x d matrix; the answer is the same optimum."""
     import fedmodel.algorithms.proxal.server as server_module
+    from fedmodel.algorithms.proxal.newton_inner import LimitedSecantModel
 
-    monkeypatch.setattr(server_module, "NEWTON_MAX_SHARED", 3)
     model = np_model(2, seed=1)  # 5 shared variables
-    res = model.solve(method="prox-al", history=False)
-    assert res.extra["inner_solver"] == "admm"
-    assert "5 shared variables" in res.extra["inner_solver_note"]
-    for inner in ("quasi-newton", "newton"):
-        forced = model.solve(method="prox-al", inner_solver=inner, history=False)
-        assert forced.extra["inner_solver"] == inner and forced.status == "optimal"
+    dense = model.solve(method="prox-al", eps=1e-6, history=False)
+    monkeypatch.setattr(server_module, "DENSE_MODEL_MAX", 3)
+    built = []
+    original = LimitedSecantModel.__init__
+
+    def spy(self, n):
+        built.append(n)
+        original(self, n)
+
+    monkeypatch.setattr(LimitedSecantModel, "__init__", spy)
+    limited = model.solve(method="prox-al", eps=1e-6, history=False, curvature_directions=0)
+    assert built == [5]
+    assert limited.extra["inner_solver"] == "quasi-newton" and limited.status == "optimal"
+    assert limited.objective == pytest.approx(dense.objective, rel=1e-5, abs=1e-8)
 
 
 def test_measured_stationarity_of_test_8_is_the_certificates():

@@ -58,12 +58,13 @@ def assert_refused(res, kind, field, what):
 
 # (message kind, field, corruption, what the error says, options)
 DEFAULT = [  # the default (quasi-Newton) inner solver's trial-point replies
-    ("gradient_w", "grad", "shape", "has shape (6,), expected (d=5,)"),
-    ("gradient_w", "grad", "nan", "is not finite"),
-    ("gradient_w", "value", "large", "magnitude 1e+300"),
-    ("gradient_w", "grad", "huge", "has shape (1000000,)"),
-    ("gradient_w", "leak", "extra", "unknown field"),
-    ("gradient_w", "grad", "missing", "is missing"),
+    ("curvature_w", "grad", "shape", "has shape (6,), expected (d=5,)"),
+    ("curvature_w", "grad", "nan", "is not finite"),
+    ("curvature_w", "value", "large", "magnitude 1e+300"),
+    ("curvature_w", "hvp", "nan", "is not finite"),
+    ("curvature_w", "hvp", "huge", "has shape (1000000,)"),
+    ("curvature_w", "leak", "extra", "unknown field"),
+    ("curvature_w", "grad", "missing", "is missing"),
 ]
 ADMM = [
     ("admm_w", "u_tilde", "nan", "is not finite"),
@@ -100,7 +101,8 @@ def test_prox_al_admm_refuses_a_bad_reply_naming_the_client(model, kind, field, 
 @pytest.mark.parametrize(
     "kind,field,how,what,kw",
     [
-        ("gradient_w", "grad", "shape", "has shape (6,)", {}),
+        ("curvature_w", "grad", "shape", "has shape (6,)", {}),
+        ("gradient_w", "grad", "shape", "has shape (6,)", {"curvature_directions": 0}),
         ("newton_w", "grad", "shape", "has shape (6,)", {"inner_solver": "newton"}),
         ("admm_w", "u_tilde", "nan", "is not finite", {"inner_solver": "admm"}),
         ("evaluate", "grad", "nan", "is not finite", {}),
@@ -119,9 +121,9 @@ def test_refused_on_every_backend(model, backend, kind, field, how, what, kw):
 def test_a_bad_reply_is_not_retried(model):
     """A malformed reply is not a transient fault and the client's step already ran (a
     retry would not repeat it): under on_failure="retry" the run still stops on it."""
-    fault = Fault("corrupt", round=2, kinds=("gradient_w",), target="grad", corruption="nan")
+    fault = Fault("corrupt", round=2, kinds=("curvature_w",), target="grad", corruption="nan")
     res = prox_al(model, fault, on_failure="retry", retries=3)
-    assert_refused(res, "gradient_w", "grad", "is not finite")
+    assert_refused(res, "curvature_w", "grad", "is not finite")
     assert res.extra["retries"] == []
 
 

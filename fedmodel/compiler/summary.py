@@ -49,15 +49,18 @@ def traffic_per_round(compiled: CompiledModel) -> dict[str, dict[str, int]]:
     numbers down (weights, reset flag) and ``m + 1`` up (Gram row) per inner round
     (``m = anderson = 5``), ``m + 1`` up per outer round and, per accelerated outer step,
     one ``outer_aa`` round (``w`` and the weights down, ``u~_i`` up), not counted in this
-    table. On a smooth model without cone constraints or party-owned variables (and at
-    most 2000 shared variables) the default prox-al runs its quasi-Newton inner solver
+    table. On a smooth model without cone constraints or party-owned variables the
+    default prox-al runs its quasi-Newton inner solver
     instead of Algorithm 2 (``inner_solver="auto"``): per inner round, down the point
-    ``w`` (d), up the client's value and gradient (d + 1): the row ``"prox-al quasi-Newton
-    round"``. On the other convex models (non-smooth or conic terms, party-owned variables,
-    a non-smooth ``h``) it runs exact-admm: per inner round, down the client's centre, the
-    penalty and the tolerance (d + 2), up its exact step's shared part (d): the row
-    ``"prox-al exact-admm round"``; its outer round sends ``||dmu_i||_inf``, a start flag
-    and, with own variables, the change of its block up. No default sends a ``d x d`` matrix. Two opt-ins do, and reveal each
+    ``w`` and ``k`` curvature directions (``(k + 1) d``), up the client's value, gradient
+    and Hessian-vector products along them (``(k + 1) d + 1``), ``k = min(2, d // 4)`` up
+    to 500 shared variables and 0 beyond (``curvature_directions``): the row ``"prox-al
+    quasi-Newton round"``. On the other convex models (non-smooth or conic terms,
+    party-owned variables, a non-smooth ``h``) it runs exact-admm: per inner round, down the
+    client's centre, the penalty and the tolerance (d + 2), up its exact step's shared part
+    (d): the row ``"prox-al exact-admm round"``; its outer round sends ``||dmu_i||_inf``, a
+    start flag and, with own variables, the change of its block up. No default sends a
+    ``d x d`` matrix. Two opt-ins do, and reveal each
     client's Hessian of its subproblem (for a client with fewer rows than d, its rows):
     ``inner_solver="newton"`` adds the client's ``d x d`` Hessian to each reply when it
     changed (every round on a non-quadratic client, with the active set on a quadratic
@@ -81,8 +84,11 @@ def traffic_per_round(compiled: CompiledModel) -> dict[str, dict[str, int]]:
     if not newton and not compiled.nonconvex:  # exact-admm (the default there)
         rows["prox-al exact-admm round"] = {"down": d + 2, "up": d}
         rows["prox-al outer round (exact-admm)"] = {"down": d, "up": 2 + owned}
-    if newton:
-        rows["prox-al quasi-Newton round"] = {"down": d, "up": d + 1}
+    if newton:  # (the default number k of curvature directions: the option's rule)
+        from fedmodel.algorithms.proxal.options import ProxALOptions
+
+        k = ProxALOptions().curvature_count(d)
+        rows["prox-al quasi-Newton round"] = {"down": d + k * d, "up": d + 1 + k * d}
         rows["prox-al Newton round (opt-in)"] = {"down": d, "up": d + 1 + d * d}
     if metric:
         rows["prox-al metric (opt-in)"] = {"down": 0, "up": metric}

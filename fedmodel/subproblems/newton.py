@@ -48,6 +48,7 @@ Cost structure (what makes thousands of small solves cheap):
 
 from __future__ import annotations
 
+import time
 import warnings
 from collections import OrderedDict
 
@@ -187,6 +188,18 @@ class _Smooth:
             val += float(self.q @ x)
             g += self.q
         return float(val), g
+
+    def hessian_products(self, images, V: np.ndarray) -> np.ndarray:
+        """``Hessian @ V`` for ``V`` of shape ``(n, k)``, without forming the Hessian: per
+        term ``A^T diag(w phi'') A V`` (sparse data stays sparse), plus ``Q V``."""
+        zs, _ = images
+        out = np.zeros((self.n, V.shape[1]))
+        for t, z in zip(self.terms, zs):
+            d2 = t.weights * phi_d2(t.kind, z, t.M) * (t.s * t.s)
+            out += t.A.T @ (d2[:, None] * (t.A @ V))
+        if self.Q is not None:
+            out += self.Q @ V
+        return out
 
     def add_hessian(self, H: np.ndarray, images, scale: float = 1.0) -> None:
         """Add ``scale`` times the Hessian to ``H``; only the upper triangle of the
@@ -416,6 +429,9 @@ class NewtonSolver:
         self.carry_factor = False
         #: Newton iterations before handing over to L-BFGS (slow progress, non-convex terms)
         self.max_newton = 200
+        #: ``time.perf_counter()`` value after which a solve returns its current point
+        #: (its residual says how far it got): an owner's time limit (cprox-al)
+        self.deadline: float | None = None
 
     # -- evaluation ---------------------------------------------------------------------------
     def _multipliers(self, gather, mults) -> np.ndarray:
@@ -558,17 +574,7 @@ class NewtonSolver:
         if self._delegate is not None:
             raise NotRecognised("the GLM form disagreed with the model's evaluator")
         x = np.asarray(x, dtype=float)
-        m_in = self._multipliers(self.gather_in, mu)
-        m_eq = self._multipliers(self.gather_eq, nu)
-        st = self._evaluate(x, 0.0, x, m_in, m_eq, mu, nu, h=False)
-        if not self._verified:  # the party terms from the model's evaluator
-            val, g = 0.0, np.zeros(self.n)
-            for fn, m, v in zip(self.problem.functions, mu, nu):
-                fv, fg = fn.merit(x, m, v, self.problem.beta)
-                val, g = val + fv, g + fg
-            if not self._cross_check(st, (val, g)):
-                raise NotRecognised("the GLM form disagreed with the model's evaluator")
-            self._verified = True
+        st = self._checked_state(x, mu, nu)
         g = np.array(st.g, dtype=float)
         key = None
         if self.quadratic:  # the Hessian is a function of the active set (and beta)
@@ -583,6 +589,55 @@ class NewtonSolver:
         if key is not None:
             self._derivative_hessian = (key, H)
         return st.val, g, H
+
+    def products(self, x, mu, nu, V) -> tuple[float, np.ndarray, np.ndarray]:
+        """Value, gradient and Hessian-vector products ``H V`` (``V`` of shape ``(n, k)``)
+        at ``x`` of the party terms with multipliers ``mu``, ``nu``: what
+        :meth:`derivatives` gives, with ``H V`` in place of ``H`` (``O(k n)`` numbers and
+        never a dense ``n x n`` matrix: prox-al's quasi-Newton inner solver asks the
+        clients for these along a few directions). The first call cross-checks value and
+        gradient against the model's own evaluator, as :meth:`derivatives` does.
+
+        Examples
+        --------
+        >>> import cvxpy as cp, fedmodel as fm
+        >>> m = fm.Model("hvp"); w = m.variable(2, name="w"); c = m.client("c")
+        >>> c.minimize(cp.sum_squares(w - c.data(np.ones(2), name="b")))
+        >>> p = MeritProblem([m.compile().clients[0]], 1.0)
+        >>> NewtonSolver(p).products(np.zeros(2), [[]], [[]], np.eye(2))[2].tolist()
+        [[2.0, 0.0], [0.0, 2.0]]
+        """
+        if self._delegate is not None:
+            raise NotRecognised("the GLM form disagreed with the model's evaluator")
+        x = np.asarray(x, dtype=float)
+        V = np.asarray(V, dtype=float).reshape(self.n, -1)
+        st = self._checked_state(x, mu, nu)
+        beta = self.problem.beta
+        HV = self.obj.hessian_products(st.images, V)
+        if st.act is not None and st.act.any():
+            Ga = self.G_in[st.act]
+            HV += beta * (Ga.T @ (Ga @ V))
+        if self.G_eq.shape[0]:
+            HV += beta * (self.G_eq.T @ (self.G_eq @ V))
+        for comp, img, y, cg in st.comps:
+            HV += y * comp.hessian_products(img, V) + beta * np.outer(cg, cg @ V)
+        return st.val, np.array(st.g, dtype=float), HV
+
+    def _checked_state(self, x, mu, nu) -> _State:
+        """The evaluation at ``x`` with multipliers ``mu``, ``nu`` (no proximal term, no
+        ``h``), cross-checked against the model's evaluator the first time."""
+        m_in = self._multipliers(self.gather_in, mu)
+        m_eq = self._multipliers(self.gather_eq, nu)
+        st = self._evaluate(x, 0.0, x, m_in, m_eq, mu, nu, h=False)
+        if not self._verified:  # the party terms from the model's evaluator
+            val, g = 0.0, np.zeros(self.n)
+            for fn, m, v in zip(self.problem.functions, mu, nu):
+                fv, fg = fn.merit(x, m, v, self.problem.beta)
+                val, g = val + fv, g + fg
+            if not self._cross_check(st, (val, g)):
+                raise NotRecognised("the GLM form disagreed with the model's evaluator")
+            self._verified = True
+        return st
 
     def _hessian(self, st: _State, sigma=None, h: bool = True) -> np.ndarray:
         p = self.problem
@@ -729,6 +784,9 @@ class NewtonSolver:
         gnorm = float(np.abs(st.g).max(initial=0.0))
         refresh = False
         while gnorm > tol:
+            if self.deadline is not None and time.perf_counter() > self.deadline:
+                message = "time limit"
+                break
             if it >= newton_cap:  # slow progress (non-convex terms): hand over to L-BFGS
                 return self._fallback(st.x, tol, max_iter, it)
             it += 1

@@ -56,6 +56,8 @@ def run_cprox_al(
     compile_seconds = time.perf_counter() - t0
     t_solve = time.perf_counter()
     deadline = t_solve + options.time_limit if options.time_limit else None
+    if hasattr(solver, "deadline"):  # (a Newton solve stops at the deadline too)
+        solver.deadline = deadline
     mus = mu_init or [np.full(p.m_ineq, float(options.mu0)) for p in parties]
     nus = nu_init or [np.zeros(p.m_eq) for p in parties]
     mus = [np.maximum(np.asarray(m, dtype=float), 0.0) for m in mus]

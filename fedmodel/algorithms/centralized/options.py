@@ -41,7 +41,9 @@ class CentralizedOptions:
     solver_options : dict
         Passed to ``cvxpy.Problem.solve``.
     time_limit : float or None
-        Wall-clock seconds for the smooth exact path and the refinement.
+        Wall-clock seconds for the whole solve: the smooth exact path, the cvxpy solve
+        (Clarabel, OSQP and SCS get the remaining time as their own limit; cvxpy's compile
+        of the pooled problem is not interrupted) and the refinement.
     blas_threads : int or None
         OpenBLAS threads during the solve (default 1; ``None`` leaves the setting alone).
     """

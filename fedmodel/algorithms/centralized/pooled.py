@@ -110,6 +110,19 @@ def smooth_path_applies(compiled: CompiledModel) -> bool:
     return True
 
 
+#: each cvxpy solver's option for a wall-clock limit in seconds (the remaining part of
+#: ``time_limit`` is passed on; a solver not listed here is not limited)
+SOLVER_TIME_LIMIT = {"CLARABEL": "time_limit", "OSQP": "time_limit", "SCS": "time_limit_secs"}
+
+
+def _remaining(options: CentralizedOptions, deadline: float | None):
+    """``options`` with ``time_limit`` set to what is left before ``deadline`` (at least a
+    millisecond: a passed deadline still ends the next solve at once)."""
+    if deadline is None:
+        return options
+    return replace(options, time_limit=max(deadline - time.perf_counter(), 1e-3))
+
+
 def run_centralized(compiled: CompiledModel, options: CentralizedOptions):
     if options.engine == "smooth":
         compiled.require_smooth("centralized with engine='smooth'")
@@ -120,12 +133,14 @@ def run_centralized(compiled: CompiledModel, options: CentralizedOptions):
                     "by cvxpy); engine='smooth' needs C^1 terms: use engine='cvxpy' or 'auto'",
                     p.name,
                 )
+    # time_limit covers the whole solve: each stage gets what the earlier ones left
+    deadline = None if options.time_limit is None else time.perf_counter() + options.time_limit
     if options.engine == "smooth" or (options.engine == "auto" and prefers_smooth_path(compiled)):
         smooth = _smooth_solve(compiled, options)
         if smooth.status in ("optimal", "unbounded") or options.engine == "smooth":
             return smooth
         # not certified: cvxpy, then a refinement from its point
-        result = _cvxpy_solve(compiled, options)
+        result = _cvxpy_solve(compiled, _remaining(options, deadline))
         result.message = f"smooth exact path not certified ({smooth.message}); {result.message}"
         result.timing["smooth_path"] = smooth.timing.get("solve", 0.0)
         return result
@@ -142,13 +157,14 @@ def run_centralized(compiled: CompiledModel, options: CentralizedOptions):
     if first.status in ("optimal", "infeasible", "unbounded"):
         return first
     spent = first.timing.get("solve", 0.0)
+    options = _remaining(options, deadline)
     if options.engine == "auto" and smooth_path_applies(compiled):
         smooth = _smooth_solve(compiled, options)
         if smooth.status in ("optimal", "unbounded"):
             smooth.message = f"{first.message}; {smooth.message}"
             smooth.timing["cvxpy"] = spent
             return smooth
-    result = _cvxpy_solve(compiled, options, tight=False)
+    result = _cvxpy_solve(compiled, _remaining(options, deadline), tight=False)
     result.message = f"{first.message}; {result.message}"
     result.timing["cvxpy_tight"] = spent
     return result
@@ -165,6 +181,7 @@ def _smooth_solve(compiled: CompiledModel, options: CentralizedOptions):
 
 def _cvxpy_solve(compiled: CompiledModel, options: CentralizedOptions, tight: bool = True):
     t0 = time.perf_counter()
+    deadline = None if options.time_limit is None else t0 + options.time_limit
     layout = compiled.layout
     prob, per_party = pooled_problem(compiled)
     compile_seconds = time.perf_counter() - t0
@@ -173,6 +190,15 @@ def _cvxpy_solve(compiled: CompiledModel, options: CentralizedOptions, tight: bo
         solver_name, kwargs = conic_solver_settings(compiled, options)
     else:
         solver_name, kwargs = options.solver, dict(options.solver_options)
+    if deadline is not None:  # the solver's own limit: what the compile left of time_limit
+        try:
+            chosen = solver_name or prob._construct_chain().solver.name()
+        except Exception:  # noqa: BLE001 - (cvxpy reports it again in solve)
+            chosen = None
+        key = SOLVER_TIME_LIMIT.get(str(chosen).upper())
+        if key is not None:
+            kwargs.setdefault(key, max(deadline - time.perf_counter(), 1e-3))
+    options = _remaining(options, deadline)  # (the refinement gets the rest)
     try:
         prob.solve(solver=solver_name, **kwargs)
         cvx_status = prob.status
@@ -359,6 +385,7 @@ def _refine(compiled, options, x0, mus, nus):
     )
     result = run_cprox_al(compiled, opts, method="centralized", mu_init=mus, nu_init=nus)
     if result.status != "optimal":
-        result.status = "inaccurate" if result.status != "unbounded" else "unbounded"
+        if result.status not in ("unbounded", "time_limit"):
+            result.status = "inaccurate"
         result.message += f". Not certified to eps = {options.eps:g}"
     return result

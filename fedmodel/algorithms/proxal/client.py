@@ -15,6 +15,8 @@ kind           payload in                         reply payload
                                                   residual balancing is on)
 ``gradient_w`` ``w`` (a trial point)              ``value``, ``grad`` of P_{i,k} at ``w``
                                                   (quasi-Newton: ``()``, ``(d,)``)
+``curvature_  ``w``, ``directions`` ``(k, d)``     ``value``, ``grad``, ``hvp`` ``(k, d)``:
+w``                                               its Hessian times the directions
 ``newton_w``   ``w`` (a trial point)              ``value``, ``grad`` of P_{i,k} at ``w``,
                                                   ``hessian`` ``(d, d)`` (when it changed;
                                                   opt-in ``inner_solver="newton"`` only)
@@ -299,10 +301,11 @@ class ProxALClient(ClientHalf):
             reply["metric"] = self.M.matrix
         return reply
 
-    def _inner_start_reply(self, w, inner: str) -> dict:
+    def _inner_start_reply(self, w, inner: str, directions=None) -> dict:
         """The reply that starts the next inner solve at ``w``: the ADMM initialisation, or
         ``P_{i,k}``'s derivatives at its new centre ``w`` (``inner="newton"``: with the
-        Hessian; ``"quasi-newton"``: value and gradient)."""
+        Hessian; ``"quasi-newton"``: value and gradient, and the Hessian-vector products
+        along ``directions`` when the server sent some; ``"exact-admm"``: only a flag)."""
         self.exact_mode = inner == EXACT
         if self.exact_mode:  # exact-admm: the new centres of P_{i,k}, nothing to send
             self.w_center = np.asarray(w, dtype=float).copy()
@@ -311,7 +314,11 @@ class ProxALClient(ClientHalf):
         if inner not in INNER_NEWTON:
             return self._admm_start_reply(w)
         self.w_center = np.asarray(w, dtype=float).copy()
-        return self._on_newton_w(w) if inner == "newton" else self._on_gradient_w(w)
+        if inner == "newton":
+            return self._on_newton_w(w)
+        if directions is not None:
+            return self._on_curvature_w(w, directions)
+        return self._on_gradient_w(w)
 
     def newton_unsupported(self, inner: str = "newton") -> str:
         """Why this client cannot take part in the federated (quasi-)Newton inner solver
@@ -323,13 +330,13 @@ class ProxALClient(ClientHalf):
             return f"its subproblem backend ({self.solver.name}) has no exact Hessians"
         return ""
 
-    def _on_start(self, w, inner: str = "admm"):
+    def _on_start(self, w, inner: str = "admm", directions=None):
         if inner in INNER_NEWTON:
             why = self.newton_unsupported(inner)
             if why:
                 return {"newton": False, "why": why}
             try:
-                return {"newton": True, **self._inner_start_reply(w, inner)}
+                return {"newton": True, **self._inner_start_reply(w, inner, directions)}
             except NotRecognised as exc:  # (the backend's GLM form failed its cross-check)
                 return {"newton": False, "why": str(exc)}
         return self._inner_start_reply(w, inner)
@@ -340,6 +347,28 @@ class ProxALClient(ClientHalf):
         val, g = self._value_grad_P(np.asarray(w, dtype=float))
         self.stats["derivative_evaluations"] = self.stats.get("derivative_evaluations", 0) + 1
         return {"value": val, "grad": g}
+
+    def _on_curvature_w(self, w, directions):
+        """Value, gradient and Hessian-vector products of ``P_{i,k}`` at ``w`` along the
+        rows of ``directions`` (the quasi-Newton inner solver with ``curvature_directions
+        > 0``: ``(k + 1) d + 1`` floats). Exact from the Newton backend's GLM form (no
+        ``d x d`` matrix, sparse data stays sparse); from a forward difference of the
+        gradient for other backends."""
+        w = np.asarray(w, dtype=float)
+        V = np.asarray(directions, dtype=float).reshape(-1, w.size)
+        p = self.prox_weight
+        if hasattr(self.solver, "products"):
+            val, g, HV = self.solver.products(w, [self.mu], [self.nu], V.T)
+            d = w - self.w_center
+            val, g = float(val) + 0.5 * p * float(d @ d), g + p * d
+            HV = HV.T + p * V
+        else:
+            val, g = self._value_grad_P(w)
+            h = 1e-7 * max(1.0, float(np.abs(w).max(initial=0.0)))
+            HV = np.array([(self._value_grad_P(w + h * v)[1] - g) / h for v in V])
+            HV = HV.reshape(V.shape)
+        self.stats["derivative_evaluations"] = self.stats.get("derivative_evaluations", 0) + 1
+        return {"value": val, "grad": g, "hvp": HV}
 
     def _on_newton_w(self, w):
         """Value, gradient and Hessian of ``P_{i,k}`` (eq. 11: the merit terms plus this
@@ -365,7 +394,7 @@ class ProxALClient(ClientHalf):
         self.newton_H = (H_raw, last[1])
         return reply
 
-    def _on_outer(self, w, inner: str = "admm"):
+    def _on_outer(self, w, inner: str = "admm", directions=None):
         w = np.asarray(w, dtype=float)
         # the outer iterate w^{k+1} is (w, theta at w): what eps~ was measured at
         dtheta = float(np.abs(self.theta_at_w - self.theta_center).max(initial=0.0))
@@ -382,7 +411,7 @@ class ProxALClient(ClientHalf):
             step = np.where(hard_e, 0.0, self.beta * ce)
             dmu = max(dmu, float(np.abs(step).max()))
             self.nu = self.nu + step
-        reply = {"dmu_inf": dmu, **self._inner_start_reply(w, inner)}
+        reply = {"dmu_inf": dmu, **self._inner_start_reply(w, inner, directions)}
         if self.owned:  # test (8) on the own block, in the block metric (a scalar)
             reply["dtheta_scaled"] = self.beta * self.theta_prox * dtheta
         if self.outer_anderson:  # this client's block of the outer residual
@@ -392,7 +421,7 @@ class ProxALClient(ClientHalf):
             reply["gram"] = np.array([float(r @ q[0]) for q in self.outer_mem])
         return reply
 
-    def _on_outer_aa(self, w, alpha, reset, inner: str = "admm"):
+    def _on_outer_aa(self, w, alpha, reset, inner: str = "admm", directions=None):
         """Outer Anderson step: the multipliers become ``sum_j alpha_j`` of the last
         outputs (projected on mu >= 0), and Algorithm 2 restarts at the combined ``w``."""
         alpha = np.asarray(alpha, dtype=float)
@@ -402,7 +431,7 @@ class ProxALClient(ClientHalf):
             self.nu = sum(a * q[2] for a, q in zip(alpha, picked))
         if reset:
             self.outer_mem = []
-        return self._inner_start_reply(w, inner)
+        return self._inner_start_reply(w, inner, directions)
 
     def _on_xadmm_w(self, c, sigma, tol):
         """One round of exact-admm (:mod:`~fedmodel.algorithms.proxal.exact_admm`): the

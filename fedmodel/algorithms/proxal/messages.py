@@ -2,8 +2,8 @@
 inner solver): every kind the client half answers, its fields and what each reveals.
 
 Dimensions: ``d`` (shared variables), ``d_own`` (the client's own block, never sent but in
-the final report), ``m_ineq``, ``m_eq``, ``m_cone``, and ``aa`` / ``oaa`` (the inner and
-outer Anderson memories plus one, from the options).
+the final report), ``m_ineq``, ``m_eq``, ``m_cone``, ``aa`` / ``oaa`` (the inner and
+outer Anderson memories plus one, from the options) and ``cd`` (``curvature_directions``).
 
 Examples
 --------
@@ -40,11 +40,20 @@ _NEWTON_REPLY = {
         "can reveal the rows)",
     ),
 }
+#: quasi-Newton with curvature_directions > 0: directions out, Hessian-vector products back
+_DIRECTIONS = Field(("<=cd", "d"), required=False)
+_HVP = Field(
+    ("<=cd", "d"),
+    required=False,
+    reveals="the Hessian of P_{i,k} at w times each direction (directional derivatives of "
+    "its gradient; for a quadratic client the gradient difference along it)",
+)
 #: the reply that starts the next inner solve: the ADMM initialisation or the derivatives
 _INNER_START = {
     "u_tilde": _U_TILDE,
     "metric": _METRIC,
     **_NEWTON_REPLY,
+    "hvp": _HVP,
     "exact": Field((), dtype="bool", required=False, reveals="nothing (exact-admm started)"),
 }
 _START_ALTERNATIVES = (("u_tilde",), ("value", "grad"), ("exact",))
@@ -58,7 +67,15 @@ def option_dims(options) -> dict[str, int]:
     return {
         "aa": int(getattr(options, "anderson", 0)) + 1,
         "oaa": int(getattr(options, "outer_anderson", 0)) + 1,
+        "cd": _curvature_bound(options),
     }
+
+
+def _curvature_bound(options) -> int:
+    """The most curvature directions a message carries (``curvature_directions``, or its
+    default's largest value, 2)."""
+    k = getattr(options, "curvature_directions", None)
+    return 2 if k is None else int(k)
 
 
 PROXAL = MessageTable(
@@ -66,7 +83,7 @@ PROXAL = MessageTable(
     (
         MessageSpec(
             "start",
-            request={"w": W, "inner": _INNER},
+            request={"w": W, "inner": _INNER, "directions": _DIRECTIONS},
             reply={
                 "newton": Field((), dtype="bool", required=False),
                 "why": Field((), dtype="str", required=False),
@@ -77,7 +94,7 @@ PROXAL = MessageTable(
         ),
         MessageSpec(
             "outer",
-            request={"w": W, "inner": _INNER},
+            request={"w": W, "inner": _INNER, "directions": _DIRECTIONS},
             reply={
                 "dmu_inf": Field((), reveals="||mu_i^{k+1} - mu_i^k||_inf"),
                 "dtheta_scaled": Field((), required=False, reveals="the change of its block"),
@@ -95,6 +112,7 @@ PROXAL = MessageTable(
                 "alpha": Field(("<=oaa",)),
                 "reset": Field((), dtype="bool"),
                 "inner": _INNER,
+                "directions": _DIRECTIONS,
             },
             reply=_INNER_START,
             one_of=_START_ALTERNATIVES,
@@ -144,7 +162,23 @@ PROXAL = MessageTable(
                 "grad": Field(("d",), reveals="the gradient of P_{i,k} at w"),
             },
             reveals="P_{i,k}'s value and gradient at a trial point (quasi-Newton inner "
-            "solver, the default on smooth models: d + 1 floats, no curvature)",
+            "solver with curvature_directions = 0, its default above 500 shared variables: "
+            "d + 1 floats, no curvature)",
+            methods=("prox-al",),
+        ),
+        MessageSpec(
+            "curvature_w",
+            request={"w": W, "directions": Field(("<=cd", "d"))},
+            reply={
+                "value": Field((), reveals="P_{i,k}(w)"),
+                "grad": Field(("d",), reveals="the gradient of P_{i,k} at w"),
+                "hvp": Field(("<=cd", "d"), reveals=_HVP.reveals),
+            },
+            reveals="P_{i,k}'s value, gradient and Hessian-vector products along k = "
+            "curvature_directions server-chosen directions at a trial point (the quasi-Newton "
+            "default up to 500 shared variables, k = min(2, d // 4): (k + 1) d + 1 floats; "
+            "the products of d / k rounds span the Hessian where it does not change, e.g. a "
+            "quadratic client's)",
             methods=("prox-al",),
         ),
         MessageSpec(

@@ -55,6 +55,14 @@ NEWTON_DEFAULTS = {"beta": 300.0, "prox_beta": 1e5}
 
 PENALTY_METRICS = ("hessian", "scalar")
 
+#: the default curvature_directions is min(2, d // 4) up to this many shared variables and
+#: 0 beyond. Rounds measured with k = 0 / 2 / 8 directions (docs/performance.md): demo
+#: 290 / 74 / 45, Adult NP 20 sites 1,390 / 548 / 294, Table 1 52 / 53 / 48, lcqp-1
+#: 334 / 176 / 1,296, lcqp-5 171 / 207 / 808, logistic-ball-d100 79 / 98 / 72 (geometric
+#: means 213 / 140 / 207); at d = 2000 (sparse logistic + l2 ball) 8 directions stalled the
+#: first inner solve, and the limited-memory model gains nothing from random directions
+CURVATURE_MAX_SHARED = 500
+
 
 def float_pair(name: str, value: Any) -> tuple[float, float]:
     """``value`` (a float, or a pair such as ``eps = (eps1, eps2)``) as two floats; a
@@ -243,6 +251,18 @@ class ProxALOptions(RuntimeOptions):
         definite (modified Newton). ``res.extra["inner_solver"]`` says which ran (and
         ``"inner_solver_note"`` why not quasi-Newton). The ADMM options (``rho``,
         ``anderson``, ``penalty_metric`` ...) apply to Algorithm 2 only.
+    curvature_directions : int, optional
+        ``inner_solver="quasi-newton"``: each round (and with the round that starts an
+        inner solve) the server also sends ``k`` directions (the trial step and random
+        ones, orthonormal) and each client returns its Hessian's products with them (``k
+        d`` more floats), which the server's model takes as exact curvature pairs (block
+        BFGS). 0: gradients only (``d + 1`` floats). Default: ``min(2, d // 4)`` up to 500
+        shared variables, 0 beyond (``CURVATURE_MAX_SHARED``: measured, the demo 74 rounds
+        instead of 290, Adult NP 548 instead of 1,390; more directions helped these -- 45
+        and 294 with 8 -- but took LCQPs with a server box from 171-334 to 808-1,296). A product ``H_i v`` is a directional
+        derivative of the gradient the client sends anyway (for a quadratic client, the
+        gradient difference along ``v``); the products of ``d / k`` rounds span the
+        client's Hessian where it does not change (a quadratic client's).
     solver : {"auto", "lbfgs", "cvxpy"}
         Subproblem backend of every party.
     (and the runtime options below)
@@ -269,6 +289,7 @@ class ProxALOptions(RuntimeOptions):
     metric_refresh: float = 0.0
     local_cap: float | None = None
     inner_solver: str | None = None
+    curvature_directions: int | None = None
     stall_rounds: int = 300
     q: float = 0.5
     mu0: float = 0.0
@@ -294,6 +315,14 @@ class ProxALOptions(RuntimeOptions):
                 self.sbar = 100.0 * self.eps1
             except ModelError:
                 self.sbar = 0.1  # validate() reports the bad eps
+
+    def curvature_count(self, d: int) -> int:
+        """The number of curvature directions per round for ``d`` shared variables: the
+        option, or its default ``min(2, d // 4)`` up to ``CURVATURE_MAX_SHARED`` variables and
+        0 beyond (see ``curvature_directions``)."""
+        if self.curvature_directions is not None:
+            return int(self.curvature_directions)
+        return min(2, d // 4) if d <= CURVATURE_MAX_SHARED else 0
 
     def resolve_inner(self, inner: str) -> None:
         """Set the adaptive defaults that depend on the inner solver that runs
@@ -372,6 +401,9 @@ class ProxALOptions(RuntimeOptions):
             raise ModelError(f"q must lie in (0, 1), got {self.q!r}")
         if self.mu0 < 0:
             raise ModelError(f"mu0 must be >= 0, got {self.mu0!r}")
+        k = self.curvature_directions
+        if k is not None and not (isinstance(k, (int, np.integer)) and 0 <= k <= 64):
+            raise ModelError(f"curvature_directions must be an integer in [0, 64], got {k!r}")
         for name in ("max_outer", "max_inner", "max_local_iter"):
             whole_number(name, getattr(self, name))
         for name, r in self.rho_per_client(client_names).items():

@@ -1,0 +1,276 @@
+"""prox-al's O(d) quasi-Newton inner solver with Hessian-vector products (issue 23): the
+exact products of the Newton backend, the block-BFGS model, the limited-memory model,
+sparse client data kept sparse, and the time limit inside the inner loops."""
+
+from __future__ import annotations
+
+import os
+import sys
+import time
+
+import cvxpy as cp
+import numpy as np
+import pytest
+import scipy.sparse as sparse
+
+import fedmodel as fm
+from fedmodel.algorithms.proxal.newton_inner import (
+    LimitedSecantModel,
+    SecantModel,
+    conjugate_pairs,
+)
+from fedmodel.compiler.glm import GLMTerm
+from fedmodel.runtime.faults import Fault
+from fedmodel.subproblems.merit import MeritProblem
+from fedmodel.subproblems.newton import NewtonSolver
+
+sys.path.insert(0, os.path.dirname(__file__))
+from problems import CLARABEL_TIGHT, np_model  # noqa: E402
+
+
+def logistic_ball(X_parts, y_parts, radius=0.5):
+    """Logistic loss over the clients' rows (dense or scipy.sparse), an l2 ball at the
+    server: the model and the same pooled problem in plain cvxpy."""
+    d = X_parts[0].shape[1]
+    N = sum(len(y) for y in y_parts)
+    m = fm.Model("logistic-ball")
+    w = m.variable(d, name="w")
+    W = cp.Variable(d)
+    pooled = 0
+    for k, (X, y) in enumerate(zip(X_parts, y_parts)):
+        c = m.client(f"c{k}")
+        Xd, yd = c.data(X, name="X"), c.data(y, name="y")
+        c.minimize(cp.sum(cp.logistic(-cp.multiply(yd, Xd @ w))) / N)
+        pooled = pooled + cp.sum(cp.logistic(-cp.multiply(y, X @ W))) / N
+    m.server.subject_to([cp.norm(w, 2) <= radius])
+    prob = cp.Problem(cp.Minimize(pooled), [cp.norm(W, 2) <= radius])
+    return m, prob
+
+
+def sparse_parts(n=3, rows=30, d=40, density=0.1, seed=0):
+    rng = np.random.default_rng(seed)
+    X = sparse.random(n * rows, d, density=density, format="csr", random_state=seed)
+    X.data = rng.normal(size=X.nnz) * 3.0
+    w0 = rng.normal(size=d)
+    y = np.where(X @ w0 + 0.3 * rng.normal(size=n * rows) > 0, 1.0, -1.0)
+    return [X[i * rows : (i + 1) * rows] for i in range(n)], [
+        y[i * rows : (i + 1) * rows] for i in range(n)
+    ]
+
+
+def test_products_are_the_hessian_times_the_directions():
+    """NewtonSolver.products gives H V without forming H: equal to derivatives()' H @ V,
+    with the augmented-Lagrangian term of an active constraint included."""
+    model = np_model(2, seed=3)
+    client = model.compile().clients[0]
+    solver = NewtonSolver(MeritProblem([client], 10.0))
+    rng = np.random.default_rng(0)
+    x = rng.normal(size=solver.n)
+    mu = [np.array([0.7])]  # (an active constraint: its AL curvature is in H)
+    V = rng.normal(size=(solver.n, 3))
+    val, g, H = solver.derivatives(x, mu, [np.zeros(0)])
+    val2, g2, HV = solver.products(x, mu, [np.zeros(0)], V)
+    assert val2 == pytest.approx(val, rel=1e-14)
+    assert np.allclose(g2, g, rtol=1e-13, atol=1e-15)
+    assert np.allclose(HV, H @ V, rtol=1e-12, atol=1e-14)
+
+
+def test_block_bfgs_takes_every_exact_pair_and_the_limited_model_solves_with_them():
+    rng = np.random.default_rng(1)
+    A = rng.normal(size=(6, 6))
+    H = A @ A.T + 0.5 * np.eye(6)
+    V = np.linalg.qr(rng.normal(size=(6, 3)))[0].T  # 3 orthonormal directions
+    Y = V @ H
+    pairs = conjugate_pairs(V, Y)
+    assert len(pairs) == 3
+    C = np.array([[s @ y for _, y in pairs] for s, _ in pairs])
+    assert np.allclose(C - np.diag(np.diag(C)), 0.0, atol=1e-12)  # H-conjugate
+    dense = SecantModel(6)
+    assert dense.observe_products(V, Y)
+    assert np.allclose(V @ dense.matrix, Y, atol=1e-10)  # B V = H V for every direction
+    assert np.all(np.linalg.eigvalsh(dense.matrix) > 0)
+    # the limited-memory form with a full basis of pairs inverts H exactly
+    limited = LimitedSecantModel(6)
+    Q = np.linalg.qr(rng.normal(size=(6, 6)))[0].T
+    limited.observe_products(Q, Q @ H)
+    g = rng.normal(size=6)
+    known = np.full(6, 0.25)
+    view = limited.view(known, g)
+    step = view.solve(g)
+    assert np.allclose((H + np.diag(known)) @ step, g, atol=1e-9)
+    assert np.allclose(view.times(step), g, atol=1e-9)  # B v, the damping's product
+
+
+def test_the_limited_model_damps_a_secant_pair_like_the_dense_one():
+    """Powell's damping needs B s: the limited model computes it by the direct recursion
+    and keeps s^T y >= 0.2 s^T B s, as the dense model does (same pairs, same B_0)."""
+    rng = np.random.default_rng(7)
+    H = np.diag([100.0, 1.0, 1.0])
+    known = np.zeros(3)
+    dense, limited = SecantModel(3), LimitedSecantModel(3)
+    limited.known = known
+    V = np.eye(3)
+    dense.observe_products(V, V @ H)
+    limited.observe_products(V, V @ H)
+    s = np.array([1.0, 0.0, 0.0])
+    y = np.array([0.01, 0.0, 0.0])  # (the wall's curvature gone along s)
+    dense.update(s, y)
+    limited.update(s, y)
+    Bs_dense = dense.matrix @ s
+    Bs_limited = limited.view(known, None).times(s)
+    assert float(s @ Bs_dense) == pytest.approx(0.2 * 100.0, rel=1e-9)  # s^T y damped to 0.2 sBs
+    assert np.allclose(Bs_limited, Bs_dense, rtol=1e-9, atol=1e-12)
+    g = rng.normal(size=3)
+    assert np.allclose(limited.view(known, None).solve(g), np.linalg.solve(dense.matrix, g))
+
+
+def test_the_default_inner_solver_matches_plain_cvxpy_on_a_smooth_model():
+    rng = np.random.default_rng(2)
+    X = [rng.normal(size=(40, 6)) for _ in range(3)]
+    y = [np.where(x @ rng.normal(size=6) > 0, 1.0, -1.0) for x in X]
+    model, pooled = logistic_ball(X, y, radius=0.5)
+    pooled.solve(solver="CLARABEL", **CLARABEL_TIGHT)
+    res = model.solve(method="prox-al", eps=1e-6, history=False)
+    assert res.status == "optimal" and res.extra["inner_solver"] == "quasi-newton"
+    assert any(r["kind"] == "curvature_w_reply" for r in res.ledger)
+    # a KKT point at eps = 1e-6 of a convex problem: objective and point within ~eps
+    assert res.objective == pytest.approx(pooled.value, rel=1e-5, abs=1e-7)
+    assert np.linalg.norm(res.solution["w"]) <= 0.5 * (1 + 1e-6)
+
+
+def test_sparse_client_data_stays_sparse_end_to_end(monkeypatch):
+    """scipy.sparse data: the GLM form keeps X sparse and no dense copy of X (or of X^T D
+    X) is made on the way -- compile, the clients' derivatives and Hessian-vector
+    products, the server's model, the certificate."""
+    X, y = sparse_parts()
+    model, pooled = logistic_ball(X, y, radius=0.8)
+    pooled.solve(solver="CLARABEL", **CLARABEL_TIGHT)
+    densified = []
+    for cls in {type(x) for x in X} | {sparse.csr_matrix, sparse.csc_matrix}:
+        original = cls.toarray
+
+        def spy(self, *a, _original=original, **kw):
+            if self.shape[0] > 1 and self.shape[1] > 1 and self.size > 0.05 * np.prod(self.shape):
+                densified.append(self.shape)
+            return _original(self, *a, **kw)
+
+        monkeypatch.setattr(cls, "toarray", spy)
+    dense_A = GLMTerm.dense_A
+
+    def dense_A_spy(self):
+        if self.A.shape == X[0].shape:  # (a client's data matrix)
+            densified.append(("dense_A", self.A.shape))
+        return dense_A(self)
+
+    monkeypatch.setattr(GLMTerm, "dense_A", dense_A_spy)
+    kinds = []
+    original_products = NewtonSolver.products
+
+    def products(self, x, mu, nu, V):
+        kinds.extend(type(t.A) for t in self.obj.terms)
+        return original_products(self, x, mu, nu, V)
+
+    monkeypatch.setattr(NewtonSolver, "products", products)
+    res = model.solve(method="prox-al", eps=1e-5, history=False)
+    assert res.status == "optimal" and res.extra["inner_solver"] == "quasi-newton"
+    assert kinds and all(sparse.issparse(k((1, 1))) for k in kinds)  # X sparse in the GLM
+    assert densified == []
+    assert res.objective == pytest.approx(pooled.value, rel=1e-4, abs=1e-6)
+
+
+def test_the_limited_memory_model_runs_with_sparse_data(monkeypatch):
+    """Above DENSE_MODEL_MAX shared variables the server keeps curvature pairs, not a d x d
+    matrix (forced here at d = 40), and reaches the same optimum."""
+    import fedmodel.algorithms.proxal.server as server_module
+
+    X, y = sparse_parts(seed=4)
+    model, pooled = logistic_ball(X, y, radius=0.8)
+    pooled.solve(solver="CLARABEL", **CLARABEL_TIGHT)
+    monkeypatch.setattr(server_module, "DENSE_MODEL_MAX", 10)
+    res = model.solve(method="prox-al", eps=1e-5, history=False, curvature_directions=0)
+    assert res.status == "optimal" and res.extra["inner_solver"] == "quasi-newton"
+    assert res.objective == pytest.approx(pooled.value, rel=1e-4, abs=1e-6)
+    assert not any(r["kind"] == "curvature_w" for r in res.ledger)
+
+
+@pytest.mark.parametrize("inner", ["quasi-newton", "newton"])
+def test_the_time_limit_ends_the_inner_loop(inner):
+    """A slow client (0.2 s per trial point) and time_limit = 0.5 s: the (quasi-)Newton
+    inner loop checks the deadline after every round, so the run returns with status
+    "time_limit" instead of finishing its inner solve."""
+    model = np_model(2, seed=1)
+    kind = {"quasi-newton": "curvature_w", "newton": "newton_w"}[inner]
+    fault = Fault("sleep", round=1, seconds=0.2, kinds=(kind,), times=None)
+    from fedmodel.algorithms.proxal.options import ProxALOptions
+    from fedmodel.algorithms.proxal.server import run_prox_al
+
+    opts = ProxALOptions(eps=1e-9, time_limit=0.5, inner_solver=inner, history=False)
+    t0 = time.perf_counter()
+    res = run_prox_al(model.compile(), opts, faults={"site0": fault})
+    assert res.status == "time_limit"
+    assert res.rounds["communication"] < 20  # (it returned: no full run at eps = 1e-9)
+    assert time.perf_counter() - t0 < 60
+
+
+def test_centralized_stops_at_its_time_limit_with_a_point():
+    """centralized passes what is left of time_limit to the solver it calls: a tiny limit
+    ends the solve with status "time_limit" (or a certified point when it was quick)."""
+    rng = np.random.default_rng(5)
+    X = [rng.normal(size=(200, 30)) for _ in range(2)]
+    y = [np.where(x @ rng.normal(size=30) > 0, 1.0, -1.0) for x in X]
+    model, _ = logistic_ball(X, y)
+    res = model.solve(method="centralized", time_limit=1e-4)
+    assert res.status in ("time_limit", "optimal")
+    assert np.all(np.isfinite(res.solution["w"]))
+
+
+def test_a_run_with_the_limited_memory_model_resumes_from_a_checkpoint(monkeypatch, tmp_path):
+    """The limited-memory model's pairs and the curvature directions (seeded by outer
+    iteration and round) are state: a resumed run repeats the uninterrupted one."""
+    import fedmodel.algorithms.proxal.server as server_module
+    from fedmodel.algorithms.proxal.options import ProxALOptions
+    from fedmodel.algorithms.proxal.server import run_prox_al
+
+    monkeypatch.setattr(server_module, "DENSE_MODEL_MAX", 3)
+    compiled = np_model(3).compile()
+
+    def run(**kw):
+        opts = ProxALOptions(eps=1e-5, prox_beta=1.0, curvature_directions=2, **kw)
+        return run_prox_al(compiled, opts, "prox-al")
+
+    whole = run()
+    path = tmp_path / "run"
+    cut = run(checkpoint=str(path), checkpoint_every=2, max_outer=2)
+    assert cut.status == "max_iterations"
+    resumed = run(resume=str(path))
+    assert whole.status == resumed.status == "optimal"
+    assert np.array_equal(resumed.x, whole.x)
+    assert resumed.rounds == whole.rounds
+
+
+def test_a_client_without_exact_hessians_sends_difference_products():
+    """A smooth term outside the GLM catalogue (log_sum_exp of an affine map) takes the
+    L-BFGS backend at the client, which has no exact Hessian: its products come from a
+    forward difference of its gradient, and the run still reaches the optimum."""
+    rng = np.random.default_rng(6)
+    m = fm.Model("lse")
+    w = m.variable(4, name="w")
+    W = cp.Variable(4)
+    pooled = 0.1 * cp.sum_squares(W)
+    m.server.minimize(0.1 * cp.sum_squares(w))
+    for k in range(2):
+        A, b = rng.normal(size=(8, 4)), rng.normal(size=8)
+        c = m.client(f"c{k}")
+        c.minimize(cp.log_sum_exp(c.data(A, name="A") @ w - c.data(b, name="b")))
+        pooled = pooled + cp.log_sum_exp(A @ W - b)
+    prob = cp.Problem(cp.Minimize(pooled))
+    prob.solve(solver="CLARABEL", **CLARABEL_TIGHT)
+    from fedmodel.algorithms.proxal.client import ProxALClient
+    from fedmodel.algorithms.proxal.options import ProxALOptions
+
+    client = ProxALClient(m.compile().clients[0], ProxALOptions(beta=100.0), 1.0, 2)
+    assert not hasattr(client.solver, "products")
+    res = m.solve(method="prox-al", eps=1e-6, history=False, curvature_directions=1)
+    assert res.status == "optimal" and res.extra["inner_solver"] == "quasi-newton"
+    assert any(r["kind"] == "curvature_w_reply" for r in res.ledger)
+    assert res.objective == pytest.approx(prob.value, rel=1e-6, abs=1e-8)
