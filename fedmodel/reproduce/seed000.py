@@ -84,7 +84,7 @@ QUICK = {
         "datasets": {"breast_cancer": None, "monks": None},
         "n": {"breast_cancer": (1, 5), "monks": (1,)},
     },
-    "table3": {"setup": "paper", "train_rows": 600, "test_rows": 200, "n": (1, 2)},
+    "table3": {"setup": "paper", "train_rows": 600, "test_rows": 200, "n": (1,)},
     "fig1": {"datasets": {"breast_cancer": None, "adult": 1000, "monks": None}, "n": 3},
     "fig2": {"setup": "paper", "train_rows": 600, "test_rows": 200, "n": (2,)},
     "fig3": {
@@ -290,12 +290,32 @@ CPROX_SOLVER = "lbfgs"
 EXACT_SUBPROBLEMS = {"table1": True}
 
 
-def _method_options(table: str, kw: dict) -> dict[str, Any]:
-    """The per-method choices a ``--set`` may change: ``cprox_solver``, ``exact_subproblems``."""
+#: prox-al's iteration caps in the ``--quick`` runs of the fairness targets (the paper's
+#: rho = 1e8 never meets (19), so every outer iteration runs to max_inner: 50 is the
+#: authors' own cap in their fairness code); ``--set max_inner=...`` overrides
+QUICK_PROX_CAPS = {
+    "table3": {"max_outer": 3, "max_inner": 50},
+    "fig2": {"max_outer": 3, "max_inner": 50},
+}
+
+
+def _method_options(table: str, kw: dict, quick: bool = False) -> dict[str, Any]:
+    """The per-method choices a ``--set`` may change: ``cprox_solver``,
+    ``exact_subproblems``, and prox-al's ``max_outer``/``max_inner``."""
     exact = kw.get("exact_subproblems", EXACT_SUBPROBLEMS.get(table, False))
     if not isinstance(exact, bool):
         raise ValueError(f"exact_subproblems must be true or false, got {exact!r}")
-    return {"cprox_solver": str(kw.get("cprox_solver", CPROX_SOLVER)), "exact": exact}
+    caps = dict(CAPS)
+    if quick:
+        caps.update(QUICK_PROX_CAPS.get(table, {}))
+    for key in caps:
+        if key in kw:
+            caps[key] = int(kw[key])
+    return {
+        "cprox_solver": str(kw.get("cprox_solver", CPROX_SOLVER)),
+        "exact": exact,
+        "prox_caps": caps,
+    }
 
 
 class _Runner:
@@ -339,6 +359,7 @@ class _Runner:
                 opts["rho"] = settings["rho"]
                 opts["variant"] = "paper"  # Algorithms 1-2 exactly as published
                 opts["exact_subproblems"] = self.options["exact"]
+                opts.update(self.options["prox_caps"])
             else:  # cprox-al: Algorithm 3, its subproblem by L-BFGS as in the paper
                 opts["solver"] = self.options["cprox_solver"]
         try:
@@ -366,6 +387,7 @@ def _record(res, seconds: float, error: str, **fields_) -> dict:
             feasibility=math.nan,
             outer=0,
             rounds=0,
+            inner_unmet=0,
             message=error,
         )
         return row
@@ -377,6 +399,8 @@ def _record(res, seconds: float, error: str, **fields_) -> dict:
         feasibility=res.kkt.feasibility if res.kkt else math.nan,
         outer=res.rounds.get("outer", 0),
         rounds=res.rounds.get("communication", 0),
+        # outer iterations whose inner solve stopped at max_inner without (19)
+        inner_unmet=sum(1 for h in res.history if h.get("inner_satisfied") is False),
         message=" ".join(str(res.message).split()),
     )
     return row
@@ -497,7 +521,7 @@ def table1(
         len(grid) * (2 * trials + 1),
         progress,
         _time_limit(quick, time_limit),
-        _method_options("table1", kw),
+        _method_options("table1", kw, quick),
     )
     runs: list[dict] = []
     t_start = time.perf_counter()
@@ -695,7 +719,7 @@ def table2(
         len(configs) * trials * 3,
         progress,
         _time_limit(quick, time_limit),
-        _method_options("table2", kw),
+        _method_options("table2", kw, quick),
     )
     runs: list[dict] = []
     t_start = time.perf_counter()
@@ -879,6 +903,13 @@ def _np_table_row(agg: dict, paper: dict) -> list[str]:
 # -- Table 3: fairness ----------------------------------------------------------------------
 
 
+def _unmet_text(prox_rows: list[dict]) -> str:
+    """'; (19) unmet in K of M outer iterations' over a cell's prox-al solves."""
+    unmet = sum(int(x.get("inner_unmet", 0)) for x in prox_rows)
+    outer = sum(int(x.get("outer", 0)) for x in prox_rows)
+    return f"; prox-al: (19) unmet in {unmet} of {outer} outer iterations" if unmet else ""
+
+
 def _disparity(vec: np.ndarray, r: float) -> float:
     """|L_a - L_b| from the two-sided constraint values (L_a - L_b - r, L_b - L_a - r)."""
     return float(max(vec[0], vec[1]) + r)
@@ -905,7 +936,7 @@ def table3(
         len(grid["n"]) * trials * 2,
         progress,
         _time_limit(quick, time_limit),
-        _method_options("table3", kw),
+        _method_options("table3", kw, quick),
     )
     runs: list[dict] = []
     t_start = time.perf_counter()
@@ -971,7 +1002,8 @@ def table3(
             "time_centralized": (math.nan, math.nan),
             "rounds_prox_al": _stats(x["rounds"] for x in p),
             "outer_prox_al": _stats(x["outer"] for x in p),
-            "status": f"prox-al: {_statuses(p)}; cprox-al: {_statuses(c)}",
+            "status": f"prox-al: {_statuses(p)}; cprox-al: {_statuses(c)}" + _unmet_text(p),
+            "inner_unmet_prox_al": _stats(x["inner_unmet"] for x in p),
         }
         rows.append(agg)
         table.append(_np_table_row(agg, _paper_row("table3", n=n) or {}))
@@ -998,15 +1030,33 @@ def table3(
         _check("prox-al vs cprox-al relative objective difference", _max(rel_all), 1e-2),
         _check("every party's loss disparity <= r + 1e-3 (prox-al)", _max(cons_all), r + 1e-3),
     ]
+    options = runner.options
+    if grid["setup"] == "paper":
+        data_text = (
+            "Adult-b as in the paper's Section 5.3: a stratified subsample of the training "
+            "part split over the n clients, one of the test part held by the server (global "
+            f"constraint); the paper's allocation is {PAPER_ADULT_B['train_rows']:,} / "
+            f"{PAPER_ADULT_B['test_rows']:,} rows; 39 features ({', '.join(ADULT_B_DROP)} "
+            "left out; the paper does not say which 39)"
+        )
+    else:
+        data_text = (
+            "Adult, setup=all-rows (not the paper's): all training rows over the n clients, "
+            "all test rows at the server, our 104 features"
+        )
     md = _header(
         "Table 3 (fairness, Section 5.3)",
         quick,
         trials,
         settings,
-        "Adult (our 104 features, sensitive = sex): the training part split over the n "
-        "clients, the test part held by the server (global constraint). The constraints are "
-        "non-convex, so there is no cvxpy optimum; cprox-al is the reference, as in the "
-        "paper. Disparity = |L_female - L_male| over clients and server.",
+        f"{data_text}; sensitive = sex. The constraints are non-convex, so there is no cvxpy "
+        "optimum; cprox-al is the reference, as in the paper (its subproblems by "
+        f"solver={options['cprox_solver']!r}). prox-al: variant='paper', "
+        f"exact_subproblems={options['exact']}, max_outer = "
+        f"{options['prox_caps']['max_outer']}, max_inner = {options['prox_caps']['max_inner']}. "
+        "Disparity = |L_female - L_male| over clients and server. The status column counts the "
+        "outer iterations whose Algorithm 2 stopped at max_inner without (19) (Algorithm 1 "
+        "goes on with that point, as the paper's does).",
     )
     md.append(md_table(header, table))
     files = _finish(out_dir, "table3", md, runs, rows, checks, time.perf_counter() - t_start)
@@ -1059,7 +1109,11 @@ def fig1(
     r = settings["r"]
     datasets = list(grid["datasets"])
     runner = _Runner(
-        "fig1", len(datasets), progress, _time_limit(quick, time_limit), _method_options("fig1", kw)
+        "fig1",
+        len(datasets),
+        progress,
+        _time_limit(quick, time_limit),
+        _method_options("fig1", kw, quick),
     )
     t_start = time.perf_counter()
     from matplotlib.backends.backend_agg import FigureCanvasAgg
@@ -1139,7 +1193,11 @@ def fig2(
     r = settings["r"]
     ns = list(grid["n"])
     runner = _Runner(
-        "fig2", len(ns), progress, _time_limit(quick, time_limit), _method_options("fig2", kw)
+        "fig2",
+        len(ns),
+        progress,
+        _time_limit(quick, time_limit),
+        _method_options("fig2", kw, quick),
     )
     t_start = time.perf_counter()
     from matplotlib.backends.backend_agg import FigureCanvasAgg
@@ -1242,7 +1300,7 @@ def fig3(
         (len(datasets) + 1) * len(ns) * 2,
         progress,
         _time_limit(quick, time_limit),
-        _method_options("fig3", kw),
+        _method_options("fig3", kw, quick),
     )
     t_start = time.perf_counter()
     runs = []
