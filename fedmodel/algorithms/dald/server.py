@@ -89,7 +89,7 @@ class DALDCCServer(ServerHalf):
         "rho", "rho_default", "inner", "eps_dual", "eps_pri", "vmax", "max_inner",
         "max_outer", "local_solver", "local_steps", "step", "local_tol", "local_max_iter",
         "solver", "coordination", "fraction", "dropout", "random_state",
-        "update_multipliers", "rho_growth", "rho_growth_max", "penalty",
+        "update_multipliers", "rho_growth", "rho_growth_max", "penalty", "batch_size",
     )  # fmt: skip
     step_name = "inner iteration"
 
