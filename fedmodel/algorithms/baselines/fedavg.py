@@ -47,7 +47,6 @@ from fedmodel.algorithms.common import (
     starting_point,
 )
 from fedmodel.algorithms.dald.local import scaled_regularizer
-
 from fedmodel.algorithms.dald.options import check_constraints
 from fedmodel.algorithms.driver import run_federated
 from fedmodel.algorithms.options import RuntimeOptions
