@@ -440,7 +440,7 @@ def test_communication_is_counted(ls):
     [
         ({"inner": "B5"}, "inner must be one of"),
         ({"vmax": 0}, "vmax must be an integer"),
-        ({"local_solver": "newton"}, "local_solver must be one of"),
+        ({"local_solver": "lbfgs-b"}, "local_solver must be one of"),
         ({"rho": -1.0}, "rho for every client must be positive"),
         ({"rho": [1.0, 2.0]}, "vector of 5 entries"),
         ({"rho": {"nobody": 1.0}}, "unknown clients"),

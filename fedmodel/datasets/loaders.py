@@ -321,6 +321,7 @@ def load_adult(
     intercept: bool = True,
     drop_fnlwgt: bool = True,
     drop_sensitive: bool = False,
+    drop: Sequence[str] = (),
     dtype: Any = np.float64,
 ) -> Dataset:
     """UCI Adult (census income), official train/test split, rows with '?' removed.
@@ -358,6 +359,10 @@ def load_adult(
         Leave out the ``fnlwgt`` sampling weight.
     drop_sensitive : bool, default False
         Leave ``sex`` out of ``X`` (it is still returned in ``sensitive``).
+    drop : sequence of str, default ()
+        Further attributes to leave out of ``X`` (names as in ``adult.names``, e.g.
+        ``("education", "relationship", "native-country")``). Dropping ``sex`` here is the
+        same as ``drop_sensitive=True``.
     dtype : numpy floating dtype, default numpy.float64
         dtype of ``X`` and ``X_test``.
 
@@ -375,10 +380,17 @@ def load_adult(
     ((30162, 104), (15060, 104), 'sex (1 = Female, 0 = Male)')
     """
     dtype = _check_dtype(dtype)
+    known = [name for name, _ in _ADULT_COLS]
+    unknown = [name for name in drop if name not in known]
+    if isinstance(drop, str) or unknown:
+        raise ValueError(f"adult: drop must name attributes among {known}, got {drop!r}")
+    drop_sensitive = drop_sensitive or "sex" in drop
     train, n_train, test, n_test = _raw_adult()
     cols = []
     for j, (name, categorical) in enumerate(_ADULT_COLS):
         if (name == "fnlwgt" and drop_fnlwgt) or (name == "sex" and drop_sensitive):
+            continue
+        if name in drop:
             continue
         tr = [r[j] for r in train]
         te = [r[j] for r in test]
@@ -400,6 +412,7 @@ def load_adult(
         "income >50K = 1; "
         + ("fnlwgt dropped; " if drop_fnlwgt else "fnlwgt kept; ")
         + ("sex left out of X; " if drop_sensitive else "sex kept in X; ")
+        + "".join(f"{name} left out of X; " for name in drop if name != "sex")
         + "sensitive attribute sex (1 = Female); categories taken from the training part; "
         + _options_text(standardize=standardize, intercept=intercept, one_hot=one_hot)
     )

@@ -63,12 +63,13 @@ FULL = {
         "datasets": {"breast_cancer": None, "adult": None, "monks": None},
         "n": (1, 5, 10, 20),
     },
-    "table3": {"train_rows": None, "test_rows": None, "n": (1, 5, 10, 20)},
+    "table3": {"setup": "paper", "train_rows": None, "test_rows": None, "n": (1, 5, 10, 20)},
     "fig1": {"datasets": {"breast_cancer": None, "adult": None, "monks": None}, "n": 10},
-    "fig2": {"train_rows": None, "test_rows": None, "n": (5, 10, 20)},
+    "fig2": {"setup": "paper", "train_rows": None, "test_rows": None, "n": (5, 10, 20)},
     "fig3": {
         "datasets": {"breast_cancer": None, "adult": None, "monks": None},
         "n": (5, 10, 20),
+        "setup": "paper",
         "train_rows": None,
         "test_rows": None,
     },
@@ -83,18 +84,30 @@ QUICK = {
         "datasets": {"breast_cancer": None, "monks": None},
         "n": {"breast_cancer": (1, 5), "monks": (1,)},
     },
-    "table3": {"train_rows": 600, "test_rows": 200, "n": (1, 2)},
+    "table3": {"setup": "paper", "train_rows": 600, "test_rows": 200, "n": (1,)},
     "fig1": {"datasets": {"breast_cancer": None, "adult": 1000, "monks": None}, "n": 3},
-    "fig2": {"train_rows": 600, "test_rows": 200, "n": (2,)},
+    "fig2": {"setup": "paper", "train_rows": 600, "test_rows": 200, "n": (2,)},
     "fig3": {
         "datasets": {"breast_cancer": None, "adult": 2000, "monks": None},
         "n": (3, 5),
+        "setup": "paper",
         "train_rows": 2000,
         "test_rows": 500,
     },
 }
 #: Seconds allowed per solve (``--time-limit`` overrides).
 TIME_LIMIT = {"quick": 30.0, "full": 1800.0}
+
+#: seed 000 Section 5.3's allocation of adult-b: rows at the clients (from the training
+#: part) and at the server (from the test part)
+PAPER_ADULT_B = {"train_rows": 22_654, "test_rows": 5_659}
+#: adult attributes left out for the paper's 39 features (which 39 the paper does not say):
+#: the sensitive attribute and its proxy ``relationship`` (husband/wife), ``education``
+#: (a relabelling of ``education-num``) and the 41 sparse ``native-country`` columns; the
+#: rest gives 5 numeric + 7 workclass + 7 marital-status + 14 occupation + 5 race + intercept
+ADULT_B_DROP = ("sex", "education", "relationship", "native-country")
+#: ``--set setup=...`` of table3/fig2/fig3: the paper's allocation and features, or every row
+FAIRNESS_SETUPS = ("paper", "all-rows")
 
 DATASET_LABEL = {"breast_cancer": "breast-cancer-wisc", "adult": "adult-a", "monks": "monks-1"}
 MONITOR_BOUND = 1e6
@@ -159,12 +172,24 @@ def np_sites(X, y, n: int, seed: int):
     return sites
 
 
-def fairness_data(n: int, seed: int, train_rows=None, test_rows=None):
-    """Adult split as in seed 000 Table 3: the training part over ``n`` clients (equal
-    sizes, equal label ratios), the test part held by the server; sensitive = sex."""
+def fairness_data(n: int, seed: int, train_rows=None, test_rows=None, setup: str = "paper"):
+    """Adult split as in seed 000 Table 3: training rows over ``n`` clients (equal sizes,
+    equal label ratios), test rows held by the server; sensitive = sex.
+
+    ``setup="paper"`` (Section 5.3): 22,654 training rows at the clients and 5,659 test
+    rows at the server (stratified subsamples drawn with the trial's seed), 39 features
+    (:data:`ADULT_B_DROP` left out); ``setup="all-rows"``: all 30,162 training rows and
+    15,060 test rows, our 104 features. ``train_rows``/``test_rows`` subsample further.
+    """
     from fedmodel.datasets import load_adult, split_stratified
 
-    ds = load_adult()
+    if setup not in FAIRNESS_SETUPS:
+        raise ValueError(f"setup must be one of {FAIRNESS_SETUPS}, got {setup!r}")
+    paper = setup == "paper"
+    ds = load_adult(drop=ADULT_B_DROP) if paper else load_adult()
+    if paper:
+        train_rows = PAPER_ADULT_B["train_rows"] if train_rows is None else train_rows
+        test_rows = PAPER_ADULT_B["test_rows"] if test_rows is None else test_rows
     X, y, s = ds.X, ds.y, ds.sensitive
     Xt, yt, st = ds.X_test, ds.y_test, ds.sensitive_test
     if train_rows is not None and train_rows < len(y):
@@ -255,14 +280,64 @@ def unconstrained_fair_model(clients):
 # -- running ------------------------------------------------------------------------------
 
 
-class _Runner:
-    """Runs solves with the paper's settings, a time limit, and a progress display."""
+#: cprox-al's subproblem backend in the reproductions: scipy's L-BFGS-B, as the paper
+#: ("obtained by applying L-BFGS method built in scipy.optimize.minimize", Sections
+#: 5.2-5.3); ``--set cprox_solver=auto`` gives the library's choice (Newton where it applies)
+CPROX_SOLVER = "lbfgs"
+#: prox-al's subproblems (14)-(15) solved exactly (``exact_subproblems``) per target:
+#: Section 5.1 says so for the QPs of Table 1, but every target keeps Algorithm 2's
+#: ``max(q^t, local_floor * tau_k)`` by default (the measured runs in
+#: docs/reproduction_seed000.md were made so; ``--set exact_subproblems=true`` is the
+#: paper's Table 1 setting, compared there)
+EXACT_SUBPROBLEMS: dict[str, bool] = {}
 
-    def __init__(self, name: str, total: int, progress: bool, time_limit: float):
+
+#: prox-al's iteration caps in the ``--quick`` runs of the fairness targets (the paper's
+#: rho = 1e8 never meets (19), so every outer iteration runs to max_inner: 50 is the
+#: authors' own cap in their fairness code); ``--set max_inner=...`` overrides
+QUICK_PROX_CAPS = {
+    "table3": {"max_outer": 3, "max_inner": 50},
+    "fig2": {"max_outer": 3, "max_inner": 50},
+}
+
+
+def _method_options(table: str, kw: dict, quick: bool = False) -> dict[str, Any]:
+    """The per-method choices a ``--set`` may change: ``cprox_solver``,
+    ``exact_subproblems``, and prox-al's ``max_outer``/``max_inner``."""
+    exact = kw.get("exact_subproblems", EXACT_SUBPROBLEMS.get(table, False))
+    if not isinstance(exact, bool):
+        raise ValueError(f"exact_subproblems must be true or false, got {exact!r}")
+    caps = dict(CAPS)
+    if quick:
+        caps.update(QUICK_PROX_CAPS.get(table, {}))
+    for key in caps:
+        if key in kw:
+            caps[key] = int(kw[key])
+    return {
+        "cprox_solver": str(kw.get("cprox_solver", CPROX_SOLVER)),
+        "exact": exact,
+        "prox_caps": caps,
+    }
+
+
+class _Runner:
+    """Runs solves with the paper's settings, a time limit, and a progress display;
+    ``options`` from :func:`_method_options` (default: cprox-al on L-BFGS, inexact
+    subproblems)."""
+
+    def __init__(
+        self,
+        name: str,
+        total: int,
+        progress: bool,
+        time_limit: float,
+        options: dict[str, Any] | None = None,
+    ):
         from fedmodel.cli import make_progress
 
         self.name = name
         self.time_limit = time_limit
+        self.options = options or _method_options(name, {})
         self.progress = make_progress(name, total=total, enabled=progress)
 
     def solve(self, model, method: str, settings: dict, seed: int, label: str):
@@ -285,6 +360,10 @@ class _Runner:
             if method == "prox-al":
                 opts["rho"] = settings["rho"]
                 opts["variant"] = "paper"  # Algorithms 1-2 exactly as published
+                opts["exact_subproblems"] = self.options["exact"]
+                opts.update(self.options["prox_caps"])
+            else:  # cprox-al: Algorithm 3, its subproblem by L-BFGS as in the paper
+                opts["solver"] = self.options["cprox_solver"]
         try:
             res = model.solve(method=method, **opts)
             error = ""
@@ -310,6 +389,7 @@ def _record(res, seconds: float, error: str, **fields_) -> dict:
             feasibility=math.nan,
             outer=0,
             rounds=0,
+            inner_unmet=0,
             message=error,
         )
         return row
@@ -321,6 +401,8 @@ def _record(res, seconds: float, error: str, **fields_) -> dict:
         feasibility=res.kkt.feasibility if res.kkt else math.nan,
         outer=res.rounds.get("outer", 0),
         rounds=res.rounds.get("communication", 0),
+        # outer iterations whose inner solve stopped at max_inner without (19)
+        inner_unmet=sum(1 for h in res.history if h.get("inner_satisfied") is False),
         message=" ".join(str(res.message).split()),
     )
     return row
@@ -376,7 +458,7 @@ def _settings_with(table: str, rho: float | None) -> dict[str, float]:
 
 def _grid(name: str, quick: bool, overrides: dict) -> dict:
     grid = dict((QUICK if quick else FULL)[name])
-    for key in ("n", "datasets", "train_rows", "test_rows", "grid"):
+    for key in ("n", "datasets", "train_rows", "test_rows", "grid", "setup"):
         if key in overrides and overrides[key] is not None:
             value = overrides[key]
             if key == "n" and not isinstance(value, dict):
@@ -437,7 +519,11 @@ def table1(
     settings = _settings_with("table1", rho)
     grid = _grid("table1", quick, kw)["grid"]
     runner = _Runner(
-        "table1", len(grid) * (2 * trials + 1), progress, _time_limit(quick, time_limit)
+        "table1",
+        len(grid) * (2 * trials + 1),
+        progress,
+        _time_limit(quick, time_limit),
+        _method_options("table1", kw, quick),
     )
     runs: list[dict] = []
     t_start = time.perf_counter()
@@ -630,7 +716,13 @@ def table2(
     grid = _grid("table2", quick, kw)
     r = settings["r"]
     configs = [(ds, n) for ds in grid["datasets"] for n in _ns(grid["n"], ds)]
-    runner = _Runner("table2", len(configs) * trials * 3, progress, _time_limit(quick, time_limit))
+    runner = _Runner(
+        "table2",
+        len(configs) * trials * 3,
+        progress,
+        _time_limit(quick, time_limit),
+        _method_options("table2", kw, quick),
+    )
     runs: list[dict] = []
     t_start = time.perf_counter()
     data = {}
@@ -813,6 +905,13 @@ def _np_table_row(agg: dict, paper: dict) -> list[str]:
 # -- Table 3: fairness ----------------------------------------------------------------------
 
 
+def _unmet_text(prox_rows: list[dict]) -> str:
+    """'; (19) unmet in K of M outer iterations' over a cell's prox-al solves."""
+    unmet = sum(int(x.get("inner_unmet", 0)) for x in prox_rows)
+    outer = sum(int(x.get("outer", 0)) for x in prox_rows)
+    return f"; prox-al: (19) unmet in {unmet} of {outer} outer iterations" if unmet else ""
+
+
 def _disparity(vec: np.ndarray, r: float) -> float:
     """|L_a - L_b| from the two-sided constraint values (L_a - L_b - r, L_b - L_a - r)."""
     return float(max(vec[0], vec[1]) + r)
@@ -835,14 +934,20 @@ def table3(
     grid = _grid("table3", quick, kw)
     r = settings["r"]
     runner = _Runner(
-        "table3", len(grid["n"]) * trials * 2, progress, _time_limit(quick, time_limit)
+        "table3",
+        len(grid["n"]) * trials * 2,
+        progress,
+        _time_limit(quick, time_limit),
+        _method_options("table3", kw, quick),
     )
     runs: list[dict] = []
     t_start = time.perf_counter()
     try:
         for n in grid["n"]:
             for t in range(trials):
-                clients, server = fairness_data(n, t, grid["train_rows"], grid["test_rows"])
+                clients, server = fairness_data(
+                    n, t, grid["train_rows"], grid["test_rows"], grid["setup"]
+                )
                 model = fair_model(clients, server, r)
                 rows_train = sum(len(c[1]) for c in clients)
                 for method in ("prox-al", "cprox-al"):
@@ -899,7 +1004,8 @@ def table3(
             "time_centralized": (math.nan, math.nan),
             "rounds_prox_al": _stats(x["rounds"] for x in p),
             "outer_prox_al": _stats(x["outer"] for x in p),
-            "status": f"prox-al: {_statuses(p)}; cprox-al: {_statuses(c)}",
+            "status": f"prox-al: {_statuses(p)}; cprox-al: {_statuses(c)}" + _unmet_text(p),
+            "inner_unmet_prox_al": _stats(x["inner_unmet"] for x in p),
         }
         rows.append(agg)
         table.append(_np_table_row(agg, _paper_row("table3", n=n) or {}))
@@ -926,15 +1032,33 @@ def table3(
         _check("prox-al vs cprox-al relative objective difference", _max(rel_all), 1e-2),
         _check("every party's loss disparity <= r + 1e-3 (prox-al)", _max(cons_all), r + 1e-3),
     ]
+    options = runner.options
+    if grid["setup"] == "paper":
+        data_text = (
+            "Adult-b as in the paper's Section 5.3: a stratified subsample of the training "
+            "part split over the n clients, one of the test part held by the server (global "
+            f"constraint); the paper's allocation is {PAPER_ADULT_B['train_rows']:,} / "
+            f"{PAPER_ADULT_B['test_rows']:,} rows; 39 features ({', '.join(ADULT_B_DROP)} "
+            "left out; the paper does not say which 39)"
+        )
+    else:
+        data_text = (
+            "Adult, setup=all-rows (not the paper's): all training rows over the n clients, "
+            "all test rows at the server, our 104 features"
+        )
     md = _header(
         "Table 3 (fairness, Section 5.3)",
         quick,
         trials,
         settings,
-        "Adult (our 104 features, sensitive = sex): the training part split over the n "
-        "clients, the test part held by the server (global constraint). The constraints are "
-        "non-convex, so there is no cvxpy optimum; cprox-al is the reference, as in the "
-        "paper. Disparity = |L_female - L_male| over clients and server.",
+        f"{data_text}; sensitive = sex. The constraints are non-convex, so there is no cvxpy "
+        "optimum; cprox-al is the reference, as in the paper (its subproblems by "
+        f"solver={options['cprox_solver']!r}). prox-al: variant='paper', "
+        f"exact_subproblems={options['exact']}, max_outer = "
+        f"{options['prox_caps']['max_outer']}, max_inner = {options['prox_caps']['max_inner']}. "
+        "Disparity = |L_female - L_male| over clients and server. The status column counts the "
+        "outer iterations whose Algorithm 2 stopped at max_inner without (19) (Algorithm 1 "
+        "goes on with that point, as the paper's does).",
     )
     md.append(md_table(header, table))
     files = _finish(out_dir, "table3", md, runs, rows, checks, time.perf_counter() - t_start)
@@ -986,7 +1110,13 @@ def fig1(
     n = int(np.atleast_1d(grid["n"])[0])
     r = settings["r"]
     datasets = list(grid["datasets"])
-    runner = _Runner("fig1", len(datasets), progress, _time_limit(quick, time_limit))
+    runner = _Runner(
+        "fig1",
+        len(datasets),
+        progress,
+        _time_limit(quick, time_limit),
+        _method_options("fig1", kw, quick),
+    )
     t_start = time.perf_counter()
     from matplotlib.backends.backend_agg import FigureCanvasAgg
 
@@ -1064,7 +1194,13 @@ def fig2(
     grid = _grid("fig2", quick, kw)
     r = settings["r"]
     ns = list(grid["n"])
-    runner = _Runner("fig2", len(ns), progress, _time_limit(quick, time_limit))
+    runner = _Runner(
+        "fig2",
+        len(ns),
+        progress,
+        _time_limit(quick, time_limit),
+        _method_options("fig2", kw, quick),
+    )
     t_start = time.perf_counter()
     from matplotlib.backends.backend_agg import FigureCanvasAgg
 
@@ -1074,7 +1210,9 @@ def fig2(
     runs, checks_vals = [], []
     try:
         for ax, n in zip(axes, ns):
-            clients, server = fairness_data(n, 0, grid["train_rows"], grid["test_rows"])
+            clients, server = fairness_data(
+                n, 0, grid["train_rows"], grid["test_rows"], grid["setup"]
+            )
             model = fair_model(clients, server, r, monitor=True)
             res, sec, err = runner.solve(model, "prox-al", settings, 0, f"n={n}")
             rec = _record(res, sec, err, n=n, method="prox-al")
@@ -1160,7 +1298,11 @@ def fig3(
     datasets = list(grid["datasets"])
     s2, s3 = _settings_with("table2", None), _settings_with("table3", rho)
     runner = _Runner(
-        "fig3", (len(datasets) + 1) * len(ns) * 2, progress, _time_limit(quick, time_limit)
+        "fig3",
+        (len(datasets) + 1) * len(ns) * 2,
+        progress,
+        _time_limit(quick, time_limit),
+        _method_options("fig3", kw, quick),
     )
     t_start = time.perf_counter()
     runs = []
@@ -1190,7 +1332,9 @@ def fig3(
                     if tag == "NP":
                         checks_vals.append(max(l1))
         for n in ns:
-            clients, server = fairness_data(n, 0, grid["train_rows"], grid["test_rows"])
+            clients, server = fairness_data(
+                n, 0, grid["train_rows"], grid["test_rows"], grid["setup"]
+            )
             cons, sec, err = runner.solve(
                 fair_model(clients, server, s3["r"]),
                 "cprox-al",

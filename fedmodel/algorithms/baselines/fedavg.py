@@ -44,7 +44,7 @@ from fedmodel.algorithms.common import (
     penalty_multipliers,
     starting_point,
 )
-from fedmodel.algorithms.dald.local import LOCAL_SOLVERS, scaled_regularizer
+from fedmodel.algorithms.dald.local import scaled_regularizer
 from fedmodel.algorithms.dald.options import check_constraints
 from fedmodel.algorithms.driver import run_federated
 from fedmodel.algorithms.options import RuntimeOptions, positive, stop_only, whole_number
@@ -54,6 +54,9 @@ from fedmodel.compiler.regularizer import Regularizer
 from fedmodel.errors import ModelError, UnsupportedError
 from fedmodel.runtime.endpoints import EndpointFactory
 from fedmodel.runtime.wire import register_wire_type
+
+#: the baselines' local solvers (dald's surrogate layers gd/newton/sgd are dald options only)
+LOCAL_SOLVERS = ("exact", "prox-grad", "bfgs")
 
 
 @register_wire_type("fedavg.options")

@@ -65,6 +65,8 @@ def make_local(
         local_max_iter=opts.local_max_iter,
         solver=opts.solver,
         uniform=uniform,
+        batch_size=opts.batch_size,
+        random_state=opts.random_state if isinstance(opts.random_state, int) else None,
     )
 
 

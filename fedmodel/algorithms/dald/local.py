@@ -22,11 +22,28 @@ Three solvers (``local_solver=``):
   ``step="backtracking"`` searches ``alpha`` at every step (Beck-Teboulle).
 * ``"bfgs"``: :func:`scipy.optimize.minimize` with ``method="BFGS"`` (seed 004 Section VI-A),
   for smooth subproblems only.
+
+The surrogate reductions of seed 004 Section V-B (smooth subproblems only; a clear error
+otherwise), each replacing the exact block minimisation by ``W`` steps from the warm start:
+
+* ``"gd"``: gradient descent on ``phi``, ``x <- x - alpha grad phi(x)`` (the linearised
+  surrogate (34)/(45): with ``n = 1`` and ``mu = 0`` one DALD iteration is the GD step (38)
+  on the proximal subproblem; ``step=None`` gives ``alpha = 1 / (L_f + max_r w_r)``).
+* ``"newton"``: damped Newton steps ``x <- x - t [hess phi(x)]^-1 grad phi(x)`` with the
+  exact Hessian of the party's terms (GLM form: sums of logistic/exp/square/huber of affine
+  maps and quadratics) and Armijo backtracking from ``t = 1`` (the step-size choice (39),
+  ``alpha^k I = hess f(x^k)^-1``, which gives Newton's method (40)).
+* ``"sgd"``: mini-batch stochastic gradient steps: the gradient of ``f_p`` on
+  ``batch_size`` rows drawn uniformly without replacement from the party's rows (scaled to
+  be unbiased), the quadratic and ``h/n`` exactly (MBGD/SGD, (49) with one batch per step;
+  ``batch_size = 1`` is SGD). The draws depend on ``random_state``, the party's name and the
+  number of solves so far, so a run is repeatable and resumable.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import zlib
 from dataclasses import dataclass
 
 import numpy as np
@@ -39,7 +56,9 @@ from fedmodel.subproblems.merit import MeritProblem
 from fedmodel.subproblems.quasi_newton import QuasiNewtonSolver
 from fedmodel.subproblems.select import make_solver
 
-LOCAL_SOLVERS = ("exact", "prox-grad", "bfgs")
+LOCAL_SOLVERS = ("exact", "prox-grad", "bfgs", "gd", "newton", "sgd")
+#: the surrogate reductions of Section V-B: need a smooth subproblem
+SMOOTH_ONLY = ("bfgs", "gd", "newton", "sgd")
 
 
 def scaled_regularizer(reg: Regularizer, factor: float) -> Regularizer:
@@ -125,6 +144,8 @@ class LocalProblem:
         local_max_iter: int = 1000,
         solver: str = "auto",
         uniform: bool = True,
+        batch_size: int = 1,
+        random_state: int | None = None,
     ):
         self.program = program
         self.kind = local_solver
@@ -147,11 +168,18 @@ class LocalProblem:
         self.stats = LocalStats()
         self._engine = None
         self._solver_name = solver
-        if local_solver == "bfgs" and not (regularizer.is_smooth or regularizer.is_zero):
+        if local_solver in SMOOTH_ONLY and not (regularizer.is_smooth or regularizer.is_zero):
             raise UnsupportedError(
-                "local_solver='bfgs' needs a smooth subproblem, but h has an l1, norm2 or box "
-                "term; use local_solver='exact' or 'prox-grad'"
+                f"local_solver={local_solver!r} needs a smooth subproblem, but h has an l1, "
+                "norm2 or box term; use local_solver='exact' or 'prox-grad'"
             )
+        self.batch_size = int(batch_size)
+        self.seed = (
+            0 if random_state is None else int(random_state),
+            zlib.crc32(program.name.encode()),
+        )
+        self._glm = None  # the party's objective in GLM form ("sgd")
+        self._hessians = None  # the Newton backend's derivatives of its terms ("newton")
 
     # -- the quadratic -------------------------------------------------------------------
     def get_state(self) -> dict:
@@ -209,6 +237,12 @@ class LocalProblem:
                 x = self._exact(x)
             elif self.kind == "prox-grad":
                 x = self._prox_grad(x)
+            elif self.kind == "gd":
+                x = self._gd(x)
+            elif self.kind == "newton":
+                x = self._newton(x)
+            elif self.kind == "sgd":
+                x = self._sgd(x)
             else:
                 x = self._bfgs(x)
         self.stats.solves += 1
@@ -296,6 +330,133 @@ class LocalProblem:
         self.stats.evaluations += int(res.nfev)
         return np.asarray(res.x, dtype=float)
 
+    # -- the surrogate reductions (Section V-B) ------------------------------------------
+    def _gd(self, x: np.ndarray) -> np.ndarray:
+        """``W`` gradient steps on the whole (smooth) subproblem ``phi``."""
+        alpha = self._fixed_alpha(x)
+        for _ in range(self.W):
+            _, g = self.problem.smooth_value_grad(x)
+            x = x - alpha * g
+        self.stats.evaluations += self.W
+        self.stats.iterations += self.W
+        return x
+
+    def glm(self):
+        """The party's terms in GLM form (objective; constraints under ``penalty``), or an
+        :class:`UnsupportedError` naming the party when they are not of that form."""
+        if self._hessians is None:
+            from fedmodel.compiler.glm import NotRecognised
+            from fedmodel.subproblems.newton import NewtonSolver
+
+            try:
+                self._hessians = NewtonSolver(self.problem)
+            except NotRecognised as exc:
+                raise UnsupportedError(
+                    f"local_solver={self.kind!r} for party '{self.program.name}': its terms "
+                    f"are not of GLM form ({exc}); use local_solver='exact', 'gd' or 'prox-grad'"
+                ) from exc
+        return self._hessians
+
+    def _objective_glm(self):
+        """The party's objective in GLM form (``sgd``; its constraints refused)."""
+        if self._glm is None:
+            from fedmodel.compiler.glm import NotRecognised, recognise_scalar
+
+            if self.program.m_ineq or self.program.m_eq:
+                raise UnsupportedError(
+                    f"local_solver='sgd' for party '{self.program.name}': a mini-batch "
+                    "gradient of penalised constraints is not defined; use local_solver='gd' "
+                    "or 'exact'"
+                )
+            layout = self.program.layout
+            f = None
+            try:
+                for t in self.program.objective:
+                    g = recognise_scalar(t.expr, layout)
+                    f = g if f is None else f.plus(g)
+            except NotRecognised as exc:
+                raise UnsupportedError(
+                    f"local_solver='sgd' for party '{self.program.name}': its objective is not "
+                    f"a sum of per-row terms of GLM form ({exc}); use local_solver='gd'"
+                ) from exc
+            self._glm = f
+        return self._glm
+
+    def _phi_derivatives(self, x: np.ndarray) -> tuple[float, np.ndarray, np.ndarray]:
+        """Value, gradient and Hessian of ``phi`` (party terms + quadratic + smooth h/n)."""
+        p = self.problem
+        m_in = [np.zeros(self.program.m_ineq)]
+        m_eq = [np.zeros(self.program.m_eq)]
+        val, g, H = self.glm().derivatives(x, m_in, m_eq)
+        d = x - p.center
+        w = p.sigma * np.ones(self.n)
+        val, g = val + 0.5 * float(d @ (w * d)), g + w * d
+        H = H + np.diag(w)
+        if not self.reg.is_zero:
+            sq = self.reg.smooth_grad(x)  # (a diagonal quadratic: its gradient is D x)
+            val += 0.5 * float(sq @ x)
+            g = g + sq
+            H = H + np.diag(self.reg.smooth_grad(np.ones(self.n)))
+        return float(val), g, H
+
+    def _newton(self, x: np.ndarray) -> np.ndarray:
+        """``W`` damped Newton steps (exact Hessian, Armijo backtracking)."""
+        for _ in range(self.W):
+            val, g, H = self._phi_derivatives(x)
+            self.stats.evaluations += 1
+            if not np.any(g):
+                break
+            step = -np.linalg.solve(H, g)
+            slope = float(g @ step)
+            if not slope < 0:  # (a non-convex term: fall back to the gradient)
+                step, slope = -g, -float(g @ g)
+            t = 1.0
+            while t > 1e-12:
+                new, _ = self.problem.smooth_value_grad(x + t * step)
+                self.stats.evaluations += 1
+                if new <= val + 1e-4 * t * slope:
+                    break
+                t *= 0.5
+            x = x + t * step
+        self.stats.iterations += self.W
+        return x
+
+    def _sgd(self, x: np.ndarray) -> np.ndarray:
+        """``W`` mini-batch gradient steps: ``f_p``'s gradient on ``batch_size`` random rows."""
+        f = self._objective_glm()
+        if f is None or not f.terms:
+            raise UnsupportedError(
+                f"local_solver='sgd' for party '{self.program.name}': it has no per-row terms "
+                "(sums of logistic/exp/square/huber of affine maps) to sample"
+            )
+        sizes = [t.b.size for t in f.terms]
+        rows = int(sum(sizes))
+        batch = min(self.batch_size, rows)
+        rng = np.random.default_rng([*self.seed, self.stats.solves])
+        alpha = self._fixed_alpha(x)
+        offsets = np.cumsum([0] + sizes)
+        for _ in range(self.W):
+            pick = np.sort(rng.choice(rows, size=batch, replace=False))
+            g = np.zeros(self.n)
+            for t, lo, hi in zip(f.terms, offsets[:-1], offsets[1:]):
+                idx = pick[(pick >= lo) & (pick < hi)] - lo
+                if idx.size:
+                    z = t.s * (t.A[idx] @ x) + t.b[idx]
+                    d1 = _phi_d1(t.kind, z, t.M)
+                    g += t.s * (t.A[idx].T @ (t.weights[idx] * d1))
+            g *= rows / batch
+            if f.Q is not None:
+                g += f.Q @ x
+            if f.q is not None:
+                g += f.q
+            g += self.problem.sigma * (x - self.problem.center)
+            if not self.reg.is_zero:
+                g += self.reg.smooth_grad(x)
+            x = x - alpha * g
+        self.stats.evaluations += self.W
+        self.stats.iterations += self.W
+        return x
+
     def lipschitz_estimate(self, x: np.ndarray, iters: int = 20) -> float:
         """Largest curvature of the party's smooth terms near ``x`` (power iteration on
         finite-difference Hessian-vector products; exact for quadratics)."""
@@ -316,6 +477,12 @@ class LocalProblem:
                 break
             lam = lam_new
         return lam + 2 * sum(p.sumsq for p in self.reg.pieces)
+
+
+def _phi_d1(kind: str, z: np.ndarray, M: float) -> np.ndarray:
+    from fedmodel.compiler.glm import phi_value_d1
+
+    return phi_value_d1(kind, z, M)[1]
 
 
 def consensus_quadratic(terms: list[tuple[np.ndarray, np.ndarray, np.ndarray, float]], m: int):

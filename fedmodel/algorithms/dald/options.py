@@ -10,7 +10,7 @@ from typing import Any
 
 import numpy as np
 
-from fedmodel.algorithms.dald.local import LOCAL_SOLVERS
+from fedmodel.algorithms.dald.local import LOCAL_SOLVERS, SMOOTH_ONLY
 from fedmodel.algorithms.dald.topology import validate_coordination
 from fedmodel.algorithms.options import RUNTIME_OPTIONS_DOC, RuntimeOptions, positive, stop_only
 from fedmodel.compiler.partition import CompiledModel
@@ -62,10 +62,15 @@ class DALDOptions(RuntimeOptions):
     max_outer : int
     max_iter : int
         Cap on the total number of inner iterations (sweeps); the paper stops at 1000.
-    local_solver : {"exact", "prox-grad", "bfgs"}
-        Solver layer of every party (see :mod:`fedmodel.algorithms.dald.local`).
+    local_solver : {"exact", "prox-grad", "bfgs", "gd", "newton", "sgd"}
+        Solver layer of every party (see :mod:`fedmodel.algorithms.dald.local`). ``"gd"``,
+        ``"newton"``, ``"sgd"``: the surrogate reductions of Section V-B (``W`` gradient,
+        damped Newton or mini-batch stochastic gradient steps on the block subproblem
+        instead of its exact minimiser; smooth subproblems only).
     local_steps : int
-        ``W``: proximal-gradient steps per subproblem.
+        ``W``: proximal-gradient (gd, Newton, sgd) steps per subproblem.
+    batch_size : int
+        ``"sgd"``: rows per mini-batch (1: SGD).
     step : float, "backtracking" or None
         Proximal-gradient step ``alpha``; ``None``: ``1 / (L_f + max w)`` from the party's own
         curvature estimate; ``"backtracking"``: a line search at every step.
@@ -120,6 +125,7 @@ class DALDOptions(RuntimeOptions):
     max_iter: int = stop_only(10_000)
     local_solver: str = "exact"
     local_steps: int = 1
+    batch_size: int = 1
     step: float | None = None
     local_tol: float | None = None
     local_max_iter: int = 1000
@@ -142,7 +148,10 @@ class DALDOptions(RuntimeOptions):
             raise ModelError(f"{method}: inner must be one of {INNER_RULES}, got {self.inner!r}")
         for name in ("eps_dual", "eps_pri", "eps", "rho_default"):
             positive(name, getattr(self, name), method=method)
-        for name in ("vmax", "max_inner", "max_outer", "max_iter", "local_steps", "local_max_iter"):
+        for name in (
+            "vmax", "max_inner", "max_outer", "max_iter", "local_steps", "local_max_iter",
+            "batch_size",
+        ):  # fmt: skip
             v = getattr(self, name)
             if isinstance(v, bool) or not isinstance(v, (int, np.integer)) or v < 1:
                 raise ModelError(f"{method}: {name} must be an integer >= 1, got {v!r}")
@@ -160,12 +169,12 @@ class DALDOptions(RuntimeOptions):
             raise ModelError(f"{method}: rho_growth must be >= 1, got {self.rho_growth!r}")
         if not self.rho_growth_max >= 1.0:
             raise ModelError(f"{method}: rho_growth_max must be >= 1, got {self.rho_growth_max!r}")
-        if self.local_solver == "bfgs" and not (
+        if self.local_solver in SMOOTH_ONLY and not (
             compiled.regularizer.is_zero or compiled.regularizer.is_smooth
         ):
             raise UnsupportedError(
-                f"{method}: local_solver='bfgs' needs smooth subproblems, but h has an l1, "
-                "norm2 or box term; use local_solver='exact' or 'prox-grad'"
+                f"{method}: local_solver={self.local_solver!r} needs smooth subproblems, but h "
+                "has an l1, norm2 or box term; use local_solver='exact' or 'prox-grad'"
             )
         for name, sched in (("eps_dual_k", self.eps_dual_k), ("vmax_k", self.vmax_k)):
             if sched is not None and not callable(sched):

@@ -44,7 +44,7 @@ from fedmodel.algorithms.proxal.newton_inner import (
     SecantModel,
     federated_newton,
 )
-from fedmodel.algorithms.proxal.options import ProxALOptions
+from fedmodel.algorithms.proxal.options import EXACT_TOL, ProxALOptions
 from fedmodel.certificate.kkt import party_evaluation
 from fedmodel.compiler.glm import NotRecognised
 from fedmodel.compiler.partition import CompiledModel, PartyProgram
@@ -407,6 +407,9 @@ class ProxALServer(ServerHalf):
             info={
                 "inner_iterations": outcome.iterations,
                 "inner_bound": outcome.bound,
+                # False: the inner solver stopped at max_inner (or its deadline) without
+                # (19) / its measured test, and Algorithm 1 went on with that w^{k+1}
+                "inner_satisfied": bool(outcome.satisfied),
                 "tau": tau,
                 "dw_inf": dw,
                 "dmu_inf": dmu,
@@ -623,6 +626,8 @@ class ProxALServer(ServerHalf):
             # paper's q^t alone holds (19) back for log(tau_k)/log(q) rounds)
             cap = opts.local_cap if opts.adaptive else 0.0
             tol = max(min(eps, cap * tau) if cap > 0 else eps, floor)
+            if opts.exact_subproblems:  # (14)-(15) solved exactly (seed 000 Section 5.1)
+                tol = EXACT_TOL
             agg = sum(self.penalty(name, u) for name, u in u_tildes.items())
             center = self.center_of(self.prox_weight * w_center[:ns] + agg)
             if self.owned:
@@ -658,7 +663,9 @@ class ProxALServer(ServerHalf):
                 rejected = aa.rejections
             # (19) with the server's measured residual (adaptive) or its tolerance eps_{t+1}
             # when that is larger (the paper); both bound dist(0, d l_k) (Theorem 4.1's proof)
-            server_part = residual if opts.adaptive else max(eps, residual)
+            # (and the measured residual when the subproblems are solved exactly)
+            exact = opts.adaptive or opts.exact_subproblems
+            server_part = residual if exact else max(eps, residual)
             bound = server_part + sum(float(r.payload["eps_tilde"]) for r in replies.values())
             if bound <= tau:  # (19)
                 return InnerOutcome(w, t + 1, bound, True, residual)
