@@ -34,8 +34,7 @@ from fedmodel.flower_app import (  # noqa: E402
     private_socket_dir,
     read_authorized_keys,
 )
-from fedmodel.runtime.flower_codec import ARRAY_RECORD, CALL_RECORD  # noqa: E402
-from fedmodel.runtime.flower_relay_app import _records  # noqa: E402
+from fedmodel.runtime.flower_relay_app import content_of, parts_of  # noqa: E402
 from fedmodel.runtime.flower_runtime import JoinedGrid, discover  # noqa: E402
 
 OPTS = dict(max_outer=1, max_inner=3, history=False, random_state=0)
@@ -114,9 +113,7 @@ class LoopbackGrid:
     def push_messages(self, messages):
         ids = []
         for m in messages:
-            text = m.content.config_records[CALL_RECORD]["json"]
-            record = m.content.array_records[ARRAY_RECORD]
-            arrays = [record[str(i)].numpy() for i in range(len(record))]
+            _status, text, arrays = parts_of(m.content)
             status, out, out_arrays = self.servers[m.metadata.dst_node_id].handle(
                 ("call", text, arrays)
             )
@@ -124,7 +121,7 @@ class LoopbackGrid:
             self.replies[mid] = SimpleNamespace(
                 metadata=SimpleNamespace(reply_to_message_id=mid),
                 has_error=lambda: False,
-                content=_records(out, out_arrays, status),
+                content=content_of(status, out, out_arrays),
             )
             ids.append(mid)
         return ids

@@ -198,10 +198,11 @@ def _join(fed, org, party, data, log, key, ready=None, socket_dir=None):
 
 
 @contextlib.contextmanager
-def loopback_federation(base):
+def loopback_federation(base, database: str | None = None):
     """A SuperLink (TLS, SuperNode authentication) and three ``fedmodel join``
     organisations on 127.0.0.1 under ``base`` (a Path), each party's key registered with
-    ``fedmodel register``; everything started is stopped on exit."""
+    ``fedmodel register``; everything started is stopped on exit. ``database``: the
+    SuperLink's (default: a file under ``base``)."""
     model_path = base / "model.py"
     model_path.write_text(MODEL)
     sites = np_sites(3)
@@ -218,7 +219,7 @@ def loopback_federation(base):
             subprocess.Popen(
                 [_bin("flower-superlink"), "--ssl-ca-certfile", str(tls["ca"]),
                  "--ssl-certfile", str(tls["cert"]), "--ssl-keyfile", str(tls["key"]),
-                 "--enable-supernode-auth", "--database", str(base / "link" / "state.db"),
+                 "--enable-supernode-auth", "--database", database or str(base / "link" / "state.db"),
                  "--host", "127.0.0.1", "--port", str(port)],
                 env=_env(str(base / "link")), start_new_session=True,
                 stdout=open(base / "link.log", "w"), stderr=subprocess.STDOUT,

@@ -146,7 +146,7 @@ def test_flower_clientapp_with_the_hooks_answers_with_the_installed_relay(
     fab, run, sentinel = tampered_fab
     reply, code = _run_flower_clientapp(monkeypatch, fab, run, {"partition-id": 3})
     assert code == ExitCode.SUCCESS and not reply.has_error(), (code, reply)
-    answer = json.loads(reply.content.config_records[flower_relay_app.CALL_RECORD]["json"])
+    answer = json.loads(flower_relay_app.parts_of(reply.content)[1])
     assert answer == {"node_config": {"partition-id": 3}}
     assert not sentinel.exists()
     assert not (Path(os.environ["FLWR_HOME"]) / "apps").exists()  # the FAB never unpacked
