@@ -45,9 +45,6 @@ STOP_SUFFIX = ".stop"
 PROGRESS_SUFFIX = ".progress"
 # seconds ``fedmodel serve`` waits for the result after a Ctrl-C
 INTERRUPT_WAIT = 300.0
-# seconds of ``--timeout`` kept for the certificate, report and checkpoint after the
-# method's own time limit
-LIMIT_RESERVE = 10.0
 # seconds past ``--timeout`` before the run is stopped in the SuperLink without a result
 LIMIT_GRACE = 60.0
 # seconds to wait for a run to finish in the SuperLink once its result is written
@@ -77,11 +74,14 @@ def _server_main(grid, context) -> None:
     wait = float(cfg.get("fedmodel-wait", 120.0))
     if deadline is not None:
         wait = max(1.0, min(wait, deadline - time.time()))
-    found = discover(grid, model_file.parties, timeout=wait, nodes=nodes)
+    stats: dict = {}
+    found = discover(grid, model_file.parties, timeout=wait, nodes=nodes, stats=stats)
     report.write({"event": "joined", "parties": {p: n for p, (n, _info) in found.items()}})
     shapes = {p: info["shapes"][p] for p, (_node, info) in found.items()}
     model = coordinator_model(model_file, shapes)
-    options = _with_progress_and_limit(cfg["fedmodel-method"], options, report, deadline)
+    options = _with_progress_and_limit(
+        cfg["fedmodel-method"], options, report, deadline, stats.get("hello_seconds", 1.0)
+    )
     # the runtime uses these nodes (one hello per party); Ctrl-C on `fedmodel serve`
     # creates the stop file; past the deadline the runtime stops as if interrupted
     joined = JoinedGrid(
@@ -114,12 +114,15 @@ class ProgressFile:
 
 
 def _with_progress_and_limit(
-    method: str, options: dict, report: ProgressFile, deadline: float | None
+    method: str, options: dict, report: ProgressFile, deadline: float | None, trip: float
 ) -> dict:
     """The method's options with a callback writing each outer iteration's residuals to
-    the progress file and, before ``deadline``, a ``time_limit`` that leaves time for the
-    final certificate, report and checkpoint (when the method takes these options and the
-    user did not set them)."""
+    the progress file and, before ``deadline``, a ``time_limit`` (when the method takes
+    these options and the user did not set them). The method's clock starts once the
+    parties have built their halves (about two round trips of ``trip`` seconds, the
+    ``hello``'s, and the compilation), and its time limit leaves time for the final
+    certificate, report and checkpoint (about five round trips); past ``deadline`` the
+    runtime stops the solve anyway (:class:`~fedmodel.runtime.flower_runtime.JoinedGrid`)."""
     from fedmodel.algorithms.registry import all_methods
 
     spec = all_methods().get(method)
@@ -129,7 +132,7 @@ def _with_progress_and_limit(
         options["callback"] = lambda row: report.write({"event": "iteration", **row})
     if deadline is not None and "time_limit" in fields and options.get("time_limit") is None:
         left = deadline - time.time()
-        options["time_limit"] = max(0.5 * left, left - min(LIMIT_RESERVE, 0.3 * left))
+        options["time_limit"] = max(0.3 * left, left - (2 * trip + 1.0) - (5 * trip + 1.0))
     return options
 
 

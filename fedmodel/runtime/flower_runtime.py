@@ -166,6 +166,7 @@ def discover(
     parties: list[str],
     timeout: float = 120.0,
     nodes: Mapping[str, int] | None = None,
+    stats: dict | None = None,
 ) -> dict[str, tuple[int, dict]]:
     """Wait until every party in ``parties`` has joined (a node whose party server says it
     serves it); returns party -> (node id, what its ``hello`` said: parties, shapes).
@@ -174,6 +175,9 @@ def discover(
     the node id the SuperLink registered for that party's public key. Only those nodes
     are asked, and each must serve exactly its own party: a node cannot claim another
     party's name.
+
+    ``stats``, if given, receives ``"hello_seconds"``: the longest time a node took to
+    answer its ``hello`` (a first estimate of a round trip).
 
     Raises :class:`~fedmodel.errors.ModelError` naming the parties still missing after
     ``timeout`` seconds, a party that joined twice, or a node that claims a party other
@@ -189,6 +193,7 @@ def discover(
             if n not in asked and (nodes is None or n in party_of_node)
         ]
         if new:
+            sent = time.monotonic()
             ids = list(grid.push_messages([_message(n, "hello", ()) for n in new]))
             pending = dict(zip(ids, new))
             until = time.monotonic() + 60.0
@@ -197,6 +202,9 @@ def discover(
                     node = pending.pop(reply.metadata.reply_to_message_id, None)
                     if node is not None:
                         asked[node] = _hello_answer(reply)
+                        if stats is not None:
+                            took = time.monotonic() - sent
+                            stats["hello_seconds"] = max(stats.get("hello_seconds", 0.0), took)
                 time.sleep(0.05)
         owner: dict[str, tuple[int, dict]] = {}
         for node, info in asked.items():
