@@ -49,6 +49,8 @@ INTERRUPT_WAIT = 300.0
 LIMIT_GRACE = 60.0
 # seconds to wait for a run to finish in the SuperLink once its result is written
 FINISH_WAIT = 30.0
+# the longest path of a Unix socket (Linux: 108 bytes with the final NUL)
+SOCKET_PATH_MAX = 107
 # seconds between two looks at the run's status in the SuperLink while waiting
 STATUS_EVERY = 3.0
 
@@ -843,9 +845,15 @@ def join(
             if socket_dir
             else tempfile.mkdtemp(prefix="fedmodel-join-")
         )
+        sock = os.path.join(base, f"{party}.sock")
+        if len(os.fsencode(sock)) > SOCKET_PATH_MAX:
+            raise DeploymentError(
+                f"the party server's socket {sock} would have a path of "
+                f"{len(os.fsencode(sock))} bytes, longer than a Unix socket allows "
+                f"({SOCKET_PATH_MAX}): give a shorter --socket-dir (or TMPDIR)"
+            )
         model_file = load_model_file(model_path)
         data = model_file.load(party, data_path)
-        sock = os.path.join(base, f"{party}.sock")
         server = party_server(
             model_file,
             party,
