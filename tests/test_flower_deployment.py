@@ -445,49 +445,6 @@ def test_ctrl_c_on_the_coordinator_returns_interrupted(federation, tmp_path):
     assert np.max(np.abs(again.x - ref.x)) <= 1e-10 * max(1.0, np.max(np.abs(ref.x)))
 
 
-def test_a_supernode_killed_mid_solve_is_a_client_failure(federation, tmp_path):
-    fed = federation
-    out, ledger = tmp_path / "result.json", tmp_path / "ledger.jsonl"
-    ck = tmp_path / "ck"  # the manifest; each party writes its state in its own directory
-    _org, ready, log = fed["joins"]["site1"]
-    info = json.loads(ready.read_text())
-    seen = log.read_text().count("Receiving: query.fedmodel")
-    opts = dict(OPTS, max_outer=3, client_timeout=20, checkpoint=str(ck))
-    proc = _serve(fed, out, ledger, **opts)
-    try:
-        # once the first outer iteration (and its checkpoint) is done and the second has
-        # begun at site1, its SuperNode goes away
-        _wait_for(
-            lambda: log.read_text().count("Receiving: query.fedmodel") >= seen + 12, 900, "rounds"
-        )
-        os.kill(info["supernode_pid"], signal.SIGKILL)
-        # the organisation's `fedmodel join` notices, says so and exits non-zero (rather
-        # than living on with a defunct child)
-        join = fed["procs"]["site1"]
-        assert join.wait(timeout=60) == 1
-        assert "the Flower SuperNode of party 'site1' was killed by signal SIGKILL" in (
-            log.read_text()
-        )
-        text, _ = proc.communicate(timeout=600)
-    finally:
-        _stop([proc])
-    assert proc.returncode == 0, text[-4000:]
-    res = json.loads(out.read_text())
-    assert res["status"] == "client_failure", res["message"]
-    assert res["failure"]["client"] == "site1" and res["failure"]["kind"] == "dead"
-    assert res["rounds"]["outer"] >= 1  # the last consistent iterate: a completed iteration
-    # nothing lost: the periodic checkpoint (each party's state written by the party)
-    # resumes, here on the serial backend, to the uninterrupted run's answer
-    assert str(ck) in res["message"]
-    assert not [f for f in os.listdir(ck) if f.startswith("party-")]
-    _gather_party_files(fed, ck)
-    serial_opts = {k: v for k, v in opts.items() if k not in ("checkpoint", "client_timeout")}
-    ref = _file_model(fed).solve("prox-al", **serial_opts)
-    again = _file_model(fed).solve("prox-al", resume=str(ck), **serial_opts)
-    assert again.rounds == ref.rounds
-    assert np.max(np.abs(again.x - ref.x)) <= 1e-10 * max(1.0, np.max(np.abs(ref.x)))
-
-
 def _runs(fed) -> dict[int, str]:
     """Run id -> its status in the SuperLink (``"finished:completed"``, ``"running"`` ...)."""
     from flwr.common.serde import run_from_proto
@@ -593,3 +550,47 @@ def test_join_removes_its_temporary_directory_on_sigterm_and_ctrl_c(tmp_path):
         assert "fedmodel join: party 'site0' stopped" in said
         assert not [d.name for d in temp.iterdir() if d.name.startswith("fedmodel-join-")], said
         temp.rmdir()
+
+
+def test_a_supernode_killed_mid_solve_is_a_client_failure(federation, tmp_path):
+    """(Last: it ends party site1 of the module's federation.)"""
+    fed = federation
+    out, ledger = tmp_path / "result.json", tmp_path / "ledger.jsonl"
+    ck = tmp_path / "ck"  # the manifest; each party writes its state in its own directory
+    _org, ready, log = fed["joins"]["site1"]
+    info = json.loads(ready.read_text())
+    seen = log.read_text().count("Receiving: query.fedmodel")
+    opts = dict(OPTS, max_outer=3, client_timeout=20, checkpoint=str(ck))
+    proc = _serve(fed, out, ledger, **opts)
+    try:
+        # once the first outer iteration (and its checkpoint) is done and the second has
+        # begun at site1, its SuperNode goes away
+        _wait_for(
+            lambda: log.read_text().count("Receiving: query.fedmodel") >= seen + 12, 900, "rounds"
+        )
+        os.kill(info["supernode_pid"], signal.SIGKILL)
+        # the organisation's `fedmodel join` notices, says so and exits non-zero (rather
+        # than living on with a defunct child)
+        join = fed["procs"]["site1"]
+        assert join.wait(timeout=60) == 1
+        assert "the Flower SuperNode of party 'site1' was killed by signal SIGKILL" in (
+            log.read_text()
+        )
+        text, _ = proc.communicate(timeout=600)
+    finally:
+        _stop([proc])
+    assert proc.returncode == 0, text[-4000:]
+    res = json.loads(out.read_text())
+    assert res["status"] == "client_failure", res["message"]
+    assert res["failure"]["client"] == "site1" and res["failure"]["kind"] == "dead"
+    assert res["rounds"]["outer"] >= 1  # the last consistent iterate: a completed iteration
+    # nothing lost: the periodic checkpoint (each party's state written by the party)
+    # resumes, here on the serial backend, to the uninterrupted run's answer
+    assert str(ck) in res["message"]
+    assert not [f for f in os.listdir(ck) if f.startswith("party-")]
+    _gather_party_files(fed, ck)
+    serial_opts = {k: v for k, v in opts.items() if k not in ("checkpoint", "client_timeout")}
+    ref = _file_model(fed).solve("prox-al", **serial_opts)
+    again = _file_model(fed).solve("prox-al", resume=str(ck), **serial_opts)
+    assert again.rounds == ref.rounds
+    assert np.max(np.abs(again.x - ref.x)) <= 1e-10 * max(1.0, np.max(np.abs(ref.x)))

@@ -60,12 +60,16 @@ from fedmodel.runtime.messages import SERVER, Message
 
 # seconds between two polls of the Grid for replies: from POLL_SECONDS, doubling up to
 # POLL_MAX (a deployment's Grid is an HTTP API of the SuperLink: polling it every
-# millisecond for seconds would keep a core busy); the first poll comes at POLL_LEAD
-# times the shortest of the last POLL_HISTORY calls' durations (rounds take about as long
-# as the last ones: each early poll is a request the SuperLink serves for nothing)
+# millisecond for seconds would keep a core busy). Once calls have been timed, the first
+# poll comes at POLL_LEAD times the shortest of the last POLL_HISTORY calls' durations
+# (rounds take about as long as the last ones: each early poll is a request the
+# SuperLink serves for nothing) and the next ones every POLL_STEP times it (at most
+# POLL_STEP_MAX seconds)
 POLL_SECONDS = 0.002
 POLL_MAX = 0.05
 POLL_LEAD = 0.7
+POLL_STEP = 0.1
+POLL_STEP_MAX = 0.25
 POLL_HISTORY = 3
 # how long the runtime waits for a node that has not answered when no client_timeout is set
 DEFAULT_WAIT = 3600.0
@@ -509,6 +513,7 @@ class FlowerRuntime(Runtime):
         deadline = start + wait
         recent = self._durations
         next_pull = start + (POLL_LEAD * min(recent) if recent else 0.0)
+        step = min(POLL_STEP_MAX, POLL_STEP * min(recent)) if recent else None
         poll = POLL_SECONDS
         while waiting:
             if time.monotonic() >= next_pull:
@@ -522,7 +527,7 @@ class FlowerRuntime(Runtime):
                 if not waiting:
                     recent.append(time.monotonic() - start)
                     break
-                next_pull = time.monotonic() + poll
+                next_pull = time.monotonic() + (poll if step is None else max(poll, step))
                 poll = min(2 * poll, POLL_MAX)
             if self._stop_asked():
                 if self._critical_depth:  # e.g. every party taking its mark: finish first
@@ -540,7 +545,7 @@ class FlowerRuntime(Runtime):
                         )
                     )
                 break
-            time.sleep(max(0.0, min(next_pull - time.monotonic(), POLL_MAX)))
+            time.sleep(max(0.0, min(next_pull - time.monotonic(), POLL_STEP_MAX)))
         errors = [r for r in out.values() if isinstance(r, BaseException)]
         if errors:
             raise errors[0]

@@ -293,6 +293,7 @@ class PromptPolling:
         self.last_message = time.monotonic()
         self._replied = False  # idle since a reply (not since start-up)
         self._reply = threading.Event()
+        self.polls = self.messages = 0  # SuperLink polls that found nothing; messages
 
     def idle_interval(self, idle: float) -> float:
         """Seconds to wait before the next poll, ``idle`` seconds after the last reply."""
@@ -304,6 +305,7 @@ class PromptPolling:
     def message_seen(self) -> None:
         """A message arrived: the gap since the last reply is remembered."""
         now = time.monotonic()
+        self.messages += 1
         if self._replied and now - self.last_message < self.max_poll:
             self.gaps.append(now - self.last_message)
         self.last_message, self._replied = now, False
@@ -317,7 +319,8 @@ class PromptPolling:
 
     def sleep(self, seconds: float) -> None:
         """Replaces ``time.sleep`` in Flower's SuperNode loop."""
-        if seconds >= 1.0:  # the idle poll of the SuperLink (3 s)
+        if seconds >= 1.0:  # the idle poll of the SuperLink (3 s) found nothing
+            self.polls += 1
             time.sleep(self.idle_interval(time.monotonic() - self.last_message))
         else:  # waiting for the ClientApp's reply, or its content (0.5 s)
             self._reply.wait(min(seconds, 0.05))
@@ -384,6 +387,14 @@ def install(polling: PromptPolling, executor_box: list) -> None:
             return start(state_factory=state_factory, isolation=isolation, **kwargs)
         finally:
             executor.stop()
+            log(
+                INFO,
+                "fedmodel: %d messages, %d tasks run, %d polls of the SuperLink that found "
+                "no message",
+                polling.messages,
+                executor.tasks_run,
+                polling.polls,
+            )
 
     loop.time = _TimeWithPromptSleep(polling)
     loop._pull_and_store_message = pull_and_store_message
