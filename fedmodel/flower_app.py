@@ -64,7 +64,9 @@ def _server_main(grid, context) -> None:
     """The ServerApp's main: the coordinator's side of ``fedmodel serve``."""
     from fedmodel.deploy import coordinator_model, load_model_file
     from fedmodel.runtime.flower_runtime import JoinedGrid, discover
+    from fedmodel.runtime.trusted_supernode import prompt_object_pulls
 
+    prompt_object_pulls()  # a reply announced before its objects: retried after 10 ms
     cfg = dict(context.run_config)
     model_file = load_model_file(cfg["fedmodel-model"])
     options = json.loads(cfg.get("fedmodel-options", "{}"))
