@@ -169,6 +169,7 @@ def deployment(options: dict) -> dict:
     authentication, Flower's in-memory SuperLink state), one prox-al solve of its model
     (the demo problem of the deployment docs) with ``options``: wall time of ``fedmodel
     serve``, its solve, rounds, seconds per round and CPU seconds per round by process."""
+    import shutil
     import tempfile
     from pathlib import Path
 
@@ -176,20 +177,38 @@ def deployment(options: dict) -> dict:
 
     base = Path(tempfile.mkdtemp(prefix="fedmodel-bench-"))
     (base / "federation").mkdir()
-    with dep.loopback_federation(base / "federation") as fed:
-        out, ledger = base / "result.json", base / "ledger.jsonl"
-        roots = [fed["superlink"].pid] + [p.pid for p in fed["procs"].values()]
-        load = os.getloadavg()[0]
-        with CpuMeter(roots) as cpu:
-            t0 = time.perf_counter()
-            proc = dep._serve(fed, out, ledger, **options)
-            cpu.add_root(proc.pid)
-            try:
-                text, _ = proc.communicate(timeout=1800)
-            finally:
-                dep._stop([proc])
-            wall = time.perf_counter() - t0
-        res = json.loads(out.read_text())
+    try:
+        with dep.loopback_federation(base / "federation") as fed:
+            row, text = _deployment_solve(fed, base, options)
+    finally:
+        shutil.rmtree(base, ignore_errors=True)
+    print(
+        f"prox-al flower (deployment)  {row['status']}  wall {row['wall_s']:7.2f} s   solve "
+        f"{row['solve_s']:8.3f} s   {row['rounds']} rounds   {row['per_round_s']:6.3f} s per "
+        f"round   CPU {row['cpu_per_round_s']:.3f} s per round (load average "
+        f"{row['load_average']:.1f})"
+    )
+    print("  CPU seconds by process: " + ", ".join(f"{k} {v:.1f}" for k, v in row["cpu_s"].items()))
+    return row
+
+
+def _deployment_solve(fed, base, options: dict) -> tuple[dict, str]:
+    """One ``fedmodel serve`` on the federation ``fed``, measured (see :func:`deployment`)."""
+    import test_flower_deployment as dep
+
+    out, ledger = base / "result.json", base / "ledger.jsonl"
+    roots = [fed["superlink"].pid] + [p.pid for p in fed["procs"].values()]
+    load = os.getloadavg()[0]
+    with CpuMeter(roots) as cpu:
+        t0 = time.perf_counter()
+        proc = dep._serve(fed, out, ledger, **options)
+        cpu.add_root(proc.pid)
+        try:
+            text, _ = proc.communicate(timeout=1800)
+        finally:
+            dep._stop([proc])
+        wall = time.perf_counter() - t0
+    res = json.loads(out.read_text())
     progress = [line for line in text.splitlines() if "fedmodel serve: round" in line]
     rounds = res["rounds"]["communication"]
     used = cpu.seconds()
@@ -206,13 +225,7 @@ def deployment(options: dict) -> dict:
         "load_average": load,
         "x": res["x"],
     }
-    print(
-        f"prox-al flower (deployment)  {res['status']}  wall {wall:7.2f} s   solve "
-        f"{row['solve_s']:8.3f} s   {rounds} rounds   {row['per_round_s']:6.3f} s per round   "
-        f"CPU {row['cpu_per_round_s']:.3f} s per round (load average {load:.1f})"
-    )
-    print("  CPU seconds by process: " + ", ".join(f"{k} {v:.1f}" for k, v in used.items()))
-    return row
+    return row, text
 
 
 #: the deployment run of the timing targets (issue 25): the demo problem solved by prox-al

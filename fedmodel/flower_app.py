@@ -772,7 +772,7 @@ def describe_data(data: Mapping[str, Any], used: tuple[str, ...]) -> str:
     def shape(k):
         return f"{k} {tuple(int(n) for n in np.shape(data[k]))}"
 
-    text = ", ".join(shape(k) for k in used)
+    text = ", ".join(shape(k) for k in used) or "no array read by the model"
     unread = [k for k in data if k not in used]
     if unread:
         text += "; not read by the model (nothing about it is sent): "
