@@ -600,7 +600,7 @@ def cmd_serve(args) -> int:
         authorized_keys=args.authorized_keys,
         wait=args.wait,
         timeout=args.timeout,
-        stream=not args.quiet,
+        progress=not args.quiet,
     )
     print(f"{out['status']}: {out['message']}")
     print(f"result written to {args.out}" + (f", ledger to {args.ledger}" if args.ledger else ""))
@@ -780,7 +780,13 @@ def build_parser() -> argparse.ArgumentParser:
         "SuperLink, each party accepted only from the node holding its key",
     )
     p.add_argument("--wait", type=float, default=120.0, help="seconds to wait for the parties")
-    p.add_argument("--timeout", type=float, default=None, help="seconds for the whole run")
+    p.add_argument(
+        "--timeout",
+        type=float,
+        default=None,
+        help="seconds for the whole run: the solve stops there with status time_limit, its "
+        "last point and a checkpoint (checkpoint=, default OUT.checkpoint)",
+    )
     p.set_defaults(func=cmd_serve)
 
     p = sub.add_parser(

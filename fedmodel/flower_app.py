@@ -33,13 +33,26 @@ import time
 from collections.abc import Mapping
 from typing import Any
 
-from fedmodel.errors import FedModelError, ModelError
+import numpy as np
+
+from fedmodel.errors import FedModelError
 
 # ``fedmodel serve`` asks the ServerApp to stop (Ctrl-C) by creating ``out + STOP_SUFFIX``;
-# the Flower runtime checks for it while waiting for replies (FEDMODEL_STOP_FILE)
+# the Flower runtime checks for it while waiting for replies (JoinedGrid.stop_file)
 STOP_SUFFIX = ".stop"
-TASK_POLL_ENV = "FLWR_SUPEREXEC_TASK_POLL_INTERVAL"
+# the ServerApp writes its progress (JSON lines: rounds, outer iterations) to
+# ``out + PROGRESS_SUFFIX``; ``fedmodel serve`` prints it
+PROGRESS_SUFFIX = ".progress"
+# seconds ``fedmodel serve`` waits for the result after a Ctrl-C
 INTERRUPT_WAIT = 300.0
+# seconds past ``--timeout`` before the run is stopped in the SuperLink without a result
+LIMIT_GRACE = 60.0
+# seconds to wait for a run to finish in the SuperLink once its result is written
+FINISH_WAIT = 30.0
+# the longest path of a Unix socket (Linux: 108 bytes with the final NUL)
+SOCKET_PATH_MAX = 107
+# seconds between two looks at the run's status in the SuperLink while waiting
+STATUS_EVERY = 3.0
 
 
 class DeploymentError(FedModelError):
@@ -51,21 +64,80 @@ def _server_main(grid, context) -> None:
     """The ServerApp's main: the coordinator's side of ``fedmodel serve``."""
     from fedmodel.deploy import coordinator_model, load_model_file
     from fedmodel.runtime.flower_runtime import JoinedGrid, discover
+    from fedmodel.runtime.trusted_supernode import prompt_object_pulls
 
+    prompt_object_pulls()  # a reply announced before its objects: retried after 10 ms
     cfg = dict(context.run_config)
     model_file = load_model_file(cfg["fedmodel-model"])
     options = json.loads(cfg.get("fedmodel-options", "{}"))
+    out = cfg["fedmodel-out"]
+    deadline = float(cfg.get("fedmodel-deadline") or 0.0) or None  # time.time() seconds
+    report = ProgressFile(out + PROGRESS_SUFFIX)
     # SuperNode authentication: party -> the node id its public key was registered as
     nodes = json.loads(cfg.get("fedmodel-nodes") or "null")
-    found = discover(
-        grid, model_file.parties, timeout=float(cfg.get("fedmodel-wait", 120.0)), nodes=nodes
-    )
+    wait = float(cfg.get("fedmodel-wait", 120.0))
+    if deadline is not None:
+        wait = max(1.0, min(wait, deadline - time.time()))
+    stats: dict = {}
+    found = discover(grid, model_file.parties, timeout=wait, nodes=nodes, stats=stats)
+    report.write({"event": "joined", "parties": {p: n for p, (n, _info) in found.items()}})
     shapes = {p: info["shapes"][p] for p, (_node, info) in found.items()}
     model = coordinator_model(model_file, shapes)
-    os.environ["FEDMODEL_STOP_FILE"] = cfg["fedmodel-out"] + STOP_SUFFIX
-    joined = JoinedGrid(grid, found)  # the runtime uses these nodes (one hello per party)
+    options = _with_progress_and_limit(
+        cfg["fedmodel-method"], options, report, deadline, stats.get("hello_seconds", 1.0)
+    )
+    # the runtime uses these nodes (one hello per party); Ctrl-C on `fedmodel serve`
+    # creates the stop file; past the deadline the runtime stops as if interrupted
+    joined = JoinedGrid(
+        grid, found, stop_file=out + STOP_SUFFIX, progress=report.write, deadline=deadline
+    )
     res = model.solve(cfg["fedmodel-method"], backend="flower", flower_grid=joined, **options)
-    write_outputs(res, cfg["fedmodel-out"], cfg.get("fedmodel-ledger") or None)
+    if res.status == "interrupted" and deadline is not None and time.time() >= deadline:
+        res.status = "time_limit"  # stopped by the runtime at the deadline, not by Ctrl-C
+        res.message = res.message.replace(
+            "interrupted (Ctrl-C)", "the time limit of fedmodel serve --timeout was reached"
+        )
+    write_outputs(res, out, cfg.get("fedmodel-ledger") or None)
+
+
+class ProgressFile:
+    """The ServerApp's progress, one JSON line per event, for ``fedmodel serve`` to print
+    (both run on the SuperLink's machine)."""
+
+    def __init__(self, path: str):
+        self.path = path
+
+    def write(self, row: Mapping[str, Any]) -> None:
+        from fedmodel.result import _jsonable
+
+        try:
+            with open(self.path, "a") as fh:
+                fh.write(json.dumps(_jsonable(dict(row))) + "\n")
+        except OSError:  # progress is a courtesy: never the reason a solve fails
+            pass
+
+
+def _with_progress_and_limit(
+    method: str, options: dict, report: ProgressFile, deadline: float | None, trip: float
+) -> dict:
+    """The method's options with a callback writing each outer iteration's residuals to
+    the progress file and, before ``deadline``, a ``time_limit`` (when the method takes
+    these options and the user did not set them). The method's clock starts once the
+    parties have built their halves (about two round trips of ``trip`` seconds, the
+    ``hello``'s, and the compilation), and its time limit leaves time for the final
+    certificate, report and checkpoint (about five round trips); past ``deadline`` the
+    runtime stops the solve anyway (:class:`~fedmodel.runtime.flower_runtime.JoinedGrid`)."""
+    from fedmodel.algorithms.registry import all_methods
+
+    spec = all_methods().get(method)
+    fields = getattr(getattr(spec, "options", None), "__dataclass_fields__", {})
+    options = dict(options)
+    if "callback" in fields:
+        options["callback"] = lambda row: report.write({"event": "iteration", **row})
+    if deadline is not None and "time_limit" in fields and options.get("time_limit") is None:
+        left = deadline - time.time()
+        options["time_limit"] = max(0.3 * left, left - (2 * trip + 1.0) - (5 * trip + 1.0))
+    return options
 
 
 def write_outputs(res, out: str, ledger: str | None) -> None:
@@ -179,6 +251,38 @@ def read_authorized_keys(path: str, parties: list[str] | None = None) -> dict[st
     return keys
 
 
+def control_client(superlink: str, *, insecure: bool, root_certificates: str | None):
+    """A client of the SuperLink's Control API at ``superlink`` (Flower's, as ``flwr``
+    uses it); close it after use."""
+    from flwr.cli.typing import SuperLinkConnection
+    from flwr.cli.utils import init_http_client_from_connection
+
+    conn = SuperLinkConnection(
+        name="fedmodel",
+        address=superlink,
+        root_certificates=os.path.abspath(root_certificates) if root_certificates else None,
+        insecure=bool(insecure),
+    )
+    return init_http_client_from_connection(conn)
+
+
+def superlink_error(superlink: str, exc: BaseException) -> str:
+    """What went wrong talking to the SuperLink, with the likely causes of a refused
+    connection (among them the one Flower does not report: a SuperLink that exited
+    because ``flower-superexec`` is not on its ``PATH``)."""
+    import httpx
+
+    text = f"{type(exc).__name__}: {exc}"
+    if isinstance(exc, httpx.ConnectError) or "unavailable" in str(exc).lower():
+        text += (
+            f" (is flower-superlink running and listening at {superlink}? It exits at "
+            "start when 'flower-superexec' is not on its PATH: start it with the bin "
+            "directory of the Python environment where Flower is installed first on PATH, "
+            f"e.g. PATH={os.path.dirname(sys.executable)}:$PATH)"
+        )
+    return text
+
+
 def register_parties(
     superlink: str,
     keys: Mapping[str, bytes],
@@ -190,16 +294,7 @@ def register_parties(
     ``superlink``), as ``flwr supernode register`` does, unless it is registered already;
     returns party -> the node id the SuperLink gave that key. A SuperLink started with
     ``--enable-supernode-auth`` accepts only the SuperNodes whose key is registered."""
-    from flwr.cli.typing import SuperLinkConnection
-    from flwr.cli.utils import init_http_client_from_connection
-
-    conn = SuperLinkConnection(
-        name="fedmodel",
-        address=superlink,
-        root_certificates=os.path.abspath(root_certificates) if root_certificates else None,
-        insecure=bool(insecure),
-    )
-    client = init_http_client_from_connection(conn)
+    client = control_client(superlink, insecure=insecure, root_certificates=root_certificates)
     try:
         return _register(client, keys)
     except FedModelError:
@@ -207,7 +302,7 @@ def register_parties(
     except Exception as exc:  # the Control API's errors (httpx, Flower): one clear message
         raise DeploymentError(
             f"could not register the parties' keys with the SuperLink at {superlink}: "
-            f"{type(exc).__name__}: {exc}"
+            + superlink_error(superlink, exc)
         ) from exc
     finally:
         client.close()
@@ -263,6 +358,7 @@ fedmodel-out = ""
 fedmodel-ledger = ""
 fedmodel-nodes = ""
 fedmodel-wait = 120.0
+fedmodel-deadline = 0.0
 """
 
 
@@ -305,7 +401,7 @@ def serve(
     authorized_keys: str | None = None,
     wait: float = 120.0,
     timeout: float | None = None,
-    stream: bool = True,
+    progress: bool = True,
 ) -> dict:
     """Run ``method`` on the model file's model over the SuperLink whose Control API is at
     ``superlink`` (``HOST:PORT``); returns the Result as a dict (also written to ``out``).
@@ -317,11 +413,23 @@ def serve(
     certificate). ``authorized_keys`` (see :func:`read_authorized_keys`): each party's
     public key is registered with the SuperLink (if it is not yet) and each party is
     accepted only from the node holding its key.
+
+    ``progress`` prints a line per communication round (the parties that answered, the
+    last KKT residuals) on stdout. ``timeout`` (seconds, the whole run): the solve stops
+    there with status ``"time_limit"``, its last point and a checkpoint (``checkpoint=``,
+    default ``OUT.checkpoint``); should the ServerApp not return in time, the run is
+    stopped in the SuperLink and a :class:`DeploymentError` says so. When this returns
+    (or raises) no run it started is left running in the SuperLink.
     """
     model_path = os.path.abspath(model_path)
     out = os.path.abspath(out)
     ledger = os.path.abspath(ledger) if ledger else ""
+    options = dict(options)
     json.dumps(options)  # the options must be JSON (they travel in the run config)
+    start = time.time()
+    deadline = None if timeout is None else start + float(timeout)
+    if deadline is not None and "checkpoint" not in options and "resume" not in options:
+        options["checkpoint"] = out + ".checkpoint"  # a timed-out run can be resumed
     transport_security("serve", insecure, root_certificates)
     nodes = None
     if authorized_keys:
@@ -339,90 +447,226 @@ def serve(
             file=sys.stderr,
             flush=True,
         )
-    if os.path.exists(out):
-        os.unlink(out)
-    work = tempfile.mkdtemp(prefix="fedmodel-serve-")
+    stop_file, progress_file = out + STOP_SUFFIX, out + PROGRESS_SUFFIX
+    for path in (out, stop_file, progress_file):
+        if os.path.exists(path):
+            os.unlink(path)
+    config = {
+        "fedmodel-model": model_path,
+        "fedmodel-method": method,
+        "fedmodel-options": json.dumps(options),
+        "fedmodel-out": out,
+        "fedmodel-ledger": ledger,
+        "fedmodel-nodes": json.dumps(nodes) if nodes else "",
+        "fedmodel-wait": float(wait),
+        "fedmodel-deadline": float(deadline or 0.0),
+    }
+    client = control_client(superlink, insecure=insecure, root_certificates=root_certificates)
+    run = None
     try:
-        app_dir = make_app_dir(os.path.join(work, "app"), model_path)
-        home = os.path.join(work, "flwr")
-        os.makedirs(home)
-        conn = [f"address = {_toml_str(superlink)}"]
-        if insecure:
-            conn.append("insecure = true")
-        if root_certificates:
-            conn.append(f"root-certificates = {_toml_str(os.path.abspath(root_certificates))}")
-        with open(os.path.join(home, "config.toml"), "w") as fh:
-            fh.write('[superlink]\ndefault = "fedmodel"\n\n[superlink.fedmodel]\n')
-            fh.write("\n".join(conn) + "\n")
-        run_config = os.path.join(work, "run_config.toml")
-        with open(run_config, "w") as fh:  # a file: the options' JSON has quotes and spaces
-            for k, v in {
-                "fedmodel-model": model_path,
-                "fedmodel-method": method,
-                "fedmodel-options": json.dumps(options),
-                "fedmodel-out": out,
-                "fedmodel-ledger": ledger,
-                "fedmodel-nodes": json.dumps(nodes) if nodes else "",
-            }.items():
-                fh.write(f"{k} = {_toml_str(v)}\n")
-            fh.write(f"fedmodel-wait = {float(wait)!r}\n")
-        env = dict(os.environ, FLWR_HOME=home)
-        cmd = [_flwr_bin("flwr"), "run", app_dir, "fedmodel", "--run-config", run_config]
-        if stream:
-            cmd.append("--stream")
-        deadline = None if timeout is None else time.monotonic() + timeout
-        stop_file = out + STOP_SUFFIX
-        if os.path.exists(stop_file):
-            os.unlink(stop_file)
-        proc = subprocess.Popen(cmd, env=env, stdin=subprocess.DEVNULL)
-        interrupted_at = None
+        work = tempfile.mkdtemp(prefix="fedmodel-serve-")
         try:
-            while not os.path.exists(out):
-                try:
-                    now = time.monotonic()
-                    if deadline is not None and now > deadline:
-                        break
-                    if interrupted_at is None and stream and proc.poll() is not None:
-                        break  # the run ended without a result
-                    if interrupted_at is not None and now > interrupted_at + INTERRUPT_WAIT:
-                        break
-                    time.sleep(0.1)
-                except KeyboardInterrupt:
-                    if interrupted_at is not None:
-                        raise  # a second Ctrl-C: stop waiting
-                    # Ctrl-C: ask the ServerApp (on this machine) to stop where it is; it
-                    # returns the last consistent iterate (status "interrupted")
-                    interrupted_at = time.monotonic()
-                    with open(stop_file, "w"):
-                        pass
-                    print(
-                        "fedmodel serve: interrupting the solve (the last consistent iterate "
-                        "is returned; Ctrl-C again to stop waiting)",
-                        file=sys.stderr,
-                        flush=True,
-                    )
+            run = _start_run(client, make_app_dir(os.path.join(work, "app"), model_path), config)
+        except FedModelError:
+            raise
+        except Exception as exc:
+            raise DeploymentError(
+                f"could not start the run on the SuperLink at {superlink}: "
+                + superlink_error(superlink, exc)
+            ) from exc
         finally:
-            if proc.poll() is None:
-                proc.send_signal(signal.SIGINT)
-                try:
-                    proc.wait(10)
-                except subprocess.TimeoutExpired:
-                    proc.kill()
-                    proc.wait()
-        if not os.path.exists(out):
-            raise ModelError(
-                f"the Flower run ended without a result (flwr run exit code {proc.returncode}); "
-                "see the SuperLink's log"
+            shutil.rmtree(work, ignore_errors=True)
+        _say("serve", f"started run {run} on the SuperLink at {superlink}; waiting for the parties")
+        watch = _RunWatch(client, run, out, progress_file, progress, superlink)
+        try:
+            watch.until_result(deadline, wait)
+        except KeyboardInterrupt:
+            # Ctrl-C: ask the ServerApp (on this machine) to stop where it is; it returns
+            # the last consistent iterate (status "interrupted"); Ctrl-C again: stop waiting
+            with open(stop_file, "w"):
+                pass
+            print(
+                "fedmodel serve: interrupting the solve (the last consistent iterate is "
+                "returned; Ctrl-C again to stop waiting)",
+                file=sys.stderr,
+                flush=True,
             )
+            watch.until_result(time.time() + INTERRUPT_WAIT, wait, interrupted=True)
         with open(out) as fh:
-            return json.load(fh)
+            result = json.load(fh)
+        watch.finished(FINISH_WAIT)  # the ServerApp returns once it has written `out`
+        return result
     finally:
-        shutil.rmtree(work, ignore_errors=True)
+        try:
+            if run is not None:
+                _stop_run(client, run)
+        finally:
+            client.close()
+            for path in (stop_file, progress_file):
+                if os.path.exists(path):
+                    os.unlink(path)
 
 
-def _flwr_bin(name: str) -> str:
-    here = os.path.join(os.path.dirname(sys.executable), name)
-    return here if os.path.exists(here) else name
+def _start_run(client, app_dir: str, config: Mapping[str, Any]) -> int:
+    """Start the Flower app in ``app_dir`` on the SuperLink (as ``flwr run`` does, with
+    the run config overrides ``config``); returns the run id."""
+    import hashlib
+    from pathlib import Path
+
+    from flwr.cli.build import build_fab_from_disk
+    from flwr.common.serde import fab_to_proto, user_config_to_proto
+    from flwr.proto.control_pb2 import StartRunRequest
+    from flwr.supercore.fab import Fab
+
+    fab_bytes = build_fab_from_disk(Path(app_dir))
+    fab = Fab(hashlib.sha256(fab_bytes).hexdigest(), fab_bytes, {})
+    res = client.StartRun(
+        StartRunRequest(fab=fab_to_proto(fab), override_config=user_config_to_proto(dict(config)))
+    )
+    if not res.HasField("run_id"):
+        raise DeploymentError("the SuperLink did not start the run")
+    return int(res.run_id)
+
+
+def run_status(client, run: int) -> tuple[str, str]:
+    """``(status, sub_status)`` of a run on the SuperLink (``"running"``, ``""``;
+    ``"finished"``, ``"completed"`` ...)."""
+    from flwr.common.serde import run_from_proto
+    from flwr.proto.control_pb2 import ListRunsRequest
+
+    res = client.ListRuns(ListRunsRequest(run_id=run))
+    for proto in res.run_dict.values():
+        status = run_from_proto(proto).status
+        return status.status, status.sub_status
+    return "unknown", ""
+
+
+def _stop_run(client, run: int) -> None:
+    """Stop the run in the SuperLink unless it has finished (as ``flwr stop`` does)."""
+    from flwr.proto.control_pb2 import StopRunRequest
+
+    try:
+        if run_status(client, run)[0] == "finished":
+            return
+        client.StopRun(StopRunRequest(run_id=run))
+        print(f"fedmodel serve: stopped run {run} in the SuperLink", file=sys.stderr, flush=True)
+    except Exception as exc:  # noqa: BLE001 - reported, the error that got here matters more
+        print(
+            f"fedmodel serve: WARNING: could not stop run {run} in the SuperLink "
+            f"({type(exc).__name__}: {exc}); stop it with 'flwr stop {run}'",
+            file=sys.stderr,
+            flush=True,
+        )
+
+
+class _RunWatch:
+    """``fedmodel serve`` waiting for its run: prints the progress the ServerApp writes,
+    watches the run's status in the SuperLink, and the time limit."""
+
+    def __init__(self, client, run: int, out: str, progress_file: str, show: bool, link: str):
+        self.client, self.run, self.out, self.link = client, run, out, link
+        self.progress_file, self.show = progress_file, show
+        self._offset, self._outer = 0, None
+        self._status, self._checked, self._pending_since = ("pending", ""), 0.0, time.time()
+
+    def until_result(self, deadline: float | None, wait: float, interrupted=False) -> None:
+        """Return once the result file exists; raise :class:`DeploymentError` when the run
+        ended without one, never started, or outlived ``deadline`` (+ a grace period)."""
+        while not os.path.exists(self.out):
+            self._print_progress()
+            now = time.time()
+            if now - self._checked > STATUS_EVERY:
+                self._checked = now
+                self._check_run(wait)
+            if deadline is not None and now > deadline + (0 if interrupted else LIMIT_GRACE):
+                what = "after the interruption" if interrupted else "at its time limit"
+                raise DeploymentError(
+                    f"the ServerApp of run {self.run} did not return a result {what} "
+                    f"(waited {now - deadline:.0f} s more); the run is stopped in the "
+                    "SuperLink, and no result was written"
+                )
+            time.sleep(0.1)
+        self._print_progress()
+
+    def _check_run(self, wait: float) -> None:
+        status = run_status(self.client, self.run)
+        if status[0] in ("pending", "starting"):
+            if time.time() - self._pending_since > max(wait, 30.0):
+                raise DeploymentError(
+                    f"the SuperLink at {self.link} has not started the ServerApp of run "
+                    f"{self.run} within {max(wait, 30.0):g} s (status {status[0]}): the "
+                    "SuperLink starts it with 'flower-superexec', which must be on the "
+                    "SuperLink's PATH (the bin directory of the Python environment where "
+                    "fedmodel and Flower are installed)"
+                )
+        elif status[0] == "finished" and not os.path.exists(self.out):
+            time.sleep(0.5)  # (the file written just before the run finished)
+            if not os.path.exists(self.out):
+                raise DeploymentError(
+                    f"run {self.run} ended ({status[1] or status[0]}) without a result; "
+                    f"the ServerApp's log ends with: {self.log_tail()}"
+                )
+
+    def finished(self, timeout: float) -> None:
+        """Wait (bounded) until the run has finished in the SuperLink."""
+        until = time.time() + timeout
+        while time.time() < until and run_status(self.client, self.run)[0] != "finished":
+            time.sleep(0.1)
+
+    def log_tail(self, lines: int = 12) -> str:
+        """The last lines of the ServerApp's log (Flower keeps it in the SuperLink)."""
+        from flwr.proto.control_pb2 import StreamLogsRequest
+
+        try:
+            text = ""
+            for res in self.client.StreamLogs(StreamLogsRequest(run_id=self.run)):
+                text += res.log_output
+                break
+        except Exception as exc:  # noqa: BLE001
+            return f"(the log could not be read: {type(exc).__name__}: {exc})"
+        said = [_ANSI.sub("", t).rstrip() for t in text.splitlines() if t.strip()]
+        return " | ".join(said[-lines:]) or "(empty)"
+
+    def _print_progress(self) -> None:
+        try:
+            with open(self.progress_file) as fh:
+                fh.seek(self._offset)
+                chunk = fh.read()
+        except FileNotFoundError:
+            return
+        done = chunk[: chunk.rfind("\n") + 1]
+        self._offset += len(done.encode())
+        for line in done.splitlines():
+            try:
+                row = json.loads(line)
+            except ValueError:
+                continue
+            text = self.describe(row)
+            if text and self.show:
+                _say("serve", text)
+
+    def describe(self, row: Mapping[str, Any]) -> str | None:
+        """A progress line: a round's answers (with the last residuals), or the parties
+        having joined."""
+        from fedmodel.cli import Progress
+
+        if row.get("event") == "joined":
+            return "parties joined: " + ", ".join(
+                f"{p} (node {n})" for p, n in row.get("parties", {}).items()
+            )
+        if row.get("event") == "iteration":
+            self._outer = Progress.describe(row)
+            return None
+        if row.get("event") != "round":
+            return None
+        what = "" if row.get("channel", "algorithm") == "algorithm" else f" ({row.get('kind')})"
+        text = f"round {row['round']}{what}: {', '.join(row['answered']) or 'no party'} answered"
+        if row.get("failed"):
+            text += f", {', '.join(row['failed'])} failed"
+        text += f" ({row.get('seconds', 0.0):.2f} s)"
+        if self._outer:
+            text += f"; {self._outer}"
+        return text
 
 
 # -- fedmodel join -------------------------------------------------------------------------------
@@ -514,6 +758,32 @@ def _exit_text(code: int) -> str:
     return f"exited with code {code}"
 
 
+def describe_data(data: Mapping[str, Any], used: tuple[str, ...]) -> str:
+    """What ``fedmodel join`` says it loaded: each array's name and shape, those the model
+    reads (whose shapes the party reports when joining) and those it does not.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> describe_data({"X0": np.zeros((60, 5)), "ids": np.zeros(90)}, ("X0",))
+    'X0 (60, 5); not read by the model (nothing about it is sent): ids (90,)'
+    """
+
+    def shape(k):
+        return f"{k} {tuple(int(n) for n in np.shape(data[k]))}"
+
+    text = ", ".join(shape(k) for k in used) or "no array read by the model"
+    unread = [k for k in data if k not in used]
+    if unread:
+        text += "; not read by the model (nothing about it is sent): "
+        text += ", ".join(shape(k) for k in unread)
+    return text
+
+
+def _say(command: str, text: str) -> None:
+    print(f"fedmodel {command}: {text}", flush=True)
+
+
 def join(
     model_path: str,
     party: str,
@@ -536,13 +806,21 @@ def join(
     SuperNode exits (refused by the SuperLink, killed), the party server stops and a
     :class:`DeploymentError` says why.
 
+    It prints what it loaded (each array's name and shape) and ``ready`` once its
+    SuperNode is connected. The SuperNode is Flower's, run by
+    :mod:`fedmodel.runtime.trusted_supernode`: every message is handled in that process
+    by the relay ClientApp of this fedmodel installation (never the coordinator's code).
+    The temporary directory it makes (without ``socket_dir``) is removed when it stops,
+    also on SIGTERM or Ctrl-C.
+
     The party writes its checkpoint files only under ``checkpoint_dir`` (default
     ``fedmodel-checkpoints/<party>`` in the working directory; created ``0700`` when
     missing), one subdirectory per run token the coordinator names.
     """
     from fedmodel.deploy import load_model_file
-    from fedmodel.runtime.trusted_clientapp import write_shim
+    from fedmodel.runtime.flower_runtime import import_flwr
 
+    import_flwr()
     transport_security("join", insecure, root_certificates)
     if auth_key:
         _check_private_key(auth_key)
@@ -553,27 +831,99 @@ def join(
             file=sys.stderr,
             flush=True,
         )
-    base = (
-        private_socket_dir(socket_dir) if socket_dir else tempfile.mkdtemp(prefix="fedmodel-join-")
-    )
-    model_file = load_model_file(model_path)
-    data = model_file.load(party, data_path)
-    sock = os.path.join(base, f"{party}.sock")
-    server = party_server(
-        model_file,
-        party,
-        data,
-        sock,
-        checkpoint_dir=checkpoint_dir or os.path.join("fedmodel-checkpoints", party),
-    )
+    stopping = threading.Event()
+
+    def on_term(*_):
+        if not stopping.is_set():
+            stopping.set()
+            raise SystemExit(0)
+
+    # from here on SIGTERM unwinds (and cleans up) like Ctrl-C
+    previous = signal.signal(signal.SIGTERM, on_term)
+    base = None
+    try:
+        base = (
+            private_socket_dir(socket_dir)
+            if socket_dir
+            else tempfile.mkdtemp(prefix="fedmodel-join-")
+        )
+        sock = os.path.join(base, f"{party}.sock")
+        if len(os.fsencode(sock)) > SOCKET_PATH_MAX:
+            raise DeploymentError(
+                f"the party server's socket {sock} would have a path of "
+                f"{len(os.fsencode(sock))} bytes, longer than a Unix socket allows "
+                f"({SOCKET_PATH_MAX}): give a shorter --socket-dir (or TMPDIR)"
+            )
+        model_file = load_model_file(model_path)
+        data = model_file.load(party, data_path)
+        server = party_server(
+            model_file,
+            party,
+            data,
+            sock,
+            checkpoint_dir=checkpoint_dir or os.path.join("fedmodel-checkpoints", party),
+        )
+        used = tuple(server.info["shapes"][party])
+        _say("join", f"party '{party}': loaded {data_path}: {describe_data(data, used)}")
+        try:
+            return _run_supernode(
+                server, party, superlink, base, sock, stopping,
+                insecure=insecure, root_certificates=root_certificates,
+                auth_key=auth_key, ready_file=ready_file,
+            )  # fmt: skip
+        finally:
+            server.close()
+    except (KeyboardInterrupt, SystemExit):
+        if not stopping.is_set():
+            stopping.set()
+            raise  # stopped while loading: the exit code says so
+        return 0
+    finally:
+        stopping.set()
+        if base is not None and not socket_dir:
+            shutil.rmtree(base, ignore_errors=True)  # the temporary directory made above
+        signal.signal(signal.SIGTERM, previous)
+
+
+def _run_supernode(
+    server,
+    party: str,
+    superlink: str,
+    base: str,
+    sock: str,
+    stopping: threading.Event,
+    *,
+    insecure: bool,
+    root_certificates: str | None,
+    auth_key: str | None,
+    ready_file: str | None,
+) -> int:
+    """Start ``fedmodel join``'s SuperNode and serve ``server`` until stopped."""
+    import secrets
+
+    from fedmodel.runtime import trusted_supernode
+    from fedmodel.runtime.trusted_clientapp import write_shim
+
     home = os.path.join(base, "flwr-" + party)
     os.makedirs(home, exist_ok=True)
+    # claiming a task on the SuperNode's Runtime API (its HTTP port) needs this secret
+    secret = os.path.join(base, "superexec.secret")
+    fd = os.open(secret, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "wb") as fh:
+        fh.write(secrets.token_bytes(32))
     cmd = [
-        _flwr_bin("flower-supernode"),
+        sys.executable,
+        os.path.abspath(trusted_supernode.__file__),
         "--superlink",
         superlink,
         "--node-config",
         f"fedmodel-socket={_toml_str(sock)} fedmodel-party={_toml_str(party)}",
+        "--isolation",
+        trusted_supernode.ISOLATION,
+        "--superexec-auth-secret-file",
+        secret,
+        "--host",
+        "127.0.0.1",
         "--port",
         str(_free_port()),
     ]
@@ -584,36 +934,25 @@ def join(
     if auth_key:
         cmd += ["--auth-supernode-private-key", os.path.abspath(auth_key)]
     env = dict(os.environ, FLWR_HOME=home)
-    # the SuperExec starts `flwr-clientapp` from PATH for every message: ours first, which
-    # runs this installation's relay and never the coordinator's FAB code (trusted_clientapp)
+    # the SuperNode runs every ClientApp task itself (trusted_supernode); should a Flower
+    # start a task process anyway, it finds fedmodel's commands first on its PATH
+    # (trusted_clientapp: its flwr-clientapp runs this installation's relay, the others
+    # refuse to start)
     shim_dir = os.path.join(base, "bin")
     write_shim(shim_dir)
     env["PATH"] = os.pathsep.join(
         [shim_dir, os.path.dirname(sys.executable), os.environ.get("PATH", "")]
     ).rstrip(os.pathsep)
-    # the SuperNode's SuperExec looks for a message to start a ClientApp for every second by
-    # default: every message would wait up to 1 s more (Flower's only latency knob here)
-    env.setdefault(TASK_POLL_ENV, "0.05")
-
-    def on_term(*_):
-        server.stopped = True
-        raise SystemExit(0)
-
-    signal.signal(signal.SIGTERM, on_term)  # (before the SuperNode can exit: see watch)
-    stopping = threading.Event()
     exited: list[int] = []
     tail: collections.deque[str] = collections.deque(maxlen=1)  # its last line
     error: list[str] = []  # its last error block (Flower: an ERROR line, then details)
-    try:
-        node = subprocess.Popen(
-            cmd, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT
-        )
-    except OSError:
-        server.close()
-        raise
+    node = subprocess.Popen(
+        cmd, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT
+    )
+    node_id = re.compile(r"SuperNode ID:\s*(\d+)")
 
     def relay_output():  # the SuperNode's log to ours, keeping what says why it exited
-        in_error = False
+        in_error, ready = False, False
         for raw in node.stdout:
             line = raw.decode(errors="replace")
             text = _ANSI.sub("", line).strip()
@@ -630,6 +969,18 @@ def join(
                 sys.stderr.flush()
             except (OSError, ValueError):
                 pass
+            found = None if ready else node_id.search(text)
+            if found:
+                ready = True
+                _say(
+                    "join",
+                    f"party '{party}' ready: SuperNode {found.group(1)} connected to the "
+                    f"SuperLink at {superlink} (Ctrl-C or SIGTERM stops it)",
+                )
+                if ready_file:
+                    with open(ready_file, "w") as fh:
+                        json.dump({"pid": os.getpid(), "supernode_pid": node.pid,
+                                   "socket": sock, "node_id": int(found.group(1))}, fh)  # fmt: skip
 
     def watch():  # the SuperNode exits on its own: stop the party server (SIGTERM)
         code = node.wait()
@@ -643,9 +994,6 @@ def join(
     watcher = threading.Thread(target=watch, name="supernode-watch", daemon=True)
     output.start()
     watcher.start()
-    if ready_file:
-        with open(ready_file, "w") as fh:
-            json.dump({"pid": os.getpid(), "supernode_pid": node.pid, "socket": sock}, fh)
     try:
         server.serve_forever(stop_on_interrupt=True)
     except (KeyboardInterrupt, SystemExit):
@@ -660,9 +1008,6 @@ def join(
             node.kill()
             watcher.join(10)
         output.join(5)
-        server.close()
-        if not socket_dir:
-            shutil.rmtree(base, ignore_errors=True)  # the temporary directory made above
     if exited:
         said = tail if exited[0] < 0 or not error else error  # (killed: no error of its own)
         last = " | ".join(" ".join(line.split()) for line in said) or "no output"
@@ -670,6 +1015,7 @@ def join(
             f"the Flower SuperNode of party '{party}' {_exit_text(exited[0])} "
             f"({last}); the party server is stopped"
         )
+    _say("join", f"party '{party}' stopped")
     return 0
 
 

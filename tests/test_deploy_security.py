@@ -34,8 +34,7 @@ from fedmodel.flower_app import (  # noqa: E402
     private_socket_dir,
     read_authorized_keys,
 )
-from fedmodel.runtime.flower_codec import ARRAY_RECORD, CALL_RECORD  # noqa: E402
-from fedmodel.runtime.flower_relay_app import _records  # noqa: E402
+from fedmodel.runtime.flower_relay_app import content_of, parts_of  # noqa: E402
 from fedmodel.runtime.flower_runtime import JoinedGrid, discover  # noqa: E402
 
 OPTS = dict(max_outer=1, max_inner=3, history=False, random_state=0)
@@ -98,6 +97,18 @@ def test_join_with_a_shared_socket_dir_exits_with_a_message(tmp_path, capsys):
     assert os.listdir(shared) == []  # nothing made there
 
 
+def test_join_with_a_socket_path_too_long_says_so(tmp_path, capsys):
+    (tmp_path / "model.py").write_text(MODEL)
+    deep = tmp_path / ("d" * 60) / ("e" * 60)
+    code = main(
+        ["join", str(tmp_path / "model.py"), "--party", "site0", "--data", "absent.npz",
+         "--superlink", "127.0.0.1:9", "--insecure", "--socket-dir", str(deep)]
+    )  # fmt: skip
+    err = capsys.readouterr().err
+    assert code == 1
+    assert "longer than a Unix socket allows (107): give a shorter --socket-dir" in err
+
+
 # -- hello, the ledger and the node <-> party binding -------------------------------------------
 class LoopbackGrid:
     """A Flower Grid without Flower's network: node id -> a party server, called with a
@@ -114,9 +125,7 @@ class LoopbackGrid:
     def push_messages(self, messages):
         ids = []
         for m in messages:
-            text = m.content.config_records[CALL_RECORD]["json"]
-            record = m.content.array_records[ARRAY_RECORD]
-            arrays = [record[str(i)].numpy() for i in range(len(record))]
+            _status, text, arrays = parts_of(m.content)
             status, out, out_arrays = self.servers[m.metadata.dst_node_id].handle(
                 ("call", text, arrays)
             )
@@ -124,7 +133,7 @@ class LoopbackGrid:
             self.replies[mid] = SimpleNamespace(
                 metadata=SimpleNamespace(reply_to_message_id=mid),
                 has_error=lambda: False,
-                content=_records(out, out_arrays, status),
+                content=content_of(status, out, out_arrays),
             )
             ids.append(mid)
         return ids
@@ -301,6 +310,16 @@ def test_register_without_a_reachable_superlink_says_so(tmp_path, capsys):
     assert main(argv) == 1
     err = capsys.readouterr().err
     assert f"could not register the parties' keys with the SuperLink at 127.0.0.1:{port}" in err
+    # the likely causes, among them the one Flower does not report: a SuperLink that
+    # exited because flower-superexec is not on its PATH
+    assert "is flower-superlink running" in err and "'flower-superexec' is not on its PATH" in err
+    argv = ["serve", str(tmp_path / "model.py"), "--superlink", f"127.0.0.1:{port}",
+            "--insecure", "--out", str(tmp_path / "result.json")]  # fmt: skip
+    assert main(argv) == 1
+    err = capsys.readouterr().err
+    assert f"could not start the run on the SuperLink at 127.0.0.1:{port}" in err
+    assert "'flower-superexec' is not on its PATH" in err
+    assert not (tmp_path / "result.json").exists()
 
 
 def test_a_resumed_deployed_solve_keeps_the_run_so_far_then_its_own_hello(organisations, tmp_path):

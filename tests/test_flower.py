@@ -90,6 +90,22 @@ def test_codec_through_flower_records():
     assert back[0] == "run" and back[1][0][0].payload["w"].tobytes() == w.tobytes()
 
 
+def test_a_call_travels_as_one_frame_unless_it_is_large():
+    """A call is one frame in one ConfigRecord (three Flower objects per message); above
+    FRAME_MAX bytes its arrays go in an ArrayRecord (Flower chunks them); both decode."""
+    pytest.importorskip("flwr")
+    from fedmodel.runtime.flower_codec import from_records, to_records
+    from fedmodel.runtime.flower_relay_app import ARRAY_RECORD, FRAME_MAX, FRAME_RECORD
+
+    small = np.linspace(0, 1, 5) / 3
+    big = np.arange(FRAME_MAX // 8 + 1, dtype=float) / 7
+    for w, form in ((small, FRAME_RECORD), (big, ARRAY_RECORD)):
+        records = to_records(("run", ([Message("w", "server", "a", {"w": w})], None)))
+        assert form in records.config_records or form in records.array_records
+        back = from_records(records)
+        assert back[1][0][0].payload["w"].tobytes() == w.tobytes()
+
+
 def test_flower_options_are_checked():
     from fedmodel.errors import ModelError
 

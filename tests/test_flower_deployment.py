@@ -4,10 +4,13 @@ only its own data file and its own key, the coordinator with ``fedmodel serve``;
 (a CA and a server certificate the test makes) and SuperNode authentication (each party's
 ECDSA key registered with the SuperLink, issue 22).
 
-Flower's deployment engine starts a fresh ClientApp process for every message and a
-SuperNode polls for messages every 3 s, so a round costs seconds (see
-``benchmarks/RESULTS_flower.md``): these tests are ``slow`` and use a few rounds. They
-stop every process they started (by process group) whatever happens.
+Each party's SuperNode runs its ClientApp tasks in its own process and polls promptly
+(``fedmodel/runtime/trusted_supernode.py``); a round still costs tenths of a second to
+seconds on a loaded machine (``benchmarks/RESULTS_flower.md``, where the timing targets
+are): these tests are ``slow`` and use a few rounds. They check what ``serve`` and
+``join`` say (progress, ``ready``), ``--timeout`` (status ``time_limit``, nothing left
+running) and that ``join`` leaves no temporary directory, and stop every process they
+started (by process group) whatever happens.
 """
 
 from __future__ import annotations
@@ -15,11 +18,13 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import re
 import signal
 import socket
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -198,10 +203,11 @@ def _join(fed, org, party, data, log, key, ready=None, socket_dir=None):
 
 
 @contextlib.contextmanager
-def loopback_federation(base):
+def loopback_federation(base, database: str | None = None):
     """A SuperLink (TLS, SuperNode authentication) and three ``fedmodel join``
     organisations on 127.0.0.1 under ``base`` (a Path), each party's key registered with
-    ``fedmodel register``; everything started is stopped on exit."""
+    ``fedmodel register``; everything started is stopped on exit. ``database``: the
+    SuperLink's ``--database`` (default: Flower's in-memory state)."""
     model_path = base / "model.py"
     model_path.write_text(MODEL)
     sites = np_sites(3)
@@ -214,16 +220,15 @@ def loopback_federation(base):
            "tls": tls, "keys": base / "parties.keys", "procs": {}}  # fmt: skip
     try:
         (base / "link").mkdir()
-        procs.append(
-            subprocess.Popen(
-                [_bin("flower-superlink"), "--ssl-ca-certfile", str(tls["ca"]),
-                 "--ssl-certfile", str(tls["cert"]), "--ssl-keyfile", str(tls["key"]),
-                 "--enable-supernode-auth", "--database", str(base / "link" / "state.db"),
-                 "--host", "127.0.0.1", "--port", str(port)],
-                env=_env(str(base / "link")), start_new_session=True,
-                stdout=open(base / "link.log", "w"), stderr=subprocess.STDOUT,
-            )
+        db = ["--database", database] if database else []
+        fed["superlink"] = subprocess.Popen(
+            [_bin("flower-superlink"), "--ssl-ca-certfile", str(tls["ca"]),
+             "--ssl-certfile", str(tls["cert"]), "--ssl-keyfile", str(tls["key"]),
+             "--enable-supernode-auth", *db, "--host", "127.0.0.1", "--port", str(port)],
+            env=_env(str(base / "link")), start_new_session=True,
+            stdout=open(base / "link.log", "w"), stderr=subprocess.STDOUT,
         )  # fmt: skip
+        procs.append(fed["superlink"])
         lines = []
         for i, (X0, X1) in enumerate(sites):
             org = base / f"org{i}"
@@ -289,14 +294,14 @@ sys.exit(main(sys.argv[1:]))
 """
 
 
-def _serve(fed, out, ledger, tampered_fab=None, **opts):
+def _serve(fed, out, ledger, tampered_fab=None, timeout=900, **opts):
     """``fedmodel serve``; ``tampered_fab``: a path its FAB's relay writes when imported."""
     head = [_bin("fedmodel")]
     if tampered_fab is not None:
         head = [sys.executable, "-c", TAMPERED_SERVE, str(tampered_fab)]
     cmd = head + ["serve", str(fed["model"]), "--superlink", fed["link"],
            "--root-certificates", str(fed["tls"]["ca"]), "--authorized-keys", str(fed["keys"]),
-           "--out", str(out), "--ledger", str(ledger), "--timeout", "900"]  # fmt: skip
+           "--out", str(out), "--ledger", str(ledger), "--timeout", str(timeout)]  # fmt: skip
     for k, v in opts.items():
         cmd += ["-o", f"{k}={v}"]
     return subprocess.Popen(cmd, env=_env(str(fed["base"] / "serve")), stdout=subprocess.PIPE,
@@ -346,6 +351,20 @@ def test_three_organisations_solve_prox_al(federation, tmp_path):
     assert not sentinel.exists(), sentinel.read_text()
     res = json.loads(out.read_text())
     ref = _serial(fed["sites"], **OPTS)
+    # serve's progress: the parties joined, then every round with the parties that answered
+    assert re.search(r"fedmodel serve: parties joined: site0 \(node \d+\), site1", text), text
+    for r in range(1, ref.rounds["communication"] + 1):
+        line = re.search(rf"fedmodel serve: round {r}: (.*) answered \(", text)
+        assert line and sorted(line.group(1).split(", ")) == ["site0", "site1", "site2"], text
+    # each join said what it loaded (names and shapes; the array the model does not read
+    # is named as not sent) and that it was ready
+    for i, (X0, X1) in enumerate(fed["sites"]):
+        said = fed["joins"][f"site{i}"][2].read_text()
+        assert (
+            f"fedmodel join: party 'site{i}': loaded site{i}.npz: X0 {X0.shape}, X1 {X1.shape}; "
+            f"not read by the model (nothing about it is sent): record_ids ({len(X0) + len(X1)},)"
+        ) in said
+        assert f"fedmodel join: party 'site{i}' ready: SuperNode " in said
     assert res["extra"]["backend"] == "flower"
     assert res["rounds"] == ref.rounds
     x = np.asarray(res["x"])
@@ -426,7 +445,115 @@ def test_ctrl_c_on_the_coordinator_returns_interrupted(federation, tmp_path):
     assert np.max(np.abs(again.x - ref.x)) <= 1e-10 * max(1.0, np.max(np.abs(ref.x)))
 
 
+def _runs(fed) -> dict[int, str]:
+    """Run id -> its status in the SuperLink (``"finished:completed"``, ``"running"`` ...)."""
+    from flwr.common.serde import run_from_proto
+    from flwr.proto.control_pb2 import ListRunsRequest
+
+    from fedmodel.flower_app import control_client
+
+    client = control_client(fed["link"], insecure=False, root_certificates=str(fed["tls"]["ca"]))
+    try:
+        res = client.ListRuns(ListRunsRequest())
+    finally:
+        client.close()
+    out = {}
+    for proto in res.run_dict.values():
+        run = run_from_proto(proto)
+        out[run.run_id] = ":".join(p for p in (run.status.status, run.status.sub_status) if p)
+    return out
+
+
+def _live_task_processes(fed) -> list[str]:
+    """The command lines of the live (not zombie) processes below the SuperLink other
+    than its SuperExec: the ServerApp processes of runs."""
+    out = []
+    for pid in _descendants([fed["superlink"].pid]):
+        try:
+            with open(f"/proc/{pid}/stat") as fh:
+                state = fh.read().rsplit(")", 1)[1].split()[0]
+            with open(f"/proc/{pid}/cmdline", "rb") as fh:
+                cmd = fh.read().replace(b"\0", b" ").decode()
+        except OSError:
+            continue
+        if state != "Z" and "flower-superexec" not in cmd:
+            out.append(cmd)
+    return out
+
+
+def test_timeout_ends_the_run_with_time_limit_and_leaves_nothing_running(federation, tmp_path):
+    """``fedmodel serve --timeout`` on a solve that would run far longer: the run ends
+    with status ``time_limit``, a point and a checkpoint (``OUT.checkpoint``), and once
+    ``serve`` returns no run is active in the SuperLink and no ServerApp process is left."""
+    fed = federation
+    out, ledger = tmp_path / "result.json", tmp_path / "ledger.jsonl"
+    limit = 30
+    before = _runs(fed)
+    proc = _serve(fed, out, ledger, timeout=limit, eps=1e-12, max_outer=1000, max_inner=1000)
+    try:
+        text, _ = proc.communicate(timeout=limit + 600)
+    finally:
+        _stop([proc])
+    assert proc.returncode == 0, text[-4000:]
+    res = json.loads(out.read_text())
+    assert res["status"] == "time_limit", res["message"]
+    assert f"{res['status']}: " in text and "round 1: " in text
+    x = np.asarray(res["x"])
+    assert x.shape == (5,) and np.all(np.isfinite(x))
+    ck = tmp_path / "result.json.checkpoint"
+    assert (ck / "manifest.json").is_file(), res["message"]
+    assert f"resume='{ck}'" in res["message"] or "resume=" in res["message"], res["message"]
+    runs = {r: s for r, s in _runs(fed).items() if r not in before}
+    assert len(runs) == 1 and all(s.startswith("finished") for s in runs.values()), runs
+    _wait_for(lambda: not _live_task_processes(fed), 60, "the ServerApp process to exit")
+
+
+def test_join_removes_its_temporary_directory_on_sigterm_and_ctrl_c(tmp_path):
+    """Without ``--socket-dir`` ``fedmodel join`` makes a private temporary directory (its
+    socket, key, SuperNode home); it is gone after SIGTERM or Ctrl-C (here while the
+    SuperNode waits for a SuperLink that is not there)."""
+    from problems import DEPLOYMENT_MODEL
+
+    (tmp_path / "model.py").write_text(DEPLOYMENT_MODEL)
+    X0, X1 = np_sites(3)[0]
+    np.savez(tmp_path / "site0.npz", X0=X0, X1=X1)
+    import tempfile
+
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        # (a short one: a Unix socket's path has at most 107 bytes)
+        temp = Path(tempfile.mkdtemp(prefix="fj-"))
+        log = tmp_path / f"join-{sig.name}.log"
+        env = dict(_env(str(tmp_path)), TMPDIR=str(temp))
+        p = subprocess.Popen(
+            [_bin("fedmodel"), "join", str(tmp_path / "model.py"), "--party", "site0",
+             "--data", str(tmp_path / "site0.npz"), "--superlink", f"127.0.0.1:{_free_port()}",
+             "--insecure"],
+            cwd=tmp_path, env=env, start_new_session=True, stdout=open(log, "w"),
+            stderr=subprocess.STDOUT,
+        )  # fmt: skip
+        try:
+            _wait_for(
+                lambda log=log, p=p: (
+                    p.poll() is not None or "Starting Flower SuperNode" in log.read_text()
+                ),
+                180,
+                "the SuperNode",
+            )
+            assert p.poll() is None, log.read_text()
+            assert [d.name for d in temp.iterdir() if d.name.startswith("fedmodel-join-")]
+            os.kill(p.pid, sig)
+            code = p.wait(timeout=120)
+        finally:
+            _stop([p])
+        said = log.read_text()
+        assert code == 0, said[-3000:]
+        assert "fedmodel join: party 'site0' stopped" in said
+        assert not [d.name for d in temp.iterdir() if d.name.startswith("fedmodel-join-")], said
+        temp.rmdir()
+
+
 def test_a_supernode_killed_mid_solve_is_a_client_failure(federation, tmp_path):
+    """(Last: it ends party site1 of the module's federation.)"""
     fed = federation
     out, ledger = tmp_path / "result.json", tmp_path / "ledger.jsonl"
     ck = tmp_path / "ck"  # the manifest; each party writes its state in its own directory

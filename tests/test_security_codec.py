@@ -338,8 +338,14 @@ def test_the_relay_forward_path_refuses_a_crafted_build(party, sentinel, monkeyp
     from flwr.app import ArrayRecord, ConfigRecord, Context, Message, RecordDict
     from flwr.supercore.task_identity import TaskIdentity
 
-    from fedmodel.runtime.flower_codec import ARRAY_RECORD, CALL_RECORD, from_records, to_records
-    from fedmodel.runtime.flower_relay_app import STATUS_RECORD, relay
+    from fedmodel.runtime.flower_codec import (
+        ARRAY_RECORD,
+        CALL_RECORD,
+        from_records,
+        record_parts,
+        to_records,
+    )
+    from fedmodel.runtime.flower_relay_app import FRAME_RECORD, pack, relay
 
     server, honest = party
     path, _ = sentinel
@@ -356,7 +362,7 @@ def test_the_relay_forward_path_refuses_a_crafted_build(party, sentinel, monkeyp
     def send(content):
         msg = Message(content=content, dst_node_id=1, message_type="query.fedmodel")
         reply = relay(msg, context)
-        return reply.content.config_records[STATUS_RECORD]["status"], from_records(reply.content)
+        return record_parts(reply.content)[0], from_records(reply.content)
 
     for target in ("fedmodel.runtime.flower_party:os.system", "builtins.eval"):
         crafted = RecordDict(
@@ -368,6 +374,12 @@ def test_the_relay_forward_path_refuses_a_crafted_build(party, sentinel, monkeyp
             }
         )
         status, value = send(crafted)
+        assert status == "error" and isinstance(value, CodecError)
+        assert "not a registered wire type" in str(value)
+        # the same call as one frame (how a coordinator's calls travel): the relay hands
+        # it over unread, the party server refuses it
+        frame = pack("call", _build_text(path, target), [])
+        status, value = send(RecordDict({FRAME_RECORD: ConfigRecord({"frame": frame})}))
         assert status == "error" and isinstance(value, CodecError)
         assert "not a registered wire type" in str(value)
     status, value = send(to_records(("build", (honest,))))

@@ -146,7 +146,7 @@ def test_flower_clientapp_with_the_hooks_answers_with_the_installed_relay(
     fab, run, sentinel = tampered_fab
     reply, code = _run_flower_clientapp(monkeypatch, fab, run, {"partition-id": 3})
     assert code == ExitCode.SUCCESS and not reply.has_error(), (code, reply)
-    answer = json.loads(reply.content.config_records[flower_relay_app.CALL_RECORD]["json"])
+    answer = json.loads(flower_relay_app.parts_of(reply.content)[1])
     assert answer == {"node_config": {"partition-id": 3}}
     assert not sentinel.exists()
     assert not (Path(os.environ["FLWR_HOME"]) / "apps").exists()  # the FAB never unpacked
@@ -231,3 +231,106 @@ def test_main_turns_runtime_dependency_installation_off(hooks, monkeypatch):
     assert len(calls) == 1 and calls[0]["runtime_dependency_install"] is False
     assert calls[0]["runtime_api_address"] == "127.0.0.1:1"
     assert process.get_load_client_app_fn is trusted_clientapp.trusted_load_client_app_fn
+
+
+# -- fedmodel join's SuperNode: the trusted executor (trusted_supernode) -----------------------
+def _node_with_task(monkeypatch, fab, run, node_config, task_type="flwr-clientapp"):
+    """A SuperNode's state as Flower's loop leaves it after pulling a ``hello`` from the
+    SuperLink (run, FAB, context, the message and its objects, a pending task)."""
+    from flwr.supercore.object_store import ObjectStoreFactory
+    from flwr.supernode.nodestate import NodeStateFactory
+    from flwr.supernode.start_client_internal import _insert_message
+
+    for name, value in (("_task_id", 1), ("_run_id", run.run_id), ("_node_id", 5)):
+        monkeypatch.setattr(TaskIdentity, name, value)
+    factory = NodeStateFactory(objectstore_factory=ObjectStoreFactory())
+    state = factory.state()
+    state.set_node_id(5)
+    msg, context = _hello(node_config)
+    state.store_run(run)
+    state.store_fab(fab)
+    state.set_run_series_context(run.series_id, context)
+    task_id = state.create_task(task_type=task_type, run_id=run.run_id, fab_hash=run.fab_hash)
+    _insert_message(msg, state, factory.objectstore_factory.store())
+    return state, task_id
+
+
+def _reply(state):
+    """The one reply the SuperNode would send (inflated from its object store)."""
+    from flwr.supercore.inflatable.inflatable_object import iterate_object_tree
+    from flwr.supercore.inflatable.inflatable_utils import inflate_object_from_contents
+
+    (stored,) = state.get_messages_legacy(is_reply=True)
+    mid = stored.metadata.message_id
+    tree = state.object_store.get_object_tree(mid)
+    contents = {t.object_id: state.object_store.get(t.object_id) for t in iterate_object_tree(tree)}
+    return inflate_object_from_contents(mid, contents)
+
+
+def _task_status(state, task_id):
+    task = state.get_tasks(task_ids=[task_id])[0]
+    return task.status.status, task.status.sub_status
+
+
+def test_the_supernode_executor_answers_with_the_installed_relay(tampered_fab, monkeypatch):
+    """``fedmodel join``'s SuperNode runs each ClientApp task in its own process: the task
+    is claimed and answered through Flower's Runtime API handlers by the relay of this
+    installation; the FAB the coordinator shipped is never unpacked nor imported."""
+    from fedmodel.runtime.trusted_supernode import TrustedExecutor
+
+    fab, run, sentinel = tampered_fab
+    state, task_id = _node_with_task(monkeypatch, fab, run, {"partition-id": 3})
+    woken = []
+    executor = TrustedExecutor(state, on_reply=lambda: woken.append(True))
+    assert executor.run_pending() == 1 and woken == [True]
+    reply = _reply(state)
+    assert not reply.has_error()
+    status, text, arrays = flower_relay_app.parts_of(reply.content)
+    assert (status, json.loads(text), arrays) == ("ok", {"node_config": {"partition-id": 3}}, [])
+    assert _task_status(state, task_id) == ("finished", "completed")
+    assert not sentinel.exists()
+    assert not (Path(os.environ["FLWR_HOME"]) / "apps").exists()  # the FAB never unpacked
+    assert executor.run_pending() == 0  # nothing else pending
+
+
+def test_the_supernode_executor_refuses_an_agentapp_task(tampered_fab, monkeypatch):
+    """A run whose primary task is an AgentApp would run the FAB's code: the executor
+    answers it with an error (so the SuperNode goes on) and fails the task."""
+    from fedmodel.runtime.trusted_supernode import TrustedExecutor
+
+    fab, run, sentinel = tampered_fab
+    state, task_id = _node_with_task(monkeypatch, fab, run, {}, task_type="flwr-agentapp")
+    assert TrustedExecutor(state).run_pending() == 1
+    reply = _reply(state)
+    assert reply.has_error() and "refused to run a flwr-agentapp task" in reply.error.reason
+    assert _task_status(state, task_id) == ("finished", "failed")
+    assert not sentinel.exists()
+
+
+def test_the_supernode_loop_is_patched_and_needs_process_isolation(monkeypatch):
+    """``install`` replaces the waits, the pull and the push of Flower's SuperNode loop, and
+    the loop refuses to start in Flower's default subprocess isolation (where Flower's
+    SuperExec would start the task processes)."""
+    from flwr.supernode import start_client_internal as loop
+
+    from fedmodel.runtime import trusted_supernode
+
+    for name in ("time", "_pull_and_store_message", "_push_messages", "start_client_internal"):
+        monkeypatch.setattr(loop, name, getattr(loop, name))
+    polling = trusted_supernode.PromptPolling()
+    trusted_supernode.install(polling, [])
+    assert loop.time.sleep == polling.sleep and loop.time.monotonic is __import__("time").monotonic
+    with pytest.raises(RuntimeError, match="--isolation process"):
+        loop.start_client_internal(state_factory=None, isolation="subprocess")
+
+
+def test_prompt_polling_waits_for_the_expected_message_then_backs_off():
+    from fedmodel.runtime.trusted_supernode import PromptPolling
+
+    polls = PromptPolling(min_poll=0.02, backoff=0.25, max_poll=3.0, lead=0.7)
+    assert polls.idle_interval(0.0) == 0.02  # nothing known yet: prompt
+    polls.gaps.extend([0.5, 0.4, 0.6])
+    polls.replied()
+    assert polls.idle_interval(0.0) == pytest.approx(0.28)  # due at 0.7 * 0.4 s
+    assert polls.idle_interval(0.3) == pytest.approx(0.075)  # then a quarter of the wait
+    assert polls.idle_interval(100.0) == 3.0  # a quiet federation: Flower's rate

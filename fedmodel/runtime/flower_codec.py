@@ -200,27 +200,28 @@ def _typed(x: Any, kind: Any, tag: str, length: int | None = None) -> Any:
 
 # -- Flower records ------------------------------------------------------------------------------
 def to_records(obj: Any):
-    """``obj`` as a Flower ``RecordDict`` (a ``ConfigRecord`` and an ``ArrayRecord``)."""
-    from flwr.app import Array, ArrayRecord, ConfigRecord, RecordDict
+    """``obj`` as a Flower ``RecordDict``: its frame (JSON text and ``.npy`` arrays, see
+    :func:`fedmodel.runtime.flower_relay_app.content_of`) in one ``ConfigRecord``, or,
+    for a large one, a ``ConfigRecord`` and an ``ArrayRecord``."""
+    from fedmodel.runtime.flower_relay_app import content_of
 
-    text, arrays = encode(obj)
-    return RecordDict(
-        {
-            CALL_RECORD: ConfigRecord({"json": text}),
-            ARRAY_RECORD: ArrayRecord({str(i): Array(a) for i, a in enumerate(arrays)}),
-        }
-    )
+    return content_of("call", *encode(obj))
 
 
 def from_records(records) -> Any:
-    """The inverse of :func:`to_records`."""
-    try:
-        text = records.config_records[CALL_RECORD]["json"]
-        ar = records.array_records[ARRAY_RECORD]
+    """The inverse of :func:`to_records` (either form)."""
+    return decode(*record_parts(records)[1:])
+
+
+def record_parts(records) -> tuple:
+    """``(status, text, arrays)`` of a fedmodel record (either form of
+    :func:`to_records`; ``status`` ``"ok"`` when it says none); a :class:`CodecError`
+    if it is not one."""
+    from fedmodel.runtime.flower_relay_app import parts_of
+
+    try:  # arrays read with np.load(allow_pickle=False)
+        return parts_of(records)
     except KeyError as exc:
         raise CodecError(f"not a fedmodel record (missing {exc})") from None
-    try:  # Flower loads each with np.load(allow_pickle=False)
-        arrays = [ar[str(i)].numpy() for i in range(len(ar))]
-    except (KeyError, TypeError, ValueError, OSError) as exc:
+    except (TypeError, ValueError, OSError) as exc:
         raise CodecError(f"the arrays of a fedmodel record: {exc}") from None
-    return decode(text, arrays)

@@ -44,6 +44,13 @@ CALL_RECORD = "fedmodel"
 ARRAY_RECORD = "fedmodel.arrays"
 ROUTE_RECORD = "fedmodel.route"
 STATUS_RECORD = "fedmodel.status"
+# a call or answer whose frame (:func:`pack`) is at most FRAME_MAX bytes travels as that
+# frame, one bytes entry of one ConfigRecord: three Flower objects per message (the
+# message, its RecordDict, the record), each one HTTP request to the SuperLink each way;
+# a larger one as the JSON text in a ConfigRecord and its arrays in an ArrayRecord
+# (Flower chunks large arrays)
+FRAME_RECORD = "fedmodel.frame"
+FRAME_MAX = 4 * 2**20
 # the first byte of a frame on the party socket: a codec call or answer (this module's
 # pack / unpack); the party server's other frames (simulation only) start with others
 FRAME = b"C"
@@ -59,6 +66,31 @@ def _records(text: str, arrays, status: str) -> RecordDict:
             STATUS_RECORD: ConfigRecord({"status": status}),
         }
     )
+
+
+def content_of(status: str, text: str, arrays) -> RecordDict:
+    """A call (``status`` ``"call"``) or an answer (``"ok"``, ``"error"``) as the content of
+    a Flower message: its frame in a :data:`FRAME_RECORD` when small enough, else the
+    records of :func:`_records`."""
+    frame = pack(status, text, arrays)
+    if len(frame) <= FRAME_MAX:
+        return RecordDict({FRAME_RECORD: ConfigRecord({"frame": frame})})
+    return _records(text, arrays, status)
+
+
+def parts_of(content: RecordDict, default_status: str = "ok") -> tuple:
+    """``(status, text, arrays)`` of a message's content (either form of
+    :func:`content_of`); ``KeyError`` / ``ValueError`` if it is neither."""
+    if FRAME_RECORD in content.config_records:
+        frame = content.config_records[FRAME_RECORD]["frame"]
+        if not isinstance(frame, bytes):
+            raise ValueError("a fedmodel frame record holds no bytes")
+        return unpack(frame)
+    text = content.config_records[CALL_RECORD]["json"]
+    ar = content.array_records[ARRAY_RECORD]
+    arrays = [ar[str(i)].numpy() for i in range(len(ar))]
+    status = content.config_records.get(STATUS_RECORD, {}).get("status", default_status)
+    return status, text, arrays
 
 
 def pack(status: str, text: str, arrays) -> bytes:
@@ -109,11 +141,17 @@ def unpack(frame: bytes) -> tuple:
 def forward(socket_path: str, text: str, arrays: list) -> tuple:
     """One call to the party server at ``socket_path`` (HMAC key in ``socket_path.key``);
     returns ``(status, text, arrays)`` of its answer."""
+    return unpack(forward_frame(socket_path, pack("call", text, arrays)))
+
+
+def forward_frame(socket_path: str, frame: bytes) -> bytes:
+    """One call frame to the party server at ``socket_path``, unread (the party server
+    checks it); returns its answer's frame."""
     with open(socket_path + ".key", "rb") as fh:
         key = fh.read()
     with Client(socket_path, family="AF_UNIX", authkey=key) as conn:
-        conn.send_bytes(pack("call", text, arrays))
-        return unpack(conn.recv_bytes())
+        conn.send_bytes(frame)
+        return conn.recv_bytes()
 
 
 @app.query("fedmodel")
@@ -123,9 +161,15 @@ def relay(msg: Message, context) -> Message:
     route = msg.content.config_records.get(ROUTE_RECORD)
     if socket_path is None and route is not None:  # simulation only (see the docstring)
         socket_path = route["socket"]
-    text = msg.content.config_records[CALL_RECORD]["json"]
-    ar = msg.content.array_records[ARRAY_RECORD]
-    arrays = [ar[str(i)].numpy() for i in range(len(ar))]
+    frame = msg.content.config_records.get(FRAME_RECORD)
+    if socket_path is not None and frame is not None:  # the frame as it came, unread
+        answer = forward_frame(str(socket_path), bytes(frame["frame"]))
+        if len(answer) > FRAME_MAX:
+            return Message(content=content_of(*unpack(answer)), reply_to=msg)
+        return Message(
+            content=RecordDict({FRAME_RECORD: ConfigRecord({"frame": answer})}), reply_to=msg
+        )
+    _status, text, arrays = parts_of(msg.content, "call")
     if socket_path is None:  # no party server here: only "which node is this"
         method = json.loads(text)
         if not (isinstance(method, dict) and method.get("__t", [None])[0] == "hello"):
@@ -133,6 +177,6 @@ def relay(msg: Message, context) -> Message:
                 "this SuperNode has no fedmodel party server (start it with fedmodel join)"
             )
         answer = json.dumps({"node_config": node_config}, allow_nan=False)
-        return Message(content=_records(answer, [], "ok"), reply_to=msg)
+        return Message(content=content_of("ok", answer, []), reply_to=msg)
     status, out_text, out_arrays = forward(str(socket_path), text, arrays)
-    return Message(content=_records(out_text, out_arrays, status), reply_to=msg)
+    return Message(content=content_of(status, out_text, out_arrays), reply_to=msg)

@@ -25,6 +25,7 @@ that Flower reports unavailable, is a failure of its party (kind ``"dead"``).
 
 from __future__ import annotations
 
+import collections
 import os
 import pickle
 import queue
@@ -34,7 +35,7 @@ import sys
 import tempfile
 import threading
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -45,13 +46,13 @@ from fedmodel.runtime.base import GRACE_SECONDS, Runtime, raise_build_errors
 from fedmodel.runtime.checkpoint import run_token
 from fedmodel.runtime.endpoints import EndpointFactory
 from fedmodel.runtime.flower_codec import (
-    ARRAY_RECORD,
-    CALL_RECORD,
     LOCAL_PROGRAM,
     LOCAL_REGULARIZER,
     MESSAGE_TYPE,
+    CodecError,
     decode,
     from_records,
+    record_parts,
     to_records,
 )
 from fedmodel.runtime.host import HostDead
@@ -59,9 +60,17 @@ from fedmodel.runtime.messages import SERVER, Message
 
 # seconds between two polls of the Grid for replies: from POLL_SECONDS, doubling up to
 # POLL_MAX (a deployment's Grid is an HTTP API of the SuperLink: polling it every
-# millisecond for seconds would keep a core busy)
-POLL_SECONDS = 0.001
+# millisecond for seconds would keep a core busy). Once calls have been timed, the first
+# poll comes at POLL_LEAD times the shortest of the last POLL_HISTORY calls' durations
+# (rounds take about as long as the last ones: each early poll is a request the
+# SuperLink serves for nothing) and the next ones every POLL_STEP times it (at most
+# POLL_STEP_MAX seconds)
+POLL_SECONDS = 0.002
 POLL_MAX = 0.05
+POLL_LEAD = 0.7
+POLL_STEP = 0.1
+POLL_STEP_MAX = 0.25
+POLL_HISTORY = 3
 # how long the runtime waits for a node that has not answered when no client_timeout is set
 DEFAULT_WAIT = 3600.0
 
@@ -128,17 +137,30 @@ class JoinedGrid:
     """A ServerApp's Grid and the parties that joined it (what :func:`discover` found):
     party -> (node id, its ``hello``). Passed as ``flower_grid``, the runtime uses these
     nodes instead of asking every node again (``fedmodel serve`` discovers the parties
-    once, to learn the shapes it builds the model with)."""
+    once, to learn the shapes it builds the model with).
+
+    ``stop_file``: while waiting for replies the runtime stops as if interrupted (Ctrl-C)
+    when this file appears (``fedmodel serve``'s Ctrl-C), and likewise past ``deadline``
+    (``time.time()`` seconds; ``fedmodel serve --timeout``). ``progress`` is called after
+    every communication round with ``{"event": "round", "round", "answered", "failed",
+    "seconds"}``."""
 
     grid: Any
     parties: dict[str, tuple[int, dict]]
+    stop_file: str | None = None
+    progress: Callable[[dict], None] | None = None
+    deadline: float | None = None
 
 
-def _hello_ok(reply) -> bool:
-    return (
-        not reply.has_error()
-        and reply.content.config_records.get("fedmodel.status", {}).get("status", "ok") == "ok"
-    )
+def _hello_answer(reply) -> dict:
+    """What a node's ``hello`` answered (``{}`` for an error or a non-fedmodel reply)."""
+    if reply.has_error():
+        return {}
+    try:
+        status = record_parts(reply.content)[0]
+    except CodecError:
+        return {}
+    return from_records(reply.content) if status == "ok" else {}
 
 
 def discover(
@@ -146,6 +168,7 @@ def discover(
     parties: list[str],
     timeout: float = 120.0,
     nodes: Mapping[str, int] | None = None,
+    stats: dict | None = None,
 ) -> dict[str, tuple[int, dict]]:
     """Wait until every party in ``parties`` has joined (a node whose party server says it
     serves it); returns party -> (node id, what its ``hello`` said: parties, shapes).
@@ -154,6 +177,9 @@ def discover(
     the node id the SuperLink registered for that party's public key. Only those nodes
     are asked, and each must serve exactly its own party: a node cannot claim another
     party's name.
+
+    ``stats``, if given, receives ``"hello_seconds"``: the longest time a node took to
+    answer its ``hello`` (a first estimate of a round trip).
 
     Raises :class:`~fedmodel.errors.ModelError` naming the parties still missing after
     ``timeout`` seconds, a party that joined twice, or a node that claims a party other
@@ -169,6 +195,7 @@ def discover(
             if n not in asked and (nodes is None or n in party_of_node)
         ]
         if new:
+            sent = time.monotonic()
             ids = list(grid.push_messages([_message(n, "hello", ()) for n in new]))
             pending = dict(zip(ids, new))
             until = time.monotonic() + 60.0
@@ -176,7 +203,10 @@ def discover(
                 for reply in grid.pull_messages(list(pending)):
                     node = pending.pop(reply.metadata.reply_to_message_id, None)
                     if node is not None:
-                        asked[node] = from_records(reply.content) if _hello_ok(reply) else {}
+                        asked[node] = _hello_answer(reply)
+                        if stats is not None:
+                            took = time.monotonic() - sent
+                            stats["hello_seconds"] = max(stats.get("hello_seconds", 0.0), took)
                 time.sleep(0.05)
         owner: dict[str, tuple[int, dict]] = {}
         for node, info in asked.items():
@@ -372,9 +402,13 @@ class FlowerRuntime(Runtime):
         self.client_seconds = {n: 0.0 for n in names}
         self._sim: _Simulation | None = None
         self._route: dict[Any, str] = {}
+        self._durations: collections.deque[float] = collections.deque(maxlen=POLL_HISTORY)
         self.engine = "deployment" if grid is not None else "simulation"
-        # deployment: `fedmodel serve` asks for an interruption (Ctrl-C) with this file
-        self._stop_file = os.environ.get("FEDMODEL_STOP_FILE") if grid is not None else None
+        # deployment (`fedmodel serve`): an interruption (Ctrl-C) is asked for with this
+        # file; past the deadline the runtime stops likewise; progress after each round
+        self._stop_file = getattr(grid, "stop_file", None)
+        self._deadline = getattr(grid, "deadline", None)
+        self._progress = getattr(grid, "progress", None)
         try:
             if grid is None:
                 self._sim = _Simulation(names, factories)
@@ -473,20 +507,27 @@ class FlowerRuntime(Runtime):
             wait = max(1, longest) * float(self.client_timeout) + GRACE_SECONDS
         else:
             wait = DEFAULT_WAIT
-        deadline = time.monotonic() + wait
+        start = time.monotonic()
+        deadline = start + wait
+        recent = self._durations
+        next_pull = start + (POLL_LEAD * min(recent) if recent else 0.0)
+        step = min(POLL_STEP_MAX, POLL_STEP * min(recent)) if recent else None
         poll = POLL_SECONDS
         while waiting:
-            with self.critical():
-                replies = list(grid.pull_messages(list(waiting)))
-            for reply in replies:
-                h = waiting.pop(reply.metadata.reply_to_message_id, None)
-                if h is None:
-                    continue
-                out[h] = self._decode(h, reply)
-            if not waiting:
-                break
-            if self._stop_file and os.path.exists(self._stop_file):
-                os.unlink(self._stop_file)  # once: the recovery still talks to the parties
+            if time.monotonic() >= next_pull:
+                with self.critical():
+                    replies = list(grid.pull_messages(list(waiting)))
+                for reply in replies:
+                    h = waiting.pop(reply.metadata.reply_to_message_id, None)
+                    if h is None:
+                        continue
+                    out[h] = self._decode(h, reply)
+                if not waiting:
+                    recent.append(time.monotonic() - start)
+                    break
+                next_pull = time.monotonic() + (poll if step is None else max(poll, step))
+                poll = min(2 * poll, POLL_MAX)
+            if self._stop_asked():
                 if self._critical_depth:  # e.g. every party taking its mark: finish first
                     self._pending_interrupt = True  # raised when the critical part ends
                 else:
@@ -502,22 +543,49 @@ class FlowerRuntime(Runtime):
                         )
                     )
                 break
-            time.sleep(poll)
-            poll = min(2 * poll, POLL_MAX)
+            time.sleep(max(0.0, min(next_pull - time.monotonic(), POLL_STEP_MAX)))
         errors = [r for r in out.values() if isinstance(r, BaseException)]
         if errors:
             raise errors[0]
         return out
 
+    def _stop_asked(self) -> bool:
+        """``fedmodel serve`` asked to stop (its stop file), or the deadline passed; once:
+        the recovery after the interruption still talks to the parties."""
+        if self._stop_file and os.path.exists(self._stop_file):
+            os.unlink(self._stop_file)
+            return True
+        if self._deadline is not None and time.time() > self._deadline:
+            self._deadline = None
+            return True
+        return False
+
+    def _run_messages(self, msgs: list[Message]) -> dict:
+        t0 = time.perf_counter()
+        outcomes = super()._run_messages(msgs)
+        if self._progress is not None:
+            self._progress(
+                {
+                    "event": "round",
+                    "round": self.round,
+                    "kind": msgs[0].kind if msgs else "",
+                    "channel": msgs[0].channel if msgs else "",
+                    "answered": [n for n, o in outcomes.items() if o.ok],
+                    "failed": [n for n, o in outcomes.items() if not o.ok],
+                    "seconds": time.perf_counter() - t0,
+                }
+            )
+        return outcomes
+
     def _decode(self, node: int, reply) -> Any:
         if reply.has_error():
             err = reply.error
             return HostDead(f"Flower node {node} failed: {err.reason} (error code {err.code})")
-        content = reply.content
-        status = content.config_records.get("fedmodel.status", {}).get("status", "ok")
-        if CALL_RECORD not in content.config_records or ARRAY_RECORD not in content.array_records:
-            return HostDead(f"Flower node {node} answered a non-fedmodel reply")
-        value = from_records(content)
+        try:
+            status = record_parts(reply.content)[0]
+        except CodecError as exc:
+            return HostDead(f"Flower node {node} answered a non-fedmodel reply ({exc})")
+        value = from_records(reply.content)
         if status == "error":
             return value if isinstance(value, BaseException) else RuntimeError(str(value))
         return value
