@@ -305,9 +305,10 @@ def test_a_failed_final_save_does_not_claim_a_fresh_checkpoint(model, tmp_path, 
 @pytest.mark.parametrize("backend", ["serial", "processes", "processes+server"])
 def test_sigint_during_a_solve(model, reference, backend, tmp_path):
     """A real SIGINT (as from Ctrl-C) while the clients are computing."""
-    # site0 takes >= 0.05 s per round from round 2: the >= 10 rounds after outer iteration 0
-    # last >= 0.5 s, so a SIGINT 0.2 s after it lands mid-solve
-    slow = {"site0": Fault("sleep", round=2, times=None, seconds=0.05)}
+    # site0 takes >= 0.3 s per round from round 2: the >= 10 rounds after outer iteration 0
+    # last >= 3 s, so a SIGINT 0.2 s after it lands mid-solve even when the timer's thread
+    # runs late on a loaded machine (0.05 s per round let loaded full-suite runs finish first)
+    slow = {"site0": Fault("sleep", round=2, times=None, seconds=0.3)}
     timer = threading.Timer(0.2, os.kill, (os.getpid(), signal.SIGINT))
 
     def start_timer(row):  # once the solve runs: SIGINT 0.2 s later
