@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import importlib.util
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -64,3 +65,21 @@ def test_site_builds_strict(tmp_path):
     # every tutorial's images are in the site
     for png in ("ssca/ssca-fig1.png", "img/vfl-fig1.png"):
         assert (site / png).is_file(), png
+
+
+def test_every_page_is_in_the_nav():
+    """Without mkdocs too: each docs/*.md and docs/api/*.md is listed in mkdocs.yml."""
+    config = (ROOT / "mkdocs.yml").read_text(encoding="utf-8")
+    pages = [*(ROOT / "docs").glob("*.md"), *(ROOT / "docs" / "api").glob("*.md")]
+    missing = [p.relative_to(ROOT / "docs").as_posix() for p in pages]
+    missing = [name for name in missing if f" {name}" not in config]
+    assert not missing, f"pages not in mkdocs.yml's nav: {missing}"
+
+
+def test_readme_sections_the_site_includes_exist():
+    """Each ``--8<-- "README.md:NAME"`` of a page has its start and end marker in the README."""
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    for page in (ROOT / "docs").glob("*.md"):
+        for name in re.findall(r'^--8<-- "README\.md:([\w-]+)"$', page.read_text(), re.M):
+            for edge in ("start", "end"):
+                assert f"<!-- --8<-- [{edge}:{name}] -->" in readme, (page.name, edge, name)
