@@ -60,6 +60,15 @@ def test_parameter_in_a_client_term():
         check_against(res, w, *pooled(lambda x, v=value: v * cp.sum_squares(x)))
         results.append(res.objective)
     assert results[0] - results[1] > 1e-2  # the new value was used (pooled: 9.20 -> 9.14)
+    # each party's program (what is sent to where it runs) holds only its own parameters
+    compiled = model.compile()
+    held = {
+        prog.name: {
+            p.name() for t in prog.objective + prog.constraints for p in t.expr.parameters()
+        }
+        for prog in compiled.clients
+    }
+    assert held == {"site0": {"weight"}, "site1": set(), "site2": set()}
 
 
 def test_parameter_in_client_data():
