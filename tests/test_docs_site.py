@@ -63,7 +63,7 @@ def test_site_builds_strict(tmp_path):
     model = (site / "api" / "model" / "index.html").read_text(encoding="utf-8")
     assert "subject_to" in model and "regularize" in model
     # every tutorial's images are in the site
-    for png in ("ssca/ssca-fig1.png", "img/vfl-fig1.png"):
+    for png in ("ssca/ssca-fig1.png", "ssca/ssca-fig4.png"):
         assert (site / png).is_file(), png
 
 
