@@ -455,6 +455,7 @@ def cmd_solve(args) -> int:
 
 def cmd_reproduce(args) -> int:
     from fedmodel import reproduce
+    from fedmodel.reproduce.output import check_mark, verdict
 
     names = reproduce.available()
     if args.list or not args.name:
@@ -497,13 +498,20 @@ def cmd_reproduce(args) -> int:
     for f in files:
         print(f"  {f}")
     checks = summary.get("checks") or []
-    failed = [c for c in checks if not c.get("passed")]
     for c in checks:
-        mark = "PASS" if c.get("passed") else "FAIL"
-        print(f"  [{mark}] {c.get('name')}: {c.get('detail', '')}")
-    if failed:
+        print(f"  [{check_mark(c)}] {c.get('name')}: {c.get('detail', '')}")
+    outcome = verdict(checks)
+    if outcome == "fail":
+        failed = [c for c in checks if check_mark(c) == "FAIL"]
         print(f"{PROG}: {len(failed)} of {len(checks)} checks failed", file=sys.stderr)
         return EXIT_CHECKS
+    if outcome == "inconclusive":
+        cut = [c for c in checks if check_mark(c) == "INCONCLUSIVE"]
+        print(
+            f"{args.name}: inconclusive: {len(cut)} of {len(checks)} checks failed on runs "
+            "stopped by their time limit (no verdict on the paper's claim; rerun without "
+            "--time-limit or on a less busy machine)"
+        )
     return 0
 
 

@@ -36,14 +36,13 @@ RUNTIME_OPTIONS_DOC = """
         subproblems run much faster single-threaded, and up to 100x faster on a busy
         machine; ``None`` leaves the setting alone). See :mod:`fedmodel.runtime.blas`.
 
-    Runtime, failures and checkpoints (every federated method run by the driver; see
-    ``docs/runtime.md``):
-
     backend : {"serial", "processes", "ray", "flower"}
         Where the clients run: in this process one after the other (default); in
         persistent worker processes, clients sharded over them; in Ray actors (the
         optional extra ``fedmodel[ray]``); or behind Flower SuperNodes (``fedmodel[flower]``,
-        see ``flower_grid``). Every backend gives the same iterates.
+        see ``flower_grid``). Every backend gives the same iterates. This option and the
+        ones below (runtime, failures, checkpoints) are those of every federated method run
+        by the driver; see ``docs/runtime.md``.
     workers : int, optional
         Worker processes / Ray actors (default: one per core, at most one per client; one
         fewer with ``server_hosts_clients``).

@@ -23,7 +23,7 @@ from fedmodel.compiler.smooth import (
     check_smooth,
     compile_smooth,
 )
-from fedmodel.dsl.data import PrivateData, fingerprint
+from fedmodel.dsl.data import PrivateData, check_finite_constants, fingerprint
 from fedmodel.dsl.party import ConstraintTerm, ObjectiveTerm, Party
 from fedmodel.errors import ModelError, OwnershipError, UnsupportedError
 
@@ -561,6 +561,18 @@ def check_ownership(model: Model, party: Party) -> None:
                     )
 
 
+def check_parameter_values(party: Party) -> None:
+    """Refuse, before a solve, a party's term whose :class:`cvxpy.Parameter` has no value
+    or a non-finite one (set after the declaration's own check), naming party and term.
+
+    Parameters are read where the party runs, at every evaluation: a new ``param.value``
+    is used by the next solve without declaring the model again.
+    """
+    for term in [*party.objective_terms, *party.constraints]:
+        if term.expr.parameters():
+            check_finite_constants(term.expr, party.name, term.label, require_values=True)
+
+
 def compile_model(model: Model) -> CompiledModel:
     """Partition ``model`` and run the compile-time checks."""
     if not model.all_variables:
@@ -594,6 +606,7 @@ def compile_model(model: Model) -> CompiledModel:
                 party.name,
             )
         check_ownership(model, party)
+        check_parameter_values(party)
         programs.append(
             PartyProgram(
                 name=party.name,

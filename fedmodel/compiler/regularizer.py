@@ -49,9 +49,21 @@ def _whole_variable(expr: Any, variables: list[cp.Variable], what: str) -> cp.Va
 
 
 def _constant_value(expr: Any) -> np.ndarray | None:
+    """The value of a constant operand (a weight, a bound), None for a non-constant one.
+
+    A :class:`cvxpy.Parameter` (or an expression of parameters) counts as a constant with
+    its current value: ``h`` is parsed again at every compile, i.e. at every solve, so a
+    new ``param.value`` is used by the next solve.
+    """
     if isinstance(expr, (int, float, np.ndarray, np.number)):
         return np.asarray(expr, dtype=float)
-    if isinstance(expr, cp.Expression) and expr.is_constant() and not expr.parameters():
+    if isinstance(expr, cp.Expression) and expr.is_constant():
+        for param in expr.parameters():
+            if param.value is None:
+                raise ModelError(
+                    f"regularize(): parameter '{param.name()}' in '{expr}' has no value; "
+                    "set it (param.value = ...) before the solve"
+                )
         return np.asarray(expr.value, dtype=float)
     return None
 

@@ -171,14 +171,15 @@ def fingerprint(value: Any) -> tuple | None:
     return ("dense", arr.shape, h.hexdigest())
 
 
-def check_finite_constants(expr: Any, party: str, label: str) -> None:
+def check_finite_constants(expr: Any, party: str, label: str, require_values: bool = False) -> None:
     """Refuse a term, constraint or regulariser whose constants are not all finite.
 
     NaN or inf in a coefficient, a bound or any other constant of ``expr`` (a cvxpy
     expression or constraint) would otherwise reach the solvers and come back as a NaN
     objective certified "optimal". Private data is checked when it is registered
     (:meth:`fedmodel.Client.data`); this checks the constants written in the expression
-    itself, and the values of its parameters.
+    itself, and the values of its parameters. With ``require_values`` (at compile time,
+    i.e. before every solve) a :class:`cvxpy.Parameter` without a value is refused too.
 
     Raises
     ------
@@ -198,7 +199,7 @@ def check_finite_constants(expr: Any, party: str, label: str) -> None:
     """
     if isinstance(expr, (list, tuple)):  # e.g. regularize([lo <= w, w <= hi])
         for item in expr:
-            check_finite_constants(item, party, label)
+            check_finite_constants(item, party, label, require_values)
         return
     if not hasattr(expr, "constants"):  # not a cvxpy object: refused elsewhere
         return
@@ -207,6 +208,13 @@ def check_finite_constants(expr: Any, party: str, label: str) -> None:
     for leaf, what in leaves:
         value = leaf.value
         if value is None:
+            if require_values and isinstance(leaf, cp.Parameter):
+                raise DataError(
+                    f"'{label}' has {what} without a value; set it (param.value = ...) "
+                    "before the solve",
+                    party=party,
+                    term=str(expr),
+                )
             continue
         values = value.data if sp.issparse(value) else np.asarray(value, dtype=float)
         if np.all(np.isfinite(values)):

@@ -148,8 +148,12 @@ def norm_ball_as_smooth(lhs: cp.Expression, rhs: cp.Expression) -> cp.Expression
     """``sum_squares(x) - r^2`` for ``norm(x, 2) <= r`` with a constant ``r > 0``, else None.
 
     The two sets are equal, and the new ``g`` is smooth (the norm is not at ``x = 0``).
+    A radius holding a :class:`cvxpy.Parameter` is not rewritten (its value, read here,
+    could change before the next solve); the constraint keeps its cone form.
     """
     if type(lhs).__name__ not in ("Pnorm", "PnormApprox") or getattr(lhs, "p", None) != 2:
+        return None
+    if rhs.parameters():
         return None
     if getattr(lhs, "axis", None) is not None or not rhs.is_constant() or rhs.size != 1:
         return None

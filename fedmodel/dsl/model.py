@@ -181,6 +181,9 @@ class Model:
         Accepted: nonnegative multiples of ``cp.norm1(v)``, ``cp.norm(v, 1)``,
         ``cp.sum_squares(v)``, ``cp.norm(v, 2)`` and sums of these, and box constraints
         ``v >= lo``, ``v <= hi`` (constants), where ``v`` is a whole model variable.
+        A weight or bound may be a :class:`cvxpy.Parameter`: ``h`` is read again at every
+        solve, so a new ``param.value`` takes effect at the next ``solve`` (a negative
+        weight is refused then).
 
         Examples
         --------
@@ -189,6 +192,8 @@ class Model:
         >>> w = model.variable(4)
         >>> model.regularize(1e-3 * cp.norm1(w))
         >>> model.regularize(w >= -1)
+        >>> lam = cp.Parameter(nonneg=True, value=0.1)
+        >>> model.regularize(lam * cp.sum_squares(w))  # lam.value = ... before a new solve
         """
         from fedmodel.compiler.regularizer import parse_regularizer_term
 

@@ -55,6 +55,73 @@ def check(name: str, passed: bool, detail: str) -> dict:
     return {"name": name, "passed": bool(passed), "detail": detail}
 
 
+#: The status of a solve stopped by its wall-clock ``time_limit``.
+TIME_LIMIT_STATUS = "time_limit"
+#: What a reproduction concludes: every check passed; a check failed on runs that ran to
+#: their iteration caps or converged; no failed check can be trusted (a run behind it was
+#: stopped by a time limit).
+VERDICTS = ("pass", "fail", "inconclusive")
+
+
+def mark_time_limited(checks: list[dict], statuses: Sequence[str]) -> list[dict]:
+    """Mark the failed checks inconclusive when a run of the reproduction was stopped by
+    its time limit (status ``"time_limit"`` among ``statuses``).
+
+    Reproductions decide by iteration caps, never by wall time: a run cut short by the
+    clock (a busy machine, a ``--time-limit``) says nothing about the paper's claim, so a
+    check that fails with such a run behind it is reported ``inconclusive``, not as a
+    failure. Checks that pass stay passed. Changes ``checks`` in place and returns it.
+
+    Examples
+    --------
+    >>> checks = [check("gap <= 1e-3", False, "max 2e-2")]
+    >>> mark_time_limited(checks, ["optimal", "time_limit"])[0]["inconclusive"]
+    True
+    >>> verdict(checks)
+    'inconclusive'
+    """
+    cut = sum(1 for s in statuses if s == TIME_LIMIT_STATUS)
+    for c in checks:
+        if not c["passed"] and cut:
+            c["inconclusive"] = True
+            c["detail"] += (
+                f" [inconclusive: {cut} run(s) stopped by their time limit, not by the "
+                "method's iteration caps]"
+            )
+    return checks
+
+
+def verdict(checks: Sequence[dict]) -> str:
+    """``"fail"`` when a check failed on runs not cut by a time limit, else
+    ``"inconclusive"`` when a check is inconclusive (:func:`mark_time_limited`), else
+    ``"pass"``. The command line exits 0 unless the verdict is ``"fail"``."""
+    if any(not c["passed"] and not c.get("inconclusive") for c in checks):
+        return "fail"
+    if any(c.get("inconclusive") for c in checks):
+        return "inconclusive"
+    return "pass"
+
+
+def check_mark(c: dict) -> str:
+    """``PASS``, ``FAIL`` or ``INCONCLUSIVE``: how a check is printed."""
+    if c.get("passed"):
+        return "PASS"
+    return "INCONCLUSIVE" if c.get("inconclusive") else "FAIL"
+
+
+def check_lines(checks: Sequence[dict]) -> list[str]:
+    """The Markdown lines of a report's checks and its verdict."""
+    lines = [f"- {check_mark(c)}: {c['name']}: {c['detail']}" for c in checks]
+    v = verdict(checks)
+    lines += ["", f"Verdict: {v}."]
+    if v == "inconclusive":
+        lines[-1] += (
+            " A run was stopped by its time limit: this is no verdict on the paper's claim; "
+            "rerun without --time-limit (or with a larger one) on a less busy machine."
+        )
+    return lines
+
+
 def finish_report(
     out_dir: Path,
     name: str,
@@ -64,15 +131,20 @@ def finish_report(
     t0: float,
     quick: bool,
     pngs: Sequence[Path | str] = (),
+    statuses: Sequence[str] = (),
     **fields: Any,
 ) -> dict:
     """Append the checks and the wall time to the Markdown ``md``, write ``NAME.md`` and
     ``NAME.csv`` (``rows``) into ``out_dir``, and return the reproduction's summary (its
-    files, rows, checks, overall pass, seconds; ``fields`` such as ``trials`` are added)."""
+    files, rows, checks, verdict, overall pass, seconds; ``fields`` such as ``trials`` are
+    added). ``statuses`` are the statuses of the solves behind the checks: a failed check
+    is inconclusive when one of them was stopped by a time limit
+    (:func:`mark_time_limited`)."""
     import time
 
+    mark_time_limited(checks, statuses)
     md += ["", "## Checks", ""]
-    md += [f"- {'PASS' if c['passed'] else 'FAIL'}: {c['name']}: {c['detail']}" for c in checks]
+    md += check_lines(checks)
     seconds = time.perf_counter() - t0
     md += ["", f"Total wall time: {seconds:.1f} s{' (--quick)' if quick else ''}.", ""]
     md_path = out_dir / f"{name}.md"
@@ -86,6 +158,7 @@ def finish_report(
         "files": [str(md_path), str(csv_path), *[str(p) for p in pngs]],
         "rows": rows,
         "checks": checks,
+        "verdict": verdict(checks),
         "passed": all(c["passed"] for c in checks),
         "seconds": seconds,
         "quick": quick,

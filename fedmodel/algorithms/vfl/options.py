@@ -28,6 +28,10 @@ BETA_CONVENTIONS = ("step", "inverse")
 class FairVFLOptions(RuntimeOptions):
     """Options of ``fair-vfl`` (seed 002, Algorithms 1-2) and ``fedbcd``.
 
+    The runtime options (from ``time_limit`` on) are those of every method on the driver
+    (:func:`fedmodel.algorithms.driver.run_federated`); ``history`` rows are written at the
+    monitored rounds.
+
     Parameters
     ----------
     eps : float
@@ -100,10 +104,6 @@ class FairVFLOptions(RuntimeOptions):
         and ``res.x`` empty).
     lambda0 : sequence of 2 floats
         Initial multipliers (the paper: 0).
-
-    The runtime options below are those of every method on the driver
-    (:func:`fedmodel.algorithms.driver.run_federated`); ``history`` rows are written at the
-    monitored rounds.
     """
 
     eps: float = 0.01
