@@ -137,7 +137,7 @@ class ProxALServer(ServerHalf):
         "x", "u_tildes", "k", "mu", "nu", "local_iterations", "inner_total", "mu_norms",
         "w_norms", "cone", "rhos", "metrics", "dmu_history", "aa_rejections", "outer_mem",
         "inner_mode", "inner_note", "client_hessians", "start_derivatives", "tau_floor_scale",
-        "start_products",
+        "start_products", "curvature_k",
     )  # fmt: skip
     component_fields = ("outer_aa", "secant", "exact")
     step_name = "outer iteration"
@@ -222,6 +222,8 @@ class ProxALServer(ServerHalf):
             self.secant = SecantModel(self.ns) if dense else LimitedSecantModel(self.ns)
         # quasi-Newton: curvature directions per round (curvature_directions)
         self.curvature_k = options.curvature_count(self.ns) if self.secant is not None else 0
+        # (the default number of directions may be turned off; one the user set is kept)
+        self.curvature_auto = options.curvature_directions is None
         self.start_directions: np.ndarray | None = None  # (sent with the inner start)
         # quasi-Newton: (directions, the clients' summed Hessian products) at w^k
         self.start_products: tuple[np.ndarray, np.ndarray] | None = None
@@ -813,7 +815,23 @@ class ProxALServer(ServerHalf):
             evaluate, start, tau, int(self.options.max_inner), deadline, remodel=QN_REMODEL,
             on_accept=on_accept,
         )  # fmt: skip
+        if k_dirs and not (out.satisfied or out.timed_out) and self.curvature_auto:
+            self.drop_curvature_directions()
         return _inner_outcome(out)
+
+    def drop_curvature_directions(self) -> None:
+        """The safeguard of the default ``curvature_directions``: an inner solve that ends
+        without reaching ``tau_k`` (``max_inner`` rounds, or a line search that cannot move)
+        with directions turns them off for the rest of the run and starts a new secant model
+        (markowitz: with 2 directions every inner solve ran to ``max_inner`` and the run
+        ended "diverging" after 5,051 rounds; without them it is optimal in 420). A value
+        the user set is kept as it is."""
+        self.curvature_k = 0
+        self.secant = type(self.secant)(self.ns)
+        self.inner_note = (
+            (f"{self.inner_note}; " if self.inner_note else "")
+            + f"curvature directions off from outer iteration {self.k} (an inner solve with them ended short of tau_k)"
+        )
 
     def curvature_directions(self, step: np.ndarray, seed: tuple) -> np.ndarray:
         """The ``curvature_directions`` directions (orthonormal rows) of the clients'
