@@ -165,7 +165,7 @@ def test_the_default_sends_vectors_only_and_newton_is_the_opt_in_that_sends_hess
     # model.summary()'s traffic table says the same
     from fedmodel.compiler.summary import traffic_per_round
 
-    table = traffic_per_round(model.compile())
+    table = traffic_per_round(model.compile(), curvature_directions=k)
     sizes = {(r["kind"], r["floats"]) for r in res.ledger if r["channel"] == "algorithm"}
     assert ("curvature_w_reply", table["prox-al quasi-Newton round"]["up"]) in sizes
     assert ("curvature_w", table["prox-al quasi-Newton round"]["down"]) in sizes

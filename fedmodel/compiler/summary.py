@@ -36,7 +36,9 @@ def _party_lines(p: PartyProgram, publications=()) -> list[str]:
     return lines
 
 
-def traffic_per_round(compiled: CompiledModel) -> dict[str, dict[str, int]]:
+def traffic_per_round(
+    compiled: CompiledModel, curvature_directions: int = 0
+) -> dict[str, dict[str, int]]:
     """Floats crossing the network per client and round, for each method.
 
     prox-al inner round (Algorithm 2): down w^{t+1} and the local tolerance (d + 1),
@@ -84,10 +86,8 @@ def traffic_per_round(compiled: CompiledModel) -> dict[str, dict[str, int]]:
     if not newton and not compiled.nonconvex:  # exact-admm (the default there)
         rows["prox-al exact-admm round"] = {"down": d + 2, "up": d}
         rows["prox-al outer round (exact-admm)"] = {"down": d, "up": 2 + owned}
-    if newton:  # (the default number k of curvature directions: the option's rule)
-        from fedmodel.algorithms.proxal.options import ProxALOptions
-
-        k = ProxALOptions().curvature_count(d)
+    if newton:  # (k: the curvature directions of a quasi-Newton round, from the caller)
+        k = int(curvature_directions)
         rows["prox-al quasi-Newton round"] = {"down": d + k * d, "up": d + 1 + k * d}
         rows["prox-al Newton round (opt-in)"] = {"down": d, "up": d + 1 + d * d}
     if metric:
@@ -95,7 +95,7 @@ def traffic_per_round(compiled: CompiledModel) -> dict[str, dict[str, int]]:
     return rows
 
 
-def model_summary(compiled: CompiledModel) -> str:
+def model_summary(compiled: CompiledModel, curvature_directions: int = 0) -> str:
     n = compiled.n_clients
     layout = compiled.layout
     lines = [f"Model '{compiled.name}': {n} client(s), {layout.size} scalar unknown(s)"]
@@ -128,7 +128,7 @@ def model_summary(compiled: CompiledModel) -> str:
         lines.append("    centralized / cprox-al  pool every party's data (not federated)")
         return "\n".join(lines)
     lines.append("traffic per client and round (floats):")
-    table = traffic_per_round(compiled)
+    table = traffic_per_round(compiled, curvature_directions)
     width = max(len(name) for name in table)
     for name, t in table.items():
         lines.append(f"    {name:<{width}} down {t['down']:>6}   up {t['up']:>6}")

@@ -242,10 +242,13 @@ class Model:
         what it reveals, and which kinds are opt-in (declared in the method's message
         table, :mod:`fedmodel.algorithms.messages`)."""
         from fedmodel.algorithms.messages import privacy_text
+        from fedmodel.algorithms.proxal.options import ProxALOptions
         from fedmodel.compiler.summary import model_summary
 
         compiled = self.compile()
-        text = model_summary(compiled)
+        # (prox-al's default curvature directions per quasi-Newton round for this model)
+        k = ProxALOptions().curvature_count(compiled.layout.n_shared)
+        text = model_summary(compiled, curvature_directions=k)
         if not compiled.publications:  # (vertical models: see docs/runtime.md's tables)
             text += "\n" + privacy_text(compiled, method)
         if print_:
