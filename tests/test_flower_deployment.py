@@ -422,7 +422,9 @@ def test_ctrl_c_on_the_coordinator_returns_interrupted(federation, tmp_path):
     ck = tmp_path / "ck"
     _org, _ready, log = fed["joins"]["site0"]
     seen = log.read_text().count("Receiving: query.fedmodel")
-    opts = dict(OPTS, max_outer=3, checkpoint=str(ck))
+    # (enough outer iterations that the run is still going after 10 rounds: a round takes
+    # ~0.25 s on an idle machine since the in-process SuperNode executor)
+    opts = dict(OPTS, max_outer=30, checkpoint=str(ck))
     proc = _serve(fed, out, ledger, **opts)
     try:
         _wait_for(
