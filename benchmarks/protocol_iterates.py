@@ -3,7 +3,7 @@ main bit for bit (issue 26: the protocol conversion must not change one iterate)
 
 Usage (record with one checkout, compare with another)::
 
-    PYTHONPATH=/work/main python benchmarks/protocol_iterates.py record /tmp/main.npz
+    PYTHONPATH=<a checkout of the base commit> python benchmarks/protocol_iterates.py record /tmp/main.npz
     PYTHONPATH=.          python benchmarks/protocol_iterates.py compare /tmp/main.npz
 
 Each case stores the returned point, the multipliers, the round counts and every numeric
