@@ -17,7 +17,7 @@ import numpy as np
 import pytest
 
 from fedmodel.algorithms.baselines.fedavg import FedAvgOptions, run_fedavg
-from fedmodel.algorithms.messages import docs_tables, privacy_rows
+from fedmodel.algorithms.privacy import docs_tables, privacy_rows
 from fedmodel.algorithms.protocol import ClientHalf
 from fedmodel.algorithms.proxal.options import ProxALOptions
 from fedmodel.algorithms.proxal.server import run_prox_al

@@ -37,6 +37,7 @@ import functools
 import inspect
 import time
 from abc import ABC, abstractmethod
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
@@ -393,3 +394,22 @@ class ServerHalf(DeclaredState, ABC):
             f"{type(self).__name__}.make_result() is needed only to run without a compiled "
             "model (run_federated(compiled=None)); this server half does not define it"
         )
+
+
+@dataclass(frozen=True)
+class MethodSpec:
+    """A registered method: its options class, its runner and a one-line description."""
+
+    options: type
+    runner: Callable[..., Any]
+    description: str
+    needs_no_constraints: bool = False
+    needs_gradients: bool = True
+    federated: bool = True  # False: the method reads every party's program (a reference)
+    #: takes party-owned variables (``party.variable``, epigraph auxiliaries)
+    owned_variables: bool = False
+    #: applies the server's simple-set constraints (box, nonnegativity, norm ball) as part
+    #: of h (methods without constraint handling)
+    server_sets_in_h: bool = False
+    vertical: bool = False  # True: solves vertical models (fedmodel.models.fair_vfl), not DSL ones
+    learning: bool = False  # True: trains fm.LearningModel (per-sample losses), not DSL ones

@@ -3,39 +3,21 @@
 Every method has one line in :data:`FAMILIES` (its name and the family package that defines
 it); the family's ``METHODS`` dict maps the name to a :class:`MethodSpec`: its options
 dataclass and a runner ``run(compiled, options, method) -> Result``. Families are imported
-on first use.
+on first use; they import :class:`MethodSpec` from :mod:`~fedmodel.algorithms.protocol`, not
+this module, so that no family imports the registry that imports it.
 """
 
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
-from dataclasses import dataclass
 from typing import Any
 
+__all__ = ["FAMILIES", "MODEL_FAMILIES", "MethodSpec", "method_spec", "solve_model"]
+
 from fedmodel.algorithms.options import build_options
+from fedmodel.algorithms.protocol import MethodSpec
 from fedmodel.errors import ModelError, UnsupportedError
 from fedmodel.runtime.blas import blas_threads
-
-
-@dataclass(frozen=True)
-class MethodSpec:
-    """A registered method: its options class, its runner and a one-line description."""
-
-    options: type
-    runner: Callable[..., Any]
-    description: str
-    needs_no_constraints: bool = False
-    needs_gradients: bool = True
-    federated: bool = True  # False: the method reads every party's program (a reference)
-    #: takes party-owned variables (``party.variable``, epigraph auxiliaries)
-    owned_variables: bool = False
-    #: applies the server's simple-set constraints (box, nonnegativity, norm ball) as part
-    #: of h (methods without constraint handling)
-    server_sets_in_h: bool = False
-    vertical: bool = False  # True: solves vertical models (fedmodel.models.fair_vfl), not DSL ones
-    learning: bool = False  # True: trains fm.LearningModel (per-sample losses), not DSL ones
-
 
 # One line per method: its name and the family package whose ``METHODS`` dict holds its
 # :class:`MethodSpec`. A new method is a family folder (or a new entry in one) and a line here.
@@ -60,7 +42,8 @@ FAMILIES: dict[str, str] = {
 }
 
 #: Models that are not horizontal DSL models (shared variables), and the family package
-#: that solves them with its ``solve_model(model, method, options)``, imported on first use
+#: that solves them with its ``solve_model(model, method, options, method_spec)`` (this
+#: module's lookup handed in: a family never imports the registry), imported on first use
 #: like the families above: a vertical model, whose clients publish their partial scores
 #: (``client.publish``, seed 002).
 MODEL_FAMILIES: dict[str, str] = {"vertical": "fedmodel.algorithms.vfl"}
@@ -117,7 +100,7 @@ def solve_model(model, method: str, options: dict[str, Any]):
 
         family = importlib.import_module(MODEL_FAMILIES[kind])
         with blas_threads(options.get("blas_threads", 1)):
-            return family.solve_model(model, method, options)
+            return family.solve_model(model, method, options, method_spec)
     spec = method_spec(method)
     if spec.vertical:
         raise UnsupportedError(

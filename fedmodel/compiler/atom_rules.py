@@ -10,7 +10,7 @@ applies to an expression node. The tape that runs the rules is in
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 import cvxpy as cp
 import numpy as np
@@ -20,9 +20,6 @@ from cvxpy.atoms.affine.affine_atom import AffAtom
 from cvxpy.expressions.constants.parameter import Parameter
 
 from fedmodel.errors import UnsupportedError
-
-if TYPE_CHECKING:
-    from fedmodel.compiler.evaluator import _Builder
 
 
 # ----------------------------------------------------------------------------------------
@@ -197,7 +194,14 @@ class _Arg:
 
 # Every rule maps (expr, args) to (fwd, bwd); bwd returns one entry per argument (None
 # for arguments that do not depend on x).
-Rule = Callable[["_Builder", Any, list[_Arg]], tuple[Fwd, Bwd | None]]
+class Tape(Protocol):
+    """What a rule needs of the tape being built (:class:`~fedmodel.compiler.evaluator._Builder`):
+    a dense copy of a sparse constant argument."""
+
+    def dense_arg(self, a: _Arg) -> _Arg: ...
+
+
+Rule = Callable[[Tape, Any, list[_Arg]], tuple[Fwd, Bwd | None]]
 _RULES: dict[str, Rule] = {}
 # Rules that accept scipy.sparse constant arguments; all other rules get dense copies.
 _SPARSE_OK = {"MulExpression", "QuadForm"}
@@ -243,7 +247,7 @@ def _classify(expr: Any) -> tuple[str, Rule | None, str | None]:
 # Rules: affine atoms
 # ----------------------------------------------------------------------------------------
 @_rule("AddExpression")
-def _rule_add(b: _Builder, expr: Any, args: list[_Arg]):
+def _rule_add(b: Tape, expr: Any, args: list[_Arg]):
     shape = tuple(expr.shape)
 
     def fwd(vals: list) -> Any:
@@ -507,7 +511,7 @@ def _matmul_dense_bwd(a: np.ndarray, bm: np.ndarray, g: Any, need_a: bool, need_
     return [ga, gb]
 
 
-def _elementwise_product(b: _Builder, args: list[_Arg], shape: tuple[int, ...]):
+def _elementwise_product(b: Tape, args: list[_Arg], shape: tuple[int, ...]):
     a0, a1 = (b.dense_arg(a) for a in args)
     s0, s1 = a0.shape, a1.shape
     d0, d1 = a0.diff, a1.diff
@@ -605,7 +609,7 @@ def _rule_div(b, expr, args):
     return fwd, bwd
 
 
-def _rule_generic_affine(b: _Builder, expr: Any, args: list[_Arg]):
+def _rule_generic_affine(b: Tape, expr: Any, args: list[_Arg]):
     """Any other affine cvxpy atom, through its coefficient matrix (built once)."""
     name = type(expr).__name__
     if any(a.kind == _PARAM for a in args):

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from functools import cached_property
-from typing import TYPE_CHECKING
 
 import cvxpy as cp
 import numpy as np
@@ -26,9 +25,6 @@ from fedmodel.compiler.smooth import (
 from fedmodel.dsl.data import PrivateData, check_finite_constants, fingerprint
 from fedmodel.dsl.party import ConstraintTerm, ObjectiveTerm, Party
 from fedmodel.errors import ModelError, OwnershipError, UnsupportedError
-
-if TYPE_CHECKING:
-    from fedmodel.dsl.model import Model
 
 
 @dataclass
@@ -500,9 +496,10 @@ def _leaves(expr, published=None):
             stack.extend(e.args)
 
 
-def check_ownership(model: Model, party: Party) -> None:
+def check_ownership(model, party: Party) -> None:
     """Raise :class:`OwnershipError` if a term of ``party`` touches another party's data
-    or a variable owned by another party (``party.variable(...)``).
+    or a variable owned by another party (``party.variable(...)``) of ``model`` (a
+    :class:`fedmodel.Model`: read, not imported, since ``Model.compile`` calls down here).
 
     The server may use what the clients publish (``client.publish(expr)``): inside a
     published expression the publishing client's variables and data are allowed; anywhere
@@ -573,8 +570,10 @@ def check_parameter_values(party: Party) -> None:
             check_finite_constants(term.expr, party.name, term.label, require_values=True)
 
 
-def compile_model(model: Model) -> CompiledModel:
-    """Partition ``model`` and run the compile-time checks."""
+def compile_model(model) -> CompiledModel:
+    """Partition ``model`` (a :class:`fedmodel.Model`, read through its public attributes:
+    this layer does not import the DSL's model, whose ``compile`` calls down here) and run
+    the compile-time checks."""
     if not model.all_variables:
         raise ModelError("the model has no variables; declare one with model.variable(shape)")
     if not model.clients:

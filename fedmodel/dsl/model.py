@@ -241,7 +241,7 @@ class Model:
         ``method``: each message kind, its direction, its size in floats for this model,
         what it reveals, and which kinds are opt-in (declared in the method's message
         table, :mod:`fedmodel.algorithms.messages`)."""
-        from fedmodel.algorithms.messages import privacy_text
+        from fedmodel.algorithms.privacy import privacy_text
         from fedmodel.algorithms.proxal.options import ProxALOptions
         from fedmodel.compiler.summary import model_summary
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from dataclasses import dataclass, replace
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import cvxpy as cp
 import numpy as np
@@ -20,9 +20,6 @@ from fedmodel.errors import (
     OwnershipError,
     UnsupportedError,
 )
-
-if TYPE_CHECKING:
-    from fedmodel.dsl.model import Model
 
 
 @dataclass(frozen=True)
@@ -64,7 +61,7 @@ class Party:
 
     is_server = False
 
-    def __init__(self, model: Model, name: str):
+    def __init__(self, model, name: str):  # model: the fedmodel.Model that declares it
         self._model = model
         self.name = name
         self._data: list[PrivateData] = []

@@ -84,9 +84,10 @@ class VerticalModel:
         smooth surrogate of the TPR gap, in fair-vfl and in the reference alike
         (:class:`~fedmodel.algorithms.vfl.problem.ScoreFunctions`); ``res.extra
         ["constraint"]`` then reports the true TPR gap and the surrogate's error bound."""
+        from fedmodel.algorithms.registry import method_spec
         from fedmodel.algorithms.vfl.solve import solve_problem
 
-        return solve_problem(self.problem, self.eps, method, options)
+        return solve_problem(self.problem, self.eps, method, options, method_spec)
 
     def summary(self) -> str:
         p = self.problem

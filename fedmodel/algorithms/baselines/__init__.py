@@ -3,7 +3,7 @@ and ``dgd`` (peer-to-peer)."""
 
 from fedmodel.algorithms.baselines.dgd import DGDOptions, run_dgd
 from fedmodel.algorithms.baselines.fedavg import FedAvgOptions, FedProxOptions, run_fedavg
-from fedmodel.algorithms.registry import MethodSpec
+from fedmodel.algorithms.protocol import MethodSpec
 
 METHODS = {
     "fedavg": MethodSpec(FedAvgOptions, run_fedavg, "FedAvg baseline (penalty= for constraints)"),

@@ -2,8 +2,8 @@
 and ``cprox-al`` (seed 000 Algorithm 3). Centralized by design: they read every program."""
 
 from fedmodel.algorithms.centralized.options import CentralizedOptions
+from fedmodel.algorithms.protocol import MethodSpec
 from fedmodel.algorithms.proxal.options import CProxALOptions
-from fedmodel.algorithms.registry import MethodSpec
 
 
 def _run_cprox_al(compiled, options, method):

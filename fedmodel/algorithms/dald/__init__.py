@@ -4,7 +4,7 @@ local solver layer and the topologies. See ``docs/dald.md``."""
 
 from fedmodel.algorithms.dald.options import DALDOptions
 from fedmodel.algorithms.dald.server import run_dald_cc, run_dald_dc
-from fedmodel.algorithms.registry import MethodSpec
+from fedmodel.algorithms.protocol import MethodSpec
 
 METHODS = {
     "dald-cc": MethodSpec(

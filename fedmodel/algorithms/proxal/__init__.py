@@ -1,9 +1,9 @@
 """Seed 000 (He, Peng, Sun): ``prox-al`` (Algorithm 1 with the inexact ADMM of Algorithm 2) and
 ``admm`` (Algorithm 2 alone): options, server half, client half."""
 
+from fedmodel.algorithms.protocol import MethodSpec
 from fedmodel.algorithms.proxal import client as _client  # noqa: F401 - registers "proxal.client"
 from fedmodel.algorithms.proxal.options import ADMMOptions, ProxALOptions
-from fedmodel.algorithms.registry import MethodSpec
 
 
 def _run(compiled, options, method):

@@ -12,7 +12,7 @@ feature-based, with and without constraints, and its SGD baselines, on a
 * :mod:`.run`: :func:`fit`, the round loop and the ``Result``. ``docs/ssca.md``.
 """
 
-from fedmodel.algorithms.registry import MethodSpec
+from fedmodel.algorithms.protocol import MethodSpec
 from fedmodel.algorithms.ssca.options import Schedule, SGDOptions, SSCAOptions, check_conditions
 from fedmodel.algorithms.ssca.run import LEARNING_METHODS, fit
 

@@ -12,18 +12,19 @@
 * :mod:`.data`: seed 002's vertical splits of Adult, COMPAS and C&C.
 """
 
-from fedmodel.algorithms.registry import MethodSpec
+from fedmodel.algorithms.protocol import MethodSpec
 from fedmodel.algorithms.vfl.options import FairVFLOptions
 from fedmodel.algorithms.vfl.problem import VerticalProblem
 from fedmodel.algorithms.vfl.run import DESCRIPTIONS, run_vertical, solve_vertical
 
 
-def solve_model(model, method: str, options: dict):
+def solve_model(model, method: str, options: dict, method_spec):
     """A vertical DSL model (its clients publish their partial scores), solved with
-    ``method`` (the registry's entry for ``MODEL_FAMILIES["vertical"]``)."""
+    ``method`` (the registry's entry for ``MODEL_FAMILIES["vertical"]``, which hands in
+    its ``method_spec`` lookup)."""
     from fedmodel.algorithms.vfl.solve import solve_published
 
-    return solve_published(model, method, options)
+    return solve_published(model, method, options, method_spec)
 
 
 METHODS = {

@@ -14,8 +14,11 @@ recognised by :mod:`.recognize`) and the ready-made builder
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
+from fedmodel.algorithms.options import build_options
+from fedmodel.algorithms.protocol import MethodSpec
 from fedmodel.algorithms.vfl.problem import VerticalProblem
 from fedmodel.errors import UnsupportedError
 from fedmodel.result import Result
@@ -24,10 +27,20 @@ REFERENCE_METHODS = ("centralized", "cprox-al", "vfl-reference")
 VERTICAL_METHODS = ("fair-vfl", "fedbcd", *REFERENCE_METHODS)
 
 
+#: the registry's lookup of a method by name (handed in by the registry, which this family
+#: does not import: the registry imports the family)
+SpecLookup = Callable[[str], MethodSpec]
+
+
 def solve_problem(
-    problem: VerticalProblem, eps: float, method: str, options: dict[str, Any]
+    problem: VerticalProblem,
+    eps: float,
+    method: str,
+    options: dict[str, Any],
+    method_spec: SpecLookup,
 ) -> Result:
-    """Solve a vertical problem with ``method`` (see the module docstring)."""
+    """Solve a vertical problem with ``method`` (see the module docstring); ``method_spec``
+    is the registry's lookup (:func:`fedmodel.algorithms.registry.method_spec`)."""
     options = dict(options)
     if method in REFERENCE_METHODS:
         from fedmodel.algorithms.vfl.reference import solve_constrained, solve_unconstrained
@@ -40,9 +53,6 @@ def solve_problem(
             res = solve_unconstrained(problem, **options)
         res.method = method
         return res
-    from fedmodel.algorithms.options import build_options
-    from fedmodel.algorithms.registry import method_spec
-
     spec = method_spec(method)
     if not spec.vertical:
         raise UnsupportedError(
@@ -56,7 +66,7 @@ def solve_problem(
     return spec.runner(problem, opts, method)
 
 
-def solve_published(model, method: str, options: dict[str, Any]) -> Result:
+def solve_published(model, method: str, options: dict[str, Any], method_spec: SpecLookup) -> Result:
     """``model.solve(method, **options)`` for a DSL model with published expressions: the
     compiler's ownership checks, the recogniser, then :func:`solve_problem`; the parties'
     blocks are written to their variables' ``.value`` and ``res.solution`` is keyed by the
@@ -64,8 +74,6 @@ def solve_published(model, method: str, options: dict[str, Any]) -> Result:
     from fedmodel.algorithms.vfl.recognize import recognize
 
     if method not in VERTICAL_METHODS:
-        from fedmodel.algorithms.registry import method_spec
-
         method_spec(method)  # an unknown name: the registry's error
         raise UnsupportedError(
             f"method='{method}' does not take published expressions (client.publish: a "
@@ -79,7 +87,7 @@ def solve_published(model, method: str, options: dict[str, Any]) -> Result:
             "fedmodel.algorithms.vfl.solve_vertical"
         )
     problem, eps = recognize(model)
-    res = solve_problem(problem, eps, method, options)
+    res = solve_problem(problem, eps, method, options, method_spec)
     owned = {c.name: c.owned_variables[0] for c in model.clients}  # one each (recognised)
     solution = {}
     for name in problem.party_names:  # keyed by the user's variable names, as for every model
