@@ -82,7 +82,7 @@ def test_sgd_layer_with_the_full_batch_is_the_gd_layer_and_is_repeatable():
 
 def test_sgd_gradient_is_unbiased():
     """The mean of many mini-batch steps from one point is the full-gradient step."""
-    from fedmodel.algorithms.dald.local import LocalProblem
+    from fedmodel.algorithms.local import LocalProblem
 
     m, A, b = one_client(rows=12)
     program = m.compile().parties[1]

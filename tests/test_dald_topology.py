@@ -6,7 +6,7 @@ import networkx as nx
 import numpy as np
 import pytest
 
-from fedmodel.algorithms.dald.topology import (
+from fedmodel.algorithms.topology import (
     Coordination,
     build_hierarchy,
     metropolis_weights,

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from fedmodel.algorithms.dald.local import LocalProblem
+from fedmodel.algorithms.local import LocalProblem
 from fedmodel.compiler.partition import PartyProgram
 
 

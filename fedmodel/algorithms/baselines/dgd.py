@@ -23,12 +23,11 @@ from fedmodel.algorithms.common import (
     penalty_multipliers,
     starting_point,
 )
-from fedmodel.algorithms.dald.local import scaled_regularizer
-from fedmodel.algorithms.dald.options import check_constraints
-from fedmodel.algorithms.dald.topology import SERVER, metropolis_weights, topology_graph
 from fedmodel.algorithms.driver import run_federated
+from fedmodel.algorithms.local import check_constraints, scaled_regularizer
 from fedmodel.algorithms.options import RuntimeOptions, positive, stop_only, whole_number
 from fedmodel.algorithms.protocol import ServerHalf, StepReport
+from fedmodel.algorithms.topology import SERVER, metropolis_weights, topology_graph
 from fedmodel.compiler.partition import CompiledModel
 from fedmodel.compiler.regularizer import Regularizer
 from fedmodel.errors import ModelError, UnsupportedError

@@ -44,9 +44,8 @@ from fedmodel.algorithms.common import (
     penalty_multipliers,
     starting_point,
 )
-from fedmodel.algorithms.dald.local import scaled_regularizer
-from fedmodel.algorithms.dald.options import check_constraints
 from fedmodel.algorithms.driver import run_federated
+from fedmodel.algorithms.local import check_constraints, scaled_regularizer
 from fedmodel.algorithms.options import RuntimeOptions, positive, stop_only, whole_number
 from fedmodel.algorithms.protocol import ServerHalf, StepReport
 from fedmodel.compiler.partition import CompiledModel, PartyProgram

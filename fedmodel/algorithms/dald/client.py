@@ -40,9 +40,9 @@ from __future__ import annotations
 import numpy as np
 
 from fedmodel.algorithms.common import PenaltyClient
-from fedmodel.algorithms.dald.local import LocalProblem, consensus_quadratic
 from fedmodel.algorithms.dald.messages import DALD
 from fedmodel.algorithms.dald.options import DALDOptions, InnerRule, PenaltySchedule
+from fedmodel.algorithms.local import LocalProblem
 from fedmodel.compiler.partition import PartyProgram
 from fedmodel.compiler.regularizer import Regularizer
 from fedmodel.runtime.wire import register_wire_type
@@ -384,3 +384,18 @@ class DALDDCNode(PenaltyClient):
             "local_iterations": self.local.stats.iterations,
             "dual_updates": self.dual_updates,
         }
+
+
+def consensus_quadratic(terms: list[tuple[np.ndarray, np.ndarray, np.ndarray, float]], m: int):
+    """Weights and centre of ``sum_t [sign_t mu_t^T (x - y_t) + ||rho_t o (x - y_t)||^2]``.
+
+    Each term is ``(y, mu, rho, sign)``; returns ``(w, z)`` with the sum equal to
+    ``(1/2) sum_r w_r (x_r - z_r)^2`` plus a constant.
+    """
+    w = np.zeros(m)
+    wz = np.zeros(m)
+    for y, mu, rho, sign in terms:
+        r2 = 2.0 * rho * rho
+        w = w + r2
+        wz = wz + r2 * y - sign * mu
+    return w, wz / w

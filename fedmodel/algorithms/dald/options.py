@@ -10,9 +10,9 @@ from typing import Any
 
 import numpy as np
 
-from fedmodel.algorithms.dald.local import LOCAL_SOLVERS, SMOOTH_ONLY
-from fedmodel.algorithms.dald.topology import validate_coordination
+from fedmodel.algorithms.local import LOCAL_SOLVERS, SMOOTH_ONLY, check_constraints
 from fedmodel.algorithms.options import RUNTIME_OPTIONS_DOC, RuntimeOptions, positive, stop_only
+from fedmodel.algorithms.topology import validate_coordination
 from fedmodel.compiler.partition import CompiledModel
 from fedmodel.errors import ModelError, UnsupportedError
 from fedmodel.runtime.wire import register_wire_type
@@ -40,7 +40,7 @@ class DALDOptions(RuntimeOptions):
     rho_default : float
         Penalty of edges/clients a ``rho`` dict leaves out.
     topology : networkx graph, hierarchical matrix, str or None
-        ``dald-dc`` only: the communication graph (see :mod:`fedmodel.algorithms.dald.topology`).
+        ``dald-dc`` only: the communication graph (see :mod:`fedmodel.algorithms.topology`).
         Default ``"chain"`` (clients in model order, the paper's experiments).
     root, order : optional
         ``dald-dc``: root of an undirected topology, or an explicit order (lowest first).
@@ -63,7 +63,7 @@ class DALDOptions(RuntimeOptions):
     max_iter : int
         Cap on the total number of inner iterations (sweeps); the paper stops at 1000.
     local_solver : {"exact", "prox-grad", "bfgs", "gd", "newton", "sgd"}
-        Solver layer of every party (see :mod:`fedmodel.algorithms.dald.local`). ``"gd"``,
+        Solver layer of every party (see :mod:`fedmodel.algorithms.local`). ``"gd"``,
         ``"newton"``, ``"sgd"``: the surrogate reductions of Section V-B (``W`` gradient,
         damped Newton or mini-batch stochastic gradient steps on the block subproblem
         instead of its exact minimiser; smooth subproblems only).
@@ -81,7 +81,7 @@ class DALDOptions(RuntimeOptions):
     solver : {"auto", "lbfgs", "cvxpy"}
         Backend of exact solves.
     coordination : "full", "random", "greedy", list of names or callable
-        Client coordination sequence (:class:`fedmodel.algorithms.dald.topology.Coordination`).
+        Client coordination sequence (:class:`fedmodel.algorithms.topology.Coordination`).
         The last inner iteration of every outer iteration is always full-cycle.
     fraction : float
         Share of parties selected per inner iteration by ``"random"`` / ``"greedy"``.
@@ -192,21 +192,6 @@ class DALDOptions(RuntimeOptions):
 
     def coordination_check(self, nodes: list[str]) -> None:
         validate_coordination(self.coordination, nodes, self.fraction, self.dropout)
-
-
-def check_constraints(compiled: CompiledModel, method: str, penalty: float | None) -> None:
-    """Refuse constrained models unless a quadratic penalty is requested."""
-    if not compiled.has_constraints or penalty is not None:
-        return
-    where = [f"{p.name}: {c.label}" for p in compiled.parties for c in p.constraints]
-    shown = ", ".join(where[:4]) + (" ..." if len(where) > 4 else "")
-    raise UnsupportedError(
-        f"method '{method}' solves consensus problems without constraints beyond h (seed 004); "
-        f"this model has constraints ({shown}). Pass penalty=beta to add the quadratic "
-        "penalty (beta/2)(||[c]_+||^2 + ||a||^2) of each party's constraints to its "
-        "objective (an approximation whose violation is O(1/beta)), or use "
-        "method='prox-al', which handles them exactly"
-    )
 
 
 def rho_vector(value: Any, m: int, what: str, method: str) -> np.ndarray:

@@ -11,7 +11,7 @@ C_i``, which each client performs on receiving the next ``x_hat`` (the server mi
 
 ``dald-dc`` (Algorithm 3, Fed-DALD-DC): no server. One constraint ``x_i - x_j = 0`` per edge
 of the topology, oriented from the lower to the higher level of the hierarchy
-(:mod:`fedmodel.algorithms.dald.topology`); nodes solve (20) level by level (root last) with
+(:mod:`fedmodel.algorithms.topology`); nodes solve (20) level by level (root last) with
 their neighbours' latest iterates, which they receive peer to peer; both ends of an edge
 hold ``mu_ij`` and update it by (21). The stopping residuals are gathered by a
 convergecast along the hierarchy: every node sends to its higher neighbours, with its
@@ -48,7 +48,6 @@ from fedmodel.algorithms.dald.client import (
     is_uniform,
     make_local,
 )
-from fedmodel.algorithms.dald.local import scaled_regularizer
 from fedmodel.algorithms.dald.messages import DALD
 from fedmodel.algorithms.dald.options import (
     DALDOptions,
@@ -57,9 +56,10 @@ from fedmodel.algorithms.dald.options import (
     rho_for_clients,
     rho_for_edges,
 )
-from fedmodel.algorithms.dald.topology import SERVER, Coordination, build_hierarchy
 from fedmodel.algorithms.driver import run_federated
+from fedmodel.algorithms.local import scaled_regularizer
 from fedmodel.algorithms.protocol import ServerHalf, StepReport
+from fedmodel.algorithms.topology import SERVER, Coordination, build_hierarchy
 from fedmodel.compiler.partition import CompiledModel
 from fedmodel.compiler.regularizer import Regularizer
 from fedmodel.errors import ModelError, UnsupportedError

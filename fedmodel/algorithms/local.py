@@ -1,4 +1,5 @@
-"""The solver layer of seed 004 (Section V-B3): one party's block subproblem
+"""One party's local problem and its solver layer, shared by the dald methods and the
+baselines (``fedavg``, ``fedprox``, ``dgd``): seed 004's block subproblem (Section V-B3)
 
     phi(x) = f_p(x) [+ (beta/2)(||[c_p(x)]_+||^2 + ||a_p(x)||^2)] + h(x)/n
              + (1/2) sum_r w_r (x_r - z_r)^2
@@ -49,7 +50,7 @@ from dataclasses import dataclass
 import numpy as np
 from scipy.optimize import minimize
 
-from fedmodel.compiler.partition import PartyProgram
+from fedmodel.compiler.partition import CompiledModel, PartyProgram
 from fedmodel.compiler.regularizer import Regularizer, VariablePiece
 from fedmodel.errors import UnsupportedError
 from fedmodel.subproblems.merit import MeritProblem
@@ -77,6 +78,21 @@ def scaled_regularizer(reg: Regularizer, factor: float) -> Regularizer:
             )
         )
     return Regularizer.from_pieces(reg.slices, pieces, reg.terms)
+
+
+def check_constraints(compiled: CompiledModel, method: str, penalty: float | None) -> None:
+    """Refuse constrained models unless a quadratic penalty is requested."""
+    if not compiled.has_constraints or penalty is not None:
+        return
+    where = [f"{p.name}: {c.label}" for p in compiled.parties for c in p.constraints]
+    shown = ", ".join(where[:4]) + (" ..." if len(where) > 4 else "")
+    raise UnsupportedError(
+        f"method '{method}' solves consensus problems without constraints beyond h (seed 004); "
+        f"this model has constraints ({shown}). Pass penalty=beta to add the quadratic "
+        "penalty (beta/2)(||[c]_+||^2 + ||a||^2) of each party's constraints to its "
+        "objective (an approximation whose violation is O(1/beta)), or use "
+        "method='prox-al', which handles them exactly"
+    )
 
 
 class DiagonalMerit(MeritProblem):
@@ -483,18 +499,3 @@ def _phi_d1(kind: str, z: np.ndarray, M: float) -> np.ndarray:
     from fedmodel.compiler.glm import phi_value_d1
 
     return phi_value_d1(kind, z, M)[1]
-
-
-def consensus_quadratic(terms: list[tuple[np.ndarray, np.ndarray, np.ndarray, float]], m: int):
-    """Weights and centre of ``sum_t [sign_t mu_t^T (x - y_t) + ||rho_t o (x - y_t)||^2]``.
-
-    Each term is ``(y, mu, rho, sign)``; returns ``(w, z)`` with the sum equal to
-    ``(1/2) sum_r w_r (x_r - z_r)^2`` plus a constant.
-    """
-    w = np.zeros(m)
-    wz = np.zeros(m)
-    for y, mu, rho, sign in terms:
-        r2 = 2.0 * rho * rho
-        w = w + r2
-        wz = wz + r2 * y - sign * mu
-    return w, wz / w
