@@ -1,5 +1,7 @@
-"""Pieces shared by the methods: starting points, the federated evaluation round, and
-assembling a :class:`~fedmodel.result.Result`."""
+"""Pieces shared by the methods: starting points, the federated evaluation round, the
+halves of the quadratic-penalty methods (:class:`PenaltyClient`, :class:`PenaltyServer`),
+the status messages (:func:`status_message`), and assembling a
+:class:`~fedmodel.result.Result`."""
 
 from __future__ import annotations
 
@@ -7,7 +9,7 @@ from typing import Any
 
 import numpy as np
 
-from fedmodel.algorithms.protocol import ClientHalf
+from fedmodel.algorithms.protocol import ClientHalf, ServerHalf
 from fedmodel.certificate.kkt import KKTResiduals, assemble, party_evaluation
 from fedmodel.compiler.partition import CompiledModel, PartyProgram
 from fedmodel.errors import ModelError
@@ -264,3 +266,67 @@ class PenaltyClient(ClientHalf):
 
     def _on_snapshot(self):
         return {"x": None if self.x is None else self.x.copy()}
+
+
+class PenaltyServer(ServerHalf):
+    """Base of the server halves of the quadratic-penalty methods (``penalty=beta``): the
+    server's multipliers are the penalty's at its :meth:`point` (the client halves'
+    counterpart is :class:`PenaltyClient`)."""
+
+    def multipliers(self) -> tuple[np.ndarray, np.ndarray]:
+        """``beta [c_0(x)]_+`` and ``beta a_0(x)`` at the current point."""
+        return penalty_multipliers(self.program, self.point(), self.options.penalty)
+
+
+#: the statuses whose message :func:`status_message` writes (decided by the driver)
+JUDGED = ("optimal", "inaccurate", "max_iterations")
+
+
+def status_message(
+    status: str,
+    kkt: KKTResiduals,
+    tolerance: str,
+    *,
+    rule: str,
+    budget: str = "",
+    hint: str = "",
+    local: bool = False,
+) -> str:
+    """The message of a run whose status the driver has judged, in one wording for every
+    method: what stopped it (``rule``: the method's stopping test; ``budget``: the cap
+    reached) and what the recomputed certificate reads against ``tolerance``.
+
+    Parameters
+    ----------
+    status : {"optimal", "inaccurate", "max_iterations"}
+        The judged status.
+    kkt : KKTResiduals
+        The recomputed certificate.
+    tolerance : str
+        The tolerance in words, e.g. ``"eps = 1e-06"``.
+    rule, budget : str
+        The method's stopping test that held (``optimal``, ``inaccurate``), the cap reached
+        (``max_iterations``), each with the method's own numbers.
+    hint : str
+        Why an uncertified point may be uncertified and what to change (``inaccurate``
+        and ``max_iterations``).
+    local : bool
+        The certificate is a local one (non-convex terms).
+
+    Examples
+    --------
+    >>> kkt = KKTResiduals(1e-7, 2e-8)
+    >>> status_message("optimal", kkt, "eps = 1e-06", rule="||dx||_inf below tol")
+    '||dx||_inf below tol; KKT certificate within eps = 1e-06 (stationarity 1.00e-07, \
+feasibility 2.00e-08)'
+    """
+    if status == "optimal":
+        text = f"{rule}; KKT certificate within {tolerance} ({kkt.describe()})"
+        return text + (" (a local certificate: the model has non-convex terms)" if local else "")
+    if status == "inaccurate":
+        text = f"{rule} but the recomputed KKT residuals ({kkt.describe()}) exceed {tolerance}"
+    elif status == "max_iterations":
+        text = f"{budget} reached without meeting the stopping test (KKT {kkt.describe()})"
+    else:
+        raise ValueError(f"status_message: status {status!r} is not one of {JUDGED}")
+    return text + (f": {hint}" if hint else "")

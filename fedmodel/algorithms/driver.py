@@ -36,6 +36,7 @@ from fedmodel.algorithms.common import (
     history_row,
     make_result,
     split_multipliers,
+    status_message,
 )
 from fedmodel.algorithms.messages import reply_checker
 from fedmodel.algorithms.options import resume_key
@@ -366,22 +367,18 @@ class _Run:
         except KeyboardInterrupt:
             return self.stopped_early(None)
         kkt, summary = self.last_eval
-        if status == "stopped":
-            if kkt.satisfied(opts.eps1, opts.eps2):
-                status = "optimal"
-                message = f"(eps1, eps2) = ({opts.eps1:g}, {opts.eps2:g})-KKT point certified"
-                if self.local:
-                    message += " (a local certificate: the model has non-convex terms)"
-            else:
-                status = "inaccurate"
-                message = (
-                    "the method's stopping test held but the recomputed KKT residuals "
-                    f"({kkt.describe()}) exceed (eps1, eps2) = ({opts.eps1:g}, {opts.eps2:g})"
-                )
-        elif status == "max_iterations":
-            message = (
-                f"{server.max_steps} {server.step_name}s reached without meeting the method's "
-                f"stopping test (KKT {kkt.describe()})"
+        if status in ("stopped", "max_iterations"):  # other stops keep the step's message
+            tolerance = ""  # (the cap's message needs none: ssca has no eps)
+            if status == "stopped":
+                status = "optimal" if kkt.satisfied(opts.eps1, opts.eps2) else "inaccurate"
+                tolerance = f"(eps1, eps2) = ({opts.eps1:g}, {opts.eps2:g})"
+            message = status_message(
+                status,
+                kkt,
+                tolerance,
+                rule="the method's stopping test held",
+                budget=f"{server.max_steps} {server.step_name}s",
+                local=self.local,
             )
         status, message = server.conclude(status, message, kkt, summary, self.history)
         try:

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from fedmodel.algorithms.common import status_message
 from fedmodel.algorithms.local import LocalProblem
 from fedmodel.compiler.partition import PartyProgram
 
@@ -30,25 +31,19 @@ def _local(program, reg, penalty, opts, kind=None, steps=None) -> LocalProblem:
     )
 
 
-def _status(compiled, opts, stopped: bool, kkt, r: int, dx: float, what: str):
+def _status(opts, stopped: bool, kkt, r: int, dx: float, what: str) -> tuple[str, str]:
+    """The baselines' status (certified at ``opts.eps``) and message after ``r`` rounds,
+    ``dx`` the last change of ``what``."""
     certified = kkt.satisfied(opts.eps, opts.eps)
-    if stopped:
-        status = "optimal" if certified else "inaccurate"
-        message = (
-            f"{what} below tol = {opts.tol:g} after {r} rounds; KKT certificate "
-            + ("within" if certified else "outside")
-            + f" eps = {opts.eps:g} (stationarity {kkt.stationarity:.2e}, feasibility "
-            f"{kkt.feasibility:.2e})"
-        )
-        if not certified:
-            message += (
-                ": the method stalled away from the optimum (client drift on heterogeneous "
-                "data, a constant step, or only a penalised treatment of the constraints)"
-            )
-    else:
-        status = "max_iterations"
-        message = (
-            f"max_rounds = {r} reached ({what} {dx:.2e}); KKT stationarity "
-            f"{kkt.stationarity:.2e}, feasibility {kkt.feasibility:.2e}"
-        )
-    return status, message
+    status = ("optimal" if certified else "inaccurate") if stopped else "max_iterations"
+    return status, status_message(
+        status,
+        kkt,
+        f"eps = {opts.eps:g}",
+        rule=f"{what} below tol = {opts.tol:g} after {r} rounds",
+        budget=f"max_rounds = {r} ({what} {dx:.2e})",
+        hint="the method stalled away from the optimum (client drift on heterogeneous data, "
+        "a constant step, or only a penalised treatment of the constraints)"
+        if stopped
+        else "",
+    )

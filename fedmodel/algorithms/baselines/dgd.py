@@ -20,13 +20,13 @@ from fedmodel.algorithms.baselines.common import (
 from fedmodel.algorithms.baselines.messages import BASELINES
 from fedmodel.algorithms.common import (
     PenaltyClient,
-    penalty_multipliers,
+    PenaltyServer,
     starting_point,
 )
 from fedmodel.algorithms.driver import run_federated
 from fedmodel.algorithms.local import check_constraints, scaled_regularizer
 from fedmodel.algorithms.options import RuntimeOptions, positive, stop_only, whole_number
-from fedmodel.algorithms.protocol import ServerHalf, StepReport
+from fedmodel.algorithms.protocol import StepReport
 from fedmodel.algorithms.topology import SERVER, metropolis_weights, topology_graph
 from fedmodel.compiler.partition import CompiledModel
 from fedmodel.compiler.regularizer import Regularizer
@@ -175,7 +175,7 @@ def _mixing(opts: DGDOptions, g, nodes: list[str], method: str) -> dict[str, dic
     return out
 
 
-class DGDServer(ServerHalf):
+class DGDServer(PenaltyServer):
     """The coordinator of dgd's rounds (no server variable): each :meth:`step` lets every
     node send ``x_i`` to its neighbours, then take its step; the returned point is the
     average of the nodes' iterates, gathered on the diagnostic channel when the stopping
@@ -240,9 +240,6 @@ class DGDServer(ServerHalf):
     def point(self) -> np.ndarray:
         return self.x_avg
 
-    def multipliers(self):
-        return penalty_multipliers(self.program, self.x_avg, self.options.penalty)
-
     def round_counts(self) -> dict[str, int]:
         return {"inner": self.r}
 
@@ -252,7 +249,7 @@ class DGDServer(ServerHalf):
         if status in ("optimal", "inaccurate", "max_iterations"):
             opts = self.options if self.options.tol is not None else replace(self.options, tol=0.0)
             status, message = _status(
-                None, opts, status != "max_iterations", kkt, self.r, self.move,
+                opts, status != "max_iterations", kkt, self.r, self.move,
                 "largest node move",
             )  # fmt: skip
         return status, message

@@ -41,13 +41,13 @@ from fedmodel.algorithms.baselines.common import (
 from fedmodel.algorithms.baselines.messages import BASELINES
 from fedmodel.algorithms.common import (
     PenaltyClient,
-    penalty_multipliers,
+    PenaltyServer,
     starting_point,
 )
 from fedmodel.algorithms.driver import run_federated
 from fedmodel.algorithms.local import check_constraints, scaled_regularizer
 from fedmodel.algorithms.options import RuntimeOptions, positive, stop_only, whole_number
-from fedmodel.algorithms.protocol import ServerHalf, StepReport
+from fedmodel.algorithms.protocol import StepReport
 from fedmodel.compiler.partition import CompiledModel, PartyProgram
 from fedmodel.compiler.regularizer import Regularizer
 from fedmodel.errors import ModelError, UnsupportedError
@@ -208,7 +208,7 @@ class FedClient(PenaltyClient):
         }
 
 
-class FedAvgServer(ServerHalf):
+class FedAvgServer(PenaltyServer):
     """Server half of fedavg / fedprox: weighted averaging of the clients' local models, then
     the server's own step on ``f_0`` and the penalty of ``c_0`` (when it has terms).
 
@@ -286,16 +286,13 @@ class FedAvgServer(ServerHalf):
     def point(self) -> np.ndarray:
         return self.x
 
-    def multipliers(self):
-        return penalty_multipliers(self.program, self.x, self.options.penalty)
-
     def round_counts(self) -> dict[str, int]:
         return {"inner": self.r}
 
     def conclude(self, status, message, kkt, summary, history):
         if status in ("optimal", "inaccurate", "max_iterations"):
             status, message = _status(
-                None, self.options, status != "max_iterations", kkt, self.r, self.dx,
+                self.options, status != "max_iterations", kkt, self.r, self.dx,
                 "||x_hat change||_inf",
             )  # fmt: skip
         return status, message

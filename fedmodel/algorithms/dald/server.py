@@ -35,8 +35,10 @@ from dataclasses import replace
 import numpy as np
 
 from fedmodel.algorithms.common import (
-    penalty_multipliers,
+    JUDGED,
+    PenaltyServer,
     starting_point,
+    status_message,
 )
 from fedmodel.algorithms.dald.client import (
     CONTINUE,
@@ -58,7 +60,7 @@ from fedmodel.algorithms.dald.options import (
 )
 from fedmodel.algorithms.driver import run_federated
 from fedmodel.algorithms.local import scaled_regularizer
-from fedmodel.algorithms.protocol import ServerHalf, StepReport
+from fedmodel.algorithms.protocol import StepReport
 from fedmodel.algorithms.topology import SERVER, Coordination, build_hierarchy
 from fedmodel.compiler.partition import CompiledModel
 from fedmodel.compiler.regularizer import Regularizer
@@ -73,7 +75,7 @@ def _grouped(seq: list[str]) -> list[tuple[str, int]]:
     return list(out.items())
 
 
-class DALDCCServer(ServerHalf):
+class DALDCCServer(PenaltyServer):
     """Server half of dald-cc: the consensus step (14)/(29), the residuals, the rules.
 
     One :meth:`step` is one inner iteration ``v`` (the clients of the coordination sequence
@@ -195,9 +197,6 @@ class DALDCCServer(ServerHalf):
     def point(self) -> np.ndarray:
         return self.x_hat
 
-    def multipliers(self):
-        return penalty_multipliers(self.program, self.x_hat, self.options.penalty)
-
     def get_state(self) -> dict:
         """The declared state; a pending dual step on the ``x_hat`` sent with it (the same
         array) is recorded as ``None``."""
@@ -300,38 +299,32 @@ class DALDCCServer(ServerHalf):
 
 
 def _conclude(server, status, message, kkt):
-    """dald-cc's status messages (the driver has decided ``optimal`` / ``inaccurate``)."""
+    """dald-cc's and dald-dc's status messages (the driver has decided ``optimal`` /
+    ``inaccurate``) with the outer rule's residuals ``||C||``, ``||D||``."""
+    if status not in JUDGED:
+        return status, message
     opts = server.options
     C, D = server.C, server.D
-    if status == "optimal":
-        message = (
-            f"outer rule ||C|| <= {opts.eps_pri:g}, ||D|| <= {opts.eps_dual:g} met; KKT "
-            f"certificate within eps = {opts.eps:g}"
-        )
-        if server.nonconvex:
-            message += " (a local certificate: the model has non-convex terms)"
-    elif status == "inaccurate":
-        message = (
-            f"outer rule met (||C|| = {C:.2e}, ||D|| = {D:.2e}) but the KKT certificate "
-            f"reads stationarity {kkt.stationarity:.2e}, feasibility {kkt.feasibility:.2e} "
-            f"(eps = {opts.eps:g}); tighten eps_pri/eps_dual"
-        )
+    hint = ""
+    if status == "inaccurate":
+        hint = "tighten eps_pri/eps_dual"
         if server.has_constraints:
-            message += (
+            hint += (
                 "; the constraints are only penalised (penalty="
                 f"{opts.penalty:g}), so their violation is O(1/penalty): raise penalty or "
                 "use method='prox-al'"
             )
-    elif status == "max_iterations":
-        what = {
-            "max_iter": f"max_iter = {opts.max_iter}",
-            "max_outer": f"max_outer = {opts.max_outer}",
-        }
-        message = (
-            f"{what.get(server.reason, server.reason)} reached with ||C|| = {C:.2e}, ||D|| = "
-            f"{D:.2e}; KKT stationarity {kkt.stationarity:.2e}, feasibility {kkt.feasibility:.2e}"
-        )
-    return status, message
+    caps = {"max_iter": f"max_iter = {opts.max_iter}", "max_outer": f"max_outer = {opts.max_outer}"}
+    return status, status_message(
+        status,
+        kkt,
+        f"eps = {opts.eps:g}",
+        rule=f"outer rule ||C|| <= {opts.eps_pri:g}, ||D|| <= {opts.eps_dual:g} met "
+        f"(||C|| = {C:.2e}, ||D|| = {D:.2e})",
+        budget=f"{caps.get(server.reason, server.reason)} (||C|| = {C:.2e}, ||D|| = {D:.2e})",
+        hint=hint,
+        local=server.nonconvex,
+    )
 
 
 def _setup(compiled: CompiledModel, opts: DALDOptions, method: str):
@@ -373,7 +366,7 @@ def run_dald_cc(
 # dald-dc
 
 
-class DALDDCServer(ServerHalf):
+class DALDDCServer(PenaltyServer):
     """The coordinator of dald-dc's sweeps: there is no server variable. Each :meth:`step`
     activates the nodes of one inner iteration level by level (root last; their iterates
     travel peer to peer), then lets the root decide (continue / multiplier step / stop) from
@@ -482,9 +475,6 @@ class DALDDCServer(ServerHalf):
 
     def point(self) -> np.ndarray:
         return self.x
-
-    def multipliers(self):
-        return penalty_multipliers(self.program, self.x, self.options.penalty)
 
     def diagnostics(self, reports: dict[str, dict]) -> dict:
         nodes = self.hier.order

@@ -45,6 +45,7 @@ from typing import Any
 
 import numpy as np
 
+from fedmodel.algorithms.common import status_message
 from fedmodel.algorithms.protocol import ServerHalf, StepReport
 from fedmodel.algorithms.vfl.messages import VFL
 from fedmodel.algorithms.vfl.metrics import score_metrics
@@ -367,23 +368,18 @@ class VFLServer(ServerHalf):
         rounds = int(self.state["t"])
         gap = self.state["gap"]
         certified = kkt is not None and kkt.satisfied(opts.kkt_tol, opts.kkt_tol)
-        if stop == "optimal":
-            message = (
-                f"gap (12) <= tol; local KKT certificate within {opts.kkt_tol:g} "
-                f"(stationarity {kkt.stationarity:.2e}, feasibility/complementarity "
-                f"{kkt.feasibility:.2e})"
-            )
-        elif stop == "max_iterations" and certified:
-            stop = "optimal"
-            message = (
-                f"{rounds} rounds; local KKT certificate within {opts.kkt_tol:g} "
-                f"(stationarity {kkt.stationarity:.2e}, feasibility/complementarity "
-                f"{kkt.feasibility:.2e})"
-            )
-        elif stop == "max_iterations":
-            message = (
-                f"max_rounds = {opts.max_rounds} reached; gap (12) {gap:.2e}, KKT stationarity "
-                f"{kkt.stationarity:.2e}, feasibility {kkt.feasibility:.2e}"
+        if stop == "max_iterations" and certified:
+            stop, rule = "optimal", f"{rounds} rounds"
+        else:
+            rule = "gap (12) <= tol"
+        if stop in ("optimal", "max_iterations"):
+            message = status_message(
+                stop,
+                kkt,
+                f"eps = {opts.kkt_tol:g}",
+                rule=rule,
+                budget=f"max_rounds = {opts.max_rounds} (gap (12) {gap:.2e})",
+                local=self.constrained,  # the DEO constraint is not convex
             )
         backend, real = getattr(self, "_runtime_async", (None, True))
         if opts.asynchronous and not real:
