@@ -317,3 +317,52 @@ def test_learning_methods_without_a_compiled_model_validate_replies(partition):
         res = run_federated(None, opts, "ssca", server, factories, faults={name: fault})
         assert res.status == "client_failure" and res.failure["client"] == name, res.message
         assert f"'{field}'" in res.failure["error"] and what in res.failure["error"]
+
+
+class _Echo:
+    """An endpoint answering every request with ``g = 2 w`` (or nothing)."""
+
+    name = "a"
+
+    def handle(self, msg):
+        from fedmodel.runtime.messages import SERVER, Message
+
+        out = {"g": 2 * np.asarray(msg.payload["w"])} if "w" in msg.payload else {}
+        return Message(msg.kind + "_reply", "a", SERVER, out, msg.round, msg.channel)
+
+
+def test_the_runtime_checks_requests_against_the_same_declaration():
+    """One declaration for both directions: the runtime refuses a request of an undeclared
+    kind, or with a missing or an undeclared field, before it leaves (naming kind and
+    field, nothing recorded), puts each message on its declared channel in the ledger,
+    refuses a contradicting channel, and validates the reply with the same table."""
+    from fedmodel.runtime.serial import SerialRuntime
+
+    table = MessageTable(
+        "toy",
+        (
+            MessageSpec("ping", request={"w": Field(("d",))}, reply={"g": Field(("d",))}),
+            MessageSpec("look", channel="diagnostic"),
+        ),
+    )
+    rt = SerialRuntime({"a": _Echo()}, on_failure="stop")
+    rt.declare(table, lambda name: {"d": 2})
+    with pytest.raises(ValueError, match="message kind 'pong' is not declared in table 'toy'"):
+        rt.send("a", "pong", {})
+    with pytest.raises(ValueError, match="message 'ping' without its field 'w'"):
+        rt.broadcast("ping", {})
+    with pytest.raises(ValueError, match="message 'ping' with the undeclared field 'x'"):
+        rt.post("a", "ping", {"w": np.ones(2), "x": 1.0})
+    with pytest.raises(ValueError, match="channel 'algorithm'; its declaration .* 'diagnostic'"):
+        rt.send("a", "look", {}, channel="algorithm")
+    assert rt.ledger.rows == []  # nothing refused was sent
+    assert rt.send("a", "ping", {"w": np.ones(2)}).payload["g"].tolist() == [2.0, 2.0]
+    rt.send("a", "look", {})
+    assert [(r["kind"], r["channel"]) for r in rt.ledger.rows] == [
+        ("ping", "algorithm"),
+        ("ping_reply", "algorithm"),
+        ("look", "diagnostic"),
+        ("look_reply", "diagnostic"),
+    ]
+    with pytest.raises(Exception, match="'g'"):  # the reply, checked by the same table
+        rt.send("a", "ping", {"w": np.ones(3)})

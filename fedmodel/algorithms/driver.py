@@ -38,7 +38,7 @@ from fedmodel.algorithms.common import (
     split_multipliers,
     status_message,
 )
-from fedmodel.algorithms.messages import reply_checker
+from fedmodel.algorithms.messages import declare_messages
 from fedmodel.algorithms.options import resume_key
 from fedmodel.algorithms.protocol import ServerHalf, StepReport
 from fedmodel.certificate.kkt import KKTResiduals, assemble, party_evaluation
@@ -152,7 +152,7 @@ def run_federated(
     if not options.keep_ledger:
         runtime.ledger = CountingLedger()
     # every reply is checked against the method's declared message table before use
-    runtime.reply_check = reply_checker(server, compiled)
+    declare_messages(runtime, server, compiled)
     try:
         start = None
         if manifest is not None:

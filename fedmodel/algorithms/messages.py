@@ -1,12 +1,14 @@
 """Message tables shared by the families: the certificate's ``evaluate`` and ``report``, the
-dimensions of a client, and the driver's reply checker (the privacy table of every method,
-which needs the registry, is :mod:`~fedmodel.algorithms.privacy`).
+dimensions of a client, and the declaration of a server half's table to the runtime (the
+privacy table of every method, which needs the registry, is
+:mod:`~fedmodel.algorithms.privacy`).
 
 Each family declares its own kinds in ``<family>/messages.py`` (a
 :class:`~fedmodel.runtime.schema.MessageTable`, set as ``messages`` on its client and
-server halves); the driver hands the runtime the server half's checker
-(:func:`reply_checker`), so every reply is validated in one place before the server half
-reads it.
+server halves); the driver declares the server half's table to the runtime
+(:func:`declare_messages`), so every request is checked before it leaves, travels on its
+declared channel, and every reply is validated in one place before the server half reads
+it.
 
 Dimensions (per client): ``d`` the shared variables (what travels), ``d_own`` the
 client's own block, ``m_ineq``, ``m_eq``, ``m_cone`` its constraint rows; a family adds
@@ -24,7 +26,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from fedmodel.runtime.schema import Field, MessageSpec, MessageTable, ReplyCheck
+from fedmodel.runtime.schema import Field, MessageSpec, MessageTable
 
 #: the point of an evaluation (sent by the server)
 W = Field(("d",), reveals="")
@@ -125,13 +127,12 @@ def program_dims(program) -> dict[str, int]:
     }
 
 
-def reply_checker(server, compiled=None) -> ReplyCheck | None:
-    """The runtime's reply check for ``server``'s declared table (None when the server
-    half declares none): each client's dimensions from its program in ``compiled`` (when
-    given) and the server half's ``message_dims(name)``."""
+def declare_messages(runtime, server, compiled=None) -> None:
+    """Declare ``server``'s message table to ``runtime`` (``Runtime.declare``: outgoing
+    requests checked and put on their declared channels, every reply validated), each
+    client's dimensions from its program in ``compiled`` (when given) and the server half's
+    ``message_dims(name)``; nothing when the server half declares no table."""
     table: MessageTable | None = getattr(server, "messages", None)
-    if table is None:
-        return None
     programs = {p.name: p for p in compiled.parties} if compiled is not None else {}
 
     def dims(name: str) -> dict[str, int]:
@@ -139,4 +140,4 @@ def reply_checker(server, compiled=None) -> ReplyCheck | None:
         out.update(server.message_dims(name))
         return out
 
-    return table.checker(dims)
+    runtime.declare(table, dims)

@@ -177,25 +177,9 @@ class ClientHalf(DeclaredState):
 
     def _check_request(self, msg: Message) -> None:
         """The payload's field names against the kind's declared request fields."""
-        table = self.messages
-        if msg.kind not in table:
-            raise ValueError(
-                f"party {self.name!r} got message kind {msg.kind!r}, which its method's "
-                f"message table {table.family!r} does not declare"
-            )
-        declared = table[msg.kind].request
-        payload = msg.payload
-        for name in payload:
-            if name not in declared:
-                raise ValueError(
-                    f"party {self.name!r} got message {msg.kind!r} with the undeclared field "
-                    f"{name!r} (declared: {sorted(declared)})"
-                )
-        for name, spec in declared.items():
-            if spec.required and name not in payload:
-                raise ValueError(
-                    f"party {self.name!r} got message {msg.kind!r} without its field {name!r}"
-                )
+        why = self.messages.request_problem(msg.kind, msg.payload)
+        if why:
+            raise ValueError(f"party {self.name!r} got {why}")
 
     # -- state -------------------------------------------------------------------------------
     def get_state(self) -> dict:

@@ -64,6 +64,7 @@ from fedmodel.runtime.outcomes import (
     StepOutcome,
 )
 from fedmodel.runtime.placement import SERVER_HOST
+from fedmodel.runtime.schema import MessageTable
 
 BACKENDS = ("serial", "processes", "ray", "flower")
 
@@ -133,6 +134,12 @@ class Runtime(abc.ABC):
 
     Attributes
     ----------
+    messages : MessageTable or None
+        The method's declared message table (:meth:`declare`): every request the server
+        sends (``send``, ``broadcast``, ``post``) is checked against it before it leaves
+        (an undeclared kind, a missing or undeclared field: a ``ValueError`` naming the
+        kind and the field) and travels, and is recorded in the ledger, on its declared
+        channel.
     reply_check : callable or None
         ``check(party, kind, direction, payload)`` (a
         :data:`~fedmodel.runtime.schema.ReplyCheck`, e.g. from the method's declared
@@ -176,6 +183,31 @@ class Runtime(abc.ABC):
         # posted messages whose reply the server has not taken yet (post/poll)
         self._tickets_out: list[Ticket] = []
         self.reply_check: Callable[[str, str, str, Any], None] | None = None
+        self.messages: MessageTable | None = None
+
+    def declare(self, table: MessageTable | None, dims: Callable[[str], Mapping[str, int]]) -> None:
+        """Declare the method's message table: outgoing requests are checked against it
+        and take its channels; replies, peer messages and activation returns are checked
+        by its :meth:`~fedmodel.runtime.schema.MessageTable.checker` with ``dims(party)``
+        the symbolic dimensions of a party (None: no table, nothing checked)."""
+        self.messages = table
+        self.reply_check = None if table is None else table.checker(dims)
+
+    def _outgoing(self, kind: str, payload: Any, channel: str | None) -> str:
+        """The channel of a request of ``kind`` after checking it against the declared
+        table (without one: ``channel`` or ``"algorithm"``)."""
+        if self.messages is None:
+            return channel or "algorithm"
+        why = self.messages.request_problem(kind, payload)
+        if why:
+            raise ValueError(f"the server sends {why}")
+        declared = self.messages.channel(kind)
+        if channel is not None and channel != declared:
+            raise ValueError(
+                f"the server sends message {kind!r} on channel {channel!r}; its declaration "
+                f"in table {self.messages.family!r} says {declared!r}"
+            )
+        return declared
 
     # -- interface ----------------------------------------------------------------------
     @property
@@ -191,11 +223,12 @@ class Runtime(abc.ABC):
         return self.round
 
     def send(
-        self, receiver: str, kind: str, payload: dict[str, Any], channel: str = "algorithm"
+        self, receiver: str, kind: str, payload: dict[str, Any], channel: str | None = None
     ) -> Message:
         """Send one message to ``receiver`` and return its reply."""
         if receiver not in self._host_of:
             raise KeyError(f"unknown receiver {receiver!r}")
+        channel = self._outgoing(kind, payload, channel)
         msg = Message(kind, SERVER, receiver, payload, self.round, channel)
         return self._exchange([msg])[receiver]
 
@@ -203,19 +236,16 @@ class Runtime(abc.ABC):
         self,
         kind: str,
         payload: dict[str, Any] | Callable[[str], dict[str, Any]],
-        channel: str = "algorithm",
+        channel: str | None = None,
         to: Iterable[str] | None = None,
     ) -> dict[str, Message]:
         """Send a message to every client (or to those in ``to``), the same payload or one
         built per client by a callable, and collect the replies, keyed by client name in
         client order."""
         names = self.client_names if to is None else [n for n in self.client_names if n in set(to)]
-        msgs = [
-            Message(
-                kind, SERVER, n, payload(n) if callable(payload) else payload, self.round, channel
-            )
-            for n in names
-        ]
+        payloads = {n: payload(n) if callable(payload) else payload for n in names}
+        channels = {n: self._outgoing(kind, payloads[n], channel) for n in names}
+        msgs = [Message(kind, SERVER, n, payloads[n], self.round, channels[n]) for n in names]
         return self._exchange(msgs)
 
     # -- non-blocking exchange ------------------------------------------------------------
@@ -225,7 +255,7 @@ class Runtime(abc.ABC):
         return len(self._tickets_out)
 
     def post(
-        self, receiver: str, kind: str, payload: dict[str, Any], channel: str = "algorithm"
+        self, receiver: str, kind: str, payload: dict[str, Any], channel: str | None = None
     ) -> Ticket:
         """Send one message to ``receiver`` without waiting for its reply.
 
@@ -248,6 +278,7 @@ class Runtime(abc.ABC):
         """
         if receiver not in self._host_of:
             raise KeyError(f"unknown receiver {receiver!r}")
+        channel = self._outgoing(kind, payload, channel)
         msg = Message(kind, SERVER, receiver, payload, self.round, channel)
         ticket = Ticket(msg, host=self._host_of[receiver], posted=time.perf_counter())
         if not self.supports_async or ticket.host == SERVER_HOST or receiver in self.dead:

@@ -15,7 +15,11 @@ dimensions for one client (``d``: the shared variables, ``m_ineq``, ``m_eq``, ``
   client (``StepOutcome(kind="invalid_reply")``);
 * the **privacy table** (:meth:`MessageTable.privacy_rows`, :func:`privacy_markdown`):
   each kind, its direction, its size in numbers for a model, and what it reveals;
-* the ledger and codec (planned, issue 26): the same specs name the fields they carry.
+* the **runtime's outgoing messages** (:meth:`MessageTable.request_problem`,
+  :meth:`MessageTable.channel`; ``Runtime.declare``): a request of an undeclared kind,
+  with a missing or an undeclared field, is refused before it is sent, naming the kind
+  and the field, and the ledger records each message on its declared channel; a client
+  half checks what it receives with the same :meth:`~MessageTable.request_problem`.
 
 This module imports nothing of the algorithms (the runtime must not): the tables live in
 each family's ``messages.py`` and the driver hands the runtime their checker.
@@ -360,6 +364,35 @@ class MessageTable:
         return MessageTable(family or self.family, tuple(specs))
 
     # -- validation --------------------------------------------------------------------------
+    def request_problem(self, kind: str, payload: Mapping[str, Any]) -> str | None:
+        """Why a request of ``kind`` with ``payload`` does not fit the declaration (the
+        field names: an undeclared kind, an undeclared field, a missing required one), or
+        None when it does.
+
+        Examples
+        --------
+        >>> table = MessageTable("toy", (MessageSpec("ping", request={"w": Field(("d",))}),))
+        >>> table.request_problem("ping", {}), table.request_problem("pong", {})
+        ("message 'ping' without its field 'w'", "message kind 'pong' is not declared in table 'toy'")
+        """
+        if kind not in self:
+            return f"message kind {kind!r} is not declared in table {self.family!r}"
+        declared = self[kind].request
+        for name in payload:
+            if name not in declared:
+                return (
+                    f"message {kind!r} with the undeclared field {name!r} "
+                    f"(declared: {sorted(declared)})"
+                )
+        for name, spec in declared.items():
+            if spec.required and name not in payload:
+                return f"message {kind!r} without its field {name!r}"
+        return None
+
+    def channel(self, kind: str) -> str:
+        """The declared channel of ``kind`` (``"algorithm"`` or ``"diagnostic"``)."""
+        return self[kind].channel
+
     def validate(self, party: str, kind: str, direction: str, payload: Any, dims) -> None:
         """Raise :class:`InvalidReply` unless ``payload`` is what ``party`` may send for
         ``kind`` (see :data:`ReplyCheck`)."""
