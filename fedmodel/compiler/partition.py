@@ -25,6 +25,7 @@ from fedmodel.compiler.smooth import (
 from fedmodel.dsl.data import PrivateData, check_finite_constants, fingerprint
 from fedmodel.dsl.party import ConstraintTerm, ObjectiveTerm, Party
 from fedmodel.errors import ModelError, OwnershipError, UnsupportedError
+from fedmodel.expressions import leaves
 
 
 @dataclass
@@ -480,22 +481,6 @@ class CompiledModel:
         raise KeyError(name)
 
 
-def _leaves(expr, published=None):
-    """Leaves of ``expr`` (variables, data, constants); a published expression
-    (``Client.publish``) is yielded whole instead of being walked into."""
-    published = published or {}
-    stack = [expr]
-    while stack:
-        e = stack.pop()
-        pub = published.get(id(e))
-        if pub is not None and pub.expr is e:
-            yield pub
-        elif not e.args:
-            yield e
-        else:
-            stack.extend(e.args)
-
-
 def check_ownership(model, party: Party) -> None:
     """Raise :class:`OwnershipError` if a term of ``party`` touches another party's data
     or a variable owned by another party (``party.variable(...)``) of ``model`` (a
@@ -506,11 +491,16 @@ def check_ownership(model, party: Party) -> None:
     else they are not. A client may not use another client's published expression (it is
     sent to the server only)."""
     published = getattr(model, "_published", {})
+
+    def published_whole(e):  # a published expression (Client.publish) is taken whole
+        pub = published.get(id(e))
+        return pub if pub is not None and pub.expr is e else None
+
     terms = [(t.label, t.expr) for t in party.objective_terms] + [
         (c.label, c.expr) for c in party.constraints
     ]
     for label, expr in terms:
-        for leaf in _leaves(expr, published):
+        for leaf in leaves(expr, whole=published_whole):
             if not isinstance(leaf, cp.Expression):  # a Publication
                 if leaf.owner != party.name and not party.is_server:
                     raise OwnershipError(

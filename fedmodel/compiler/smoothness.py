@@ -11,6 +11,7 @@ from cvxpy.expressions.leaf import Leaf
 from cvxpy.expressions.variable import Variable
 
 from fedmodel.compiler.atom_rules import _NOT_SMOOTH, _RULES, NotSmoothError, _classify
+from fedmodel.expressions import nodes
 
 
 def check_smooth(expr: cp.Expression) -> None:
@@ -29,13 +30,7 @@ def check_smooth(expr: cp.Expression) -> None:
     ...     print(err.atom, "|", err.reason.split(";")[0])
     PnormApprox | pnorm with p=2 (norm2 / norm) is not differentiable at 0
     """
-    seen: set[int] = set()
-    stack = [expr]
-    while stack:
-        e = stack.pop()
-        if id(e) in seen:
-            continue
-        seen.add(id(e))
+    for e in nodes(expr):
         if isinstance(e, Leaf):
             if not isinstance(e, (Variable, Parameter, Constant)):
                 name = type(e).__name__
@@ -47,7 +42,6 @@ def check_smooth(expr: cp.Expression) -> None:
         name, rule, reason = _classify(e)
         if rule is None:
             raise NotSmoothError(name, str(e), reason or "unsupported")
-        stack.extend(reversed(e.args))
 
 
 _SMOOTH_ATOMS_CACHE: frozenset[str] | None = None

@@ -44,6 +44,8 @@ from cvxpy.constraints import (
     Zero,
 )
 
+from fedmodel.expressions import substitute_constraint
+
 #: cone constraint classes the certificate can measure (see cone_kind)
 SUPPORTED = (Inequality, NonNeg, NonPos, Equality, Zero, SOC, PSD, ExpCone, PowCone3D)
 
@@ -94,14 +96,6 @@ def cone_vector(con: cp.constraints.constraint.Constraint) -> cp.Expression:
     raise TypeError(f"{type(con).__name__} cones are not supported")
 
 
-def _substitute(expr: cp.Expression, mapping: dict[int, cp.Variable]) -> cp.Expression:
-    if isinstance(expr, cp.Variable):
-        return mapping.get(expr.id, expr)
-    if not expr.args:
-        return expr
-    return expr.copy(args=[_substitute(a, mapping) for a in expr.args])
-
-
 def lift(
     con: cp.constraints.constraint.Constraint,
 ) -> tuple[list[cp.constraints.constraint.Constraint], list[cp.Variable]]:
@@ -140,7 +134,7 @@ def lift(
             if "nonpos" in flags:
                 extra.append(NonPos(V))
     if plain:
-        cones = [c.copy(args=[_substitute(a, plain) for a in c.args]) for c in cones] + extra
+        cones = [substitute_constraint(c, plain) for c in cones] + extra
     for c in cones:
         cone_kind(c)  # raises for unsupported cones
         for a in c.args:

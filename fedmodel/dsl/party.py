@@ -20,6 +20,7 @@ from fedmodel.errors import (
     OwnershipError,
     UnsupportedError,
 )
+from fedmodel.expressions import leaves, nodes, summands
 
 
 @dataclass(frozen=True)
@@ -198,7 +199,7 @@ class Party:
         such summand ``s`` becomes an auxiliary ``t`` with the cone form of ``s <= t``; the
         other summands stay (in epigraph form where that makes them smooth)."""
         parts, extra = [], []
-        for s in _summands(expr):
+        for s in summands(expr):
             s2, pieces = self._epigraph(s, label)
             if _smooth(s2) and all(_smooth(p.expr) for p in pieces):
                 parts.append(s2)
@@ -507,7 +508,7 @@ class Client(Party):
                     self.name,
                     str(expr),
                 )
-        for leaf in _leaves(expr):
+        for leaf in leaves(expr):
             if isinstance(leaf, PrivateData) and leaf.owner != self.name:
                 raise OwnershipError(
                     f"published expression '{label}' uses data '{leaf.data_name}' owned by "
@@ -517,16 +518,6 @@ class Client(Party):
                 )
         self._model._publish(Publication(expr, self.name, label))
         return expr
-
-
-def _leaves(expr):
-    stack = [expr]
-    while stack:
-        e = stack.pop()
-        if not e.args:
-            yield e
-        else:
-            stack.extend(e.args)
 
 
 class Server(Party):
@@ -557,22 +548,9 @@ def _smooth(expr: cp.Expression) -> bool:
 
 
 def _variable_denominator(expr: cp.Expression) -> bool:
-    stack = [expr]
-    while stack:
-        e = stack.pop()
-        if type(e).__name__ == "quad_over_lin" and not e.args[1].is_constant():
-            return True
-        stack.extend(e.args)
-    return False
-
-
-def _summands(expr: cp.Expression) -> list[cp.Expression]:
-    """The terms of a (nested) sum ``a + b + ...``; ``[expr]`` for anything else."""
-    from cvxpy.atoms.affine.add_expr import AddExpression
-
-    if isinstance(expr, AddExpression):
-        return [s for a in expr.args for s in _summands(a)]
-    return [expr]
+    return any(
+        type(e).__name__ == "quad_over_lin" and not e.args[1].is_constant() for e in nodes(expr)
+    )
 
 
 def split_max_constraint(lhs: cp.Expression, rhs: cp.Expression) -> cp.Expression | None:

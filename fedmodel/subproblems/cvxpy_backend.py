@@ -19,19 +19,11 @@ import cvxpy as cp
 import numpy as np
 
 from fedmodel.errors import UnsupportedError
+from fedmodel.expressions import substitute, substitute_constraint
 from fedmodel.subproblems.merit import MeritProblem, SolveReport
 
 #: duals of hard pieces below this fraction of the largest are rounding (set to 0)
 ROUNDING_DUAL = 1e-9
-
-
-def substitute(expr: cp.Expression, mapping: dict[int, cp.Expression]) -> cp.Expression:
-    """Copy of ``expr`` with each variable ``v`` (by id) replaced by ``mapping[v.id]``."""
-    if isinstance(expr, cp.Variable):
-        return mapping.get(expr.id, expr)
-    if not expr.args:
-        return expr
-    return expr.copy(args=[substitute(a, mapping) for a in expr.args])
 
 
 def stacked_variable_map(layout, x: cp.Variable) -> dict[int, cp.Expression]:
@@ -41,11 +33,6 @@ def stacked_variable_map(layout, x: cp.Variable) -> dict[int, cp.Expression]:
         piece = x[layout.slice_of(v)]
         out[v.id] = piece if v.shape == (piece.size,) else cp.reshape(piece, v.shape, order="F")
     return out
-
-
-def substitute_constraint(con, mapping: dict[int, cp.Expression]):
-    """Copy of a cvxpy constraint with its variables replaced (see :func:`substitute`)."""
-    return con.copy(args=[substitute(a, mapping) for a in con.args])
 
 
 def clarabel_tolerances(tol: float) -> dict:

@@ -1,0 +1,84 @@
+"""Walking and rewriting cvxpy expression trees: one implementation for the DSL, the compiler
+and the subproblems.
+
+* :func:`nodes`: every node of a tree once, depth first, left to right (the smoothness
+  check, the DSL's declaration checks);
+* :func:`leaves`: its variables, parameters, constants and data, optionally stopping at
+  nodes to take whole (a published expression in the ownership checks);
+* :func:`substitute`, :func:`substitute_constraint`: a copy with variables replaced by
+  other expressions (the cone form's plain auxiliaries, the cvxpy backend's stacked
+  variable);
+* :func:`summands`: the terms of a nested sum.
+
+The module imports nothing of the package, so every layer may use it.
+
+Examples
+--------
+>>> import cvxpy as cp
+>>> x, y = cp.Variable(2, name="x"), cp.Variable(2, name="y")
+>>> e = cp.sum_squares(x) + 3 * cp.sum(y)
+>>> [leaf.name() for leaf in leaves(e) if isinstance(leaf, cp.Variable)]
+['x', 'y']
+>>> z = cp.Variable(2, name="z")
+>>> [v.name() for v in substitute(e, {y.id: 2 * z}).variables()]
+['x', 'z']
+>>> len(summands(e))
+2
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator, Mapping
+from typing import Any
+
+import cvxpy as cp
+from cvxpy.atoms.affine.add_expr import AddExpression
+
+
+def nodes(expr: cp.Expression) -> Iterator[cp.Expression]:
+    """Every node of ``expr`` (atoms and leaves) once, depth first, left to right."""
+    seen: set[int] = set()
+    stack = [expr]
+    while stack:
+        e = stack.pop()
+        if id(e) in seen:
+            continue
+        seen.add(id(e))
+        yield e
+        stack.extend(reversed(e.args))
+
+
+def leaves(expr: cp.Expression, whole: Callable[[Any], Any] | None = None) -> Iterator[Any]:
+    """The leaves of ``expr`` (variables, parameters, constants, data), left to right; where
+    ``whole(node)`` is not None, that value is yielded instead of walking into the node."""
+    stack = [expr]
+    while stack:
+        e = stack.pop()
+        taken = whole(e) if whole is not None else None
+        if taken is not None:
+            yield taken
+        elif not e.args:
+            yield e
+        else:
+            stack.extend(reversed(e.args))
+
+
+def substitute(expr: cp.Expression, mapping: Mapping[int, cp.Expression]) -> cp.Expression:
+    """Copy of ``expr`` with each variable ``v`` (by id) replaced by ``mapping[v.id]``."""
+    if isinstance(expr, cp.Variable):
+        return mapping.get(expr.id, expr)
+    if not expr.args:
+        return expr
+    return expr.copy(args=[substitute(a, mapping) for a in expr.args])
+
+
+def substitute_constraint(con, mapping: Mapping[int, cp.Expression]):
+    """Copy of a cvxpy constraint with its variables replaced (see :func:`substitute`)."""
+    return con.copy(args=[substitute(a, mapping) for a in con.args])
+
+
+def summands(expr: cp.Expression) -> list[cp.Expression]:
+    """The terms of a (nested) sum ``a + b + ...``; ``[expr]`` for anything else."""
+    if isinstance(expr, AddExpression):
+        return [s for a in expr.args for s in summands(a)]
+    return [expr]
