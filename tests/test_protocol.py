@@ -15,8 +15,8 @@ from fedmodel.algorithms.common import starting_point
 from fedmodel.algorithms.driver import run_federated
 from fedmodel.algorithms.messages import evaluate_spec, report_spec
 from fedmodel.algorithms.options import RuntimeOptions, positive, stop_only
-from fedmodel.algorithms.protocol import ClientHalf, ServerHalf, StepReport
-from fedmodel.algorithms.registry import MethodSpec, available_methods, register_method
+from fedmodel.algorithms.protocol import ClientHalf, MethodSpec, ServerHalf, StepReport
+from fedmodel.algorithms.registry import available_methods, register_method
 from fedmodel.runtime.checkpoint import CheckpointError
 from fedmodel.runtime.endpoints import EndpointFactory
 from fedmodel.runtime.faults import Fault
