@@ -15,7 +15,8 @@ Three solvers (``local_solver=``):
 
 * ``"exact"``: the subproblem engine (:mod:`fedmodel.subproblems`) to a measured residual
   ``dist_inf(0, d phi(x)) <= local_tol``. With non-uniform ``rho`` the quadratic has a
-  vector weight, handled by :class:`DiagonalMerit` and the L-BFGS backend.
+  vector weight (a diagonal metric of the :class:`~fedmodel.subproblems.merit.MeritProblem`),
+  handled by the L-BFGS backend.
 * ``"prox-grad"``: ``W`` steps of proximal gradient (BCPG, eqs. 63-64) from the warm start
   ``x^{k,v-1}``: ``x <- prox_{alpha h/n}(x - alpha grad psi(x))``; for an l1 term the prox is
   soft-thresholding (64). ``step=None`` uses ``alpha = 1 / (L_f + max_r w_r)`` with the
@@ -95,34 +96,6 @@ def check_constraints(compiled: CompiledModel, method: str, penalty: float | Non
     )
 
 
-class DiagonalMerit(MeritProblem):
-    """:class:`~fedmodel.subproblems.merit.MeritProblem` whose proximal weight ``sigma`` may
-    be a vector: ``(1/2) sum_r sigma_r (x_r - center_r)^2`` (vector penalties ``rho``)."""
-
-    def set(self, *, sigma, center, mu=None, nu=None) -> None:
-        self.sigma = np.asarray(sigma, dtype=float) if np.ndim(sigma) else float(sigma)
-        self.center = np.asarray(center, dtype=float)
-        if mu is not None:
-            self.mu = [np.asarray(m, dtype=float) for m in mu]
-        if nu is not None:
-            self.nu = [np.asarray(v, dtype=float) for v in nu]
-
-    def smooth_value_grad(self, x: np.ndarray) -> tuple[float, np.ndarray]:
-        self.evaluations += 1
-        d = x - self.center
-        grad = self.sigma * d
-        val = 0.5 * float(np.dot(grad, d))
-        for fn, mu, nu in zip(self.functions, self.mu, self.nu):
-            v, g = fn.merit(x, mu, nu, self.beta)
-            val += v
-            grad = grad + g
-        if not self.regularizer.is_zero:
-            sq = self.regularizer.smooth_grad(x)
-            val += 0.5 * sq.dot(x)
-            grad = grad + sq
-        return float(val), grad
-
-
 @dataclass
 class LocalStats:
     solves: int = 0
@@ -167,7 +140,7 @@ class LocalProblem:
         self.kind = local_solver
         self.reg = regularizer
         self.penalty = float(penalty) if penalty else 1.0
-        self.problem = DiagonalMerit([program], self.penalty, regularizer)
+        self.problem = MeritProblem([program], self.penalty, regularizer)  # sigma: a vector
         self.n = self.problem.n
         self.empty = program.is_empty and regularizer.is_zero
         self.W = int(local_steps)
