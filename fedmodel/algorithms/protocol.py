@@ -382,7 +382,17 @@ class ServerHalf(DeclaredState, ABC):
 
 @dataclass(frozen=True)
 class MethodSpec:
-    """A registered method: its options class, its runner and a one-line description."""
+    """A registered method: its options class, its runner and a one-line description,
+    with what it requires of a model. Families build theirs here (their ``METHODS``); the
+    registry imports the families, never the other way round.
+
+    Examples
+    --------
+    >>> from fedmodel.algorithms.registry import method_spec
+    >>> spec = method_spec("dald-cc")
+    >>> spec.options.__name__, spec.server_sets_in_h
+    ('DALDOptions', True)
+    """
 
     options: type
     runner: Callable[..., Any]
