@@ -438,3 +438,36 @@ def test_serve_ctrl_c_stops_a_run_whose_replies_are_in_at_the_first_pull(
     sent = [r["round"] for r in res.ledger if r["channel"] == "algorithm"]
     assert max(sent) == 6, sent
     assert {r["channel"] for r in res.ledger if r["round"] > 6} == {"diagnostic"}
+
+
+def test_a_party_answering_a_string_for_its_checkpoint_costs_the_checkpoint_only(
+    tmp_path, server_app_identity
+):
+    """A party that answers the coordinator's ``write_checkpoint`` with a string (not the
+    file it wrote): that checkpoint is not written, the message says why naming the party,
+    and the solve goes on to the same answer."""
+    from fedmodel.runtime.flower_codec import decode, encode
+    from fedmodel.runtime.flower_relay_app import pack, unpack
+    from fedmodel.runtime.flower_runtime import JoinedGrid
+
+    model = np_model(3)
+    servers, found = _party_servers(model, tmp_path)
+    site1 = found["site1"][0]
+
+    def answer(node, frame):
+        if node == site1 and decode(*unpack(frame)[1:])[0] == "write_checkpoint":
+            return pack("ok", *encode("a string instead of the file it wrote"))
+        return None
+
+    grid = JoinedGrid(_AnsweringGrid(servers, answer), found)
+    ck = str(tmp_path / "ck")
+    try:
+        res = model.solve("prox-al", backend="flower", flower_grid=grid, checkpoint=ck, **OPTS)
+    finally:
+        for s in servers.values():
+            s.close()
+    ref = np_model(3).solve("prox-al", **OPTS)
+    assert res.status == ref.status and res.rounds == ref.rounds
+    assert np.max(np.abs(res.x - ref.x)) <= 1e-10 * max(1.0, np.max(np.abs(ref.x)))
+    assert "checkpoint could not be written" in res.message, res.message
+    assert "party 'site1' did not answer the file it wrote (its host answered str)" in (res.message)

@@ -501,10 +501,25 @@ class Runtime(abc.ABC):
                 "cannot be written"
             )
         out: dict[str, Any] = {}
-        for res in self._map_hosts(
+        groups = self._hosts_for(self.alive)
+        for h, res in self._map_hosts(
             "write_checkpoint", lambda names: (directory, tag, marked)
-        ).values():
-            out.update(res)
+        ).items():
+            for n in groups[h]:  # (name, sha256) per party, as the host's answer must be
+                entry = res.get(n) if isinstance(res, Mapping) else None
+                if not (
+                    isinstance(entry, (list, tuple))
+                    and len(entry) == 2
+                    and all(isinstance(v, str) for v in entry)
+                ):
+                    raise CheckpointError(
+                        f"party '{n}' did not answer the file it wrote (its host answered "
+                        f"{type(res).__name__})"
+                    )
+                out[n] = entry
+        lost = [n for n in self.client_names if n not in out]
+        if lost:
+            raise CheckpointError(f"parties {lost} were lost while writing their state")
         return {n: out[n] for n in self.client_names}
 
     def load_party_checkpoint(self, directory: str, files: Mapping[str, Any]) -> None:
