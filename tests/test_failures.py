@@ -304,10 +304,14 @@ def test_a_failed_final_save_does_not_claim_a_fresh_checkpoint(model, tmp_path, 
 
 @pytest.fixture
 def python_ctrl_c():
-    """Python's default SIGINT handler for the test, the previous one back afterwards: in
-    full-suite runs something earlier leaves another SIGINT handler installed (the solve
-    then leaves Ctrl-C to it, as it does for any handler the user set), and the tests below
-    are about a process with Python's own Ctrl-C handling."""
+    """Python's default SIGINT handler for the test, the previous one back afterwards. The
+    tests below are about a process with Python's own Ctrl-C handling, and the test
+    process may not have it: started in the background by a non-interactive shell (a CI
+    job, ``pytest &``), it inherits SIGINT *ignored*, and Python then leaves it ignored
+    (``signal.getsignal`` gives ``SIG_IGN``; the solve leaves Ctrl-C alone, as for any
+    handler it did not install, and even ``_thread.interrupt_main`` does nothing). That
+    was the "handler left installed by an earlier test" of full-suite CI runs: no test
+    changes SIGINT (checked before and after every test of a full run)."""
     previous = signal.signal(signal.SIGINT, signal.default_int_handler)
     try:
         yield previous
@@ -340,8 +344,166 @@ def test_sigint_during_a_solve(model, reference, backend, tmp_path, python_ctrl_
     assert resumed.status == "optimal" and same(resumed, reference)
 
 
+def test_a_solve_leaves_an_ignored_ctrl_c_ignored(model, reference):
+    """In a process that ignores SIGINT (a background job), a solve neither takes Ctrl-C
+    over nor is interrupted by it, and SIGINT is still ignored afterwards."""
+    timer = threading.Timer(0.0, os.kill, (os.getpid(), signal.SIGINT))
+
+    def send_sigint(row):
+        if row["iteration"] == 0:
+            timer.start()
+            timer.join()
+
+    previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
+    try:
+        res = run(model, callback=send_sigint)
+        assert signal.getsignal(signal.SIGINT) is signal.SIG_IGN
+    finally:
+        signal.signal(signal.SIGINT, previous)
+    assert res.status == "optimal" and same(res, reference)
+
+
 def test_result_statuses_include_failures():
     from fedmodel.result import STATUSES
 
     assert "client_failure" in STATUSES and "interrupted" in STATUSES
     assert issubclass(CheckpointError, fm.ModelError)
+
+
+# -- what a host answers is checked, and every reply of an exchange is read -------------------------
+class Party:
+    """A toy party: answers ``ping`` with twice its ``x``. ``answer="text"``: answers a
+    string instead of a message. ``state="set"``: its state holds a set (a checkpoint of
+    it cannot be written). ``fingerprint_seconds``: computing its fingerprint (for a
+    checkpoint file) takes that long."""
+
+    def __init__(self, name, answer="message", state="plain", fingerprint_seconds=0.0):
+        from types import SimpleNamespace
+
+        self.name, self.answer, self.state = name, answer, state
+        self.count = 0
+
+        def fingerprint():
+            time.sleep(fingerprint_seconds)
+            return None
+
+        self.program = SimpleNamespace(fingerprint=fingerprint)
+
+    def get_state(self):
+        out = {"count": self.count}
+        if self.state == "set":
+            out["unwritable"] = {1, 2}
+        return out
+
+    def set_state(self, state):
+        self.count = state["count"]
+
+    def handle(self, msg):
+        from fedmodel.runtime.messages import SERVER, Message
+
+        self.count += 1
+        if self.answer == "text":
+            return "a string instead of a message"
+        x = 2 * np.asarray(msg.payload["x"])
+        return Message(msg.kind + "_reply", self.name, SERVER, {"x": x}, msg.round, msg.channel)
+
+
+def _parties(**special):
+    from fedmodel.runtime.endpoints import EndpointFactory
+
+    return {n: EndpointFactory(Party, (n,), special.get(n, {})) for n in ("a", "b", "c")}
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_a_client_answering_a_string_is_an_invalid_reply_naming_it(backend):
+    from fedmodel.runtime.factory import make_runtime
+    from fedmodel.runtime.outcomes import ClientFailure
+
+    opts = on(backend)
+    factories = _parties(b={"answer": "text"})
+    with make_runtime(opts.pop("backend"), factories, workers=2, **opts) as rt:
+        rt.next_round()
+        with pytest.raises(ClientFailure) as err:
+            rt.broadcast("ping", {"x": np.ones(2)})
+    assert err.value.clients == ["b"]
+    assert err.value.failures["b"].kind == "invalid_reply"
+    assert "client 'b', reply to 'ping': not a message (str)" in str(err.value)
+
+
+def test_a_host_answering_a_string_for_a_step_is_an_invalid_reply_naming_its_parties(
+    monkeypatch,
+):
+    """A worker whose answer to a step is not the step's outcome (a string, as once under
+    load: ``'str' object has no attribute 'kind'`` out of the runtime) fails the parties
+    it holds, with a message naming each; the other parties' replies are used."""
+    from fedmodel.runtime.outcomes import ClientFailure
+    from fedmodel.runtime.processes import ProcessRuntime
+
+    with ProcessRuntime(_parties(), workers=3) as rt:
+        real = rt._map
+        host_b = rt.worker_of("b")
+
+        def garbled(calls, steps, build=False):
+            out = real(calls, steps, build)
+            if calls.get(host_b, ("",))[0] == "run":
+                out[host_b] = "b"  # (once: a desynchronised pipe, a stray answer)
+            return out
+
+        monkeypatch.setattr(rt, "_map", garbled)
+        rt.next_round()
+        with pytest.raises(ClientFailure) as err:
+            rt.broadcast("ping", {"x": np.ones(2)})
+    assert err.value.clients == ["b"]
+    assert err.value.failures["b"].kind == "invalid_reply"
+    assert (
+        "client 'b', reply to 'ping': its host answered a str, not the outcome of the step"
+    ) in str(err.value)
+
+
+def test_a_worker_error_leaves_no_reply_unread_for_the_next_call(tmp_path):
+    """One worker's call raises (party a's state cannot be written to a checkpoint: the
+    driver notes it and goes on) while another worker is still answering the same call:
+    its answer is read then, not taken as its answer to the next call (which gave
+    ``'str' object has no attribute 'kind'``: the checkpoint's file table read as the
+    outcomes of the next round)."""
+    from fedmodel.runtime.processes import ProcessRuntime
+
+    factories = _parties(a={"state": "set"}, b={"fingerprint_seconds": 1.0})
+    with ProcessRuntime(factories, workers=3) as rt:
+        assert len({rt.worker_of(n) for n in "abc"}) == 3
+        rt.next_round()
+        rt.mark()
+        with pytest.raises(CheckpointError, match="party 'a'"):
+            rt.write_party_checkpoint(str(tmp_path), "000001-abcdef01")
+        rt.next_round()
+        replies = rt.broadcast("ping", lambda n: {"x": np.full(2, float(ord(n)))})
+        for n in "abc":
+            np.testing.assert_array_equal(replies[n].payload["x"], np.full(2, 2.0 * ord(n)))
+            assert replies[n].round == rt.round
+
+
+def test_a_relative_checkpoint_directory_is_the_servers_whatever_the_workers_cwd(
+    model, tmp_path, monkeypatch
+):
+    """Workers are kept between solves: one started while the server was in another
+    directory (since removed) writes the parties' files of ``checkpoint="run1"`` in the
+    server's ``run1`` too (it once failed there, in some workers only: the docs' block
+    ``checkpoint="run1"`` then ``resume="run1"``), and the run resumes from it."""
+    import shutil
+
+    from fedmodel.runtime.processes import shutdown_workers
+
+    shutdown_workers()
+    for d in ("before", "now"):
+        (tmp_path / d).mkdir()
+    monkeypatch.chdir(tmp_path / "before")
+    run(model, backend="processes", max_outer=1)  # its workers are kept, started here
+    monkeypatch.chdir(tmp_path / "now")
+    shutil.rmtree(tmp_path / "before")
+    res = run(model, backend="processes", checkpoint="run1", checkpoint_every=1, max_outer=3)
+    assert "could not be written" not in res.message, res.message
+    files = sorted(os.listdir(tmp_path / "now" / "run1"))
+    assert [f for f in files if f.startswith("party-")], files
+    again = run(model, backend="processes", resume="run1", max_outer=3)
+    ref = run(model, backend="serial", max_outer=3)
+    assert again.rounds == ref.rounds and same(again, ref)

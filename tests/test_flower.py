@@ -297,3 +297,177 @@ def test_every_federated_method_on_the_simulation_engine(method):
     res = make().solve(method, backend="flower", **opts)
     assert res.rounds == ref.rounds and res.status == ref.status
     assert np.max(np.abs(res.x - ref.x)) <= 1e-10 * max(1.0, np.max(np.abs(ref.x)))
+
+
+class _AnsweringGrid:
+    """A Grid whose nodes answer at once (each a :class:`PartyServer` in this process,
+    called with the frame Flower would deliver): the runtime's first pull of a round
+    always brings every reply, as on a deployment whose replies are in by then."""
+
+    def __init__(self, servers, answer=None):
+        self.servers = servers  # node id -> PartyServer
+        self.replies: dict[str, object] = {}
+        # (node, call frame) -> the frame it answers instead of its party server's, or None
+        self.answer = answer or (lambda node, frame: None)
+
+    def push_messages(self, messages):
+        from types import SimpleNamespace
+
+        from flwr.app import ConfigRecord, RecordDict
+
+        from fedmodel.runtime.flower_relay_app import FRAME_RECORD
+
+        ids = []
+        for msg in messages:
+            frame = bytes(msg.content.config_records[FRAME_RECORD]["frame"])
+            node = msg.metadata.dst_node_id
+            answer = self.answer(node, frame) or self.servers[node].handle_frame(frame)
+            mid = f"m{len(self.replies)}"
+            self.replies[mid] = SimpleNamespace(
+                metadata=SimpleNamespace(reply_to_message_id=mid),
+                content=RecordDict({FRAME_RECORD: ConfigRecord({"frame": answer})}),
+                has_error=lambda: False,
+            )
+            ids.append(mid)
+        return ids
+
+    def pull_messages(self, ids):
+        return [self.replies.pop(i) for i in ids if i in self.replies]
+
+
+def _party_servers(model, tmp_path):
+    """A deployed party server per client of ``model`` (its own program), on nodes 100, 101
+    ...; returns them and what the coordinator's discovery would have found."""
+    from fedmodel.runtime.flower_party import PartyServer
+
+    compiled = model.compile()
+    servers = {
+        100 + i: PartyServer(
+            str(tmp_path / f"party{i}.sock"),
+            programs={c.name: c},
+            regularizer=compiled.regularizer,
+            checkpoint_dir=str(tmp_path / f"ck{i}"),
+        )
+        for i, c in enumerate(compiled.clients)
+    }
+    return servers, {c.name: (100 + i, {}) for i, c in enumerate(compiled.clients)}
+
+
+@pytest.fixture
+def server_app_identity(monkeypatch):
+    """What Flower sets in a ServerApp's process (a Message needs it)."""
+    pytest.importorskip("flwr")
+    from flwr.supercore.task_identity import TaskIdentity
+
+    for field, value in (("_run_id", 1), ("_node_id", 0), ("_task_id", 1)):
+        monkeypatch.setattr(TaskIdentity, field, value)
+
+
+def test_a_party_answering_a_string_for_its_step_is_an_invalid_reply(tmp_path, server_app_identity):
+    """A deployed party (another organisation's code) that answers the coordinator's
+    ``run`` call with a string instead of its step's outcome: status ``client_failure``
+    of kind ``invalid_reply`` naming it, the last consistent point returned (never an
+    ``AttributeError`` out of the runtime)."""
+    from fedmodel.runtime.flower_codec import decode, encode
+    from fedmodel.runtime.flower_relay_app import pack, unpack
+    from fedmodel.runtime.flower_runtime import JoinedGrid
+
+    model = np_model(3)
+    servers, found = _party_servers(model, tmp_path)
+    site1 = found["site1"][0]
+
+    def answer(node, frame):
+        method, args = decode(*unpack(frame)[1:])
+        if node == site1 and method == "run" and args[0][0].round >= 5:
+            return pack("ok", *encode("a string instead of the outcome"))
+        return None
+
+    grid = JoinedGrid(_AnsweringGrid(servers, answer), found)
+    try:
+        res = model.solve("prox-al", backend="flower", flower_grid=grid, **OPTS)
+    finally:
+        for s in servers.values():
+            s.close()
+    assert res.status == "client_failure", res.message
+    assert res.failure["client"] == "site1" and res.failure["kind"] == "invalid_reply"
+    assert (
+        "client 'site1', reply to 'curvature_w': its host answered a str, not the outcome "
+        "of the step"
+    ) in res.failure["error"], res.failure
+    assert np.all(np.isfinite(res.x))
+
+
+def test_serve_ctrl_c_stops_a_run_whose_replies_are_in_at_the_first_pull(
+    tmp_path, monkeypatch, server_app_identity
+):
+    """``fedmodel serve``'s Ctrl-C (its stop file, seen by the ServerApp's runtime) stops
+    the solve before the next exchange even when every round's replies are in at the
+    runtime's first pull (it once looked for the stop file only while still waiting, so
+    such a run went on to the end, status ``optimal``: the coordinator's Ctrl-C test)."""
+    from fedmodel.runtime import flower_runtime
+    from fedmodel.runtime.flower_runtime import JoinedGrid
+
+    # the first pull of a round right after the push (as when the predicted time of the
+    # replies has passed by then): it brings every reply
+    monkeypatch.setattr(flower_runtime, "POLL_LEAD", 0.0)
+
+    model = np_model(3)
+    servers, found = _party_servers(model, tmp_path)
+    stop_file = tmp_path / "result.json.stop"
+    rounds = []
+
+    def progress(row):  # Ctrl-C on serve once it has printed round 6
+        rounds.append(row["round"])
+        if row["round"] == 6:
+            stop_file.touch()
+
+    grid = JoinedGrid(_AnsweringGrid(servers), found, stop_file=str(stop_file), progress=progress)
+    opts = dict(OPTS, max_outer=30)
+    try:
+        res = model.solve("prox-al", backend="flower", flower_grid=grid, **opts)
+    finally:
+        for s in servers.values():
+            s.close()
+    full = np_model(3).solve("prox-al", **opts)
+    assert full.rounds["communication"] > 12  # the run goes on well past round 6
+    assert res.status == "interrupted", res.message
+    assert not stop_file.exists()  # seen (and removed) by the runtime
+    # no algorithm round was sent after the one during which the stop was asked for
+    # no algorithm round was sent after the one during which the stop was asked for (the
+    # evaluation and the reports of the returned point follow on the diagnostic channel)
+    sent = [r["round"] for r in res.ledger if r["channel"] == "algorithm"]
+    assert max(sent) == 6, sent
+    assert {r["channel"] for r in res.ledger if r["round"] > 6} == {"diagnostic"}
+
+
+def test_a_party_answering_a_string_for_its_checkpoint_costs_the_checkpoint_only(
+    tmp_path, server_app_identity
+):
+    """A party that answers the coordinator's ``write_checkpoint`` with a string (not the
+    file it wrote): that checkpoint is not written, the message says why naming the party,
+    and the solve goes on to the same answer."""
+    from fedmodel.runtime.flower_codec import decode, encode
+    from fedmodel.runtime.flower_relay_app import pack, unpack
+    from fedmodel.runtime.flower_runtime import JoinedGrid
+
+    model = np_model(3)
+    servers, found = _party_servers(model, tmp_path)
+    site1 = found["site1"][0]
+
+    def answer(node, frame):
+        if node == site1 and decode(*unpack(frame)[1:])[0] == "write_checkpoint":
+            return pack("ok", *encode("a string instead of the file it wrote"))
+        return None
+
+    grid = JoinedGrid(_AnsweringGrid(servers, answer), found)
+    ck = str(tmp_path / "ck")
+    try:
+        res = model.solve("prox-al", backend="flower", flower_grid=grid, checkpoint=ck, **OPTS)
+    finally:
+        for s in servers.values():
+            s.close()
+    ref = np_model(3).solve("prox-al", **OPTS)
+    assert res.status == ref.status and res.rounds == ref.rounds
+    assert np.max(np.abs(res.x - ref.x)) <= 1e-10 * max(1.0, np.max(np.abs(ref.x)))
+    assert "checkpoint could not be written" in res.message, res.message
+    assert "party 'site1' did not answer the file it wrote (its host answered str)" in (res.message)

@@ -366,6 +366,7 @@ class Runtime(abc.ABC):
                 self._mark_dead(names, res.reason)
                 res = self.dead[ticket.receiver]
             msg = ticket.message
+            res = _as_outcome(msg, res)
             self.ledger.record(msg)
             self.client_seconds[msg.receiver] = (
                 self.client_seconds.get(msg.receiver, 0.0) + res.seconds
@@ -531,10 +532,25 @@ class Runtime(abc.ABC):
                 "cannot be written"
             )
         out: dict[str, Any] = {}
-        for res in self._map_hosts(
+        groups = self._hosts_for(self.alive)
+        for h, res in self._map_hosts(
             "write_checkpoint", lambda names: (directory, tag, marked)
-        ).values():
-            out.update(res)
+        ).items():
+            for n in groups[h]:  # (name, sha256) per party, as the host's answer must be
+                entry = res.get(n) if isinstance(res, Mapping) else None
+                if not (
+                    isinstance(entry, (list, tuple))
+                    and len(entry) == 2
+                    and all(isinstance(v, str) for v in entry)
+                ):
+                    raise CheckpointError(
+                        f"party '{n}' did not answer the file it wrote (its host answered "
+                        f"{type(res).__name__})"
+                    )
+                out[n] = entry
+        lost = [n for n in self.client_names if n not in out]
+        if lost:
+            raise CheckpointError(f"parties {lost} were lost while writing their state")
         return {n: out[n] for n in self.client_names}
 
     def load_party_checkpoint(self, directory: str, files: Mapping[str, Any]) -> None:
@@ -701,8 +717,10 @@ class Runtime(abc.ABC):
                 for m in groups[h]:
                     outcomes[m.receiver] = self.dead[m.receiver]
             else:
+                if not (isinstance(res, (list, tuple)) and len(res) == len(groups[h])):
+                    res = [res] * len(groups[h])  # no outcome per message: refused below
                 for m, out in zip(groups[h], res):
-                    outcomes[m.receiver] = out
+                    outcomes[m.receiver] = _as_outcome(m, out)
         return outcomes
 
     def _exchange(self, msgs: list[Message]) -> dict[str, Message]:
@@ -771,7 +789,8 @@ class Runtime(abc.ABC):
                 self._mark_dead(self._hosts_for(self.alive).get(h, [name]), res.reason)
                 out = self.dead[name]
             else:  # (a peer delivery returns nothing; what it sends is checked)
-                out = self._vet(msg, res) if method == "activate" else _as_invalid(res)
+                out = _as_outcome(msg, res)
+                out = self._vet(msg, out) if method == "activate" else _as_invalid(out)
         self.client_seconds[name] = self.client_seconds.get(name, 0.0) + out.seconds
         if not out.ok:
             self._fail({name: out}, msg)
@@ -835,6 +854,26 @@ class Runtime(abc.ABC):
         self, msgs: list[Message], outcomes: dict[str, StepOutcome]
     ) -> dict[str, StepOutcome]:
         return {m.receiver: self._vet(m, outcomes[m.receiver]) for m in msgs}
+
+
+def _as_outcome(msg: Message, value: Any) -> StepOutcome:
+    """``value`` if it is the outcome of ``msg``'s step at its receiver, else a failure of
+    kind ``"invalid_reply"`` naming that party: what a host answered for a step is
+    checked like what the step returned (a worker, actor or Flower node answering
+    something else, e.g. a string, fails its party; it never reaches the server's code)."""
+    if isinstance(value, StepOutcome) and value.name == msg.receiver:
+        return value
+    what = (
+        f"the outcome of party {value.name!r}"
+        if isinstance(value, StepOutcome)
+        else f"a {type(value).__name__}"
+    )
+    error = InvalidReply(
+        msg.receiver, msg.kind, None,
+        f"client {msg.receiver!r}, reply to {msg.kind!r}: its host answered {what}, not the "
+        "outcome of the step",
+    )  # fmt: skip
+    return StepOutcome(msg.receiver, error=error, kind="invalid_reply")
 
 
 def _as_invalid(out: StepOutcome) -> StepOutcome:

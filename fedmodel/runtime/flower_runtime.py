@@ -139,11 +139,11 @@ class JoinedGrid:
     nodes instead of asking every node again (``fedmodel serve`` discovers the parties
     once, to learn the shapes it builds the model with).
 
-    ``stop_file``: while waiting for replies the runtime stops as if interrupted (Ctrl-C)
-    when this file appears (``fedmodel serve``'s Ctrl-C), and likewise past ``deadline``
-    (``time.time()`` seconds; ``fedmodel serve --timeout``). ``progress`` is called after
-    every communication round with ``{"event": "round", "round", "answered", "failed",
-    "seconds"}``."""
+    ``stop_file``: before each exchange and while waiting for its replies the runtime
+    stops as if interrupted (Ctrl-C) when this file appears (``fedmodel serve``'s Ctrl-C),
+    and likewise past ``deadline`` (``time.time()`` seconds; ``fedmodel serve
+    --timeout``). ``progress`` is called after every communication round with
+    ``{"event": "round", "round", "answered", "failed", "seconds"}``."""
 
     grid: Any
     parties: dict[str, tuple[int, dict]]
@@ -495,6 +495,9 @@ class FlowerRuntime(Runtime):
     def _map(self, calls, steps, build: bool = False, wait: float | None = None):
         grid = self.grid
         out: dict[Any, Any] = {}
+        # a stop asked for since the last exchange, checked before anything is sent: the
+        # wait below may never look (its first, predicted pull often brings every reply)
+        self._interrupt_if_asked()
         with self.critical():
             msgs = {h: self._message(h, *calls[h]) for h in calls}
             ids = list(grid.push_messages(list(msgs.values())))
@@ -527,11 +530,7 @@ class FlowerRuntime(Runtime):
                     break
                 next_pull = time.monotonic() + (poll if step is None else max(poll, step))
                 poll = min(2 * poll, POLL_MAX)
-            if self._stop_asked():
-                if self._critical_depth:  # e.g. every party taking its mark: finish first
-                    self._pending_interrupt = True  # raised when the critical part ends
-                else:
-                    raise KeyboardInterrupt  # as Ctrl-C in this process would
+            self._interrupt_if_asked()
             if time.monotonic() > deadline:
                 for h in waiting.values():
                     out[h] = HostDead(
@@ -548,6 +547,16 @@ class FlowerRuntime(Runtime):
         if errors:
             raise errors[0]
         return out
+
+    def _interrupt_if_asked(self) -> None:
+        """Raise KeyboardInterrupt (as Ctrl-C in this process would) when a stop was asked
+        for (:meth:`_stop_asked`); inside a critical part (e.g. every party taking its
+        mark) once that part ends."""
+        if self._stop_asked():
+            if self._critical_depth:
+                self._pending_interrupt = True  # raised when the critical part ends
+            else:
+                raise KeyboardInterrupt
 
     def _stop_asked(self) -> bool:
         """``fedmodel serve`` asked to stop (its stop file), or the deadline passed; once:

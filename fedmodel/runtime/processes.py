@@ -239,6 +239,14 @@ class ProcessRuntime(Runtime):
     def worker_of(self, name: str) -> Any:
         return self._host_of[name]
 
+    # -- checkpoints: a relative directory is this process's (a worker kept from an earlier
+    # solve may have been started in another working directory) -------------------------------
+    def write_party_checkpoint(self, directory: str, tag: str, marked: bool = True) -> dict:
+        return super().write_party_checkpoint(os.path.abspath(directory), tag, marked)
+
+    def load_party_checkpoint(self, directory: str, files: Mapping[str, Any]) -> None:
+        super().load_party_checkpoint(os.path.abspath(directory), files)
+
     # -- talking to workers -----------------------------------------------------------------
     def _kill(self, h: int) -> None:
         p = self._procs.get(h)
@@ -278,6 +286,8 @@ class ProcessRuntime(Runtime):
             longest = max((steps.get(h, 0) for h in sent), default=0)
             deadline = time.monotonic() + longest * float(self.client_timeout) + GRACE_SECONDS
         waiting = set(sent)
+        error = None  # a host method that raised: raised once every reply is read (a reply
+        # left unread would be taken as the answer to that worker's next call)
         while waiting:
             objs = {self._conns[h]: h for h in waiting}
             remaining = None if deadline is None else max(0.0, deadline - time.monotonic())
@@ -302,8 +312,11 @@ class ProcessRuntime(Runtime):
                     continue
                 self._busy.discard(h)
                 if status == "error":
-                    raise value
+                    error = value if error is None else error
+                    continue
                 out[h] = value
+        if error is not None:
+            raise error
         if failed_here is not None:
             raise failed_here
         return out
@@ -348,7 +361,10 @@ class ProcessRuntime(Runtime):
                 self._busy.discard(h)
             if status == "error":
                 raise value
-            out.append((ticket, value[0]))
+            # the step's outcome (one message per post; anything else is refused as the
+            # party's invalid reply by the caller)
+            one = isinstance(value, (list, tuple)) and len(value) == 1
+            out.append((ticket, value[0] if one else value))
         return out
 
     def _abandon(self, host):
