@@ -13,6 +13,7 @@ residual in cone form (no polishing: the smooth backends cannot take cones).
 
 from __future__ import annotations
 
+import time
 import warnings
 
 import cvxpy as cp
@@ -101,6 +102,9 @@ class CvxpySolver:
         self.warm = self.solver != "CLARABEL"
         self.polish = polish
         self._polisher = None
+        #: ``time.perf_counter()`` value after which no new solve starts and a running one
+        #: gets the remaining time as the solver's own limit (an owner's time limit)
+        self.deadline: float | None = None
         n = problem.n
         layout = problem.programs[0].layout
         x = cp.Variable(n, name="x")
@@ -169,6 +173,9 @@ class CvxpySolver:
         if not self.cvx_problem.is_dcp(dpp=True):
             raise UnsupportedError("the party subproblem is not DPP-compliant for cvxpy")
 
+    def _past_deadline(self) -> bool:
+        return self.deadline is not None and time.perf_counter() > self.deadline
+
     def solve(self, x0: np.ndarray, tol: float, max_iter: int = 10_000) -> SolveReport:
         p = self.problem
         if np.ndim(p.sigma) == 2:
@@ -188,6 +195,8 @@ class CvxpySolver:
         tight = clarabel_tolerances(tol) if self.solver == "CLARABEL" else {}
         x, residual, status, cone = self._attempt(x0, tight)
         attempts = 1
+        if self._past_deadline():
+            tight = {}  # no second attempt after the deadline
         if residual > tol and tight and not (self.hard_internal and np.isfinite(residual)):
             # interior-point methods may lose accuracy at tight tolerances on degenerate
             # problems (e.g. a PSD cone with a multiple eigenvalue): try the defaults and
@@ -213,6 +222,7 @@ class CvxpySolver:
         if residual > tol and self.polish and not p.has_cones and not self.hard_internal:
             if self._polisher is None:
                 self._polisher = polisher_for(p)
+            self._polisher.deadline = self.deadline
             polished = self._polisher.solve(x, tol, max_iter)
             polished.backend = f"cvxpy+{self._polisher.name}"
             polished.message = f"{status}; polished: {polished.message}"
@@ -224,6 +234,12 @@ class CvxpySolver:
         multipliers (projected onto the dual cones), also left in ``problem.cone``."""
         p = self.problem
         self.x.value = x0
+        if self.deadline is not None:
+            from fedmodel.algorithms.centralized.pooled import SOLVER_TIME_LIMIT
+
+            if self.solver in SOLVER_TIME_LIMIT:
+                left = max(self.deadline - time.perf_counter(), 1e-3)
+                settings = {**settings, SOLVER_TIME_LIMIT[self.solver]: left}
         try:
             with warnings.catch_warnings():  # accuracy is measured (and polished) by the caller
                 warnings.filterwarnings("ignore", message="Solution may be inaccurate")
