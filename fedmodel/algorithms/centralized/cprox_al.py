@@ -20,6 +20,7 @@ from fedmodel.algorithms.common import (
     conic_note,
     history_row,
     make_result,
+    multiplier_plateau,
     split_multipliers,
     starting_point,
 )
@@ -47,8 +48,17 @@ def run_cprox_al(
     method: str = "cprox-al",
     mu_init: list[np.ndarray] | None = None,
     nu_init: list[np.ndarray] | None = None,
+    stop_on_plateau: bool = False,
 ):
-    """Run Algorithm 3; ``mu_init``/``nu_init`` warm-start the multipliers (refinement)."""
+    """Run Algorithm 3; ``mu_init``/``nu_init`` warm-start the multipliers (refinement).
+
+    ``stop_on_plateau``: end with status ``"stalled"`` when the multiplier steps plateau
+    (:func:`~fedmodel.algorithms.common.multiplier_plateau`: constraints the penalty does
+    not reduce, e.g. an infeasible model) instead of running to ``max_outer``; used by
+    ``centralized``, whose pooled solver then gives the verdict (an infeasibility
+    certificate where one exists). cprox-al itself gives no such verdict: on models with
+    a finite optimum where its subproblems lose a term's domain (entr, kl_div on a simplex)
+    the multipliers plateau too."""
     t0 = time.perf_counter()
     # time_limit covers the whole run, the backend's set-up included (Newton's on the
     # epigraph of a 4000-row hinge SVM: ~8 s); every backend stops its solve at the deadline
@@ -66,6 +76,7 @@ def run_cprox_al(
     x = starting_point(compiled, options.w0, options.random_state)
     beta = options.beta
     history, status, message = [], "max_iterations", ""
+    dmu_history: list[float] = []
     local_iters, k = 0, -1
     for k in range(options.max_outer):
         tau = options.sbar / (k + 1) ** 2
@@ -122,6 +133,11 @@ def run_cprox_al(
             kkt, _ = pooled_evaluation(compiled, x, mus, nus, problem.cone)
             if kkt.satisfied(options.eps1, options.eps2):
                 break
+        dmu_history.append(dmu)
+        plateau = multiplier_plateau(dmu_history, beta, options.eps2) if stop_on_plateau else ""
+        if plateau:
+            status, message = "stalled", f"stopped after {k + 1} outer iterations: {plateau}"
+            break
         if deadline is not None and time.perf_counter() > deadline:
             status, message = "time_limit", f"time limit of {options.time_limit:g} s reached"
             break

@@ -383,7 +383,9 @@ def _refine(compiled, options, x0, mus, nus):
         history=False,
         time_limit=options.time_limit,
     )
-    result = run_cprox_al(compiled, opts, method="centralized", mu_init=mus, nu_init=nus)
+    result = run_cprox_al(
+        compiled, opts, method="centralized", mu_init=mus, nu_init=nus, stop_on_plateau=True
+    )
     if result.status != "optimal":
         if result.status not in ("unbounded", "time_limit"):
             result.status = "inaccurate"
