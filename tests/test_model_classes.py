@@ -272,3 +272,31 @@ def test_centralized_smooth_path_stops_at_a_multiplier_plateau():
     case = INFEASIBLE["soc-ball vs linear"]()
     res = case.model.solve(method="centralized", time_limit=60)
     assert "stopped after" in res.message and "multipliers diverge" in res.message
+
+
+def _summed(kind: str) -> Case:
+    """The case ``kind`` with every client's loss summed over its rows instead of averaged
+    over the N pooled rows (the objective N times larger, the same minimiser)."""
+    terms = {
+        "hinge-client+ball": lambda k, X, y, w: cp.sum(cp.pos(1 - cp.multiply(y, X @ w))),
+        "pinball-client": lambda k, X, y, w: cp.sum(
+            0.8 * cp.pos(y - X @ w) + 0.2 * cp.pos(X @ w - y)
+        ),
+    }
+    extra = {"hinge-client+ball": {"server_cons": lambda w: [cp.norm(w, 2) <= 0.5]}}
+    return _build(terms[kind], labels=kind.startswith("hinge"), **extra.get(kind, {}))
+
+
+@pytest.mark.parametrize("method", ["prox-al", "cprox-al"])
+@pytest.mark.parametrize("kind", ["hinge-client+ball", "pinball-client"])
+def test_summed_and_averaged_losses_get_the_same_verdict(kind, method):
+    """The certificate is on the user's scale: the same model with its loss summed (N
+    times larger) or averaged gets the same verdict, and "optimal" means within 10 eps of
+    the optimum in relative terms on both."""
+    verdicts = []
+    for case in (MODELS[kind](), _summed(kind)):
+        f_star = case.reference()
+        res = case.model.solve(method=method, eps=EPS, time_limit=60)
+        verdicts.append(res.status)
+        _check(case, res, f_star, EPS)
+    assert verdicts == ["optimal", "optimal"], verdicts
