@@ -183,8 +183,11 @@ CPROX_AL_OPEN = ("kl-server-term", "entr-client+moments", "entr-server-term")
 def _check(case: Case, res, f_star: float, eps: float) -> None:
     gap, viol = case.judge(f_star)
     assert abs(gap) <= 10 * eps and viol <= 10 * eps, (res.status, gap, viol, res.message)
-    # the library's own objective and violation are the user's model's
+    # the library's own objective and violation are the user's model's (not those of the
+    # epigraph or cone form: the pooled constraints are the user's, on the pooled data)
     assert res.objective == pytest.approx(case.pooled.objective.value, rel=1e-6, abs=1e-9)
+    user_violation = max([0.0, *(float(np.max(c.violation())) for c in case.pooled.constraints)])
+    assert res.max_violation == pytest.approx(user_violation, rel=1e-6, abs=1e-9)
 
 
 @pytest.mark.parametrize("method", ["prox-al", "centralized"])
