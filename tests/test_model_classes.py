@@ -303,3 +303,25 @@ def test_summed_and_averaged_losses_get_the_same_verdict(kind, method):
         verdicts.append(res.status)
         _check(case, res, f_star, EPS)
     assert verdicts == ["optimal", "optimal"], verdicts
+
+
+def test_cprox_al_takes_lbfgs_above_the_dense_newton_size():
+    """A dense Newton step at d = 10,000 outlasted a 60 s time limit (issue 23's sparse
+    logistic + l2 ball); above centralized's SMOOTH_MAX_SIZE, "auto" takes L-BFGS."""
+    from fedmodel.algorithms.centralized.cprox_al import _backend_choice
+    from fedmodel.algorithms.centralized.pooled import SMOOTH_MAX_SIZE
+    from fedmodel.subproblems.merit import MeritProblem
+
+    rng = np.random.default_rng(0)
+    choices = []
+    for d in (SMOOTH_MAX_SIZE, SMOOTH_MAX_SIZE + 1):
+        m = fm.Model("wide")
+        w = m.variable(d, name="w")
+        c = m.client("c0")
+        X = rng.normal(size=(5, d))
+        c.minimize(cp.sum_squares(c.data(X, name="X") @ w - 1) + cp.sum_squares(w))
+        c.subject_to(cp.sum(w) <= 1)
+        compiled = m.compile()
+        problem = MeritProblem(compiled.parties, 1.0, compiled.regularizer)
+        choices.append(_backend_choice(problem, "auto"))
+    assert choices == ["auto", "lbfgs"]
