@@ -56,6 +56,11 @@ def clarabel_tolerances(tol: float) -> dict:
     return {"tol_gap_abs": t, "tol_gap_rel": t, "tol_feas": t, "tol_ktratio": min(1e-6, t)}
 
 
+#: each cvxpy solver's option for a wall-clock limit in seconds (the remaining part of
+#: ``time_limit`` is passed on; a solver not listed here is not limited)
+SOLVER_TIME_LIMIT = {"CLARABEL": "time_limit", "OSQP": "time_limit", "SCS": "time_limit_secs"}
+
+
 def polisher_for(problem: MeritProblem):
     """L-BFGS-B when h allows it, otherwise accelerated proximal gradient."""
     if any(p.l2 or p.has_ball for p in problem.regularizer.pieces):
@@ -235,8 +240,6 @@ class CvxpySolver:
         p = self.problem
         self.x.value = x0
         if self.deadline is not None:
-            from fedmodel.algorithms.centralized.pooled import SOLVER_TIME_LIMIT
-
             if self.solver in SOLVER_TIME_LIMIT:
                 left = max(self.deadline - time.perf_counter(), 1e-3)
                 settings = {**settings, SOLVER_TIME_LIMIT[self.solver]: left}
