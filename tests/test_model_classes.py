@@ -325,3 +325,27 @@ def test_cprox_al_takes_lbfgs_above_the_dense_newton_size():
         problem = MeritProblem(compiled.parties, 1.0, compiled.regularizer)
         choices.append(_backend_choice(problem, "auto"))
     assert choices == ["auto", "lbfgs"]
+
+
+@pytest.mark.parametrize("backend", ["newton", "lbfgs"])
+def test_subproblem_backends_stop_at_their_deadline(backend):
+    """cprox-al's time limit reaches inside its subproblem solves: a backend whose
+    deadline has passed returns its starting point (no step started)."""
+    import time
+
+    from fedmodel.subproblems.merit import MeritProblem
+    from fedmodel.subproblems.select import make_solver
+
+    case = _build(lambda k, X, y, w: cp.sum(cp.logistic(X @ w - y)) / N)
+    compiled = case.model.compile()
+    problem = MeritProblem(compiled.parties, 1.0, compiled.regularizer)
+    mus = [np.zeros(p.m_ineq) for p in compiled.parties]
+    nus = [np.zeros(p.m_eq) for p in compiled.parties]
+    problem.set(sigma=1.0, center=np.zeros(problem.n), mu=mus, nu=nus)
+    solver = make_solver(problem, backend)
+    x0 = np.full(problem.n, 0.3)
+    solver.deadline = None
+    assert solver.solve(x0, 1e-10, 100).iterations > 0  # without a deadline: it steps
+    solver.deadline = time.perf_counter() - 1.0
+    report = solver.solve(x0, 1e-10, 100)
+    assert report.iterations == 0 and np.array_equal(report.x, x0)
