@@ -884,7 +884,8 @@ def write_report(rows: list[dict], commands: list[str]) -> None:
 def headline(rows: list[dict]) -> list[str]:
     """Per method: optimal count, silent wrong answers, rounds (federated), wall ratio."""
     out = []
-    for method in METHODS:
+    others = sorted({r["method"] for r in rows} - {"clarabel", *METHODS})
+    for method in (*METHODS, *others):  # other registered methods run with --methods
         sub = [r for r in rows if r["method"] == method]
         if not sub:
             continue

@@ -10,7 +10,8 @@ import numpy as np
 import pytest
 
 import fedmodel as fm
-from fedmodel.algorithms.proxal.server import DIVERGENCE_WINDOW, ProxALServer
+from fedmodel.algorithms.common import DIVERGENCE_WINDOW
+from fedmodel.algorithms.proxal.server import ProxALServer
 
 FALSE_VERDICTS = ("unbounded", "infeasible", "diverging")
 

@@ -15,6 +15,44 @@ from fedmodel.compiler.partition import CompiledModel, PartyProgram
 from fedmodel.errors import ModelError
 from fedmodel.result import Result
 
+#: outer iterations of a plateau of max ||mu^(k+1) - mu^k|| before a run is judged not to
+#: meet its constraints (:func:`multiplier_plateau`)
+DIVERGENCE_WINDOW = 10
+
+
+def multiplier_plateau(dmu_history: list[float], beta: float, eps2: float) -> str:
+    """A message when the multiplier steps show constraints the method cannot meet, else "".
+
+    ``max_i ||mu_i^{k+1} - mu_i^k||_inf = beta * (violation of the active constraints)``.
+    On an infeasible model the violation settles at a positive level and the multipliers
+    grow by about that much every outer iteration; on a feasible one it keeps falling, if
+    slowly. The verdict needs :data:`DIVERGENCE_WINDOW` outer iterations in which it
+    neither halved nor varied by more than a factor 2 (a plateau, not the oscillation of a
+    slowly converging run), above ``beta eps2``.
+
+    Examples
+    --------
+    >>> multiplier_plateau([100.0] * 11, beta=100.0, eps2=1e-6)[:30]
+    'the multipliers diverge: ||mu^'
+    >>> multiplier_plateau([100.0 * 0.5**k for k in range(11)], beta=100.0, eps2=1e-6)
+    ''
+    """
+    h, n = dmu_history, DIVERGENCE_WINDOW
+    if len(h) < n + 1 or h[-1] <= beta * eps2:
+        return ""
+    window = h[-n:]
+    if min(window) < 0.5 * h[-n - 1] or max(window) > 2.0 * min(window):
+        return ""
+    # a plateau still falling steadily (a slow but converging run) is no verdict
+    if window[-1] < 0.8 * window[0]:
+        return ""
+    return (
+        f"the multipliers diverge: ||mu^(k+1) - mu^k||_inf stayed above {min(h[-n:]):.3g} "
+        f"over the last {n} outer iterations (a constraint violation of about "
+        f"{h[-1] / beta:.3g} that the penalty beta = {beta:g} does not reduce); "
+        "the model is likely infeasible"
+    )
+
 
 def starting_point(compiled: CompiledModel, w0: Any, random_state: Any = None) -> np.ndarray:
     """The stacked starting point: zeros, an array, a dict of variable values, or

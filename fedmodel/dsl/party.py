@@ -345,7 +345,7 @@ class Party:
                     cones = self._cone_terms(g <= 0, label)
                     self._constraints.extend(replace(t, origin=c) for t in cones)
                     continue
-                term = ConstraintTerm(g, term.kind, label, allow_nonconvex, c)
+                term = replace(term, expr=g)
             if extra:  # epigraph form: the violation is reported on c
                 term = replace(term, origin=c)
                 extra = [replace(t, origin=c) for t in extra]
@@ -359,6 +359,7 @@ class Party:
                 "cvxpy expressions",
                 self.name,
             )
+        rewritten = False  # g is not the user's lhs - rhs: the violation is reported on c
         if isinstance(c, Inequality):
             g, kind = c.args[0] - c.args[1], "ineq"
             split = split_max_constraint(c.args[0], c.args[1])
@@ -367,6 +368,7 @@ class Party:
             ball = norm_ball_as_smooth(c.args[0], c.args[1])
             if ball is not None:  # norm(x, 2) <= r as sum_squares(x) <= r^2
                 g = ball
+            rewritten = split is not None or ball is not None
         elif isinstance(c, NonPos):
             g, kind = c.args[0], "ineq"
         elif isinstance(c, NonNeg):
@@ -394,7 +396,7 @@ class Party:
             convex = g.is_affine()
             what = "equality constraint"
         self._check_curvature(g, label, allow_nonconvex, convex=convex, kind=what, source=c)
-        return ConstraintTerm(g, kind, label, allow_nonconvex, c)
+        return ConstraintTerm(g, kind, label, allow_nonconvex, c, origin=c if rewritten else None)
 
     def _check_curvature(self, expr, label, allow_nonconvex, convex, kind, source=None) -> None:
         from fedmodel.compiler.smooth import NotSmoothError, check_smooth

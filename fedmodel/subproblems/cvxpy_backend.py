@@ -13,6 +13,7 @@ residual in cone form (no polishing: the smooth backends cannot take cones).
 
 from __future__ import annotations
 
+import time
 import warnings
 
 import cvxpy as cp
@@ -40,6 +41,11 @@ def clarabel_tolerances(tol: float) -> dict:
     tolerances a hundredth of it, within Clarabel's reliable range [1e-10, 1e-8]."""
     t = float(min(1e-8, max(1e-10, 0.01 * tol)))
     return {"tol_gap_abs": t, "tol_gap_rel": t, "tol_feas": t, "tol_ktratio": min(1e-6, t)}
+
+
+#: each cvxpy solver's option for a wall-clock limit in seconds (the remaining part of
+#: ``time_limit`` is passed on; a solver not listed here is not limited)
+SOLVER_TIME_LIMIT = {"CLARABEL": "time_limit", "OSQP": "time_limit", "SCS": "time_limit_secs"}
 
 
 def polisher_for(problem: MeritProblem):
@@ -88,6 +94,9 @@ class CvxpySolver:
         self.warm = self.solver != "CLARABEL"
         self.polish = polish
         self._polisher = None
+        #: ``time.perf_counter()`` value after which no new solve starts and a running one
+        #: gets the remaining time as the solver's own limit (an owner's time limit)
+        self.deadline: float | None = None
         n = problem.n
         layout = problem.programs[0].layout
         x = cp.Variable(n, name="x")
@@ -156,6 +165,9 @@ class CvxpySolver:
         if not self.cvx_problem.is_dcp(dpp=True):
             raise UnsupportedError("the party subproblem is not DPP-compliant for cvxpy")
 
+    def _past_deadline(self) -> bool:
+        return self.deadline is not None and time.perf_counter() > self.deadline
+
     def solve(self, x0: np.ndarray, tol: float, max_iter: int = 10_000) -> SolveReport:
         p = self.problem
         if np.ndim(p.sigma) == 2:
@@ -175,6 +187,8 @@ class CvxpySolver:
         tight = clarabel_tolerances(tol) if self.solver == "CLARABEL" else {}
         x, residual, status, cone = self._attempt(x0, tight)
         attempts = 1
+        if self._past_deadline():
+            tight = {}  # no second attempt after the deadline
         if residual > tol and tight and not (self.hard_internal and np.isfinite(residual)):
             # interior-point methods may lose accuracy at tight tolerances on degenerate
             # problems (e.g. a PSD cone with a multiple eigenvalue): try the defaults and
@@ -200,6 +214,7 @@ class CvxpySolver:
         if residual > tol and self.polish and not p.has_cones and not self.hard_internal:
             if self._polisher is None:
                 self._polisher = polisher_for(p)
+            self._polisher.deadline = self.deadline
             polished = self._polisher.solve(x, tol, max_iter)
             polished.backend = f"cvxpy+{self._polisher.name}"
             polished.message = f"{status}; polished: {polished.message}"
@@ -211,6 +226,10 @@ class CvxpySolver:
         multipliers (projected onto the dual cones), also left in ``problem.cone``."""
         p = self.problem
         self.x.value = x0
+        if self.deadline is not None:
+            if self.solver in SOLVER_TIME_LIMIT:
+                left = max(self.deadline - time.perf_counter(), 1e-3)
+                settings = {**settings, SOLVER_TIME_LIMIT[self.solver]: left}
         try:
             with warnings.catch_warnings():  # accuracy is measured (and polished) by the caller
                 warnings.filterwarnings("ignore", message="Solution may be inaccurate")

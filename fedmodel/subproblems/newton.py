@@ -432,6 +432,7 @@ class NewtonSolver:
         #: ``time.perf_counter()`` value after which a solve returns its current point
         #: (its residual says how far it got): an owner's time limit (cprox-al)
         self.deadline: float | None = None
+        self._step_seconds = 0.0  # wall of the last Newton step (predicts the next one)
 
     # -- evaluation ---------------------------------------------------------------------------
     def _multipliers(self, gather, mults) -> np.ndarray:
@@ -764,6 +765,7 @@ class NewtonSolver:
     # -- solve ------------------------------------------------------------------------------
     def solve(self, x0: np.ndarray, tol: float, max_iter: int = 200) -> SolveReport:
         if self._delegate is not None:
+            self._delegate.deadline = self.deadline
             report = self._delegate.solve(x0, tol, max_iter)
             report.backend = "newton->lbfgs"
             return report
@@ -784,7 +786,10 @@ class NewtonSolver:
         gnorm = float(np.abs(st.g).max(initial=0.0))
         refresh = False
         while gnorm > tol:
-            if self.deadline is not None and time.perf_counter() > self.deadline:
+            started = time.perf_counter()
+            # a step that would end after the deadline is not started (the last step's wall
+            # predicts the next one: a dense Newton step on ~4000 variables takes ~10 s)
+            if self.deadline is not None and started + self._step_seconds > self.deadline:
                 message = "time limit"
                 break
             if it >= newton_cap:  # slow progress (non-convex terms): hand over to L-BFGS
@@ -823,6 +828,7 @@ class NewtonSolver:
             # products instead of a Hessian) only while full steps contract the gradient fast
             refresh = t < 1.0 or new_gnorm > self.chord_rate * gnorm
             gnorm = new_gnorm
+            self._step_seconds = time.perf_counter() - started
         if not self._verified:  # first solve: the residual also from the model's evaluator
             check = self.problem.residual(st.x)
             if abs(check - gnorm) > 1e-8 * max(1.0, gnorm):
@@ -860,6 +866,7 @@ class NewtonSolver:
 
         if not hasattr(self, "_quasi"):
             self._quasi = QuasiNewtonSolver(self.problem)
+        self._quasi.deadline = self.deadline
         report = self._quasi.solve(x, tol, max(1, max_iter - it))
         report.iterations += it
         report.backend = "newton+lbfgs"

@@ -7,6 +7,8 @@ and as the smooth backend when ``h`` has a group norm.
 
 from __future__ import annotations
 
+import time
+
 import numpy as np
 
 from fedmodel.subproblems.merit import MeritProblem, SolveReport
@@ -27,6 +29,8 @@ class ProximalGradientSolver:
     def __init__(self, problem: MeritProblem):
         self.problem = problem
         self.lipschitz = 1.0
+        #: ``time.perf_counter()`` value after which a solve returns its current point
+        self.deadline: float | None = None
 
     def _prox(self, z: np.ndarray, t: float) -> np.ndarray:
         reg = self.problem.regularizer
@@ -40,6 +44,8 @@ class ProximalGradientSolver:
         it = 0
         residual = p.residual(x)
         while residual > tol and it < max_iter:
+            if self.deadline is not None and time.perf_counter() > self.deadline:
+                break
             it += 1
             fy, gy = p.smooth_value_grad(y)
             while True:

@@ -7,6 +7,8 @@ Handles any smooth (possibly nonconvex) merit function, plus the simple nonsmoot
 
 from __future__ import annotations
 
+import time
+
 import numpy as np
 from scipy.optimize import minimize
 
@@ -33,6 +35,9 @@ class QuasiNewtonSolver:
         self.problem = problem
         self.memory = memory
         self.restarts = restarts
+        #: ``time.perf_counter()`` value after which a solve returns its current point (an
+        #: owner's time limit, e.g. cprox-al's)
+        self.deadline: float | None = None
         n = problem.n
         lower = np.full(n, -np.inf)
         upper = np.full(n, np.inf)
@@ -96,6 +101,13 @@ class QuasiNewtonSolver:
             return val, gz
         return val, g
 
+    def _past_deadline(self) -> bool:
+        return self.deadline is not None and time.perf_counter() > self.deadline
+
+    def _stop_at_deadline(self, intermediate_result) -> None:
+        if self._past_deadline():
+            raise StopIteration  # scipy ends the run at this iterate
+
     def solve(self, x0: np.ndarray, tol: float, max_iter: int = 10_000) -> SolveReport:
         z = self._to_z(np.asarray(x0, dtype=float))
         gtol = 0.5 * tol
@@ -104,7 +116,7 @@ class QuasiNewtonSolver:
         x = self._to_x(z)
         residual = self.problem.residual(x)
         for _ in range(1 + self.restarts):
-            if residual <= tol:
+            if residual <= tol or self._past_deadline():
                 break
             res = minimize(
                 self._fun,
@@ -119,6 +131,7 @@ class QuasiNewtonSolver:
                     "maxcor": self.memory,
                     "maxls": 50,
                 },
+                callback=self._stop_at_deadline if self.deadline is not None else None,
             )
             iters += int(res.nit)
             message = str(res.message)

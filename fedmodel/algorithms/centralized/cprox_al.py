@@ -20,6 +20,7 @@ from fedmodel.algorithms.common import (
     conic_note,
     history_row,
     make_result,
+    multiplier_plateau,
     split_multipliers,
     starting_point,
 )
@@ -41,23 +42,47 @@ def pooled_evaluation(compiled: CompiledModel, x, mus, nus, cones=None):
     return assemble(reports, compiled.regularizer, x, compiled.nonconvex)
 
 
+def _backend_choice(problem: MeritProblem, choice: str) -> str:
+    """``choice``, except that ``"auto"`` takes L-BFGS instead of Newton above
+    ``SMOOTH_MAX_SIZE`` variables (``centralized``'s limit for its Newton path): a Newton
+    step factors a dense Hessian, ~10 s at 4,011 variables (a hinge SVM's epigraph over
+    4,000 rows) and over 100 s at d = 10,000, longer than a whole ``time_limit``."""
+    from fedmodel.algorithms.centralized.pooled import SMOOTH_MAX_SIZE
+
+    if choice != "auto" or problem.n <= SMOOTH_MAX_SIZE or problem.has_cones:
+        return choice
+    if any(p.l2 or p.has_ball for p in problem.regularizer.pieces):
+        return choice  # (L-BFGS-B takes no group norm; "auto" picks cvxpy for these)
+    return "lbfgs"
+
+
 def run_cprox_al(
     compiled: CompiledModel,
     options: ProxALOptions,
     method: str = "cprox-al",
     mu_init: list[np.ndarray] | None = None,
     nu_init: list[np.ndarray] | None = None,
+    stop_on_plateau: bool = False,
 ):
-    """Run Algorithm 3; ``mu_init``/``nu_init`` warm-start the multipliers (refinement)."""
+    """Run Algorithm 3; ``mu_init``/``nu_init`` warm-start the multipliers (refinement).
+
+    ``stop_on_plateau``: end with status ``"stalled"`` when the multiplier steps plateau
+    (:func:`~fedmodel.algorithms.common.multiplier_plateau`: constraints the penalty does
+    not reduce, e.g. an infeasible model) instead of running to ``max_outer``; used by
+    ``centralized``, whose pooled solver then gives the verdict (an infeasibility
+    certificate where one exists). cprox-al itself gives no such verdict: on models with
+    a finite optimum where its subproblems lose a term's domain (entr, kl_div on a simplex)
+    the multipliers plateau too."""
     t0 = time.perf_counter()
+    # time_limit covers the whole run, the backend's set-up included (Newton's on the
+    # epigraph of a 4000-row hinge SVM: ~8 s); every backend stops its solve at the deadline
+    deadline = t0 + options.time_limit if options.time_limit else None
     parties = compiled.parties
     problem = MeritProblem(parties, options.beta, compiled.regularizer)
-    solver = make_solver(problem, options.solver)
+    solver = make_solver(problem, _backend_choice(problem, options.solver))
+    solver.deadline = deadline
     compile_seconds = time.perf_counter() - t0
     t_solve = time.perf_counter()
-    deadline = t_solve + options.time_limit if options.time_limit else None
-    if hasattr(solver, "deadline"):  # (a Newton solve stops at the deadline too)
-        solver.deadline = deadline
     mus = mu_init or [np.full(p.m_ineq, float(options.mu0)) for p in parties]
     nus = nu_init or [np.zeros(p.m_eq) for p in parties]
     mus = [np.maximum(np.asarray(m, dtype=float), 0.0) for m in mus]
@@ -65,6 +90,7 @@ def run_cprox_al(
     x = starting_point(compiled, options.w0, options.random_state)
     beta = options.beta
     history, status, message = [], "max_iterations", ""
+    dmu_history: list[float] = []
     local_iters, k = 0, -1
     for k in range(options.max_outer):
         tau = options.sbar / (k + 1) ** 2
@@ -80,6 +106,14 @@ def run_cprox_al(
             break
         dw = float(np.abs(w_new - x).max())
         x = w_new
+        if deadline is not None and (
+            report.message == "time limit" or time.perf_counter() > deadline
+        ):
+            # the subproblem was cut short: its point is kept, but no multiplier update
+            # from it (a stopped solve leaves c(x) where it was, and beta c(x) added at
+            # every later round made the multipliers grow without bound)
+            status, message = "time_limit", f"time limit of {options.time_limit:g} s reached"
+            break
         dmu = 0.0
         for j, p in enumerate(parties):
             ci, ce = p.functions.constraint_values(x)
@@ -113,6 +147,11 @@ def run_cprox_al(
             kkt, _ = pooled_evaluation(compiled, x, mus, nus, problem.cone)
             if kkt.satisfied(options.eps1, options.eps2):
                 break
+        dmu_history.append(dmu)
+        plateau = multiplier_plateau(dmu_history, beta, options.eps2) if stop_on_plateau else ""
+        if plateau:
+            status, message = "stalled", f"stopped after {k + 1} outer iterations: {plateau}"
+            break
         if deadline is not None and time.perf_counter() > deadline:
             status, message = "time_limit", f"time limit of {options.time_limit:g} s reached"
             break

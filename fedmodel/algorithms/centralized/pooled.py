@@ -34,6 +34,7 @@ from fedmodel.algorithms.proxal.options import CProxALOptions
 from fedmodel.compiler.glm import NotRecognised
 from fedmodel.compiler.partition import CompiledModel
 from fedmodel.errors import UnsupportedError
+from fedmodel.subproblems.cvxpy_backend import SOLVER_TIME_LIMIT
 from fedmodel.subproblems.merit import MeritProblem
 from fedmodel.subproblems.newton import NewtonSolver
 
@@ -108,11 +109,6 @@ def smooth_path_applies(compiled: CompiledModel) -> bool:
     except NotRecognised:
         return False
     return True
-
-
-#: each cvxpy solver's option for a wall-clock limit in seconds (the remaining part of
-#: ``time_limit`` is passed on; a solver not listed here is not limited)
-SOLVER_TIME_LIMIT = {"CLARABEL": "time_limit", "OSQP": "time_limit", "SCS": "time_limit_secs"}
 
 
 def _remaining(options: CentralizedOptions, deadline: float | None):
@@ -383,7 +379,9 @@ def _refine(compiled, options, x0, mus, nus):
         history=False,
         time_limit=options.time_limit,
     )
-    result = run_cprox_al(compiled, opts, method="centralized", mu_init=mus, nu_init=nus)
+    result = run_cprox_al(
+        compiled, opts, method="centralized", mu_init=mus, nu_init=nus, stop_on_plateau=True
+    )
     if result.status != "optimal":
         if result.status not in ("unbounded", "time_limit"):
             result.status = "inaccurate"

@@ -31,7 +31,7 @@ from dataclasses import dataclass
 import numpy as np
 from scipy.linalg import cho_factor
 
-from fedmodel.algorithms.common import starting_point
+from fedmodel.algorithms.common import multiplier_plateau, starting_point
 from fedmodel.algorithms.driver import run_federated
 from fedmodel.algorithms.protocol import ServerHalf, StepReport
 from fedmodel.algorithms.proxal.anderson import AndersonState
@@ -57,8 +57,6 @@ from fedmodel.subproblems.merit import MeritProblem
 from fedmodel.subproblems.newton import solve_upper
 from fedmodel.subproblems.select import make_solver
 
-#: outer iterations of a plateau of max ||mu^(k+1) - mu^k|| before "diverging"
-DIVERGENCE_WINDOW = 10
 #: "unbounded" needs the objective at the blown-up point this many times max(1, |f|)
 #: below the last iterate's (see ProxALServer.blow_up)
 UNBOUNDED_DROP = 10.0
@@ -927,29 +925,9 @@ class ProxALServer(ServerHalf):
         )
 
     def diverging(self) -> str:
-        """Monitor (adaptive variant): a message when the constraints cannot be met.
-
-        ``max_i ||mu_i^{k+1} - mu_i^k||_inf = beta * (violation of the active constraints)``.
-        On an infeasible model the violation settles at a positive level and the
-        multipliers grow by about that much every outer iteration; on a feasible one it
-        keeps falling, if slowly. The verdict needs :data:`DIVERGENCE_WINDOW` outer
-        iterations in which it neither halved nor varied by more than a factor 2 (a
-        plateau, not the oscillation of a slowly converging run), above ``beta eps2``."""
-        h, n = self.dmu_history, DIVERGENCE_WINDOW
-        if len(h) < n + 1 or h[-1] <= self.beta * self.options.eps2:
-            return ""
-        window = h[-n:]
-        if min(window) < 0.5 * h[-n - 1] or max(window) > 2.0 * min(window):
-            return ""
-        # a plateau still falling steadily (a slow but converging run) is no verdict
-        if window[-1] < 0.8 * window[0]:
-            return ""
-        return (
-            f"the multipliers diverge: ||mu^(k+1) - mu^k||_inf stayed above {min(h[-n:]):.3g} "
-            f"over the last {n} outer iterations (a constraint violation of about "
-            f"{h[-1] / self.beta:.3g} that the penalty beta = {self.beta:g} does not reduce); "
-            "the model is likely infeasible"
-        )
+        """Monitor (adaptive variant): a message when the constraints cannot be met
+        (:func:`fedmodel.algorithms.common.multiplier_plateau` of the multiplier steps)."""
+        return multiplier_plateau(self.dmu_history, self.beta, self.options.eps2)
 
     def set_rhos(self, rhos: dict[str, float]) -> None:
         """The clients' current ADMM penalties (changed by residual balancing)."""
