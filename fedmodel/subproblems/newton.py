@@ -127,6 +127,11 @@ _TRACE = False
 #: square terms are folded into a dense quadratic form up to this many unknowns
 MAX_DENSE_FOLD = 2000
 
+#: Largest number of variables a pooled solve factors densely in a Newton step (O(size^3):
+#: ~10 s at 4,000 variables, over 100 s at 10,000); ``centralized`` and cprox-al switch to
+#: other backends above it
+DENSE_NEWTON_MAX_SIZE = 3000
+
 #: a block of at least this many unknowns whose Hessian block is diagonal (epigraph
 #: variables of hinge-type terms) is eliminated by a Schur complement
 SCHUR_MIN_BLOCK = 32

@@ -28,6 +28,7 @@ from fedmodel.algorithms.proxal.options import ProxALOptions
 from fedmodel.certificate.kkt import assemble, party_evaluation
 from fedmodel.compiler.partition import CompiledModel
 from fedmodel.subproblems.merit import MeritProblem
+from fedmodel.subproblems.newton import DENSE_NEWTON_MAX_SIZE
 from fedmodel.subproblems.select import make_solver
 
 
@@ -44,12 +45,10 @@ def pooled_evaluation(compiled: CompiledModel, x, mus, nus, cones=None):
 
 def _backend_choice(problem: MeritProblem, choice: str) -> str:
     """``choice``, except that ``"auto"`` takes L-BFGS instead of Newton above
-    ``SMOOTH_MAX_SIZE`` variables (``centralized``'s limit for its Newton path): a Newton
+    ``DENSE_NEWTON_MAX_SIZE`` variables (``centralized``'s limit for its Newton path too): a Newton
     step factors a dense Hessian, ~10 s at 4,011 variables (a hinge SVM's epigraph over
     4,000 rows) and over 100 s at d = 10,000, longer than a whole ``time_limit``."""
-    from fedmodel.algorithms.centralized.pooled import SMOOTH_MAX_SIZE
-
-    if choice != "auto" or problem.n <= SMOOTH_MAX_SIZE or problem.has_cones:
+    if choice != "auto" or problem.n <= DENSE_NEWTON_MAX_SIZE or problem.has_cones:
         return choice
     if any(p.l2 or p.has_ball for p in problem.regularizer.pieces):
         return choice  # (L-BFGS-B takes no group norm; "auto" picks cvxpy for these)

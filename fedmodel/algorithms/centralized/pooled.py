@@ -36,7 +36,7 @@ from fedmodel.compiler.partition import CompiledModel
 from fedmodel.errors import UnsupportedError
 from fedmodel.subproblems.cvxpy_backend import SOLVER_TIME_LIMIT
 from fedmodel.subproblems.merit import MeritProblem
-from fedmodel.subproblems.newton import NewtonSolver
+from fedmodel.subproblems.newton import DENSE_NEWTON_MAX_SIZE, NewtonSolver
 
 # Below this (relative to the largest multiplier) a conic solver's dual value is read as
 # an inactive constraint's zero: interior-point duals of inactive constraints are ~1e-10,
@@ -81,7 +81,7 @@ CONIC_TOLERANCE_FACTOR = 1e-6
 #: Models up to this many variables take the smooth exact path under ``engine="auto"`` (its
 #: Newton steps factor a dense Hessian, O(size^3); beyond this a sparse conic solver wins:
 #: at d = 10,000 one factorisation alone takes tens of seconds)
-SMOOTH_MAX_SIZE = 3000
+SMOOTH_MAX_SIZE = DENSE_NEWTON_MAX_SIZE
 
 
 def prefers_smooth_path(compiled: CompiledModel) -> bool:
