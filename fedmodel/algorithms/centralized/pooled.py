@@ -22,10 +22,12 @@ Two engines (``CentralizedOptions.engine``):
 from __future__ import annotations
 
 import time
-from dataclasses import replace
+import warnings
+from dataclasses import dataclass, replace
 
 import cvxpy as cp
 import numpy as np
+from cvxpy.reductions.solvers.defines import INSTALLED_SOLVERS
 
 from fedmodel.algorithms.centralized.cprox_al import pooled_evaluation, run_cprox_al
 from fedmodel.algorithms.centralized.options import ENGINES, CentralizedOptions  # noqa: F401
@@ -77,37 +79,91 @@ SMOOTH_BETA = 1e5
 #: ``eps`` (:func:`conic_solver_settings`)
 CONIC_TOLERANCE_FACTOR = 1e-6
 
-#: Models up to this many variables take the smooth exact path under ``engine="auto"`` (its
-#: Newton steps factor a dense Hessian, O(size^3); beyond this a sparse conic solver wins:
-#: at d = 10,000 one factorisation alone takes tens of seconds)
+#: Models up to this many variables take the smooth exact path with dense Newton steps (a
+#: dense Hessian, O(size^3) per factorisation: at d = 10,000 one takes tens of seconds and
+#: 800 MB); larger GLM models with a non-quadratic term take it with Newton-CG steps
+#: (:mod:`fedmodel.subproblems.newton_cg`: Hessian-vector products, sparse data kept sparse)
 SMOOTH_MAX_SIZE = 3000
 
+#: above :data:`SMOOTH_MAX_SIZE`, the Newton backends stack the linear constraints densely:
+#: the Newton-CG path is taken only while that stack has at most this many entries
+LARGE_LINEAR_ENTRIES = 2e7
 
-def prefers_smooth_path(compiled: CompiledModel) -> bool:
-    """True when every term is of GLM form (the Newton backend applies), the model has no
-    epigraph auxiliaries and at most :data:`SMOOTH_MAX_SIZE` variables (see ``engine``).
+
+@dataclass(frozen=True)
+class Route:
+    """What decides how ``centralized`` solves a model (computed once per solve).
+
+    Attributes
+    ----------
+    smooth : bool
+        Every term is continuously differentiable (the certificate applies).
+    backend : str or None
+        The subproblem backend of the smooth exact path: ``"newton"`` (dense Newton, at
+        most :data:`SMOOTH_MAX_SIZE` variables), ``"newton-cg"`` (larger models with a
+        non-quadratic GLM term, e.g. sparse logistic regression at d = 10,000), or None
+        when the path does not apply (a term without GLM form, a non-smooth ``h``, cone
+        terms, a large QP: a sparse conic solver takes those).
+    qcqp : bool
+        A linear or quadratic objective with nonlinear constraints, all quadratic
+        (Markowitz with per-client risk budgets): Clarabel takes it as an SOCP in a few
+        dozen iterations (0.04 s on the Markowitz model), while the augmented Lagrangian's
+        Newton steps stiffen on its bounds (0.17 s).
+    """
+
+    smooth: bool
+    backend: str | None
+    qcqp: bool = False
+
+
+def route(compiled: CompiledModel) -> Route:
+    """The :class:`Route` of a model (one GLM recognition of its terms)."""
+    smooth = _smooth(compiled)
+    if not smooth or compiled.has_cones:
+        return Route(smooth, None)
+    size = compiled.layout.size
+    if size > SMOOTH_MAX_SIZE:
+        rows = sum(p.m_ineq + p.m_eq for p in compiled.parties)
+        if rows * size > LARGE_LINEAR_ENTRIES:
+            return Route(smooth, None)
+    try:
+        solver = NewtonSolver(MeritProblem(compiled.parties, 1.0, compiled.regularizer))
+    except NotRecognised:
+        return Route(smooth, None)
+    nonlinear = solver.nonlin_in + solver.nonlin_eq
+    qcqp = solver.obj.quadratic and bool(nonlinear) and all(c.quadratic for *_, c in nonlinear)
+    if size <= SMOOTH_MAX_SIZE:
+        return Route(smooth, "newton", qcqp)
+    return Route(smooth, None if solver.obj.quadratic else "newton-cg", qcqp)
+
+
+def smooth_backend(compiled: CompiledModel) -> str | None:
+    """The subproblem backend of the smooth exact path on this model (:class:`Route`)."""
+    return route(compiled).backend
+
+
+def prefers_smooth_path(compiled: CompiledModel, plan: Route | None = None) -> bool:
+    """True when ``engine="auto"`` takes the smooth exact path first: every term of GLM
+    form with a smooth ``h`` (:attr:`Route.backend`), no epigraph auxiliaries, and not a
+    QCQP (:attr:`Route.qcqp`).
 
     A model with epigraph auxiliaries (hinge, abs, pinball, l1, ... rewritten by
     :mod:`fedmodel.dsl.epigraph`) is an LP or QP in disguise with one auxiliary per row:
     an interior-point conic solver takes it in a few dozen iterations, while the augmented
     Lagrangian's Newton steps stall on its degenerate active set (hinge SVM on German
     credit: 76 s uncertified against 0.06 s for Clarabel); it goes to Clarabel first and
-    takes the smooth path only when Clarabel's point does not certify."""
-    return not compiled.layout.hidden and smooth_path_applies(compiled)
+    takes the smooth path only when Clarabel's point does not certify. Smooth
+    non-quadratic terms (logistic, exp, huber) stay on the smooth path: Clarabel needs the
+    exponential cone there, fails on UCI Adult and did not finish at d = 10,000."""
+    if compiled.layout.hidden:
+        return False
+    plan = plan or route(compiled)
+    return plan.backend is not None and not plan.qcqp
 
 
 def smooth_path_applies(compiled: CompiledModel) -> bool:
-    """True when every term is of GLM form (the Newton backend applies) and the model has
-    at most :data:`SMOOTH_MAX_SIZE` variables."""
-    if compiled.layout.size > SMOOTH_MAX_SIZE:
-        return False
-    if not _smooth(compiled):
-        return False
-    try:
-        NewtonSolver(MeritProblem(compiled.parties, 1.0, compiled.regularizer))
-    except NotRecognised:
-        return False
-    return True
+    """True when the smooth exact path has a backend for this model (:class:`Route`)."""
+    return smooth_backend(compiled) is not None
 
 
 #: each cvxpy solver's option for a wall-clock limit in seconds (the remaining part of
@@ -123,6 +179,10 @@ def _remaining(options: CentralizedOptions, deadline: float | None):
     return replace(options, time_limit=max(deadline - time.perf_counter(), 1e-3))
 
 
+def _expired(deadline: float | None) -> bool:
+    return deadline is not None and time.perf_counter() >= deadline
+
+
 def run_centralized(compiled: CompiledModel, options: CentralizedOptions):
     if options.engine == "smooth":
         compiled.require_smooth("centralized with engine='smooth'")
@@ -135,12 +195,15 @@ def run_centralized(compiled: CompiledModel, options: CentralizedOptions):
                 )
     # time_limit covers the whole solve: each stage gets what the earlier ones left
     deadline = None if options.time_limit is None else time.perf_counter() + options.time_limit
-    if options.engine == "smooth" or (options.engine == "auto" and prefers_smooth_path(compiled)):
-        smooth = _smooth_solve(compiled, options)
-        if smooth.status in ("optimal", "unbounded") or options.engine == "smooth":
+    plan = route(compiled)
+    if options.engine == "smooth" or (
+        options.engine == "auto" and prefers_smooth_path(compiled, plan)
+    ):
+        smooth = _smooth_solve(compiled, options, plan)
+        if smooth.status in ("optimal", "unbounded", "time_limit") or options.engine == "smooth":
             return smooth
         # not certified: cvxpy, then a refinement from its point
-        result = _cvxpy_solve(compiled, _remaining(options, deadline))
+        result = _cvxpy_solve(compiled, _remaining(options, deadline), plan)
         result.message = f"smooth exact path not certified ({smooth.message}); {result.message}"
         result.timing["smooth_path"] = smooth.timing.get("solve", 0.0)
         return result
@@ -148,68 +211,116 @@ def run_centralized(compiled: CompiledModel, options: CentralizedOptions):
         options.solver,
         options.solver_options,
     ):
-        return _cvxpy_solve(compiled, options)
-    # an epigraph or conic model: Clarabel at tight tolerances; if its point does not
-    # certify, the smooth path from w = 0 (where it applies), then the former route (cvxpy's
-    # choice at its tolerances, refined by cprox-al: a refinement started at the tight
-    # point can stop at once, its test (8) holding where the certificate does not)
-    first = _cvxpy_solve(compiled, replace(options, refine=False))
-    if first.status in ("optimal", "infeasible", "unbounded"):
+        return _cvxpy_solve(compiled, options, plan)
+    # Clarabel at tight tolerances; if its point does not certify, the smooth path from
+    # w = 0 (where it applies), then the former route (cvxpy's choice at its tolerances,
+    # refined by cprox-al: a refinement started at the tight point can stop at once, its
+    # test (8) holding where the certificate does not)
+    first = _cvxpy_solve(compiled, replace(options, refine=False), plan)
+    if first.status in ("optimal", "infeasible", "unbounded", "time_limit"):
         return first
     spent = first.timing.get("solve", 0.0)
+    if _expired(deadline):
+        first.status = "time_limit"
+        first.message += f"; time limit of {options.time_limit:g} s reached"
+        return first
     options = _remaining(options, deadline)
-    if options.engine == "auto" and smooth_path_applies(compiled):
-        smooth = _smooth_solve(compiled, options)
-        if smooth.status in ("optimal", "unbounded"):
+    if options.engine == "auto" and plan.backend is not None:
+        smooth = _smooth_solve(compiled, options, plan)
+        if smooth.status in ("optimal", "unbounded", "time_limit"):
             smooth.message = f"{first.message}; {smooth.message}"
             smooth.timing["cvxpy"] = spent
             return smooth
-    result = _cvxpy_solve(compiled, _remaining(options, deadline), tight=False)
+        if _expired(deadline):
+            return smooth
+    result = _cvxpy_solve(compiled, _remaining(options, deadline), plan, tight=False)
     result.message = f"{first.message}; {result.message}"
     result.timing["cvxpy_tight"] = spent
     return result
 
 
-def _smooth_solve(compiled: CompiledModel, options: CentralizedOptions):
-    """The smooth exact path: cprox-al on the pooled problem from ``w = 0``."""
-    result = _refine(compiled, options, np.zeros(compiled.layout.size), None, None)
-    result.extra = {**(result.extra or {}), "solved_with": "cprox-al (smooth exact)"}
+def _smooth_solve(compiled: CompiledModel, options: CentralizedOptions, plan: Route):
+    """The smooth exact path: cprox-al on the pooled problem from ``w = 0``, its subproblems
+    solved by dense Newton or, on large models, Newton-CG (:attr:`Route.backend`)."""
+    backend = plan.backend or "auto"
+    result = _refine(compiled, options, np.zeros(compiled.layout.size), None, None, backend)
+    result.extra = {
+        **(result.extra or {}),
+        "solved_with": "cprox-al (smooth exact)",
+        "subproblem_solver": backend,
+    }
     if result.status == "optimal":
-        result.message = f"smooth exact path (cprox-al, Newton subproblems): {result.message}"
+        steps = "Newton-CG" if backend == "newton-cg" else "Newton"
+        result.message = f"smooth exact path (cprox-al, {steps} subproblems): {result.message}"
     return result
 
 
-def _cvxpy_solve(compiled: CompiledModel, options: CentralizedOptions, tight: bool = True):
+def _cvxpy_solve(
+    compiled: CompiledModel, options: CentralizedOptions, plan: Route, tight: bool = True
+):
+    """One cvxpy solve of the pooled problem (then certified, and refined when asked).
+
+    With a time limit, the remaining time is checked before each stage that cannot be
+    interrupted: building the pooled problem and cvxpy's compile of it
+    (``get_problem_data``); the solver gets what the compile left as its own limit
+    (:data:`SOLVER_TIME_LIMIT`) and the refinement the rest."""
     t0 = time.perf_counter()
-    deadline = None if options.time_limit is None else t0 + options.time_limit
+    limit = options.time_limit
+    deadline = None if limit is None else t0 + limit
     layout = compiled.layout
-    prob, per_party = pooled_problem(compiled)
-    compile_seconds = time.perf_counter() - t0
-    t_solve = time.perf_counter()
     if tight:
         solver_name, kwargs = conic_solver_settings(compiled, options)
     else:
         solver_name, kwargs = options.solver, dict(options.solver_options)
-    if deadline is not None:  # the solver's own limit: what the compile left of time_limit
-        try:
-            chosen = solver_name or prob._construct_chain().solver.name()
-        except Exception:  # noqa: BLE001 - (cvxpy reports it again in solve)
-            chosen = None
-        key = SOLVER_TIME_LIMIT.get(str(chosen).upper())
-        if key is not None:
-            kwargs.setdefault(key, max(deadline - time.perf_counter(), 1e-3))
-    options = _remaining(options, deadline)  # (the refinement gets the rest)
+    prob, per_party = pooled_problem(compiled)
     try:
-        prob.solve(solver=solver_name, **kwargs)
-        cvx_status = prob.status
+        data, chain, inverse_data = prob.get_problem_data(solver_name, solver_opts=kwargs)
+        chosen = chain.solver.name()
         error = ""
     except cp.error.SolverError as exc:
-        cvx_status, error = "solver_error", str(exc)
-    used = prob.solver_stats.solver_name if prob.solver_stats is not None else (solver_name or "?")
+        chain, chosen, error = None, solver_name or "?", str(exc)
+    compile_seconds = time.perf_counter() - t0
+    t_solve = time.perf_counter()
+    timing = {"compile": compile_seconds, "solve": 0.0, "per_party": {}}
+    if _expired(deadline):  # the compile took the whole time limit: no solve started
+        return _no_point(
+            compiled,
+            "time_limit",
+            f"time limit of {limit:g} s reached while cvxpy compiled the pooled "
+            f"problem ({compile_seconds:.2f} s; a compile cannot be interrupted)",
+            timing,
+            {"cvxpy_solver": chosen},
+        )
+    key = SOLVER_TIME_LIMIT.get(str(chosen).upper())
+    if deadline is not None and key is not None:  # the solver's own limit: what is left
+        kwargs.setdefault(key, max(deadline - time.perf_counter(), 1e-3))
+    options = _remaining(options, deadline)  # (the refinement gets the rest)
+    if chain is not None:
+        try:
+            solution = chain.solve_via_data(prob, data, False, False, kwargs)
+            with warnings.catch_warnings():  # (the recomputed certificate judges the point)
+                warnings.filterwarnings("ignore", "Solution may be inaccurate")
+                prob.unpack_results(solution, chain, inverse_data)
+            cvx_status = prob.status
+        except cp.error.SolverError as exc:
+            cvx_status, error = "solver_error", str(exc)
+    else:
+        cvx_status = "solver_error"
+    used = prob.solver_stats.solver_name if prob.solver_stats is not None else chosen
     seconds = time.perf_counter() - t_solve
-    timing = {"compile": compile_seconds, "solve": seconds, "per_party": {}}
+    timing["solve"] = seconds
     base = {"cvxpy_status": cvx_status, "cvxpy_solver": used}
 
+    # the solver stopped at its own time limit (what was left of ours, give or take its
+    # own clock): "time_limit", and no refinement
+    timed_out = (
+        cvx_status == "user_limit"
+        and deadline is not None
+        and deadline - time.perf_counter() <= 0.02 * limit + 0.05
+    )
+    if timed_out and any(v.value is None for v in layout.variables):
+        message = f"{used} stopped at the time limit of {limit:g} s without a point"
+        return _no_point(compiled, "time_limit", message, timing, base)
     if cvx_status == "solver_error" or cvx_status.startswith(("infeasible", "unbounded")):
         status = "solver_error" if cvx_status == "solver_error" else cvx_status.split("_")[0]
         message = {
@@ -217,10 +328,10 @@ def _cvxpy_solve(compiled: CompiledModel, options: CentralizedOptions, tight: bo
             "unbounded": f"{used} reports the pooled problem unbounded ({cvx_status})",
             "solver_error": f"{used} failed: {error}",
         }[status]
-        if status == "solver_error" and options.refine and _smooth(compiled):
+        if status == "solver_error" and options.refine and plan.smooth:
             # the conic path failed (as Clarabel does on UCI Adult): solve the smooth pooled
             # problem exactly instead, by cprox-al with Newton subproblem solves
-            result = _refine(compiled, options, None, None, None)
+            result = _refine(compiled, options, None, None, None, plan.backend or "auto")
             result.timing["cvxpy"] = seconds
             result.timing["solve"] += seconds
             result.extra = {**result.extra, **base, "solved_with": "cprox-al (smooth exact)"}
@@ -228,18 +339,7 @@ def _cvxpy_solve(compiled: CompiledModel, options: CentralizedOptions, tight: bo
             return result
         if status == "solver_error":
             message += ". Try another solver (solver='SCS', 'ECOS') or method='cprox-al'."
-        return make_result(
-            compiled,
-            method="centralized",
-            status=status,
-            x=np.full(layout.size, np.nan),
-            kkt=None,
-            summary={"objective": np.nan, "max_violation": np.nan},
-            multipliers={},
-            message=message,
-            timing=timing,
-            extra=base,
-        )
+        return _no_point(compiled, status, message, timing, base)
 
     x = layout.stack({v: v.value for v in layout.variables})
     mus, nus, lams = [], [], []
@@ -251,7 +351,7 @@ def _cvxpy_solve(compiled: CompiledModel, options: CentralizedOptions, tight: bo
         duals = [b.project_dual(b.dual_from(c)) for b, c in zip(blocks, cones)]
         lams.append(np.concatenate(duals) if duals else np.zeros(0))
     scale = max([1.0] + [float(m.max()) for m in mus if m.size])
-    smooth = _smooth(compiled)
+    smooth = plan.smooth
     for j, p in enumerate(compiled.parties):
         ci = p.functions.constraint_values(x)[0] if (p.m_ineq and smooth) else np.zeros(p.m_ineq)
         # zero the duals of inactive constraints: tiny interior-point duals, and duals of
@@ -295,10 +395,12 @@ def _cvxpy_solve(compiled: CompiledModel, options: CentralizedOptions, tight: bo
         else f"{used} returned '{cvx_status}' with stationarity {kkt.stationarity:.2e} and "
         f"feasibility {kkt.feasibility:.2e}, short of eps = {options.eps:g}"
     )
+    if timed_out:
+        message += f"; time limit of {limit:g} s reached"
     result = make_result(
         compiled,
         method="centralized",
-        status="optimal" if certified else "inaccurate",
+        status="optimal" if certified else ("time_limit" if timed_out else "inaccurate"),
         x=x,
         kkt=kkt,
         summary=summary,
@@ -307,7 +409,7 @@ def _cvxpy_solve(compiled: CompiledModel, options: CentralizedOptions, tight: bo
         timing=timing,
         extra=base,
     )
-    if certified:
+    if certified or timed_out:
         return result
     if not options.refine:
         result.message += (
@@ -315,7 +417,7 @@ def _cvxpy_solve(compiled: CompiledModel, options: CentralizedOptions, tight: bo
             "cprox-al; or try another solver (solver='SCS', 'ECOS')."
         )
         return result
-    refined = _refine(compiled, options, x, mus, nus)
+    refined = _refine(compiled, options, x, mus, nus, plan.backend or "auto")
     refined.timing["cvxpy"] = seconds
     refined.timing["solve"] += seconds
     refined.extra = {
@@ -328,28 +430,46 @@ def _cvxpy_solve(compiled: CompiledModel, options: CentralizedOptions, tight: bo
     return refined
 
 
+def _no_point(compiled: CompiledModel, status: str, message: str, timing: dict, extra: dict):
+    """A result without a point (the solver gave none): NaN values, no certificate."""
+    return make_result(
+        compiled,
+        method="centralized",
+        status=status,
+        x=np.full(compiled.layout.size, np.nan),
+        kkt=None,
+        summary={"objective": np.nan, "max_violation": np.nan},
+        multipliers={},
+        message=message,
+        timing=timing,
+        extra=extra,
+    )
+
+
 def conic_solver_settings(compiled: CompiledModel, options: CentralizedOptions):
     """The cvxpy solver and its options for the pooled solve.
 
-    Epigraph and conic models go to Clarabel (unless the caller chose a solver) with its
-    gap and feasibility tolerances at ``eps`` x :data:`CONIC_TOLERANCE_FACTOR` within
+    Every model solved by cvxpy here goes to Clarabel (unless the caller chose a solver)
+    with its gap and feasibility tolerances at ``eps`` x :data:`CONIC_TOLERANCE_FACTOR` within
     [1e-12, 1e-8] (the caller's ``solver_options`` win): an interior-point point at
     Clarabel's default 1e-8 leaves each degenerate epigraph row a multiplier and a slack
     of ~1e-6 at once, which the certificate must charge to either the stationarity or the
     feasibility (LAD on wine quality, 4,898 rows: stationarity 1.7e-2 at 1e-8, 9e-8 at
     1e-10, in the same solve time; 20 clients' LAD and basis pursuit needed 1e-12); the
-    cprox-al refinement it then needed took 86 s. Clarabel may stop short of 1e-12 with
-    "optimal_inaccurate"; the recomputed certificate decides.
+    cprox-al refinement it then needed took 86 s. Smooth models that reach cvxpy (terms
+    without GLM form such as ``kl_div`` and ``entr``, QCQPs, large QPs) need it too: at
+    Clarabel's defaults the KL model on the simplex read a stationarity of 7.5e-5, then a
+    12 s refinement did not certify; at 1e-12 it certifies at once. Clarabel may stop short
+    of 1e-12 with "optimal_inaccurate" or insufficient progress (``accept_unknown``: its
+    point is kept); the recomputed certificate decides.
     """
     solver_name, kwargs = options.solver, dict(options.solver_options)
-    conic = bool(compiled.layout.hidden) or compiled.has_cones
-    if not conic or solver_name not in (None, "CLARABEL"):
-        return solver_name, kwargs
-    if "CLARABEL" not in cp.installed_solvers():
+    if solver_name not in (None, "CLARABEL") or "CLARABEL" not in INSTALLED_SOLVERS:
         return solver_name, kwargs
     tol = float(np.clip(options.eps * CONIC_TOLERANCE_FACTOR, 1e-12, 1e-8))
     for key in ("tol_gap_abs", "tol_gap_rel", "tol_feas"):
         kwargs.setdefault(key, tol)
+    kwargs.setdefault("accept_unknown", True)
     return "CLARABEL", kwargs
 
 
@@ -367,12 +487,13 @@ def _smooth(compiled: CompiledModel) -> bool:
     return True
 
 
-def _refine(compiled, options, x0, mus, nus):
+def _refine(compiled, options, x0, mus, nus, solver: str = "auto"):
     """cprox-al on the pooled problem, from cvxpy's point and duals when given.
 
     A large penalty (:data:`SMOOTH_BETA`) makes the proximal AL outer loop (a proximal
     point method on the KKT operator) converge in few iterations; the Newton subproblem
-    backend copes with the conditioning it brings.
+    backend copes with the conditioning it brings. ``solver``: the subproblem backend
+    (:attr:`Route.backend`, else ``"auto"``: the subproblem selection's choice).
     """
     opts = CProxALOptions(
         eps=options.eps,
@@ -382,6 +503,7 @@ def _refine(compiled, options, x0, mus, nus):
         max_outer=300,
         history=False,
         time_limit=options.time_limit,
+        solver=solver,
     )
     result = run_cprox_al(compiled, opts, method="centralized", mu_init=mus, nu_init=nus)
     if result.status != "optimal":
