@@ -263,3 +263,38 @@ def test_auto_sends_qcqps_and_kl_models_to_clarabel_and_certifies_them_at_once()
         assert "refined_with" not in res.extra and "solved_with" not in res.extra
         ref.solve(solver="CLARABEL")
         assert abs(res.objective - ref.value) <= 1e-6 * max(1.0, abs(ref.value))
+
+
+def test_polishing_the_epigraph_duals_restores_their_stationarity():
+    """Hinge SVM (one epigraph auxiliary per row): multipliers off by a relative 1e-4 fail
+    the certificate (each auxiliary's stationarity is measured relative to its 1/N); the
+    polish rescales each auxiliary's rows back and the certificate holds again."""
+    import cvxpy as cp
+
+    import fedmodel as fm
+    from fedmodel.algorithms.centralized import pooled
+    from fedmodel.algorithms.centralized.cprox_al import pooled_evaluation
+
+    rng = np.random.default_rng(2)
+    model = fm.Model()
+    w = model.variable(4, name="w")
+    model.server.minimize(0.05 * cp.sum_squares(w))
+    for k in range(2):
+        X, y = rng.normal(size=(30, 4)), np.sign(rng.normal(size=30))
+        site = model.client(f"c{k}")
+        Xd, yd = site.data(X, name="X"), site.data(y, name="y")
+        site.minimize(cp.sum(cp.pos(1 - cp.multiply(yd, Xd @ w))) / 60)
+    compiled = model.compile()
+    prob, per_party = pooled.pooled_problem(compiled)
+    prob.solve(solver="CLARABEL", tol_gap_abs=1e-12, tol_gap_rel=1e-12, tol_feas=1e-12)
+    x = compiled.layout.stack({v: v.value for v in compiled.layout.variables})
+    mus = [np.maximum(pooled._duals(ineq), 0.0) for ineq, _, _ in per_party]
+    mus = [np.where(m <= 1e-8 * max(m.max(initial=0), 1e-300), 0.0, m) for m in mus]
+    nus = [pooled._duals(eq) for _, eq, _ in per_party]
+    assert pooled_evaluation(compiled, x, mus, nus)[0].satisfied(1e-6, 1e-6)
+    off = [m * (1 + 1e-4) for m in mus]
+    assert not pooled_evaluation(compiled, x, off, nus)[0].satisfied(1e-6, 1e-6)
+    polished = pooled.polish_auxiliary_duals(compiled, x, off)
+    assert pooled_evaluation(compiled, x, polished, nus)[0].satisfied(1e-6, 1e-6)
+    for a, b in zip(polished, mus):
+        np.testing.assert_allclose(a, b, rtol=1e-8, atol=1e-14)
