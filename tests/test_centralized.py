@@ -125,10 +125,8 @@ def _logistic_ball(sparse_data: bool, d: int = 30, rows: int = 40, radius: float
     return model, cp.Problem(cp.Minimize(obj), [cp.norm(W, 2) <= radius]), W
 
 
-def test_above_the_dense_size_the_smooth_path_takes_newton_cg_and_agrees_with_cvxpy(
-    monkeypatch,
-):
-    """The large-model path (Newton-CG subproblems, Hessian-vector products on the sparse
+def test_the_smooth_path_takes_newton_cg_on_a_ball_and_agrees_with_cvxpy(monkeypatch):
+    """The Newton-CG path (Newton-CG subproblems, Hessian-vector products on the sparse
     data) on a tiny instance: certified, at plain Clarabel's optimum, the ball active."""
     from problems import CLARABEL_TIGHT
 
@@ -138,9 +136,11 @@ def test_above_the_dense_size_the_smooth_path_takes_newton_cg_and_agrees_with_cv
 
     model, ref, W = _logistic_ball(sparse_data=True)
     compiled = model.compile()
-    assert pooled.route(compiled).backend == "newton"
-    monkeypatch.setattr(pooled, "SMOOTH_MAX_SIZE", 10)
+    # a curved constraint (the ball) takes Newton-CG at any size, for its second-order
+    # correction; above the dense size so does every model with a non-quadratic GLM term
     assert pooled.route(compiled).backend == "newton-cg" and prefers_smooth_path(compiled)
+    monkeypatch.setattr(pooled, "SMOOTH_MAX_SIZE", 10)
+    assert pooled.route(compiled).backend == "newton-cg"
     import scipy.sparse as sps
 
     solver = NewtonCGSolver(MeritProblem(compiled.parties, 1.0))
