@@ -234,7 +234,7 @@ def _run(compiled: CompiledModel, options: CentralizedOptions):
     if options.engine == "smooth" or (
         options.engine == "auto" and prefers_smooth_path(compiled, plan)
     ):
-        smooth = _smooth_solve(compiled, options, plan)
+        smooth = _smooth_solve(compiled, _remaining(options, deadline), plan)
         if smooth.status in ("optimal", "unbounded", "time_limit") or options.engine == "smooth":
             return smooth
         # not certified: cvxpy, then a refinement from its point
