@@ -12,7 +12,9 @@
 A program with cone constraints (a term with no smooth form, :mod:`fedmodel.dsl.conic`)
 always takes cvxpy: the conic path.
 
-``solver=`` overrides the choice.
+``solver=`` overrides the choice; ``"newton-cg"`` (never picked by ``"auto"``) is Newton
+with conjugate-gradient steps on Hessian-vector products, for GLM-form problems with too
+many variables for a dense Hessian (:mod:`fedmodel.subproblems.newton_cg`).
 """
 
 from __future__ import annotations
@@ -26,7 +28,7 @@ from fedmodel.subproblems.newton import NewtonSolver
 from fedmodel.subproblems.proximal_gradient import ProximalGradientSolver
 from fedmodel.subproblems.quasi_newton import QuasiNewtonSolver
 
-BACKENDS = ("auto", "newton", "lbfgs", "cvxpy")
+BACKENDS = ("auto", "newton", "newton-cg", "lbfgs", "cvxpy")
 
 
 def make_solver(problem: MeritProblem, solver: str = "auto"):
@@ -48,6 +50,16 @@ def make_solver(problem: MeritProblem, solver: str = "auto"):
     has_group_norm = any(p.l2 or p.has_ball for p in problem.regularizer.pieces)
     if solver == "cvxpy":
         return CvxpySolver(problem)
+    if solver == "newton-cg":  # (never chosen by "auto": the large pooled problems' backend)
+        from fedmodel.subproblems.newton_cg import NewtonCGSolver
+
+        try:
+            return NewtonCGSolver(problem)
+        except NotRecognised as exc:
+            raise UnsupportedError(
+                f"the Newton-CG backend needs GLM-form terms and a smooth h ({exc}); use "
+                "solver='lbfgs' or 'cvxpy'"
+            ) from exc
     if solver in ("auto", "newton"):
         try:
             return NewtonSolver(problem)

@@ -20,30 +20,36 @@ class CentralizedOptions:
     eps : float
         KKT tolerance the certificate must meet for status ``"optimal"``.
     engine : {"auto", "cvxpy", "smooth"}
-        How the pooled problem is solved. ``"cvxpy"``: one cvxpy solve (then refined when
-        not certified). ``"smooth"``: the smooth exact path, cprox-al on the pooled problem
-        with Newton (or L-BFGS) subproblems and a large penalty (beta = 1e5), started from
-        ``w = 0``; needs every term to have a gradient. ``"auto"`` (default): ``"smooth"``
-        when every term is of GLM form (the Newton backend applies), the model has at most
-        3000 variables (Newton factors a dense Hessian) and no epigraph auxiliaries (hinge,
-        abs, pinball, l1: those go to Clarabel directly) -- smooth non-quadratic terms
-        (logistic, exp, huber, ...) would need the exponential cone, where Clarabel fails
-        and ECOS/SCS are slow and inexact on UCI Adult, and a QP takes a few cached
-        Cholesky factorisations, faster than building the cvxpy problem -- falling back to
-        cvxpy if the smooth path does not certify; ``"cvxpy"`` otherwise (Clarabel at
-        tolerances ``1e-6 * eps`` on epigraph and conic models; cvxpy's choice, sparse, on
-        large smooth models).
+        How the pooled problem is solved. ``"cvxpy"``: one Clarabel solve at tight
+        tolerances (cvxpy's choice when ``solver`` names another), refined by cprox-al when
+        not certified. ``"smooth"``: the smooth exact path, cprox-al on the pooled problem
+        with Newton subproblems (Newton-CG on Hessian-vector products above 3000 variables)
+        and a large penalty (beta = 1e5), started from ``w = 0``; needs every term to have a
+        gradient. ``"auto"`` (default): ``"smooth"`` when every term is of GLM form
+        (logistic, exp, huber, squares, quadratic forms, affine), ``h`` is smooth, the model
+        has no epigraph auxiliaries (hinge, abs, pinball, l1: an LP/QP in disguise, which
+        Clarabel takes in a few dozen iterations) and is not a QCQP (a linear or quadratic
+        objective with quadratic constraints: an SOCP for Clarabel) -- smooth
+        non-quadratic terms would need the exponential cone, where Clarabel fails on UCI
+        Adult and did not finish at d = 10,000 -- falling back to Clarabel if the smooth
+        path does not certify; otherwise Clarabel at tolerances ``1e-6 * eps`` (within
+        [1e-12, 1e-8]), its point certified, then (not certified) the smooth path where it
+        applies or a cprox-al refinement.
     solver : str or None
-        cvxpy solver (default: cvxpy's choice, OSQP for QPs, Clarabel for conic models).
+        cvxpy solver (default: Clarabel at the tolerances of ``engine``; another name
+        is used at its own defaults).
     refine : bool
         When cvxpy's answer is not certified to ``eps``, refine it with cprox-al started
         from cvxpy's primal and dual values.
     solver_options : dict
         Passed to ``cvxpy.Problem.solve``.
     time_limit : float or None
-        Wall-clock seconds for the whole solve: the smooth exact path, the cvxpy solve
-        (Clarabel, OSQP and SCS get the remaining time as their own limit; cvxpy's compile
-        of the pooled problem is not interrupted) and the refinement.
+        Wall-clock seconds for the whole solve: the smooth exact path (checked inside every
+        Newton and CG iteration), the cvxpy solve and the refinement, each stage getting
+        what the earlier ones left. Building the pooled cvxpy problem and cvxpy's compile
+        of it cannot be interrupted: the remaining time is checked after them, and a
+        compile that outlasted the limit ends the solve with status ``"time_limit"`` and
+        no point; Clarabel, OSQP and SCS get what is left as their own limit.
     blas_threads : int or None
         OpenBLAS threads during the solve (default 1; ``None`` leaves the setting alone).
     """

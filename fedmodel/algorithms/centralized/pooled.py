@@ -22,10 +22,13 @@ Two engines (``CentralizedOptions.engine``):
 from __future__ import annotations
 
 import time
+import warnings
 from dataclasses import replace
+from functools import cached_property
 
 import cvxpy as cp
 import numpy as np
+from cvxpy.reductions.solvers.defines import INSTALLED_SOLVERS
 
 from fedmodel.algorithms.centralized.cprox_al import pooled_evaluation, run_cprox_al
 from fedmodel.algorithms.centralized.options import ENGINES, CentralizedOptions  # noqa: F401
@@ -78,37 +81,116 @@ SMOOTH_BETA = 1e5
 #: ``eps`` (:func:`conic_solver_settings`)
 CONIC_TOLERANCE_FACTOR = 1e-6
 
-#: Models up to this many variables take the smooth exact path under ``engine="auto"`` (its
-#: Newton steps factor a dense Hessian, O(size^3); beyond this a sparse conic solver wins:
-#: at d = 10,000 one factorisation alone takes tens of seconds)
+#: Models up to this many variables take the smooth exact path with dense Newton steps (a
+#: dense Hessian, O(size^3) per factorisation: at d = 10,000 one takes tens of seconds and
+#: 800 MB); larger GLM models with a non-quadratic term take it with Newton-CG steps
+#: (:mod:`fedmodel.subproblems.newton_cg`: Hessian-vector products, sparse data kept sparse)
 SMOOTH_MAX_SIZE = DENSE_NEWTON_MAX_SIZE
 
+#: above :data:`SMOOTH_MAX_SIZE`, the Newton backends stack the linear constraints densely:
+#: the Newton-CG path is taken only while that stack has at most this many entries
+LARGE_LINEAR_ENTRIES = 2e7
 
-def prefers_smooth_path(compiled: CompiledModel) -> bool:
-    """True when every term is of GLM form (the Newton backend applies), the model has no
-    epigraph auxiliaries and at most :data:`SMOOTH_MAX_SIZE` variables (see ``engine``).
+
+class Route:
+    """What decides how ``centralized`` solves a model, each part computed once and only
+    when asked (the GLM recognition behind :attr:`backend` takes 1.5 s on an epigraph
+    model with 1,000 rows, which Clarabel solves first in 0.1 s).
+
+    Attributes
+    ----------
+    smooth : bool
+        Every term is continuously differentiable (the certificate applies).
+    backend : str or None
+        The subproblem backend of the smooth exact path: ``"newton"`` (dense Newton, at
+        most :data:`SMOOTH_MAX_SIZE` variables), ``"newton-cg"`` (models whose nonlinear
+        constraints are all quadratic, a ball or an ellipsoid: its second-order correction
+        keeps Newton steps along the curved active constraint, logistic regression in a
+        ball at d = 50 took 103 dense Newton steps and 3.9 s against 18 and 0.7 s; not
+        with other nonlinear constraints, where CG pays for ill-conditioning: logistic
+        Neyman-Pearson on Adult took 3x dense Newton's time; and larger models with a
+        non-quadratic GLM term, e.g. sparse logistic regression at d = 10,000), or None
+        when the path does not apply (a term without GLM form, a non-smooth ``h``, cone
+        terms, a large QP: a sparse conic solver takes those).
+    qcqp : bool
+        A linear or quadratic objective with nonlinear constraints, all quadratic
+        (Markowitz with per-client risk budgets): Clarabel takes it as an SOCP in a few
+        dozen iterations (0.04 s on the Markowitz model), while the augmented Lagrangian's
+        Newton steps stiffen on its bounds (0.17 s).
+    """
+
+    def __init__(self, compiled: CompiledModel):
+        self.compiled = compiled
+
+    @cached_property
+    def smooth(self) -> bool:
+        return _smooth(self.compiled)
+
+    @property
+    def backend(self) -> str | None:
+        return self._glm[0]
+
+    @property
+    def qcqp(self) -> bool:
+        return self._glm[1]
+
+    @cached_property
+    def _glm(self) -> tuple[str | None, bool]:
+        compiled = self.compiled
+        if not self.smooth or compiled.has_cones:
+            return None, False
+        size = compiled.layout.size
+        if size > SMOOTH_MAX_SIZE:
+            rows = sum(p.m_ineq + p.m_eq for p in compiled.parties)
+            if rows * size > LARGE_LINEAR_ENTRIES:
+                return None, False
+        try:
+            solver = NewtonSolver(MeritProblem(compiled.parties, 1.0, compiled.regularizer))
+        except NotRecognised:
+            return None, False
+        nonlinear = solver.nonlin_in + solver.nonlin_eq
+        quadratic = solver.obj.quadratic
+        qcqp = quadratic and bool(nonlinear) and all(c.quadratic for *_, c in nonlinear)
+        balls = bool(nonlinear) and all(c.quadratic for *_, c in nonlinear)
+        if size <= SMOOTH_MAX_SIZE and not balls:
+            return "newton", qcqp
+        if size <= SMOOTH_MAX_SIZE:  # quadratic constraints: Newton-CG's correction
+            return "newton-cg", qcqp
+        return (None if quadratic else "newton-cg"), qcqp
+
+
+def route(compiled: CompiledModel) -> Route:
+    """The :class:`Route` of a model."""
+    return Route(compiled)
+
+
+def smooth_backend(compiled: CompiledModel) -> str | None:
+    """The subproblem backend of the smooth exact path on this model (:class:`Route`)."""
+    return route(compiled).backend
+
+
+def prefers_smooth_path(compiled: CompiledModel, plan: Route | None = None) -> bool:
+    """True when ``engine="auto"`` takes the smooth exact path first: every term of GLM
+    form with a smooth ``h`` (:attr:`Route.backend`), no epigraph auxiliaries, and not a
+    QCQP (:attr:`Route.qcqp`).
 
     A model with epigraph auxiliaries (hinge, abs, pinball, l1, ... rewritten by
     :mod:`fedmodel.dsl.epigraph`) is an LP or QP in disguise with one auxiliary per row:
     an interior-point conic solver takes it in a few dozen iterations, while the augmented
     Lagrangian's Newton steps stall on its degenerate active set (hinge SVM on German
     credit: 76 s uncertified against 0.06 s for Clarabel); it goes to Clarabel first and
-    takes the smooth path only when Clarabel's point does not certify."""
-    return not compiled.layout.hidden and smooth_path_applies(compiled)
+    takes the smooth path only when Clarabel's point does not certify. Smooth
+    non-quadratic terms (logistic, exp, huber) stay on the smooth path: Clarabel needs the
+    exponential cone there, fails on UCI Adult and did not finish at d = 10,000."""
+    if compiled.layout.hidden:
+        return False
+    plan = plan or route(compiled)
+    return plan.backend is not None and not plan.qcqp
 
 
 def smooth_path_applies(compiled: CompiledModel) -> bool:
-    """True when every term is of GLM form (the Newton backend applies) and the model has
-    at most :data:`SMOOTH_MAX_SIZE` variables."""
-    if compiled.layout.size > SMOOTH_MAX_SIZE:
-        return False
-    if not _smooth(compiled):
-        return False
-    try:
-        NewtonSolver(MeritProblem(compiled.parties, 1.0, compiled.regularizer))
-    except NotRecognised:
-        return False
-    return True
+    """True when the smooth exact path has a backend for this model (:class:`Route`)."""
+    return smooth_backend(compiled) is not None
 
 
 def _remaining(options: CentralizedOptions, deadline: float | None):
@@ -119,7 +201,20 @@ def _remaining(options: CentralizedOptions, deadline: float | None):
     return replace(options, time_limit=max(deadline - time.perf_counter(), 1e-3))
 
 
+def _expired(deadline: float | None) -> bool:
+    return deadline is not None and time.perf_counter() >= deadline
+
+
 def run_centralized(compiled: CompiledModel, options: CentralizedOptions):
+    """Solve the pooled problem (module docstring); the result's ``options`` are the
+    caller's (a refinement's or the smooth path's cprox-al settings when one ran)."""
+    result = _run(compiled, options)
+    if not result.options:
+        result.options = dict(options.__dict__)
+    return result
+
+
+def _run(compiled: CompiledModel, options: CentralizedOptions):
     if options.engine == "smooth":
         compiled.require_smooth("centralized with engine='smooth'")
         for p in compiled.parties:
@@ -131,81 +226,136 @@ def run_centralized(compiled: CompiledModel, options: CentralizedOptions):
                 )
     # time_limit covers the whole solve: each stage gets what the earlier ones left
     deadline = None if options.time_limit is None else time.perf_counter() + options.time_limit
-    if options.engine == "smooth" or (options.engine == "auto" and prefers_smooth_path(compiled)):
-        smooth = _smooth_solve(compiled, options)
-        if smooth.status in ("optimal", "unbounded") or options.engine == "smooth":
+    plan = route(compiled)
+    if options.engine == "smooth" or (
+        options.engine == "auto" and prefers_smooth_path(compiled, plan)
+    ):
+        smooth = _smooth_solve(compiled, _remaining(options, deadline), plan)
+        if smooth.status in ("optimal", "unbounded", "time_limit") or options.engine == "smooth":
             return smooth
         # not certified: cvxpy, then a refinement from its point
-        result = _cvxpy_solve(compiled, _remaining(options, deadline))
+        result = _cvxpy_solve(compiled, _remaining(options, deadline), plan)
         result.message = f"smooth exact path not certified ({smooth.message}); {result.message}"
         result.timing["smooth_path"] = smooth.timing.get("solve", 0.0)
         return result
-    if not options.refine or conic_solver_settings(compiled, options) == (
-        options.solver,
-        options.solver_options,
-    ):
-        return _cvxpy_solve(compiled, options)
-    # an epigraph or conic model: Clarabel at tight tolerances; if its point does not
-    # certify, the smooth path from w = 0 (where it applies), then the former route (cvxpy's
-    # choice at its tolerances, refined by cprox-al: a refinement started at the tight
-    # point can stop at once, its test (8) holding where the certificate does not)
-    first = _cvxpy_solve(compiled, replace(options, refine=False))
-    if first.status in ("optimal", "infeasible", "unbounded"):
+    # Clarabel at tight tolerances (conic_solver_settings); if its point does not certify,
+    # the smooth path from w = 0 (where it applies), then cvxpy's choice at its tolerances
+    # refined by cprox-al; where the smooth path does not apply, cprox-al refines the tight
+    # point at once (one conic solve, not two: sparse logistic + l1 at d = 3000 spent 14 s
+    # in each)
+    tight = conic_solver_settings(compiled, options)
+    plain = tight == (options.solver, options.solver_options)
+    if not options.refine or plain or options.engine != "auto":
+        return _cvxpy_solve(compiled, options, plan)
+    first = _cvxpy_solve(compiled, options, plan, smooth_next=True)
+    if first.status in ("optimal", "infeasible", "unbounded", "time_limit"):
+        return first
+    if "refined_with" in first.extra or plan.backend is None:
         return first
     spent = first.timing.get("solve", 0.0)
-    options = _remaining(options, deadline)
-    if options.engine == "auto" and smooth_path_applies(compiled):
-        smooth = _smooth_solve(compiled, options)
-        if smooth.status in ("optimal", "unbounded"):
-            smooth.message = f"{first.message}; {smooth.message}"
-            smooth.timing["cvxpy"] = spent
-            return smooth
-    result = _cvxpy_solve(compiled, _remaining(options, deadline), tight=False)
+    if _expired(deadline):
+        first.status = "time_limit"
+        first.message += f"; time limit of {options.time_limit:g} s reached"
+        return first
+    smooth = _smooth_solve(compiled, _remaining(options, deadline), plan)
+    if smooth.status in ("optimal", "unbounded", "time_limit") or _expired(deadline):
+        smooth.message = f"{first.message}; {smooth.message}"
+        smooth.timing["cvxpy"] = spent
+        return smooth
+    result = _cvxpy_solve(compiled, _remaining(options, deadline), plan, tight=False)
     result.message = f"{first.message}; {result.message}"
     result.timing["cvxpy_tight"] = spent
     return result
 
 
-def _smooth_solve(compiled: CompiledModel, options: CentralizedOptions):
-    """The smooth exact path: cprox-al on the pooled problem from ``w = 0``."""
-    result = _refine(compiled, options, np.zeros(compiled.layout.size), None, None)
-    result.extra = {**(result.extra or {}), "solved_with": "cprox-al (smooth exact)"}
+def _smooth_solve(compiled: CompiledModel, options: CentralizedOptions, plan: Route):
+    """The smooth exact path: cprox-al on the pooled problem from ``w = 0``, its subproblems
+    solved by dense Newton or, on large models, Newton-CG (:attr:`Route.backend`)."""
+    backend = plan.backend or "auto"
+    result = _refine(compiled, options, np.zeros(compiled.layout.size), None, None, backend)
+    result.extra = {
+        **(result.extra or {}),
+        "solved_with": "cprox-al (smooth exact)",
+        "subproblem_solver": backend,
+    }
     if result.status == "optimal":
-        result.message = f"smooth exact path (cprox-al, Newton subproblems): {result.message}"
+        steps = "Newton-CG" if backend == "newton-cg" else "Newton"
+        result.message = f"smooth exact path (cprox-al, {steps} subproblems): {result.message}"
     return result
 
 
-def _cvxpy_solve(compiled: CompiledModel, options: CentralizedOptions, tight: bool = True):
+def _cvxpy_solve(
+    compiled: CompiledModel,
+    options: CentralizedOptions,
+    plan: Route,
+    tight: bool = True,
+    smooth_next: bool = False,
+):
+    """One cvxpy solve of the pooled problem (then certified, and refined when asked;
+    with ``smooth_next``, an uncertified point is returned unrefined when the smooth exact
+    path applies: the caller tries that first).
+
+    With a time limit, the remaining time is checked before each stage that cannot be
+    interrupted: building the pooled problem and cvxpy's compile of it
+    (``get_problem_data``); the solver gets what the compile left as its own limit
+    (:data:`SOLVER_TIME_LIMIT`) and the refinement the rest."""
     t0 = time.perf_counter()
-    deadline = None if options.time_limit is None else t0 + options.time_limit
+    limit = options.time_limit
+    deadline = None if limit is None else t0 + limit
     layout = compiled.layout
-    prob, per_party = pooled_problem(compiled)
-    compile_seconds = time.perf_counter() - t0
-    t_solve = time.perf_counter()
     if tight:
         solver_name, kwargs = conic_solver_settings(compiled, options)
     else:
         solver_name, kwargs = options.solver, dict(options.solver_options)
-    if deadline is not None:  # the solver's own limit: what the compile left of time_limit
-        try:
-            chosen = solver_name or prob._construct_chain().solver.name()
-        except Exception:  # noqa: BLE001 - (cvxpy reports it again in solve)
-            chosen = None
-        key = SOLVER_TIME_LIMIT.get(str(chosen).upper())
-        if key is not None:
-            kwargs.setdefault(key, max(deadline - time.perf_counter(), 1e-3))
-    options = _remaining(options, deadline)  # (the refinement gets the rest)
+    prob, per_party = pooled_problem(compiled)
     try:
-        prob.solve(solver=solver_name, **kwargs)
-        cvx_status = prob.status
+        data, chain, inverse_data = prob.get_problem_data(solver_name, solver_opts=kwargs)
+        chosen = chain.solver.name()
         error = ""
     except cp.error.SolverError as exc:
-        cvx_status, error = "solver_error", str(exc)
-    used = prob.solver_stats.solver_name if prob.solver_stats is not None else (solver_name or "?")
+        chain, chosen, error = None, solver_name or "?", str(exc)
+    compile_seconds = time.perf_counter() - t0
+    t_solve = time.perf_counter()
+    timing = {"compile": compile_seconds, "solve": 0.0, "per_party": {}}
+    if _expired(deadline):  # the compile took the whole time limit: no solve started
+        return _no_point(
+            compiled,
+            "time_limit",
+            f"time limit of {limit:g} s reached while cvxpy compiled the pooled "
+            f"problem ({compile_seconds:.2f} s; a compile cannot be interrupted)",
+            timing,
+            {"cvxpy_solver": chosen},
+        )
+    key = SOLVER_TIME_LIMIT.get(str(chosen).upper())
+    if deadline is not None and key is not None:  # the solver's own limit: what is left
+        kwargs.setdefault(key, max(deadline - time.perf_counter(), 1e-3))
+    options = _remaining(options, deadline)  # (the refinement gets the rest)
+    if chain is not None:
+        try:
+            solution = chain.solve_via_data(prob, data, False, False, kwargs)
+            with warnings.catch_warnings():  # (the recomputed certificate judges the point)
+                warnings.filterwarnings("ignore", "Solution may be inaccurate")
+                prob.unpack_results(solution, chain, inverse_data)
+            cvx_status = prob.status
+        except cp.error.SolverError as exc:
+            cvx_status, error = "solver_error", str(exc)
+    else:
+        cvx_status = "solver_error"
+    used = prob.solver_stats.solver_name if prob.solver_stats is not None else chosen
     seconds = time.perf_counter() - t_solve
-    timing = {"compile": compile_seconds, "solve": seconds, "per_party": {}}
+    timing["solve"] = seconds
     base = {"cvxpy_status": cvx_status, "cvxpy_solver": used}
 
+    # the solver stopped at its own time limit (what was left of ours, give or take its
+    # own clock): "time_limit", and no refinement
+    timed_out = (
+        cvx_status == "user_limit"
+        and deadline is not None
+        and deadline - time.perf_counter() <= 0.02 * limit + 0.05
+    )
+    if timed_out and any(v.value is None for v in layout.variables):
+        message = f"{used} stopped at the time limit of {limit:g} s without a point"
+        return _no_point(compiled, "time_limit", message, timing, base)
     if cvx_status == "solver_error" or cvx_status.startswith(("infeasible", "unbounded")):
         status = "solver_error" if cvx_status == "solver_error" else cvx_status.split("_")[0]
         message = {
@@ -213,10 +363,10 @@ def _cvxpy_solve(compiled: CompiledModel, options: CentralizedOptions, tight: bo
             "unbounded": f"{used} reports the pooled problem unbounded ({cvx_status})",
             "solver_error": f"{used} failed: {error}",
         }[status]
-        if status == "solver_error" and options.refine and _smooth(compiled):
+        if status == "solver_error" and options.refine and plan.smooth:
             # the conic path failed (as Clarabel does on UCI Adult): solve the smooth pooled
             # problem exactly instead, by cprox-al with Newton subproblem solves
-            result = _refine(compiled, options, None, None, None)
+            result = _refine(compiled, options, None, None, None, plan.backend or "auto")
             result.timing["cvxpy"] = seconds
             result.timing["solve"] += seconds
             result.extra = {**result.extra, **base, "solved_with": "cprox-al (smooth exact)"}
@@ -224,18 +374,7 @@ def _cvxpy_solve(compiled: CompiledModel, options: CentralizedOptions, tight: bo
             return result
         if status == "solver_error":
             message += ". Try another solver (solver='SCS', 'ECOS') or method='cprox-al'."
-        return make_result(
-            compiled,
-            method="centralized",
-            status=status,
-            x=np.full(layout.size, np.nan),
-            kkt=None,
-            summary={"objective": np.nan, "max_violation": np.nan},
-            multipliers={},
-            message=message,
-            timing=timing,
-            extra=base,
-        )
+        return _no_point(compiled, status, message, timing, base)
 
     x = layout.stack({v: v.value for v in layout.variables})
     mus, nus, lams = [], [], []
@@ -247,7 +386,7 @@ def _cvxpy_solve(compiled: CompiledModel, options: CentralizedOptions, tight: bo
         duals = [b.project_dual(b.dual_from(c)) for b, c in zip(blocks, cones)]
         lams.append(np.concatenate(duals) if duals else np.zeros(0))
     scale = max([1.0] + [float(m.max()) for m in mus if m.size])
-    smooth = _smooth(compiled)
+    smooth = plan.smooth
     for j, p in enumerate(compiled.parties):
         ci = p.functions.constraint_values(x)[0] if (p.m_ineq and smooth) else np.zeros(p.m_ineq)
         # zero the duals of inactive constraints: tiny interior-point duals, and duals of
@@ -280,6 +419,17 @@ def _cvxpy_solve(compiled: CompiledModel, options: CentralizedOptions, tight: bo
             extra=base,
         )
     kkt, summary = pooled_evaluation(compiled, x, mus, nus, lams)
+    if compiled.layout.hidden and not kkt.satisfied(options.eps, options.eps):
+        polished = polish_auxiliary_duals(compiled, x, mus)
+        if polished is not None:
+            kkt_p, summary_p = pooled_evaluation(compiled, x, polished, nus, lams)
+            if kkt_p.verdict_residuals[0] < kkt.verdict_residuals[0]:
+                mus, kkt, summary = polished, kkt_p, summary_p
+                base["auxiliary_duals_polished"] = True
+                multipliers = {
+                    p.name: split_multipliers(p, m, v, lam)
+                    for p, m, v, lam in zip(compiled.parties, mus, nus, lams)
+                }
     # the residuals are recomputed here, so Clarabel's "optimal_inaccurate" (it stopped at
     # its reduced tolerances, short of the tight ones asked for) is certified when they hold
     certified = cvx_status in ("optimal", "optimal_inaccurate") and kkt.satisfied(
@@ -288,13 +438,14 @@ def _cvxpy_solve(compiled: CompiledModel, options: CentralizedOptions, tight: bo
     message = (
         f"{used}: {cvx_status}; KKT residuals certified to {options.eps:g}"
         if certified
-        else f"{used} returned '{cvx_status}' with stationarity {kkt.stationarity:.2e} and "
-        f"feasibility {kkt.feasibility:.2e}, short of eps = {options.eps:g}"
+        else f"{used} returned '{cvx_status}' with {kkt.describe()}, short of eps = {options.eps:g}"
     )
+    if timed_out:
+        message += f"; time limit of {limit:g} s reached"
     result = make_result(
         compiled,
         method="centralized",
-        status="optimal" if certified else "inaccurate",
+        status="optimal" if certified else ("time_limit" if timed_out else "inaccurate"),
         x=x,
         kkt=kkt,
         summary=summary,
@@ -303,7 +454,9 @@ def _cvxpy_solve(compiled: CompiledModel, options: CentralizedOptions, tight: bo
         timing=timing,
         extra=base,
     )
-    if certified:
+    if certified or timed_out:
+        return result
+    if smooth_next and plan.backend is not None:
         return result
     if not options.refine:
         result.message += (
@@ -311,7 +464,7 @@ def _cvxpy_solve(compiled: CompiledModel, options: CentralizedOptions, tight: bo
             "cprox-al; or try another solver (solver='SCS', 'ECOS')."
         )
         return result
-    refined = _refine(compiled, options, x, mus, nus)
+    refined = _refine(compiled, options, x, mus, nus, plan.backend or "auto")
     refined.timing["cvxpy"] = seconds
     refined.timing["solve"] += seconds
     refined.extra = {
@@ -324,28 +477,99 @@ def _cvxpy_solve(compiled: CompiledModel, options: CentralizedOptions, tight: bo
     return refined
 
 
+#: the largest relative change :func:`polish_auxiliary_duals` makes to a multiplier
+POLISH_MAX_CHANGE = 1e-3
+
+
+def polish_auxiliary_duals(compiled: CompiledModel, x: np.ndarray, mus) -> list | None:
+    """The inequality multipliers with each epigraph auxiliary's stationarity made exact.
+
+    An epigraph variable ``t_i`` (one per row of a hinge, abs or pinball loss) enters only
+    its own affine rows ``piece_k(w) - t_i <= 0``, so its stationarity reads ``c_i - sum_k
+    lambda_k``, ``c_i`` its objective coefficient (``1/N``). An interior-point point
+    leaves this at a relative ``1e-6``-``1e-5`` even at Clarabel's tightest tolerances
+    (LAD on wine quality: 1.4e-6 on one row of 4,898), which the certificate measures
+    relative to ``c_i``. Scaling the row's multipliers by ``c_i / sum_k lambda_k`` removes
+    it and moves the shared variables' stationarity by the same relative amount; the
+    certificate is recomputed on the result, so this only ever adds a certificate that
+    holds. Rows are matched to their auxiliary from two evaluations of the (affine)
+    constraints; a change larger than :data:`POLISH_MAX_CHANGE` is not made. None when
+    nothing changed."""
+    from fedmodel.certificate.kkt import _owned_coordinates
+
+    out, changed = [], False
+    for p, mu in zip(compiled.parties, mus):
+        hidden = _owned_coordinates(p)[0]
+        if not hidden.size or not mu.size:
+            out.append(mu)
+            continue
+        fn = p.functions
+        values = lambda d, fn=fn: fn.constraint_values(x + d)[0]  # noqa: E731
+        ones, label = np.zeros(x.size), np.zeros(x.size)
+        ones[hidden], label[hidden] = 1.0, np.arange(1, hidden.size + 1)
+        with np.errstate(all="ignore"):
+            c0 = values(0.0)
+            a, b, b2 = values(ones) - c0, values(label) - c0, values(2 * label) - c0
+            k = b / a
+        # rows affine in the auxiliaries, touching exactly one of them (k an integer label)
+        rows = (mu > 0) & (a != 0) & np.isfinite(k) & np.isclose(b2, 2 * b, rtol=1e-9)
+        rows &= np.isclose(k, np.rint(k), rtol=0, atol=1e-6) & (k >= 1) & (k <= hidden.size)
+        if not rows.any():
+            out.append(mu)
+            continue
+        idx = np.rint(k[rows]).astype(int) - 1
+        g = fn.objective_and_grad(x)[1][hidden]
+        total = np.bincount(idx, weights=a[rows] * mu[rows], minlength=hidden.size)
+        with np.errstate(all="ignore"):
+            factor = np.where(total != 0, -g / total, 1.0)
+        factor = np.where(np.abs(factor - 1) <= POLISH_MAX_CHANGE, factor, 1.0)
+        new = np.array(mu, dtype=float)
+        new[rows] = mu[rows] * factor[idx]
+        changed |= bool(np.any(new != mu))
+        out.append(new)
+    return out if changed else None
+
+
+def _no_point(compiled: CompiledModel, status: str, message: str, timing: dict, extra: dict):
+    """A result without a point (the solver gave none): NaN values, no certificate."""
+    return make_result(
+        compiled,
+        method="centralized",
+        status=status,
+        x=np.full(compiled.layout.size, np.nan),
+        kkt=None,
+        summary={"objective": np.nan, "max_violation": np.nan},
+        multipliers={},
+        message=message,
+        timing=timing,
+        extra=extra,
+    )
+
+
 def conic_solver_settings(compiled: CompiledModel, options: CentralizedOptions):
     """The cvxpy solver and its options for the pooled solve.
 
-    Epigraph and conic models go to Clarabel (unless the caller chose a solver) with its
-    gap and feasibility tolerances at ``eps`` x :data:`CONIC_TOLERANCE_FACTOR` within
+    Every model solved by cvxpy here goes to Clarabel (unless the caller chose a solver)
+    with its gap and feasibility tolerances at ``eps`` x :data:`CONIC_TOLERANCE_FACTOR` within
     [1e-12, 1e-8] (the caller's ``solver_options`` win): an interior-point point at
     Clarabel's default 1e-8 leaves each degenerate epigraph row a multiplier and a slack
     of ~1e-6 at once, which the certificate must charge to either the stationarity or the
     feasibility (LAD on wine quality, 4,898 rows: stationarity 1.7e-2 at 1e-8, 9e-8 at
     1e-10, in the same solve time; 20 clients' LAD and basis pursuit needed 1e-12); the
-    cprox-al refinement it then needed took 86 s. Clarabel may stop short of 1e-12 with
-    "optimal_inaccurate"; the recomputed certificate decides.
+    cprox-al refinement it then needed took 86 s. Smooth models that reach cvxpy (terms
+    without GLM form such as ``kl_div`` and ``entr``, QCQPs, large QPs) need it too: at
+    Clarabel's defaults the KL model on the simplex read a stationarity of 7.5e-5, then a
+    12 s refinement did not certify; at 1e-12 it certifies at once. Clarabel may stop short
+    of 1e-12 with "optimal_inaccurate" or insufficient progress (``accept_unknown``: its
+    point is kept); the recomputed certificate decides.
     """
     solver_name, kwargs = options.solver, dict(options.solver_options)
-    conic = bool(compiled.layout.hidden) or compiled.has_cones
-    if not conic or solver_name not in (None, "CLARABEL"):
-        return solver_name, kwargs
-    if "CLARABEL" not in cp.installed_solvers():
+    if solver_name not in (None, "CLARABEL") or "CLARABEL" not in INSTALLED_SOLVERS:
         return solver_name, kwargs
     tol = float(np.clip(options.eps * CONIC_TOLERANCE_FACTOR, 1e-12, 1e-8))
     for key in ("tol_gap_abs", "tol_gap_rel", "tol_feas"):
         kwargs.setdefault(key, tol)
+    kwargs.setdefault("accept_unknown", True)
     return "CLARABEL", kwargs
 
 
@@ -363,12 +587,13 @@ def _smooth(compiled: CompiledModel) -> bool:
     return True
 
 
-def _refine(compiled, options, x0, mus, nus):
+def _refine(compiled, options, x0, mus, nus, solver: str = "auto"):
     """cprox-al on the pooled problem, from cvxpy's point and duals when given.
 
     A large penalty (:data:`SMOOTH_BETA`) makes the proximal AL outer loop (a proximal
     point method on the KKT operator) converge in few iterations; the Newton subproblem
-    backend copes with the conditioning it brings.
+    backend copes with the conditioning it brings. ``solver``: the subproblem backend
+    (:attr:`Route.backend`, else ``"auto"``: the subproblem selection's choice).
     """
     opts = CProxALOptions(
         eps=options.eps,
@@ -378,6 +603,7 @@ def _refine(compiled, options, x0, mus, nus):
         max_outer=300,
         history=False,
         time_limit=options.time_limit,
+        solver=solver,
     )
     result = run_cprox_al(
         compiled, opts, method="centralized", mu_init=mus, nu_init=nus, stop_on_plateau=True
