@@ -271,10 +271,14 @@ def test_an_infeasible_model_ends_quickly_with_an_honest_verdict(kind):
 
 def test_centralized_smooth_path_stops_at_a_multiplier_plateau():
     """It ran its 300 outer iterations (10 s on this tiny model) before Clarabel's
-    certificate; now it hands over after one window of the plateau."""
+    certificate; now it hands over after one window of the plateau. (Under
+    ``engine="auto"`` Clarabel now runs first on this model and certifies infeasibility
+    at once; ``engine="smooth"`` takes the smooth path the plateau test guards.)"""
     case = INFEASIBLE["soc-ball vs linear"]()
-    res = case.model.solve(method="centralized", time_limit=60)
+    res = case.model.solve(method="centralized", time_limit=60, engine="smooth")
     assert "stopped after" in res.message and "multipliers diverge" in res.message
+    auto = case.model.solve(method="centralized", time_limit=60)
+    assert auto.status == "infeasible", auto.message
 
 
 def _summed(kind: str) -> Case:
