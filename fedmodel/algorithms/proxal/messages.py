@@ -75,7 +75,9 @@ def _curvature_bound(options) -> int:
     """The most curvature directions a message carries (``curvature_directions``, or its
     default's largest value, 2)."""
     k = getattr(options, "curvature_directions", None)
-    return 2 if k is None else int(k)
+    k = 2 if k is None else int(k)
+    local = getattr(options, "local_directions", None)
+    return k + 1 if local is None or local else k  # (the local direction on top)
 
 
 PROXAL = MessageTable(
@@ -168,11 +170,22 @@ PROXAL = MessageTable(
         ),
         MessageSpec(
             "curvature_w",
-            request={"w": W, "directions": Field(("<=cd", "d"))},
+            request={
+                "w": W,
+                "directions": Field(("<=cd", "d")),
+                "precondition": Field(("d",), required=False),
+            },
             reply={
                 "value": Field((), reveals="P_{i,k}(w)"),
                 "grad": Field(("d",), reveals="the gradient of P_{i,k} at w"),
                 "hvp": Field(("<=cd", "d"), reveals=_HVP.reveals),
+                "local_direction": Field(
+                    ("d",),
+                    required=False,
+                    reveals="its local Newton direction (n (H_i + p I))^(-1) r for the "
+                    "server's vector r (local_directions): one product of the inverse of "
+                    "its Hessian of P_{i,k} at w, of the kind of a Hessian-vector product",
+                ),
             },
             reveals="P_{i,k}'s value, gradient and Hessian-vector products along k = "
             "curvature_directions server-chosen directions at a trial point (the quasi-Newton "

@@ -62,6 +62,9 @@ PENALTY_METRICS = ("hessian", "scalar")
 #: means 213 / 140 / 207); at d = 2000 (sparse logistic + l2 ball) 8 directions stalled the
 #: first inner solve, and the limited-memory model gains nothing from random directions
 CURVATURE_MAX_SHARED = 500
+#: the default local_directions is on up to this many shared variables (each client factors
+#: its d x d Hessian of P_{i,k} once per round; it never leaves the client)
+LOCAL_DIRECTIONS_MAX_SHARED = 500
 
 #: the tolerance of every party's subproblem solve with ``exact_subproblems=True``: the
 #: Newton backend's floor (its Cholesky step solves a quadratic subproblem to rounding)
@@ -303,6 +306,7 @@ class ProxALOptions(RuntimeOptions):
     local_cap: float | None = None
     inner_solver: str | None = None
     curvature_directions: int | None = None
+    local_directions: bool | None = None
     stall_rounds: int = 300
     q: float = 0.5
     mu0: float = 0.0
@@ -337,6 +341,14 @@ class ProxALOptions(RuntimeOptions):
         if self.curvature_directions is not None:
             return int(self.curvature_directions)
         return min(2, d // 4) if d <= CURVATURE_MAX_SHARED else 0
+
+    def local_directions_on(self, d: int) -> bool:
+        """Whether the quasi-Newton rounds ask for the clients' local Newton directions: the
+        option, or its default (on up to ``LOCAL_DIRECTIONS_MAX_SHARED`` shared variables,
+        where a client factors its ``d x d`` Hessian once per round)."""
+        if self.local_directions is not None:
+            return bool(self.local_directions)
+        return d <= LOCAL_DIRECTIONS_MAX_SHARED
 
     def resolve_inner(self, inner: str) -> None:
         """Set the adaptive defaults that depend on the inner solver that runs

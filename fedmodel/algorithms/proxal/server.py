@@ -224,6 +224,8 @@ class ProxALServer(ServerHalf):
         self.curvature_k = options.curvature_count(self.ns) if self.secant is not None else 0
         # (the default number of directions may be turned off; one the user set is kept)
         self.curvature_auto = options.curvature_directions is None
+        # quasi-Newton: the clients' local Newton directions as one more direction
+        self.local_directions = bool(self.curvature_k) and options.local_directions_on(self.ns)
         self.start_directions: np.ndarray | None = None  # (sent with the inner start)
         # quasi-Newton: (directions, the clients' summed Hessian products) at w^k
         self.start_products: tuple[np.ndarray, np.ndarray] | None = None
@@ -782,15 +784,24 @@ class ProxALServer(ServerHalf):
                 model_of.update(B=B, H=H)
             return model_of["H"]
 
+        local = {"direction": None, "last": None}  # (local_directions)
+
         def on_accept(w):
             anchor["w"] = w
+            if self.local_directions:  # (the gradient the clients' local solves take)
+                last = local["last"]
+                anchor["g"] = grad0 if w is w_center else last[1] if last is not None else None
 
         def evaluate(w):
             runtime.next_round()
             anchor["round"] += 1
             if k_dirs:
-                V = self.curvature_directions(w - anchor["w"], (self.k, anchor["round"]))
-                replies = runtime.broadcast("curvature_w", {"w": w, "directions": V})
+                seed = (self.k, anchor["round"])
+                V = self.curvature_directions(w - anchor["w"], seed, local["direction"])
+                request = {"w": w, "directions": V}
+                if self.local_directions and anchor.get("g") is not None:
+                    request["precondition"] = anchor["g"]
+                replies = runtime.broadcast("curvature_w", request)
             else:
                 V = np.zeros((0, n))
                 replies = runtime.broadcast("gradient_w", {"w": w})
@@ -801,6 +812,10 @@ class ProxALServer(ServerHalf):
                 secant.observe_products(V, HV0 + hvp)
             val, grad = val + v0, grad + g0
             secant.observe(w, grad - known * w)  # (the pair of l_k less its known part)
+            z = [r.payload.get("local_direction") for r in replies.values()]
+            z = [np.asarray(v, dtype=float) for v in z if v is not None]
+            local["direction"] = sum(z) / len(z) if z else None
+            local["last"] = (w, grad)
             return val, grad, curvature()
 
         start_V = None if self.start_products is None else self.start_products[0]
@@ -833,7 +848,9 @@ class ProxALServer(ServerHalf):
             + f"curvature directions off from outer iteration {self.k} (an inner solve with them ended short of tau_k)"
         )
 
-    def curvature_directions(self, step: np.ndarray, seed: tuple) -> np.ndarray:
+    def curvature_directions(
+        self, step: np.ndarray, seed: tuple, local: np.ndarray | None = None
+    ) -> np.ndarray:
         """The ``curvature_directions`` directions (orthonormal rows) of the clients'
         Hessian-vector products at a point ``w + step``: the step itself (when nonzero)
         and random Gaussian directions, drawn from a generator seeded with ``seed`` (the
@@ -843,7 +860,9 @@ class ProxALServer(ServerHalf):
         the last steps instead, 290 with gradients only)."""
         k, n = self.curvature_k, step.size
         rng = np.random.default_rng([int(v) for v in seed])
-        rows = ([step] if np.any(step) else []) + list(rng.standard_normal((k, n)))
+        first = [v for v in (step, local) if v is not None and np.any(v)]
+        k += len(first) - bool(np.any(step))  # (a local direction comes on top of k)
+        rows = first + list(rng.standard_normal((k, n)))
         Q, R = np.linalg.qr(np.array(rows[:k], dtype=float).T)
         keep = np.abs(np.diag(R)) > 1e-10 * np.abs(np.diag(R)).max()
         return np.ascontiguousarray(Q[:, keep].T)
