@@ -12,6 +12,8 @@ solve, for
 - the default (``inner_solver="auto"`` = ``"quasi-newton"``: value, gradient and the
   Hessian-vector products along ``k = min(2, d // 4)`` server-chosen directions up, a
   server-side block-BFGS model of the clients' Hessian sum),
+- the same without the clients' local Newton direction (``local_directions=False``, the
+  default before it),
 - the same with gradients only (``curvature_directions=0``, the default of issue 22),
 - the Newton opt-in (``inner_solver="newton"``: each client's d x d Hessian),
 - with ``--all``: Algorithm 2 with the Hessian metric opt-in (``inner_solver="admm",
@@ -51,7 +53,8 @@ SCALAR_ADMM_LIMIT = 120.0
 
 #: the configurations compared: label -> prox-al options (``--all`` adds ``ADMM_CONFIGS``)
 CONFIGS = {
-    "default (quasi-newton + H v)": {},
+    "default (quasi-newton + H v + local direction)": {},
+    "quasi-newton + H v, no local direction": {"local_directions": False},
     "quasi-newton, gradients only": {"curvature_directions": 0},
     "newton (opt-in)": {"inner_solver": "newton"},
 }

@@ -279,6 +279,20 @@ class ProxALOptions(RuntimeOptions):
         derivative of the gradient the client sends anyway (for a quadratic client, the
         gradient difference along ``v``); the products of ``d / k`` rounds span the
         client's Hessian where it does not change (a quadratic client's).
+    local_directions : bool, optional
+        ``inner_solver="quasi-newton"`` with curvature directions: each round the server
+        also sends ``r``, the gradient of ``l_k`` at the last accepted point, and each
+        client returns its local Newton direction ``(n (H_i + p I))^(-1) r`` (``d`` floats;
+        ``H_i`` its Hessian of ``P_{i,k}`` at the trial point, which never leaves it: a
+        GIANT-style direction, Wang et al., NeurIPS 2018); the average of the clients'
+        directions is one more curvature direction of the next round (its products make
+        the model exact along an approximate Newton direction). Default (None): on up to
+        ``LOCAL_DIRECTIONS_MAX_SHARED`` = 500 shared variables, where the curvature
+        directions are on (each client factors its ``d x d`` Hessian once per round).
+        Measured (benchmarks/RESULTS_od_default.md): Adult NP, 20 sites, 548 -> 300 rounds;
+        Table 1 largest 53 -> 51; the demo 74 -> 74. A local direction is one product of
+        the inverse of the client's Hessian with a vector the server chose, of the kind of
+        a Hessian-vector product.
     solver : {"auto", "lbfgs", "cvxpy"}
         Subproblem backend of every party.
     (and the runtime options below)
@@ -434,6 +448,9 @@ class ProxALOptions(RuntimeOptions):
         k = self.curvature_directions
         if k is not None and not (isinstance(k, (int, np.integer)) and 0 <= k <= 64):
             raise ModelError(f"curvature_directions must be an integer in [0, 64], got {k!r}")
+        local = self.local_directions
+        if local is not None and not isinstance(local, (bool, np.bool_)):
+            raise ModelError(f"local_directions must be True, False or None, got {local!r}")
         for name in ("max_outer", "max_inner", "max_local_iter"):
             whole_number(name, getattr(self, name))
         for name, r in self.rho_per_client(client_names).items():
