@@ -230,6 +230,11 @@ def _stack_linear(parts: list[tuple[int, list[GLMFunction]]], n: int):
     return G, np.array(g0, dtype=float), gather, nonlin
 
 
+def _dense(G) -> np.ndarray:
+    """``G`` (an array or a scipy.sparse matrix) as a dense float array."""
+    return G.toarray() if hasattr(G, "toarray") else np.asarray(G, dtype=float)
+
+
 class _State:
     """Everything computed at one point: value, gradient and what the Hessian needs."""
 
@@ -622,6 +627,34 @@ class NewtonSolver:
         for comp, img, y, cg in st.comps:
             HV += y * comp.hessian_products(img, V) + beta * np.outer(cg, cg @ V)
         return st.val, np.array(st.g, dtype=float), HV
+
+    def stiff_rows(self, x, mu, nu) -> np.ndarray:
+        """The rows ``J`` (``(r, n)``) of the augmented-Lagrangian terms' Gauss-Newton
+        curvature at ``x``: ``sqrt(beta)`` times the gradient of every active inequality and
+        every equality, so that their part of :meth:`hessian` is ``J^T J`` (their
+        second-order part ``y grad^2 c`` is not in it). prox-al's quasi-Newton inner solver
+        with ``constraint_curvature`` adds them to its model exactly.
+
+        Examples
+        --------
+        >>> import cvxpy as cp, fedmodel as fm
+        >>> m = fm.Model("rows"); w = m.variable(2, name="w"); c = m.client("c")
+        >>> c.minimize(cp.sum_squares(w)); c.subject_to([w[0] + w[1] == 1])
+        >>> p = MeritProblem([m.compile().clients[0]], 4.0)
+        >>> NewtonSolver(p).stiff_rows(np.zeros(2), [[]], [np.zeros(1)]).tolist()
+        [[2.0, 2.0]]
+        """
+        x = np.asarray(x, dtype=float)
+        st = self._checked_state(x, mu, nu)
+        rows = []
+        if st.act is not None and st.act.any():
+            rows.append(_dense(self.G_in[st.act]))
+        if self.G_eq.shape[0]:
+            rows.append(_dense(self.G_eq))
+        rows += [np.asarray(cg, dtype=float).reshape(1, -1) for _, _, _, cg in st.comps]
+        if not rows:
+            return np.zeros((0, self.n))
+        return np.sqrt(self.problem.beta) * np.vstack(rows)
 
     def _checked_state(self, x, mu, nu) -> _State:
         """The evaluation at ``x`` with multipliers ``mu``, ``nu`` (no proximal term, no

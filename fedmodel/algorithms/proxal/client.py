@@ -193,6 +193,10 @@ class ProxALClient(ClientHalf):
         # quasi-Newton with local directions: (the backend's Hessian, the Cholesky factor of
         # n (H_i + p I)) -- reused while a quadratic client's Hessian is the same array
         self.local_factor: tuple[np.ndarray, np.ndarray | None] | None = None
+        # quasi-Newton with constraint_curvature: the rows of its active AL terms' curvature
+        self.send_stiff = options.constraint_curvature_on(self.ns) and hasattr(
+            self.solver, "stiff_rows"
+        )
         self.stats["max_residual_gap"] = 0.0
 
     # -- P_{i,k} and its gradient -----------------------------------------------------------
@@ -352,7 +356,16 @@ class ProxALClient(ClientHalf):
         1`` floats, no second-order information)."""
         val, g = self._value_grad_P(np.asarray(w, dtype=float))
         self.stats["derivative_evaluations"] = self.stats.get("derivative_evaluations", 0) + 1
-        return {"value": val, "grad": g}
+        return self._with_stiff(w, {"value": val, "grad": g})
+
+    def _with_stiff(self, w, reply: dict) -> dict:
+        """``reply`` with ``stiff``, the rows ``J_i`` of its active augmented-Lagrangian
+        terms' curvature ``J_i^T J_i`` at ``w`` (``constraint_curvature``)."""
+        if self.send_stiff:
+            reply["stiff"] = self.solver.stiff_rows(
+                np.asarray(w, dtype=float), [self.mu], [self.nu]
+            )
+        return reply
 
     def _on_curvature_w(self, w, directions, precondition=None):
         """Value, gradient and Hessian-vector products of ``P_{i,k}`` at ``w`` along the
@@ -390,7 +403,7 @@ class ProxALClient(ClientHalf):
         reply = {"value": val, "grad": g, "hvp": HV}
         if local is not None:
             reply["local_direction"] = local
-        return reply
+        return self._with_stiff(w, reply)
 
     def _local_direction(self, H_raw: np.ndarray, r: np.ndarray) -> np.ndarray | None:
         """``(n (H_i + p I))^(-1) r`` with ``H_i`` = ``H_raw`` (shifted to positive definite

@@ -48,12 +48,20 @@ _HVP = Field(
     reveals="the Hessian of P_{i,k} at w times each direction (directional derivatives of "
     "its gradient; for a quadratic client the gradient difference along it)",
 )
+_STIFF = Field(
+    ("*", "d"),
+    required=False,
+    reveals="the gradients of its active constraints at w, times sqrt(beta) "
+    "(constraint_curvature: their augmented-Lagrangian curvature J_i^T J_i; for affine "
+    "constraints, its active constraint rows)",
+)
 #: the reply that starts the next inner solve: the ADMM initialisation or the derivatives
 _INNER_START = {
     "u_tilde": _U_TILDE,
     "metric": _METRIC,
     **_NEWTON_REPLY,
     "hvp": _HVP,
+    "stiff": _STIFF,
     "exact": Field((), dtype="bool", required=False, reveals="nothing (exact-admm started)"),
 }
 _START_ALTERNATIVES = (("u_tilde",), ("value", "grad"), ("exact",))
@@ -162,6 +170,7 @@ PROXAL = MessageTable(
             reply={
                 "value": Field((), reveals="P_{i,k}(w)"),
                 "grad": Field(("d",), reveals="the gradient of P_{i,k} at w"),
+                "stiff": _STIFF,
             },
             reveals="P_{i,k}'s value and gradient at a trial point (quasi-Newton inner "
             "solver with curvature_directions = 0, its default above 500 shared variables: "
@@ -179,6 +188,7 @@ PROXAL = MessageTable(
                 "value": Field((), reveals="P_{i,k}(w)"),
                 "grad": Field(("d",), reveals="the gradient of P_{i,k} at w"),
                 "hvp": Field(("<=cd", "d"), reveals=_HVP.reveals),
+                "stiff": _STIFF,
                 "local_direction": Field(
                     ("d",),
                     required=False,

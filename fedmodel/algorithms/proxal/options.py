@@ -321,6 +321,7 @@ class ProxALOptions(RuntimeOptions):
     inner_solver: str | None = None
     curvature_directions: int | None = None
     local_directions: bool | None = None
+    constraint_curvature: bool | None = None
     stall_rounds: int = 300
     q: float = 0.5
     mu0: float = 0.0
@@ -363,6 +364,13 @@ class ProxALOptions(RuntimeOptions):
         if self.local_directions is not None:
             return bool(self.local_directions)
         return d <= LOCAL_DIRECTIONS_MAX_SHARED
+
+    def constraint_curvature_on(self, d: int) -> bool:
+        """Whether the quasi-Newton rounds carry the parties' active constraint rows (the
+        option, or its default: on up to ``DENSE_MODEL_MAX`` shared variables)."""
+        if self.constraint_curvature is not None:
+            return bool(self.constraint_curvature)
+        return d <= 2000
 
     def resolve_inner(self, inner: str) -> None:
         """Set the adaptive defaults that depend on the inner solver that runs

@@ -226,6 +226,12 @@ class ProxALServer(ServerHalf):
         self.curvature_auto = options.curvature_directions is None
         # quasi-Newton: the clients' local Newton directions as one more direction
         self.local_directions = bool(self.curvature_k) and options.local_directions_on(self.ns)
+        # quasi-Newton: the parties' active constraint rows J (their AL curvature J^T J)
+        # added to the model exactly (constraint_curvature; dense model only)
+        self.stiff_on = isinstance(self.secant, SecantModel) and options.constraint_curvature_on(
+            self.ns
+        )
+        self.start_stiff: np.ndarray | None = None  # sum of the clients' J^T J at w^k
         self.start_directions: np.ndarray | None = None  # (sent with the inner start)
         # quasi-Newton: (directions, the clients' summed Hessian products) at w^k
         self.start_products: tuple[np.ndarray, np.ndarray] | None = None
@@ -309,6 +315,7 @@ class ProxALServer(ServerHalf):
         Hessians keeps the identity); with (quasi-)Newton, their derivatives at ``w^k``."""
         if self.inner_mode in NEWTON_MODES:
             self.start_derivatives = self.take_derivatives(replies)
+            self.start_stiff = self.take_stiff(replies)
             V = self.start_directions
             self.start_products = None
             if V is not None and all("hvp" in r.payload for r in replies.values()):
@@ -319,6 +326,27 @@ class ProxALServer(ServerHalf):
             return
         self.u_tildes = {name: r.payload["u_tilde"] for name, r in replies.items()}
         self.take_metrics(replies)
+
+    def take_stiff(self, replies) -> np.ndarray | None:
+        """``sum_i J_i^T J_i`` of the ``stiff`` rows the clients' replies carry
+        (``constraint_curvature``; None when off)."""
+        if not self.stiff_on:
+            return None
+        S = np.zeros((self.ns, self.ns))
+        for r in replies.values():
+            J = r.payload.get("stiff")
+            if J is not None and np.size(J):
+                J = np.asarray(J, dtype=float).reshape(-1, self.ns)
+                S += J.T @ J
+        return S
+
+    def own_stiff(self, w: np.ndarray) -> np.ndarray:
+        """The server's own ``J_0^T J_0`` at ``w`` (its active constraints' AL curvature)."""
+        if self.problem.has_smooth_terms and hasattr(self.solver, "stiff_rows"):
+            J = self.solver.stiff_rows(w, [self.mu], [self.nu])
+            if J.shape[0]:
+                return J.T @ J
+        return 0.0
 
     def take_metrics(self, replies) -> bool:
         """Take the metrics ``M_i`` some replies carry (a client sends its metric only when
@@ -778,11 +806,14 @@ class ProxALServer(ServerHalf):
             B = secant.matrix
             if B is None:
                 B = secant.initial(grad0)
-            if model_of.get("B") is not B:
-                H = np.array(B)
+            S = stiff["S"]
+            if model_of.get("B") is not B or model_of.get("S") is not S:
+                H = np.array(B) if S is None else B + S
                 H[np.diag_indices(n)] += known
-                model_of.update(B=B, H=H)
+                model_of.update(B=B, S=S, H=H)
             return model_of["H"]
+
+        stiff = {"S": None}  # (constraint_curvature: the parties' J^T J at the last point)
 
         local = {"direction": None, "last": None}  # (local_directions)
 
@@ -807,11 +838,14 @@ class ProxALServer(ServerHalf):
                 replies = runtime.broadcast("gradient_w", {"w": w})
             val, grad = self.take_derivatives(replies)
             v0, g0, HV0 = self.own_products(w, w_center, V)
+            S = None
+            if self.stiff_on:
+                S = stiff["S"] = self.take_stiff(replies) + self.own_stiff(w)
             if V.shape[0]:
                 hvp = sum(np.asarray(r.payload["hvp"], dtype=float) for r in replies.values())
-                secant.observe_products(V, HV0 + hvp)
+                secant.observe_products(V, HV0 + hvp - (0.0 if S is None else V @ S))
             val, grad = val + v0, grad + g0
-            secant.observe(w, grad - known * w)  # (the pair of l_k less its known part)
+            secant.observe(w, grad - known * w, S)  # (the pair of l_k less its known part)
             z = [r.payload.get("local_direction") for r in replies.values()]
             z = [np.asarray(v, dtype=float) for v in z if v is not None]
             local["direction"] = sum(z) / len(z) if z else None
@@ -822,8 +856,11 @@ class ProxALServer(ServerHalf):
         val0, grad0, HV0 = self.own_products(w_center, w_center, start_V)
         val0 += self.start_derivatives[0]
         grad0 = grad0 + self.start_derivatives[1]
+        if self.stiff_on:
+            stiff["S"] = self.start_stiff + self.own_stiff(w_center)
         if start_V is not None:
-            secant.observe_products(start_V, HV0 + self.start_products[1])
+            S0 = 0.0 if stiff["S"] is None else start_V @ stiff["S"]
+            secant.observe_products(start_V, HV0 + self.start_products[1] - S0)
         secant.restart(w_center, grad0 - known * w_center)  # (pairs only within one l_k)
         start = (w_center, val0, grad0, curvature())
         out = federated_newton(
