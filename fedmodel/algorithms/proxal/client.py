@@ -378,12 +378,13 @@ class ProxALClient(ClientHalf):
         direction ``z_i = (n (H_i + p I))^(-1) r`` (``d`` floats more), with ``H_i`` the
         Hessian of ``P_{i,k}``'s terms at ``w``, which never leaves the client (GIANT:
         Wang et al., NeurIPS 2018); a client whose backend has no exact Hessian, or whose
-        shifted Hessian has no Cholesky factor, sends none."""
+        shifted Hessian has no Cholesky factor, or whose data are scipy.sparse, sends
+        none."""
         w = np.asarray(w, dtype=float)
         V = np.asarray(directions, dtype=float).reshape(-1, w.size)
         p = self.prox_weight
         local = None
-        if precondition is not None and hasattr(self.solver, "derivatives"):
+        if precondition is not None and self._local_hessian_ok():
             val, g, H_raw = self.solver.derivatives(w, [self.mu], [self.nu])
             d = w - self.w_center
             val, g = float(val) + 0.5 * p * float(d @ d), g + p * d
@@ -404,6 +405,15 @@ class ProxALClient(ClientHalf):
         if local is not None:
             reply["local_direction"] = local
         return self._with_stiff(w, reply)
+
+    def _local_hessian_ok(self) -> bool:
+        """Whether this client can form its local Hessian for a local direction: exact
+        Hessians (the Newton backend) and dense data (scipy.sparse data stays sparse: no
+        ``d x d`` product of it is formed)."""
+        if not hasattr(self.solver, "derivatives"):
+            return False
+        terms = getattr(getattr(self.solver, "obj", None), "terms", ())
+        return not any(hasattr(t.A, "toarray") for t in terms)
 
     def _local_direction(self, H_raw: np.ndarray, r: np.ndarray) -> np.ndarray | None:
         """``(n (H_i + p I))^(-1) r`` with ``H_i`` = ``H_raw`` (shifted to positive definite

@@ -417,12 +417,13 @@ class LimitedSecantModel:
 
     restart = SecantModel.restart
 
-    def observe(self, w: np.ndarray, gradient: np.ndarray) -> bool:
+    def observe(self, w: np.ndarray, gradient: np.ndarray, known=None) -> bool:
         w, gradient = _frozen(w), _frozen(gradient)
         last, self.last = self.last, (w, gradient)
         if last is None:
             return False
-        return self.update(w - last[0], gradient - last[1])
+        s, y = w - last[0], gradient - last[1]
+        return self.update(s, y if known is None else y - known @ s)
 
     def observe_products(self, V: np.ndarray, Y: np.ndarray) -> bool:
         changed = False
