@@ -628,12 +628,16 @@ class NewtonSolver:
             HV += y * comp.hessian_products(img, V) + beta * np.outer(cg, cg @ V)
         return st.val, np.array(st.g, dtype=float), HV
 
-    def stiff_rows(self, x, mu, nu) -> np.ndarray:
+    def stiff_rows(self, x, mu, nu, inequalities: bool = True) -> np.ndarray:
         """The rows ``J`` (``(r, n)``) of the augmented-Lagrangian terms' Gauss-Newton
-        curvature at ``x``: ``sqrt(beta)`` times the gradient of every active inequality and
-        every equality, so that their part of :meth:`hessian` is ``J^T J`` (their
-        second-order part ``y grad^2 c`` is not in it). prox-al's quasi-Newton inner solver
-        with ``constraint_curvature`` adds them to its model exactly.
+        curvature at ``x``: ``sqrt(beta)`` times the gradient of every equality and every
+        active non-affine inequality, so that their part of :meth:`hessian` is ``J^T J``
+        (their second-order part ``y grad^2 c`` is not in it). Affine inequalities are left
+        out: their curvature is a step function of the active set, which prox-al's
+        quasi-Newton model learns better from its secant pairs (measured: an LCQP with
+        affine inequalities at 5 clients took 168 rounds with them, 122 without).
+        prox-al's quasi-Newton inner solver with ``constraint_curvature`` adds them to its
+        model exactly. ``inequalities=False``: the equalities' rows only.
 
         Examples
         --------
@@ -647,11 +651,14 @@ class NewtonSolver:
         x = np.asarray(x, dtype=float)
         st = self._checked_state(x, mu, nu)
         rows = []
-        if st.act is not None and st.act.any():
-            rows.append(_dense(self.G_in[st.act]))
         if self.G_eq.shape[0]:
             rows.append(_dense(self.G_eq))
-        rows += [np.asarray(cg, dtype=float).reshape(1, -1) for _, _, _, cg in st.comps]
+        equalities = {id(comp) for _, _, comp in self.nonlin_eq}
+        rows += [
+            np.asarray(cg, dtype=float).reshape(1, -1)
+            for comp, _, _, cg in st.comps
+            if inequalities or id(comp) in equalities
+        ]
         if not rows:
             return np.zeros((0, self.n))
         return np.sqrt(self.problem.beta) * np.vstack(rows)

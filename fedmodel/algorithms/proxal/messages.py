@@ -51,9 +51,9 @@ _HVP = Field(
 _STIFF = Field(
     ("*", "d"),
     required=False,
-    reveals="the gradients of its active constraints at w, times sqrt(beta) "
-    "(constraint_curvature: their augmented-Lagrangian curvature J_i^T J_i; for affine "
-    "constraints, its active constraint rows)",
+    reveals="the gradients at w, times sqrt(beta), of its equality constraints and active "
+    "non-affine inequalities (constraint_curvature: their augmented-Lagrangian curvature "
+    "J_i^T J_i; for affine equalities, its constraint rows themselves)",
 )
 #: the reply that starts the next inner solve: the ADMM initialisation or the derivatives
 _INNER_START = {
@@ -174,7 +174,9 @@ PROXAL = MessageTable(
             },
             reveals="P_{i,k}'s value and gradient at a trial point (quasi-Newton inner "
             "solver with curvature_directions = 0, its default above 500 shared variables: "
-            "d + 1 floats, no curvature)",
+            "d + 1 floats, no curvature of its terms; with constraint_curvature, on up to "
+            "2000 shared variables, the rows of its equality and active non-affine "
+            "inequality constraints, d floats each)",
             methods=("prox-al",),
         ),
         MessageSpec(
@@ -201,7 +203,10 @@ PROXAL = MessageTable(
             "curvature_directions server-chosen directions at a trial point (the quasi-Newton "
             "default up to 500 shared variables, k = min(2, d // 4): (k + 1) d + 1 floats; "
             "the products of d / k rounds span the Hessian where it does not change, e.g. a "
-            "quadratic client's)",
+            "quadratic client's; with local_directions, on by default when the server has "
+            "no inequality constraints, one more direction and the client's local Newton "
+            "direction: (k + 3) d + 1 floats; with constraint_curvature its constraint "
+            "rows, d floats each)",
             methods=("prox-al",),
         ),
         MessageSpec(
