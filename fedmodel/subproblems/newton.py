@@ -628,16 +628,15 @@ class NewtonSolver:
             HV += y * comp.hessian_products(img, V) + beta * np.outer(cg, cg @ V)
         return st.val, np.array(st.g, dtype=float), HV
 
-    def stiff_rows(self, x, mu, nu, inequalities: bool = True) -> np.ndarray:
+    def stiff_rows(self, x, mu, nu, affine: bool = False, nonaffine: bool = True) -> np.ndarray:
         """The rows ``J`` (``(r, n)``) of the augmented-Lagrangian terms' Gauss-Newton
-        curvature at ``x``: ``sqrt(beta)`` times the gradient of every equality and every
-        active non-affine inequality, so that their part of :meth:`hessian` is ``J^T J``
-        (their second-order part ``y grad^2 c`` is not in it). Affine inequalities are left
-        out: their curvature is a step function of the active set, which prox-al's
-        quasi-Newton model learns better from its secant pairs (measured: an LCQP with
-        affine inequalities at 5 clients took 168 rounds with them, 122 without).
-        prox-al's quasi-Newton inner solver with ``constraint_curvature`` adds them to its
-        model exactly. ``inequalities=False``: the equalities' rows only.
+        curvature at ``x``: ``sqrt(beta)`` times the gradient of every equality, of every
+        active non-affine inequality (``nonaffine``) and of every active affine inequality
+        (``affine``), so that their part of :meth:`hessian` is ``J^T J`` (the second-order
+        part ``y grad^2 c`` is not in it). prox-al's quasi-Newton inner solver with
+        ``constraint_curvature`` adds them to its model exactly: the clients' rows without
+        their affine inequalities, the server's without its non-affine ones (measured, see
+        ``ProxALOptions.constraint_curvature``).
 
         Examples
         --------
@@ -651,13 +650,15 @@ class NewtonSolver:
         x = np.asarray(x, dtype=float)
         st = self._checked_state(x, mu, nu)
         rows = []
+        if affine and st.act is not None and st.act.any():
+            rows.append(_dense(self.G_in[st.act]))
         if self.G_eq.shape[0]:
             rows.append(_dense(self.G_eq))
         equalities = {id(comp) for _, _, comp in self.nonlin_eq}
         rows += [
             np.asarray(cg, dtype=float).reshape(1, -1)
             for comp, _, _, cg in st.comps
-            if inequalities or id(comp) in equalities
+            if nonaffine or id(comp) in equalities
         ]
         if not rows:
             return np.zeros((0, self.n))

@@ -16,6 +16,7 @@ from fedmodel.algorithms.options import (
     whole_number,
 )
 from fedmodel.algorithms.options import positive as _positive
+from fedmodel.algorithms.proxal.newton_inner import DENSE_MODEL_MAX
 from fedmodel.errors import ModelError
 from fedmodel.runtime.wire import register_wire_type
 
@@ -292,7 +293,24 @@ class ProxALOptions(RuntimeOptions):
         Measured (benchmarks/RESULTS_od_default.md): Adult NP, 20 sites, 548 -> 300 rounds;
         Table 1 largest 53 -> 51; the demo 74 -> 74. A local direction is one product of
         the inverse of the client's Hessian with a vector the server chose, of the kind of
-        a Hessian-vector product.
+        a Hessian-vector product. By default off when the server has inequality
+        constraints (its walls are not in the clients' Hessians: an LCQP with a server box
+        took 177 instead of 85 rounds with them).
+    constraint_curvature : bool, optional
+        ``inner_solver="quasi-newton"``: each client adds to its replies the rows ``J_i =
+        sqrt(beta) grad c_j(w)`` of its equality and active non-affine inequality
+        constraints (``d`` floats each) and the server adds ``sum_i J_i^T J_i`` (with its own
+        rows: equalities and active affine inequalities) to its model exactly, the BFGS
+        model covering the rest
+        (structured quasi-Newton, Dennis, Martinez and Tapia 1989): the stiff
+        augmented-Lagrangian curvature need not be learnt pair by pair. Default (None): on up
+        to 2000 shared variables (the dense model). Measured: Table 1 largest 53 -> 18
+        rounds, the demo 74 -> 64, markowitz (quick) 857 -> 275 (the server's ``w >= 0``
+        rows). Left to the secant pairs, because they took more rounds as rows: the
+        clients' affine inequalities (lcqp-5 122 -> 168) and the server's non-affine ones
+        (a norm ball: logistic-ball-d100 84 -> 91); the server's affine box still costs
+        the quick LCQPs rounds (lcqp-1 85 -> 106, lcqp-5 122 -> 152). For an affine
+        equality the row is the client's constraint row itself.
     solver : {"auto", "lbfgs", "cvxpy"}
         Subproblem backend of every party.
     (and the runtime options below)
@@ -370,7 +388,7 @@ class ProxALOptions(RuntimeOptions):
         option, or its default: on up to ``DENSE_MODEL_MAX`` shared variables)."""
         if self.constraint_curvature is not None:
             return bool(self.constraint_curvature)
-        return d <= 2000
+        return d <= DENSE_MODEL_MAX
 
     def resolve_inner(self, inner: str) -> None:
         """Set the adaptive defaults that depend on the inner solver that runs

@@ -346,11 +346,12 @@ class ProxALServer(ServerHalf):
         return S
 
     def own_stiff(self, w: np.ndarray) -> np.ndarray:
-        """The server's own ``J_0^T J_0`` at ``w``: its equalities' AL curvature (its
-        inequalities' walls are left to the secant pairs: with a norm ball at the server,
-        logistic-ball-d100 took 91 rounds with them, 84 without)."""
+        """The server's own ``J_0^T J_0`` at ``w``: the AL curvature of its equalities and
+        active affine inequalities (markowitz's ``w >= 0``: 757 rounds without them, 275
+        with; its non-affine inequalities' walls are left to the secant pairs: with a norm
+        ball at the server, logistic-ball-d100 took 91 rounds with them, 84 without)."""
         if self.problem.has_smooth_terms and hasattr(self.solver, "stiff_rows"):
-            J = self.solver.stiff_rows(w, [self.mu], [self.nu], inequalities=False)
+            J = self.solver.stiff_rows(w, [self.mu], [self.nu], affine=True, nonaffine=False)
             if J.shape[0]:
                 return J.T @ J
         return 0.0
