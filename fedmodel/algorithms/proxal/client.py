@@ -197,6 +197,7 @@ class ProxALClient(ClientHalf):
         self.send_stiff = options.constraint_curvature_on(self.ns) and hasattr(
             self.solver, "stiff_rows"
         )
+        self.stiff_sent: np.ndarray | None = None  # (the rows last sent: resent on change)
         self.stats["max_residual_gap"] = 0.0
 
     # -- P_{i,k} and its gradient -----------------------------------------------------------
@@ -282,7 +283,7 @@ class ProxALClient(ClientHalf):
     state_fields = (
         "mu", "nu", "w_center", "u", "lam", "u_tilde", "theta_center", "theta_at_w", "cone",
         "cone_at_w", "rho", "M", "metric_changed", "w_last", "admm_round", "u_hat", "aa_out", "aa_res", "outer_mem",
-        "newton_H", "exact_mode",
+        "newton_H", "exact_mode", "stiff_sent",
     )  # fmt: skip
     component_fields = ("solver",)  # the Newton backend's carried factor
     messages = PROXAL
@@ -359,12 +360,15 @@ class ProxALClient(ClientHalf):
         return self._with_stiff(w, {"value": val, "grad": g})
 
     def _with_stiff(self, w, reply: dict) -> dict:
-        """``reply`` with ``stiff``, the rows ``J_i`` of its active augmented-Lagrangian
-        terms' curvature ``J_i^T J_i`` at ``w`` (``constraint_curvature``)."""
+        """``reply`` with ``stiff``, the rows ``J_i`` of its augmented-Lagrangian terms'
+        curvature ``J_i^T J_i`` at ``w`` (``constraint_curvature``), when they differ from
+        the rows it sent last (the server keeps those: affine equalities' rows go once)."""
         if self.send_stiff:
-            reply["stiff"] = self.solver.stiff_rows(
-                np.asarray(w, dtype=float), [self.mu], [self.nu]
-            )
+            J = self.solver.stiff_rows(np.asarray(w, dtype=float), [self.mu], [self.nu])
+            last = self.stiff_sent
+            if last is None or last.shape != J.shape or not np.array_equal(last, J):
+                J.setflags(write=False)  # (shared, not copied, by state snapshots)
+                reply["stiff"] = self.stiff_sent = J
         return reply
 
     def _on_curvature_w(self, w, directions, precondition=None):

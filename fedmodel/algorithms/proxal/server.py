@@ -137,7 +137,7 @@ class ProxALServer(ServerHalf):
         "x", "u_tildes", "k", "mu", "nu", "local_iterations", "inner_total", "mu_norms",
         "w_norms", "cone", "rhos", "metrics", "dmu_history", "aa_rejections", "outer_mem",
         "inner_mode", "inner_note", "client_hessians", "start_derivatives", "tau_floor_scale",
-        "start_products", "curvature_k",
+        "start_products", "curvature_k", "client_stiff", "start_stiff",
     )  # fmt: skip
     component_fields = ("outer_aa", "secant", "exact")
     step_name = "outer iteration"
@@ -237,6 +237,8 @@ class ProxALServer(ServerHalf):
             self.ns
         )
         self.start_stiff: np.ndarray | None = None  # sum of the clients' J^T J at w^k
+        self.client_stiff: dict[str, np.ndarray] = {}  # each client's rows as last sent
+        self._stiff_sum = None  # (client_stiff, its sum of J^T J)
         self.start_directions: np.ndarray | None = None  # (sent with the inner start)
         # quasi-Newton: (directions, the clients' summed Hessian products) at w^k
         self.start_products: tuple[np.ndarray, np.ndarray] | None = None
@@ -337,13 +339,21 @@ class ProxALServer(ServerHalf):
         (``constraint_curvature``; None when off)."""
         if not self.stiff_on:
             return None
-        S = np.zeros((self.ns, self.ns))
-        for r in replies.values():
-            J = r.payload.get("stiff")
-            if J is not None and np.size(J):
-                J = np.asarray(J, dtype=float).reshape(-1, self.ns)
-                S += J.T @ J
-        return S
+        new = {
+            name: np.asarray(r.payload["stiff"], dtype=float).reshape(-1, self.ns)
+            for name, r in replies.items()
+            if r.payload.get("stiff") is not None
+        }
+        if new:  # (a client sends its rows when they changed)
+            self.client_stiff = {**self.client_stiff, **new}
+        cached = self._stiff_sum
+        if cached is None or cached[0] is not self.client_stiff:
+            S = np.zeros((self.ns, self.ns))
+            for J in self.client_stiff.values():
+                if J.shape[0]:
+                    S += J.T @ J
+            cached = self._stiff_sum = (self.client_stiff, S)
+        return cached[1]
 
     def own_stiff(self, w: np.ndarray) -> np.ndarray:
         """The server's own ``J_0^T J_0`` at ``w``: the AL curvature of its equalities and
