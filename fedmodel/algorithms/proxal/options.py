@@ -290,8 +290,8 @@ class ProxALOptions(RuntimeOptions):
         the model exact along an approximate Newton direction). Default (None): on up to
         ``LOCAL_DIRECTIONS_MAX_SHARED`` = 500 shared variables, where the curvature
         directions are on (each client factors its ``d x d`` Hessian once per round).
-        Measured (benchmarks/RESULTS_od_default.md): Adult NP, 20 sites, 548 -> 300 rounds;
-        Table 1 largest 53 -> 51; the demo 74 -> 74. A local direction is one product of
+        Measured (benchmarks/RESULTS_od_default.md, with ``constraint_curvature``): Adult
+        NP, 20 sites, 526 -> 226 rounds; the demo 64 -> 60; Table 1 largest 18 -> 18. A local direction is one product of
         the inverse of the client's Hessian with a vector the server chose, of the kind of
         a Hessian-vector product. By default off when the server has inequality
         constraints (its walls are not in the clients' Hessians: an LCQP with a server box
