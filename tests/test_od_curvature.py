@@ -368,3 +368,19 @@ def test_constraint_rows_are_sent_when_they_change_and_a_resumed_run_repeats_the
     assert resumed.status == "optimal"
     assert np.array_equal(resumed.x, whole.x)
     assert resumed.rounds == whole.rounds
+
+
+def test_local_directions_are_off_by_default_when_the_server_has_inequalities():
+    """The clients' Hessians do not know the server's walls: with a norm ball at the server
+    the default sends no local direction (the option turns it on); Neyman-Pearson clients
+    with no server constraint send one."""
+    rng = np.random.default_rng(2)
+    X = [rng.normal(size=(40, 6)) for _ in range(3)]
+    y = [np.where(x @ rng.normal(size=6) > 0, 1.0, -1.0) for x in X]
+    model, _ = logistic_ball(X, y, radius=0.5)
+
+    def fields(res):
+        return {key for r in res.ledger for key in dict(r["shapes"])}
+
+    assert "local_direction" not in fields(model.solve(method="prox-al", history=False))
+    assert "local_direction" in fields(np_model(2, seed=3).solve(method="prox-al", history=False))
