@@ -648,7 +648,7 @@ class NewtonSolver:
         [[2.0, 2.0]]
         """
         x = np.asarray(x, dtype=float)
-        st = self._checked_state(x, mu, nu)
+        st = self._checked_state(x, mu, nu, reuse=True)
         rows = []
         if affine and st.act is not None and st.act.any():
             rows.append(_dense(self.G_in[st.act]))
@@ -664,9 +664,24 @@ class NewtonSolver:
             return np.zeros((0, self.n))
         return np.sqrt(self.problem.beta) * np.vstack(rows)
 
-    def _checked_state(self, x, mu, nu) -> _State:
+    def _checked_state(self, x, mu, nu, reuse: bool = False) -> _State:
         """The evaluation at ``x`` with multipliers ``mu``, ``nu`` (no proximal term, no
-        ``h``), cross-checked against the model's evaluator the first time."""
+        ``h``), cross-checked against the model's evaluator the first time. The last one is
+        kept; ``reuse``: return it when it was at the same ``x``, ``mu``, ``nu`` and
+        ``beta`` (:meth:`stiff_rows` after :meth:`products` at the same point)."""
+        key = (
+            np.asarray(x, dtype=float).tobytes(),
+            tuple(np.asarray(m, dtype=float).tobytes() for m in (*mu, *nu)),
+            self.problem.beta,
+        )
+        last = getattr(self, "_last_checked", None)
+        if reuse and last is not None and last[0] == key:
+            return last[1]
+        st = self._checked_state_new(x, mu, nu)
+        self._last_checked = (key, st)
+        return st
+
+    def _checked_state_new(self, x, mu, nu) -> _State:
         m_in = self._multipliers(self.gather_in, mu)
         m_eq = self._multipliers(self.gather_eq, nu)
         st = self._evaluate(x, 0.0, x, m_in, m_eq, mu, nu, h=False)
