@@ -12,6 +12,9 @@ solve, for
 - the default (``inner_solver="auto"`` = ``"quasi-newton"``: value, gradient and the
   Hessian-vector products along ``k = min(2, d // 4)`` server-chosen directions up, a
   server-side block-BFGS model of the clients' Hessian sum),
+  (since issue 23's second pass also the clients' constraint rows, ``constraint_curvature``,
+  and their local Newton directions, ``local_directions``),
+- the same without the local direction, and without both (the previous default),
 - the same with gradients only (``curvature_directions=0``, the default of issue 22),
 - the Newton opt-in (``inner_solver="newton"``: each client's d x d Hessian),
 - with ``--all``: Algorithm 2 with the Hessian metric opt-in (``inner_solver="admm",
@@ -51,7 +54,9 @@ SCALAR_ADMM_LIMIT = 120.0
 
 #: the configurations compared: label -> prox-al options (``--all`` adds ``ADMM_CONFIGS``)
 CONFIGS = {
-    "default (quasi-newton + H v)": {},
+    "default (quasi-newton + H v + constraint rows + local direction)": {},
+    "the same without the local direction": {"local_directions": False},
+    "previous default (H v only)": {"local_directions": False, "constraint_curvature": False},
     "quasi-newton, gradients only": {"curvature_directions": 0},
     "newton (opt-in)": {"inner_solver": "newton"},
 }

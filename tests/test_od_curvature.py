@@ -274,3 +274,113 @@ def test_a_client_without_exact_hessians_sends_difference_products():
     assert res.status == "optimal" and res.extra["inner_solver"] == "quasi-newton"
     assert any(r["kind"] == "curvature_w_reply" for r in res.ledger)
     assert res.objective == pytest.approx(prob.value, rel=1e-6, abs=1e-8)
+
+
+def test_a_client_returns_its_local_newton_direction():
+    """local_directions: with a ``precondition`` vector r the client also returns
+    ``(n (H_i + p I))^(-1) r`` (its Hessian of P_{i,k} at w, never sent), and its
+    Hessian-vector products are those of the products path."""
+    from fedmodel.algorithms.proxal.client import ProxALClient
+    from fedmodel.algorithms.proxal.options import ProxALOptions
+
+    model = np_model(2, seed=3)
+    client = ProxALClient(model.compile().clients[0], ProxALOptions(beta=10.0), 1.0, 2)
+    rng = np.random.default_rng(1)
+    n = client.ns
+    w = rng.normal(size=n)
+    client.mu = np.array([0.7])  # (an active constraint: its AL curvature is in H_i)
+    client._on_start(np.zeros(n), inner="quasi-newton")
+    V, r = rng.normal(size=(2, n)), rng.normal(size=n)
+    plain = client._on_curvature_w(w, V)
+    local = client._on_curvature_w(w, V, precondition=r)
+    assert "local_direction" not in plain
+    _, _, H = client.solver.derivatives(w, [client.mu], [client.nu])
+    M = 2 * (H + client.prox_weight * np.eye(n))
+    assert np.allclose(M @ local["local_direction"], r, rtol=1e-10, atol=1e-12)
+    assert np.allclose(local["hvp"], plain["hvp"], rtol=1e-12, atol=1e-14)
+    assert np.allclose(local["grad"], plain["grad"], rtol=1e-13, atol=1e-15)
+    assert local["value"] == pytest.approx(plain["value"], rel=1e-14)
+
+
+def test_local_directions_reach_the_plain_cvxpy_optimum_and_are_sent():
+    """The default quasi-Newton run with the clients' local directions (and without them)
+    certifies the optimum of the same pooled problem in plain cvxpy; with them every
+    curvature reply after the first round of an inner solve carries one more d-vector."""
+    rng = np.random.default_rng(2)
+    X = [rng.normal(size=(40, 6)) for _ in range(3)]
+    y = [np.where(x @ rng.normal(size=6) > 0, 1.0, -1.0) for x in X]
+    model, pooled = logistic_ball(X, y, radius=0.5)
+    pooled.solve(solver="CLARABEL", **CLARABEL_TIGHT)
+    floats = {}
+    for local in (True, False):
+        res = model.solve(method="prox-al", eps=1e-6, history=False, local_directions=local)
+        assert res.status == "optimal" and res.extra["inner_solver"] == "quasi-newton"
+        assert res.objective == pytest.approx(pooled.value, rel=1e-5, abs=1e-7)
+        assert np.linalg.norm(res.solution["w"]) <= 0.5 * (1 + 1e-6)
+        rows = [r for r in res.ledger if r["kind"] == "curvature_w_reply"]
+        floats[local] = max(r["floats"] for r in rows)
+    # k = min(2, d // 4) = 1: (k + 1) d + 1 floats without; with, one more direction's
+    # products and the direction itself
+    assert floats[False] == 2 * 6 + 1 and floats[True] == 4 * 6 + 1
+
+
+def test_local_directions_must_be_a_flag():
+    model = np_model(2, seed=3)
+    with pytest.raises(fm.ModelError, match="local_directions"):
+        model.solve(method="prox-al", local_directions="yes")
+
+
+def test_constraint_rows_are_sent_when_they_change_and_a_resumed_run_repeats_the_whole(tmp_path):
+    """constraint_curvature on seed 000's LCQP (affine equalities at every party): each
+    client sends its rows once (they never change), the model with them reaches the
+    exact optimum in fewer rounds than without, and the rows the server keeps are state:
+    a run resumed from a checkpoint repeats the uninterrupted one bit for bit."""
+    from fedmodel.algorithms.proxal.options import ProxALOptions
+    from fedmodel.algorithms.proxal.server import run_prox_al
+    from fedmodel.models import lcqp_instance, lcqp_model
+
+    inst = lcqp_instance(n=3, d=30, m=2, random_state=1)
+    compiled = lcqp_model(inst).compile()
+    W = cp.Variable(30)  # the pooled problem in plain cvxpy
+    objective = sum(
+        0.5 * cp.quad_form(W, A, assume_PSD=True) + b @ W for A, b in zip(inst.A, inst.b)
+    )
+    pooled = cp.Problem(cp.Minimize(objective), [C @ W + d == 0 for C, d in zip(inst.C, inst.d)])
+    pooled.solve(solver="CLARABEL", **CLARABEL_TIGHT)
+    x_star = W.value
+
+    def run(**kw):
+        return run_prox_al(compiled, ProxALOptions(eps=1e-6, **kw), "prox-al")
+
+    whole = run()
+    assert whole.status == "optimal" and whole.extra["inner_solver"] == "quasi-newton"
+    assert np.abs(whole.x - x_star).max() <= 1e-5
+    rows = [r for r in whole.ledger if "stiff" in dict(r["shapes"])]
+    assert {dict(r["shapes"])["stiff"] for r in rows} == {(2, 30)}
+    assert sorted(r["sender"] for r in rows) == ["client1", "client2", "client3"]
+    without = run(constraint_curvature=False)
+    assert without.status == "optimal"
+    assert whole.rounds["communication"] < without.rounds["communication"]
+    path = tmp_path / "run"
+    cut = run(checkpoint=str(path), checkpoint_every=1, max_outer=2)
+    assert cut.status == "max_iterations"
+    resumed = run(resume=str(path))
+    assert resumed.status == "optimal"
+    assert np.array_equal(resumed.x, whole.x)
+    assert resumed.rounds == whole.rounds
+
+
+def test_local_directions_are_off_by_default_when_the_server_has_inequalities():
+    """The clients' Hessians do not know the server's walls: with a norm ball at the server
+    the default sends no local direction (the option turns it on); Neyman-Pearson clients
+    with no server constraint send one."""
+    rng = np.random.default_rng(2)
+    X = [rng.normal(size=(40, 6)) for _ in range(3)]
+    y = [np.where(x @ rng.normal(size=6) > 0, 1.0, -1.0) for x in X]
+    model, _ = logistic_ball(X, y, radius=0.5)
+
+    def fields(res):
+        return {key for r in res.ledger for key in dict(r["shapes"])}
+
+    assert "local_direction" not in fields(model.solve(method="prox-al", history=False))
+    assert "local_direction" in fields(np_model(2, seed=3).solve(method="prox-al", history=False))

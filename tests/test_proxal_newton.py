@@ -158,16 +158,28 @@ def test_the_default_sends_vectors_only_and_newton_is_the_opt_in_that_sends_hess
     shapes = _algorithm_shapes(res)
     k = min(2, d // 4)  # the default curvature directions: Hessian-vector products
     assert ("curvature_w_reply", "grad", (d,)) in shapes
-    assert ("curvature_w_reply", "hvp", (k, d)) in shapes
-    # O(d): d-vectors, k of them in a block, and the Anderson weights / Gram rows (6)
-    assert all(int(np.prod(shape)) <= max(k * d, d, 6) for _, _, shape in shapes)
-    assert all(shape[-1:] != (d,) or shape[:-1] in ((), (k,)) for _, _, shape in shapes)
+    # (k directions, and the average of the clients' local Newton directions on top)
+    assert ("curvature_w_reply", "hvp", (k + 1, d)) in shapes
+    assert ("curvature_w_reply", "local_direction", (d,)) in shapes
+    assert ("curvature_w_reply", "stiff", (1, d)) in shapes  # (its active constraint row)
+    # O(d): d-vectors, k + 1 of them in a block, its one constraint's row, and the Anderson
+    # weights / Gram rows (6)
+    assert all(int(np.prod(shape)) <= max((k + 1) * d, d, 6) for _, _, shape in shapes)
+    assert all(
+        shape[-1:] != (d,) or shape[:-1] in ((), (0,), (1,), (k,), (k + 1,))
+        for _, _, shape in shapes
+    )
     # model.summary()'s traffic table says the same
     from fedmodel.compiler.summary import traffic_per_round
 
-    table = traffic_per_round(model.compile(), curvature_directions=k)
+    table = traffic_per_round(
+        model.compile(), curvature_directions=k, local_direction=True, constraint_rows=True
+    )
     sizes = {(r["kind"], r["floats"]) for r in res.ledger if r["channel"] == "algorithm"}
-    assert ("curvature_w_reply", table["prox-al quasi-Newton round"]["up"]) in sizes
+    up = table["prox-al quasi-Newton round"]["up"]
+    assert table["prox-al quasi-Newton constraint rows (most)"]["up"] == d
+    assert ("curvature_w_reply", up) in sizes or ("curvature_w_reply", up + d) in sizes
+    assert model.summary(print_=False).count("quasi-Newton constraint rows") == 1
     assert ("curvature_w", table["prox-al quasi-Newton round"]["down"]) in sizes
     gradients_only = model.solve(method="prox-al", curvature_directions=0, history=False)
     assert gradients_only.status == "optimal"

@@ -37,7 +37,10 @@ def _party_lines(p: PartyProgram, publications=()) -> list[str]:
 
 
 def traffic_per_round(
-    compiled: CompiledModel, curvature_directions: int = 0
+    compiled: CompiledModel,
+    curvature_directions: int = 0,
+    local_direction: bool = False,
+    constraint_rows: bool = False,
 ) -> dict[str, dict[str, int]]:
     """Floats crossing the network per client and round, for each method.
 
@@ -57,7 +60,12 @@ def traffic_per_round(
     ``w`` and ``k`` curvature directions (``(k + 1) d``), up the client's value, gradient
     and Hessian-vector products along them (``(k + 1) d + 1``), ``k = min(2, d // 4)`` up
     to 500 shared variables and 0 beyond (``curvature_directions``): the row ``"prox-al
-    quasi-Newton round"``. On the other convex models (non-smooth or conic terms,
+    quasi-Newton round"``. With ``local_direction`` (``local_directions``, on by default up
+    to 500 shared variables) a round also sends the server's vector ``r`` down and the
+    client's local Newton direction up, with one more curvature direction (``2 d`` more each
+    way); with ``constraint_rows`` (``constraint_curvature``, on by default up to 2000) the
+    reply adds the rows of the client's active constraints (``d`` floats each; the row
+    ``"prox-al quasi-Newton constraint rows (most)"`` counts all of them active). On the other convex models (non-smooth or conic terms,
     party-owned variables, a non-smooth ``h``) it runs exact-admm: per inner round, down the
     client's centre, the penalty and the tolerance (d + 2), up its exact step's shared part
     (d): the row ``"prox-al exact-admm round"``; its outer round sends ``||dmu_i||_inf``, a
@@ -87,15 +95,23 @@ def traffic_per_round(
         rows["prox-al exact-admm round"] = {"down": d + 2, "up": d}
         rows["prox-al outer round (exact-admm)"] = {"down": d, "up": 2 + owned}
     if newton:  # (k: the curvature directions of a quasi-Newton round, from the caller)
-        k = int(curvature_directions)
+        k = int(curvature_directions) + 2 * bool(local_direction)
         rows["prox-al quasi-Newton round"] = {"down": d + k * d, "up": d + 1 + k * d}
+        if constraint_rows:
+            m = max((p.m_ineq + p.m_eq for p in compiled.clients), default=0)
+            rows["prox-al quasi-Newton constraint rows (most)"] = {"down": 0, "up": m * d}
         rows["prox-al Newton round (opt-in)"] = {"down": d, "up": d + 1 + d * d}
     if metric:
         rows["prox-al metric (opt-in)"] = {"down": 0, "up": metric}
     return rows
 
 
-def model_summary(compiled: CompiledModel, curvature_directions: int = 0) -> str:
+def model_summary(
+    compiled: CompiledModel,
+    curvature_directions: int = 0,
+    local_direction: bool = False,
+    constraint_rows: bool = False,
+) -> str:
     n = compiled.n_clients
     layout = compiled.layout
     lines = [f"Model '{compiled.name}': {n} client(s), {layout.size} scalar unknown(s)"]
@@ -128,7 +144,7 @@ def model_summary(compiled: CompiledModel, curvature_directions: int = 0) -> str
         lines.append("    centralized / cprox-al  pool every party's data (not federated)")
         return "\n".join(lines)
     lines.append("traffic per client and round (floats):")
-    table = traffic_per_round(compiled, curvature_directions)
+    table = traffic_per_round(compiled, curvature_directions, local_direction, constraint_rows)
     width = max(len(name) for name in table)
     for name, t in table.items():
         lines.append(f"    {name:<{width}} down {t['down']:>6}   up {t['up']:>6}")

@@ -247,8 +247,14 @@ class Model:
 
         compiled = self.compile()
         # (prox-al's default curvature directions per quasi-Newton round for this model)
-        k = ProxALOptions().curvature_count(compiled.layout.n_shared)
-        text = model_summary(compiled, curvature_directions=k)
+        options, d = ProxALOptions(), compiled.layout.n_shared
+        k = options.curvature_count(d)
+        text = model_summary(
+            compiled,
+            curvature_directions=k,
+            local_direction=bool(k) and options.local_directions_on(d),
+            constraint_rows=options.constraint_curvature_on(d),
+        )
         if not compiled.publications:  # (vertical models: see docs/runtime.md's tables)
             text += "\n" + privacy_text(compiled, method)
         if print_:

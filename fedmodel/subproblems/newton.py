@@ -235,6 +235,11 @@ def _stack_linear(parts: list[tuple[int, list[GLMFunction]]], n: int):
     return G, np.array(g0, dtype=float), gather, nonlin
 
 
+def _dense(G) -> np.ndarray:
+    """``G`` (an array or a scipy.sparse matrix) as a dense float array."""
+    return G.toarray() if hasattr(G, "toarray") else np.asarray(G, dtype=float)
+
+
 class _State:
     """Everything computed at one point: value, gradient and what the Hessian needs."""
 
@@ -629,9 +634,60 @@ class NewtonSolver:
             HV += y * comp.hessian_products(img, V) + beta * np.outer(cg, cg @ V)
         return st.val, np.array(st.g, dtype=float), HV
 
-    def _checked_state(self, x, mu, nu) -> _State:
+    def stiff_rows(self, x, mu, nu, affine: bool = False, nonaffine: bool = True) -> np.ndarray:
+        """The rows ``J`` (``(r, n)``) of the augmented-Lagrangian terms' Gauss-Newton
+        curvature at ``x``: ``sqrt(beta)`` times the gradient of every equality, of every
+        active non-affine inequality (``nonaffine``) and of every active affine inequality
+        (``affine``), so that their part of :meth:`hessian` is ``J^T J`` (the second-order
+        part ``y grad^2 c`` is not in it). prox-al's quasi-Newton inner solver with
+        ``constraint_curvature`` adds them to its model exactly: the clients' rows without
+        their affine inequalities, the server's without its non-affine ones (measured, see
+        ``ProxALOptions.constraint_curvature``).
+
+        Examples
+        --------
+        >>> import cvxpy as cp, fedmodel as fm
+        >>> m = fm.Model("rows"); w = m.variable(2, name="w"); c = m.client("c")
+        >>> c.minimize(cp.sum_squares(w)); c.subject_to([w[0] + w[1] == 1])
+        >>> p = MeritProblem([m.compile().clients[0]], 4.0)
+        >>> NewtonSolver(p).stiff_rows(np.zeros(2), [[]], [np.zeros(1)]).tolist()
+        [[2.0, 2.0]]
+        """
+        x = np.asarray(x, dtype=float)
+        st = self._checked_state(x, mu, nu, reuse=True)
+        rows = []
+        if affine and st.act is not None and st.act.any():
+            rows.append(_dense(self.G_in[st.act]))
+        if self.G_eq.shape[0]:
+            rows.append(_dense(self.G_eq))
+        equalities = {id(comp) for _, _, comp in self.nonlin_eq}
+        rows += [
+            np.asarray(cg, dtype=float).reshape(1, -1)
+            for comp, _, _, cg in st.comps
+            if nonaffine or id(comp) in equalities
+        ]
+        if not rows:
+            return np.zeros((0, self.n))
+        return np.sqrt(self.problem.beta) * np.vstack(rows)
+
+    def _checked_state(self, x, mu, nu, reuse: bool = False) -> _State:
         """The evaluation at ``x`` with multipliers ``mu``, ``nu`` (no proximal term, no
-        ``h``), cross-checked against the model's evaluator the first time."""
+        ``h``), cross-checked against the model's evaluator the first time. The last one is
+        kept; ``reuse``: return it when it was at the same ``x``, ``mu``, ``nu`` and
+        ``beta`` (:meth:`stiff_rows` after :meth:`products` at the same point)."""
+        key = (
+            np.asarray(x, dtype=float).tobytes(),
+            tuple(np.asarray(m, dtype=float).tobytes() for m in (*mu, *nu)),
+            self.problem.beta,
+        )
+        last = getattr(self, "_last_checked", None)
+        if reuse and last is not None and last[0] == key:
+            return last[1]
+        st = self._checked_state_new(x, mu, nu)
+        self._last_checked = (key, st)
+        return st
+
+    def _checked_state_new(self, x, mu, nu) -> _State:
         m_in = self._multipliers(self.gather_in, mu)
         m_eq = self._multipliers(self.gather_eq, nu)
         st = self._evaluate(x, 0.0, x, m_in, m_eq, mu, nu, h=False)

@@ -58,6 +58,7 @@ import numpy as np
 from fedmodel.algorithms.protocol import ClientHalf
 from fedmodel.algorithms.proxal.messages import PROXAL
 from fedmodel.algorithms.proxal.metric import PenaltyMetric, hessian_metric, shifted_solver
+from fedmodel.algorithms.proxal.newton_inner import SHIFT
 from fedmodel.algorithms.proxal.options import ProxALOptions
 from fedmodel.certificate.kkt import party_evaluation
 from fedmodel.compiler.glm import NotRecognised
@@ -65,6 +66,7 @@ from fedmodel.compiler.partition import PartyProgram
 from fedmodel.runtime.wire import register_wire_type
 from fedmodel.subproblems.conic_prox import exact_prox_solver, internal_rows
 from fedmodel.subproblems.merit import MeritProblem
+from fedmodel.subproblems.newton import cholesky_solve, shifted_cholesky
 from fedmodel.subproblems.select import make_solver
 
 #: ADMM rounds of one run of Algorithm 2 after which a client re-evaluates its Hessian
@@ -135,6 +137,7 @@ class ProxALClient(ClientHalf):
         # Algorithm 1's proximal step size (beta, or prox_beta when decoupled)
         gamma = float(beta if prox_beta is None else prox_beta)
         self.prox_weight = 1.0 / ((n_clients + 1) * gamma) if proximal else 0.0
+        self.n_clients = int(n_clients)
         self.ns = program.layout.n_shared
         self.owned = program.layout.size > self.ns
         # weight of Algorithm 1's proximal term on the own block (see module doc)
@@ -187,6 +190,14 @@ class ProxALClient(ClientHalf):
         self.u = self.lam = self.u_tilde = None
         # inner_solver="newton": (the backend's Hessian, the one last sent) -- read-only
         self.newton_H: tuple[np.ndarray, np.ndarray] | None = None
+        # quasi-Newton with local directions: (the backend's Hessian, the Cholesky factor of
+        # n (H_i + p I)) -- reused while a quadratic client's Hessian is the same array
+        self.local_factor: tuple[np.ndarray, np.ndarray | None] | None = None
+        # quasi-Newton with constraint_curvature: the rows of its active AL terms' curvature
+        self.send_stiff = options.constraint_curvature_on(self.ns) and hasattr(
+            self.solver, "stiff_rows"
+        )
+        self.stiff_sent: np.ndarray | None = None  # (the rows last sent: resent on change)
         self.stats["max_residual_gap"] = 0.0
 
     # -- P_{i,k} and its gradient -----------------------------------------------------------
@@ -272,7 +283,7 @@ class ProxALClient(ClientHalf):
     state_fields = (
         "mu", "nu", "w_center", "u", "lam", "u_tilde", "theta_center", "theta_at_w", "cone",
         "cone_at_w", "rho", "M", "metric_changed", "w_last", "admm_round", "u_hat", "aa_out", "aa_res", "outer_mem",
-        "newton_H", "exact_mode",
+        "newton_H", "exact_mode", "stiff_sent",
     )  # fmt: skip
     component_fields = ("solver",)  # the Newton backend's carried factor
     messages = PROXAL
@@ -346,18 +357,44 @@ class ProxALClient(ClientHalf):
         1`` floats, no second-order information)."""
         val, g = self._value_grad_P(np.asarray(w, dtype=float))
         self.stats["derivative_evaluations"] = self.stats.get("derivative_evaluations", 0) + 1
-        return {"value": val, "grad": g}
+        return self._with_stiff(w, {"value": val, "grad": g})
 
-    def _on_curvature_w(self, w, directions):
+    def _with_stiff(self, w, reply: dict) -> dict:
+        """``reply`` with ``stiff``, the rows ``J_i`` of its augmented-Lagrangian terms'
+        curvature ``J_i^T J_i`` at ``w`` (``constraint_curvature``), when they differ from
+        the rows it sent last (the server keeps those: affine equalities' rows go once)."""
+        if self.send_stiff:
+            J = self.solver.stiff_rows(np.asarray(w, dtype=float), [self.mu], [self.nu])
+            last = self.stiff_sent
+            if last is None or last.shape != J.shape or not np.array_equal(last, J):
+                J.setflags(write=False)  # (shared, not copied, by state snapshots)
+                reply["stiff"] = self.stiff_sent = J
+        return reply
+
+    def _on_curvature_w(self, w, directions, precondition=None):
         """Value, gradient and Hessian-vector products of ``P_{i,k}`` at ``w`` along the
         rows of ``directions`` (the quasi-Newton inner solver with ``curvature_directions
         > 0``: ``(k + 1) d + 1`` floats). Exact from the Newton backend's GLM form (no
         ``d x d`` matrix, sparse data stays sparse); from a forward difference of the
-        gradient for other backends."""
+        gradient for other backends.
+
+        With ``precondition`` (a vector ``r``: ``local_directions``) also its local Newton
+        direction ``z_i = (n (H_i + p I))^(-1) r`` (``d`` floats more), with ``H_i`` the
+        Hessian of ``P_{i,k}``'s terms at ``w``, which never leaves the client (GIANT:
+        Wang et al., NeurIPS 2018); a client whose backend has no exact Hessian, or whose
+        shifted Hessian has no Cholesky factor, or whose data are scipy.sparse, sends
+        none."""
         w = np.asarray(w, dtype=float)
         V = np.asarray(directions, dtype=float).reshape(-1, w.size)
         p = self.prox_weight
-        if hasattr(self.solver, "products"):
+        local = None
+        if precondition is not None and self._local_hessian_ok():
+            val, g, H_raw = self.solver.derivatives(w, [self.mu], [self.nu])
+            d = w - self.w_center
+            val, g = float(val) + 0.5 * p * float(d @ d), g + p * d
+            HV = V @ H_raw + p * V
+            local = self._local_direction(H_raw, np.asarray(precondition, dtype=float))
+        elif hasattr(self.solver, "products"):
             val, g, HV = self.solver.products(w, [self.mu], [self.nu], V.T)
             d = w - self.w_center
             val, g = float(val) + 0.5 * p * float(d @ d), g + p * d
@@ -368,7 +405,31 @@ class ProxALClient(ClientHalf):
             HV = np.array([(self._value_grad_P(w + h * v)[1] - g) / h for v in V])
             HV = HV.reshape(V.shape)
         self.stats["derivative_evaluations"] = self.stats.get("derivative_evaluations", 0) + 1
-        return {"value": val, "grad": g, "hvp": HV}
+        reply = {"value": val, "grad": g, "hvp": HV}
+        if local is not None:
+            reply["local_direction"] = local
+        return self._with_stiff(w, reply)
+
+    def _local_hessian_ok(self) -> bool:
+        """Whether this client can form its local Hessian for a local direction: exact
+        Hessians (the Newton backend) and dense data (scipy.sparse data stays sparse: no
+        ``d x d`` product of it is formed)."""
+        if not hasattr(self.solver, "derivatives"):
+            return False
+        terms = getattr(getattr(self.solver, "obj", None), "terms", ())
+        return not any(hasattr(t.A, "toarray") for t in terms)
+
+    def _local_direction(self, H_raw: np.ndarray, r: np.ndarray) -> np.ndarray | None:
+        """``(n (H_i + p I))^(-1) r`` with ``H_i`` = ``H_raw`` (shifted to positive definite
+        on a non-convex model); None when no shift gives a factor."""
+        cached = self.local_factor
+        if cached is None or cached[0] is not H_raw:
+            M = H_raw * float(self.n_clients)
+            M[np.diag_indices_from(M)] += self.n_clients * self.prox_weight
+            cached = self.local_factor = (H_raw, shifted_cholesky(M, **SHIFT))
+        if cached[1] is None or not np.all(np.isfinite(r)):
+            return None
+        return cholesky_solve(cached[1], r)
 
     def _on_newton_w(self, w):
         """Value, gradient and Hessian of ``P_{i,k}`` (eq. 11: the merit terms plus this

@@ -48,12 +48,20 @@ _HVP = Field(
     reveals="the Hessian of P_{i,k} at w times each direction (directional derivatives of "
     "its gradient; for a quadratic client the gradient difference along it)",
 )
+_STIFF = Field(
+    ("*", "d"),
+    required=False,
+    reveals="the gradients at w, times sqrt(beta), of its equality constraints and active "
+    "non-affine inequalities (constraint_curvature: their augmented-Lagrangian curvature "
+    "J_i^T J_i; for affine equalities, its constraint rows themselves)",
+)
 #: the reply that starts the next inner solve: the ADMM initialisation or the derivatives
 _INNER_START = {
     "u_tilde": _U_TILDE,
     "metric": _METRIC,
     **_NEWTON_REPLY,
     "hvp": _HVP,
+    "stiff": _STIFF,
     "exact": Field((), dtype="bool", required=False, reveals="nothing (exact-admm started)"),
 }
 _START_ALTERNATIVES = (("u_tilde",), ("value", "grad"), ("exact",))
@@ -75,7 +83,9 @@ def _curvature_bound(options) -> int:
     """The most curvature directions a message carries (``curvature_directions``, or its
     default's largest value, 2)."""
     k = getattr(options, "curvature_directions", None)
-    return 2 if k is None else int(k)
+    k = 2 if k is None else int(k)
+    local = getattr(options, "local_directions", None)
+    return k + 1 if local is None or local else k  # (the local direction on top)
 
 
 PROXAL = MessageTable(
@@ -160,25 +170,43 @@ PROXAL = MessageTable(
             reply={
                 "value": Field((), reveals="P_{i,k}(w)"),
                 "grad": Field(("d",), reveals="the gradient of P_{i,k} at w"),
+                "stiff": _STIFF,
             },
             reveals="P_{i,k}'s value and gradient at a trial point (quasi-Newton inner "
             "solver with curvature_directions = 0, its default above 500 shared variables: "
-            "d + 1 floats, no curvature)",
+            "d + 1 floats, no curvature of its terms; with constraint_curvature, on up to "
+            "2000 shared variables, the rows of its equality and active non-affine "
+            "inequality constraints, d floats each)",
             methods=("prox-al",),
         ),
         MessageSpec(
             "curvature_w",
-            request={"w": W, "directions": Field(("<=cd", "d"))},
+            request={
+                "w": W,
+                "directions": Field(("<=cd", "d")),
+                "precondition": Field(("d",), required=False),
+            },
             reply={
                 "value": Field((), reveals="P_{i,k}(w)"),
                 "grad": Field(("d",), reveals="the gradient of P_{i,k} at w"),
                 "hvp": Field(("<=cd", "d"), reveals=_HVP.reveals),
+                "stiff": _STIFF,
+                "local_direction": Field(
+                    ("d",),
+                    required=False,
+                    reveals="its local Newton direction (n (H_i + p I))^(-1) r for the "
+                    "server's vector r (local_directions): one product of the inverse of "
+                    "its Hessian of P_{i,k} at w, of the kind of a Hessian-vector product",
+                ),
             },
             reveals="P_{i,k}'s value, gradient and Hessian-vector products along k = "
             "curvature_directions server-chosen directions at a trial point (the quasi-Newton "
             "default up to 500 shared variables, k = min(2, d // 4): (k + 1) d + 1 floats; "
             "the products of d / k rounds span the Hessian where it does not change, e.g. a "
-            "quadratic client's)",
+            "quadratic client's; with local_directions, on by default when the server has "
+            "no inequality constraints, one more direction and the client's local Newton "
+            "direction: (k + 3) d + 1 floats; with constraint_curvature its constraint "
+            "rows, d floats each)",
             methods=("prox-al",),
         ),
         MessageSpec(

@@ -292,14 +292,18 @@ class SecantModel:
         pair starts at ``(w, gradient)``; the model itself is kept."""
         self.last = (_frozen(w), _frozen(gradient))
 
-    def observe(self, w: np.ndarray, gradient: np.ndarray) -> bool:
+    def observe(self, w: np.ndarray, gradient: np.ndarray, known=None) -> bool:
         """Take the clients' summed gradient at ``w`` (the next round's): update ``B`` with
-        the pair from the last round. True when ``B`` changed (a new matrix object)."""
+        the pair from the last round. True when ``B`` changed (a new matrix object).
+        ``known`` (a ``d x d`` matrix): a part of the Hessian at ``w`` the model leaves out
+        (structured quasi-Newton, Dennis, Martinez and Tapia 1989: ``y - known s``)."""
         w, gradient = _frozen(w), _frozen(gradient)
         last, self.last = self.last, (w, gradient)
         if last is None:
             return False
-        return self.update(w - last[0], gradient - last[1])
+        s = w - last[0]
+        y = gradient - last[1]
+        return self.update(s, y if known is None else y - known @ s)
 
     def observe_products(self, V: np.ndarray, Y: np.ndarray) -> bool:
         """Take exact curvature: ``Y = H V`` for directions ``V`` (rows, orthonormal), with
@@ -413,12 +417,13 @@ class LimitedSecantModel:
 
     restart = SecantModel.restart
 
-    def observe(self, w: np.ndarray, gradient: np.ndarray) -> bool:
+    def observe(self, w: np.ndarray, gradient: np.ndarray, known=None) -> bool:
         w, gradient = _frozen(w), _frozen(gradient)
         last, self.last = self.last, (w, gradient)
         if last is None:
             return False
-        return self.update(w - last[0], gradient - last[1])
+        s, y = w - last[0], gradient - last[1]
+        return self.update(s, y if known is None else y - known @ s)
 
     def observe_products(self, V: np.ndarray, Y: np.ndarray) -> bool:
         changed = False

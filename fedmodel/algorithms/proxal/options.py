@@ -16,6 +16,7 @@ from fedmodel.algorithms.options import (
     whole_number,
 )
 from fedmodel.algorithms.options import positive as _positive
+from fedmodel.algorithms.proxal.newton_inner import DENSE_MODEL_MAX
 from fedmodel.errors import ModelError
 from fedmodel.runtime.wire import register_wire_type
 
@@ -62,6 +63,9 @@ PENALTY_METRICS = ("hessian", "scalar")
 #: means 213 / 140 / 207); at d = 2000 (sparse logistic + l2 ball) 8 directions stalled the
 #: first inner solve, and the limited-memory model gains nothing from random directions
 CURVATURE_MAX_SHARED = 500
+#: the default local_directions is on up to this many shared variables (each client factors
+#: its d x d Hessian of P_{i,k} once per round; it never leaves the client)
+LOCAL_DIRECTIONS_MAX_SHARED = 500
 
 #: the tolerance of every party's subproblem solve with ``exact_subproblems=True``: the
 #: Newton backend's floor (its Cholesky step solves a quadratic subproblem to rounding)
@@ -276,6 +280,37 @@ class ProxALOptions(RuntimeOptions):
         derivative of the gradient the client sends anyway (for a quadratic client, the
         gradient difference along ``v``); the products of ``d / k`` rounds span the
         client's Hessian where it does not change (a quadratic client's).
+    local_directions : bool, optional
+        ``inner_solver="quasi-newton"`` with curvature directions: each round the server
+        also sends ``r``, the gradient of ``l_k`` at the last accepted point, and each
+        client returns its local Newton direction ``(n (H_i + p I))^(-1) r`` (``d`` floats;
+        ``H_i`` its Hessian of ``P_{i,k}`` at the trial point, which never leaves it: a
+        GIANT-style direction, Wang et al., NeurIPS 2018); the average of the clients'
+        directions is one more curvature direction of the next round (its products make
+        the model exact along an approximate Newton direction). Default (None): on up to
+        ``LOCAL_DIRECTIONS_MAX_SHARED`` = 500 shared variables, where the curvature
+        directions are on (each client factors its ``d x d`` Hessian once per round).
+        Measured (benchmarks/RESULTS_od_default.md, with ``constraint_curvature``): Adult
+        NP, 20 sites, 526 -> 226 rounds; the demo 64 -> 60; Table 1 largest 18 -> 18. A local direction is one product of
+        the inverse of the client's Hessian with a vector the server chose, of the kind of
+        a Hessian-vector product. By default off when the server has inequality
+        constraints (its walls are not in the clients' Hessians: an LCQP with a server box
+        took 177 instead of 85 rounds with them).
+    constraint_curvature : bool, optional
+        ``inner_solver="quasi-newton"``: each client adds to its replies the rows ``J_i =
+        sqrt(beta) grad c_j(w)`` of its equality and active non-affine inequality
+        constraints (``d`` floats each) and the server adds ``sum_i J_i^T J_i`` (with its own
+        rows: equalities and active affine inequalities) to its model exactly, the BFGS
+        model covering the rest
+        (structured quasi-Newton, Dennis, Martinez and Tapia 1989): the stiff
+        augmented-Lagrangian curvature need not be learnt pair by pair. Default (None): on up
+        to 2000 shared variables (the dense model). Measured: Table 1 largest 53 -> 18
+        rounds, the demo 74 -> 64, markowitz (quick) 857 -> 275 (the server's ``w >= 0``
+        rows). Left to the secant pairs, because they took more rounds as rows: the
+        clients' affine inequalities (lcqp-5 122 -> 168) and the server's non-affine ones
+        (a norm ball: logistic-ball-d100 84 -> 91); the server's affine box still costs
+        the quick LCQPs rounds (lcqp-1 85 -> 106, lcqp-5 122 -> 152). For an affine
+        equality the row is the client's constraint row itself.
     solver : {"auto", "lbfgs", "cvxpy"}
         Subproblem backend of every party.
     (and the runtime options below)
@@ -303,6 +338,8 @@ class ProxALOptions(RuntimeOptions):
     local_cap: float | None = None
     inner_solver: str | None = None
     curvature_directions: int | None = None
+    local_directions: bool | None = None
+    constraint_curvature: bool | None = None
     stall_rounds: int = 300
     q: float = 0.5
     mu0: float = 0.0
@@ -337,6 +374,21 @@ class ProxALOptions(RuntimeOptions):
         if self.curvature_directions is not None:
             return int(self.curvature_directions)
         return min(2, d // 4) if d <= CURVATURE_MAX_SHARED else 0
+
+    def local_directions_on(self, d: int) -> bool:
+        """Whether the quasi-Newton rounds ask for the clients' local Newton directions: the
+        option, or its default (on up to ``LOCAL_DIRECTIONS_MAX_SHARED`` shared variables,
+        where a client factors its ``d x d`` Hessian once per round)."""
+        if self.local_directions is not None:
+            return bool(self.local_directions)
+        return d <= LOCAL_DIRECTIONS_MAX_SHARED
+
+    def constraint_curvature_on(self, d: int) -> bool:
+        """Whether the quasi-Newton rounds carry the parties' active constraint rows (the
+        option, or its default: on up to ``DENSE_MODEL_MAX`` shared variables)."""
+        if self.constraint_curvature is not None:
+            return bool(self.constraint_curvature)
+        return d <= DENSE_MODEL_MAX
 
     def resolve_inner(self, inner: str) -> None:
         """Set the adaptive defaults that depend on the inner solver that runs
@@ -422,6 +474,9 @@ class ProxALOptions(RuntimeOptions):
         k = self.curvature_directions
         if k is not None and not (isinstance(k, (int, np.integer)) and 0 <= k <= 64):
             raise ModelError(f"curvature_directions must be an integer in [0, 64], got {k!r}")
+        local = self.local_directions
+        if local is not None and not isinstance(local, (bool, np.bool_)):
+            raise ModelError(f"local_directions must be True, False or None, got {local!r}")
         for name in ("max_outer", "max_inner", "max_local_iter"):
             whole_number(name, getattr(self, name))
         for name, r in self.rho_per_client(client_names).items():
