@@ -8,7 +8,14 @@ and the subproblems.
 * :func:`substitute`, :func:`substitute_constraint`: a copy with variables replaced by
   other expressions (the cone form's plain auxiliaries, the cvxpy backend's stacked
   variable);
-* :func:`summands`: the terms of a nested sum.
+* :func:`summands`: the terms of a nested sum;
+* :class:`AtomTable`: per-atom knowledge for one purpose, a table from the atom's class name
+  to a function (in the spirit of cvxpy's canonicalizer maps). Each table is the one place
+  that knows an atom for its purpose: the compiler's affine maps (``compiler/glm.py``), its
+  derivative rules (``compiler/atom_rules.py``), the regularizer's weights and proxes
+  (``compiler/regularizer.py``), the epigraph rewrite of piecewise-linear atoms
+  (``dsl/epigraph.py``) and the max-pieces of a constraint (``dsl/party.py``);
+  :func:`atom_tables` lists them.
 
 The module imports nothing of the package, so every layer may use it.
 
@@ -24,6 +31,12 @@ Examples
 ['x', 'z']
 >>> len(summands(e))
 2
+>>> doubled = AtomTable("example: doubled")
+>>> @doubled.register("abs")
+... def _double_abs(expr):
+...     return 2 * expr
+>>> doubled.rule_for(cp.abs(x)) is _double_abs, doubled.rule_for(cp.sum(x))
+(True, None)
 """
 
 from __future__ import annotations
@@ -33,6 +46,60 @@ from typing import Any
 
 import cvxpy as cp
 from cvxpy.atoms.affine.add_expr import AddExpression
+
+
+class AtomTable(dict):
+    """Per-atom knowledge for one purpose: the name of an atom's class -> a function.
+
+    A table is filled with :meth:`register` where its purpose is implemented and read with
+    :meth:`rule_for`; an atom without an entry has nothing to say for that purpose (the
+    caller decides what that means: not recognised, walk on, or an error). Every table is
+    listed by :func:`atom_tables` under its purpose.
+
+    Parameters
+    ----------
+    purpose : str
+        What the table's functions do (unique among the tables).
+
+    Examples
+    --------
+    >>> import cvxpy as cp
+    >>> negated = AtomTable("example: negated")
+    >>> @negated.register("maximum", "minimum")
+    ... def _negate(expr):
+    ...     return -expr
+    >>> sorted(negated), negated.purpose
+    (['maximum', 'minimum'], 'example: negated')
+    """
+
+    def __init__(self, purpose: str):
+        super().__init__()
+        if purpose in _TABLES:
+            raise ValueError(f"an atom table for {purpose!r} exists already")
+        self.purpose = purpose
+        _TABLES[purpose] = self
+
+    def register(self, *names: str) -> Callable[[Callable], Callable]:
+        """Decorator: the function is this table's entry for each atom class in ``names``."""
+
+        def deco(fn: Callable) -> Callable:
+            for name in names:
+                self[name] = fn
+            return fn
+
+        return deco
+
+    def rule_for(self, expr: Any) -> Callable | None:
+        """The entry for ``expr``'s class (by name), or ``None``."""
+        return self.get(type(expr).__name__)
+
+
+_TABLES: dict[str, AtomTable] = {}
+
+
+def atom_tables() -> dict[str, AtomTable]:
+    """Every :class:`AtomTable` by purpose (those of the modules imported so far)."""
+    return dict(_TABLES)
 
 
 def nodes(expr: cp.Expression) -> Iterator[cp.Expression]:

@@ -648,7 +648,7 @@ class _RunWatch:
     def describe(self, row: Mapping[str, Any]) -> str | None:
         """A progress line: a round's answers (with the last residuals), or the parties
         having joined."""
-        from fedmodel.cli import Progress
+        from fedmodel.progress import Progress
 
         if row.get("event") == "joined":
             return "parties joined: " + ", ".join(

@@ -211,6 +211,26 @@ def test_simulation_ctrl_c_returns_interrupted_with_a_checkpoint(serial, tmp_pat
     assert np.max(np.abs(again.x - serial.x)) <= 1e-10 * max(1.0, np.max(np.abs(serial.x)))
 
 
+def test_simulation_refuses_an_undeclared_reply_field_naming_kind_and_field():
+    """What a party answers over the Flower link is decoded, then checked against the
+    method's declared table before the server uses it (the same table the party checks
+    requests with): an undeclared field is a failure of that party naming kind and field."""
+    pytest.importorskip("flwr")
+    pytest.importorskip("ray")
+    from fedmodel.algorithms.proxal.options import ProxALOptions
+    from fedmodel.algorithms.proxal.server import run_prox_al
+    from fedmodel.runtime.faults import Fault
+
+    fault = Fault("corrupt", round=2, kinds=("curvature_w",), target="leak", corruption="extra")
+    opts = ProxALOptions(backend="flower", client_timeout=60, **OPTS)
+    res = run_prox_al(np_model(3).compile(), opts, faults={"site1": fault})
+    assert res.status == "client_failure", res.message
+    assert res.failure["client"] == "site1" and res.failure["kind"] == "invalid_reply"
+    assert res.failure["message_kind"] == "curvature_w"
+    err = res.failure["error"]
+    assert "'site1'" in err and "'curvature_w'" in err and "unknown field 'leak'" in err, err
+
+
 def test_the_package_works_without_flower():
     """flwr is an optional extra: importing fedmodel (and its CLI, deploy and flower_app
     modules) works without it, and backend="flower" then says what to install."""

@@ -130,10 +130,9 @@ def import_circles(graph: dict[str, set[str]]) -> list[set[str]]:
 
 # Circles still there, each to be broken where its files are free to move: the prox-al
 # server half and its exact-ADMM inner solver (``InnerOutcome`` belongs in a module of its
-# own); the command line and ``fedmodel serve`` (``cli.Progress``), both above Model.solve.
+# own).
 KNOWN_CIRCLES = [
     {"fedmodel.algorithms.proxal.exact_admm", "fedmodel.algorithms.proxal.server"},
-    {"fedmodel.cli", "fedmodel.flower_app"},
 ]
 
 

@@ -332,6 +332,49 @@ def test_deployed_party_refuses_pickles_and_malformed_frames(party, sentinel):
     assert status == "ok" and decode(text, arrays) == []
 
 
+def test_deployed_party_refuses_undeclared_messages_before_dispatch(party):
+    """A ``run`` call is checked against the receiving half's declared table (prox-al's)
+    after decoding and before any message is dispatched: an undeclared kind, an
+    undeclared or missing field, or a party not served here refuses the whole call with an
+    error naming the party, the kind and the field; the party answers the next call."""
+    from fedmodel.runtime.flower_party import request
+    from fedmodel.runtime.messages import SERVER, Message
+
+    server, honest = party
+    status, text, arrays = request(server.socket_path, ("call", *encode(("build", (honest,)))))
+    assert status == "ok"
+    ep = server.host.endpoints["site0"]
+    fields = {"w": np.zeros(3), "tol": 1e-3}  # declared names; refused before any shape check
+    first = Message("admm_w", SERVER, "site0", fields, 1)
+    refused = [
+        (Message("launch", SERVER, "site0", {}, 1), CodecError, ["'site0'", "'launch'"]),
+        (
+            Message("admm_w", SERVER, "site0", {**fields, "evil": 1.0}, 1),
+            CodecError,
+            ["'site0'", "'admm_w'", "undeclared field 'evil'"],
+        ),
+        (
+            Message("admm_w", SERVER, "site0", {"w": np.zeros(3)}, 1),
+            CodecError,
+            ["'site0'", "'admm_w'", "field 'tol'"],
+        ),
+        (Message("admm_w", SERVER, "site9", fields, 1), PermissionError, ["'site9'"]),
+    ]
+    for bad, error, named in refused:
+        call = ("run", ([first, bad], None))
+        status, text, arrays = request(server.socket_path, ("call", *encode(call)))
+        err = decode(text, arrays)
+        assert status == "error" and isinstance(err, error), (bad, err)
+        assert all(n in str(err) for n in named), (named, str(err))
+        for method in ("peer", "activate"):
+            status, text, arrays = server.handle(("call", *encode((method, (bad, None)))))
+            assert status == "error" and isinstance(decode(text, arrays), error), method
+    # nothing was dispatched: not even the well-formed first message of each call
+    assert ep.stats["seconds"] == 0.0 and ep.stats["local_solves"] == 0
+    status, text, arrays = request(server.socket_path, ("call", *encode(("names", ()))))
+    assert status == "ok" and decode(text, arrays) == ["site0"]
+
+
 def test_the_relay_forward_path_refuses_a_crafted_build(party, sentinel, monkeypatch):
     """The ClientApp's handler (``relay``) with a crafted Flower Message, a real party
     server behind it: the party's answer is a refusal, and the party answers next."""

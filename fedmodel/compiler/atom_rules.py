@@ -1,8 +1,8 @@
 """Atom rules of the smooth evaluator: forward values and vector-Jacobian products.
 
 Each smooth cvxpy atom has a *rule* ``(builder, expr, args) -> (fwd, bwd)`` registered in
-:data:`_RULES` by class name; atoms that are not continuously differentiable are listed
-in :data:`_NOT_SMOOTH` with the reason shown to users. :func:`_classify` decides which
+:data:`_RULES` (an :class:`~fedmodel.expressions.AtomTable`) by class name; atoms that are not
+continuously differentiable are listed in :data:`_NOT_SMOOTH` with the reason shown to users. :func:`_classify` decides which
 applies to an expression node. The tape that runs the rules is in
 :mod:`fedmodel.compiler.evaluator`.
 """
@@ -20,6 +20,7 @@ from cvxpy.atoms.affine.affine_atom import AffAtom
 from cvxpy.expressions.constants.parameter import Parameter
 
 from fedmodel.errors import UnsupportedError
+from fedmodel.expressions import AtomTable
 
 
 # ----------------------------------------------------------------------------------------
@@ -202,18 +203,10 @@ class Tape(Protocol):
 
 
 Rule = Callable[[Tape, Any, list[_Arg]], tuple[Fwd, Bwd | None]]
-_RULES: dict[str, Rule] = {}
+_RULES = AtomTable("value and derivative of a smooth atom")
 # Rules that accept scipy.sparse constant arguments; all other rules get dense copies.
 _SPARSE_OK = {"MulExpression", "QuadForm"}
-
-
-def _rule(*names: str) -> Callable[[Rule], Rule]:
-    def deco(fn: Rule) -> Rule:
-        for name in names:
-            _RULES[name] = fn
-        return fn
-
-    return deco
+_rule = _RULES.register
 
 
 def _classify(expr: Any) -> tuple[str, Rule | None, str | None]:

@@ -23,6 +23,7 @@ from scipy.linalg import blas
 from scipy.special import expit
 
 from fedmodel.compiler.smooth import VariableLayout
+from fedmodel.expressions import AtomTable
 
 
 class NotRecognised(Exception):
@@ -70,6 +71,142 @@ def _const_value(expr) -> np.ndarray | sp.spmatrix:
     return v if sp.issparse(v) else np.asarray(v, dtype=float)
 
 
+# The affine atoms: atom -> ``(expr, layout, shape) -> Affine`` (None where the atom is not
+# recognised in that form, e.g. a sum over an axis).
+AFFINE_MAPS = AtomTable("affine map of an affine atom")
+
+
+@AFFINE_MAPS.register("AddExpression")
+def _affine_addexpression(expr, layout: VariableLayout, shape: tuple) -> Affine | None:
+    parts = [affine_map(a, layout) for a in expr.args]
+    m = max(p.m for p in parts)
+    A, b = None, np.zeros(m)
+    for p in parts:
+        if p.m != m:
+            if p.m != 1:
+                raise NotRecognised("broadcast add")
+            pa = sp.csr_matrix(p.A) if sp.issparse(p.A) else p.A
+            pa = sp.vstack([pa] * m) if sp.issparse(pa) else np.repeat(pa, m, axis=0)
+            pb = np.repeat(p.b, m)
+        else:
+            pa, pb = p.A, p.b
+        A = pa if A is None else A + pa
+        b = b + pb
+    return Affine(_dense_or_sparse(A), b, shape)
+
+
+@AFFINE_MAPS.register("NegExpression")
+def _affine_negexpression(expr, layout: VariableLayout, shape: tuple) -> Affine | None:
+    p = affine_map(expr.args[0], layout)
+    return Affine(_dense_or_sparse(-p.A), -p.b, shape)
+
+
+@AFFINE_MAPS.register("Promote", "broadcast_to")
+def _affine_promote(expr, layout: VariableLayout, shape: tuple) -> Affine | None:
+    p = affine_map(expr.args[0], layout)
+    m = int(np.prod(shape)) if shape else 1
+    if p.m != 1:
+        raise NotRecognised("promote of non-scalar")
+    A = sp.vstack([sp.csr_matrix(p.A)] * m) if sp.issparse(p.A) else np.repeat(p.A, m, axis=0)
+    return Affine(A, np.repeat(p.b, m), shape)
+
+
+@AFFINE_MAPS.register("MulExpression")
+def _affine_mulexpression(expr, layout: VariableLayout, shape: tuple) -> Affine | None:
+    left, right = expr.args
+    if left.is_constant() and not left.parameters() and right.ndim <= 1:
+        C = _const_value(left)
+        C = C if C.ndim == 2 or sp.issparse(C) else np.atleast_2d(C)
+        p = affine_map(right, layout)
+        if _is_identity(p) and not sp.issparse(C):
+            # data @ w with w the whole stacked vector: the data matrix itself (no copy)
+            return Affine(C, np.asarray(C @ p.b).ravel(), shape)
+        A = C @ p.A
+        b = np.asarray(C @ p.b).ravel()
+        return Affine(_dense_or_sparse(A), b, shape)
+    if right.is_constant() and not right.parameters() and left.ndim <= 1:
+        C = _const_value(right)
+        C = C if C.ndim == 2 or sp.issparse(C) else C.reshape(-1, 1)
+        p = affine_map(left, layout)
+        A = C.T @ p.A
+        b = np.asarray(C.T @ p.b).ravel()
+        return Affine(_dense_or_sparse(A), b, shape)
+    raise NotRecognised("matmul shape")
+
+
+@AFFINE_MAPS.register("multiply")
+def _affine_multiply(expr, layout: VariableLayout, shape: tuple) -> Affine | None:
+    left, right = expr.args
+    const, other = (left, right) if left.is_constant() else (right, left)
+    if not const.is_constant() or const.parameters():
+        raise NotRecognised("product of variables")
+    c = np.asarray(
+        const.value if not sp.issparse(const.value) else const.value.toarray(), dtype=float
+    ).ravel(order="F")
+    p = affine_map(other, layout)
+    m = max(c.size, p.m)
+    if p.m != m:
+        raise NotRecognised("broadcast multiply")
+    if c.size == 1:
+        return Affine(_dense_or_sparse(c[0] * p.A), c[0] * p.b, shape)
+    D = sp.diags(c)
+    return Affine(_dense_or_sparse(D @ p.A), c * p.b, shape)
+
+
+@AFFINE_MAPS.register("DivExpression")
+def _affine_divexpression(expr, layout: VariableLayout, shape: tuple) -> Affine | None:
+    num, den = expr.args
+    if not den.is_constant() or den.size != 1 or den.parameters():
+        raise NotRecognised("division")
+    c = 1.0 / float(np.asarray(den.value))
+    p = affine_map(num, layout)
+    return Affine(_dense_or_sparse(c * p.A), c * p.b, shape)
+
+
+@AFFINE_MAPS.register("Sum")
+def _affine_sum(expr, layout: VariableLayout, shape: tuple) -> Affine | None:
+    if getattr(expr, "axis", None) is not None:
+        return None
+    p = affine_map(expr.args[0], layout)
+    A = np.asarray(p.A.sum(axis=0)).reshape(1, -1)
+    return Affine(A, np.array([p.b.sum()]), shape)
+
+
+@AFFINE_MAPS.register("index")
+def _affine_index(expr, layout: VariableLayout, shape: tuple) -> Affine | None:
+    child = expr.args[0]
+    p = affine_map(child, layout)
+    rows = np.arange(p.m).reshape(child.shape, order="F") if child.shape else np.arange(1)
+    sel = np.asarray(rows[expr.key]).ravel(order="F")
+    A = p.A[sel] if not sp.issparse(p.A) else sp.csr_matrix(p.A)[sel]
+    return Affine(_dense_or_sparse(A), p.b[sel], shape)
+
+
+@AFFINE_MAPS.register("reshape")
+def _affine_reshape(expr, layout: VariableLayout, shape: tuple) -> Affine | None:
+    if getattr(expr, "order", "F") != "F":
+        return None
+    p = affine_map(expr.args[0], layout)
+    return Affine(p.A, p.b, shape)
+
+
+@AFFINE_MAPS.register("transpose")
+def _affine_transpose(expr, layout: VariableLayout, shape: tuple) -> Affine | None:
+    if expr.args[0].ndim > 1:
+        return None
+    p = affine_map(expr.args[0], layout)
+    return Affine(p.A, p.b, shape)
+
+
+@AFFINE_MAPS.register("Hstack")
+def _affine_hstack(expr, layout: VariableLayout, shape: tuple) -> Affine | None:
+    if not all(a.ndim <= 1 for a in expr.args):
+        return None
+    parts = [affine_map(a, layout) for a in expr.args]
+    A = sp.vstack([sp.csr_matrix(q.A) for q in parts])
+    return Affine(_dense_or_sparse(A), np.concatenate([q.b for q in parts]), shape)
+
+
 def affine_map(expr: cp.Expression, layout: VariableLayout) -> Affine:
     """``(A, b)`` with ``vec(expr) = A x + b``; raises :class:`NotRecognised`."""
     N = layout.size
@@ -89,96 +226,10 @@ def affine_map(expr: cp.Expression, layout: VariableLayout) -> Affine:
         return Affine(sp.csr_matrix((b.size, N)), b, shape)
     if not expr.is_affine():
         raise NotRecognised(f"{name} is not affine")
-    if name == "AddExpression":
-        parts = [affine_map(a, layout) for a in expr.args]
-        m = max(p.m for p in parts)
-        A, b = None, np.zeros(m)
-        for p in parts:
-            if p.m != m:
-                if p.m != 1:
-                    raise NotRecognised("broadcast add")
-                pa = sp.csr_matrix(p.A) if sp.issparse(p.A) else p.A
-                pa = sp.vstack([pa] * m) if sp.issparse(pa) else np.repeat(pa, m, axis=0)
-                pb = np.repeat(p.b, m)
-            else:
-                pa, pb = p.A, p.b
-            A = pa if A is None else A + pa
-            b = b + pb
-        return Affine(_dense_or_sparse(A), b, shape)
-    if name == "NegExpression":
-        p = affine_map(expr.args[0], layout)
-        return Affine(_dense_or_sparse(-p.A), -p.b, shape)
-    if name == "Promote" or name == "broadcast_to":
-        p = affine_map(expr.args[0], layout)
-        m = int(np.prod(shape)) if shape else 1
-        if p.m != 1:
-            raise NotRecognised("promote of non-scalar")
-        A = sp.vstack([sp.csr_matrix(p.A)] * m) if sp.issparse(p.A) else np.repeat(p.A, m, axis=0)
-        return Affine(A, np.repeat(p.b, m), shape)
-    if name == "MulExpression":
-        left, right = expr.args
-        if left.is_constant() and not left.parameters() and right.ndim <= 1:
-            C = _const_value(left)
-            C = C if C.ndim == 2 or sp.issparse(C) else np.atleast_2d(C)
-            p = affine_map(right, layout)
-            if _is_identity(p) and not sp.issparse(C):
-                # data @ w with w the whole stacked vector: the data matrix itself (no copy)
-                return Affine(C, np.asarray(C @ p.b).ravel(), shape)
-            A = C @ p.A
-            b = np.asarray(C @ p.b).ravel()
-            return Affine(_dense_or_sparse(A), b, shape)
-        if right.is_constant() and not right.parameters() and left.ndim <= 1:
-            C = _const_value(right)
-            C = C if C.ndim == 2 or sp.issparse(C) else C.reshape(-1, 1)
-            p = affine_map(left, layout)
-            A = C.T @ p.A
-            b = np.asarray(C.T @ p.b).ravel()
-            return Affine(_dense_or_sparse(A), b, shape)
-        raise NotRecognised("matmul shape")
-    if name == "multiply":
-        left, right = expr.args
-        const, other = (left, right) if left.is_constant() else (right, left)
-        if not const.is_constant() or const.parameters():
-            raise NotRecognised("product of variables")
-        c = np.asarray(
-            const.value if not sp.issparse(const.value) else const.value.toarray(), dtype=float
-        ).ravel(order="F")
-        p = affine_map(other, layout)
-        m = max(c.size, p.m)
-        if p.m != m:
-            raise NotRecognised("broadcast multiply")
-        if c.size == 1:
-            return Affine(_dense_or_sparse(c[0] * p.A), c[0] * p.b, shape)
-        D = sp.diags(c)
-        return Affine(_dense_or_sparse(D @ p.A), c * p.b, shape)
-    if name == "DivExpression":
-        num, den = expr.args
-        if not den.is_constant() or den.size != 1 or den.parameters():
-            raise NotRecognised("division")
-        c = 1.0 / float(np.asarray(den.value))
-        p = affine_map(num, layout)
-        return Affine(_dense_or_sparse(c * p.A), c * p.b, shape)
-    if name == "Sum" and getattr(expr, "axis", None) is None:
-        p = affine_map(expr.args[0], layout)
-        A = np.asarray(p.A.sum(axis=0)).reshape(1, -1)
-        return Affine(A, np.array([p.b.sum()]), shape)
-    if name == "index":
-        child = expr.args[0]
-        p = affine_map(child, layout)
-        rows = np.arange(p.m).reshape(child.shape, order="F") if child.shape else np.arange(1)
-        sel = np.asarray(rows[expr.key]).ravel(order="F")
-        A = p.A[sel] if not sp.issparse(p.A) else sp.csr_matrix(p.A)[sel]
-        return Affine(_dense_or_sparse(A), p.b[sel], shape)
-    if name == "reshape" and getattr(expr, "order", "F") == "F":
-        p = affine_map(expr.args[0], layout)
-        return Affine(p.A, p.b, shape)
-    if name == "transpose" and expr.args[0].ndim <= 1:
-        p = affine_map(expr.args[0], layout)
-        return Affine(p.A, p.b, shape)
-    if name == "Hstack" and all(a.ndim <= 1 for a in expr.args):
-        parts = [affine_map(a, layout) for a in expr.args]
-        A = sp.vstack([sp.csr_matrix(q.A) for q in parts])
-        return Affine(_dense_or_sparse(A), np.concatenate([q.b for q in parts]), shape)
+    rule = AFFINE_MAPS.rule_for(expr)
+    mapped = rule(expr, layout, shape) if rule is not None else None
+    if mapped is not None:
+        return mapped
     raise NotRecognised(f"affine atom {name}")
 
 

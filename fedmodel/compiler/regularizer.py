@@ -20,6 +20,7 @@ import numpy as np
 from cvxpy.constraints import Inequality
 
 from fedmodel.errors import ModelError, UnsupportedError
+from fedmodel.expressions import AtomTable
 
 
 @dataclass
@@ -126,43 +127,86 @@ def _bound_array(value: np.ndarray, v: cp.Variable) -> np.ndarray:
     return np.asarray(arr, dtype=float).flatten(order="F")
 
 
+# What regularize() reads of a term: the atoms that carry a weight into their argument (a
+# sum, a product or quotient by a scalar), and the atoms with a closed-form prox. Each entry
+# returns the term's ``(kind, variable, weight)`` items, or None where the atom is not in a
+# form it knows (a non-scalar factor, a p it has no prox for).
+REGULARIZER_WEIGHTS = AtomTable("regularizer: weight into the argument")
+REGULARIZER_PROXES = AtomTable("regularizer: closed-form prox")
+
+
+@REGULARIZER_WEIGHTS.register("AddExpression")
+def _weights_add(expr, scale: float, variables) -> list[tuple]:
+    return [item for a in expr.args for item in _parse_expr(a, scale, variables)]
+
+
+@REGULARIZER_WEIGHTS.register("MulExpression", "multiply")
+def _weights_product(expr, scale: float, variables) -> list[tuple] | None:
+    left, right = expr.args
+    lv, rv = _constant_value(left), _constant_value(right)
+    if lv is not None and lv.size == 1:
+        return _parse_expr(right, scale * float(lv), variables)
+    if rv is not None and rv.size == 1:
+        return _parse_expr(left, scale * float(rv), variables)
+    return None
+
+
+@REGULARIZER_WEIGHTS.register("DivExpression")
+def _weights_quotient(expr, scale: float, variables) -> list[tuple] | None:
+    rv = _constant_value(expr.args[1])
+    if rv is not None and rv.size == 1 and float(rv) != 0:
+        return _parse_expr(expr.args[0], scale / float(rv), variables)
+    return None
+
+
+@REGULARIZER_PROXES.register("norm1")
+def _prox_norm1(expr, scale: float, variables) -> list[tuple]:
+    return [("l1", _whole_variable(expr.args[0], variables, "norm1"), scale)]
+
+
+@REGULARIZER_PROXES.register("Pnorm", "PnormApprox", "Norm2", "norm2")
+def _prox_pnorm(expr, scale: float, variables) -> list[tuple] | None:
+    if type(expr).__name__ in ("Pnorm", "PnormApprox") and float(expr.p) == 1.0:
+        return [("l1", _whole_variable(expr.args[0], variables, "norm(., 1)"), scale)]
+    if float(getattr(expr, "p", 2)) == 2.0:
+        return [("l2", _whole_variable(expr.args[0], variables, "norm(., 2)"), scale)]
+    return None
+
+
+@REGULARIZER_PROXES.register("quad_over_lin")
+def _prox_quad_over_lin(expr, scale: float, variables) -> list[tuple] | None:
+    y = _constant_value(expr.args[1])
+    if y is not None and y.size == 1 and float(y) > 0:
+        v = _whole_variable(expr.args[0], variables, "sum_squares")
+        return [("sumsq", v, scale / float(y))]
+    return None
+
+
+@REGULARIZER_PROXES.register("Sum")
+def _prox_sum(expr, scale: float, variables) -> list[tuple] | None:
+    inner = expr.args[0]
+    if type(inner).__name__ == "power":
+        p = float(inner.p.value if hasattr(inner.p, "value") else inner.p)
+        if p == 2.0:
+            return [("sumsq", _whole_variable(inner.args[0], variables, "sum(square)"), scale)]
+    if type(inner).__name__ == "abs":
+        return [("l1", _whole_variable(inner.args[0], variables, "sum(abs)"), scale)]
+    return None
+
+
 def _parse_expr(expr: cp.Expression, scale: float, variables) -> list[tuple]:
-    name = type(expr).__name__
-    if name == "AddExpression":
-        return [item for a in expr.args for item in _parse_expr(a, scale, variables)]
-    if name in ("MulExpression", "multiply"):
-        left, right = expr.args
-        lv, rv = _constant_value(left), _constant_value(right)
-        if lv is not None and lv.size == 1:
-            return _parse_expr(right, scale * float(lv), variables)
-        if rv is not None and rv.size == 1:
-            return _parse_expr(left, scale * float(rv), variables)
-    if name == "DivExpression":
-        rv = _constant_value(expr.args[1])
-        if rv is not None and rv.size == 1 and float(rv) != 0:
-            return _parse_expr(expr.args[0], scale / float(rv), variables)
+    rule = REGULARIZER_WEIGHTS.rule_for(expr)
+    items = rule(expr, scale, variables) if rule is not None else None
+    if items is not None:
+        return items
     if scale < 0:
         raise UnsupportedError(
             f"regularize(): '{expr}' enters h with a negative weight ({scale:g})"
         )
-    if name == "norm1":
-        return [("l1", _whole_variable(expr.args[0], variables, "norm1"), scale)]
-    if name in ("Pnorm", "PnormApprox") and float(expr.p) == 1.0:
-        return [("l1", _whole_variable(expr.args[0], variables, "norm(., 1)"), scale)]
-    if name in ("Pnorm", "PnormApprox", "Norm2", "norm2") and float(getattr(expr, "p", 2)) == 2.0:
-        return [("l2", _whole_variable(expr.args[0], variables, "norm(., 2)"), scale)]
-    if name == "quad_over_lin":
-        y = _constant_value(expr.args[1])
-        if y is not None and y.size == 1 and float(y) > 0:
-            v = _whole_variable(expr.args[0], variables, "sum_squares")
-            return [("sumsq", v, scale / float(y))]
-    if name == "Sum" and type(expr.args[0]).__name__ == "power":
-        inner = expr.args[0]
-        p = float(inner.p.value if hasattr(inner.p, "value") else inner.p)
-        if p == 2.0:
-            return [("sumsq", _whole_variable(inner.args[0], variables, "sum(square)"), scale)]
-    if name == "Sum" and type(expr.args[0]).__name__ == "abs":
-        return [("l1", _whole_variable(expr.args[0].args[0], variables, "sum(abs)"), scale)]
+    rule = REGULARIZER_PROXES.rule_for(expr)
+    items = rule(expr, scale, variables) if rule is not None else None
+    if items is not None:
+        return items
     raise UnsupportedError(
         f"regularize(): '{expr}' has no simple prox. h takes norm1, sum_squares, norm2 and "
         "box constraints of whole variables; put other terms in a party's objective."

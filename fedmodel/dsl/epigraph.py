@@ -39,6 +39,8 @@ from collections.abc import Callable
 import cvxpy as cp
 import numpy as np
 
+from fedmodel.expressions import AtomTable
+
 #: makes an auxiliary variable of the given shape (owned by the party writing the term)
 AuxFactory = Callable[[tuple[int, ...], str], cp.Variable]
 
@@ -71,57 +73,100 @@ def _flat(e: cp.Expression) -> cp.Expression:
     return cp.vec(e, order="F") if e.ndim else cp.reshape(e, (1,), order="F")
 
 
+# The piecewise-linear atoms the rewrite replaces by auxiliaries: where the expression is
+# nondecreasing in a convex one (its epigraph) or nonincreasing in a concave one (its
+# hypograph). Each entry returns the replacement (adding its pieces ``p <= 0``), or None
+# where the atom is kept (an axis).
+EPIGRAPH = AtomTable("epigraph of a convex piecewise-linear atom")
+HYPOGRAPH = AtomTable("hypograph of a concave piecewise-linear atom")
+
+
+@EPIGRAPH.register("maximum")
+def _epigraph_maximum(e, make_aux: AuxFactory, pieces: list):
+    args = [_rewrite(a, +1, make_aux, pieces) for a in e.args]
+    t = make_aux(e.shape, "max")
+    pieces.extend(_flat(a - t) for a in args)
+    return t
+
+
+@EPIGRAPH.register("abs")
+def _epigraph_abs(e, make_aux: AuxFactory, pieces: list):
+    (a,) = [_rewrite(a, 0, make_aux, pieces) for a in e.args]
+    t = make_aux(e.shape, "abs")
+    pieces.extend([_flat(a - t), _flat(-a - t)])
+    return t
+
+
+@EPIGRAPH.register("max")
+def _epigraph_max(e, make_aux: AuxFactory, pieces: list):
+    if getattr(e, "axis", None) is not None:
+        return None
+    (a,) = [_rewrite(a, +1, make_aux, pieces) for a in e.args]
+    t = make_aux((), "max")
+    pieces.append(_flat(a - t))
+    return t
+
+
+@EPIGRAPH.register("norm1")
+def _epigraph_norm1(e, make_aux: AuxFactory, pieces: list):
+    if getattr(e, "axis", None) is not None:
+        return None
+    (a,) = [_rewrite(a, 0, make_aux, pieces) for a in e.args]
+    t = make_aux(a.shape, "abs")
+    pieces.extend([_flat(a - t), _flat(-a - t)])
+    return cp.sum(t)
+
+
+@EPIGRAPH.register("norm_inf")
+def _epigraph_norm_inf(e, make_aux: AuxFactory, pieces: list):
+    if getattr(e, "axis", None) is not None:
+        return None
+    (a,) = [_rewrite(a, 0, make_aux, pieces) for a in e.args]
+    t = make_aux((), "max")
+    pieces.extend([_flat(a - t), _flat(-a - t)])
+    return t
+
+
+@EPIGRAPH.register("sum_largest")
+def _epigraph_sum_largest(e, make_aux: AuxFactory, pieces: list):
+    # sum of the k largest entries = min_s k s + sum(pos(x - s))
+    (a,) = [_rewrite(a, +1, make_aux, pieces) for a in e.args]
+    s = make_aux((), "level")
+    u = make_aux(a.shape, "excess")
+    pieces.extend([_flat(a - s - u), _flat(-u)])
+    return float(e.k) * s + cp.sum(u)
+
+
+@HYPOGRAPH.register("minimum")
+def _hypograph_minimum(e, make_aux: AuxFactory, pieces: list):
+    args = [_rewrite(a, -1, make_aux, pieces) for a in e.args]
+    t = make_aux(e.shape, "min")
+    pieces.extend(_flat(t - a) for a in args)
+    return t
+
+
+@HYPOGRAPH.register("min")
+def _hypograph_min(e, make_aux: AuxFactory, pieces: list):
+    if getattr(e, "axis", None) is not None:
+        return None
+    (a,) = [_rewrite(a, -1, make_aux, pieces) for a in e.args]
+    t = make_aux((), "min")
+    pieces.append(_flat(t - a))
+    return t
+
+
 def _rewrite(e, sign: int, make_aux: AuxFactory, pieces: list) -> cp.Expression:
     if not e.args:
         return e
-    name = type(e).__name__
-    axis = getattr(e, "axis", None)
-    # a convex piecewise-linear atom where the expression is nondecreasing in it
-    if sign > 0 and e.is_convex() and not e.is_affine():
-        if name == "maximum":
-            args = [_rewrite(a, +1, make_aux, pieces) for a in e.args]
-            t = make_aux(e.shape, "max")
-            pieces.extend(_flat(a - t) for a in args)
-            return t
-        if name == "abs":
-            (a,) = [_rewrite(a, 0, make_aux, pieces) for a in e.args]
-            t = make_aux(e.shape, "abs")
-            pieces.extend([_flat(a - t), _flat(-a - t)])
-            return t
-        if name == "max" and axis is None:
-            (a,) = [_rewrite(a, +1, make_aux, pieces) for a in e.args]
-            t = make_aux((), "max")
-            pieces.append(_flat(a - t))
-            return t
-        if name == "norm1" and axis is None:
-            (a,) = [_rewrite(a, 0, make_aux, pieces) for a in e.args]
-            t = make_aux(a.shape, "abs")
-            pieces.extend([_flat(a - t), _flat(-a - t)])
-            return cp.sum(t)
-        if name == "norm_inf" and axis is None:
-            (a,) = [_rewrite(a, 0, make_aux, pieces) for a in e.args]
-            t = make_aux((), "max")
-            pieces.extend([_flat(a - t), _flat(-a - t)])
-            return t
-        if name == "sum_largest":
-            # sum of the k largest entries = min_s k s + sum(pos(x - s))
-            (a,) = [_rewrite(a, +1, make_aux, pieces) for a in e.args]
-            s = make_aux((), "level")
-            u = make_aux(a.shape, "excess")
-            pieces.extend([_flat(a - s - u), _flat(-u)])
-            return float(e.k) * s + cp.sum(u)
-    # a concave piecewise-linear atom where the expression is nonincreasing in it
-    if sign < 0 and e.is_concave() and not e.is_affine():
-        if name == "minimum":
-            args = [_rewrite(a, -1, make_aux, pieces) for a in e.args]
-            t = make_aux(e.shape, "min")
-            pieces.extend(_flat(t - a) for a in args)
-            return t
-        if name == "min" and axis is None:
-            (a,) = [_rewrite(a, -1, make_aux, pieces) for a in e.args]
-            t = make_aux((), "min")
-            pieces.append(_flat(t - a))
-            return t
+    # a convex piecewise-linear atom where the expression is nondecreasing in it, or a
+    # concave one where it is nonincreasing in it
+    table = EPIGRAPH if sign > 0 else HYPOGRAPH if sign < 0 else None
+    if table is not None:
+        curved = e.is_convex() if sign > 0 else e.is_concave()
+        rule = table.rule_for(e) if curved and not e.is_affine() else None
+        replaced = rule(e, make_aux, pieces) if rule is not None else None
+        if replaced is not None:
+            return replaced
     if e.is_affine():
         return e  # nothing non-smooth below an affine node
     new_args = []

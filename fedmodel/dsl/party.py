@@ -20,7 +20,7 @@ from fedmodel.errors import (
     OwnershipError,
     UnsupportedError,
 )
-from fedmodel.expressions import leaves, nodes, summands
+from fedmodel.expressions import AtomTable, leaves, nodes, summands
 
 
 @dataclass(frozen=True)
@@ -578,20 +578,39 @@ def split_max_constraint(lhs: cp.Expression, rhs: cp.Expression) -> cp.Expressio
     )
 
 
-def _max_pieces(expr: cp.Expression) -> list[cp.Expression] | None:
-    name = type(expr).__name__
-    p = getattr(expr, "p", None)
-    is_inf_norm = name == "norm_inf" or (name in ("Pnorm", "PnormApprox") and p == np.inf)
+# The atoms a constraint ``max(...) <= rhs`` is split at: atom -> the expressions whose
+# elementwise maximum it is, or None where it is not one (an axis, a finite p).
+MAX_PIECES = AtomTable("max pieces of a constraint")
+
+
+@MAX_PIECES.register("norm_inf", "Pnorm", "PnormApprox")
+def _max_pieces_inf_norm(expr: cp.Expression) -> list[cp.Expression] | None:
+    is_inf_norm = type(expr).__name__ == "norm_inf" or getattr(expr, "p", None) == np.inf
     if is_inf_norm and getattr(expr, "axis", None) is None:
         x = expr.args[0]
-        inner = [x, -x]
-    elif name == "abs":
-        inner = [expr.args[0], -expr.args[0]]
-    elif name == "max" and getattr(expr, "axis", None) is None:
-        inner = [expr.args[0]]
-    elif name == "maximum":
-        inner = list(expr.args)
-    else:
+        return [x, -x]
+    return None
+
+
+@MAX_PIECES.register("abs")
+def _max_pieces_abs(expr: cp.Expression) -> list[cp.Expression]:
+    return [expr.args[0], -expr.args[0]]
+
+
+@MAX_PIECES.register("max")
+def _max_pieces_max(expr: cp.Expression) -> list[cp.Expression] | None:
+    return [expr.args[0]] if getattr(expr, "axis", None) is None else None
+
+
+@MAX_PIECES.register("maximum")
+def _max_pieces_maximum(expr: cp.Expression) -> list[cp.Expression]:
+    return list(expr.args)
+
+
+def _max_pieces(expr: cp.Expression) -> list[cp.Expression] | None:
+    rule = MAX_PIECES.rule_for(expr)
+    inner = rule(expr) if rule is not None else None
+    if inner is None:
         return None
     out: list[cp.Expression] = []
     for piece in inner:

@@ -343,7 +343,7 @@ class _Runner:
         time_limit: float | None,
         options: dict[str, Any] | None = None,
     ):
-        from fedmodel.cli import make_progress
+        from fedmodel.progress import make_progress
 
         self.name = name
         self.time_limit = time_limit

@@ -28,7 +28,13 @@ handshake):
   families registered by name (:mod:`fedmodel.runtime.wire`). This is all a deployed
   party (``fedmodel join``) accepts: what the coordinator sends is never unpickled, and a
   refused call (an unregistered name, a module path, a malformed frame) is answered with
-  an error; the server goes on serving the next call.
+  an error; the server goes on serving the next call. The messages of a ``run``,
+  ``peer`` or ``activate`` call are checked against the receiving half's declared
+  message table (its family's ``messages.py``, the table the coordinator's runtime checks
+  requests and replies with) before any is dispatched: a message to a party not served
+  here, an undeclared kind, an undeclared field or a missing one refuses the whole call
+  with a :class:`~fedmodel.runtime.wire.CodecError` naming the party, the kind and the
+  field.
 * a **local request** (a pickle; ``accept_local=True`` only): the simulation's own
   Flower runtime, which started this server in the same program and organisation and
   reads its HMAC key file, hands it the client factories (``build_local``) and stops it,
@@ -60,6 +66,7 @@ from fedmodel.runtime.flower_codec import (
     encode,
 )
 from fedmodel.runtime.host import PartyHost
+from fedmodel.runtime.messages import Message
 
 # host methods a remote coordinator may call (the relay forwards nothing else)
 # the first byte of a frame on the party socket: a codec call or answer (the relay's
@@ -77,6 +84,8 @@ REMOTE_CALLS = (
     "load_checkpoint",
     "names",
 )
+# the calls that carry method messages, checked against the receiver's declared table
+MESSAGE_CALLS = ("run", "peer", "activate")
 
 
 def key_path(socket_path: str) -> str:
@@ -198,6 +207,8 @@ class PartyServer:
             return self._build(*args)
         if method not in REMOTE_CALLS:
             raise PermissionError(f"call {method!r} is not allowed from the coordinator")
+        if method in MESSAGE_CALLS:
+            self._check_messages(method, args)
         if method in ("write_checkpoint", "load_checkpoint"):
             if not args:
                 raise CheckpointError(f"{method} without a run name")
@@ -206,6 +217,29 @@ class PartyServer:
         if method == "write_checkpoint" and self.checkpoint_dir is not None:
             self._prune(args[0], result)
         return result
+
+    def _check_messages(self, method: str, args: tuple) -> None:
+        """Refuse a ``run`` / ``peer`` / ``activate`` call unless each of its messages is
+        for a half built here and fits that half's declared table (kind and fields), before
+        any of them is dispatched."""
+        if not args:
+            raise CodecError(f"{method} without its message")
+        messages = args[0] if method == "run" else [args[0]]
+        if not isinstance(messages, (list, tuple)):
+            raise CodecError(f"run takes a list of messages, not a {type(messages).__name__}")
+        for msg in messages:
+            if not isinstance(msg, Message):
+                raise CodecError(f"{method} takes messages, not a {type(msg).__name__}")
+            endpoint = self.host.endpoints.get(msg.receiver)
+            if endpoint is None:
+                raise PermissionError(
+                    f"message {msg.kind!r} for {msg.receiver!r}: this party server holds "
+                    f"{sorted(self.host.endpoints)}"
+                )
+            table = getattr(endpoint, "messages", None)
+            why = None if table is None else table.request_problem(msg.kind, msg.payload)
+            if why:
+                raise CodecError(f"party {msg.receiver!r} refuses {why}")
 
     def _prune(self, directory: str, written: Mapping[str, tuple[str, str]]) -> None:
         """Keep, of the files this server wrote in ``directory``, each party's last two
