@@ -418,8 +418,10 @@ def serve(
     last KKT residuals) on stdout. ``timeout`` (seconds, the whole run): the solve stops
     there with status ``"time_limit"``, its last point and a checkpoint (``checkpoint=``,
     default ``OUT.checkpoint``); should the ServerApp not return in time, the run is
-    stopped in the SuperLink and a :class:`DeploymentError` says so. When this returns
-    (or raises) no run it started is left running in the SuperLink.
+    stopped in the SuperLink and a :class:`DeploymentError` says so. Ctrl-C, or SIGTERM
+    (in the main thread), stops the solve at its last consistent iterate (status
+    ``"interrupted"``). When this returns (or raises) no run it started is left running in
+    the SuperLink.
     """
     model_path = os.path.abspath(model_path)
     out = os.path.abspath(out)
@@ -463,6 +465,7 @@ def serve(
     }
     client = control_client(superlink, insecure=insecure, root_certificates=root_certificates)
     run = None
+    previous_term = _term_as_ctrl_c()
     try:
         work = tempfile.mkdtemp(prefix="fedmodel-serve-")
         try:
@@ -481,8 +484,9 @@ def serve(
         try:
             watch.until_result(deadline, wait)
         except KeyboardInterrupt:
-            # Ctrl-C: ask the ServerApp (on this machine) to stop where it is; it returns
-            # the last consistent iterate (status "interrupted"); Ctrl-C again: stop waiting
+            # Ctrl-C (or SIGTERM): ask the ServerApp (on this machine) to stop where it is;
+            # it returns the last consistent iterate (status "interrupted"); Ctrl-C again:
+            # stop waiting
             with open(stop_file, "w"):
                 pass
             print(
@@ -505,6 +509,22 @@ def serve(
             for path in (stop_file, progress_file):
                 if os.path.exists(path):
                     os.unlink(path)
+            if previous_term is not None:
+                signal.signal(signal.SIGTERM, previous_term)
+
+
+def _term_as_ctrl_c():
+    """From here on SIGTERM is Ctrl-C (a KeyboardInterrupt: ``fedmodel serve`` stopped by
+    a service manager or ``kill`` ends as interrupted, with its checkpoint, and stops its
+    run in the SuperLink). Returns the previous handler, or None off the main thread
+    (where signals cannot be handled: there SIGTERM keeps its handling)."""
+    if threading.current_thread() is not threading.main_thread():
+        return None
+
+    def on_term(signum, frame):
+        raise KeyboardInterrupt
+
+    return signal.signal(signal.SIGTERM, on_term)
 
 
 def _start_run(client, app_dir: str, config: Mapping[str, Any]) -> int:

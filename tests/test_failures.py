@@ -507,3 +507,18 @@ def test_a_relative_checkpoint_directory_is_the_servers_whatever_the_workers_cwd
     again = run(model, backend="processes", resume="run1", max_outer=3)
     ref = run(model, backend="serial", max_outer=3)
     assert again.rounds == ref.rounds and same(again, ref)
+
+
+def test_a_relative_checkpoint_directory_is_the_callers_on_ray(model, tmp_path, monkeypatch):
+    """Ray's actors run in the Ray session's working directory, not the caller's: the
+    parties' files of ``checkpoint="run1"`` are written in the caller's ``run1`` all the
+    same (the directory is resolved once, in the caller, for every backend), and the run
+    resumes from it to the uninterrupted answer."""
+    monkeypatch.chdir(tmp_path)
+    res = run(model, backend="ray", checkpoint="run1", checkpoint_every=1, max_outer=3)
+    assert "could not be written" not in res.message, res.message
+    files = sorted(os.listdir(tmp_path / "run1"))
+    assert len([f for f in files if f.startswith("party-")]) == len(model.compile().clients)
+    again = run(model, backend="ray", resume="run1", max_outer=3)
+    ref = run(model, backend="serial", max_outer=3)
+    assert again.rounds == ref.rounds and same(again, ref)

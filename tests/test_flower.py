@@ -491,3 +491,22 @@ def test_a_party_answering_a_string_for_its_checkpoint_costs_the_checkpoint_only
     assert np.max(np.abs(res.x - ref.x)) <= 1e-10 * max(1.0, np.max(np.abs(ref.x)))
     assert "checkpoint could not be written" in res.message, res.message
     assert "party 'site1' did not answer the file it wrote (its host answered str)" in (res.message)
+
+
+def test_serve_takes_sigterm_as_ctrl_c_and_restores_the_previous_handler():
+    import os
+    import signal
+    import time
+
+    from fedmodel.flower_app import _term_as_ctrl_c
+
+    before = signal.getsignal(signal.SIGTERM)
+    previous = _term_as_ctrl_c()
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            os.kill(os.getpid(), signal.SIGTERM)
+            for _ in range(100):  # the handler runs between bytecodes of the main thread
+                time.sleep(0.01)
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+    assert signal.getsignal(signal.SIGTERM) == before

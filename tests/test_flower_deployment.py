@@ -448,8 +448,13 @@ def test_serve_is_started_with_pythons_ctrl_c_whatever_the_tests_sigint(tmp_path
     assert "default_int_handler" in default
 
 
-def test_ctrl_c_on_the_coordinator_returns_interrupted(federation, tmp_path):
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM], ids=["ctrl_c", "sigterm"])
+def test_ctrl_c_on_the_coordinator_returns_interrupted(federation, tmp_path, sig):
+    """Ctrl-C, or SIGTERM (kill, a service manager), on ``fedmodel serve``: status
+    interrupted, a checkpoint that resumes to the uninterrupted answer, and nothing left
+    running in the SuperLink."""
     fed = federation
+    before = _runs(fed)
     out, ledger = tmp_path / "result.json", tmp_path / "ledger.jsonl"
     ck = tmp_path / "ck"
     # a run that cannot end before the Ctrl-C: eps = 1e-14 is never met, and 60 outer
@@ -463,7 +468,7 @@ def test_ctrl_c_on_the_coordinator_returns_interrupted(federation, tmp_path):
             head.append(line)
             if "fedmodel serve: round 10:" in line:
                 break
-        proc.send_signal(signal.SIGINT)  # Ctrl-C on `fedmodel serve`
+        proc.send_signal(sig)  # Ctrl-C (or SIGTERM) on `fedmodel serve`
         rest, _ = proc.communicate(timeout=600)
         text = "".join(head) + rest
     finally:
@@ -472,6 +477,9 @@ def test_ctrl_c_on_the_coordinator_returns_interrupted(federation, tmp_path):
     res = json.loads(out.read_text())
     assert res["status"] == "interrupted", res["message"]
     assert "interrupted" in text
+    runs = {r: s for r, s in _runs(fed).items() if r not in before}
+    assert len(runs) == 1 and all(s.startswith("finished") for s in runs.values()), runs
+    _wait_for(lambda: not _live_task_processes(fed), 60, "the ServerApp process to exit")
     # the checkpoint of the returned point resumes to the uninterrupted answer
     _gather_party_files(fed, ck)
     serial_opts = {k: v for k, v in opts.items() if k != "checkpoint"}

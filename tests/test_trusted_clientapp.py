@@ -334,3 +334,27 @@ def test_prompt_polling_waits_for_the_expected_message_then_backs_off():
     assert polls.idle_interval(0.0) == pytest.approx(0.28)  # due at 0.7 * 0.4 s
     assert polls.idle_interval(0.3) == pytest.approx(0.075)  # then a quarter of the wait
     assert polls.idle_interval(100.0) == 3.0  # a quiet federation: Flower's rate
+
+
+def test_no_poll_right_after_a_reply_before_the_next_message_is_due():
+    # Flower's loop polls again as soon as a reply is pushed: that poll waits until the
+    # next message is due (0.7 * the shortest recent gap), and not at all before any gap
+    # is known or when the reply is older than that
+    import time
+
+    from fedmodel.runtime.trusted_supernode import PromptPolling
+
+    polls = PromptPolling(lead=0.7)
+    polls.replied()
+    t0 = time.monotonic()
+    polls.wait_until_due()  # nothing known yet: no wait
+    assert time.monotonic() - t0 < 0.05
+    polls.gaps.extend([0.3, 0.2])
+    polls.replied()
+    t0 = time.monotonic()
+    polls.wait_until_due()
+    assert time.monotonic() - t0 >= 0.14 - 1e-3  # due at 0.7 * 0.2 s after the reply
+    polls.message_seen()  # a message: not idle after a reply any more
+    t0 = time.monotonic()
+    polls.wait_until_due()
+    assert time.monotonic() - t0 < 0.05

@@ -47,6 +47,7 @@ from fedmodel.compiler.partition import CompiledModel
 from fedmodel.runtime.checkpoint import (
     CheckpointError,
     check_manifest,
+    checkpoint_directory,
     read_manifest,
     read_server_state,
     write_checkpoint,
@@ -156,7 +157,7 @@ def run_federated(
     try:
         start = None
         if manifest is not None:
-            runtime.load_party_checkpoint(options.resume, manifest["parties"])
+            runtime.load_party_checkpoint(checkpoint_directory(options.resume), manifest["parties"])
             start = _Mark.from_state(resumed)
             # the run so far, then what this runtime recorded on starting (Flower: hello)
             runtime.ledger.rows = list(resumed["ledger"]) + runtime.ledger.rows

@@ -142,6 +142,18 @@ def checked_token(token: Any) -> str:
     return token
 
 
+def checkpoint_directory(directory: Any) -> str:
+    """A checkpoint directory as an absolute path of the caller's working directory:
+    resolved once, here, before it goes to any backend (a pooled worker or a Ray actor runs
+    in its own working directory, where a relative path would name another directory).
+
+    >>> import os
+    >>> checkpoint_directory("run1") == os.path.join(os.getcwd(), "run1")
+    True
+    """
+    return os.path.abspath(os.fspath(directory))
+
+
 def run_token(directory: str) -> str:
     """The run token a coordinator sends deployed parties for its checkpoint ``directory``
     (the directory's base name as a plain name).
@@ -270,8 +282,9 @@ def write_checkpoint(
     server_state: dict,
     reason: str = "periodic",
 ) -> str:
-    """Write a checkpoint from the parties' marked states and ``server_state``."""
-    directory = os.fspath(directory)
+    """Write a checkpoint from the parties' marked states and ``server_state`` (a relative
+    ``directory`` is the caller's: :func:`checkpoint_directory`)."""
+    directory = checkpoint_directory(directory)
     os.makedirs(directory, exist_ok=True)
     tag = f"{iteration:06d}-{uuid.uuid4().hex[:8]}"
     parties = runtime.write_party_checkpoint(directory, tag, marked=True)

@@ -63,13 +63,15 @@ from fedmodel.runtime.messages import SERVER, Message
 # millisecond for seconds would keep a core busy). Once calls have been timed, the first
 # poll comes at POLL_LEAD times the shortest of the last POLL_HISTORY calls' durations
 # (rounds take about as long as the last ones: each early poll is a request the
-# SuperLink serves for nothing) and the next ones every POLL_STEP times it (at most
-# POLL_STEP_MAX seconds)
+# SuperLink serves for nothing) and the next ones POLL_STEP times it apart, each gap
+# POLL_GROWTH times the last (at most POLL_STEP_MAX seconds): a round that runs late under
+# load costs a few polls, not one every tenth of a round)
 POLL_SECONDS = 0.002
 POLL_MAX = 0.05
 POLL_LEAD = 0.7
 POLL_STEP = 0.1
 POLL_STEP_MAX = 0.25
+POLL_GROWTH = 1.5
 POLL_HISTORY = 3
 # how long the runtime waits for a node that has not answered when no client_timeout is set
 DEFAULT_WAIT = 3600.0
@@ -530,6 +532,8 @@ class FlowerRuntime(Runtime):
                     break
                 next_pull = time.monotonic() + (poll if step is None else max(poll, step))
                 poll = min(2 * poll, POLL_MAX)
+                if step is not None:
+                    step = min(POLL_STEP_MAX, POLL_GROWTH * step)
             self._interrupt_if_asked()
             if time.monotonic() > deadline:
                 for h in waiting.values():

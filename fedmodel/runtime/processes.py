@@ -239,14 +239,6 @@ class ProcessRuntime(Runtime):
     def worker_of(self, name: str) -> Any:
         return self._host_of[name]
 
-    # -- checkpoints: a relative directory is this process's (a worker kept from an earlier
-    # solve may have been started in another working directory) -------------------------------
-    def write_party_checkpoint(self, directory: str, tag: str, marked: bool = True) -> dict:
-        return super().write_party_checkpoint(os.path.abspath(directory), tag, marked)
-
-    def load_party_checkpoint(self, directory: str, files: Mapping[str, Any]) -> None:
-        super().load_party_checkpoint(os.path.abspath(directory), files)
-
     # -- talking to workers -----------------------------------------------------------------
     def _kill(self, h: int) -> None:
         p = self._procs.get(h)

@@ -318,6 +318,16 @@ class PromptPolling:
     def reply_ready(self) -> None:
         self._reply.set()
 
+    def wait_until_due(self) -> None:
+        """Before a poll of the SuperLink: right after a reply, wait until the next
+        message is due (Flower's loop polls again as soon as it has pushed a reply, a
+        poll that always finds nothing: the coordinator needs every party's reply first)."""
+        if self._replied and self.gaps:
+            idle = time.monotonic() - self.last_message
+            due = self.lead * min(self.gaps)
+            if idle < due:
+                time.sleep(min(self.max_poll, due - idle))
+
     def sleep(self, seconds: float) -> None:
         """Replaces ``time.sleep`` in Flower's SuperNode loop."""
         if seconds >= 1.0:  # the idle poll of the SuperLink (3 s) found nothing
@@ -395,6 +405,7 @@ def install(polling: PromptPolling, executor_box: list) -> None:
     )
 
     def pull_and_store_message(*args, **kwargs):
+        polling.wait_until_due()
         run_id = pull(*args, **kwargs)
         if run_id is not None:
             polling.message_seen()
