@@ -272,6 +272,55 @@ def _boundary_report(program, x, mu, nu, cone, ns) -> dict:
     return {"boundary_grad": grad[:ns], "boundary_scale": scale[:ns], "boundary_mask": mask}
 
 
+def domain_violation(program: PartyProgram, x: np.ndarray) -> float:
+    """How far ``x`` is outside the domain of the party's objective terms (cvxpy's
+    ``domain`` of each term, e.g. ``w >= 0`` for ``entr(w)``, evaluated at the user's
+    variables); ``inf`` when no domain constraint measures it."""
+    layout = program.layout
+    values = layout.unstack(x)
+    saved = [v.value for v in layout.variables]
+    worst = 0.0
+    try:
+        for v in layout.variables:
+            v.save_value(np.asarray(values[v], dtype=float).reshape(v.shape))
+        for t in program.objective:
+            expr = t.source if t.source is not None else t.expr
+            for con in getattr(expr, "domain", []):
+                r = np.asarray(con.violation(), dtype=float)
+                worst = max(worst, float(np.max(r, initial=0.0)))
+    finally:
+        for v, old in zip(layout.variables, saved):
+            v.save_value(old)
+    return worst if worst > 0 else float("inf")
+
+
+def _outside_domain_evaluation(program: PartyProgram, x: np.ndarray, shared_only) -> dict:
+    """The report at a point where the party's objective is not finite (outside a term's
+    domain, e.g. ``kl_div(w, q)`` at ``w_j < 0``, where an infeasible model's iterates go):
+    the objective there is ``+inf``, so no stationarity is certified (``owned_scaled =
+    owned_stationarity = 1``) and the point counts as infeasible by its distance to the
+    domain, instead of a non-finite reply the runtime refuses as a client failure."""
+    ns = program.layout.n_shared if shared_only else x.size
+    far = domain_violation(program, x)
+    far = far if np.isfinite(far) else 1.0
+    ci, ce = program.functions.constraint_values(x)
+    ci, ce = np.nan_to_num(ci, nan=far, posinf=far), np.nan_to_num(ce, nan=far, posinf=far)
+    zeros = np.zeros(ns)
+    return {
+        "objective": 0.0,
+        "grad": zeros,
+        "scale": zeros,
+        "owned_stationarity": 1.0,
+        "owned_scaled": 1.0,
+        "owned_index": np.zeros(0, dtype=int),
+        "feasibility": far,
+        "feasibility_scaled": far / max(1.0, float(np.abs(x[:ns]).max(initial=0.0))),
+        "violation": max(far, max_violation(ci, ce)),
+        "c_ineq": ci,
+        "c_eq": ce,
+    }
+
+
 def party_evaluation(
     program: PartyProgram,
     x: np.ndarray,
@@ -289,6 +338,10 @@ def party_evaluation(
     the multipliers of the party's cone constraints (zeros when None).
     """
     fn = program.functions
+    with np.errstate(all="ignore"):
+        outside = not np.isfinite(fn.objective(x))
+    if outside:
+        return _outside_domain_evaluation(program, x, shared_only)
     ci, ce = fn.constraint_values(x)
     grad, scale = fn.lagrangian_terms(x, mu, nu, cone)
     grad_f = fn.objective_and_grad(x)[1]
