@@ -244,3 +244,40 @@ def test_wrong_point_near_the_domain_boundary_is_not_certified():
     # and the optimum is certified with the same multiplier family
     kkt = _entropy_certificate(m, [0.25] * 4, 0.0, -np.log(0.25) - 1)
     assert kkt.satisfied(1e-9, 1e-9), kkt
+
+
+def _infeasible_kl_model(d=6, n=2):
+    """KL to client priors on the simplex with a moment bound no simplex point meets."""
+    rng = np.random.default_rng(4)
+    m = fm.Model("kl-infeasible")
+    w = m.variable(d, name="w")
+    m.server.subject_to([cp.sum(w) == 1, w >= 0])
+    grid = np.linspace(0, 1, d)
+    for k in range(n):
+        c = m.client(f"c{k}")
+        c.minimize(cp.sum(cp.kl_div(w, c.data(rng.dirichlet(np.ones(d)), name="q"))) / n)
+        c.subject_to(c.data(grid, name="grid") @ w <= -0.1)
+    return m
+
+
+def test_evaluation_outside_a_terms_domain_is_infeasible_not_a_failure():
+    """At ``w_j < 0`` ``kl_div(w, q)`` is ``+inf``: the party reports the point infeasible by
+    its distance to the domain (finite, so the runtime accepts the reply) and no
+    certificate."""
+    m = _infeasible_kl_model()
+    compiled = m.compile()
+    x = np.full(6, 1 / 6)
+    x[2] = -0.25
+    mus = [np.zeros(p.m_ineq) for p in compiled.parties]
+    nus = [np.zeros(p.m_eq) for p in compiled.parties]
+    kkt, summary = pooled_evaluation(compiled, x, mus, nus)
+    assert np.isfinite(kkt.feasibility) and kkt.feasibility >= 0.25 - 1e-12
+    assert summary["max_violation"] >= 0.25 - 1e-12
+    assert not kkt.satisfied(0.5, 0.5)
+
+
+def test_prox_al_on_an_infeasible_kl_model_says_infeasible():
+    """It ended in ``client_failure`` (a non-finite objective in an 'evaluate' reply)."""
+    res = _infeasible_kl_model().solve(method="prox-al", time_limit=60)
+    assert res.status in ("diverging", "infeasible"), res.message
+    assert "infeasible" in res.message
