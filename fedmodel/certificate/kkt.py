@@ -272,7 +272,7 @@ def _boundary_report(program, x, mu, nu, cone, ns) -> dict:
     return {"boundary_grad": grad[:ns], "boundary_scale": scale[:ns], "boundary_mask": mask}
 
 
-def domain_violation(program: PartyProgram, x: np.ndarray) -> float:
+def _domain_violation(program: PartyProgram, x: np.ndarray) -> float:
     """How far ``x`` is outside the domain of the party's objective terms (cvxpy's
     ``domain`` of each term, e.g. ``w >= 0`` for ``entr(w)``, evaluated at the user's
     variables); ``inf`` when no domain constraint measures it."""
@@ -301,7 +301,7 @@ def _outside_domain_evaluation(program: PartyProgram, x: np.ndarray, shared_only
     owned_stationarity = 1``) and the point counts as infeasible by its distance to the
     domain, instead of a non-finite reply the runtime refuses as a client failure."""
     ns = program.layout.n_shared if shared_only else x.size
-    far = domain_violation(program, x)
+    far = _domain_violation(program, x)
     far = far if np.isfinite(far) else 1.0
     ci, ce = program.functions.constraint_values(x)
     ci, ce = np.nan_to_num(ci, nan=far, posinf=far), np.nan_to_num(ce, nan=far, posinf=far)
