@@ -256,16 +256,20 @@ def _boundary_report(program, x, mu, nu, cone, ns) -> dict:
     if near.size == 0 or near.size > BOUNDARY_MAX_COORDS:
         return {}
     fn = program.functions
-    mask = np.zeros(ns)
-    with np.errstate(all="ignore"):
-        for j in near:
-            probe = np.array(x, dtype=float)
-            probe[j] = -tau
+
+    def ends_domain(coords) -> bool:
+        probe = np.array(x, dtype=float)
+        probe[coords] = -tau
+        with np.errstate(all="ignore"):
             try:
-                value = fn.objective(probe)
+                return not np.isfinite(fn.objective(probe))
             except (ValueError, FloatingPointError, ZeroDivisionError):
-                value = float("nan")
-            mask[j] = 0.0 if np.isfinite(value) else 1.0
+                return True
+
+    mask = np.zeros(ns)
+    if ends_domain(near):  # one evaluation when no coordinate of B ends a domain
+        for j in near:
+            mask[j] = 1.0 if ends_domain([j]) else 0.0
     plus = np.array(x, dtype=float)
     plus[near] += tau
     grad, scale = fn.lagrangian_terms(plus, mu, nu, cone)
