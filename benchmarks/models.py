@@ -820,7 +820,9 @@ NOTES = """## Notes (2026-11-25, branch bench)
   Newton-CG: 10.7 s, 177 MB, where plain Clarabel was killed at 420 s (so no f*; its KKT
   point was checked directly). Wall / Clarabel: median 1.27, 17 of 24 at most 1.5x.
 - Quick sizes: max-entropy "inaccurate" (its optimum has w_j ~ 1e-13, where entr's
-  derivative is unbounded: the certificate's "Not covered" case).
+  derivative is unbounded: the certificate's "Not covered" case). Since branch cert2's
+  boundary relief (certificate/kkt.py: stationarity proved at a point within 1e-8 of x on
+  the coordinates where a term's domain ends) `centralized` certifies it, quick and full.
 - sparse-logistic-ball data above 1e7 entries comes from an O(nnz) sampler (scipy's
   `sparse.random` permuted 1e8 indices: 25 s and 800 MB in every child before any solve).
 """

@@ -192,3 +192,92 @@ def test_cprox_al_takes_two_norm_objectives_with_a_server_box():
     assert res.status == "optimal", res.message
     assert abs(res.objective - ref.value) <= 1e-4 * abs(ref.value)
     assert np.abs(w.value - W.value).max() <= 1e-2
+
+
+def _entropy_model(a, b):
+    """Maximum entropy on the simplex (server) with one client moment bound ``a @ w <= b``."""
+    m = fm.Model("maxent")
+    w = m.variable(4, name="w")
+    m.server.minimize(-cp.sum(cp.entr(w)))
+    m.server.subject_to(cp.sum(w) == 1)
+    c = m.client("c0")
+    c.subject_to(c.data(np.asarray(a, dtype=float), name="a") @ w <= b)
+    return m, w
+
+
+def _entropy_certificate(m, x, mu, nu):
+    """Pooled certificate at ``x`` with the client's multiplier ``mu`` and the server's
+    ``nu`` (the parties in the compiled order)."""
+    compiled = m.compile()
+    mus, nus = [], []
+    for p in compiled.parties:
+        mus.append(np.full(p.m_ineq, mu))
+        nus.append(np.full(p.m_eq, nu))
+    return pooled_evaluation(compiled, np.asarray(x, dtype=float), mus, nus)[0]
+
+
+def test_entropy_optimum_on_the_domain_boundary_is_certified():
+    """``2 w_0 + w_1 + w_2 + w_3 <= 1`` with ``sum(w) = 1`` forces ``w_0 = 0``, where
+    ``d/dw (w log w) = -inf``: no finite multipliers exist at the optimum, and the boundary
+    relief certifies it (a nearby point is stationary) instead of calling it inaccurate."""
+    m, w = _entropy_model([2.0, 1.0, 1.0, 1.0], 1.0)
+    res = m.solve(method="centralized")
+    assert res.status == "optimal", res.message
+    np.testing.assert_allclose(w.value, [0, 1 / 3, 1 / 3, 1 / 3], atol=1e-6)
+    # by hand: coordinates 1..3 stationary with nu = -log(1/3) - 1 - mu; coordinate 0 at
+    # w_0 + tau = 1e-8 reads log(1e-8) + log(3) + mu, >= 0 iff mu >= 17.3
+    x = [1e-13, 1 / 3, 1 / 3, 1 / 3 - 1e-13]
+    for mu, certified in ((30.0, True), (10.0, False)):
+        kkt = _entropy_certificate(m, x, mu, -np.log(1 / 3) - 1 - mu)
+        assert kkt.satisfied(1e-6, 1e-6) is certified, (mu, kkt)
+
+
+def test_wrong_point_near_the_domain_boundary_is_not_certified():
+    """The simplex alone: the optimum is uniform (1/4). A point with ``w_0 = 1e-10`` and
+    the other coordinates exactly stationary is no optimum: ``log(w_0 + tau) - log(1/3)``
+    is about -17 and the relief does not hide it."""
+    m, _ = _entropy_model([0.0, 0.0, 0.0, 0.0], 1.0)
+    x = [1e-10, 1 / 3, 1 / 3, 1 / 3 - 1e-10]
+    kkt = _entropy_certificate(m, x, 0.0, -np.log(1 / 3) - 1)
+    assert kkt.scaled_stationarity > 0.5
+    assert not kkt.satisfied(1e-3, 1e-3)
+    # and the optimum is certified with the same multiplier family
+    kkt = _entropy_certificate(m, [0.25] * 4, 0.0, -np.log(0.25) - 1)
+    assert kkt.satisfied(1e-9, 1e-9), kkt
+
+
+def _infeasible_kl_model(d=6, n=2):
+    """KL to client priors on the simplex with a moment bound no simplex point meets."""
+    rng = np.random.default_rng(4)
+    m = fm.Model("kl-infeasible")
+    w = m.variable(d, name="w")
+    m.server.subject_to([cp.sum(w) == 1, w >= 0])
+    grid = np.linspace(0, 1, d)
+    for k in range(n):
+        c = m.client(f"c{k}")
+        c.minimize(cp.sum(cp.kl_div(w, c.data(rng.dirichlet(np.ones(d)), name="q"))) / n)
+        c.subject_to(c.data(grid, name="grid") @ w <= -0.1)
+    return m
+
+
+def test_evaluation_outside_a_terms_domain_is_infeasible_not_a_failure():
+    """At ``w_j < 0`` ``kl_div(w, q)`` is ``+inf``: the party reports the point infeasible by
+    its distance to the domain (finite, so the runtime accepts the reply) and no
+    certificate."""
+    m = _infeasible_kl_model()
+    compiled = m.compile()
+    x = np.full(6, 1 / 6)
+    x[2] = -0.25
+    mus = [np.zeros(p.m_ineq) for p in compiled.parties]
+    nus = [np.zeros(p.m_eq) for p in compiled.parties]
+    kkt, summary = pooled_evaluation(compiled, x, mus, nus)
+    assert np.isfinite(kkt.feasibility) and kkt.feasibility >= 0.25 - 1e-12
+    assert summary["max_violation"] >= 0.25 - 1e-12
+    assert not kkt.satisfied(0.5, 0.5)
+
+
+def test_prox_al_on_an_infeasible_kl_model_says_infeasible():
+    """It ended in ``client_failure`` (a non-finite objective in an 'evaluate' reply)."""
+    res = _infeasible_kl_model().solve(method="prox-al", time_limit=60)
+    assert res.status in ("diverging", "infeasible"), res.message
+    assert "infeasible" in res.message

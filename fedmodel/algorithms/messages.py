@@ -48,6 +48,14 @@ EVALUATION_FIELDS: dict[str, Field] = {
     "violation": Field(()),
     "c_ineq": Field(("m_ineq",), reveals="its inequality constraint values at w"),
     "c_eq": Field(("m_eq",), reveals="its equality constraint values at w"),
+    # only when some shared coordinate sits at a term's domain boundary (certificate/kkt.py)
+    "boundary_grad": Field(
+        ("d",), required=False, reveals="the gradient of its Lagrangian at w + tau e_B"
+    ),
+    "boundary_scale": Field(("d",), required=False, reveals="its certificate scale at w + tau e_B"),
+    "boundary_mask": Field(
+        ("d",), required=False, reveals="which coordinates of B end its objective's domain"
+    ),
 }
 #: the multipliers a quadratic-penalty method implies (common.evaluation_payload)
 PENALTY_FIELDS: dict[str, Field] = {

@@ -59,9 +59,28 @@ verdict is invariant under scaling the objective: the same model with its loss s
 averaged gets the same scaled residuals at the same point (multipliers scaled alike) once
 the averaged terms are at least 1 (``tests/test_certificate_scale.py``).
 
-Not covered: at a point on the boundary of a term's domain (``kl_div``, ``entr``, ``log``
-at ``w_j -> 0``) the gradient blows up and the smooth stationarity reads large at a correct
-point (``centralized`` then says "inaccurate", never "optimal" at a wrong one).
+**Points on the boundary of a term's domain** (``entr``, ``kl_div``, ``log`` at ``w_j = 0``;
+max-entropy with moment constraints that force ``w_j = 0``). There the derivative is
+unbounded (``d/dw (w log w) = log w + 1 -> -inf``), no finite multipliers exist at the exact
+optimum (Slater fails on the face ``w_j = 0``), and the smooth stationarity of a correct
+point ``w_j = 1e-13`` reads ``|log w_j|``-sized noise. The certificate then proves
+stationarity at a point ``x'`` within ``tau = BOUNDARY_TOL max(1, ||x_shared||_inf)`` of
+``x`` instead. Let ``B`` be the shared coordinates with ``0 <= x_j <= tau`` at which some
+party's objective is not finite at ``x_j = -tau`` (the domain ends there); each party
+reports, besides its terms at ``x``, its Lagrangian gradient and scale at ``x + tau e_B``.
+On a convex model (``L(., mu)`` convex, so ``phi(t) = d_j L`` at ``x_j = t`` is
+nondecreasing) a coordinate ``j`` of ``B`` is stationary to within ``delta`` at some
+``x'_j in [0, x_j + tau]`` iff ``phi(x_j + tau) >= -delta``: if ``phi(0+) <= 0`` the
+derivative crosses ``[-delta, delta]`` on the way (continuity), and if ``phi(0+) > 0`` the
+normal cone of the domain ``{w_j >= 0}`` at ``x'_j = 0`` absorbs it (the term is ``+inf``
+below 0, so that cone belongs to its subdifferential). So ``j`` contributes
+``max(0, -phi(x_j + tau))`` over its scale at ``x + tau e_B``, and every other coordinate
+the larger of its residuals at ``x`` and at ``x + tau e_B`` (exact when the boundary terms
+are separable in ``B``, as ``entr``, ``kl_div`` and ``log`` of a coordinate are). A wrong
+point near the boundary (``x_j = 1e-9`` where ``x*_j = 0.01``) has ``phi(x_j + tau) ~
+log(tau / 0.01) << 0`` and stays uncertified (``tests/test_certificate_scale.py``). The
+feasibility is that of ``x`` (``x'`` moves each constraint by at most ``||J||_inf tau``).
+Not applied on non-convex models (``phi`` need not be monotone there).
 
 The objective and violation reported (``res.objective``, ``res.max_violation``) are those
 of the model as written (:func:`user_model_values`), not of its epigraph or cone form.
@@ -213,6 +232,99 @@ def user_model_values(program: PartyProgram, x: np.ndarray) -> tuple[float, floa
     return objective, violation
 
 
+#: the boundary relief's distance, relative to ``max(1, ||x_shared||_inf)`` (module
+#: docstring): a certified point is within this of one whose residuals are as reported
+BOUNDARY_TOL = 1e-8
+#: at most this many coordinates are tested for a domain boundary (one objective
+#: evaluation each); beyond it no relief (conservative: never certifies more)
+BOUNDARY_MAX_COORDS = 256
+
+
+def boundary_tau(x_shared: np.ndarray) -> float:
+    """The boundary relief's distance ``BOUNDARY_TOL max(1, ||x_shared||_inf)``."""
+    return BOUNDARY_TOL * max(1.0, float(np.abs(x_shared).max(initial=0.0)))
+
+
+def _boundary_report(program, x, mu, nu, cone, ns) -> dict:
+    """A party's share of the boundary relief (module docstring): which shared coordinates
+    near 0 end its objective's domain, and its Lagrangian terms at ``x + tau e_B``."""
+    xs = np.asarray(x[:ns], dtype=float)
+    if not np.all(np.isfinite(xs)):
+        return {}
+    tau = boundary_tau(xs)
+    near = np.flatnonzero((xs >= 0.0) & (xs <= tau))
+    if near.size == 0 or near.size > BOUNDARY_MAX_COORDS:
+        return {}
+    fn = program.functions
+
+    def ends_domain(coords) -> bool:
+        probe = np.array(x, dtype=float)
+        probe[coords] = -tau
+        with np.errstate(all="ignore"):
+            try:
+                return not np.isfinite(fn.objective(probe))
+            except (ValueError, FloatingPointError, ZeroDivisionError):
+                return True
+
+    mask = np.zeros(ns)
+    if ends_domain(near):  # one evaluation when no coordinate of B ends a domain
+        for j in near:
+            mask[j] = 1.0 if ends_domain([j]) else 0.0
+    plus = np.array(x, dtype=float)
+    plus[near] += tau
+    grad, scale = fn.lagrangian_terms(plus, mu, nu, cone)
+    return {"boundary_grad": grad[:ns], "boundary_scale": scale[:ns], "boundary_mask": mask}
+
+
+def _domain_violation(program: PartyProgram, x: np.ndarray) -> float:
+    """How far ``x`` is outside the domain of the party's objective terms (cvxpy's
+    ``domain`` of each term, e.g. ``w >= 0`` for ``entr(w)``, evaluated at the user's
+    variables); ``inf`` when no domain constraint measures it."""
+    layout = program.layout
+    values = layout.unstack(x)
+    saved = [v.value for v in layout.variables]
+    worst = 0.0
+    try:
+        for v in layout.variables:
+            v.save_value(np.asarray(values[v], dtype=float).reshape(v.shape))
+        for t in program.objective:
+            expr = t.source if t.source is not None else t.expr
+            for con in getattr(expr, "domain", []):
+                r = np.asarray(con.violation(), dtype=float)
+                worst = max(worst, float(np.max(r, initial=0.0)))
+    finally:
+        for v, old in zip(layout.variables, saved):
+            v.save_value(old)
+    return worst if worst > 0 else float("inf")
+
+
+def _outside_domain_evaluation(program: PartyProgram, x: np.ndarray, shared_only) -> dict:
+    """The report at a point where the party's objective is not finite (outside a term's
+    domain, e.g. ``kl_div(w, q)`` at ``w_j < 0``, where an infeasible model's iterates go):
+    the objective there is ``+inf``, so no stationarity is certified (``owned_scaled =
+    owned_stationarity = 1``) and the point counts as infeasible by its distance to the
+    domain, instead of a non-finite reply the runtime refuses as a client failure."""
+    ns = program.layout.n_shared if shared_only else x.size
+    far = _domain_violation(program, x)
+    far = far if np.isfinite(far) else 1.0
+    ci, ce = program.functions.constraint_values(x)
+    ci, ce = np.nan_to_num(ci, nan=far, posinf=far), np.nan_to_num(ce, nan=far, posinf=far)
+    zeros = np.zeros(ns)
+    return {
+        "objective": 0.0,
+        "grad": zeros,
+        "scale": zeros,
+        "owned_stationarity": 1.0,
+        "owned_scaled": 1.0,
+        "owned_index": np.zeros(0, dtype=int),
+        "feasibility": far,
+        "feasibility_scaled": far / max(1.0, float(np.abs(x[:ns]).max(initial=0.0))),
+        "violation": max(far, max_violation(ci, ce)),
+        "c_ineq": ci,
+        "c_eq": ce,
+    }
+
+
 def party_evaluation(
     program: PartyProgram,
     x: np.ndarray,
@@ -230,6 +342,10 @@ def party_evaluation(
     the multipliers of the party's cone constraints (zeros when None).
     """
     fn = program.functions
+    with np.errstate(all="ignore"):
+        outside = not np.isfinite(fn.objective(x))
+    if outside:
+        return _outside_domain_evaluation(program, x, shared_only)
     ci, ce = fn.constraint_values(x)
     grad, scale = fn.lagrangian_terms(x, mu, nu, cone)
     grad_f = fn.objective_and_grad(x)[1]
@@ -243,6 +359,8 @@ def party_evaluation(
         owned = float(np.abs(grad[ns:]).max(initial=0.0))
         grad, scale = grad[:ns], scale[:ns]
         owned_index = np.zeros(0, dtype=int)
+    ns = program.layout.n_shared if shared_only else x.size
+    boundary = _boundary_report(program, x, mu, nu, cone, ns)
     ci0, ce0 = fn.constant_parts
     objective, violation = fn.objective(x), max(max_violation(ci, ce), cone_viol)
     on_user_model = user_model_values(program, x)
@@ -262,6 +380,7 @@ def party_evaluation(
         "violation": violation,
         "c_ineq": ci,
         "c_eq": ce,
+        **boundary,
     }
 
 
@@ -348,6 +467,9 @@ def assemble(
     each party's constraint values.
     """
     grad = sum(r["grad"] for r in reports.values())
+    relief = None if local else _boundary_relief(reports, grad)
+    if relief is not None:
+        grad = relief[0]
     stationarity = (
         float(np.abs(grad).max(initial=0.0))
         if regularizer.is_zero
@@ -361,7 +483,9 @@ def assemble(
     feasibility = max(max(per_party.values(), default=0.0), box)
     kkt = KKTResiduals(stationarity, feasibility, per_party, local)
     if all("scale" in r for r in reports.values()):
-        kkt.scaled_stationarity, kkt.scaled_feasibility = _scaled(reports, regularizer, x, grad)
+        kkt.scaled_stationarity, kkt.scaled_feasibility = _scaled(
+            reports, regularizer, x, grad, None if relief is None else relief[1]
+        )
         kkt.scaled_feasibility = max(
             kkt.scaled_feasibility, box / max(1.0, float(np.abs(x).max(initial=0.0)))
         )
@@ -403,12 +527,44 @@ def _stationarity_floor(reports: dict[str, dict], regularizer: Regularizer, x, o
     return min(1.0, GAP_ORDER * max(1.0, size) / max(1.0, x_l1))
 
 
-def _scaled(reports: dict[str, dict], regularizer: Regularizer, x: np.ndarray, grad) -> tuple:
-    """Scaled stationarity and feasibility from the parties' reports (module docstring)."""
-    grad = np.array(grad, dtype=float)
-    scale = np.zeros_like(grad)
+def _boundary_relief(reports: dict[str, dict], grad: np.ndarray):
+    """The stationarity terms with the boundary relief applied (module docstring), as
+    ``(grad, scale)``, or None when no coordinate sits at a domain boundary (or a party did
+    not report its terms at ``x + tau e_B``)."""
+    keys = ("boundary_grad", "boundary_scale", "boundary_mask")
+    if not reports or not all(all(k in r for k in keys) for r in reports.values()):
+        return None
+    mask = np.zeros(np.shape(grad), dtype=bool)
     for r in reports.values():
+        mask |= np.asarray(r["boundary_mask"], dtype=float) > 0
+    if not mask.any():
+        return None
+    plus = sum(np.asarray(r["boundary_grad"], dtype=float) for r in reports.values())
+    scale_plus = np.zeros(mask.shape)
+    scale = np.zeros(mask.shape)
+    for r in reports.values():
+        np.maximum(scale_plus, r["boundary_scale"], out=scale_plus)
         np.maximum(scale, r["scale"], out=scale)
+    grad = np.asarray(grad, dtype=float)
+    # off B: the larger residual of the two points; on B: only a derivative still
+    # negative at x_j + tau (pointing into the domain) is left uncertified
+    worse = np.where(np.abs(plus) > np.abs(grad), plus, grad)
+    relieved = np.where(mask, np.minimum(plus, 0.0), worse)
+    return relieved, np.where(mask, scale_plus, np.maximum(scale, scale_plus))
+
+
+def _scaled(
+    reports: dict[str, dict], regularizer: Regularizer, x: np.ndarray, grad, scale=None
+) -> tuple:
+    """Scaled stationarity and feasibility from the parties' reports (module docstring);
+    ``scale`` overrides the reports' (the boundary relief's)."""
+    grad = np.array(grad, dtype=float)
+    if scale is None:
+        scale = np.zeros_like(grad)
+        for r in reports.values():
+            np.maximum(scale, r["scale"], out=scale)
+    else:
+        scale = np.array(scale, dtype=float)
     owned = [np.asarray(r.get("owned_index", ()), dtype=int) for r in reports.values()]
     owned = np.concatenate(owned) if owned else np.zeros(0, dtype=int)
     if owned.size:  # the pooled evaluation: owned blocks are judged by their owners
