@@ -334,6 +334,9 @@ class DAGDServer(DGDServer):
     def sync(self, runtime) -> None:
         pass  # the coordinator holds the latest delivered iterates
 
+    def round_counts(self) -> dict[str, int]:
+        return {"inner": self.r, "updates": self.total, "ticks": self.tick}
+
     def asynchrony(self) -> dict:
         """Per node: updates delivered, the largest and mean staleness of the neighbour
         copies they used, and how many used a stale copy."""
