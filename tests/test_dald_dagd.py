@@ -34,20 +34,18 @@ def test_without_delays_dagd_is_dgd_bit_for_bit(lsq):
 def test_delays_give_stale_updates_and_the_synchronous_fixed_point(lsq):
     """Every fixed point of the asynchronous iteration is one of synchronous DGD (all copies
     equal the iterates): with delays the nodes update at different rates, on stale copies
-    (staleness <= the delay bound), and land on dgd's fixed point."""
+    (staleness <= the node's delay), and land on dgd's fixed point."""
     m, _ = lsq
     delays = (0, 2, 1, 3)
     sync = m.solve("dgd", topology="ring", step=0.05, max_rounds=1500, history=False)
-    res = m.solve(
-        "dagd", topology="ring", step=0.05, delays=delays, max_rounds=1500, history=False
-    )
+    res = m.solve("dagd", topology="ring", step=0.05, delays=delays, max_rounds=1500, history=False)
     parties = res.extra["asynchrony"]["parties"]
     assert res.extra["asynchrony"]["mode"] == "delays"
     updates = [parties[f"c{i}"]["updates"] for i in range(4)]
     assert updates[0] > updates[1] > updates[3]  # delay 0 > delay 2 > delay 3
     assert sum(updates) == res.rounds["updates"] >= 4 * 1500
-    for i, d in enumerate(delays):
-        assert parties[f"c{i}"]["max_staleness"] <= max(delays) + 1
+    for i, d in enumerate(delays):  # at most one delivery per neighbour per tick it waits
+        assert parties[f"c{i}"]["max_staleness"] <= d
     assert max(p["max_staleness"] for p in parties.values()) >= 2
     for s, x in sync.extra["local_x"].items():
         assert np.abs(res.extra["local_x"][s] - x).max() <= 1e-9

@@ -18,7 +18,7 @@ alpha_i g_i(x_i(t))``. A node starts its next update as soon as it is idle and a
 iterate since its last start; nobody waits for a global round.
 
 **Where the iterates travel.** The node's update is the same code as ``dgd``'s
-(:class:`~fedmodel.algorithms.baselines.dgd.DGDNode`). Neighbour iterates are carried by
+(:class:`~fedmodel.algorithms.baselines.dgd.DGDUpdate`). Neighbour iterates are carried by
 the coordinator, which here plays the network: it holds no variable and computes nothing;
 it keeps, per node, the neighbours' latest delivered iterates that node has not received
 yet (a mailbox: a newer iterate replaces an undelivered older one), and hands them over with
@@ -67,7 +67,7 @@ from typing import Any
 
 import numpy as np
 
-from fedmodel.algorithms.baselines.dgd import DGDNode, DGDOptions, DGDServer, _mixing
+from fedmodel.algorithms.baselines.dgd import DGDOptions, DGDServer, DGDUpdate, _mixing
 from fedmodel.algorithms.common import starting_point
 from fedmodel.algorithms.dald.local import scaled_regularizer
 from fedmodel.algorithms.dald.messages import DALD
@@ -167,18 +167,18 @@ def node_delays(delays: Any, nodes: list[str], method: str) -> dict[str, int]:
 
 
 @register_wire_type("dagd.node")
-class DAGDNode(DGDNode):
-    """Node of dagd: :class:`DGDNode` (its iterate, its copies of the neighbours' iterates,
-    its step count), updated on a ``dagd_step`` job that brings the neighbours' iterates
-    delivered since its last job."""
+class DAGDNode(DGDUpdate):
+    """Node of dagd: dgd's node state and update (its iterate, its copies of the
+    neighbours' iterates, its step count), updated on a ``dagd_step`` job that brings the
+    neighbours' iterates delivered since its last job."""
 
     messages = DALD
 
     def _on_dagd_step(self, nbr):
         """Take the new neighbour iterates, make one update (55), return the iterate."""
         for j, x in nbr.items():
-            self._on_dgd_x(x, j)
-        self._on_dgd_step()
+            self.nbr[j] = np.asarray(x, dtype=float)
+        self.update()
         return {"x": self.x.copy(), "move": self.last_move}
 
     def _on_report(self):
