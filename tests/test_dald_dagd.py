@@ -20,7 +20,7 @@ def lsq():
 
 def test_without_delays_dagd_is_dgd_bit_for_bit(lsq):
     m, _ = lsq
-    for topology in ("ring", "chain"):
+    for topology in ("ring", "chain", "star"):  # star: "server" is a node
         a = m.solve("dgd", topology=topology, max_rounds=60, history=False)
         b = m.solve("dagd", topology=topology, max_rounds=60, history=False)
         assert np.array_equal(a.x, b.x)
@@ -28,6 +28,7 @@ def test_without_delays_dagd_is_dgd_bit_for_bit(lsq):
             assert np.array_equal(a.extra["local_x"][s], b.extra["local_x"][s])
         info = b.extra["asynchrony"]
         assert info["mode"] == "synchronous" and info["ticks"] == 60
+        assert len(info["parties"]) == (5 if topology == "star" else 4)
         assert all(p["updates"] == 60 and p["max_staleness"] == 0 for p in info["parties"].values())
 
 

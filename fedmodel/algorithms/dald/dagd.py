@@ -263,12 +263,14 @@ class DAGDServer(DGDServer):
         """One tick of the virtual clock: start every ready node (its reply is computed now
         and held until its delay has passed), then deliver what arrives this tick."""
         t = self.tick
-        started = False
-        for s in self.nodes:
-            if self._ready(s):
-                reply = runtime.send(s, "dagd_step", self._job(s)).payload
+        ready = [s for s in self.nodes if self._ready(s)]
+        if ready:  # one exchange: the nodes compute in parallel on a parallel backend
+            jobs = {s: self._job(s) for s in ready}
+            replies = runtime.broadcast("dagd_step", jobs.__getitem__, to=ready)
+            for s in ready:
+                reply = replies[s].payload
                 self.pending[s] = [t + self.delays[s], reply["x"], float(reply["move"])]
-                started = True
+        started = bool(ready)
         due = [s for s in self.nodes if s in self.pending and self.pending[s][0] <= t]
         if not started and not self.pending:
             raise self._stuck()
