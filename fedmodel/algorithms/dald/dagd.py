@@ -300,6 +300,9 @@ class DAGDServer(DGDServer):
                 arrived.append((s, reply["x"], float(reply["move"])))
         self._deliver(arrived)
 
+    def state_restored(self) -> None:
+        self._tickets = {}  # work posted after that point is gone (the runtime dropped it)
+
     def quiesce(self, runtime) -> None:
         """Take every job in flight (a consistent point)."""
         if self._tickets:
