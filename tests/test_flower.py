@@ -306,8 +306,9 @@ def test_every_federated_method_on_the_simulation_engine(method):
 
     import fedmodel as fm
 
-    # dgd: 1000 rounds of 16 peer messages, each a Flower round trip of ~0.1 s: a few
-    opts = {"max_rounds": 20} if method == "dgd" else {}
+    # dgd, dagd: 1000 rounds of 16 peer messages (dagd: 4 jobs), each a Flower round trip of
+    # ~0.1 s: a few
+    opts = {"max_rounds": 20} if method in ("dgd", "dagd") else {}
     for make in (constrained_model, lsq_model):
         try:
             ref = make().solve(method, **opts)

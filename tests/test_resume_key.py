@@ -44,6 +44,7 @@ CASES = {
     "fedavg": (_dsl("fedavg", local_steps=2), "max_rounds", 3, 6, ("weights", "uniform")),
     "fedprox": (_dsl("fedprox"), "max_rounds", 3, 6, ("prox_coef", 50.0)),
     "dgd": (_dsl("dgd", topology="ring"), "max_rounds", 3, 6, ("step_decay", 0.5)),
+    "dagd": (_dsl("dagd", topology="ring", delays=(0, 1, 2)), "max_rounds", 3, 6, ("step", 0.01)),
     "fair-vfl": (_vfl("fair-vfl"), "max_rounds", 3, 6, ("c", 0.002)),
     "fedbcd": (_vfl("fedbcd"), "max_rounds", 3, 6, ("c", 0.002)),
     "ssca": (_learning(sample_model, "ssca"), "rounds", 2, 4, ("seed", 5)),

@@ -44,7 +44,6 @@ otherwise), each replacing the exact block minimisation by ``W`` steps from the 
 
 from __future__ import annotations
 
-import dataclasses
 import zlib
 from dataclasses import dataclass
 
@@ -179,7 +178,7 @@ class LocalProblem:
             "alpha": self._alpha,
             "lf": self._lf,
             "engine": engine.get_state() if hasattr(engine, "get_state") else None,
-            "stats": dataclasses.asdict(self.stats),
+            "stats": dict(vars(self.stats)),  # flat: cheaper than asdict per step
         }
 
     def set_state(self, state: dict) -> None:

@@ -28,6 +28,7 @@ FAMILIES: dict[str, str] = {
     "centralized": "fedmodel.algorithms.centralized",
     "dald-cc": "fedmodel.algorithms.dald",
     "dald-dc": "fedmodel.algorithms.dald",
+    "dagd": "fedmodel.algorithms.dald",
     "fedavg": "fedmodel.algorithms.baselines",
     "fedprox": "fedmodel.algorithms.baselines",
     "dgd": "fedmodel.algorithms.baselines",

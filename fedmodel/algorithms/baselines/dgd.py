@@ -85,11 +85,10 @@ class DGDOptions(RuntimeOptions):
         check_constraints(compiled, method, self.penalty)
 
 
-@register_wire_type("dgd.node")
-class DGDNode(PenaltyClient):
-    """Node of dgd: keeps ``x_i`` and its neighbours' last iterates."""
-
-    messages = BASELINES
+class DGDUpdate(PenaltyClient):
+    """A node's DGD state and update (55): ``x_i``, its copies of the neighbours' last
+    iterates and its step count; the message handlers are its subclasses' (``dgd``'s
+    :class:`DGDNode`, ``dagd``'s :class:`~fedmodel.algorithms.dald.dagd.DAGDNode`)."""
 
     state_fields = ("x", "nbr", "alpha", "k", "last_move", "last_w")
     component_fields = ("local",)
@@ -109,15 +108,9 @@ class DGDNode(PenaltyClient):
         self.last_move = np.inf
         self.last_w: np.ndarray | None = None
 
-    def _on_dgd_x(self, x, sender):
-        """A neighbour's iterate."""
-        self.nbr[sender] = np.asarray(x, dtype=float)
-
-    def _on_dgd_send(self):
-        for j in self.neighbours:
-            self.runtime.send_peer(self.name, j, "dgd_x", {"x": self.x})
-
-    def _on_dgd_step(self):
+    def update(self) -> None:
+        """One update (55) with the neighbours' iterates held: ``x_i <- prox_{alpha_k
+        h/n}(sum_j p_ij x_j - alpha_k grad f_i(x_i))``, ``alpha_k = alpha / k^decay``."""
         if self.alpha is None:
             L = self.local.lipschitz_estimate(self.x)
             self.alpha = 0.5 / L if L > 0 else 1.0
@@ -132,9 +125,6 @@ class DGDNode(PenaltyClient):
         self.x = new
         self.local.stats.iterations += 1
 
-    def _on_state(self):
-        return {"x": self.x.copy(), "move": self.last_move}
-
     def _on_report(self):
         return {
             **super()._on_report(),
@@ -142,6 +132,28 @@ class DGDNode(PenaltyClient):
             "x": self.x.copy(),
             "alpha": self.alpha,
         }
+
+
+@register_wire_type("dgd.node")
+class DGDNode(DGDUpdate):
+    """Node of dgd: keeps ``x_i`` and its neighbours' last iterates, which reach it peer to
+    peer (``dgd_x``) before every synchronous step."""
+
+    messages = BASELINES
+
+    def _on_dgd_x(self, x, sender):
+        """A neighbour's iterate."""
+        self.nbr[sender] = np.asarray(x, dtype=float)
+
+    def _on_dgd_send(self):
+        for j in self.neighbours:
+            self.runtime.send_peer(self.name, j, "dgd_x", {"x": self.x})
+
+    def _on_dgd_step(self):
+        self.update()
+
+    def _on_state(self):
+        return {"x": self.x.copy(), "move": self.last_move}
 
 
 def _mixing(opts: DGDOptions, g, nodes: list[str], method: str) -> dict[str, dict[str, float]]:

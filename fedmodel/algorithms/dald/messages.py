@@ -1,5 +1,6 @@
-"""The message table of ``dald-cc`` (server rounds) and ``dald-dc`` (nodes activated by a
-coordinator, iterates peer to peer).
+"""The message table of ``dald-cc`` (server rounds), ``dald-dc`` (nodes activated by a
+coordinator, iterates peer to peer) and ``dagd`` (jobs posted to the nodes, neighbour
+iterates relayed by the coordinator).
 
 Examples
 --------
@@ -94,6 +95,17 @@ DALD = MessageTable(
             methods=_DC,
         ),
         MessageSpec(
+            "dagd_step",
+            request={
+                "nbr": Field(
+                    ("d",), dtype="map", reveals="its neighbours' iterates (relayed to it)"
+                )
+            },
+            reply={"x": _X, "move": Field((), finite=False)},
+            reveals="its iterate x_i after an update (55), relayed to its neighbours",
+            methods=("dagd",),
+        ),
+        MessageSpec(
             "output",
             reply={"x": _X},
             channel="diagnostic",
@@ -109,6 +121,8 @@ DALD = MessageTable(
                 "mu_edges": Field(
                     ("d",), dtype="map", required=False, reveals="its edges' multipliers"
                 ),
+                "alpha": Field((), nullable=True, required=False),
+                "updates": Field((), dtype="int", required=False),
                 **_CONSENSUS,
             },
         ),

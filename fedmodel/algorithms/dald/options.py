@@ -106,7 +106,7 @@ class DALDOptions(RuntimeOptions):
     snapshot_iterations : sequence of int
         Total inner-iteration counts at which every party's local iterate is recorded (in
         ``result.extra["snapshots"]``, diagnostic channel).
-    (and the runtime options below; ``dald-dc`` runs on the serial runtime only)
+    (and the runtime options below)
     """
 
     rho: Any = 1.0
