@@ -69,11 +69,11 @@ import numpy as np
 
 from fedmodel.algorithms.baselines.dgd import DGDOptions, DGDServer, DGDUpdate, _mixing
 from fedmodel.algorithms.common import starting_point
-from fedmodel.algorithms.dald.local import scaled_regularizer
 from fedmodel.algorithms.dald.messages import DALD
-from fedmodel.algorithms.dald.topology import SERVER, topology_graph
 from fedmodel.algorithms.driver import run_federated
+from fedmodel.algorithms.local import scaled_regularizer
 from fedmodel.algorithms.protocol import StepReport
+from fedmodel.algorithms.topology import SERVER, topology_graph
 from fedmodel.compiler.partition import CompiledModel
 from fedmodel.compiler.regularizer import Regularizer
 from fedmodel.errors import ModelError, UnsupportedError
