@@ -245,6 +245,33 @@ def verdicts(summary: list[dict]) -> list[str]:
     return out
 
 
+DOCS = HERE.parent / "docs" / "vfl.md"
+DOCS_BEGIN, DOCS_END = "<!-- fairness_vfl: begin -->\n", "<!-- fairness_vfl: end -->"
+
+
+def docs_block(summary: list[dict]) -> str:
+    """The table and verdicts that ``docs/vfl.md`` shows between its ``fairness_vfl``
+    markers, rendered from a run's summary (tests/test_benchmark_fairness_docs.py checks the
+    page against the committed ``results_fairness_vfl.json``)."""
+    return "\n".join(
+        [
+            table(summary),
+            "",
+            "At equal test TPR gap (`benchmarks/fairness_vfl.py`'s verdict):",
+            "",
+            *verdicts(summary),
+        ]
+    )
+
+
+def write_docs(summary: list[dict], page: Path = DOCS) -> None:
+    """Replace the block between the ``fairness_vfl`` markers of ``page`` by this run's."""
+    text = page.read_text()
+    start = text.index(DOCS_BEGIN) + len(DOCS_BEGIN)
+    end = text.index(DOCS_END)
+    page.write_text(text[:start] + docs_block(summary) + "\n" + text[end:])
+
+
 def main(argv=None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--seeds", type=int, default=5)
@@ -254,6 +281,11 @@ def main(argv=None) -> None:
     ap.add_argument("--tpr-eps", default=",".join(str(e) for e in TPR_EPS))
     ap.add_argument("--quick", action="store_true", help="1 split, 100 rounds, Adult 3,000 rows")
     ap.add_argument("--out", default=None, help="default RESULTS_fairness_vfl[_quick].md here")
+    ap.add_argument(
+        "--no-docs",
+        action="store_true",
+        help="do not write the table into docs/vfl.md (a --quick run never does)",
+    )
     args = ap.parse_args(argv)
     if args.quick:
         args.seeds, args.rounds, args.adult_train = 1, 100, 3000
@@ -304,6 +336,8 @@ def main(argv=None) -> None:
     Path(args.out).with_name(
         Path(args.out).stem.replace("RESULTS", "results") + ".json"
     ).write_text(json.dumps({"rows": rows, "summary": summary}, indent=1))
+    if not (args.quick or args.no_docs):
+        write_docs(summary)
     print(text)
 
 
