@@ -418,18 +418,28 @@ def _cvxpy_solve(
             timing=timing,
             extra=base,
         )
-    kkt, summary = pooled_evaluation(compiled, x, mus, nus, lams)
-    if compiled.layout.hidden and not kkt.satisfied(options.eps, options.eps):
-        polished = polish_auxiliary_duals(compiled, x, mus)
-        if polished is not None:
-            kkt_p, summary_p = pooled_evaluation(compiled, x, polished, nus, lams)
-            if kkt_p.verdict_residuals[0] < kkt.verdict_residuals[0]:
-                mus, kkt, summary = polished, kkt_p, summary_p
-                base["auxiliary_duals_polished"] = True
-                multipliers = {
-                    p.name: split_multipliers(p, m, v, lam)
-                    for p, m, v, lam in zip(compiled.parties, mus, nus, lams)
-                }
+    # epigraph models: the polished multipliers are judged first (the certificate is the
+    # costly part on many rows: LAD over 20 clients, 4,000 rows, spent 0.1 s in each of
+    # two evaluations), the unpolished ones only when the polished do not certify
+    polished = polish_auxiliary_duals(compiled, x, mus) if compiled.layout.hidden else None
+    kkt_p = summary_p = None
+    if polished is not None:
+        kkt_p, summary_p = pooled_evaluation(compiled, x, polished, nus, lams)
+    if kkt_p is not None and kkt_p.satisfied(options.eps, options.eps):
+        kkt, summary = kkt_p, summary_p
+    else:
+        kkt, summary = pooled_evaluation(compiled, x, mus, nus, lams)
+        if kkt_p is not None and kkt_p.verdict_residuals[0] >= kkt.verdict_residuals[0]:
+            polished = None  # (the polish did not lower the stationarity: not taken)
+        elif kkt_p is not None:
+            kkt, summary = kkt_p, summary_p
+    if polished is not None:
+        mus = polished
+        base["auxiliary_duals_polished"] = True
+        multipliers = {
+            p.name: split_multipliers(p, m, v, lam)
+            for p, m, v, lam in zip(compiled.parties, mus, nus, lams)
+        }
     # the residuals are recomputed here, so Clarabel's "optimal_inaccurate" (it stopped at
     # its reduced tolerances, short of the tight ones asked for) is certified when they hold
     certified = cvx_status in ("optimal", "optimal_inaccurate") and kkt.satisfied(
