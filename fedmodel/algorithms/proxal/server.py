@@ -52,6 +52,7 @@ from fedmodel.compiler.regularizer import Regularizer
 from fedmodel.errors import ModelError
 from fedmodel.runtime.base import Runtime
 from fedmodel.runtime.endpoints import EndpointFactory
+from fedmodel.subproblems import conic_prox
 from fedmodel.subproblems.conic_prox import exact_prox_solver, internal_rows, restricted_domain
 from fedmodel.subproblems.merit import MeritProblem
 from fedmodel.subproblems.newton import solve_upper
@@ -1216,7 +1217,8 @@ def run_prox_al(
         and options.inner_solver == "auto"
         and not compiled.nonconvex
         and _exact_eps_ok(options),
-        user_constraints=any(
+        user_constraints=not conic_prox.HARD_CONSTRAINTS
+        and any(
             c.kind != "cone" and not c.internal for p in compiled.parties for c in p.constraints
         ),
     )
