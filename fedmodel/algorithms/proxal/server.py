@@ -36,7 +36,7 @@ from fedmodel.algorithms.driver import run_federated
 from fedmodel.algorithms.protocol import ServerHalf, StepReport
 from fedmodel.algorithms.proxal.anderson import AndersonState
 from fedmodel.algorithms.proxal.client import ProxALClient
-from fedmodel.algorithms.proxal.exact_admm import ExactADMM
+from fedmodel.algorithms.proxal.exact_admm import ExactADMM, exact_balancing
 from fedmodel.algorithms.proxal.messages import PROXAL
 from fedmodel.algorithms.proxal.newton_inner import (
     DENSE_MODEL_MAX,
@@ -235,7 +235,7 @@ class ProxALServer(ServerHalf):
         self.exact = ExactADMM(
             float(np.mean(list(rhos.values()))) if rhos else 1.0,
             int(options.anderson),
-            options.balancing,
+            exact_balancing(options),
             int(options.max_inner),
             float(options.relaxation)
             if "relaxation" not in getattr(options, "_defaulted", ()) or not options.adaptive
