@@ -61,6 +61,13 @@ LOCAL_FRACTION, LOCAL_FLOOR = 1e-2, 1e-9
 PRIMAL_FRACTION = 0.3
 
 
+#: an infeasible model: ADMM's consensus gap ``x_i - z`` converges to a nonzero constant
+#: (its limit certifies infeasibility, Banjac et al. 2019) while ``z`` stops moving; the
+#: inner solve reports it when, after INFEASIBLE_WINDOW rounds at a fixed sigma, the
+#: primal residual changed by at most INFEASIBLE_CHANGE (relative) over that many rounds,
+#: stays above tau_k, and the dual residual is below INFEASIBLE_CHANGE times it
+INFEASIBLE_WINDOW, INFEASIBLE_CHANGE = 50, 1e-3
+
 #: residual balancing's ratio with exact-admm when ``rb_ratio`` is left to its default (10,
 #: Algorithm 2's): the exact steps move ``z`` by about the terms' subgradients over sigma,
 #: so a penalty too large for the distance left shows as a dual residual a few times the
@@ -138,6 +145,8 @@ class ExactADMM:
         residuals: list[np.ndarray] = []
         rejected = 0
         bound, residual, w = np.inf, np.inf, w_center
+        primals: list[float] = []  # (the infeasibility monitor)
+        fixed_since = 0  # the round since which sigma has not changed
         for t in range(self.max_inner):
             sigma = self.sigma
             runtime.next_round()
@@ -161,6 +170,14 @@ class ExactADMM:
             if bound <= tau:
                 self.duals = U_new
                 return InnerOutcome(w, t + 1, bound, True, residual)
+            primals.append(primal)
+            if (
+                server.options.monitor
+                and t - fixed_since >= INFEASIBLE_WINDOW
+                and self.infeasible(primals, dual, tau)
+            ):
+                self.duals = U_new
+                return InnerOutcome(w, t + 1, bound, False, residual, stalled=True)
             if deadline is not None and time.perf_counter() > deadline:
                 self.duals = U_new
                 return InnerOutcome(w, t + 1, bound, False, residual, timed_out=True)
@@ -179,6 +196,7 @@ class ExactADMM:
                     U_new = {n: u * (sigma / new) for n, u in U_new.items()}
                     self.sigma = new
                     changed = True
+                    fixed_since = t + 1
             if aa is None:
                 z, U = z_new, U_new
                 continue
@@ -203,3 +221,15 @@ class ExactADMM:
                 residuals.clear()
         self.duals = U
         return InnerOutcome(w, self.max_inner, bound, False, residual)
+
+    @staticmethod
+    def infeasible(primals: list[float], dual: float, tau: float) -> bool:
+        """The signature of an infeasible model (:data:`INFEASIBLE_WINDOW`): a primal
+        residual above its target ``PRIMAL_FRACTION * tau`` that has settled (relative change at most
+        :data:`INFEASIBLE_CHANGE` over the window) while the dual residual vanished."""
+        now, then = primals[-1], primals[-1 - INFEASIBLE_WINDOW]
+        return bool(
+            now > PRIMAL_FRACTION * tau  # (the primal residual's target)
+            and abs(now - then) <= INFEASIBLE_CHANGE * now
+            and dual <= INFEASIBLE_CHANGE * now
+        )

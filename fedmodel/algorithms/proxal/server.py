@@ -359,6 +359,18 @@ class ProxALServer(ServerHalf):
             return self.blow_up(runtime, k, w_new)
         if outcome.stalled:
             self.x = w_new
+            if self.inner_mode == EXACT:  # (exact_admm.ExactADMM.infeasible)
+                return StepReport(
+                    info={"inner_iterations": outcome.iterations, "inner_bound": outcome.bound},
+                    stop="diverging",
+                    message=(
+                        f"the parties' constraints admit no common point: at outer iteration "
+                        f"{k} the consensus gap of exact-admm settled at {outcome.bound:.3g} "
+                        f"(target tau_k = {tau:.3g}) while the server's point stopped moving "
+                        "and the duals grow; the model is likely infeasible (method="
+                        "'centralized' gives the pooled solver's certificate)"
+                    ),
+                )
             if self.inner_mode in NEWTON_MODES:
                 why = (
                     f"the federated {self.inner_mode} inner solver stalled at outer iteration {k}: its "
