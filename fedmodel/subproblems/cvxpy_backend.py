@@ -247,7 +247,9 @@ class CvxpySolver:
         with only ``q`` recomputed from the linear term (cvxpy's parameter application
         and solver interface took about 25 of the 32 ms of a solve on an SVM client);
         the result is unpacked by cvxpy's chain as in a full solve. False (nothing done)
-        when the data are stale: the caller solves through cvxpy."""
+        before the first full solve or when the data are stale: the caller solves through
+        cvxpy (after a change of sigma, :meth:`_refresh_direct` first rebuilds the data with
+        cvxpy's parameter application and the solve stays direct)."""
         import clarabel
         from cvxpy.cvxcore.python import canonInterface
 
@@ -299,6 +301,9 @@ class CvxpySolver:
         try:
             with warnings.catch_warnings():  # accuracy is measured (and polished) by the caller
                 warnings.filterwarnings("ignore", message="Solution may be inaccurate")
+                stale = self._direct is not None and self._direct["key"] != self._structure_key()
+                if self.direct and stale:  # (new P, A, b from cvxpy's compiled problem)
+                    self._refresh_direct()
                 if not (self.direct and self._direct_solve(settings)):
                     self.cvx_problem.solve(solver=self.solver, warm_start=self.warm, **settings)
                     if self.direct and self.cvx_problem.status in ("optimal", "optimal_inaccurate"):
