@@ -303,9 +303,11 @@ def test_an_infeasible_model_ends_quickly_with_a_verdict():
 
 
 def test_direct_clarabel_steps_equal_cvxpy_solves():
-    """``CvxpySolver(direct=True)`` (Clarabel on cvxpy's compiled data, ``q`` recomputed)
-    returns the points and duals of full cvxpy solves, also across a change of sigma (which
-    rebuilds the data) and of the centre (which does not)."""
+    """``CvxpySolver(direct=True)`` (Clarabel on cvxpy's compiled data of the subproblem
+    without its proximal term, sigma added to ``P``, ``q`` recomputed) returns the points and
+    duals of full cvxpy solves across changes of sigma and of the centre, and compiles once.
+    Both solve the same strongly convex subproblem (modulus sigma >= 1) to residual 1e-8 in
+    different compiled forms, so points and duals agree to a small multiple of that."""
     from fedmodel.subproblems.cvxpy_backend import CvxpySolver
     from fedmodel.subproblems.merit import MeritProblem
 
@@ -322,17 +324,20 @@ def test_direct_clarabel_steps_equal_cvxpy_solves():
         CvxpySolver(p, hard_internal=True, hard_constraints=True, direct=flag)
         for p, flag in zip(problems, (True, False))
     ]
+    compiled = []
+    refresh = solvers[0]._refresh_direct
+    solvers[0]._refresh_direct = lambda: (compiled.append(1), refresh())
     rng = np.random.default_rng(14)
-    for sigma in (1.0, 1.0, 4.0, 4.0, 4.0):
+    for sigma in (1.0, 1.0, 4.0, 4.0, 1.0 / 16, 4.0):
         center = rng.normal(size=problems[0].n)
         reports = []
         for problem, solver in zip(problems, solvers):
             problem.set(sigma=sigma, center=center)
             reports.append(solver.solve(np.zeros(problem.n), 1e-8))
-        assert np.allclose(reports[0].x, reports[1].x, rtol=0, atol=1e-12)
-        assert np.allclose(problems[0].mu[0], problems[1].mu[0], rtol=0, atol=1e-12)
+        assert np.allclose(reports[0].x, reports[1].x, rtol=0, atol=1e-6 / min(sigma, 1.0))
+        assert np.allclose(problems[0].mu[0], problems[1].mu[0], rtol=0, atol=1e-6)
         assert reports[0].residual <= 1e-6
-    assert solvers[0]._direct is not None  # (the direct path ran)
+    assert len(compiled) == 1  # (the direct path ran, compiled once across sigma changes)
 
 
 def test_exact_admm_balancing_default():

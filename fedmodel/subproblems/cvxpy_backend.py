@@ -131,7 +131,9 @@ class CvxpySolver:
         self.penalised: list[tuple[np.ndarray, np.ndarray]] = []  # rows with AL terms
         self.internal_cons: list[tuple[list, list]] = []  # hard (ineq, eq) constraints
         self.user_rows: list[np.ndarray] = []  # which hard inequality rows are the user's
-        obj = 0.5 * cp.sum_squares(cp.multiply(self.sqrt_sigma, x)) - self.linear @ x
+        # (the proximal term is added last: the direct path compiles the rest without it and
+        # puts sigma on the x-block's diagonal of P itself)
+        obj = -self.linear @ x
         hard_rows = []
         for prog in problem.programs:
             if prog.objective:
@@ -182,7 +184,10 @@ class CvxpySolver:
             self.cones.append(mine)
             cons = cons + mine
         self.x = x
-        self.cvx_problem = cp.Problem(cp.Minimize(obj), cons)
+        prox = 0.5 * cp.sum_squares(cp.multiply(self.sqrt_sigma, x))
+        self.cvx_problem = cp.Problem(cp.Minimize(prox + obj), cons)
+        # direct: the subproblem without its proximal term, compiled once (see _refresh_direct)
+        self._direct_problem = cp.Problem(cp.Minimize(obj), cons) if self.direct else None
         if not self.cvx_problem.is_dcp(dpp=True):
             raise UnsupportedError("the party subproblem is not DPP-compliant for cvxpy")
 
@@ -237,25 +242,28 @@ class CvxpySolver:
         return report
 
     def _structure_key(self) -> tuple:
-        """The values of the parameters that enter the compiled ``P``, ``A`` and ``b``
-        (all but the linear term, which enters ``q`` only)."""
-        pars = [self.sqrt_sigma, *(m for m in self.mu + self.nu if m is not None)]
+        """The values of the parameters that enter the compiled ``P``, ``A`` and ``b`` of
+        the direct path's problem (the augmented-Lagrangian multipliers of soft rows; sigma
+        is added to ``P`` by :meth:`_direct_solve` and the linear term enters ``q`` only)."""
+        pars = [m for m in self.mu + self.nu if m is not None]
         return tuple(np.asarray(par.value, dtype=float).tobytes() for par in pars)
 
-    def _direct_solve(self, settings: dict) -> bool:
-        """``direct``: solve with Clarabel on the compiled data of the last full solve,
-        with only ``q`` recomputed from the linear term (cvxpy's parameter application
-        and solver interface took about 25 of the 32 ms of a solve on an SVM client);
-        the result is unpacked by cvxpy's chain as in a full solve. False (nothing done)
-        before the first full solve or when the data are stale: the caller solves through
-        cvxpy (after a change of sigma, :meth:`_refresh_direct` first rebuilds the data with
-        cvxpy's parameter application and the solve stays direct)."""
+    def _direct_solve(self, settings: dict) -> str:
+        """``direct``: solve with Clarabel on the compiled data of the subproblem without
+        its proximal term (:meth:`_refresh_direct`), with sigma added on the x-block's
+        diagonal of ``P`` and ``q`` recomputed from the linear term: no cvxpy compilation
+        per step, also when sigma changes (cvxpy's parameter application and solver
+        interface took about 25 of the 32 ms of a solve on an SVM client, and a change of
+        sigma, which enters cvxpy's compiled ``A`` through an auxiliary variable, a full
+        recompilation). The result is unpacked by cvxpy's chain as in a full solve; returns
+        cvxpy's status."""
         import clarabel
+        import scipy.sparse as sp
         from cvxpy.cvxcore.python import canonInterface
 
+        if self._direct is None or self._direct["key"] != self._structure_key():
+            self._refresh_direct()
         cache = self._direct
-        if cache is None or cache["key"] != self._structure_key():
-            return False
         prog = cache["param_prog"]
         vec = canonInterface.get_parameter_vector(
             prog.total_param_size,
@@ -263,31 +271,50 @@ class CvxpySolver:
             prog.param_id_to_size,
             lambda idx: np.array(prog.id_to_param[idx].value),
         )
-        q, _ = canonInterface.get_matrix_from_tensor(prog.q, vec, prog.x.size, with_offset=True)
-        q = np.asarray(q.toarray(), dtype=float).ravel()
+        q = np.asarray(cache["Q"] @ vec, dtype=float).ravel()[: prog.x.size]
+        data = cache["P_data"].copy()  # (sigma on the x-block's diagonal entries)
+        data[cache["diagonal"]] += np.broadcast_to(self.problem.sigma, (self.problem.n,))
+        P = sp.csc_array((data, cache["P_indices"], cache["P_indptr"]), shape=cache["P_shape"])
         chain = cache["chain"]
         opts = chain.solver.parse_solver_opts(False, settings)
-        solver = clarabel.DefaultSolver(cache["P"], q, cache["A"], cache["b"], cache["cones"], opts)
-        self.cvx_problem.unpack_results(solver.solve(), chain, cache["inverse"])
-        return True
+        solver = clarabel.DefaultSolver(P, q, cache["A"], cache["b"], cache["cones"], opts)
+        self._direct_problem.unpack_results(solver.solve(), chain, cache["inverse"])
+        return self._direct_problem.status
 
     def _refresh_direct(self) -> None:
-        """Keep the compiled data of the current parameters for :meth:`_direct_solve`."""
+        """Compile the subproblem without its proximal term (for :meth:`_direct_solve`)."""
         import scipy.sparse as sp
         from cvxpy.reductions.solvers.conic_solvers.clarabel_conif import dims_to_solver_cones
 
-        data, chain, inverse = self.cvx_problem.get_problem_data(solver=self.solver)
+        problem = self._direct_problem
+        data, chain, inverse = problem.get_problem_data(solver=self.solver)
         for inv in inverse:  # (get_problem_data leaves the solver's options None)
             if getattr(inv, "solver_options", {}) is None:
                 inv.solver_options = {}
         n = data["c"].size
-        P = data["P"] if "P" in data else sp.csc_array((n, n))
+        P = sp.csc_array(sp.triu(data["P"])) if "P" in data else sp.csc_array((n, n))
+        start = data["param_prob"].var_id_to_col[self.x.id]
+        mask = np.zeros(n)
+        mask[start : start + self.problem.n] = 1.0
+        # P's pattern with the x-block's diagonal, and where those entries sit in its data
+        one = sp.csc_array(P + sp.diags_array(mask))
+        two = sp.csc_array(P + sp.diags_array(2 * mask))
+        one.sort_indices()
+        two.sort_indices()
+        diagonal = np.flatnonzero(one.data != two.data)
+        base = one.data.copy()
+        base[diagonal] -= 1.0
         self._direct = {
             "key": self._structure_key(),
             "param_prog": data["param_prob"],
             "chain": chain,
             "inverse": inverse,
-            "P": sp.triu(P).tocsc(),
+            "Q": sp.csr_array(data["param_prob"].q),
+            "P_data": base,
+            "P_indices": one.indices,
+            "P_indptr": one.indptr,
+            "P_shape": one.shape,
+            "diagonal": diagonal,
             "A": data["A"],
             "b": data["b"],
             "cones": dims_to_solver_cones(data["dims"]),
@@ -301,14 +328,11 @@ class CvxpySolver:
         try:
             with warnings.catch_warnings():  # accuracy is measured (and polished) by the caller
                 warnings.filterwarnings("ignore", message="Solution may be inaccurate")
-                stale = self._direct is not None and self._direct["key"] != self._structure_key()
-                if self.direct and stale:  # (new P, A, b from cvxpy's compiled problem)
-                    self._refresh_direct()
-                if not (self.direct and self._direct_solve(settings)):
+                if self.direct:
+                    status = self._direct_solve(settings)
+                else:
                     self.cvx_problem.solve(solver=self.solver, warm_start=self.warm, **settings)
-                    if self.direct and self.cvx_problem.status in ("optimal", "optimal_inaccurate"):
-                        self._refresh_direct()
-            status = self.cvx_problem.status
+                    status = self.cvx_problem.status
         except cp.error.SolverError as exc:
             status = f"solver_error: {exc}"
         failed = isinstance(status, str) and status.startswith("solver_error")
