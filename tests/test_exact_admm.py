@@ -341,8 +341,32 @@ def test_direct_clarabel_steps_equal_cvxpy_solves():
 
 
 def test_exact_admm_balancing_default():
-    from fedmodel.algorithms.proxal.exact_admm import EXACT_RB_RATIO, exact_balancing
+    from fedmodel.algorithms.proxal.exact_admm import exact_balancing
 
-    assert exact_balancing(ProxALOptions()) == (EXACT_RB_RATIO, 2.0, 50)
+    assert exact_balancing(ProxALOptions()) == (None, 2.0, 50)  # (OSQP's relative rule)
     assert exact_balancing(ProxALOptions(rb_ratio=7.0)) == (7.0, 2.0, 50)  # (the user's)
     assert exact_balancing(ProxALOptions(variant="paper")) is None
+
+
+def test_exact_admm_relative_penalty_rule():
+    """OSQP's rule: sigma sqrt((r / max(||x||, sqrt(m) ||z+||)) / (s / ||sigma u+||)),
+    taken only when it moves sigma by more than RELATIVE_CHANGE, within SIGMA_RANGE."""
+    from fedmodel.algorithms.proxal.exact_admm import RELATIVE_CHANGE, SIGMA_RANGE, ExactADMM
+
+    state = ExactADMM(sigma=2.0, anderson=0, balancing=(None, 2.0, 50), max_inner=10)
+    z, z_new = np.zeros(2), np.array([1.0, 0.0])
+    X = {"a": np.array([1.0, 2.0]), "b": np.array([3.0, 0.0])}
+    U_new = {"a": np.array([0.5, 0.0]), "b": np.array([0.0, 0.0])}
+    r = np.sqrt(0 + 4 + 4 + 0)
+    s = 2.0 * np.sqrt(2) * 1.0
+    scale_x = max(np.sqrt(1 + 4 + 9), np.sqrt(2) * 1.0)
+    scale_y = 2.0 * 0.5
+    expected = 2.0 * np.sqrt((r / scale_x) / (s / scale_y))
+    assert expected / 2.0 < RELATIVE_CHANGE  # (a move within the tolerance: kept)
+    assert state.penalty(2.0, z, z_new, X, U_new) == 2.0
+    U_far = {"a": np.array([50.0, 0.0]), "b": np.array([0.0, 0.0])}  # (dual 100x larger)
+    expected = 2.0 * np.sqrt((r / scale_x) / (s / (2.0 * 50.0)))
+    assert expected / 2.0 > RELATIVE_CHANGE
+    assert np.isclose(state.penalty(2.0, z, z_new, X, U_far), expected, rtol=1e-12)
+    U_huge = {"a": np.array([1e12, 0.0]), "b": np.array([0.0, 0.0])}
+    assert state.penalty(2.0, z, z_new, X, U_huge) == 2.0 * SIGMA_RANGE

@@ -23,9 +23,11 @@ Only ``w``-sized vectors cross (``c_i`` down, ``x_i`` up: ``O(d)`` floats per cl
 round). The server keeps the scaled duals ``u_i`` itself, so the whole iteration state
 ``(z, u_1, ..., u_n)`` is the server's, and it accelerates the ADMM map with safeguarded
 type-II Anderson acceleration (:mod:`fedmodel.algorithms.proxal.anderson`; memory
-``anderson``) and balances ``sigma`` on the primal and dual residuals (Boyd et al. 2011,
-Sec. 3.4.1; ``adaptive_rho``, ``rb_ratio``, ``rb_factor``, within ``[rho / 1000, 1000
-rho]``; ``rho`` is the starting ``sigma``). The penalty and the duals are carried over to
+``anderson``) and adapts ``sigma`` to the primal and dual residuals relative to the sizes
+of their terms (OSQP's rule, Stellato et al. 2020; with a ``rb_ratio`` of the user's, Boyd
+et al. 2011, Sec. 3.4.1's balancing at that ratio; ``adaptive_rho``, ``rb_rounds``, within
+``[rho / 1000, 1000 rho]``; ``rho`` is the starting ``sigma``; the relative rule in every
+round, Boyd's in the first ``rb_rounds``). The penalty and the duals are carried over to
 the next outer iteration (warm start), ``z`` restarts at ``w^k``.
 
 Stopping (the analogue of Algorithm 2's bound (19)): the clients' optimality conditions
@@ -68,24 +70,25 @@ PRIMAL_FRACTION = 0.3
 #: stays above tau_k, and the dual residual is below INFEASIBLE_CHANGE times it
 INFEASIBLE_WINDOW, INFEASIBLE_CHANGE = 50, 1e-3
 
-#: residual balancing's ratio with exact-admm when ``rb_ratio`` is left to its default (10,
-#: Algorithm 2's): the exact steps move ``z`` by about the terms' subgradients over sigma,
-#: so a penalty too large for the distance left shows as a dual residual a few times the
-#: primal one; at 3 (quick sizes, rounds at 10 -> 3): svm-german 214 -> 125, bpdn 85 -> 60,
-#: kl-simplex 81 -> 72, quantile-5 81 -> 75, but lad-20 97 -> 177 and svm-20 114 -> 186 (the
-#: largest count over these six models 214 -> 186)
-EXACT_RB_RATIO = 3.0
+#: exact-admm's penalty: Boyd's residual balancing at ``rb_ratio`` when the user sets it;
+#: left at its default (10, Algorithm 2's), OSQP's relative rule (ExactADMM.penalty),
+#: changing sigma when it moves by more than RELATIVE_CHANGE (OSQP's 5). Quick sizes,
+#: rounds, Boyd's balancing at ratio 3 -> the relative rule: svm-german 118 -> 84,
+#: kl-simplex 72 -> 52, svm-20 251 -> 72, lad-20 135 -> 218,
+#: quantile-5 75 -> 112, bpdn 60 -> 85, sqrt-ls-box 21 -> 26 (docs/performance.md: a spectral penalty and a bounded range: worse)
+RELATIVE_CHANGE = 5.0
 
 
-def exact_balancing(options) -> tuple[float, float, int] | None:
-    """Residual balancing ``(ratio, factor, rounds)`` of exact-admm: the options'
-    (``adaptive_rho``, ``rb_ratio``, ``rb_factor``, ``rb_rounds``), with
-    :data:`EXACT_RB_RATIO` in place of ``rb_ratio``'s default in the adaptive variant."""
+def exact_balancing(options) -> tuple[float | None, float, int] | None:
+    """Penalty adaptation ``(ratio, factor, rounds)`` of exact-admm: the options'
+    (``adaptive_rho``, ``rb_ratio``, ``rb_factor``, ``rb_rounds``), with ratio None (OSQP's
+    relative rule, :meth:`ExactADMM.penalty`) in place of ``rb_ratio``'s default in the
+    adaptive variant."""
     balancing = options.balancing
     if balancing is None or not options.adaptive:
         return balancing
     default = type(options).__dataclass_fields__["rb_ratio"].default
-    ratio = EXACT_RB_RATIO if options.rb_ratio == default else float(options.rb_ratio)
+    ratio = None if options.rb_ratio == default else float(options.rb_ratio)
     return (ratio, balancing[1], balancing[2])
 
 
@@ -99,8 +102,9 @@ class ExactADMM:
     anderson : int
         Anderson memory (0: off).
     balancing : (ratio, factor, rounds) or None
-        Residual balancing of ``sigma`` in the first ``rounds`` rounds of each inner
-        solve, or None (fixed ``sigma``).
+        Adaptation of ``sigma`` (:meth:`penalty`) in the first ``rounds`` rounds of each
+        inner solve, or with ratio None (OSQP's relative rule) in every round; None: fixed
+        ``sigma``.
     max_inner : int
         Rounds per inner solve.
     """
@@ -183,16 +187,11 @@ class ExactADMM:
                 self.duals = U_new
                 return InnerOutcome(w, t + 1, bound, False, residual, timed_out=True)
             changed = False
-            if self.balancing is not None and t < self.balancing[2]:
-                ratio, factor, _ = self.balancing
-                # Boyd et al.'s residuals: ||(x_i - z+)_i||_2 and sigma sqrt(m) ||z+ - z||_2
-                r2 = float(np.sqrt(sum(np.sum((X[n] - z_new) ** 2) for n in X)))
-                s2 = sigma * np.sqrt(m) * float(np.linalg.norm(z_new - z))
-                new = sigma
-                if r2 > ratio * s2:
-                    new = min(sigma * factor, self.sigma_start * SIGMA_RANGE)
-                elif s2 > ratio * r2:
-                    new = max(sigma / factor, self.sigma_start / SIGMA_RANGE)
+            # (Boyd's balancing in the first rb_rounds rounds; the relative rule in every
+            # round, as OSQP: with it in the first 50 only, lad-20's consensus crawled at a
+            # fixed sigma until the infeasibility check read it as infeasible, 407 rounds)
+            if self.balancing is not None and (t < self.balancing[2] or self.balancing[0] is None):
+                new = self.penalty(sigma, z, z_new, X, U_new)
                 if new != sigma:  # scaled duals u = y / sigma
                     U_new = {n: u * (sigma / new) for n, u in U_new.items()}
                     self.sigma = new
@@ -222,6 +221,36 @@ class ExactADMM:
                 residuals.clear()
         self.duals = U
         return InnerOutcome(w, self.max_inner, bound, False, residual)
+
+    def penalty(self, sigma: float, z, z_new, X: dict, U_new: dict) -> float:
+        """The next ``sigma`` from one round's residuals, within ``SIGMA_RANGE`` of the start:
+        Boyd et al.'s balancing of ``r = ||(x_i - z+)_i||`` against ``s = sigma sqrt(m)
+        ||z+ - z||`` at the balancing's ratio, or (ratio None, :func:`exact_balancing`)
+        OSQP's rule on the residuals relative to their terms (Stellato et al. 2020, Sec.
+        5.2): ``sigma sqrt((r / max(||x||, sqrt(m) ||z+||)) / (s / ||sigma u+||))``, taken
+        when it moves ``sigma`` by more than a factor :data:`RELATIVE_CHANGE`."""
+        ratio, factor, _ = self.balancing
+        m = len(X)
+        lo, hi = self.sigma_start / SIGMA_RANGE, self.sigma_start * SIGMA_RANGE
+        r = float(np.sqrt(sum(np.sum((X[n] - z_new) ** 2) for n in X)))
+        s = sigma * np.sqrt(m) * float(np.linalg.norm(z_new - z))
+        if ratio is not None:
+            if r > ratio * s:
+                return min(sigma * factor, hi)
+            if s > ratio * r:
+                return max(sigma / factor, lo)
+            return sigma
+        scale_x = max(
+            float(np.sqrt(sum(np.sum(X[n] ** 2) for n in X))),
+            np.sqrt(m) * float(np.linalg.norm(z_new)),
+        )
+        scale_y = sigma * float(np.sqrt(sum(np.sum(U_new[n] ** 2) for n in X)))
+        if min(r, s, scale_x, scale_y) <= 0:
+            return sigma
+        new = sigma * float(np.sqrt((r / scale_x) / (s / scale_y)))
+        if max(new / sigma, sigma / new) <= RELATIVE_CHANGE:
+            return sigma
+        return min(max(new, lo), hi)
 
     @staticmethod
     def infeasible(primals: list[float], dual: float, tau: float) -> bool:
