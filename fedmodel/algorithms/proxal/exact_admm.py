@@ -72,11 +72,12 @@ INFEASIBLE_WINDOW, INFEASIBLE_CHANGE = 50, 1e-3
 
 #: exact-admm's penalty: Boyd's residual balancing at ``rb_ratio`` when the user sets it;
 #: left at its default (10, Algorithm 2's), OSQP's relative rule (ExactADMM.penalty),
-#: changing sigma when it moves by more than RELATIVE_CHANGE (OSQP's 5). Quick sizes,
-#: rounds, Boyd's balancing at ratio 3 -> the relative rule: svm-german 118 -> 84,
-#: kl-simplex 72 -> 52, svm-20 251 -> 72, lad-20 135 -> 218,
-#: quantile-5 75 -> 112, bpdn 60 -> 85, sqrt-ls-box 21 -> 26 (docs/performance.md: a spectral penalty and a bounded range: worse)
-RELATIVE_CHANGE = 5.0
+#: changing sigma when it moves by more than RELATIVE_CHANGE (OSQP's 5: 5 -> 3, lad-20 218
+#: -> 203, svm-german 84 -> 73, quantile-5 112 -> 107). Quick sizes, rounds, Boyd's
+#: balancing at ratio 3 -> the relative rule at 3: svm-german 118 -> 73, kl-simplex 72 ->
+#: 51, svm-20 251 -> 72, lad-20 135 -> 203, quantile-5 75 -> 107, bpdn 60 -> 85
+#: (docs/performance.md: a spectral penalty and a bounded range were worse)
+RELATIVE_CHANGE = 3.0
 
 
 def exact_balancing(options) -> tuple[float | None, float, int] | None:
