@@ -237,3 +237,136 @@ def test_processes_backend_gives_the_serial_iterates():
     assert procs.status == serial.status == "optimal"
     assert np.array_equal(procs.x, serial.x)
     assert procs.rounds == serial.rounds
+
+
+# -- the user's constraints as hard rows, the direct Clarabel call, the balancing default -----
+def test_inactive_client_constraints_and_a_server_simplex():
+    """A kl_div model whose clients' moment bounds are hard rows of their exact steps:
+    only one bound is active at the optimum, the others keep a zero multiplier (their
+    interior-point duals are not read as active: the certificate would charge the slack)."""
+    rng = np.random.default_rng(11)
+    d, n = 5, 3
+    m = fm.Model("kl-moments")
+    w = m.variable(d, name="w")
+    W = cp.Variable(d)
+    m.server.subject_to([cp.sum(w) == 1, w >= 0])
+    obj, cons = 0, [cp.sum(W) == 1, W >= 0]
+    grid = np.linspace(0, 1, d)
+    for k in range(n):
+        q = rng.dirichlet(np.ones(d))
+        c = m.client(f"c{k}")
+        c.minimize(cp.sum(cp.kl_div(w, c.data(q, name="q"))) / n)
+        c.subject_to(c.data(grid, name="g") @ w <= 0.4 + 0.05 * k)
+        obj = obj + cp.sum(cp.kl_div(W, q)) / n
+        cons.append(grid @ W <= 0.4 + 0.05 * k)
+    pooled = cp.Problem(cp.Minimize(obj), cons)
+    res = check_against_pooled(m, pooled, W)
+    active = [abs(float(grid @ W.value) - (0.4 + 0.05 * k)) <= 1e-3 for k in range(n)]
+    assert active[0] and not any(active[1:]), active  # (the instance: one active bound)
+    assert res.kkt.feasibility <= EPS
+
+
+def test_a_client_inequality_on_a_non_smooth_model_is_met():
+    """LAD with an affine bound at each client (hard rows of the exact steps: their
+    multipliers are the steps' duals, no outer update) and an equality at the server."""
+    parts = _regression(3, 10, 3, seed=12)
+    m = fm.Model("lad-bounds")
+    w = m.variable(3, name="w")
+    W = cp.Variable(3)
+    m.server.subject_to(cp.sum(w) == 0.5)
+    obj, cons = 0, [cp.sum(W) == 0.5]
+    for k, (X, y) in enumerate(parts):
+        c = m.client(f"c{k}")
+        c.minimize(cp.sum(cp.abs(c.data(X, name="X") @ w - c.data(y, name="y"))) / 30)
+        c.subject_to(w[k] <= 0.1 * k + 0.1)
+        obj = obj + cp.sum(cp.abs(X @ W - y)) / 30
+        cons.append(W[k] <= 0.1 * k + 0.1)
+    check_against_pooled(m, cp.Problem(cp.Minimize(obj), cons), W)
+
+
+def test_an_infeasible_model_ends_quickly_with_a_verdict():
+    """The parties' hard rows admit no common point (w_k <= 0.1 k at client k, sum(w) ==
+    0.5 at the server): the consensus gap settles at a constant while the duals grow, and
+    the run stops with "diverging" (likely infeasible) within a few hundred rounds."""
+    parts = _regression(3, 10, 3, seed=12)
+    m = fm.Model("lad-infeasible")
+    w = m.variable(3, name="w")
+    m.server.subject_to(cp.sum(w) == 0.5)
+    for k, (X, y) in enumerate(parts):
+        c = m.client(f"c{k}")
+        c.minimize(cp.sum(cp.abs(c.data(X, name="X") @ w - c.data(y, name="y"))) / 30)
+        c.subject_to(w[k] <= 0.1 * k)
+    res = m.solve("prox-al")
+    assert res.extra["inner_solver"] == "exact-admm"
+    assert res.status == "diverging" and "infeasible" in res.message, res.message
+    assert res.rounds["communication"] <= 400
+
+
+def test_direct_clarabel_steps_equal_cvxpy_solves():
+    """``CvxpySolver(direct=True)`` (Clarabel on cvxpy's compiled data of the subproblem
+    without its proximal term, sigma added to ``P``, ``q`` recomputed) returns the points and
+    duals of full cvxpy solves across changes of sigma and of the centre, and compiles once.
+    Both solve the same strongly convex subproblem (modulus sigma >= 1) to residual 1e-8 in
+    different compiled forms, so points and duals agree to a small multiple of that."""
+    from fedmodel.subproblems.cvxpy_backend import CvxpySolver
+    from fedmodel.subproblems.merit import MeritProblem
+
+    parts = _regression(1, 12, 3, seed=13)
+    m, _, _ = loss_model(
+        lambda X, y, w: cp.sum(cp.abs(X @ w - y)) / 12,
+        parts,
+        name="direct",
+    )
+    m.clients[0].subject_to(cp.sum(m.variables[0]) <= 0.2)
+    prog = m.compile().clients[0]
+    problems = [MeritProblem([prog], 10.0) for _ in range(2)]
+    solvers = [
+        CvxpySolver(p, hard_internal=True, hard_constraints=True, direct=flag)
+        for p, flag in zip(problems, (True, False))
+    ]
+    compiled = []
+    refresh = solvers[0]._refresh_direct
+    solvers[0]._refresh_direct = lambda: (compiled.append(1), refresh())
+    rng = np.random.default_rng(14)
+    for sigma in (1.0, 1.0, 4.0, 4.0, 1.0 / 16, 4.0):
+        center = rng.normal(size=problems[0].n)
+        reports = []
+        for problem, solver in zip(problems, solvers):
+            problem.set(sigma=sigma, center=center)
+            reports.append(solver.solve(np.zeros(problem.n), 1e-8))
+        assert np.allclose(reports[0].x, reports[1].x, rtol=0, atol=1e-6 / min(sigma, 1.0))
+        assert np.allclose(problems[0].mu[0], problems[1].mu[0], rtol=0, atol=1e-6)
+        assert reports[0].residual <= 1e-6
+    assert len(compiled) == 1  # (the direct path ran, compiled once across sigma changes)
+
+
+def test_exact_admm_balancing_default():
+    from fedmodel.algorithms.proxal.exact_admm import exact_balancing
+
+    assert exact_balancing(ProxALOptions()) == (None, 2.0, 50)  # (OSQP's relative rule)
+    assert exact_balancing(ProxALOptions(rb_ratio=7.0)) == (7.0, 2.0, 50)  # (the user's)
+    assert exact_balancing(ProxALOptions(variant="paper")) is None
+
+
+def test_exact_admm_relative_penalty_rule():
+    """OSQP's rule: sigma sqrt((r / max(||x||, sqrt(m) ||z+||)) / (s / ||sigma u+||)),
+    taken only when it moves sigma by more than RELATIVE_CHANGE, within SIGMA_RANGE."""
+    from fedmodel.algorithms.proxal.exact_admm import RELATIVE_CHANGE, SIGMA_RANGE, ExactADMM
+
+    state = ExactADMM(sigma=2.0, anderson=0, balancing=(None, 2.0, 50), max_inner=10)
+    z, z_new = np.zeros(2), np.array([1.0, 0.0])
+    X = {"a": np.array([1.0, 2.0]), "b": np.array([3.0, 0.0])}
+    U_new = {"a": np.array([0.5, 0.0]), "b": np.array([0.0, 0.0])}
+    r = np.sqrt(0 + 4 + 4 + 0)
+    s = 2.0 * np.sqrt(2) * 1.0
+    scale_x = max(np.sqrt(1 + 4 + 9), np.sqrt(2) * 1.0)
+    scale_y = 2.0 * 0.5
+    expected = 2.0 * np.sqrt((r / scale_x) / (s / scale_y))
+    assert expected / 2.0 < RELATIVE_CHANGE  # (a move within the tolerance: kept)
+    assert state.penalty(2.0, z, z_new, X, U_new) == 2.0
+    U_far = {"a": np.array([50.0, 0.0]), "b": np.array([0.0, 0.0])}  # (dual 100x larger)
+    expected = 2.0 * np.sqrt((r / scale_x) / (s / (2.0 * 50.0)))
+    assert expected / 2.0 > RELATIVE_CHANGE
+    assert np.isclose(state.penalty(2.0, z, z_new, X, U_far), expected, rtol=1e-12)
+    U_huge = {"a": np.array([1e12, 0.0]), "b": np.array([0.0, 0.0])}
+    assert state.penalty(2.0, z, z_new, X, U_huge) == 2.0 * SIGMA_RANGE

@@ -23,9 +23,11 @@ Only ``w``-sized vectors cross (``c_i`` down, ``x_i`` up: ``O(d)`` floats per cl
 round). The server keeps the scaled duals ``u_i`` itself, so the whole iteration state
 ``(z, u_1, ..., u_n)`` is the server's, and it accelerates the ADMM map with safeguarded
 type-II Anderson acceleration (:mod:`fedmodel.algorithms.proxal.anderson`; memory
-``anderson``) and balances ``sigma`` on the primal and dual residuals (Boyd et al. 2011,
-Sec. 3.4.1; ``adaptive_rho``, ``rb_ratio``, ``rb_factor``, within ``[rho / 1000, 1000
-rho]``; ``rho`` is the starting ``sigma``). The penalty and the duals are carried over to
+``anderson``) and adapts ``sigma`` to the primal and dual residuals relative to the sizes
+of their terms (OSQP's rule, Stellato et al. 2020; with a ``rb_ratio`` of the user's, Boyd
+et al. 2011, Sec. 3.4.1's balancing at that ratio; ``adaptive_rho``, ``rb_rounds``, within
+``[rho / 1000, 1000 rho]``; ``rho`` is the starting ``sigma``; the relative rule in every
+round, Boyd's in the first ``rb_rounds``). The penalty and the duals are carried over to
 the next outer iteration (warm start), ``z`` restarts at ``w^k``.
 
 Stopping (the analogue of Algorithm 2's bound (19)): the clients' optimality conditions
@@ -61,6 +63,36 @@ LOCAL_FRACTION, LOCAL_FLOOR = 1e-2, 1e-9
 PRIMAL_FRACTION = 0.3
 
 
+#: an infeasible model: ADMM's consensus gap ``x_i - z`` converges to a nonzero constant
+#: (its limit certifies infeasibility, Banjac et al. 2019) while ``z`` stops moving; the
+#: inner solve reports it when, after INFEASIBLE_WINDOW rounds at a fixed sigma, the
+#: primal residual changed by at most INFEASIBLE_CHANGE (relative) over that many rounds,
+#: stays above tau_k, and the dual residual is below INFEASIBLE_CHANGE times it
+INFEASIBLE_WINDOW, INFEASIBLE_CHANGE = 50, 1e-3
+
+#: exact-admm's penalty: Boyd's residual balancing at ``rb_ratio`` when the user sets it;
+#: left at its default (10, Algorithm 2's), OSQP's relative rule (ExactADMM.penalty),
+#: changing sigma when it moves by more than RELATIVE_CHANGE (OSQP's 5: 5 -> 3, lad-20 218
+#: -> 203, svm-german 84 -> 73, quantile-5 112 -> 107). Quick sizes, rounds, Boyd's
+#: balancing at ratio 3 -> the relative rule at 3: svm-german 118 -> 73, kl-simplex 72 ->
+#: 51, svm-20 251 -> 72, lad-20 135 -> 203, quantile-5 75 -> 107, bpdn 60 -> 85
+#: (docs/performance.md: a spectral penalty and a bounded range were worse)
+RELATIVE_CHANGE = 3.0
+
+
+def exact_balancing(options) -> tuple[float | None, float, int] | None:
+    """Penalty adaptation ``(ratio, factor, rounds)`` of exact-admm: the options'
+    (``adaptive_rho``, ``rb_ratio``, ``rb_factor``, ``rb_rounds``), with ratio None (OSQP's
+    relative rule, :meth:`ExactADMM.penalty`) in place of ``rb_ratio``'s default in the
+    adaptive variant."""
+    balancing = options.balancing
+    if balancing is None or not options.adaptive:
+        return balancing
+    default = type(options).__dataclass_fields__["rb_ratio"].default
+    ratio = None if options.rb_ratio == default else float(options.rb_ratio)
+    return (ratio, balancing[1], balancing[2])
+
+
 class ExactADMM:
     """The server's side of ``inner_solver="exact-admm"`` (see the module docstring).
 
@@ -71,8 +103,9 @@ class ExactADMM:
     anderson : int
         Anderson memory (0: off).
     balancing : (ratio, factor, rounds) or None
-        Residual balancing of ``sigma`` in the first ``rounds`` rounds of each inner
-        solve, or None (fixed ``sigma``).
+        Adaptation of ``sigma`` (:meth:`penalty`) in the first ``rounds`` rounds of each
+        inner solve, or with ratio None (OSQP's relative rule) in every round; None: fixed
+        ``sigma``.
     max_inner : int
         Rounds per inner solve.
     """
@@ -118,6 +151,8 @@ class ExactADMM:
         residuals: list[np.ndarray] = []
         rejected = 0
         bound, residual, w = np.inf, np.inf, w_center
+        primals: list[float] = []  # (the infeasibility monitor)
+        fixed_since = 0  # the round since which sigma has not changed
         for t in range(self.max_inner):
             sigma = self.sigma
             runtime.next_round()
@@ -141,24 +176,28 @@ class ExactADMM:
             if bound <= tau:
                 self.duals = U_new
                 return InnerOutcome(w, t + 1, bound, True, residual)
+            primals.append(primal)
+            if (
+                server.options.monitor
+                and t - fixed_since >= INFEASIBLE_WINDOW
+                and self.infeasible(primals, dual, tau)
+            ):
+                self.duals = U_new
+                return InnerOutcome(w, t + 1, bound, False, residual, stalled=True)
             if deadline is not None and time.perf_counter() > deadline:
                 self.duals = U_new
                 return InnerOutcome(w, t + 1, bound, False, residual, timed_out=True)
             changed = False
-            if self.balancing is not None and t < self.balancing[2]:
-                ratio, factor, _ = self.balancing
-                # Boyd et al.'s residuals: ||(x_i - z+)_i||_2 and sigma sqrt(m) ||z+ - z||_2
-                r2 = float(np.sqrt(sum(np.sum((X[n] - z_new) ** 2) for n in X)))
-                s2 = sigma * np.sqrt(m) * float(np.linalg.norm(z_new - z))
-                new = sigma
-                if r2 > ratio * s2:
-                    new = min(sigma * factor, self.sigma_start * SIGMA_RANGE)
-                elif s2 > ratio * r2:
-                    new = max(sigma / factor, self.sigma_start / SIGMA_RANGE)
+            # (Boyd's balancing in the first rb_rounds rounds; the relative rule in every
+            # round, as OSQP: with it in the first 50 only, lad-20's consensus crawled at a
+            # fixed sigma until the infeasibility check read it as infeasible, 407 rounds)
+            if self.balancing is not None and (t < self.balancing[2] or self.balancing[0] is None):
+                new = self.penalty(sigma, z, z_new, X, U_new)
                 if new != sigma:  # scaled duals u = y / sigma
                     U_new = {n: u * (sigma / new) for n, u in U_new.items()}
                     self.sigma = new
                     changed = True
+                    fixed_since = t + 1
             if aa is None:
                 z, U = z_new, U_new
                 continue
@@ -183,3 +222,45 @@ class ExactADMM:
                 residuals.clear()
         self.duals = U
         return InnerOutcome(w, self.max_inner, bound, False, residual)
+
+    def penalty(self, sigma: float, z, z_new, X: dict, U_new: dict) -> float:
+        """The next ``sigma`` from one round's residuals, within ``SIGMA_RANGE`` of the start:
+        Boyd et al.'s balancing of ``r = ||(x_i - z+)_i||`` against ``s = sigma sqrt(m)
+        ||z+ - z||`` at the balancing's ratio, or (ratio None, :func:`exact_balancing`)
+        OSQP's rule on the residuals relative to their terms (Stellato et al. 2020, Sec.
+        5.2): ``sigma sqrt((r / max(||x||, sqrt(m) ||z+||)) / (s / ||sigma u+||))``, taken
+        when it moves ``sigma`` by more than a factor :data:`RELATIVE_CHANGE`."""
+        ratio, factor, _ = self.balancing
+        m = len(X)
+        lo, hi = self.sigma_start / SIGMA_RANGE, self.sigma_start * SIGMA_RANGE
+        r = float(np.sqrt(sum(np.sum((X[n] - z_new) ** 2) for n in X)))
+        s = sigma * np.sqrt(m) * float(np.linalg.norm(z_new - z))
+        if ratio is not None:
+            if r > ratio * s:
+                return min(sigma * factor, hi)
+            if s > ratio * r:
+                return max(sigma / factor, lo)
+            return sigma
+        scale_x = max(
+            float(np.sqrt(sum(np.sum(X[n] ** 2) for n in X))),
+            np.sqrt(m) * float(np.linalg.norm(z_new)),
+        )
+        scale_y = sigma * float(np.sqrt(sum(np.sum(U_new[n] ** 2) for n in X)))
+        if min(r, s, scale_x, scale_y) <= 0:
+            return sigma
+        new = sigma * float(np.sqrt((r / scale_x) / (s / scale_y)))
+        if max(new / sigma, sigma / new) <= RELATIVE_CHANGE:
+            return sigma
+        return min(max(new, lo), hi)
+
+    @staticmethod
+    def infeasible(primals: list[float], dual: float, tau: float) -> bool:
+        """The signature of an infeasible model (:data:`INFEASIBLE_WINDOW`): a primal
+        residual above its target ``PRIMAL_FRACTION * tau`` that has settled (relative change at most
+        :data:`INFEASIBLE_CHANGE` over the window) while the dual residual vanished."""
+        now, then = primals[-1], primals[-1 - INFEASIBLE_WINDOW]
+        return bool(
+            now > PRIMAL_FRACTION * tau  # (the primal residual's target)
+            and abs(now - then) <= INFEASIBLE_CHANGE * now
+            and dual <= INFEASIBLE_CHANGE * now
+        )

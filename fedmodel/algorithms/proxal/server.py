@@ -36,7 +36,7 @@ from fedmodel.algorithms.driver import run_federated
 from fedmodel.algorithms.protocol import ServerHalf, StepReport
 from fedmodel.algorithms.proxal.anderson import AndersonState
 from fedmodel.algorithms.proxal.client import ProxALClient
-from fedmodel.algorithms.proxal.exact_admm import ExactADMM
+from fedmodel.algorithms.proxal.exact_admm import ExactADMM, exact_balancing
 from fedmodel.algorithms.proxal.messages import PROXAL
 from fedmodel.algorithms.proxal.newton_inner import (
     DENSE_MODEL_MAX,
@@ -52,6 +52,7 @@ from fedmodel.compiler.regularizer import Regularizer
 from fedmodel.errors import ModelError
 from fedmodel.runtime.base import Runtime
 from fedmodel.runtime.endpoints import EndpointFactory
+from fedmodel.subproblems import conic_prox
 from fedmodel.subproblems.conic_prox import exact_prox_solver, internal_rows, restricted_domain
 from fedmodel.subproblems.merit import MeritProblem
 from fedmodel.subproblems.newton import solve_upper
@@ -247,7 +248,7 @@ class ProxALServer(ServerHalf):
         self.exact = ExactADMM(
             float(np.mean(list(rhos.values()))) if rhos else 1.0,
             int(options.anderson),
-            options.balancing,
+            exact_balancing(options),
             int(options.max_inner),
             float(options.relaxation)
             if "relaxation" not in getattr(options, "_defaulted", ()) or not options.adaptive
@@ -404,6 +405,18 @@ class ProxALServer(ServerHalf):
             return self.blow_up(runtime, k, w_new)
         if outcome.stalled:
             self.x = w_new
+            if self.inner_mode == EXACT:  # (exact_admm.ExactADMM.infeasible)
+                return StepReport(
+                    info={"inner_iterations": outcome.iterations, "inner_bound": outcome.bound},
+                    stop="diverging",
+                    message=(
+                        f"the parties' constraints admit no common point: at outer iteration "
+                        f"{k} the consensus gap of exact-admm settled at {outcome.bound:.3g} "
+                        f"(target tau_k = {tau:.3g}) while the server's point stopped moving "
+                        "and the duals grow; the model is likely infeasible (method="
+                        "'centralized' gives the pooled solver's certificate)"
+                    ),
+                )
             if self.inner_mode in NEWTON_MODES:
                 why = (
                     f"the federated {self.inner_mode} inner solver stalled at outer iteration {k}: its "
@@ -1268,7 +1281,8 @@ def run_prox_al(
         and options.inner_solver == "auto"
         and not compiled.nonconvex
         and _exact_eps_ok(options),
-        user_constraints=any(
+        user_constraints=not conic_prox.HARD_CONSTRAINTS
+        and any(
             c.kind != "cone" and not c.internal for p in compiled.parties for c in p.constraints
         ),
     )
