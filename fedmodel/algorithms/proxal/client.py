@@ -516,9 +516,7 @@ class ProxALClient(ClientHalf):
         report = self._exact_solver.solve(start, float(tol), self.max_local_iter)
         self.stats["local_solves"] += 1
         self.stats["local_iterations"] += report.iterations
-        self.stats["max_residual_gap"] = max(
-            self.stats["max_residual_gap"], report.residual / max(float(tol), 1e-300)
-        )
+        self._note_residual_gap(report.residual, tol)
         self.mu = np.array(self.problem.mu[0], dtype=float)
         self.nu = np.array(self.problem.nu[0], dtype=float)
         self.cone = np.array(self.problem.cone[0], dtype=float)
@@ -526,6 +524,20 @@ class ProxALClient(ClientHalf):
         self.u = np.array(report.x, dtype=float)
         self.theta_at_w = self.u[ns:].copy()
         return {"x": self.u[:ns].copy()}
+
+    def _note_residual_gap(self, residual: float, tol: float) -> None:
+        """Keep the largest ratio of a local solve's residual to its tolerance. A solve
+        that returned no point (an infeasible local subproblem: a party's own hard
+        constraints with its terms' domains admit none) is counted in
+        ``local_solves_without_point`` instead, so the diagnostic 'report' stays finite and
+        the run ends on the server's verdict rather than on a refused reply."""
+        gap = float(residual) / max(float(tol), 1e-300)
+        if not np.isfinite(gap):
+            self.stats["local_solves_without_point"] = (
+                self.stats.get("local_solves_without_point", 0) + 1
+            )
+            return
+        self.stats["max_residual_gap"] = max(self.stats["max_residual_gap"], gap)
 
     def _aa_input(self, alpha, reset) -> None:
         """Anderson acceleration: this round's input (u~_i, lambda_i) is the combination
@@ -594,9 +606,7 @@ class ProxALClient(ClientHalf):
         self.cone = np.array(self.problem.cone[0], dtype=float)
         self.stats["local_solves"] += 1
         self.stats["local_iterations"] += report.iterations
-        self.stats["max_residual_gap"] = max(
-            self.stats["max_residual_gap"], report.residual / max(float(tol), 1e-300)
-        )
+        self._note_residual_gap(report.residual, tol)
         self.u = report.x
         u = self.u[:ns]
         self.u_hat = u.copy()  # the u_i behind u~_i (Anderson combines u~_i and lambda_i)
