@@ -51,6 +51,7 @@ import time
 import numpy as np
 
 from fedmodel.algorithms.proxal.anderson import AndersonState
+from fedmodel.algorithms.proxal.inner import InnerOutcome
 
 #: residual balancing keeps sigma within [start / SIGMA_RANGE, start * SIGMA_RANGE]
 SIGMA_RANGE = 1e3
@@ -137,8 +138,7 @@ class ExactADMM:
     # -- one inner solve ----------------------------------------------------------------------
     def solve(self, server, runtime, tau: float, deadline: float | None):
         """Minimise ``l_k`` from ``w^k = server.x`` to ``tau``; returns the server's
-        :class:`~fedmodel.algorithms.proxal.server.InnerOutcome`."""
-        from fedmodel.algorithms.proxal.server import InnerOutcome
+        :class:`~fedmodel.algorithms.proxal.inner.InnerOutcome`."""
 
         ns = server.ns
         w_center = server.x

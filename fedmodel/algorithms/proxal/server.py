@@ -26,7 +26,6 @@ and the inner loop stops when the measured ||grad l_k||_inf <= tau_k.
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass
 
 import numpy as np
 from scipy.linalg import cho_factor
@@ -37,6 +36,7 @@ from fedmodel.algorithms.protocol import ServerHalf, StepReport
 from fedmodel.algorithms.proxal.anderson import AndersonState
 from fedmodel.algorithms.proxal.client import ProxALClient
 from fedmodel.algorithms.proxal.exact_admm import ExactADMM, exact_balancing
+from fedmodel.algorithms.proxal.inner import InnerOutcome
 from fedmodel.algorithms.proxal.messages import PROXAL
 from fedmodel.algorithms.proxal.newton_inner import (
     DENSE_MODEL_MAX,
@@ -86,20 +86,6 @@ EXACT_RELAXATION = 1.0
 #: quasi-Newton: rejected trial points at one iterate that give a new direction from the
 #: updated secant model before the line search backtracks along the last one
 QN_REMODEL = 2
-
-
-@dataclass
-class InnerOutcome:
-    """Result of one inner solve (Algorithm 2, or Newton with its measured gradient)."""
-
-    w: np.ndarray
-    iterations: int
-    bound: float  # eps_{t+1} + sum_i eps~_i: bounds dist_inf(0, d l_k(w)) (Theorem 4.1)
-    satisfied: bool
-    server_residual: float
-    timed_out: bool = False
-    stalled: bool = False
-    gradient: np.ndarray | None = None  # grad l_k(w), measured (Newton)
 
 
 class ProxALServer(ServerHalf):
