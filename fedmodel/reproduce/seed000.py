@@ -1236,9 +1236,10 @@ def fig1(
             )
     finally:
         runner.close()
-    fig.suptitle(
+    _wrapped_suptitle(
+        fig,
         "seed 000 Fig. 1: per-client logistic losses over prox-al's outer iterations "
-        "(lines = mean, bands = min..max over clients)"
+        "(lines = mean, bands = min..max over clients)",
     )
     png = out_dir / "fig1.png"
     fig.savefig(png, dpi=120)
@@ -1355,9 +1356,10 @@ def fig2(
             )
     finally:
         runner.close()
-    fig.suptitle(
+    _wrapped_suptitle(
+        fig,
         "seed 000 Fig. 2: per-party loss disparity (left axis) and classification loss "
-        "(right axis) over prox-al's outer iterations (lines = mean, bands = min..max)"
+        "(right axis) over prox-al's outer iterations (lines = mean, bands = min..max)",
     )
     png = out_dir / "fig2.png"
     fig.savefig(png, dpi=120)
@@ -1602,6 +1604,15 @@ def _plot_fig3(
 
 
 # -- table plots --------------------------------------------------------------------------
+
+
+def _wrapped_suptitle(fig, text: str) -> None:
+    """``fig.suptitle(text)`` broken into lines that fit the figure's width (a one-panel
+    figure cut a one-line title at both edges)."""
+    import textwrap
+
+    chars = max(int(fig.get_figwidth() * 11), 40)  # about 11 characters per inch at 12 pt
+    fig.suptitle(textwrap.fill(text, chars, break_on_hyphens=False))
 
 
 def _table_figure(figsize):
