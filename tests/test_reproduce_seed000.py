@@ -81,6 +81,22 @@ def test_fig3_small(tmp_path):
     assert (tmp_path / "fig3.png").read_bytes()[:4] == b"\x89PNG"
 
 
+def test_fig2_small(tmp_path):
+    """fig2's --quick setup (2,000 / 600 rows, n = 1, rho = 1) cut at 12 outer iterations:
+    from w0 the client's and the server's disparities fall to the bound r = 0.1 (within
+    1e-3) and the classification loss falls (0.428 -> 0.358; --quick's 56 iterations end
+    at 0.345). At the paper's rho = 1e8 the loss check fails: prox-al does not move."""
+    summary = seed000.fig2(tmp_path, quick=True, progress=False, max_outer=12)
+    assert summary["verdict"] == "pass", summary["checks"]
+    (run,) = summary["rows"]
+    assert run["status"] == "max_iterations" and run["outer"] == 12
+    disparity, loss = summary["checks"]
+    assert 0.099 < disparity["value"] <= 0.101
+    first, last = (float(v) for v in re.findall(r"[0-9.]+", loss["detail"].split(":")[-1]))
+    assert first > 0.42 and last < 0.36
+    assert (tmp_path / "fig2.png").read_bytes()[:4] == b"\x89PNG"
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("name", ["table1", "fig1", "fig2", "fig3"])
 def test_other_quick_runs(tmp_path, name):
