@@ -158,3 +158,17 @@ def test_fairness_data_setups():
     assert len(clients[0][1]) == 30_162 and server[0].shape == (15_060, 104)
     with pytest.raises(ValueError, match="setup"):
         seed000.fairness_data(1, 0, setup="paper-ish")
+
+
+def test_quick_fairness_targets_run_at_rho_1_and_cap_prox_al_at_the_papers_rho():
+    assert seed000._grid("table3", True, {})["rho"] == 1.0
+    assert seed000._grid("fig2", True, {})["rho"] == 1.0
+    assert "rho" not in seed000._grid("table3", False, {})  # the full run: the paper's 1e8
+
+    def caps(rho, kw):
+        options = seed000._method_options("table3", kw, quick=True)
+        return seed000._paper_rho_caps({"rho": rho}, options, True, kw)["prox_caps"]
+
+    assert caps(1.0, {}) == seed000.CAPS
+    assert caps(1e8, {}) == seed000.STALL_CAPS  # --quick --rho 1e8: the stall in 3 x 50
+    assert caps(1e8, {"max_inner": 7}) == {"max_outer": 3, "max_inner": 7}
