@@ -7,7 +7,7 @@ path can read another party's data.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from functools import cached_property
 
 import cvxpy as cp
@@ -166,6 +166,14 @@ class PartyFunctions:
         self.m_ineq = program.m_ineq
         self.m_eq = program.m_eq
         self.m_cone = program.m_cone
+
+    def forget_parameter_values(self) -> None:
+        """Drop what was computed from parameter values (the constant parts the certificate
+        scales by, the cone blocks): recomputed on next use. The evaluators stay: they read
+        ``param.value`` at every evaluation."""
+        for name in ("constant_parts", "cone_constant_part"):
+            self.__dict__.pop(name, None)
+        self.blocks = [ConeBlock(c.source) for c in self.program.cones]
 
     def _compile(self, exprs, labels, scalar=False) -> SmoothFunction | None:
         if not exprs:
@@ -473,6 +481,23 @@ class CompiledModel:
         )
         note = f"server constraints {[c.label for c in moved]} taken as part of h (projection)"
         return CompiledModel(self.name, self.layout, server, self.clients, reg, [*self.notes, note])
+
+    def with_current_parameters(self, model) -> CompiledModel:
+        """This compiled model for another solve of ``model`` (a :class:`fedmodel.Model`
+        whose declaration has not changed since it was compiled): each party's parameters
+        checked again (a value may have been unset), ``h`` parsed again (its weights and
+        bounds may be parameters), and the values the evaluators computed from parameters
+        dropped. The programs and their compiled evaluators are reused (``Model.compile``).
+        """
+        for party in [model.server, *model.clients]:
+            check_parameter_values(party)
+        for program in self.parties:
+            functions = program.__dict__.get("functions")  # (compiled on first use)
+            if functions is not None:
+                functions.forget_parameter_values()
+        return replace(
+            self, regularizer=Regularizer.from_model_terms(model._regularizers, self.layout)
+        )
 
     def program(self, name: str) -> PartyProgram:
         for p in self.parties:
