@@ -301,3 +301,33 @@ def test_a_parameter_change_reaches_the_party_on_kept_workers(backend):
         problem.solve(solver=cp.CLARABEL)
         check_against(res, w, problem.value, x.value)
         assert np.sum(w.value) == pytest.approx(bound, abs=1e-5)
+
+
+def test_a_resolve_keeps_the_evaluators_of_a_party_with_its_own_variables(monkeypatch):
+    """A cone-constrained party works on its own view (shared and its own cone variables):
+    that view and its evaluators are kept too, and a re-solve at a new radius repeats the
+    iterates of a solve compiled anew, bit for bit."""
+    calls = counting(monkeypatch)
+    radius = cp.Parameter(nonneg=True, value=0.3, name="radius")
+    model = fm.Model("ball")
+    w = model.variable(3, name="w")
+    for k in range(3):
+        site = model.client(f"site{k}")
+        site.data(A[k], name="A")
+        site.minimize(loss(k, w))
+    model.clients[0].subject_to(cp.norm(w, 2) <= radius)
+    assert model.compile().layout.has_owned
+    model.solve(method="prox-al", eps=EPS)
+    built = calls["evaluators"]
+    radius.value = 0.2
+    kept = model.solve(method="prox-al", eps=EPS)
+    w_kept = w.value.copy()
+    assert calls["evaluators"] == built and calls["partitions"] == 1
+    ref_value, _ = pooled(constraints=[lambda x: cp.norm(x, 2) <= 0.2])
+    assert kept.status == "optimal", kept.message
+    assert abs(kept.objective - ref_value) <= 1e-4 * abs(ref_value)
+    model._compiled = None  # compiled anew: the same iterates
+    fresh = model.solve(method="prox-al", eps=EPS)
+    assert calls["partitions"] == 2 and calls["evaluators"] > built
+    assert fresh.objective == kept.objective and fresh.rounds == kept.rounds
+    np.testing.assert_array_equal(w.value, w_kept)

@@ -54,6 +54,7 @@ class PartyProgram:
         compiles its own on first use."""
         state = dict(self.__dict__)
         state.pop("functions", None)
+        state.pop("_local_view", None)  # (a view of this program: made again on first use)
         return state
 
     @property
@@ -114,14 +115,17 @@ class PartyProgram:
         """
         if not self.layout.has_owned:
             return self
-        return PartyProgram(
-            name=self.name,
-            is_server=self.is_server,
-            layout=self.layout.local(self.name),
-            objective=self.objective,
-            constraints=self.constraints,
-            data=self.data,
-        )
+        view = self.__dict__.get("_local_view")  # made once: its evaluators are kept too
+        if view is None:
+            view = self.__dict__["_local_view"] = PartyProgram(
+                name=self.name,
+                is_server=self.is_server,
+                layout=self.layout.local(self.name),
+                objective=self.objective,
+                constraints=self.constraints,
+                data=self.data,
+            )
+        return view
 
     def fingerprint(self) -> dict[str, str]:
         """This party's checkpoint fingerprint (its terms with every constant in them, and
@@ -491,10 +495,11 @@ class CompiledModel:
         """
         for party in [model.server, *model.clients]:
             check_parameter_values(party)
-        for program in self.parties:
-            functions = program.__dict__.get("functions")  # (compiled on first use)
-            if functions is not None:
-                functions.forget_parameter_values()
+        for party in self.parties:
+            for program in (party, party.__dict__.get("_local_view")):
+                functions = program.__dict__.get("functions") if program is not None else None
+                if functions is not None:  # (compiled on first use)
+                    functions.forget_parameter_values()
         return replace(
             self, regularizer=Regularizer.from_model_terms(model._regularizers, self.layout)
         )
