@@ -253,6 +253,18 @@ def test_a_resolve_after_a_parameter_change_does_not_recompile(monkeypatch):
     # the certificate's constant parts follow the new bound (they were computed from it)
     program = model.compile().clients[0]
     np.testing.assert_allclose(program.functions.constant_parts[0], [-0.1])
+    # the checks run at every solve of the kept model: an unset value, a negative h weight
+    budget.value = None
+    with pytest.raises(DataError, match="parameter 'budget' without a value"):
+        model.solve(method="prox-al", eps=EPS)
+    budget.value = 0.1
+    lam = cp.Parameter(value=1.0, name="lam")
+    model.regularize(lam * cp.norm1(w))
+    model.solve(method="prox-al", eps=EPS, max_outer=1)
+    lam.value = -1.0
+    with pytest.raises(fm.UnsupportedError, match="negative weight"):
+        model.solve(method="prox-al", eps=EPS)
+    assert calls["partitions"] == 2  # (the regularize call, not the values)
 
 
 def test_a_declaration_change_after_a_solve_recompiles(monkeypatch):
