@@ -7,7 +7,7 @@ path can read another party's data.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from functools import cached_property
 
 import cvxpy as cp
@@ -54,6 +54,7 @@ class PartyProgram:
         compiles its own on first use."""
         state = dict(self.__dict__)
         state.pop("functions", None)
+        state.pop("_local_view", None)  # (a view of this program: made again on first use)
         return state
 
     @property
@@ -114,14 +115,17 @@ class PartyProgram:
         """
         if not self.layout.has_owned:
             return self
-        return PartyProgram(
-            name=self.name,
-            is_server=self.is_server,
-            layout=self.layout.local(self.name),
-            objective=self.objective,
-            constraints=self.constraints,
-            data=self.data,
-        )
+        view = self.__dict__.get("_local_view")  # made once: its evaluators are kept too
+        if view is None:
+            view = self.__dict__["_local_view"] = PartyProgram(
+                name=self.name,
+                is_server=self.is_server,
+                layout=self.layout.local(self.name),
+                objective=self.objective,
+                constraints=self.constraints,
+                data=self.data,
+            )
+        return view
 
     def fingerprint(self) -> dict[str, str]:
         """This party's checkpoint fingerprint (its terms with every constant in them, and
@@ -166,6 +170,14 @@ class PartyFunctions:
         self.m_ineq = program.m_ineq
         self.m_eq = program.m_eq
         self.m_cone = program.m_cone
+
+    def forget_parameter_values(self) -> None:
+        """Drop what was computed from parameter values (the constant parts the certificate
+        scales by, the cone blocks): recomputed on next use. The evaluators stay: they read
+        ``param.value`` at every evaluation."""
+        for name in ("constant_parts", "cone_constant_part"):
+            self.__dict__.pop(name, None)
+        self.blocks = [ConeBlock(c.source) for c in self.program.cones]
 
     def _compile(self, exprs, labels, scalar=False) -> SmoothFunction | None:
         if not exprs:
@@ -473,6 +485,24 @@ class CompiledModel:
         )
         note = f"server constraints {[c.label for c in moved]} taken as part of h (projection)"
         return CompiledModel(self.name, self.layout, server, self.clients, reg, [*self.notes, note])
+
+    def with_current_parameters(self, model) -> CompiledModel:
+        """This compiled model for another solve of ``model`` (a :class:`fedmodel.Model`
+        whose declaration has not changed since it was compiled): each party's parameters
+        checked again (a value may have been unset), ``h`` parsed again (its weights and
+        bounds may be parameters), and the values the evaluators computed from parameters
+        dropped. The programs and their compiled evaluators are reused (``Model.compile``).
+        """
+        for party in [model.server, *model.clients]:
+            check_parameter_values(party)
+        for party in self.parties:
+            for program in (party, party.__dict__.get("_local_view")):
+                functions = program.__dict__.get("functions") if program is not None else None
+                if functions is not None:  # (compiled on first use)
+                    functions.forget_parameter_values()
+        return replace(
+            self, regularizer=Regularizer.from_model_terms(model._regularizers, self.layout)
+        )
 
     def program(self, name: str) -> PartyProgram:
         for p in self.parties:

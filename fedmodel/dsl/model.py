@@ -55,6 +55,14 @@ class Model:
         self._fingerprints: dict[tuple, str] = {}
         # id(expr) -> Publication: what clients send to the server (Client.publish)
         self._published: dict[int, Any] = {}
+        # bumped by every declaring call (variables, clients, data, terms, constraints, h,
+        # publications): the compiled model is reused across solves while it is unchanged
+        self._declaration_version = 0
+        self._compiled: tuple[int, CompiledModel] | None = None
+
+    def _declared(self) -> None:
+        """Record that the declaration changed (the next compile partitions it anew)."""
+        self._declaration_version += 1
 
     # -- declaration -----------------------------------------------------------------------
     def variable(
@@ -129,6 +137,7 @@ class Model:
         if any(v.name() == name for v in self.all_variables):
             raise ModelError(f"a variable named '{name}' already exists", owner)
         var = cp.Variable(shape, name=name)
+        self._declared()
         if owner is not None:
             self._adopt_variable(var, owner, hidden)
         return var
@@ -139,6 +148,7 @@ class Model:
         self._owner_of[var.id] = owner
         if hidden:
             self._hidden.add(var.id)
+        self._declared()
 
     def client(self, name: str) -> Client:
         """Add a client (data owner) named ``name`` and return it."""
@@ -150,6 +160,7 @@ class Model:
             raise ModelError(f"a client named '{name}' already exists")
         c = Client(self, name)
         self._clients[name] = c
+        self._declared()
         return c
 
     @property
@@ -200,6 +211,7 @@ class Model:
         check_finite_constants(term, "server", f"regularize[{len(self._regularizers)}]")
         parse_regularizer_term(term, self._variables)  # validate now, with a clear error
         self._regularizers.append(term)
+        self._declared()
 
     # -- bookkeeping used by parties -------------------------------------------------------
     def _register_data(self, handle: PrivateData) -> None:
@@ -207,9 +219,11 @@ class Model:
         fp = fingerprint(handle.value)
         if fp is not None:
             self._fingerprints.setdefault(fp, handle.owner)
+        self._declared()
 
     def _publish(self, publication: Any) -> None:
         self._published[id(publication.expr)] = publication  # keeps the expression alive
+        self._declared()
 
     @property
     def publications(self) -> tuple:
@@ -230,10 +244,41 @@ class Model:
 
     # -- compile and solve -----------------------------------------------------------------
     def compile(self) -> CompiledModel:
-        """Partition the model into per-party programs and run every check."""
+        """Partition the model into per-party programs and run every check.
+
+        The partition (each party's program with its compiled evaluators) is kept and
+        reused by the next ``compile`` and ``solve`` while the declaration is unchanged:
+        every declaring call (``variable``, ``client``, ``data``, ``minimize``,
+        ``subject_to``, ``regularize``, ``publish``, ...) invalidates it, a new
+        ``param.value`` does not. What a parameter's value enters is redone at every call:
+        the parameter checks, the parse of ``h`` and the constant parts the certificate
+        scales by (:meth:`~fedmodel.compiler.partition.CompiledModel.with_current_parameters`).
+
+        Examples
+        --------
+        >>> import cvxpy as cp, fedmodel as fm
+        >>> model = fm.Model()
+        >>> w = model.variable(2)
+        >>> lam = cp.Parameter(nonneg=True, value=1.0)
+        >>> model.client("site0").minimize(cp.sum_squares(w - 1))
+        >>> model.regularize(lam * cp.norm1(w))
+        >>> first = model.compile()
+        >>> lam.value = 0.5                       # no recompiling: the programs are reused
+        >>> model.compile().clients[0] is first.clients[0]
+        True
+        >>> model.client("site1").minimize(cp.sum_squares(w))  # a new declaration: compiled anew
+        >>> model.compile().clients[0] is first.clients[0]
+        False
+        """
         from fedmodel.compiler.partition import compile_model
 
-        return compile_model(self)
+        cached = self._compiled
+        if cached is not None and cached[0] == self._declaration_version:
+            return cached[1].with_current_parameters(self)
+        version = self._declaration_version
+        compiled = compile_model(self)
+        self._compiled = (version, compiled)
+        return compiled
 
     def summary(self, print_: bool = True, method: str = "prox-al") -> str:
         """Describe each party, its terms and constraint dimensions, what crosses the

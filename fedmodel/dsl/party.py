@@ -264,6 +264,7 @@ class Party:
         source = written if expr is not written else None
         self._objective.append(ObjectiveTerm(expr, label, allow_nonconvex, source))
         self._constraints.extend(replace(t, internal=True) for t in extra)
+        self._model._declared()
 
     def maximize(
         self, expr: Any, *, allow_nonconvex: bool = False, name: str | None = None
@@ -334,6 +335,12 @@ class Party:
         items = list(constraints) if isinstance(constraints, Iterable) else [constraints]
         if not items:
             raise ModelError("subject_to() got an empty list of constraints", self.name)
+        try:
+            self._add_constraints(items, name, allow_nonconvex)
+        finally:  # (also when a later item is refused: the earlier ones were added)
+            self._model._declared()
+
+    def _add_constraints(self, items: list, name: str | None, allow_nonconvex: bool) -> None:
         for j, c in enumerate(items):
             label = name if (name and len(items) == 1) else (f"{name}[{j}]" if name else None)
             label = label or f"constraint[{len(self._constraints)}]"
