@@ -275,27 +275,35 @@ class DGDServer(PenaltyServer):
         }
 
 
-def run_dgd(compiled: CompiledModel, opts: DGDOptions, method: str = "dgd", *, faults=None):
-    """Run dgd through the driver: the nodes run on any backend, their iterates travel peer
-    to peer."""
+def graph_nodes(compiled: CompiledModel, topology, method: str) -> tuple[dict, list[str]]:
+    """The topology's graph over the clients (and the server, when a node) and its nodes in
+    order; a server holding terms must be a node."""
     names = [c.name for c in compiled.clients]
-    g = topology_graph(opts.topology, names)
+    g = topology_graph(topology, names)
     if SERVER not in g and not compiled.server.is_empty:
         raise UnsupportedError(
             f"{method} has no server, but the server holds terms or constraints; make 'server' "
             "a node of the topology"
         )
-    nodes = names + ([SERVER] if SERVER in g else [])
+    return g, names + ([SERVER] if SERVER in g else [])
+
+
+def node_factories(
+    compiled: CompiledModel, opts, g: dict, nodes: list[str], node_cls, node_opts, method: str
+) -> tuple[dict, np.ndarray, dict]:
+    """The mixing weights, the starting point and one :class:`EndpointFactory` of
+    ``node_cls`` per node (its own program, its share of ``h``, its neighbours and weights):
+    shared by dgd and dagd, whose nodes run the same update (55)."""
     weights = _mixing(opts, g, nodes, method)
-    reg_share = scaled_regularizer(compiled.regularizer, 1.0 / len(names))
+    n_clients = sum(1 for s in nodes if s != SERVER)
+    reg_share = scaled_regularizer(compiled.regularizer, 1.0 / n_clients)
     x0 = starting_point(compiled, opts.w0)
-    node_opts = opts.for_clients(topology=None, mixing="metropolis")
     factories = {}
     for s in nodes:
         prog = compiled.server if s == SERVER else compiled.program(s)
         nbrs = [j for j in weights[s] if j != s]
         factories[s] = EndpointFactory(
-            DGDNode,
+            node_cls,
             (
                 prog,
                 Regularizer() if s == SERVER else reg_share,
@@ -306,5 +314,14 @@ def run_dgd(compiled: CompiledModel, opts: DGDOptions, method: str = "dgd", *, f
                 RUNTIME_PROXY,
             ),
         )
+    return weights, x0, factories
+
+
+def run_dgd(compiled: CompiledModel, opts: DGDOptions, method: str = "dgd", *, faults=None):
+    """Run dgd through the driver: the nodes run on any backend, their iterates travel peer
+    to peer."""
+    g, nodes = graph_nodes(compiled, opts.topology, method)
+    node_opts = opts.for_clients(topology=None, mixing="metropolis")
+    weights, x0, factories = node_factories(compiled, opts, g, nodes, DGDNode, node_opts, method)
     server = DGDServer(compiled.server, nodes, weights, opts, x0)
     return run_federated(compiled, opts, method, server, factories, faults=faults)

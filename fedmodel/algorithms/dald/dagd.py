@@ -67,17 +67,18 @@ from typing import Any
 
 import numpy as np
 
-from fedmodel.algorithms.baselines.dgd import DGDOptions, DGDServer, DGDUpdate, _mixing
-from fedmodel.algorithms.common import starting_point
+from fedmodel.algorithms.baselines.dgd import (
+    DGDOptions,
+    DGDServer,
+    DGDUpdate,
+    graph_nodes,
+    node_factories,
+)
 from fedmodel.algorithms.dald.messages import DALD
 from fedmodel.algorithms.driver import run_federated
-from fedmodel.algorithms.local import scaled_regularizer
 from fedmodel.algorithms.protocol import StepReport
-from fedmodel.algorithms.topology import SERVER, topology_graph
 from fedmodel.compiler.partition import CompiledModel
-from fedmodel.compiler.regularizer import Regularizer
-from fedmodel.errors import ModelError, UnsupportedError
-from fedmodel.runtime.endpoints import RUNTIME_PROXY, EndpointFactory
+from fedmodel.errors import ModelError
 from fedmodel.runtime.wire import register_wire_type
 
 
@@ -378,39 +379,14 @@ class DAGDServer(DGDServer):
 def run_dagd(compiled: CompiledModel, opts: DAGDOptions, method: str = "dagd", *, faults=None):
     """Run dagd through the driver on any backend (real asynchrony with
     ``asynchronous=True`` on the processes and Ray backends)."""
-    names = [c.name for c in compiled.clients]
-    g = topology_graph(opts.topology, names)
-    if SERVER not in g and not compiled.server.is_empty:
-        raise UnsupportedError(
-            f"{method} has no server, but the server holds terms or constraints; make 'server' "
-            "a node of the topology"
-        )
-    nodes = names + ([SERVER] if SERVER in g else [])
+    g, nodes = graph_nodes(compiled, opts.topology, method)
     delays = node_delays(opts.delays, nodes, method)
     if opts.asynchronous and any(delays.values()):
         raise ModelError(
             f"{method}: asynchronous=True runs the nodes really asynchronously; delays simulate "
             "asynchrony deterministically: use one or the other"
         )
-    weights = _mixing(opts, g, nodes, method)
-    reg_share = scaled_regularizer(compiled.regularizer, 1.0 / len(names))
-    x0 = starting_point(compiled, opts.w0)
     node_opts = opts.for_clients(topology=None, mixing="metropolis", delays=None)
-    factories = {}
-    for s in nodes:
-        prog = compiled.server if s == SERVER else compiled.program(s)
-        nbrs = [j for j in weights[s] if j != s]
-        factories[s] = EndpointFactory(
-            DAGDNode,
-            (
-                prog,
-                Regularizer() if s == SERVER else reg_share,
-                nbrs,
-                weights[s],
-                x0,
-                node_opts,
-                RUNTIME_PROXY,
-            ),
-        )
+    weights, x0, factories = node_factories(compiled, opts, g, nodes, DAGDNode, node_opts, method)
     server = DAGDServer(compiled.server, nodes, weights, opts, x0, delays)
     return run_federated(compiled, opts, method, server, factories, faults=faults)
