@@ -42,6 +42,7 @@ import gc  # noqa: E402
 import json  # noqa: E402
 import multiprocessing as mp  # noqa: E402
 import platform  # noqa: E402
+import re  # noqa: E402
 import resource  # noqa: E402
 import sys  # noqa: E402
 import time  # noqa: E402
@@ -695,7 +696,7 @@ def run_one(name: str, method: str, quick: bool, time_limit: float, ref: dict) -
             wall=time.perf_counter() - t0,
             peak_mb=_peak_mb(),
         )
-        row["traceback"] = traceback.format_exc()[-600:]
+        row["traceback"] = _repo_relative(traceback.format_exc())[-600:]
         return row
     row["wall"] = time.perf_counter() - t0
     row["peak_mb"] = _peak_mb()
@@ -848,6 +849,15 @@ def rejudge(rows: list[dict]) -> list[dict]:
         row.update(judge(case, {"w": np.load(path)}, row.get("f_star", f_star)))
         row["silent_wrong"] = silent_wrong(row)
     return rows
+
+
+def _repo_relative(text: str) -> str:
+    """``text`` with the paths of this checkout and of the Python installation written
+    relative (``fedmodel/...``, ``site-packages/...``): a results file names no machine's
+    directories."""
+    root = str(Path(__file__).resolve().parents[1]) + "/"
+    text = text.replace(root, "")
+    return re.sub(r'"[^"]*/(site-packages|lib/python3\.\d+)/', r'"\1/', text)
 
 
 def _key(r: dict) -> tuple:
