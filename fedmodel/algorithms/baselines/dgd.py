@@ -236,12 +236,17 @@ class DGDServer(PenaltyServer):
                     "x_avg": self.x_avg,
                     "local": {k: v["x"] for k, v in states.items()},
                 }
-            if not np.all(np.isfinite(self.x_avg)):
-                report.stop = "unbounded"
-                report.message = "the iterates diverge (non-finite values); lower step"
-            elif self.options.tol is not None and self.move <= self.options.tol:
-                report.stop = "stopped"
+            self.judge(report)
         return report
+
+    def judge(self, report: StepReport) -> None:
+        """The stopping rule of dgd and dagd: non-finite iterates are "unbounded"; a largest
+        move at most ``tol`` stops the run (the certificate then decides the status)."""
+        if not np.all(np.isfinite(self.x_avg)):
+            report.stop = "unbounded"
+            report.message = "the iterates diverge (non-finite values); lower step"
+        elif self.options.tol is not None and self.move <= self.options.tol:
+            report.stop = "stopped"
 
     def sync(self, runtime) -> None:
         self.gather(runtime)

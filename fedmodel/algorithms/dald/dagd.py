@@ -330,11 +330,7 @@ class DAGDServer(DGDServer):
         report.record = r % int(self.options.monitor_every) == 0 or r >= self.max_steps
         if r in self.snap_at:
             self.snapshots[r] = {"x_avg": self.x_avg, "local": dict(self.x)}
-        if not np.all(np.isfinite(self.x_avg)):
-            report.stop = "unbounded"
-            report.message = "the iterates diverge (non-finite values); lower step"
-        elif self.options.tol is not None and self.move <= self.options.tol:
-            report.stop = "stopped"
+        self.judge(report)
         return report
 
     def sync(self, runtime) -> None:
