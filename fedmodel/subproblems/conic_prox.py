@@ -34,9 +34,11 @@ from __future__ import annotations
 import cvxpy as cp
 import numpy as np
 
+from fedmodel.compiler.glm import NotRecognised
 from fedmodel.expressions import nodes
 from fedmodel.subproblems.cvxpy_backend import CvxpySolver
 from fedmodel.subproblems.merit import MeritProblem
+from fedmodel.subproblems.multipliers import MultiplierSolver
 from fedmodel.subproblems.select import make_solver
 
 
@@ -96,7 +98,18 @@ def exact_prox_solver(problem: MeritProblem, solver: str = "auto"):
     """The backend of a party's exact proximal step (see the module docstring);
     ``solver`` is the method's ``solver`` option (``"cvxpy"`` forces cvxpy)."""
     hard = HARD_CONSTRAINTS and has_constraints(problem)
-    if needs_conic_step(problem) or solver == "cvxpy" or hard:
+    conic = needs_conic_step(problem) or solver == "cvxpy"
+    exp_cones = any(exp_cone_terms(prog) for prog in problem.programs)
+    if hard and exp_cones and not conic and solver in ("auto", "newton"):
+        # smooth exponential-cone terms in GLM form (logistic ...): the method of
+        # multipliers on Newton (the demo's Neyman-Pearson clients, exact-admm: 0.18 s
+        # against 1.8 s through Clarabel, 48 rounds against 50). Quadratic and second-order
+        # cone steps stay with Clarabel (markowitz: 129 rounds, against 176 with multipliers)
+        try:
+            return MultiplierSolver(problem)
+        except NotRecognised:
+            pass
+    if conic or hard:
         return CvxpySolver(
             problem, hard_internal=True, hard_constraints=HARD_CONSTRAINTS, direct=DIRECT
         )
