@@ -138,10 +138,12 @@ def test_the_default_inner_solver_matches_plain_cvxpy_on_a_smooth_model():
     assert np.linalg.norm(res.solution["w"]) <= 0.5 * (1 + 1e-6)
 
 
-def test_sparse_client_data_stays_sparse_end_to_end(monkeypatch):
+@pytest.mark.parametrize("inner", ["quasi-newton", "auto"])
+def test_sparse_client_data_stays_sparse_end_to_end(monkeypatch, inner):
     """scipy.sparse data: the GLM form keeps X sparse and no dense copy of X (or of X^T D
     X) is made on the way -- compile, the clients' derivatives and Hessian-vector
-    products, the server's model, the certificate."""
+    products, the server's model, the certificate; at "auto" (exact-admm for the server's
+    ball) the clients' exact steps too."""
     X, y = sparse_parts()
     model, pooled = logistic_ball(X, y, radius=0.8)
     pooled.solve(solver="CLARABEL", **CLARABEL_TIGHT)
@@ -171,10 +173,15 @@ def test_sparse_client_data_stays_sparse_end_to_end(monkeypatch):
         return original_products(self, x, mu, nu, V)
 
     monkeypatch.setattr(NewtonSolver, "products", products)
-    res = model.solve(method="prox-al", eps=1e-5, history=False)
-    assert res.status == "optimal" and res.extra["inner_solver"] == "quasi-newton"
-    assert kinds and all(sparse.issparse(k((1, 1))) for k in kinds)  # X sparse in the GLM
-    assert densified == []
+    res = model.solve(method="prox-al", eps=1e-5, history=False, inner_solver=inner)
+    expected = "quasi-newton" if inner == "quasi-newton" else "exact-admm"
+    assert res.status == "optimal" and res.extra["inner_solver"] == expected
+    if inner == "quasi-newton":  # (exact steps send no Hessian-vector products)
+        assert kinds and all(sparse.issparse(k((1, 1))) for k in kinds)  # X sparse in the GLM
+        assert densified == []
+    else:  # the exact steps' Newton systems are d x d (local, never sent); X stays sparse
+        d = X[0].shape[1]
+        assert all(shape == (d, d) for shape in densified), densified
     assert res.objective == pytest.approx(pooled.value, rel=1e-4, abs=1e-6)
 
 
@@ -187,7 +194,13 @@ def test_the_limited_memory_model_runs_with_sparse_data(monkeypatch):
     model, pooled = logistic_ball(X, y, radius=0.8)
     pooled.solve(solver="CLARABEL", **CLARABEL_TIGHT)
     monkeypatch.setattr(server_module, "DENSE_MODEL_MAX", 10)
-    res = model.solve(method="prox-al", eps=1e-5, history=False, curvature_directions=0)
+    res = model.solve(
+        method="prox-al",
+        eps=1e-5,
+        history=False,
+        curvature_directions=0,
+        inner_solver="quasi-newton",
+    )
     assert res.status == "optimal" and res.extra["inner_solver"] == "quasi-newton"
     assert res.objective == pytest.approx(pooled.value, rel=1e-4, abs=1e-6)
     assert not any(r["kind"] == "curvature_w" for r in res.ledger)

@@ -306,6 +306,10 @@ class _SchurFactor:
 
     def solve(self, g: np.ndarray) -> np.ndarray:
         gw, gt = g[self.W], g[self.T]
+        if not self.W.size:  # (every unknown in the diagonal block: a box, no coupling)
+            out = np.empty_like(g)
+            out[self.T] = gt / self.d
+            return out
         dw = cholesky_solve(self.S_factor, gw - self.Hwt @ (gt / self.d))
         out = np.empty_like(g)
         out[self.W] = dw

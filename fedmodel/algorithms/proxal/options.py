@@ -244,7 +244,7 @@ class ProxALOptions(RuntimeOptions):
         about 0, not ``q^t``). Off by default: the inexact rule is Algorithm 2 as written
         (n = 5, d = 100 QP of Table 1, seed 0, ``w0`` of trial 0: 187 ADMM rounds inexact,
         118 exact, both certified, the final ``w`` 1.2e-4 apart).
-    inner_solver : {"auto", "quasi-newton", "newton", "admm"}, optional
+    inner_solver : {"auto", "quasi-newton", "newton", "admm", "exact-admm"}, optional
         How each outer iteration's subproblem ``min l_k`` is solved. ``"admm"``: Algorithm
         2 (the paper; default of ``variant="paper"``). ``"quasi-newton"``: a federated
         quasi-Newton method on ``l_k`` (:mod:`fedmodel.algorithms.proxal.newton_inner`):
@@ -261,13 +261,20 @@ class ProxALOptions(RuntimeOptions):
         client's row comes back exactly)**, sent whenever it changed (``8 d^2`` bytes).
         Both need ``C^1`` terms: a smooth ``h``, no cone constraints or party-owned
         variables, and the Newton backend at the server (``"newton"``: at every party).
-        ``"auto"`` (default of the adaptive variant) picks ``"quasi-newton"`` when the
-        model allows it and has at most 2000 shared variables (the server's dense model),
-        and Algorithm 2 with the scalar penalty otherwise: no default sends a ``d x d``
-        matrix. On a non-convex model the Hessian (or model) is shifted to positive
-        definite (modified Newton). ``res.extra["inner_solver"]`` says which ran (and
-        ``"inner_solver_note"`` why not quasi-Newton). The ADMM options (``rho``,
-        ``anderson``, ``penalty_metric`` ...) apply to Algorithm 2 only.
+        ``"exact-admm"``: consensus ADMM in which every party returns the exact minimiser
+        of its subproblem plus ``(sigma/2)||x - c_i||^2`` (``d`` floats each way;
+        :mod:`fedmodel.algorithms.proxal.exact_admm`), for convex models.
+        ``"auto"`` (default of the adaptive variant), on a convex model at ``eps >=
+        1e-5``, picks ``"exact-admm"`` when a term is non-smooth or conic, has a
+        restricted domain, a party owns variables, or a party has inequality constraints
+        (up to 2000 shared variables, and unless a constrained party has exponential-cone
+        terms, whose exact steps are slow interior-point solves); otherwise
+        ``"quasi-newton"`` when the model allows it, and Algorithm 2 with the scalar
+        penalty when not: no default sends a ``d x d`` matrix. On a non-convex model the
+        Hessian (or model) is shifted to positive definite (modified Newton).
+        ``res.extra["inner_solver"]`` says which ran (and ``"inner_solver_note"`` why).
+        The ADMM options (``rho``, ``anderson``, ``penalty_metric`` ...) apply to
+        Algorithm 2 (``rho``, ``anderson`` also to exact-admm).
     curvature_directions : int, optional
         ``inner_solver="quasi-newton"``: each round (and with the round that starts an
         inner solve) the server also sends ``k`` directions (the trial step and random
