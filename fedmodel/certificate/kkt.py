@@ -52,6 +52,23 @@ absolute ones stay reported):
   term's epigraph or cone form (no constraint of the user's; ``norm(w - 1)`` has
   ``E = (t, w - 1) -> 0`` at ``w = 1``) keep ``max(1, |c_j(0)|, |c_j(x) - c_j(0)|)``.
 
+**Epigraph auxiliaries at the user's model** (:mod:`fedmodel.certificate.auxiliary`). Each
+party first sets every hidden epigraph auxiliary bounded only by its own pieces to their
+largest value at the evaluated point (the partial minimiser: DCP makes the rewritten term
+nondecreasing in it), so the residuals are those of the model as written at the user's
+variables, wherever the method left its auxiliaries (a federated party's own exact step at
+``x_i != z``: svm-20 read a scaled feasibility of 2.8e-3 on a model with no constraint).
+The complementarity of those pieces is then measured as the gap it leaves: with ``mu >= 0``
+the epigraph Lagrangian falls short of the user's objective by ``sum_j mu_j |c_j|`` over
+them and ``f(w') >= L(w', mu)`` for every ``w'``, so the multipliers give a ``(sum_j mu_j
+|c_j|)``-subgradient; it counts in the feasibility relative to ``max(1, sum_i |f_i| +
+|h|)`` (``epigraph_gap``), not piece by piece (a multiplier on a hinge row a hair off its
+kink at ``z`` is a correct subgradient to within ``mu_j |c_j|``, ``mu_j <= 1/N``). Each
+auxiliary's stationarity ``c - sum_k lambda_k`` is made exact by rescaling its pieces'
+multipliers (within :data:`BALANCE_MAX_CHANGE`) when that lowers the party's share of the
+scaled stationarity by more than it can move the shared block's; the party then reports
+the multipliers it used (``mu``), and the federated driver's result reports those.
+
 On a convex model the gap obeys ``f(x) - f* <= <r, x - x*> + sum_j |mu_j c_j(x)|``, so
 scaled residuals of order ``eps`` give a relative objective gap and a relative violation of
 order ``eps`` (times the size of ``x - x*`` in the units the terms are measured in). The
