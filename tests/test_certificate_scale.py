@@ -348,7 +348,7 @@ def test_the_gap_of_misplaced_piece_multipliers_is_charged():
     mus, nus = _stacked_multipliers(compiled, res)
     swapped = []
     for p, mu in zip(compiled.parties, mus):
-        if mu.size:  # the hinge rows first, then the rows -t <= 0: swap the two halves
+        if not p.is_server:  # the hinge rows first, then the rows -t <= 0: swap the halves
             half = mu.size // 2
             mu = np.concatenate([mu[half:], mu[:half]])
         swapped.append(mu)
@@ -373,6 +373,8 @@ def test_the_result_reports_the_multipliers_its_certificate_used():
     assert again.scaled_feasibility == pytest.approx(
         res.kkt.scaled_feasibility, rel=1e-6, abs=1e-15
     )
-    for p, mu in zip(compiled.clients, mus[1:]):
+    for p, mu in zip(compiled.parties, mus):
+        if p.is_server:
+            continue
         half = mu.size // 2  # each row's two pieces: its weights sum to 1/N
         assert np.allclose(mu[:half] + mu[half:], 1.0 / N_ROWS, rtol=1e-9, atol=0)
