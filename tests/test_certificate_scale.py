@@ -286,3 +286,95 @@ def test_prox_al_on_an_infeasible_kl_model_says_infeasible():
     res = _infeasible_kl_model().solve(method="prox-al", time_limit=60)
     assert res.status in ("diverging", "infeasible"), res.message
     assert "infeasible" in res.message
+
+
+# -- the certificate at a federated party's point (issue 23, exact-admm) ---------------------
+def _off_point(compiled, x, delta):
+    """``x`` with each party's hidden auxiliaries moved to the partial minimiser at the
+    shared point ``x + delta`` (what a party's own exact step at ``x_i != z`` leaves)."""
+    from fedmodel.certificate.auxiliary import minimize_auxiliaries, owned_coordinates
+
+    out, moved = np.array(x), np.array(x)
+    moved[compiled.layout.shared_indices] += delta
+    for p in compiled.parties:
+        hidden = owned_coordinates(p)[0]
+        out[hidden] = minimize_auxiliaries(p, moved)[hidden]
+    return out
+
+
+@pytest.mark.parametrize("loss", ["hinge", "lad"])
+def test_a_party_off_its_point_is_judged_on_the_users_model(loss):
+    """A party evaluated at the shared point with the auxiliaries of its own point: the
+    pieces read off by ``||a_j||_1 ||x_i - z||`` (violated here by > 1e-3); the certificate
+    puts the auxiliaries at their partial minimiser first, so the verdict and residuals are
+    those of the pooled solution, and a wrong shared point is still refused."""
+    if loss == "hinge":
+        X, y = _hinge_data()
+        model, _ = _hinge_model(X, y, 1.0 / N_ROWS)
+    else:
+        model = _lad_and_quantile()[0]
+    eps = 1e-6
+    res = model.solve(method="centralized", engine="cvxpy", eps=eps)
+    assert res.status == "optimal", res.message
+    compiled = model.compile()
+    mus, nus = _stacked_multipliers(compiled, res)
+    at_opt, _ = pooled_evaluation(compiled, res.x, mus, nus)
+    delta = 0.02 * np.random.default_rng(3).standard_normal(compiled.layout.n_shared)
+    x_off = _off_point(compiled, res.x, delta)
+    violated = max(
+        float(p.functions.constraint_values(x_off)[0].max(initial=-np.inf))
+        for p in compiled.parties
+    )
+    assert violated > 1e-3  # the pieces as a party's own auxiliaries leave them
+    off, _ = pooled_evaluation(compiled, x_off, mus, nus)
+    assert off.satisfied(eps, eps) and at_opt.satisfied(eps, eps)
+    assert off.scaled_feasibility <= 1e-9
+    assert off.scaled_stationarity == pytest.approx(at_opt.scaled_stationarity, rel=1e-9, abs=0)
+    # a wrong shared point (its auxiliaries at their minimiser too) is refused
+    wrong = _off_point(compiled, res.x, delta)
+    wrong[compiled.layout.shared_indices] += delta
+    bad, _ = pooled_evaluation(compiled, wrong, mus, nus)
+    assert not bad.satisfied(1e-3, 1e-3)
+
+
+def test_the_gap_of_misplaced_piece_multipliers_is_charged():
+    """Multipliers on pieces that are not the largest at the point leave ``sum mu_j |c_j|``
+    between the epigraph Lagrangian and the user's objective: the certificate charges that
+    gap relative to the objective (here all of each row's weight put on the wrong piece)."""
+    X, y = _hinge_data()
+    model, _ = _hinge_model(X, y, 1.0 / N_ROWS)
+    res = model.solve(method="centralized", engine="cvxpy", eps=1e-6)
+    compiled = model.compile()
+    mus, nus = _stacked_multipliers(compiled, res)
+    swapped = []
+    for p, mu in zip(compiled.parties, mus):
+        if not p.is_server:  # the hinge rows first, then the rows -t <= 0: swap the halves
+            half = mu.size // 2
+            mu = np.concatenate([mu[half:], mu[:half]])
+        swapped.append(mu)
+    kkt, summary = pooled_evaluation(compiled, res.x, swapped, nus)
+    assert kkt.scaled_feasibility > 0.1 and not kkt.satisfied(1e-3, 1e-3)
+
+
+def test_the_result_reports_the_multipliers_its_certificate_used():
+    """prox-al (exact-admm) on a hinge SVM: the clients' exact steps at their own points
+    leave each auxiliary's stationarity ``1/N - sum lambda`` off by their proximal term;
+    the certificate rescales the pieces' multipliers (certificate/auxiliary.py), and the
+    result reports those: recomputed from ``res.multipliers`` at ``res.x`` the certificate
+    is the one the run reported, with each auxiliary's stationarity exact."""
+    X, y = _hinge_data()
+    model, _ = _hinge_model(X, y, 1.0 / N_ROWS)
+    res = model.solve(method="prox-al", eps=1e-4)
+    assert res.status == "optimal", res.message
+    compiled = model.compile()
+    mus, nus = _stacked_multipliers(compiled, res)
+    again, _ = pooled_evaluation(compiled, res.x, mus, nus)
+    assert again.scaled_stationarity == pytest.approx(res.kkt.scaled_stationarity, rel=1e-6)
+    assert again.scaled_feasibility == pytest.approx(
+        res.kkt.scaled_feasibility, rel=1e-6, abs=1e-15
+    )
+    for p, mu in zip(compiled.parties, mus):
+        if p.is_server:
+            continue
+        half = mu.size // 2  # each row's two pieces: its weights sum to 1/N
+        assert np.allclose(mu[:half] + mu[half:], 1.0 / N_ROWS, rtol=1e-9, atol=0)

@@ -30,6 +30,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+import numpy as np
+
 from fedmodel.algorithms.common import (
     conic_note,
     global_point,
@@ -269,6 +271,11 @@ class _Run:
         replies = self.runtime.broadcast("evaluate", payload, channel="diagnostic")
         reports.update({name: r.payload for name, r in replies.items()})
         kkt, summary = assemble(reports, self.compiled.regularizer, x[:ns], self.local)
+        # the inequality multipliers a party's certificate used when it balanced its
+        # epigraph pieces' (certificate/kkt.party_evaluation): the ones the result reports
+        summary["multipliers_used"] = {
+            name: np.asarray(r["mu"], dtype=float) for name, r in reports.items() if "mu" in r
+        }
         self.diagnostics = server.diagnostics(reports)
         return kkt, summary
 
@@ -395,9 +402,11 @@ class _Run:
         compiled, server = self.compiled, self.server
         if compiled is None:
             return self.own_result(status, message, kkt, summary, reports, failure)
+        used = summary.get("multipliers_used") or {}
+        mu0, nu0 = server.multipliers()
         multipliers = {
             compiled.server.name: split_multipliers(
-                compiled.server, *server.multipliers(), server.cone_duals()
+                compiled.server, used.get(compiled.server.name, mu0), nu0, server.cone_duals()
             )
         }
         per_party_seconds = {}
@@ -406,7 +415,8 @@ class _Run:
             if c.name not in reports:
                 continue
             p = reports[c.name].payload
-            multipliers[c.name] = split_multipliers(c, p["mu"], p["nu"], p.get("cone"))
+            mu = used.get(c.name, p["mu"])
+            multipliers[c.name] = split_multipliers(c, mu, p["nu"], p.get("cone"))
             per_party_seconds[c.name] = p["seconds"]
             local_iters[c.name] = int(p["local_iterations"])
         fields = self.run_fields(status, message, kkt, summary, failure, per_party_seconds)

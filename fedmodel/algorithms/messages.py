@@ -48,6 +48,16 @@ EVALUATION_FIELDS: dict[str, Field] = {
     "violation": Field(()),
     "c_ineq": Field(("m_ineq",), reveals="its inequality constraint values at w"),
     "c_eq": Field(("m_eq",), reveals="its equality constraint values at w"),
+    "epigraph_gap": Field(
+        (),
+        required=False,
+        reveals="the gap its multipliers leave on the pieces of its epigraph terms at w",
+    ),
+    "mu": Field(
+        ("m_ineq",),
+        required=False,
+        reveals="its multipliers, when the certificate rescaled its epigraph pieces' ones",
+    ),
     # only when some shared coordinate sits at a term's domain boundary (certificate/kkt.py)
     "boundary_grad": Field(
         ("d",), required=False, reveals="the gradient of its Lagrangian at w + tau e_B"

@@ -34,10 +34,12 @@ from fedmodel.subproblems.select import make_solver
 
 def pooled_evaluation(compiled: CompiledModel, x, mus, nus, cones=None):
     """Evaluate every party at ``x`` (centralized: all programs are local here); ``cones``
-    are the parties' cone multipliers (zeros when None)."""
+    are the parties' cone multipliers (zeros when None). The multipliers are judged as
+    given (``balance_pieces=False``: the pooled reference polishes its own,
+    ``pooled.polish_auxiliary_duals``, and reports what it judged)."""
     cones = cones if cones is not None else [None] * len(compiled.parties)
     reports = {
-        p.name: party_evaluation(p, x, mu, nu, cone=lam)
+        p.name: party_evaluation(p, x, mu, nu, cone=lam, balance_pieces=False)
         for p, mu, nu, lam in zip(compiled.parties, mus, nus, cones)
     }
     return assemble(reports, compiled.regularizer, x, compiled.nonconvex)

@@ -34,6 +34,11 @@ from fedmodel.algorithms.centralized.cprox_al import pooled_evaluation, run_cpro
 from fedmodel.algorithms.centralized.options import ENGINES, CentralizedOptions  # noqa: F401
 from fedmodel.algorithms.common import conic_note, make_result, split_multipliers
 from fedmodel.algorithms.proxal.options import CProxALOptions
+from fedmodel.certificate.auxiliary import (
+    auxiliary_rows,
+    balance_piece_multipliers,
+    minimize_auxiliaries,
+)
 from fedmodel.compiler.glm import NotRecognised
 from fedmodel.compiler.partition import CompiledModel
 from fedmodel.errors import UnsupportedError
@@ -502,41 +507,17 @@ def polish_auxiliary_duals(compiled: CompiledModel, x: np.ndarray, mus) -> list 
     relative to ``c_i``. Scaling the row's multipliers by ``c_i / sum_k lambda_k`` removes
     it and moves the shared variables' stationarity by the same relative amount; the
     certificate is recomputed on the result, so this only ever adds a certificate that
-    holds. Rows are matched to their auxiliary from two evaluations of the (affine)
-    constraints; a change larger than :data:`POLISH_MAX_CHANGE` is not made. None when
-    nothing changed."""
-    from fedmodel.certificate.kkt import _owned_coordinates
-
+    holds. Rows are matched to their auxiliary by
+    :func:`fedmodel.certificate.auxiliary.auxiliary_rows` (the matching the certificate
+    uses to put the auxiliaries at their partial minimiser); a change larger than
+    :data:`POLISH_MAX_CHANGE` is not made. None when nothing changed."""
     out, changed = [], False
     for p, mu in zip(compiled.parties, mus):
-        hidden = _owned_coordinates(p)[0]
-        if not hidden.size or not mu.size:
-            out.append(mu)
-            continue
-        fn = p.functions
-        values = lambda d, fn=fn: fn.constraint_values(x + d)[0]  # noqa: E731
-        ones, label = np.zeros(x.size), np.zeros(x.size)
-        ones[hidden], label[hidden] = 1.0, np.arange(1, hidden.size + 1)
-        with np.errstate(all="ignore"):
-            c0 = values(0.0)
-            a, b, b2 = values(ones) - c0, values(label) - c0, values(2 * label) - c0
-            k = b / a
-        # rows affine in the auxiliaries, touching exactly one of them (k an integer label)
-        rows = (mu > 0) & (a != 0) & np.isfinite(k) & np.isclose(b2, 2 * b, rtol=1e-9)
-        rows &= np.isclose(k, np.rint(k), rtol=0, atol=1e-6) & (k >= 1) & (k <= hidden.size)
-        if not rows.any():
-            out.append(mu)
-            continue
-        idx = np.rint(k[rows]).astype(int) - 1
-        g = fn.objective_and_grad(x)[1][hidden]
-        total = np.bincount(idx, weights=a[rows] * mu[rows], minlength=hidden.size)
-        with np.errstate(all="ignore"):
-            factor = np.where(total != 0, -g / total, 1.0)
-        factor = np.where(np.abs(factor - 1) <= POLISH_MAX_CHANGE, factor, 1.0)
-        new = np.array(mu, dtype=float)
-        new[rows] = mu[rows] * factor[idx]
-        changed |= bool(np.any(new != mu))
-        out.append(new)
+        match = auxiliary_rows(p, x)
+        at = minimize_auxiliaries(p, x, match)  # (where the certificate evaluates)
+        new = balance_piece_multipliers(p, at, mu, match, POLISH_MAX_CHANGE)
+        changed |= new is not None
+        out.append(mu if new is None else new)
     return out if changed else None
 
 
