@@ -23,7 +23,8 @@ Only ``w``-sized vectors cross (``c_i`` down, ``x_i`` up: ``O(d)`` floats per cl
 round). The server keeps the scaled duals ``u_i`` itself, so the whole iteration state
 ``(z, u_1, ..., u_n)`` is the server's, and it accelerates the ADMM map with safeguarded
 type-II Anderson acceleration (:mod:`fedmodel.algorithms.proxal.anderson`; memory
-``anderson``) and adapts ``sigma`` to the primal and dual residuals relative to the sizes
+``anderson``; its residual in ADMM's contraction norm, :meth:`ExactADMM.fixed_point_residual`)
+and adapts ``sigma`` to the primal and dual residuals relative to the sizes
 of their terms (OSQP's rule, Stellato et al. 2020; with a ``rb_ratio`` of the user's, Boyd
 et al. 2011, Sec. 3.4.1's balancing at that ratio; ``adaptive_rho``, ``rb_rounds``, within
 ``[rho / 1000, 1000 rho]``; ``rho`` is the starting ``sigma``; the relative rule in every
