@@ -23,7 +23,8 @@ Only ``w``-sized vectors cross (``c_i`` down, ``x_i`` up: ``O(d)`` floats per cl
 round). The server keeps the scaled duals ``u_i`` itself, so the whole iteration state
 ``(z, u_1, ..., u_n)`` is the server's, and it accelerates the ADMM map with safeguarded
 type-II Anderson acceleration (:mod:`fedmodel.algorithms.proxal.anderson`; memory
-``anderson``) and adapts ``sigma`` to the primal and dual residuals relative to the sizes
+``anderson``; its residual in ADMM's contraction norm, :meth:`ExactADMM.fixed_point_residual`)
+and adapts ``sigma`` to the primal and dual residuals relative to the sizes
 of their terms (OSQP's rule, Stellato et al. 2020; with a ``rb_ratio`` of the user's, Boyd
 et al. 2011, Sec. 3.4.1's balancing at that ratio; ``adaptive_rho``, ``rb_rounds``, within
 ``[rho / 1000, 1000 rho]``; ``rho`` is the starting ``sigma``; the relative rule in every
@@ -203,7 +204,7 @@ class ExactADMM:
                 z, U = z_new, U_new
                 continue
             # Anderson on the map (z, u) -> (z+, u+): the newest residual's Gram row
-            g = np.concatenate([z_new - z] + [U_new[n] - U[n] for n in X])
+            g = self.fixed_point_residual(z, z_new, U, U_new)
             outputs.append((z_new, U_new))
             residuals.append(g)
             keep = self.anderson + 1
@@ -223,6 +224,33 @@ class ExactADMM:
                 residuals.clear()
         self.duals = U
         return InnerOutcome(w, self.max_inner, bound, False, residual)
+
+    @staticmethod
+    def fixed_point_residual(z, z_new, U: dict, U_new: dict) -> np.ndarray:
+        """The residual ``(sqrt(m) (z+ - z), (u_i+ - u_i)_i)`` of the ADMM map ``(z, u) ->
+        (z+, u+)`` that Anderson acceleration minimises and its safeguard compares (over the
+        clients of ``U_new``, ``m`` of them).
+
+        ``z`` enters the consensus constraints ``x_i = z`` once per client, so ADMM's
+        contraction measure -- ``m ||z+ - z||^2 + sum_i ||u_i+ - u_i||^2``, non-increasing
+        along plain steps at a fixed ``sigma`` (He and Yuan, Numer. Math. 130, 2015, in the
+        scaled form) -- weights its block by ``sqrt(m)``. Unweighted (as before), plain
+        steps raised that residual in up to a third of the rounds of a small l1 consensus,
+        so Anderson's weights minimised the wrong norm and its safeguard (which assumes
+        the plain steps' residual does not grow) rejected accelerated inputs on noise:
+        quantile-communities (quick) 1,355 -> 892 rounds.
+
+        Examples
+        --------
+        >>> import numpy as np
+        >>> g = ExactADMM.fixed_point_residual(
+        ...     np.zeros(2), np.ones(2), {"a": np.zeros(2)}, {"a": np.full(2, 2.0)})
+        >>> g.tolist()
+        [1.0, 1.0, 2.0, 2.0]
+        """
+        names = list(U_new)
+        weight = np.sqrt(len(names))
+        return np.concatenate([weight * (np.asarray(z_new) - z)] + [U_new[n] - U[n] for n in names])
 
     def penalty(self, sigma: float, z, z_new, X: dict, U_new: dict) -> float:
         """The next ``sigma`` from one round's residuals, within ``SIGMA_RANGE`` of the start:
