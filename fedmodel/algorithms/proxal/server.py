@@ -466,7 +466,10 @@ class ProxALServer(ServerHalf):
         if diverging:
             report.stop, report.message = "diverging", diverging
         elif not self.proximal:  # admm: one run of Algorithm 2 to tau = eps1
-            report.stop = "stopped" if outcome.satisfied else "max_iterations"
+            if outcome.satisfied:
+                report.stop = "stopped"
+            elif not outcome.timed_out:  # (cut by the deadline: the driver says time_limit)
+                report.stop = "max_iterations"
         elif stop8:
             report.stop = "stopped"  # (8) holds; the certificate decides "optimal"
         if stationarity is not None:
