@@ -276,7 +276,9 @@ class _Run:
     def solve(self, start: _Mark | None):
         opts, server, runtime = self.options, self.server, self.runtime
         self.t_solve = time.perf_counter()
-        deadline = self.t_solve + opts.time_limit if opts.time_limit else None
+        # time_limit covers the whole run: its set-up (the runtime, its workers) counts too
+        t_run = self.t_solve - self.compile_seconds
+        deadline = t_run + opts.time_limit if opts.time_limit else None
         status, message = "max_iterations", ""
         last = StepReport()
         try:
