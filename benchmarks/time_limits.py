@@ -48,13 +48,39 @@ METHODS = ("prox-al", "cprox-al", "centralized", "admm", "fedprox", "dald-cc", "
 SLACK = 1.1
 
 
+def mlp_learning(quick: bool):
+    """The one model of the learning methods (``ssca``, which takes no cvxpy model): a
+    Swish MLP over 10 clients of synthetic rows, with a round budget far above what a
+    limit allows (the schedule check ``check_conditions`` costs O(rounds) before the run)."""
+    import numpy as np
+
+    import fedmodel as fm
+    from fedmodel.losses import SwishMLP
+
+    rng = np.random.default_rng(0)
+    rows, P = (200, 20) if quick else (1000, 100)
+    X = rng.normal(size=(10 * rows, P))
+    y = rng.integers(0, 3, size=10 * rows)
+    model = fm.LearningModel(SwishMLP(P=P, J=16, L=3), lam=1e-5)
+    for k in range(10):
+        model.client(f"c{k}", X[rows * k : rows * (k + 1)], y[rows * k : rows * (k + 1)])
+    return model, {"rounds": 20_000, "batch_size": 10}
+
+
+#: models beside the suite's (name -> builder returning (model, solve options))
+EXTRA = {"mlp-learning": mlp_learning}
+
+
 def run_one(name: str, method: str, quick: bool, limit: float) -> dict:
     """Build the model, solve it with ``method`` and ``time_limit=limit``; the row."""
-    case = suite.MODELS[name][0](quick)
+    if name in EXTRA:
+        model, kwargs = EXTRA[name](quick)
+    else:
+        model, kwargs = suite.MODELS[name][0](quick).model, {}
     row = {"model": name, "method": method, "quick": quick, "limit": limit}
     t0 = time.perf_counter()
     try:
-        res = case.model.solve(method=method, time_limit=limit)
+        res = model.solve(method=method, time_limit=limit, **kwargs)
     except Exception as exc:  # a method that does not take the model, or a failure
         row["wall"] = time.perf_counter() - t0
         row["status"] = f"{type(exc).__name__}: {str(exc)[:100]}"
@@ -165,7 +191,9 @@ def write_report(rows: list[dict], commands: list[str]) -> None:
 
 def main(argv=None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--models", default=",".join(suite.MODELS), help="comma-separated subset")
+    ap.add_argument(
+        "--models", default=",".join([*suite.MODELS, *EXTRA]), help="comma-separated subset"
+    )
     ap.add_argument("--methods", default=",".join(METHODS))
     ap.add_argument("--limit", type=float, default=2.0, help="time_limit of every solve (s)")
     ap.add_argument("--quick", action="store_true", help="the suite's small sizes")
@@ -179,9 +207,9 @@ def main(argv=None) -> None:
     ap.add_argument("--min-limit", type=float, default=0.5, help="smallest limit of a rerun (s)")
     args = ap.parse_args(argv)
     names = [s for s in args.models.split(",") if s]
-    unknown = [s for s in names if s not in suite.MODELS]
+    unknown = [s for s in names if s not in suite.MODELS and s not in EXTRA]
     if unknown:
-        ap.error(f"unknown models {unknown}; choose from {list(suite.MODELS)}")
+        ap.error(f"unknown models {unknown}; choose from {[*suite.MODELS, *EXTRA]}")
     methods = [s for s in args.methods.split(",") if s]
     command = "python benchmarks/time_limits.py " + " ".join(sys.argv[1:] if argv is None else argv)
     from fedmodel.algorithms.registry import method_spec
