@@ -65,7 +65,7 @@ def test_woodbury_steps_equal_the_dense_newton_steps(sparse):
         steps[low_rank], _ = s._step(st, refresh=True)
         assert isinstance(s._factor, _WoodburyFactor) == low_rank
         if low_rank:  # sparse data stays sparse in the factor's rows
-            assert sp.issparse(s._factor.R) == sparse
+            assert sp.issparse(s._factor.B) == sparse
     rel = np.linalg.norm(steps[True] - steps[False]) / np.linalg.norm(steps[False])
     assert rel <= 1e-9, rel
 
@@ -82,6 +82,36 @@ def test_woodbury_and_dense_solves_agree_to_the_tolerance(sparse):
     # phi is SIGMA-strongly convex: ||x - x*|| <= ||grad phi(x)||_2 / SIGMA for each point
     bound = 2 * np.sqrt(200) * TOL / SIGMA
     assert np.linalg.norm(reports[None].x - reports[False].x) <= bound
+
+
+@pytest.mark.parametrize("sparse", [False, True])
+def test_plain_glm_client_reuses_its_rows_gram_and_agrees_with_dense(sparse):
+    """A client with data rows only (uniform diagonal: the proximal term): the stacked rows
+    and their Gram matrix are computed once and reused by every later factorisation."""
+    rng = np.random.default_rng(3)
+    d, rows = 300, 25
+    X = sp.random(rows, d, density=0.05, random_state=3, format="csr") if sparse else (
+        rng.normal(size=(rows, d)))  # fmt: skip
+    m = fm.Model("plain")
+    w = m.variable(d, name="w")
+    c = m.client("c")
+    c.minimize(cp.sum(cp.logistic(c.data(X, name="X") @ w - 1.0)))
+    prog = m.compile().clients[0]
+    xs = {}
+    for low_rank in (False, None):
+        s = _solver(prog, low_rank)
+        for k in range(2):  # a second solve from a shifted centre (an ADMM round)
+            s.problem.set(
+                sigma=SIGMA, center=np.full(d, 0.3 + k), mu=[np.zeros(0)], nu=[np.zeros(0)]
+            )
+            report = s.solve(np.zeros(d), TOL)
+            assert report.converged
+        xs[low_rank] = report.x
+        if low_rank is None:
+            assert s.low_rank_steps >= 2 and len(s._low_rank_rows) == 1
+            ((B, gram),) = s._low_rank_rows.values()
+            assert gram is not None and sp.issparse(B) == sparse
+    assert np.linalg.norm(xs[None] - xs[False]) <= 2 * np.sqrt(d) * TOL / SIGMA
 
 
 def test_dense_steps_when_the_rows_are_not_few():

@@ -321,26 +321,38 @@ class _SchurFactor:
 
 
 class _WoodburyFactor:
-    """``H^{-1}`` for ``H = diag(D) + R^T R`` with few rows in ``R`` (``m`` of them, ``m <<
-    n``: a client's data rows, its active augmented-Lagrangian rows) by the Woodbury
-    identity ``H^{-1} = D^{-1} - D^{-1} R^T (I + R D^{-1} R^T)^{-1} R D^{-1}``: one Cholesky
-    factor of an ``m x m`` matrix; ``R`` stays sparse when the data is."""
+    """``H^{-1}`` for ``H = diag(D) + B^T diag(s^2) B`` with few rows in ``B`` (``m`` of
+    them, ``m << n``: a client's data rows, its active augmented-Lagrangian rows, with
+    weights ``s^2``) by the Woodbury identity ``H^{-1} = D^{-1} - D^{-1} R^T (I + R D^{-1}
+    R^T)^{-1} R D^{-1}``, ``R = diag(s) B``: one Cholesky factor of an ``m x m`` matrix;
+    ``B`` stays sparse when the data is. ``gram``: ``B B^T`` when ``D`` is a constant
+    (computed once by the owner for rows that do not change)."""
 
-    def __init__(self, D: np.ndarray, R):
-        self.D, self.R = D, R
-        if sp.issparse(R):
-            K = (R @ sp.diags(1.0 / D) @ R.T).toarray()
+    def __init__(self, D: np.ndarray, B, s: np.ndarray, gram: np.ndarray | None = None):
+        self.D, self.B, self.s = D, B, s
+        if gram is not None:
+            K = gram * np.outer(s / np.sqrt(D[0]), s / np.sqrt(D[0]))
         else:
-            K = (R / D) @ R.T
+            K = _scaled_gram(B, 1.0 / np.sqrt(D)) * np.outer(s, s)
         K[np.diag_indices_from(K)] += 1.0
         self.L = la.cho_factor(K, lower=True, check_finite=False)
 
     def solve(self, g: np.ndarray) -> np.ndarray:
         Dg = g / self.D
-        if not self.R.shape[0]:
+        if not self.B.shape[0]:
             return Dg
-        y = la.cho_solve(self.L, self.R @ Dg, check_finite=False)
-        return Dg - np.asarray(self.R.T @ y).ravel() / self.D
+        y = la.cho_solve(self.L, self.s * (self.B @ Dg), check_finite=False)
+        return Dg - np.asarray(self.B.T @ (self.s * y)).ravel() / self.D
+
+
+def _scaled_gram(B, c: np.ndarray) -> np.ndarray:
+    """``B diag(c)^2 B^T`` (dense ``m x m``; ``B`` an array or a CSR matrix)."""
+    if sp.issparse(B):
+        Bc = B.copy()
+        Bc.data = Bc.data * c[Bc.indices]
+        return (Bc @ Bc.T).toarray()
+    Bc = B * c
+    return Bc @ Bc.T
 
 
 def _diagonal_of(Q: np.ndarray | None, n: int) -> np.ndarray | None:
@@ -491,6 +503,7 @@ class NewtonSolver:
         }
         #: Newton steps taken through the Woodbury identity (all solves)
         self.low_rank_steps = 0
+        self._low_rank_rows: OrderedDict = OrderedDict()  # rows' key -> [B, B B^T or None]
 
     # -- evaluation ---------------------------------------------------------------------------
     def _multipliers(self, gather, mults) -> np.ndarray:
@@ -857,41 +870,68 @@ class NewtonSolver:
         D = np.broadcast_to(np.asarray(p.sigma, dtype=float), (n,)) + 2 * self.h_sumsq
         D = D + self._low_rank_diag
         blocks: list = []  # (rows, weights >= 0)
+        keys: list = []  # (what the rows are, for the cache of stacked rows)
+
+        def add(key, A, w) -> None:
+            keys.append(key)
+            blocks.append((A, w))
 
         def add_terms(smooth: _Smooth, images, scale: float) -> bool:
-            for t, z in zip(smooth.terms, images[0]):
+            for j, (t, z) in enumerate(zip(smooth.terms, images[0])):
                 w = scale * t.weights * phi_d2(t.kind, z, t.M) * (t.s * t.s)
                 if w.size and w.min() < 0:
                     return False
-                blocks.append((t.A, w))
+                add((id(smooth), j), t.A, w)
             return True
 
         if not add_terms(self.obj, st.images, 1.0):
             return None
         beta = p.beta
         if st.act is not None and st.act.any():
-            blocks.append((self.G_in[st.act], np.full(int(st.act.sum()), beta)))
+            add(("in", st.act.tobytes()), self.G_in[st.act], np.full(int(st.act.sum()), beta))
         if self.G_eq.shape[0]:
-            blocks.append((self.G_eq, np.full(self.G_eq.shape[0], beta)))
+            add("eq", self.G_eq, np.full(self.G_eq.shape[0], beta))
         for comp, img, y, cg in st.comps:
             diag = self._comp_diag[id(comp)]
             if diag is None or y < 0 or not add_terms(comp, img, y):
                 return None
             D = D + y * diag
-            blocks.append((cg.reshape(1, -1), np.array([beta])))
+            add(None, cg.reshape(1, -1), np.array([beta]))
         rows = sum(A.shape[0] for A, _ in blocks)
         if self.low_rank is None and rows > LOW_RANK_RATIO * n:
             return None
         if not np.all(D > 0) or not np.all(np.isfinite(D)):
             return None
-        if any(sp.issparse(A) for A, _ in blocks):
-            R = sp.vstack([sp.diags(np.sqrt(w)) @ sp.csr_matrix(A) for A, w in blocks]).tocsr()
-        elif blocks:
-            R = np.vstack([A * np.sqrt(w)[:, None] for A, w in blocks])
-        else:
-            R = np.zeros((0, n))
+        # the stacked rows, and their Gram matrix when D is a constant, are kept while the
+        # same rows come back (no nonlinear constraint rows: the data rows and a given
+        # active set), so a factorisation is O(m^2) + an m x m Cholesky factor
+        key = None if st.comps else tuple(keys)
+        uniform = bool(np.all(D == D[0]))
+        cached = self._low_rank_rows.get(key) if key is not None else None
+        if cached is None:
+            mats = [A for A, _ in blocks]
+            if not mats:
+                B = np.zeros((0, n))
+            elif any(sp.issparse(A) for A in mats):
+                B = sp.vstack([sp.csr_matrix(A) for A in mats]).tocsr()
+            else:
+                B = np.vstack(mats)
+            cached = [B, None]
+            if key is not None:
+                self._low_rank_rows[key] = cached
+                while len(self._low_rank_rows) > 4:
+                    self._low_rank_rows.popitem(last=False)
+        elif key is not None:
+            self._low_rank_rows.move_to_end(key)
+        B = cached[0]
+        gram = None
+        if uniform and key is not None:
+            if cached[1] is None:
+                cached[1] = _scaled_gram(B, np.ones(n))
+            gram = cached[1]
+        weights = np.concatenate([w for _, w in blocks]) if blocks else np.zeros(0)
         try:
-            factor = _WoodburyFactor(D, R)
+            factor = _WoodburyFactor(D, B, np.sqrt(weights), gram)
         except la.LinAlgError:  # (rounding: the m x m matrix is I + PSD)
             return None
         self.low_rank_steps += 1
