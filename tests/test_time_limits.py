@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import cvxpy as cp
 import numpy as np
+import pytest
 
 import fedmodel as fm
 
@@ -32,4 +33,31 @@ def test_admm_cut_by_its_deadline_says_time_limit_not_max_iterations():
     res = _logistic().solve("admm", time_limit=1e-9)
     assert res.status == "time_limit", (res.status, res.message)
     assert "time limit" in res.message
+    assert np.all(np.isfinite(np.asarray(res.solution["w"], dtype=float)))
+
+
+@pytest.mark.parametrize(
+    "method, module",
+    [
+        ("fedprox", "fedmodel.algorithms.baselines.fedavg"),
+        ("dald-cc", "fedmodel.algorithms.dald.client"),
+    ],
+)
+def test_local_steps_get_the_time_left_as_their_budget(method, module, monkeypatch):
+    """fedprox's and dald-cc's local solves get a budget (the time left, shared among the
+    clients that run one after another: 0 here) and the run ends with status time_limit."""
+    import importlib
+
+    mod = importlib.import_module(module)
+    budgets = []
+    original = mod.step_deadline
+
+    def spy(budget, who):
+        budgets.append(budget)
+        return original(budget, who)
+
+    monkeypatch.setattr(mod, "step_deadline", spy)
+    res = _logistic().solve(method, time_limit=1e-9)
+    assert res.status == "time_limit", (res.status, res.message)
+    assert budgets and all(b == 0.0 for b in budgets), budgets
     assert np.all(np.isfinite(np.asarray(res.solution["w"], dtype=float)))

@@ -47,10 +47,10 @@ Examples
 from __future__ import annotations
 
 import time
-from collections import Counter
 
 import numpy as np
 
+from fedmodel.algorithms.common import step_budgets
 from fedmodel.algorithms.proxal.anderson import AndersonState
 from fedmodel.algorithms.proxal.inner import InnerOutcome
 
@@ -80,29 +80,6 @@ INFEASIBLE_WINDOW, INFEASIBLE_CHANGE = 50, 1e-3
 #: 51, svm-20 251 -> 72, lad-20 135 -> 203, quantile-5 75 -> 107, bpdn 60 -> 85
 #: (docs/performance.md: a spectral penalty and a bounded range were worse)
 RELATIVE_CHANGE = 3.0
-
-
-def step_budgets(runtime, names: list[str], deadline: float | None) -> dict[str, float]:
-    """Seconds each client's step of a round may take (none without a ``deadline``, a
-    ``time.perf_counter()`` value): what is left before the deadline, shared among the
-    clients that run one after another on the same host (``runtime.placement``: all of
-    them on the serial backend), so that the round ends by the deadline.
-
-    Examples
-    --------
-    >>> import time
-    >>> from types import SimpleNamespace
-    >>> rt = SimpleNamespace(placement={"a": 0, "b": 0, "c": 1})
-    >>> out = step_budgets(rt, ["a", "b", "c"], time.perf_counter() + 10.0)
-    >>> round(out["a"]), round(out["c"])
-    (5, 10)
-    """
-    if deadline is None:
-        return {}
-    left = max(deadline - time.perf_counter(), 0.0)
-    where = runtime.placement
-    sharing = Counter(where.get(n) for n in names)
-    return {n: left / sharing[where.get(n)] for n in names}
 
 
 def exact_balancing(options) -> tuple[float | None, float, int] | None:
