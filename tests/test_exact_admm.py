@@ -435,3 +435,51 @@ def test_anderson_residual_is_admms_contraction_measure():
     # non-increasing up to rounding (the soft-thresholds are exact)
     assert np.all(weighted[1:] <= weighted[:-1] * (1 + 1e-12) + 1e-15)
     assert np.any(plain[1:] > plain[:-1] * (1 + 1e-6))  # (the old norm is not monotone)
+
+
+def _sparse_logistic_l1(n=3, rows=8, d=40, seed=21):
+    """Logistic clients (their exact steps: Newton) and an l1 ``h`` (the server's: Clarabel)."""
+    rng = np.random.default_rng(seed)
+    m = fm.Model("logistic-l1")
+    w = m.variable(d, name="w")
+    for k in range(n):
+        X = rng.normal(size=(rows, d))
+        y = np.sign(rng.normal(size=rows))
+        c = m.client(f"c{k}")
+        c.minimize(cp.sum(cp.logistic(-cp.multiply(c.data(y, name="y"), c.data(X, name="X") @ w))))
+    m.regularize(0.05 * cp.norm1(w))
+    return m
+
+
+@pytest.mark.parametrize("build", [_sparse_logistic_l1, lambda: svm_model()[0]])
+def test_a_deadline_already_past_stops_exact_admm_after_one_round(build, monkeypatch):
+    """time_limit far below one round: every party's exact step gets a budget (what is left,
+    0 here) on its own clock, the inner solve stops after its first round and the run
+    returns a point with status time_limit."""
+    import fedmodel.algorithms.proxal.client as client_mod
+
+    budgets = []
+    original = client_mod.step_deadline
+
+    def spy(budget, who):
+        budgets.append(budget)
+        return original(budget, who)
+
+    monkeypatch.setattr(client_mod, "step_deadline", spy)
+    m = build()
+    res = m.solve("prox-al", time_limit=1e-9)
+    assert res.extra["inner_solver"] == "exact-admm"
+    assert res.status == "time_limit", res.message
+    n_clients = len(m.compile().clients)
+    assert len(budgets) == n_clients and all(b == 0.0 for b in budgets), budgets
+    assert res.rounds["inner"] == 1 and res.rounds["outer"] == 1, res.rounds
+    assert np.all(np.isfinite(np.asarray(res.solution["w"], dtype=float)))
+
+
+def test_a_bad_step_budget_is_refused_naming_the_field():
+    from fedmodel.subproblems.merit import step_deadline
+
+    for bad in (-1.0, float("nan"), float("inf")):
+        with pytest.raises(ValueError, match="party 'c0'.*'budget'"):
+            step_deadline(bad, "party 'c0'")
+    assert step_deadline(None, "party 'c0'") is None

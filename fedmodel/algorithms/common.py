@@ -5,6 +5,8 @@ the status messages (:func:`status_message`), and assembling a
 
 from __future__ import annotations
 
+import time
+from collections import Counter
 from typing import Any
 
 import numpy as np
@@ -368,3 +370,27 @@ feasibility 2.00e-08)'
     else:
         raise ValueError(f"status_message: status {status!r} is not one of {JUDGED}")
     return text + (f": {hint}" if hint else "")
+
+
+def step_budgets(runtime, names: list[str], deadline: float | None) -> dict[str, float]:
+    """Seconds each client's step of a round may take (none without a ``deadline``, a
+    ``time.perf_counter()`` value): what is left before the deadline, shared among the
+    clients that run one after another on the same host (``runtime.placement``: all of
+    them on the serial backend), so that the round ends by the deadline. Each party counts
+    its budget on its own clock (:func:`~fedmodel.subproblems.merit.step_deadline`).
+
+    Examples
+    --------
+    >>> import time
+    >>> from types import SimpleNamespace
+    >>> rt = SimpleNamespace(placement={"a": 0, "b": 0, "c": 1})
+    >>> out = step_budgets(rt, ["a", "b", "c"], time.perf_counter() + 10.0)
+    >>> round(out["a"]), round(out["c"])
+    (5, 10)
+    """
+    if deadline is None:
+        return {}
+    left = max(deadline - time.perf_counter(), 0.0)
+    where = runtime.placement
+    sharing = Counter(where.get(n) for n in names)
+    return {n: left / sharing[where.get(n)] for n in names}

@@ -283,8 +283,11 @@ class _Run:
     def solve(self, start: _Mark | None):
         opts, server, runtime = self.options, self.server, self.runtime
         self.t_solve = time.perf_counter()
-        deadline = self.t_solve + opts.time_limit if opts.time_limit else None
+        # time_limit covers the whole run: its set-up (the runtime, its workers) counts too
+        t_run = self.t_solve - self.compile_seconds
+        deadline = t_run + opts.time_limit if opts.time_limit else None
         status, message = "max_iterations", ""
+        late = False  # the method stopped itself after the deadline
         last = StepReport()
         try:
             if start is None:
@@ -324,6 +327,14 @@ class _Run:
                     )
                 if last.stop is not None:
                     status, message = last.stop, last.message
+                    # a step cut short by the deadline (its parties' budgets) can look like
+                    # a converged one: unless certified, the run ends with time_limit
+                    late = deadline is not None and time.perf_counter() > deadline
+                    late = late and status in ("stopped", "max_iterations")
+                    if late and opts.checkpoint is not None:  # (the point before it)
+                        self.quiesce()
+                        with runtime.critical():
+                            self.save("time_limit")
                     break
                 if deadline is not None and time.perf_counter() > deadline:
                     status = "time_limit"
@@ -332,8 +343,10 @@ class _Run:
                         f"{server.step_name}s"
                     )
                     if opts.checkpoint is not None:  # resumable where it stopped
+                        # the checkpoint holds the point before this step: the deadline
+                        # passed during it, so its parties' budgets may have cut it short
+                        # (a resumed run repeats it whole, as the uninterrupted run did)
                         self.quiesce()
-                        self.take_mark(k + 1)
                         with runtime.critical():
                             self.save("time_limit")
                         if self.checkpoint_k == k + 1:
@@ -352,6 +365,7 @@ class _Run:
             if (
                 opts.checkpoint is not None
                 and status not in ("time_limit", "unbounded")
+                and not late
                 and self.checkpoint_written is None
             ):  # a run that ended before its first checkpoint_every: its final state
                 self.quiesce()
@@ -375,6 +389,18 @@ class _Run:
         except KeyboardInterrupt:
             return self.stopped_early(None)
         kkt, summary = self.last_eval
+        if late:
+            if not (status == "stopped" and kkt.satisfied(opts.eps1, opts.eps2)):
+                status = "time_limit"
+                message = (
+                    f"time limit of {opts.time_limit:g} s reached after {self.k + 1} "
+                    f"{server.step_name}s (the last one cut short by it)"
+                )
+                if self.checkpoint_written is not None:
+                    message += (
+                        f"; checkpoint written to {self.checkpoint_written!r}: continue with "
+                        f"resume={self.checkpoint_written!r}"
+                    )
         if status in ("stopped", "max_iterations"):  # other stops keep the step's message
             tolerance = ""  # (the cap's message needs none: ssca has no eps)
             if status == "stopped":

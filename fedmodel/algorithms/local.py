@@ -44,6 +44,7 @@ otherwise), each replacing the exact block minimisation by ``W`` steps from the 
 
 from __future__ import annotations
 
+import time
 import zlib
 from dataclasses import dataclass
 
@@ -53,7 +54,7 @@ from scipy.optimize import minimize
 from fedmodel.compiler.partition import CompiledModel, PartyProgram
 from fedmodel.compiler.regularizer import Regularizer, VariablePiece
 from fedmodel.errors import UnsupportedError
-from fedmodel.subproblems.merit import MeritProblem
+from fedmodel.subproblems.merit import MeritProblem, set_deadline
 from fedmodel.subproblems.quasi_newton import QuasiNewtonSolver
 from fedmodel.subproblems.select import make_solver
 
@@ -166,6 +167,9 @@ class LocalProblem:
             0 if random_state is None else int(random_state),
             zlib.crc32(program.name.encode()),
         )
+        #: ``time.perf_counter()`` value after which a solve returns the point it reached
+        #: (the exact engine's own deadline; no further ``repeat``): an owner's time budget
+        self.deadline: float | None = None
         self._glm = None  # the party's objective in GLM form ("sgd")
         self._hessians = None  # the Newton backend's derivatives of its terms ("newton")
 
@@ -220,7 +224,9 @@ class LocalProblem:
         x = np.asarray(x0, dtype=float)
         if self.empty:  # no terms: the exact argmin is the centre of the quadratic
             return self.problem.center.copy()
-        for _ in range(max(1, int(repeat))):
+        for i in range(max(1, int(repeat))):
+            if i and self.deadline is not None and time.perf_counter() > self.deadline:
+                break
             if self.kind == "exact":
                 x = self._exact(x)
             elif self.kind == "prox-grad":
@@ -251,6 +257,7 @@ class LocalProblem:
     def _exact(self, x0: np.ndarray) -> np.ndarray:
         if self._engine is None:
             self._exact_engine()
+        set_deadline(self._engine, self.deadline)
         report = self._engine.solve(x0, self.tol, self.max_iter)
         self.stats.iterations += report.iterations
         self.stats.max_residual = max(self.stats.max_residual, float(report.residual))

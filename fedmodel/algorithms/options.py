@@ -24,7 +24,9 @@ from fedmodel.runtime.plaincodec import plain
 # The runtime options' documentation, appended to every federated method's options docstring.
 RUNTIME_OPTIONS_DOC = """
     time_limit : float or None
-        Wall-clock seconds; the solve returns status ``"time_limit"`` when exceeded.
+        Wall-clock seconds for the whole run, its set-up (the runtime and its workers)
+        included; the solve returns status ``"time_limit"`` when exceeded. Long steps are
+        cut inside too (prox-al's exact-admm gives each party's exact step a budget).
     history : bool
         Record per-outer-iteration diagnostics (costs one diagnostic round per iteration).
     callback : callable, optional

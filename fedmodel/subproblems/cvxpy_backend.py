@@ -129,7 +129,7 @@ class CvxpySolver:
         self.user_rows: list[np.ndarray] = []  # which hard inequality rows are the user's
         # (the proximal term is added last: the direct path compiles the rest without it and
         # puts sigma on the x-block's diagonal of P itself)
-        obj = -self.linear @ x
+        obj = cp.Constant(0.0)
         hard_rows = []
         for prog in problem.programs:
             if prog.objective:
@@ -181,9 +181,21 @@ class CvxpySolver:
             cons = cons + mine
         self.x = x
         prox = 0.5 * cp.sum_squares(cp.multiply(self.sqrt_sigma, x))
+        rest = obj  # (the objective without its linear term)
+        obj = -self.linear @ x + rest
         self.cvx_problem = cp.Problem(cp.Minimize(prox + obj), cons)
-        # direct: the subproblem without its proximal term, compiled once (see _refresh_direct)
-        self._direct_problem = cp.Problem(cp.Minimize(obj), cons) if self.direct else None
+        # direct: the subproblem without its proximal term, compiled once (see _refresh_direct);
+        # without its linear term too when the rest has no parameter (exact-admm's hard rows):
+        # cvxpy's compile then takes no parameter (DPP) path, whose tensors for a
+        # quad_over_lin row next to a Parameter of size n took 1.5 GB and 6-18 s at n = 10,000;
+        # the linear term is added to q by _direct_solve
+        self._linear_apart = False
+        if self.direct:
+            apart = not rest.parameters() and x in cp.Problem(cp.Minimize(rest), cons).variables()
+            self._linear_apart = apart
+            self._direct_problem = cp.Problem(cp.Minimize(rest if apart else obj), cons)
+        else:
+            self._direct_problem = None
         if not self.cvx_problem.is_dcp(dpp=True):
             raise UnsupportedError("the party subproblem is not DPP-compliant for cvxpy")
 
@@ -273,7 +285,11 @@ class CvxpySolver:
             prog.param_id_to_size,
             lambda idx: np.array(prog.id_to_param[idx].value),
         )
+        if vec is None:  # (no parameter: the constant column alone)
+            vec = np.ones(1)
         q = np.asarray(cache["Q"] @ vec, dtype=float).ravel()[: prog.x.size]
+        if self._linear_apart:  # (the linear term -linear @ x, not compiled)
+            q[cache["start"] : cache["start"] + self.problem.n] -= self.linear.value
         data = cache["P_data"].copy()  # (sigma on the x-block's diagonal entries)
         data[cache["diagonal"]] += np.broadcast_to(self.problem.sigma, (self.problem.n,))
         P = sp.csc_array((data, cache["P_indices"], cache["P_indptr"]), shape=cache["P_shape"])
@@ -317,6 +333,7 @@ class CvxpySolver:
             "P_indptr": one.indptr,
             "P_shape": one.shape,
             "diagonal": diagonal,
+            "start": start,
             "A": data["A"],
             "b": data["b"],
             "cones": dims_to_solver_cones(data["dims"]),

@@ -16,6 +16,7 @@ ADMM's local step. The quadratic collects the proximal term and the ADMM couplin
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -53,6 +54,35 @@ class SolveReport:
     @property
     def converged(self) -> bool:
         return bool(self.residual <= self.tolerance)
+
+
+def step_deadline(budget: float | None, who: str) -> float | None:
+    """The ``time.perf_counter()`` deadline of a step granted ``budget`` seconds from now
+    (None: no limit), counted on this process's own clock: a party never trusts another's
+    clock, only the seconds it was granted. Raises ``ValueError`` naming ``who`` and the
+    field ``budget`` for a negative or non-finite budget.
+
+    Examples
+    --------
+    >>> import time
+    >>> step_deadline(None, "party 'a'") is None, step_deadline(2.0, "party 'a'") > time.perf_counter()
+    (True, True)
+    """
+    if budget is None:
+        return None
+    value = float(budget)
+    if not (np.isfinite(value) and value >= 0.0):
+        raise ValueError(f"{who} got a time budget (field 'budget') of {budget!r} s: "
+                         "it must be a finite number of seconds >= 0")  # fmt: skip
+    return time.perf_counter() + value
+
+
+def set_deadline(solver, deadline: float | None) -> None:
+    """Give a subproblem backend its ``deadline`` (a ``time.perf_counter()`` value after
+    which its solve returns the point it reached; every iterative backend has the
+    attribute, the closed-form prox needs none)."""
+    if hasattr(solver, "deadline"):
+        solver.deadline = deadline
 
 
 class MeritProblem:

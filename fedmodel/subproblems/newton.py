@@ -132,6 +132,13 @@ MAX_DENSE_FOLD = 2000
 #: other backends above it
 DENSE_NEWTON_MAX_SIZE = 3000
 
+#: a Newton step of a non-quadratic merit function is solved by the Woodbury identity
+#: (:class:`_WoodburyFactor`, an ``m x m`` factor) instead of a dense ``n x n`` Cholesky
+#: factor when its Hessian is a positive diagonal plus ``m`` weighted rows (data rows of
+#: GLM terms, active augmented-Lagrangian rows) with ``m <= LOW_RANK_RATIO * n``: a
+#: client with 100 rows at n = 3,000 factors a 100 x 100 matrix instead of 3,000 x 3,000
+LOW_RANK_RATIO = 0.25
+
 #: a block of at least this many unknowns whose Hessian block is diagonal (epigraph
 #: variables of hinge-type terms) is eliminated by a Schur complement
 SCHUR_MIN_BLOCK = 32
@@ -317,6 +324,49 @@ class _SchurFactor:
         return out
 
 
+class _WoodburyFactor:
+    """``H^{-1}`` for ``H = diag(D) + B^T diag(s^2) B`` with few rows in ``B`` (``m`` of
+    them, ``m << n``: a client's data rows, its active augmented-Lagrangian rows, with
+    weights ``s^2``) by the Woodbury identity ``H^{-1} = D^{-1} - D^{-1} R^T (I + R D^{-1}
+    R^T)^{-1} R D^{-1}``, ``R = diag(s) B``: one Cholesky factor of an ``m x m`` matrix;
+    ``B`` stays sparse when the data is. ``gram``: ``B B^T`` when ``D`` is a constant
+    (computed once by the owner for rows that do not change)."""
+
+    def __init__(self, D: np.ndarray, B, s: np.ndarray, gram: np.ndarray | None = None):
+        self.D, self.B, self.s = D, B, s
+        if gram is not None:
+            K = gram * np.outer(s / np.sqrt(D[0]), s / np.sqrt(D[0]))
+        else:
+            K = _scaled_gram(B, 1.0 / np.sqrt(D)) * np.outer(s, s)
+        K[np.diag_indices_from(K)] += 1.0
+        self.L = la.cho_factor(K, lower=True, check_finite=False)
+
+    def solve(self, g: np.ndarray) -> np.ndarray:
+        Dg = g / self.D
+        if not self.B.shape[0]:
+            return Dg
+        y = la.cho_solve(self.L, self.s * (self.B @ Dg), check_finite=False)
+        return Dg - np.asarray(self.B.T @ (self.s * y)).ravel() / self.D
+
+
+def _scaled_gram(B, c: np.ndarray) -> np.ndarray:
+    """``B diag(c)^2 B^T`` (dense ``m x m``; ``B`` an array or a CSR matrix)."""
+    if sp.issparse(B):
+        Bc = B.copy()
+        Bc.data = Bc.data * c[Bc.indices]
+        return (Bc @ Bc.T).toarray()
+    Bc = B * c
+    return Bc @ Bc.T
+
+
+def _diagonal_of(Q: np.ndarray | None, n: int) -> np.ndarray | None:
+    """The diagonal of ``Q`` (zeros for None) when ``Q`` is diagonal, else None."""
+    if Q is None:
+        return np.zeros(n)
+    d = np.diag(Q).copy()
+    return d if np.count_nonzero(Q) == np.count_nonzero(d) else None
+
+
 def _matvec_form(G: np.ndarray):
     """``(G, G^T)`` for matrix-vector products: CSR matrices when at most a fraction
     :data:`SPARSE_MATVEC_DENSITY` of ``G`` is nonzero, else ``G`` and its transpose view."""
@@ -447,6 +497,17 @@ class NewtonSolver:
         #: (its residual says how far it got): an owner's time limit (cprox-al)
         self.deadline: float | None = None
         self._step_seconds = 0.0  # wall of the last Newton step (predicts the next one)
+        #: Newton steps by the Woodbury identity (:data:`LOW_RANK_RATIO`): None picks them
+        #: when the Hessian has few enough rows, True whenever its form allows, False never
+        self.low_rank: bool | None = None
+        # the diagonals of the quadratic forms (None: one is not diagonal, no Woodbury steps)
+        self._low_rank_diag = _diagonal_of(self.obj.Q, n)
+        self._comp_diag = {
+            id(c): _diagonal_of(c.Q, n) for _, _, c in self.nonlin_in + self.nonlin_eq
+        }
+        #: Newton steps taken through the Woodbury identity (all solves)
+        self.low_rank_steps = 0
+        self._low_rank_rows: OrderedDict = OrderedDict()  # rows' key -> [B, B B^T or None]
 
     # -- evaluation ---------------------------------------------------------------------------
     def _multipliers(self, gather, mults) -> np.ndarray:
@@ -477,7 +538,11 @@ class NewtonSolver:
     def get_state(self) -> dict:
         """What a solve's answer depends on beyond its arguments: the carried factor
         (``carry_factor``; quadratic problems' factors are functions of their key)."""
-        carried = self.carry_factor and not self.quadratic
+        carried = (
+            self.carry_factor
+            and not self.quadratic
+            and not isinstance(self._factor, _WoodburyFactor)
+        )
         # whether the cross-check passed: it decides where an owner's gradients come from
         # (this backend's GLM form or the model's evaluator, equal up to rounding), so a
         # resumed run repeats the uninterrupted one bit for bit
@@ -796,6 +861,86 @@ class NewtonSolver:
             return None
         return _SchurFactor(W, T, d, Hwt, S_factor)
 
+    def _low_rank_factor(self, st: _State) -> _WoodburyFactor | None:
+        """The Newton matrix at ``st`` as a positive diagonal plus weighted rows, factored
+        by the Woodbury identity (:class:`_WoodburyFactor`); None when it has no such form
+        (a full metric ``sigma``, a non-diagonal quadratic form, a negative curvature
+        weight) or, with ``low_rank`` None, more than ``LOW_RANK_RATIO * n`` rows."""
+        if self.low_rank is False or self._low_rank_diag is None:
+            return None
+        p, n = self.problem, self.n
+        if np.ndim(p.sigma) == 2:
+            return None
+        D = np.broadcast_to(np.asarray(p.sigma, dtype=float), (n,)) + 2 * self.h_sumsq
+        D = D + self._low_rank_diag
+        blocks: list = []  # (rows, weights >= 0)
+        keys: list = []  # (what the rows are, for the cache of stacked rows)
+
+        def add(key, A, w) -> None:
+            keys.append(key)
+            blocks.append((A, w))
+
+        def add_terms(smooth: _Smooth, images, scale: float) -> bool:
+            for j, (t, z) in enumerate(zip(smooth.terms, images[0])):
+                w = scale * t.weights * phi_d2(t.kind, z, t.M) * (t.s * t.s)
+                if w.size and w.min() < 0:
+                    return False
+                add((id(smooth), j), t.A, w)
+            return True
+
+        if not add_terms(self.obj, st.images, 1.0):
+            return None
+        beta = p.beta
+        if st.act is not None and st.act.any():
+            add(("in", st.act.tobytes()), self.G_in[st.act], np.full(int(st.act.sum()), beta))
+        if self.G_eq.shape[0]:
+            add("eq", self.G_eq, np.full(self.G_eq.shape[0], beta))
+        for comp, img, y, cg in st.comps:
+            diag = self._comp_diag[id(comp)]
+            if diag is None or y < 0 or not add_terms(comp, img, y):
+                return None
+            D = D + y * diag
+            add(None, cg.reshape(1, -1), np.array([beta]))
+        rows = sum(A.shape[0] for A, _ in blocks)
+        if self.low_rank is None and rows > LOW_RANK_RATIO * n:
+            return None
+        if not np.all(D > 0) or not np.all(np.isfinite(D)):
+            return None
+        # the stacked rows, and their Gram matrix when D is a constant, are kept while the
+        # same rows come back (no nonlinear constraint rows: the data rows and a given
+        # active set), so a factorisation is O(m^2) + an m x m Cholesky factor
+        key = None if st.comps else tuple(keys)
+        uniform = bool(np.all(D == D[0]))
+        cached = self._low_rank_rows.get(key) if key is not None else None
+        if cached is None:
+            mats = [A for A, _ in blocks]
+            if not mats:
+                B = np.zeros((0, n))
+            elif any(sp.issparse(A) for A in mats):
+                B = sp.vstack([sp.csr_matrix(A) for A in mats]).tocsr()
+            else:
+                B = np.vstack(mats)
+            cached = [B, None]
+            if key is not None:
+                self._low_rank_rows[key] = cached
+                while len(self._low_rank_rows) > 4:
+                    self._low_rank_rows.popitem(last=False)
+        elif key is not None:
+            self._low_rank_rows.move_to_end(key)
+        B = cached[0]
+        gram = None
+        if uniform and key is not None:
+            if cached[1] is None:
+                cached[1] = _scaled_gram(B, np.ones(n))
+            gram = cached[1]
+        weights = np.concatenate([w for _, w in blocks]) if blocks else np.zeros(0)
+        try:
+            factor = _WoodburyFactor(D, B, np.sqrt(weights), gram)
+        except la.LinAlgError:  # (rounding: the m x m matrix is I + PSD)
+            return None
+        self.low_rank_steps += 1
+        return factor
+
     def _step(self, st: _State, refresh: bool) -> tuple[np.ndarray, bool]:
         """Newton step at ``st``; returns ``(step, fresh)``, ``fresh`` False when a factor
         of an earlier Hessian was reused (chord step; see :meth:`solve`)."""
@@ -817,13 +962,14 @@ class NewtonSolver:
                 self._factors.move_to_end(key)
             self._factor = factor
         elif refresh or self._factor is None or not self.reuse_factor:
-            self._factor = shifted_cholesky(self._hessian(st))
+            factor = self._low_rank_factor(st)
+            self._factor = shifted_cholesky(self._hessian(st)) if factor is None else factor
             self.factorizations += 1
         else:
             fresh = False
         if self._factor is None:
             return -st.g, fresh
-        if isinstance(self._factor, _SchurFactor):
+        if isinstance(self._factor, (_SchurFactor, _WoodburyFactor)):
             return -self._factor.solve(st.g), fresh
         return -cholesky_solve(self._factor, st.g), fresh
 
@@ -835,7 +981,8 @@ class NewtonSolver:
             report.backend = "newton->lbfgs"
             return report
         x = np.array(x0, dtype=float)
-        if not self.quadratic and not self.carry_factor:
+        woodbury = isinstance(self._factor, _WoodburyFactor)  # (cheap: never carried)
+        if not self.quadratic and (not self.carry_factor or woodbury):
             # chord steps reuse only a factor computed in this solve: the answer is then a
             # function of (x0, parameters) alone, not of earlier solves (so a run resumed
             # from a checkpoint, or a retried step, repeats the uninterrupted iterates)

@@ -43,6 +43,7 @@ from fedmodel.algorithms.common import (
     PenaltyClient,
     PenaltyServer,
     starting_point,
+    step_budgets,
 )
 from fedmodel.algorithms.driver import run_federated
 from fedmodel.algorithms.local import check_constraints, scaled_regularizer
@@ -53,6 +54,7 @@ from fedmodel.compiler.regularizer import Regularizer
 from fedmodel.errors import ModelError, UnsupportedError
 from fedmodel.runtime.endpoints import EndpointFactory
 from fedmodel.runtime.wire import register_wire_type
+from fedmodel.subproblems.merit import step_deadline
 
 #: the baselines' local solvers (dald's surrogate layers gd/newton/sgd are dald options only)
 LOCAL_SOLVERS = ("exact", "prox-grad", "bfgs")
@@ -193,8 +195,9 @@ class FedClient(PenaltyClient):
     def _on_samples(self):
         return {"n": float(_sample_count(self.program))}
 
-    def _on_fed_round(self, x_hat):
+    def _on_fed_round(self, x_hat, budget=None):
         x_hat = np.asarray(x_hat, dtype=float)
+        self.local.deadline = step_deadline(budget, f"party {self.name!r}")
         self.local.set_quadratic(self.prox_coef, x_hat)  # (prox_coef/2)||x - x_hat||^2
         start = x_hat if (self.x is None or self.local_start == "global") else self.x
         self.x = self.local.solve(start.copy())
@@ -256,7 +259,10 @@ class FedAvgServer(PenaltyServer):
     def step(self, runtime, deadline) -> StepReport:
         self.r = r = self.r + 1
         runtime.next_round()
-        replies = runtime.broadcast("fed_round", {"x_hat": self.x})
+        budgets = step_budgets(runtime, runtime.client_names, deadline)  # (none without a limit)
+        replies = runtime.broadcast(
+            "fed_round", lambda n: {"x_hat": self.x, **({"budget": budgets[n]} if budgets else {})}
+        )
         x_bar = sum(
             self.p[k] * np.asarray(rep.payload["x"], dtype=float) for k, rep in replies.items()
         )

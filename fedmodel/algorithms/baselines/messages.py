@@ -26,7 +26,8 @@ BASELINES = MessageTable(
         ),
         MessageSpec(
             "fed_round",
-            request={"x_hat": Field(("d",))},
+            # budget: the seconds its local training may take, on its own clock (time_limit)
+            request={"x_hat": Field(("d",)), "budget": Field((), required=False)},
             reply={"x": _X},
             reveals="its locally trained model",
             methods=_FED,

@@ -46,6 +46,7 @@ from fedmodel.algorithms.local import LocalProblem
 from fedmodel.compiler.partition import PartyProgram
 from fedmodel.compiler.regularizer import Regularizer
 from fedmodel.runtime.wire import register_wire_type
+from fedmodel.subproblems.merit import step_deadline
 
 # decisions of the dald-dc root (and of the dald-cc server)
 CONTINUE, FULL_NEXT, OUTER, STOP = 0, 1, 2, 3
@@ -105,9 +106,17 @@ class DALDCCClient(PenaltyClient):
         self.last_w: np.ndarray | None = None
 
     def _on_cc_solve(
-        self, x_hat, repeat=1, rho_scale=1.0, dual=0.0, x_hat_dual=None, dual_rho_scale=None
+        self,
+        x_hat,
+        repeat=1,
+        rho_scale=1.0,
+        dual=0.0,
+        x_hat_dual=None,
+        dual_rho_scale=None,
+        budget=None,
     ):
         x_hat = np.asarray(x_hat, dtype=float)
+        self.local.deadline = step_deadline(budget, f"party {self.name!r}")
         if self.x is None:
             self.x = x_hat.copy()  # x_i^{1,0} = x_hat^{1,0} (the common starting point)
         if dual or x_hat_dual is not None:  # (15), due from the previous outer iteration

@@ -38,6 +38,8 @@ DALD = MessageTable(
                 "dual": Field((), required=False),
                 "x_hat_dual": Field(("d",), required=False),
                 "dual_rho_scale": Field((), required=False),
+                # the seconds its solve may take, on its own clock (the run's time_limit)
+                "budget": Field((), required=False),
             },
             reply={"x": _X},
             reveals="its solution of (13), x_i",

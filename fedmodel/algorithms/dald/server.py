@@ -30,6 +30,7 @@ Importing this module also registers the baselines ``fedavg``, ``fedprox`` and `
 
 from __future__ import annotations
 
+import time
 from dataclasses import replace
 
 import numpy as np
@@ -144,8 +145,12 @@ class DALDCCServer(PenaltyServer):
         seq = self.coord.sequence(k, v, full=full, scores=scores)
         full = full or sorted(seq) == sorted(names)
         runtime.next_round()
-        for name, count in _grouped(seq):
-            reply = runtime.send(name, "cc_solve", self.payload(name, count))
+        groups = list(_grouped(seq))
+        for i, (name, count) in enumerate(groups):
+            payload = self.payload(name, count)
+            if deadline is not None:  # (sent one after another: what is left, shared)
+                payload["budget"] = max(deadline - time.perf_counter(), 0.0) / (len(groups) - i)
+            reply = runtime.send(name, "cc_solve", payload)
             self.cache[name] = np.asarray(reply.payload["x"], dtype=float)
         self.D, self.C = self.consensus_step()
         if not np.all(np.isfinite(self.x_hat)) or np.abs(self.x_hat).max() > opts.divergence_limit:

@@ -65,7 +65,7 @@ from fedmodel.compiler.glm import NotRecognised
 from fedmodel.compiler.partition import PartyProgram
 from fedmodel.runtime.wire import register_wire_type
 from fedmodel.subproblems.conic_prox import exact_prox_solver, internal_rows
-from fedmodel.subproblems.merit import MeritProblem
+from fedmodel.subproblems.merit import MeritProblem, set_deadline, step_deadline
 from fedmodel.subproblems.newton import cholesky_solve, shifted_cholesky
 from fedmodel.subproblems.select import make_solver
 
@@ -494,16 +494,19 @@ class ProxALClient(ClientHalf):
             self.outer_mem = []
         return self._inner_start_reply(w, inner, directions)
 
-    def _on_xadmm_w(self, c, sigma, tol):
+    def _on_xadmm_w(self, c, sigma, tol, budget=None):
         """One round of exact-admm (:mod:`~fedmodel.algorithms.proxal.exact_admm`): the
         exact minimiser of ``P_{i,k}(x) + (sigma/2)||x_shared - c||^2`` over this client's
         view (:mod:`~fedmodel.subproblems.conic_prox`); replies its shared part ``x_i``.
         Its own block, the epigraph pieces' multipliers (the solve's duals) and the cone
-        multipliers stay here, with the point they belong to."""
+        multipliers stay here, with the point they belong to. ``budget``: the seconds the
+        step may take, counted on this client's own clock from the message's arrival (the
+        run's time limit); a step cut short replies the point it reached."""
         c = np.asarray(c, dtype=float)
         ns, p, s = self.ns, self.prox_weight, float(sigma)
         if self._exact_solver is None:
             self._exact_solver = exact_prox_solver(self.problem, self.solver_option)
+        set_deadline(self._exact_solver, step_deadline(budget, f"party {self.name!r}"))
         center = (p * self.w_center + s * c) / (p + s)
         weight = p + s
         if self.owned:  # Algorithm 1's proximal share on its own block (weight p)

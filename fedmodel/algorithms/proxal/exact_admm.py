@@ -51,6 +51,7 @@ import time
 
 import numpy as np
 
+from fedmodel.algorithms.common import step_budgets
 from fedmodel.algorithms.proxal.anderson import AndersonState
 from fedmodel.algorithms.proxal.inner import InnerOutcome
 
@@ -159,6 +160,8 @@ class ExactADMM:
             sigma = self.sigma
             runtime.next_round()
             payloads = {n: {"c": z - U[n], "sigma": sigma, "tol": tol} for n in U}
+            for n, budget in step_budgets(runtime, list(U), deadline).items():
+                payloads[n]["budget"] = budget
             replies = runtime.broadcast("xadmm_w", payloads.__getitem__)
             X = {n: np.asarray(r.payload["x"], dtype=float) for n, r in replies.items()}
             U = {n: U[n] for n in X}  # (clients dropped by the failure policy leave)
@@ -169,7 +172,7 @@ class ExactADMM:
             else:
                 X_hat = X
             avg = sum(X_hat[n] + U[n] for n in X) / m
-            w, residual = server.exact_step(avg, m * sigma, tol)
+            w, residual = server.exact_step(avg, m * sigma, tol, deadline)
             z_new = w[:ns]
             U_new = {n: U[n] + X_hat[n] - z_new for n in X}
             primal = max(float(np.abs(X[n] - z_new).max(initial=0.0)) for n in X)

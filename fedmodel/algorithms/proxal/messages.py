@@ -152,6 +152,9 @@ PROXAL = MessageTable(
                 "c": Field(("d",)),
                 "sigma": Field(()),
                 "tol": Field(()),
+                # seconds the step may take by the receiver's own clock (the run's
+                # time_limit; absent without one)
+                "budget": Field((), required=False),
             },
             reply={
                 "x": Field(

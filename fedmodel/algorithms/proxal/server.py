@@ -54,7 +54,7 @@ from fedmodel.runtime.base import Runtime
 from fedmodel.runtime.endpoints import EndpointFactory
 from fedmodel.subproblems import conic_prox
 from fedmodel.subproblems.conic_prox import exact_prox_solver, internal_rows, restricted_domain
-from fedmodel.subproblems.merit import MeritProblem
+from fedmodel.subproblems.merit import MeritProblem, set_deadline
 from fedmodel.subproblems.newton import solve_upper
 from fedmodel.subproblems.select import make_solver
 
@@ -470,7 +470,10 @@ class ProxALServer(ServerHalf):
         if diverging:
             report.stop, report.message = "diverging", diverging
         elif not self.proximal:  # admm: one run of Algorithm 2 to tau = eps1
-            report.stop = "stopped" if outcome.satisfied else "max_iterations"
+            if outcome.satisfied:
+                report.stop = "stopped"
+            elif not outcome.timed_out:  # (cut by the deadline: the driver says time_limit)
+                report.stop = "max_iterations"
         elif stop8:
             report.stop = "stopped"  # (8) holds; the certificate decides "optimal"
         if stationarity is not None:
@@ -1067,14 +1070,16 @@ class ProxALServer(ServerHalf):
             self.nu = self.nu + step
         return change
 
-    def exact_step(self, avg: np.ndarray, weight: float, tol: float):
+    def exact_step(self, avg: np.ndarray, weight: float, tol: float, deadline=None):
         """The server's step of exact-admm (:mod:`~fedmodel.algorithms.proxal.exact_admm`):
         ``argmin P_{0,k}(z, theta_0) + h(z) + (weight/2)||z - avg||^2`` over its view,
         exactly (its epigraph pieces as hard constraints, their duals kept in ``mu_0``);
-        returns the point and the measured residual."""
+        returns the point and the measured residual. Past ``deadline`` (the run's, a
+        ``time.perf_counter()`` value) the solve returns the point it reached."""
         ns, p = self.ns, self.prox_weight
         if self._exact_solver is None:
             self._exact_solver = exact_prox_solver(self.problem, self.options.solver)
+        set_deadline(self._exact_solver, deadline)
         center = (p * self.x[:ns] + weight * avg) / (p + weight)
         sigma = p + weight
         if self.owned:
