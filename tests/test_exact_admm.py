@@ -406,7 +406,7 @@ class _L1Consensus:
             for n, p in payloads.items()
         }
 
-    def exact_step(self, avg, weight, tol):
+    def exact_step(self, avg, weight, tol, deadline=None):
         self.z = self.shrink(avg, self.c0 / weight)
         return self.z.copy(), 0.0
 
