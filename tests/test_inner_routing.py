@@ -68,4 +68,15 @@ def test_the_walls_rule_keeps_its_limits(monkeypatch):
     import fedmodel.algorithms.proxal.server as server_module
 
     monkeypatch.setattr(server_module, "EXACT_WALLS_MAX_SHARED", 3)
-    assert _route(_model(None, box))[0] == "quasi-newton"
+    assert _route(_model(None, box))[0] == "quasi-newton"  # (10 rows per client, d = 4)
+
+
+def test_walls_above_the_dense_size_go_to_exact_admm_when_parties_have_few_rows(monkeypatch):
+    """Above EXACT_WALLS_MAX_SHARED the exact steps are Woodbury steps when each party has
+    at most LOW_RANK_RATIO * d data rows (here 10 rows, d = 40 > the patched limit 3)."""
+    import fedmodel.algorithms.proxal.server as server_module
+
+    monkeypatch.setattr(server_module, "EXACT_WALLS_MAX_SHARED", 3)
+    ball = lambda w: [cp.norm(w, 2) <= 1]  # noqa: E731
+    assert _route(_model(None, ball, d=40))[0] == "exact-admm"
+    assert _route(_model(None, ball, d=20))[0] == "quasi-newton"  # (10 rows > 0.25 * 20)
