@@ -431,3 +431,27 @@ def test_test8_reads_the_measured_violation_and_complementarity(inner):
     assert all("violation_measured" in h for h in res.history)
     assert res.objective == pytest.approx(ref.objective, rel=1e-5, abs=1e-7)
     assert res.max_violation <= 1e-9
+
+
+def test_quasi_newton_tau_follows_the_outer_step_and_runs_without_outer_anderson():
+    """With quasi-Newton: tau_k = max(sbar tau_rate^k, kkt_factor[0] eps / 2,
+    PROX_RELATIVE_TAU ||w^k - w^{k-1}||_inf / prox_beta) (history's dw_inf is that step
+    times beta / prox_beta), and no outer Anderson round unless the user asks for one."""
+    from fedmodel.algorithms.proxal.server import PROX_RELATIVE_TAU
+
+    model = np_model(3, r=0.45)
+    eps = 1e-6
+    res = model.solve(method="prox-al", eps=eps, history=True, inner_solver="quasi-newton")
+    assert res.status == "optimal"
+    assert not any(r["kind"].startswith("outer_aa") for r in res.ledger)
+    taus = [h["tau"] for h in res.history]
+    beta, sbar, rate = 100.0, taus[0], 0.1  # (adaptive defaults; tau_0 = sbar at this eps)
+    relative = [0.0] + [PROX_RELATIVE_TAU * h["dw_inf"] / beta for h in res.history[:-1]]
+    expected = [max(sbar * rate**k, 0.5 * 0.01 * eps, r) for k, r in enumerate(relative)]
+    assert taus == pytest.approx(expected, rel=1e-12)
+    assert any(r > max(sbar * rate**k, 0.5 * 0.01 * eps) for k, r in enumerate(relative))
+    forced = model.solve(
+        method="prox-al", eps=eps, history=False, inner_solver="quasi-newton", outer_anderson=5
+    )
+    assert forced.status == "optimal"
+    assert any(r["kind"] == "outer_aa" for r in forced.ledger)

@@ -197,7 +197,9 @@ class ProxALOptions(RuntimeOptions):
         Newton inner solver took 27 rounds in geometric mean over
         benchmarks/issue12_defaults.py's problems against 34, but the method of
         multipliers crawled on an LCQP whose multipliers are ~100 beta). Off with
-        party-owned variables.
+        party-owned variables, and by default with the quasi-Newton inner solver
+        (:data:`QUASI_NEWTON_DEFAULTS`: an extrapolated ``(w, mu)`` moves ``l_k`` away from
+        what the server's secant model learnt; Adult NP, 20 sites, 198 -> 168 rounds).
     penalty_metric : {"scalar", "hessian"}, optional
         The metric of Algorithm 2's penalty (:mod:`fedmodel.algorithms.proxal.metric`):
         ``"scalar"`` (default, the paper: ``(rho_i/2)||u_i - w||^2``; every message is
