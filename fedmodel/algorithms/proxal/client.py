@@ -473,7 +473,7 @@ class ProxALClient(ClientHalf):
             dmu = max(dmu, float(np.abs(step).max()))
             self.nu = self.nu + step
         reply = {"dmu_inf": dmu, **self._inner_start_reply(w, inner, directions)}
-        if inner in ("newton", "quasi-newton"):  # (test (8)'s feasibility half, measured)
+        if inner in INNER_NEWTON:  # (test (8)'s feasibility half, measured)
             reply.update(kkt_feasibility(ci, ce, self.mu, hard_i, hard_e))
         if self.owned:  # test (8) on the own block, in the block metric (a scalar)
             reply["dtheta_scaled"] = self.beta * self.theta_prox * dtheta
