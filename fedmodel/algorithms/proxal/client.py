@@ -473,6 +473,8 @@ class ProxALClient(ClientHalf):
             dmu = max(dmu, float(np.abs(step).max()))
             self.nu = self.nu + step
         reply = {"dmu_inf": dmu, **self._inner_start_reply(w, inner, directions)}
+        if inner in INNER_NEWTON:  # (test (8)'s feasibility half, measured)
+            reply.update(kkt_feasibility(ci, ce, self.mu, hard_i, hard_e))
         if self.owned:  # test (8) on the own block, in the block metric (a scalar)
             reply["dtheta_scaled"] = self.beta * self.theta_prox * dtheta
         if self.outer_anderson:  # this client's block of the outer residual
@@ -685,3 +687,23 @@ class ProxALClient(ClientHalf):
         if self.owned:  # the final write-back of the own block to the caller's variables
             out["owned"] = self.theta_at_w.copy()
         return out
+
+
+def kkt_feasibility(ci, ce, mu, hard_i=False, hard_e=False) -> dict[str, float]:
+    """A party's feasibility and complementarity at ``w^{k+1}`` with its updated multipliers
+    (test (8)'s feasibility half, measured): ``violation = max(max_j c_j^+, max |a|)`` over
+    its inequalities ``c`` and equalities ``a`` and ``complementarity = max_j mu_j max(-c_j,
+    0)``; rows imposed exactly (exact-admm's hard rows) are left out.
+
+    Examples
+    --------
+    >>> kkt_feasibility(np.array([-0.5, 1e-3]), np.zeros(0), np.array([0.2, 1.0]))
+    {'violation': 0.001, 'complementarity': 0.1}
+    """
+    ci, ce = np.asarray(ci, dtype=float), np.asarray(ce, dtype=float)
+    soft_i = ~np.broadcast_to(np.asarray(hard_i, dtype=bool), ci.shape)
+    soft_e = ~np.broadcast_to(np.asarray(hard_e, dtype=bool), ce.shape)
+    ci, mu, ce = ci[soft_i], np.asarray(mu, dtype=float)[soft_i], ce[soft_e]
+    violation = max(float(np.maximum(ci, 0.0).max(initial=0.0)), float(np.abs(ce).max(initial=0.0)))
+    complementarity = float((mu * np.maximum(-ci, 0.0)).max(initial=0.0))
+    return {"violation": violation, "complementarity": complementarity}

@@ -107,6 +107,16 @@ PROXAL = MessageTable(
             request={"w": W, "inner": _INNER, "directions": _DIRECTIONS},
             reply={
                 "dmu_inf": Field((), reveals="||mu_i^{k+1} - mu_i^k||_inf"),
+                "violation": Field(
+                    (),
+                    required=False,
+                    reveals="its largest constraint violation at w^{k+1} ((quasi-)Newton)",
+                ),
+                "complementarity": Field(
+                    (),
+                    required=False,
+                    reveals="max_j mu_ij^{k+1} max(-c_ij(w^{k+1}), 0) ((quasi-)Newton)",
+                ),
                 "dtheta_scaled": Field((), required=False, reveals="the change of its block"),
                 "gram": _OUTER_GRAM,
                 **_INNER_START,

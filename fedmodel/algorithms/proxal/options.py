@@ -53,6 +53,11 @@ INNER_SOLVERS = ("auto", "quasi-newton", "newton", "admm", "exact-admm")
 #: (benchmarks/issue12_defaults.py: geometric mean 34 rounds against 37, 2.4 s against 3.6 s
 #: over its 10 problems)
 NEWTON_DEFAULTS = {"beta": 300.0, "prox_beta": 1e5}
+#: the adaptive defaults the quasi-Newton inner solver changes: no outer Anderson step (its
+#: extrapolated (w, mu) moves l_k away from what the secant model learnt, and the next inner
+#: solve relearns it: Adult NP, 20 sites, 198 -> 168 rounds without it, see
+#: docs/performance.md)
+QUASI_NEWTON_DEFAULTS = {"outer_anderson": 0}
 
 PENALTY_METRICS = ("hessian", "scalar")
 
@@ -192,7 +197,9 @@ class ProxALOptions(RuntimeOptions):
         Newton inner solver took 27 rounds in geometric mean over
         benchmarks/issue12_defaults.py's problems against 34, but the method of
         multipliers crawled on an LCQP whose multipliers are ~100 beta). Off with
-        party-owned variables.
+        party-owned variables, and by default with the quasi-Newton inner solver
+        (:data:`QUASI_NEWTON_DEFAULTS`: an extrapolated ``(w, mu)`` moves ``l_k`` away from
+        what the server's secant model learnt; Adult NP, 20 sites, 198 -> 168 rounds).
     penalty_metric : {"scalar", "hessian"}, optional
         The metric of Algorithm 2's penalty (:mod:`fedmodel.algorithms.proxal.metric`):
         ``"scalar"`` (default, the paper: ``(rho_i/2)||u_i - w||^2``; every message is
@@ -400,11 +407,13 @@ class ProxALOptions(RuntimeOptions):
     def resolve_inner(self, inner: str) -> None:
         """Set the adaptive defaults that depend on the inner solver that runs
         (:data:`NEWTON_DEFAULTS` when ``inner == "newton"``; the quasi-Newton inner solver
-        keeps Algorithm 2's: its secant model learns a stiffer ``l_k`` more slowly, and
-        Newton's longer proximal step made the multipliers of a small NP model crawl);
-        options the user gave are kept."""
-        if self.adaptive and inner == "newton":
-            for name, value in NEWTON_DEFAULTS.items():
+        keeps Algorithm 2's ``beta`` and ``prox_beta`` -- its secant model learns a stiffer
+        ``l_k`` more slowly, and Newton's longer proximal step made the multipliers of a
+        small NP model crawl -- and turns the outer Anderson step off,
+        :data:`QUASI_NEWTON_DEFAULTS`); options the user gave are kept."""
+        defaults = {"newton": NEWTON_DEFAULTS, "quasi-newton": QUASI_NEWTON_DEFAULTS}
+        if self.adaptive and inner in defaults:
+            for name, value in defaults[inner].items():
                 if name in getattr(self, "_defaulted", ()):
                     setattr(self, name, value)
 
