@@ -483,3 +483,33 @@ def test_a_bad_step_budget_is_refused_naming_the_field():
         with pytest.raises(ValueError, match="party 'c0'.*'budget'"):
             step_deadline(bad, "party 'c0'")
     assert step_deadline(None, "party 'c0'") is None
+
+
+def test_the_infeasibility_check_runs_only_where_a_model_can_be_infeasible(monkeypatch):
+    """Without constraints or a box/ball in h the consensus ``x_i = z`` is always
+    feasible: exact-admm never asks its infeasibility check (sparse-logistic-d3000 at
+    rho = 0.03 read a slow consensus as infeasible, "diverging"); with a constraint it does."""
+    from fedmodel.algorithms.proxal.exact_admm import ExactADMM
+
+    asked = []
+
+    def always(self, primals, dual, tau):
+        asked.append(True)
+        return True
+
+    monkeypatch.setattr(ExactADMM, "infeasible", always)
+    monkeypatch.setattr("fedmodel.algorithms.proxal.exact_admm.INFEASIBLE_WINDOW", 0)
+    rng = np.random.default_rng(3)
+    m = fm.Model("l1")
+    w = m.variable(3, name="w")
+    for k in range(2):
+        c = m.client(f"c{k}")
+        A = c.data(rng.normal(size=(8, 3)), name="A")
+        c.minimize(cp.sum(cp.abs(A @ w - 1)) / 16)
+    m.regularize(1e-3 * cp.norm1(w))
+    res = m.solve(method="prox-al", eps=1e-4, history=False)
+    assert res.extra["inner_solver"] == "exact-admm"
+    assert res.status == "optimal" and not asked
+    m.server.subject_to(cp.sum(w) <= 10)  # (a constraint: the check runs, and here says so)
+    res = m.solve(method="prox-al", eps=1e-4, history=False)
+    assert asked and res.status == "diverging"

@@ -184,6 +184,7 @@ class ExactADMM:
             primals.append(primal)
             if (
                 server.options.monitor
+                and server.may_be_infeasible  # (no constraint, no box: always feasible)
                 and t - fixed_since >= INFEASIBLE_WINDOW
                 and self.infeasible(primals, dual, tau)
             ):

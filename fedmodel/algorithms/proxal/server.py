@@ -154,6 +154,7 @@ class ProxALServer(ServerHalf):
         inner_note: str = "",
         exact_fallback: bool = False,
         user_constraints: bool = True,
+        may_be_infeasible: bool = True,
     ):
         layout = program.layout
         owned_anywhere = layout.has_owned  # (the model's layout: any party's own variables)
@@ -169,6 +170,9 @@ class ProxALServer(ServerHalf):
         # target below eps only exhausts max_inner; the certificate checks eps in any case
         self.kkt_factors = (1.0, 1.0) if conic else options.kkt_factors
         self.user_constraints = bool(user_constraints)
+        # whether the model can be infeasible at all (exact-admm's infeasibility check):
+        # only constraints and h's box or ball restrict the consensus x_i = z
+        self.may_be_infeasible = bool(may_be_infeasible)
         self.tau_floor_scale = 1.0  # exact-admm: lowered when the certificate disagrees
         # ||w^k - w^{k-1}||_inf / prox_beta of the last outer step ((quasi-)Newton: the
         # proximal part of the measured stationarity, which sets the next tau_k's floor)
@@ -1391,6 +1395,8 @@ def run_prox_al(
         and any(
             c.kind != "cone" and not c.internal for p in compiled.parties for c in p.constraints
         ),
+        may_be_infeasible=any(not c.internal for p in compiled.parties for c in p.constraints)
+        or any(piece.has_box or piece.has_ball for piece in compiled.regularizer.pieces),
     )
     factories = _client_factories(compiled, options, rhos, proximal)
     return run_federated(compiled, options, method, server, factories, faults=faults)
