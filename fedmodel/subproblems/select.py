@@ -31,8 +31,9 @@ from fedmodel.subproblems.quasi_newton import QuasiNewtonSolver
 BACKENDS = ("auto", "newton", "newton-cg", "lbfgs", "cvxpy")
 
 
-def make_solver(problem: MeritProblem, solver: str = "auto"):
-    """Return a backend object with ``solve(x0, tol, max_iter) -> SolveReport``."""
+def make_solver(problem: MeritProblem, solver: str = "auto", direct: bool = False):
+    """Return a backend object with ``solve(x0, tol, max_iter) -> SolveReport``; ``direct``:
+    a cvxpy backend calls Clarabel on the compiled data (``CvxpySolver(direct=True)``)."""
     if solver not in BACKENDS:
         raise UnsupportedError(f"unknown subproblem solver {solver!r}; choose one of {BACKENDS}")
     if problem.has_cones:
@@ -43,13 +44,13 @@ def make_solver(problem: MeritProblem, solver: str = "auto"):
                 "terms with no smooth form); they are solved exactly by solver='cvxpy' "
                 "(the default 'auto' picks it)"
             )
-        return CvxpySolver(problem)
+        return CvxpySolver(problem, direct=direct)
     if not problem.has_smooth_terms:
         return ProxSolver(problem)
     # a group norm or a norm ball in h: no bounds/splitting form for L-BFGS-B
     has_group_norm = any(p.l2 or p.has_ball for p in problem.regularizer.pieces)
     if solver == "cvxpy":
-        return CvxpySolver(problem)
+        return CvxpySolver(problem, direct=direct)
     if solver == "newton-cg":  # (never chosen by "auto": the large pooled problems' backend)
         from fedmodel.subproblems.newton_cg import NewtonCGSolver
 
@@ -72,5 +73,5 @@ def make_solver(problem: MeritProblem, solver: str = "auto"):
     if has_group_norm:
         if any(p.nonconvex for p in problem.programs):
             return ProximalGradientSolver(problem)
-        return CvxpySolver(problem)
+        return CvxpySolver(problem, direct=direct)
     return QuasiNewtonSolver(problem)
