@@ -61,3 +61,16 @@ def test_local_steps_get_the_time_left_as_their_budget(method, module, monkeypat
     assert res.status == "time_limit", (res.status, res.message)
     assert budgets and all(b == 0.0 for b in budgets), budgets
     assert np.all(np.isfinite(np.asarray(res.solution["w"], dtype=float)))
+
+
+@pytest.mark.parametrize("method", ["prox-al", "admm"])
+def test_a_run_cut_by_its_deadline_says_how_to_resume_and_resumes(method, tmp_path):
+    """The time_limit checkpoint holds the point before the step the deadline cut: the
+    message names it (``resume=...``) and a resumed run with time to spare finishes."""
+    model = _logistic()
+    ck = tmp_path / "ck"
+    res = model.solve(method, time_limit=1e-9, checkpoint=ck, history=False)
+    assert res.status == "time_limit"
+    assert f"resume={str(ck)!r}" in res.message, res.message
+    again = model.solve(method, resume=ck, history=False)
+    assert again.status == "optimal", again.message

@@ -349,10 +349,11 @@ class _Run:
                         self.quiesce()
                         with runtime.critical():
                             self.save("time_limit")
-                        if self.checkpoint_k == k + 1:
+                        if self.checkpoint_k == self.mark.k_next:  # (this save succeeded)
                             message += (
-                                f"; checkpoint written to {self.checkpoint_written!r}: continue "
-                                f"with resume={self.checkpoint_written!r}"
+                                f"; checkpoint written to {self.checkpoint_written!r} (before "
+                                f"the {server.step_name} the deadline cut): continue with "
+                                f"resume={self.checkpoint_written!r}"
                             )
                     break
                 due = opts.checkpoint is not None and (k + 1) % opts.checkpoint_every == 0
