@@ -154,10 +154,13 @@ NOTES = """## Notes (2026-11-26, branch tl)
   solves had no budget); at limits of 0.6-1.8 s prox-al overran by 12-33% (its set-up, up
   to 0.3 s, was not counted); admm cut inside Algorithm 2 said `max_iterations`.
 - Not held: `centralized` on sparse-logistic-d3000 at 3.49 s (4.00 s): cvxpy's compile of
-  the pooled problem cannot be interrupted (documented in docs/performance.md); dald-cc on
-  sparse-logistic-ball (d = 10,000), killed after 80 s: a party's local solve with the
-  ball (a cone) goes through cvxpy's parameterised (DPP) compile, 6-18 s and ~1.5 GB at
-  n = 10,000 and repeated per solve, before Clarabel gets its budget."""
+  the pooled problem cannot be interrupted (documented in docs/performance.md).
+- dald-cc on sparse-logistic-ball (d = 10,000) was killed after 80 s in the branch's sweep:
+  a party's local solve with the ball (a cone) went through cvxpy's parameterised (DPP)
+  compile, 6-18 s and ~1.5 GB at n = 10,000, at every solve. Since main da449fd local
+  problems with a cvxpy engine call Clarabel on the compiled data (`make_solver(direct=
+  True)`); its row above is the rerun (`--limit 10 --models sparse-logistic-ball --methods
+  dald-cc,fedprox`): held, 10.16 s."""
 
 
 def write_report(rows: list[dict], commands: list[str]) -> None:
