@@ -313,9 +313,9 @@ def test_dald_takes_the_server_box_as_part_of_h(method):
     )
 
 
-@pytest.mark.parametrize("method", ["prox-al", "admm", "cprox-al", "centralized"])
-def test_norm_ball_in_h(method):
-    """``model.regularize(cp.norm(w, 2) <= r)``: the ball is a piece of h (projection)."""
+def _least_squares_in_a_ball_of_h():
+    """Least squares over 3 clients with ``model.regularize(cp.norm(w, 2) <= 1)`` (a ball
+    in h), and its plain Clarabel optimum."""
     rng = np.random.default_rng(0)
     model, W, obj = fm.Model(), cp.Variable(D), 0
     w = model.variable(D, name="w")
@@ -326,7 +326,13 @@ def test_norm_ball_in_h(method):
         site.minimize(cp.sum_squares(site.data(X, name="X") @ w - site.data(y, name="y")) / 10)
         obj += cp.sum_squares(X @ W - y) / 10
     model.regularize(cp.norm(w, 2) <= 1)
-    ref = clarabel_reference(obj, [cp.norm(W, 2) <= 1])
+    return model, clarabel_reference(obj, [cp.norm(W, 2) <= 1])
+
+
+@pytest.mark.parametrize("method", ["prox-al", "admm", "cprox-al", "centralized"])
+def test_norm_ball_in_h(method):
+    """``model.regularize(cp.norm(w, 2) <= r)``: the ball is a piece of h (projection)."""
+    model, ref = _least_squares_in_a_ball_of_h()
     res = model.solve(method=method, eps=1e-6)
     assert res.status == "optimal" and res.kkt.satisfied(1e-6, 1e-6)
     assert abs(res.objective - ref) <= 1e-5 * max(1.0, abs(ref))
@@ -359,17 +365,7 @@ def test_dald_cc_local_steps_with_a_ball_call_clarabel_directly(monkeypatch):
         engines.append(self)
 
     monkeypatch.setattr(CvxpySolver, "__init__", spy)
-    rng = np.random.default_rng(0)
-    model, W, obj = fm.Model(), cp.Variable(D), 0
-    w = model.variable(D, name="w")
-    for k in range(3):
-        X = rng.normal(size=(10, D))
-        y = X @ np.array([2.0, -1.0, 1.0])
-        site = model.client(f"c{k}")
-        site.minimize(cp.sum_squares(site.data(X, name="X") @ w - site.data(y, name="y")) / 10)
-        obj += cp.sum_squares(X @ W - y) / 10
-    model.regularize(cp.norm(w, 2) <= 1)
-    ref = clarabel_reference(obj, [cp.norm(W, 2) <= 1])
+    model, ref = _least_squares_in_a_ball_of_h()
     res = model.solve(method="dald-cc", eps=1e-3)
     assert engines and all(e.direct for e in engines)
     assert res.status == "optimal"
