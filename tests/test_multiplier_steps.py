@@ -58,3 +58,24 @@ def test_exact_admm_with_multiplier_steps_matches_the_pooled_optimum():
     res = model.solve(method="prox-al", inner_solver="exact-admm", eps=1e-4, history=False)
     assert res.status == "optimal"
     assert res.objective == pytest.approx(ref.objective, rel=1e-3, abs=1e-4)
+
+
+def test_the_multiplier_step_honours_its_deadline():
+    """A deadline given to the step (``set_deadline``, exact-admm's time budget) reaches
+    the Newton solves, and a deadline already past stops the loop after one update, with
+    the violation it reached as its residual."""
+    import time
+
+    from fedmodel.subproblems.merit import set_deadline
+
+    model, _ = _np_client()
+    problem = MeritProblem([model.compile().clients[0]], beta=100.0)
+    problem.set(sigma=1e-3, center=np.zeros(4))
+    solver = MultiplierSolver(problem)
+    set_deadline(solver, time.perf_counter() - 1.0)
+    assert solver.newton.deadline == solver.deadline
+    report = solver.solve(np.zeros(4), 1e-12)
+    assert solver.updates == 1
+    assert report.residual > 1e-12  # (not converged, and says so)
+    set_deadline(solver, None)
+    assert solver.solve(report.x, 1e-9).residual <= 1e-9

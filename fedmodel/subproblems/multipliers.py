@@ -39,6 +39,8 @@ Examples
 
 from __future__ import annotations
 
+import time
+
 import numpy as np
 
 from fedmodel.subproblems.merit import MeritProblem, SolveReport
@@ -77,6 +79,16 @@ class MultiplierSolver:
             raise AttributeError(name)
         return getattr(self.newton, name)
 
+    @property
+    def deadline(self) -> float | None:
+        """The step's deadline (:func:`~fedmodel.subproblems.merit.set_deadline`): the Newton
+        solves stop at it, and no multiplier update starts after it."""
+        return self.newton.deadline
+
+    @deadline.setter
+    def deadline(self, value: float | None) -> None:
+        self.newton.deadline = value
+
     def solve(self, x0: np.ndarray, tol: float, max_iter: int = 200) -> SolveReport:
         p = self.problem
         tol = min(tol, 1e-9)
@@ -108,6 +120,8 @@ class MultiplierSolver:
                 last, violation = violation, change / self.beta
                 if violation <= tol or not np.isfinite(violation):
                     break
+                if self.deadline is not None and time.perf_counter() > self.deadline:
+                    break  # (the residual reports the violation reached)
                 if violation > VIOLATION_DECREASE * last:
                     self.beta = min(10.0 * self.beta, MAX_BETA)
         finally:
