@@ -26,6 +26,20 @@ def least_squares_model(n_clients=3, d=4, seed=0):
     return model
 
 
+def logistic_clients(n=3, rows=8, d=20, seed=5, name="logistic"):
+    """``n`` clients with a logistic loss over ``rows`` random rows each; returns the model
+    and its shared ``w`` (the caller adds the server's part)."""
+    rng = np.random.default_rng(seed)
+    m = fm.Model(name)
+    w = m.variable(d, name="w")
+    for k in range(n):
+        X = rng.normal(size=(rows, d))
+        y = np.sign(rng.normal(size=rows))
+        c = m.client(f"c{k}")
+        c.minimize(cp.sum(cp.logistic(-cp.multiply(c.data(y, name="y"), c.data(X, name="X") @ w))))
+    return m, w
+
+
 def np_sites(n: int, d: int = 4, m0: int = 60, m1: int = 30, seed: int = 0):
     """Overlapping Gaussian classes (plus an intercept column) so that the class-1
     constraint is active and the objective is O(1)."""

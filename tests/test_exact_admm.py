@@ -14,6 +14,7 @@ import json
 import cvxpy as cp
 import numpy as np
 import pytest
+from problems import logistic_clients
 
 import fedmodel as fm
 from fedmodel.algorithms.proxal.options import ProxALOptions
@@ -439,14 +440,7 @@ def test_anderson_residual_is_admms_contraction_measure():
 
 def _sparse_logistic_l1(n=3, rows=8, d=40, seed=21):
     """Logistic clients (their exact steps: Newton) and an l1 ``h`` (the server's: Clarabel)."""
-    rng = np.random.default_rng(seed)
-    m = fm.Model("logistic-l1")
-    w = m.variable(d, name="w")
-    for k in range(n):
-        X = rng.normal(size=(rows, d))
-        y = np.sign(rng.normal(size=rows))
-        c = m.client(f"c{k}")
-        c.minimize(cp.sum(cp.logistic(-cp.multiply(c.data(y, name="y"), c.data(X, name="X") @ w))))
+    m, w = logistic_clients(n, rows, d, seed, name="logistic-l1")
     m.regularize(0.05 * cp.norm1(w))
     return m
 

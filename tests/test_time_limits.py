@@ -10,19 +10,11 @@ from __future__ import annotations
 import cvxpy as cp
 import numpy as np
 import pytest
-
-import fedmodel as fm
+from problems import logistic_clients
 
 
 def _logistic(n=3, rows=8, d=20, seed=5):
-    rng = np.random.default_rng(seed)
-    m = fm.Model("logistic")
-    w = m.variable(d, name="w")
-    for k in range(n):
-        X = rng.normal(size=(rows, d))
-        y = np.sign(rng.normal(size=rows))
-        c = m.client(f"c{k}")
-        c.minimize(cp.sum(cp.logistic(-cp.multiply(c.data(y, name="y"), c.data(X, name="X") @ w))))
+    m, w = logistic_clients(n, rows, d, seed)
     m.server.minimize(0.1 * cp.sum_squares(w))
     return m
 
