@@ -167,9 +167,23 @@ def party_compiled(model_file: ModelFile, party: str, data: Mapping[str, np.ndar
 
     Examples
     --------
-    >>> # fragment: a party's file holding X0, X1 and an array the model never reads
-    >>> built = party_compiled(model_file, "site0", {"X0": X0, "X1": X1, "notes": notes})
-    >>> built.used
+    >>> import os, tempfile, textwrap
+    >>> path = os.path.join(tempfile.mkdtemp(), "model.py")
+    >>> _ = open(path, "w").write(textwrap.dedent('''
+    ...     import cvxpy as cp
+    ...     import fedmodel as fm
+    ...     PARTIES = ["site0", "site1"]
+    ...     def build(data):
+    ...         model = fm.Model("ls")
+    ...         w = model.variable(2, name="w")
+    ...         for name in PARTIES:
+    ...             site = model.client(name)
+    ...             A = site.data(data[name]["X0"] + data[name]["X1"], name="rows")
+    ...             site.minimize(cp.sum_squares(A @ w - 1))
+    ...         return model
+    ... '''))
+    >>> own = {"X0": np.eye(2), "X1": np.ones((2, 2)), "notes": np.zeros(3)}
+    >>> party_compiled(load_model_file(path), "site0", own).used  # "notes" is never read
     ('X0', 'X1')
     """
     own = shapes_of(data)

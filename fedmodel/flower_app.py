@@ -220,9 +220,21 @@ def read_authorized_keys(path: str, parties: list[str] | None = None) -> dict[st
 
     Examples
     --------
-    >>> # fragment
-    >>> read_authorized_keys("parties.keys", ["site0", "site1"])
-    {'site0': b'0v0...', 'site1': b'0v0...'}
+    >>> import os, tempfile
+    >>> from cryptography.hazmat.primitives import serialization
+    >>> from cryptography.hazmat.primitives.asymmetric import ec
+    >>> def openssh_public_key():
+    ...     key = ec.generate_private_key(ec.SECP384R1()).public_key()
+    ...     return key.public_bytes(
+    ...         serialization.Encoding.OpenSSH, serialization.PublicFormat.OpenSSH
+    ...     ).decode()
+    >>> path = os.path.join(tempfile.mkdtemp(), "parties.keys")
+    >>> with open(path, "w") as fh:
+    ...     print("# one line per party", file=fh)
+    ...     print("site0", openssh_public_key(), file=fh)
+    ...     print("site1", openssh_public_key(), file=fh)
+    >>> sorted(read_authorized_keys(path, ["site0", "site1"]))
+    ['site0', 'site1']
     """
     from flwr.supercore.primitives.asymmetric import public_key_to_bytes
 

@@ -127,7 +127,7 @@ def newton_direction(H: np.ndarray, g: np.ndarray, factor=None) -> np.ndarray:
 
     Examples
     --------
-    >>> newton_direction(np.diag([2.0, 4.0]), np.array([2.0, 4.0])).tolist()
+    >>> np.round(newton_direction(np.diag([2.0, 4.0]), np.array([2.0, 4.0])), 12).tolist()
     [-1.0, -1.0]
     """
     if isinstance(H, LimitedInverse):  # (an implicit model: its own inverse)
@@ -273,7 +273,7 @@ class SecantModel:
     >>> model = SecantModel(2)
     >>> model.restart(np.zeros(2), -np.ones(2))
     >>> for w in (np.array([1.0, 0.0]), np.array([1.0, 1.0])):
-    ...     model.observe(w, A @ w - 1.0)
+    ...     _ = model.observe(w, A @ w - 1.0)
     >>> bool(np.allclose(model.matrix @ np.array([0.0, 1.0]), A @ np.array([0.0, 1.0])))
     True
     """

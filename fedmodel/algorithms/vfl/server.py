@@ -79,7 +79,7 @@ class VFLServer(ServerHalf):
     >>> import numpy as np
     >>> opts = FairVFLOptions(eps=0.05)
     >>> srv = VFLServer(np.array([1.0, -1, 1, 1]), np.array([1, 0, 0, 1]) > 0, opts, ["a", "b"])
-    >>> srv.get_state()["lambda"], srv.max_steps
+    >>> srv.get_state()["state"]["lambda"], srv.max_steps
     (array([0., 0.]), 1000)
     """
 
