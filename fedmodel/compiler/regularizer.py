@@ -404,6 +404,43 @@ class Regularizer:
         rest = r[~covered]
         return float(max(worst, rest.max(initial=0.0)))
 
+    def closest_subgradient(
+        self, x: np.ndarray, g: np.ndarray, active_tol: float = 1e-9
+    ) -> np.ndarray:
+        """The element ``g + v`` of ``g + dh(x)`` whose infinity norm is
+        :meth:`dist_subdiff` ``(x, g)`` (the same choice of ``v``: per coordinate the point
+        of ``l1 d|v| + N_box`` closest to ``-g``; for a group norm at ``v = 0`` and a norm
+        ball, the element whose norm :meth:`dist_subdiff` reports, an upper bound).
+
+        Examples
+        --------
+        >>> reg = Regularizer.from_pieces([slice(0, 2)], [VariablePiece(l1=1.0)])
+        >>> reg.closest_subgradient(np.array([0.0, 2.0]), np.array([0.5, -3.0])).tolist()
+        [0.0, -2.0]
+        """
+        g = np.asarray(g, dtype=float)
+        out = np.array(g, dtype=float, copy=True)
+        for s, p in zip(self.slices, self.pieces):
+            v = x[s]
+            gs = g[s] + 2 * p.sumsq * v
+            if p.has_ball:
+                nrm2 = float(v.dot(v))
+                if nrm2 > 0 and np.sqrt(nrm2) >= p.radius * (1 - active_tol):
+                    gs = gs + max(0.0, -float(gs.dot(v)) / nrm2) * v
+                out[s] = gs
+            elif p.l2:
+                nrm = np.linalg.norm(v)
+                if nrm > active_tol:
+                    gs = gs + p.l2 * v / nrm
+                    out[s] = _l1_box_closest(v, gs, p, active_tol) if p.l1 else gs
+                else:
+                    rr = np.sign(gs) * np.maximum(np.abs(gs) - p.l1, 0.0) if p.l1 else gs
+                    n2 = np.linalg.norm(rr)
+                    out[s] = rr * (max(0.0, 1.0 - p.l2 / n2) if n2 > 0 else 0.0)
+            else:
+                out[s] = _l1_box_closest(v, gs, p, active_tol)
+        return out
+
     def cvxpy_parts(self, var_exprs: list[cp.Expression]) -> tuple[cp.Expression | int, list]:
         """h's terms and box constraints for a cvxpy problem over ``var_exprs``, one
         flattened expression per entry of :attr:`slices`."""
@@ -474,3 +511,27 @@ def _l1_box_dist(v, g, p: VariablePiece, tol: float) -> np.ndarray:
         hi_int = np.where(at_hi, np.inf, hi_int)
     # dist(-g, [lo, hi]) = max(lo + g, -g - hi, 0)
     return np.maximum(np.maximum(lo_int + g, -g - hi_int), 0.0)
+
+
+def _l1_box_closest(v, g, p: VariablePiece, tol: float) -> np.ndarray:
+    """Per coordinate, the point of ``g + [lo, hi]`` (the interval of
+    :func:`_l1_box_dist`) closest to 0: ``g + clip(-g, lo, hi)``."""
+    lo_int = np.zeros_like(v)
+    hi_int = np.zeros_like(v)
+    if p.l1:
+        zero = np.abs(v) <= tol
+        sgn = np.sign(v)
+        lo_int = np.where(zero, -p.l1, p.l1 * sgn)
+        hi_int = np.where(zero, p.l1, p.l1 * sgn)
+    if p.has_box:
+        lower = np.broadcast_to(p.lower, v.shape)
+        upper = np.broadcast_to(p.upper, v.shape)
+        at_lo = np.isfinite(lower) & (
+            v <= lower + tol * (1 + np.abs(np.where(np.isfinite(lower), lower, 0)))
+        )
+        at_hi = np.isfinite(upper) & (
+            v >= upper - tol * (1 + np.abs(np.where(np.isfinite(upper), upper, 0)))
+        )
+        lo_int = np.where(at_lo, -np.inf, lo_int)
+        hi_int = np.where(at_hi, np.inf, hi_int)
+    return g + np.clip(-g, lo_int, hi_int)

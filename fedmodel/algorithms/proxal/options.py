@@ -45,7 +45,7 @@ VARIANT_DEFAULTS = {
     "inner_solver": ("auto", "admm"),
 }
 
-INNER_SOLVERS = ("auto", "quasi-newton", "newton", "admm", "exact-admm")
+INNER_SOLVERS = ("auto", "quasi-newton", "newton", "admm", "exact-admm", "prox-quasi-newton")
 
 #: adaptive defaults that depend on the inner solver that runs (the values above are
 #: Algorithm 2's): with Newton, whose rounds do not grow with the penalty's conditioning, a
@@ -411,7 +411,11 @@ class ProxALOptions(RuntimeOptions):
         ``l_k`` more slowly, and Newton's longer proximal step made the multipliers of a
         small NP model crawl -- and turns the outer Anderson step off,
         :data:`QUASI_NEWTON_DEFAULTS`); options the user gave are kept."""
-        defaults = {"newton": NEWTON_DEFAULTS, "quasi-newton": QUASI_NEWTON_DEFAULTS}
+        defaults = {
+            "newton": NEWTON_DEFAULTS,
+            "quasi-newton": QUASI_NEWTON_DEFAULTS,
+            "prox-quasi-newton": QUASI_NEWTON_DEFAULTS,
+        }
         if self.adaptive and inner in defaults:
             for name, value in defaults[inner].items():
                 if name in getattr(self, "_defaulted", ()):

@@ -44,6 +44,7 @@ from fedmodel.algorithms.proxal.newton_inner import (
     SecantModel,
     federated_newton,
 )
+from fedmodel.algorithms.proxal.prox_newton import ProxQuasiNewton
 from fedmodel.algorithms.proxal.options import EXACT_TOL, ProxALOptions
 from fedmodel.certificate.kkt import party_evaluation
 from fedmodel.compiler.glm import NotRecognised
@@ -61,8 +62,14 @@ from fedmodel.subproblems.select import make_solver
 #: "unbounded" needs the objective at the blown-up point this many times max(1, |f|)
 #: below the last iterate's (see ProxALServer.blow_up)
 UNBOUNDED_DROP = 10.0
-#: the inner solvers that run the Newton loop (newton_inner.federated_newton)
-NEWTON_MODES = ("newton", "quasi-newton")
+#: the proximal quasi-Newton inner solver (prox_newton.py): a non-smooth h with a closed-form
+#: prox on a model whose parties' terms are smooth
+PROX_QN = "prox-quasi-newton"
+#: the inner solvers that run a Newton loop (newton_inner.federated_newton,
+#: prox_newton.federated_prox_newton)
+NEWTON_MODES = ("newton", "quasi-newton", PROX_QN)
+#: the inner solvers with the server's secant model (the clients' quasi-Newton messages)
+QUASI_MODES = ("quasi-newton", PROX_QN)
 #: consensus ADMM with exact party steps (exact_admm.py): non-smooth and conic models
 EXACT = "exact-admm"
 #: (quasi-)Newton: tau_k is at least this fraction of the last outer step's proximal part
@@ -212,8 +219,10 @@ class ProxALServer(ServerHalf):
         # gradients at w^k from the round that starts the next inner solve)
         self.inner_mode = inner_solver
         self.inner_note = inner_note  # why not Newton (res.extra["inner_solver_note"])
-        if inner_solver in NEWTON_MODES and not (
-            hasattr(self.solver, "derivatives") or not self.problem.has_smooth_terms
+        if (
+            inner_solver in NEWTON_MODES
+            and inner_solver != PROX_QN  # (its own backend of the server's terms)
+            and not (hasattr(self.solver, "derivatives") or not self.problem.has_smooth_terms)
         ):
             self.inner_mode = "admm"
             self.inner_note = (
@@ -221,7 +230,8 @@ class ProxALServer(ServerHalf):
             )
         # quasi-Newton: the server's secant model of the clients' summed Hessian
         self.secant = None
-        if inner_solver == "quasi-newton":
+        self.prox_qn = None  # (prox-quasi-newton: its server side, built at the start)
+        if inner_solver in QUASI_MODES:
             dense = self.ns <= DENSE_MODEL_MAX
             self.secant = SecantModel(self.ns) if dense else LimitedSecantModel(self.ns)
         # quasi-Newton: curvature directions per round (curvature_directions)
@@ -271,7 +281,10 @@ class ProxALServer(ServerHalf):
     def start(self, runtime: Runtime) -> None:
         if self.inner_mode in NEWTON_MODES:
             try:  # (the first call cross-checks the server's GLM form)
-                if self.inner_mode == "quasi-newton":  # (no d x d matrix)
+                if self.inner_mode == PROX_QN:  # (the server's terms without h)
+                    self.prox_qn = ProxQuasiNewton(self)
+                    self.prox_qn.check(self)
+                elif self.inner_mode == "quasi-newton":  # (no d x d matrix)
                     self.own_products(self.x, self.x, np.zeros((0, self.x.size)))
                 else:
                     self.own_derivatives(self.x, self.x)
@@ -314,11 +327,14 @@ class ProxALServer(ServerHalf):
         if self.inner_mode not in NEWTON_MODES:
             return {}
         self.start_directions = None
-        if self.inner_mode == "quasi-newton" and self.curvature_k:
+        # (prox-quasi-newton asks the clients for the quasi-Newton messages: h and the
+        # model step stay on the server)
+        inner = "quasi-newton" if self.inner_mode == PROX_QN else self.inner_mode
+        if self.inner_mode in QUASI_MODES and self.curvature_k:
             step = np.zeros(self.ns) if move is None else move[: self.ns]
             self.start_directions = self.curvature_directions(step, (self.k + 1, 0))
-            return {"inner": self.inner_mode, "directions": self.start_directions}
-        return {"inner": self.inner_mode}
+            return {"inner": inner, "directions": self.start_directions}
+        return {"inner": inner}
 
     def take_starts(self, replies) -> None:
         """The clients' replies to a (re)start of the inner solver: with Algorithm 2,
@@ -845,6 +861,10 @@ class ProxALServer(ServerHalf):
         w_center = self.x
         if self.inner_mode == "quasi-newton":
             return self.inner_quasi_newton(runtime, tau, deadline)
+        if self.inner_mode == PROX_QN:
+            if self.prox_qn is None:  # (a resumed run)
+                self.prox_qn = ProxQuasiNewton(self)
+            return self.prox_qn.solve(self, runtime, tau, deadline)
 
         def evaluate(w):
             runtime.next_round()
@@ -1231,6 +1251,11 @@ def inner_solver(
                 "(its exact party steps minimise convex subproblems); use inner_solver='admm'"
             )
         return EXACT, ""
+    if choice == PROX_QN:
+        why = _prox_qn_obstacle(compiled, options, proximal)
+        if why:
+            raise ModelError(f"inner_solver={PROX_QN!r} is not available: {why}")
+        return PROX_QN, ""
     if choice not in ("auto", *NEWTON_MODES):  # ("admm"; options.validate names the others)
         return "admm", ""
     why = _newton_obstacle(compiled, options, proximal)
@@ -1243,6 +1268,13 @@ def inner_solver(
         # non-smooth or conic terms, or terms with a restricted domain (a gradient step
         # from w = 0 evaluates kl_div/entr/log on its boundary): the exact consensus ADMM
         obstacle = compiled.shared_hessian_obstacle() or _restricted_domain(compiled)
+        if (
+            obstacle
+            and not _prox_qn_obstacle(compiled, options, proximal)
+            and not _restricted_domain(compiled)
+            and not _inequality_walls(compiled)
+        ):  # smooth parties, a non-smooth h with a closed-form prox (prox_newton.py)
+            return PROX_QN, _PROX_QN_NOTE
         if obstacle:
             return EXACT, why or obstacle
         walls = "" if why else _inequality_walls(compiled)
@@ -1285,6 +1317,32 @@ def _inequality_walls(compiled: CompiledModel) -> str:
         f"inequality constraints ({', '.join(repr(n) for n in walled[:3])}"
         f"{', ...' if len(walled) > 3 else ''}): exact steps impose them"
     )
+
+
+#: res.extra["inner_solver_note"] when "auto" picks the proximal quasi-Newton loop
+_PROX_QN_NOTE = "h is not smooth: its prox in the server's model step (prox-quasi-newton)"
+
+
+def _prox_qn_obstacle(compiled: CompiledModel, options: ProxALOptions, proximal: bool) -> str:
+    """Why ``inner_solver="prox-quasi-newton"`` cannot run ("" if it can): it needs
+    prox-al, a non-smooth ``h`` (a smooth one is the quasi-Newton loop's), and smooth
+    parties' terms on the shared variables only -- no party-owned variables (epigraph
+    pieces of non-smooth terms are such) and no cone constraints -- with the Newton or
+    L-BFGS backends. ``"auto"`` takes it on such a convex model (at ``eps >= 1e-5``)
+    unless a party has a term with a restricted domain or inequality walls exact-admm
+    imposes (:func:`_inequality_walls`). Measured (``benchmarks/models.py``, prox-al
+    rounds exact-admm -> prox-quasi-newton): see docs/performance.md."""
+    if not proximal:
+        return "method 'admm' is Algorithm 2 itself"
+    if compiled.regularizer.is_smooth:
+        return "h is smooth (inner_solver='quasi-newton' takes it)"
+    if compiled.layout.has_owned:
+        return "parties own variables (their blocks never travel)"
+    if compiled.conic_parties():
+        return "parties have cone constraints (no gradients)"
+    if options.solver not in ("auto", "newton", "lbfgs"):
+        return f"solver={options.solver!r} (the loop needs gradients of the parties' terms)"
+    return ""
 
 
 def _exact_eps_ok(options: ProxALOptions) -> bool:

@@ -1,0 +1,502 @@
+"""Federated proximal quasi-Newton for Algorithm 1's subproblem when ``h`` is not smooth
+(prox-al's ``inner_solver="prox-quasi-newton"``; issue 23).
+
+Algorithm 1 of seed 000 needs, at outer iteration ``k``, a point ``w`` with
+``dist(0, d l_k(w)) <= tau_k``, ``l_k = S_k + h`` where ``S_k = P_{0,k} + sum_i P_{i,k}``
+(eqs. 10-11) is smooth -- the clients' and the server's terms with their
+augmented-Lagrangian terms and shares of the proximal term -- and ``h`` is the
+regulariser with a closed-form prox (:class:`~fedmodel.compiler.regularizer.Regularizer`:
+l1, group norms, sums of squares, boxes, a norm ball). The federated quasi-Newton loop of
+:mod:`~fedmodel.algorithms.proxal.newton_inner` needs a smooth ``h``; this module is its
+proximal form (a proximal Newton-type method: Lee, Sun and Saunders, "Proximal Newton-type
+methods for minimizing composite functions", SIAM J. Optim. 2014, PNOPT; Scheinberg and
+Tang, Math. Programming 2016):
+
+1. each round the server broadcasts a point; every client returns ``P_{i,k}``'s value and
+   gradient (and, with ``curvature_directions``, its Hessian-vector products), exactly the
+   messages of ``inner_solver="quasi-newton"`` (the client cannot tell the two apart: ``h``
+   lives on the server only);
+2. the server keeps the same secant model ``B`` of ``S_k``'s Hessian
+   (:class:`~fedmodel.algorithms.proxal.newton_inner.SecantModel`, or the limited-memory
+   :class:`~fedmodel.algorithms.proxal.newton_inner.LimitedSecantModel` above 2000 shared
+   variables, with its known diagonal: the server's share of the proximal term) and solves
+   the **model subproblem** ``min_s g^T s + s^T B s / 2 + h(w + s)`` on its own, with no
+   communication (:func:`model_step`: accelerated proximal gradient with adaptive restart
+   on the quadratic model, ``B`` applied as a dense matrix or in the compact form
+   ``D + U diag(c) U^T`` of the limited-memory model, to a relative accuracy of the
+   current residual: an inexact proximal Newton step, PNOPT's adaptive stopping);
+3. a backtracking (Armijo) line search on ``F = S_k + h`` along ``d = x_hat - w`` with
+   the decrease ``Delta = g^T d + h(w + d) - h(w) < 0`` (Lee, Sun and Saunders, eq. 2.9),
+   values from the clients; a rejected trial point updates the model and gives a new
+   model step first (as the smooth loop's ``remodel``);
+4. the stopping test is ``dist_inf(0, grad S_k(w) + dh(w)) <= tau_k``, measured at the
+   accepted point with the regulariser's exact subdifferential distance
+   (:meth:`~fedmodel.compiler.regularizer.Regularizer.dist_subdiff`) on the clients'
+   summed gradient: exactly the requirement of Theorem 4.2 (the inner test), as the smooth
+   loop's ``||grad l_k||_inf <= tau_k``.
+
+Messages are those of the quasi-Newton inner solver: ``d + 1`` floats per client and round
+(value and gradient of its ``P_{i,k}`` at the server's point), plus ``k d`` for ``k``
+curvature directions where they are on (at most 500 shared variables). Nothing of ``h``
+or of the model subproblem leaves the server.
+
+Examples
+--------
+>>> from fedmodel.compiler.regularizer import Regularizer, VariablePiece
+>>> reg = Regularizer.from_pieces([slice(0, 2)], [VariablePiece(l1=1.0)])
+>>> A = np.diag([2.0, 1.0]); b = np.array([3.0, 0.5])
+>>> evaluate = lambda w: (0.5 * w @ A @ w - b @ w, A @ w - b, A)
+>>> w0 = np.zeros(2)
+>>> out = federated_prox_newton(evaluate, (w0, *evaluate(w0)), reg, tau=1e-9, max_rounds=10)
+>>> out.w.round(6).tolist(), out.satisfied
+([1.0, 0.0], True)
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+
+import numpy as np
+
+from fedmodel.algorithms.proxal.inner import InnerOutcome
+from fedmodel.algorithms.proxal.newton_inner import (
+    ARMIJO,
+    MIN_STEP,
+    LimitedInverse,
+    LimitedSecantModel,
+    NewtonOutcome,
+)
+from fedmodel.compiler.regularizer import Regularizer
+from fedmodel.subproblems.merit import MeritProblem
+from fedmodel.subproblems.select import make_solver
+
+#: the model subproblem is solved to this fraction of the residual at the current point
+#: (an inexact proximal Newton step; PNOPT's adaptive stopping with a fixed forcing term),
+#: and never below SUBPROBLEM_FLOOR * tau (more accuracy cannot move the stopping test)
+SUBPROBLEM_FORCING = 1e-4
+SUBPROBLEM_FLOOR = 0.1
+#: accelerated proximal-gradient iterations per model subproblem (server-side, no rounds)
+SUBPROBLEM_MAX_ITER = 2000
+#: rejected trial points at one iterate that give a new model step before backtracking
+REMODEL = 2
+
+
+class ModelOperator:
+    """``B v`` for the quadratic model of the smooth part: a dense symmetric matrix, or the
+    limited-memory model (:class:`LimitedInverse`) in the compact form ``diag(D) + U
+    diag(c) U^T`` (two matrix products per application instead of the ``O(m)`` Python
+    loop of its BFGS recursion), and an upper bound ``L`` of its largest eigenvalue.
+
+    Examples
+    --------
+    >>> op = ModelOperator(np.array([[2.0, 1.0], [1.0, 2.0]]))
+    >>> op.times(np.array([1.0, 0.0])).tolist(), round(op.lipschitz(), 6) >= 3.0
+    ([2.0, 1.0], True)
+    """
+
+    def __init__(self, model):
+        self.model = model
+        self._L: float | None = None
+        if isinstance(model, LimitedInverse):
+            model.times(np.zeros(model.diag.size))  # (builds its direct recursion)
+            cols, coef = [], []
+            for (a, c), (_, y, rho) in zip(model._direct, model.pairs):
+                cols += [a, y]
+                coef += [-c, rho]
+            self.diag = np.asarray(model.diag, dtype=float)
+            self.U = np.array(cols).T if cols else np.zeros((self.diag.size, 0))
+            self.coef = np.array(coef, dtype=float)
+            self.H = None
+        else:
+            self.H = np.asarray(model, dtype=float)
+
+    def times(self, v: np.ndarray) -> np.ndarray:
+        if self.H is not None:
+            return self.H @ v
+        return self.diag * v + self.U @ (self.coef * (self.U.T @ v))
+
+    def lipschitz(self) -> float:
+        """An estimate of the largest eigenvalue (power iteration; :func:`model_step`
+        doubles it when a step shows it too small)."""
+        if self._L is None:
+            n = self.diag.size if self.H is None else self.H.shape[0]
+            v = np.random.default_rng(0).standard_normal(n)
+            lam = 0.0
+            for _ in range(30):
+                nv = float(np.linalg.norm(v))
+                if not nv > 0:
+                    break
+                v = v / nv
+                u = self.times(v)
+                lam_new = float(v @ u)
+                v = u
+                if lam and abs(lam_new - lam) <= 1e-3 * abs(lam_new):
+                    lam = lam_new
+                    break
+                lam = lam_new
+            self._L = max(1.05 * lam, 1e-12)
+        return self._L
+
+
+def model_step(
+    g: np.ndarray,
+    op: ModelOperator,
+    reg: Regularizer,
+    w: np.ndarray,
+    tol: float,
+    max_iter: int = SUBPROBLEM_MAX_ITER,
+    deadline: float | None = None,
+) -> tuple[np.ndarray, float, int]:
+    """Approximately ``argmin_x g^T (x - w) + (x - w)^T B (x - w) / 2 + h(x)``, by
+    accelerated proximal gradient (FISTA) with adaptive (function-value and gradient)
+    restart, from ``x = w``, until ``dist_inf(0, g + B(x - w) + dh(x)) <= tol``.
+
+    Parameters
+    ----------
+    g : ndarray
+        Gradient of the smooth part at ``w``.
+    op : ModelOperator
+        The model ``B`` (positive definite).
+    reg : Regularizer
+        ``h`` (its exact prox with a scalar step).
+    w : ndarray
+        The current point (in ``dom h``).
+    tol : float
+        Target of the subproblem's measured residual.
+    max_iter : int
+        Iteration cap (the best point so far is returned).
+    deadline : float, optional
+        ``time.perf_counter()`` value after which it returns its best point.
+
+    Returns
+    -------
+    x, residual, iterations
+        The point ``x_hat`` (``x_hat - w`` is the step), its measured residual and the
+        iterations used.
+
+    Examples
+    --------
+    >>> from fedmodel.compiler.regularizer import Regularizer, VariablePiece
+    >>> reg = Regularizer.from_pieces([slice(0, 2)], [VariablePiece(l1=1.0)])
+    >>> op = ModelOperator(np.diag([1.0, 4.0]))
+    >>> x, res, _ = model_step(np.array([-3.0, 0.5]), op, reg, np.zeros(2), 1e-10)
+    >>> x.round(8).tolist(), res <= 1e-10
+    ([2.0, 0.0], True)
+    """
+    L = op.lipschitz()
+    x = np.array(w, dtype=float)
+    gx = np.array(g, dtype=float)  # grad q(x)
+    best = (x, reg.dist_subdiff(x, gx), 0)
+    if best[1] <= tol:
+        return best
+    y, gy, t = x, gx, 1.0
+    phi_x = reg.value(x)  # q(x) - q(w) + h(x), q the quadratic model
+    for it in range(1, int(max_iter) + 1):
+        while True:
+            x_new = reg.prox(y - gy / L, 1.0 / L)
+            delta = x_new - y
+            Bd = op.times(delta)
+            curv = float(delta @ Bd)
+            if curv <= L * float(delta @ delta) * (1 + 1e-12) or not np.isfinite(curv):
+                break
+            L *= 2.0  # (the estimate was too small: a majorisation must hold)
+        gx_new = gy + Bd
+        res = reg.dist_subdiff(x_new, gx_new)
+        # q(x_new) - q(w) = (g + grad q(x_new))^T (x_new - w) / 2 for the quadratic q
+        q_new = 0.5 * float((g + gx_new) @ (x_new - w))
+        phi_new = q_new + reg.value(x_new)
+        if res < best[1]:
+            best = (x_new, res, it)
+        if res <= tol:
+            return x_new, res, it
+        if deadline is not None and time.perf_counter() > deadline:
+            break
+        # adaptive restart (O'Donoghue and Candes 2015): the objective went up, or the
+        # momentum points against the proximal-gradient step
+        restart = phi_new > phi_x or float((y - x_new) @ (x_new - x)) > 0
+        if restart:
+            t_new, mom = 1.0, 0.0
+        else:
+            t_new = 0.5 * (1.0 + np.sqrt(1.0 + 4.0 * t * t))
+            mom = (t - 1.0) / t_new
+        gx_old, x_old = gx, x
+        x, gx, phi_x, t = x_new, gx_new, phi_new, t_new
+        if mom:
+            y = x + mom * (x - x_old)
+            gy = gx + mom * (gx - gx_old)
+        else:
+            y, gy = x, gx
+    return best
+
+
+def federated_prox_newton(
+    evaluate: Callable[[np.ndarray], tuple[float, np.ndarray, object]],
+    start: tuple[np.ndarray, float, np.ndarray, object],
+    reg: Regularizer,
+    tau: float,
+    max_rounds: int,
+    deadline: float | None = None,
+    remodel: int = REMODEL,
+    on_accept: Callable[[np.ndarray], None] | None = None,
+) -> NewtonOutcome:
+    """Minimise ``S + h`` to ``dist_inf(0, grad S(w) + dh(w)) <= tau`` by proximal
+    (quasi-)Newton steps with a backtracking line search on ``S + h``.
+
+    Parameters
+    ----------
+    evaluate : callable
+        ``w -> (S(w), grad S(w), model)``: one round (broadcast ``w``, collect the
+        parties' shares, add them up); ``model`` is the curvature the next step uses (a
+        dense matrix or :class:`LimitedInverse`), a new object when it changed.
+    start : (w, value, gradient, model)
+        The starting point (in ``dom h``) and its evaluation.
+    reg : Regularizer
+        ``h``, with its exact prox and subdifferential distance.
+    tau : float
+        Target of the measured ``dist_inf(0, grad S(w) + dh(w))``.
+    max_rounds : int
+        Evaluation rounds allowed.
+    deadline : float, optional
+        ``time.perf_counter()`` value after which the loop returns (``timed_out``).
+    remodel : int
+        Rejected trial points at one iterate that give a new model step (from the model
+        their evaluation updated) before the line search backtracks.
+    on_accept : callable, optional
+        Called with each point the loop moves to (the start included).
+
+    Returns
+    -------
+    NewtonOutcome
+        The last accepted point, ``residual`` its measured subdifferential distance and
+        ``gradient`` ``grad S`` there.
+    """
+    w, val, g, model = start
+    rounds = backtracks = 0
+    ops: dict[int, ModelOperator] = {}
+
+    def operator(m):
+        op = ops.get(id(m))
+        if op is None or op.model is not m:
+            ops.clear()
+            op = ops[id(m)] = ModelOperator(m)
+        return op
+
+    def direction(m, residual):
+        tol = max(SUBPROBLEM_FORCING * residual, SUBPROBLEM_FLOOR * tau)
+        op = operator(m)
+        x_hat, _, _ = model_step(g, op, reg, w, tol, deadline=deadline)
+        d = x_hat - w
+        delta = float(g @ d) + reg.value(x_hat) - reg.value(w)
+        if not (delta < 0 and np.all(np.isfinite(d))):
+            # (an inaccurate model step): the proximal-gradient step of the model, whose
+            # decrease is at most -L ||d||^2 < 0
+            L = op.lipschitz()
+            x_hat = reg.prox(w - g / L, 1.0 / L)
+            d = x_hat - w
+            delta = float(g @ d) + reg.value(x_hat) - reg.value(w)
+        return d, delta
+
+    F = val + reg.value(w)
+    while True:
+        if on_accept is not None:
+            on_accept(w)
+        remodels = 0
+        residual = reg.dist_subdiff(w, g)
+        if residual <= tau:
+            return NewtonOutcome(w, rounds, residual, True, backtracks=backtracks, gradient=g)
+        if rounds >= max_rounds or (deadline is not None and time.perf_counter() > deadline):
+            timed_out = rounds < max_rounds
+            return NewtonOutcome(w, rounds, residual, False, False, timed_out, backtracks, g)
+        current = model
+        d, delta = direction(current, residual)
+        if not np.any(d):  # (no step: the model's minimiser is w at rounding level)
+            return NewtonOutcome(w, rounds, residual, False, True, backtracks=backtracks, gradient=g)
+        delta = min(delta, 0.0)  # (>= 0 at rounding level: only the test below accepts)
+        t = 1.0
+        while True:
+            trial = w + t * d
+            val_t, g_t, model_t = evaluate(trial)
+            rounds += 1
+            F_t = val_t + reg.value(trial)
+            if F_t <= F + ARMIJO * t * delta:
+                break
+            if (  # at rounding level: a full step that reduces the residual
+                t == 1.0
+                and F_t - F <= 1e-13 * max(1.0, abs(F))
+                and reg.dist_subdiff(trial, g_t) < residual
+            ):
+                break
+            backtracks += 1
+            if rounds >= max_rounds or (deadline is not None and time.perf_counter() > deadline):
+                timed_out = rounds < max_rounds
+                return NewtonOutcome(w, rounds, residual, False, False, timed_out, backtracks, g)
+            if remodels < remodel and model_t is not current and np.isfinite(val_t):
+                remodels += 1
+                current = model_t
+                d, delta = direction(current, residual)
+                if not np.any(d):
+                    return NewtonOutcome(
+                        w, rounds, residual, False, True, backtracks=backtracks, gradient=g
+                    )
+                delta = min(delta, 0.0)
+                t = 1.0
+                continue
+            # minimiser of the quadratic through (0, F), slope delta, (t, F_t), kept in
+            # [0.1 t, 0.5 t] (delta bounds the directional derivative of F from above)
+            curvature = F_t - F - delta * t
+            t_new = -delta * t * t / (2.0 * curvature) if curvature > 0 else 0.5 * t
+            t = min(max(t_new, 0.1 * t), 0.5 * t) if np.isfinite(F_t) else 0.1 * t
+            if t < MIN_STEP or not np.isfinite(t):
+                return NewtonOutcome(
+                    w, rounds, residual, False, True, backtracks=backtracks, gradient=g
+                )
+        w, val, g, model, F = trial, val_t, g_t, model_t, F_t
+
+
+class ProxQuasiNewton:
+    """The server's side of ``inner_solver="prox-quasi-newton"``: one inner solve of
+    Algorithm 1 (:meth:`solve`) on the server half's state (its secant model, curvature
+    directions, the clients' start derivatives), with the server's own smooth terms
+    evaluated without ``h`` (a backend of its program with ``h = 0``: Newton's GLM form,
+    whose Hessian-vector products need no ``d x d`` matrix, or the model's evaluator).
+
+    Parameters
+    ----------
+    server : ProxALServer
+        The server half (its ``program``, ``beta``, options and regulariser).
+    """
+
+    def __init__(self, server):
+        self.problem = MeritProblem([server.program], server.beta)
+        self.has_terms = self.problem.has_smooth_terms
+        self.solver = make_solver(self.problem, server.options.solver) if self.has_terms else None
+
+    def check(self, server) -> None:
+        """Cross-check the server's smooth terms once (raises :class:`NotRecognised` when
+        they cannot be evaluated: the caller falls back)."""
+        x = server.x
+        self.own(server, x, x, np.zeros((0, x.size)))
+
+    def own(self, server, w: np.ndarray, w_center: np.ndarray, V: np.ndarray | None):
+        """Value and gradient at ``w`` of ``S_k``'s server share -- ``P_{0,k}`` without
+        ``h``: its terms with ``mu_0``, ``nu_0`` and its share of the proximal term about
+        ``w_center`` -- and ``V H_0`` (rows) with ``H_0`` the Hessian of its terms."""
+        n = w.size
+        V = np.zeros((0, n)) if V is None else V
+        if not self.has_terms:
+            val, g, HV = 0.0, np.zeros(n), np.zeros_like(V)
+        elif hasattr(self.solver, "products"):
+            val, g, HV = self.solver.products(w, [server.mu], [server.nu], V.T)
+            HV = HV.T
+        else:  # (the model's evaluator; products by a forward difference of the gradient)
+            fn = self.problem.functions[0]
+            val, g = fn.merit(w, server.mu, server.nu, server.beta)
+            g = np.array(g, dtype=float)
+            h = 1e-7 * max(1.0, float(np.abs(w).max(initial=0.0)))
+            HV = np.array(
+                [(fn.merit(w + h * v, server.mu, server.nu, server.beta)[1] - g) / h for v in V]
+            ).reshape(V.shape)
+        p = server.prox_weight
+        d = w - w_center
+        return float(val) + 0.5 * p * float(d @ d), np.asarray(g, dtype=float) + p * d, HV
+
+    def solve(self, server, runtime, tau: float, deadline: float | None) -> InnerOutcome:
+        """One inner solve from ``w^k`` (the server's ``x``) to ``dist(0, d l_k) <= tau``.
+
+        The rounds are those of the quasi-Newton inner solver (``curvature_w`` with
+        directions, else ``gradient_w``); the secant model, the curvature directions and
+        the constraint rows are handled as in
+        :meth:`~fedmodel.algorithms.proxal.server.ProxALServer.inner_quasi_newton`, with
+        ``h`` kept out of the smooth part (it enters through its prox in the model step).
+        The outcome's ``gradient`` is the element of ``d l_k(w)`` closest to the
+        Lagrangian's stationarity (``grad S_k + v``, ``v`` in ``dh(w)`` chosen against
+        ``grad S_k - (w - w^k) / prox_beta``), so that the outer loop's measured
+        stationarity is the Lagrangian's ``dist(0, grad L + dh)``.
+        """
+        w_center, secant = server.x, server.secant
+        n = w_center.size
+        reg = server.problem.regularizer
+        known = np.full(n, float(server.prox_weight))
+        model_of: dict = {}
+        k_dirs = server.curvature_k
+        anchor = {"w": w_center, "round": 0}
+        stiff = {"S": None}
+        local = {"direction": None, "last": None}
+        if isinstance(secant, LimitedSecantModel):
+            secant.known = known
+
+        def curvature():
+            if isinstance(secant, LimitedSecantModel):
+                return secant.view(known, grad0)
+            B = secant.matrix
+            if B is None:
+                B = secant.initial(grad0)
+            S = stiff["S"]
+            if model_of.get("B") is not B or model_of.get("S") is not S:
+                H = np.array(B) if S is None else B + S
+                H[np.diag_indices(n)] += known
+                model_of.update(B=B, S=S, H=H)
+            return model_of["H"]
+
+        def on_accept(w):
+            anchor["w"] = w
+            if server.local_directions:
+                last = local["last"]
+                anchor["g"] = grad0 if w is w_center else last[1] if last is not None else None
+
+        def evaluate(w):
+            runtime.next_round()
+            anchor["round"] += 1
+            if k_dirs:
+                V = server.curvature_directions(
+                    w - anchor["w"], (server.k, anchor["round"]), local["direction"]
+                )
+                request = {"w": w, "directions": V}
+                if server.local_directions and anchor.get("g") is not None:
+                    request["precondition"] = anchor["g"]
+                replies = runtime.broadcast("curvature_w", request)
+            else:
+                V = np.zeros((0, n))
+                replies = runtime.broadcast("gradient_w", {"w": w})
+            val, grad = server.take_derivatives(replies)
+            v0, g0, HV0 = self.own(server, w, w_center, V)
+            S = None
+            if server.stiff_on:
+                S = stiff["S"] = server.take_stiff(replies) + server.own_stiff(w)
+            if V.shape[0]:
+                hvp = sum(np.asarray(r.payload["hvp"], dtype=float) for r in replies.values())
+                secant.observe_products(V, HV0 + hvp - (0.0 if S is None else V @ S))
+            val, grad = val + v0, grad + g0
+            secant.observe(w, grad - known * w, S)
+            z = [r.payload.get("local_direction") for r in replies.values()]
+            z = [np.asarray(v, dtype=float) for v in z if v is not None]
+            local["direction"] = sum(z) / len(z) if z else None
+            local["last"] = (w, grad)
+            return val, grad, curvature()
+
+        start_V = None if server.start_products is None else server.start_products[0]
+        val0, grad0, HV0 = self.own(server, w_center, w_center, start_V)
+        val0 += server.start_derivatives[0]
+        grad0 = grad0 + server.start_derivatives[1]
+        if server.stiff_on:
+            stiff["S"] = server.start_stiff + server.own_stiff(w_center)
+        if start_V is not None:
+            S0 = 0.0 if stiff["S"] is None else start_V @ stiff["S"]
+            secant.observe_products(start_V, HV0 + server.start_products[1] - S0)
+        secant.restart(w_center, grad0 - known * w_center)
+        start = (w_center, val0, grad0, curvature())
+        out = federated_prox_newton(
+            evaluate, start, reg, tau, int(server.options.max_inner), deadline,
+            on_accept=on_accept,
+        )  # fmt: skip
+        if k_dirs and not (out.satisfied or out.timed_out) and server.curvature_auto:
+            server.drop_curvature_directions()
+        gradient = None
+        if out.gradient is not None:
+            shift = (out.w - w_center) / server.gamma if server.proximal else 0.0
+            gradient = reg.closest_subgradient(out.w, out.gradient - shift) + shift
+        return InnerOutcome(
+            out.w, out.rounds, out.residual, out.satisfied, out.residual,
+            timed_out=out.timed_out, stalled=out.stalled, gradient=gradient,
+        )  # fmt: skip
