@@ -279,15 +279,19 @@ def test_newton_messages():
             assert set(shapes) - {"hessian"} == {"value", "grad"}
 
 
-def test_auto_falls_back_to_exact_admm_and_says_why():
-    """A convex model with a non-smooth h runs exact-admm at "auto" (issue 23; Algorithm 2
-    when forced), and says why not quasi-Newton."""
+def test_auto_takes_prox_quasi_newton_for_a_non_smooth_h_and_says_why():
+    """A convex model with smooth parties and a non-smooth h runs the proximal quasi-Newton
+    loop at "auto" (issue 23; exact-admm or Algorithm 2 when forced), and says why not
+    quasi-Newton."""
     base = np_model(2, seed=1)
     w = base.variables[0]
     base.regularize(0.01 * cp.norm1(w))  # a non-smooth h
     res = base.solve(method="prox-al")
-    assert res.extra["inner_solver"] == "exact-admm"
+    assert res.status == "optimal"
+    assert res.extra["inner_solver"] == "prox-quasi-newton"
     assert "h is not smooth" in res.extra["inner_solver_note"]
+    res = base.solve(method="prox-al", inner_solver="exact-admm", max_outer=1)
+    assert res.extra["inner_solver"] == "exact-admm"
     res = base.solve(method="prox-al", inner_solver="admm", max_outer=1)
     assert res.extra["inner_solver"] == "admm"
     with pytest.raises(
