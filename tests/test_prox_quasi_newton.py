@@ -253,3 +253,14 @@ def test_the_prox_quasi_newton_routing_keeps_its_limits():
         _route(_routing_model("hinge"), inner_solver="prox-quasi-newton")
     with pytest.raises(fm.ModelError, match="h is smooth"):
         _route(_routing_model(reg="sumsq"), inner_solver="prox-quasi-newton")
+
+
+def test_a_time_limit_far_below_one_round_stops_prox_al_with_the_loop():
+    """The run's deadline reaches the loop (and its model steps): with a time limit far
+    below one round, prox-al returns after the first inner round with status time_limit."""
+    model, _, _ = _l1_logistic()
+    res = model.solve("prox-al", time_limit=1e-9)
+    assert res.extra["inner_solver"] == "prox-quasi-newton"
+    assert res.status == "time_limit", res.message
+    assert res.rounds["outer"] == 1 and res.rounds["inner"] <= 1, res.rounds
+    assert np.all(np.isfinite(np.asarray(res.solution["w"], dtype=float)))

@@ -350,6 +350,9 @@ def test_newton_defaults_apply_only_when_newton_runs_and_keep_user_options():
     model = np_model(2, seed=1)
     model.regularize(0.01 * cp.norm1(model.variables[0]))
     res = model.solve(method="prox-al", history=False)
+    assert res.extra["inner_solver"] == "prox-quasi-newton" and res.options["beta"] == 100.0
+    assert res.options["outer_anderson"] == 0  # (the quasi-Newton loops' default)
+    res = model.solve(method="prox-al", history=False, inner_solver="exact-admm")
     assert res.extra["inner_solver"] == "exact-admm" and res.options["beta"] == 100.0
 
 
