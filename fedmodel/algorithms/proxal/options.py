@@ -251,7 +251,7 @@ class ProxALOptions(RuntimeOptions):
         about 0, not ``q^t``). Off by default: the inexact rule is Algorithm 2 as written
         (n = 5, d = 100 QP of Table 1, seed 0, ``w0`` of trial 0: 187 ADMM rounds inexact,
         118 exact, both certified, the final ``w`` 1.2e-4 apart).
-    inner_solver : {"auto", "quasi-newton", "newton", "admm", "exact-admm"}, optional
+    inner_solver : {"auto", "quasi-newton", "prox-quasi-newton", "newton", "admm", "exact-admm"}
         How each outer iteration's subproblem ``min l_k`` is solved. ``"admm"``: Algorithm
         2 (the paper; default of ``variant="paper"``). ``"quasi-newton"``: a federated
         quasi-Newton method on ``l_k`` (:mod:`fedmodel.algorithms.proxal.newton_inner`):
@@ -271,8 +271,17 @@ class ProxALOptions(RuntimeOptions):
         ``"exact-admm"``: consensus ADMM in which every party returns the exact minimiser
         of its subproblem plus ``(sigma/2)||x - c_i||^2`` (``d`` floats each way;
         :mod:`fedmodel.algorithms.proxal.exact_admm`), for convex models.
+        ``"prox-quasi-newton"``: the quasi-Newton loop's proximal form for a non-smooth
+        ``h`` (l1, group norms, boxes, a ball) when the parties' terms are smooth
+        (:mod:`fedmodel.algorithms.proxal.prox_newton`): the clients send the quasi-Newton
+        messages, the server takes the prox of ``h`` in its model step (no rounds) and the
+        inner loop stops when the measured ``dist(0, grad S_k + dh) <= tau_k``.
         ``"auto"`` (default of the adaptive variant), on a convex model at ``eps >=
-        1e-5``, picks ``"exact-admm"`` when a term is non-smooth or conic, has a
+        1e-5``, picks ``"prox-quasi-newton"`` when ``h`` is the only non-smooth part and
+        no party has inequality constraints or a term with a restricted domain (measured:
+        sparse logistic regression with an l1 ``h``, d = 3000, 20 clients: 620 rounds with
+        exact-admm, 31 with it); otherwise ``"exact-admm"`` when a term is non-smooth or
+        conic, has a
         restricted domain, a party owns variables, or a party has inequality constraints
         (up to 2000 shared variables, and unless a constrained party has exponential-cone
         terms, whose exact steps are slow interior-point solves); otherwise
