@@ -9,6 +9,7 @@ import warnings
 import cvxpy as cp
 import numpy as np
 import pytest
+from problems import CLARABEL_TIGHT
 
 import fedmodel as fm
 from fedmodel.algorithms.proxal.newton_inner import LimitedSecantModel
@@ -20,8 +21,6 @@ from fedmodel.algorithms.proxal.prox_newton import (
 )
 from fedmodel.algorithms.proxal.server import inner_solver
 from fedmodel.compiler.regularizer import Regularizer, VariablePiece
-
-from problems import CLARABEL_TIGHT
 
 
 def _spd(n, seed, cond=50.0):

@@ -311,7 +311,9 @@ def federated_prox_newton(
         current = model
         d, delta = direction(current, residual)
         if not np.any(d):  # (no step: the model's minimiser is w at rounding level)
-            return NewtonOutcome(w, rounds, residual, False, True, backtracks=backtracks, gradient=g)
+            return NewtonOutcome(
+                w, rounds, residual, False, True, backtracks=backtracks, gradient=g
+            )
         delta = min(delta, 0.0)  # (>= 0 at rounding level: only the test below accepts)
         t = 1.0
         while True:

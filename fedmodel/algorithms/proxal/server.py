@@ -44,8 +44,8 @@ from fedmodel.algorithms.proxal.newton_inner import (
     SecantModel,
     federated_newton,
 )
-from fedmodel.algorithms.proxal.prox_newton import ProxQuasiNewton
 from fedmodel.algorithms.proxal.options import EXACT_TOL, ProxALOptions
+from fedmodel.algorithms.proxal.prox_newton import ProxQuasiNewton
 from fedmodel.certificate.kkt import party_evaluation
 from fedmodel.compiler.glm import NotRecognised
 from fedmodel.compiler.partition import CompiledModel, PartyProgram
