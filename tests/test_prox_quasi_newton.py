@@ -243,8 +243,10 @@ def test_auto_routes_a_non_smooth_h_with_smooth_parties_to_prox_quasi_newton(
 
 def test_the_prox_quasi_newton_routing_keeps_its_limits():
     model = _routing_model()
-    # below eps = 1e-5 "auto" keeps Algorithm 2 on non-smooth models, as before
-    assert _route(model, eps=1e-6)[0] == "admm"
+    # below eps = 1e-5 too (exact-admm's limit is its interior-point duals'; on a
+    # non-convex model "auto" keeps Algorithm 2, as on other non-smooth models)
+    assert _route(model, eps=1e-6)[0] == "prox-quasi-newton"
+    assert _route(_routing_model(client_term="hinge"), eps=1e-6)[0] == "admm"
     # the user's choice is kept, and refused where the loop cannot run
     assert _route(model, inner_solver="exact-admm")[0] == "exact-admm"
     assert _route(model, eps=1e-6, inner_solver="prox-quasi-newton")[0] == "prox-quasi-newton"
@@ -263,3 +265,34 @@ def test_a_time_limit_far_below_one_round_stops_prox_al_with_the_loop():
     assert res.status == "time_limit", res.message
     assert res.rounds["outer"] == 1 and res.rounds["inner"] <= 1, res.rounds
     assert np.all(np.isfinite(np.asarray(res.solution["w"], dtype=float)))
+
+
+def test_resume_mid_run_repeats_the_uninterrupted_run_bit_for_bit(tmp_path):
+    """The loop's state is the server half's (the secant model, a declared component):
+    a run resumed from a checkpoint after two outer iterations is the uninterrupted run."""
+    import json
+
+    model, _, _ = _l1_logistic()
+    reference = model.solve("prox-al", eps=1e-5, inner_solver="prox-quasi-newton")
+    assert reference.status == "optimal" and reference.rounds["outer"] > 2
+    path = tmp_path / "ck"
+    first = model.solve(
+        "prox-al", eps=1e-5, inner_solver="prox-quasi-newton", checkpoint=str(path),
+        checkpoint_every=1, max_outer=2,
+    )  # fmt: skip
+    assert first.status == "max_iterations"
+    assert json.loads((path / "manifest.json").read_text())["iteration"] == 2
+    resumed = model.solve("prox-al", eps=1e-5, inner_solver="prox-quasi-newton", resume=str(path))
+    assert resumed.status == "optimal"
+    assert np.array_equal(resumed.x, reference.x)
+    assert resumed.rounds == reference.rounds
+
+
+def test_the_processes_backend_gives_the_serial_iterates():
+    model, _, _ = _l1_logistic()
+    serial = model.solve("prox-al", eps=1e-4)
+    procs = model.solve("prox-al", eps=1e-4, backend="processes", workers=2)
+    assert procs.status == serial.status == "optimal"
+    assert procs.extra["inner_solver"] == "prox-quasi-newton"
+    assert np.array_equal(procs.x, serial.x)
+    assert procs.rounds == serial.rounds

@@ -276,12 +276,12 @@ class ProxALOptions(RuntimeOptions):
         (:mod:`fedmodel.algorithms.proxal.prox_newton`): the clients send the quasi-Newton
         messages, the server takes the prox of ``h`` in its model step (no rounds) and the
         inner loop stops when the measured ``dist(0, grad S_k + dh) <= tau_k``.
-        ``"auto"`` (default of the adaptive variant), on a convex model at ``eps >=
-        1e-5``, picks ``"prox-quasi-newton"`` when ``h`` is the only non-smooth part and
-        no party has inequality constraints or a term with a restricted domain (measured:
-        sparse logistic regression with an l1 ``h``, d = 3000, 20 clients: 620 rounds with
-        exact-admm, 31 with it); otherwise ``"exact-admm"`` when a term is non-smooth or
-        conic, has a
+        ``"auto"`` (default of the adaptive variant), on a convex model, picks
+        ``"prox-quasi-newton"`` when ``h`` is the only non-smooth part and no party has
+        inequality constraints or a term with a restricted domain (measured: sparse
+        logistic regression with an l1 ``h``, d = 3000, 20 clients: 620 rounds with
+        exact-admm, 31 with it); otherwise, at ``eps >= 1e-5``, ``"exact-admm"`` when a
+        term is non-smooth or conic, has a
         restricted domain, a party owns variables, or a party has inequality constraints
         (up to 2000 shared variables, and unless a constrained party has exponential-cone
         terms, whose exact steps are slow interior-point solves); otherwise
