@@ -25,7 +25,6 @@ and the inner loop stops when the measured ||grad l_k||_inf <= tau_k.
 
 from __future__ import annotations
 
-import os
 import time
 
 import numpy as np
@@ -923,18 +922,11 @@ class ProxALServer(ServerHalf):
             S = None
             if self.stiff_on:
                 S = stiff["S"] = self.take_stiff(replies) + self.own_stiff(w)
-                if os.environ.get("DBG3"):
-                    print("   rows", sum(J.shape[0] for J in self.client_stiff.values()))
             if V.shape[0]:
                 hvp = sum(np.asarray(r.payload["hvp"], dtype=float) for r in replies.values())
                 secant.observe_products(V, HV0 + hvp - (0.0 if S is None else V @ S))
             val, grad = val + v0, grad + g0
-            sig = tuple(J.shape[0] for J in self.client_stiff.values())
-            if os.environ.get("SKIPKINK") and stiff.get("sig") is not None and sig != stiff["sig"]:
-                secant.restart(w, grad - known * w)
-            else:
-                secant.observe(w, grad - known * w, S)  # (the pair of l_k less its known part)
-            stiff["sig"] = sig
+            secant.observe(w, grad - known * w, S)  # (the pair of l_k less its known part)
             z = [r.payload.get("local_direction") for r in replies.values()]
             z = [np.asarray(v, dtype=float) for v in z if v is not None]
             local["direction"] = sum(z) / len(z) if z else None
