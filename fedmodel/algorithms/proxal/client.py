@@ -53,8 +53,6 @@ gradient of ``P_{i,k}`` in its block, the ``outer`` reply carries
 
 from __future__ import annotations
 
-import os
-
 import numpy as np
 
 from fedmodel.algorithms.protocol import ClientHalf
@@ -371,18 +369,6 @@ class ProxALClient(ClientHalf):
             if last is None or last.shape != J.shape or not np.array_equal(last, J):
                 J.setflags(write=False)  # (shared, not copied, by state snapshots)
                 reply["stiff"] = self.stiff_sent = J
-            import os
-            if os.environ.get("DUAL"):
-                x = np.asarray(w, dtype=float)
-                st = self.solver._checked_state(x, [self.mu], [self.nu], reuse=True)
-                idx, cv = [], []
-                lookup = {id(comp): k for (j, k, comp) in self.solver.nonlin_in}
-                ci, _ = self.problem.functions[0].constraint_values(self._local(x, self.theta_at_w))
-                for comp, img, y, cg in st.comps:
-                    idx.append(lookup[id(comp)])
-                    cv.append(ci[lookup[id(comp)]])
-                self._row_index = idx
-                reply["c_rows"] = np.array(cv, dtype=float)
         return reply
 
     def _on_curvature_w(self, w, directions, precondition=None):
@@ -457,9 +443,6 @@ class ProxALClient(ClientHalf):
         g += p * d
         self.stats["derivative_evaluations"] = self.stats.get("derivative_evaluations", 0) + 1
         reply = {"value": float(val), "grad": g}
-        if os.environ.get("DUAL"):
-            self.send_stiff = True
-            self._with_stiff(w, reply)
         last = self.newton_H
         if last is not None and H_raw is last[0]:  # (a quadratic client's, unchanged)
             return reply
@@ -472,7 +455,7 @@ class ProxALClient(ClientHalf):
         self.newton_H = (H_raw, last[1])
         return reply
 
-    def _on_outer(self, w, inner: str = "admm", directions=None, mu_extra=None):
+    def _on_outer(self, w, inner: str = "admm", directions=None):
         w = np.asarray(w, dtype=float)
         # the outer iterate w^{k+1} is (w, theta at w): what eps~ was measured at
         dtheta = float(np.abs(self.theta_at_w - self.theta_center).max(initial=0.0))
@@ -489,10 +472,6 @@ class ProxALClient(ClientHalf):
             step = np.where(hard_e, 0.0, self.beta * ce)
             dmu = max(dmu, float(np.abs(step).max()))
             self.nu = self.nu + step
-        if mu_extra is not None and len(mu_extra):
-            for i, kk in enumerate(self._row_index):
-                self.mu[kk] = max(self.mu[kk] + float(mu_extra[i]), 0.0)
-            dmu = max(dmu, float(np.abs(self.mu - mu_in).max()))
         reply = {"dmu_inf": dmu, **self._inner_start_reply(w, inner, directions)}
         if inner in INNER_NEWTON:  # (test (8)'s feasibility half, measured)
             reply.update(kkt_feasibility(ci, ce, self.mu, hard_i, hard_e))

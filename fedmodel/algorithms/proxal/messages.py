@@ -55,14 +55,8 @@ _STIFF = Field(
     "non-affine inequalities (constraint_curvature: their augmented-Lagrangian curvature "
     "J_i^T J_i; for affine equalities, its constraint rows themselves)",
 )
-_C_ROWS = Field(
-    ("*",),
-    required=False,
-    reveals="the values at w of the constraints whose rows it sends in stiff",
-)
 #: the reply that starts the next inner solve: the ADMM initialisation or the derivatives
 _INNER_START = {
-    "c_rows": _C_ROWS,
     "u_tilde": _U_TILDE,
     "metric": _METRIC,
     **_NEWTON_REPLY,
@@ -110,7 +104,7 @@ PROXAL = MessageTable(
         ),
         MessageSpec(
             "outer",
-            request={"w": W, "inner": _INNER, "directions": _DIRECTIONS, "mu_extra": Field(("*",), required=False)},
+            request={"w": W, "inner": _INNER, "directions": _DIRECTIONS},
             reply={
                 "dmu_inf": Field((), reveals="||mu_i^{k+1} - mu_i^k||_inf"),
                 "violation": Field(
@@ -190,7 +184,6 @@ PROXAL = MessageTable(
                 "value": Field((), reveals="P_{i,k}(w)"),
                 "grad": Field(("d",), reveals="the gradient of P_{i,k} at w"),
                 "stiff": _STIFF,
-                "c_rows": _C_ROWS,
             },
             reveals="P_{i,k}'s value and gradient at a trial point (quasi-Newton inner "
             "solver with curvature_directions = 0, its default above 500 shared variables: "
@@ -211,7 +204,6 @@ PROXAL = MessageTable(
                 "grad": Field(("d",), reveals="the gradient of P_{i,k} at w"),
                 "hvp": Field(("<=cd", "d"), reveals=_HVP.reveals),
                 "stiff": _STIFF,
-                "c_rows": _C_ROWS,
                 "local_direction": Field(
                     ("d",),
                     required=False,
@@ -237,8 +229,6 @@ PROXAL = MessageTable(
                 "value": Field((), reveals="P_{i,k}(w)"),
                 "grad": Field(("d",), reveals="the gradient of P_{i,k} at w"),
                 "hessian": _NEWTON_REPLY["hessian"],
-                "stiff": _STIFF,
-                "c_rows": _C_ROWS,
             },
             reveals="P_{i,k}'s value and gradient at a trial point (Newton inner solver)",
             methods=("prox-al",),

@@ -208,9 +208,6 @@ def federated_newton(
             trial = w + t * d
             val_t, g_t, H_t = evaluate(trial)
             rounds += 1
-            import os
-            if os.environ.get("DBG2"):
-                print(f"  r{rounds} t={t:.3g} |d|={np.abs(d).max():.3g} val={val_t-val:.3g} pred={slope*t:.3g} g={np.abs(g_t).max():.3g} g0={residual:.3g}")
             if val_t <= val + ARMIJO * t * slope:
                 break
             # at machine precision the value cannot resolve the decrease: accept a full

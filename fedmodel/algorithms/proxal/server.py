@@ -25,7 +25,6 @@ and the inner loop stops when the measured ||grad l_k||_inf <= tau_k.
 
 from __future__ import annotations
 
-import os
 import time
 
 import numpy as np
@@ -452,18 +451,6 @@ class ProxALServer(ServerHalf):
         if outcome.gradient is not None and self.proximal and not self.owned:
             stationarity = float(np.abs(outcome.gradient - (w_new - self.x) / self.gamma).max())
             self.prox_residual = float(np.abs(w_new - self.x).max()) / self.gamma
-        import os
-        fac = float(os.environ.get("EXT", "0"))
-        if fac and stationarity is not None and getattr(self, "_qn_model", None) is not None and stationarity > self.kkt_factors[0] * opts.eps1 and np.abs(w_new - self.x).max() / self.gamma >= float(os.environ.get("GATE", "0")) * outcome.bound and outcome.iterations <= int(os.environ.get("MAXIT", "1000")):
-            gL = outcome.gradient - (w_new - self.x) / self.gamma
-            H = np.array(self._qn_model)
-            H[np.diag_indices(H.shape[0])] += 1.0 / (fac * self.gamma) - 1.0 / self.gamma
-            from fedmodel.algorithms.proxal.newton_inner import newton_direction
-            ext = newton_direction(H, gL)
-            if os.environ.get("DBG"):
-                print("ext", self.k, np.abs(ext).max(), np.abs(w_new - self.x).max())
-            w_new = w_new + ext
-            stationarity = np.inf
         w_old, self.x = self.x, w_new
         dmu = 0.0
         stop8 = False
@@ -473,14 +460,9 @@ class ProxALServer(ServerHalf):
             dmu = self.update_multipliers(self.x)
             runtime.next_round()
             payload = {"w": self.x[: self.ns], **self.inner_payload(self.x - w_old)}
-            extras = self.dual_newton(w_new) if os.environ.get("DUAL") else None
-            if extras:
-                replies = runtime.broadcast("outer", lambda n: {**payload, "mu_extra": extras.get(n, np.zeros(0))})
-            else:
-                replies = runtime.broadcast("outer", payload)
+            replies = runtime.broadcast("outer", payload)
             dmu = max([dmu] + [float(r.payload["dmu_inf"]) for r in replies.values()])
             feas = self.feasibility_measured(replies)
-            import os
             # test (8) on the clients' own blocks (one scalar each, see the client module)
             dw = max([dw] + [float(r.payload.get("dtheta_scaled", 0.0)) for r in replies.values()])
             self.take_starts(replies)
@@ -518,40 +500,6 @@ class ProxALServer(ServerHalf):
         if feas is not None:
             report.info["violation_measured"], report.info["complementarity_measured"] = feas
         return report
-
-    def dual_newton(self, w):
-        import os
-        rows_at = getattr(self, "_rows_at", None)
-        if rows_at is None or self._qn_model is None or not np.array_equal(rows_at[0], w):
-            return None
-        names = [n for n, c in rows_at[1].items() if c is not None and len(c)]
-        if not names:
-            return None
-        J = np.vstack([self.client_stiff[n] for n in names])
-        c = np.concatenate([rows_at[1][n] for n in names])
-        K = np.array(self._qn_model) - (0.0 if self._qn_S is None else self._qn_S)
-        from fedmodel.subproblems.newton import cholesky_solve, shifted_cholesky
-        from fedmodel.algorithms.proxal.newton_inner import SHIFT
-        F = shifted_cholesky(K, **SHIFT)
-        Z = np.linalg.solve(0.5 * (K + K.T), J.T)
-        M = (J @ Z) / self.beta
-        M = 0.5 * (M + M.T)
-        ev = np.linalg.eigvalsh(M)
-        if os.environ.get("DBG"):
-            print("ev", self.k, ev[[0, -1]], J.shape, np.linalg.eigvalsh(0.5 * (K + K.T))[[0, -1]])
-        if ev[0] <= 1e-12 * max(ev[-1], 1e-300):
-            return None
-        corr = np.linalg.solve(M, c)
-        cap = float(os.environ.get("DUAL")) * self.beta * np.abs(c)
-        corr = np.clip(corr, -cap, cap)
-        if os.environ.get("DBG"):
-            print("dual", self.k, np.abs(c).max(), np.abs(corr).max(), self.beta * np.abs(c).max(), np.linalg.eigvalsh(M)[[0, -1]])
-        out, i = {}, 0
-        for n in names:
-            m = len(rows_at[1][n])
-            out[n] = corr[i : i + m]
-            i += m
-        return out
 
     def exact_verified(self, runtime: Runtime) -> bool:
         """exact-admm: test (8) bounds ``dist(0, d l_k)`` by the consensus residuals, which
@@ -902,10 +850,6 @@ class ProxALServer(ServerHalf):
             runtime.next_round()
             replies = runtime.broadcast("newton_w", {"w": w})
             val, grad = self.take_derivatives(replies)
-            self._rows_at = (w, {n: r.payload.get("c_rows") for n, r in replies.items()})
-            for n, r in replies.items():
-                if r.payload.get("stiff") is not None:
-                    self.client_stiff[n] = np.asarray(r.payload["stiff"], dtype=float).reshape(-1, self.ns)
             v0, g0, H = self.own_derivatives(w, w_center)
             return val + v0, grad + g0, H
 
@@ -913,9 +857,6 @@ class ProxALServer(ServerHalf):
         v0, g0, H = self.own_derivatives(w_center, w_center)
         start = (w_center, val + v0, grad + g0, H)
         out = federated_newton(evaluate, start, tau, int(self.options.max_inner), deadline)
-        self._qn_model = self._total_hessian[2]
-        Ss = [J.T @ J for J in self.client_stiff.values() if J.shape[0]]
-        self._qn_S = sum(Ss) if Ss else None
         return _inner_outcome(out)
 
     def inner_quasi_newton(self, runtime, tau: float, deadline: float | None) -> InnerOutcome:
@@ -977,13 +918,10 @@ class ProxALServer(ServerHalf):
                 V = np.zeros((0, n))
                 replies = runtime.broadcast("gradient_w", {"w": w})
             val, grad = self.take_derivatives(replies)
-            self._rows_at = (w, {n: r.payload.get("c_rows") for n, r in replies.items()})
             v0, g0, HV0 = self.own_products(w, w_center, V)
             S = None
             if self.stiff_on:
                 S = stiff["S"] = self.take_stiff(replies) + self.own_stiff(w)
-                if os.environ.get("DBG3"):
-                    print("   rows", sum(J.shape[0] for J in self.client_stiff.values()))
             if V.shape[0]:
                 hvp = sum(np.asarray(r.payload["hvp"], dtype=float) for r in replies.values())
                 secant.observe_products(V, HV0 + hvp - (0.0 if S is None else V @ S))
@@ -1012,8 +950,6 @@ class ProxALServer(ServerHalf):
         )  # fmt: skip
         if k_dirs and not (out.satisfied or out.timed_out) and self.curvature_auto:
             self.drop_curvature_directions()
-        self._qn_model = None if isinstance(secant, LimitedSecantModel) else curvature()
-        self._qn_S = stiff["S"]
         return _inner_outcome(out)
 
     def drop_curvature_directions(self) -> None:
