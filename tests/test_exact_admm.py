@@ -508,3 +508,25 @@ def test_the_infeasibility_check_runs_only_where_a_model_can_be_infeasible(monke
     m.server.subject_to(cp.sum(w) <= 10)  # (a constraint: the check runs, and here says so)
     res = m.solve(method="prox-al", eps=1e-4, history=False)
     assert asked and res.status == "diverging"
+
+
+def test_the_run_stops_at_the_first_outer_iteration_whose_certificate_holds():
+    """Test (8)'s targets with exact-admm are fractions of eps (a tenth with a constraint of
+    the user's) plus tau_k, so it missed points already certified at eps; near the end (the
+    inner bound and the outer step at most eps) the certificate is evaluated and the run
+    stops when it holds. No earlier outer iteration of the history met those conditions with
+    a certificate that held (the history rows are the certificate at each iterate), and
+    the answer is within the certificate's guarantee of the pooled optimum."""
+    parts = _regression(6, 30, 6, seed=1)
+    m, pooled, W = loss_model(
+        lambda X, y, w: cp.sum(cp.abs(X @ w - y)) / 180,
+        parts,
+        server_cons=lambda w: [cp.sum(w[:5]) == 0],
+    )
+    res = check_against_pooled(m, pooled, W)
+    beta = ProxALOptions().beta
+    for row in res.history[:-1]:
+        near_end = row["inner_satisfied"] and max(row["inner_bound"], row["dw_inf"] / beta) <= EPS
+        held = max(row["scaled_stationarity"], row["scaled_feasibility"]) <= EPS
+        assert not (near_end and held), (row["iteration"], row["rounds"])
+    assert len(res.history) == 3, [r["rounds"] for r in res.history]  # (4 without the check)

@@ -168,6 +168,19 @@ def test_schedule_conditions():
         Schedule.of("fast", "rho")
 
 
+def test_power_schedules_are_range_checked_at_both_ends_without_a_loop():
+    """A power schedule's range over ``t = 1..rounds`` is read from its two ends (it is
+    monotone), so a growing one that passes 1 only late is caught, and the check of a run of
+    a billion rounds costs nothing before its time limit starts."""
+    growing = Schedule(0.5, -0.1)  # 0.998 at t = 1000, 1.26 at t = 10,000
+    assert "0 < rho_t <= 1" not in " ".join(
+        check_conditions(growing, Schedule(1.0, 0.9), rounds=1000)["failed"]
+    )
+    late = check_conditions(growing, Schedule(1.0, 0.9), rounds=10_000)["failed"]
+    assert any("0 < rho_t <= 1 fails on t = 1..10000" in f for f in late), late
+    assert check_conditions(Schedule(1.0, 0.6), Schedule(1.0, 0.9), rounds=10**9)["satisfied"]
+
+
 # -- SSCA with rho_1 = 1 is momentum SGD (11)-(12) ----------------------------------------------------
 def small_model(n_clients=3, rows=(20, 17, 23), P=5, J=4, L=3, seed=0, **kw):
     rng = np.random.default_rng(seed)

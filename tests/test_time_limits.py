@@ -66,3 +66,33 @@ def test_a_run_cut_by_its_deadline_says_how_to_resume_and_resumes(method, tmp_pa
     assert f"resume={str(ck)!r}" in res.message, res.message
     again = model.solve(method, resume=ck, history=False)
     assert again.status == "optimal", again.message
+
+
+@pytest.mark.parametrize("kind", ["prox-grad", "gd", "newton", "sgd", "bfgs"])
+def test_iterative_local_solvers_stop_at_their_deadline(kind):
+    """The local solvers other than "exact" check the owner's deadline between their own
+    steps, not only between repeats: with many steps asked and the deadline already
+    past, a solve takes exactly one step (it always moves), and without a deadline it takes
+    the steps asked."""
+    import time
+
+    from fedmodel.algorithms.local import LocalProblem
+
+    compiled = _logistic(n=1).compile()
+    program = next(p for p in compiled.parties if p.name != "server")
+    many = {"local_steps": 10**5, "local_max_iter": 10**5, "local_tol": 0.0}
+    lp = LocalProblem(program, compiled.regularizer, None, local_solver=kind, **many)
+    x0 = np.zeros(lp.n)
+    lp.set_quadratic(1.0, x0)
+    lp.deadline = time.perf_counter()
+    x = lp.solve(x0, repeat=3)
+    assert lp.stats.iterations == 1, lp.stats
+    assert np.all(np.isfinite(x)) and not np.array_equal(x, x0)
+
+    lp = LocalProblem(program, compiled.regularizer, None, local_solver=kind, local_steps=3)
+    lp.set_quadratic(1.0, x0)
+    lp.solve(x0)
+    if kind == "bfgs":  # (its own stopping test ends it; more than the one step above)
+        assert lp.stats.iterations > 1, lp.stats
+    else:
+        assert lp.stats.iterations == 3, lp.stats

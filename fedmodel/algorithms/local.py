@@ -225,7 +225,7 @@ class LocalProblem:
         if self.empty:  # no terms: the exact argmin is the centre of the quadratic
             return self.problem.center.copy()
         for i in range(max(1, int(repeat))):
-            if i and self.deadline is not None and time.perf_counter() > self.deadline:
+            if i and self._out_of_time():
                 break
             if self.kind == "exact":
                 x = self._exact(x)
@@ -241,6 +241,19 @@ class LocalProblem:
                 x = self._bfgs(x)
         self.stats.solves += 1
         return x
+
+    def _steps(self):
+        """The ``W`` steps of one solve of the iterative solvers, each counted as an
+        iteration: they stop at the owner's deadline, never before the first (every solve
+        moves)."""
+        for k in range(self.W):
+            if k and self._out_of_time():
+                return
+            self.stats.iterations += 1
+            yield k
+
+    def _out_of_time(self) -> bool:
+        return self.deadline is not None and time.perf_counter() > self.deadline
 
     def _exact_engine(self) -> None:
         if self.uniform:
@@ -271,7 +284,7 @@ class LocalProblem:
         backtrack = isinstance(self.step, str)
         if not backtrack:
             alpha = self._fixed_alpha(x)
-        for _ in range(self.W):
+        for _ in self._steps():
             val, g = self.smooth(x)
             self.stats.evaluations += 1
             if not backtrack:
@@ -293,7 +306,6 @@ class LocalProblem:
                 alpha *= 0.5
             self._alpha = alpha
             x = xn
-        self.stats.iterations += self.W
         return x
 
     def _fixed_alpha(self, x: np.ndarray) -> float:
@@ -317,12 +329,17 @@ class LocalProblem:
         return 1.0 / curv if curv > 0 else 1.0
 
     def _bfgs(self, x0: np.ndarray) -> np.ndarray:
+        def stop_at_deadline(intermediate_result) -> None:  # (scipy >= 1.11 stops on this)
+            if self._out_of_time():
+                raise StopIteration
+
         res = minimize(
             self.problem.smooth_value_grad,
             x0,
             jac=True,
             method="BFGS",
             options={"gtol": self.tol, "maxiter": self.max_iter},
+            callback=stop_at_deadline,
         )
         self.stats.iterations += int(res.nit)
         self.stats.evaluations += int(res.nfev)
@@ -332,11 +349,10 @@ class LocalProblem:
     def _gd(self, x: np.ndarray) -> np.ndarray:
         """``W`` gradient steps on the whole (smooth) subproblem ``phi``."""
         alpha = self._fixed_alpha(x)
-        for _ in range(self.W):
+        for _ in self._steps():
             _, g = self.problem.smooth_value_grad(x)
+            self.stats.evaluations += 1
             x = x - alpha * g
-        self.stats.evaluations += self.W
-        self.stats.iterations += self.W
         return x
 
     def glm(self):
@@ -399,7 +415,7 @@ class LocalProblem:
 
     def _newton(self, x: np.ndarray) -> np.ndarray:
         """``W`` damped Newton steps (exact Hessian, Armijo backtracking)."""
-        for _ in range(self.W):
+        for _ in self._steps():
             val, g, H = self._phi_derivatives(x)
             self.stats.evaluations += 1
             if not np.any(g):
@@ -416,7 +432,6 @@ class LocalProblem:
                     break
                 t *= 0.5
             x = x + t * step
-        self.stats.iterations += self.W
         return x
 
     def _sgd(self, x: np.ndarray) -> np.ndarray:
@@ -433,7 +448,7 @@ class LocalProblem:
         rng = np.random.default_rng([*self.seed, self.stats.solves])
         alpha = self._fixed_alpha(x)
         offsets = np.cumsum([0] + sizes)
-        for _ in range(self.W):
+        for _ in self._steps():
             pick = np.sort(rng.choice(rows, size=batch, replace=False))
             g = np.zeros(self.n)
             for t, lo, hi in zip(f.terms, offsets[:-1], offsets[1:]):
@@ -451,8 +466,7 @@ class LocalProblem:
             if not self.reg.is_zero:
                 g += self.reg.smooth_grad(x)
             x = x - alpha * g
-        self.stats.evaluations += self.W
-        self.stats.iterations += self.W
+            self.stats.evaluations += 1
         return x
 
     def lipschitz_estimate(self, x: np.ndarray, iters: int = 20) -> float:
