@@ -279,7 +279,7 @@ class ProxALOptions(RuntimeOptions):
         ``"auto"`` (default of the adaptive variant), on a convex model, picks
         ``"prox-quasi-newton"`` when ``h`` is the only non-smooth part and no party has
         inequality constraints or a term with a restricted domain (measured: sparse
-        logistic regression with an l1 ``h``, d = 3000, 20 clients: 620 rounds with
+        logistic regression with an l1 ``h``, d = 3000, 20 clients: 621 rounds with
         exact-admm, 31 with it); otherwise, at ``eps >= 1e-5``, ``"exact-admm"`` when a
         term is non-smooth or conic, has a
         restricted domain, a party owns variables, or a party has inequality constraints

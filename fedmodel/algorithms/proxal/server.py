@@ -1361,7 +1361,7 @@ def _prox_qn_obstacle(compiled: CompiledModel, options: ProxALOptions, proximal:
     unless a party has a term with a restricted domain or inequality walls exact-admm
     imposes (:func:`_inequality_walls`). Measured (``benchmarks/models.py``, prox-al
     rounds exact-admm -> prox-quasi-newton, docs/performance.md): sparse-logistic-d3000
-    620 -> 31, elastic-net-20 23 -> 10; at eps = 1e-6 (quick sizes) Algorithm 2 -> it:
+    621 -> 31, elastic-net-20 18 -> 10; at eps = 1e-6 (quick sizes) Algorithm 2 -> it:
     600 -> 76 and 45 -> 16."""
     if not proximal:
         return "method 'admm' is Algorithm 2 itself"
