@@ -5,6 +5,12 @@ Dimensions: ``d`` (shared variables), ``d_own`` (the client's own block, never s
 the final report), ``m_ineq``, ``m_eq``, ``m_cone``, ``aa`` / ``oaa`` (the inner and
 outer Anderson memories plus one, from the options) and ``cd`` (``curvature_directions``).
 
+``inner_solver="prox-quasi-newton"`` (a non-smooth ``h`` with smooth parties) uses the
+quasi-Newton kinds unchanged, ``inner="quasi-newton"`` included (``start``, ``outer``,
+``gradient_w``, ``curvature_w``): a client reveals exactly what it reveals to the
+quasi-Newton inner solver; ``h``, its prox and the server's model step never leave the
+server.
+
 Examples
 --------
 >>> PROXAL["admm_w"].reply["u_tilde"].shape
