@@ -253,9 +253,10 @@ CASES = [(k, n) for k in ("sqrt-lasso", "soc-owned-t") for n in (1, 3, 5)] + [
 
 @pytest.mark.parametrize(("kind", "n"), CASES)
 def test_prox_al_matches_plain_cvxpy(kind, n):
-    """"optimal" at eps is the scaled certificate at eps, which bounds the relative gap by a
-    modest multiple of eps (the benchmark suite's rule, 10 eps; tests/test_exact_admm.py):
-    prox-al stops at the first certified iterate (soc-affine: 1.2e-3 at eps = 1e-3)."""
+    """prox-al's "optimal" at eps is the scaled certificate at eps, which bounds the
+    relative gap by a modest multiple of eps (the benchmark suite's rule, 10 eps;
+    tests/test_exact_admm.py): prox-al stops at the first certified iterate (soc-affine:
+    1.2e-3 at eps = 1e-3)."""
     _solve_and_check(kind, n, rows=10, method="prox-al", eps=1e-3, rel_tol=1e-2)
 
 

@@ -64,9 +64,9 @@ from fedmodel.algorithms.proxal.newton_inner import (
     ARMIJO,
     MIN_STEP,
     LimitedInverse,
-    LimitedSecantModel,
     NewtonOutcome,
 )
+from fedmodel.algorithms.proxal.secant_rounds import SecantRounds
 from fedmodel.compiler.regularizer import Regularizer
 from fedmodel.subproblems.merit import MeritProblem
 from fedmodel.subproblems.select import make_solver
@@ -416,84 +416,15 @@ class ProxQuasiNewton:
         ``grad S_k - (w - w^k) / prox_beta``), so that the outer loop's measured
         stationarity is the Lagrangian's ``dist(0, grad L + dh)``.
         """
-        w_center, secant = server.x, server.secant
-        n = w_center.size
+        w_center = server.x
         reg = server.problem.regularizer
-        known = np.full(n, float(server.prox_weight))
-        model_of: dict = {}
-        k_dirs = server.curvature_k
-        anchor = {"w": w_center, "round": 0}
-        stiff = {"S": None}
-        local = {"direction": None, "last": None}
-        if isinstance(secant, LimitedSecantModel):
-            secant.known = known
-
-        def curvature():
-            if isinstance(secant, LimitedSecantModel):
-                return secant.view(known, grad0)
-            B = secant.matrix
-            if B is None:
-                B = secant.initial(grad0)
-            S = stiff["S"]
-            if model_of.get("B") is not B or model_of.get("S") is not S:
-                H = np.array(B) if S is None else B + S
-                H[np.diag_indices(n)] += known
-                model_of.update(B=B, S=S, H=H)
-            return model_of["H"]
-
-        def on_accept(w):
-            anchor["w"] = w
-            if server.local_directions:
-                last = local["last"]
-                anchor["g"] = grad0 if w is w_center else last[1] if last is not None else None
-
-        def evaluate(w):
-            runtime.next_round()
-            anchor["round"] += 1
-            if k_dirs:
-                V = server.curvature_directions(
-                    w - anchor["w"], (server.k, anchor["round"]), local["direction"]
-                )
-                request = {"w": w, "directions": V}
-                if server.local_directions and anchor.get("g") is not None:
-                    request["precondition"] = anchor["g"]
-                replies = runtime.broadcast("curvature_w", request)
-            else:
-                V = np.zeros((0, n))
-                replies = runtime.broadcast("gradient_w", {"w": w})
-            val, grad = server.take_derivatives(replies)
-            v0, g0, HV0 = self.own(server, w, w_center, V)
-            S = None
-            if server.stiff_on:
-                S = stiff["S"] = server.take_stiff(replies) + server.own_stiff(w)
-            if V.shape[0]:
-                hvp = sum(np.asarray(r.payload["hvp"], dtype=float) for r in replies.values())
-                secant.observe_products(V, HV0 + hvp - (0.0 if S is None else V @ S))
-            val, grad = val + v0, grad + g0
-            secant.observe(w, grad - known * w, S)
-            z = [r.payload.get("local_direction") for r in replies.values()]
-            z = [np.asarray(v, dtype=float) for v in z if v is not None]
-            local["direction"] = sum(z) / len(z) if z else None
-            local["last"] = (w, grad)
-            return val, grad, curvature()
-
-        start_V = None if server.start_products is None else server.start_products[0]
-        val0, grad0, HV0 = self.own(server, w_center, w_center, start_V)
-        val0 += server.start_derivatives[0]
-        grad0 = grad0 + server.start_derivatives[1]
-        if server.stiff_on:
-            stiff["S"] = server.start_stiff + server.own_stiff(w_center)
-        if start_V is not None:
-            S0 = 0.0 if stiff["S"] is None else start_V @ stiff["S"]
-            secant.observe_products(start_V, HV0 + server.start_products[1] - S0)
-        secant.restart(w_center, grad0 - known * w_center)
-        start = (w_center, val0, grad0, curvature())
+        known = np.full(w_center.size, float(server.prox_weight))
+        rounds = SecantRounds(server, runtime, known, lambda *a: self.own(server, *a))
         out = federated_prox_newton(
-            evaluate, start, reg, tau, int(server.options.max_inner), deadline,
-            on_accept=on_accept,
+            rounds.evaluate, rounds.start(), reg, tau, int(server.options.max_inner), deadline,
+            on_accept=rounds.on_accept,
         )  # fmt: skip
-        if k_dirs and not (out.satisfied or out.timed_out) and server.curvature_auto:
-            server.drop_curvature_directions()
+        rounds.finish(out.satisfied, out.timed_out)
         gradient = None
         if out.gradient is not None:
             shift = (out.w - w_center) / server.gamma if server.proximal else 0.0

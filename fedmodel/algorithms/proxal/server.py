@@ -46,6 +46,7 @@ from fedmodel.algorithms.proxal.newton_inner import (
 )
 from fedmodel.algorithms.proxal.options import EXACT_TOL, ProxALOptions
 from fedmodel.algorithms.proxal.prox_newton import ProxQuasiNewton
+from fedmodel.algorithms.proxal.secant_rounds import SecantRounds
 from fedmodel.certificate.kkt import KKTResiduals, party_evaluation
 from fedmodel.compiler.glm import NotRecognised
 from fedmodel.compiler.partition import CompiledModel, PartyProgram
@@ -916,86 +917,16 @@ class ProxALServer(ServerHalf):
         the gradients. The pairs at ``w^k`` matter most: the multiplier update changed the
         augmented-Lagrangian terms' curvature there, which no secant pair of the previous
         ``l_k`` knows."""
-        w_center, secant = self.x, self.secant
-        n = w_center.size
+        n = self.x.size
         reg = self.problem.regularizer
         known = self.prox_weight + (0.0 if reg.is_zero else reg.smooth_grad(np.ones(n)))
         known = np.array(np.broadcast_to(np.asarray(known, dtype=float), (n,)))
-        model_of = {}  # B -> B + diag(known) (one matrix per model update)
-        k_dirs = self.curvature_k
-        anchor = {"w": w_center, "round": 0}
-        if isinstance(secant, LimitedSecantModel):
-            secant.known = known  # (its damping needs the model's B s)
-
-        def curvature():
-            if isinstance(secant, LimitedSecantModel):
-                return secant.view(known, grad0)
-            B = secant.matrix
-            if B is None:
-                B = secant.initial(grad0)
-            S = stiff["S"]
-            if model_of.get("B") is not B or model_of.get("S") is not S:
-                H = np.array(B) if S is None else B + S
-                H[np.diag_indices(n)] += known
-                model_of.update(B=B, S=S, H=H)
-            return model_of["H"]
-
-        stiff = {"S": None}  # (constraint_curvature: the parties' J^T J at the last point)
-
-        local = {"direction": None, "last": None}  # (local_directions)
-
-        def on_accept(w):
-            anchor["w"] = w
-            if self.local_directions:  # (the gradient the clients' local solves take)
-                last = local["last"]
-                anchor["g"] = grad0 if w is w_center else last[1] if last is not None else None
-
-        def evaluate(w):
-            runtime.next_round()
-            anchor["round"] += 1
-            if k_dirs:
-                seed = (self.k, anchor["round"])
-                V = self.curvature_directions(w - anchor["w"], seed, local["direction"])
-                request = {"w": w, "directions": V}
-                if self.local_directions and anchor.get("g") is not None:
-                    request["precondition"] = anchor["g"]
-                replies = runtime.broadcast("curvature_w", request)
-            else:
-                V = np.zeros((0, n))
-                replies = runtime.broadcast("gradient_w", {"w": w})
-            val, grad = self.take_derivatives(replies)
-            v0, g0, HV0 = self.own_products(w, w_center, V)
-            S = None
-            if self.stiff_on:
-                S = stiff["S"] = self.take_stiff(replies) + self.own_stiff(w)
-            if V.shape[0]:
-                hvp = sum(np.asarray(r.payload["hvp"], dtype=float) for r in replies.values())
-                secant.observe_products(V, HV0 + hvp - (0.0 if S is None else V @ S))
-            val, grad = val + v0, grad + g0
-            secant.observe(w, grad - known * w, S)  # (the pair of l_k less its known part)
-            z = [r.payload.get("local_direction") for r in replies.values()]
-            z = [np.asarray(v, dtype=float) for v in z if v is not None]
-            local["direction"] = sum(z) / len(z) if z else None
-            local["last"] = (w, grad)
-            return val, grad, curvature()
-
-        start_V = None if self.start_products is None else self.start_products[0]
-        val0, grad0, HV0 = self.own_products(w_center, w_center, start_V)
-        val0 += self.start_derivatives[0]
-        grad0 = grad0 + self.start_derivatives[1]
-        if self.stiff_on:
-            stiff["S"] = self.start_stiff + self.own_stiff(w_center)
-        if start_V is not None:
-            S0 = 0.0 if stiff["S"] is None else start_V @ stiff["S"]
-            secant.observe_products(start_V, HV0 + self.start_products[1] - S0)
-        secant.restart(w_center, grad0 - known * w_center)  # (pairs only within one l_k)
-        start = (w_center, val0, grad0, curvature())
+        rounds = SecantRounds(self, runtime, known, self.own_products)
         out = federated_newton(
-            evaluate, start, tau, int(self.options.max_inner), deadline, remodel=QN_REMODEL,
-            on_accept=on_accept,
+            rounds.evaluate, rounds.start(), tau, int(self.options.max_inner), deadline,
+            remodel=QN_REMODEL, on_accept=rounds.on_accept,
         )  # fmt: skip
-        if k_dirs and not (out.satisfied or out.timed_out) and self.curvature_auto:
-            self.drop_curvature_directions()
+        rounds.finish(out.satisfied, out.timed_out)
         return _inner_outcome(out)
 
     def drop_curvature_directions(self) -> None:
