@@ -489,8 +489,9 @@ def _project_ball(v: np.ndarray, radius: float) -> np.ndarray:
     return v * (radius / nrm) if nrm > radius else v
 
 
-def _l1_box_dist(v, g, p: VariablePiece, tol: float) -> np.ndarray:
-    """Per-coordinate distance from -g to the interval l1*d|v| + N_box(v)."""
+def _l1_box_interval(v, p: VariablePiece, tol: float) -> tuple[np.ndarray, np.ndarray]:
+    """Per coordinate, the interval ``[lo, hi]`` of ``l1 * d|v| + N_box(v)`` (a kink of
+    ``|v|`` within ``tol`` of 0, a bound within ``tol`` of ``v``)."""
     lo_int = np.zeros_like(v)
     hi_int = np.zeros_like(v)
     if p.l1:
@@ -509,29 +510,18 @@ def _l1_box_dist(v, g, p: VariablePiece, tol: float) -> np.ndarray:
         )
         lo_int = np.where(at_lo, -np.inf, lo_int)
         hi_int = np.where(at_hi, np.inf, hi_int)
+    return lo_int, hi_int
+
+
+def _l1_box_dist(v, g, p: VariablePiece, tol: float) -> np.ndarray:
+    """Per-coordinate distance from -g to the interval l1*d|v| + N_box(v)."""
+    lo_int, hi_int = _l1_box_interval(v, p, tol)
     # dist(-g, [lo, hi]) = max(lo + g, -g - hi, 0)
     return np.maximum(np.maximum(lo_int + g, -g - hi_int), 0.0)
 
 
 def _l1_box_closest(v, g, p: VariablePiece, tol: float) -> np.ndarray:
     """Per coordinate, the point of ``g + [lo, hi]`` (the interval of
-    :func:`_l1_box_dist`) closest to 0: ``g + clip(-g, lo, hi)``."""
-    lo_int = np.zeros_like(v)
-    hi_int = np.zeros_like(v)
-    if p.l1:
-        zero = np.abs(v) <= tol
-        sgn = np.sign(v)
-        lo_int = np.where(zero, -p.l1, p.l1 * sgn)
-        hi_int = np.where(zero, p.l1, p.l1 * sgn)
-    if p.has_box:
-        lower = np.broadcast_to(p.lower, v.shape)
-        upper = np.broadcast_to(p.upper, v.shape)
-        at_lo = np.isfinite(lower) & (
-            v <= lower + tol * (1 + np.abs(np.where(np.isfinite(lower), lower, 0)))
-        )
-        at_hi = np.isfinite(upper) & (
-            v >= upper - tol * (1 + np.abs(np.where(np.isfinite(upper), upper, 0)))
-        )
-        lo_int = np.where(at_lo, -np.inf, lo_int)
-        hi_int = np.where(at_hi, np.inf, hi_int)
+    :func:`_l1_box_interval`) closest to 0: ``g + clip(-g, lo, hi)``."""
+    lo_int, hi_int = _l1_box_interval(v, p, tol)
     return g + np.clip(-g, lo_int, hi_int)
