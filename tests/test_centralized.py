@@ -201,8 +201,9 @@ def test_time_limit_ends_the_newton_cg_path_with_status_time_limit(monkeypatch):
 
 
 def test_time_limit_spent_before_the_conic_solve_says_so():
-    """An epigraph model (hinge) goes to Clarabel: with the time limit gone during cvxpy's
-    compile, no solve starts and the status says time_limit."""
+    """An epigraph model (hinge) goes to Clarabel: with the time limit gone while its data
+    is built (directly, or by cvxpy's compile with ``direct=False``), no solve starts and
+    the status says time_limit."""
     import cvxpy as cp
 
     import fedmodel as fm
@@ -214,6 +215,9 @@ def test_time_limit_spent_before_the_conic_solve_says_so():
     X, y = rng.normal(size=(40, 3)), np.sign(rng.normal(size=40))
     site.minimize(cp.sum(cp.pos(1 - cp.multiply(site.data(y, name="y"), site.data(X) @ w))))
     res = model.solve(method="centralized", time_limit=1e-9)
+    assert res.status == "time_limit" and res.extra.get("cvxpy_solver") == "CLARABEL"
+    assert "building" in res.message and np.all(np.isnan(res.solution["w"]))
+    res = model.solve(method="centralized", time_limit=1e-9, direct=False)
     assert res.status == "time_limit"
     assert "compile" in res.message and np.all(np.isnan(res.solution["w"]))
 

@@ -52,6 +52,12 @@ class CentralizedOptions:
         no point; Clarabel, OSQP and SCS get what is left as their own limit.
     blas_threads : int or None
         OpenBLAS threads during the solve (default 1; ``None`` leaves the setting alone).
+    direct : bool
+        Clarabel is called on data built from the package's own forms of the terms
+        (:mod:`fedmodel.algorithms.centralized.direct`: affine, GLM and cone pieces), with
+        no cvxpy compile, where every piece has such a form (default); ``False``, or a
+        model with another piece (a quadratic constraint, ``kl_div``, a PSD cone): the
+        pooled problem is compiled by cvxpy.
     """
 
     eps: float = 1e-6
@@ -61,6 +67,7 @@ class CentralizedOptions:
     solver_options: dict = field(default_factory=dict)
     time_limit: float | None = None
     blas_threads: int | None = 1
+    direct: bool = True
 
     def validate(self, compiled: Any, method: str) -> None:
         """The engine, and a convex model (cvxpy needs DCP)."""

@@ -31,6 +31,7 @@ import numpy as np
 from cvxpy.reductions.solvers.defines import INSTALLED_SOLVERS
 
 from fedmodel.algorithms.centralized.cprox_al import pooled_evaluation, run_cprox_al
+from fedmodel.algorithms.centralized.direct import NotDirect, build_conic_data, solve_direct
 from fedmodel.algorithms.centralized.options import ENGINES, CentralizedOptions  # noqa: F401
 from fedmodel.algorithms.common import conic_note, make_result, split_multipliers
 from fedmodel.algorithms.proxal.options import CProxALOptions
@@ -312,13 +313,23 @@ def _cvxpy_solve(
         solver_name, kwargs = conic_solver_settings(compiled, options)
     else:
         solver_name, kwargs = options.solver, dict(options.solver_options)
-    prob, per_party = pooled_problem(compiled)
-    try:
-        data, chain, inverse_data = prob.get_problem_data(solver_name, solver_opts=kwargs)
-        chosen = chain.solver.name()
-        error = ""
-    except cp.error.SolverError as exc:
-        chain, chosen, error = None, solver_name or "?", str(exc)
+    direct = None
+    if solver_name == "CLARABEL" and options.direct and plan.smooth:
+        try:  # Clarabel's data built from the package's own forms: no cvxpy compile
+            direct = build_conic_data(compiled)
+        except NotDirect:
+            direct = None
+    if direct is not None:
+        prob = per_party = chain = None
+        chosen, error = "CLARABEL", ""
+    else:
+        prob, per_party = pooled_problem(compiled)
+        try:
+            data, chain, inverse_data = prob.get_problem_data(solver_name, solver_opts=kwargs)
+            chosen = chain.solver.name()
+            error = ""
+        except cp.error.SolverError as exc:
+            chain, chosen, error = None, solver_name or "?", str(exc)
     compile_seconds = time.perf_counter() - t0
     t_solve = time.perf_counter()
     timing = {"compile": compile_seconds, "solve": 0.0, "per_party": {}}
@@ -327,7 +338,10 @@ def _cvxpy_solve(
             compiled,
             "time_limit",
             f"time limit of {limit:g} s reached while cvxpy compiled the pooled "
-            f"problem ({compile_seconds:.2f} s; a compile cannot be interrupted)",
+            f"problem ({compile_seconds:.2f} s; a compile cannot be interrupted)"
+            if direct is None
+            else f"time limit of {limit:g} s reached while building the pooled problem's "
+            f"data ({compile_seconds:.2f} s)",
             timing,
             {"cvxpy_solver": chosen},
         )
@@ -335,7 +349,14 @@ def _cvxpy_solve(
     if deadline is not None and key is not None:  # the solver's own limit: what is left
         kwargs.setdefault(key, max(deadline - time.perf_counter(), 1e-3))
     options = _remaining(options, deadline)  # (the refinement gets the rest)
-    if chain is not None:
+    solved = None
+    if direct is not None:
+        try:
+            solved = solve_direct(direct, kwargs)
+            cvx_status = solved.status
+        except Exception as exc:  # noqa: BLE001 - Clarabel's own errors (a panic, bad data)
+            cvx_status, error = "solver_error", f"{type(exc).__name__}: {exc}"
+    elif chain is not None:
         try:
             solution = chain.solve_via_data(prob, data, False, False, kwargs)
             with warnings.catch_warnings():  # (the recomputed certificate judges the point)
@@ -346,10 +367,20 @@ def _cvxpy_solve(
             cvx_status, error = "solver_error", str(exc)
     else:
         cvx_status = "solver_error"
-    used = prob.solver_stats.solver_name if prob.solver_stats is not None else chosen
+    if direct is not None:
+        used = "CLARABEL"
+    else:
+        used = prob.solver_stats.solver_name if prob.solver_stats is not None else chosen
     seconds = time.perf_counter() - t_solve
     timing["solve"] = seconds
     base = {"cvxpy_status": cvx_status, "cvxpy_solver": used}
+    if direct is not None:
+        base["direct"] = True  # (Clarabel on the package's data, not cvxpy's)
+    no_point = (
+        solved is None or solved.x is None
+        if direct is not None
+        else any(v.value is None for v in layout.variables)
+    )
 
     # the solver stopped at its own time limit (what was left of ours, give or take its
     # own clock): "time_limit", and no refinement
@@ -358,7 +389,7 @@ def _cvxpy_solve(
         and deadline is not None
         and deadline - time.perf_counter() <= 0.02 * limit + 0.05
     )
-    if timed_out and any(v.value is None for v in layout.variables):
+    if timed_out and no_point:
         message = f"{used} stopped at the time limit of {limit:g} s without a point"
         return _no_point(compiled, "time_limit", message, timing, base)
     if cvx_status == "solver_error" or cvx_status.startswith(("infeasible", "unbounded")):
@@ -381,15 +412,28 @@ def _cvxpy_solve(
             message += ". Try another solver (solver='SCS', 'ECOS') or method='cprox-al'."
         return _no_point(compiled, status, message, timing, base)
 
-    x = layout.stack({v: v.value for v in layout.variables})
+    if direct is not None and no_point:  # (stopped at a limit of its own, no point)
+        status = "time_limit" if timed_out else "inaccurate"
+        return _no_point(compiled, status, f"{used} returned no point ({cvx_status})", timing, base)
     mus, nus, lams = [], [], []
-    for p, (ineq, eq, cones) in zip(compiled.parties, per_party):
-        mu = _duals(ineq)
-        nus.append(_duals(eq))
-        mus.append(np.maximum(mu, 0.0))
-        blocks = p.functions.blocks if cones else []
-        duals = [b.project_dual(b.dual_from(c)) for b, c in zip(blocks, cones)]
-        lams.append(np.concatenate(duals) if duals else np.zeros(0))
+    if direct is not None:
+        x = solved.x
+        for p, mu, nu, lam in zip(compiled.parties, solved.mus, solved.nus, solved.lams):
+            nus.append(nu)
+            mus.append(np.maximum(mu, 0.0))
+            blocks = p.functions.blocks if p.cones else []
+            offs = np.cumsum([0] + [b.size for b in blocks])
+            duals = [b.project_dual(lam[i:j]) for b, i, j in zip(blocks, offs[:-1], offs[1:])]
+            lams.append(np.concatenate(duals) if duals else np.zeros(0))
+    else:
+        x = layout.stack({v: v.value for v in layout.variables})
+        for p, (ineq, eq, cones) in zip(compiled.parties, per_party):
+            mu = _duals(ineq)
+            nus.append(_duals(eq))
+            mus.append(np.maximum(mu, 0.0))
+            blocks = p.functions.blocks if cones else []
+            duals = [b.project_dual(b.dual_from(c)) for b, c in zip(blocks, cones)]
+            lams.append(np.concatenate(duals) if duals else np.zeros(0))
     scale = max([1.0] + [float(m.max()) for m in mus if m.size])
     smooth = plan.smooth
     for j, p in enumerate(compiled.parties):
@@ -406,7 +450,8 @@ def _cvxpy_solve(
         base.update(conic_note(compiled))
     if not smooth:  # a term without a gradient: no certificate
         status = "optimal" if cvx_status == "optimal" else "inaccurate"
-        summary = {"objective": float(prob.value), "max_violation": np.nan}
+        value = solved.objective if direct is not None else prob.value
+        summary = {"objective": float(value), "max_violation": np.nan}
         try:
             compiled.require_smooth("centralized")
         except UnsupportedError as exc:
