@@ -48,7 +48,12 @@ from dataclasses import dataclass, field
 import numpy as np
 import scipy.sparse as sp
 
-from fedmodel.compiler.glm import NotRecognised, affine_map, recognise_scalar
+from fedmodel.compiler.glm import (
+    NotRecognised,
+    affine_map,
+    recognise_components,
+    recognise_scalar,
+)
 from fedmodel.compiler.partition import CompiledModel
 
 #: Clarabel's status -> cvxpy's status string (as cvxpy's own Clarabel interface maps it)
@@ -73,13 +78,22 @@ class NotDirect(Exception):
 
 @dataclass
 class PartyRows:
-    """Where one party's multipliers sit in Clarabel's dual ``z``: ``ineq`` and ``eq`` are
-    row indices (in the party's stacking order), ``cone`` the rows of its stacked cone
-    vector ``E`` (entry ``k`` of ``E`` is row ``cone[k]``)."""
+    """Where one party's multipliers sit in Clarabel's dual ``z``: ``eq`` are row indices
+    (in the party's stacking order), ``cone`` the rows of its stacked cone vector ``E``
+    (entry ``k`` of ``E`` is row ``cone[k]``); inequality ``k``'s multiplier is
+    ``ineq_weight[k] @ z[ineq[k]]`` (its row, or the two first rows of the rotated cone
+    of a quadratic inequality)."""
 
     ineq: np.ndarray
+    ineq_weight: np.ndarray
     eq: np.ndarray
     cone: np.ndarray
+
+    def mu(self, z: np.ndarray) -> np.ndarray:
+        """The party's inequality multipliers from Clarabel's ``z``."""
+        if not self.ineq.size:
+            return np.zeros(0)
+        return (z[self.ineq] * self.ineq_weight).sum(axis=1)
 
 
 @dataclass
@@ -177,6 +191,129 @@ class _Builder:
         return P, q, A, np.concatenate(bs or [np.zeros(0)]), cones, where
 
 
+#: the fast affine map keeps its coefficients dense up to this many entries per node
+FAST_DENSE_MAX = 2_000_000
+
+
+class _Dense:
+    """``vec(expr) = M x[cols] + b``: an affine map with dense coefficients over the few
+    columns it touches (an epigraph piece ``y * (X w + b) + t`` touches ``w`` and its own
+    ``t``). Built bottom-up by :func:`_fast_affine`; cheaper than sparse matrices over
+    all of ``x`` on the many small blocks of a federated model."""
+
+    __slots__ = ("M", "cols", "b")
+
+    def __init__(self, M: np.ndarray, cols: np.ndarray, b: np.ndarray):
+        self.M, self.cols, self.b = M, cols, b
+
+    @property
+    def m(self) -> int:
+        return self.b.size
+
+    def on(self, cols: np.ndarray) -> np.ndarray:
+        """``M`` over the (sorted, larger) column set ``cols``."""
+        if self.cols.size == cols.size:
+            return self.M
+        out = np.zeros((self.m, cols.size))
+        out[:, np.searchsorted(cols, self.cols)] = self.M
+        return out
+
+    def rows(self, m: int) -> _Dense:
+        """Broadcast a scalar map to ``m`` rows."""
+        if self.m == m:
+            return self
+        if self.m != 1:
+            raise NotRecognised("broadcast")
+        return _Dense(np.repeat(self.M, m, axis=0), self.cols, np.repeat(self.b, m))
+
+
+def _fast_affine(expr, layout) -> _Dense:
+    """:class:`_Dense` form of an affine expression of the common atoms; raises
+    :class:`NotRecognised` for others (the caller then uses
+    :func:`fedmodel.compiler.glm.affine_map`)."""
+    import cvxpy as cp
+
+    if isinstance(expr, cp.Variable):
+        s = layout.slice_of(expr)
+        k = s.stop - s.start
+        return _Dense(np.eye(k), np.arange(s.start, s.stop), np.zeros(k))
+    if isinstance(expr, cp.Constant):
+        v = expr.value
+        v = v.toarray() if sp.issparse(v) else np.asarray(v, dtype=float)
+        b = np.asarray(v, dtype=float).ravel(order="F")
+        return _Dense(np.zeros((b.size, 0)), np.zeros(0, dtype=int), b)
+    name = type(expr).__name__
+    args = expr.args
+    if name == "AddExpression":
+        parts = [_fast_affine(a, layout) for a in args]
+        m = max(p.m for p in parts)
+        parts = [p.rows(m) for p in parts]
+        cols = np.unique(np.concatenate([p.cols for p in parts]))
+        if m * cols.size > FAST_DENSE_MAX:
+            raise NotRecognised("large")
+        M = np.zeros((m, cols.size))
+        b = np.zeros(m)
+        for p in parts:
+            if p.cols.size:
+                M[:, np.searchsorted(cols, p.cols)] += p.M
+            b += p.b
+        return _Dense(M, cols, b)
+    if name == "NegExpression":
+        p = _fast_affine(args[0], layout)
+        return _Dense(-p.M, p.cols, -p.b)
+    if name == "Promote":
+        return _fast_affine(args[0], layout).rows(int(np.prod(expr.shape)))
+    if name == "reshape" and getattr(expr, "order", "F") == "F":
+        return _fast_affine(args[0], layout)
+    if name == "Sum" and getattr(expr, "axis", None) is None:
+        p = _fast_affine(args[0], layout)
+        return _Dense(p.M.sum(axis=0, keepdims=True), p.cols, np.array([p.b.sum()]))
+    if name == "index":
+        child = args[0]
+        p = _fast_affine(child, layout)
+        at = np.arange(p.m).reshape(child.shape, order="F") if child.shape else np.arange(1)
+        sel = np.asarray(at[expr.key]).ravel(order="F")
+        return _Dense(p.M[sel], p.cols, p.b[sel])
+    if name == "multiply":
+        left, right = args
+        const, other = (left, right) if left.is_constant() else (right, left)
+        if not isinstance(const, cp.Constant) or sp.issparse(const.value):
+            raise NotRecognised("product")
+        c = np.asarray(const.value, dtype=float).ravel(order="F")
+        p = _fast_affine(other, layout)
+        m = max(p.m, c.size, int(np.prod(expr.shape)))
+        p = p.rows(m)
+        c = np.broadcast_to(c, (m,))
+        return _Dense(p.M * c[:, None], p.cols, p.b * c)
+    if name == "MulExpression":
+        left, right = args
+        if not isinstance(left, cp.Constant) or right.ndim > 1 or sp.issparse(left.value):
+            raise NotRecognised("product")
+        C = np.asarray(left.value, dtype=float)
+        p = _fast_affine(right, layout)
+        if C.ndim < 2:
+            if C.size != 1:
+                C = C.reshape(1, -1)  # (a row vector times a vector)
+            else:
+                return _Dense(float(C.ravel()[0]) * p.M, p.cols, float(C.ravel()[0]) * p.b)
+        if C.shape[0] * p.cols.size > FAST_DENSE_MAX:
+            raise NotRecognised("large")
+        return _Dense(C @ p.M, p.cols, C @ p.b)
+    if name == "DivExpression":
+        den = args[1]
+        if not isinstance(den, cp.Constant) or den.size != 1:
+            raise NotRecognised("division")
+        c = 1.0 / float(np.asarray(den.value).ravel()[0])
+        p = _fast_affine(args[0], layout)
+        return _Dense(c * p.M, p.cols, c * p.b)
+    if name == "Hstack" and all(a.ndim <= 1 for a in args):
+        parts = [_fast_affine(a, layout) for a in args]
+        cols = np.unique(np.concatenate([p.cols for p in parts]))
+        M = np.vstack([p.on(cols) for p in parts])
+        return _Dense(M, cols, np.concatenate([p.b for p in parts]))
+    raise NotRecognised(name)
+
+
 def _csr(A) -> sp.csr_array:
     return sp.csr_array(A) if sp.issparse(A) else sp.csr_array(np.atleast_2d(np.asarray(A)))
 
@@ -185,6 +322,16 @@ def _affine(expr, layout):
     """``(G, g)`` with ``vec(expr) = G x + g`` (column-major), ``G`` sparse."""
     if not expr.is_affine():
         raise NotDirect("a nonlinear constraint")
+    if expr.parameters():
+        raise NotDirect("parameters")
+    try:
+        d = _fast_affine(expr, layout)
+    except NotRecognised:
+        d = None
+    if d is not None:
+        r, c = np.nonzero(d.M)
+        G = sp.csr_array((d.M[r, c], (r, d.cols[c])), shape=(d.m, layout.size))
+        return G, d.b
     try:
         p = affine_map(expr, layout)
     except NotRecognised as exc:
@@ -206,10 +353,171 @@ def _lift_columns(G: sp.csr_array, extra: int, cols: np.ndarray, coef: float) ->
 
 
 def _objective(builder: _Builder, expr, layout) -> None:
+    if expr.parameters():
+        raise NotDirect("parameters")
+    if expr.is_affine():
+        G, g = _affine(expr, layout)
+        builder.add_q(np.arange(builder.n), G.toarray().ravel())
+        builder.r += float(g[0])
+        return
+    try:
+        f = recognise_scalar(expr, layout)
+    except NotRecognised:
+        _exp_objective(builder, expr, layout, 1.0)  # (kl_div, entr, log_sum_exp, ...)
+        return
+    _glm_into(builder, f)
+
+
+#: elementwise atoms of the exponential cone taken by :func:`_exp_objective`
+EXP_ATOMS = ("kl_div", "rel_entr", "entr")
+
+
+def _exp_objective(builder: _Builder, expr, layout, c: float) -> None:
+    """``c * expr`` into the objective, for sums of affine parts, GLM terms and the
+    exponential-cone atoms ``kl_div(x, y)``, ``rel_entr(x, y)`` (``t >= x log(x / y)`` as
+    ``(-t, x, y) in K_exp``), ``-entr(x)`` (``(-t, x, 1)``) and ``log_sum_exp(z)``
+    (``sum_i u_i <= 1``, ``(z_i - t, 1, u_i) in K_exp``), each with a nonnegative weight
+    (convex); :class:`NotDirect` for anything else."""
+    import cvxpy as cp
+
+    name = type(expr).__name__
+    if expr.is_affine():
+        G, g = _affine(expr, layout)
+        builder.add_q(np.arange(builder.n), c * G.toarray().ravel())
+        builder.r += c * float(g[0])
+        return
+    const = None
+    if name in ("MulExpression", "multiply") and len(expr.args) == 2:
+        left, right = expr.args
+        const, other = (left, right) if isinstance(left, cp.Constant) else (right, left)
+    elif name == "DivExpression" and isinstance(expr.args[1], cp.Constant):
+        const, other = expr.args[1], expr.args[0]
+    if const is not None and isinstance(const, cp.Constant) and const.size == 1:
+        v = float(np.asarray(const.value).ravel()[0])
+        _exp_objective(builder, other, layout, c * v if name != "DivExpression" else c / v)
+        return
+    if name == "AddExpression" and all(a.size == 1 for a in expr.args):
+        for a in expr.args:
+            _exp_objective(builder, a, layout, c)
+        return
+    if name == "NegExpression":
+        _exp_objective(builder, expr.args[0], layout, -c)
+        return
+    if name == "Sum" and getattr(expr, "axis", None) is None:
+        inner = expr.args[0]
+        if type(inner).__name__ in EXP_ATOMS:
+            _exp_atom(builder, inner, layout, c)
+            return
+    if name in EXP_ATOMS and expr.size == 1:
+        _exp_atom(builder, expr, layout, c)
+        return
+    if name == "log_sum_exp" and getattr(expr, "axis", None) is None:
+        if c < 0:
+            raise NotDirect("a concave log_sum_exp term")
+        Z, z0 = _affine(expr.args[0], layout)
+        m = z0.size
+        t, u = builder.aux(1), builder.aux(m)
+        builder.add_q(t, [c])
+        # sum u <= 1: s = 1 - sum u
+        builder.add_rows(
+            "nonneg",
+            sp.coo_array((np.ones(m), (np.zeros(m, int), u)), shape=(1, builder.size)),
+            [1.0],
+        )
+        ones = np.ones(m)
+        _exp_cone(
+            builder,
+            (_with_columns(Z, np.repeat(t, m), -ones, builder.size), z0),  # z_i - t
+            (sp.coo_array((m, builder.size)), ones),  # 1
+            (_with_columns(None, u, ones, builder.size, m), np.zeros(m)),  # u_i
+        )
+        return
     try:
         f = recognise_scalar(expr, layout)
     except NotRecognised as exc:
         raise NotDirect(f"objective: {exc}") from exc
+    _glm_into(builder, f.scaled(c))
+
+
+def _with_columns(G, cols, vals, size: int, m: int | None = None) -> sp.coo_array:
+    """``G`` (None: zeros with ``m`` rows) with ``vals[i]`` added at ``(i, cols[i])``, as a
+    coo over ``size`` columns."""
+    if G is None:
+        G = sp.coo_array((m, size))
+    G = sp.coo_array(G)
+    k = np.asarray(cols).size
+    return sp.coo_array(
+        (
+            np.concatenate([G.data, vals]),
+            (np.concatenate([G.row, np.arange(k)]), np.concatenate([G.col, cols])),
+        ),
+        shape=(G.shape[0], size),
+    )
+
+
+def _exp_cone(builder: _Builder, first, second, third) -> None:
+    """Rows ``(e_1(x)_i, e_2(x)_i, e_3(x)_i) in K_exp`` per ``i``, each entry ``(G, g)``
+    meaning ``G x + g``."""
+    m = first[1].size
+    rows, cols, vals, b = [], [], [], np.zeros(3 * m)
+    for j, (G, g) in enumerate((first, second, third)):
+        G = sp.coo_array(G)
+        rows.append(3 * G.row + j)
+        cols.append(G.col)
+        vals.append(-G.data)  # s = b - A x = G x + g
+        b[j::3] = np.broadcast_to(g, (m,))
+    builder.add_rows(
+        "exp",
+        sp.coo_array(
+            (np.concatenate(vals), (np.concatenate(rows), np.concatenate(cols))),
+            shape=(3 * m, builder.size),
+        ),
+        b,
+    )
+
+
+def _exp_atom(builder: _Builder, atom, layout, c) -> None:
+    """``sum(c * atom)`` for ``kl_div``, ``rel_entr`` and ``entr`` (see
+    :func:`_exp_objective`); ``c`` a scalar."""
+    name = type(atom).__name__
+    m = int(atom.size)
+    w = float(c)
+    if name == "entr":
+        if w > 0:
+            raise NotDirect("a concave entr term")
+        w = -w  # minimise w * x log x
+        X, x0 = _affine(atom.args[0], layout)
+        Y, y0 = sp.csr_array((m, layout.size)), np.ones(m)
+    else:
+        if w < 0:
+            raise NotDirect(f"a concave {name} term")
+        X, x0 = _affine(atom.args[0], layout)
+        Y, y0 = _affine(atom.args[1], layout)
+    X, x0 = _broadcast_rows(X, x0, m)
+    Y, y0 = _broadcast_rows(Y, y0, m)
+    t = builder.aux(m)
+    builder.add_q(t, np.full(m, w))
+    if name == "kl_div":  # x log(x / y) - x + y
+        builder.add_q(np.arange(builder.n), w * np.asarray(Y.sum(axis=0) - X.sum(axis=0)).ravel())
+        builder.r += w * float(y0.sum() - x0.sum())
+    _exp_cone(
+        builder,
+        (_with_columns(None, t, -np.ones(m), builder.size, m), np.zeros(m)),  # -t
+        (X, x0),
+        (Y, y0),
+    )
+
+
+def _broadcast_rows(G, g, m: int):
+    if g.size == m:
+        return G, g
+    if g.size != 1:
+        raise NotDirect("broadcast")
+    return sp.csr_array(sp.vstack([G] * m)), np.repeat(g, m)
+
+
+def _glm_into(builder: _Builder, f) -> None:
+    """A :class:`~fedmodel.compiler.glm.GLMFunction` into the objective."""
     n = builder.n
     builder.r += float(f.r)
     if f.q is not None:
@@ -292,6 +600,51 @@ def _exp_rows(builder: _Builder, A, b, t_cols, z_cols) -> None:
     )
 
 
+def _quadratic_components(expr, layout) -> list:
+    """The GLM form of each component of a convex quadratic constraint (``square`` terms
+    with nonnegative weights, a quadratic form, a linear part); :class:`NotDirect` else."""
+    if expr.parameters():
+        raise NotDirect("parameters")
+    try:
+        comps = recognise_components(expr, layout)
+    except NotRecognised as exc:
+        raise NotDirect(f"a nonlinear constraint: {exc}") from exc
+    for f in comps:
+        if any(t.kind != "square" or np.any(np.asarray(t.weights) < 0) for t in f.terms):
+            raise NotDirect("a nonlinear constraint that is not a convex quadratic")
+        if f.Q is not None and layout.size > DENSE_Q_MAX:
+            raise NotDirect("a dense quadratic form over many variables")
+    return comps
+
+
+def _quadratic_cone(builder: _Builder, f, tag) -> None:
+    """``||F x + f||^2 + q^T x + r <= 0`` (``f``'s square terms and quadratic form as
+    ``||F x + f||^2``) as the rotated cone ``((tau + 1)/2, (tau - 1)/2, F x + f)`` in the
+    second-order cone, ``tau = -(q^T x + r)``; its multiplier is ``(z_0 + z_1) / 2``."""
+    n = builder.n
+    blocks, offsets = [], []
+    for t in f.terms:
+        A = _csr(t.A) * t.s if t.s != 1.0 else _csr(t.A)
+        sw = np.sqrt(np.asarray(t.weights, dtype=float))
+        blocks.append(sp.csr_array(sp.diags_array(sw) @ A))
+        offsets.append(sw * np.asarray(t.b, dtype=float))
+    if f.Q is not None:  # x^T Q x / 2 = ||L^T x||^2 with Q / 2 = L L^T (Q PSD)
+        vals, vecs = np.linalg.eigh(0.5 * (np.asarray(f.Q) + np.asarray(f.Q).T) / 2.0)
+        if vals.min(initial=0.0) < -1e-10 * max(1.0, vals.max(initial=0.0)):
+            raise NotDirect("an indefinite quadratic form")
+        keep = vals > 1e-14 * max(1.0, vals.max(initial=0.0))
+        blocks.append(sp.csr_array((vecs[:, keep] * np.sqrt(vals[keep])).T))
+        offsets.append(np.zeros(int(keep.sum())))
+    F = sp.vstack(blocks) if blocks else sp.csr_array((0, n))
+    fv = np.concatenate(offsets) if offsets else np.zeros(0)
+    q = np.zeros(n) if f.q is None else np.asarray(f.q, dtype=float)
+    r = float(f.r)
+    qrow = sp.csr_array(q.reshape(1, -1) / 2.0)
+    A = sp.vstack([qrow, qrow, -sp.csr_array(F)])
+    b = np.concatenate([[(1.0 - r) / 2.0, (-1.0 - r) / 2.0], fv])
+    builder.add_rows("soc", sp.coo_array(A), b, [b.size], tag=tag)
+
+
 def _cone_order(block) -> tuple[str, np.ndarray, list | None]:
     """The permutation of a cone block's ``E`` entries into Clarabel's row order, its
     kind and the cones' dimensions (SOC) or exponents (power cone)."""
@@ -318,17 +671,32 @@ def build_conic_data(compiled: CompiledModel) -> ConicData:
     builder = _Builder(n)
     if compiled.nonconvex:
         raise NotDirect("nonconvex terms")
+    ineq_parts = []
     for j, p in enumerate(compiled.parties):
         if p.objective:
             _objective(builder, p.objective_expr(), layout)
-        for kind, terms in (("nonneg", p.ineq), ("zero", p.eq)):
-            if not terms:
-                continue
-            parts = [_affine(c.expr, layout) for c in terms]
-            G = sp.vstack([g for g, _ in parts]) if len(parts) > 1 else parts[0][0]
-            g = np.concatenate([v for _, v in parts])
-            # c(x) = G x + g <= 0: s = -g - G x >= 0;  a(x) = G x + g = 0 likewise
-            builder.add_rows(kind, sp.coo_array(G), -g, tag=(j, kind))
+        # inequalities: affine rows, and convex quadratic ones as rotated second-order
+        # cones; ineq_parts[j]: (tag, first position in the party's mu, size, kind)
+        parts, pos = [], 0
+        for k, c in enumerate(p.ineq):
+            if c.expr.is_affine():
+                G, g = _affine(c.expr, layout)
+                # c(x) = G x + g <= 0: s = -g - G x >= 0
+                builder.add_rows("nonneg", sp.coo_array(G), -g, tag=(j, "ineq", k))
+                parts.append(((j, "ineq", k), pos, c.size, "rows"))
+            else:
+                for i, comp in enumerate(_quadratic_components(c.expr, layout)):
+                    tag = (j, "ineq", k, i)
+                    _quadratic_cone(builder, comp, tag)
+                    parts.append((tag, pos + i, 1, "soc"))
+            pos += c.size
+        ineq_parts.append(parts)
+        if p.eq:
+            eqs = [_affine(c.expr, layout) for c in p.eq]
+            G = sp.vstack([g for g, _ in eqs]) if len(eqs) > 1 else eqs[0][0]
+            g = np.concatenate([v for _, v in eqs])
+            # a(x) = G x + g = 0: s = -g - G x = 0
+            builder.add_rows("zero", sp.coo_array(G), -g, tag=(j, "eq"))
         blocks = p.functions.blocks if p.cones else []
         for k, (c, block) in enumerate(zip(p.cones, blocks)):
             G, g = _affine(c.expr, layout)
@@ -393,10 +761,21 @@ def build_conic_data(compiled: CompiledModel) -> ConicData:
             at = np.empty_like(rows_k)
             at[perm] = rows_k
             inv.append(at)
+        rows = np.zeros((p.m_ineq, 2), dtype=int)
+        weight = np.zeros((p.m_ineq, 2))
+        for tag, start, size, kind in ineq_parts[j]:
+            at = where[tag]
+            if kind == "rows":
+                rows[start : start + size] = at[:, None]
+                weight[start : start + size, 0] = 1.0
+            else:  # mu = (z_0 + z_1) / 2 of its rotated cone (_quadratic_cone)
+                rows[start] = at[:2]
+                weight[start] = 0.5
         parties.append(
             PartyRows(
-                ineq=where.get((j, "nonneg"), np.zeros(0, int)),
-                eq=where.get((j, "zero"), np.zeros(0, int)),
+                ineq=rows,
+                ineq_weight=weight,
+                eq=where.get((j, "eq"), np.zeros(0, int)),
                 cone=np.concatenate(inv) if inv else np.zeros(0, int),
             )
         )
@@ -450,7 +829,7 @@ def solve_direct(data: ConicData, settings: dict) -> DirectSolution:
     z = np.asarray(sol.z, dtype=float)
     if status == "user_limit" and not np.all(np.isfinite(x)):
         return DirectSolution(status, None, [], [], [], np.nan, raw)
-    mus = [z[r.ineq] for r in data.parties]
+    mus = [r.mu(z) for r in data.parties]
     nus = [z[r.eq] for r in data.parties]
     lams = [z[r.cone] for r in data.parties]
     return DirectSolution(
