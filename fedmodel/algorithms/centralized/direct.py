@@ -68,6 +68,9 @@ STATUS = {
     "MaxTime": "user_limit",
 }
 
+#: Clarabel's statuses of a solve stopped by the time limit (its own, or the callback's)
+STOPPED = ("MaxTime", "CallbackTerminated")
+
 #: a dense quadratic part (``quad_form``) is taken up to this many variables
 DENSE_Q_MAX = 3000
 
@@ -798,12 +801,19 @@ class DirectSolution:
     lams: list
     objective: float
     solver_status: str
+    deadline_stop: bool = False
 
 
-def solve_direct(data: ConicData, settings: dict) -> DirectSolution:
+def solve_direct(data: ConicData, settings: dict, deadline: float | None = None) -> DirectSolution:
     """One Clarabel solve of ``data`` with cvxpy-style ``settings`` (``tol_gap_abs``,
     ``time_limit``, ..., and ``accept_unknown``: a point Clarabel stopped on for lack of
-    progress is returned as ``"optimal_inaccurate"``, as cvxpy does)."""
+    progress is returned as ``"optimal_inaccurate"``, as cvxpy does).
+
+    ``deadline`` (a ``time.perf_counter()`` value): Clarabel checks its own
+    ``time_limit`` only between iterations, so it overran by up to one iteration (0.2-0.4
+    s on sparse logistic regression at d = 3000); here a termination callback also stops
+    it when the last iteration's wall says the next one would end after the deadline
+    (as the Newton backends do), with status ``"user_limit"`` and ``deadline_stop``."""
     import clarabel
 
     opts = dict(settings)
@@ -817,21 +827,41 @@ def solve_direct(data: ConicData, settings: dict) -> DirectSolution:
         except AttributeError as exc:
             raise TypeError(f"Clarabel: unrecognized solver setting '{key}'.") from exc
     solver = clarabel.DefaultSolver(data.P, data.q, data.A, data.b, data.cones, s)
+    stop = {"last": time.perf_counter(), "step": 0.0, "hit": False}
+    if deadline is not None:
+
+        def callback(_info) -> bool:
+            now = time.perf_counter()
+            stop["step"] = max(stop["step"], now - stop["last"]) if _info.iterations else 0.0
+            stop["last"] = now
+            stop["hit"] = now + stop["step"] >= deadline
+            return stop["hit"]
+
+        solver.set_termination_callback(callback)
     sol = solver.solve()
     raw = str(sol.status)
     status = STATUS.get(raw, "solver_error")
+    if raw == "CallbackTerminated":
+        status = "user_limit"
     has_point = sol.x is not None and len(sol.x) == data.P.shape[0]
     if raw == "InsufficientProgress" and accept and has_point and sol.z is not None:
         status = "optimal_inaccurate"
     if status not in ("optimal", "optimal_inaccurate", "user_limit") or not has_point:
-        return DirectSolution(status, None, [], [], [], np.nan, raw)
+        return DirectSolution(status, None, [], [], [], np.nan, raw, raw in STOPPED)
     x = np.asarray(sol.x, dtype=float)
     z = np.asarray(sol.z, dtype=float)
     if status == "user_limit" and not np.all(np.isfinite(x)):
-        return DirectSolution(status, None, [], [], [], np.nan, raw)
+        return DirectSolution(status, None, [], [], [], np.nan, raw, raw in STOPPED)
     mus = [r.mu(z) for r in data.parties]
     nus = [z[r.eq] for r in data.parties]
     lams = [z[r.cone] for r in data.parties]
     return DirectSolution(
-        status, x[: data.n].copy(), mus, nus, lams, float(sol.obj_val) + data.r, raw
+        status,
+        x[: data.n].copy(),
+        mus,
+        nus,
+        lams,
+        float(sol.obj_val) + data.r,
+        raw,
+        deadline_stop=raw == "CallbackTerminated" or raw == "MaxTime",
     )

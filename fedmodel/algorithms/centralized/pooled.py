@@ -357,7 +357,7 @@ def _cvxpy_solve(
     solved = None
     if direct is not None:
         try:
-            solved = solve_direct(direct, kwargs)
+            solved = solve_direct(direct, kwargs, deadline)
             cvx_status = solved.status
         except Exception as exc:  # noqa: BLE001 - Clarabel's own errors (a panic, bad data)
             cvx_status, error = "solver_error", f"{type(exc).__name__}: {exc}"
@@ -392,7 +392,10 @@ def _cvxpy_solve(
     timed_out = (
         cvx_status == "user_limit"
         and deadline is not None
-        and deadline - time.perf_counter() <= 0.02 * limit + 0.05
+        and (
+            deadline - time.perf_counter() <= 0.02 * limit + 0.05
+            or (solved is not None and solved.deadline_stop)
+        )
     )
     if timed_out and no_point:
         message = f"{used} stopped at the time limit of {limit:g} s without a point"
