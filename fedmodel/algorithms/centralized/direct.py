@@ -325,9 +325,7 @@ def _affine(expr, layout):
     """``(G, g)`` with ``vec(expr) = G x + g`` (column-major), ``G`` sparse."""
     if not expr.is_affine():
         raise NotDirect("a nonlinear constraint")
-    if expr.parameters():
-        raise NotDirect("parameters")
-    try:
+    try:  # (a cvxpy Parameter is refused by both maps: its value may change)
         d = _fast_affine(expr, layout)
     except NotRecognised:
         d = None
@@ -356,8 +354,6 @@ def _lift_columns(G: sp.csr_array, extra: int, cols: np.ndarray, coef: float) ->
 
 
 def _objective(builder: _Builder, expr, layout) -> None:
-    if expr.parameters():
-        raise NotDirect("parameters")
     if expr.is_affine():
         G, g = _affine(expr, layout)
         builder.add_q(np.arange(builder.n), G.toarray().ravel())
@@ -606,8 +602,6 @@ def _exp_rows(builder: _Builder, A, b, t_cols, z_cols) -> None:
 def _quadratic_components(expr, layout) -> list:
     """The GLM form of each component of a convex quadratic constraint (``square`` terms
     with nonnegative weights, a quadratic form, a linear part); :class:`NotDirect` else."""
-    if expr.parameters():
-        raise NotDirect("parameters")
     try:
         comps = recognise_components(expr, layout)
     except NotRecognised as exc:
