@@ -34,10 +34,13 @@ Example
 >>> m = fm.Model()
 >>> w = m.variable(3, name="w")
 >>> X, y = np.eye(4, 3), np.arange(4.0)
->>> _ = m.client("a", data={"X": X, "y": y}).minimize(cp.sum(cp.abs(X @ w - y)))
+>>> c = m.client("a")
+>>> c.minimize(cp.sum(cp.abs(c.data(X) @ w - c.data(y))))
 >>> data = build_conic_data(m.compile())
->>> data.P.shape, len(data.parties)
-((7, 7), 2)
+>>> data.A.shape[1], len(data.parties)  # (w and the 4 epigraph auxiliaries; server, a)
+(7, 2)
+>>> solve_direct(data, {}).status
+'optimal'
 """
 
 from __future__ import annotations
@@ -614,10 +617,12 @@ def _quadratic_components(expr, layout) -> list:
     return comps
 
 
-def _quadratic_cone(builder: _Builder, f, tag) -> None:
+def _quadratic_cone(builder: _Builder, f, tag) -> tuple[float, float]:
     """``||F x + f||^2 + q^T x + r <= 0`` (``f``'s square terms and quadratic form as
     ``||F x + f||^2``) as the rotated cone ``((tau + 1)/2, (tau - 1)/2, F x + f)`` in the
-    second-order cone, ``tau = -(q^T x + r)``; its multiplier is ``(z_0 + z_1) / 2``."""
+    second-order cone, ``tau = -(q^T x + r)``, whose multiplier is ``(z_0 + z_1) / 2``;
+    without a linear part and with ``r = -rho^2 < 0``, the cone ``(rho, F x + f)``,
+    multiplier ``z_0 / (2 rho)``. Returns the weights of ``(z_0, z_1)``."""
     n = builder.n
     blocks, offsets = [], []
     for t in f.terms:
@@ -636,10 +641,21 @@ def _quadratic_cone(builder: _Builder, f, tag) -> None:
     fv = np.concatenate(offsets) if offsets else np.zeros(0)
     q = np.zeros(n) if f.q is None else np.asarray(f.q, dtype=float)
     r = float(f.r)
+    if not np.any(q) and r < 0 and fv.size:
+        # ||F x + f||^2 <= rho^2 (the DSL's form of norm(F x + f) <= rho): the plain cone
+        # (rho, F x + f), better conditioned than the rotated one (basis pursuit's
+        # per-client residual balls); multiplier z_0 / (2 rho)
+        rho = float(np.sqrt(-r))
+        A = sp.vstack([sp.csr_array((1, n)), -sp.csr_array(F)])
+        builder.add_rows(
+            "soc", sp.coo_array(A), np.concatenate([[rho], fv]), [1 + fv.size], tag=tag
+        )
+        return 1.0 / (2.0 * rho), 0.0
     qrow = sp.csr_array(q.reshape(1, -1) / 2.0)
     A = sp.vstack([qrow, qrow, -sp.csr_array(F)])
     b = np.concatenate([[(1.0 - r) / 2.0, (-1.0 - r) / 2.0], fv])
     builder.add_rows("soc", sp.coo_array(A), b, [b.size], tag=tag)
+    return 0.5, 0.5
 
 
 def _cone_order(block) -> tuple[str, np.ndarray, list | None]:
@@ -684,8 +700,8 @@ def build_conic_data(compiled: CompiledModel) -> ConicData:
             else:
                 for i, comp in enumerate(_quadratic_components(c.expr, layout)):
                     tag = (j, "ineq", k, i)
-                    _quadratic_cone(builder, comp, tag)
-                    parts.append((tag, pos + i, 1, "soc"))
+                    weights = _quadratic_cone(builder, comp, tag)
+                    parts.append((tag, pos + i, 1, weights))
             pos += c.size
         ineq_parts.append(parts)
         if p.eq:
@@ -765,9 +781,9 @@ def build_conic_data(compiled: CompiledModel) -> ConicData:
             if kind == "rows":
                 rows[start : start + size] = at[:, None]
                 weight[start : start + size, 0] = 1.0
-            else:  # mu = (z_0 + z_1) / 2 of its rotated cone (_quadratic_cone)
+            else:  # mu = kind @ (z_0, z_1) of its cone (_quadratic_cone)
                 rows[start] = at[:2]
-                weight[start] = 0.5
+                weight[start] = kind
         parties.append(
             PartyRows(
                 ineq=rows,
