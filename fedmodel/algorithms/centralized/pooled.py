@@ -263,7 +263,13 @@ def _run(compiled: CompiledModel, options: CentralizedOptions):
     deadline = None if options.time_limit is None else time.perf_counter() + options.time_limit
     plan = route(compiled)
     direct = None
-    if options.engine == "auto" and _direct_allowed(options) and plan.constrained_qp:
+    if (
+        options.engine == "auto"
+        and _direct_allowed(options)
+        and not compiled.layout.hidden  # (epigraph and cone models go to Clarabel anyway;
+        and not compiled.has_cones  # their GLM recognition is what Route.backend costs)
+        and plan.constrained_qp
+    ):
         try:  # an LCQP: Clarabel on its data first (Route.constrained_qp)
             direct = build_conic_data(compiled)
         except NotDirect:
