@@ -139,6 +139,36 @@ class ConicData:
     build_seconds: float = 0.0
 
 
+class _Trip:
+    """Sparse rows as plain triplets (``rows``, ``cols``, ``vals``): the many small blocks
+    of a federated model cost more in scipy's constructors than in arithmetic."""
+
+    __slots__ = ("rows", "cols", "vals")
+
+    def __init__(self, rows, cols, vals):
+        self.rows, self.cols, self.vals = rows, cols, vals
+
+    def permuted(self, perm: np.ndarray, sign: float = 1.0) -> _Trip:
+        """Row ``i`` of the result is row ``perm[i]`` of this one, times ``sign``."""
+        at = np.empty(perm.size, dtype=int)
+        at[perm] = np.arange(perm.size)
+        return _Trip(at[self.rows], self.cols, sign * self.vals)
+
+
+def _affine_rows(expr, layout) -> tuple[_Trip, np.ndarray]:
+    """:func:`_affine` as triplets (no scipy matrix on the fast path)."""
+    try:
+        d = _fast_affine(expr, layout)
+    except NotRecognised:
+        d = None
+    if d is None:
+        G, g = _affine(expr, layout)
+        G = sp.coo_array(G)
+        return _Trip(G.row, G.col, G.data), g
+    r, c = np.nonzero(d.M)
+    return _Trip(r, d.cols[c], d.M[r, c]), d.b
+
+
 class _Builder:
     """Rows and auxiliaries, collected per cone kind and ordered at the end."""
 
@@ -163,7 +193,9 @@ class _Builder:
         """Rows ``A x + s = b`` with ``s`` in ``kind`` (``"zero"``, ``"nonneg"``, ``"soc"``
         with ``dims`` the size of each cone, ``"exp"``, ``"pow"`` with ``dims`` the
         exponents); ``tag`` names the rows' owner (the caller reads its dual)."""
-        A = sp.coo_array(A)
+        if not isinstance(A, _Trip):  # (scipy matrices: to triplets once)
+            A = sp.coo_array(A)
+            A = _Trip(A.row, A.col, A.data)
         self.segments.append((kind, A, np.asarray(b, dtype=float), dims, tag))
 
     def finish(self) -> tuple:
@@ -175,9 +207,9 @@ class _Builder:
         rows, cols, vals, bs, cones, where = [], [], [], [], [], {}
         off = 0
         for _, (kind, A, b, dims, tag) in segs:
-            rows.append(A.row + off)
-            cols.append(A.col)
-            vals.append(A.data)
+            rows.append(A.rows + off)
+            cols.append(A.cols)
+            vals.append(A.vals)
             bs.append(b)
             m = b.size
             if tag is not None:
@@ -384,8 +416,8 @@ def _lift_columns(G: sp.csr_array, extra: int, cols: np.ndarray, coef: float) ->
 
 def _objective(builder: _Builder, expr, layout) -> None:
     if expr.is_affine():
-        G, g = _affine(expr, layout)
-        builder.add_q(np.arange(builder.n), G.toarray().ravel())
+        G, g = _affine_rows(expr, layout)
+        builder.add_q(G.cols, G.vals)
         builder.r += float(g[0])
         return
     try:
@@ -711,12 +743,12 @@ def build_conic_data(compiled: CompiledModel) -> ConicData:
         parts, pos = [], 0
         for k, c in enumerate(p.ineq):
             try:
-                G, g = _affine(c.expr, layout)
+                G, g = _affine_rows(c.expr, layout)
             except NonAffine:
                 G = None
             if G is not None:
                 # c(x) = G x + g <= 0: s = -g - G x >= 0
-                builder.add_rows("nonneg", sp.coo_array(G), -g, tag=(j, "ineq", k))
+                builder.add_rows("nonneg", G, -g, tag=(j, "ineq", k))
                 parts.append(((j, "ineq", k), pos, c.size, "rows"))
             else:
                 for i, comp in enumerate(_quadratic_components(c.expr, layout)):
@@ -727,17 +759,22 @@ def build_conic_data(compiled: CompiledModel) -> ConicData:
             pos += c.size
         ineq_parts.append(parts)
         if p.eq:
-            eqs = [_affine(c.expr, layout) for c in p.eq]
-            G = sp.vstack([g for g, _ in eqs]) if len(eqs) > 1 else eqs[0][0]
+            eqs = [_affine_rows(c.expr, layout) for c in p.eq]
+            offs = np.cumsum([0] + [v.size for _, v in eqs])
+            G = _Trip(
+                np.concatenate([t.rows + o for (t, _), o in zip(eqs, offs)]),
+                np.concatenate([t.cols for t, _ in eqs]),
+                np.concatenate([t.vals for t, _ in eqs]),
+            )
             g = np.concatenate([v for _, v in eqs])
             # a(x) = G x + g = 0: s = -g - G x = 0
-            builder.add_rows("zero", sp.coo_array(G), -g, tag=(j, "eq"))
+            builder.add_rows("zero", G, -g, tag=(j, "eq"))
         blocks = p.functions.blocks if p.cones else []
         for k, (c, block) in enumerate(zip(p.cones, blocks)):
-            G, g = _affine(c.expr, layout)
+            G, g = _affine_rows(c.expr, layout)
             kind, perm, dims = _cone_order(block)
             # E = G x + g in K: s = E, A = -G, b = g (rows in Clarabel's order)
-            builder.add_rows(kind, sp.coo_array(-G[perm]), g[perm], dims, tag=(j, "cone", k))
+            builder.add_rows(kind, G.permuted(perm, -1.0), g[perm], dims, tag=(j, "cone", k))
     reg = compiled.regularizer
     if not reg.is_zero:
         for s, piece in zip(reg.slices, reg.pieces):
