@@ -165,8 +165,7 @@ def _affine_rows(expr, layout) -> tuple[_Trip, np.ndarray]:
         G, g = _affine(expr, layout)
         G = sp.coo_array(G)
         return _Trip(G.row, G.col, G.data), g
-    r, c = np.nonzero(d.M)
-    return _Trip(r, d.cols[c], d.M[r, c]), d.b
+    return _Trip(*d.triplets()), d.b
 
 
 class _Builder:
@@ -250,44 +249,99 @@ class _Builder:
         return P, q, A, np.concatenate(bs or [np.zeros(0)]), cones, where
 
 
-#: the fast affine map keeps its coefficients dense up to this many entries per node
+#: the fast affine map keeps a dense block up to this many entries
 FAST_DENSE_MAX = 2_000_000
 
 
-class _Dense:
-    """``vec(expr) = M x[cols] + b``: an affine map with dense coefficients over the few
-    columns it touches (an epigraph piece ``y * (X w + b) + t`` touches ``w`` and its own
-    ``t``). Built bottom-up by :func:`_fast_affine`; cheaper than sparse matrices over
-    all of ``x`` on the many small blocks of a federated model."""
+class _Map:
+    """``vec(expr) = sum_blocks B x + b`` over ``m`` rows, each block dense over the few
+    columns it touches (``("dense", cols, M)``: a data matrix times ``w``) or as triplets
+    (``("coo", rows, cols, vals)``: a variable, e.g. an epigraph auxiliary ``t``, whose
+    identity would be a large dense block). Built bottom-up by :func:`_fast_affine`;
+    cheaper than scipy matrices over all of ``x`` on the many small blocks of a federated
+    model. Columns may repeat across blocks (summed when the matrix is built)."""
 
-    __slots__ = ("M", "cols", "b")
+    __slots__ = ("m", "blocks", "b")
 
-    def __init__(self, M: np.ndarray, cols: np.ndarray, b: np.ndarray):
-        self.M, self.cols, self.b = M, cols, b
+    def __init__(self, m: int, blocks: list, b: np.ndarray):
+        self.m, self.blocks, self.b = m, blocks, b
 
-    @property
-    def m(self) -> int:
-        return self.b.size
+    def scaled(self, c) -> _Map:
+        """Each row ``i`` times ``c[i]`` (``c`` a scalar or an ``m``-vector)."""
+        c = np.asarray(c, dtype=float)
+        out = []
+        for blk in self.blocks:
+            if blk[0] == "dense":
+                M = blk[2] * (c[:, None] if c.ndim else c)
+                out.append(("dense", blk[1], M))
+            else:
+                r = blk[1]
+                out.append(("coo", r, blk[2], blk[3] * (c[r] if c.ndim else c)))
+        return _Map(self.m, out, self.b * c)
 
-    def on(self, cols: np.ndarray) -> np.ndarray:
-        """``M`` over the (sorted, larger) column set ``cols``."""
-        if self.cols.size == cols.size:
-            return self.M
-        out = np.zeros((self.m, cols.size))
-        out[:, np.searchsorted(cols, self.cols)] = self.M
-        return out
-
-    def rows(self, m: int) -> _Dense:
-        """Broadcast a scalar map to ``m`` rows."""
+    def rows(self, m: int) -> _Map:
+        """Broadcast a one-row map to ``m`` rows."""
         if self.m == m:
             return self
         if self.m != 1:
             raise NotRecognised("broadcast")
-        return _Dense(np.repeat(self.M, m, axis=0), self.cols, np.repeat(self.b, m))
+        return self.select(np.zeros(m, dtype=int))
+
+    def select(self, sel: np.ndarray) -> _Map:
+        """Rows ``sel`` (in that order, repeats allowed)."""
+        out = []
+        for blk in self.blocks:
+            if blk[0] == "dense":
+                out.append(("dense", blk[1], blk[2][sel]))
+                continue
+            _, r, c, v = blk
+            # entries of row sel[i], for every i: sort the entries by row, then gather
+            order = np.argsort(r, kind="stable")
+            r, c, v = r[order], c[order], v[order]
+            lo = np.searchsorted(r, sel, side="left")
+            hi = np.searchsorted(r, sel, side="right")
+            counts = hi - lo
+            if not counts.sum():
+                continue
+            new_rows = np.repeat(np.arange(sel.size), counts)
+            starts = np.cumsum(counts) - counts
+            take = np.repeat(lo, counts) + np.arange(counts.sum()) - np.repeat(starts, counts)
+            out.append(("coo", new_rows, c[take], v[take]))
+        return _Map(sel.size, out, self.b[sel])
+
+    def triplets(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        rows, cols, vals = [], [], []
+        for blk in self.blocks:
+            if blk[0] == "dense":
+                r, k = np.nonzero(blk[2])
+                rows.append(r)
+                cols.append(blk[1][k])
+                vals.append(blk[2][r, k])
+            else:
+                rows.append(blk[1])
+                cols.append(blk[2])
+                vals.append(blk[3])
+        if not rows:
+            z = np.zeros(0, dtype=int)
+            return z, z, np.zeros(0)
+        return np.concatenate(rows), np.concatenate(cols), np.concatenate(vals)
 
 
-def _fast_affine(expr, layout) -> _Dense:
-    """:class:`_Dense` form of an affine expression of the common atoms; raises
+def _constant(expr) -> np.ndarray | None:
+    """The value of a constant expression without parameters (dense), else None."""
+    import cvxpy as cp
+
+    if not isinstance(expr, cp.Constant):
+        if not expr.is_constant() or expr.parameters():
+            return None
+    v = expr.value
+    if v is None or sp.issparse(v):
+        return None
+    return np.asarray(v, dtype=float)
+
+
+def _fast_affine(expr, layout) -> _Map:
+    """:class:`_Map` of an affine expression of the common atoms; raises
     :class:`NotRecognised` for others (the caller then uses
     :func:`fedmodel.compiler.glm.affine_map`)."""
     import cvxpy as cp
@@ -295,81 +349,89 @@ def _fast_affine(expr, layout) -> _Dense:
     if isinstance(expr, cp.Variable):
         s = layout.slice_of(expr)
         k = s.stop - s.start
-        return _Dense(np.eye(k), np.arange(s.start, s.stop), np.zeros(k))
+        return _Map(k, [("coo", np.arange(k), np.arange(s.start, s.stop), np.ones(k))], np.zeros(k))
     if isinstance(expr, cp.Constant):
         v = expr.value
         v = v.toarray() if sp.issparse(v) else np.asarray(v, dtype=float)
         b = np.asarray(v, dtype=float).ravel(order="F")
-        return _Dense(np.zeros((b.size, 0)), np.zeros(0, dtype=int), b)
+        return _Map(b.size, [], b)
     name = type(expr).__name__
     args = expr.args
     if name == "AddExpression":
         parts = [_fast_affine(a, layout) for a in args]
         m = max(p.m for p in parts)
         parts = [p.rows(m) for p in parts]
-        cols = np.unique(np.concatenate([p.cols for p in parts]))
-        if m * cols.size > FAST_DENSE_MAX:
-            raise NotRecognised("large")
-        M = np.zeros((m, cols.size))
         b = np.zeros(m)
         for p in parts:
-            if p.cols.size:
-                M[:, np.searchsorted(cols, p.cols)] += p.M
-            b += p.b
-        return _Dense(M, cols, b)
+            b = b + p.b
+        return _Map(m, [blk for p in parts for blk in p.blocks], b)
     if name == "NegExpression":
-        p = _fast_affine(args[0], layout)
-        return _Dense(-p.M, p.cols, -p.b)
+        return _fast_affine(args[0], layout).scaled(-1.0)
     if name == "Promote":
         return _fast_affine(args[0], layout).rows(int(np.prod(expr.shape)))
     if name == "reshape" and getattr(expr, "order", "F") == "F":
         return _fast_affine(args[0], layout)
     if name == "Sum" and getattr(expr, "axis", None) is None:
         p = _fast_affine(args[0], layout)
-        return _Dense(p.M.sum(axis=0, keepdims=True), p.cols, np.array([p.b.sum()]))
+        blocks = []
+        for blk in p.blocks:
+            if blk[0] == "dense":
+                blocks.append(("dense", blk[1], blk[2].sum(axis=0, keepdims=True)))
+            else:
+                blocks.append(("coo", np.zeros(blk[1].size, dtype=int), blk[2], blk[3]))
+        return _Map(1, blocks, np.array([p.b.sum()]))
     if name == "index":
         child = args[0]
         p = _fast_affine(child, layout)
         at = np.arange(p.m).reshape(child.shape, order="F") if child.shape else np.arange(1)
-        sel = np.asarray(at[expr.key]).ravel(order="F")
-        return _Dense(p.M[sel], p.cols, p.b[sel])
+        return p.select(np.asarray(at[expr.key]).ravel(order="F"))
     if name == "multiply":
         left, right = args
         const, other = (left, right) if left.is_constant() else (right, left)
-        if not isinstance(const, cp.Constant) or sp.issparse(const.value):
+        c = _constant(const)
+        if c is None:
             raise NotRecognised("product")
-        c = np.asarray(const.value, dtype=float).ravel(order="F")
+        c = c.ravel(order="F")
         p = _fast_affine(other, layout)
         m = max(p.m, c.size, int(np.prod(expr.shape)))
-        p = p.rows(m)
-        c = np.broadcast_to(c, (m,))
-        return _Dense(p.M * c[:, None], p.cols, p.b * c)
+        return p.rows(m).scaled(np.broadcast_to(c, (m,)))
     if name == "MulExpression":
         left, right = args
-        if not isinstance(left, cp.Constant) or right.ndim > 1 or sp.issparse(left.value):
+        C = _constant(left)
+        if C is None or right.ndim > 1:
             raise NotRecognised("product")
-        C = np.asarray(left.value, dtype=float)
         p = _fast_affine(right, layout)
         if C.ndim < 2:
-            if C.size != 1:
-                C = C.reshape(1, -1)  # (a row vector times a vector)
-            else:
-                return _Dense(float(C.ravel()[0]) * p.M, p.cols, float(C.ravel()[0]) * p.b)
-        if C.shape[0] * p.cols.size > FAST_DENSE_MAX:
-            raise NotRecognised("large")
-        return _Dense(C @ p.M, p.cols, C @ p.b)
+            if C.size == 1:
+                return p.scaled(float(C.ravel()[0]))
+            C = C.reshape(1, -1)  # (a row vector times a vector)
+        blocks = []
+        for blk in p.blocks:
+            if blk[0] == "dense":
+                blocks.append(("dense", blk[1], C @ blk[2]))
+            else:  # C @ (entries v at (r, c)): column j of the result is C[:, r_j] v_j
+                _, r, c, v = blk
+                if C.shape[0] * r.size > FAST_DENSE_MAX:
+                    raise NotRecognised("large")
+                blocks.append(("dense", c, C[:, r] * v))
+        return _Map(C.shape[0], blocks, C @ p.b)
     if name == "DivExpression":
-        den = args[1]
-        if not isinstance(den, cp.Constant) or den.size != 1:
+        den = _constant(args[1])
+        if den is None or den.size == 0 or np.any(den != den.ravel()[0]):
             raise NotRecognised("division")
-        c = 1.0 / float(np.asarray(den.value).ravel()[0])
-        p = _fast_affine(args[0], layout)
-        return _Dense(c * p.M, p.cols, c * p.b)
+        return _fast_affine(args[0], layout).scaled(1.0 / float(den.ravel()[0]))
     if name == "Hstack" and all(a.ndim <= 1 for a in args):
         parts = [_fast_affine(a, layout) for a in args]
-        cols = np.unique(np.concatenate([p.cols for p in parts]))
-        M = np.vstack([p.on(cols) for p in parts])
-        return _Dense(M, cols, np.concatenate([p.b for p in parts]))
+        blocks, off = [], 0
+        for p in parts:
+            for blk in p.blocks:
+                if blk[0] == "dense":
+                    r, k = np.nonzero(blk[2])
+                    blocks.append(("coo", r + off, blk[1][k], blk[2][r, k]))
+                else:
+                    blocks.append(("coo", blk[1] + off, blk[2], blk[3]))
+            off += p.m
+        return _Map(off, blocks, np.concatenate([p.b for p in parts]))
     raise NotRecognised(name)
 
 
@@ -389,8 +451,8 @@ def _affine(expr, layout):
     except NotRecognised:
         d = None
     if d is not None:
-        r, c = np.nonzero(d.M)
-        G = sp.csr_array((d.M[r, c], (r, d.cols[c])), shape=(d.m, layout.size))
+        r, c, v = d.triplets()
+        G = sp.csr_array((v, (r, c)), shape=(d.m, layout.size))
         return G, d.b
     if not expr.is_affine():
         raise NonAffine("a nonlinear constraint")
