@@ -1085,6 +1085,13 @@ def main(argv=None) -> None:
         import clarabel  # noqa: F401
     except ImportError:  # pragma: no cover - Clarabel is a dependency of cvxpy
         pass
+    # the library finds the process's OpenBLAS once (blas_threads: /proc/self/maps and a
+    # dlopen, 2-3 ms) on its first solve in a process; found here, before forking, as the
+    # imports above are, instead of inside every child's solve (a user's second solve in a
+    # process does not pay it either)
+    from fedmodel.runtime.blas import _openblas_handles
+
+    _openblas_handles()
     gc.collect()
     gc.freeze()
     for name in names:
