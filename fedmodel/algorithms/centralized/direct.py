@@ -967,7 +967,9 @@ def solve_direct(data: ConicData, settings: dict, deadline: float | None = None)
 
         def callback(_info) -> bool:
             now = time.perf_counter()
-            stop["step"] = max(stop["step"], now - stop["last"]) if _info.iterations else 0.0
+            # (the first call's "step" is the solve's start-up and first iteration: longer
+            # than an iteration, so a start-up that ate the time stops the solve at once)
+            stop["step"] = max(stop["step"], now - stop["last"])
             stop["last"] = now
             stop["hit"] = now + stop["step"] >= deadline
             return stop["hit"]

@@ -89,9 +89,11 @@ def pooled_problem(compiled: CompiledModel):
 #: conditioning it brings.
 SMOOTH_BETA = 1e5
 
-#: the share of ``time_limit`` a direct Clarabel solve leaves to what follows it (the
-#: multiplier polish, the certificate, the result), besides twice the data's build time
-POST_RESERVE = 0.05
+#: the share of ``time_limit`` (at most :data:`POST_RESERVE_MAX` seconds) a direct
+#: Clarabel solve leaves to what follows it (the multiplier polish, the certificate, the
+#: result), besides twice the data's build time
+POST_RESERVE = 0.1
+POST_RESERVE_MAX = 1.0
 
 #: Clarabel's static regularisation of a second direct solve when the first's point does
 #: not certify (its default is 1e-8)
@@ -418,10 +420,10 @@ def _cvxpy_solve(
             # of the limit and twice the data's build (quantile regression on
             # Communities, limit 0.3 s: Clarabel ended at 0.28 s, the polish and the
             # certificate took the run to 0.36 s)
-            reserve = (
-                None if deadline is None else (POST_RESERVE * limit + 2.0 * direct.build_seconds)
-            )
-            stop_at = None if deadline is None else deadline - reserve
+            stop_at = None
+            if deadline is not None:
+                reserve = min(POST_RESERVE * limit, POST_RESERVE_MAX)
+                stop_at = deadline - reserve - 2.0 * direct.build_seconds
             solved = solve_direct(direct, kwargs, stop_at)
             cvx_status = solved.status
         except Exception as exc:  # noqa: BLE001 - Clarabel's own errors (a panic, bad data)
