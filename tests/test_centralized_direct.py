@@ -262,3 +262,10 @@ def test_the_fast_affine_map_matches_the_compiler_s():
         A = ref.A.toarray() if sp.issparse(ref.A) else np.asarray(ref.A)
         np.testing.assert_allclose(G, A, atol=1e-14)
         np.testing.assert_allclose(d.b, ref.b, atol=1e-14)
+
+
+def test_an_unknown_clarabel_setting_is_the_caller_s_error_on_either_route():
+    for direct in (True, False):
+        model, _, _ = _hinge()
+        with pytest.raises(TypeError, match="no_such_setting"):
+            model.solve(method="centralized", direct=direct, solver_options={"no_such_setting": 1})

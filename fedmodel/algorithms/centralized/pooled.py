@@ -426,6 +426,8 @@ def _cvxpy_solve(
                 stop_at = deadline - reserve - 2.0 * direct.build_seconds
             solved = solve_direct(direct, kwargs, stop_at)
             cvx_status = solved.status
+        except TypeError:  # a setting Clarabel does not know: the caller's error, as in cvxpy
+            raise
         except Exception as exc:  # noqa: BLE001 - Clarabel's own errors (a panic, bad data)
             cvx_status, error = "solver_error", f"{type(exc).__name__}: {exc}"
     elif chain is not None:
