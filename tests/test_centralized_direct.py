@@ -269,3 +269,23 @@ def test_an_unknown_clarabel_setting_is_the_caller_s_error_on_either_route():
         model, _, _ = _hinge()
         with pytest.raises(TypeError, match="no_such_setting"):
             model.solve(method="centralized", direct=direct, solver_options={"no_such_setting": 1})
+
+
+def test_the_fast_affine_map_stacks_rows_like_cvxpy():
+    """``vstack`` (the cone form of a p-norm or geo_mean): checked against cvxpy's own
+    value of the expression at a random point."""
+    import scipy.sparse as sp
+
+    from fedmodel.algorithms.centralized.direct import _fast_affine
+    from fedmodel.compiler.layout import VariableLayout
+
+    x, y = cp.Variable((2, 3)), cp.Variable(3)
+    layout = VariableLayout([x, y])
+    rng = np.random.default_rng(1)
+    x.value, y.value = rng.normal(size=(2, 3)), rng.normal(size=3)
+    point = np.concatenate([x.value.ravel(order="F"), y.value])
+    for e in [cp.vstack([y, 2 * y + 1]), cp.vstack([x, cp.reshape(y, (1, 3), order="F")])]:
+        d = _fast_affine(e, layout)
+        r, c, v = d.triplets()
+        G = sp.coo_array((v, (r, c)), shape=(d.m, layout.size))
+        np.testing.assert_allclose(G @ point + d.b, np.ravel(e.value, order="F"), atol=1e-12)

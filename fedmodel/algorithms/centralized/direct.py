@@ -420,6 +420,25 @@ def _fast_affine(expr, layout) -> _Map:
         if den is None or den.size == 0 or np.any(den != den.ravel()[0]):
             raise NotRecognised("division")
         return _fast_affine(args[0], layout).scaled(1.0 / float(den.ravel()[0]))
+    if name == "Vstack" and all(a.ndim <= 2 for a in args):
+        # rows of (r_i, k) blocks stacked into (R, k), vec'd column-major: entry (r, j)
+        # of block i (its index r + r_i j) goes to (off_i + r) + R j
+        shapes = [a.shape if a.ndim == 2 else (1, a.size) for a in args]
+        R, k = sum(sh[0] for sh in shapes), shapes[0][1]
+        parts = [_fast_affine(a, layout) for a in args]
+        blocks, b, off = [], np.zeros(R * k), 0
+        for p, (ri, _) in zip(parts, shapes):
+            t = np.arange(p.m)
+            out = off + t % ri + R * (t // ri)
+            b[out] = p.b
+            for blk in p.blocks:
+                if blk[0] == "dense":
+                    r, c = np.nonzero(blk[2])
+                    blocks.append(("coo", out[r], blk[1][c], blk[2][r, c]))
+                else:
+                    blocks.append(("coo", out[blk[1]], blk[2], blk[3]))
+            off += ri
+        return _Map(R * k, blocks, b)
     if name == "Hstack" and all(a.ndim <= 1 for a in args):
         parts = [_fast_affine(a, layout) for a in args]
         blocks, off = [], 0
