@@ -145,7 +145,7 @@ def _key(row: dict) -> tuple:
 
 
 #: what the runs of 2026-11-26 showed (hand-written; the tables below are generated)
-NOTES = """## Notes (2026-11-26, branch tl)
+NOTES = """## Notes (2026-11-26, branch tl; 2026-11-27, branch central)
 
 - Before: on main (43d15b5) prox-al's exact-admm on sparse-logistic-d3000 ran 61.7 s
   against 60 s in `benchmarks/models.py` (20 dense 3000 x 3000 Newton factorisations per
@@ -153,8 +153,20 @@ NOTES = """## Notes (2026-11-26, branch tl)
   dald-cc on sparse-logistic-d3000 (full) ran 18.3 s and 15.9 s against 10 s (their local
   solves had no budget); at limits of 0.6-1.8 s prox-al overran by 12-33% (its set-up, up
   to 0.3 s, was not counted); admm cut inside Algorithm 2 said `max_iterations`.
-- Not held: `centralized` on sparse-logistic-d3000 at 3.49 s (4.00 s): cvxpy's compile of
-  the pooled problem cannot be interrupted (documented in docs/performance.md).
+- Not held then: `centralized` on sparse-logistic-d3000 at 3.49 s (4.00 s): cvxpy's
+  compile of the pooled problem cannot be interrupted. Since branch central (2026-11-27)
+  `centralized` builds Clarabel's data itself (`algorithms/centralized/direct.py`, 20 ms
+  there), stops Clarabel between iterations when the last one says the next would end
+  after the deadline (less a reserve for the certificate), and compiles the certificate's
+  evaluators before the solve: the `centralized` rows below are that branch's (full and
+  quick; `--min-limit 0.1` reruns at a third of the wall, and explicit limits on the
+  three longest solves). Held at every limit from 0.19 s up (sparse-logistic-d3000 at
+  3.49 s: 3.07 s). Over by a hair: quantile-communities at 0.11 s, a third of its
+  0.33 s solve, 0.122 s (1.107 x); five reruns at 0.11 s ended at 0.11-0.12 s, one of
+  them above 1.1 x: at that limit the fixed costs outside any solver in a fresh process
+  (the certificate's evaluators ~45 ms, Clarabel's set-up ~20 ms and its first iteration,
+  the certificate ~13 ms) take most of the time and the 11 ms slack is the machine's
+  scheduling noise.
 - dald-cc on sparse-logistic-ball (d = 10,000) was killed after 80 s in the branch's sweep:
   a party's local solve with the ball (a cone) went through cvxpy's parameterised (DPP)
   compile, 6-18 s and ~1.5 GB at n = 10,000, at every solve. Since main da449fd local

@@ -23,16 +23,33 @@ def test_auto_takes_the_smooth_path_for_logistic_models_and_agrees_with_cvxpy():
     assert np.abs(smooth.x - conic.x).max() <= 1e-3
 
 
-def test_auto_takes_the_smooth_path_for_small_qps_and_agrees_with_cvxpy():
-    model = lcqp_test_model(3)
-    assert prefers_smooth_path(model.compile())
+def test_auto_sends_small_lcqps_to_clarabel_directly_and_agrees_with_the_smooth_path():
+    """An LCQP (quadratic objective, affine inequalities) goes to Clarabel on its own data
+    (no cvxpy compile: faster than the augmented Lagrangian's active-set changes); with
+    ``direct=False`` it takes the smooth exact path as before; both certify the same
+    optimum."""
+    import cvxpy as cp
+
+    import fedmodel as fm
+
+    rng = np.random.default_rng(2)
+    model = fm.Model()
+    w = model.variable(4, name="w")
+    for k in range(3):
+        X, y = rng.normal(size=(20, 4)), rng.normal(size=20)
+        site = model.client(f"c{k}")
+        site.minimize(cp.sum_squares(site.data(X) @ w - site.data(y)) / 60)
+        site.subject_to(w <= 0.3 + 0.1 * k)
+    model.server.subject_to(cp.sum(w) == 1)
+    assert prefers_smooth_path(model.compile())  # (the smooth path applies)
     res = model.solve(method="centralized")
     assert res.status == "optimal"
-    assert res.extra["solved_with"] == "cprox-al (smooth exact)"
+    assert res.extra.get("direct") is True and "solved_with" not in res.extra
     assert res.kkt.stationarity <= 1e-6 and res.kkt.feasibility <= 1e-6
-    conic = model.solve(method="centralized", engine="cvxpy")
-    assert conic.status == "optimal" and conic.extra["cvxpy_solver"]
-    assert abs(conic.objective - res.objective) <= 1e-6 * max(1.0, abs(conic.objective))
+    smooth = model.solve(method="centralized", direct=False)
+    assert smooth.status == "optimal"
+    assert smooth.extra["solved_with"] == "cprox-al (smooth exact)"
+    assert abs(smooth.objective - res.objective) <= 1e-6 * max(1.0, abs(res.objective))
 
 
 def test_auto_keeps_cvxpy_for_large_qps(monkeypatch):
@@ -201,8 +218,9 @@ def test_time_limit_ends_the_newton_cg_path_with_status_time_limit(monkeypatch):
 
 
 def test_time_limit_spent_before_the_conic_solve_says_so():
-    """An epigraph model (hinge) goes to Clarabel: with the time limit gone during cvxpy's
-    compile, no solve starts and the status says time_limit."""
+    """An epigraph model (hinge) goes to Clarabel: with the time limit gone while its data
+    is built (directly, or by cvxpy's compile with ``direct=False``), no solve starts and
+    the status says time_limit."""
     import cvxpy as cp
 
     import fedmodel as fm
@@ -214,6 +232,9 @@ def test_time_limit_spent_before_the_conic_solve_says_so():
     X, y = rng.normal(size=(40, 3)), np.sign(rng.normal(size=40))
     site.minimize(cp.sum(cp.pos(1 - cp.multiply(site.data(y, name="y"), site.data(X) @ w))))
     res = model.solve(method="centralized", time_limit=1e-9)
+    assert res.status == "time_limit" and res.extra.get("cvxpy_solver") == "CLARABEL"
+    assert "building" in res.message and np.all(np.isnan(res.solution["w"]))
+    res = model.solve(method="centralized", time_limit=1e-9, direct=False)
     assert res.status == "time_limit"
     assert "compile" in res.message and np.all(np.isnan(res.solution["w"]))
 

@@ -106,6 +106,18 @@ def auxiliary_rows(program: PartyProgram, x: np.ndarray) -> AuxiliaryRows:
     >>> match.coef.tolist(), bool(match.determined.all())
     ([-1.0, -1.0, -1.0, -1.0], True)
     """
+    fn = program.functions
+    x = np.asarray(x, dtype=float)
+    key = x.tobytes()
+    cached = fn.__dict__.get("_auxiliary_rows")  # (the last point's: the pooled reference
+    if cached is not None and cached[0] == key:  # polishes, then certifies, at one x)
+        return cached[1]
+    match = _auxiliary_rows(program, x)
+    fn.__dict__["_auxiliary_rows"] = (key, match)
+    return match
+
+
+def _auxiliary_rows(program: PartyProgram, x: np.ndarray) -> AuxiliaryRows:
     hidden = owned_coordinates(program)[0]
     none = np.zeros(0, dtype=int)
     empty = AuxiliaryRows(hidden, none, none, np.zeros(0), np.zeros(hidden.size, dtype=bool))

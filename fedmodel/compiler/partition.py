@@ -175,7 +175,7 @@ class PartyFunctions:
         """Drop what was computed from parameter values (the constant parts the certificate
         scales by, the cone blocks): recomputed on next use. The evaluators stay: they read
         ``param.value`` at every evaluation."""
-        for name in ("constant_parts", "cone_constant_part"):
+        for name in ("constant_parts", "cone_constant_part", "_auxiliary_rows"):
             self.__dict__.pop(name, None)
         self.blocks = [ConeBlock(c.source) for c in self.program.cones]
 

@@ -28,7 +28,9 @@ class CentralizedOptions:
         gradient. ``"auto"`` (default): ``"smooth"`` when every term is of GLM form
         (logistic, exp, huber, squares, quadratic forms, affine), ``h`` is smooth, the model
         has no epigraph auxiliaries (hinge, abs, pinball, l1: an LP/QP in disguise, which
-        Clarabel takes in a few dozen iterations) and is not a QCQP (a linear or quadratic
+        Clarabel takes in a few dozen iterations), is not a QP with affine inequalities
+        whose data has a direct form (``direct``: Clarabel is faster there) and is not a
+        QCQP (a linear or quadratic
         objective with quadratic constraints: an SOCP for Clarabel) -- smooth
         non-quadratic terms would need the exponential cone, where Clarabel fails on UCI
         Adult and did not finish at d = 10,000 -- falling back to Clarabel if the smooth
@@ -45,13 +47,22 @@ class CentralizedOptions:
         Passed to ``cvxpy.Problem.solve``.
     time_limit : float or None
         Wall-clock seconds for the whole solve: the smooth exact path (checked inside every
-        Newton and CG iteration), the cvxpy solve and the refinement, each stage getting
-        what the earlier ones left. Building the pooled cvxpy problem and cvxpy's compile
-        of it cannot be interrupted: the remaining time is checked after them, and a
-        compile that outlasted the limit ends the solve with status ``"time_limit"`` and
-        no point; Clarabel, OSQP and SCS get what is left as their own limit.
+        Newton and CG iteration), the conic solve and the refinement, each stage getting
+        what the earlier ones left. On the direct route (``direct``) the data is built in
+        milliseconds and Clarabel is stopped between iterations when its last one says
+        the next would end after the deadline. Through cvxpy, building the pooled problem
+        and cvxpy's compile of it cannot be interrupted: the remaining time is checked
+        after them, and a compile that outlasted the limit ends the solve with status
+        ``"time_limit"`` and no point; Clarabel, OSQP and SCS get what is left as their
+        own limit.
     blas_threads : int or None
         OpenBLAS threads during the solve (default 1; ``None`` leaves the setting alone).
+    direct : bool
+        Clarabel is called on data built from the package's own forms of the terms
+        (:mod:`fedmodel.algorithms.centralized.direct`: affine, GLM and cone pieces), with
+        no cvxpy compile, where every piece has such a form (default); ``False``, or a
+        model with another piece (a quadratic constraint, ``kl_div``, a PSD cone): the
+        pooled problem is compiled by cvxpy.
     """
 
     eps: float = 1e-6
@@ -61,6 +72,7 @@ class CentralizedOptions:
     solver_options: dict = field(default_factory=dict)
     time_limit: float | None = None
     blas_threads: int | None = 1
+    direct: bool = True
 
     def validate(self, compiled: Any, method: str) -> None:
         """The engine, and a convex model (cvxpy needs DCP)."""
