@@ -33,7 +33,7 @@ from flwr.supernode.runtime import run_clientapp as process  # noqa: E402
 from fedmodel.flower_app import make_app_dir  # noqa: E402
 from fedmodel.runtime import flower_relay_app, trusted_clientapp  # noqa: E402
 
-HOOKED = ("install_from_fab", "get_load_client_app_fn", "install_app_dependencies")
+HOOKED = trusted_clientapp.HOOKED
 
 
 @pytest.fixture

@@ -109,30 +109,42 @@ def _refuse_dependency_install(*args, **kwargs):
     )
 
 
-def install_trusted_hooks() -> None:
+#: the names of Flower's ClientApp process code that :func:`install_trusted_hooks` replaces
+HOOKED = ("install_from_fab", "get_load_client_app_fn", "install_app_dependencies")
+
+
+def install_trusted_hooks() -> dict:
     """Replace, in Flower's ``flwr-clientapp`` process code
     (:mod:`flwr.supernode.runtime.run_clientapp`), the FAB installation, the ClientApp
     loader and the dependency installation (see the module docstring); idempotent.
+    Returns what was there before (name -> object), for a process that must put Flower's
+    own back (a test; a deployed party's ClientApp process never does).
 
     Example
     -------
     >>> from flwr.supernode.runtime import run_clientapp
     >>> from fedmodel.runtime.trusted_clientapp import install_trusted_hooks
-    >>> install_trusted_hooks()
+    >>> before = install_trusted_hooks()
     >>> run_clientapp.get_load_client_app_fn.__name__
     'trusted_load_client_app_fn'
+    >>> for name, original in before.items():  # (Flower's own again)
+    ...     setattr(run_clientapp, name, original)
+    >>> run_clientapp.get_load_client_app_fn.__name__
+    'get_load_client_app_fn'
     """
     from flwr.supernode.runtime import run_clientapp as process
 
-    for name in ("install_from_fab", "get_load_client_app_fn", "install_app_dependencies"):
+    for name in HOOKED:
         if not hasattr(process, name):  # a Flower whose ClientApp process changed
             raise RuntimeError(
                 f"fedmodel party: flwr.supernode.runtime.run_clientapp has no {name}; this "
                 "Flower version is not supported by fedmodel join's trusted ClientApp"
             )
+    before = {name: getattr(process, name) for name in HOOKED}
     process.install_from_fab = _skip_fab_install
     process.get_load_client_app_fn = trusted_load_client_app_fn
     process.install_app_dependencies = _refuse_dependency_install
+    return before
 
 
 def main() -> None:
