@@ -96,3 +96,26 @@ def test_iterative_local_solvers_stop_at_their_deadline(kind):
         assert lp.stats.iterations > 1, lp.stats
     else:
         assert lp.stats.iterations == 3, lp.stats
+
+
+@pytest.mark.parametrize("method", ["prox-al", "centralized"])
+def test_the_time_limit_counts_the_models_compile(method, monkeypatch):
+    """``time_limit`` covers the whole ``model.solve`` call, its compile included (a user's
+    clock starts there): a compile that takes longer than the limit leaves the solve no
+    time, and the run ends with status time_limit (it had the whole limit after the compile,
+    enough for this model, and said "optimal")."""
+    import time
+
+    import fedmodel as fm
+
+    model = _logistic()
+    compile_model = fm.Model.compile
+
+    def slow_compile(self, *args, **kwargs):
+        time.sleep(0.5)
+        return compile_model(self, *args, **kwargs)
+
+    monkeypatch.setattr(fm.Model, "compile", slow_compile)
+    res = model.solve(method, time_limit=0.4)
+    assert res.status == "time_limit", (res.status, res.message)
+    assert np.all(np.isfinite(np.asarray(res.solution["w"], dtype=float)))

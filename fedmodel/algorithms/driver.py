@@ -41,7 +41,7 @@ from fedmodel.algorithms.common import (
     status_message,
 )
 from fedmodel.algorithms.messages import declare_messages
-from fedmodel.algorithms.options import resume_key
+from fedmodel.algorithms.options import SOLVE_STARTED, resume_key
 from fedmodel.algorithms.protocol import ServerHalf, StepReport
 from fedmodel.certificate.kkt import KKTResiduals, assemble, party_evaluation
 from fedmodel.compiler.fingerprint import model_fingerprint
@@ -118,6 +118,9 @@ def run_federated(
     :class:`~fedmodel.algorithms.protocol.ServerHalf`).
     """
     t_start = time.perf_counter()
+    started = SOLVE_STARTED.get()  # (model.solve's own start: its compile counts too)
+    if started is not None:
+        t_start = min(t_start, started)
     options.validate_runtime()
     fingerprint = model_fingerprint(compiled) if compiled is not None else server.fingerprint()
     # every option not declared stop-only (algorithms/options.py)
@@ -194,6 +197,10 @@ class _Run:
         self.last_eval_k = -2
         self.k = -1
         self.diagnostics: dict = {}
+        #: how long the last evaluation round took: under a time limit, the steps end that
+        #: long before the deadline, so that the round after them (the history row, the
+        #: certificate) ends by it too
+        self.eval_seconds = 0.0
 
     # -- marks and checkpoints ---------------------------------------------------------------
     def take_mark(self, k_next: int) -> None:
@@ -248,7 +255,14 @@ class _Run:
 
     def evaluate(self):
         """One diagnostic round at the server's point: every client evaluates its share with
-        its own multipliers, the server adds its own and ``dh``."""
+        its own multipliers, the server adds its own and ``dh`` (timed: ``eval_seconds``)."""
+        t0 = time.perf_counter()
+        try:
+            return self._evaluate()
+        finally:
+            self.eval_seconds = time.perf_counter() - t0
+
+    def _evaluate(self):
         if self.compiled is None:  # the method evaluates on its own representation
             self.server.sync(self.runtime)
             kkt, summary, self.diagnostics = self.server.evaluate(self.runtime)
@@ -302,7 +316,9 @@ class _Run:
             self.take_mark(first)
             for k in range(first, server.max_steps):
                 self.k = k
-                last = server.step(runtime, deadline)
+                # (the steps end early enough for the evaluation round after them)
+                cut = None if deadline is None else deadline - self.eval_seconds
+                last = server.step(runtime, cut)
                 if last.stop == "unbounded":  # the last finite iterate stands
                     status, message = last.stop, last.message
                     break
@@ -329,14 +345,14 @@ class _Run:
                     status, message = last.stop, last.message
                     # a step cut short by the deadline (its parties' budgets) can look like
                     # a converged one: unless certified, the run ends with time_limit
-                    late = deadline is not None and time.perf_counter() > deadline
+                    late = cut is not None and time.perf_counter() > cut
                     late = late and status in ("stopped", "max_iterations")
                     if late and opts.checkpoint is not None:  # (the point before it)
                         self.quiesce()
                         with runtime.critical():
                             self.save("time_limit")
                     break
-                if deadline is not None and time.perf_counter() > deadline:
+                if deadline is not None and time.perf_counter() > deadline - self.eval_seconds:
                     status = "time_limit"
                     message = (
                         f"time limit of {opts.time_limit:g} s reached after {k + 1} "

@@ -11,6 +11,7 @@ therefore safe by default: resuming with it changed is refused, naming it.
 
 from __future__ import annotations
 
+import contextvars
 import dataclasses
 import os
 from dataclasses import MISSING, dataclass, field, fields
@@ -22,6 +23,14 @@ from fedmodel.errors import ModelError
 from fedmodel.runtime.plaincodec import plain
 
 # The runtime options' documentation, appended to every federated method's options docstring.
+#: when the ``model.solve`` call being run started (``time.perf_counter()``; None outside
+#: one): set by the registry before the model's compile, read by the driver, whose
+#: ``time_limit`` covers the whole call (the compile, the runtime's set-up, the steps, the
+#: certificate round)
+SOLVE_STARTED: contextvars.ContextVar[float | None] = contextvars.ContextVar(
+    "fedmodel_solve_started", default=None
+)
+
 RUNTIME_OPTIONS_DOC = """
     time_limit : float or None
         Wall-clock seconds for the whole run, its set-up (the runtime and its workers)

@@ -14,7 +14,7 @@ from typing import Any
 
 __all__ = ["FAMILIES", "MODEL_FAMILIES", "MethodSpec", "method_spec", "solve_model"]
 
-from fedmodel.algorithms.options import build_options
+from fedmodel.algorithms.options import SOLVE_STARTED, build_options
 from fedmodel.algorithms.protocol import MethodSpec
 from fedmodel.errors import ModelError, UnsupportedError
 from fedmodel.runtime.blas import blas_threads
@@ -117,6 +117,15 @@ def solve_model(model, method: str, options: dict[str, Any]):
         )
     opts = build_options(spec.options, options, method)
     t0 = time.perf_counter()
+    started = SOLVE_STARTED.set(t0)  # (the time limit counts the compile too)
+    try:
+        return _compile_and_run(model, spec, opts, method, t0)
+    finally:
+        SOLVE_STARTED.reset(started)
+
+
+def _compile_and_run(model, spec: MethodSpec, opts, method: str, t0: float):
+    """:func:`solve_model`'s horizontal case from the model's compile on."""
     compiled = model.compile()
     compile_seconds = time.perf_counter() - t0
     if spec.server_sets_in_h:

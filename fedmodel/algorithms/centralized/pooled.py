@@ -40,6 +40,7 @@ from fedmodel.algorithms.centralized.cprox_al import pooled_evaluation, run_cpro
 from fedmodel.algorithms.centralized.direct import NotDirect, build_conic_data, solve_direct
 from fedmodel.algorithms.centralized.options import ENGINES, CentralizedOptions  # noqa: F401
 from fedmodel.algorithms.common import conic_note, make_result, split_multipliers
+from fedmodel.algorithms.options import SOLVE_STARTED
 from fedmodel.algorithms.proxal.options import CProxALOptions
 from fedmodel.certificate.auxiliary import (
     auxiliary_rows,
@@ -265,8 +266,11 @@ def _run(compiled: CompiledModel, options: CentralizedOptions):
                     "by cvxpy); engine='smooth' needs C^1 terms: use engine='cvxpy' or 'auto'",
                     p.name,
                 )
-    # time_limit covers the whole solve: each stage gets what the earlier ones left
-    deadline = None if options.time_limit is None else time.perf_counter() + options.time_limit
+    # time_limit covers the whole solve (from model.solve's start: its compile counts too):
+    # each stage gets what the earlier ones left
+    started = SOLVE_STARTED.get()
+    started = time.perf_counter() if started is None else started
+    deadline = None if options.time_limit is None else started + options.time_limit
     plan = route(compiled)
     direct = None
     if (
