@@ -305,7 +305,11 @@ class _Run:
         last = StepReport()
         try:
             if start is None:
+                t0 = time.perf_counter()
                 server.start(runtime)
+                # (until the first evaluation round is timed, the start-up round -- one
+                # round trip to every client -- stands for its duration)
+                self.eval_seconds = time.perf_counter() - t0
             else:  # resume from a checkpoint
                 server.set_state(start.server)
                 self.history = list(start.history)

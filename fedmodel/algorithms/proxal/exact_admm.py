@@ -156,7 +156,9 @@ class ExactADMM:
         bound, residual, w = np.inf, np.inf, w_center
         primals: list[float] = []  # (the infeasibility monitor)
         fixed_since = 0  # the round since which sigma has not changed
-        for t in range(self.max_inner):
+        last_round = 0.0  # seconds of the last round: one more is not begun if it would end
+        for t in range(self.max_inner):  # after the deadline (the rounds are the time unit)
+            t_round = time.perf_counter()
             sigma = self.sigma
             runtime.next_round()
             payloads = {n: {"c": z - U[n], "sigma": sigma, "tol": tol} for n in U}
@@ -190,7 +192,8 @@ class ExactADMM:
             ):
                 self.duals = U_new
                 return InnerOutcome(w, t + 1, bound, False, residual, stalled=True)
-            if deadline is not None and time.perf_counter() > deadline:
+            last_round = time.perf_counter() - t_round
+            if deadline is not None and time.perf_counter() + last_round > deadline:
                 self.duals = U_new
                 return InnerOutcome(w, t + 1, bound, False, residual, timed_out=True)
             changed = False
