@@ -201,6 +201,7 @@ class _Run:
         #: long before the deadline, so that the round after them (the history row, the
         #: certificate) ends by it too
         self.eval_seconds = 0.0
+        self.step_floor = float("inf")  # the shortest step's seconds, its evaluation included
 
     # -- marks and checkpoints ---------------------------------------------------------------
     def take_mark(self, k_next: int) -> None:
@@ -322,6 +323,7 @@ class _Run:
                 self.k = k
                 # (the steps end early enough for the evaluation round after them)
                 cut = None if deadline is None else deadline - self.eval_seconds
+                t_step = time.perf_counter()
                 last = server.step(runtime, cut)
                 if last.stop == "unbounded":  # the last finite iterate stands
                     status, message = last.stop, last.message
@@ -356,11 +358,16 @@ class _Run:
                         with runtime.critical():
                             self.save("time_limit")
                     break
-                if deadline is not None and time.perf_counter() > deadline - self.eval_seconds:
+                # the shortest step so far (with its evaluation) is what another one takes at
+                # the least: it is not begun if it would end after the deadline
+                now = time.perf_counter()
+                self.step_floor = min(self.step_floor, now - t_step)
+                if deadline is not None and now + self.step_floor > deadline:
                     status = "time_limit"
                     message = (
                         f"time limit of {opts.time_limit:g} s reached after {k + 1} "
                         f"{server.step_name}s"
+                        + ("" if now > deadline else " (another would end after it)")
                     )
                     if opts.checkpoint is not None:  # resumable where it stopped
                         # the checkpoint holds the point before this step: the deadline
