@@ -172,7 +172,19 @@ NOTES = """## Notes (2026-11-26, branch tl; 2026-11-27, branch central)
   compile, 6-18 s and ~1.5 GB at n = 10,000, at every solve. Since main da449fd local
   problems with a cvxpy engine call Clarabel on the compiled data (`make_solver(direct=
   True)`); its row above is the rerun (`--limit 10 --models sparse-logistic-ball --methods
-  dald-cc,fedprox`): held, 10.16 s."""
+  dald-cc,fedprox`): held, 10.16 s.
+- 2026-11-27 (main, after branch central): the limit counts from `model.solve`'s start
+  (the model's compile included: `SOLVE_STARTED`); the driver's steps end the last
+  evaluation round's duration before the deadline and another step is not begun when the
+  shortest so far would end after it; exact-admm begins no inner round that would end
+  after it. Before -> after: svm-20 (quick) at 0.29 s 0.33 -> 0.29 s; sparse-logistic-ball
+  (d = 10,000) at 0.36 s 0.44 -> 0.22 s; sparse-logistic-d3000 (prox-quasi-newton) at
+  0.1 s 0.126 -> 0.10 s. The prox-al and centralized rows are reruns on that main
+  (`--limit 10 --min-limit 0.2 --methods prox-al,centralized`, quick and full, then the
+  three small limits explicitly): every one held, except that `centralized` on
+  quantile-communities at 0.11 s (a third of its 0.33 s solve) sits at the edge: of three
+  reruns two held (0.12 s, 1.09 x) and one overran (1.12 x): the fixed costs of a cold
+  process, above."""
 
 
 def write_report(rows: list[dict], commands: list[str]) -> None:
