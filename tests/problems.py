@@ -115,3 +115,43 @@ DEPLOYMENT_MODEL = textwrap.dedent(
         return model
     """
 )
+
+
+def routing_model(loss="square", client_con=None, server_con=None, reg=None, d=4):
+    """Two clients with 10 rows each, for the tests of which inner solver prox-al's "auto"
+    picks: their ``loss`` (``"square"``, ``"logistic"``, ``"hinge"`` or ``"kl"``, a term with
+    a restricted domain), optional constraints ``client_con(w, A)`` and ``server_con(w)``,
+    and an optional ``h`` (``"l1"``, ``"group"``, ``"sumsq"``)."""
+    rng = np.random.default_rng(0)
+    m = fm.Model("routing")
+    w = m.variable(d, name="w")
+    for k in range(2):
+        c = m.client(f"c{k}")
+        A = c.data(rng.normal(size=(10, d)), name="A")
+        if loss == "square":
+            c.minimize(cp.sum_squares(A @ w - 1) / 20)
+        elif loss == "logistic":
+            c.minimize(cp.sum(cp.logistic(A @ w)) / 20)
+        elif loss == "hinge":
+            c.minimize(cp.sum(cp.pos(1 - A @ w)) / 20)
+        else:  # "kl": a restricted domain
+            c.minimize(cp.sum(cp.kl_div(w + 2, np.ones(d))) / 20 + cp.sum_squares(A @ w) / 20)
+        if client_con is not None:
+            c.subject_to(client_con(w, A))
+    if server_con is not None:
+        m.server.subject_to(server_con(w))
+    if reg == "l1":
+        m.regularize(0.1 * cp.norm1(w))
+    elif reg == "group":
+        m.regularize(0.1 * cp.norm(w, 2))
+    elif reg == "sumsq":
+        m.regularize(0.1 * cp.sum_squares(w))
+    return m
+
+
+def route(model, **options) -> tuple[str, str]:
+    """``(inner solver, why)`` that prox-al's routing picks for ``model`` at ``options``."""
+    from fedmodel.algorithms.proxal.options import ProxALOptions
+    from fedmodel.algorithms.proxal.server import inner_solver
+
+    return inner_solver(model.compile(), ProxALOptions(**options), True)

@@ -1,35 +1,12 @@
 """Which inner solver prox-al's "auto" picks on smooth convex models (server.inner_solver)."""
 
 import cvxpy as cp
-import numpy as np
 import pytest
-
-import fedmodel as fm
-from fedmodel.algorithms.proxal.options import ProxALOptions
-from fedmodel.algorithms.proxal.server import inner_solver
+from problems import route, routing_model
 
 
 def _model(client_con=None, server_con=None, loss="square", d=4):
-    rng = np.random.default_rng(0)
-    m = fm.Model("routing")
-    w = m.variable(d, name="w")
-    for k in range(2):
-        c = m.client(f"c{k}")
-        A = c.data(rng.normal(size=(10, d)), name="A")
-        if loss == "square":
-            c.minimize(cp.sum_squares(A @ w - 1) / 20)
-        else:
-            c.minimize(cp.sum(cp.logistic(A @ w)) / 20)
-        if client_con is not None:
-            c.subject_to(client_con(w, A))
-    if server_con is not None:
-        m.server.subject_to(server_con(w))
-    return m
-
-
-def _route(model, **options):
-    opts = ProxALOptions(**options)
-    return inner_solver(model.compile(), opts, True)
+    return routing_model(loss, client_con, server_con, d=d)
 
 
 @pytest.mark.parametrize(
@@ -43,7 +20,7 @@ def _route(model, **options):
     ],
 )
 def test_inequality_walls_of_smooth_models_go_to_exact_admm(client_con, server_con, expected):
-    mode, note = _route(_model(client_con, server_con))
+    mode, note = route(_model(client_con, server_con))
     assert mode == expected
     assert ("inequality constraints" in note) == (expected == "exact-admm")
 
@@ -52,23 +29,23 @@ def test_exponential_cone_constrained_parties_keep_quasi_newton():
     """Neyman-Pearson-type clients (a logistic constraint): quasi-Newton (Adult NP 226
     rounds against exact-admm's 677)."""
     con = lambda w, A: [cp.sum(cp.logistic(-(A @ w))) / 10 <= 0.5]  # noqa: E731
-    assert _route(_model(con, None, loss="logistic"))[0] == "quasi-newton"
+    assert route(_model(con, None, loss="logistic"))[0] == "quasi-newton"
     # an exponential-cone objective without constraints does not count (the ball is the server's)
     ball = lambda w: [cp.norm(w, 2) <= 1]  # noqa: E731
-    assert _route(_model(None, ball, loss="logistic"))[0] == "exact-admm"
+    assert route(_model(None, ball, loss="logistic"))[0] == "exact-admm"
 
 
 def test_the_walls_rule_keeps_its_limits(monkeypatch):
     box = lambda w: [w <= 1, w >= -1]  # noqa: E731
     # below eps = 1e-5 exact-admm's interior-point duals cannot be certified: quasi-Newton
-    assert _route(_model(None, box), eps=1e-6)[0] == "quasi-newton"
+    assert route(_model(None, box), eps=1e-6)[0] == "quasi-newton"
     # the user's choice is kept
-    assert _route(_model(None, box), inner_solver="quasi-newton")[0] == "quasi-newton"
+    assert route(_model(None, box), inner_solver="quasi-newton")[0] == "quasi-newton"
     # above EXACT_WALLS_MAX_SHARED shared variables the clients' dense steps are too large
     import fedmodel.algorithms.proxal.server as server_module
 
     monkeypatch.setattr(server_module, "EXACT_WALLS_MAX_SHARED", 3)
-    assert _route(_model(None, box))[0] == "quasi-newton"  # (10 rows per client, d = 4)
+    assert route(_model(None, box))[0] == "quasi-newton"  # (10 rows per client, d = 4)
 
 
 def test_walls_above_the_dense_size_go_to_exact_admm_when_parties_have_few_rows(monkeypatch):
@@ -78,5 +55,5 @@ def test_walls_above_the_dense_size_go_to_exact_admm_when_parties_have_few_rows(
 
     monkeypatch.setattr(server_module, "EXACT_WALLS_MAX_SHARED", 3)
     ball = lambda w: [cp.norm(w, 2) <= 1]  # noqa: E731
-    assert _route(_model(None, ball, d=40))[0] == "exact-admm"
-    assert _route(_model(None, ball, d=20))[0] == "quasi-newton"  # (10 rows > 0.25 * 20)
+    assert route(_model(None, ball, d=40))[0] == "exact-admm"
+    assert route(_model(None, ball, d=20))[0] == "quasi-newton"  # (10 rows > 0.25 * 20)

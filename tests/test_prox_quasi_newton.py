@@ -9,17 +9,15 @@ import warnings
 import cvxpy as cp
 import numpy as np
 import pytest
-from problems import CLARABEL_TIGHT
+from problems import CLARABEL_TIGHT, route, routing_model
 
 import fedmodel as fm
 from fedmodel.algorithms.proxal.newton_inner import LimitedSecantModel
-from fedmodel.algorithms.proxal.options import ProxALOptions
 from fedmodel.algorithms.proxal.prox_newton import (
     ModelOperator,
     federated_prox_newton,
     model_step,
 )
-from fedmodel.algorithms.proxal.server import inner_solver
 from fedmodel.compiler.regularizer import Regularizer, VariablePiece
 
 
@@ -193,32 +191,8 @@ def test_the_loop_sends_only_the_quasi_newton_messages():
             assert int(np.prod(shape)) <= 4 * d + 1  # ((k + 1) d + 1 with k <= 3 directions)
 
 
-def _routing_model(client_term="logistic", server_con=None, reg="l1", d=4):
-    rng = np.random.default_rng(0)
-    m = fm.Model("routing")
-    w = m.variable(d, name="w")
-    for k in range(2):
-        c = m.client(f"c{k}")
-        A = c.data(rng.normal(size=(10, d)), name="A")
-        if client_term == "logistic":
-            c.minimize(cp.sum(cp.logistic(A @ w)) / 20)
-        elif client_term == "hinge":
-            c.minimize(cp.sum(cp.pos(1 - A @ w)) / 20)
-        else:  # a restricted domain
-            c.minimize(cp.sum(cp.kl_div(w + 2, np.ones(d))) / 20 + cp.sum_squares(A @ w) / 20)
-    if server_con is not None:
-        m.server.subject_to(server_con(w))
-    if reg == "l1":
-        m.regularize(0.1 * cp.norm1(w))
-    elif reg == "group":
-        m.regularize(0.1 * cp.norm(w, 2))
-    elif reg == "sumsq":
-        m.regularize(0.1 * cp.sum_squares(w))
-    return m
-
-
-def _route(model, **options):
-    return inner_solver(model.compile(), ProxALOptions(**options), True)
+def _routing_model(client_term="logistic", server_con=None, reg="l1"):
+    return routing_model(client_term, server_con=server_con, reg=reg)
 
 
 @pytest.mark.parametrize(
@@ -236,7 +210,7 @@ def _route(model, **options):
 def test_auto_routes_a_non_smooth_h_with_smooth_parties_to_prox_quasi_newton(
     client_term, server_con, reg, expected
 ):
-    mode, note = _route(_routing_model(client_term, server_con, reg))
+    mode, note = route(_routing_model(client_term, server_con, reg))
     assert mode == expected
     assert ("prox-quasi-newton" in note) == (expected == "prox-quasi-newton")
 
@@ -245,15 +219,15 @@ def test_the_prox_quasi_newton_routing_keeps_its_limits():
     model = _routing_model()
     # below eps = 1e-5 too (exact-admm's limit is its interior-point duals'; on a
     # non-convex model "auto" keeps Algorithm 2, as on other non-smooth models)
-    assert _route(model, eps=1e-6)[0] == "prox-quasi-newton"
-    assert _route(_routing_model(client_term="hinge"), eps=1e-6)[0] == "admm"
+    assert route(model, eps=1e-6)[0] == "prox-quasi-newton"
+    assert route(_routing_model(client_term="hinge"), eps=1e-6)[0] == "admm"
     # the user's choice is kept, and refused where the loop cannot run
-    assert _route(model, inner_solver="exact-admm")[0] == "exact-admm"
-    assert _route(model, eps=1e-6, inner_solver="prox-quasi-newton")[0] == "prox-quasi-newton"
+    assert route(model, inner_solver="exact-admm")[0] == "exact-admm"
+    assert route(model, eps=1e-6, inner_solver="prox-quasi-newton")[0] == "prox-quasi-newton"
     with pytest.raises(fm.ModelError, match="prox-quasi-newton' is not available: parties own"):
-        _route(_routing_model("hinge"), inner_solver="prox-quasi-newton")
+        route(_routing_model("hinge"), inner_solver="prox-quasi-newton")
     with pytest.raises(fm.ModelError, match="h is smooth"):
-        _route(_routing_model(reg="sumsq"), inner_solver="prox-quasi-newton")
+        route(_routing_model(reg="sumsq"), inner_solver="prox-quasi-newton")
 
 
 def test_a_time_limit_far_below_one_round_stops_prox_al_with_the_loop():

@@ -372,37 +372,8 @@ class Regularizer:
         l1 term, is treated as lying on it. With a group norm at ``v = 0`` the value is an
         upper bound of the distance (a valid certificate).
         """
-        r = np.abs(np.asarray(g, dtype=float))
-        worst = 0.0
-        covered = np.zeros(len(x), dtype=bool)
-        for s, p in zip(self.slices, self.pieces):
-            covered[s] = True
-            v = x[s]
-            gs = g[s] + 2 * p.sumsq * v
-            if p.has_ball:
-                # normal cone {lam v : lam >= 0} on the sphere; lam from the 2-norm
-                # projection gives an upper bound of the inf-norm distance
-                nrm2 = float(v.dot(v))
-                if nrm2 > 0 and np.sqrt(nrm2) >= p.radius * (1 - active_tol):
-                    gs = gs + max(0.0, -float(gs.dot(v)) / nrm2) * v
-                worst = max(worst, float(np.abs(gs).max(initial=0.0)))
-            elif p.l2:
-                nrm = np.linalg.norm(v)
-                if nrm > active_tol:
-                    gs = gs + p.l2 * v / nrm
-                    if p.l1:
-                        worst = max(worst, _l1_box_dist(v, gs, p, active_tol).max(initial=0.0))
-                    else:
-                        worst = max(worst, np.abs(gs).max(initial=0.0))
-                else:
-                    rr = np.sign(gs) * np.maximum(np.abs(gs) - p.l1, 0.0) if p.l1 else gs
-                    n2 = np.linalg.norm(rr)
-                    shrink = max(0.0, 1.0 - p.l2 / n2) if n2 > 0 else 0.0
-                    worst = max(worst, np.abs(rr).max(initial=0.0) * shrink)
-            else:
-                worst = max(worst, _l1_box_dist(v, gs, p, active_tol).max(initial=0.0))
-        rest = r[~covered]
-        return float(max(worst, rest.max(initial=0.0)))
+        closest = self.closest_subgradient(x, g, active_tol)
+        return float(np.abs(closest).max(initial=0.0))
 
     def closest_subgradient(
         self, x: np.ndarray, g: np.ndarray, active_tol: float = 1e-9
@@ -513,15 +484,9 @@ def _l1_box_interval(v, p: VariablePiece, tol: float) -> tuple[np.ndarray, np.nd
     return lo_int, hi_int
 
 
-def _l1_box_dist(v, g, p: VariablePiece, tol: float) -> np.ndarray:
-    """Per-coordinate distance from -g to the interval l1*d|v| + N_box(v)."""
-    lo_int, hi_int = _l1_box_interval(v, p, tol)
-    # dist(-g, [lo, hi]) = max(lo + g, -g - hi, 0)
-    return np.maximum(np.maximum(lo_int + g, -g - hi_int), 0.0)
-
-
 def _l1_box_closest(v, g, p: VariablePiece, tol: float) -> np.ndarray:
     """Per coordinate, the point of ``g + [lo, hi]`` (the interval of
-    :func:`_l1_box_interval`) closest to 0: ``g + clip(-g, lo, hi)``."""
+    :func:`_l1_box_interval`) closest to 0: ``g + clip(-g, lo, hi)`` (its absolute value is
+    the distance from ``-g`` to the interval)."""
     lo_int, hi_int = _l1_box_interval(v, p, tol)
     return g + np.clip(-g, lo_int, hi_int)
