@@ -1,4 +1,4 @@
-"""Every python block in README.md and docs/*.md runs as written.
+"""Every python block in README.md, docs/*.md and the user guide (docs/guide/) runs as written.
 
 A page's blocks run in order in one namespace (later blocks may use what earlier ones
 defined), in a temporary working directory. A block whose first line is ``# fragment`` is
@@ -15,7 +15,11 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
+PAGES = [
+    ROOT / "README.md",
+    *sorted((ROOT / "docs").glob("*.md")),
+    *sorted((ROOT / "docs" / "guide").glob("*.md")),
+]
 BLOCK = re.compile(r"^```python\n(.*?)^```", re.S | re.M)
 
 

@@ -62,15 +62,34 @@ def test_site_builds_strict(tmp_path):
         assert name in options, name
     model = (site / "api" / "model" / "index.html").read_text(encoding="utf-8")
     assert "subject_to" in model and "regularize" in model
+    # no builtin type's docstring on an attribute, no raw Sphinx role, every public method
+    for page in (site / "api").glob("*/index.html"):
+        text = page.read_text(encoding="utf-8")
+        for builtin in ("Create a new string object", "Convert a string or number", "int([x])"):
+            assert builtin not in text, (page.parent.name, builtin)
+        raw = re.findall(r":(?:class|meth|func|attr|data|mod|exc):`", text)
+        assert not raw, (page.parent.name, raw[:3])
+    result = (site / "api" / "result" / "index.html").read_text(encoding="utf-8")
+    import fedmodel
+
+    public = [n for n in vars(fedmodel.Result) if not n.startswith("_")]
+    public = [n for n in public if callable(getattr(fedmodel.Result, n)) or n == "is_optimal"]
+    for name in public:
+        assert f'id="fedmodel.Result.{name}"' in result, name
+    from fedmodel.result import STATUSES
+
+    for status in STATUSES:
+        assert f"&quot;{status}&quot;" in result or f'"{status}"' in result, status
     # every tutorial's images are in the site
     for png in ("ssca/ssca-fig1.png", "ssca/ssca-fig4.png"):
         assert (site / png).is_file(), png
 
 
 def test_every_page_is_in_the_nav():
-    """Without mkdocs too: each docs/*.md and docs/api/*.md is listed in mkdocs.yml."""
+    """Without mkdocs too: each page of docs/, docs/guide/ and docs/api/ is in mkdocs.yml."""
     config = (ROOT / "mkdocs.yml").read_text(encoding="utf-8")
-    pages = [*(ROOT / "docs").glob("*.md"), *(ROOT / "docs" / "api").glob("*.md")]
+    pages = [*(ROOT / "docs").glob("*.md")]
+    pages += [*(ROOT / "docs" / "guide").glob("*.md"), *(ROOT / "docs" / "api").glob("*.md")]
     missing = [p.relative_to(ROOT / "docs").as_posix() for p in pages]
     missing = [name for name in missing if f" {name}" not in config]
     assert not missing, f"pages not in mkdocs.yml's nav: {missing}"

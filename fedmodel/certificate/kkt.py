@@ -19,7 +19,7 @@ multipliers ``lambda_i`` the party took from its last exact (cvxpy) subproblem s
 (:mod:`fedmodel.compiler.cones`).
 Nothing here reuses an algorithm's stopping quantities.
 
-**The verdict is on the user's scale** (issue 23). Both residuals are also measured relative
+**The verdict is on the user's scale**. Both residuals are also measured relative
 to the size of the terms they sum, the way OSQP, SCS and Clarabel scale theirs (OSQP:
 ``||P x + q + A^T y||_inf <= eps_abs + eps_rel max(||P x||_inf, ||A^T y||_inf, ||q||_inf)``),
 and status ``"optimal"`` at ``eps`` means the *scaled* residuals are at most ``eps``

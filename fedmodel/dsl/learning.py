@@ -103,7 +103,7 @@ class LearningConstraint:
         return f"constraint {self.label!r} of party {self.party!r}"
 
 
-#: the name of the constraint class before general constraints (issue 24)
+#: another name of :class:`LearningConstraint`, kept for code written against it
 LossConstraint = LearningConstraint
 
 

@@ -330,7 +330,7 @@ def run_figure(partition: str, tag: str, quick: bool, progress: bool, kw: dict) 
         T = rounds
         if not quick and B * E >= 400 and "rounds" not in kw and not constrained:
             T = 300  # the heavy full-batch settings: fewer rounds (not the constrained
-            # runs: they approach the constraint's boundary more slowly; issue 24)
+            # runs: they approach the constraint's boundary more slowly)
         model = (
             build(partition, data, objective="norm", lam=0.0, bound=bound)
             if constrained
@@ -390,7 +390,7 @@ def _figure_checks(rows, partition, levels, bound, constrained_levels) -> list[d
                 )
             )
             if B >= (100 if partition == "sample" else 1000) and s["round"] >= 300:
-                # the batches with little noise (issue 24): U met to the noise of the last
+                # the batches with little noise: U met to the noise of the last
                 # iterate (it fluctuates by about 1e-3 around the KKT point, where F = U)
                 checks.append(
                     _check(

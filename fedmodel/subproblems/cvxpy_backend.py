@@ -233,7 +233,7 @@ class CvxpySolver:
                 x, residual, status, cone = x2, residual2, status2, cone2
         for loose in (1e-7, 1e-6) if tight and not np.isfinite(residual) else ():
             # both solves ended in a solver error (Clarabel's NumericalError after reaching
-            # ~1e-8 on degenerate pooled SOC models: issue 23's cprox-al crash): looser
+            # ~1e-8 on degenerate pooled SOC models, e.g. under cprox-al): looser
             # tolerances, stopping at the first solve that returns a point; its residual is
             # measured as always
             settings = {"tol_gap_abs": loose, "tol_gap_rel": loose, "tol_feas": loose}

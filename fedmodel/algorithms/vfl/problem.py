@@ -376,7 +376,7 @@ def column_blocks(
 
 def paper_block_sizes(m: int, K: int = 6) -> list[int]:
     """Seed 002's layout: ``K-1`` parties get ``m // K`` columns, the first the rest
-    (104 -> 19 + 5x17, 26 -> 6 + 5x4, 99 -> 19 + 5x16)."""
+    (104 columns: 19 + 5 x 17; 26: 6 + 5 x 4; 99: 19 + 5 x 16)."""
     other = m // K
     if other < 1:
         raise ModelError(f"{m} columns cannot be split over K = {K} parties")
