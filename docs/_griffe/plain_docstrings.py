@@ -24,7 +24,9 @@ BUILTIN_DOCS = {
     for t in (str, int, float, bool, complex, bytes, tuple, list, dict, set, frozenset, type(None))
     if t.__doc__
 }
-ROLE = re.compile(r":(?:py:)?(?:class|meth|func|attr|data|mod|obj|exc|const|ref|term):`(~?)([^`]+)`")
+ROLE = re.compile(
+    r":(?:py:)?(?:class|meth|func|attr|data|mod|obj|exc|const|ref|term):`(~?)([^`]+)`"
+)
 
 
 def markdown_roles(text: str) -> str:
