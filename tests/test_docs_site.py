@@ -56,6 +56,9 @@ def test_site_builds_strict(tmp_path):
     # the getting-started page includes the README's sections (pymdownx.snippets)
     start = (site / "getting-started" / "index.html").read_text(encoding="utf-8")
     assert "Set-up: two commands" in start and "fm.Model" in start
+    setup = start[start.index('id="set-up-two-commands"') :]
+    setup = setup[: setup.index("<h2")]
+    assert setup.count("<ol>") == 1 and setup.count("<li>") == 2, "set-up steps not 1. and 2."
     # the API reference is generated from the docstrings: a field of each options class
     options = (site / "api" / "options" / "index.html").read_text(encoding="utf-8")
     for name in ("ProxALOptions", "DALDOptions", "FairVFLOptions", "SSCAOptions", "max_outer"):

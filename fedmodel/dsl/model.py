@@ -311,11 +311,15 @@ class Model:
 
         Parameters
         ----------
-        method : {"prox-al", "cprox-al", "admm", "centralized"}
-            ``prox-al``: seed 000 Algorithm 1 with Algorithm 2 (federated).
-            ``cprox-al``: seed 000 Algorithm 3 (centralized proximal AL).
+        method : str
+            A method of the registry (:func:`fedmodel.algorithms.registry.available_methods`).
+            ``prox-al`` (default): seed 000 Algorithm 1 with an inner solver picked from the
+            model (federated). ``cprox-al``: seed 000 Algorithm 3 (centralized proximal AL).
             ``admm``: Algorithm 2 alone (models with no constraints beyond ``h``).
-            ``centralized``: one cvxpy solve of the pooled problem (the reference).
+            ``centralized``: the pooled problem solved exactly (the reference). The
+            vertical and learning-model methods (``fair-vfl``, ``fedbcd``, ``ssca``, ...)
+            and the baselines (``dald-cc``, ``fedavg``, ...) are listed in the user guide's
+            "Choosing a method".
         **options
             Method options; see :func:`fedmodel.algorithms.registry.describe_options`.
 
