@@ -86,11 +86,23 @@ def _fields(method: str, kind: str, present: set[str] | None = None) -> str:
     rows = method_table(method).privacy_rows(method, None)
     row = next(r for r in rows if r["kind"] == kind and r["direction"] != "server -> client")
     fields = [
-        f"{name} {size.rstrip('?')}"
+        f"`{name}` {_size(size)}"
         for name, size in row["fields"].items()
         if present is None or name in present
     ]
     return f"`{kind}`: " + ", ".join(fields)
+
+
+def _size(size: str) -> str:
+    """A declared size as the page writes it: ``<=cdxd`` -> ``≤ cd × d``, ``*xd`` ->
+    ``rows × d``."""
+    size = size.rstrip("?")
+    bound = "≤ " if size.startswith("<=") else ""
+    matrix = re.fullmatch(r"(\w+?|\*)x(\w+)", size.removeprefix("<="))
+    if matrix:
+        rows = "rows" if matrix.group(1) == "*" else matrix.group(1)
+        return f"{bound}{rows} × {matrix.group(2)}"
+    return bound + size.removeprefix("<=")
 
 
 def proxal_row(kind: str) -> str:
