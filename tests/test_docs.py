@@ -31,7 +31,9 @@ def test_every_page_is_collected():
     assert any(blocks(p) for p in PAGES)
 
 
-@pytest.mark.parametrize("page", [p for p in PAGES if blocks(p)], ids=lambda p: p.relative_to(ROOT).as_posix())
+@pytest.mark.parametrize(
+    "page", [p for p in PAGES if blocks(p)], ids=lambda p: p.relative_to(ROOT).as_posix()
+)
 def test_python_blocks_run(page, tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     monkeypatch.setenv("MPLBACKEND", "Agg")
