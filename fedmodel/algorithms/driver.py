@@ -136,6 +136,9 @@ def run_federated(
             where=os.fspath(options.resume),
         )
         resumed = read_server_state(options.resume, manifest)
+    table = getattr(server, "messages", None)
+    reveal = options.party_reveal(list(factories), table.party_opt_ins() if table else [])
+    factories = {n: dataclasses.replace(f, reveal=reveal[n]) for n, f in factories.items()}
     if faults:
         factories = inject_faults(factories, faults)
     runtime = make_runtime(
