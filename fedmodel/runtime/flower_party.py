@@ -57,7 +57,11 @@ from multiprocessing import AuthenticationError
 from multiprocessing.connection import Client, Listener
 from typing import Any
 
-from fedmodel.runtime.checkpoint import CheckpointError, checked_token
+from fedmodel.runtime.checkpoint import (
+    CheckpointError,
+    checked_token,
+    remove_stale_temporaries,
+)
 from fedmodel.runtime.endpoints import EndpointFactory
 from fedmodel.runtime.flower_codec import (
     LOCAL_PROGRAM,
@@ -385,6 +389,7 @@ class PartyServer:
         """Keep, of the files this server wrote in ``directory``, each party's last two
         (the coordinator's manifest names the newer one once written, the older one until
         then); the coordinator removes old files only from its own directory."""
+        remove_stale_temporaries(directory)
         for name, (fname, _sha) in written.items():
             mine = self._written.setdefault((directory, name), [])
             mine.append(fname)

@@ -228,7 +228,11 @@ class PartyHost:
         """Each party reads and checks its own file (a bare name of its own form inside
         ``directory``, its checksum, its fingerprint), then takes that state; returns
         name -> None or an error message."""
-        from fedmodel.runtime.checkpoint import fingerprint_mismatch, read_state_file
+        from fedmodel.runtime.checkpoint import (
+            fingerprint_mismatch,
+            read_state_file,
+            state_misfit,
+        )
 
         errors: dict[str, str | None] = {}
         for name, entry in files.items():
@@ -247,7 +251,17 @@ class PartyHost:
                 why = fingerprint_mismatch(record.get("fingerprint"), _fingerprint(ep), name)
                 if why is not None:
                     raise CheckpointError(why)
-                ep.set_state(record["state"])
+                why = state_misfit(_get_state(ep), record.get("state"))
+                if why is not None:
+                    raise CheckpointError(f"file {fname} does not fit this run: {why}")
+                snapshot = _get_state(ep)
+                try:
+                    ep.set_state(record["state"])
+                except Exception as exc:  # a state of the right form that the half refuses
+                    ep.set_state(snapshot)
+                    raise CheckpointError(
+                        f"file {fname} does not fit this run: {type(exc).__name__}: {exc}"
+                    ) from None
                 self.marks[name] = _get_state(ep)
                 errors[name] = None
             except Exception as exc:  # noqa: BLE001 - reported to the server
