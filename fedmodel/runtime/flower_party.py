@@ -328,7 +328,7 @@ class PartyServer:
             if why is None and table is not None:
                 why = table.request_problem(msg.kind, msg.payload, self._dims.get(msg.receiver))
             if why is None:
-                why = self._round_problem(msg)
+                why = self._round_problem(msg, replay=method == "run")
             if why:
                 raise CodecError(f"{where}: {why}")
 
@@ -354,17 +354,18 @@ class PartyServer:
             return f"on channel {msg.channel!r:.40}; declared {expected!r}"
         return None
 
-    def _round_problem(self, msg: Message) -> str | None:
+    def _round_problem(self, msg: Message, replay: bool) -> str | None:
         """Why ``msg``'s round is refused: not an integer in 0 .. :data:`MAX_ROUND`, older
-        than the last round its receiver answered, or a (kind, sender) it answered in that
-        round already (a replay; a failed step may be sent again)."""
+        than the last round its receiver answered, or (``replay``: a server's request) a
+        kind it answered in that round already (a failed step may be sent again; peer
+        messages and activations of one round may repeat a kind)."""
         rnd = msg.round
         if type(rnd) is not int or not 0 <= rnd <= MAX_ROUND:
             return f"of round {rnd!r:.40} (rounds are 0 .. 2^53)"
         last, answered = self._rounds.get(msg.receiver, (0, set()))
         if rnd < last:
             return f"of round {rnd}, older than round {last} it answered already"
-        if rnd == last and (msg.kind, msg.sender) in answered:
+        if replay and rnd == last and (msg.kind, msg.sender) in answered:
             return f"of round {rnd} again (a replay: it answered it already)"
         return None
 
