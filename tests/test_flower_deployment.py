@@ -425,7 +425,7 @@ def test_a_coordinator_asking_the_hessian_gets_the_parties_refusal(federation, t
     assert res["status"] == "client_failure", text[-4000:]
     assert res["failure"]["kind"] == "refused" and "opt-in 'hessian'" in res["message"]
     assert res["failure"]["client"] in ("site0", "site1", "site2")
-    assert res["failure"]["traceback"] == ""
+    assert "Traceback" not in out.read_text()
     rows = [json.loads(line) for line in ledger.read_text().splitlines()]
     assert not any("hessian" in r["shapes"] for r in rows if r["sender"] != "server")
 
