@@ -529,6 +529,9 @@ def test_infinite_bounds_mean_no_bound_as_in_cvxpy():
     site = model.client("site0")
     site.minimize(cp.sum_squares(site.data(X, name="X") @ w - site.data(y, name="y")) / 20)
     site.subject_to([w <= np.inf, w <= hi, -np.inf <= w[0]])
+    model.server.subject_to(w >= -np.inf)
+    model.regularize([w <= np.inf, -np.inf <= w])  # no bound: nothing added to h
+    assert model._regularizers == []
     res = model.solve("prox-al", eps=1e-7)
     v = cp.Variable(3)
     ref = cp.Problem(cp.Minimize(cp.sum_squares(X @ v - y) / 20), [v <= np.inf, v <= hi])
