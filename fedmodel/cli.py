@@ -440,6 +440,7 @@ def cmd_join(args) -> int:
         socket_dir=args.socket_dir,
         ready_file=args.ready_file,
         checkpoint_dir=args.checkpoint_dir,
+        reveal=tuple(args.reveal or ()),
     )
 
 
@@ -618,6 +619,14 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="DIR",
         help="where the party's local socket lives (created 0700; an existing one must be "
         "private to this user)",
+    )
+    p.add_argument(
+        "--reveal",
+        action="append",
+        metavar="OPT_IN",
+        help="enable an opt-in: what this party may reveal beyond its method's default "
+        "messages (hessian: its d x d Hessian, for prox-al's inner_solver=newton and "
+        "penalty_metric=hessian); repeat for several; none by default",
     )
     p.add_argument("--ready-file", metavar="FILE", help=argparse.SUPPRESS)
     p.set_defaults(func=cmd_join)

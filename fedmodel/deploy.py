@@ -153,6 +153,7 @@ class PartyBuild(NamedTuple):
     program: Any
     regularizer: Any
     used: tuple[str, ...]  # the names of the party's arrays the model reads
+    compiled: Any = None  # the whole model as the party compiled it (others: stand-ins)
 
 
 def party_program(model_file: ModelFile, party: str, data: Mapping[str, np.ndarray]):
@@ -196,7 +197,7 @@ def party_compiled(model_file: ModelFile, party: str, data: Mapping[str, np.ndar
     for c in compiled.clients:
         if c.name == party:
             used = tuple(k for k in data if k in read)
-            return PartyBuild(c, compiled.regularizer, used)
+            return PartyBuild(c, compiled.regularizer, used, compiled)
     raise ModelError(f"the model has no client '{party}'")  # pragma: no cover
 
 

@@ -759,15 +759,22 @@ def party_server(
     data: Mapping[str, Any],
     socket_path: str,
     checkpoint_dir: str | None = None,
+    reveal: tuple[str, ...] = (),
 ):
     """The party server of ``party`` (its own data ``data``): its program compiled from the
-    model file, a ``hello`` that reports the shapes of the arrays the model reads, and its
-    checkpoint files under ``checkpoint_dir`` (none accepted without one)."""
+    model file, a ``hello`` that reports the shapes of the arrays the model reads, its
+    checkpoint files under ``checkpoint_dir`` (none accepted without one) and the opt-ins
+    it enables (``reveal``: nothing beyond its method's default messages by default)."""
+    from fedmodel.algorithms.privacy import party_opt_ins
     from fedmodel.algorithms.registry import all_methods
     from fedmodel.deploy import join_info, party_compiled
     from fedmodel.runtime.flower_party import PartyServer
 
     all_methods()  # every family registers the client halves a coordinator may build (wire)
+    known = party_opt_ins()
+    unknown = sorted(set(reveal) - set(known))
+    if unknown:
+        raise DeploymentError(f"--reveal {' '.join(unknown)}: unknown opt-in; known: {known}")
     built = party_compiled(model_file, party, data)
     return PartyServer(
         socket_path,
@@ -775,6 +782,8 @@ def party_server(
         info=join_info(party, data, built.used),
         regularizer=built.regularizer,
         checkpoint_dir=checkpoint_dir,
+        reveal=reveal,
+        compiled=built.compiled,
     )
 
 
@@ -828,6 +837,7 @@ def join(
     socket_dir: str | None = None,
     ready_file: str | None = None,
     checkpoint_dir: str | None = None,
+    reveal: tuple[str, ...] = (),
 ) -> int:
     """Serve ``party`` (its data from ``data_path`` only) to the SuperLink whose Fleet API
     is at ``superlink``, until stopped (SIGTERM / Ctrl-C); returns an exit code.
@@ -848,6 +858,10 @@ def join(
     The party writes its checkpoint files only under ``checkpoint_dir`` (default
     ``fedmodel-checkpoints/<party>`` in the working directory; created ``0700`` when
     missing), one subdirectory per run token the coordinator names.
+
+    ``reveal`` names the opt-ins the party enables beyond its method's default messages
+    (``"hessian"``: its ``d x d`` Hessian, for prox-al's ``inner_solver="newton"`` and
+    ``penalty_metric="hessian"``); none by default, whatever the coordinator asks.
     """
     from fedmodel.deploy import load_model_file
     from fedmodel.runtime.flower_runtime import import_flwr
@@ -894,9 +908,12 @@ def join(
             data,
             sock,
             checkpoint_dir=checkpoint_dir or os.path.join("fedmodel-checkpoints", party),
+            reveal=tuple(reveal),
         )
         used = tuple(server.info["shapes"][party])
         _say("join", f"party '{party}': loaded {data_path}: {describe_data(data, used)}")
+        enabled = ", ".join(sorted(server.reveal)) or "none (the method's default messages only)"
+        _say("join", f"party '{party}': opt-ins enabled: {enabled}")
         try:
             return _run_supernode(
                 server, party, superlink, base, sock, stopping,

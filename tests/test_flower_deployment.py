@@ -190,10 +190,13 @@ def federation(tmp_path_factory):
 
 
 def _join(fed, org, party, data, log, key, ready=None, socket_dir=None):
-    """``fedmodel join`` of ``party`` in directory ``org`` (its data file ``data`` there)."""
+    """``fedmodel join`` of ``party`` in directory ``org`` (its data file ``data`` there),
+    with the federation's opt-ins (``fed["reveal"]``)."""
     cmd = [_bin("fedmodel"), "join", str(fed["model"]), "--party", party, "--data", data,
            "--superlink", fed["link"], "--root-certificates", str(fed["tls"]["ca"]),
            "--auth-key", str(key), "--socket-dir", str(socket_dir or org / "run")]  # fmt: skip
+    for name in fed.get("reveal", ()):
+        cmd += ["--reveal", name]
     if ready is not None:
         cmd += ["--ready-file", str(ready)]
     return subprocess.Popen(
@@ -203,11 +206,12 @@ def _join(fed, org, party, data, log, key, ready=None, socket_dir=None):
 
 
 @contextlib.contextmanager
-def loopback_federation(base, database: str | None = None):
+def loopback_federation(base, database: str | None = None, reveal: tuple[str, ...] = ()):
     """A SuperLink (TLS, SuperNode authentication) and three ``fedmodel join``
     organisations on 127.0.0.1 under ``base`` (a Path), each party's key registered with
     ``fedmodel register``; everything started is stopped on exit. ``database``: the
-    SuperLink's ``--database`` (default: Flower's in-memory state)."""
+    SuperLink's ``--database`` (default: Flower's in-memory state); ``reveal``: the
+    opt-ins every party enables (``fedmodel join --reveal``)."""
     model_path = base / "model.py"
     model_path.write_text(MODEL)
     sites = np_sites(3)
@@ -217,7 +221,7 @@ def loopback_federation(base, database: str | None = None):
     tls = make_tls(base / "pki")
     procs, joins = [], {}
     fed = {"base": base, "model": model_path, "link": link, "joins": joins, "sites": sites,
-           "tls": tls, "keys": base / "parties.keys", "procs": {}}  # fmt: skip
+           "tls": tls, "keys": base / "parties.keys", "procs": {}, "reveal": reveal}  # fmt: skip
     try:
         (base / "link").mkdir()
         db = ["--database", database] if database else []
@@ -405,6 +409,49 @@ def test_three_organisations_solve_prox_al(federation, tmp_path):
         if r["sender"] != "server":
             for shape in r["shapes"].values():
                 assert not samples & set(shape or []), r
+
+
+def test_a_coordinator_asking_the_hessian_gets_the_parties_refusal(federation, tmp_path):
+    """The parties joined with their defaults: a coordinator asking prox-al's Newton inner
+    solver (each party's d x d Hessian) gets a refusal naming a party and the opt-in, and
+    no Hessian is in the ledger."""
+    out, ledger = tmp_path / "result.json", tmp_path / "ledger.jsonl"
+    proc = _serve(federation, out, ledger, **OPTS, inner_solver="newton")
+    try:
+        text, _ = proc.communicate(timeout=1000)
+    finally:
+        _stop([proc])
+    res = json.loads(out.read_text())
+    assert res["status"] == "client_failure", text[-4000:]
+    assert res["failure"]["kind"] == "refused" and "opt-in 'hessian'" in res["message"]
+    assert res["failure"]["client"] in ("site0", "site1", "site2")
+    assert "Traceback" not in out.read_text()
+    rows = [json.loads(line) for line in ledger.read_text().splitlines()]
+    assert not any("hessian" in r["shapes"] for r in rows if r["sender"] != "server")
+
+
+def test_parties_that_enabled_the_hessian_solve_with_newton(tmp_path_factory, tmp_path):
+    """The same federation with every party joined with ``--reveal hessian``: the Newton
+    inner solver runs and gives the serial iterates."""
+    opts = dict(OPTS, inner_solver="newton")
+    with loopback_federation(tmp_path_factory.mktemp("hessian"), reveal=("hessian",)) as fed:
+        for i in range(3):
+            said = fed["joins"][f"site{i}"][2].read_text()
+            assert f"fedmodel join: party 'site{i}': opt-ins enabled: hessian" in said
+        out, ledger = tmp_path / "result.json", tmp_path / "ledger.jsonl"
+        proc = _serve(fed, out, ledger, **opts)
+        try:
+            text, _ = proc.communicate(timeout=1000)
+        finally:
+            _stop([proc])
+        assert proc.returncode == 0, text[-4000:]
+        res = json.loads(out.read_text())
+        ref = _serial(fed["sites"], **opts)
+        assert res["rounds"] == ref.rounds
+        x = np.asarray(res["x"])
+        assert np.max(np.abs(x - ref.x)) <= 1e-10 * max(1.0, np.max(np.abs(ref.x)))
+        rows = [json.loads(line) for line in ledger.read_text().splitlines()]
+        assert any("hessian" in r["shapes"] for r in rows if r["sender"] != "server")
 
 
 def _file_model(fed):

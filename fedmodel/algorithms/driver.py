@@ -52,6 +52,7 @@ from fedmodel.runtime.checkpoint import (
     checkpoint_directory,
     read_manifest,
     read_server_state,
+    state_misfit,
     write_checkpoint,
 )
 from fedmodel.runtime.endpoints import EndpointFactory, copy_state
@@ -136,6 +137,9 @@ def run_federated(
             where=os.fspath(options.resume),
         )
         resumed = read_server_state(options.resume, manifest)
+    table = getattr(server, "messages", None)
+    reveal = options.party_reveal(list(factories), table.party_opt_ins() if table else [])
+    factories = {n: dataclasses.replace(f, reveal=reveal[n]) for n, f in factories.items()}
     if faults:
         factories = inject_faults(factories, faults)
     runtime = make_runtime(
@@ -163,7 +167,7 @@ def run_federated(
         start = None
         if manifest is not None:
             runtime.load_party_checkpoint(checkpoint_directory(options.resume), manifest["parties"])
-            start = _Mark.from_state(resumed)
+            start = _resumed_mark(resumed, server, options.resume, manifest)
             # the run so far, then what this runtime recorded on starting (Flower: hello)
             runtime.ledger.rows = list(resumed["ledger"]) + runtime.ledger.rows
             runtime.client_seconds.update(resumed["client_seconds"])
@@ -173,6 +177,24 @@ def run_federated(
             return run.solve(start)
     finally:
         runtime.close()
+
+
+def _resumed_mark(state: Any, server: ServerHalf, where: Any, manifest: dict) -> _Mark:
+    """The mark a checkpoint's server state holds, checked to fit this run's server half
+    (a CheckpointError naming the file, never a deep error later)."""
+    fname = manifest["server"][0]
+    try:
+        mark = _Mark.from_state(state)
+        why = state_misfit(server.get_state(), mark.server)
+    except Exception as exc:  # noqa: BLE001 - a record of another form
+        why = f"{type(exc).__name__}: {exc}"
+    if why is None and not all(k in state for k in ("ledger", "client_seconds")):
+        why = "it lacks the ledger or the clients' seconds"
+    if why is not None:
+        raise CheckpointError(
+            f"checkpoint {os.fspath(where)!r}: {fname} does not fit this run: {why}"
+        )
+    return mark
 
 
 class _Run:

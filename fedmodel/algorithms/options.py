@@ -90,6 +90,16 @@ RUNTIME_OPTIONS_DOC = """
         not retried.
     retries : int
         Retries per step with ``on_failure="retry"``.
+    reveal : list of str, or dict of client name to list of str, optional
+        What each party enables beyond its method's default messages, by opt-in name
+        (``"hessian"``: prox-al's ``inner_solver="newton"`` and ``penalty_metric="hessian"``
+        send the party's ``d x d`` Hessian). Default None: in one process every party
+        answers what the method's options ask for (one organisation holds every party). A
+        list applies to every client, a dict to the clients it names (others enable none).
+        A party refuses a request that needs an opt-in it did not enable: the run ends with
+        status ``"client_failure"``, ``res.failure["kind"] == "refused"`` and the party and
+        opt-in named. A deployed party (``fedmodel join``) decides with its own
+        ``--reveal`` flag; this option never reaches it.
     checkpoint : str or path, optional
         Directory to write checkpoints to: the algorithm's state and every client's own
         state (written where the client runs) every ``checkpoint_every`` outer iterations,
@@ -251,6 +261,7 @@ class RuntimeOptions:
     client_timeout: float | None = stop_only(None)
     on_failure: str = stop_only("stop")
     retries: int = stop_only(2)
+    reveal: Any = stop_only(None)
     checkpoint: Any = stop_only(None)
     checkpoint_every: int = stop_only(1)
     resume: Any = stop_only(None)
@@ -270,7 +281,7 @@ class RuntimeOptions:
     def for_clients(self, **changes: Any):
         """These options as they travel to where the clients run: no callback and no
         Flower grid (objects of the coordinator's process), with ``changes`` applied."""
-        return dataclasses.replace(self, callback=None, flower_grid=None, **changes)
+        return dataclasses.replace(self, callback=None, flower_grid=None, reveal=None, **changes)
 
     def validate(self, problem: Any, method: str) -> None:
         """Check the method's own options against the problem it is about to solve (the
@@ -278,6 +289,41 @@ class RuntimeOptions:
         options class has this one check, called by the registry (``solve_model``; the
         vertical and learning entry points for theirs); the runtime options are checked by
         the driver (:meth:`validate_runtime`)."""
+
+    def party_reveal(self, clients: list[str], known: list[str]) -> dict[str, Any]:
+        """Client name -> the opt-ins it enables (``reveal``: None for every client when
+        unset), checked against the client names and the opt-ins the method declares
+        (``known``).
+
+        Examples
+        --------
+        >>> RuntimeOptions(reveal=["hessian"]).party_reveal(["a", "b"], ["hessian"])
+        {'a': frozenset({'hessian'}), 'b': frozenset({'hessian'})}
+        """
+        value = self.reveal
+        if value is None:
+            return {n: None for n in clients}
+
+        def names(v: Any, where: str) -> frozenset[str]:
+            if isinstance(v, str) or not all(isinstance(x, str) for x in v):
+                raise ModelError(f"reveal{where} must be a list of opt-in names, got {v!r}")
+            unknown = sorted(set(v) - set(known))
+            if unknown:
+                raise ModelError(
+                    f"reveal{where}: unknown opt-in(s) {unknown}; this method declares {known}"
+                )
+            return frozenset(v)
+
+        if isinstance(value, dict):
+            unknown = sorted(map(str, set(value) - set(clients)))
+            if unknown:
+                raise ModelError(f"reveal names unknown clients {unknown} (clients: {clients})")
+            return {n: names(value.get(n, ()), f" for client {n!r}") for n in clients}
+        try:
+            every = names(list(value), "")
+        except TypeError:
+            raise ModelError(f"reveal must be a list or a dict, got {value!r}") from None
+        return {n: every for n in clients}
 
     def validate_runtime(self) -> None:
         """Check the runtime, failure and checkpoint options (the driver calls it)."""

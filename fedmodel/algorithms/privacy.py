@@ -47,6 +47,21 @@ def method_table(method: str) -> MessageTable | None:
     return getattr(importlib.import_module(module), attr)
 
 
+def party_opt_ins() -> list[str]:
+    """Every party opt-in a method declares (what ``fedmodel join --reveal`` may name).
+
+    Examples
+    --------
+    >>> party_opt_ins()
+    ['hessian']
+    """
+    names: set[str] = set()
+    for ref in FAMILY_TABLES.values():
+        module, attr = ref.split(":")
+        names.update(getattr(importlib.import_module(module), attr).party_opt_ins())
+    return sorted(names)
+
+
 def privacy_rows(compiled, method: str = "prox-al", **options: Any) -> list[dict[str, Any]]:
     """The privacy table of ``method`` on a compiled model: one row per message kind and
     direction, with ``floats`` the numbers it carries for this model (the largest over the

@@ -33,6 +33,7 @@ its own data) and the :class:`~fedmodel.result.Result`.
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import inspect
 import time
@@ -43,11 +44,14 @@ from typing import Any, ClassVar
 
 import numpy as np
 
+from fedmodel.algorithms.messages import program_dims
 from fedmodel.certificate.kkt import party_evaluation
 from fedmodel.compiler.partition import PartyProgram
+from fedmodel.errors import ModelError
 from fedmodel.runtime.endpoints import copy_state
 from fedmodel.runtime.messages import SERVER, Message
-from fedmodel.runtime.schema import MessageTable
+from fedmodel.runtime.outcomes import RequestRefused
+from fedmodel.runtime.schema import MessageTable, opt_in_refusal
 
 
 class DeclaredState:
@@ -143,6 +147,11 @@ class ClientHalf(DeclaredState):
     #: the declared kinds this half answers (its family's ``messages.py``); every
     #: ``_on_<kind>`` must be declared there (tests/test_reply_validation.py)
     messages: ClassVar[MessageTable | None] = None
+    #: the party's own opt-ins (``MessageSpec.party_opt_in``, ``Field.party_opt_in``): set
+    #: where the half is built, from the party's setting (``fedmodel join --reveal``; in
+    #: one process the solve's ``reveal`` option); None: whatever the method's options ask
+    #: for (one organisation holds every party)
+    reveal: frozenset[str] | None = None
 
     def __init__(self, program: PartyProgram):
         self.name = program.name
@@ -176,10 +185,70 @@ class ClientHalf(DeclaredState):
         return Message(msg.kind + "_reply", self.name, SERVER, out, msg.round, msg.channel)
 
     def _check_request(self, msg: Message) -> None:
-        """The payload's field names against the kind's declared request fields."""
+        """The payload's field names against the kind's declared request fields, then the
+        party's opt-ins: a kind or a field value that needs an opt-in this party did not
+        enable is refused (:class:`~fedmodel.runtime.outcomes.RequestRefused`) before its
+        handler runs."""
         why = self.messages.request_problem(msg.kind, msg.payload)
         if why:
             raise ValueError(f"party {self.name!r} got {why}")
+        needed = self.messages.opt_ins_needed(msg.kind, msg.payload)
+        why = opt_in_refusal(self.name, f"message {msg.kind!r}", needed, self.reveal)
+        if why:
+            raise RequestRefused(why)
+
+    @classmethod
+    def check_build(
+        cls, args: tuple, kwargs: dict, reveal: frozenset[str] | None, compiled: Any = None
+    ) -> None:
+        """Check the constructor's arguments where the party is built, before it is:
+        each option dataclass by its own ``validate`` (with ``compiled``, the model as the
+        party compiled it: a deployed party), the arguments the table declares
+        (:attr:`~fedmodel.runtime.schema.MessageTable.build`) by value, and the opt-ins
+        they need against ``reveal``. Raises ModelError or RequestRefused naming the party.
+        """
+        try:
+            arguments = inspect.signature(cls).bind(*args, **kwargs).arguments
+        except TypeError as exc:
+            raise ModelError(
+                f"{cls.__name__} cannot be built from the arguments sent: {exc}"
+            ) from None
+        program = next((a for a in arguments.values() if isinstance(a, PartyProgram)), None)
+        name = getattr(program, "name", "?")
+        if compiled is not None:
+            for value in arguments.values():
+                if dataclasses.is_dataclass(value) and hasattr(value, "validate"):
+                    try:
+                        value.validate(compiled, type(value).__name__)
+                    except (ModelError, ValueError, TypeError) as exc:
+                        raise ModelError(
+                            f"party {name!r} refuses the options sent: {exc}"
+                        ) from None
+        table = cls.messages
+        if table is None or not table.build:
+            return
+        if program is None:
+            raise ModelError(f"{cls.__name__} is built without the party's own program")
+        dims = {**program_dims(program)}
+        options = [v for v in arguments.values() if dataclasses.is_dataclass(v)]
+        if options and table.option_dims is not None:
+            dims.update(table.option_dims(options[0]))
+        why = table.build_problem(arguments, dims)
+        if why:
+            raise ModelError(f"party {name!r} refuses its build: {why}")
+        why = opt_in_refusal(name, "its build", table.build_opt_ins(arguments), reveal)
+        if why:
+            raise RequestRefused(why)
+
+    def message_dims(self, options: Any = None) -> dict[str, int]:
+        """The dimensions of this party's messages: its program's
+        (:func:`~fedmodel.algorithms.messages.program_dims`) and those the table derives
+        from ``options``."""
+        out = dict(program_dims(self.program))
+        table = self.messages
+        if options is not None and table is not None and table.option_dims is not None:
+            out.update(table.option_dims(options))
+        return out
 
     # -- state -------------------------------------------------------------------------------
     def get_state(self) -> dict:

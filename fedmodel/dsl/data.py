@@ -3,13 +3,15 @@
 from __future__ import annotations
 
 import hashlib
+import warnings
 from typing import Any
 
 import cvxpy as cp
 import numpy as np
 import scipy.sparse as sp
+from cvxpy.constraints.nonpos import Inequality
 
-from fedmodel.errors import DataError
+from fedmodel.errors import DataError, ModelError
 
 
 class PrivateData(cp.Constant):
@@ -109,6 +111,14 @@ def as_numeric_array(array: Any, owner: str, name: str) -> np.ndarray | sp.spmat
         )
     if hasattr(array, "to_numpy") and hasattr(array, "dtypes"):  # pandas DataFrame / Series
         dtypes = array.dtypes
+        pairs = list(dtypes.items()) if hasattr(dtypes, "items") else [(name, dtypes)]
+        complex_columns = [str(c) for c, t in pairs if _is_complex_dtype(t)]
+        if complex_columns:
+            raise DataError(
+                f"data '{name}' has complex columns {complex_columns}; fedmodel's terms take "
+                "real numbers (split them into real and imaginary parts)",
+                party=owner,
+            )
         if hasattr(dtypes, "items"):
             bad = [str(c) for c, t in dtypes.items() if not _is_numeric_dtype(t)]
             if bad:
@@ -118,14 +128,31 @@ def as_numeric_array(array: Any, owner: str, name: str) -> np.ndarray | sp.spmat
                     party=owner,
                 )
         array = array.to_numpy(dtype=float)
+    kind = getattr(getattr(array, "dtype", None), "kind", None)
+    if kind is None and not sp.issparse(array):
+        kind = np.asarray(array).dtype.kind
+    if kind == "c" or (kind == "O" and any(isinstance(x, complex) for x in _flat(array))):
+        raise DataError(
+            f"data '{name}' is complex; fedmodel's terms take real numbers (split it into "
+            "its real and imaginary parts, np.real(X) and np.imag(X), as two data arrays)",
+            party=owner,
+        )
+    if kind in ("U", "S", "V", "M", "m"):
+        raise DataError(
+            f"data '{name}' holds {np.dtype(kind).name if kind != 'V' else 'records'}, not "
+            "real numbers; encode it as numbers first",
+            party=owner,
+        )
     if sp.issparse(array):
         out = sp.csc_matrix(array, dtype=float)
         values = out.data
     else:
         try:
-            out = np.asarray(array, dtype=float)
-        except (TypeError, ValueError) as exc:
-            raise DataError(f"data '{name}' is not numeric: {exc}", party=owner) from exc
+            with warnings.catch_warnings():  # (a complex entry: refused, never truncated)
+                warnings.simplefilter("error", np.exceptions.ComplexWarning)
+                out = np.asarray(array, dtype=float)
+        except (TypeError, ValueError, np.exceptions.ComplexWarning) as exc:
+            raise DataError(f"data '{name}' is not real numbers: {exc}", party=owner) from exc
         values = out
     if out.ndim > 2:
         raise DataError(
@@ -143,6 +170,69 @@ def as_numeric_array(array: Any, owner: str, name: str) -> np.ndarray | sp.spmat
             party=owner,
         )
     return out
+
+
+def _flat(array: Any):
+    """The entries of an object array (nested lists too), for the complex check."""
+    return np.asarray(array, dtype=object).ravel()
+
+
+def without_infinite_bounds(c: Any, party: str, label: str) -> Any:
+    """An inequality ``lhs <= rhs`` without its entries whose constant bound is ``+inf`` on
+    the right or ``-inf`` on the left (as plain cvxpy: "no bound"): the constraint itself
+    when it has none, the finite entries only when some are infinite, None when every
+    entry is unbounded. A bound of ``-inf`` on the right (``+inf`` on the left) can hold
+    for no point: refused naming the party and the constraint. Anything else is returned
+    unchanged.
+
+    Examples
+    --------
+    >>> import numpy as np, cvxpy as cp
+    >>> w = cp.Variable(3)
+    >>> without_infinite_bounds(w <= np.inf, "a", "c") is None
+    True
+    >>> without_infinite_bounds(w <= np.array([1.0, np.inf, 2.0]), "a", "c").shape
+    (2,)
+    """
+    if not isinstance(c, Inequality):
+        return c
+    lhs, rhs = c.args
+    sides = []
+    for side, unbounded, sign in ((rhs, np.inf, "+"), (lhs, -np.inf, "-")):
+        constant = not side.variables() and not side.parameters()
+        value = np.asarray(side.value, dtype=float) if constant and side.value is not None else None
+        if value is not None and np.isinf(value).any():
+            bad = np.isinf(value) & (value != unbounded)
+            if bad.any():
+                where = "right" if sign == "+" else "left"
+                raise ModelError(
+                    f"constraint '{label}' has a bound of {-unbounded} on its {where} side: "
+                    "no point satisfies it (a bound of " + f"{sign}inf there means no bound)",
+                    party,
+                    str(c),
+                )
+            sides.append(np.broadcast_to(np.isinf(value), c.shape))
+    if not sides:
+        return c
+    free = np.logical_or.reduce(sides) if len(sides) > 1 else sides[0]
+    if free.all():
+        return None
+    keep = np.flatnonzero(~free.ravel(order="F"))
+
+    def part(side):
+        full = side if side.shape == c.shape else side + np.zeros(c.shape)
+        if not side.variables() and not side.parameters():  # a constant bound
+            return np.ravel(np.broadcast_to(np.asarray(side.value, float), c.shape), "F")[keep]
+        return cp.vec(full, order="F")[keep]
+
+    return part(lhs) <= part(rhs)
+
+
+def _is_complex_dtype(dtype: Any) -> bool:
+    try:
+        return bool(np.issubdtype(dtype, np.complexfloating))
+    except TypeError:
+        return False
 
 
 def _is_numeric_dtype(dtype: Any) -> bool:
@@ -216,6 +306,12 @@ def check_finite_constants(expr: Any, party: str, label: str, require_values: bo
                     term=str(expr),
                 )
             continue
+        if np.iscomplexobj(value):
+            raise DataError(
+                f"'{label}' has a complex {what}; fedmodel's terms take real numbers",
+                party=party,
+                term=str(expr),
+            )
         values = value.data if sp.issparse(value) else np.asarray(value, dtype=float)
         if np.all(np.isfinite(values)):
             continue

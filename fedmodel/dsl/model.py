@@ -7,7 +7,12 @@ from typing import TYPE_CHECKING, Any
 import cvxpy as cp
 import numpy as np
 
-from fedmodel.dsl.data import PrivateData, check_finite_constants, fingerprint
+from fedmodel.dsl.data import (
+    PrivateData,
+    check_finite_constants,
+    fingerprint,
+    without_infinite_bounds,
+)
 from fedmodel.dsl.party import Client, Server
 from fedmodel.errors import ModelError
 
@@ -191,7 +196,9 @@ class Model:
 
         Accepted: nonnegative multiples of ``cp.norm1(v)``, ``cp.norm(v, 1)``,
         ``cp.sum_squares(v)``, ``cp.norm(v, 2)`` and sums of these, and box constraints
-        ``v >= lo``, ``v <= hi`` (constants), where ``v`` is a whole model variable.
+        ``v >= lo``, ``v <= hi`` (constants), where ``v`` is a whole model variable. A
+        bound of ``+inf`` (``-inf`` below) on every entry is no bound and adds nothing; a
+        box with some infinite entries is written with ``subject_to`` instead.
         A weight or bound may be a :class:`cvxpy.Parameter`: ``h`` is read again at every
         solve, so a new ``param.value`` takes effect at the next ``solve`` (a negative
         weight is refused then).
@@ -208,7 +215,14 @@ class Model:
         """
         from fedmodel.compiler.regularizer import parse_regularizer_term
 
-        check_finite_constants(term, "server", f"regularize[{len(self._regularizers)}]")
+        label = f"regularize[{len(self._regularizers)}]"
+        if isinstance(term, (list, tuple)):  # a bound of +inf (-inf below) is no bound
+            term = [t for t in term if without_infinite_bounds(t, "server", label) is not None]
+            if not term:
+                return
+        elif without_infinite_bounds(term, "server", label) is None:
+            return
+        check_finite_constants(term, "server", label)
         parse_regularizer_term(term, self._variables)  # validate now, with a clear error
         self._regularizers.append(term)
         self._declared()

@@ -11,7 +11,7 @@ import numpy as np
 from cvxpy.constraints import Equality, Inequality, NonNeg, NonPos, Zero
 
 from fedmodel.dsl import conic
-from fedmodel.dsl.data import PrivateData, as_numeric_array
+from fedmodel.dsl.data import PrivateData, as_numeric_array, without_infinite_bounds
 from fedmodel.dsl.epigraph import epigraph_form, norm_ball_as_smooth
 from fedmodel.errors import (
     DataError,
@@ -344,6 +344,9 @@ class Party:
         for j, c in enumerate(items):
             label = name if (name and len(items) == 1) else (f"{name}[{j}]" if name else None)
             label = label or f"constraint[{len(self._constraints)}]"
+            c = without_infinite_bounds(c, self.name, label)  # (+inf: no bound, as cvxpy)
+            if c is None:  # every entry unbounded: nothing to hold
+                continue
             term = self._normalise(c, label, allow_nonconvex)
             extra: list[ConstraintTerm] = []
             if term.kind == "ineq" and not allow_nonconvex:

@@ -59,13 +59,16 @@ Examples
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import io
 import json
 import os
 import re
+import tempfile
 import time
 import uuid
+from collections.abc import Mapping
 from typing import Any
 
 import numpy as np
@@ -86,15 +89,91 @@ def file_sha256(path: str) -> str:
     return h.hexdigest()
 
 
+#: the infix of a temporary file (``<name>.tmp-<random>``) while it is written
+TMP = ".tmp-"
+
+
 def write_atomic(path: str, blob: bytes) -> str:
-    """Write ``blob`` to ``path`` atomically; returns its sha256."""
-    tmp = f"{path}.tmp-{os.getpid()}"
-    with open(tmp, "wb") as fh:
-        fh.write(blob)
-        fh.flush()
-        os.fsync(fh.fileno())
-    os.replace(tmp, path)
+    """Write ``blob`` to ``path`` atomically; returns its sha256. The temporary file is
+    created exclusively under a random name (``O_CREAT | O_EXCL``, mode 0600): a file or
+    a symbolic link already there is never opened, let alone followed."""
+    directory, base = os.path.split(os.path.abspath(path))
+    fd, tmp = tempfile.mkstemp(prefix=base + TMP, dir=directory)
+    try:
+        with os.fdopen(fd, "wb") as fh:
+            fh.write(blob)
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise
     return hashlib.sha256(blob).hexdigest()
+
+
+def remove_stale_temporaries(directory: str, names: Any = None) -> list[str]:
+    """Remove the temporary files a crashed write left in ``directory`` (``<name>.tmp-*``
+    of fedmodel's own files: the manifest and state files, or ``names``); a symbolic link
+    there is removed itself, never followed. Returns the names removed."""
+    removed = []
+    for f in os.listdir(directory):
+        base, sep, _ = f.partition(TMP)
+        if not sep:
+            continue
+        ours = base == MANIFEST or (
+            base.endswith(SUFFIX) and base.startswith(("server-", "party-"))
+        )
+        if ours or (names is not None and base in names):
+            with contextlib.suppress(OSError):
+                os.unlink(os.path.join(directory, f))
+                removed.append(f)
+    return removed
+
+
+def state_misfit(fresh: Any, loaded: Any, where: str = "the state") -> str | None:
+    """Why a checkpointed state ``loaded`` does not fit the state of the half it is for
+    (``fresh``: that half's state now), or None: every field the half has is there, an
+    array where it has an array (of the same kind and number of axes, and the same shape
+    unless the half's is empty), a number, a string, a mapping
+    or a sequence where it has one. (A field that is None now is not judged.)
+
+    >>> import numpy as np
+    >>> state_misfit({"mu": np.zeros(2)}, {"mu": np.zeros(3)})
+    "the state['mu'] has shape (3,), not (2,)"
+    """
+    if fresh is None:
+        return None
+    if isinstance(fresh, np.ndarray):
+        if not isinstance(loaded, np.ndarray):
+            return f"{where} is a {type(loaded).__name__}, not an array"
+        if loaded.ndim != fresh.ndim or (fresh.size and loaded.shape != fresh.shape):
+            return f"{where} has shape {loaded.shape}, not {fresh.shape}"
+        if loaded.dtype.kind != fresh.dtype.kind:
+            return f"{where} has dtype {loaded.dtype}, not {fresh.dtype}"
+        return None
+    if isinstance(fresh, Mapping):
+        if not isinstance(loaded, Mapping):
+            return f"{where} is a {type(loaded).__name__}, not a mapping"
+        for key, value in fresh.items():
+            if key not in loaded:
+                return f"{where} lacks {key!r}"
+            why = state_misfit(value, loaded[key], f"{where}[{key!r}]")
+            if why:
+                return why
+        return None
+    if isinstance(fresh, (list, tuple)):
+        ok = isinstance(loaded, (list, tuple))
+        return None if ok else f"{where} is a {type(loaded).__name__}, not a sequence"
+    if isinstance(fresh, (bool, np.bool_)):
+        ok = isinstance(loaded, (bool, np.bool_))
+        return None if ok else f"{where} is a {type(loaded).__name__}, not a bool"
+    if isinstance(fresh, (int, float, np.number)):
+        ok = isinstance(loaded, (int, float, np.number)) and not isinstance(loaded, bool)
+        return None if ok else f"{where} is a {type(loaded).__name__}, not a number"
+    if isinstance(fresh, str):
+        return None if isinstance(loaded, str) else f"{where} is not a string"
+    return None
 
 
 def safe_filename(name: str) -> str:
@@ -304,6 +383,7 @@ def write_checkpoint(
         "parties": {n: list(v) for n, v in parties.items()},
     }
     write_atomic(os.path.join(directory, MANIFEST), json.dumps(manifest, indent=1).encode("utf-8"))
+    remove_stale_temporaries(directory)
     keep = {server_file, MANIFEST} | {f for f, _ in parties.values()}
     for f in os.listdir(directory):
         # (.pkl: the files of a version-1 checkpoint that was in this directory)

@@ -68,11 +68,16 @@ class EndpointFactory:
     pickles; arguments are pickled too (a ``PartyProgram`` travels without its compiled
     evaluators, see ``PartyProgram.__getstate__``). :data:`RUNTIME_PROXY` among the arguments is replaced by the worker's peer
     outbox.
+
+    ``reveal`` is the party's own opt-ins (``ClientHalf.reveal``; None: whatever the
+    method's options ask for). It never crosses a Flower link: a deployed party sets its
+    own (``fedmodel join --reveal``).
     """
 
     target: Callable[..., Any]
     args: tuple = ()
     kwargs: dict = field(default_factory=dict)
+    reveal: frozenset[str] | None = None
 
     def substituted(self, values: Mapping[Placeholder, Any]) -> EndpointFactory:
         """This factory with each :class:`Placeholder` among its arguments that ``values``
@@ -82,12 +87,24 @@ class EndpointFactory:
     def mapped(self, fn: Callable[[Any], Any]) -> EndpointFactory:
         """This factory with ``fn`` applied to each argument."""
         return EndpointFactory(
-            self.target, tuple(fn(a) for a in self.args), {k: fn(v) for k, v in self.kwargs.items()}
+            self.target,
+            tuple(fn(a) for a in self.args),
+            {k: fn(v) for k, v in self.kwargs.items()},
+            self.reveal,
         )
 
-    def build(self, outbox: Any = None) -> Any:
+    def build(self, outbox: Any = None, compiled: Any = None) -> Any:
+        """The endpoint, after its target's ``check_build`` (a client half's: its
+        arguments by value and the opt-ins they need against :attr:`reveal`; with
+        ``compiled``, the party's own compiled model, its options' ``validate`` too)."""
         f = self.substituted({RUNTIME_PROXY: outbox})
-        return f.target(*f.args, **f.kwargs)
+        check = getattr(f.target, "check_build", None)
+        if check is not None:
+            check(f.args, f.kwargs, self.reveal, compiled)
+        endpoint = f.target(*f.args, **f.kwargs)
+        if check is not None:
+            endpoint.reveal = self.reveal
+        return endpoint
 
 
 # -- the worker side -------------------------------------------------------------------------------

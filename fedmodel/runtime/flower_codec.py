@@ -164,21 +164,37 @@ def _decode_runtime(key: str, x: Any, dec) -> Any:
     return NOT_HANDLED  # refused by the plain codec as an unknown entry
 
 
-def decode(text: str, arrays: list[np.ndarray]) -> Any:
+def decode(
+    text: str,
+    arrays: list[np.ndarray],
+    *,
+    max_chars: int | None = None,
+    max_depth: int | None = None,
+    max_items: int | None = None,
+    max_arrays: int | None = None,
+) -> Any:
     """The inverse of :func:`encode`: builds only what the module docstring lists
-    (:func:`fedmodel.runtime.plaincodec.decode` with the runtime's tags).
+    (:func:`fedmodel.runtime.plaincodec.decode` with the runtime's tags). A party reading
+    a call caps it: ``max_chars`` of JSON text and ``max_arrays`` arrays (refused before
+    the text is parsed), ``max_depth`` nesting and ``max_items`` values.
 
     Raises
     ------
     CodecError
         Anything else, naming it (e.g. a name that is not a registered wire type).
     """
+    if max_chars is not None and len(text) > max_chars:
+        raise CodecError(f"a call whose JSON text has {len(text)} characters (at most {max_chars})")
+    if max_arrays is not None and len(arrays) > max_arrays:
+        raise CodecError(f"a call of {len(arrays)} arrays (at most {max_arrays})")
     for i, a in enumerate(arrays):
         if not isinstance(a, np.ndarray) or a.dtype.kind not in ARRAY_KINDS:
             kind = getattr(a, "dtype", type(a).__name__)
             raise CodecError(f"array {i} of a fedmodel record: {kind} is not a numeric array")
     try:
-        return plaincodec.decode(text, arrays, _decode_runtime)
+        return plaincodec.decode(
+            text, arrays, _decode_runtime, max_depth=max_depth, max_items=max_items
+        )
     except CodecError:
         raise
     except PlainCodecError as exc:

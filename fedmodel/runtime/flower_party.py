@@ -45,6 +45,7 @@ handshake):
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import pickle
 import secrets
@@ -56,7 +57,11 @@ from multiprocessing import AuthenticationError
 from multiprocessing.connection import Client, Listener
 from typing import Any
 
-from fedmodel.runtime.checkpoint import CheckpointError, checked_token
+from fedmodel.runtime.checkpoint import (
+    CheckpointError,
+    checked_token,
+    remove_stale_temporaries,
+)
 from fedmodel.runtime.endpoints import EndpointFactory
 from fedmodel.runtime.flower_codec import (
     LOCAL_PROGRAM,
@@ -66,7 +71,8 @@ from fedmodel.runtime.flower_codec import (
     encode,
 )
 from fedmodel.runtime.host import PartyHost
-from fedmodel.runtime.messages import Message
+from fedmodel.runtime.messages import SERVER, Message
+from fedmodel.runtime.outcomes import StepOutcome
 
 # host methods a remote coordinator may call (the relay forwards nothing else)
 # the first byte of a frame on the party socket: a codec call or answer (the relay's
@@ -86,6 +92,20 @@ REMOTE_CALLS = (
 )
 # the calls that carry method messages, checked against the receiver's declared table
 MESSAGE_CALLS = ("run", "peer", "activate")
+# the declared direction of the kinds each message call carries
+DIRECTION = {"run": "server", "peer": "peer", "activate": "local"}
+
+# -- what a deployed party accepts (docs/security.md lists each cap) --------------------------
+# (the frame, JSON text and array caps are the relay's: flower_relay_app.MAX_FRAME ...)
+#: the deepest nesting of a call's values, and the most values it may hold
+MAX_DEPTH = 64
+MAX_ITEMS = 100_000
+#: rounds a message may carry: 0 .. MAX_ROUND
+MAX_ROUND = 2**53
+#: distinct checkpoint run tokens a coordinator may name per run (build), and run
+#: directories the party keeps in its checkpoint directory
+MAX_TOKENS_PER_RUN = 4
+MAX_RUN_DIRECTORIES = 64
 
 
 def key_path(socket_path: str) -> str:
@@ -125,6 +145,16 @@ class PartyServer:
         Accept local (pickled) requests: only for the server a simulation's Flower
         runtime starts for itself; a deployment's party server (``fedmodel join``) keeps
         the default ``False`` and answers codec calls only.
+    reveal : iterable of str
+        The party's own opt-ins (``fedmodel join --reveal``): what it may reveal beyond its
+        method's default messages. The coordinator's build never sets them; a request or a
+        build that needs another is refused, naming the opt-in.
+    compiled : CompiledModel, optional
+        The model as this party compiled it (deployment): the options of the
+        coordinator's build are validated against it.
+    max_frame : int, optional
+        The largest frame read from the socket (bytes; default the relay's
+        ``MAX_FRAME``): a longer one is refused from its length prefix, unread.
 
     Examples
     --------
@@ -144,15 +174,28 @@ class PartyServer:
         checkpoint_dir: str | None = None,
         *,
         accept_local: bool = False,
+        reveal: Any = (),
+        compiled: Any = None,
+        max_frame: int | None = None,
     ):
+        from fedmodel.runtime.flower_relay_app import MAX_FRAME
+
         self.socket_path = socket_path
         self.accept_local = bool(accept_local)
+        self.reveal = frozenset(reveal)
+        self.max_frame = int(MAX_FRAME if max_frame is None else max_frame)
+        # per party served: the dimensions of its messages, and the last round it answered
+        # with the (kind, sender) pairs answered in that round (replays refused)
+        self._dims: dict[str, Mapping[str, int]] = {}
+        self._rounds: dict[str, tuple[int, set]] = {}
+        self._tokens: set[str] = set()  # checkpoint run tokens named since the build
         self.checkpoint_dir = None if checkpoint_dir is None else os.path.abspath(checkpoint_dir)
         self._written: dict[tuple[str, str], list[str]] = {}
         self.programs = dict(programs or {})
         self.regularizer = regularizer
         self.info = dict(info or {})
         self.host = PartyHost()
+        self.host.compiled = compiled
         self.key = secrets.token_bytes(32)
         fd = os.open(key_path(socket_path), os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
         with os.fdopen(fd, "wb") as fh:
@@ -179,10 +222,20 @@ class PartyServer:
                 )
 
             local = {LOCAL_PROGRAM: self.programs[name], LOCAL_REGULARIZER: self.regularizer}
-            out[name] = f.substituted(local)
+            # the party's own opt-ins, never the coordinator's
+            out[name] = dataclasses.replace(f.substituted(local), reveal=self.reveal)
         self.host.endpoints.clear()
         self.host.marks.clear()
-        return self.host.build(out)
+        self._dims.clear()
+        self._rounds.clear()
+        self._tokens.clear()
+        errors = self.host.build(out)
+        for name, ep in self.host.endpoints.items():
+            if errors.get(name) is None and hasattr(ep, "message_dims"):
+                options = [a for a in out[name].args if dataclasses.is_dataclass(a)]
+                self._dims[name] = ep.message_dims(options[0] if options else None)
+        # an error travels as its message, never with the party's traceback
+        return {n: None if e is None else (e[0], "") for n, e in errors.items()}
 
     def _checkpoint_directory(self, token: Any, create: bool) -> str:
         """The directory a coordinator's checkpoint call names (see ``checkpoint_dir``)."""
@@ -192,12 +245,27 @@ class PartyServer:
                     "this party has no checkpoint directory (fedmodel join --checkpoint-dir)"
                 )
             return token  # simulation: the coordinator's own process started this server
-        path = os.path.join(self.checkpoint_dir, checked_token(token))
+        token = checked_token(token)
+        if token not in self._tokens and len(self._tokens) >= MAX_TOKENS_PER_RUN:
+            raise CheckpointError(
+                f"refusing checkpoint run {token!r}: this run named {len(self._tokens)} "
+                f"already (at most {MAX_TOKENS_PER_RUN} per run)"
+            )
+        path = os.path.join(self.checkpoint_dir, token)
         if create:
             os.makedirs(self.checkpoint_dir, mode=0o700, exist_ok=True)
+            if not os.path.isdir(path):
+                runs = [e for e in os.scandir(self.checkpoint_dir) if e.is_dir()]
+                if len(runs) >= MAX_RUN_DIRECTORIES:
+                    raise CheckpointError(
+                        f"refusing checkpoint run {token!r}: the party's checkpoint directory "
+                        f"holds {len(runs)} runs already (at most {MAX_RUN_DIRECTORIES}; remove "
+                        "old ones)"
+                    )
             os.makedirs(path, mode=0o700, exist_ok=True)
         elif not os.path.isdir(path):
             raise CheckpointError(f"no checkpoint of run {token!r} in this party's directory")
+        self._tokens.add(token)
         return path
 
     def call(self, method: str, args: tuple) -> Any:
@@ -216,17 +284,32 @@ class PartyServer:
         result = getattr(self.host, method)(*args)
         if method == "write_checkpoint" and self.checkpoint_dir is not None:
             self._prune(args[0], result)
+        if method in MESSAGE_CALLS:
+            result = self._answered(method, args, result)
+        elif method == "restore_marks":  # the parties are back at their marks
+            for _last, answered in self._rounds.values():
+                answered.clear()
         return result
 
     def _check_messages(self, method: str, args: tuple) -> None:
         """Refuse a ``run`` / ``peer`` / ``activate`` call unless each of its messages is
-        for a half built here and fits that half's declared table (kind and fields), before
-        any of them is dispatched."""
+        for a half built here, at most one per party served, of a kind of the call's
+        direction sent by whom that direction says (the server; another party; the party
+        itself), of a round not older than the last its receiver answered (and not a
+        replay of a (kind, sender) answered in that round), and fits that half's declared
+        table by name and by value (shape, dtype, finiteness, magnitude), before any of
+        them is dispatched."""
         if not args:
             raise CodecError(f"{method} without its message")
         messages = args[0] if method == "run" else [args[0]]
         if not isinstance(messages, (list, tuple)):
             raise CodecError(f"run takes a list of messages, not a {type(messages).__name__}")
+        if len(messages) > max(1, len(self.host.endpoints)):
+            raise CodecError(
+                f"{method} with {len(messages)} messages: at most one per party served here "
+                f"({len(self.host.endpoints)})"
+            )
+        seen = set()
         for msg in messages:
             if not isinstance(msg, Message):
                 raise CodecError(f"{method} takes messages, not a {type(msg).__name__}")
@@ -236,15 +319,78 @@ class PartyServer:
                     f"message {msg.kind!r} for {msg.receiver!r}: this party server holds "
                     f"{sorted(self.host.endpoints)}"
                 )
+            if msg.receiver in seen:
+                raise CodecError(f"{method} with two messages for {msg.receiver!r}")
+            seen.add(msg.receiver)
+            where = f"party {msg.receiver!r} refuses message {msg.kind!r}"
             table = getattr(endpoint, "messages", None)
-            why = None if table is None else table.request_problem(msg.kind, msg.payload)
+            why = self._sender_problem(method, msg, table)
+            if why is None and table is not None:
+                why = table.request_problem(msg.kind, msg.payload, self._dims.get(msg.receiver))
+            if why is None:
+                why = self._round_problem(msg, replay=method == "run")
             if why:
-                raise CodecError(f"party {msg.receiver!r} refuses {why}")
+                raise CodecError(f"{where}: {why}")
+
+    @staticmethod
+    def _sender_problem(method: str, msg: Message, table: Any) -> str | None:
+        """Why ``msg`` cannot come through a ``method`` call: the sender the kind's declared
+        direction names (the server, another party, the party itself) and its channel."""
+        direction = DIRECTION[method]
+        sender_ok = {
+            "server": msg.sender == SERVER,
+            "peer": msg.sender not in (SERVER, msg.receiver),
+            "local": msg.sender == msg.receiver,
+        }[direction]
+        if not sender_ok:
+            return f"sent by {msg.sender!r:.60} through a {method!r} call"
+        if table is None or msg.kind not in table:
+            return None
+        spec = table[msg.kind]
+        if spec.direction != direction:
+            return f"declared as a {spec.direction!r} message, sent through a {method!r} call"
+        expected = "local" if direction == "local" else spec.channel
+        if msg.channel != expected:
+            return f"on channel {msg.channel!r:.40}; declared {expected!r}"
+        return None
+
+    def _round_problem(self, msg: Message, replay: bool) -> str | None:
+        """Why ``msg``'s round is refused: not an integer in 0 .. :data:`MAX_ROUND`, older
+        than the last round its receiver answered, or (``replay``: a server's request) a
+        kind it answered in that round already (a failed step may be sent again; peer
+        messages and activations of one round may repeat a kind)."""
+        rnd = msg.round
+        if type(rnd) is not int or not 0 <= rnd <= MAX_ROUND:
+            return f"of round {rnd!r:.40} (rounds are 0 .. 2^53)"
+        last, answered = self._rounds.get(msg.receiver, (0, set()))
+        if rnd < last:
+            return f"of round {rnd}, older than round {last} it answered already"
+        if replay and rnd == last and (msg.kind, msg.sender) in answered:
+            return f"of round {rnd} again (a replay: it answered it already)"
+        return None
+
+    def _answered(self, method: str, args: tuple, result: Any) -> Any:
+        """Note the rounds of the messages answered, and strip tracebacks from the
+        outcomes (an error travels as its message only)."""
+        messages = args[0] if method == "run" else [args[0]]
+        outcomes = result if isinstance(result, list) else [result]
+        for msg, out in zip(messages, outcomes):
+            if not isinstance(out, StepOutcome):
+                continue
+            out.detail = ""
+            if out.ok:
+                last, answered = self._rounds.get(msg.receiver, (0, set()))
+                if msg.round > last:
+                    last, answered = msg.round, set()
+                answered.add((msg.kind, msg.sender))
+                self._rounds[msg.receiver] = (last, answered)
+        return result
 
     def _prune(self, directory: str, written: Mapping[str, tuple[str, str]]) -> None:
         """Keep, of the files this server wrote in ``directory``, each party's last two
         (the coordinator's manifest names the newer one once written, the older one until
         then); the coordinator removes old files only from its own directory."""
+        remove_stale_temporaries(directory)
         for name, (fname, _sha) in written.items():
             mine = self._written.setdefault((directory, name), [])
             mine.append(fname)
@@ -261,10 +407,19 @@ class PartyServer:
         runtime that started this server; ``accept_local`` servers only). Returns
         ``("ok" | "error", text, arrays)`` or ``("pickled", blob)``; never raises for a
         refused or failing call."""
+        from fedmodel.runtime.flower_relay_app import MAX_ARRAYS, MAX_JSON_CHARS
+
         kind = request[0] if isinstance(request, tuple) and request else None
         try:
             if kind == "call":
-                call = decode(request[1], request[2])
+                call = decode(
+                    request[1],
+                    request[2],
+                    max_chars=MAX_JSON_CHARS,
+                    max_depth=MAX_DEPTH,
+                    max_items=MAX_ITEMS,
+                    max_arrays=MAX_ARRAYS,
+                )
                 if not (
                     isinstance(call, tuple)
                     and len(call) == 2
@@ -300,13 +455,19 @@ class PartyServer:
 
     def handle_frame(self, frame: bytes) -> bytes:
         """:meth:`handle` on the bytes of one connection; returns the answer's bytes."""
-        from fedmodel.runtime.flower_relay_app import FRAME, pack, unpack
+        from fedmodel.runtime.flower_relay_app import (
+            FRAME,
+            MAX_ARRAYS,
+            MAX_JSON_CHARS,
+            pack,
+            unpack,
+        )
 
         if frame[:1] == LOCAL_FRAME and self.accept_local:
             reply = self.handle(("local", frame[1:]))
         elif frame[:1] == FRAME:
             try:
-                status, text, arrays = unpack(frame)
+                status, text, arrays = unpack(frame, max_json=MAX_JSON_CHARS, max_arrays=MAX_ARRAYS)
                 if status != "call":
                     raise ValueError(f"a frame of status {status!r:.20}, not a call")
                 reply = self.handle(("call", text, arrays))
@@ -318,6 +479,12 @@ class PartyServer:
             return PICKLED_FRAME + reply[1]
         return pack(*reply)
 
+    @staticmethod
+    def _error_frame(exc: BaseException) -> bytes:
+        from fedmodel.runtime.flower_relay_app import pack
+
+        return pack("error", *encode(exc))
+
     def serve_one(self) -> None:
         """Accept one connection and answer its request (a failed handshake, a closed
         connection or a refused request ends only that connection)."""
@@ -326,11 +493,19 @@ class PartyServer:
         except (OSError, EOFError, AuthenticationError):  # a failed or abandoned handshake
             return
         with conn:
-            try:
-                frame = conn.recv_bytes()
-            except (EOFError, OSError):
+            try:  # the length prefix first: a longer frame is refused unread
+                frame = conn.recv_bytes(self.max_frame)
+            except OSError as exc:
+                if "bad message length" not in str(exc):
+                    return
+                refused = CodecError(
+                    f"a frame longer than {self.max_frame} bytes (this party's cap) refused unread"
+                )
+                frame, reply = None, self._error_frame(refused)
+            except EOFError:
                 return
-            reply = self.handle_frame(frame)
+            if frame is not None:
+                reply = self.handle_frame(frame)
             try:
                 conn.send_bytes(reply)
             except OSError:

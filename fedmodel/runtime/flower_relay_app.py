@@ -54,6 +54,13 @@ FRAME_MAX = 4 * 2**20
 # the first byte of a frame on the party socket: a codec call or answer (this module's
 # pack / unpack); the party server's other frames (simulation only) start with others
 FRAME = b"C"
+# what a party accepts (its relay here, its party server on the socket: docs/security.md):
+# the largest call frame, in bytes (a longer one is refused unread); a call's JSON text
+# (its structure: the numbers travel as .npy arrays beside it), in characters; the most
+# arrays one call carries
+MAX_FRAME = 64 * 2**20
+MAX_JSON_CHARS = 2**20
+MAX_ARRAYS = 1024
 
 app = ClientApp()
 
@@ -106,15 +113,20 @@ def pack(status: str, text: str, arrays) -> bytes:
     return FRAME + struct.pack("!Q", len(head_bytes)) + head_bytes + b"".join(parts)
 
 
-def unpack(frame: bytes) -> tuple:
+def unpack(frame: bytes, max_json: int | None = None, max_arrays: int | None = None) -> tuple:
     """``(status, text, arrays)`` of a :func:`pack` frame; ``ValueError`` if it is not one
-    (arrays read with ``allow_pickle=False``: an object array is refused)."""
+    (arrays read with ``allow_pickle=False``: an object array is refused). With
+    ``max_json`` / ``max_arrays`` (a party reading a call) a longer JSON text (judged from
+    the header's length, before it is read) or more arrays are refused."""
     view = memoryview(frame)
     if bytes(view[:1]) != FRAME or len(view) < 9:
         raise ValueError("not a fedmodel frame")
     (n,) = struct.unpack("!Q", view[1:9])
     if n > len(view) - 9:
         raise ValueError("a truncated fedmodel frame")
+    # (the header holds the JSON text as a JSON string: escapes at most 6 characters each)
+    if max_json is not None and n > 6 * max_json + 4096:
+        raise ValueError(f"a call whose header has {n} bytes (its JSON text: at most {max_json})")
     head = json.loads(bytes(view[9 : 9 + n]).decode("utf-8"))
     if not (
         isinstance(head, dict)
@@ -124,6 +136,12 @@ def unpack(frame: bytes) -> tuple:
         and all(type(k) is int and k >= 0 for k in head["sizes"])
     ):
         raise ValueError("a malformed fedmodel frame header")
+    if max_json is not None and len(head["json"]) > max_json:
+        raise ValueError(
+            f"a call whose JSON text has {len(head['json'])} characters (at most {max_json})"
+        )
+    if max_arrays is not None and len(head["sizes"]) > max_arrays:
+        raise ValueError(f"a call of {len(head['sizes'])} arrays (at most {max_arrays})")
     pos, arrays = 9 + n, []
     for k in head["sizes"]:
         if pos + k > len(view):
@@ -144,14 +162,37 @@ def forward(socket_path: str, text: str, arrays: list) -> tuple:
     return unpack(forward_frame(socket_path, pack("call", text, arrays)))
 
 
+def refusal(text: str) -> bytes:
+    """An error answer (the codec's form of a ``CodecError``) for a call the relay refuses
+    itself."""
+    return pack("error", json.dumps({"__exc": ["CodecError", [text]]}), [])
+
+
 def forward_frame(socket_path: str, frame: bytes) -> bytes:
     """One call frame to the party server at ``socket_path``, unread (the party server
-    checks it); returns its answer's frame."""
+    checks it); returns its answer's frame. A frame longer than :data:`MAX_FRAME` is
+    refused here, never forwarded."""
+    if len(frame) > MAX_FRAME:
+        return refusal(f"a call frame of {len(frame)} bytes refused unread (at most {MAX_FRAME})")
     with open(socket_path + ".key", "rb") as fh:
         key = fh.read()
     with Client(socket_path, family="AF_UNIX", authkey=key) as conn:
-        conn.send_bytes(frame)
+        try:
+            conn.send_bytes(frame)
+        except OSError:  # the party server refused it before reading it all: its answer
+            pass
         return conn.recv_bytes()
+
+
+def _content_size(content: RecordDict) -> int:
+    """The bytes a message's content holds (its arrays' buffers and its config values),
+    counted without reading them."""
+    size = 0
+    for record in content.config_records.values():
+        size += sum(len(v) if isinstance(v, (bytes, str)) else 8 for v in record.values())
+    for record in content.array_records.values():
+        size += sum(len(a.data) for a in record.values())
+    return size
 
 
 @app.query("fedmodel")
@@ -166,6 +207,12 @@ def relay(msg: Message, context) -> Message:
         answer = forward_frame(str(socket_path), bytes(frame["frame"]))
         if len(answer) > FRAME_MAX:
             return Message(content=content_of(*unpack(answer)), reply_to=msg)
+        return Message(
+            content=RecordDict({FRAME_RECORD: ConfigRecord({"frame": answer})}), reply_to=msg
+        )
+    size = _content_size(msg.content)
+    if socket_path is not None and size > MAX_FRAME:  # refused before its arrays are read
+        answer = refusal(f"a call of {size} bytes refused unread (at most {MAX_FRAME})")
         return Message(
             content=RecordDict({FRAME_RECORD: ConfigRecord({"frame": answer})}), reply_to=msg
         )

@@ -20,6 +20,7 @@ from fedmodel.runtime.endpoints import EndpointFactory, Outbox, _get_state, copy
 from fedmodel.runtime.messages import Message
 from fedmodel.runtime.outcomes import (
     ClientTimeout,
+    RequestRefused,
     StepInterrupted,
     StepOutcome,
     portable_exception,
@@ -40,6 +41,9 @@ class PartyHost:
         self.endpoints: dict[str, Any] = {} if endpoints is None else endpoints
         self.outbox = outbox if outbox is not None else Outbox()
         self.marks: dict[str, Any] = {}
+        # the model as this party compiled it (a deployed party): builds validate the
+        # coordinator's options against it
+        self.compiled: Any = None
         self._in_step = False
         self._alarm_ok = False
 
@@ -89,7 +93,7 @@ class PartyHost:
         errors: dict[str, Any] = {}
         for name, factory in factories.items():
             try:
-                self.endpoints[name] = factory.build(self.outbox)
+                self.endpoints[name] = factory.build(self.outbox, compiled=self.compiled)
                 errors[name] = None
             except BaseException as exc:  # noqa: BLE001 - reported to the server
                 errors[name] = (portable_exception(exc), traceback.format_exc())
@@ -138,6 +142,10 @@ class PartyHost:
             out.reply = None
             out.kind = "interrupted"
             out.error = KeyboardInterrupt("interrupted")
+        except RequestRefused as exc:  # refused before it ran: nothing to retry
+            out.reply = None
+            out.kind = "refused"
+            out.error = exc
         except BaseException as exc:  # noqa: BLE001 - reported to the server
             out.reply = None
             out.kind = "raised"
@@ -220,7 +228,11 @@ class PartyHost:
         """Each party reads and checks its own file (a bare name of its own form inside
         ``directory``, its checksum, its fingerprint), then takes that state; returns
         name -> None or an error message."""
-        from fedmodel.runtime.checkpoint import fingerprint_mismatch, read_state_file
+        from fedmodel.runtime.checkpoint import (
+            fingerprint_mismatch,
+            read_state_file,
+            state_misfit,
+        )
 
         errors: dict[str, str | None] = {}
         for name, entry in files.items():
@@ -239,7 +251,17 @@ class PartyHost:
                 why = fingerprint_mismatch(record.get("fingerprint"), _fingerprint(ep), name)
                 if why is not None:
                     raise CheckpointError(why)
-                ep.set_state(record["state"])
+                why = state_misfit(_get_state(ep), record.get("state"))
+                if why is not None:
+                    raise CheckpointError(f"file {fname} does not fit this run: {why}")
+                snapshot = _get_state(ep)
+                try:
+                    ep.set_state(record["state"])
+                except Exception as exc:  # a state of the right form that the half refuses
+                    ep.set_state(snapshot)
+                    raise CheckpointError(
+                        f"file {fname} does not fit this run: {type(exc).__name__}: {exc}"
+                    ) from None
                 self.marks[name] = _get_state(ep)
                 errors[name] = None
             except Exception as exc:  # noqa: BLE001 - reported to the server

@@ -43,6 +43,14 @@ class InvalidReply(FedModelError):
         return (InvalidReply, (self.party, self.kind, self.field, str(self)))
 
 
+class RequestRefused(FedModelError):
+    """A party refuses a request it did not enable: a message kind, or a value of one of
+    its fields, that would make it reveal more than its method's default messages, when
+    the party did not enable that opt-in (``fedmodel join --reveal``; in one process the
+    solve's ``reveal`` option). The runtime reports it as a failure of that party of kind
+    ``"refused"`` (not retried: the party answers the same)."""
+
+
 @dataclass
 class StepOutcome:
     """What happened when a party handled one message."""
@@ -50,7 +58,8 @@ class StepOutcome:
     name: str
     reply: Any = None  # the reply Message (or an activation's return value)
     error: BaseException | None = None
-    kind: str = "ok"  # "ok", "raised", "timeout", "interrupted", "dead", "invalid_reply"
+    # "ok", "raised", "timeout", "interrupted", "dead", "invalid_reply", "refused"
+    kind: str = "ok"
     seconds: float = 0.0
     detail: str = ""  # traceback text of the error
     sent: list[Message] = field(default_factory=list)  # peer messages sent while handling
@@ -66,7 +75,7 @@ class StepOutcome:
     def describe(self) -> str:
         if self.kind == "dead":
             return str(self.error)
-        if self.kind in ("timeout", "invalid_reply"):
+        if self.kind in ("timeout", "invalid_reply", "refused"):
             return str(self.error)
         return f"{type(self.error).__name__}: {self.error}"
 

@@ -157,13 +157,18 @@ def decode(
     text: str,
     arrays: list[np.ndarray],
     extra: Callable[[str, Any, Callable[[Any], Any]], Any] | None = None,
+    *,
+    max_depth: int | None = None,
+    max_items: int | None = None,
 ) -> Any:
     """The inverse of :func:`encode`: builds only plain values and the given arrays.
 
     ``extra(tag, x, dec)`` decodes ``{"__<tag>": x}`` entries of the caller's own types
     (or returns :data:`NOT_HANDLED`); any other ``"__"`` entry, an array index out of
     range, an array of another dtype kind or a malformed entry raises
-    :class:`PlainCodecError`.
+    :class:`PlainCodecError`, as do values nested deeper than ``max_depth`` or more than
+    ``max_items`` values in all (each JSON value, key or element counts one), counted
+    before any value is built.
 
     Examples
     --------
@@ -232,7 +237,34 @@ def decode(
         parsed = json.loads(text)
     except ValueError as exc:
         raise PlainCodecError(f"not a JSON text ({exc})") from exc
+    if max_depth is not None or max_items is not None:
+        _check_size(parsed, max_depth, max_items)
     return dec(parsed)
+
+
+def _check_size(parsed: Any, max_depth: int | None, max_items: int | None) -> None:
+    """Refuse a parsed JSON value nested deeper than ``max_depth`` or holding more than
+    ``max_items`` values (breadth first: the walk stops at the first excess)."""
+    depth_cap = float("inf") if max_depth is None else max_depth
+    item_cap = float("inf") if max_items is None else max_items
+    level, items, depth = [parsed], 0, 0
+    while level:
+        depth += 1
+        if depth > depth_cap:
+            raise PlainCodecError(f"values nested deeper than {max_depth}")
+        items += len(level)
+        if items > item_cap:
+            raise PlainCodecError(f"more than {max_items} values")
+        nxt: list = []
+        for v in level:
+            if isinstance(v, list):
+                nxt.extend(v)
+            elif isinstance(v, dict):
+                nxt.extend(v.values())
+                items += len(v)  # (its keys)
+        if items + len(nxt) > item_cap:
+            raise PlainCodecError(f"more than {max_items} values")
+        level = nxt
 
 
 __all__ = ["NOT_HANDLED", "PlainCodecError", "decode", "encode"]

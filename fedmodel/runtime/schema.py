@@ -84,6 +84,15 @@ class Field:
     opt_in : str, optional
         The option that makes this field travel (e.g. ``"inner_solver='newton'"``): shown
         as opt-in in the privacy table.
+    party_opt_in : mapping, optional
+        Values of this (request or build) field that make the party reveal more than its
+        method's default messages, each with the name of the party's own opt-in that
+        allows it (e.g. ``{"newton": "hessian"}``): a party that did not enable that
+        opt-in refuses a request carrying such a value (:meth:`MessageTable.opt_ins_needed`).
+    choices : tuple, optional
+        The values a ``str`` field may take.
+    positive : bool
+        Entries must be > 0 (a penalty, a count).
     max_size : int or str, optional
         Bound on the number of entries (a number or a dimension's name), for fields whose
         shape is not fixed.
@@ -101,10 +110,19 @@ class Field:
     opt_in: str | None = None
     max_size: int | str | None = None
     max_abs: float = MAX_ABS
+    party_opt_in: Mapping[Any, str] | None = None
+    choices: tuple | None = None
+    positive: bool = False
 
     def __post_init__(self):
         if self.dtype not in DTYPES:
             raise ValueError(f"Field dtype must be one of {DTYPES}, got {self.dtype!r}")
+
+    def opt_in_for(self, value: Any) -> str | None:
+        """The party opt-in ``value`` needs (None: none)."""
+        if not self.party_opt_in or not isinstance(value, (str, bool, int, float)):
+            return None
+        return self.party_opt_in.get(value)
 
     def dims(self, dims: Mapping[str, int]) -> list[tuple[int, bool]]:
         """``(size, exact)`` of each axis for one client (``exact=False``: an upper bound;
@@ -147,7 +165,11 @@ class Field:
         if self.dtype == "str":
             if not isinstance(value, str):
                 return f"is a {type(value).__name__}, not a string"
-            return None if len(value) <= MAX_STR else f"is a string of {len(value)} characters"
+            if len(value) > MAX_STR:
+                return f"is a string of {len(value)} characters"
+            if self.choices is not None and value not in self.choices:
+                return f"is {value!r:.40}, not one of {list(self.choices)}"
+            return None
         if self.dtype == "map":
             if not isinstance(value, Mapping):
                 return f"is a {type(value).__name__}, not a mapping"
@@ -203,6 +225,8 @@ def _check_array(spec: Field, value: Any, dims: Mapping[str, int], dtype: str) -
             if bad:
                 return f"is not finite ({bad} NaN/inf entries)"
             return f"has entries of magnitude {top:.3g} (at most {spec.max_abs:g})"
+    if spec.positive and arr.size and not bool(np.all(arr > 0)):
+        return f"has entries <= 0 (smallest {arr.min()!r:.20}; must be > 0)"
     return None
 
 
@@ -247,6 +271,11 @@ class MessageSpec:
         Alternatives among the optional reply fields: a reply must hold every field of at
         least one of them (e.g. the ADMM start ``("u_tilde",)`` or the Newton start
         ``("value", "grad")``).
+    party_opt_in : str, optional
+        The party's own opt-in this kind needs (e.g. ``"hessian"``: its reply reveals more
+        than the method's default messages). A party that did not enable it refuses every
+        request of this kind (see :attr:`Field.party_opt_in` for opt-ins that follow from
+        a request's values).
     """
 
     kind: str
@@ -260,6 +289,7 @@ class MessageSpec:
     extra: Field | None = None
     max_extra: int = 32
     one_of: tuple[tuple[str, ...], ...] = ()
+    party_opt_in: str | None = None
 
     def __post_init__(self):
         if self.direction not in DIRECTIONS:
@@ -303,6 +333,32 @@ class MessageSpec:
         return None
 
 
+def opt_in_refusal(
+    party: str, what: str, needed: Mapping[str, str], enabled: Iterable[str] | None
+) -> str | None:
+    """Why ``party`` refuses ``what`` (a message, its build): the first opt-in of
+    ``needed`` (name -> what asks for it, :meth:`MessageTable.opt_ins_needed`) not among
+    ``enabled`` (None: every opt-in is enabled); None when it may answer.
+
+    Examples
+    --------
+    >>> print(opt_in_refusal("site0", "message 'newton_w'", {"hessian": "the kind itself"}, ()))
+    party 'site0' refuses message 'newton_w' (the kind itself): it would reveal more than the method's default messages, under the opt-in 'hessian', which this party did not enable (a deployed party enables it with fedmodel join --reveal hessian; in one process, model.solve(..., reveal=...))
+    """
+    if enabled is None:
+        return None
+    enabled = set(enabled)
+    for name, why in needed.items():
+        if name not in enabled:
+            return (
+                f"party {party!r} refuses {what} ({why}): it would reveal more than the "
+                f"method's default messages, under the opt-in {name!r}, which this party did "
+                f"not enable (a deployed party enables it with fedmodel join --reveal {name}; "
+                "in one process, model.solve(..., reveal=...))"
+            )
+    return None
+
+
 #: A checker the runtime calls on what a party sent: ``check(party, kind, direction,
 #: payload)``; raises :class:`InvalidReply` (direction ``"server"``: the reply to a request
 #: of that kind; ``"peer"``: a peer message; ``"local"``: an activation's return value).
@@ -320,11 +376,16 @@ class MessageTable:
     option_dims : callable, optional
         ``option_dims(options) -> dict``: dimensions that follow from the method's options
         (e.g. an Anderson memory), for every client.
+    build : dict of str to Field
+        The arguments of the client half's constructor that a coordinator chooses (beside
+        the party's own program and the options dataclass, which its ``validate`` checks),
+        checked by value where the party is built (:meth:`build_problem`).
     """
 
     family: str
     specs: tuple[MessageSpec, ...]
     option_dims: Callable[[Any], dict[str, int]] | None = None
+    build: Mapping[str, Field] = field(default_factory=dict)
 
     def __post_init__(self):
         kinds = [s.kind for s in self.specs]
@@ -364,10 +425,13 @@ class MessageTable:
         return MessageTable(family or self.family, tuple(specs))
 
     # -- validation --------------------------------------------------------------------------
-    def request_problem(self, kind: str, payload: Mapping[str, Any]) -> str | None:
+    def request_problem(
+        self, kind: str, payload: Mapping[str, Any], dims: Mapping[str, int] | None = None
+    ) -> str | None:
         """Why a request of ``kind`` with ``payload`` does not fit the declaration (the
-        field names: an undeclared kind, an undeclared field, a missing required one), or
-        None when it does.
+        field names: an undeclared kind, an undeclared field, a missing required one; with
+        the receiving party's ``dims``, also each value's shape, dtype, finiteness and
+        magnitude), or None when it does.
 
         Examples
         --------
@@ -387,7 +451,67 @@ class MessageTable:
         for name, spec in declared.items():
             if spec.required and name not in payload:
                 return f"message {kind!r} without its field {name!r}"
+        if dims is not None:
+            for name, value in payload.items():
+                why = declared[name].check(value, dims)
+                if why:
+                    return f"message {kind!r} whose field {name!r} {why}"
         return None
+
+    def opt_ins_needed(self, kind: str, payload: Mapping[str, Any]) -> dict[str, str]:
+        """The party opt-ins a request of ``kind`` with ``payload`` needs, each with what
+        asks for it (the kind, or a field's value): read from the declaration
+        (:attr:`MessageSpec.party_opt_in`, :attr:`Field.party_opt_in`).
+
+        Examples
+        --------
+        >>> table = MessageTable("toy", (
+        ...     MessageSpec("go", request={"how": Field((), dtype="str",
+        ...                                            party_opt_in={"exact": "hessian"})}),
+        ... ))
+        >>> table.opt_ins_needed("go", {"how": "exact"}), table.opt_ins_needed("go", {"how": "x"})
+        ({'hessian': "its field 'how' = 'exact'"}, {})
+        """
+        if kind not in self:
+            return {}
+        spec = self[kind]
+        out = {}
+        if spec.party_opt_in:
+            out[spec.party_opt_in] = "the kind itself"
+        for name, value in payload.items():
+            f = spec.request.get(name)
+            need = None if f is None else f.opt_in_for(value)
+            if need and need not in out:
+                out[need] = f"its field {name!r} = {value!r:.40}"
+        return out
+
+    def build_problem(self, arguments: Mapping[str, Any], dims: Mapping[str, int]) -> str | None:
+        """Why the declared constructor ``arguments`` (:attr:`build`, by name) do not fit,
+        or None."""
+        for name, spec in self.build.items():
+            if name not in arguments:
+                continue
+            why = spec.check(arguments[name], dims)
+            if why:
+                return f"argument {name!r} {why}"
+        return None
+
+    def build_opt_ins(self, arguments: Mapping[str, Any]) -> dict[str, str]:
+        """The party opt-ins the constructor ``arguments`` need (:attr:`Field.party_opt_in`
+        of :attr:`build`), each with the argument that asks for it."""
+        out = {}
+        for name, spec in self.build.items():
+            need = spec.opt_in_for(arguments.get(name))
+            if need and need not in out:
+                out[need] = f"its argument {name!r} = {arguments[name]!r:.40}"
+        return out
+
+    def party_opt_ins(self) -> list[str]:
+        """Every party opt-in this table declares (kinds, request and build fields)."""
+        names = {s.party_opt_in for s in self.specs if s.party_opt_in}
+        fields = [f for s in self.specs for f in s.request.values()] + list(self.build.values())
+        names.update(v for f in fields for v in (f.party_opt_in or {}).values())
+        return sorted(names)
 
     def channel(self, kind: str) -> str:
         """The declared channel of ``kind`` (``"algorithm"`` or ``"diagnostic"``)."""

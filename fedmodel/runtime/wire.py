@@ -193,6 +193,7 @@ def dataclass_fields(obj: Any) -> tuple[str, dict[str, Any]]:
 # -- exceptions ----------------------------------------------------------------------------------
 def _exception_table() -> dict[str, type[BaseException]]:
     from fedmodel.runtime.checkpoint import CheckpointError
+    from fedmodel.runtime.outcomes import RequestRefused
 
     classes: list[type[BaseException]] = [
         # builtins a step, a solver or the runtime raises
@@ -227,6 +228,7 @@ def _exception_table() -> dict[str, type[BaseException]]:
         UnsupportedError,
         CheckpointError,
         CodecError,
+        RequestRefused,
     ]
     return {c.__name__: c for c in classes}
 

@@ -24,8 +24,11 @@ from fedmodel.runtime.schema import Field, MessageSpec, MessageTable
 
 NEWTON = "inner_solver='newton'"
 HESSIAN_METRIC = "penalty_metric='hessian'"
+#: the party's own opt-in to send its d x d Hessian (fedmodel join --reveal hessian)
+HESSIAN = "hessian"
 
-_INNER = Field((), dtype="str", required=False)  # "admm" (default) or "newton"
+# "admm" (default), "quasi-newton", "exact-admm" or "newton" (the Hessian: an opt-in)
+_INNER = Field((), dtype="str", required=False, party_opt_in={"newton": HESSIAN})
 _U_TILDE = Field(("d",), required=False, reveals="u~_i = u_i + lambda_i / rho_i (eq. 17)")
 _METRIC = Field(
     ("d", "d"),
@@ -238,9 +241,20 @@ PROXAL = MessageTable(
             },
             reveals="P_{i,k}'s value and gradient at a trial point (Newton inner solver)",
             methods=("prox-al",),
+            party_opt_in=HESSIAN,
         ),
         evaluate_spec(),
         report_spec(reply={"owned": Field(("d_own",), required=False, reveals="its own block")}),
     ),
     option_dims=option_dims,
+    # ProxALClient's arguments besides its program and options
+    build={
+        "rho": Field((), positive=True),
+        "n_clients": Field((), dtype="int", positive=True),
+        "proximal": Field((), dtype="bool"),
+        "theta0": Field(("d_own",), nullable=True),
+        "metric": Field(
+            (), dtype="str", choices=("scalar", "hessian"), party_opt_in={"hessian": HESSIAN}
+        ),
+    },
 )
