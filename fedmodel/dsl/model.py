@@ -88,7 +88,8 @@ class Model:
             ``w <= 0`` (handled exactly by the server's prox, see :meth:`regularize`).
         bounds : (lower, upper), optional
             As in cvxpy: constant bounds (scalars or arrays of the variable's shape, ``None``
-            for no bound), added to ``h`` as a box.
+            for no bound; an entry ``-inf`` in the lower or ``inf`` in the upper bound
+            leaves that coordinate free on that side), added to ``h`` as a box.
         **attributes
             Other cvxpy variable attributes (``integer``, ``boolean``, ``PSD``, ...) are
             refused with a :class:`~fedmodel.errors.ModelError`: fedmodel solves continuous
@@ -117,11 +118,33 @@ class Model:
             lower = 0.0 if lower is None else np.maximum(lower, 0.0)
         if nonpos:
             upper = 0.0 if upper is None else np.minimum(upper, 0.0)
-        if lower is not None:
-            self.regularize(var >= lower)
-        if upper is not None:
-            self.regularize(var <= upper)
+        for side, bound, free in (("lower", lower, -np.inf), ("upper", upper, np.inf)):
+            self._bound(var, side, bound, free)
         return var
+
+    def _bound(self, var: cp.Variable, side: str, bound: Any, free: float) -> None:
+        """Add a ``bounds=`` side of :meth:`variable` to ``h`` as a box; as in cvxpy, an
+        entry equal to ``free`` (``-inf`` for a lower bound, ``inf`` for an upper one)
+        leaves its coordinate unbounded on that side."""
+        if bound is None:
+            return
+        values = np.asarray(bound, dtype=float)
+        if np.isnan(values).any() or np.any(np.isinf(values) & (values != free)):
+            raise ModelError(
+                f"model.variable('{var.name()}'): the {side} bound must be finite or "
+                f"{free:g} (no bound), got {bound!r}"
+            )
+        if np.all(values == free):
+            return
+        term = var >= values if side == "lower" else var <= values
+        if np.isinf(values).any():  # (the box takes infinite sides: only these skip the check)
+            from fedmodel.compiler.regularizer import parse_regularizer_term
+
+            parse_regularizer_term(term, self._variables)
+            self._regularizers.append(term)
+            self._declared()
+        else:
+            self.regularize(term)
 
     def _new_variable(
         self, shape: int | tuple[int, ...], name: str, owner: str | None, hidden: bool = False
