@@ -80,16 +80,20 @@ def test_h_reads_the_frobenius_norm_as_a_group_norm():
     assert compiled.regularizer.describe(compiled.layout) == ["W: 1*norm2"]
 
 
-def test_multitask_nuclear_norm_prox_al_against_pooled_cvxpy():
+@pytest.mark.parametrize("lam", [0.05, 0.3])
+def test_multitask_nuclear_norm_prox_al_against_pooled_cvxpy(lam):
     # a small multi-task logistic model (3 tasks x 8 features, 4 clients); the full size of
-    # the issue (3 x 80, 5 clients) is benchmarks/nuclear_norm.py's
+    # the issue (3 x 80, 5 clients) is benchmarks/nuclear_norm.py's. At lam = 0.3 the
+    # optimum has rank 1 (the prox's zero singular values, the subdifferential's W part)
     parts = multitask_data(tasks=3, features=8, clients=4, rows=20, seed=2)
-    problem, W = pooled_problem(parts, lam=0.05)
+    problem, W = pooled_problem(parts, lam=lam)
     problem.solve(solver="CLARABEL", **TIGHT)
     for eps in (1e-3, 1e-6):
-        res = multitask_model(parts, lam=0.05).solve(method="prox-al", eps=eps)
+        res = multitask_model(parts, lam=lam).solve(method="prox-al", eps=eps)
         assert res.status == "optimal"
         assert res.rounds["communication"] <= 100
         # the certificate's guarantee: a relative gap of order eps
         assert abs(res.objective - problem.value) <= 10 * eps * max(1.0, abs(problem.value))
         assert res.extra["inner_solver"] == "prox-quasi-newton"  # no semidefinite solve
+        if lam == 0.3:
+            assert np.linalg.svd(res.solution["W"], compute_uv=False)[1] < 1e-8
