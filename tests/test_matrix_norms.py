@@ -97,3 +97,24 @@ def test_multitask_nuclear_norm_prox_al_against_pooled_cvxpy(lam):
         assert res.extra["inner_solver"] == "prox-quasi-newton"  # no semidefinite solve
         if lam == 0.3:
             assert np.linalg.svd(res.solution["W"], compute_uv=False)[1] < 1e-8
+
+
+def test_server_matrix_norm_term_goes_to_h():
+    # the server's lam * ||W||_* has no smooth form; as h's piece its step is one SVD (a
+    # cone form would make every server step a semidefinite solve)
+    parts = multitask_data(tasks=3, features=8, clients=4, rows=20, seed=2)
+    via_h = multitask_model(parts, lam=0.3)
+    N = sum(X.shape[0] for X, _ in parts)
+    model = fm.Model("server-term")
+    W = model.variable((8, 3), name="W")
+    for i, (X, Y) in enumerate(parts):
+        site = model.client(f"client{i}")
+        Xd, Yd = site.data(X, name="X"), site.data(Y, name="Y")
+        site.minimize(cp.sum(cp.logistic(-cp.multiply(Yd, Xd @ W))) / N)
+    model.server.minimize(0.3 * cp.normNuc(W))
+    compiled = model.compile()
+    assert compiled.regularizer.describe(compiled.layout) == ["W: 0.3*normNuc"]
+    assert not compiled.server.objective and not compiled.server.cones
+    res, ref = model.solve(method="prox-al"), via_h.solve(method="prox-al")
+    assert res.status == "optimal"
+    assert res.objective == pytest.approx(ref.objective, rel=1e-9)

@@ -9,7 +9,7 @@ import numpy as np
 
 from fedmodel.dsl.data import PrivateData, check_finite_constants, fingerprint
 from fedmodel.dsl.party import Client, Server
-from fedmodel.errors import ModelError
+from fedmodel.errors import ModelError, UnsupportedError
 
 if TYPE_CHECKING:
     from fedmodel.compiler.partition import CompiledModel
@@ -213,8 +213,11 @@ class Model:
         """Add a simple term to the regulariser ``h(w)``, handled by the server's prox.
 
         Accepted: nonnegative multiples of ``cp.norm1(v)``, ``cp.norm(v, 1)``,
-        ``cp.sum_squares(v)``, ``cp.norm(v, 2)`` and sums of these, and box constraints
-        ``v >= lo``, ``v <= hi`` (constants), where ``v`` is a whole model variable.
+        ``cp.sum_squares(v)``, ``cp.norm(v, 2)`` (``cp.norm(V, "fro")``), the nuclear norm
+        ``cp.normNuc(V)`` and the spectral norm ``cp.sigma_max(V)`` of a matrix variable
+        (with at most a sum of squares on the same variable; their prox is one SVD) and
+        sums of these, and box constraints ``v >= lo``, ``v <= hi`` (constants), where
+        ``v`` is a whole model variable.
         A weight or bound may be a :class:`cvxpy.Parameter`: ``h`` is read again at every
         solve, so a new ``param.value`` takes effect at the next ``solve`` (a negative
         weight is refused then).
@@ -235,6 +238,18 @@ class Model:
         parse_regularizer_term(term, self._variables)  # validate now, with a clear error
         self._regularizers.append(term)
         self._declared()
+
+    def _matrix_norms_only(self, expr: Any) -> bool:
+        """Whether ``expr`` is a nonnegative combination of nuclear and spectral norms of
+        whole shared variables: a server objective term :meth:`Server.minimize` adds to
+        ``h``, whose prox is closed form, instead of a semidefinite cone form."""
+        from fedmodel.compiler.regularizer import parse_regularizer_term
+
+        try:
+            items = parse_regularizer_term(expr, self._variables)
+        except (UnsupportedError, ModelError):
+            return False
+        return bool(items) and all(kind in ("nuclear", "spectral") for kind, _, _ in items)
 
     # -- bookkeeping used by parties -------------------------------------------------------
     def _register_data(self, handle: PrivateData) -> None:
