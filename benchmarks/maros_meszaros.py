@@ -379,6 +379,19 @@ NOTES = """## Notes (eps = 1e-3 runs of 2026-11-28)
 - prox-al's inner solver per problem (server-objective): exact-admm 48, prox-quasi-newton
   21 (equality rows only: the bounds are h's box), quasi-newton 4; right: 11, 9 and 3.
 - No "optimal" answer was wrong; DPKLO1 "inaccurate" has its point right (gap 2e-7).
+- eps = 1e-6 ran on the 23 problems right at 1e-3 only (server-objective, 20 s, load up to
+  28): 10 optimal and right, 13 time_limit (8 with the point right). Below 1e-5 "auto"
+  no longer picks exact-admm: the inner solvers were Algorithm 2 ("admm") 9, prox-quasi-
+  newton 9, quasi-newton 5; DUALC1/2/5 (exact-admm and optimal at 1e-3) ended with the
+  point far off (gap 1.0) under Algorithm 2. A tighter eps ended worse on 13 of 23.
+- Probes of exact-admm at eps 1e-3 (20 s, one problem at a time, same load): a fixed
+  rho = 10 made HS118 optimal (286 rounds; default: time_limit, gap 5e-4, violation
+  1.7e-2); relaxation 1.6 and anderson 0 did not; scaling each client's rows to unit
+  inf-norm changed nothing of substance (an exact step is invariant to its party's row
+  scaling); Ruiz scaling of the variables (x = D y, columns of [P; A]) brought QAFIRO's
+  point right (gap 3.6e-5, violation 2.9e-5, "inaccurate" after 200 rounds; unscaled gap
+  0.29); scaling the objective as well made QSC205 "optimal" in 18 rounds with a gap of
+  5.8e-3 in the original scale (the certificate must read the unscaled model).
 """
 
 
