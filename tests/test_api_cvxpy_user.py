@@ -150,3 +150,18 @@ def test_a_checkpoint_directory_that_cannot_be_written_costs_the_checkpoint_not_
     assert res.status == "optimal"
     assert res.checkpoint is None
     assert "checkpoint could not be written" in res.message
+
+
+def test_variable_bounds_with_infinite_entries_leave_those_sides_free():
+    # as in cvxpy: -inf / inf entries of bounds= are no bound on that coordinate
+    lo, hi = np.array([0.0, -np.inf, -1.0]), np.array([np.inf, 0.5, 1.0])
+    model = fm.Model()
+    w = model.variable(3, name="w", bounds=(lo, hi))
+    model.client("c").minimize(cp.sum_squares(w - np.array([-2.0, 2.0, 3.0])))
+    res = model.solve(method="prox-al")
+    ref = cp.Variable(3, bounds=[lo, hi])
+    cp.Problem(cp.Minimize(cp.sum_squares(ref - np.array([-2.0, 2.0, 3.0])))).solve()
+    assert res.status == "optimal"
+    np.testing.assert_allclose(res.solution["w"], ref.value, atol=1e-3)
+    with pytest.raises(ModelError, match="lower bound must be finite or -inf"):
+        fm.Model().variable(2, bounds=(np.array([np.inf, 0.0]), None))

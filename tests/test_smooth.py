@@ -492,3 +492,14 @@ def test_glm_gram_upper_matches_the_full_gram_for_any_sign_of_the_weights(sign):
         full = (A.T * d) @ A
         assert np.allclose(np.triu(term.gram_upper(d)), np.triu(full), atol=1e-10)
         assert np.allclose(term.gram(d), full, atol=1e-10)
+
+
+def test_log_det_outside_its_domain():
+    # -I has determinant +1 (an even number of negative eigenvalues) but is no point of
+    # log_det's domain: its value is -inf, and its gradient is refused with the reason
+    M = cp.Variable((2, 2))
+    f = compile_smooth(cp.log_det(M), VariableLayout([M]))
+    assert f.value(np.eye(2).flatten(order="F")) == pytest.approx(0.0)
+    assert f.value(-np.eye(2).flatten(order="F")) == -np.inf
+    with pytest.raises(ValueError, match="not positive definite"):
+        f.value_and_grad(np.zeros(4))

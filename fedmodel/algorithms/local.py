@@ -46,13 +46,13 @@ from __future__ import annotations
 
 import time
 import zlib
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 from scipy.optimize import minimize
 
 from fedmodel.compiler.partition import CompiledModel, PartyProgram
-from fedmodel.compiler.regularizer import Regularizer, VariablePiece
+from fedmodel.compiler.regularizer import Regularizer
 from fedmodel.errors import UnsupportedError
 from fedmodel.subproblems.merit import MeritProblem, set_deadline
 from fedmodel.subproblems.quasi_newton import QuasiNewtonSolver
@@ -68,14 +68,13 @@ def scaled_regularizer(reg: Regularizer, factor: float) -> Regularizer:
     pieces = []
     for p in reg.pieces:
         pieces.append(
-            VariablePiece(
+            replace(
+                p,
                 l1=p.l1 * factor,
                 sumsq=p.sumsq * factor,
                 l2=p.l2 * factor,
-                lower=p.lower,
-                upper=p.upper,
-                has_box=p.has_box,
-                radius=p.radius,
+                nuclear=p.nuclear * factor,
+                spectral=p.spectral * factor,
             )
         )
     return Regularizer.from_pieces(reg.slices, pieces, reg.terms)

@@ -883,15 +883,31 @@ def _rule_prod(b, expr, args):
     return fwd, bwd
 
 
+def _cholesky(x: np.ndarray) -> np.ndarray | None:
+    """The Cholesky factor of the symmetric part of ``x``, None when it is not positive
+    definite (outside ``log_det``'s domain, where a positive determinant of an even number
+    of negative eigenvalues would read as a finite value)."""
+    try:
+        return np.linalg.cholesky((x + x.T) / 2.0)
+    except np.linalg.LinAlgError:
+        return None
+
+
 @_rule("log_det")
 def _rule_log_det(b, expr, args):
     def fwd(vals):
-        x = vals[0]
-        sign, logdet = np.linalg.slogdet((x + x.T) / 2.0)
-        return np.asarray(logdet if np.isclose(sign, 1.0) else -np.inf)
+        chol = _cholesky(vals[0])
+        return np.asarray(-np.inf if chol is None else 2.0 * np.log(np.diag(chol)).sum())
 
     def bwd(g, out, vals):
-        x = vals[0]
-        return [float(g) * np.linalg.inv((x + x.T) / 2.0)]
+        chol = _cholesky(vals[0])
+        if chol is None:
+            raise ValueError(
+                "log_det(X) has no gradient at this point: X is not positive definite "
+                "(outside the term's domain); start inside it (w0=) or let the exact steps "
+                "start the solve (inner_solver='exact-admm')"
+            )
+        inv_chol = np.linalg.inv(chol)
+        return [float(g) * (inv_chol.T @ inv_chol)]
 
     return fwd, bwd

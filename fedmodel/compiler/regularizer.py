@@ -4,10 +4,15 @@ h is a sum over model variables v of
 
     a_v ||v||_1 + b_v ||v||_2^2 + c_v ||v||_2 + indicator(lo_v <= v <= hi_v)
                                               + indicator(||v||_2 <= r_v)
+                                              + n_v ||V||_* + s_v ||V||_2
 
-(any piece may be absent). Its proximal operator is closed form (seed 000 Assumption 2a)
-except for the combination of a group norm with a box, and of a norm ball with anything
-but a sum of squares, which are refused.
+(any piece may be absent), where ``||V||_*`` (``cp.normNuc``) and ``||V||_2``
+(``cp.sigma_max``, ``cp.norm(V, 2)``) are the nuclear and spectral norms of a matrix
+variable ``V``. Its proximal operator is closed form (seed 000 Assumption 2a): the matrix
+norms' by one SVD, soft-thresholding the singular values (nuclear) or subtracting their
+projection on an l1 ball (spectral). The combination of a group norm with a box, of a
+norm ball with anything but a sum of squares, and of a matrix norm with anything but a sum
+of squares has no closed form and is refused.
 """
 
 from __future__ import annotations
@@ -34,10 +39,23 @@ class VariablePiece:
     upper: np.ndarray | float = np.inf
     has_box: bool = False
     radius: float = np.inf  # norm ball ||v||_2 <= radius (inf: none)
+    nuclear: float = 0.0  # weight of the nuclear norm of the matrix variable
+    spectral: float = 0.0  # weight of its spectral norm (largest singular value)
+    shape: tuple[int, ...] = ()  # the matrix shape the matrix norms read (column-major)
 
     @property
     def has_ball(self) -> bool:
         return bool(np.isfinite(self.radius))
+
+    @property
+    def has_matrix_norm(self) -> bool:
+        return bool(self.nuclear or self.spectral)
+
+    @property
+    def couples(self) -> bool:
+        """Whether the prox couples the coordinates (a group norm, a norm ball, a matrix
+        norm): no per-coordinate step, no bound-constrained form."""
+        return bool(self.l2 or self.has_ball or self.has_matrix_norm)
 
 
 def _whole_variable(expr: Any, variables: list[cp.Variable], what: str) -> cp.Variable:
@@ -164,13 +182,32 @@ def _prox_norm1(expr, scale: float, variables) -> list[tuple]:
     return [("l1", _whole_variable(expr.args[0], variables, "norm1"), scale)]
 
 
+def _entries(expr: Any) -> Any:
+    """The argument of an entrywise norm with a reshape of a whole variable taken off (the
+    Frobenius norm ``cp.norm(V, "fro")`` is the 2-norm of ``V``'s entries in any order)."""
+    if type(expr).__name__ == "reshape" and isinstance(expr.args[0], cp.Variable):
+        return expr.args[0]
+    return expr
+
+
 @REGULARIZER_PROXES.register("Pnorm", "PnormApprox", "Norm2", "norm2")
 def _prox_pnorm(expr, scale: float, variables) -> list[tuple] | None:
+    arg = _entries(expr.args[0])
     if type(expr).__name__ in ("Pnorm", "PnormApprox") and float(expr.p) == 1.0:
-        return [("l1", _whole_variable(expr.args[0], variables, "norm(., 1)"), scale)]
+        return [("l1", _whole_variable(arg, variables, "norm(., 1)"), scale)]
     if float(getattr(expr, "p", 2)) == 2.0:
-        return [("l2", _whole_variable(expr.args[0], variables, "norm(., 2)"), scale)]
+        return [("l2", _whole_variable(arg, variables, "norm(., 2)"), scale)]
     return None
+
+
+@REGULARIZER_PROXES.register("normNuc")
+def _prox_nuclear(expr, scale: float, variables) -> list[tuple]:
+    return [("nuclear", _whole_variable(expr.args[0], variables, "normNuc"), scale)]
+
+
+@REGULARIZER_PROXES.register("sigma_max")
+def _prox_spectral(expr, scale: float, variables) -> list[tuple]:
+    return [("spectral", _whole_variable(expr.args[0], variables, "sigma_max"), scale)]
 
 
 @REGULARIZER_PROXES.register("quad_over_lin")
@@ -208,8 +245,9 @@ def _parse_expr(expr: cp.Expression, scale: float, variables) -> list[tuple]:
     if items is not None:
         return items
     raise UnsupportedError(
-        f"regularize(): '{expr}' has no simple prox. h takes norm1, sum_squares, norm2 and "
-        "box constraints of whole variables; put other terms in a party's objective."
+        f"regularize(): '{expr}' has no simple prox. h takes norm1, sum_squares, norm2, "
+        "normNuc, sigma_max and box constraints of whole variables; put other terms in a "
+        "party's objective."
     )
 
 
@@ -239,8 +277,10 @@ class Regularizer:
         for term in terms:
             for kind, v, val in parse_regularizer_term(term, list(layout.variables)):
                 p = pieces[id(v)]
-                if kind in ("l1", "sumsq", "l2"):
+                if kind in ("l1", "sumsq", "l2", "nuclear", "spectral"):
                     setattr(p, kind, getattr(p, kind) + float(val))
+                    if kind in ("nuclear", "spectral"):
+                        p.shape = v.shape if len(v.shape) == 2 else (v.size, 1)
                 elif kind == "ball":
                     p.radius = min(p.radius, float(val))
                 elif kind == "lower":
@@ -267,7 +307,15 @@ class Regularizer:
                     f"regularize(): a norm ball on '{v.name()}' together with norm1, norm2 or "
                     "bounds has no closed-form prox; keep the ball with at most a sum of squares"
                 )
-            if p.l1 or p.sumsq or p.l2 or p.has_box or p.has_ball:
+            if p.has_matrix_norm and (
+                p.l1 or p.l2 or p.has_box or p.has_ball or (p.nuclear and p.spectral)
+            ):
+                raise UnsupportedError(
+                    f"regularize(): a nuclear or spectral norm of '{v.name()}' together with "
+                    "another norm or bounds has no closed-form prox; keep it with at most a "
+                    "sum of squares"
+                )
+            if p.l1 or p.sumsq or p.l2 or p.has_box or p.has_ball or p.has_matrix_norm:
                 slices.append(layout.slice_of(v))
                 kept.append(p)
         return cls(slices, kept, list(terms))
@@ -280,7 +328,8 @@ class Regularizer:
     def is_smooth(self) -> bool:
         """True when h is only sum-of-squares terms (differentiable everywhere)."""
         return all(
-            p.l1 == 0 and p.l2 == 0 and not p.has_box and not p.has_ball for p in self.pieces
+            p.l1 == 0 and p.l2 == 0 and not p.has_box and not p.has_ball and not p.has_matrix_norm
+            for p in self.pieces
         )
 
     def value(self, x: np.ndarray) -> float:
@@ -289,6 +338,9 @@ class Regularizer:
         for s, p in zip(self.slices, self.pieces):
             v = x[s]
             total += p.l1 * np.abs(v).sum() + p.sumsq * v.dot(v) + p.l2 * np.linalg.norm(v)
+            if p.has_matrix_norm:
+                sv = np.linalg.svd(_matrix(v, p), compute_uv=False)
+                total += p.nuclear * sv.sum() + p.spectral * sv.max(initial=0.0)
         return float(total)
 
     def box_violation(self, x: np.ndarray) -> float:
@@ -312,7 +364,11 @@ class Regularizer:
             v = x[s]
             worst = max(
                 worst,
-                2 * p.sumsq * float(np.abs(v).max(initial=0.0)) + p.l1 + p.l2,
+                2 * p.sumsq * float(np.abs(v).max(initial=0.0))
+                + p.l1
+                + p.l2
+                + p.nuclear
+                + p.spectral,
             )
         return worst
 
@@ -332,8 +388,8 @@ class Regularizer:
         x = np.array(z, dtype=float, copy=True)
         for s, p in zip(self.slices, self.pieces):
             ts = np.asarray(t, dtype=float)[s] if np.ndim(t) else t
-            if (p.l2 or p.has_ball) and np.ndim(ts) and np.ptp(ts) > 0:
-                what = "group norm" if p.l2 else "norm ball"
+            if p.couples and np.ndim(ts) and np.ptp(ts) > 0:
+                what = "group norm" if p.l2 else "norm ball" if p.has_ball else "matrix norm"
                 raise UnsupportedError(
                     f"the prox of a {what} under a per-coordinate step has no closed form; "
                     "use a scalar step (penalty_metric='scalar')"
@@ -352,6 +408,9 @@ class Regularizer:
                 v = np.clip(v, p.lower, p.upper)
             if p.has_ball:  # radial: scale by the sum of squares, then project
                 v = _project_ball(v, p.radius)
+            if p.has_matrix_norm:  # on the singular values, after the sum of squares' scaling
+                tt = float(np.max(tt)) if np.ndim(tt) else tt  # (all equal, checked above)
+                v = _prox_singular_values(v, p, tt)
             x[s] = v
         return x
 
@@ -394,7 +453,9 @@ class Regularizer:
         for s, p in zip(self.slices, self.pieces):
             v = x[s]
             gs = g[s] + 2 * p.sumsq * v
-            if p.has_ball:
+            if p.has_matrix_norm:
+                out[s] = _matrix_closest(v, gs, p, active_tol)
+            elif p.has_ball:
                 nrm2 = float(v.dot(v))
                 if nrm2 > 0 and np.sqrt(nrm2) >= p.radius * (1 - active_tol):
                     gs = gs + max(0.0, -float(gs.dot(v)) / nrm2) * v
@@ -424,6 +485,10 @@ class Regularizer:
                 obj = obj + p.sumsq * cp.sum_squares(v)
             if p.l2:
                 obj = obj + p.l2 * cp.norm(v, 2)
+            if p.nuclear:
+                obj = obj + p.nuclear * cp.normNuc(cp.reshape(v, p.shape, order="F"))
+            if p.spectral:
+                obj = obj + p.spectral * cp.sigma_max(cp.reshape(v, p.shape, order="F"))
             if p.has_ball:
                 cons.append(cp.norm(v, 2) <= p.radius)
             if p.has_box:
@@ -444,7 +509,13 @@ class Regularizer:
             name = next((v.name() for v in layout.variables if layout.slice_of(v) == s), "?")
             parts = [
                 f"{val:g}*{label}"
-                for label, val in (("norm1", p.l1), ("sum_squares", p.sumsq), ("norm2", p.l2))
+                for label, val in (
+                    ("norm1", p.l1),
+                    ("sum_squares", p.sumsq),
+                    ("norm2", p.l2),
+                    ("normNuc", p.nuclear),
+                    ("sigma_max", p.spectral),
+                )
                 if val
             ]
             if p.has_box:
@@ -453,6 +524,74 @@ class Regularizer:
                 parts.append(f"norm2 <= {p.radius:g}")
             lines.append(f"{name}: " + " + ".join(parts))
         return lines
+
+
+def _matrix(v: np.ndarray, p: VariablePiece) -> np.ndarray:
+    """The flattened (column-major) entries ``v`` as the piece's matrix."""
+    return np.reshape(v, p.shape, order="F")
+
+
+def _project_l1_ball(values: np.ndarray, radius: float) -> np.ndarray:
+    """Projection of nonnegative ``values`` on ``{y >= 0: sum(y) <= radius}`` (sorting)."""
+    if values.sum() <= radius:
+        return values
+    srt = np.sort(values)[::-1]
+    cums = np.cumsum(srt) - radius
+    k = np.flatnonzero(srt > cums / np.arange(1, srt.size + 1))[-1]
+    return np.maximum(values - cums[k] / (k + 1), 0.0)
+
+
+def _prox_singular_values(v: np.ndarray, p: VariablePiece, t: float) -> np.ndarray:
+    """The prox of ``t (nuclear ||V||_* + spectral ||V||_2)`` (one of the two nonzero) at
+    the flattened ``v``: the singular values soft-thresholded at ``t nuclear``, or less
+    their projection on the l1 ball of radius ``t spectral`` (Moreau's identity)."""
+    U, sv, Vt = np.linalg.svd(_matrix(v, p), full_matrices=False)
+    if p.nuclear:
+        sv = np.maximum(sv - t * p.nuclear, 0.0)
+    else:
+        sv = sv - _project_l1_ball(sv, t * p.spectral)
+    return ((U * sv) @ Vt).flatten(order="F")
+
+
+def _matrix_closest(v: np.ndarray, g: np.ndarray, p: VariablePiece, tol: float) -> np.ndarray:
+    """The element of ``g + d(nuclear ||V||_* + spectral ||V||_2)`` closest to 0 in the
+    Frobenius norm (flattened), singular values within ``tol * max(1, sigma_1)`` of 0 (of
+    ``sigma_1`` for the spectral norm) read as 0 (as ``sigma_1``).
+
+    With ``U, V`` the singular vectors of the singular values that count and ``P_U``,
+    ``P_V`` the projections on the others' complement, the nuclear norm's subdifferential is
+    ``UV' + W`` with ``W = P_U W P_V``, ``||W||_2 <= 1``: the best ``W`` clips the singular
+    values of ``-P_U G P_V / nuclear`` at 1. The spectral norm's is ``U T V'`` with ``T``
+    positive semidefinite of trace 1 over the top singular vectors (the nuclear unit ball
+    at 0): the best ``T`` projects the symmetric part of ``-U'GV / spectral`` on that set.
+    """
+    X, G = _matrix(v, p), _matrix(g, p)
+    U, sv, Vt = np.linalg.svd(X, full_matrices=False)
+    top = float(sv.max(initial=0.0))
+    if p.nuclear:
+        rank = int(np.sum(sv > tol * max(1.0, top)))
+        Ur, Vr = U[:, :rank], Vt[:rank].T
+        rest = G - Ur @ (Ur.T @ G) - (G @ Vr) @ Vr.T + Ur @ (Ur.T @ G @ Vr) @ Vr.T
+        Uw, sw, Vwt = np.linalg.svd(rest / p.nuclear, full_matrices=False)
+        W = -(Uw * np.minimum(sw, 1.0)) @ Vwt
+        closest = G + p.nuclear * (Ur @ Vr.T + W)
+    elif top <= tol:  # at 0: the nuclear-norm ball of radius spectral
+        Ug, sg, Vgt = np.linalg.svd(G, full_matrices=False)
+        closest = (Ug * (sg - _project_l1_ball(sg, p.spectral))) @ Vgt
+    else:
+        k = int(np.sum(sv >= top * (1 - tol)))
+        Uk, Vk = U[:, :k], Vt[:k].T
+        M = -(Uk.T @ G @ Vk) / p.spectral
+        lam, Q = np.linalg.eigh(0.5 * (M + M.T))
+        T = (Q * _project_simplex(lam)) @ Q.T
+        closest = G + p.spectral * (Uk @ T @ Vk.T)
+    return closest.flatten(order="F")
+
+
+def _project_simplex(values: np.ndarray) -> np.ndarray:
+    """Projection of ``values`` on the unit simplex ``{y >= 0: sum(y) = 1}``."""
+    shifted = values - values.min() + 1.0  # (positive, sum > 1: the l1 sphere's face)
+    return _project_l1_ball(shifted, 1.0)
 
 
 def _project_ball(v: np.ndarray, radius: float) -> np.ndarray:

@@ -14,7 +14,7 @@ from fedmodel.dsl.data import (
     without_infinite_bounds,
 )
 from fedmodel.dsl.party import Client, Server
-from fedmodel.errors import ModelError
+from fedmodel.errors import ModelError, UnsupportedError
 
 if TYPE_CHECKING:
     from fedmodel.compiler.partition import CompiledModel
@@ -93,7 +93,8 @@ class Model:
             ``w <= 0`` (handled exactly by the server's prox, see :meth:`regularize`).
         bounds : (lower, upper), optional
             As in cvxpy: constant bounds (scalars or arrays of the variable's shape, ``None``
-            for no bound), added to ``h`` as a box.
+            for no bound; an entry ``-inf`` in the lower or ``inf`` in the upper bound
+            leaves that coordinate free on that side), added to ``h`` as a box.
         **attributes
             Other cvxpy variable attributes (``integer``, ``boolean``, ``PSD``, ...) are
             refused with a :class:`~fedmodel.errors.ModelError`: fedmodel solves continuous
@@ -122,11 +123,33 @@ class Model:
             lower = 0.0 if lower is None else np.maximum(lower, 0.0)
         if nonpos:
             upper = 0.0 if upper is None else np.minimum(upper, 0.0)
-        if lower is not None:
-            self.regularize(var >= lower)
-        if upper is not None:
-            self.regularize(var <= upper)
+        for side, bound, free in (("lower", lower, -np.inf), ("upper", upper, np.inf)):
+            self._bound(var, side, bound, free)
         return var
+
+    def _bound(self, var: cp.Variable, side: str, bound: Any, free: float) -> None:
+        """Add a ``bounds=`` side of :meth:`variable` to ``h`` as a box; as in cvxpy, an
+        entry equal to ``free`` (``-inf`` for a lower bound, ``inf`` for an upper one)
+        leaves its coordinate unbounded on that side."""
+        if bound is None:
+            return
+        values = np.asarray(bound, dtype=float)
+        if np.isnan(values).any() or np.any(np.isinf(values) & (values != free)):
+            raise ModelError(
+                f"model.variable('{var.name()}'): the {side} bound must be finite or "
+                f"{free:g} (no bound), got {bound!r}"
+            )
+        if np.all(values == free):
+            return
+        term = var >= values if side == "lower" else var <= values
+        if np.isinf(values).any():  # (the box takes infinite sides: only these skip the check)
+            from fedmodel.compiler.regularizer import parse_regularizer_term
+
+            parse_regularizer_term(term, self._variables)
+            self._regularizers.append(term)
+            self._declared()
+        else:
+            self.regularize(term)
 
     def _new_variable(
         self, shape: int | tuple[int, ...], name: str, owner: str | None, hidden: bool = False
@@ -195,10 +218,13 @@ class Model:
         """Add a simple term to the regulariser ``h(w)``, handled by the server's prox.
 
         Accepted: nonnegative multiples of ``cp.norm1(v)``, ``cp.norm(v, 1)``,
-        ``cp.sum_squares(v)``, ``cp.norm(v, 2)`` and sums of these, and box constraints
-        ``v >= lo``, ``v <= hi`` (constants), where ``v`` is a whole model variable. A
-        bound of ``+inf`` (``-inf`` below) on every entry is no bound and adds nothing; a
-        box with some infinite entries is written with ``subject_to`` instead.
+        ``cp.sum_squares(v)``, ``cp.norm(v, 2)`` (``cp.norm(V, "fro")``), the nuclear norm
+        ``cp.normNuc(V)`` and the spectral norm ``cp.sigma_max(V)`` of a matrix variable
+        (with at most a sum of squares on the same variable; their prox is one SVD) and
+        sums of these, and box constraints ``v >= lo``, ``v <= hi`` (constants), where
+        ``v`` is a whole model variable. A bound of ``+inf`` (``-inf`` below) on every
+        entry is no bound and adds nothing; a box with some infinite entries is written
+        with ``subject_to`` instead.
         A weight or bound may be a :class:`cvxpy.Parameter`: ``h`` is read again at every
         solve, so a new ``param.value`` takes effect at the next ``solve`` (a negative
         weight is refused then).
@@ -226,6 +252,18 @@ class Model:
         parse_regularizer_term(term, self._variables)  # validate now, with a clear error
         self._regularizers.append(term)
         self._declared()
+
+    def _matrix_norms_only(self, expr: Any) -> bool:
+        """Whether ``expr`` is a nonnegative combination of nuclear and spectral norms of
+        whole shared variables: a server objective term :meth:`Server.minimize` adds to
+        ``h``, whose prox is closed form, instead of a semidefinite cone form."""
+        from fedmodel.compiler.regularizer import parse_regularizer_term
+
+        try:
+            items = parse_regularizer_term(expr, self._variables)
+        except (UnsupportedError, ModelError):
+            return False
+        return bool(items) and all(kind in ("nuclear", "spectral") for kind, _, _ in items)
 
     # -- bookkeeping used by parties -------------------------------------------------------
     def _register_data(self, handle: PrivateData) -> None:

@@ -232,7 +232,10 @@ class Party:
             Non-smooth convex terms are rewritten exactly: piecewise-linear atoms into
             epigraph form (:mod:`fedmodel.dsl.epigraph`, smooth), other atoms (a 2-norm,
             ``lambda_max``, ``geo_mean``, ...) into cone constraints solved by the cvxpy
-            backend in this party's subproblem (:mod:`fedmodel.dsl.conic`).
+            backend in this party's subproblem (:mod:`fedmodel.dsl.conic`). On the server,
+            a nonnegative combination of nuclear and spectral norms (``cp.normNuc``,
+            ``cp.sigma_max``) of whole shared variables goes to the regulariser ``h``
+            (:meth:`fedmodel.Model.regularize`), whose prox is closed form.
         allow_nonconvex : bool
             Opt in to a smooth non-DCP term (seed 000 Section 5.3 style).
         name : str, optional
@@ -256,6 +259,9 @@ class Party:
         self._check_curvature(
             expr, label, allow_nonconvex, convex=expr.is_convex(), kind="objective term"
         )
+        if self.is_server and not allow_nonconvex and self._model._matrix_norms_only(expr):
+            self._model.regularize(expr)  # (the server holds h: its prox is one SVD)
+            return
         extra: list[ConstraintTerm] = []
         if not allow_nonconvex:
             expr, extra = self._epigraph(expr, label)

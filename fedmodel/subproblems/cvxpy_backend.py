@@ -50,7 +50,7 @@ SOLVER_TIME_LIMIT = {"CLARABEL": "time_limit", "OSQP": "time_limit", "SCS": "tim
 
 def polisher_for(problem: MeritProblem):
     """L-BFGS-B when h allows it, otherwise accelerated proximal gradient."""
-    if any(p.l2 or p.has_ball for p in problem.regularizer.pieces):
+    if any(p.couples for p in problem.regularizer.pieces):
         from fedmodel.subproblems.proximal_gradient import ProximalGradientSolver
 
         return ProximalGradientSolver(problem)

@@ -43,10 +43,10 @@ class QuasiNewtonSolver:
         upper = np.full(n, np.inf)
         l1 = np.zeros(n)
         for s, p in zip(problem.regularizer.slices, problem.regularizer.pieces):
-            if p.l2 or p.has_ball:
+            if p.couples:
                 raise UnsupportedError(
-                    "the L-BFGS backend cannot handle a norm2 term or a norm ball in h; use "
-                    "solver='cvxpy'"
+                    "the L-BFGS backend cannot handle a norm2 term, a norm ball or a matrix "
+                    "norm in h; use solver='cvxpy'"
                 )
             if p.has_box:
                 lower[s] = np.broadcast_to(p.lower, lower[s].shape)

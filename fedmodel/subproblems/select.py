@@ -47,8 +47,8 @@ def make_solver(problem: MeritProblem, solver: str = "auto", direct: bool = Fals
         return CvxpySolver(problem, direct=direct)
     if not problem.has_smooth_terms:
         return ProxSolver(problem)
-    # a group norm or a norm ball in h: no bounds/splitting form for L-BFGS-B
-    has_group_norm = any(p.l2 or p.has_ball for p in problem.regularizer.pieces)
+    # a group norm, a norm ball or a matrix norm in h: no bounds/splitting form for L-BFGS-B
+    has_group_norm = any(p.couples for p in problem.regularizer.pieces)
     if solver == "cvxpy":
         return CvxpySolver(problem, direct=direct)
     if solver == "newton-cg":  # (never chosen by "auto": the large pooled problems' backend)

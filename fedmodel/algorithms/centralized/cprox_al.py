@@ -52,7 +52,7 @@ def _backend_choice(problem: MeritProblem, choice: str) -> str:
     4,000 rows) and over 100 s at d = 10,000, longer than a whole ``time_limit``."""
     if choice != "auto" or problem.n <= DENSE_NEWTON_MAX_SIZE or problem.has_cones:
         return choice
-    if any(p.l2 or p.has_ball for p in problem.regularizer.pieces):
+    if any(p.couples for p in problem.regularizer.pieces):
         return choice  # (L-BFGS-B takes no group norm; "auto" picks cvxpy for these)
     return "lbfgs"
 

@@ -859,6 +859,8 @@ def build_conic_data(compiled: CompiledModel) -> ConicData:
     reg = compiled.regularizer
     if not reg.is_zero:
         for s, piece in zip(reg.slices, reg.pieces):
+            if piece.has_matrix_norm:  # (a semidefinite cone: cvxpy's compile builds it)
+                raise NotDirect("a nuclear or spectral norm in h")
             cols = np.arange(s.start, s.stop)
             k = cols.size
             eye = np.arange(k)
