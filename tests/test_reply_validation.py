@@ -148,8 +148,8 @@ def test_fedavg_refuses_bad_replies(model):
     compiled = model.compile()
     for backend in ("serial", "processes"):
         for kind, field, how, what in [
-            ("fed_round", "x", "shape", "has shape (6,), expected (d=5,)"),
-            ("fed_round", "x", "nan", "is not finite"),
+            ("fed_round", "dx", "shape", "has shape (6,), expected (d=5,)"),
+            ("fed_round", "dx", "nan", "is not finite"),
             ("evaluate", "c_ineq", "missing", "is missing"),
         ]:
             opts = FedAvgOptions(max_rounds=5, penalty=10.0, backend=backend, workers=2)

@@ -40,6 +40,7 @@ from fedmodel.algorithms.common import (
     split_multipliers,
     status_message,
 )
+from fedmodel.algorithms.dp import PrivacyPlan
 from fedmodel.algorithms.messages import declare_messages
 from fedmodel.algorithms.options import SOLVE_STARTED, resume_key
 from fedmodel.algorithms.protocol import ServerHalf, StepReport
@@ -136,6 +137,8 @@ def run_federated(
             where=os.fspath(options.resume),
         )
         resumed = read_server_state(options.resume, manifest)
+    # secure aggregation and dp: refused before any worker starts unless the method takes them
+    server.privacy = PrivacyPlan.for_run(options, method, server, len(factories))
     if faults:
         factories = inject_faults(factories, faults)
     runtime = make_runtime(
@@ -283,8 +286,12 @@ class _Run:
             )
         }
         payload = {"w": x[:ns], **server.evaluation_extras()}
-        replies = self.runtime.broadcast("evaluate", payload, channel="diagnostic")
-        reports.update({name: r.payload for name, r in replies.items()})
+        if server.privacy.active:  # the server learns sums (docs/privacy.md)
+            names = self.runtime.client_names
+            reports.update(server.privacy.evaluate(self.runtime, payload, names, ns))
+        else:
+            replies = self.runtime.broadcast("evaluate", payload, channel="diagnostic")
+            reports.update({name: r.payload for name, r in replies.items()})
         kkt, summary = assemble(reports, self.compiled.regularizer, x[:ns], self.local)
         # the inequality multipliers a party's certificate used when it balanced its
         # epigraph pieces' (certificate/kkt.party_evaluation): the ones the result reports
@@ -328,7 +335,8 @@ class _Run:
                 if last.stop == "unbounded":  # the last finite iterate stands
                     status, message = last.stop, last.message
                     break
-                if opts.history and last.record:
+                # (under dp an evaluation round would spend privacy: no certificate per step)
+                if opts.history and last.record and server.privacy.dp is None:
                     self.quiesce()
                     self.last_eval, self.last_eval_k = self.evaluate(), k
                     kkt, summary = self.last_eval
@@ -443,8 +451,13 @@ class _Run:
                 local=self.local,
             )
         status, message = server.conclude(status, message, kkt, summary, self.history)
+        status, message = server.privacy.conclude(status, message, kkt, opts.eps1, opts.eps2)
         try:
-            reports = runtime.broadcast("report", server.report_payload(), channel="diagnostic")
+            reports = (
+                {}  # (per-client multipliers and models are not the sums a private run reveals)
+                if server.privacy.active
+                else runtime.broadcast("report", server.report_payload(), channel="diagnostic")
+            )
         except ClientFailure as exc:
             return self.stopped_early(exc)
         except KeyboardInterrupt:
@@ -528,6 +541,7 @@ class _Run:
             "ledger": runtime.ledger.rows,
             "failure": failure or {},
             "checkpoint": self.checkpoint_written,
+            "privacy": self.server.privacy.record() if self.server.privacy else {},
             "extra": {
                 "backend": runtime.backend,
                 "placement": runtime.placement,
@@ -580,7 +594,7 @@ class _Run:
             summary = {"objective": float("nan"), "max_violation": float("nan")}
             notes.append("the objective could not be evaluated without every client")
         reports = {}
-        for name in usable:
+        for name in usable if not self.server.privacy.active else ():
             try:
                 reports[name] = runtime.send(
                     name, "report", self.server.report_payload(), channel="diagnostic"

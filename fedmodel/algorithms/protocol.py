@@ -48,6 +48,12 @@ from fedmodel.compiler.partition import PartyProgram
 from fedmodel.runtime.endpoints import copy_state
 from fedmodel.runtime.messages import SERVER, Message
 from fedmodel.runtime.schema import MessageTable
+from fedmodel.runtime.secure_aggregation import (
+    SECAGG,
+    SecAggClient,
+    clip_and_noise,
+    split_reply,
+)
 
 
 class DeclaredState:
@@ -177,9 +183,39 @@ class ClientHalf(DeclaredState):
 
     def _check_request(self, msg: Message) -> None:
         """The payload's field names against the kind's declared request fields."""
-        why = self.messages.request_problem(msg.kind, msg.payload)
+        table = SECAGG if msg.kind in SECAGG else self.messages
+        why = table.request_problem(msg.kind, msg.payload)
         if why:
             raise ValueError(f"party {self.name!r} got {why}")
+
+    # -- secure aggregation (fedmodel.runtime.secure_aggregation) ---------------------------
+    def _on_secagg_setup(self, nid, config):
+        self.secagg = SecAggClient(self.name)
+        return self.secagg.setup(nid, config)
+
+    def _on_secagg_share(self, keys):
+        return self.secagg.share(keys)
+
+    def _on_secagg_masked(self, kind, payload, ciphertexts, clip=None, noise=None):
+        """Answer the wrapped message ``kind`` with its own handler, and send its sum-only
+        fields masked (with ``clip``: clipped to that norm, its unmasked scalars summed
+        too, and Gaussian noise of standard deviation ``noise`` added)."""
+        if self.messages is None or kind not in self.messages:
+            raise ValueError(f"party {self.name!r} got a masked message of unknown kind {kind!r}")
+        why = self.messages.request_problem(kind, payload)
+        if why:
+            raise ValueError(f"party {self.name!r} got {why}")
+        handler, takes_sender = _handler(type(self), kind)
+        if handler is None or takes_sender:
+            raise ValueError(f"party {self.name!r} answers no server message {kind!r}")
+        body = handler(self, **payload)
+        vec, sizes, clear = split_reply(self.messages[kind], body, summed_clear=clip is not None)
+        vec = clip_and_noise(vec, clip, noise, np.random.default_rng())
+        masked = self.secagg.mask(ciphertexts, vec, f"message {kind!r}")
+        return {"masked": masked, "sizes": sizes, "clear": clear}
+
+    def _on_secagg_unmask(self, active, dead):
+        return self.secagg.unmask(active, dead)
 
     # -- state -------------------------------------------------------------------------------
     def get_state(self) -> dict:
@@ -263,6 +299,11 @@ class ServerHalf(DeclaredState, ABC):
 
     #: the method family's message table: the driver validates every reply against it
     messages: ClassVar[MessageTable | None] = None
+    #: the server collects every algorithm message through ``self.privacy.aggregate`` (sums
+    #: over clients), so secure aggregation and dp apply (fedmodel/algorithms/dp.py)
+    private_aggregation: ClassVar[bool] = False
+    #: the run's privacy plan (:class:`~fedmodel.algorithms.dp.PrivacyPlan`), set by the driver
+    privacy: Any = None
     step_name: ClassVar[str] = "iteration"
     max_steps: int = 1
 
