@@ -57,7 +57,10 @@ def test_secure_aggregation_gives_the_same_iterates(method):
     assert '"privacy"' in masked.to_json() and "secure_aggregation=on" in repr(masked)
 
 
-def test_secure_aggregation_on_processes():
+@pytest.mark.parametrize("backend", ["processes", "ray"])
+def test_secure_aggregation_on_other_backends(backend):
+    if backend == "ray":
+        pytest.importorskip("ray")
     m = model()
     plain = m.solve("fedprox", max_rounds=3, history=False)
     masked = m.solve(
@@ -65,7 +68,7 @@ def test_secure_aggregation_on_processes():
         max_rounds=3,
         history=False,
         secure_aggregation=True,
-        backend="processes",
+        backend=backend,
         workers=2,
     )
     assert rel(masked.x, plain.x) <= 1e-9

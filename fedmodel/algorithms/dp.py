@@ -313,3 +313,26 @@ class PrivacyPlan:
                 certificate=dict(self.certificate),
             )
         return out
+
+
+def describe(privacy: dict[str, Any]) -> str:
+    """``res.privacy`` in one line (the command line's summary).
+
+    Examples
+    --------
+    >>> describe({"secure_aggregation": {"on": True, "messages": ["fed_round"]},
+    ...           "epsilon": 1.5, "delta": 1e-5, "accountant": ACCOUNTANT})
+    'secure aggregation of fed_round; epsilon 1.5 at delta 1e-05 spent (dp-accounting RDP)'
+    """
+    sa = privacy.get("secure_aggregation", {})
+    parts = [
+        "secure aggregation of " + ", ".join(sa.get("messages", []))
+        if sa.get("on")
+        else "no secure aggregation"
+    ]
+    if privacy.get("accountant"):
+        parts.append(
+            f"epsilon {privacy['epsilon']:.3g} at delta {privacy['delta']:g} spent "
+            "(dp-accounting RDP)"
+        )
+    return "; ".join(parts)

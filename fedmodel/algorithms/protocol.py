@@ -148,11 +148,14 @@ class ClientHalf(DeclaredState):
 
     #: the declared kinds this half answers (its family's ``messages.py``); every
     #: ``_on_<kind>`` must be declared there (tests/test_reply_validation.py)
-    messages: ClassVar[MessageTable | None] = None
+    messages: MessageTable | None = None
 
     def __init__(self, program: PartyProgram):
         self.name = program.name
         self.program = program
+        family = type(self).messages
+        if family is not None:  # (what it answers: its family's kinds and secure aggregation's)
+            self.messages = family.merged(SECAGG)
         self.stats: dict[str, float] = {
             "local_solves": 0,
             "local_iterations": 0,
@@ -183,8 +186,7 @@ class ClientHalf(DeclaredState):
 
     def _check_request(self, msg: Message) -> None:
         """The payload's field names against the kind's declared request fields."""
-        table = SECAGG if msg.kind in SECAGG else self.messages
-        why = table.request_problem(msg.kind, msg.payload)
+        why = self.messages.request_problem(msg.kind, msg.payload)
         if why:
             raise ValueError(f"party {self.name!r} got {why}")
 
@@ -200,7 +202,7 @@ class ClientHalf(DeclaredState):
         """Answer the wrapped message ``kind`` with its own handler, and send its sum-only
         fields masked (with ``clip``: clipped to that norm, its unmasked scalars summed
         too, and Gaussian noise of standard deviation ``noise`` added)."""
-        if self.messages is None or kind not in self.messages:
+        if self.messages is None or kind not in self.messages or kind in SECAGG:
             raise ValueError(f"party {self.name!r} got a masked message of unknown kind {kind!r}")
         why = self.messages.request_problem(kind, payload)
         if why:

@@ -287,6 +287,10 @@ class SecAggClient:
     ) -> np.ndarray:
         """Store the shares addressed to this client (as ``_collect_masked_vectors``) and
         return ``vec`` in fixed point with its own and the pairwise masks."""
+        from flwr.client.mod.secure_aggregation.secaggplus_mod import (
+            bytes_to_private_key,
+            bytes_to_public_key,
+        )
         from flwr.common.secure_aggregation.crypto.symmetric_encryption import (
             decrypt,
             generate_shared_key,
@@ -300,7 +304,6 @@ class SecAggClient:
             pseudo_rand_gen,
             share_keys_plaintext_separate,
         )
-        from flwr.supercore.primitives.asymmetric import bytes_to_private_key, bytes_to_public_key
 
         state = self.state
         if len(ciphertexts) + 1 < state.threshold:
@@ -430,7 +433,10 @@ def _secure_sum(runtime, kind, payloads, secure, clips, noise, names):
         parameters_subtraction,
     )
     from flwr.common.secure_aggregation.secaggplus_utils import pseudo_rand_gen
-    from flwr.supercore.primitives.asymmetric import bytes_to_private_key, bytes_to_public_key
+    from flwr.server.workflow.secure_aggregation.secaggplus_workflow import (
+        bytes_to_private_key,
+        bytes_to_public_key,
+    )
 
     n = len(names)
     threshold = secure.threshold_count(n)
