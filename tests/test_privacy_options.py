@@ -74,6 +74,18 @@ def test_secure_aggregation_on_other_backends(backend):
     assert rel(masked.x, plain.x) <= 1e-9
 
 
+@pytest.mark.slow
+def test_secure_aggregation_over_flower_links():
+    """The same stages as Flower messages (the Flower simulation engine, the party servers
+    and their request checks): the plain iterates to the resolution."""
+    m = model()
+    plain = m.solve("fedprox", max_rounds=3, history=False)
+    masked = m.solve(
+        "fedprox", max_rounds=3, history=False, secure_aggregation=True, backend="flower"
+    )
+    assert masked.status == "max_iterations" and rel(masked.x, plain.x) <= 1e-9
+
+
 def test_the_server_receives_masked_vectors_whose_sum_is_exact():
     m = model()
     res = m.solve("fedprox", max_rounds=2, history=False, secure_aggregation=True)

@@ -145,6 +145,11 @@ class PrivacyPlan:
         plan = cls(secure, dp, n_clients)
         if not plan.active:
             return plan
+        if dp is not None and (options.checkpoint is not None or options.resume is not None):
+            raise ModelError(
+                f"{method}: dp with checkpoint or resume: a checkpoint does not carry the "
+                "privacy spent, so a resumed run could exceed epsilon"
+            )
         what = "secure_aggregation" if dp is None else "dp"
         table = server.messages
         for spec in table.for_method(method) if table is not None else ():
@@ -270,11 +275,12 @@ class PrivacyPlan:
             }
         return reports
 
-    def conclude(self, status: str, message: str, kkt, eps1: float, eps2: float):
+    def conclude(self, status: str, message: str, kkt, options: Any):
         """Under dp, ``"optimal"`` stands only when the residuals plus their margins (the
-        confidence bounds of the noise) meet the tolerance."""
+        confidence bounds of the noise) meet the tolerance (``options.eps1``, ``eps2``)."""
         if self.dp is None or not self.certificate or status != "optimal" or kkt is None:
             return status, message
+        eps1, eps2 = options.eps1, options.eps2
         stat = kkt.stationarity + self.certificate["stationarity_margin"]
         feas = kkt.feasibility + self.certificate["feasibility_margin"]
         if stat <= eps1 and feas <= eps2:

@@ -451,7 +451,7 @@ class _Run:
                 local=self.local,
             )
         status, message = server.conclude(status, message, kkt, summary, self.history)
-        status, message = server.privacy.conclude(status, message, kkt, opts.eps1, opts.eps2)
+        status, message = server.privacy.conclude(status, message, kkt, opts)
         try:
             reports = (
                 {}  # (per-client multipliers and models are not the sums a private run reveals)
@@ -488,6 +488,7 @@ class _Run:
             local_iters[c.name] = int(p["local_iterations"])
         fields = self.run_fields(status, message, kkt, summary, failure, per_party_seconds)
         fields["timing"]["local_iterations"] = local_iters
+        fields["privacy"] = server.privacy.record()
         fields["extra"].update(server.extra({name: r.payload for name, r in reports.items()}))
         if compiled.has_cones:
             fields["extra"].update(conic_note(compiled))
@@ -541,7 +542,6 @@ class _Run:
             "ledger": runtime.ledger.rows,
             "failure": failure or {},
             "checkpoint": self.checkpoint_written,
-            "privacy": self.server.privacy.record() if self.server.privacy else {},
             "extra": {
                 "backend": runtime.backend,
                 "placement": runtime.placement,

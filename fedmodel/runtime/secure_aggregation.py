@@ -133,7 +133,7 @@ class SecureAggregation:
     --------
     >>> cfg = SecureAggregation()
     >>> cfg.threshold_count(10), f"{cfg.resolution(10):.1e}"
-    (6, 3.6e-11)
+    (6, '3.6e-11')
     """
 
     range: float = 2.0**20
@@ -206,12 +206,13 @@ def split_reply(
     spec: MessageSpec, reply: Mapping[str, Any], summed_clear: bool = False
 ) -> tuple[np.ndarray, dict[str, int], dict[str, float]]:
     """A reply of ``spec``'s kind as the vector of its sum-only fields (declared order; an
-    absent optional one is zeros of size 0 -- its size travels in ``sizes``), their sizes,
-    and its unmasked scalars (``summed_clear``: those join the vector instead)."""
+    absent optional one is 0 for a scalar, else empty -- sizes travel in ``sizes``), their
+    sizes, and its unmasked scalars (``summed_clear``: those join the vector instead)."""
     parts, sizes, clear = [], {}, {}
     for name, f in spec.reply.items():
         if f.sum_only or (summed_clear and f.unmasked):
-            value = np.ravel(np.asarray(reply.get(name, np.zeros(0)), dtype=float))
+            absent = np.zeros(1 if f.shape == () else 0)
+            value = np.ravel(np.asarray(reply.get(name, absent), dtype=float))
             parts.append(value)
             sizes[name] = int(value.size)
         elif f.unmasked and name in reply:

@@ -3,7 +3,7 @@
 
 Examples
 --------
->>> BASELINES["fed_round"].reply["x"].shape
+>>> BASELINES["fed_round"].reply["dx"].shape
 ('d',)
 """
 
