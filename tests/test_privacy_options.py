@@ -103,11 +103,12 @@ def test_the_server_receives_masked_vectors_whose_sum_is_exact():
         def __getattr__(self, name):
             return getattr(self.runtime, name)
 
-        def send(self, receiver, kind, payload, channel=None):
-            rep = self.runtime.send(receiver, kind, payload, channel)
-            if kind == "secagg_masked":
-                self.seen.append((receiver, np.asarray(rep.payload["masked"])))
-            return rep
+        def poll(self, tickets, **kw):
+            got = self.runtime.poll(tickets, **kw)
+            for ticket, rep in got.items():
+                if ticket.message.kind == "secagg_masked":
+                    self.seen.append((ticket.receiver, np.asarray(rep.payload["masked"])))
+            return got
 
     from fedmodel.algorithms.baselines.fedavg import FedClient
     from fedmodel.algorithms.baselines.messages import BASELINES
@@ -134,6 +135,7 @@ def test_the_server_receives_masked_vectors_whose_sum_is_exact():
     assert np.allclose(out.sums["dx"], total, rtol=0, atol=cfg.resolution(4))
     assert out.sums["weight"][0] == pytest.approx(1.0, abs=cfg.resolution(4))
     bits = cfg.fraction_bits(4)
+    assert len(spy.seen) == 4
     for name, seen in spy.seen:
         alone = decode(seen, bits)[:4]  # the server's best reading of one masked vector
         assert np.abs(alone - true[name]["dx"]).max() > 1.0  # nothing like the message
@@ -142,9 +144,12 @@ def test_the_server_receives_masked_vectors_whose_sum_is_exact():
     assert np.abs(raw - total).max() > 1.0
 
 
-def test_a_client_dropping_out_is_recovered():
+@pytest.mark.parametrize("backend", ["serial", "processes"])
+def test_a_client_dropping_out_is_recovered(backend):
     compiled = model().compile()
-    opts = FedProxOptions(max_rounds=4, secure_aggregation=True, history=False)
+    opts = FedProxOptions(
+        max_rounds=4, secure_aggregation=True, history=False, backend=backend, workers=2
+    )
     fault = Fault("raise", round=2, kinds=("secagg_masked",))
     res = run_fedavg(compiled, opts, "fedprox", faults={"c1": fault})
     assert res.status == "max_iterations"

@@ -468,22 +468,22 @@ def _secure_sum(runtime, kind, payloads, secure, clips, noise, names):
             inbox[by_nid[int(dst)]][str(nid[name])] = ciphertext
     # stage 3: the masked vectors (a client failing here has dropped out)
     share_noise = noise / math.sqrt(threshold) if noise else 0.0
-    masked, clear, sizes, dropped = {}, {}, {}, []
-    for name in names:
-        request = {
+    requests = {
+        name: {
             "kind": kind,
             "payload": payloads[name],
             "ciphertexts": inbox[name],
             **({"clip": float(clips[name])} if clips[name] is not None else {}),
             **({"noise": float(share_noise)} if share_noise else {}),
         }
-        try:
-            rep = runtime.send(name, "secagg_masked", request).payload
-        except ClientFailure as exc:
-            if any(_range_error(o) for o in exc.failures.values()):
-                raise
-            dropped.append(name)
+        for name in names
+    }
+    replies, dropped = _collect_masked(runtime, requests)
+    masked, clear, sizes = {}, {}, {}
+    for name in names:
+        if name not in replies:
             continue
+        rep = replies[name]
         got = {k: int(np.asarray(v)) for k, v in rep["sizes"].items()}
         sizes = _check_sizes(sizes, got, name, kind)
         masked[name] = np.asarray(rep["masked"], dtype=np.int64)
@@ -527,6 +527,39 @@ def _secure_sum(runtime, kind, payloads, secure, clips, noise, names):
         total = parameters_mod(total, MODULUS)
     vec = decode(total[0], int(config["bits"]))
     return Aggregate(_fields(vec, sizes), clear, active, dropped)
+
+
+def _collect_masked(runtime, requests: dict[str, dict]) -> tuple[dict[str, dict], list[str]]:
+    """Stage 3: post every client its masked request (they compute in parallel where the
+    backend can) and take the replies; a client that fails has dropped out, unless its
+    value was out of range (that stops the run)."""
+    tickets, dropped = {}, []
+
+    def drop(exc: ClientFailure) -> None:
+        if any(_range_error(o) for o in exc.failures.values()):
+            raise exc
+        dropped.extend(n for n in exc.clients if n not in dropped)
+
+    for name, request in requests.items():
+        try:
+            tickets[name] = runtime.post(name, "secagg_masked", request)
+        except ClientFailure as exc:  # (a synchronous backend exchanges it at once)
+            drop(exc)
+    replies: dict[str, dict] = {}
+    waiting = dict(tickets)
+    while waiting:
+        try:
+            got = runtime.poll(list(waiting.values()), min_count=len(waiting))
+        except ClientFailure as exc:
+            drop(exc)
+            for name in exc.clients:
+                waiting.pop(name, None)
+            continue
+        for name, ticket in list(waiting.items()):
+            if ticket in got:
+                replies[name] = got[ticket].payload
+                del waiting[name]
+    return replies, dropped
 
 
 def _range_error(outcome) -> bool:
