@@ -22,6 +22,7 @@ True
 """
 
 from fedmodel import models  # fm.models.fair_vfl, ...
+from fedmodel.algorithms.dp import DP
 from fedmodel.dsl.data import PrivateData
 from fedmodel.dsl.fairness import deo
 from fedmodel.dsl.learning import LearningModel
@@ -36,10 +37,12 @@ from fedmodel.errors import (
     UnsupportedError,
 )
 from fedmodel.result import Comparison, Result
+from fedmodel.runtime.secure_aggregation import SecureAggregation
 
 __version__ = "0.1.0"
 
 __all__ = [
+    "DP",
     "Client",
     "Comparison",
     "DataError",
@@ -51,6 +54,7 @@ __all__ = [
     "OwnershipError",
     "PrivateData",
     "Result",
+    "SecureAggregation",
     "Server",
     "UnsupportedError",
     "__version__",

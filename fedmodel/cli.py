@@ -289,6 +289,10 @@ def cmd_solve(args) -> int:
             )
         if res.rounds:
             print("rounds: " + ", ".join(f"{k} {v}" for k, v in res.rounds.items()))
+        if res.privacy.get("secure_aggregation", {}).get("on") or res.privacy.get("accountant"):
+            from fedmodel.algorithms.dp import describe
+
+            print("privacy: " + describe(res.privacy))
         print(f"wall time: {wall:.2f} s")
         for name, value in res.solution.items():
             import numpy as np

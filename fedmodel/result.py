@@ -21,6 +21,7 @@ STATUSES = (
     "solver_error",
     "client_failure",  # a client raised, timed out or died (see Result.failure)
     "interrupted",  # Ctrl-C during the solve
+    "budget_spent",  # dp=...: another round would exceed the privacy budget (Result.privacy)
 )
 
 
@@ -117,6 +118,11 @@ class Result:
         ``round``, ``message_kind`` and the client's ``traceback``.
     checkpoint : str or None
         Directory of the last checkpoint written by this solve.
+    privacy : dict
+        What the run guaranteed (docs/privacy.md): ``secure_aggregation`` (on or off, the
+        masked messages, range, resolution, threshold, dropouts), ``epsilon`` and
+        ``delta`` spent, ``accountant``, and under ``dp`` the noise and the certificate's
+        confidence bounds; empty for a pooled solve.
     """
 
     status: str
@@ -137,6 +143,7 @@ class Result:
     extra: dict[str, Any] = field(default_factory=dict)
     failure: dict[str, Any] = field(default_factory=dict)
     checkpoint: str | None = None
+    privacy: dict[str, Any] = field(default_factory=dict)
 
     @property
     def is_optimal(self) -> bool:
@@ -249,6 +256,7 @@ class Result:
                 "options": self.options,
                 "failure": {k: v for k, v in self.failure.items() if k != "traceback"},
                 "checkpoint": self.checkpoint,
+                "privacy": self.privacy,
             }
         )
 
@@ -266,10 +274,17 @@ class Result:
 
     def __repr__(self) -> str:
         kkt = f", kkt={self.kkt!r}" if self.kkt else ""
+        private = ""
+        if self.privacy:
+            sa = self.privacy.get("secure_aggregation", {})
+            private = (
+                f", privacy=(secure_aggregation={'on' if sa.get('on') else 'off'}, "
+                f"epsilon={self.privacy.get('epsilon')}, delta={self.privacy.get('delta')})"
+            )
         return (
             f"Result(method={self.method!r}, status={self.status!r}, "
             f"objective={self.objective:.8g}, max_violation={self.max_violation:.2e}{kkt}, "
-            f"rounds={self.rounds})"
+            f"rounds={self.rounds}{private})"
         )
 
 

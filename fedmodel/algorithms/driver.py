@@ -40,6 +40,7 @@ from fedmodel.algorithms.common import (
     split_multipliers,
     status_message,
 )
+from fedmodel.algorithms.dp import PrivacyPlan
 from fedmodel.algorithms.messages import declare_messages
 from fedmodel.algorithms.options import SOLVE_STARTED, resume_key
 from fedmodel.algorithms.protocol import ServerHalf, StepReport
@@ -140,6 +141,8 @@ def run_federated(
     table = getattr(server, "messages", None)
     reveal = options.party_reveal(list(factories), table.party_opt_ins() if table else [])
     factories = {n: dataclasses.replace(f, reveal=reveal[n]) for n, f in factories.items()}
+    # secure aggregation and dp: refused before any worker starts unless the method takes them
+    server.privacy = PrivacyPlan.for_run(options, method, server, len(factories))
     if faults:
         factories = inject_faults(factories, faults)
     runtime = make_runtime(
@@ -305,8 +308,12 @@ class _Run:
             )
         }
         payload = {"w": x[:ns], **server.evaluation_extras()}
-        replies = self.runtime.broadcast("evaluate", payload, channel="diagnostic")
-        reports.update({name: r.payload for name, r in replies.items()})
+        if server.privacy.active:  # the server learns sums (docs/privacy.md)
+            names = self.runtime.client_names
+            reports.update(server.privacy.evaluate(self.runtime, payload, names, ns))
+        else:
+            replies = self.runtime.broadcast("evaluate", payload, channel="diagnostic")
+            reports.update({name: r.payload for name, r in replies.items()})
         kkt, summary = assemble(reports, self.compiled.regularizer, x[:ns], self.local)
         # the inequality multipliers a party's certificate used when it balanced its
         # epigraph pieces' (certificate/kkt.party_evaluation): the ones the result reports
@@ -350,7 +357,8 @@ class _Run:
                 if last.stop == "unbounded":  # the last finite iterate stands
                     status, message = last.stop, last.message
                     break
-                if opts.history and last.record:
+                # (under dp an evaluation round would spend privacy: no certificate per step)
+                if opts.history and last.record and server.privacy.dp is None:
                     self.quiesce()
                     self.last_eval, self.last_eval_k = self.evaluate(), k
                     kkt, summary = self.last_eval
@@ -465,8 +473,13 @@ class _Run:
                 local=self.local,
             )
         status, message = server.conclude(status, message, kkt, summary, self.history)
+        status, message = server.privacy.conclude(status, message, kkt, opts)
         try:
-            reports = runtime.broadcast("report", server.report_payload(), channel="diagnostic")
+            reports = (
+                {}  # (per-client multipliers and models are not the sums a private run reveals)
+                if server.privacy.active
+                else runtime.broadcast("report", server.report_payload(), channel="diagnostic")
+            )
         except ClientFailure as exc:
             return self.stopped_early(exc)
         except KeyboardInterrupt:
@@ -497,6 +510,7 @@ class _Run:
             local_iters[c.name] = int(p["local_iterations"])
         fields = self.run_fields(status, message, kkt, summary, failure, per_party_seconds)
         fields["timing"]["local_iterations"] = local_iters
+        fields["privacy"] = server.privacy.record()
         fields["extra"].update(server.extra({name: r.payload for name, r in reports.items()}))
         if compiled.has_cones:
             fields["extra"].update(conic_note(compiled))
@@ -602,7 +616,7 @@ class _Run:
             summary = {"objective": float("nan"), "max_violation": float("nan")}
             notes.append("the objective could not be evaluated without every client")
         reports = {}
-        for name in usable:
+        for name in usable if not self.server.privacy.active else ():
             try:
                 reports[name] = runtime.send(
                     name, "report", self.server.report_payload(), channel="diagnostic"

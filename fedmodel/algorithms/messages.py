@@ -27,14 +27,15 @@ from collections.abc import Mapping
 from typing import Any
 
 from fedmodel.runtime.schema import Field, MessageSpec, MessageTable
+from fedmodel.runtime.secure_aggregation import SECAGG
 
 #: the point of an evaluation (sent by the server)
 W = Field(("d",), reveals="")
 
 #: a party's share of the KKT residuals at ``w`` (certificate/kkt.party_evaluation)
 EVALUATION_FIELDS: dict[str, Field] = {
-    "objective": Field((), reveals="f_i(w)"),
-    "grad": Field(("d",), reveals="the gradient of its Lagrangian at w"),
+    "objective": Field((), reveals="f_i(w)", sum_only=True),
+    "grad": Field(("d",), reveals="the gradient of its Lagrangian at w", sum_only=True),
     "scale": Field(
         ("d",),
         reveals="per coordinate, the largest magnitude of its gradient and constraint-Jacobian "
@@ -43,15 +44,16 @@ EVALUATION_FIELDS: dict[str, Field] = {
     "owned_stationarity": Field((), reveals="stationarity of its own block"),
     "owned_scaled": Field((), reveals="scaled stationarity of its own block"),
     "owned_index": Field(("<=d_party",), dtype="int", reveals="which coordinates are its own"),
-    "feasibility": Field(()),
+    "feasibility": Field((), unmasked=True),
     "feasibility_scaled": Field(()),
-    "violation": Field(()),
+    "violation": Field((), unmasked=True),
     "c_ineq": Field(("m_ineq",), reveals="its inequality constraint values at w"),
     "c_eq": Field(("m_eq",), reveals="its equality constraint values at w"),
     "epigraph_gap": Field(
         (),
         required=False,
         reveals="the gap its multipliers leave on the pieces of its epigraph terms at w",
+        sum_only=True,
     ),
     "mu": Field(
         ("m_ineq",),
@@ -149,8 +151,11 @@ def declare_messages(runtime, server, compiled=None) -> None:
     """Declare ``server``'s message table to ``runtime`` (``Runtime.declare``: outgoing
     requests checked and put on their declared channels, every reply validated), each
     client's dimensions from its program in ``compiled`` (when given) and the server half's
-    ``message_dims(name)``; nothing when the server half declares no table."""
+    ``message_dims(name)``, with the kinds of secure aggregation; nothing when the server
+    half declares no table."""
     table: MessageTable | None = getattr(server, "messages", None)
+    if table is not None:
+        table = table.merged(SECAGG)
     programs = {p.name: p for p in compiled.parties} if compiled is not None else {}
 
     def dims(name: str) -> dict[str, int]:

@@ -114,6 +114,15 @@ RUNTIME_OPTIONS_DOC = """
         Continue from a checkpoint directory; the run reaches the same answer as an
         uninterrupted one. A corrupted checkpoint, or one written for another model,
         method or options, raises :class:`~fedmodel.runtime.checkpoint.CheckpointError`.
+    secure_aggregation : bool or fedmodel.SecureAggregation
+        The server learns only the sum over the clients of each message it uses as a sum
+        (Flower's SecAgg+; the methods whose messages are all sum-only: fedavg, fedprox;
+        another is refused, naming the message read client by client). See
+        ``docs/privacy.md``.
+    dp : fedmodel.DP, optional
+        Client-level differential privacy of the aggregated messages (clipping, Gaussian
+        noise, an RDP accountant; status ``"budget_spent"``; ``res.privacy``). See
+        ``docs/privacy.md``.
 """
 
 
@@ -266,6 +275,10 @@ class RuntimeOptions:
     checkpoint_every: int = stop_only(1)
     resume: Any = stop_only(None)
     keep_ledger: bool = stop_only(True)
+    # what the server may learn (docs/privacy.md; fedmodel/algorithms/dp.py): not stop-only,
+    # since the noise of dp and the fixed point of secure aggregation change the iterates
+    secure_aggregation: Any = False
+    dp: Any = None
 
     @property
     def eps1(self) -> float:

@@ -19,6 +19,7 @@ from fedmodel.algorithms.messages import program_dims
 from fedmodel.algorithms.options import build_options
 from fedmodel.algorithms.registry import FAMILIES, method_spec
 from fedmodel.runtime.schema import MessageTable, privacy_markdown
+from fedmodel.runtime.secure_aggregation import SECAGG
 
 #: each family's table (module:attribute), imported on first use; pooled methods have none
 FAMILY_TABLES: dict[str, str] = {
@@ -98,9 +99,14 @@ def privacy_text(compiled, method: str = "prox-al", **options: Any) -> str:
     rows = privacy_rows(compiled, method, **options)
     if not rows:
         return f"messages of {method}: none (it pools every party's data; not federated)"
-    lines = [f"messages of {method} (floats per message for this model, what each reveals):"]
+    lines = [
+        f"messages of {method} (floats per message for this model, what each reveals; "
+        "'masked': fields the server uses only as sums, masked under secure_aggregation=True):"
+    ]
     for r in rows:
         flag = " [opt-in: " + ", ".join(r["opt_in"]) + "]" if r["opt_in"] else ""
+        if r["masked"]:
+            flag += " [masked: " + ", ".join(r["masked"]) + "]"
         diag = " [diagnostic]" if r["channel"] == "diagnostic" else ""
         floats = "?" if r["floats"] is None else r["floats"]
         lines.append(
@@ -120,4 +126,6 @@ def docs_tables() -> str:
         methods = [m for m, p in FAMILIES.items() if p == package]
         parts.append(f"#### {', '.join(f'`{m}`' for m in methods)}\n")
         parts.append(privacy_markdown(table.privacy_rows(None), methods=methods) + "\n")
+    parts.append("#### secure aggregation (around a sum-only message, `secure_aggregation=True`)\n")
+    parts.append(privacy_markdown(SECAGG.privacy_rows(None)) + "\n")
     return "\n".join(parts).rstrip() + "\n"

@@ -52,6 +52,12 @@ from fedmodel.runtime.endpoints import copy_state
 from fedmodel.runtime.messages import SERVER, Message
 from fedmodel.runtime.outcomes import RequestRefused
 from fedmodel.runtime.schema import MessageTable, opt_in_refusal
+from fedmodel.runtime.secure_aggregation import (
+    SECAGG,
+    SecAggClient,
+    clip_and_noise,
+    split_reply,
+)
 
 
 class DeclaredState:
@@ -146,7 +152,7 @@ class ClientHalf(DeclaredState):
 
     #: the declared kinds this half answers (its family's ``messages.py``); every
     #: ``_on_<kind>`` must be declared there (tests/test_reply_validation.py)
-    messages: ClassVar[MessageTable | None] = None
+    messages: MessageTable | None = None
     #: the party's own opt-ins (``MessageSpec.party_opt_in``, ``Field.party_opt_in``): set
     #: where the half is built, from the party's setting (``fedmodel join --reveal``; in
     #: one process the solve's ``reveal`` option); None: whatever the method's options ask
@@ -156,6 +162,9 @@ class ClientHalf(DeclaredState):
     def __init__(self, program: PartyProgram):
         self.name = program.name
         self.program = program
+        family = type(self).messages
+        if family is not None:  # (what it answers: its family's kinds and secure aggregation's)
+            self.messages = family.merged(SECAGG)
         self.stats: dict[str, float] = {
             "local_solves": 0,
             "local_iterations": 0,
@@ -189,11 +198,14 @@ class ClientHalf(DeclaredState):
         party's opt-ins: a kind or a field value that needs an opt-in this party did not
         enable is refused (:class:`~fedmodel.runtime.outcomes.RequestRefused`) before its
         handler runs."""
-        why = self.messages.request_problem(msg.kind, msg.payload)
+        self._check_payload(msg.kind, msg.payload)
+
+    def _check_payload(self, kind: str, payload: dict) -> None:
+        why = self.messages.request_problem(kind, payload)
         if why:
             raise ValueError(f"party {self.name!r} got {why}")
-        needed = self.messages.opt_ins_needed(msg.kind, msg.payload)
-        why = opt_in_refusal(self.name, f"message {msg.kind!r}", needed, self.reveal)
+        needed = self.messages.opt_ins_needed(kind, payload)
+        why = opt_in_refusal(self.name, f"message {kind!r}", needed, self.reveal)
         if why:
             raise RequestRefused(why)
 
@@ -249,6 +261,33 @@ class ClientHalf(DeclaredState):
         if options is not None and table is not None and table.option_dims is not None:
             out.update(table.option_dims(options))
         return out
+
+    # -- secure aggregation (fedmodel.runtime.secure_aggregation) ---------------------------
+    def _on_secagg_setup(self, nid, config):
+        self.secagg = SecAggClient(self.name)
+        return self.secagg.setup(nid, config)
+
+    def _on_secagg_share(self, keys):
+        return self.secagg.share(keys)
+
+    def _on_secagg_masked(self, kind, payload, ciphertexts, clip=None, noise=None):
+        """Answer the wrapped message ``kind`` with its own handler, and send its sum-only
+        fields masked (with ``clip``: clipped to that norm, its unmasked scalars summed
+        too, and Gaussian noise of standard deviation ``noise`` added)."""
+        if self.messages is None or kind not in self.messages or kind in SECAGG:
+            raise ValueError(f"party {self.name!r} got a masked message of unknown kind {kind!r}")
+        self._check_payload(kind, payload)
+        handler, takes_sender = _handler(type(self), kind)
+        if handler is None or takes_sender:
+            raise ValueError(f"party {self.name!r} answers no server message {kind!r}")
+        body = handler(self, **payload)
+        vec, sizes, clear = split_reply(self.messages[kind], body, summed_clear=clip is not None)
+        vec = clip_and_noise(vec, clip, noise, np.random.default_rng())
+        masked = self.secagg.mask(ciphertexts, vec, f"message {kind!r}")
+        return {"masked": masked, "sizes": sizes, "clear": clear}
+
+    def _on_secagg_unmask(self, active, dead):
+        return self.secagg.unmask(active, dead)
 
     # -- state -------------------------------------------------------------------------------
     def get_state(self) -> dict:
@@ -332,6 +371,11 @@ class ServerHalf(DeclaredState, ABC):
 
     #: the method family's message table: the driver validates every reply against it
     messages: ClassVar[MessageTable | None] = None
+    #: the server collects every algorithm message through ``self.privacy.aggregate`` (sums
+    #: over clients), so secure aggregation and dp apply (fedmodel/algorithms/dp.py)
+    private_aggregation: ClassVar[bool] = False
+    #: the run's privacy plan (:class:`~fedmodel.algorithms.dp.PrivacyPlan`), set by the driver
+    privacy: Any = None
     step_name: ClassVar[str] = "iteration"
     max_steps: int = 1
 

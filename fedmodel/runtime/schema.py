@@ -99,6 +99,13 @@ class Field:
     max_abs : float
         Largest magnitude of an entry (default :data:`MAX_ABS`: beyond it, products of two
         entries overflow to inf).
+    sum_only : bool
+        The server uses this reply field only as a sum over the clients (a gradient it adds
+        up, a weighted model it averages): under secure aggregation it is masked and the
+        server learns only the sum (the privacy table's column "masked").
+    unmasked : bool
+        A scalar the party still sends in the clear under secure aggregation (its largest
+        constraint violation in the certificate round), said in the privacy table.
     """
 
     shape: tuple | None = ()
@@ -113,6 +120,8 @@ class Field:
     party_opt_in: Mapping[Any, str] | None = None
     choices: tuple | None = None
     positive: bool = False
+    sum_only: bool = False
+    unmasked: bool = False
 
     def __post_init__(self):
         if self.dtype not in DTYPES:
@@ -294,6 +303,12 @@ class MessageSpec:
     def __post_init__(self):
         if self.direction not in DIRECTIONS:
             raise ValueError(f"MessageSpec direction must be one of {DIRECTIONS}")
+
+    @property
+    def masked(self) -> list[str]:
+        """The reply fields the server uses only as sums over clients (masked under secure
+        aggregation), in declared order."""
+        return [name for name, f in self.reply.items() if f.sum_only]
 
     @property
     def opt_in(self) -> list[str]:
@@ -566,7 +581,8 @@ class MessageTable:
         """One row per message kind and direction of travel: ``kind``, ``direction``
         (``server -> client``, ``client -> server``, ``client -> client``, ``local``),
         ``channel``, ``fields`` (symbolic shapes), ``floats`` (numbers at most, for
-        ``dims``; None without), ``reveals``, ``opt_in``."""
+        ``dims``; None without), ``reveals``, ``opt_in``, ``masked`` (the fields the
+        server uses only as sums over clients: masked under secure aggregation)."""
         rows = []
         for spec in self.for_method(method):
             legs = {
@@ -589,6 +605,7 @@ class MessageTable:
                         "floats": _floats(fields, dims) if dims is not None else None,
                         "reveals": _reveals(spec, direction, fields),
                         "opt_in": sorted({f.opt_in for f in fields.values() if f.opt_in}),
+                        "masked": [n for n, f in fields.items() if f.sum_only],
                     }
                 )
         return rows
@@ -634,7 +651,7 @@ def privacy_markdown(
     of ``methods`` is marked with them). Field shapes are symbolic (``d``, ``m_ineq``,
     ...); ``?`` marks an optional field."""
     every = set(methods)
-    head = ["kind", "direction", "fields", *(["floats"] if numbers else []), "reveals"]
+    head = ["kind", "direction", "fields", *(["floats"] if numbers else []), "masked", "reveals"]
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for r in rows:
         fields = ", ".join(f"`{n}` {s}" for n, s in r["fields"].items()) or "(none)"
@@ -646,6 +663,7 @@ def privacy_markdown(
         cells = [kind, r["direction"], fields]
         if numbers:
             cells.append("?" if r["floats"] is None else str(r["floats"]))
+        cells.append(", ".join(f"`{n}`" for n in r.get("masked", ())) or "-")
         reveals = r["reveals"] or "-"
         if r["opt_in"]:
             reveals = "**opt-in** (" + ", ".join(r["opt_in"]) + "): " + reveals

@@ -4,8 +4,12 @@
   starts from it and either solves its local problem ``min f_i + h/n`` (``local_solver=
   "exact"``) or takes ``local_steps`` (E) proximal-gradient steps on it
   (``"prox-grad"``, the default); the server averages the returned models with weights
-  proportional to the clients' sample counts (``weights="samples"``, each client reports
-  the number of rows of its data once) or uniform weights.
+  proportional to the clients' sample counts (``weights="samples"``: the server learns
+  their total once, and each client weights its own model by its count over it) or
+  uniform weights. Every message is a sum over the clients (each client sends its
+  weighted model change and its weight; the server divides the sums), so both take
+  ``secure_aggregation=True`` and ``dp=fm.DP(...)`` (DP-FedAvg: each client's model change
+  clipped to ``clip``, Gaussian noise on the sum; uniform or given weights).
 * ``fedprox`` (Li et al. 2020): the same with the proximal term ``(prox_coef/2)||x -
   x_hat||^2`` in the local problem; by default exact local solves and uniform weights, which
   is seed 004's distributed proximal algorithm (52)-(53), i.e. dald-cc with the multipliers
@@ -109,6 +113,16 @@ class FedAvgOptions(RuntimeOptions):
     snapshot_iterations: Any = stop_only(())
 
     def validate(self, compiled: CompiledModel, method: str) -> None:
+        if self.dp is not None and self.weights == "samples":
+            raise ModelError(
+                f"{method}: dp needs weights='uniform' or a dict of weights (sample counts "
+                "would be revealed, or need noise of their own)"
+            )
+        if (self.dp is not None or self.secure_aggregation) and self.snapshot_iterations:
+            raise ModelError(
+                f"{method}: snapshot_iterations sends each client's local model, which "
+                "secure_aggregation and dp do not reveal"
+            )
         if self.local_solver not in LOCAL_SOLVERS:
             raise ModelError(
                 f"{method}: local_solver must be one of {LOCAL_SOLVERS}, got {self.local_solver!r}"
@@ -178,13 +192,16 @@ class FedClient(PenaltyClient):
 
     messages = BASELINES
 
-    state_fields = ("x", "last_w")
+    state_fields = ("x", "last_w", "weight")
     component_fields = ("local",)
 
     def __init__(
         self, program: PartyProgram, reg_share: Regularizer, opts: FedAvgOptions, prox_coef: float
     ):
         super().__init__(program)
+        self.by_samples = opts.weights == "samples"
+        self.private = opts.dp is not None  # (dp: the weight is public, not sent)
+        self.weight: float | None = None
         self.penalty = opts.penalty
         self.local = _local(program, reg_share, opts.penalty, opts)
         self.prox_coef = float(prox_coef)
@@ -195,19 +212,23 @@ class FedClient(PenaltyClient):
     def _on_samples(self):
         return {"n": float(_sample_count(self.program))}
 
-    def _on_fed_round(self, x_hat, budget=None):
+    def _on_fed_round(self, x_hat, scale, budget=None):
         x_hat = np.asarray(x_hat, dtype=float)
         self.local.deadline = step_deadline(budget, f"party {self.name!r}")
         self.local.set_quadratic(self.prox_coef, x_hat)  # (prox_coef/2)||x - x_hat||^2
         start = x_hat if (self.x is None or self.local_start == "global") else self.x
         self.x = self.local.solve(start.copy())
-        return {"x": self.x}
+        count = float(_sample_count(self.program)) if self.by_samples else 1.0
+        self.weight = count * float(scale)
+        reply = {"dx": self.weight * (self.x - x_hat)}
+        return reply if self.private else {**reply, "weight": self.weight}
 
     def _on_report(self):
         return {
             **super()._on_report(),
             "local_iterations": self.local.stats.iterations,
             "x": None if self.x is None else self.x.copy(),
+            "weight": self.weight,
         }
 
 
@@ -220,8 +241,9 @@ class FedAvgServer(PenaltyServer):
     """
 
     messages = BASELINES
+    private_aggregation = True
 
-    state_fields = ("x", "p", "r", "dx", "snapshots")
+    state_fields = ("x", "scale", "r", "dx", "snapshots")
     component_fields = ("server_local",)
     step_name = "round"
 
@@ -239,33 +261,52 @@ class FedAvgServer(PenaltyServer):
         )
         self.snap_at = {int(s) for s in opts.snapshot_iterations}
         self.x = np.asarray(x0, dtype=float)
-        self.p: dict[str, float] = {}
+        self.scale: dict[str, float] = {}
         self.r = 0
         self.snapshots: dict[int, dict] = {}
         self.dx = np.inf
 
     def start(self, runtime) -> None:
         w = self.options.weights
-        if w == "samples":
+        if w == "samples":  # each client weights by its count over the total
             runtime.next_round()
-            raw = {k: float(r.payload["n"]) for k, r in runtime.broadcast("samples", {}).items()}
-        elif w == "uniform":
-            raw = {k: 1.0 for k in self.names}
+            total = float(self.privacy.aggregate(runtime, "samples", {}).sums["n"][0])
+            self.scale = {k: 1.0 / total for k in self.names}
         else:
-            raw = {k: float(w[k]) for k in self.names}
-        total = sum(raw.values())
-        self.p = {k: raw[k] / total for k in self.names}
+            raw = {k: 1.0 for k in self.names} if w == "uniform" else dict(w)
+            total = sum(float(raw[k]) for k in self.names)
+            self.scale = {k: float(raw[k]) / total for k in self.names}
 
     def step(self, runtime, deadline) -> StepReport:
         self.r = r = self.r + 1
         runtime.next_round()
+        if not self.privacy.affords(1):
+            self.r -= 1
+            return StepReport(
+                stop="budget_spent",
+                message=f"the privacy budget (epsilon = {self.options.dp.epsilon:g}) is spent "
+                f"after {self.r} rounds (another round and the certificate would exceed it)",
+            )
         budgets = step_budgets(runtime, runtime.client_names, deadline)  # (none without a limit)
-        replies = runtime.broadcast(
-            "fed_round", lambda n: {"x_hat": self.x, **({"budget": budgets[n]} if budgets else {})}
+        sums = self.privacy.aggregate(
+            runtime,
+            "fed_round",
+            lambda n: {
+                "x_hat": self.x,
+                "scale": self.scale[n],
+                **({"budget": budgets[n]} if budgets else {}),
+            },
+            clip=None
+            if self.options.dp is None
+            else lambda n: self.options.dp.clip * self.scale[n],
         )
-        x_bar = sum(
-            self.p[k] * np.asarray(rep.payload["x"], dtype=float) for k, rep in replies.items()
-        )
+        # the participants' weights: summed (those who dropped out are not in the sum), or
+        # under dp the server's own (the clients do not send them)
+        if self.options.dp is None:
+            weight = float(sums.sums["weight"][0])
+        else:
+            weight = sum(self.scale[n] for n in sums.participants)
+        x_bar = self.x + np.asarray(sums.sums["dx"], dtype=float) / weight
         if self.server_local is not None:
             self.server_local.set_quadratic(self.coupling, x_bar)
             x_new = self.server_local.solve(x_bar)
@@ -306,7 +347,7 @@ class FedAvgServer(PenaltyServer):
     def extra(self, reports: dict[str, dict]) -> dict:
         return {
             "local_x": {k: v.get("x") for k, v in reports.items()},
-            "weights": dict(self.p),
+            "weights": {k: v.get("weight") for k, v in reports.items()},
             "snapshots": self.snapshots,
         }
 

@@ -3,7 +3,7 @@
 
 Examples
 --------
->>> BASELINES["fed_round"].reply["x"].shape
+>>> BASELINES["fed_round"].reply["dx"].shape
 ('d',)
 """
 
@@ -20,16 +20,32 @@ BASELINES = MessageTable(
     (
         MessageSpec(
             "samples",
-            reply={"n": Field((), reveals="its number of samples")},
-            reveals="its sample count (aggregation weights)",
+            reply={"n": Field((), reveals="its number of samples", sum_only=True)},
+            reveals="its sample count (the server uses the total)",
             methods=_FED,
         ),
         MessageSpec(
             "fed_round",
-            # budget: the seconds its local training may take, on its own clock (time_limit)
-            request={"x_hat": Field(("d",)), "budget": Field((), required=False)},
-            reply={"x": _X},
-            reveals="its locally trained model",
+            # scale: the server's factor of the client's aggregation weight (1 / total
+            # samples, 1 / clients, or the given weight over their sum); budget: the
+            # seconds its local training may take, on its own clock (time_limit)
+            request={
+                "x_hat": Field(("d",)),
+                "scale": Field(()),
+                "budget": Field((), required=False),
+            },
+            reply={
+                "dx": Field(
+                    ("d",),
+                    sum_only=True,
+                    reveals="its aggregation weight times its local model's change",
+                ),
+                # (under dp the weights are the server's own: not sent)
+                "weight": Field(
+                    (), sum_only=True, required=False, reveals="its aggregation weight"
+                ),
+            },
+            reveals="its locally trained model's change, weighted",
             methods=_FED,
         ),
         MessageSpec(
@@ -59,6 +75,7 @@ BASELINES = MessageTable(
             reply={
                 "x": Field(("d",), nullable=True, reveals="its local model"),
                 "alpha": Field((), nullable=True, required=False),
+                "weight": Field((), nullable=True, required=False, reveals="its weight"),
             }
         ),
     ),

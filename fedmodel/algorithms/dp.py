@@ -1,0 +1,344 @@
+"""Privacy a run states: secure aggregation of the sum-only messages and client-level
+differential privacy (docs/privacy.md).
+
+:class:`DP` is the option ``dp=`` of a solve; :class:`PrivacyPlan` is what the driver
+hands a server half (``server.privacy``) to collect its sum-only messages
+(:meth:`PrivacyPlan.aggregate`, through
+:func:`~fedmodel.runtime.secure_aggregation.aggregate`), spends the privacy budget round by
+round on Google's ``dp-accounting`` RDP accountant, runs the certificate round on sums
+(:meth:`PrivacyPlan.evaluate`) and reports what the run guaranteed (``res.privacy``).
+
+**Differential privacy** is client-level, on the aggregated messages: each client's
+vector of sum-only fields is clipped to norm ``clip`` (scaled by its aggregation weight),
+and Gaussian noise of standard deviation ``noise_multiplier * clip`` is added to the sum
+-- by the server without secure aggregation (the released iterates and result are
+private; the server, which sees each clipped message, is trusted), and by the clients in
+shares under secure aggregation (no party sees an unnoised sum). Every noised sum is one
+Gaussian mechanism of sensitivity ``clip`` (add or remove one client); the accountant
+composes them, and a run whose next round and certificate would exceed ``epsilon`` stops
+with status ``"budget_spent"``. The noise multiplier, unless given, is the smallest whose
+``max_rounds`` rounds and one certificate round compose to ``epsilon``.
+
+Examples
+--------
+>>> dp = DP(epsilon=3.0, delta=1e-5, clip=1.0)
+>>> z = calibrate(dp, rounds=10)
+>>> round(spent(z, 11, dp.delta), 6) <= 3.0
+True
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from fedmodel.errors import ModelError, UnsupportedError
+from fedmodel.runtime.secure_aggregation import (
+    Aggregate,
+    SecureAggregation,
+    aggregate,
+    as_secure_aggregation,
+)
+from fedmodel.runtime.wire import register_wire_type
+
+#: the accountant's name in ``res.privacy``
+ACCOUNTANT = "dp-accounting RDP (Gaussian mechanism, add/remove one client)"
+#: the confidence of the certificate's bounds under noise
+CONFIDENCE = 0.95
+
+
+@register_wire_type("dp")
+@dataclass(frozen=True)
+class DP:
+    """Client-level differential privacy of a run (``dp=`` of a solve).
+
+    Parameters
+    ----------
+    epsilon, delta : float
+        The target: the run never spends more (``epsilon=inf``: clipping, no noise).
+    clip : float
+        Largest norm of one client's contribution to a sum (its model update in fedavg /
+        fedprox, before its aggregation weight).
+    noise_multiplier : float, optional
+        Noise standard deviation over ``clip``; by default the smallest that lets
+        ``max_rounds`` rounds and the certificate fit in ``epsilon``.
+    certificate_clip : float, optional
+        Clip of a client's certificate vector (objective, gradient, violations); default
+        ``clip``.
+    """
+
+    epsilon: float
+    delta: float
+    clip: float
+    noise_multiplier: float | None = None
+    certificate_clip: float | None = None
+
+    def __post_init__(self):
+        if not (self.epsilon > 0):
+            raise ModelError(f"dp: epsilon must be positive, got {self.epsilon!r}")
+        if not (0 < self.delta < 1):
+            raise ModelError(f"dp: delta must be in (0, 1), got {self.delta!r}")
+        for name in ("clip", "noise_multiplier", "certificate_clip"):
+            value = getattr(self, name)
+            if value is not None and not (math.isfinite(value) and value > 0):
+                raise ModelError(f"dp: {name} must be positive and finite, got {value!r}")
+
+
+def spent(z: float, events: int, delta: float) -> float:
+    """The epsilon of ``events`` Gaussian mechanisms of noise multiplier ``z`` at
+    ``delta`` (dp-accounting's RDP accountant)."""
+    from dp_accounting import dp_event, rdp
+
+    if events == 0:
+        return 0.0
+    accountant = rdp.RdpAccountant()
+    accountant.compose(dp_event.GaussianDpEvent(z), int(events))
+    return float(accountant.get_epsilon(delta))
+
+
+def calibrate(dp: DP, rounds: int) -> float:
+    """The smallest noise multiplier (to 0.1%) whose ``rounds + 1`` mechanisms (the
+    certificate's included) spend at most ``dp.epsilon``."""
+    lo, hi = 1e-2, 1.0
+    while spent(hi, rounds + 1, dp.delta) > dp.epsilon:
+        lo, hi = hi, hi * 2
+        if hi > 1e7:
+            raise ModelError(f"dp: epsilon = {dp.epsilon:g} is out of reach in {rounds} rounds")
+    while hi / lo > 1.001:
+        mid = math.sqrt(lo * hi)
+        lo, hi = (lo, mid) if spent(mid, rounds + 1, dp.delta) <= dp.epsilon else (mid, hi)
+    return hi
+
+
+class PrivacyPlan:
+    """The privacy of one run: secure aggregation and differential privacy (module
+    docstring). Built by the driver (:meth:`for_run`) and set as ``server.privacy``."""
+
+    def __init__(self, secure: SecureAggregation | None, dp: DP | None, n_clients: int):
+        self.secure = secure
+        self.dp = dp
+        self.n_clients = n_clients
+        self.events = 0
+        self.z = None if dp is None or math.isinf(dp.epsilon) else dp.noise_multiplier
+        self.dropouts: list[dict[str, Any]] = []
+        self.masked: set[str] = set()
+        self.certificate: dict[str, Any] = {}
+
+    @property
+    def active(self) -> bool:
+        return self.secure is not None or self.dp is not None
+
+    @classmethod
+    def for_run(cls, options: Any, method: str, server: Any, n_clients: int) -> PrivacyPlan:
+        """The plan of ``options.secure_aggregation`` and ``options.dp`` for ``server``,
+        refusing a method whose messages the server uses other than as sums (naming the
+        message) and a method that does not collect through the plan."""
+        secure = as_secure_aggregation(getattr(options, "secure_aggregation", False))
+        dp = getattr(options, "dp", None)
+        if dp is not None and not isinstance(dp, DP):
+            raise ModelError(
+                f"dp must be a fedmodel.DP(epsilon=..., delta=..., clip=...), got {dp!r}"
+            )
+        plan = cls(secure, dp, n_clients)
+        if not plan.active:
+            return plan
+        if dp is not None and (options.checkpoint is not None or options.resume is not None):
+            raise ModelError(
+                f"{method}: dp with checkpoint or resume: a checkpoint does not carry the "
+                "privacy spent, so a resumed run could exceed epsilon"
+            )
+        what = "secure_aggregation" if dp is None else "dp"
+        table = server.messages
+        for spec in table.for_method(method) if table is not None else ():
+            if spec.channel == "diagnostic" or (
+                spec.direction == "local" and not spec.reply and spec.value is None
+            ):
+                continue  # the certificate round goes through the plan; the rest is not sent
+            if spec.direction != "server":
+                raise UnsupportedError(
+                    f"{method}: {what} needs every message to be a sum over clients, but "
+                    f"{spec.kind!r} is a {spec.direction} message"
+                )
+            per_client = [n for n, f in spec.reply.items() if not (f.sum_only or f.unmasked)]
+            if per_client:
+                raise UnsupportedError(
+                    f"{method}: {what} needs every message to be a sum over clients, but the "
+                    f"server reads {spec.kind!r} ({', '.join(per_client)}) client by client"
+                )
+        if table is None or not getattr(server, "private_aggregation", False):
+            raise UnsupportedError(
+                f"{method}: {what} is available for the methods whose server collects its "
+                "messages as sums (fedavg, fedprox)"
+            )
+        if secure is not None and n_clients < 3:
+            raise UnsupportedError(f"{method}: secure aggregation needs at least 3 clients")
+        if dp is not None and not math.isinf(dp.epsilon) and plan.z is None:
+            plan.z = calibrate(dp, int(server.max_steps))
+        if plan.z is not None and not plan.affords(1):
+            raise ModelError(
+                f"{method}: dp with noise_multiplier = {plan.z:g} spends "
+                f"epsilon = {spent(plan.z, 2, dp.delta):.3g} on one round and the certificate, "
+                f"more than epsilon = {dp.epsilon:g}: raise noise_multiplier or leave it unset"
+            )
+        if secure is not None:
+            eps = float(getattr(options, "eps", 1e-3))
+            resolution = secure.resolution(n_clients)
+            if resolution > 1e-3 * eps:
+                raise ModelError(
+                    f"{method}: secure aggregation's rounding error {resolution:.1e} is not "
+                    f"far below eps = {eps:g}: lower SecureAggregation(range=...)"
+                )
+        return plan
+
+    # -- sums ------------------------------------------------------------------------------
+    def aggregate(self, runtime, kind: str, payload, clip=None) -> Aggregate:
+        """The sums over the live clients of ``kind``'s sum-only fields; with ``dp``,
+        ``clip`` (per client: the bound of its weighted contribution) and the mechanism's
+        noise, one event for the accountant."""
+        if self.dp is None:
+            clip = None
+        noise = 0.0
+        if clip is not None and self.z is not None:
+            names = runtime.alive
+            top = max(clip(n) if callable(clip) else clip for n in names)
+            noise = self.z * top
+        out = aggregate(runtime, kind, payload, secure=self.secure, clip=clip, noise=noise)
+        if clip is not None:
+            self.events += 1
+        if self.secure is not None:
+            self.masked.add(kind)
+        if out.dropped:
+            self.dropouts.append({"round": runtime.round, "kind": kind, "clients": out.dropped})
+        return out
+
+    @property
+    def epsilon(self) -> float:
+        """The privacy spent so far (0 without dp; inf with dp at epsilon = inf)."""
+        if self.dp is None:
+            return 0.0
+        if self.z is None:
+            return math.inf
+        return spent(self.z, self.events, self.dp.delta)
+
+    def affords(self, more: int) -> bool:
+        """Whether ``more`` mechanisms and the certificate's stay within the budget."""
+        if self.dp is None or self.z is None:
+            return True
+        return spent(self.z, self.events + more + 1, self.dp.delta) <= self.dp.epsilon * (1 + 1e-9)
+
+    # -- the certificate round -------------------------------------------------------------
+    def evaluate(self, runtime, payload: dict, names: list[str], d: int) -> dict[str, dict]:
+        """The certificate round on sums: the clients' ``evaluate`` replies as the server
+        knows them -- one report ``"(clients' sum)"`` holding the sums of the sum-only
+        fields (with dp also of the violations, noised), and per client only its unmasked
+        scalars (without dp) -- for :func:`~fedmodel.certificate.kkt.assemble`."""
+        clip = None
+        if self.dp is not None:
+            clip = self.dp.certificate_clip or self.dp.clip
+        out = self.aggregate(runtime, "evaluate", payload, clip=clip)
+        sums = out.sums
+        empty = np.zeros(0)
+        reports = {}
+        for name in names:
+            clear = out.clear.get(name, {})
+            reports[name] = {
+                "objective": 0.0,
+                "grad": np.zeros(d),
+                "feasibility": clear.get("feasibility", 0.0),
+                "violation": clear.get("violation", 0.0),
+                "c_ineq": empty,
+                "c_eq": empty,
+            }
+        total = {
+            "objective": float(sums["objective"].sum()),
+            "grad": np.asarray(sums["grad"], dtype=float),
+            "feasibility": float(sums["feasibility"].sum()) if "feasibility" in sums else 0.0,
+            "violation": float(sums["violation"].sum()) if "violation" in sums else 0.0,
+            "c_ineq": empty,
+            "c_eq": empty,
+        }
+        if "epigraph_gap" in sums and sums["epigraph_gap"].size:
+            total["epigraph_gap"] = float(sums["epigraph_gap"].sum())
+        reports["(clients' sum)"] = total
+        if self.dp is not None and self.z is not None:
+            sigma = self.z * clip
+            self.certificate = {
+                "noise_std": sigma,
+                "confidence": CONFIDENCE,
+                # union bound over the d coordinates of the gradient sum
+                "stationarity_margin": sigma
+                * math.sqrt(2 * math.log(2 * max(1, d) / (1 - CONFIDENCE))),
+                "feasibility_margin": sigma * math.sqrt(2 * math.log(2 / (1 - CONFIDENCE))),
+            }
+        return reports
+
+    def conclude(self, status: str, message: str, kkt, options: Any):
+        """Under dp, ``"optimal"`` stands only when the residuals plus their margins (the
+        confidence bounds of the noise) meet the tolerance (``options.eps1``, ``eps2``)."""
+        if self.dp is None or not self.certificate or status != "optimal" or kkt is None:
+            return status, message
+        eps1, eps2 = options.eps1, options.eps2
+        stat = kkt.stationarity + self.certificate["stationarity_margin"]
+        feas = kkt.feasibility + self.certificate["feasibility_margin"]
+        if stat <= eps1 and feas <= eps2:
+            return status, message
+        return "inaccurate", (
+            f"{message}; under dp the residuals are noisy: their {CONFIDENCE:.0%} upper bounds "
+            f"(stationarity {stat:.2e}, feasibility {feas:.2e}) do not meet the tolerance"
+        )
+
+    def record(self) -> dict[str, Any]:
+        """``res.privacy``."""
+        n = self.n_clients
+        sa: dict[str, Any] = {"on": self.secure is not None}
+        if self.secure is not None:
+            sa.update(
+                messages=sorted(self.masked),
+                protocol="SecAgg+ (flwr primitives)",
+                range=self.secure.range,
+                resolution=self.secure.resolution(n),
+                threshold=self.secure.threshold_count(n),
+                dropouts=list(self.dropouts),
+            )
+        out: dict[str, Any] = {
+            "secure_aggregation": sa,
+            "epsilon": self.epsilon,
+            "delta": 0.0 if self.dp is None else self.dp.delta,
+            "accountant": None if self.dp is None else ACCOUNTANT,
+        }
+        if self.dp is not None:
+            out.update(
+                target_epsilon=self.dp.epsilon,
+                clip=self.dp.clip,
+                noise_multiplier=self.z,
+                mechanisms=self.events,
+                noise="distributed (client shares)" if self.secure else "central (server)",
+                certificate=dict(self.certificate),
+            )
+        return out
+
+
+def describe(privacy: dict[str, Any]) -> str:
+    """``res.privacy`` in one line (the command line's summary).
+
+    Examples
+    --------
+    >>> describe({"secure_aggregation": {"on": True, "messages": ["fed_round"]},
+    ...           "epsilon": 1.5, "delta": 1e-5, "accountant": ACCOUNTANT})
+    'secure aggregation of fed_round; epsilon 1.5 at delta 1e-05 spent (dp-accounting RDP)'
+    """
+    sa = privacy.get("secure_aggregation", {})
+    parts = [
+        "secure aggregation of " + ", ".join(sa.get("messages", []))
+        if sa.get("on")
+        else "no secure aggregation"
+    ]
+    if privacy.get("accountant"):
+        parts.append(
+            f"epsilon {privacy['epsilon']:.3g} at delta {privacy['delta']:g} spent "
+            "(dp-accounting RDP)"
+        )
+    return "; ".join(parts)
