@@ -35,7 +35,7 @@ from fedmodel.errors import (
     OwnershipError,
     UnsupportedError,
 )
-from fedmodel.result import Comparison, Result
+from fedmodel.result import STATUSES, Comparison, Result, StatusInfo
 
 __version__ = "0.1.0"
 
@@ -51,7 +51,9 @@ __all__ = [
     "OwnershipError",
     "PrivateData",
     "Result",
+    "STATUSES",
     "Server",
+    "StatusInfo",
     "UnsupportedError",
     "__version__",
     "deo",
