@@ -14,7 +14,7 @@ Examples
 ...     site = model.client(f"site{k}")
 ...     A = site.data(rng.normal(size=(30, 3)), name="A")
 ...     site.minimize(cp.sum_squares(A @ w - 1) / 90)
-...     site.subject_to(cp.sum(w) <= 1)
+...     budget = site.subject_to(cp.sum(w) <= 1)
 >>> res = model.solve(method="prox-al", eps=1e-5)
 >>> ref = model.solve(method="centralized")
 >>> res.compare(ref).relative_objective_difference < 1e-4

@@ -8,7 +8,7 @@ import cvxpy as cp
 import numpy as np
 
 from fedmodel.dsl.data import PrivateData, check_finite_constants, fingerprint
-from fedmodel.dsl.party import Client, Server
+from fedmodel.dsl.party import Client, Server, structure_flags
 from fedmodel.errors import ModelError
 
 if TYPE_CHECKING:
@@ -36,7 +36,7 @@ class Model:
     ...     site = model.client(f"site{k}")
     ...     A = site.data(rng.normal(size=(20, 3)), name="A")
     ...     site.minimize(cp.sum_squares(A @ w - 1) / 40)
-    >>> model.server.subject_to(cp.sum(w) == 1)
+    >>> total = model.server.subject_to(cp.sum(w) == 1)  # returned: its dual_value after
     >>> res = model.solve(method="prox-al", eps=1e-6)
     >>> res.status
     'optimal'
@@ -90,9 +90,13 @@ class Model:
             As in cvxpy: constant bounds (scalars or arrays of the variable's shape, ``None``
             for no bound), added to ``h`` as a box.
         **attributes
-            Other cvxpy variable attributes (``integer``, ``boolean``, ``PSD``, ...) are
-            refused with a :class:`~fedmodel.errors.ModelError`: fedmodel solves continuous
-            models whose shared variables have no structure beyond a box.
+            ``symmetric=True``, ``PSD=True``, ``NSD=True`` (a square matrix): as in cvxpy,
+            declared as the equivalent constraints held by the server,
+            ``upper_tri(V) == upper_tri(V.T)`` and ``lambda_min(V) >= 0`` /
+            ``lambda_max(V) <= 0`` (their multipliers are internal: they are not
+            constraints of the user's). Other cvxpy attributes (``integer``, ``boolean``,
+            ``complex``, ...) are refused with a :class:`~fedmodel.errors.ModelError`:
+            fedmodel solves continuous real models.
 
         Examples
         --------
@@ -102,16 +106,12 @@ class Model:
         >>> w.shape
         (3,)
         """
-        if attributes:
-            raise ModelError(
-                f"model.variable() does not take the cvxpy attribute(s) {sorted(attributes)}: "
-                "shared variables are continuous; declare sign and bounds with nonneg=, "
-                "nonpos=, bounds= or model.regularize(lo <= w)"
-            )
+        structure = structure_flags(attributes, "model.variable()", None, shape)
         if nonneg and nonpos:
             raise ModelError("model.variable(): nonneg=True and nonpos=True together fix w = 0")
         var = self._new_variable(shape, name or f"w{len(self._variables)}", None)
         self._variables.append(var)
+        self._server._structure(var, structure)
         lower, upper = bounds if bounds is not None else (None, None)
         if nonneg:
             lower = 0.0 if lower is None else np.maximum(lower, 0.0)
