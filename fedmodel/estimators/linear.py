@@ -35,6 +35,25 @@ class _Linear(FederatedEstimator):
     """The declaration every linear estimator shares: the coefficients ``w`` (and the
     intercept ``b``), one client per site, the norm budget on the server."""
 
+    def __init__(
+        self,
+        *,
+        fit_intercept: bool,
+        norm_budget: float | None,
+        budget_norm: Any,
+        method: str,
+        eps: float,
+        solve_options: dict | None,
+        site_column: str,
+    ):  # (each estimator's own __init__ lists these with their defaults, as sklearn's)
+        self.fit_intercept = fit_intercept
+        self.norm_budget = norm_budget
+        self.budget_norm = budget_norm
+        self.method = method
+        self.eps = eps
+        self.solve_options = solve_options
+        self.site_column = site_column
+
     def _variables(self, model: Model, d: int):
         w = model.variable(d, name="coef")
         b = model.variable(name="intercept") if self.fit_intercept else None
@@ -180,15 +199,18 @@ class FederatedLogisticRegression(_Classifier):
         site_column: str = "site",
     ):
         self.C = C
-        self.fit_intercept = fit_intercept
         self.neyman_pearson = neyman_pearson
         self.fairness_bound = fairness_bound
-        self.norm_budget = norm_budget
-        self.budget_norm = budget_norm
-        self.method = method
-        self.eps = eps
-        self.solve_options = solve_options
-        self.site_column = site_column
+        _Linear.__init__(
+            self,
+            fit_intercept=fit_intercept,
+            norm_budget=norm_budget,
+            budget_norm=budget_norm,
+            method=method,
+            eps=eps,
+            solve_options=solve_options,
+            site_column=site_column,
+        )
 
     def _validate_params(self) -> None:
         super()._validate_params()
@@ -306,13 +328,16 @@ class FederatedLinearSVC(_Classifier):
     ):
         self.C = C
         self.loss = loss
-        self.fit_intercept = fit_intercept
-        self.norm_budget = norm_budget
-        self.budget_norm = budget_norm
-        self.method = method
-        self.eps = eps
-        self.solve_options = solve_options
-        self.site_column = site_column
+        _Linear.__init__(
+            self,
+            fit_intercept=fit_intercept,
+            norm_budget=norm_budget,
+            budget_norm=budget_norm,
+            method=method,
+            eps=eps,
+            solve_options=solve_options,
+            site_column=site_column,
+        )
 
     def _validate_params(self) -> None:
         super()._validate_params()
@@ -374,13 +399,16 @@ class FederatedLinearRegression(_Linear):
         solve_options: dict | None = None,
         site_column: str = "site",
     ):
-        self.fit_intercept = fit_intercept
-        self.norm_budget = norm_budget
-        self.budget_norm = budget_norm
-        self.method = method
-        self.eps = eps
-        self.solve_options = solve_options
-        self.site_column = site_column
+        _Linear.__init__(
+            self,
+            fit_intercept=fit_intercept,
+            norm_budget=norm_budget,
+            budget_norm=budget_norm,
+            method=method,
+            eps=eps,
+            solve_options=solve_options,
+            site_column=site_column,
+        )
 
     def _prepare_targets(self, parts):
         return [(X, y.astype(float), s) for X, y, s in parts]
@@ -410,21 +438,6 @@ class FederatedLinearRegression(_Linear):
     def score(self, X, y, sample_weight=None) -> float:
         """The coefficient of determination R^2 on ``(X, y)``."""
         return _r2(np.asarray(y, dtype=float), self.predict(X), sample_weight)
-
-
-def _regression_init(self, alpha, fit_intercept, norm_budget, budget_norm, method, eps,
-                     solve_options, site_column):  # fmt: skip
-    self.alpha = alpha
-    FederatedLinearRegression.__init__(
-        self,
-        fit_intercept=fit_intercept,
-        norm_budget=norm_budget,
-        budget_norm=budget_norm,
-        method=method,
-        eps=eps,
-        solve_options=solve_options,
-        site_column=site_column,
-    )
 
 
 class FederatedRidge(FederatedLinearRegression):
@@ -464,8 +477,17 @@ class FederatedRidge(FederatedLinearRegression):
         solve_options: dict | None = None,
         site_column: str = "site",
     ):
-        _regression_init(self, alpha, fit_intercept, norm_budget, budget_norm, method, eps,
-                         solve_options, site_column)  # fmt: skip
+        self.alpha = alpha
+        _Linear.__init__(
+            self,
+            fit_intercept=fit_intercept,
+            norm_budget=norm_budget,
+            budget_norm=budget_norm,
+            method=method,
+            eps=eps,
+            solve_options=solve_options,
+            site_column=site_column,
+        )
 
     def _validate_params(self) -> None:
         super()._validate_params()
@@ -552,8 +574,17 @@ class FederatedQuantileRegressor(FederatedLasso):
         site_column: str = "site",
     ):
         self.quantile = quantile
-        _regression_init(self, alpha, fit_intercept, norm_budget, budget_norm, method, eps,
-                         solve_options, site_column)  # fmt: skip
+        self.alpha = alpha
+        _Linear.__init__(
+            self,
+            fit_intercept=fit_intercept,
+            norm_budget=norm_budget,
+            budget_norm=budget_norm,
+            method=method,
+            eps=eps,
+            solve_options=solve_options,
+            site_column=site_column,
+        )
 
     def _validate_params(self) -> None:
         super()._validate_params()
