@@ -99,3 +99,17 @@ def test_a_list_passed_to_subject_to_comes_back_with_its_duals():
     model.solve(method="centralized")
     assert float(both[0].dual_value) == pytest.approx(2.0, abs=1e-6)
     assert float(both[1].dual_value) == pytest.approx(0.0, abs=1e-6)
+
+
+def test_a_method_without_a_dual_for_a_constraint_leaves_none():
+    """admm takes the server's bounds into h: it has no multiplier for them, and the
+    dual_value of an earlier solve does not survive."""
+    model = fm.Model()
+    w = model.variable(2)
+    site = model.client("a")
+    site.minimize(cp.sum_squares(w - 2))
+    bound = model.server.subject_to(w <= 1)
+    model.solve(method="centralized")
+    np.testing.assert_allclose(bound.dual_value, [2.0, 2.0], atol=1e-6)
+    res = model.solve(method="admm")
+    assert res.status == "optimal" and bound.dual_value is None

@@ -324,10 +324,15 @@ class Model:
         Result
             Status, objective, certificate (KKT residuals), multipliers per party,
             communication and timing. The solution is also written into every
-            variable's ``.value``.
+            variable's ``.value``, and each constraint's dual value into its
+            ``dual_value`` (None after a method that has none for it).
         """
         from fedmodel.algorithms.registry import solve_model
 
+        for party in (self._server, *self._clients.values()):  # no dual of an earlier solve
+            for term in party.constraints:
+                if term.dual_map is not None:
+                    term.user_constraint.save_dual_value(None)
         return solve_model(self, method, options)
 
     def __repr__(self) -> str:
