@@ -14,7 +14,7 @@ Examples
 ...     site = model.client(f"site{k}")
 ...     A = site.data(rng.normal(size=(30, 3)), name="A")
 ...     site.minimize(cp.sum_squares(A @ w - 1) / 90)
-...     site.subject_to(cp.sum(w) <= 1)
+...     budget = site.subject_to(cp.sum(w) <= 1)
 >>> res = model.solve(method="prox-al", eps=1e-5)
 >>> ref = model.solve(method="centralized")
 >>> res.compare(ref).relative_objective_difference < 1e-4
@@ -36,7 +36,7 @@ from fedmodel.errors import (
     OwnershipError,
     UnsupportedError,
 )
-from fedmodel.result import Comparison, Result
+from fedmodel.result import STATUSES, Comparison, Result, StatusInfo
 from fedmodel.runtime.secure_aggregation import SecureAggregation
 
 __version__ = "0.1.0"
@@ -55,7 +55,9 @@ __all__ = [
     "PrivateData",
     "Result",
     "SecureAggregation",
+    "STATUSES",
     "Server",
+    "StatusInfo",
     "UnsupportedError",
     "__version__",
     "deo",

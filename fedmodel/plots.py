@@ -32,7 +32,7 @@ Examples
 >>> for k in range(2):
 ...     site = model.client(f"site{k}")
 ...     site.minimize(cp.sum_squares(w - k))
-...     site.subject_to(cp.sum(w) <= 1)
+...     budget = site.subject_to(cp.sum(w) <= 1)
 >>> res = model.solve(method="prox-al")
 >>> fig = plot_result(res)  # doctest: +SKIP
 >>> fig.savefig("convergence.png")  # doctest: +SKIP

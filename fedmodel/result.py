@@ -4,25 +4,86 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 
 from fedmodel.certificate.kkt import KKTResiduals
 from fedmodel.runtime.plaincodec import plain
 
-STATUSES = (
-    "optimal",  # the KKT tolerance was met
-    "inaccurate",  # a solver finished but its certificate falls short of the tolerance
-    "max_iterations",
-    "time_limit",
-    "infeasible",
-    "unbounded",
-    "solver_error",
-    "client_failure",  # a client raised, timed out or died (see Result.failure)
-    "interrupted",  # Ctrl-C during the solve
-    "budget_spent",  # dp=...: another round would exceed the privacy budget (Result.privacy)
-)
+
+class StatusInfo(NamedTuple):
+    """What a status means and what to do about it (:data:`STATUSES`)."""
+
+    meaning: str
+    action: str
+
+
+#: Every status a solve returns, for every method (federated and pooled alike), with its
+#: meaning and what to do. ``res.message`` says, for the run at hand, which test or limit
+#: ended it and with what numbers.
+STATUSES: dict[str, StatusInfo] = {
+    "optimal": StatusInfo(
+        "the recomputed KKT certificate meets the tolerance eps (scaled residuals): a "
+        "relative gap and violation of order eps on a convex model, an approximate KKT "
+        "point on a non-convex one",
+        "use the result",
+    ),
+    "inaccurate": StatusInfo(
+        "the method's stopping test held, or a solver finished, but the recomputed "
+        "certificate falls short of eps",
+        "read res.kkt; lower eps, raise the method's iteration caps, or compare with "
+        "method='centralized'",
+    ),
+    "max_iterations": StatusInfo(
+        "the method's iteration cap (max_outer, max_inner, max_steps, ...) was reached "
+        "before its stopping test held",
+        "raise the cap or resume from a checkpoint; res.message says whether the "
+        "certificate already holds",
+    ),
+    "time_limit": StatusInfo(
+        "time_limit seconds passed; the last iterate is returned with its certificate",
+        "raise time_limit, or resume from the checkpoint named in res.message",
+    ),
+    "infeasible": StatusInfo(
+        "the constraints admit no common point, with the solver's infeasibility certificate",
+        "relax or correct the constraints; res.message names the solver that proved it",
+    ),
+    "unbounded": StatusInfo(
+        "the objective falls without bound over the feasible set (the solver's certificate, "
+        "or f + h falling along diverging feasible iterates)",
+        "add the missing constraint or regularisation (a bound, a norm budget)",
+    ),
+    "diverging": StatusInfo(
+        "a federated method's multipliers grow while the violation settles at a positive "
+        "level (a plateau of beta x violation): the model is likely infeasible, not proven",
+        "check the constraints; method='centralized' gives the pooled solver's certificate",
+    ),
+    "stalled": StatusInfo(
+        "the iteration stopped making progress (an inner solver without decrease, a "
+        "non-finite or blown-up step, a plateau of the multiplier steps) away from a "
+        "certified point",
+        "follow res.message (another inner solver, a smaller beta, a starting point in the "
+        "domain), or compare with method='centralized'",
+    ),
+    "solver_error": StatusInfo(
+        "a local or pooled solver failed and returned no usable point",
+        "read res.message; try another engine or solver option",
+    ),
+    "client_failure": StatusInfo(
+        "a client raised, timed out or died (see res.failure); the run stopped",
+        "fix the client, or set a failure policy (on_failure=...) and resume",
+    ),
+    "interrupted": StatusInfo(
+        "Ctrl-C during the solve; the last iterate is returned",
+        "resume from a checkpoint (checkpoint=..., resume=...)",
+    ),
+    "budget_spent": StatusInfo(
+        "dp=...: another round would exceed the privacy budget; the last iterate is "
+        "returned with its noisy certificate (res.privacy)",
+        "raise epsilon or max_rounds' share of it, or accept the point (docs/privacy.md)",
+    ),
+}
 
 
 def relative_difference(value: float, reference: float) -> float:
@@ -92,7 +153,17 @@ class Result:
     x : ndarray
         The stacked solution; :attr:`solution` gives it per variable.
     multipliers : dict
-        Per party, per constraint label, the multiplier (array shaped like the constraint).
+        Per party, per label of a constraint the user passed to ``subject_to``, its dual
+        value in cvxpy's convention (shaped like the constraint; ``>= 0`` for an
+        inequality; for an equality ``lhs == rhs`` the multiplier of ``lhs - rhs`` in the
+        Lagrangian ``f + sum mu_j (lhs_j - rhs_j)``); the same value is set as that
+        constraint's ``dual_value``. Empty for a method without multipliers.
+    program_multipliers : dict
+        Per party, per row block of the compiled program, the multipliers the certificate
+        measured: the user's constraints as normalised (``g(w) <= 0``, split max-type rows,
+        cone blocks) and the internal rows of epigraph and cone forms
+        (``"objective[0]:epigraph[0]"``, ...), which have no counterpart in the model as
+        written.
     kkt : KKTResiduals or None
         Residuals of seed 000 Definition 1 recomputed at the returned ``(w, mu)``.
     rounds : dict
@@ -144,6 +215,13 @@ class Result:
     failure: dict[str, Any] = field(default_factory=dict)
     checkpoint: str | None = None
     privacy: dict[str, Any] = field(default_factory=dict)
+    program_multipliers: dict[str, dict[str, np.ndarray]] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        if self.status not in STATUSES:
+            raise ValueError(
+                f"status {self.status!r} is not one of fedmodel.STATUSES {tuple(STATUSES)}"
+            )
 
     @property
     def is_optimal(self) -> bool:
@@ -238,15 +316,17 @@ class Result:
         return pd.DataFrame(self.ledger)
 
     def to_dict(self) -> dict[str, Any]:
-        """A JSON-serialisable record of the result."""
+        """A JSON-serialisable record of the result (:meth:`from_dict` reads it back)."""
         return _jsonable(
             {
                 "status": self.status,
                 "method": self.method,
                 "objective": self.objective,
                 "max_violation": self.max_violation,
+                "x": self.x,
                 "solution": self.solution,
                 "multipliers": self.multipliers,
+                "program_multipliers": self.program_multipliers,
                 "kkt": self.kkt.to_dict() if self.kkt else None,
                 "rounds": self.rounds,
                 "communication": self.communication,
@@ -254,6 +334,7 @@ class Result:
                 "history": self.history,
                 "message": self.message,
                 "options": self.options,
+                "extra": self.extra,
                 "failure": {k: v for k, v in self.failure.items() if k != "traceback"},
                 "checkpoint": self.checkpoint,
                 "privacy": self.privacy,
@@ -261,7 +342,62 @@ class Result:
         )
 
     def to_json(self, **kw) -> str:
+        """The result as JSON text (:meth:`to_dict`); :meth:`from_json` reads it back.
+
+        Examples
+        --------
+        >>> import cvxpy as cp, fedmodel as fm
+        >>> model = fm.Model()
+        >>> w = model.variable(2, name="w")
+        >>> model.client("site0").minimize(cp.sum_squares(w - 1))
+        >>> res = model.solve(method="centralized")
+        >>> back = fm.Result.from_json(res.to_json())
+        >>> back.status, back.solution["w"].round(6).tolist()
+        ('optimal', [1.0, 1.0])
+        """
         return json.dumps(self.to_dict(), **kw)
+
+    @classmethod
+    def from_dict(cls, record: dict[str, Any]) -> Result:
+        """The :class:`Result` a :meth:`to_dict` record describes: arrays (the solution,
+        the multipliers, ``x``) as float arrays, non-finite numbers written as text
+        (``"nan"``, ``"inf"``) as floats, the certificate as :class:`KKTResiduals`. The
+        ledger is not part of the record (``ledger`` is empty)."""
+        kkt = record.get("kkt")
+        if kkt is not None:
+            kkt = KKTResiduals(
+                stationarity=_number(kkt["stationarity"]),
+                feasibility=_number(kkt["feasibility"]),
+                per_party={k: _number(v) for k, v in (kkt.get("per_party") or {}).items()},
+                local=bool(kkt.get("local", False)),
+                scaled_stationarity=_number(kkt.get("scaled_stationarity")),
+                scaled_feasibility=_number(kkt.get("scaled_feasibility")),
+            )
+        return cls(
+            status=record["status"],
+            method=record["method"],
+            objective=_number(record["objective"]),
+            max_violation=_number(record["max_violation"]),
+            x=np.asarray(record.get("x", []), dtype=float),
+            solution={k: np.asarray(v, dtype=float) for k, v in record["solution"].items()},
+            multipliers=_arrays(record.get("multipliers") or {}),
+            program_multipliers=_arrays(record.get("program_multipliers") or {}),
+            kkt=kkt,
+            rounds=dict(record.get("rounds") or {}),
+            communication=dict(record.get("communication") or {}),
+            timing=dict(record.get("timing") or {}),
+            history=list(record.get("history") or []),
+            message=record.get("message", ""),
+            options=dict(record.get("options") or {}),
+            extra=dict(record.get("extra") or {}),
+            failure=dict(record.get("failure") or {}),
+            checkpoint=record.get("checkpoint"),
+        )
+
+    @classmethod
+    def from_json(cls, text: str) -> Result:
+        """The :class:`Result` that :meth:`to_json` wrote as ``text`` (see :meth:`from_dict`)."""
+        return cls.from_dict(json.loads(text))
 
     def plot(self, **kw):
         """Plot the convergence history (objective gap to ``reference=``, max violation,
@@ -290,6 +426,24 @@ class Result:
 
 def _jsonable(obj: Any) -> Any:
     """``obj`` as plain JSON values (:func:`fedmodel.runtime.plaincodec.plain`: a
-    non-finite number as its text); an object with ``to_dict`` through it, another by its
-    text."""
-    return plain(obj, lambda o: o.to_dict() if hasattr(o, "to_dict") else str(o))
+    non-finite number as its text); a set as its sorted list, an object with ``to_dict``
+    through it, another by its text."""
+    return plain(obj, _other)
+
+
+def _other(obj: Any) -> Any:
+    if isinstance(obj, (set, frozenset)):
+        return sorted(obj, key=str)
+    return obj.to_dict() if hasattr(obj, "to_dict") else str(obj)
+
+
+def _number(value: Any) -> float | None:
+    """A number of a :meth:`Result.to_dict` record (non-finite ones are written as text)."""
+    return None if value is None else float(value)
+
+
+def _arrays(per_party: dict[str, dict[str, Any]]) -> dict[str, dict[str, np.ndarray]]:
+    return {
+        party: {label: np.asarray(v, dtype=float) for label, v in values.items()}
+        for party, values in per_party.items()
+    }

@@ -46,7 +46,7 @@ def _stacked_multipliers(compiled, res, factor=1.0):
     """The result's multipliers back in each party's stacking order, times ``factor``."""
     mus, nus = [], []
     for p in compiled.parties:
-        got = res.multipliers[p.name]
+        got = res.program_multipliers[p.name]
         for kind, out in (("ineq", mus), ("eq", nus)):
             parts = [np.ravel(got[lab], order="F") for lab, _ in p.constraint_labels(kind)]
             out.append(factor * (np.concatenate(parts) if parts else np.zeros(0)))

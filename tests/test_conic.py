@@ -222,7 +222,7 @@ def recomputed_certificate(model, res, method):
     compiled = model.compile()
     if method_spec(method).server_sets_in_h:
         compiled = compiled.with_simple_sets_in_h(method)
-    m = res.multipliers
+    m = res.program_multipliers
     mus = [_stacked(p, m[p.name], p.ineq) for p in compiled.parties]
     nus = [_stacked(p, m[p.name], p.eq) for p in compiled.parties]
     lams = [_stacked(p, m[p.name], p.cones) for p in compiled.parties]
@@ -350,7 +350,7 @@ def test_two_nonsmooth_summands_in_one_term_get_distinct_cone_labels():
     labels = [c.label for c in site.constraints]
     assert len(labels) == len(set(labels)) and all(lab.startswith("f:cone[") for lab in labels)
     res = model.solve(method="centralized", eps=1e-6)
-    assert res.status == "optimal" and set(res.multipliers["c0"]) == set(labels)
+    assert res.status == "optimal" and set(res.program_multipliers["c0"]) == set(labels)
 
 
 def test_stopped_early_is_not_optimal():
@@ -388,7 +388,7 @@ def test_the_conic_multipliers_give_a_delta_subgradient():
     assert res.status == "optimal"
     compiled = model.compile()
     c = compiled.clients[0]
-    lam = _stacked(c, res.multipliers["c0"], c.cones)
+    lam = _stacked(c, res.program_multipliers["c0"], c.cones)
     w = res.solution["w"]
     gw = c.functions.cone_grad(res.x, lam)[compiled.layout.slice_of(model.variables[0])]
     X, y = (d.value for d in model.clients[0].data_handles)

@@ -166,8 +166,8 @@ def recomputed_certificate(model, res, method):
     compiled = model.compile()
     if method_spec(method).server_sets_in_h:  # the server's bounds are part of h there
         compiled = compiled.with_simple_sets_in_h(method)
-    mus = [_stacked(p, res.multipliers[p.name], "ineq") for p in compiled.parties]
-    nus = [_stacked(p, res.multipliers[p.name], "eq") for p in compiled.parties]
+    mus = [_stacked(p, res.program_multipliers[p.name], "ineq") for p in compiled.parties]
+    nus = [_stacked(p, res.program_multipliers[p.name], "eq") for p in compiled.parties]
     kkt, _ = pooled_evaluation(compiled, res.x, mus, nus)
     return kkt
 

@@ -250,11 +250,35 @@ def make_result(
         max_violation=float(summary["max_violation"]),
         x=np.asarray(x, dtype=float),
         solution=solution,
-        multipliers=multipliers,
+        multipliers=user_duals(compiled, multipliers),
+        program_multipliers=multipliers,
         kkt=kkt,
         message=message,
         **fields_,
     )
+
+
+def user_duals(compiled: CompiledModel, multipliers: dict) -> dict[str, dict[str, np.ndarray]]:
+    """The dual values of the constraints the user passed to ``subject_to``, per party and
+    label, from the multipliers of the parties' programs (``multipliers[party][label]``,
+    :func:`split_multipliers`), in cvxpy's convention
+    (:meth:`~fedmodel.dsl.party.ConstraintTerm.user_dual`); each is also set as its
+    constraint's ``dual_value`` (None for a party without multipliers)."""
+    out: dict[str, dict[str, np.ndarray]] = {}
+    for program in compiled.parties:
+        own = multipliers.get(program.name)
+        duals: dict[str, np.ndarray] = {}
+        for term in program.constraints:
+            if term.dual_map is None:
+                continue
+            value = None
+            if own is not None and term.label in own:
+                value = term.user_dual(own[term.label])
+                duals[term.user_label] = value
+            term.user_constraint.save_dual_value(value)
+        if own is not None:
+            out[program.name] = duals
+    return out
 
 
 def penalty_multipliers(program: PartyProgram, x: np.ndarray, penalty: float | None):

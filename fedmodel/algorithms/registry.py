@@ -124,6 +124,25 @@ def solve_model(model, method: str, options: dict[str, Any]):
         SOLVE_STARTED.reset(started)
 
 
+def rewritten_terms(compiled) -> str:
+    """The user's terms that have an epigraph or cone form (no smooth one), by party:
+    ``"site0: objective[0]; server: budget"``."""
+    out = []
+    for program in compiled.parties:
+        labels = [t.label for t in program.objective if t.source is not None]
+        for c in program.constraints:
+            if (
+                not c.internal
+                and c.origin is not None
+                and c.kind == "cone"
+                or ":epigraph[" in c.label
+            ):
+                labels.append(c.user_label.split(":epigraph[")[0])
+        if labels:
+            out.append(f"{program.name}: {', '.join(dict.fromkeys(labels))}")
+    return "; ".join(out)
+
+
 def _compile_and_run(model, spec: MethodSpec, opts, method: str, t0: float):
     """:func:`solve_model`'s horizontal case from the model's compile on."""
     compiled = model.compile()
@@ -142,18 +161,20 @@ def _compile_and_run(model, spec: MethodSpec, opts, method: str, t0: float):
             f"these constraints ({shown}); use method='prox-al'"
         )
     if compiled.layout.has_owned and not spec.owned_variables:
-        owners = sorted(set(compiled.layout.owners.values()))
         takes = tuple(name for name, sp in all_methods().items() if sp.owned_variables)
-        raise UnsupportedError(
-            f"method='{method}' does not take party-owned variables yet (owned by "
-            f"{owners}; declared with party.variable(...) or introduced by a non-smooth "
-            f"term's epigraph or cone form"
-            + (
-                f", here for {compiled.conic_parties()}'s cone constraints"
-                if compiled.has_cones
-                else ""
+        layout = compiled.layout
+        declared = sorted(
+            {owner for vid, owner in layout.owners.items() if vid not in layout.hidden}
+        )
+        if declared:
+            raise UnsupportedError(
+                f"method='{method}' does not take party-owned variables yet (declared with "
+                f"party.variable(...) by {declared}); methods that do: {takes}"
             )
-            + f"); methods that do: {takes}"
+        raise UnsupportedError(
+            f"method='{method}' takes only terms with a smooth form; these have none and "
+            f"are solved through an epigraph or cone form: {rewritten_terms(compiled)}; "
+            f"methods that take them: {takes}"
         )
     if spec.needs_gradients:
         compiled.require_smooth(method)

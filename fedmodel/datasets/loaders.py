@@ -37,6 +37,7 @@ __all__ = [
     "load",
     "list_datasets",
     "load_breast_cancer",
+    "load_breast_cancer_wisconsin_original",
     "load_monks",
     "load_adult",
     "load_compas",
@@ -86,10 +87,15 @@ def _raw_breast_cancer() -> tuple[np.ndarray, np.ndarray, int]:
     return _frozen(values), _frozen(y), len(rows)
 
 
-def load_breast_cancer(
+def load_breast_cancer_wisconsin_original(
     *, standardize: bool = True, intercept: bool = True, dtype: Any = np.float64
 ) -> Dataset:
     """UCI Breast Cancer Wisconsin (Original): 683 complete rows, 9 cytology features.
+
+    This is the *Original* data set (Wolberg 1992: cytology scores 1-10), not the
+    *Diagnostic* one (569 rows, 30 real-valued nucleus features) that scikit-learn's
+    ``sklearn.datasets.load_breast_cancer`` returns; :func:`load_breast_cancer` is an alias
+    of this function.
 
     The 699 rows of the original file lose the 16 rows with a missing value (``?``, all in
     *bare nuclei*), leaving 683 rows (444 benign, 239 malignant). The sample ``id`` column
@@ -113,8 +119,8 @@ def load_breast_cancer(
 
     Examples
     --------
-    >>> from fedmodel.datasets import load_breast_cancer
-    >>> ds = load_breast_cancer()
+    >>> from fedmodel.datasets import load_breast_cancer_wisconsin_original
+    >>> ds = load_breast_cancer_wisconsin_original()
     >>> ds.X.shape, int(ds.y.sum())
     ((683, 10), 239)
     """
@@ -142,6 +148,25 @@ def load_breast_cancer(
         licence=_UCI,
         source="UCI Breast Cancer Wisconsin (Original), W. H. Wolberg, University of Wisconsin "
         "Hospitals (1992); https://doi.org/10.24432/C5HP4Z",
+    )
+
+
+def load_breast_cancer(
+    *, standardize: bool = True, intercept: bool = True, dtype: Any = np.float64
+) -> Dataset:
+    """Alias of :func:`load_breast_cancer_wisconsin_original`: the UCI Breast Cancer
+    Wisconsin **Original** data, 683 rows x 10 columns (9 cytology scores and an
+    intercept), not scikit-learn's ``load_breast_cancer`` (the *Diagnostic* data, 569 rows
+    x 30 features).
+
+    Examples
+    --------
+    >>> from fedmodel.datasets import load_breast_cancer
+    >>> load_breast_cancer().X.shape
+    (683, 10)
+    """
+    return load_breast_cancer_wisconsin_original(
+        standardize=standardize, intercept=intercept, dtype=dtype
     )
 
 
@@ -1146,7 +1171,7 @@ def load_diabetes(
 
 
 _LOADERS: dict[str, Callable[..., Dataset]] = {
-    "breast_cancer": load_breast_cancer,
+    "breast_cancer": load_breast_cancer_wisconsin_original,
     "monks": load_monks,
     "adult": load_adult,
     "compas": load_compas,
@@ -1160,6 +1185,7 @@ _LOADERS: dict[str, Callable[..., Dataset]] = {
 
 _ALIASES = {
     "breast_cancer_wisconsin": "breast_cancer",
+    "breast_cancer_wisconsin_original": "breast_cancer",
     "breast_cancer_wisc": "breast_cancer",
     "monks_1": "monks",
     "adult_a": "adult",

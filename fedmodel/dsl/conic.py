@@ -100,7 +100,9 @@ def lift(
     con: cp.constraints.constraint.Constraint,
 ) -> tuple[list[cp.constraints.constraint.Constraint], list[cp.Variable]]:
     """The cone form of a DCP constraint: cone constraints on affine expressions and the
-    auxiliary variables cvxpy's ``Dcp2Cone`` reduction introduced.
+    auxiliary variables cvxpy's ``Dcp2Cone`` reduction introduced. The last cone is the
+    constraint itself with its atoms replaced by their auxiliaries (``g(x) <= 0`` as
+    ``g~(x, s) <= 0``, the same shape): its multiplier is the constraint's.
 
     Raises ``TypeError`` when the reduction produces a cone the certificate cannot measure.
     """
@@ -133,8 +135,9 @@ def lift(
                 extra.append(NonNeg(V))
             if "nonpos" in flags:
                 extra.append(NonPos(V))
-    if plain:
-        cones = [substitute_constraint(c, plain) for c in cones] + extra
+    if plain:  # (the constraint itself stays last, after its pieces: see the docstring)
+        cones = [substitute_constraint(c, plain) for c in cones]
+        cones = cones[:-1] + extra + cones[-1:]
     for c in cones:
         cone_kind(c)  # raises for unsupported cones
         for a in c.args:

@@ -13,7 +13,7 @@ from fedmodel.dsl.data import (
     fingerprint,
     without_infinite_bounds,
 )
-from fedmodel.dsl.party import Client, Server
+from fedmodel.dsl.party import Client, Server, structure_flags
 from fedmodel.errors import ModelError, UnsupportedError
 
 if TYPE_CHECKING:
@@ -41,7 +41,7 @@ class Model:
     ...     site = model.client(f"site{k}")
     ...     A = site.data(rng.normal(size=(20, 3)), name="A")
     ...     site.minimize(cp.sum_squares(A @ w - 1) / 40)
-    >>> model.server.subject_to(cp.sum(w) == 1)
+    >>> total = model.server.subject_to(cp.sum(w) == 1)  # returned: its dual_value after
     >>> res = model.solve(method="prox-al", eps=1e-6)
     >>> res.status
     'optimal'
@@ -96,9 +96,13 @@ class Model:
             for no bound; an entry ``-inf`` in the lower or ``inf`` in the upper bound
             leaves that coordinate free on that side), added to ``h`` as a box.
         **attributes
-            Other cvxpy variable attributes (``integer``, ``boolean``, ``PSD``, ...) are
-            refused with a :class:`~fedmodel.errors.ModelError`: fedmodel solves continuous
-            models whose shared variables have no structure beyond a box.
+            ``symmetric=True``, ``PSD=True``, ``NSD=True`` (a square matrix): as in cvxpy,
+            declared as the equivalent constraints held by the server,
+            ``upper_tri(V) == upper_tri(V.T)`` and ``lambda_min(V) >= 0`` /
+            ``lambda_max(V) <= 0`` (their multipliers are internal: they are not
+            constraints of the user's). Other cvxpy attributes (``integer``, ``boolean``,
+            ``complex``, ...) are refused with a :class:`~fedmodel.errors.ModelError`:
+            fedmodel solves continuous real models.
 
         Examples
         --------
@@ -108,16 +112,12 @@ class Model:
         >>> w.shape
         (3,)
         """
-        if attributes:
-            raise ModelError(
-                f"model.variable() does not take the cvxpy attribute(s) {sorted(attributes)}: "
-                "shared variables are continuous; declare sign and bounds with nonneg=, "
-                "nonpos=, bounds= or model.regularize(lo <= w)"
-            )
+        structure = structure_flags(attributes, "model.variable()", None, shape)
         if nonneg and nonpos:
             raise ModelError("model.variable(): nonneg=True and nonpos=True together fix w = 0")
         var = self._new_variable(shape, name or f"w{len(self._variables)}", None)
         self._variables.append(var)
+        self._server._structure(var, structure)
         lower, upper = bounds if bounds is not None else (None, None)
         if nonneg:
             lower = 0.0 if lower is None else np.maximum(lower, 0.0)
@@ -380,10 +380,15 @@ class Model:
         Result
             Status, objective, certificate (KKT residuals), multipliers per party,
             communication and timing. The solution is also written into every
-            variable's ``.value``.
+            variable's ``.value``, and each constraint's dual value into its
+            ``dual_value`` (None after a method that has none for it).
         """
         from fedmodel.algorithms.registry import solve_model
 
+        for party in (self._server, *self._clients.values()):  # no dual of an earlier solve
+            for term in party.constraints:
+                if term.dual_map is not None:
+                    term.user_constraint.save_dual_value(None)
         return solve_model(self, method, options)
 
     def __repr__(self) -> str:

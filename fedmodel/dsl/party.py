@@ -51,10 +51,61 @@ class ConstraintTerm:
     #: part of the epigraph/cone form of an objective term (no constraint of the user's:
     #: left out of the reported violation, kept in the certificate)
     internal: bool = False
+    #: how this term's multiplier gives the dual value of the user's constraint (None: it
+    #: gives none, e.g. an epigraph piece): ``("as-is",)``, ``("pieces", sizes)`` for the
+    #: split rows of a max-type constraint, ``("ball", r)`` for ``norm(x, 2) <= r``
+    #: written ``sum_squares(x) - r^2 <= 0``
+    dual_map: tuple | None = None
 
     @property
     def size(self) -> int:
         return int(self.expr.size)
+
+    @property
+    def user_constraint(self) -> Any:
+        """The constraint the user passed to ``subject_to`` that this term comes from."""
+        return self.origin if self.origin is not None else self.source
+
+    @property
+    def user_label(self) -> str:
+        """The label of :attr:`user_constraint` (this term's, less a cone-form suffix)."""
+        return self.label.split(":cone[")[0]
+
+    def user_dual(self, multiplier: np.ndarray) -> np.ndarray | None:
+        """The dual value of :attr:`user_constraint` in cvxpy's convention (its shape;
+        ``>= 0`` for an inequality, the multiplier of ``lhs - rhs`` for an equality) from
+        this term's multiplier (flattened column-major); None when this term is not the
+        one that carries it.
+
+        The dual of ``lhs <= rhs`` is the rate at which the optimum falls as ``rhs``
+        grows: ``-(d g / d rhs)^T mu`` for the normalised ``g(x) <= 0``.
+
+        Examples
+        --------
+        >>> import cvxpy as cp, numpy as np
+        >>> x = cp.Variable(2)
+        >>> term = ConstraintTerm(cp.sum_squares(x) - 4, "ineq", "c", False,
+        ...                       cp.norm(x, 2) <= 2, dual_map=("ball", 2.0))
+        >>> float(term.user_dual(np.array([0.25])))
+        1.0
+        """
+        if self.dual_map is None:
+            return None
+        con = self.user_constraint
+        shape = tuple(con.shape)
+        mu = np.asarray(multiplier, dtype=float).reshape(-1)
+        rule = self.dual_map[0]
+        if rule == "ball":  # d(-r^2)/dr = -2 r
+            mu = 2.0 * self.dual_map[1] * mu
+        elif rule == "pieces":  # each split row carries the element of c it bounds
+            size = int(np.prod(shape, dtype=int))
+            total, offset = np.zeros(size), 0
+            for n in self.dual_map[1]:
+                piece = mu[offset : offset + n]
+                offset += n
+                total += piece if n == size else piece.sum()
+            mu = total
+        return mu.reshape(shape, order="F") if shape else mu.reshape(())
 
 
 class Party:
@@ -105,7 +156,9 @@ class Party:
         return handle
 
     # -- variables -------------------------------------------------------------------------
-    def variable(self, shape: int | tuple[int, ...] = (), name: str | None = None) -> cp.Variable:
+    def variable(
+        self, shape: int | tuple[int, ...] = (), name: str | None = None, **attributes: Any
+    ) -> cp.Variable:
         """Declare a variable owned by this party and return it (a plain ``cvxpy.Variable``).
 
         An owned variable may appear only in this party's objective terms and constraints
@@ -119,6 +172,10 @@ class Party:
             Shape of the variable (``()`` for a scalar).
         name : str, optional
             Name shown in summaries and in ``res.solution`` (unique in the model).
+        **attributes
+            ``symmetric=True``, ``PSD=True``, ``NSD=True`` as in cvxpy: the equivalent
+            constraints held by this party (see :meth:`fedmodel.Model.variable`); other
+            attributes are refused.
 
         Examples
         --------
@@ -130,10 +187,29 @@ class Party:
         >>> X = site.data(np.array([[1.0, 2.0], [3.0, 4.0]]), name="X")
         >>> site.minimize(cp.sum_squares(X @ w + b - 1) + cp.square(b))
         """
+        where = f"{'model.server' if self.is_server else 'client'}.variable()"
+        structure = structure_flags(attributes, where, self.name, shape)
         name = name or f"{self.name}.v{len(self._variables)}"
         var = self._model._new_variable(shape, name, self.name)
         self._variables.append(var)
+        self._structure(var, structure)
         return var
+
+    def _structure(self, var: cp.Variable, flags: list[str]) -> None:
+        """The constraints of the attributes ``flags`` (``structure_flags``) on ``var``,
+        held by this party, labelled by the attribute the user wrote; their multipliers are
+        internal (no dual value: they are no constraint of the user's)."""
+        if not flags:
+            return
+        cons = [cp.upper_tri(var) == cp.upper_tri(var.T)] if var.shape[0] > 1 else []
+        if "PSD" in flags:
+            cons.append(cp.lambda_min(var) >= 0)
+        if "NSD" in flags:
+            cons.append(cp.lambda_max(var) <= 0)
+        first = len(self._constraints)
+        label = f"{var.name()} ({', '.join(f + '=True' for f in flags)})"
+        self.subject_to(cons, name=label)
+        self._constraints[first:] = [replace(t, dual_map=None) for t in self._constraints[first:]]
 
     def _epigraph(self, expr: cp.Expression, label: str) -> tuple[cp.Expression, list]:
         """``expr`` in epigraph form (see :mod:`fedmodel.dsl.epigraph`) when that makes it
@@ -324,8 +400,8 @@ class Party:
         *,
         allow_nonconvex: bool = False,
         name: str | None = None,
-    ) -> None:
-        """Add constraints held by this party.
+    ) -> Any:
+        """Add constraints held by this party and return them.
 
         Parameters
         ----------
@@ -337,6 +413,25 @@ class Party:
             convex losses, seed 000 eq. 28).
         name : str, optional
             Label (suffixed with an index when a list is given).
+
+        Returns
+        -------
+        cvxpy constraint or list of constraints
+            What was passed (the same objects). After a solve with multipliers each one's
+            ``dual_value`` holds its dual value in cvxpy's shape and sign convention (as
+            ``res.multipliers[party][label]``); None after a method without multipliers.
+
+        Examples
+        --------
+        >>> import cvxpy as cp, fedmodel as fm
+        >>> model = fm.Model()
+        >>> w = model.variable(2)
+        >>> site = model.client("site0")
+        >>> site.minimize(cp.sum_squares(w - 2))
+        >>> budget = site.subject_to(cp.sum(w) <= 2)
+        >>> res = model.solve(method="centralized")
+        >>> round(float(budget.dual_value), 4)  # the optimum falls by 2 per unit of budget
+        2.0
         """
         items = list(constraints) if isinstance(constraints, Iterable) else [constraints]
         if not items:
@@ -345,6 +440,7 @@ class Party:
             self._add_constraints(items, name, allow_nonconvex)
         finally:  # (also when a later item is refused: the earlier ones were added)
             self._model._declared()
+        return items if isinstance(constraints, Iterable) else constraints
 
     def _add_constraints(self, items: list, name: str | None, allow_nonconvex: bool) -> None:
         for j, c in enumerate(items):
@@ -358,8 +454,10 @@ class Party:
             if term.kind == "ineq" and not allow_nonconvex:
                 g, extra = self._epigraph(term.expr, label)
                 if not extra and not _smooth(g):  # no smooth form: hard cone constraints
-                    cones = self._cone_terms(g <= 0, label)
-                    self._constraints.extend(replace(t, origin=c) for t in cones)
+                    cones = [replace(t, origin=c) for t in self._cone_terms(g <= 0, label)]
+                    # the last cone is g <= 0 itself (conic.lift): its multiplier is g's
+                    cones[-1] = replace(cones[-1], dual_map=term.dual_map)
+                    self._constraints.extend(cones)
                     continue
                 term = replace(term, expr=g)
             if extra:  # epigraph form: the violation is reported on c
@@ -376,14 +474,17 @@ class Party:
                 self.name,
             )
         rewritten = False  # g is not the user's lhs - rhs: the violation is reported on c
+        dual_map: tuple = ("as-is",)
         if isinstance(c, Inequality):
             g, kind = c.args[0] - c.args[1], "ineq"
             split = split_max_constraint(c.args[0], c.args[1])
             if split is not None:  # exact smooth rewrite of max-type atoms (norm_inf, abs...)
                 g = split
+                dual_map = ("pieces", tuple(int(a.size) for a in split.args))
             ball = norm_ball_as_smooth(c.args[0], c.args[1])
             if ball is not None:  # norm(x, 2) <= r as sum_squares(x) <= r^2
                 g = ball
+                dual_map = ("ball", float(np.asarray(c.args[1].value).reshape(-1)[0]))
             rewritten = split is not None or ball is not None
         elif isinstance(c, NonPos):
             g, kind = c.args[0], "ineq"
@@ -412,7 +513,8 @@ class Party:
             convex = g.is_affine()
             what = "equality constraint"
         self._check_curvature(g, label, allow_nonconvex, convex=convex, kind=what, source=c)
-        return ConstraintTerm(g, kind, label, allow_nonconvex, c, origin=c if rewritten else None)
+        origin = c if rewritten else None
+        return ConstraintTerm(g, kind, label, allow_nonconvex, c, origin, dual_map=dual_map)
 
     def _check_curvature(self, expr, label, allow_nonconvex, convex, kind, source=None) -> None:
         from fedmodel.compiler.smooth import NotSmoothError, check_smooth
@@ -546,6 +648,30 @@ class Server(Party):
     """
 
     is_server = True
+
+
+#: cvxpy variable attributes taken as the equivalent constraints (``Party._structure``)
+STRUCTURE = ("symmetric", "PSD", "NSD")
+
+
+def structure_flags(attributes: dict, where: str, party: str | None, shape: Any) -> list[str]:
+    """The structure attributes set to True among a variable's cvxpy ``attributes`` (for a
+    square ``shape``); any other attribute is refused, naming it."""
+    other = sorted(k for k in attributes if k not in STRUCTURE)
+    if other:
+        raise ModelError(
+            f"{where} does not take the cvxpy attribute(s) {other}: fedmodel solves "
+            "continuous real models; declare sign and bounds with nonneg=, nonpos=, bounds= "
+            "(model variables) or constraints, and symmetric=/PSD=/NSD= for a square matrix",
+            party,
+        )
+    flags = [k for k in STRUCTURE if attributes.get(k)]
+    if "PSD" in flags and "NSD" in flags:
+        raise ModelError(f"{where}: PSD=True and NSD=True together fix the matrix to 0", party)
+    dims = (shape,) if isinstance(shape, (int, np.integer)) else tuple(shape)
+    if flags and (len(dims) != 2 or dims[0] != dims[1]):
+        raise ModelError(f"{where}: {flags[0]}=True needs a square matrix, got shape {dims}", party)
+    return flags
 
 
 _MAX_TYPE = ("norm_inf", "abs", "max", "maximum")

@@ -29,7 +29,7 @@ Examples
 >>> w = m.variable(2, name="w")
 >>> c = m.client("c")
 >>> c.minimize(cp.sum_squares(w - np.array([2.0, 0.0])))
->>> c.subject_to(cp.sum(w) <= 1)
+>>> budget = c.subject_to(cp.sum(w) <= 1)
 >>> problem = MeritProblem([m.compile().clients[0]], beta=100.0)
 >>> problem.set(sigma=1e-9, center=np.zeros(2))
 >>> report = MultiplierSolver(problem).solve(np.zeros(2), 1e-9)

@@ -717,7 +717,7 @@ class NewtonSolver:
         --------
         >>> import cvxpy as cp, fedmodel as fm
         >>> m = fm.Model("rows"); w = m.variable(2, name="w"); c = m.client("c")
-        >>> c.minimize(cp.sum_squares(w)); c.subject_to([w[0] + w[1] == 1])
+        >>> c.minimize(cp.sum_squares(w)); _ = c.subject_to([w[0] + w[1] == 1])
         >>> p = MeritProblem([m.compile().clients[0]], 4.0)
         >>> NewtonSolver(p).stiff_rows(np.zeros(2), [[]], [np.zeros(1)]).tolist()
         [[2.0, 2.0]]

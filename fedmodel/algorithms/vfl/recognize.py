@@ -41,7 +41,7 @@ Examples
 ...     p.minimize(cp.sum_squares(th) / n)
 >>> yh, sh = model.server.data(y), model.server.data(s)
 >>> model.server.minimize(cp.sum(cp.logistic(-cp.multiply(yh, scores))) / n)
->>> model.server.subject_to(cp.abs(fm.deo(scores, yh, sh)) <= 0.05, allow_nonconvex=True)
+>>> gap = model.server.subject_to(cp.abs(fm.deo(scores, yh, sh)) <= 0.05, allow_nonconvex=True)
 >>> problem, eps = recognize(model)
 >>> problem.sizes, problem.l2 == 1 / n, eps
 ([2, 2], True, 0.05)
