@@ -392,6 +392,7 @@ class Result:
             extra=dict(record.get("extra") or {}),
             failure=dict(record.get("failure") or {}),
             checkpoint=record.get("checkpoint"),
+            privacy=dict(record.get("privacy") or {}),
         )
 
     @classmethod
