@@ -57,6 +57,7 @@ import scipy.linalg as la
 import scipy.sparse as sp
 from scipy.linalg import blas
 
+from fedmodel.compiler.atom_rules import symmetric_sum
 from fedmodel.compiler.glm import (
     GLMFunction,
     GLMTerm,
@@ -171,7 +172,7 @@ class _Smooth:
             else:
                 terms.append(t)
         self.terms = _merge_terms(terms)
-        self.Q = None if Q is None else np.ascontiguousarray(0.5 * (Q + Q.T))
+        self.Q = None if Q is None else np.ascontiguousarray(0.5 * symmetric_sum(Q))
         self.q = q
         self.r = r
 
