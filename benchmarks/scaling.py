@@ -227,7 +227,9 @@ def _profile_lines(prof, top: int = 30) -> list[str]:
     return out
 
 
-def run_one(name: str, method: str, time_limit: float, profile: bool = False) -> dict:
+def run_one(
+    name: str, method: str, time_limit: float, profile: bool = False, options: dict | None = None
+) -> dict:
     t0 = time.perf_counter()
     case = build(name, federated=method != "clarabel")
     row = {
@@ -256,6 +258,8 @@ def run_one(name: str, method: str, time_limit: float, profile: bool = False) ->
     case.model.compile()
     row["compile"] = time.process_time() - c0
     settings = dict(case.extra.get("settings", {})) if method == "prox-al" else {}
+    if method == "prox-al":
+        settings.update(options or {})
     row["settings"] = settings
     prof = None
     if profile:
@@ -279,7 +283,14 @@ def run_one(name: str, method: str, time_limit: float, profile: bool = False) ->
     row["rounds"] = rounds
     row["timing"] = {k: v for k, v in res.timing.items() if isinstance(v, float)}
     row["setup"] = float(res.timing.get("compile", np.nan))
-    row["inner_solver"] = (res.extra or {}).get("inner_solver", "")
+    extra = res.extra or {}
+    row["inner_solver"] = extra.get("inner_solver", "")
+    row["outer"] = int((res.rounds or {}).get("outer", 0))
+    row["anderson_rejections"] = extra.get("anderson_rejections")
+    rho = extra.get("rho")
+    if isinstance(rho, dict) and rho:
+        values = np.array([float(np.mean(v)) for v in rho.values()])
+        row["rho_range"] = [float(values.min()), float(values.max())]
     row["solution"] = np.asarray(res.solution.get("w")).tolist()
     if method == "prox-al":
         row["bytes_per_client_round"] = _bytes_per_client_round(res.communication, rounds)
@@ -290,9 +301,9 @@ def run_one(name: str, method: str, time_limit: float, profile: bool = False) ->
     return row
 
 
-def _child(conn, name, method, time_limit, profile):
+def _child(conn, name, method, time_limit, profile, options):
     try:
-        conn.send(run_one(name, method, time_limit, profile))
+        conn.send(run_one(name, method, time_limit, profile, options))
     except BaseException as exc:  # noqa: BLE001 - reported, never hidden
         conn.send(
             {
@@ -305,12 +316,14 @@ def _child(conn, name, method, time_limit, profile):
     conn.close()
 
 
-def run_isolated(name: str, method: str, time_limit: float, profile: bool = False) -> dict:
+def run_isolated(
+    name: str, method: str, time_limit: float, profile: bool = False, options: dict | None = None
+) -> dict:
     """:func:`run_one` in a forked child, killed after three times ``time_limit`` (plus the
     model's build)."""
     ctx = mp.get_context("fork")
     recv, send = ctx.Pipe(duplex=False)
-    proc = ctx.Process(target=_child, args=(send, name, method, time_limit, profile))
+    proc = ctx.Process(target=_child, args=(send, name, method, time_limit, profile, options))
     t0 = time.perf_counter()
     proc.start()
     send.close()
@@ -390,10 +403,10 @@ def write_report(rows: list[dict]) -> None:
         "prox-al at its defaults (LCQP: Table 1's settings); every (case, method) in its own",
         "child process.",
         "",
-        "| case | label | n | d | status | rounds | gap | viol | compile s | setup s (share) "
+        "| case | label | n | d | status | inner solver | rounds (outer) | gap | viol | compile s | setup s (share) "
         "| wall s | cpu s | per round s | necessary s | ratio | B/client-round | peak MB "
         "| centralized s | clarabel s | load |",
-        "|---|---|---:|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
+        "|---|---|---:|---:|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
     for (name, label), methods in by.items():
         p = methods.get("prox-al", {})
@@ -409,7 +422,8 @@ def write_report(rows: list[dict]) -> None:
         clar = f"{_fmt(k.get('wall'))} ({k.get('status', '-')})" if k else "-"
         lines.append(
             f"| {name} | {label} | {p.get('n', '-')} | {p.get('d', '-')} "
-            f"| {p.get('status', '-')} | {p.get('rounds', '-')} | {_fmt(p.get('rel_gap'), '.1e')} "
+            f"| {p.get('status', '-')} | {p.get('inner_solver', '-')} "
+            f"| {p.get('rounds', '-')} ({p.get('outer', '-')}) | {_fmt(p.get('rel_gap'), '.1e')} "
             f"| {_fmt(p.get('rel_violation'), '.1e')} | {_fmt(p.get('compile'))} "
             f"| {_fmt(p.get('setup'))} ({_fmt(p.get('setup', np.nan) / p.get('wall', np.nan), '.0%')}) "
             f"| {_fmt(p.get('wall'))} | {_fmt(p.get('cpu'))} | {_fmt(p.get('per_round'))} "
@@ -444,6 +458,7 @@ def main(argv=None) -> None:
     ap.add_argument("--time-limit", type=float, default=120.0, help="per solve, seconds")
     ap.add_argument("--label", default="", help="names the checkout in the results")
     ap.add_argument("--profile", help="a case whose prox-al solve runs under cProfile")
+    ap.add_argument("--options", default="{}", help="prox-al options, a JSON object")
     args = ap.parse_args(argv)
     names = args.cases.split(",") if args.cases else (QUICK if args.quick else FULL)
     methods = args.methods.split(",")
@@ -454,7 +469,9 @@ def main(argv=None) -> None:
     new = []
     for name in names:
         for method in methods:
-            row = run_isolated(name, method, args.time_limit, profile=bool(args.profile))
+            opts = json.loads(args.options)
+            row = run_isolated(name, method, args.time_limit, bool(args.profile), opts)
+            row["options"] = opts
             row.update(label=args.label, command=command, source=source)
             if args.profile:
                 row["method"] = "prox-al profile"

@@ -50,6 +50,7 @@ from __future__ import annotations
 
 import time
 import warnings
+import weakref
 from collections import OrderedDict
 
 import numpy as np
@@ -95,6 +96,25 @@ class _PartyGLM:
             else:
                 out.extend(recognise_components(c.expr, layout))
         return out
+
+
+#: id(program) -> (a weak reference to it, its GLM form): recognised once per party
+#: program, whichever of its solvers is built first (the Newton backend of its inexact steps,
+#: the exact-prox backend of exact-admm); an entry leaves with its program
+_GLM_FORMS: dict[int, tuple[weakref.ref, _PartyGLM]] = {}
+
+
+def party_glm(program: PartyProgram) -> _PartyGLM:
+    """The GLM form of ``program`` (recognised at its first use, then shared: nothing of
+    it is changed in place by its users)."""
+    key = id(program)
+    entry = _GLM_FORMS.get(key)
+    if entry is not None and entry[0]() is program:
+        return entry[1]
+    form = _PartyGLM(program)
+    _GLM_FORMS[key] = (weakref.ref(program), form)
+    weakref.finalize(program, _GLM_FORMS.pop, key, None)
+    return form
 
 
 def _merge_terms(terms: list[GLMTerm]) -> list[GLMTerm]:
@@ -446,7 +466,7 @@ class NewtonSolver:
         f_total = None
         ineq, eq = [], []
         for j, prog in enumerate(problem.programs):
-            pg = _PartyGLM(prog)
+            pg = party_glm(prog)
             if pg.f is not None:
                 f_total = pg.f if f_total is None else f_total.plus(pg.f)
             ineq.append((j, pg.ineq))
