@@ -53,7 +53,6 @@ for _var in ("OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS", "OMP_NUM_THREADS"):
 
 import argparse  # noqa: E402
 import json  # noqa: E402
-import multiprocessing as mp  # noqa: E402
 import platform  # noqa: E402
 import subprocess  # noqa: E402
 import sys  # noqa: E402
@@ -68,7 +67,7 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 sys.path.insert(0, str(HERE.parent / "tests"))
 
-from models import Case, judge  # noqa: E402
+from models import Case, judge, run_forked  # noqa: E402
 
 import fedmodel as fm  # noqa: E402
 
@@ -321,25 +320,10 @@ def run_isolated(
 ) -> dict:
     """:func:`run_one` in a forked child, killed after three times ``time_limit`` (plus the
     model's build)."""
-    ctx = mp.get_context("fork")
-    recv, send = ctx.Pipe(duplex=False)
-    proc = ctx.Process(target=_child, args=(send, name, method, time_limit, profile, options))
-    t0 = time.perf_counter()
-    proc.start()
-    send.close()
     hard = 3 * time_limit + 120
-    row = None
-    if recv.poll(hard):
-        try:
-            row = recv.recv()
-        except EOFError:
-            row = None
-    if proc.is_alive():
-        proc.kill()
-    proc.join()
+    row, elapsed, exitcode = run_forked(_child, (name, method, time_limit, profile, options), hard)
     if row is None:
-        elapsed = time.perf_counter() - t0
-        why = f"killed after {hard:g} s" if elapsed >= hard else f"died ({proc.exitcode})"
+        why = f"killed after {hard:g} s" if elapsed >= hard else f"died ({exitcode})"
         row = {"case": name, "method": method, "status": why, "wall": elapsed}
     row["load1"] = os.getloadavg()[0]
     return row
