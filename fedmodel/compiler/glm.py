@@ -22,7 +22,7 @@ import scipy.sparse as sp
 from scipy.linalg import blas
 from scipy.special import expit
 
-from fedmodel.compiler.atom_rules import symmetric_sum
+from fedmodel.compiler.atom_rules import is_symmetric
 from fedmodel.compiler.smooth import VariableLayout
 from fedmodel.expressions import AtomTable
 
@@ -465,7 +465,8 @@ def recognise_scalar(expr: cp.Expression, layout: VariableLayout) -> GLMFunction
         Pv = _const_value(P)
         Pv = Pv.toarray() if sp.issparse(Pv) else Pv
         p = affine_map(x, layout)
-        Ps = 0.5 * symmetric_sum(Pv)
+        # the symmetric part (P itself when symmetric: 0.5 (2 P) is P to the bit)
+        Ps = Pv if is_symmetric(Pv) else 0.5 * (Pv + Pv.T)
         cols = _selected_columns(p.A)
         if cols is not None and p.m == N and np.array_equal(cols, np.arange(N)):
             Q, APs = 2.0 * Ps, Ps  # x is the whole variable vector
@@ -478,7 +479,7 @@ def recognise_scalar(expr: cp.Expression, layout: VariableLayout) -> GLMFunction
             APs = np.asarray(p.A.T @ Ps)  # N x m
             Q = 2.0 * np.asarray(p.A.T @ APs.T)
             Q = Q.toarray() if sp.issparse(Q) else Q
-        q = 2.0 * APs @ p.b
+        q = 2.0 * (APs @ p.b)  # (the same numbers as (2 APs) b: a power of two)
         return GLMFunction(N, Q=Q, q=q, r=float(p.b @ Ps @ p.b))
     raise NotRecognised(f"scalar atom {name}")
 

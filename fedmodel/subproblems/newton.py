@@ -58,7 +58,7 @@ import scipy.linalg as la
 import scipy.sparse as sp
 from scipy.linalg import blas
 
-from fedmodel.compiler.atom_rules import symmetric_sum
+from fedmodel.compiler.atom_rules import is_symmetric
 from fedmodel.compiler.glm import (
     GLMFunction,
     GLMTerm,
@@ -192,7 +192,9 @@ class _Smooth:
             else:
                 terms.append(t)
         self.terms = _merge_terms(terms)
-        self.Q = None if Q is None else np.ascontiguousarray(0.5 * symmetric_sum(Q))
+        if Q is not None and not is_symmetric(Q):  # (symmetric: its symmetric part itself)
+            Q = 0.5 * (Q + Q.T)
+        self.Q = None if Q is None else np.ascontiguousarray(Q)
         self.q = q
         self.r = r
 
@@ -408,9 +410,9 @@ def _diagonal_block(n: int, obj: _Smooth, G_list: list[np.ndarray]) -> np.ndarra
         cols = (A != 0).sum(axis=0) if not sp.issparse(A) else A.getnnz(axis=0)
         cand &= np.asarray(cols).ravel() == 0
     if obj.Q is not None:
-        off = obj.Q.copy()
-        off[np.diag_indices(n)] = 0.0
-        cand &= ~np.any(off != 0, axis=0)
+        off = obj.Q != 0  # (a mask: no copy of Q)
+        off[np.diag_indices(n)] = False
+        cand &= ~off.any(axis=0)
     nz = [G != 0 for G in G_list if G.shape[0]]
     count = sum((Z.sum(axis=0) for Z in nz), start=np.zeros(n))
     changed = True
