@@ -106,14 +106,17 @@ _GLM_FORMS: dict[int, tuple[weakref.ref, _PartyGLM]] = {}
 
 def party_glm(program: PartyProgram) -> _PartyGLM:
     """The GLM form of ``program`` (recognised at its first use, then shared: nothing of
-    it is changed in place by its users)."""
+    it is changed in place by its users). A form with a dense quadratic part (a ``d x d``
+    matrix of its own, not the party's data) is not kept: it is recognised again rather
+    than held for the run."""
     key = id(program)
     entry = _GLM_FORMS.get(key)
     if entry is not None and entry[0]() is program:
         return entry[1]
     form = _PartyGLM(program)
-    _GLM_FORMS[key] = (weakref.ref(program), form)
-    weakref.finalize(program, _GLM_FORMS.pop, key, None)
+    if form.f is None or form.f.Q is None:
+        _GLM_FORMS[key] = (weakref.ref(program), form)
+        weakref.finalize(program, _GLM_FORMS.pop, key, None)
     return form
 
 
