@@ -738,12 +738,12 @@ def _child(conn, name, method, quick, time_limit, ref):
     conn.close()
 
 
-def run_isolated(name, method, quick, time_limit, hard_limit, ref=None) -> dict:
-    """:func:`run_one` (or :func:`run_reference` for ``method="clarabel"``) in a forked
-    child, killed after ``hard_limit`` seconds."""
+def run_forked(target, args: tuple, hard_limit: float):
+    """``target(conn, *args)`` in a forked child that sends one row through ``conn``,
+    killed after ``hard_limit`` seconds; returns ``(row or None, seconds, exit code)``."""
     ctx = mp.get_context("fork")
     recv, send = ctx.Pipe(duplex=False)
-    proc = ctx.Process(target=_child, args=(send, name, method, quick, time_limit, ref or {}))
+    proc = ctx.Process(target=target, args=(send, *args))
     t0 = time.perf_counter()
     proc.start()
     send.close()
@@ -756,6 +756,16 @@ def run_isolated(name, method, quick, time_limit, hard_limit, ref=None) -> dict:
     if proc.is_alive():
         proc.kill()
     proc.join()
+    return row, time.perf_counter() - t0, proc.exitcode
+
+
+def run_isolated(name, method, quick, time_limit, hard_limit, ref=None) -> dict:
+    """:func:`run_one` (or :func:`run_reference` for ``method="clarabel"``) in a forked
+    child, killed after ``hard_limit`` seconds."""
+    t0 = time.perf_counter()
+    row, _seconds, exitcode = run_forked(
+        _child, (name, method, quick, time_limit, ref or {}), hard_limit
+    )
     if row is None:
         row = {
             "model": name,
@@ -763,7 +773,7 @@ def run_isolated(name, method, quick, time_limit, hard_limit, ref=None) -> dict:
             "quick": quick,
             "status": f"killed after {hard_limit:g} s (time_limit {time_limit:g} s not held)"
             if time.perf_counter() - t0 >= hard_limit
-            else f"child died (exit code {proc.exitcode})",
+            else f"child died (exit code {exitcode})",
             "wall": time.perf_counter() - t0,
         }
     row["load1"] = os.getloadavg()[0]

@@ -825,6 +825,26 @@ def _rule_quad_over_lin(b, expr, args):
     return fwd, bwd
 
 
+def is_symmetric(P: np.ndarray, block: int = 64) -> bool:
+    """Whether a dense square ``P`` equals its transpose exactly, compared a band of
+    ``block`` rows at a time (a cache-friendly pass over the upper triangle)."""
+    n = P.shape[0]
+    if P.ndim != 2 or P.shape[1] != n:
+        return False
+    for i in range(0, n, block):
+        if not np.array_equal(P[i : i + block, i:], P[i:, i : i + block].T):
+            return False
+    return True
+
+
+def symmetric_sum(P):
+    """``P + P^T``; computed as ``2 P`` (the same numbers) when a dense ``P`` is
+    symmetric, a contiguous pass instead of the strided transposed sum."""
+    if not sp.issparse(P) and is_symmetric(P):
+        return 2.0 * P
+    return P + P.T
+
+
 @_rule("QuadForm")
 def _rule_quad_form(b, expr, args):
     ax, ap = args
@@ -832,7 +852,7 @@ def _rule_quad_form(b, expr, args):
     dx, dp = ax.diff, ap.diff
     if ap.const:
         P = ap.value if sp.issparse(ap.value) else np.asarray(ap.value)
-        P_sym = P + P.T
+        P_sym = symmetric_sum(P)
         if sp.issparse(P_sym):
             P_sym = sp.csr_array(P_sym)
             P = sp.csr_array(P)

@@ -22,6 +22,7 @@ import scipy.sparse as sp
 from scipy.linalg import blas
 from scipy.special import expit
 
+from fedmodel.compiler.atom_rules import is_symmetric
 from fedmodel.compiler.smooth import VariableLayout
 from fedmodel.expressions import AtomTable
 
@@ -394,6 +395,19 @@ class GLMFunction:
         return float(val), g, H
 
 
+def _selected_columns(A) -> np.ndarray | None:
+    """The columns ``c`` with ``A = I[:, c]^T`` (row ``r`` of ``A`` the unit vector of
+    column ``c[r]``, the columns distinct), or None when ``A`` is not such a selection."""
+    if not sp.issparse(A):
+        return None
+    A = sp.csr_array(A)
+    m = A.shape[0]
+    if A.nnz != m or not np.array_equal(A.indptr, np.arange(m + 1)) or np.any(A.data != 1.0):
+        return None
+    cols = A.indices
+    return cols if np.unique(cols).size == m else None
+
+
 def _const_scalar(expr) -> float | None:
     if expr.is_constant() and expr.size == 1 and not expr.parameters():
         return float(np.asarray(expr.value).ravel()[0])
@@ -451,13 +465,21 @@ def recognise_scalar(expr: cp.Expression, layout: VariableLayout) -> GLMFunction
         Pv = _const_value(P)
         Pv = Pv.toarray() if sp.issparse(Pv) else Pv
         p = affine_map(x, layout)
-        Ps = 0.5 * (Pv + Pv.T)
-        # A is usually a sparse selection of the variable's coordinates: two sparse-dense
-        # products instead of dense m x N x N ones
-        APs = np.asarray(p.A.T @ Ps)  # N x m
-        Q = 2.0 * np.asarray(p.A.T @ APs.T)
-        Q = Q.toarray() if sp.issparse(Q) else Q
-        q = 2.0 * APs @ p.b
+        # the symmetric part (P itself when symmetric: 0.5 (2 P) is P to the bit)
+        Ps = Pv if is_symmetric(Pv) else 0.5 * (Pv + Pv.T)
+        cols = _selected_columns(p.A)
+        if cols is not None and p.m == N and np.array_equal(cols, np.arange(N)):
+            Q, APs = 2.0 * Ps, Ps  # x is the whole variable vector
+        elif cols is not None:  # x is a selection of the variables' coordinates: placed
+            Q = np.zeros((N, N))
+            Q[np.ix_(cols, cols)] = 2.0 * Ps
+            APs = np.zeros((N, p.m))
+            APs[cols] = Ps
+        else:  # two sparse-dense products instead of dense m x N x N ones
+            APs = np.asarray(p.A.T @ Ps)  # N x m
+            Q = 2.0 * np.asarray(p.A.T @ APs.T)
+            Q = Q.toarray() if sp.issparse(Q) else Q
+        q = 2.0 * (APs @ p.b)  # (the same numbers as (2 APs) b: a power of two)
         return GLMFunction(N, Q=Q, q=q, r=float(p.b @ Ps @ p.b))
     raise NotRecognised(f"scalar atom {name}")
 

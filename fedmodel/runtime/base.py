@@ -705,7 +705,8 @@ class Runtime(abc.ABC):
         for m in live:
             groups.setdefault(self._host_of[m.receiver], []).append(m)
         self._check_quiet(groups)
-        calls = {h: ("run", (ms, self.client_timeout)) for h, ms in groups.items()}
+        rollback = self.on_failure == "retry"  # (a snapshot per step only for a retry)
+        calls = {h: ("run", (ms, self.client_timeout, rollback)) for h, ms in groups.items()}
         t0 = time.perf_counter()
         try:
             results = self._map(calls, {h: len(ms) for h, ms in groups.items()})

@@ -112,9 +112,16 @@ class PartyHost:
         return os.getpid()
 
     # steps
-    def _call(self, name: str, fn: Callable[[], Any], timeout: float | None, rnd: int):
+    def _call(
+        self,
+        name: str,
+        fn: Callable[[], Any],
+        timeout: float | None,
+        rnd: int,
+        rollback: bool = True,
+    ):
         ep = self.endpoints[name]
-        snapshot = _get_state(ep)
+        snapshot = _get_state(ep) if rollback else None
         if isinstance(self.outbox, Outbox):
             self.outbox.round = rnd
             self.outbox.take()
@@ -159,11 +166,20 @@ class PartyHost:
             out.sent = sent if out.ok else []
         return out
 
-    def run(self, messages: list[Message], timeout: float | None = None) -> list[StepOutcome]:
-        """Each message to its receiver, in order; returns one outcome per message."""
+    def run(
+        self, messages: list[Message], timeout: float | None = None, rollback: bool = True
+    ) -> list[StepOutcome]:
+        """Each message to its receiver, in order; returns one outcome per message.
+        ``rollback``: a party whose step fails is put back to its state before the step
+        (a snapshot per step; what a retry needs, nothing else does: a stopped run puts
+        every party back to its mark)."""
         return [
             self._call(
-                m.receiver, lambda m=m: self.endpoints[m.receiver].handle(m), timeout, m.round
+                m.receiver,
+                lambda m=m: self.endpoints[m.receiver].handle(m),
+                timeout,
+                m.round,
+                rollback,
             )
             for m in messages
         ]

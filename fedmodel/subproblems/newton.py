@@ -50,6 +50,7 @@ from __future__ import annotations
 
 import time
 import warnings
+import weakref
 from collections import OrderedDict
 
 import numpy as np
@@ -57,6 +58,7 @@ import scipy.linalg as la
 import scipy.sparse as sp
 from scipy.linalg import blas
 
+from fedmodel.compiler.atom_rules import is_symmetric
 from fedmodel.compiler.glm import (
     GLMFunction,
     GLMTerm,
@@ -94,6 +96,28 @@ class _PartyGLM:
             else:
                 out.extend(recognise_components(c.expr, layout))
         return out
+
+
+#: id(program) -> (a weak reference to it, its GLM form): recognised once per party
+#: program, whichever of its solvers is built first (the Newton backend of its inexact steps,
+#: the exact-prox backend of exact-admm); an entry leaves with its program
+_GLM_FORMS: dict[int, tuple[weakref.ref, _PartyGLM]] = {}
+
+
+def party_glm(program: PartyProgram) -> _PartyGLM:
+    """The GLM form of ``program`` (recognised at its first use, then shared: nothing of
+    it is changed in place by its users). A form with a dense quadratic part (a ``d x d``
+    matrix of its own, not the party's data) is not kept: it is recognised again rather
+    than held for the run."""
+    key = id(program)
+    entry = _GLM_FORMS.get(key)
+    if entry is not None and entry[0]() is program:
+        return entry[1]
+    form = _PartyGLM(program)
+    if form.f is None or form.f.Q is None:
+        _GLM_FORMS[key] = (weakref.ref(program), form)
+        weakref.finalize(program, _GLM_FORMS.pop, key, None)
+    return form
 
 
 def _merge_terms(terms: list[GLMTerm]) -> list[GLMTerm]:
@@ -171,7 +195,9 @@ class _Smooth:
             else:
                 terms.append(t)
         self.terms = _merge_terms(terms)
-        self.Q = None if Q is None else np.ascontiguousarray(0.5 * (Q + Q.T))
+        if Q is not None and not is_symmetric(Q):  # (symmetric: its symmetric part itself)
+            Q = 0.5 * (Q + Q.T)
+        self.Q = None if Q is None else np.ascontiguousarray(Q)
         self.q = q
         self.r = r
 
@@ -387,9 +413,9 @@ def _diagonal_block(n: int, obj: _Smooth, G_list: list[np.ndarray]) -> np.ndarra
         cols = (A != 0).sum(axis=0) if not sp.issparse(A) else A.getnnz(axis=0)
         cand &= np.asarray(cols).ravel() == 0
     if obj.Q is not None:
-        off = obj.Q.copy()
-        off[np.diag_indices(n)] = 0.0
-        cand &= ~np.any(off != 0, axis=0)
+        off = obj.Q != 0  # (a mask: no copy of Q)
+        off[np.diag_indices(n)] = False
+        cand &= ~off.any(axis=0)
     nz = [G != 0 for G in G_list if G.shape[0]]
     count = sum((Z.sum(axis=0) for Z in nz), start=np.zeros(n))
     changed = True
@@ -445,7 +471,7 @@ class NewtonSolver:
         f_total = None
         ineq, eq = [], []
         for j, prog in enumerate(problem.programs):
-            pg = _PartyGLM(prog)
+            pg = party_glm(prog)
             if pg.f is not None:
                 f_total = pg.f if f_total is None else f_total.plus(pg.f)
             ineq.append((j, pg.ineq))
