@@ -47,21 +47,36 @@ def method_table(method: str) -> MessageTable | None:
     return getattr(importlib.import_module(module), attr)
 
 
+def run_table(compiled, method: str, **options: Any) -> tuple[MessageTable | None, str]:
+    """The table a run of ``method`` on ``compiled`` declares and a line describing the
+    run's plan: the family's ``run_table(compiled, method, options)`` when it has one (a
+    family whose messages depend on the model, such as prox-al's inner solvers), else the
+    family's table."""
+    table = method_table(method)
+    if table is None:
+        return None, ""
+    plan = getattr(importlib.import_module(FAMILIES[method]), "run_table", None)
+    if plan is None:
+        return table, ""
+    return plan(compiled, method, build_options(method_spec(method).options, options, method))
+
+
 def privacy_rows(compiled, method: str = "prox-al", **options: Any) -> list[dict[str, Any]]:
-    """The privacy table of ``method`` on a compiled model: one row per message kind and
-    direction, with ``floats`` the numbers it carries for this model (the largest over the
-    clients; optional fields counted) and ``floats_per_client``.
+    """The privacy table of ``method`` on a compiled model with ``options``: one row per
+    message kind and direction of the table a run declares (:func:`run_table`), with
+    ``floats`` the numbers it carries for this model (the largest over the clients;
+    optional fields counted) and ``floats_per_client``.
 
     Examples
     --------
     >>> import fedmodel as fm, numpy as np, cvxpy as cp
     >>> m = fm.Model("toy"); w = m.variable(3, name="w")
     >>> c = m.client("a"); c.minimize(cp.sum_squares(w - c.data(np.ones(3), "t")))
-    >>> rows = privacy_rows(m.compile(), "prox-al")
+    >>> rows = privacy_rows(m.compile(), "prox-al", inner_solver="newton")
     >>> [r["floats"] for r in rows if r["kind"] == "newton_w"]
     [3, 13]
     """
-    table = method_table(method)
+    table = run_table(compiled, method, **options)[0]
     if table is None:
         return []
     opts = build_options(method_spec(method).options, options, method)
@@ -83,7 +98,9 @@ def privacy_text(compiled, method: str = "prox-al", **options: Any) -> str:
     rows = privacy_rows(compiled, method, **options)
     if not rows:
         return f"messages of {method}: none (it pools every party's data; not federated)"
-    lines = [f"messages of {method} (floats per message for this model, what each reveals):"]
+    heading = run_table(compiled, method, **options)[1]
+    lines = [heading] if heading else []
+    lines.append(f"messages of {method} (floats per message for this model, what each reveals):")
     for r in rows:
         flag = " [opt-in: " + ", ".join(r["opt_in"]) + "]" if r["opt_in"] else ""
         diag = " [diagnostic]" if r["channel"] == "diagnostic" else ""
