@@ -1,4 +1,5 @@
-"""Which inner solver prox-al's "auto" picks on smooth convex models (server.inner_solver)."""
+"""Which inner solver prox-al's "auto" picks (routes.choose), what model.summary() says a run
+sends, and an inner solver written here run through the table."""
 
 import cvxpy as cp
 import pytest
@@ -42,7 +43,7 @@ def test_the_walls_rule_keeps_its_limits(monkeypatch):
     # the user's choice is kept
     assert route(_model(None, box), inner_solver="quasi-newton")[0] == "quasi-newton"
     # above EXACT_WALLS_MAX_SHARED shared variables the clients' dense steps are too large
-    import fedmodel.algorithms.proxal.exact_admm as server_module
+    import fedmodel.algorithms.proxal.obstacles as server_module
 
     monkeypatch.setattr(server_module, "EXACT_WALLS_MAX_SHARED", 3)
     assert route(_model(None, box))[0] == "quasi-newton"  # (10 rows per client, d = 4)
@@ -51,7 +52,7 @@ def test_the_walls_rule_keeps_its_limits(monkeypatch):
 def test_walls_above_the_dense_size_go_to_exact_admm_when_parties_have_few_rows(monkeypatch):
     """Above EXACT_WALLS_MAX_SHARED the exact steps are Woodbury steps when each party has
     at most LOW_RANK_RATIO * d data rows (here 10 rows, d = 40 > the patched limit 3)."""
-    import fedmodel.algorithms.proxal.exact_admm as server_module
+    import fedmodel.algorithms.proxal.obstacles as server_module
 
     monkeypatch.setattr(server_module, "EXACT_WALLS_MAX_SHARED", 3)
     ball = lambda w: [cp.norm(w, 2) <= 1]  # noqa: E731

@@ -418,3 +418,23 @@ def test_measured_stationarity_of_test_8_is_the_certificates():
         measured = res.history[-1]["stationarity_measured"]
         assert measured == pytest.approx(res.kkt.stationarity, rel=1e-3, abs=1e-13)
         assert measured <= 0.01 * 1e-4  # (8) at kkt_factor[0] * eps1
+
+
+def test_a_route_refused_at_the_start_falls_back_and_says_so_with_the_options_it_ran():
+    """inner_solver="newton" on clients whose backend has no exact Hessians (log_sum_exp:
+    L-BFGS): the clients refuse at the start, the run takes the fallback route (Algorithm
+    2 for a named route) and res.extra names both, why, and the option values the run used
+    (newton's defaults were in effect when the halves were built)."""
+    rng = np.random.default_rng(0)
+    m = fm.Model("lse")
+    w = m.variable(3, name="w")
+    for k in range(2):
+        c = m.client(f"c{k}")
+        A = c.data(rng.normal(size=(6, 3)), name="A")
+        c.minimize(cp.log_sum_exp(A @ w) / 6 + cp.sum_squares(w) / 10)
+    res = m.solve("prox-al", inner_solver="newton", history=False)
+    assert res.status == "optimal" and res.extra["inner_solver"] == "admm"
+    assert res.extra["inner_solver_refused"] == "newton"
+    assert "client 'c0': its subproblem backend" in res.extra["inner_solver_note"]
+    assert res.extra["inner_solver_options"]["beta"] == res.options["beta"] == 300.0
+    assert {r["kind"] for r in res.ledger} >= {"start_reply", "admm_w_reply"}

@@ -33,6 +33,7 @@ from fedmodel.algorithms.messages import W
 from fedmodel.algorithms.proxal.anderson import AndersonState
 from fedmodel.algorithms.proxal.inner import InnerClient, InnerOutcome, InnerSolver
 from fedmodel.algorithms.proxal.metric import PenaltyMetric, hessian_metric, shifted_solver
+from fedmodel.algorithms.proxal.obstacles import newton_obstacle
 from fedmodel.algorithms.proxal.options import EXACT_TOL
 from fedmodel.runtime.schema import Field, MessageSpec
 from fedmodel.subproblems.newton import solve_upper
@@ -102,8 +103,6 @@ class ADMMInner(InnerSolver):
 
     @classmethod
     def note(cls, compiled, options, proximal: bool) -> str:
-        from fedmodel.algorithms.proxal.newton_route import newton_obstacle
-
         return newton_obstacle(compiled, options, proximal)
 
     def __init__(self, host):
@@ -142,16 +141,14 @@ class ADMMInner(InnerSolver):
     def extra(self) -> dict:
         return {"anderson_rejections": self.aa_rejections} if self.host.anderson else {}
 
-    def stalled(self, k, outcome, tau):
-        report = super().stalled(k, outcome, tau)
-        report.message = (
+    def stall_message(self, k, outcome, tau):
+        return (
             f"the inner ADMM (Algorithm 2) stalled at outer iteration {k}: its bound "
             f"(19) improved by less than 10% over the last {self.host.options.stall_rounds} "
             f"rounds (now {outcome.bound:.3g}, target tau_k = {tau:.3g}). The subproblem's "
             "consensus does not converge at this penalty: try a smaller beta, another "
             "rho, or monitor=False to keep going."
         )
-        return report
 
     # -- the penalties ----------------------------------------------------------------------
     def set_rhos(self, rhos: dict[str, float]) -> None:

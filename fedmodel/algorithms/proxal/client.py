@@ -6,10 +6,10 @@ the running inner solver's client part
 (:class:`~fedmodel.algorithms.proxal.inner.InnerClient`), which answers that route's
 round kinds. The kinds it answers and what each reveals are declared in
 :mod:`~fedmodel.algorithms.proxal.messages` (``model.summary()`` prints them for a model):
-``start`` and ``outer``/``outer_aa`` (Algorithm 1: the multiplier update, the outer
-Anderson step) carry the route's name ``inner``, and their replies the start of the
-route's next inner solve; a route that ``probes`` may be refused at ``start`` (then the
-server falls back to another route and the client follows the ``inner`` it names).
+the replies to ``start`` and ``outer``/``outer_aa`` (Algorithm 1: the multiplier update,
+the outer Anderson step) start the route's next inner solve; a route that ``probes`` may
+be refused at ``start`` (the server then falls back to another route and names it,
+``inner``, in the next ``start``, and the client builds that route's part).
 
 Party-owned variables (``client.variable``, epigraph auxiliaries) never travel: ``w``,
 ``u~_i`` and the Lagrangian gradient are the shared variables only. The client solves its

@@ -55,12 +55,16 @@ from fedmodel.algorithms.common import step_budgets
 from fedmodel.algorithms.protocol import StepReport
 from fedmodel.algorithms.proxal.anderson import AndersonState
 from fedmodel.algorithms.proxal.inner import InnerClient, InnerOutcome, InnerSolver
-from fedmodel.compiler.partition import CompiledModel
+from fedmodel.algorithms.proxal.obstacles import (
+    EXACT_MIN_EPS,
+    exact_eps_ok,
+    inequality_walls,
+    newton_obstacle,
+    restricted_domain_party,
+)
 from fedmodel.runtime.schema import Field, MessageSpec
-from fedmodel.subproblems import conic_prox
-from fedmodel.subproblems.conic_prox import exact_prox_solver, internal_rows, restricted_domain
+from fedmodel.subproblems.conic_prox import exact_prox_solver, internal_rows
 from fedmodel.subproblems.merit import set_deadline, step_deadline
-from fedmodel.subproblems.newton import LOW_RANK_RATIO
 
 #: residual balancing keeps sigma within [start / SIGMA_RANGE, start * SIGMA_RANGE]
 SIGMA_RANGE = 1e3
@@ -316,18 +320,11 @@ class ExactADMM:
 #: solution: at tau_k's floor of eps/2 the multipliers of max-entropy and bpdn stalled at a
 #: violation of ~1e-3 and "diverging"); the feasibility half at a hundredth of eps
 EXACT_KKT_FACTORS = {False: (1.0, 0.01), True: (0.1, 0.01)}
-#: "auto" picks exact-admm at eps >= this only (see exact_eps_ok; tests/test_convex_models.py
-#: certifies hinge-squared at 1e-6 and an inv_pos barrier at 1e-7 with Algorithm 2)
-EXACT_MIN_EPS = 1e-5
 #: exact-admm lowers the inner tolerance's floor at most this far (three decades) when the
 #: certificate disagrees with test (8); then it stops and the certificate gives the verdict
 #: (max-entropy: w_j near 0, where entr's gradient blows up, reads "inaccurate" at a correct
 #: point also with centralized)
 EXACT_MIN_FLOOR_SCALE = 1e-3
-#: "auto" takes exact-admm for a smooth model's inequality walls up to this many shared
-#: variables (the clients' exact steps factor dense ``d x d`` Hessians; quasi-Newton's
-#: limited-memory model takes larger ``d``)
-EXACT_WALLS_MAX_SHARED = 2000
 #: exact-admm's over-relaxation when ``relaxation`` is left to its default (1.6 took more
 #: rounds than 1 on LAD, SVM and quantile models)
 EXACT_RELAXATION = 1.0
@@ -385,8 +382,6 @@ class ExactInner(InnerSolver):
 
     @classmethod
     def suits(cls, compiled, options, proximal):
-        from fedmodel.algorithms.proxal.newton_route import newton_obstacle
-
         if compiled.shared_hessian_obstacle() or restricted_domain_party(compiled):
             return None
         if not newton_obstacle(compiled, options, proximal) and inequality_walls(compiled):
@@ -395,8 +390,6 @@ class ExactInner(InnerSolver):
 
     @classmethod
     def note(cls, compiled, options, proximal):
-        from fedmodel.algorithms.proxal.newton_route import newton_obstacle
-
         why = newton_obstacle(compiled, options, proximal)
         obstacle = compiled.shared_hessian_obstacle() or restricted_domain_party(compiled)
         return why or obstacle or inequality_walls(compiled)
@@ -433,9 +426,6 @@ class ExactInner(InnerSolver):
     @property
     def may_be_infeasible(self) -> bool:
         return self.host.may_be_infeasible
-
-    def request(self, move=None) -> dict:
-        return {}
 
     def solve(self, runtime, tau, deadline):
         return self.admm.solve(self, runtime, tau, deadline)
@@ -588,82 +578,3 @@ class ExactClient(InnerClient):
 
 
 ExactInner.client_part = ExactClient
-
-
-# -- when "auto" takes it -------------------------------------------------------------------
-def exact_eps_ok(options) -> bool:
-    """Whether ``"auto"`` may pick exact-admm at this ``eps``: its steps are interior-point
-    solutions, whose duals of pieces at a kink are ambiguous to about the square root of
-    the solver's gap (Clarabel at 1e-10: ~1e-5 relative), so below
-    :data:`EXACT_MIN_EPS` the certificate cannot certify them (Algorithm 2 runs)."""
-    return min(options.eps1, options.eps2) >= EXACT_MIN_EPS
-
-
-def inequality_walls(compiled: CompiledModel) -> str:
-    """Why ``"auto"`` takes exact-admm on a smooth convex model ("" if it keeps
-    quasi-Newton): a party has inequality constraints of the user's, at most
-    :data:`EXACT_WALLS_MAX_SHARED` shared variables or few data rows per party
-    (:func:`cheap_exact_steps`), and no party whose exact step is a cvxpy solve (one with
-    constraints) has exponential-cone terms.
-
-    The quasi-Newton model learns an inequality's wall along the steps that hit it, and
-    each multiplier update moves it; exact steps impose the walls (each party's own, hard)
-    and the consensus needs no outer multiplier update. Quick sizes of
-    ``benchmarks/models.py``, rounds quasi-Newton -> exact-admm: markowitz 275 -> 53 (full
-    size 1,147 -> 129), lcqp-1 106 -> 37 (full), lcqp-5 152 -> 35 (full), logistic-ball-d100
-    98 -> 22 (full); equality-only models stay with quasi-Newton (seed 000 Table 1 largest:
-    18 rounds against exact-admm's 35), unconstrained ones too (ridge-20 13 against 26).
-    Constrained parties with exponential-cone terms are left out: Adult Neyman-Pearson
-    (20 sites, a logistic constraint per site) took 677 rounds with exact-admm against
-    quasi-Newton's 226 (its exact steps by the method of multipliers,
-    :mod:`fedmodel.subproblems.multipliers`; through Clarabel ~3 s per round)."""
-    if not cheap_exact_steps(compiled):
-        return ""
-    walled = [
-        p.name
-        for p in compiled.parties
-        if any(c.kind == "ineq" and not c.internal for c in p.constraints)
-    ]
-    if not walled:
-        return ""
-    for party in compiled.parties:
-        if party.constraints and conic_prox.exp_cone_terms(party):
-            return ""
-    return (
-        f"inequality constraints ({', '.join(repr(n) for n in walled[:3])}"
-        f"{', ...' if len(walled) > 3 else ''}): exact steps impose them"
-    )
-
-
-def cheap_exact_steps(compiled: CompiledModel) -> bool:
-    """Whether every party's exact step is cheap at this size: at most
-    :data:`EXACT_WALLS_MAX_SHARED` shared variables (a dense ``d x d`` Newton system), or
-    every party's data matrices have at most ``LOW_RANK_RATIO * d`` rows in all (its Newton
-    steps are Woodbury steps with an ``m x m`` factor; ``subproblems/newton.py``). Sparse
-    logistic regression in an l2 ball, d = 10,000, 20 clients x 500 rows: exact-admm 27
-    rounds and 9.2 s, quasi-Newton 303 rounds and 10.4 s."""
-    d = compiled.layout.n_shared
-    if d <= EXACT_WALLS_MAX_SHARED:
-        return True
-    for party in compiled.parties:
-        rows = sum(item.shape[0] for item in party.data if len(item.shape) == 2)
-        if rows > LOW_RANK_RATIO * d:
-            return False
-    return True
-
-
-def restricted_domain_party(compiled: CompiledModel) -> str:
-    """Which party has a term defined on part of the space only ("" if none)."""
-    for party in compiled.parties:
-        terms = [t.expr for t in party.objective] + [c.expr for c in party.constraints]
-        if any(restricted_domain(e) for e in terms):
-            return f"party '{party.name}' has terms with a restricted domain (kl_div, entr, log)"
-    return ""
-
-
-def exact_preferred(compiled: CompiledModel, options, proximal: bool) -> bool:
-    """Whether ``"auto"`` would take exact-admm over a smooth model's Newton-type route
-    (a term with a restricted domain, or inequality walls, at an ``eps`` it certifies)."""
-    if not proximal or compiled.nonconvex or not exact_eps_ok(options):
-        return False
-    return bool(restricted_domain_party(compiled) or inequality_walls(compiled))

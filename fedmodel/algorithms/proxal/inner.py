@@ -16,8 +16,9 @@ Algorithm 1 asks its inner solver, at outer iteration ``k``, for a point ``w`` w
 * one line in :data:`fedmodel.algorithms.proxal.routes.ROUTES`.
 
 The messages that start an inner solve (``start``, ``outer``, ``outer_aa``) carry the
-route's name (``inner``) and its ``start_request`` fields; their replies carry its
-``start_reply`` fields (:func:`~fedmodel.algorithms.proxal.messages.route_table`).
+route's ``start_request`` fields and their replies its ``start_reply`` fields
+(:func:`~fedmodel.algorithms.proxal.messages.route_table`); the ``start`` after a
+fallback also names the route (``inner``).
 
 Examples
 --------
@@ -142,12 +143,19 @@ class InnerSolver(DeclaredState):
         return False, False
 
     def stalled(self, k: int, outcome: InnerOutcome, tau: float) -> StepReport:
-        """The report of an inner solve that stalled."""
+        """The report of an inner solve that stalled (status ``"stalled"``, with
+        :meth:`stall_message`)."""
         return StepReport(
             info={"inner_iterations": outcome.iterations, "inner_bound": outcome.bound},
             stop="stalled",
-            message=f"the {self.name} inner solver stalled at outer iteration {k} "
-            f"(bound {outcome.bound:.3g}, target tau_k = {tau:.3g})",
+            message=self.stall_message(k, outcome, tau),
+        )
+
+    def stall_message(self, k: int, outcome: InnerOutcome, tau: float) -> str:
+        """Why the inner solve at outer iteration ``k`` stalled, and what to try."""
+        return (
+            f"the {self.name} inner solver stalled at outer iteration {k} "
+            f"(bound {outcome.bound:.3g}, target tau_k = {tau:.3g})"
         )
 
     def verify_stop(self, runtime) -> bool:

@@ -31,6 +31,7 @@ from fedmodel.algorithms.proxal.newton_inner import (
     SecantModel,
     federated_newton,
 )
+from fedmodel.algorithms.proxal.obstacles import exact_preferred, newton_obstacle
 from fedmodel.algorithms.proxal.options import NEWTON_DEFAULTS, QUASI_NEWTON_DEFAULTS
 from fedmodel.algorithms.proxal.secant_rounds import SecantRounds
 from fedmodel.runtime.schema import Field, MessageSpec
@@ -108,19 +109,6 @@ NEWTON_W = MessageSpec(
 )
 
 
-def newton_obstacle(compiled, options, proximal: bool) -> str:
-    """Why ``inner_solver`` cannot (or ``"auto"`` should not) be (quasi-)Newton; "" if it
-    can."""
-    if not proximal:
-        return "method 'admm' is Algorithm 2 itself"
-    why = compiled.shared_hessian_obstacle()
-    if why:
-        return why
-    if options.solver not in ("auto", "newton"):
-        return f"solver={options.solver!r} (Newton derivatives need the Newton backend)"
-    return ""
-
-
 class _DerivativeInner(InnerSolver):
     """What the Newton-type routes share on the server: the clients' derivatives at the
     start of an inner solve, the sums of their values and gradients, test (8)'s measured
@@ -157,15 +145,13 @@ class _DerivativeInner(InnerSolver):
     def take_start(self, replies) -> None:
         self.start_derivatives = self.take_derivatives(replies)
 
-    def stalled(self, k, outcome, tau):
-        report = super().stalled(k, outcome, tau)
-        report.message = (
+    def stall_message(self, k, outcome, tau):
+        return (
             f"the federated {self.name} inner solver stalled at outer iteration {k}: its "
             f"line search found no decrease of l_k (||grad l_k||_inf = {outcome.bound:.3g}, "
             f"target tau_k = {tau:.3g}); the values are probably at rounding level. Try "
             "inner_solver='admm' or a larger eps."
         )
-        return report
 
 
 def _outcome(out, gradient=None) -> InnerOutcome:
@@ -176,6 +162,18 @@ def _outcome(out, gradient=None) -> InnerOutcome:
         timed_out=out.timed_out, stalled=out.stalled,
         gradient=out.gradient if gradient is None else gradient,
     )  # fmt: skip
+
+
+def _with_h_and_prox(host, val, g, w: np.ndarray, w_center: np.ndarray):
+    """The server's terms' value and gradient at ``w`` plus a smooth ``h``'s and the
+    server's share ``p ||w - w_center||^2 / 2`` of the proximal term."""
+    reg = host.problem.regularizer
+    if not reg.is_zero:  # (a sum of squares: smooth)
+        val += reg.value(w)
+        g = g + reg.smooth_grad(w)
+    p = host.prox_weight
+    d = w - w_center
+    return val + 0.5 * p * float(d @ d), g + p * d
 
 
 class NewtonInner(_DerivativeInner):
@@ -221,17 +219,12 @@ class NewtonInner(_DerivativeInner):
                 self._no_terms_hessian = np.zeros((n, n))
             H0 = self._no_terms_hessian
         reg = host.problem.regularizer
-        if not reg.is_zero:  # (a sum of squares: smooth)
-            val += reg.value(w)
-            g = g + reg.smooth_grad(w)
-        p = host.prox_weight
-        d = w - w_center
         cached = self._total_hessian
         if cached is None or cached[0] is not self.hessian_sum or cached[1] is not H0:
             H = H0 + (0.0 if self.hessian_sum is None else self.hessian_sum)
-            H[np.diag_indices(n)] += p + reg.smooth_grad(np.ones(n))
+            H[np.diag_indices(n)] += host.prox_weight + reg.smooth_grad(np.ones(n))
             cached = self._total_hessian = (self.hessian_sum, H0, H)
-        return val + 0.5 * p * float(d @ d), g + p * d, cached[2]
+        return (*_with_h_and_prox(host, val, g, w, w_center), cached[2])
 
     def solve(self, runtime, tau, deadline) -> InnerOutcome:
         """Federated (semismooth) Newton on ``l_k`` from ``w^k``, whose client derivatives
@@ -305,8 +298,6 @@ class QuasiNewtonInner(_DerivativeInner):
 
     @classmethod
     def suits(cls, compiled, options, proximal):
-        from fedmodel.algorithms.proxal.exact_admm import exact_preferred
-
         if exact_preferred(compiled, options, proximal):
             return "exact-admm imposes its walls (or restricted domains) exactly"
         return None
@@ -420,13 +411,7 @@ class QuasiNewtonInner(_DerivativeInner):
             HV = HV.T
         else:
             val, g, HV = 0.0, np.zeros(n), np.zeros_like(V)
-        reg = host.problem.regularizer
-        if not reg.is_zero:  # (a sum of squares: smooth)
-            val += reg.value(w)
-            g = g + reg.smooth_grad(w)
-        p = host.prox_weight
-        d = w - w_center
-        return val + 0.5 * p * float(d @ d), g + p * d, HV
+        return (*_with_h_and_prox(host, val, g, w, w_center), HV)
 
     def curvature_directions(
         self, step: np.ndarray, seed: tuple, local: np.ndarray | None = None

@@ -455,11 +455,6 @@ class ProxALOptions(RuntimeOptions):
                 raise ModelError(f"kkt_factor must lie in (0, 1], got {self.kkt_factor!r}")
             if self.rb_ratio <= 1 or self.rb_factor <= 1:
                 raise ModelError("rb_ratio and rb_factor must be > 1")
-        from fedmodel.algorithms.proxal.routes import ROUTES  # (the table imports options)
-
-        names = ("auto", *(route.name for route in ROUTES))
-        if self.inner_solver not in names:
-            raise ModelError(f"inner_solver must be one of {names}, got {self.inner_solver!r}")
         if self.penalty_metric not in PENALTY_METRICS:
             raise ModelError(
                 f"penalty_metric must be one of {PENALTY_METRICS}, got {self.penalty_metric!r}"

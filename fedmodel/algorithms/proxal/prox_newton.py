@@ -67,6 +67,11 @@ from fedmodel.algorithms.proxal.newton_inner import (
     NewtonOutcome,
 )
 from fedmodel.algorithms.proxal.newton_route import QuasiNewtonInner
+from fedmodel.algorithms.proxal.obstacles import (
+    inequality_walls,
+    prox_qn_obstacle,
+    restricted_domain_party,
+)
 from fedmodel.algorithms.proxal.secant_rounds import SecantRounds
 from fedmodel.compiler.regularizer import Regularizer
 from fedmodel.subproblems.merit import MeritProblem
@@ -361,25 +366,6 @@ def federated_prox_newton(
 PROX_QN_NOTE = "h is not smooth: its prox in the server's model step (prox-quasi-newton)"
 
 
-def prox_qn_obstacle(compiled, options, proximal: bool) -> str:
-    """Why ``inner_solver="prox-quasi-newton"`` cannot run ("" if it can): it needs
-    prox-al, a non-smooth ``h`` (a smooth one is the quasi-Newton loop's), and smooth
-    parties' terms on the shared variables only -- no party-owned variables (epigraph
-    pieces of non-smooth terms are such) and no cone constraints -- with the Newton or
-    L-BFGS backends."""
-    if not proximal:
-        return "method 'admm' is Algorithm 2 itself"
-    if compiled.regularizer.is_smooth:
-        return "h is smooth (inner_solver='quasi-newton' takes it)"
-    if compiled.layout.has_owned:
-        return "parties own variables (their blocks never travel)"
-    if compiled.conic_parties():
-        return "parties have cone constraints (no gradients)"
-    if options.solver not in ("auto", "newton", "lbfgs"):
-        return f"solver={options.solver!r} (the loop needs gradients of the parties' terms)"
-    return ""
-
-
 class ProxQNInner(QuasiNewtonInner):
     """``inner_solver="prox-quasi-newton"``: the quasi-Newton rounds and secant model
     (:class:`~fedmodel.algorithms.proxal.newton_route.QuasiNewtonInner`, the same client
@@ -405,11 +391,6 @@ class ProxQNInner(QuasiNewtonInner):
 
     @classmethod
     def suits(cls, compiled, options, proximal):
-        from fedmodel.algorithms.proxal.exact_admm import (
-            inequality_walls,
-            restricted_domain_party,
-        )
-
         if compiled.nonconvex:
             return "the model is not convex"
         return restricted_domain_party(compiled) or inequality_walls(compiled) or None

@@ -58,6 +58,9 @@ def choose(compiled, options, proximal: bool, routes=None) -> tuple[type[InnerSo
     """The route of a run and why ``"auto"`` took it (``res.extra["inner_solver_note"]``)."""
     routes = routes or ROUTES
     choice = options.inner_solver
+    names = ("auto", *(route.name for route in routes))
+    if choice not in names:
+        raise ModelError(f"inner_solver must be one of {names}, got {choice!r}")
     if choice != "auto":
         route = route_named(choice, routes)
         why = route.accepts(compiled, options, proximal)
