@@ -118,8 +118,12 @@ def docs_tables() -> str:
     parts = []
     for package, ref in FAMILY_TABLES.items():
         module, attr = ref.split(":")
-        table = getattr(importlib.import_module(module), attr)
         methods = [m for m, p in FAMILIES.items() if p == package]
-        parts.append(f"#### {', '.join(f'`{m}`' for m in methods)}\n")
-        parts.append(privacy_markdown(table.privacy_rows(None), methods=methods) + "\n")
+        names = ", ".join(f"`{m}`" for m in methods)
+        # (a family whose tables depend on the run lists them: prox-al's, one per route)
+        listed = getattr(importlib.import_module(package), "docs_tables", None)
+        tables = listed() if listed else [("", getattr(importlib.import_module(module), attr))]
+        for title, table in tables:
+            parts.append(f"#### {names}{': ' + title if title else ''}\n")
+            parts.append(privacy_markdown(table.privacy_rows(None), methods=methods) + "\n")
     return "\n".join(parts).rstrip() + "\n"

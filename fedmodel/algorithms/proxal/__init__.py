@@ -21,6 +21,23 @@ def run_table(compiled, method: str, options):
     return route_table(route, compiled, options, proximal), heading
 
 
+def docs_tables() -> list:
+    """``(title, table)`` per inner solver (routes with the same messages together), for
+    docs/runtime.md (:func:`fedmodel.algorithms.privacy.docs_tables`)."""
+    from fedmodel.algorithms.proxal.messages import route_table
+    from fedmodel.algorithms.proxal.routes import ROUTES
+
+    groups: dict = {}
+    for route in ROUTES:
+        table = route_table(route)
+        key = repr(table.specs)
+        groups.setdefault(key, (table, []))[1].append(route.name)
+    return [
+        (f"inner solver {' / '.join(repr(n) for n in names)}", table)
+        for table, names in groups.values()
+    ]
+
+
 def _run(compiled, options, method):
     from fedmodel.algorithms.proxal.server import run_prox_al
 
