@@ -9,17 +9,20 @@ Usage (record with one checkout, compare with another)::
 Each case stores the returned point, the multipliers, the round counts and every numeric
 field of every history row (one row per outer iteration: objective, violation, KKT
 residuals ...); ``compare`` checks them with ``np.array_equal`` (NaN equal to NaN) and
-prints the cases that differ.
+prints the cases that differ. A third argument, a regular expression, keeps only the cases whose name matches it
+(``"prox-al|models|admm method"`` for prox-al's routes).
 """
 
 from __future__ import annotations
 
 import os
+import re
 import sys
 
 import numpy as np
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tests"))
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 
 def _cases():
@@ -55,6 +58,58 @@ def _cases():
         "fairness prox-al newton",
         lambda: fairness_test_model(3).solve("prox-al", inner_solver="newton", max_outer=30),
     )
+    # every prox-al inner solver (route), the adaptive variant's options and Anderson
+    yield (
+        "np prox-al admm anderson",
+        lambda: np_model(3).solve("prox-al", inner_solver="admm", anderson=3, max_outer=15),
+    )
+    yield (
+        "np prox-al admm outer anderson",
+        lambda: np_model(3).solve(
+            "prox-al", inner_solver="admm", outer_anderson=3, adaptive_rho=True, max_outer=15
+        ),
+    )
+    yield (
+        "lcqp prox-al admm hessian metric",
+        lambda: lcqp_test_model(3).solve(
+            "prox-al", inner_solver="admm", penalty_metric="hessian", max_outer=15
+        ),
+    )
+    yield (
+        "ls admm method adaptive",
+        lambda: least_squares(seed=1).solve("admm", variant="adaptive", anderson=2, max_inner=80),
+    )
+    yield (
+        "np prox-al quasi-newton",
+        lambda: np_model(3).solve("prox-al", inner_solver="quasi-newton", max_outer=20),
+    )
+    yield (
+        "np prox-al quasi-newton outer anderson",
+        lambda: np_model(3).solve(
+            "prox-al", inner_solver="quasi-newton", outer_anderson=2, max_outer=20
+        ),
+    )
+    yield (
+        "lcqp prox-al exact-admm",
+        lambda: lcqp_test_model(3).solve("prox-al", inner_solver="exact-admm", max_outer=20),
+    )
+    yield (
+        "np prox-al newton",
+        lambda: np_model(3).solve("prox-al", inner_solver="newton", max_outer=20),
+    )
+
+    def bench(name, **kw):  # benchmarks/models.py at its quick size, prox-al's route for it
+        import models
+
+        return lambda: models.MODELS[name][0](True).model.solve("prox-al", **kw)
+
+    yield "models lasso-5 (prox-quasi-newton)", bench("lasso-5", max_outer=25)
+    yield "models lad-1 (exact-admm)", bench("lad-1", max_outer=25)
+    yield "models markowitz (exact-admm walls)", bench("markowitz", max_outer=25)
+    yield "models ridge-20 (quasi-newton)", bench("ridge-20", max_outer=25)
+    yield "models log-sum-exp-5", bench("log-sum-exp-5", max_outer=25)
+    yield "models svm-1 paper", bench("svm-1", variant="paper", max_outer=15)
+    yield "models elastic-net-20 admm", bench("elastic-net-20", inner_solver="admm", max_outer=10)
     yield "ls admm", lambda: least_squares().solve("admm", max_inner=60)
     yield "ls dald-cc", lambda: least_squares().solve("dald-cc", eps_pri=1e-7, eps_dual=1e-7)
     yield (
@@ -126,12 +181,16 @@ def _record(res) -> dict[str, np.ndarray]:
     return out
 
 
-def record(path: str) -> None:
+def _selected(only: str):
+    return [(name, run) for name, run in _cases() if re.search(only, name)]
+
+
+def record(path: str, only: str = "") -> None:
     import fedmodel
 
     print("fedmodel from", fedmodel.__file__)
     data = {}
-    for name, run in _cases():
+    for name, run in _selected(only):
         res = run()
         print(f"{name}: {res.status}, {res.rounds}")
         for k, v in _record(res).items():
@@ -139,13 +198,13 @@ def record(path: str) -> None:
     np.savez(path, **data)
 
 
-def compare(path: str) -> int:
+def compare(path: str, only: str = "") -> int:
     import fedmodel
 
     print("fedmodel from", fedmodel.__file__)
     ref = dict(np.load(path))
     bad = []
-    for name, run in _cases():
+    for name, run in _selected(only):
         res = run()
         mine = {f"{name}|{k}": v for k, v in _record(res).items()}
         theirs = {k: v for k, v in ref.items() if k.split("|")[0] == name}
@@ -165,7 +224,8 @@ def compare(path: str) -> int:
 
 if __name__ == "__main__":
     what, where = sys.argv[1], sys.argv[2]
+    only = sys.argv[3] if len(sys.argv) > 3 else ""  # (only the cases whose name has it)
     if what == "record":
-        record(where)
+        record(where, only)
     else:
-        sys.exit(compare(where))
+        sys.exit(compare(where, only))

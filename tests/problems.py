@@ -152,6 +152,7 @@ def routing_model(loss="square", client_con=None, server_con=None, reg=None, d=4
 def route(model, **options) -> tuple[str, str]:
     """``(inner solver, why)`` that prox-al's routing picks for ``model`` at ``options``."""
     from fedmodel.algorithms.proxal.options import ProxALOptions
-    from fedmodel.algorithms.proxal.server import inner_solver
+    from fedmodel.algorithms.proxal.routes import choose
 
-    return inner_solver(model.compile(), ProxALOptions(**options), True)
+    route, note = choose(model.compile(), ProxALOptions(**options), True)
+    return route.name, note

@@ -450,7 +450,7 @@ def test_a_deadline_already_past_stops_exact_admm_after_one_round(build, monkeyp
     """time_limit far below one round: every party's exact step gets a budget (what is left,
     0 here) on its own clock, the inner solve stops after its first round and the run
     returns a point with status time_limit."""
-    import fedmodel.algorithms.proxal.client as client_mod
+    import fedmodel.algorithms.proxal.exact_admm as client_mod
 
     budgets = []
     original = client_mod.step_deadline

@@ -1,4 +1,5 @@
-"""Which inner solver prox-al's "auto" picks on smooth convex models (server.inner_solver)."""
+"""Which inner solver prox-al's "auto" picks (routes.choose), what model.summary() says a run
+sends, and an inner solver written here run through the table."""
 
 import cvxpy as cp
 import pytest
@@ -42,7 +43,7 @@ def test_the_walls_rule_keeps_its_limits(monkeypatch):
     # the user's choice is kept
     assert route(_model(None, box), inner_solver="quasi-newton")[0] == "quasi-newton"
     # above EXACT_WALLS_MAX_SHARED shared variables the clients' dense steps are too large
-    import fedmodel.algorithms.proxal.server as server_module
+    import fedmodel.algorithms.proxal.obstacles as server_module
 
     monkeypatch.setattr(server_module, "EXACT_WALLS_MAX_SHARED", 3)
     assert route(_model(None, box))[0] == "quasi-newton"  # (10 rows per client, d = 4)
@@ -51,9 +52,105 @@ def test_the_walls_rule_keeps_its_limits(monkeypatch):
 def test_walls_above_the_dense_size_go_to_exact_admm_when_parties_have_few_rows(monkeypatch):
     """Above EXACT_WALLS_MAX_SHARED the exact steps are Woodbury steps when each party has
     at most LOW_RANK_RATIO * d data rows (here 10 rows, d = 40 > the patched limit 3)."""
-    import fedmodel.algorithms.proxal.server as server_module
+    import fedmodel.algorithms.proxal.obstacles as server_module
 
     monkeypatch.setattr(server_module, "EXACT_WALLS_MAX_SHARED", 3)
     ball = lambda w: [cp.norm(w, 2) <= 1]  # noqa: E731
     assert route(_model(None, ball, d=40))[0] == "exact-admm"
     assert route(_model(None, ball, d=20))[0] == "quasi-newton"  # (10 rows > 0.25 * 20)
+
+
+@pytest.mark.parametrize(
+    "build, expected",
+    [
+        (lambda: routing_model("square", reg="l1", d=6), "prox-quasi-newton"),
+        (lambda: routing_model("square", d=8), "quasi-newton"),
+        (lambda: routing_model("hinge", d=4), "exact-admm"),
+    ],
+)
+def test_the_summary_names_the_route_and_the_floats_of_each_message_the_run_sends(build, expected):
+    """model.summary() names the inner solver a default run takes and the floats of each
+    message kind of that run (generated from the route's declared table): the most floats
+    one message of each kind carries in the run's ledger, both directions."""
+    from fedmodel.algorithms.privacy import privacy_rows
+
+    model = build()
+    text = model.summary(print_=False)
+    assert f"inner solver of prox-al on this model: {expected}" in text
+    res = model.solve("prox-al", history=False)
+    assert res.extra["inner_solver"] == expected and res.status == "optimal"
+    rows = privacy_rows(model.compile(), "prox-al")
+    declared = {
+        (r["kind"], r["direction"] == "client -> server"): r["floats"]
+        for r in rows
+        if r["channel"] == "algorithm"
+    }
+    sent: dict = {}
+    for r in res.ledger:
+        if r["channel"] != "algorithm":
+            continue
+        key = (r["kind"].removesuffix("_reply"), r["receiver"] == "server")
+        sent[key] = max(sent.get(key, 0), r["floats"])
+    assert sent == {k: v for k, v in declared.items() if k in sent}
+    # every kind the table declares for this run is one the run may send: here all but the
+    # gradient rounds that replace curvature_w once its directions are turned off
+    assert set(declared) - set(sent) <= {("gradient_w", False), ("gradient_w", True)}
+
+
+def test_a_toy_inner_solver_runs_through_the_table_end_to_end(monkeypatch):
+    """An inner solver is one module and one table line: a toy (federated gradient descent
+    on l_k, its own message kind, state and defaults) written here runs a prox-al solve to
+    the pooled optimum, its messages declared, validated and in the ledger."""
+    import numpy as np
+
+    import fedmodel.algorithms.proxal.routes as routes
+    from fedmodel.algorithms.messages import W
+    from fedmodel.algorithms.proxal.inner import InnerClient, InnerOutcome, InnerSolver
+    from fedmodel.runtime.schema import Field, MessageSpec
+
+    grad = Field(("d",), reveals="the gradient of P_{i,k} at w")
+
+    class ToyClient(InnerClient):
+        def start(self, w, **request):
+            self.host.w_center = np.asarray(w, dtype=float).copy()
+            return self._on_toy_w(w)
+
+        def _on_toy_w(self, w):
+            return {"grad": self.host._grad_P(np.asarray(w, dtype=float))}
+
+    class Toy(InnerSolver):
+        name, defaults, client_part = "toy", {"outer_anderson": 0}, ToyClient
+        start_reply = {"grad": grad}
+        messages = (MessageSpec("toy_w", request={"w": W}, reply={"grad": grad}),)
+        state_fields = ("steps",)
+
+        def __init__(self, host):
+            super().__init__(host)
+            self.steps, self.start_grad = 0, None
+
+        def take_start(self, replies):
+            self.start_grad = sum(r.payload["grad"] for r in replies.values())
+
+        def solve(self, runtime, tau, deadline):
+            host, w = self.host, self.host.x.copy()
+            g = self.start_grad + host.prox_weight * (w - host.x)
+            for t in range(host.options.max_inner):
+                if np.abs(g).max() <= tau:
+                    return InnerOutcome(w, t, float(np.abs(g).max()), True, 0.0, gradient=g)
+                w = w - 0.2 * g
+                self.steps += 1
+                runtime.next_round()
+                replies = runtime.broadcast("toy_w", {"w": w})
+                g = sum(r.payload["grad"] for r in replies.values())
+                g = g + host.prox_weight * (w - host.x)
+            return InnerOutcome(w, t + 1, float(np.abs(g).max()), False, 0.0, gradient=g)
+
+    monkeypatch.setattr(routes, "ROUTES", (Toy, *routes.ROUTES))
+    model = routing_model("square")
+    res = model.solve("prox-al", inner_solver="toy", history=False)
+    ref = model.solve("centralized")
+    assert res.extra["inner_solver"] == "toy" and res.status == "optimal"
+    assert res.extra["inner_solver_options"]["outer_anderson"] == 0
+    assert np.allclose(res.x, ref.x, atol=1e-3)
+    assert any(r["kind"] == "toy_w_reply" for r in res.ledger)
+    assert "toy" in model.summary(print_=False)

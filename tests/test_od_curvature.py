@@ -188,7 +188,7 @@ def test_sparse_client_data_stays_sparse_end_to_end(monkeypatch, inner):
 def test_the_limited_memory_model_runs_with_sparse_data(monkeypatch):
     """Above DENSE_MODEL_MAX shared variables the server keeps curvature pairs, not a d x d
     matrix (forced here at d = 40), and reaches the same optimum."""
-    import fedmodel.algorithms.proxal.server as server_module
+    import fedmodel.algorithms.proxal.newton_route as server_module
 
     X, y = sparse_parts(seed=4)
     model, pooled = logistic_ball(X, y, radius=0.8)
@@ -240,7 +240,7 @@ def test_centralized_stops_at_its_time_limit_with_a_point():
 def test_a_run_with_the_limited_memory_model_resumes_from_a_checkpoint(monkeypatch, tmp_path):
     """The limited-memory model's pairs and the curvature directions (seeded by outer
     iteration and round) are state: a resumed run repeats the uninterrupted one."""
-    import fedmodel.algorithms.proxal.server as server_module
+    import fedmodel.algorithms.proxal.newton_route as server_module
     from fedmodel.algorithms.proxal.options import ProxALOptions
     from fedmodel.algorithms.proxal.server import run_prox_al
 
@@ -304,8 +304,8 @@ def test_a_client_returns_its_local_newton_direction():
     client.mu = np.array([0.7])  # (an active constraint: its AL curvature is in H_i)
     client._on_start(np.zeros(n), inner="quasi-newton")
     V, r = rng.normal(size=(2, n)), rng.normal(size=n)
-    plain = client._on_curvature_w(w, V)
-    local = client._on_curvature_w(w, V, precondition=r)
+    plain = client.inner._on_curvature_w(w, V)
+    local = client.inner._on_curvature_w(w, V, precondition=r)
     assert "local_direction" not in plain
     _, _, H = client.solver.derivatives(w, [client.mu], [client.nu])
     M = 2 * (H + client.prox_weight * np.eye(n))

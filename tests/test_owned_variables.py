@@ -77,17 +77,15 @@ def test_owned_values_never_cross_the_network():
             elif row["channel"] == "algorithm" or key in ("w", "grad"):
                 assert shape in ((), (shared,)), (row["kind"], key, shape)
     assert ("diagnostic", "evaluate_reply", "owned_stationarity") in seen
-    # model.summary()'s traffic table says the same
-    from fedmodel.compiler.summary import traffic_per_round
+    # model.summary()'s rows (the run's declared table) say the same
+    from fedmodel.algorithms.privacy import privacy_rows
 
-    table = traffic_per_round(model.compile())
+    rows = {(r["kind"], r["direction"]): r["floats"] for r in privacy_rows(model.compile())}
     sizes = {(r["kind"], r["floats"]) for r in res.ledger if r["channel"] == "algorithm"}
     assert res.extra["inner_solver"] == "exact-admm"  # (the default with owned variables)
-    assert ("xadmm_w", table["prox-al exact-admm round"]["down"]) in sizes
-    assert ("xadmm_w_reply", table["prox-al exact-admm round"]["up"]) in sizes
-    outer_up = table["prox-al outer round (exact-admm)"]["up"]
-    with_metric = outer_up + table.get("prox-al metric (opt-in)", {"up": 0})["up"]
-    assert {("outer_reply", outer_up), ("outer_reply", with_metric)} & sizes
+    assert ("xadmm_w", rows[("xadmm_w", "server -> client")]) in sizes
+    assert ("xadmm_w_reply", rows[("xadmm_w", "client -> server")]) in sizes
+    assert ("outer_reply", rows[("outer", "client -> server")]) in sizes
     # only the last report (to the caller, for .value) holds a client's own block
     owned_rows = [r for r in res.ledger if "owned" in r["shapes"]]
     assert {r["kind"] for r in owned_rows} == {"report_reply"}

@@ -86,9 +86,9 @@ def test_safeguard_rejects_an_accelerated_input_whose_residual_grew():
 def test_residual_balancing_moves_rho_towards_the_larger_residual():
     compiled = lcqp_test_model(2).compile()
     options = ProxALOptions(beta=10.0, adaptive_rho=True, rb_ratio=10.0, rb_factor=2.0, rb_rounds=3)
-    client = ProxALClient(compiled.clients[0], options, rho=1.0, n_clients=2)
-    client.w_last = np.zeros(client.ns)
-    w = np.full(client.ns, 1e-3)  # small change of w: small dual residual
+    client = ProxALClient(compiled.clients[0], options, rho=1.0, n_clients=2).inner
+    client.w_last = np.zeros(client.host.ns)
+    w = np.full(client.host.ns, 1e-3)  # small change of w: small dual residual
     client.balance(w + 1.0, w)  # large primal residual: rho grows
     assert client.rho == 2.0
     client.balance(w + 1.0 + 1e-6, w + 1.0)  # w moved, u_i close to it: rho shrinks

@@ -169,22 +169,21 @@ def test_the_default_sends_vectors_only_and_newton_is_the_opt_in_that_sends_hess
         shape[-1:] != (d,) or shape[:-1] in ((), (0,), (1,), (k,), (k + 1,))
         for _, _, shape in shapes
     )
-    # model.summary()'s traffic table says the same
-    from fedmodel.compiler.summary import traffic_per_round
+    # model.summary()'s rows (the run's declared table) say the same: the most floats of a
+    # round, its constraint rows (d floats each, the client's one row here) included
+    from fedmodel.algorithms.privacy import privacy_rows
 
-    table = traffic_per_round(
-        model.compile(), curvature_directions=k, local_direction=True, constraint_rows=True
-    )
+    rows = {(r["kind"], r["direction"]): r["floats"] for r in privacy_rows(model.compile())}
     sizes = {(r["kind"], r["floats"]) for r in res.ledger if r["channel"] == "algorithm"}
-    up = table["prox-al quasi-Newton round"]["up"]
-    assert table["prox-al quasi-Newton constraint rows (most)"]["up"] == d
-    assert ("curvature_w_reply", up) in sizes or ("curvature_w_reply", up + d) in sizes
-    assert model.summary(print_=False).count("quasi-Newton constraint rows") == 1
-    assert ("curvature_w", table["prox-al quasi-Newton round"]["down"]) in sizes
+    up = rows[("curvature_w", "client -> server")]
+    assert ("curvature_w_reply", up) in sizes or ("curvature_w_reply", up - d) in sizes
+    assert "quasi-newton" in model.summary(print_=False)
+    assert ("curvature_w", rows[("curvature_w", "server -> client")]) in sizes
     gradients_only = model.solve(method="prox-al", curvature_directions=0, history=False)
     assert gradients_only.status == "optimal"
     assert ("gradient_w_reply", "grad", (d,)) in _algorithm_shapes(gradients_only)
-    assert table["prox-al Newton round (opt-in)"]["up"] == d * d + d + 1
+    newton_rows = privacy_rows(model.compile(), inner_solver="newton")
+    assert {(r["kind"], r["floats"]) for r in newton_rows} >= {("newton_w", d * d + d + 1)}
     newton = model.solve(method="prox-al", inner_solver="newton")
     assert newton.status == "optimal"
     assert ("newton_w_reply", "hessian", (d, d)) in _algorithm_shapes(newton)
@@ -324,22 +323,24 @@ def test_a_client_without_hessians_switches_the_newton_opt_in_to_admm():
 
 def test_newton_defaults_apply_only_when_newton_runs_and_keep_user_options():
     from fedmodel.algorithms.proxal.options import NEWTON_DEFAULTS, ProxALOptions
+    from fedmodel.algorithms.proxal.routes import apply_defaults, route_named
+
+    def resolved(name, **kw):
+        opts = ProxALOptions(**kw)
+        apply_defaults(route_named(name), opts)
+        return opts
 
     opts = ProxALOptions()
     assert (opts.beta, opts.prox_beta) == (100.0, 1e4)  # Algorithm 2's, until resolved
-    opts.resolve_inner("newton")
+    opts = resolved("newton")
     assert (opts.beta, opts.prox_beta) == (NEWTON_DEFAULTS["beta"], NEWTON_DEFAULTS["prox_beta"])
-    given = ProxALOptions(beta=50.0)
-    given.resolve_inner("newton")
+    given = resolved("newton", beta=50.0)
     assert (given.beta, given.prox_beta) == (50.0, NEWTON_DEFAULTS["prox_beta"])
-    admm = ProxALOptions()
-    admm.resolve_inner("admm")
+    admm = resolved("admm")
     assert (admm.beta, admm.prox_beta) == (100.0, 1e4)
-    paper = ProxALOptions(variant="paper")
-    paper.resolve_inner("newton")  # (the paper variant has no Newton defaults)
+    paper = resolved("newton", variant="paper")  # (the paper variant has no Newton defaults)
     assert paper.beta == 10.0
-    qn = ProxALOptions()
-    qn.resolve_inner("quasi-newton")  # (Algorithm 2's)
+    qn = resolved("quasi-newton")  # (Algorithm 2's)
     assert (qn.beta, qn.prox_beta) == (100.0, 1e4)
     # what a solve used is what it reports (res.options): each inner solver at its beta; a
     # model that falls back to Algorithm 2 keeps Algorithm 2's
@@ -368,7 +369,7 @@ def test_a_line_search_that_finds_no_decrease_stalls_at_the_start_point():
 
 
 def test_a_stalled_newton_inner_solve_ends_the_run_with_its_reason(monkeypatch):
-    import fedmodel.algorithms.proxal.server as server_module
+    import fedmodel.algorithms.proxal.newton_route as server_module
     from fedmodel.algorithms.proxal.newton_inner import NewtonOutcome
 
     def stalled(evaluate, start, tau, max_rounds, deadline=None, remodel=0, on_accept=None):
@@ -384,7 +385,7 @@ def test_a_stalled_newton_inner_solve_ends_the_run_with_its_reason(monkeypatch):
 def test_many_shared_variables_take_the_limited_memory_model(monkeypatch):
     """Above DENSE_MODEL_MAX shared variables the server keeps the last curvature pairs
     (two-loop recursion) instead of a d x d matrix; the answer is the same optimum."""
-    import fedmodel.algorithms.proxal.server as server_module
+    import fedmodel.algorithms.proxal.newton_route as server_module
     from fedmodel.algorithms.proxal.newton_inner import LimitedSecantModel
 
     model = np_model(2, seed=1)  # 5 shared variables
@@ -417,3 +418,23 @@ def test_measured_stationarity_of_test_8_is_the_certificates():
         measured = res.history[-1]["stationarity_measured"]
         assert measured == pytest.approx(res.kkt.stationarity, rel=1e-3, abs=1e-13)
         assert measured <= 0.01 * 1e-4  # (8) at kkt_factor[0] * eps1
+
+
+def test_a_route_refused_at_the_start_falls_back_and_says_so_with_the_options_it_ran():
+    """inner_solver="newton" on clients whose backend has no exact Hessians (log_sum_exp:
+    L-BFGS): the clients refuse at the start, the run takes the fallback route (Algorithm
+    2 for a named route) and res.extra names both, why, and the option values the run used
+    (newton's defaults were in effect when the halves were built)."""
+    rng = np.random.default_rng(0)
+    m = fm.Model("lse")
+    w = m.variable(3, name="w")
+    for k in range(2):
+        c = m.client(f"c{k}")
+        A = c.data(rng.normal(size=(6, 3)), name="A")
+        c.minimize(cp.log_sum_exp(A @ w) / 6 + cp.sum_squares(w) / 10)
+    res = m.solve("prox-al", inner_solver="newton", history=False)
+    assert res.status == "optimal" and res.extra["inner_solver"] == "admm"
+    assert res.extra["inner_solver_refused"] == "newton"
+    assert "client 'c0': its subproblem backend" in res.extra["inner_solver_note"]
+    assert res.extra["inner_solver_options"]["beta"] == res.options["beta"] == 300.0
+    assert {r["kind"] for r in res.ledger} >= {"start_reply", "admm_w_reply"}

@@ -115,3 +115,17 @@ def test_resuming_with_any_iterate_option_changed_names_it(tmp_path, method):
         other = {**manifest["options"], name: resume_value(other_value(manifest["options"][name]))}
         with pytest.raises(CheckpointError, match=rf"different options \({name}: "):
             check_manifest(manifest, options=other, **check)
+
+
+def test_a_prox_al_checkpoint_of_the_earlier_state_layout_is_refused_clearly():
+    """A checkpoint written before prox-al's inner solvers had their own state (every
+    route's state in one server half; tests/data holds one, of np_model(3) after two outer
+    iterations of the quasi-Newton route) is refused with a message saying why and what
+    to do, naming each client; it never resumes into a mixed state."""
+    from pathlib import Path
+
+    from problems import np_model
+
+    old = Path(__file__).parent / "data" / "proxal-checkpoint-earlier-layout"
+    with pytest.raises(CheckpointError, match="earlier fedmodel version.*without resume="):
+        np_model(3).solve("prox-al", eps=1e-6, max_outer=4, resume=str(old), history=False)

@@ -344,20 +344,21 @@ def test_deployed_party_refuses_undeclared_messages_before_dispatch(party):
     status, text, arrays = request(server.socket_path, ("call", *encode(("build", (honest,)))))
     assert status == "ok"
     ep = server.host.endpoints["site0"]
-    fields = {"w": np.zeros(3), "tol": 1e-3}  # declared names; refused before any shape check
+    # (the kinds of the inner solver site0 runs: np_model's default route, quasi-newton)
+    fields = {"w": np.zeros(3)}  # declared names; refused before any shape check
     refused = [
         (Message("launch", SERVER, "site0", {}, 1), CodecError, ["'site0'", "'launch'"]),
         (
-            Message("admm_w", SERVER, "site0", {**fields, "evil": 1.0}, 1),
+            Message("gradient_w", SERVER, "site0", {**fields, "evil": 1.0}, 1),
             CodecError,
-            ["'site0'", "'admm_w'", "undeclared field 'evil'"],
+            ["'site0'", "'gradient_w'", "undeclared field 'evil'"],
         ),
         (
-            Message("admm_w", SERVER, "site0", {"w": np.zeros(3)}, 1),
+            Message("curvature_w", SERVER, "site0", fields, 1),
             CodecError,
-            ["'site0'", "'admm_w'", "field 'tol'"],
+            ["'site0'", "'curvature_w'", "field 'directions'"],
         ),
-        (Message("admm_w", SERVER, "site9", fields, 1), PermissionError, ["'site9'"]),
+        (Message("gradient_w", SERVER, "site9", fields, 1), PermissionError, ["'site9'"]),
     ]
     for bad, error, named in refused:
         call = ("run", ([bad], None))

@@ -144,6 +144,7 @@ def program_dims(program) -> dict[str, int]:
         "m_ineq": int(program.m_ineq),
         "m_eq": int(program.m_eq),
         "m_cone": int(program.m_cone),
+        "m_con": int(program.m_ineq) + int(program.m_eq),
     }
 
 

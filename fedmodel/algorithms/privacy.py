@@ -63,21 +63,36 @@ def party_opt_ins() -> list[str]:
     return sorted(names)
 
 
+def run_table(compiled, method: str, **options: Any) -> tuple[MessageTable | None, str]:
+    """The table a run of ``method`` on ``compiled`` declares and a line describing the
+    run's plan: the family's ``run_table(compiled, method, options)`` when it has one (a
+    family whose messages depend on the model, such as prox-al's inner solvers), else the
+    family's table."""
+    table = method_table(method)
+    if table is None:
+        return None, ""
+    plan = getattr(importlib.import_module(FAMILIES[method]), "run_table", None)
+    if plan is None:
+        return table, ""
+    return plan(compiled, method, build_options(method_spec(method).options, options, method))
+
+
 def privacy_rows(compiled, method: str = "prox-al", **options: Any) -> list[dict[str, Any]]:
-    """The privacy table of ``method`` on a compiled model: one row per message kind and
-    direction, with ``floats`` the numbers it carries for this model (the largest over the
-    clients; optional fields counted) and ``floats_per_client``.
+    """The privacy table of ``method`` on a compiled model with ``options``: one row per
+    message kind and direction of the table a run declares (:func:`run_table`), with
+    ``floats`` the numbers it carries for this model (the largest over the clients;
+    optional fields counted) and ``floats_per_client``.
 
     Examples
     --------
     >>> import fedmodel as fm, numpy as np, cvxpy as cp
     >>> m = fm.Model("toy"); w = m.variable(3, name="w")
     >>> c = m.client("a"); c.minimize(cp.sum_squares(w - c.data(np.ones(3), "t")))
-    >>> rows = privacy_rows(m.compile(), "prox-al")
+    >>> rows = privacy_rows(m.compile(), "prox-al", inner_solver="newton")
     >>> [r["floats"] for r in rows if r["kind"] == "newton_w"]
     [3, 13]
     """
-    table = method_table(method)
+    table = run_table(compiled, method, **options)[0]
     if table is None:
         return []
     opts = build_options(method_spec(method).options, options, method)
@@ -99,10 +114,12 @@ def privacy_text(compiled, method: str = "prox-al", **options: Any) -> str:
     rows = privacy_rows(compiled, method, **options)
     if not rows:
         return f"messages of {method}: none (it pools every party's data; not federated)"
-    lines = [
+    heading = run_table(compiled, method, **options)[1]
+    lines = [heading] if heading else []
+    lines.append(
         f"messages of {method} (floats per message for this model, what each reveals; "
         "'masked': fields the server uses only as sums, masked under secure_aggregation=True):"
-    ]
+    )
     for r in rows:
         flag = " [opt-in: " + ", ".join(r["opt_in"]) + "]" if r["opt_in"] else ""
         if r["masked"]:
@@ -122,10 +139,14 @@ def docs_tables() -> str:
     parts = []
     for package, ref in FAMILY_TABLES.items():
         module, attr = ref.split(":")
-        table = getattr(importlib.import_module(module), attr)
         methods = [m for m, p in FAMILIES.items() if p == package]
-        parts.append(f"#### {', '.join(f'`{m}`' for m in methods)}\n")
-        parts.append(privacy_markdown(table.privacy_rows(None), methods=methods) + "\n")
+        names = ", ".join(f"`{m}`" for m in methods)
+        # (a family whose tables depend on the run lists them: prox-al's, one per route)
+        listed = getattr(importlib.import_module(package), "docs_tables", None)
+        tables = listed() if listed else [("", getattr(importlib.import_module(module), attr))]
+        for title, table in tables:
+            parts.append(f"#### {names}{': ' + title if title else ''}\n")
+            parts.append(privacy_markdown(table.privacy_rows(None), methods=methods) + "\n")
     parts.append("#### secure aggregation (around a sum-only message, `secure_aggregation=True`)\n")
     parts.append(privacy_markdown(SECAGG.privacy_rows(None)) + "\n")
     return "\n".join(parts).rstrip() + "\n"

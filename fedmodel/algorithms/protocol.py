@@ -179,19 +179,24 @@ class ClientHalf(DeclaredState):
         kind, a missing required field or an undeclared one is a ValueError naming the
         party, the kind and the field."""
         t0 = time.perf_counter()
-        handler, takes_sender = _handler(type(self), msg.kind)
+        owner, (handler, takes_sender) = self.handler_owner(msg.kind)
         if handler is None:
             raise ValueError(f"party {self.name!r} got unknown message kind {msg.kind!r}")
         if self.messages is not None:
             self._check_request(msg)
         if takes_sender:
-            out = handler(self, sender=msg.sender, **msg.payload)
+            out = handler(owner, sender=msg.sender, **msg.payload)
         else:
-            out = handler(self, **msg.payload)
+            out = handler(owner, **msg.payload)
         self.stats["seconds"] += time.perf_counter() - t0
         if msg.channel == "local" or msg.sender != SERVER:
             return out
         return Message(msg.kind + "_reply", self.name, SERVER, out, msg.round, msg.channel)
+
+    def handler_owner(self, kind: str) -> tuple[Any, tuple[Any, bool]]:
+        """The object whose ``_on_<kind>`` answers ``kind`` (this half; a half made of
+        parts may name one of them) and that handler with whether it takes the sender."""
+        return self, _handler(type(self), kind)
 
     def _check_request(self, msg: Message) -> None:
         """The payload's field names against the kind's declared request fields, then the

@@ -333,25 +333,17 @@ class Model:
         return compiled
 
     def summary(self, print_: bool = True, method: str = "prox-al") -> str:
-        """Describe each party, its terms and constraint dimensions, what crosses the
-        network per round of each method (counts of floats), and the privacy table of
-        ``method``: each message kind, its direction, its size in floats for this model,
-        what it reveals, and which kinds are opt-in (declared in the method's message
-        table, :mod:`fedmodel.algorithms.messages`)."""
+        """Describe each party, its terms and constraint dimensions, and the messages of
+        ``method`` at its default options on this model: for prox-al the inner solver a
+        default run takes, then each message kind of the run, its direction, its size in
+        floats for this model (the most one message carries), what it reveals, and which
+        kinds are opt-in (generated from the declared tables,
+        :mod:`fedmodel.algorithms.privacy`)."""
         from fedmodel.algorithms.privacy import privacy_text
-        from fedmodel.algorithms.proxal.options import ProxALOptions
         from fedmodel.compiler.summary import model_summary
 
         compiled = self.compile()
-        # (prox-al's default curvature directions per quasi-Newton round for this model)
-        options, d = ProxALOptions(), compiled.layout.n_shared
-        k = options.curvature_count(d)
-        text = model_summary(
-            compiled,
-            curvature_directions=k,
-            local_direction=bool(k) and options.local_directions_on(d),
-            constraint_rows=options.constraint_curvature_on(d),
-        )
+        text = model_summary(compiled)
         if not compiled.publications:  # (vertical models: see docs/runtime.md's tables)
             text += "\n" + privacy_text(compiled, method)
         if print_:

@@ -6,6 +6,38 @@ from fedmodel.algorithms.proxal import client as _client  # noqa: F401 - registe
 from fedmodel.algorithms.proxal.options import ADMMOptions, ProxALOptions
 
 
+def run_table(compiled, method: str, options):
+    """The message table a run of ``method`` on ``compiled`` with ``options`` declares (its
+    inner solver's, the fields it never sends left out) and a line naming that inner
+    solver: what ``model.summary()`` and the privacy rows print."""
+    from fedmodel.algorithms.proxal.messages import route_table
+    from fedmodel.algorithms.proxal.routes import apply_defaults, choose
+
+    proximal = method == "prox-al"
+    route, note = choose(compiled, options, proximal)
+    apply_defaults(route, options)
+    why = f" ({note})" if note else ""
+    heading = f"inner solver of {method} on this model: {route.name}{why}"
+    return route_table(route, compiled, options, proximal), heading
+
+
+def docs_tables() -> list:
+    """``(title, table)`` per inner solver (routes with the same messages together), for
+    docs/runtime.md (:func:`fedmodel.algorithms.privacy.docs_tables`)."""
+    from fedmodel.algorithms.proxal.messages import route_table
+    from fedmodel.algorithms.proxal.routes import ROUTES
+
+    groups: dict = {}
+    for route in ROUTES:
+        table = route_table(route)
+        key = repr(table.specs)
+        groups.setdefault(key, (table, []))[1].append(route.name)
+    return [
+        (f"inner solver {' / '.join(repr(n) for n in names)}", table)
+        for table, names in groups.values()
+    ]
+
+
 def _run(compiled, options, method):
     from fedmodel.algorithms.proxal.server import run_prox_al
 

@@ -52,8 +52,19 @@ import time
 import numpy as np
 
 from fedmodel.algorithms.common import step_budgets
+from fedmodel.algorithms.protocol import StepReport
 from fedmodel.algorithms.proxal.anderson import AndersonState
-from fedmodel.algorithms.proxal.inner import InnerOutcome
+from fedmodel.algorithms.proxal.inner import InnerClient, InnerOutcome, InnerSolver
+from fedmodel.algorithms.proxal.obstacles import (
+    EXACT_MIN_EPS,
+    exact_eps_ok,
+    inequality_walls,
+    newton_obstacle,
+    restricted_domain_party,
+)
+from fedmodel.runtime.schema import Field, MessageSpec
+from fedmodel.subproblems.conic_prox import exact_prox_solver, internal_rows
+from fedmodel.subproblems.merit import set_deadline, step_deadline
 
 #: residual balancing keeps sigma within [start / SIGMA_RANGE, start * SIGMA_RANGE]
 SIGMA_RANGE = 1e3
@@ -300,3 +311,270 @@ class ExactADMM:
             and abs(now - then) <= INFEASIBLE_CHANGE * now
             and dual <= INFEASIBLE_CHANGE * now
         )
+
+
+#: test (8)'s targets with exact-admm, as fractions of eps: the stationarity half at eps
+#: itself (the exact steps leave no local error, and a KKT residual of eps came with
+#: relative gaps of 1e-5 or less on the benchmark suite), a tenth of it when a party has
+#: constraints of the user's (their multiplier updates read c(w) at an inexact inner
+#: solution: at tau_k's floor of eps/2 the multipliers of max-entropy and bpdn stalled at a
+#: violation of ~1e-3 and "diverging"); the feasibility half at a hundredth of eps
+EXACT_KKT_FACTORS = {False: (1.0, 0.01), True: (0.1, 0.01)}
+#: exact-admm lowers the inner tolerance's floor at most this far (three decades) when the
+#: certificate disagrees with test (8); then it stops and the certificate gives the verdict
+#: (max-entropy: w_j near 0, where entr's gradient blows up, reads "inaccurate" at a correct
+#: point also with centralized)
+EXACT_MIN_FLOOR_SCALE = 1e-3
+#: exact-admm's over-relaxation when ``relaxation`` is left to its default (1.6 took more
+#: rounds than 1 on LAD, SVM and quantile models)
+EXACT_RELAXATION = 1.0
+
+XADMM_W = MessageSpec(
+    "xadmm_w",
+    request={
+        "c": Field(("d",)),
+        "sigma": Field(()),
+        "tol": Field(()),
+        # seconds the step may take by the receiver's own clock (the run's time_limit;
+        # absent without one)
+        "budget": Field((), required=False),
+    },
+    reply={
+        "x": Field(
+            ("d",),
+            reveals="x_i = argmin P_{i,k}(x) + (sigma/2)||x - c_i||^2, the prox of "
+            "its subproblem at the centre c_i",
+        ),
+    },
+    reveals="one round of exact-admm (prox-al's inner solver on non-smooth and conic "
+    "models: d floats)",
+    methods=("prox-al",),
+)
+
+
+class ExactInner(InnerSolver):
+    """The route ``"exact-admm"``: :class:`ExactADMM` on the server half, the clients'
+    exact steps (:class:`ExactClient`), the server's own exact step (:meth:`exact_step`)
+    and what it changes in Algorithm 1: test (8)'s targets (:data:`EXACT_KKT_FACTORS`),
+    the certificate's check when (8) holds (:meth:`verify_stop`) or nearly does
+    (:meth:`near_stop`), the multipliers of the epigraph pieces (its steps' duals) and
+    the infeasibility verdict of a consensus gap that settles."""
+
+    name = "exact-admm"
+    start_reply = {"exact": Field((), dtype="bool", reveals="nothing (exact-admm started)")}
+    messages = (XADMM_W,)
+    component_fields = ("admm",)
+
+    @classmethod
+    def accepts(cls, compiled, options, proximal):
+        if not proximal or compiled.nonconvex:
+            return (
+                f"inner_solver={cls.name!r} needs method 'prox-al' on a convex model (its "
+                "exact party steps minimise convex subproblems); use inner_solver='admm'"
+            )
+        if options.inner_solver == "auto" and not exact_eps_ok(options):
+            return f"eps below {EXACT_MIN_EPS:g} (the certificate of interior-point steps)"
+        return None
+
+    @classmethod
+    def unused(cls, compiled, options):
+        return {"budget"} if getattr(options, "time_limit", None) is None else set()
+
+    @classmethod
+    def suits(cls, compiled, options, proximal):
+        if compiled.shared_hessian_obstacle() or restricted_domain_party(compiled):
+            return None
+        if not newton_obstacle(compiled, options, proximal) and inequality_walls(compiled):
+            return None
+        return "its terms are smooth (a Newton-type route takes them)"
+
+    @classmethod
+    def note(cls, compiled, options, proximal):
+        why = newton_obstacle(compiled, options, proximal)
+        obstacle = compiled.shared_hessian_obstacle() or restricted_domain_party(compiled)
+        return why or obstacle or inequality_walls(compiled)
+
+    def __init__(self, host):
+        super().__init__(host)
+        options = host.options
+        rhos = host.rhos
+        self.admm = ExactADMM(
+            float(np.mean(list(rhos.values()))) if rhos else 1.0,
+            int(options.anderson),
+            exact_balancing(options),
+            int(options.max_inner),
+            float(options.relaxation)
+            if "relaxation" not in getattr(options, "_defaulted", ()) or not options.adaptive
+            else EXACT_RELAXATION,
+        )
+        self._exact_solver = None
+        self._hard_rows = internal_rows(host.problem)
+
+    # (what ExactADMM.solve reads of "the server")
+    @property
+    def ns(self) -> int:
+        return self.host.ns
+
+    @property
+    def x(self) -> np.ndarray:
+        return self.host.x
+
+    @property
+    def options(self):
+        return self.host.options
+
+    @property
+    def may_be_infeasible(self) -> bool:
+        return self.host.may_be_infeasible
+
+    def solve(self, runtime, tau, deadline):
+        return self.admm.solve(self, runtime, tau, deadline)
+
+    def configure(self) -> None:
+        """Test (8)'s targets of exact-admm (:data:`EXACT_KKT_FACTORS`; adaptive variant)."""
+        host = self.host
+        if host.options.adaptive:
+            host.kkt_factors = EXACT_KKT_FACTORS[host.user_constraints]
+
+    state_restored = configure
+
+    def hard_rows(self):
+        return self._hard_rows
+
+    def extra(self) -> dict:
+        return {"exact_admm_sigma": self.admm.sigma, "anderson_rejections": self.admm.rejections}
+
+    def stalled(self, k, outcome, tau):
+        """(:meth:`ExactADMM.infeasible`: the consensus gap settled)"""
+        return StepReport(
+            info={"inner_iterations": outcome.iterations, "inner_bound": outcome.bound},
+            stop="diverging",
+            message=(
+                f"the parties' constraints admit no common point: at outer iteration "
+                f"{k} the consensus gap of exact-admm settled at {outcome.bound:.3g} "
+                f"(target tau_k = {tau:.3g}) while the server's point stopped moving "
+                "and the duals grow; the model is likely infeasible (method="
+                "'centralized' gives the pooled solver's certificate)"
+            ),
+        )
+
+    def verify_stop(self, runtime) -> bool:
+        """Test (8) bounds ``dist(0, d l_k)`` by the consensus residuals, which miss how
+        fast a client's terms change between its ``x_i`` and ``z`` (stiff
+        augmented-Lagrangian terms, kinks): when (8) holds, one diagnostic round evaluates
+        the certificate at the iterate; if it fails, the inner tolerance's floor drops
+        tenfold (at most :data:`EXACT_MIN_FLOOR_SCALE`) and the outer loop goes on (True:
+        stop)."""
+        host = self.host
+        if not host.options.adaptive or host.tau_floor_scale <= EXACT_MIN_FLOOR_SCALE:
+            return True  # (the certificate decides)
+        opts = host.options
+        holds, kkt = host.certified(runtime)
+        if holds:
+            return True
+        # the floor drops by the measured shortfall (half of what the scaled residuals miss
+        # eps by), at least tenfold: the inner residuals are absolute while the verdict is
+        # on the user's scale (sparse-logistic-d3000: scaled stationarity 9.5e-3 at an
+        # absolute 2.5e-4, terms of size ~0.03; two tenfold drops: 527 -> 505 rounds)
+        stat, feas = kkt.verdict_residuals
+        short = max(stat / opts.eps1, feas / opts.eps2)
+        host.tau_floor_scale *= min(0.1, 0.5 / short) if np.isfinite(short) else 0.1
+        return False
+
+    def near_stop(self, outcome, dw) -> bool:
+        """Whether to evaluate the certificate although test (8) failed (adaptive). Its
+        targets are fractions of ``eps`` (:data:`EXACT_KKT_FACTORS`) and its stationarity
+        half adds ``tau_k``, so (8) can miss for several outer iterations a point whose
+        certificate already holds at ``eps`` (LAD on wine quality, quick size: certified
+        at 1.1e-4 after round 181, (8) held after round 392). Near the end -- the inner
+        solve met a bound at most ``eps1`` and the outer step ``dw / beta`` is at most
+        ``eps1`` -- one diagnostic round evaluates the certificate at the iterate, and the
+        run stops when it holds: "optimal" is that certificate, so the verdict is
+        unchanged."""
+        opts = self.host.options
+        if not opts.adaptive or not outcome.satisfied:
+            return False
+        return outcome.bound <= opts.eps1 and dw <= opts.beta * opts.eps1
+
+    def exact_step(self, avg: np.ndarray, weight: float, tol: float, deadline=None):
+        """The server's step: ``argmin P_{0,k}(z, theta_0) + h(z) + (weight/2)||z - avg||^2``
+        over its view, exactly (its epigraph pieces as hard constraints, their duals kept in
+        ``mu_0``); returns the point and the measured residual. Past ``deadline`` (the run's,
+        a ``time.perf_counter()`` value) the solve returns the point it reached."""
+        host = self.host
+        ns, p = host.ns, host.prox_weight
+        if self._exact_solver is None:
+            self._exact_solver = exact_prox_solver(host.problem, host.options.solver)
+        set_deadline(self._exact_solver, deadline)
+        center = (p * host.x[:ns] + weight * avg) / (p + weight)
+        sigma = p + weight
+        if host.owned:
+            sigma = np.r_[np.full(ns, p + weight), np.full(host.n_own, p)]
+            center = np.concatenate([center, host.x[ns:]])
+        host.problem.set(sigma=sigma, center=center, mu=[host.mu], nu=[host.nu])
+        start = np.concatenate([avg, host.x[ns:]]) if host.owned else avg
+        report = self._exact_solver.solve(start, tol, host.options.max_local_iter)
+        host.local_iterations += report.iterations
+        host.mu = np.array(host.problem.mu[0], dtype=float)
+        host.nu = np.array(host.problem.nu[0], dtype=float)
+        return report.x, report.residual
+
+
+class ExactClient(InnerClient):
+    """Client ``i``'s side of exact-admm: its exact step (``xadmm_w``) and its last point
+    ``x_i`` (with its own block), the warm start of the next."""
+
+    state_fields = ("u",)
+
+    def __init__(self, host):
+        super().__init__(host)
+        self.u: np.ndarray | None = None
+        self._exact_solver = None
+        self._hard_rows = internal_rows(host.problem)
+
+    def hard_rows(self):
+        return self._hard_rows
+
+    def start(self, w, **request) -> dict:
+        """The new centres of ``P_{i,k}``; nothing to send but the flag."""
+        h = self.host
+        h.w_center = np.asarray(w, dtype=float).copy()
+        h.theta_center = h.theta_at_w.copy()
+        return {"exact": True}
+
+    def _on_xadmm_w(self, c, sigma, tol, budget=None):
+        """The exact minimiser of ``P_{i,k}(x) + (sigma/2)||x_shared - c||^2`` over this
+        client's view (:mod:`~fedmodel.subproblems.conic_prox`); replies its shared part
+        ``x_i``. Its own block, the epigraph pieces' multipliers (the solve's duals) and the
+        cone multipliers stay here, with the point they belong to. ``budget``: the seconds
+        the step may take, counted on this client's own clock from the message's arrival
+        (the run's time limit); a step cut short replies the point it reached."""
+        h = self.host
+        c = np.asarray(c, dtype=float)
+        ns, p, s = h.ns, h.prox_weight, float(sigma)
+        if self._exact_solver is None:
+            self._exact_solver = exact_prox_solver(h.problem, h.solver_option)
+        set_deadline(self._exact_solver, step_deadline(budget, f"party {h.name!r}"))
+        center = (p * h.w_center + s * c) / (p + s)
+        weight = p + s
+        if h.owned:  # Algorithm 1's proximal share on its own block (weight p)
+            n_own = h.program.layout.size - ns
+            weight = np.r_[np.full(ns, p + s), np.full(n_own, h.theta_prox)]
+            center = np.concatenate([center, h.theta_center])
+        h.problem.set(sigma=weight, center=center, mu=[h.mu], nu=[h.nu])
+        h.problem.cone[0] = h.cone
+        start = self.u if self.u is not None else h._local(c, h.theta_at_w)
+        report = self._exact_solver.solve(start, float(tol), h.max_local_iter)
+        h.stats["local_solves"] += 1
+        h.stats["local_iterations"] += report.iterations
+        h.note_residual_gap(report.residual, tol)
+        h.mu = np.array(h.problem.mu[0], dtype=float)
+        h.nu = np.array(h.problem.nu[0], dtype=float)
+        h.cone = np.array(h.problem.cone[0], dtype=float)
+        h.cone_at_w = h.cone.copy()
+        self.u = np.array(report.x, dtype=float)
+        h.theta_at_w = self.u[ns:].copy()
+        return {"x": self.u[:ns].copy()}
+
+
+ExactInner.client_part = ExactClient

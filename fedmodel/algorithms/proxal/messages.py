@@ -1,136 +1,126 @@
-"""The message table of ``prox-al`` and ``admm`` (Algorithm 1, Algorithm 2 and the Newton
-inner solver): every kind the client half answers, its fields and what each reveals.
+"""The message tables of ``prox-al`` and ``admm``: Algorithm 1's kinds composed with the
+declarations of one inner solver (:mod:`~fedmodel.algorithms.proxal.routes`).
+
+A run declares :func:`route_table` of its route: ``start`` (the first inner start),
+``outer`` (Algorithm 1's multiplier round, whose reply also starts the next inner solve),
+``outer_aa`` (the outer Anderson step), the route's own round kinds, and the certificate's
+``evaluate`` and ``report``. The requests that start an inner solve carry ``w`` and the
+route's ``start_request`` fields (the ``start`` after a fallback also the route's name,
+``inner``); their replies carry its ``start_reply`` fields. A route that ``probes`` may be refused at ``start``: that reply is
+``accepted = False`` with the reason ``why``, or ``accepted = True`` with the start fields.
 
 Dimensions: ``d`` (shared variables), ``d_own`` (the client's own block, never sent but in
 the final report), ``m_ineq``, ``m_eq``, ``m_cone``, ``aa`` / ``oaa`` (the inner and
 outer Anderson memories plus one, from the options) and ``cd`` (``curvature_directions``).
 
-``inner_solver="prox-quasi-newton"`` (a non-smooth ``h`` with smooth parties) uses the
-quasi-Newton kinds unchanged, ``inner="quasi-newton"`` included (``start``, ``outer``,
-``gradient_w``, ``curvature_w``): a client reveals exactly what it reveals to the
-quasi-Newton inner solver; ``h``, its prox and the server's model step never leave the
-server.
+:data:`PROXAL` is the family's table for readers that see no route (the client half's
+request check before its route is known, the docs): every route's kinds, the start replies
+of all routes as alternatives.
 
 Examples
 --------
+>>> from fedmodel.algorithms.proxal.admm_inner import ADMMInner
+>>> route_table(ADMMInner)["outer"].reply["u_tilde"].required
+True
 >>> PROXAL["admm_w"].reply["u_tilde"].shape
 ('d',)
 """
 
 from __future__ import annotations
 
+import dataclasses
+
 from fedmodel.algorithms.messages import W, evaluate_spec, report_spec
+from fedmodel.algorithms.proxal.routes import ROUTES
 from fedmodel.runtime.schema import Field, MessageSpec, MessageTable
 
-NEWTON = "inner_solver='newton'"
-HESSIAN_METRIC = "penalty_metric='hessian'"
 #: the party's own opt-in to send its d x d Hessian (fedmodel join --reveal hessian)
 HESSIAN = "hessian"
 
-# "admm" (default), "quasi-newton", "exact-admm" or "newton" (the Hessian: an opt-in)
+# the route's name, after a fallback (the Newton route sends the Hessian: an opt-in)
 _INNER = Field((), dtype="str", required=False, party_opt_in={"newton": HESSIAN})
-_U_TILDE = Field(("d",), required=False, reveals="u~_i = u_i + lambda_i / rho_i (eq. 17)")
-_METRIC = Field(
-    ("d", "d"),
-    required=False,
-    opt_in=HESSIAN_METRIC,
-    reveals="the Hessian of P_{i,k} (d x d curvature: with fewer rows than d it can reveal "
-    "the rows)",
-)
-#: the derivatives of P_{i,k} at w (Newton inner solver)
-_NEWTON_REPLY = {
-    "value": Field((), required=False, reveals="P_{i,k}(w)"),
-    "grad": Field(("d",), required=False, reveals="the gradient of P_{i,k} at w"),
-    "hessian": Field(
-        ("d", "d"),
-        required=False,
-        opt_in=NEWTON,
-        reveals="the Hessian of P_{i,k} at w (d x d curvature: with fewer rows than d it "
-        "can reveal the rows)",
+#: ProxALClient's arguments besides its program and options, checked where it is built
+BUILD = {
+    "rho": Field((), positive=True),
+    "n_clients": Field((), dtype="int", positive=True),
+    "proximal": Field((), dtype="bool"),
+    "theta0": Field(("d_own",), nullable=True),
+    "metric": Field(
+        (), dtype="str", choices=("scalar", "hessian"), party_opt_in={"hessian": HESSIAN}
+    ),
+    "route": Field(
+        (),
+        dtype="str",
+        choices=tuple(route.name for route in ROUTES),
+        party_opt_in={"newton": HESSIAN},
     ),
 }
-#: quasi-Newton with curvature_directions > 0: directions out, Hessian-vector products back
-_DIRECTIONS = Field(("<=cd", "d"), required=False)
-_HVP = Field(
-    ("<=cd", "d"),
-    required=False,
-    reveals="the Hessian of P_{i,k} at w times each direction (directional derivatives of "
-    "its gradient; for a quadratic client the gradient difference along it)",
+_DMU = Field((), reveals="||mu_i^{k+1} - mu_i^k||_inf")
+_DTHETA = Field((), required=False, reveals="the change of its block (party-owned variables)")
+_OUTER_GRAM = Field(
+    ("<=oaa",), required=False, reveals="inner products of its multiplier changes (outer_anderson)"
 )
-_STIFF = Field(
-    ("*", "d"),
-    required=False,
-    reveals="the gradients at w, times sqrt(beta), of its equality constraints and active "
-    "non-affine inequalities (constraint_curvature: their augmented-Lagrangian curvature "
-    "J_i^T J_i; for affine equalities, its constraint rows themselves)",
-)
-#: the reply that starts the next inner solve: the ADMM initialisation or the derivatives
-_INNER_START = {
-    "u_tilde": _U_TILDE,
-    "metric": _METRIC,
-    **_NEWTON_REPLY,
-    "hvp": _HVP,
-    "stiff": _STIFF,
-    "exact": Field((), dtype="bool", required=False, reveals="nothing (exact-admm started)"),
+#: test (8)'s feasibility half, measured by the client (routes with measures_feasibility)
+_FEASIBILITY = {
+    "violation": Field((), reveals="its largest constraint violation at w^{k+1}"),
+    "complementarity": Field((), reveals="max_j mu_ij^{k+1} max(-c_ij(w^{k+1}), 0)"),
 }
-_START_ALTERNATIVES = (("u_tilde",), ("value", "grad"), ("exact",))
-_GRAM = Field(("<=aa",), required=False, reveals="inner products of its ADMM residuals")
-_OUTER_GRAM = Field(("<=oaa",), required=False, reveals="inner products of its multiplier changes")
 
 
 def option_dims(options) -> dict[str, int]:
     """``aa`` / ``oaa``: the inner and outer Anderson memories plus one (the most weights
-    and Gram entries a message carries)."""
+    and Gram entries a message carries); ``cd``: the most curvature directions."""
     return {
         "aa": int(getattr(options, "anderson", 0)) + 1,
         "oaa": int(getattr(options, "outer_anderson", 0)) + 1,
         "cd": _curvature_bound(options),
+        "cs": _curvature_bound(options, local=False),
     }
 
 
-def _curvature_bound(options) -> int:
+def _curvature_bound(options, local: bool = True) -> int:
     """The most curvature directions a message carries (``curvature_directions``, or its
-    default's largest value, 2)."""
+    default's largest value, 2; with ``local``, a round's, the local direction on top)."""
     k = getattr(options, "curvature_directions", None)
     k = 2 if k is None else int(k)
-    local = getattr(options, "local_directions", None)
-    return k + 1 if local is None or local else k  # (the local direction on top)
+    on = getattr(options, "local_directions", None)
+    return k + 1 if local and (on is None or on) else k
 
 
-PROXAL = MessageTable(
-    "proxal",
-    (
+def _optional(fields: dict[str, Field]) -> dict[str, Field]:
+    return {k: dataclasses.replace(f, required=False) for k, f in fields.items()}
+
+
+def _start_specs(request: dict, reply: dict, probes: bool, one_of=(), outer=None) -> tuple:
+    """``start``, ``outer`` and ``outer_aa`` around a route's start fields."""
+    start_reply, start_one_of = reply, one_of
+    if probes:  # (accepted, or refused with a reason)
+        start_reply = {
+            "accepted": Field((), dtype="bool"),
+            "why": Field((), dtype="str", required=False),
+            **_optional(reply),
+        }
+        needed = tuple(k for k, f in reply.items() if f.required)
+        start_one_of = (*(one_of or (needed,)), ("why",))
+    return (
         MessageSpec(
             "start",
-            request={"w": W, "inner": _INNER, "directions": _DIRECTIONS},
-            reply={
-                "newton": Field((), dtype="bool", required=False),
-                "why": Field((), dtype="str", required=False),
-                **_INNER_START,
-            },
-            one_of=(*_START_ALTERNATIVES, ("newton", "why")),
+            request={"w": W, "inner": _INNER, **request},
+            reply=start_reply,
+            one_of=start_one_of,
             reveals="the start of its inner solver at w^0",
         ),
         MessageSpec(
             "outer",
-            request={"w": W, "inner": _INNER, "directions": _DIRECTIONS},
+            request={"w": W, **request},
             reply={
-                "dmu_inf": Field((), reveals="||mu_i^{k+1} - mu_i^k||_inf"),
-                "violation": Field(
-                    (),
-                    required=False,
-                    reveals="its largest constraint violation at w^{k+1} ((quasi-)Newton)",
-                ),
-                "complementarity": Field(
-                    (),
-                    required=False,
-                    reveals="max_j mu_ij^{k+1} max(-c_ij(w^{k+1}), 0) ((quasi-)Newton)",
-                ),
-                "dtheta_scaled": Field((), required=False, reveals="the change of its block"),
+                "dmu_inf": _DMU,
+                "dtheta_scaled": _DTHETA,
                 "gram": _OUTER_GRAM,
-                **_INNER_START,
+                **(outer or {}),
+                **reply,
             },
-            one_of=_START_ALTERNATIVES,
+            one_of=one_of,
             reveals="the change of its multipliers and the next inner start",
             methods=("prox-al",),
         ),
@@ -140,121 +130,84 @@ PROXAL = MessageTable(
                 "w": W,
                 "alpha": Field(("<=oaa",)),
                 "reset": Field((), dtype="bool"),
-                "inner": _INNER,
-                "directions": _DIRECTIONS,
+                **request,
             },
-            reply=_INNER_START,
-            one_of=_START_ALTERNATIVES,
+            reply=reply,
+            one_of=one_of,
             reveals="the inner start at the combined point (outer Anderson step)",
             methods=("prox-al",),
         ),
-        MessageSpec(
-            "admm_w",
-            request={
-                "w": W,
-                "tol": Field(()),
-                "alpha": Field(("<=aa",), required=False),
-                "reset": Field((), dtype="bool", required=False),
-            },
-            reply={
-                "u_tilde": Field(("d",), reveals="u~_i = u_i + lambda_i / rho_i (eq. 17)"),
-                "eps_tilde": Field((), reveals="its local accuracy (eq. 18)"),
-                "rho": Field((), required=False, reveals="its residual-balanced rho_i"),
-                "metric": _METRIC,
-                "gram": _GRAM,
-            },
-            reveals="one ADMM round of Algorithm 2",
-        ),
-        MessageSpec(
-            "xadmm_w",
-            request={
-                "c": Field(("d",)),
-                "sigma": Field(()),
-                "tol": Field(()),
-                # seconds the step may take by the receiver's own clock (the run's
-                # time_limit; absent without one)
-                "budget": Field((), required=False),
-            },
-            reply={
-                "x": Field(
-                    ("d",),
-                    reveals="x_i = argmin P_{i,k}(x) + (sigma/2)||x - c_i||^2, the prox of "
-                    "its subproblem at the centre c_i",
-                ),
-            },
-            reveals="one round of exact-admm (prox-al's inner solver on non-smooth and conic "
-            "models: d floats)",
-            methods=("prox-al",),
-        ),
-        MessageSpec(
-            "gradient_w",
-            request={"w": W},
-            reply={
-                "value": Field((), reveals="P_{i,k}(w)"),
-                "grad": Field(("d",), reveals="the gradient of P_{i,k} at w"),
-                "stiff": _STIFF,
-            },
-            reveals="P_{i,k}'s value and gradient at a trial point (quasi-Newton inner "
-            "solver with curvature_directions = 0, its default above 500 shared variables: "
-            "d + 1 floats, no curvature of its terms; with constraint_curvature, on up to "
-            "2000 shared variables, the rows of its equality and active non-affine "
-            "inequality constraints, d floats each)",
-            methods=("prox-al",),
-        ),
-        MessageSpec(
-            "curvature_w",
-            request={
-                "w": W,
-                "directions": Field(("<=cd", "d")),
-                "precondition": Field(("d",), required=False),
-            },
-            reply={
-                "value": Field((), reveals="P_{i,k}(w)"),
-                "grad": Field(("d",), reveals="the gradient of P_{i,k} at w"),
-                "hvp": Field(("<=cd", "d"), reveals=_HVP.reveals),
-                "stiff": _STIFF,
-                "local_direction": Field(
-                    ("d",),
-                    required=False,
-                    reveals="its local Newton direction (n (H_i + p I))^(-1) r for the "
-                    "server's vector r (local_directions): one product of the inverse of "
-                    "its Hessian of P_{i,k} at w, of the kind of a Hessian-vector product",
-                ),
-            },
-            reveals="P_{i,k}'s value, gradient and Hessian-vector products along k = "
-            "curvature_directions server-chosen directions at a trial point (the quasi-Newton "
-            "default up to 500 shared variables, k = min(2, d // 4): (k + 1) d + 1 floats; "
-            "the products of d / k rounds span the Hessian where it does not change, e.g. a "
-            "quadratic client's; with local_directions, on by default when the server has "
-            "no inequality constraints, one more direction and the client's local Newton "
-            "direction: (k + 3) d + 1 floats; with constraint_curvature its constraint "
-            "rows, d floats each)",
-            methods=("prox-al",),
-        ),
-        MessageSpec(
-            "newton_w",
-            request={"w": W},
-            reply={
-                "value": Field((), reveals="P_{i,k}(w)"),
-                "grad": Field(("d",), reveals="the gradient of P_{i,k} at w"),
-                "hessian": _NEWTON_REPLY["hessian"],
-            },
-            reveals="P_{i,k}'s value and gradient at a trial point (Newton inner solver)",
-            methods=("prox-al",),
-            party_opt_in=HESSIAN,
-        ),
+    )
+
+
+def _common() -> tuple:
+    return (
         evaluate_spec(),
         report_spec(reply={"owned": Field(("d_own",), required=False, reveals="its own block")}),
-    ),
-    option_dims=option_dims,
-    # ProxALClient's arguments besides its program and options
-    build={
-        "rho": Field((), positive=True),
-        "n_clients": Field((), dtype="int", positive=True),
-        "proximal": Field((), dtype="bool"),
-        "theta0": Field(("d_own",), nullable=True),
-        "metric": Field(
-            (), dtype="str", choices=("scalar", "hessian"), party_opt_in={"hessian": HESSIAN}
-        ),
-    },
-)
+    )
+
+
+def route_table(route, compiled=None, options=None, proximal: bool = True) -> MessageTable:
+    """The message table of a run whose inner solver is ``route``: Algorithm 1's kinds with
+    the route's start fields (required as the route declares them), the route's own kinds,
+    ``evaluate`` and ``report``. With the run's model and options, the optional fields the
+    run never sends are left out (the route's ``unused`` and Algorithm 1's own: the outer
+    Anderson Gram row, the change of an own block) and the route's ``dims`` are added to
+    the table's dimensions."""
+    outer = _FEASIBILITY if route.measures_feasibility else None
+    request, reply = dict(route.start_request), dict(route.start_reply)
+    specs = (*_start_specs(request, reply, route.probes, (), outer), *route.messages)
+    dims = option_dims
+    if compiled is not None:
+        off = route.unused(compiled, options) | _unused(compiled, options, proximal)
+        specs = tuple(_without(spec, off) for spec in specs if spec.kind not in off)
+        extra = route.dims(compiled, options)
+        dims = lambda opts: {**option_dims(opts), **extra}  # noqa: E731
+    return MessageTable("proxal", (*specs, *_common()), option_dims=dims, build=BUILD)
+
+
+def _unused(compiled, options, proximal: bool) -> set[str]:
+    """Algorithm 1's optional fields and kinds this run never sends."""
+    off = set()
+    if compiled.layout.has_owned or not int(options.outer_anderson) or not proximal:
+        off |= {"outer.gram", "outer_aa"}  # (no outer Anderson step)
+    if not proximal:
+        off.add("outer")
+    if not compiled.layout.has_owned:
+        off.add("dtheta_scaled")
+    return off
+
+
+def _without(spec: MessageSpec, off: set[str]) -> MessageSpec:
+    """``spec`` without the optional fields named in ``off`` (``"field"`` in any kind,
+    ``"kind.field"`` in that kind only)."""
+
+    def keep(fields):
+        return {
+            k: f
+            for k, f in fields.items()
+            if f.required or (k not in off and f"{spec.kind}.{k}" not in off)
+        }
+
+    return dataclasses.replace(spec, request=keep(spec.request), reply=keep(spec.reply))
+
+
+def family_table(routes) -> MessageTable:
+    """Every route's kinds; the start replies of all routes as alternatives (optional fields,
+    each route's required ones an alternative)."""
+    request: dict[str, Field] = {}
+    reply: dict[str, Field] = {}
+    alternatives = []
+    kinds: list[MessageSpec] = []
+    for route in routes:
+        request.update(_optional(route.start_request))
+        reply.update(_optional(route.start_reply))
+        alternatives.append(tuple(k for k, f in route.start_reply.items() if f.required))
+        kinds += [s for s in route.messages if s.kind not in {k.kind for k in kinds}]
+    specs = _start_specs(request, reply, True, tuple(alternatives), _optional(_FEASIBILITY))
+    return MessageTable(
+        "proxal", (*specs, *kinds, *_common()), option_dims=option_dims, build=BUILD
+    )
+
+
+PROXAL = family_table(ROUTES)

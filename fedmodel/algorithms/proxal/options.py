@@ -45,7 +45,6 @@ VARIANT_DEFAULTS = {
     "inner_solver": ("auto", "admm"),
 }
 
-INNER_SOLVERS = ("auto", "quasi-newton", "newton", "admm", "exact-admm", "prox-quasi-newton")
 
 #: adaptive defaults that depend on the inner solver that runs (the values above are
 #: Algorithm 2's): with Newton, whose rounds do not grow with the penalty's conditioning, a
@@ -377,7 +376,7 @@ class ProxALOptions(RuntimeOptions):
     divergence_limit: float = stop_only(1e10)
 
     def __post_init__(self) -> None:
-        # the options left to their defaults (resolve_inner may change those)
+        # the options left to their defaults (the route that runs may set those: routes.py)
         self._defaulted = {name for name in VARIANT_DEFAULTS if getattr(self, name) is None}
         if self.variant in VARIANTS:
             pick = 0 if self.variant == "adaptive" else 1
@@ -412,23 +411,6 @@ class ProxALOptions(RuntimeOptions):
         if self.constraint_curvature is not None:
             return bool(self.constraint_curvature)
         return d <= DENSE_MODEL_MAX
-
-    def resolve_inner(self, inner: str) -> None:
-        """Set the adaptive defaults that depend on the inner solver that runs
-        (:data:`NEWTON_DEFAULTS` when ``inner == "newton"``; the quasi-Newton inner solver
-        keeps Algorithm 2's ``beta`` and ``prox_beta`` -- its secant model learns a stiffer
-        ``l_k`` more slowly, and Newton's longer proximal step made the multipliers of a
-        small NP model crawl -- and turns the outer Anderson step off,
-        :data:`QUASI_NEWTON_DEFAULTS`); options the user gave are kept."""
-        defaults = {
-            "newton": NEWTON_DEFAULTS,
-            "quasi-newton": QUASI_NEWTON_DEFAULTS,
-            "prox-quasi-newton": QUASI_NEWTON_DEFAULTS,
-        }
-        if self.adaptive and inner in defaults:
-            for name, value in defaults[inner].items():
-                if name in getattr(self, "_defaulted", ()):
-                    setattr(self, name, value)
 
     @property
     def eps1(self) -> float:
@@ -473,10 +455,6 @@ class ProxALOptions(RuntimeOptions):
                 raise ModelError(f"kkt_factor must lie in (0, 1], got {self.kkt_factor!r}")
             if self.rb_ratio <= 1 or self.rb_factor <= 1:
                 raise ModelError("rb_ratio and rb_factor must be > 1")
-        if self.inner_solver not in INNER_SOLVERS:
-            raise ModelError(
-                f"inner_solver must be one of {INNER_SOLVERS}, got {self.inner_solver!r}"
-            )
         if self.penalty_metric not in PENALTY_METRICS:
             raise ModelError(
                 f"penalty_metric must be one of {PENALTY_METRICS}, got {self.penalty_metric!r}"

@@ -66,6 +66,12 @@ from fedmodel.algorithms.proxal.newton_inner import (
     LimitedInverse,
     NewtonOutcome,
 )
+from fedmodel.algorithms.proxal.newton_route import QuasiNewtonInner
+from fedmodel.algorithms.proxal.obstacles import (
+    inequality_walls,
+    prox_qn_obstacle,
+    restricted_domain_party,
+)
 from fedmodel.algorithms.proxal.secant_rounds import SecantRounds
 from fedmodel.compiler.regularizer import Regularizer
 from fedmodel.subproblems.merit import MeritProblem
@@ -356,78 +362,109 @@ def federated_prox_newton(
         w, val, g, model, F = trial, val_t, g_t, model_t, F_t
 
 
-class ProxQuasiNewton:
-    """The server's side of ``inner_solver="prox-quasi-newton"``: one inner solve of
-    Algorithm 1 (:meth:`solve`) on the server half's state (its secant model, curvature
-    directions, the clients' start derivatives), with the server's own smooth terms
-    evaluated without ``h`` (a backend of its program with ``h = 0``: Newton's GLM form,
-    whose Hessian-vector products need no ``d x d`` matrix, or the model's evaluator).
+#: res.extra["inner_solver_note"] when "auto" picks the proximal quasi-Newton loop
+PROX_QN_NOTE = "h is not smooth: its prox in the server's model step (prox-quasi-newton)"
 
-    Parameters
-    ----------
-    server : ProxALServer
-        The server half (its ``program``, ``beta``, options and regulariser).
+
+class ProxQNInner(QuasiNewtonInner):
+    """``inner_solver="prox-quasi-newton"``: the quasi-Newton rounds and secant model
+    (:class:`~fedmodel.algorithms.proxal.newton_route.QuasiNewtonInner`, the same client
+    messages: a client reveals exactly what it reveals to the quasi-Newton inner solver),
+    with ``h`` kept out of the smooth part: the server's own smooth terms are evaluated
+    without ``h`` (a backend of its program with ``h = 0``: Newton's GLM form, whose
+    Hessian-vector products need no ``d x d`` matrix, or the model's evaluator) and ``h``
+    enters through its prox in the model step (:func:`federated_prox_newton`).
+
+    ``"auto"`` takes it on a convex model with a non-smooth ``h`` and smooth parties, at
+    any ``eps`` (its steps are no interior-point solves), unless a party has a term with a
+    restricted domain or inequality walls exact-admm imposes. Measured
+    (``benchmarks/models.py``, prox-al rounds exact-admm -> prox-quasi-newton,
+    docs/performance.md): sparse-logistic-d3000 621 -> 31, elastic-net-20 18 -> 10; at
+    eps = 1e-6 (quick sizes) Algorithm 2 -> it: 600 -> 76 and 45 -> 16.
     """
 
-    def __init__(self, server):
-        self.problem = MeritProblem([server.program], server.beta)
-        self.has_terms = self.problem.has_smooth_terms
-        self.solver = make_solver(self.problem, server.options.solver) if self.has_terms else None
+    name = "prox-quasi-newton"
 
-    def check(self, server) -> None:
+    @classmethod
+    def accepts(cls, compiled, options, proximal):
+        return prox_qn_obstacle(compiled, options, proximal) or None
+
+    @classmethod
+    def suits(cls, compiled, options, proximal):
+        if compiled.nonconvex:
+            return "the model is not convex"
+        return restricted_domain_party(compiled) or inequality_walls(compiled) or None
+
+    @classmethod
+    def note(cls, compiled, options, proximal):
+        return PROX_QN_NOTE
+
+    def __init__(self, host):
+        super().__init__(host)
+        self.own_problem = None  # (the server's program without h, built at its first use)
+
+    def _own_backend(self):
+        if self.own_problem is None:
+            host = self.host
+            self.own_problem = MeritProblem([host.program], host.beta)
+            self.has_terms = self.own_problem.has_smooth_terms
+            self.own_solver = (
+                make_solver(self.own_problem, host.options.solver) if self.has_terms else None
+            )
+        return self.own_solver
+
+    def check(self) -> None:
         """Cross-check the server's smooth terms once (raises :class:`NotRecognised` when
-        they cannot be evaluated: the caller falls back)."""
-        x = server.x
-        self.own(server, x, x, np.zeros((0, x.size)))
+        they cannot be evaluated: the run falls back)."""
+        x = self.host.x
+        self.own(x, x, np.zeros((0, x.size)))
 
-    def own(self, server, w: np.ndarray, w_center: np.ndarray, V: np.ndarray | None):
+    def own(self, w: np.ndarray, w_center: np.ndarray, V: np.ndarray | None):
         """Value and gradient at ``w`` of ``S_k``'s server share -- ``P_{0,k}`` without
         ``h``: its terms with ``mu_0``, ``nu_0`` and its share of the proximal term about
         ``w_center`` -- and ``V H_0`` (rows) with ``H_0`` the Hessian of its terms."""
+        host = self.host
         n = w.size
         V = np.zeros((0, n)) if V is None else V
+        self._own_backend()
         if not self.has_terms:
             val, g, HV = 0.0, np.zeros(n), np.zeros_like(V)
-        elif hasattr(self.solver, "products"):
-            val, g, HV = self.solver.products(w, [server.mu], [server.nu], V.T)
+        elif hasattr(self.own_solver, "products"):
+            val, g, HV = self.own_solver.products(w, [host.mu], [host.nu], V.T)
             HV = HV.T
         else:  # (the model's evaluator; products by a forward difference of the gradient)
-            fn = self.problem.functions[0]
-            val, g = fn.merit(w, server.mu, server.nu, server.beta)
+            fn = self.own_problem.functions[0]
+            val, g = fn.merit(w, host.mu, host.nu, host.beta)
             g = np.array(g, dtype=float)
             h = 1e-7 * max(1.0, float(np.abs(w).max(initial=0.0)))
             HV = np.array(
-                [(fn.merit(w + h * v, server.mu, server.nu, server.beta)[1] - g) / h for v in V]
+                [(fn.merit(w + h * v, host.mu, host.nu, host.beta)[1] - g) / h for v in V]
             ).reshape(V.shape)
-        p = server.prox_weight
+        p = host.prox_weight
         d = w - w_center
         return float(val) + 0.5 * p * float(d @ d), np.asarray(g, dtype=float) + p * d, HV
 
-    def solve(self, server, runtime, tau: float, deadline: float | None) -> InnerOutcome:
-        """One inner solve from ``w^k`` (the server's ``x``) to ``dist(0, d l_k) <= tau``.
+    def solve(self, runtime, tau: float, deadline: float | None) -> InnerOutcome:
+        """One inner solve from ``w^k`` (the host's ``x``) to ``dist(0, d l_k) <= tau``.
 
-        The rounds are those of the quasi-Newton inner solver (``curvature_w`` with
-        directions, else ``gradient_w``); the secant model, the curvature directions and
-        the constraint rows are handled as in
-        :meth:`~fedmodel.algorithms.proxal.server.ProxALServer.inner_quasi_newton`, with
-        ``h`` kept out of the smooth part (it enters through its prox in the model step).
         The outcome's ``gradient`` is the element of ``d l_k(w)`` closest to the
         Lagrangian's stationarity (``grad S_k + v``, ``v`` in ``dh(w)`` chosen against
         ``grad S_k - (w - w^k) / prox_beta``), so that the outer loop's measured
         stationarity is the Lagrangian's ``dist(0, grad L + dh)``.
         """
-        w_center = server.x
-        reg = server.problem.regularizer
-        known = np.full(w_center.size, float(server.prox_weight))
-        rounds = SecantRounds(server, runtime, known, lambda *a: self.own(server, *a))
+        host = self.host
+        w_center = host.x
+        reg = host.problem.regularizer
+        known = np.full(w_center.size, float(host.prox_weight))
+        rounds = SecantRounds(self, runtime, known, self.own)
         out = federated_prox_newton(
-            rounds.evaluate, rounds.start(), reg, tau, int(server.options.max_inner), deadline,
+            rounds.evaluate, rounds.start(), reg, tau, int(host.options.max_inner), deadline,
             on_accept=rounds.on_accept,
         )  # fmt: skip
         rounds.finish(out.satisfied, out.timed_out)
         gradient = None
         if out.gradient is not None:
-            shift = (out.w - w_center) / server.gamma if server.proximal else 0.0
+            shift = (out.w - w_center) / host.gamma if host.proximal else 0.0
             gradient = reg.closest_subgradient(out.w, out.gradient - shift) + shift
         return InnerOutcome(
             out.w, out.rounds, out.residual, out.satisfied, out.residual,

@@ -1,5 +1,5 @@
 """The round trip of prox-al's quasi-Newton inner solvers: ``inner_solver="quasi-newton"``
-(:meth:`~fedmodel.algorithms.proxal.server.ProxALServer.inner_quasi_newton`, a smooth
+(:class:`~fedmodel.algorithms.proxal.newton_route.QuasiNewtonInner`, a smooth
 ``l_k``) and ``"prox-quasi-newton"`` (:mod:`~fedmodel.algorithms.proxal.prox_newton`, a
 non-smooth ``h`` kept out of the smooth part). Both run the same rounds and keep the same
 secant model; they differ in the step they take from it and in what the server's own

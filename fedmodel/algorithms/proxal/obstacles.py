@@ -1,0 +1,134 @@
+"""What the route table asks of a model: the facts that decide which inner solver of
+prox-al can run (``accepts``) and which one ``inner_solver="auto"`` takes (``suits``), in
+one module that the route modules import (none of them imports another for it).
+
+Examples
+--------
+>>> EXACT_MIN_EPS
+1e-05
+"""
+
+from __future__ import annotations
+
+from fedmodel.compiler.partition import CompiledModel
+from fedmodel.subproblems import conic_prox
+from fedmodel.subproblems.conic_prox import restricted_domain
+from fedmodel.subproblems.newton import LOW_RANK_RATIO
+
+#: "auto" picks exact-admm at eps >= this only (see exact_eps_ok; tests/test_convex_models.py
+#: certifies hinge-squared at 1e-6 and an inv_pos barrier at 1e-7 with Algorithm 2)
+EXACT_MIN_EPS = 1e-5
+#: "auto" takes exact-admm for a smooth model's inequality walls up to this many shared
+#: variables (the clients' exact steps factor dense ``d x d`` Hessians; quasi-Newton's
+#: limited-memory model takes larger ``d``)
+EXACT_WALLS_MAX_SHARED = 2000
+
+
+def newton_obstacle(compiled, options, proximal: bool) -> str:
+    """Why ``inner_solver`` cannot (or ``"auto"`` should not) be (quasi-)Newton; "" if it
+    can."""
+    if not proximal:
+        return "method 'admm' is Algorithm 2 itself"
+    why = compiled.shared_hessian_obstacle()
+    if why:
+        return why
+    if options.solver not in ("auto", "newton"):
+        return f"solver={options.solver!r} (Newton derivatives need the Newton backend)"
+    return ""
+
+
+def prox_qn_obstacle(compiled, options, proximal: bool) -> str:
+    """Why ``inner_solver="prox-quasi-newton"`` cannot run ("" if it can): it needs
+    prox-al, a non-smooth ``h`` (a smooth one is the quasi-Newton loop's), and smooth
+    parties' terms on the shared variables only -- no party-owned variables (epigraph
+    pieces of non-smooth terms are such) and no cone constraints -- with the Newton or
+    L-BFGS backends."""
+    if not proximal:
+        return "method 'admm' is Algorithm 2 itself"
+    if compiled.regularizer.is_smooth:
+        return "h is smooth (inner_solver='quasi-newton' takes it)"
+    if compiled.layout.has_owned:
+        return "parties own variables (their blocks never travel)"
+    if compiled.conic_parties():
+        return "parties have cone constraints (no gradients)"
+    if options.solver not in ("auto", "newton", "lbfgs"):
+        return f"solver={options.solver!r} (the loop needs gradients of the parties' terms)"
+    return ""
+
+
+def exact_eps_ok(options) -> bool:
+    """Whether ``"auto"`` may pick exact-admm at this ``eps``: its steps are interior-point
+    solutions, whose duals of pieces at a kink are ambiguous to about the square root of
+    the solver's gap (Clarabel at 1e-10: ~1e-5 relative), so below
+    :data:`EXACT_MIN_EPS` the certificate cannot certify them (Algorithm 2 runs)."""
+    return min(options.eps1, options.eps2) >= EXACT_MIN_EPS
+
+
+def inequality_walls(compiled: CompiledModel) -> str:
+    """Why ``"auto"`` takes exact-admm on a smooth convex model ("" if it keeps
+    quasi-Newton): a party has inequality constraints of the user's, at most
+    :data:`EXACT_WALLS_MAX_SHARED` shared variables or few data rows per party
+    (:func:`cheap_exact_steps`), and no party whose exact step is a cvxpy solve (one with
+    constraints) has exponential-cone terms.
+
+    The quasi-Newton model learns an inequality's wall along the steps that hit it, and
+    each multiplier update moves it; exact steps impose the walls (each party's own, hard)
+    and the consensus needs no outer multiplier update. Quick sizes of
+    ``benchmarks/models.py``, rounds quasi-Newton -> exact-admm: markowitz 275 -> 53 (full
+    size 1,147 -> 129), lcqp-1 106 -> 37 (full), lcqp-5 152 -> 35 (full), logistic-ball-d100
+    98 -> 22 (full); equality-only models stay with quasi-Newton (seed 000 Table 1 largest:
+    18 rounds against exact-admm's 35), unconstrained ones too (ridge-20 13 against 26).
+    Constrained parties with exponential-cone terms are left out: Adult Neyman-Pearson
+    (20 sites, a logistic constraint per site) took 677 rounds with exact-admm against
+    quasi-Newton's 226 (its exact steps by the method of multipliers,
+    :mod:`fedmodel.subproblems.multipliers`; through Clarabel ~3 s per round)."""
+    if not cheap_exact_steps(compiled):
+        return ""
+    walled = [
+        p.name
+        for p in compiled.parties
+        if any(c.kind == "ineq" and not c.internal for c in p.constraints)
+    ]
+    if not walled:
+        return ""
+    for party in compiled.parties:
+        if party.constraints and conic_prox.exp_cone_terms(party):
+            return ""
+    return (
+        f"inequality constraints ({', '.join(repr(n) for n in walled[:3])}"
+        f"{', ...' if len(walled) > 3 else ''}): exact steps impose them"
+    )
+
+
+def cheap_exact_steps(compiled: CompiledModel) -> bool:
+    """Whether every party's exact step is cheap at this size: at most
+    :data:`EXACT_WALLS_MAX_SHARED` shared variables (a dense ``d x d`` Newton system), or
+    every party's data matrices have at most ``LOW_RANK_RATIO * d`` rows in all (its Newton
+    steps are Woodbury steps with an ``m x m`` factor; ``subproblems/newton.py``). Sparse
+    logistic regression in an l2 ball, d = 10,000, 20 clients x 500 rows: exact-admm 27
+    rounds and 9.2 s, quasi-Newton 303 rounds and 10.4 s."""
+    d = compiled.layout.n_shared
+    if d <= EXACT_WALLS_MAX_SHARED:
+        return True
+    for party in compiled.parties:
+        rows = sum(item.shape[0] for item in party.data if len(item.shape) == 2)
+        if rows > LOW_RANK_RATIO * d:
+            return False
+    return True
+
+
+def restricted_domain_party(compiled: CompiledModel) -> str:
+    """Which party has a term defined on part of the space only ("" if none)."""
+    for party in compiled.parties:
+        terms = [t.expr for t in party.objective] + [c.expr for c in party.constraints]
+        if any(restricted_domain(e) for e in terms):
+            return f"party '{party.name}' has terms with a restricted domain (kl_div, entr, log)"
+    return ""
+
+
+def exact_preferred(compiled: CompiledModel, options, proximal: bool) -> bool:
+    """Whether ``"auto"`` would take exact-admm over a smooth model's Newton-type route
+    (a term with a restricted domain, or inequality walls, at an ``eps`` it certifies)."""
+    if not proximal or compiled.nonconvex or not exact_eps_ok(options):
+        return False
+    return bool(restricted_domain_party(compiled) or inequality_walls(compiled))

@@ -1,0 +1,102 @@
+"""The table of prox-al's inner solvers (routes), in the order ``inner_solver="auto"`` tries
+them, and the one place a run's route is chosen.
+
+``"auto"`` takes the first route whose ``auto`` flag is set, that ``accepts`` the model and
+the options, and that it ``suits``; a named route runs if it ``accepts`` (else a
+:class:`~fedmodel.errors.ModelError` with its reason). A route that ``probes`` may be
+refused at the start of the run (by the server's own check or by a client): the run then
+takes :func:`fallback` -- under ``"auto"`` the next route of the table that accepts and
+does not probe, else Algorithm 2 -- and says so in ``res.extra``. A route's ``defaults``
+are applied to the options (those the user left unset, adaptive variant) when it is the
+route that runs; ``res.extra["inner_solver_options"]`` lists the values the run used.
+
+Adding an inner solver is one module (an
+:class:`~fedmodel.algorithms.proxal.inner.InnerSolver` and its
+:class:`~fedmodel.algorithms.proxal.inner.InnerClient`) and one line below.
+
+Examples
+--------
+>>> [route.name for route in ROUTES]
+['prox-quasi-newton', 'quasi-newton', 'newton', 'exact-admm', 'admm']
+"""
+
+from __future__ import annotations
+
+from fedmodel.algorithms.proxal.admm_inner import ADMMInner
+from fedmodel.algorithms.proxal.exact_admm import ExactInner
+from fedmodel.algorithms.proxal.inner import InnerSolver
+from fedmodel.algorithms.proxal.newton_route import NewtonInner, QuasiNewtonInner
+from fedmodel.algorithms.proxal.prox_newton import ProxQNInner
+from fedmodel.errors import ModelError
+
+#: why a checkpoint of a prox-al state layout without per-route state is not resumed
+LAYOUT_REFUSED = (
+    "this prox-al checkpoint holds the state of an earlier fedmodel version (before each "
+    "inner solver had its own state); it cannot be resumed: start the run again without "
+    "resume="
+)
+
+#: the inner solvers, in the order "auto" tries them (Algorithm 2 takes every model)
+ROUTES: tuple[type[InnerSolver], ...] = (
+    ProxQNInner,
+    QuasiNewtonInner,
+    NewtonInner,
+    ExactInner,
+    ADMMInner,
+)
+
+
+def route_named(name: str, routes=None) -> type[InnerSolver]:
+    """The route called ``name``."""
+    for route in routes or ROUTES:
+        if route.name == name:
+            return route
+    raise ModelError(f"no prox-al inner solver is called {name!r}")
+
+
+def choose(compiled, options, proximal: bool, routes=None) -> tuple[type[InnerSolver], str]:
+    """The route of a run and why ``"auto"`` took it (``res.extra["inner_solver_note"]``)."""
+    routes = routes or ROUTES
+    choice = options.inner_solver
+    names = ("auto", *(route.name for route in routes))
+    if choice not in names:
+        raise ModelError(f"inner_solver must be one of {names}, got {choice!r}")
+    if choice != "auto":
+        route = route_named(choice, routes)
+        why = route.accepts(compiled, options, proximal)
+        if why:
+            raise ModelError(f"inner_solver={choice!r} is not available: {why}")
+        return route, ""
+    for route in routes:
+        if not route.auto or route.accepts(compiled, options, proximal):
+            continue
+        if route.suits(compiled, options, proximal) is None:
+            return route, route.note(compiled, options, proximal)
+    raise ModelError("no prox-al inner solver accepts this model")  # (the last accepts all)
+
+
+def fallback(failed: type[InnerSolver], compiled, options, proximal, routes=None):
+    """The route a run takes when ``failed`` is refused at its start: under ``"auto"`` the
+    next route of the table that accepts and does not probe, else the last (Algorithm 2)."""
+    routes = routes or ROUTES
+    if options.inner_solver == "auto":
+        later = routes[routes.index(failed) + 1 :]
+        for route in later:
+            if not route.probes and not route.accepts(compiled, options, proximal):
+                return route
+    return routes[-1]
+
+
+def apply_defaults(route: type[InnerSolver], options) -> None:
+    """Set ``route``'s adaptive defaults on the options the user left unset."""
+    if options.adaptive:
+        for name, value in route.defaults.items():
+            if name in getattr(options, "_defaulted", ()):
+                setattr(options, name, value)
+
+
+def route_option_values(options) -> dict:
+    """The values a run uses for every option some route's defaults name
+    (``res.extra["inner_solver_options"]``)."""
+    names = sorted({n for r in ROUTES for n in r.defaults})
+    return {n: getattr(options, n) for n in names}
