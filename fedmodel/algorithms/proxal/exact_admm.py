@@ -70,11 +70,11 @@ from fedmodel.subproblems.merit import set_deadline, step_deadline
 SIGMA_RANGE = 1e3
 #: local (party) solves are asked for this fraction of tau_k, at least LOCAL_FLOOR
 LOCAL_FRACTION, LOCAL_FLOOR = 1e-2, 1e-9
-#: the primal residual's target, as a fraction of tau_k. 0.3 while the certificate measured
-#: the clients' epigraph pieces at (z, their own block), off by about ||a_j||_1 times the
-#: primal residual (at 1: LAD and quantile read scaled feasibility 1.4e-3 at eps = 1e-3);
-#: it now puts them at their partial minimiser at z (certificate/auxiliary.py), and at 1
-#: the full sizes took svm-20 71 -> 60 rounds, lad-20 124 -> 56, quantile-5 128 -> 81
+#: the primal residual's target, as a fraction of tau_k. 1 is safe because the certificate
+#: puts the clients' epigraph pieces at their partial minimiser at z
+#: (certificate/auxiliary.py) rather than at (z, their own block), which would be off by
+#: about ||a_j||_1 times the primal residual; a smaller fraction costs rounds on the full
+#: sizes (svm-20, lad-20, quantile-5) without changing the verdict
 PRIMAL_FRACTION = 1.0
 
 
@@ -87,11 +87,11 @@ INFEASIBLE_WINDOW, INFEASIBLE_CHANGE = 50, 1e-3
 
 #: exact-admm's penalty: Boyd's residual balancing at ``rb_ratio`` when the user sets it;
 #: left at its default (10, Algorithm 2's), OSQP's relative rule (ExactADMM.penalty),
-#: changing sigma when it moves by more than RELATIVE_CHANGE (OSQP's 5: 5 -> 3, lad-20 218
-#: -> 203, svm-german 84 -> 73, quantile-5 112 -> 107). Quick sizes, rounds, Boyd's
-#: balancing at ratio 3 -> the relative rule at 3: svm-german 118 -> 73, kl-simplex 72 ->
-#: 51, svm-20 251 -> 72, lad-20 135 -> 203, quantile-5 75 -> 107, bpdn 60 -> 85
-#: (docs/performance.md: a spectral penalty and a bounded range were worse)
+#: changing sigma when it moves by more than RELATIVE_CHANGE (below OSQP's 5, which takes
+#: more rounds on lad-20, svm-german and quantile-5). The relative rule takes fewer rounds
+#: than Boyd's balancing on most quick sizes (svm-german, kl-simplex, svm-20) and more on
+#: a few (lad-20, quantile-5, bpdn); docs/performance.md: a spectral penalty and a bounded
+#: range take more rounds
 RELATIVE_CHANGE = 3.0
 
 
@@ -252,11 +252,11 @@ class ExactADMM:
         ``z`` enters the consensus constraints ``x_i = z`` once per client, so ADMM's
         contraction measure -- ``m ||z+ - z||^2 + sum_i ||u_i+ - u_i||^2``, non-increasing
         along plain steps at a fixed ``sigma`` (He and Yuan, Numer. Math. 130, 2015, in the
-        scaled form) -- weights its block by ``sqrt(m)``. Unweighted (as before), plain
-        steps raised that residual in up to a third of the rounds of a small l1 consensus,
-        so Anderson's weights minimised the wrong norm and its safeguard (which assumes
-        the plain steps' residual does not grow) rejected accelerated inputs on noise:
-        quantile-communities (quick) 1,355 -> 892 rounds.
+        scaled form) -- weights its block by ``sqrt(m)``. Unweighted, plain steps can
+        raise that residual (in up to a third of the rounds of a small l1 consensus), so
+        Anderson's weights would minimise the wrong norm and its safeguard (which assumes
+        the plain steps' residual does not grow) would reject accelerated inputs on noise,
+        costing rounds (quantile-communities, quick).
 
         Examples
         --------
@@ -475,7 +475,7 @@ class ExactInner(InnerSolver):
         # the floor drops by the measured shortfall (half of what the scaled residuals miss
         # eps by), at least tenfold: the inner residuals are absolute while the verdict is
         # on the user's scale (sparse-logistic-d3000: scaled stationarity 9.5e-3 at an
-        # absolute 2.5e-4, terms of size ~0.03; two tenfold drops: 527 -> 505 rounds)
+        # absolute 2.5e-4, terms of size ~0.03, needs two tenfold drops)
         stat, feas = kkt.verdict_residuals
         short = max(stat / opts.eps1, feas / opts.eps2)
         host.tau_floor_scale *= min(0.1, 0.5 / short) if np.isfinite(short) else 0.1

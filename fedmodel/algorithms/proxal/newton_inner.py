@@ -39,9 +39,9 @@ exact Newton on the seed 000 problems (benchmarks/RESULTS_od_default.md): about 
 rounds (most on one-hot data with ~100 variables, where the model must learn many flat
 directions) at ``d + 1`` instead of ``d^2 + d + 1`` floats per client and round.
 
-Since issue 23 (part 3) each quasi-Newton round -- and the round that starts an inner
-solve, whose multiplier update changed the augmented-Lagrangian terms' curvature -- also
-carries ``k`` directions (``curvature_directions``: the trial step and random ones), and
+Each quasi-Newton round -- and the round that starts an inner solve, whose multiplier
+update changed the augmented-Lagrangian terms' curvature -- also carries ``k`` directions
+(``curvature_directions``: the trial step and random ones), and
 the clients return their Hessian-vector products along them (``(k + 1) d + 1`` floats):
 exact curvature pairs, made ``H``-conjugate (:func:`conjugate_pairs`) so that successive
 BFGS updates keep all of them (block BFGS; Gower, Goldfarb and Richtarik, "Stochastic

@@ -74,10 +74,11 @@ def inequality_walls(compiled: CompiledModel) -> str:
     The quasi-Newton model learns an inequality's wall along the steps that hit it, and
     each multiplier update moves it; exact steps impose the walls (each party's own, hard)
     and the consensus needs no outer multiplier update. Quick sizes of
-    ``benchmarks/models.py``, rounds quasi-Newton -> exact-admm: markowitz 275 -> 53 (full
-    size 1,147 -> 129), lcqp-1 106 -> 37 (full), lcqp-5 152 -> 35 (full), logistic-ball-d100
-    98 -> 22 (full); equality-only models stay with quasi-Newton (seed 000 Table 1 largest:
-    18 rounds against exact-admm's 35), unconstrained ones too (ridge-20 13 against 26).
+    ``benchmarks/models.py``, rounds of exact-admm against quasi-Newton: markowitz 53
+    against 275 (full size 129 against 1,147), lcqp-1 37 against 106 (full), lcqp-5 35
+    against 152 (full), logistic-ball-d100 22 against 98 (full); equality-only models stay
+    with quasi-Newton (seed 000 Table 1 largest: 18 rounds against exact-admm's 35),
+    unconstrained ones too (ridge-20 13 against 26).
     Constrained parties with exponential-cone terms are left out: Adult Neyman-Pearson
     (20 sites, a logistic constraint per site) took 677 rounds with exact-admm against
     quasi-Newton's 226 (its exact steps by the method of multipliers,

@@ -24,7 +24,7 @@ from fedmodel.runtime.wire import register_wire_type
 # mu0 = 0). The paper does not state q; any q in (0, 1) is covered by its Theorem 4.2, and
 # with exact local solves a smaller q only removes idle inner rounds, so 0.5 is used.
 # variant="adaptive" (the default) changes only what the options below say; its defaults
-# were chosen from measurements (benchmarks/issue12.py, docs/performance.md).
+# were chosen from measurements (benchmarks/models.py, docs/performance.md).
 
 VARIANTS = ("adaptive", "paper")
 
@@ -48,13 +48,13 @@ VARIANT_DEFAULTS = {
 
 #: adaptive defaults that depend on the inner solver that runs (the values above are
 #: Algorithm 2's): with Newton, whose rounds do not grow with the penalty's conditioning, a
-#: larger beta and a longer proximal step took fewer rounds and less time
-#: (benchmarks/issue12_defaults.py: geometric mean 34 rounds against 37, 2.4 s against 3.6 s
-#: over its 10 problems)
+#: larger beta and a longer proximal step take fewer rounds and less time (geometric mean
+#: over the seed 000 problems and two small models: 34 rounds against 37, 2.4 s against
+#: 3.6 s; docs/performance.md)
 NEWTON_DEFAULTS = {"beta": 300.0, "prox_beta": 1e5}
 #: the adaptive defaults the quasi-Newton inner solver changes: no outer Anderson step (its
 #: extrapolated (w, mu) moves l_k away from what the secant model learnt, and the next inner
-#: solve relearns it: Adult NP, 20 sites, 198 -> 168 rounds without it, see
+#: solve relearns it: Adult NP, 20 sites, 168 rounds without it against 198 with it, see
 #: docs/performance.md)
 QUASI_NEWTON_DEFAULTS = {"outer_anderson": 0}
 
@@ -193,12 +193,12 @@ class ProxALOptions(RuntimeOptions):
         outer iteration ``(w^k, mu^k) -> (w^{k+1}, mu^{k+1})`` (a proximal point map):
         5 (adaptive) or 0 (paper). Costs one more round (``outer_aa``) per accelerated
         outer iteration, and saves many where the multipliers are large (without it the
-        Newton inner solver took 27 rounds in geometric mean over
-        benchmarks/issue12_defaults.py's problems against 34, but the method of
-        multipliers crawled on an LCQP whose multipliers are ~100 beta). Off with
-        party-owned variables, and by default with the quasi-Newton inner solver
-        (:data:`QUASI_NEWTON_DEFAULTS`: an extrapolated ``(w, mu)`` moves ``l_k`` away from
-        what the server's secant model learnt; Adult NP, 20 sites, 198 -> 168 rounds).
+        Newton inner solver takes 27 rounds in geometric mean over the seed 000 problems
+        and two small models against 34, but the method of multipliers crawls on an LCQP
+        whose multipliers are ~100 beta). Off with party-owned variables, and by default
+        with the quasi-Newton inner solver (:data:`QUASI_NEWTON_DEFAULTS`: an extrapolated
+        ``(w, mu)`` moves ``l_k`` away from what the server's secant model learnt; Adult
+        NP, 20 sites, 168 rounds without it against 198 with it).
     penalty_metric : {"scalar", "hessian"}, optional
         The metric of Algorithm 2's penalty (:mod:`fedmodel.algorithms.proxal.metric`):
         ``"scalar"`` (default, the paper: ``(rho_i/2)||u_i - w||^2``; every message is
@@ -312,10 +312,11 @@ class ProxALOptions(RuntimeOptions):
         the model exact along an approximate Newton direction). Default (None): on up to
         ``LOCAL_DIRECTIONS_MAX_SHARED`` = 500 shared variables, where the curvature
         directions are on (each client factors its ``d x d`` Hessian once per round).
-        Measured (benchmarks/RESULTS_od_default.md, with ``constraint_curvature``): Adult
-        NP, 20 sites, 526 -> 226 rounds; the demo 64 -> 60; Table 1 largest 18 -> 18. A local direction is one product of
-        the inverse of the client's Hessian with a vector the server chose, of the kind of
-        a Hessian-vector product. By default off when the server has inequality
+        Measured (benchmarks/RESULTS_od_default.md, with ``constraint_curvature``, rounds
+        with local directions against without): Adult NP, 20 sites, 226 against 526; the
+        demo 60 against 64; Table 1 largest 18 either way. A local direction is one
+        product of the inverse of the client's Hessian with a vector the server chose, of
+        the kind of a Hessian-vector product. By default off when the server has inequality
         constraints (its walls are not in the clients' Hessians: an LCQP with a server box
         took 177 instead of 85 rounds with them).
     constraint_curvature : bool, optional
@@ -326,12 +327,13 @@ class ProxALOptions(RuntimeOptions):
         model covering the rest
         (structured quasi-Newton, Dennis, Martinez and Tapia 1989): the stiff
         augmented-Lagrangian curvature need not be learnt pair by pair. Default (None): on up
-        to 2000 shared variables (the dense model). Measured: Table 1 largest 53 -> 18
-        rounds, the demo 74 -> 64, markowitz (quick) 857 -> 275 (the server's ``w >= 0``
-        rows). Left to the secant pairs, because they took more rounds as rows: the
-        clients' affine inequalities (lcqp-5 122 -> 168) and the server's non-affine ones
-        (a norm ball: logistic-ball-d100 84 -> 91); the server's affine box still costs
-        the quick LCQPs rounds (lcqp-1 85 -> 106, lcqp-5 122 -> 152). For an affine
+        to 2000 shared variables (the dense model). Measured (rounds with the rows against
+        without): Table 1 largest 18 against 53, the demo 64 against 74, markowitz (quick)
+        275 against 857 (the server's ``w >= 0`` rows). Left to the secant pairs, because
+        they take more rounds as rows: the clients' affine inequalities (lcqp-5 168
+        instead of 122) and the server's non-affine ones (a norm ball: logistic-ball-d100
+        91 instead of 84); the server's affine box still costs the quick LCQPs rounds
+        (lcqp-1 106 instead of 85, lcqp-5 152 instead of 122). For an affine
         equality the row is the client's constraint row itself.
     solver : {"auto", "lbfgs", "cvxpy"}
         Subproblem backend of every party.

@@ -1,5 +1,5 @@
 """Federated proximal quasi-Newton for Algorithm 1's subproblem when ``h`` is not smooth
-(prox-al's ``inner_solver="prox-quasi-newton"``; issue 23).
+(prox-al's ``inner_solver="prox-quasi-newton"``).
 
 Algorithm 1 of seed 000 needs, at outer iteration ``k``, a point ``w`` with
 ``dist(0, d l_k(w)) <= tau_k``, ``l_k = S_k + h`` where ``S_k = P_{0,k} + sum_i P_{i,k}``
@@ -378,9 +378,9 @@ class ProxQNInner(QuasiNewtonInner):
     ``"auto"`` takes it on a convex model with a non-smooth ``h`` and smooth parties, at
     any ``eps`` (its steps are no interior-point solves), unless a party has a term with a
     restricted domain or inequality walls exact-admm imposes. Measured
-    (``benchmarks/models.py``, prox-al rounds exact-admm -> prox-quasi-newton,
-    docs/performance.md): sparse-logistic-d3000 621 -> 31, elastic-net-20 18 -> 10; at
-    eps = 1e-6 (quick sizes) Algorithm 2 -> it: 600 -> 76 and 45 -> 16.
+    (``benchmarks/models.py``, prox-al rounds of prox-quasi-newton against exact-admm,
+    docs/performance.md): sparse-logistic-d3000 31 against 621, elastic-net-20 10 against
+    18; at eps = 1e-6 (quick sizes) against Algorithm 2: 76 against 600 and 16 against 45.
     """
 
     name = "prox-quasi-newton"

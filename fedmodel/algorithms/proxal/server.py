@@ -57,9 +57,9 @@ UNBOUNDED_DROP = 10.0
 #: the gradient: the Newton-type routes) -- an inner solve more accurate than the outer step
 #: moves is spent on a point the next step leaves (a relative error criterion of inexact
 #: proximal point methods, Solodov and Svaiter 1999); test (8) reads the measured
-#: stationarity, so the stop is unchanged. Adult NP, 20 sites: 218 -> 198 rounds (0.25:
-#: 206; 1: 206); without outer Anderson (the quasi-Newton default), 0 / 0.25 / 0.5 / 1:
-#: 198 / 181 / 168 / 168
+#: stationarity, so the stop is unchanged. Adult NP, 20 sites, rounds at 0 / 0.25 / 0.5 /
+#: 1: 218 / 206 / 198 / 206; without outer Anderson (the quasi-Newton default): 198 / 181
+#: / 168 / 168
 PROX_RELATIVE_TAU = 0.5
 #: the layout version of the server's checkpointed state (a state of another layout is
 #: refused with a message, see ProxALServer.set_state)
@@ -364,7 +364,8 @@ class ProxALServer(ServerHalf):
         ``feasibility = (violation, complementarity)`` when given: violation at
         ``kkt_factor[1] eps2``, complementarity ``max mu_j max(-c_j, 0)`` at ``kkt_factor[0]
         eps1`` (the stationarity target: it is the Lagrangian's error from a multiplier on
-        a slack row). Adult NP, 20 sites, quasi-Newton: 226 -> 218 rounds."""
+        a slack row). Adult NP, 20 sites, quasi-Newton: 218 rounds against 226 with the
+        bound alone."""
         opts = self.options
         f1, f2 = self.kkt_factors
         if stationarity is None:
