@@ -50,7 +50,7 @@ def reference(model):
 
 
 def run(model, faults=None, **kw):
-    opts = ProxALOptions(eps=EPS, workers=2, **{**SLOW, **kw})
+    opts = ProxALOptions(eps=EPS, **{"workers": 2, **SLOW, **kw})
     return run_prox_al(model.compile(), opts, "prox-al", faults=faults)
 
 
@@ -522,3 +522,27 @@ def test_a_relative_checkpoint_directory_is_the_callers_on_ray(model, tmp_path, 
     again = run(model, backend="ray", resume="run1", max_outer=3)
     ref = run(model, backend="serial", max_outer=3)
     assert again.rounds == ref.rounds and same(again, ref)
+
+
+@pytest.mark.timing
+@pytest.mark.parametrize("backend", ["serial", "processes", "ray", "flower"])
+def test_a_killed_worker_is_blamed_on_the_client_in_its_step_only(model, backend):
+    """All three clients share one worker (one actor; on Flower's simulation, one ClientApp
+    actor relays every node) and site1's step kills it (serial: site1's step raises,
+    there is no worker to kill): site1 alone failed; site0 (before it) and site2 (waiting
+    behind it) are never blamed, whatever the order their replies would have come in."""
+    if backend == "flower":
+        pytest.importorskip("flwr")
+    action = "raise" if backend == "serial" else "exit"
+    res = run(model, {"site1": Fault(action, round=3)}, backend=backend, workers=1,
+              client_timeout=120)  # fmt: skip
+    assert res.status == "client_failure", res.message
+    assert res.failure["client"] == "site1" and res.failure["clients"] == ["site1"]
+    assert res.failure["kind"] == ("raised" if backend == "serial" else "dead")
+    assert res.failure["round"] == 3
+    assert "client 'site1' failed" in res.message
+    if backend in ("processes", "ray"):  # the worker's other clients are lost with it
+        assert "site2" in res.failure["lost"] and "site1" not in res.failure["lost"]
+        assert "site1" in res.failure["error"] and "'site1''s step" in res.failure["error"]
+    else:
+        assert res.failure["lost"] == []

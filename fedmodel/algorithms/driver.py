@@ -595,10 +595,13 @@ class _Run:
         info: dict[str, Any] = {}
         if failure is not None:
             status = "client_failure"
-            name, out = next(iter(failure.failures.items()))
+            blamed = failure.blamed  # (not the clients merely lost with its worker)
+            name, out = blamed[0], failure.failures[blamed[0]]
+            lost = [n for n in failure.failures if n not in blamed]
             info = {
                 "client": name,
-                "clients": list(failure.failures),
+                "clients": blamed,
+                "lost": lost,
                 "error": out.describe(),
                 "kind": out.kind,
                 "round": failure.round,
@@ -609,8 +612,10 @@ class _Run:
                 f"client '{name}' failed in round {failure.round} ('{failure.kind}' message, "
                 f"{out.kind}): {out.describe()}"
             )
-            if len(failure.failures) > 1:
-                message += f" (also failed: {sorted(failure.failures)[1:]})"
+            if len(blamed) > 1:
+                message += f" (also failed: {blamed[1:]})"
+            if lost:
+                message += f" (lost with its worker, not failed: {lost})"
             message += f". Returned the last consistent iterate, {where}."
         else:
             status = "interrupted"
