@@ -546,3 +546,28 @@ def test_a_killed_worker_is_blamed_on_the_client_in_its_step_only(model, backend
         assert "site1" in res.failure["error"] and "'site1''s step" in res.failure["error"]
     else:
         assert res.failure["lost"] == []
+
+
+@pytest.mark.timing
+@pytest.mark.parametrize("backend", ["serial", "processes+server"])
+def test_client_timeout_holds_when_the_solve_runs_off_the_main_thread(model, backend):
+    """``model.solve`` in a thread (a notebook's worker, a web server): SIGALRM cannot reach
+    a step run there, so a watchdog thread raises the timeout into it. site2 (in the
+    server's process on both backends) sleeps 600 s in round 3 with client_timeout = 1 s:
+    the failure is its timeout, long before the sleep would have ended (the bound, 300 s,
+    leaves any machine room; without the watchdog the step runs its 600 s)."""
+    out = {}
+    faults = {"site2": Fault("sleep", round=3, seconds=600)}
+
+    def solve():
+        out["res"] = run(model, faults, client_timeout=1, **on(backend))
+
+    thread = threading.Thread(target=solve, daemon=True)
+    thread.start()
+    thread.join(300)
+    assert not thread.is_alive(), "the sleeping step was not interrupted"
+    res = out["res"]
+    assert res.extra["placement"]["site2"] == "server"
+    assert res.status == "client_failure", res.message
+    assert res.failure["client"] == "site2" and res.failure["kind"] == "timeout"
+    assert "client_timeout = 1 s" in res.failure["error"]

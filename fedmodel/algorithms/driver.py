@@ -202,6 +202,9 @@ class _Run:
         #: certificate) ends by it too
         self.eval_seconds = 0.0
         self.step_floor = float("inf")  # the shortest step's seconds, its evaluation included
+        #: the smallest time limit the run can hold: its compile, set-up and first step, and
+        #: the evaluation round after it (a run always takes one step)
+        self.limit_floor: float | None = None
 
     # -- marks and checkpoints ---------------------------------------------------------------
     def take_mark(self, k_next: int) -> None:
@@ -348,6 +351,8 @@ class _Run:
                         else {"iteration": k, "rounds": runtime.round}
                     )
                 if last.stop is not None:
+                    if self.limit_floor is None:
+                        self.limit_floor = time.perf_counter() - t_run + self.eval_seconds
                     status, message = last.stop, last.message
                     # a step cut short by the deadline (its parties' budgets) can look like
                     # a converged one: unless certified, the run ends with time_limit
@@ -362,12 +367,15 @@ class _Run:
                 # the least: it is not begun if it would end after the deadline
                 now = time.perf_counter()
                 self.step_floor = min(self.step_floor, now - t_step)
+                if self.limit_floor is None:
+                    self.limit_floor = now - t_run + self.eval_seconds
                 if deadline is not None and now + self.step_floor > deadline:
                     status = "time_limit"
                     message = (
                         f"time limit of {opts.time_limit:g} s reached after {k + 1} "
                         f"{server.step_name}s"
                         + ("" if now > deadline else " (another would end after it)")
+                        + self.below_floor()
                     )
                     if opts.checkpoint is not None:  # resumable where it stopped
                         # the checkpoint holds the point before this step: the deadline
@@ -422,7 +430,7 @@ class _Run:
                 status = "time_limit"
                 message = (
                     f"time limit of {opts.time_limit:g} s reached after {self.k + 1} "
-                    f"{server.step_name}s (the last one cut short by it)"
+                    f"{server.step_name}s (the last one cut short by it)" + self.below_floor()
                 )
                 if self.checkpoint_written is not None:
                     message += (
@@ -450,6 +458,19 @@ class _Run:
         except KeyboardInterrupt:
             return self.stopped_early(None)
         return self.result(status, message, kkt, summary, reports)
+
+    def below_floor(self) -> str:
+        """What a time-limit message adds when the limit is below the smallest one the run
+        can hold (its compile, set-up and first step with the evaluation after it: a run
+        always takes one step, so such a limit ends there)."""
+        floor, limit = self.limit_floor, self.options.time_limit
+        if floor is None or not limit or limit >= floor:
+            return ""
+        return (
+            f"; the limit is below the smallest this run holds, {floor:.3g} s: the compile, "
+            f"the set-up and one {self.server.step_name} with its evaluation round (a run "
+            "always takes one), so it ended there"
+        )
 
     # -- results -----------------------------------------------------------------------------
     def result(self, status, message, kkt, summary, reports, failure=None):
@@ -532,6 +553,11 @@ class _Run:
                 "backend": runtime.backend,
                 "placement": runtime.placement,
                 "retries": list(runtime.retried),
+                **(
+                    {"time_limit_floor": self.limit_floor}
+                    if self.options.time_limit and self.limit_floor is not None
+                    else {}
+                ),
             },
         }
 

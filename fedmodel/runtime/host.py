@@ -125,7 +125,8 @@ class PartyHost:
             if self.on_step is not None:
                 self.on_step(name)
             # the client_timeout: SIGALRM on a main thread with the handler installed, a
-            # watchdog thread elsewhere (both interrupt Python code between bytecodes)
+            # watchdog thread elsewhere (both interrupt Python code between bytecodes; a
+            # long call into C code is reported as timed out once it returns)
             with _Watchdog(None if alarm or not timeout else float(timeout)):
                 if alarm:
                     signal.setitimer(signal.ITIMER_REAL, float(timeout))

@@ -446,7 +446,7 @@ class ProcessRuntime(Runtime):
                 conn.send(("stop", ()))
             except Exception:
                 pass
-        pooled = {id(c) for _, c in _IDLE}
+        pooled = {id(c) for _, c, _ in _IDLE}
         for p in stopping.values():
             try:
                 p.wait(2)

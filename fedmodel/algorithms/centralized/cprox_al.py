@@ -77,7 +77,9 @@ def run_cprox_al(
     t0 = time.perf_counter()
     # time_limit covers the whole run, the backend's set-up included (Newton's on the
     # epigraph of a 4000-row hinge SVM: ~8 s); every backend stops its solve at the deadline
-    deadline = t0 + options.time_limit if options.time_limit else None
+    started = t0
+    deadline = started + options.time_limit if options.time_limit else None
+    floor = None  # the smallest limit the run holds: up to its first outer iteration's end
     parties = compiled.parties
     problem = MeritProblem(parties, options.beta, compiled.regularizer)
     solver = make_solver(problem, _backend_choice(problem, options.solver))
@@ -107,6 +109,7 @@ def run_cprox_al(
             break
         dw = float(np.abs(w_new - x).max())
         x = w_new
+        floor = time.perf_counter() - started if floor is None else floor
         if deadline is not None and (
             report.message == "time limit" or time.perf_counter() > deadline
         ):
@@ -177,6 +180,13 @@ def run_cprox_al(
         for p, m, v, lam in zip(parties, mus, nus, problem.cone)
     }
     extra = {"mu": mus, "nu": nus}
+    if options.time_limit and floor is not None:
+        extra["time_limit_floor"] = floor
+        if status == "time_limit" and options.time_limit < floor:
+            message += (
+                f"; the limit is below the smallest this run holds, {floor:.3g} s: the "
+                "set-up and one outer iteration (a run always takes one), so it ended there"
+            )
     if compiled.has_cones:
         extra.update(conic_note(compiled))
     return make_result(

@@ -402,16 +402,24 @@ def _cvxpy_solve(
     t_solve = time.perf_counter()
     timing = {"compile": compile_seconds, "solve": 0.0, "per_party": {}}
     if _expired(deadline):  # the compile took the whole time limit: no solve started
+        floor = (
+            f"; the limit is below the smallest this solve holds, {compile_seconds:.3g} s: "
+            "the compile cannot be interrupted, so it ended there"
+        )
         return _no_point(
             compiled,
             "time_limit",
             f"time limit of {limit:g} s reached while cvxpy compiled the pooled "
-            f"problem ({compile_seconds:.2f} s; a compile cannot be interrupted)"
+            f"problem ({compile_seconds:.2f} s){floor}"
             if direct is None
             else f"time limit of {limit:g} s reached while building the pooled problem's "
-            f"data ({compile_seconds:.2f} s)",
+            f"data ({compile_seconds:.2f} s){floor}",
             timing,
-            {"cvxpy_solver": chosen},
+            {
+                "cvxpy_solver": chosen,
+                "time_limit_floor": compile_seconds,
+                **({"direct": True} if direct is not None else {}),
+            },
         )
     key = SOLVER_TIME_LIMIT.get(str(chosen).upper())
     if deadline is not None and key is not None:  # the solver's own limit: what is left
