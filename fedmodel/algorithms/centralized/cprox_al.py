@@ -64,6 +64,7 @@ def run_cprox_al(
     mu_init: list[np.ndarray] | None = None,
     nu_init: list[np.ndarray] | None = None,
     stop_on_plateau: bool = False,
+    started: float | None = None,
 ):
     """Run Algorithm 3; ``mu_init``/``nu_init`` warm-start the multipliers (refinement).
 
@@ -73,11 +74,14 @@ def run_cprox_al(
     ``centralized``, whose pooled solver then gives the verdict (an infeasibility
     certificate where one exists). cprox-al itself gives no such verdict: on models with
     a finite optimum where its subproblems lose a term's domain (entr, kl_div on a simplex)
-    the multipliers plateau too."""
+    the multipliers plateau too.
+
+    ``started`` (a ``time.perf_counter()`` value): when the run's ``time_limit`` began
+    (``model.solve``'s start, its compile included); default: this call's start."""
     t0 = time.perf_counter()
     # time_limit covers the whole run, the backend's set-up included (Newton's on the
     # epigraph of a 4000-row hinge SVM: ~8 s); every backend stops its solve at the deadline
-    started = t0
+    started = t0 if started is None else min(t0, started)  # (the caller's compile counts)
     deadline = started + options.time_limit if options.time_limit else None
     floor = None  # the smallest limit the run holds: up to its first outer iteration's end
     parties = compiled.parties
