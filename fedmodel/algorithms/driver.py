@@ -364,12 +364,13 @@ class _Run:
                             self.save("time_limit")
                     break
                 # the shortest step so far (with its evaluation) is what another one takes at
-                # the least: it is not begun if it would end after the deadline
+                # the least: it is not begun if it would end after the deadline, less the
+                # evaluation round that follows the last step (the certificate)
                 now = time.perf_counter()
                 self.step_floor = min(self.step_floor, now - t_step)
                 if self.limit_floor is None:
                     self.limit_floor = now - t_run + self.eval_seconds
-                if deadline is not None and now + self.step_floor > deadline:
+                if deadline is not None and now + self.step_floor + self.eval_seconds > deadline:
                     status = "time_limit"
                     message = (
                         f"time limit of {opts.time_limit:g} s reached after {k + 1} "
