@@ -320,9 +320,13 @@ def _run(compiled: CompiledModel, options: CentralizedOptions):
     # in each)
     tight = conic_solver_settings(compiled, options)
     plain = tight == (options.solver, options.solver_options)
+    # (each stage gets what is left of the limit counted from model.solve's start: the
+    # model's compile, the route and the LCQP's data build count too)
     if not options.refine or plain or options.engine != "auto":
-        return _cvxpy_solve(compiled, options, plan)
-    first = _cvxpy_solve(compiled, options, plan, smooth_next=True, direct_data=direct)
+        return _cvxpy_solve(compiled, _remaining(options, deadline), plan)
+    first = _cvxpy_solve(
+        compiled, _remaining(options, deadline), plan, smooth_next=True, direct_data=direct
+    )
     if first.status in ("optimal", "infeasible", "unbounded", "time_limit"):
         return first
     if "refined_with" in first.extra or plan.backend is None:
@@ -429,10 +433,10 @@ def _cvxpy_solve(
         return _no_point(
             compiled,
             "time_limit",
-            f"time limit of {limit:g} s reached while cvxpy compiled the pooled "
+            f"time limit of {limit + before:.3g} s reached while cvxpy compiled the pooled "
             f"problem ({compile_seconds:.2f} s){floor}"
             if direct is None
-            else f"time limit of {limit:g} s reached while building the pooled problem's "
+            else f"time limit of {limit + before:.3g} s reached while building the pooled problem's "
             f"data ({compile_seconds:.2f} s){floor}",
             timing,
             {
@@ -502,7 +506,7 @@ def _cvxpy_solve(
         )
     )
     if timed_out and no_point:
-        message = f"{used} stopped at the time limit of {limit:g} s without a point"
+        message = f"{used} stopped at the time limit of {limit + before:.3g} s without a point"
         return _no_point(compiled, "time_limit", message, timing, base)
     if cvx_status == "solver_error" or cvx_status.startswith(("infeasible", "unbounded")):
         status = "solver_error" if cvx_status == "solver_error" else cvx_status.split("_")[0]
@@ -613,7 +617,7 @@ def _cvxpy_solve(
         else f"{used} returned '{cvx_status}' with {kkt.describe()}, short of eps = {options.eps:g}"
     )
     if timed_out:
-        message += f"; time limit of {limit:g} s reached"
+        message += f"; time limit of {limit + before:.3g} s reached"
         if solved is not None and solved.first is not None:
             # the smallest limit this solve holds: its compile, Clarabel's start-up and
             # first iteration, and what follows the solve (the polish, the certificate)
