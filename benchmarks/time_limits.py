@@ -28,6 +28,7 @@ for _var in ("OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS", "OMP_NUM_THREADS"):
 import argparse  # noqa: E402
 import json  # noqa: E402
 import multiprocessing as mp  # noqa: E402
+import signal  # noqa: E402
 import subprocess  # noqa: E402
 import sys  # noqa: E402
 import time  # noqa: E402
@@ -303,6 +304,7 @@ def main(argv=None) -> None:
         method_spec(method)
     data = json.loads(JSON.read_text()) if JSON.exists() else {"rows": [], "commands": []}
     busy = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(args.busy)]
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(1))  # (the busy ones stop too)
     try:
         sweep(args, names, methods, command, data)
     finally:

@@ -36,7 +36,11 @@ import cvxpy as cp
 import numpy as np
 from cvxpy.reductions.solvers.defines import INSTALLED_SOLVERS
 
-from fedmodel.algorithms.centralized.cprox_al import pooled_evaluation, run_cprox_al
+from fedmodel.algorithms.centralized.cprox_al import (
+    evaluation_seconds,
+    pooled_evaluation,
+    run_cprox_al,
+)
 from fedmodel.algorithms.centralized.direct import NotDirect, build_conic_data, solve_direct
 from fedmodel.algorithms.centralized.options import ENGINES, CentralizedOptions  # noqa: F401
 from fedmodel.algorithms.common import conic_note, make_result, split_multipliers
@@ -97,21 +101,6 @@ POST_RESERVE = 0.1
 POST_RESERVE_MAX = 1.0
 #: ... and this many evaluations of every party (the polish and the certificate's two)
 POST_EVALUATIONS = 3
-
-
-def _evaluation_seconds(compiled: CompiledModel) -> float:
-    """Seconds one evaluation of every party at the origin takes now (what the certificate
-    after the solve costs, a share of it per evaluation, on this machine as loaded as it
-    is)."""
-    t0 = time.perf_counter()
-    x = np.zeros(compiled.layout.size)
-    mus = [np.zeros(p.m_ineq) for p in compiled.parties]
-    nus = [np.zeros(p.m_eq) for p in compiled.parties]
-    try:
-        pooled_evaluation(compiled, x, mus, nus)
-    except Exception:  # noqa: BLE001 - a model not defined at the origin: no estimate
-        return 0.0
-    return time.perf_counter() - t0
 
 
 #: Clarabel's static regularisation of a second direct solve when the first's point does
@@ -461,7 +450,7 @@ def _cvxpy_solve(
             stop_at = None
             if deadline is not None:
                 reserve = min(POST_RESERVE * limit, POST_RESERVE_MAX)
-                reserve += POST_EVALUATIONS * _evaluation_seconds(compiled)
+                reserve += POST_EVALUATIONS * evaluation_seconds(compiled)
                 stop_at = deadline - reserve - 2.0 * direct.build_seconds
             solved = solve_direct(direct, kwargs, stop_at)
             cvx_status = solved.status
