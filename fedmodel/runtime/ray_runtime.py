@@ -208,12 +208,18 @@ class RayRuntime(Runtime):
                 actors = _take_actors(ray, self._pool_key, len(hosts), actor_cls.remote)
             checked = []
             path = [os.path.abspath(p) if p else os.getcwd() for p in sys.path]
-            for actor in actors:  # a pooled actor may have died since
+            for actor in actors:  # a pooled actor may have died (or hung) since
                 try:
                     checked.append((actor, ray.get(actor.where.remote(path), timeout=60)))
                 except Exception:
+                    # (stopped first: a hung actor still holds the CPU a fresh one needs,
+                    # and the fresh one would wait for it forever)
+                    try:
+                        ray.kill(actor, no_restart=True)
+                    except Exception:
+                        pass
                     fresh = actor_cls.remote()
-                    checked.append((fresh, ray.get(fresh.where.remote(path))))
+                    checked.append((fresh, ray.get(fresh.where.remote(path), timeout=300)))
             self._actors = {h: a for h, (a, _) in zip(hosts, checked)}
             self.workers = len(self._actors)
             where = [w for _, w in checked]
