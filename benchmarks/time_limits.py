@@ -154,7 +154,32 @@ def _key(row: dict) -> tuple:
 
 
 #: what the runs of 2026-11-26 showed (hand-written; the tables below are generated)
-NOTES = """## Notes (2026-11-26, branch tl; 2026-11-27, branch central)
+NOTES = """## Notes (2026-11-28, branch busy: beside two CPU-bound processes)
+
+- The quick suite at 1 s and at 10 s with `--busy 2` (two `while True: pass` processes the
+  script starts and stops), on the shared 2-core machine while other jobs ran too: the
+  1-minute load was 18-25 during the 1 s sweep and 20-32 during the 10 s sweep, far
+  busier than the two processes alone. An overrun is now above 1.2 x the limit, and a
+  limit below the run's floor (`time_limit_floor`: the compile, set-up and one step with
+  its evaluation round, measured by the run itself) is held when the run ends within 1.2 x
+  that floor.
+- At 1 s: 58 runs below their floor, all ended within 1.05 x it (prox-al's floor
+  1.3-15 s at that load: the compile, the runtime and one outer iteration cut to its
+  first inner round); 28 held within 1.166 x the limit (ssca on mlp-learning the worst);
+  10 finished before it. One overran: `centralized` on sparse-logistic-ball, 2.18 s
+  against a floor of 1.60 s (1.37 x, load 19); its rerun (the row below, load 7) held at
+  1.11 s.
+- At 10 s: 39 held, the worst at 1.062 x (cprox-al, lad-20); 7 below their floor (dald-cc,
+  admm, prox-al on the larger quick models at load 30), all within 1.0 x it; none overran.
+- Before, in the first sweep of this branch at 1 s beside the same processes (load 14-34):
+  cprox-al overran on 20 of 25 models (up to 2.9 x its first iteration: its limit did not
+  count the model's compile, and the certificate after its last subproblem, seconds at
+  that load, was not reserved); `centralized` overran on 6 (up to 2.3 x: its conic stage
+  got the whole limit from its own start, so the model's compile, the route and the
+  LCQP's data build were not counted); ssca 1.23 s (the certificate after its last round
+  was not reserved).
+
+## Notes (2026-11-26, branch tl; 2026-11-27, branch central)
 
 - Before: on main (43d15b5) prox-al's exact-admm on sparse-logistic-d3000 ran 61.7 s
   against 60 s in `benchmarks/models.py` (20 dense 3000 x 3000 Newton factorisations per
@@ -210,7 +235,12 @@ def _floor_summary(floored: list[dict]) -> str:
 
 def write_report(rows: list[dict], commands: list[str]) -> None:
     tested = [r for r in rows if verdict(r) in ("held", "held at floor", "overran")]
-    worst = max(tested, key=lambda r: r["wall"] / r["limit"], default=None)
+    # (a run held at its floor is judged against that floor, not the limit)
+    worst = max(
+        (r for r in tested if verdict(r) != "held at floor"),
+        key=lambda r: r["wall"] / r["limit"],
+        default=None,
+    )
     lines = [
         "# time_limit: wall against the limit (benchmarks/time_limits.py)",
         "",
