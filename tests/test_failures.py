@@ -117,16 +117,18 @@ def test_retry_recovers_and_gives_the_same_answer(model, reference, backend):
 @pytest.mark.timing
 @pytest.mark.parametrize("backend", BACKENDS)
 def test_client_sleeping_past_its_timeout(model, reference, backend):
-    t0 = time.perf_counter()
-    res = run(model, {"site0": Fault("sleep", round=3, seconds=30)}, **on(backend),
+    """The sleeping step is interrupted: on a worker or actor a step that was not would be
+    a worker stopped after the grace period (kind "dead", not "timeout"); in the server's
+    process it would hold the test for its 600 s (no wall-time verdict here: a busy
+    machine starts workers slowly)."""
+    res = run(model, {"site0": Fault("sleep", round=3, seconds=600)}, **on(backend),
               client_timeout=2)  # fmt: skip
-    assert time.perf_counter() - t0 < 20  # the sleeping step was interrupted
     assert res.status == "client_failure"
     assert res.failure["client"] == "site0" and res.failure["kind"] == "timeout"
     assert "client_timeout = 2 s" in res.failure["error"]
     res = run(
         model,
-        {"site0": Fault("sleep", round=3, seconds=30)},
+        {"site0": Fault("sleep", round=3, seconds=600)},
         **on(backend),
         client_timeout=2,
         on_failure="retry",
@@ -163,12 +165,11 @@ def test_a_client_in_the_server_process_fails_like_a_remote_one(model, reference
     assert res.extra["placement"]["site2"] == "server"
     assert res.status == "client_failure" and res.failure["client"] == "site2"
     assert res.failure["kind"] == "raised" and res.failure["round"] == 3
-    t0 = time.perf_counter()
-    res = run(model, {"site2": Fault("sleep", round=3, seconds=30)}, client_timeout=2,
+    # (the alarm interrupts the local step: otherwise it would sleep its 600 s)
+    res = run(model, {"site2": Fault("sleep", round=3, seconds=600)}, client_timeout=2,
               **on(backend))  # fmt: skip
-    assert time.perf_counter() - t0 < 20  # the alarm interrupted the local step
     assert res.status == "client_failure" and res.failure["kind"] == "timeout"
-    res = run(model, {"site2": Fault("sleep", round=3, seconds=30)}, client_timeout=2,
+    res = run(model, {"site2": Fault("sleep", round=3, seconds=600)}, client_timeout=2,
               on_failure="retry", retries=1, **on(backend))  # fmt: skip
     assert res.status == "optimal" and same(res, reference)
 
