@@ -76,10 +76,13 @@ def test_asynchronous_on_serial_is_synchronous_and_says_so(lsq):
     assert "no non-blocking exchange" in b.message
 
 
+@pytest.mark.timing
 def test_real_asynchrony_on_processes_with_a_straggler(lsq):
-    """On the processes runtime the nodes do not wait for a round: while c0 sleeps 50 ms per
-    update (its first 20), the others keep updating with each other's iterates (c0's copy
-    stale), and the run still lands on the synchronous fixed point."""
+    """On the processes runtime the nodes do not wait for a round: while c0 sleeps 100 ms
+    per update (its first 20: 2 s), the others keep updating with each other's iterates
+    (c0's copy stale), and the run still lands on the synchronous fixed point. The margins
+    are generous: a node on the other worker needs 5 updates in those 2 s (it makes
+    hundreds on an idle machine)."""
     m, _ = lsq
     sync = m.solve("dgd", topology="complete", step=0.05, max_rounds=5000, history=False)
     opts = DAGDOptions(
@@ -89,14 +92,14 @@ def test_real_asynchrony_on_processes_with_a_straggler(lsq):
     )  # fmt: skip
     compiled = m.compile()
     opts.validate(compiled, "dagd")
-    slow = Fault("sleep", round=1, times=20, seconds=0.05, kinds=("dagd_step",))
+    slow = Fault("sleep", round=1, times=20, seconds=0.1, kinds=("dagd_step",))
     res = run_dagd(compiled, opts, faults={"c0": slow})
     info = res.extra["asynchrony"]
     assert info["mode"] == "asynchronous" and res.rounds["inner"] < 5000  # stopped by tol
     parties = info["parties"]
-    # c0's 20 slow updates take >= 1 s; meanwhile the nodes on the other worker update
+    # c0's 20 slow updates take >= 2 s; meanwhile the nodes on the other worker update
     fast = max(p["updates"] for p in parties.values())
-    assert fast > parties["c0"]["updates"] + 20
+    assert fast >= parties["c0"]["updates"] + 5
     assert max(p["max_staleness"] for p in parties.values()) >= 2
     assert np.abs(res.x - sync.x).max() <= 1e-8
 

@@ -50,7 +50,7 @@ def reference(model):
 
 
 def run(model, faults=None, **kw):
-    opts = ProxALOptions(eps=EPS, workers=2, **{**SLOW, **kw})
+    opts = ProxALOptions(eps=EPS, **{"workers": 2, **SLOW, **kw})
     return run_prox_al(model.compile(), opts, "prox-al", faults=faults)
 
 
@@ -114,26 +114,30 @@ def test_retry_recovers_and_gives_the_same_answer(model, reference, backend):
     assert retries_exhausted.status == "client_failure"
 
 
+@pytest.mark.timing
 @pytest.mark.parametrize("backend", BACKENDS)
 def test_client_sleeping_past_its_timeout(model, reference, backend):
-    t0 = time.perf_counter()
-    res = run(model, {"site0": Fault("sleep", round=3, seconds=30)}, **on(backend),
-              client_timeout=0.5)  # fmt: skip
-    assert time.perf_counter() - t0 < 20  # the sleeping step was interrupted
+    """The sleeping step is interrupted: on a worker or actor a step that was not would be
+    a worker stopped after the grace period (kind "dead", not "timeout"); in the server's
+    process it would hold the test for its 600 s (no wall-time verdict here: a busy
+    machine starts workers slowly)."""
+    res = run(model, {"site0": Fault("sleep", round=3, seconds=600)}, **on(backend),
+              client_timeout=2)  # fmt: skip
     assert res.status == "client_failure"
     assert res.failure["client"] == "site0" and res.failure["kind"] == "timeout"
-    assert "client_timeout = 0.5 s" in res.failure["error"]
+    assert "client_timeout = 2 s" in res.failure["error"]
     res = run(
         model,
-        {"site0": Fault("sleep", round=3, seconds=30)},
+        {"site0": Fault("sleep", round=3, seconds=600)},
         **on(backend),
-        client_timeout=0.5,
+        client_timeout=2,
         on_failure="retry",
         retries=1,
     )
     assert res.status == "optimal" and same(res, reference)
 
 
+@pytest.mark.timing
 @pytest.mark.parametrize("backend", REMOTE)
 def test_killed_worker_is_a_failure_of_its_parties(model, backend, tmp_path):
     res = run(
@@ -151,6 +155,7 @@ def test_killed_worker_is_a_failure_of_its_parties(model, backend, tmp_path):
     assert res.checkpoint is None
 
 
+@pytest.mark.timing
 @pytest.mark.parametrize("backend", ["processes+server", "ray+server"])
 def test_a_client_in_the_server_process_fails_like_a_remote_one(model, reference, backend):
     """site2 runs in the server's process (the lightest shard): raising and sleeping past
@@ -160,12 +165,11 @@ def test_a_client_in_the_server_process_fails_like_a_remote_one(model, reference
     assert res.extra["placement"]["site2"] == "server"
     assert res.status == "client_failure" and res.failure["client"] == "site2"
     assert res.failure["kind"] == "raised" and res.failure["round"] == 3
-    t0 = time.perf_counter()
-    res = run(model, {"site2": Fault("sleep", round=3, seconds=30)}, client_timeout=0.5,
+    # (the alarm interrupts the local step: otherwise it would sleep its 600 s)
+    res = run(model, {"site2": Fault("sleep", round=3, seconds=600)}, client_timeout=2,
               **on(backend))  # fmt: skip
-    assert time.perf_counter() - t0 < 20  # the alarm interrupted the local step
     assert res.status == "client_failure" and res.failure["kind"] == "timeout"
-    res = run(model, {"site2": Fault("sleep", round=3, seconds=30)}, client_timeout=0.5,
+    res = run(model, {"site2": Fault("sleep", round=3, seconds=600)}, client_timeout=2,
               on_failure="retry", retries=1, **on(backend))  # fmt: skip
     assert res.status == "optimal" and same(res, reference)
 
@@ -319,6 +323,7 @@ def python_ctrl_c():
         signal.signal(signal.SIGINT, previous)
 
 
+@pytest.mark.timing
 @pytest.mark.parametrize("backend", ["serial", "processes", "processes+server"])
 def test_sigint_during_a_solve(model, reference, backend, tmp_path, python_ctrl_c):
     """A real SIGINT (as from Ctrl-C) while the clients are computing."""
@@ -344,6 +349,7 @@ def test_sigint_during_a_solve(model, reference, backend, tmp_path, python_ctrl_
     assert resumed.status == "optimal" and same(resumed, reference)
 
 
+@pytest.mark.timing
 def test_a_solve_leaves_an_ignored_ctrl_c_ignored(model, reference):
     """In a process that ignores SIGINT (a background job), a solve neither takes Ctrl-C
     over nor is interrupted by it, and SIGINT is still ignored afterwards."""
@@ -522,3 +528,56 @@ def test_a_relative_checkpoint_directory_is_the_callers_on_ray(model, tmp_path, 
     again = run(model, backend="ray", resume="run1", max_outer=3)
     ref = run(model, backend="serial", max_outer=3)
     assert again.rounds == ref.rounds and same(again, ref)
+
+
+@pytest.mark.parametrize(
+    "backend",
+    # (Flower's party death is rerun beside busy processes by test_flower.py's own test)
+    [pytest.param(b, marks=pytest.mark.timing) for b in ("serial", "processes", "ray")]
+    + ["flower"],
+)
+def test_a_killed_worker_is_blamed_on_the_client_in_its_step_only(model, backend):
+    """All three clients share one worker (one actor; on Flower's simulation, one ClientApp
+    actor relays every node) and site1's step kills it (serial: site1's step raises,
+    there is no worker to kill): site1 alone failed; site0 (before it) and site2 (waiting
+    behind it) are never blamed, whatever the order their replies would have come in."""
+    if backend == "flower":
+        pytest.importorskip("flwr")
+    action = "raise" if backend == "serial" else "exit"
+    res = run(model, {"site1": Fault(action, round=3)}, backend=backend, workers=1,
+              client_timeout=120)  # fmt: skip
+    assert res.status == "client_failure", res.message
+    assert res.failure["client"] == "site1" and res.failure["clients"] == ["site1"]
+    assert res.failure["kind"] == ("raised" if backend == "serial" else "dead")
+    assert res.failure["round"] == 3
+    assert "client 'site1' failed" in res.message
+    if backend in ("processes", "ray"):  # the worker's other clients are lost with it
+        assert "site2" in res.failure["lost"] and "site1" not in res.failure["lost"]
+        assert "site1" in res.failure["error"] and "'site1''s step" in res.failure["error"]
+    else:
+        assert res.failure["lost"] == []
+
+
+@pytest.mark.timing
+@pytest.mark.parametrize("backend", ["serial", "processes+server"])
+def test_client_timeout_holds_when_the_solve_runs_off_the_main_thread(model, backend):
+    """``model.solve`` in a thread (a notebook's worker, a web server): SIGALRM cannot reach
+    a step run there, so a watchdog thread raises the timeout into it. site2 (in the
+    server's process on both backends) sleeps 600 s in round 3 with client_timeout = 1 s:
+    the failure is its timeout, long before the sleep would have ended (the bound, 300 s,
+    leaves any machine room; without the watchdog the step runs its 600 s)."""
+    out = {}
+    faults = {"site2": Fault("sleep", round=3, seconds=600)}
+
+    def solve():
+        out["res"] = run(model, faults, client_timeout=1, **on(backend))
+
+    thread = threading.Thread(target=solve, daemon=True)
+    thread.start()
+    thread.join(300)
+    assert not thread.is_alive(), "the sleeping step was not interrupted"
+    res = out["res"]
+    assert res.extra["placement"]["site2"] == "server"
+    assert res.status == "client_failure", res.message
+    assert res.failure["client"] == "site2" and res.failure["kind"] == "timeout"
+    assert "client_timeout = 1 s" in res.failure["error"]

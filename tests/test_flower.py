@@ -172,6 +172,7 @@ def test_simulation_gives_the_serial_iterates_and_ledger(serial, wire):
     assert abs(res.objective - ref.objective) <= 1e-2 * max(1.0, abs(ref.objective))
 
 
+@pytest.mark.timing
 def test_simulation_party_death_is_a_client_failure_and_resumes(serial, tmp_path):
     pytest.importorskip("flwr")
     pytest.importorskip("ray")

@@ -206,6 +206,7 @@ def test_the_limited_memory_model_runs_with_sparse_data(monkeypatch):
     assert not any(r["kind"] == "curvature_w" for r in res.ledger)
 
 
+@pytest.mark.timing
 @pytest.mark.parametrize("inner", ["quasi-newton", "newton"])
 def test_the_time_limit_ends_the_inner_loop(inner):
     """A slow client (0.2 s per trial point) and time_limit = 0.5 s: the (quasi-)Newton

@@ -261,6 +261,7 @@ def test_checkpoint_and_resume_repeat_the_uninterrupted_run(tmp_path, make):
         make().solve("ssca", rounds=6, resume=tmp_path / "ck", batch_size=5, eval_every=2)
 
 
+@pytest.mark.timing
 def test_time_limit_and_client_failure_statuses():
     res = sample_model().solve("ssca", rounds=10_000, batch_size=5, time_limit=0.3, eval_every=0)
     assert res.status == "time_limit" and 0 < res.rounds["outer"] < 10_000

@@ -98,6 +98,7 @@ def test_iterative_local_solvers_stop_at_their_deadline(kind):
         assert lp.stats.iterations == 3, lp.stats
 
 
+@pytest.mark.timing
 @pytest.mark.parametrize("method", ["prox-al", "centralized"])
 def test_the_time_limit_counts_the_models_compile(method, monkeypatch):
     """``time_limit`` covers the whole ``model.solve`` call, its compile included (a user's

@@ -5,6 +5,7 @@ reference's KKT point; on the serial runtime it is deterministic (the synchronou
 
 from __future__ import annotations
 
+import os
 import time
 
 import numpy as np
@@ -23,7 +24,9 @@ from fedmodel.runtime.serial import SerialRuntime
 
 
 class Sleeper:
-    """An endpoint that sleeps ``payload["sleep"]`` seconds and echoes ``x`` (test only)."""
+    """An endpoint that sleeps ``payload["sleep"]`` seconds, or holds until the file
+    ``payload["gate"]`` exists (the test opens it: a deterministic straggler, at most
+    ``GATE_SECONDS``), and echoes ``x`` (test only)."""
 
     def __init__(self, name: str):
         self.name = name
@@ -36,6 +39,11 @@ class Sleeper:
         self.count = state["count"]
 
     def handle(self, msg: Message) -> Message:
+        gate = msg.payload.get("gate")
+        if gate is not None:
+            end = time.monotonic() + GATE_SECONDS
+            while not os.path.exists(gate) and time.monotonic() < end:
+                time.sleep(0.01)
         end = time.monotonic() + float(msg.payload.get("sleep", 0.0))
         while time.monotonic() < end:
             try:
@@ -47,15 +55,32 @@ class Sleeper:
         return Message("echo", self.name, SERVER, {"x": msg.payload["x"]}, msg.round)
 
 
+#: the longest a gated step holds (a test that never opens its gate still ends)
+GATE_SECONDS = 120.0
+
+
+def arrived(rt, ticket, within=120.0):
+    """Poll ``ticket`` without waiting (``min_count=0``) until its reply is there (at most
+    ``within`` s); what the last poll returned."""
+    end = time.monotonic() + within
+    got = rt.poll([ticket], min_count=0)
+    while not got and time.monotonic() < end:
+        time.sleep(0.01)
+        got = rt.poll([ticket], min_count=0)
+    return got
+
+
 def factories(names, faults=None):
     return inject_faults({n: EndpointFactory(Sleeper, (n,)) for n in names}, faults)
 
 
 # -- the runtime ---------------------------------------------------------------------------
-def test_processes_post_returns_at_once_and_poll_takes_what_is_ready():
+@pytest.mark.timing
+def test_processes_post_returns_at_once_and_poll_takes_what_is_ready(tmp_path):
+    gate = str(tmp_path / "open")  # "slow" holds until the test opens its gate
     with ProcessRuntime(factories(["fast", "slow"]), workers=2) as rt:
         rt.next_round()
-        slow = rt.post("slow", "ping", {"x": 1.0, "sleep": 1.0})
+        slow = rt.post("slow", "ping", {"x": 1.0, "gate": gate})
         fast = rt.post("fast", "ping", {"x": 2.0})
         assert rt.in_flight == 2 and not slow.done
         got = rt.poll([slow, fast], min_count=1)
@@ -71,9 +96,9 @@ def test_processes_post_returns_at_once_and_poll_takes_what_is_ready():
         assert rt.send("fast", "ping", {"x": 3.0}).payload == {"x": 3.0}  # others are free
         assert rt.poll([slow], timeout=0.01) == {}
         again = rt.post("fast", "ping", {"x": 4.0})
-        time.sleep(0.5)
-        assert rt.poll([again], min_count=0) == {again: again.reply}  # arrived: taken
+        assert arrived(rt, again) == {again: again.reply}  # arrived: taken
         assert again.reply.payload == {"x": 4.0}
+        open(gate, "w").close()
         got = rt.poll([slow])
         assert got[slow].payload == {"x": 1.0} and rt.in_flight == 0
         rt.mark()  # quiescent again
@@ -87,6 +112,7 @@ def test_serial_post_is_answered_at_once():
     assert rt.in_flight == 0 and not rt.supports_async
 
 
+@pytest.mark.timing
 def test_a_failed_posted_step_is_retried_or_raised():
     once = {"b": Fault("raise", round=1, times=1)}
     with ProcessRuntime(factories(["a", "b"], once), workers=2, on_failure="stop") as rt:
@@ -107,6 +133,7 @@ def test_a_failed_posted_step_is_retried_or_raised():
         assert [r["kind"] for r in rt.ledger.rows] == ["ping", "ping", "echo"]
 
 
+@pytest.mark.timing
 def test_a_posted_step_past_client_timeout_fails_as_a_timeout():
     with ProcessRuntime(factories(["a", "b"]), workers=2, client_timeout=0.2) as rt:
         rt.next_round()
@@ -135,6 +162,7 @@ def test_asynchronous_on_serial_is_the_synchronous_run():
         solve_vertical(prob, "fair-vfl", asynchronous=True, min_replies=4, **KW)
 
 
+@pytest.mark.timing
 def test_waiting_for_every_reply_on_processes_is_the_synchronous_run():
     prob = small_problem()
     kw = dict(KW, max_rounds=20, monitor_every=7)
@@ -147,11 +175,13 @@ def test_waiting_for_every_reply_on_processes_is_the_synchronous_run():
     assert "no non-blocking exchange" not in a.message
 
 
+@pytest.mark.timing
 def test_a_slow_party_does_not_hold_the_rounds_back_and_the_run_converges():
     prob = small_problem()
     ref = solve_constrained(prob, eps=0.05)
     tol = 1e-6
-    slow = {"party2": Fault("sleep", round=2, times=None, seconds=0.03, kinds=("vfl_round",))}
+    # (a straggler by a wide margin: 0.1 s per round, where the others take milliseconds)
+    slow = {"party2": Fault("sleep", round=2, times=None, seconds=0.1, kinds=("vfl_round",))}
     res = solve_vertical(
         prob,
         "fair-vfl",
@@ -190,6 +220,7 @@ def test_a_slow_party_does_not_hold_the_rounds_back_and_the_run_converges():
             assert set(r["shapes"].values()) <= {(n,), (2,)}, r
 
 
+@pytest.mark.timing
 def test_asynchronous_failures_checkpoints_and_resume_on_processes(tmp_path):
     prob = small_problem()
     kw = dict(KW, backend="processes", workers=3, asynchronous=True, monitor_every=5)
@@ -215,25 +246,28 @@ def test_asynchronous_failures_checkpoints_and_resume_on_processes(tmp_path):
 
 
 @pytest.mark.slow  # starting Ray and its actors alone takes ~25 s on a loaded 2-core machine
-def test_ray_post_and_poll():
+def test_ray_post_and_poll(tmp_path):
     ray = pytest.importorskip("ray")
     from fedmodel.runtime.ray_runtime import RayRuntime
 
     if not ray.is_initialized():  # as the other Ray tests: one local Ray for the session
         ray.init(num_cpus=2, include_dashboard=False, configure_logging=False)
+    gate = str(tmp_path / "open")  # "slow" holds until the test opens its gate
     with RayRuntime(factories(["fast", "slow"]), workers=2) as rt:
         assert rt.supports_async
         rt.next_round()
-        slow = rt.post("slow", "ping", {"x": 1.0, "sleep": 1.0})
+        slow = rt.post("slow", "ping", {"x": 1.0, "gate": gate})
         fast = rt.post("fast", "ping", {"x": 2.0})
         got = rt.poll([slow, fast], min_count=1)
         assert list(got) == [fast] and rt.in_flight == 1
         with pytest.raises(RuntimeError, match="slow"):
             rt.mark()
+        open(gate, "w").close()
         assert rt.poll([slow])[slow].payload == {"x": 1.0}
         assert [r["kind"] for r in rt.ledger.rows] == ["ping", "echo", "ping", "echo"]
 
 
+@pytest.mark.timing
 def test_a_stuck_posted_step_gets_its_worker_stopped_after_the_grace_period(monkeypatch):
     import fedmodel.runtime.base as base
 
@@ -249,6 +283,7 @@ def test_a_stuck_posted_step_gets_its_worker_stopped_after_the_grace_period(monk
         assert rt.in_flight == 0
 
 
+@pytest.mark.timing
 def test_a_worker_dying_with_posted_work_is_a_client_failure():
     crash = {"b": Fault("exit", round=1, times=1)}
     with ProcessRuntime(factories(["a", "b"], crash), workers=2) as rt:

@@ -227,6 +227,9 @@ class _Run:
         #: certificate) ends by it too
         self.eval_seconds = 0.0
         self.step_floor = float("inf")  # the shortest step's seconds, its evaluation included
+        #: the smallest time limit the run can hold: its compile, set-up and first step, and
+        #: the evaluation round after it (a run always takes one step)
+        self.limit_floor: float | None = None
 
     # -- marks and checkpoints ---------------------------------------------------------------
     def take_mark(self, k_next: int) -> None:
@@ -378,6 +381,8 @@ class _Run:
                         else {"iteration": k, "rounds": runtime.round}
                     )
                 if last.stop is not None:
+                    if self.limit_floor is None:
+                        self.limit_floor = time.perf_counter() - t_run + self.eval_seconds
                     status, message = last.stop, last.message
                     # a step cut short by the deadline (its parties' budgets) can look like
                     # a converged one: unless certified, the run ends with time_limit
@@ -389,15 +394,19 @@ class _Run:
                             self.save("time_limit")
                     break
                 # the shortest step so far (with its evaluation) is what another one takes at
-                # the least: it is not begun if it would end after the deadline
+                # the least: it is not begun if it would end after the deadline, less the
+                # evaluation round that follows the last step (the certificate)
                 now = time.perf_counter()
                 self.step_floor = min(self.step_floor, now - t_step)
-                if deadline is not None and now + self.step_floor > deadline:
+                if self.limit_floor is None:
+                    self.limit_floor = now - t_run + self.eval_seconds
+                if deadline is not None and now + self.step_floor + self.eval_seconds > deadline:
                     status = "time_limit"
                     message = (
                         f"time limit of {opts.time_limit:g} s reached after {k + 1} "
                         f"{server.step_name}s"
                         + ("" if now > deadline else " (another would end after it)")
+                        + self.below_floor()
                     )
                     if opts.checkpoint is not None:  # resumable where it stopped
                         # the checkpoint holds the point before this step: the deadline
@@ -452,7 +461,7 @@ class _Run:
                 status = "time_limit"
                 message = (
                     f"time limit of {opts.time_limit:g} s reached after {self.k + 1} "
-                    f"{server.step_name}s (the last one cut short by it)"
+                    f"{server.step_name}s (the last one cut short by it)" + self.below_floor()
                 )
                 if self.checkpoint_written is not None:
                     message += (
@@ -485,6 +494,19 @@ class _Run:
         except KeyboardInterrupt:
             return self.stopped_early(None)
         return self.result(status, message, kkt, summary, reports)
+
+    def below_floor(self) -> str:
+        """What a time-limit message adds when the limit is below the smallest one the run
+        can hold (its compile, set-up and first step with the evaluation after it: a run
+        always takes one step, so such a limit ends there)."""
+        floor, limit = self.limit_floor, self.options.time_limit
+        if floor is None or not limit or limit >= floor:
+            return ""
+        return (
+            f"; the limit is below the smallest this run holds, {floor:.3g} s: the compile, "
+            f"the set-up and one {self.server.step_name} with its evaluation round (a run "
+            "always takes one), so it ended there"
+        )
 
     # -- results -----------------------------------------------------------------------------
     def result(self, status, message, kkt, summary, reports, failure=None):
@@ -568,6 +590,11 @@ class _Run:
                 "backend": runtime.backend,
                 "placement": runtime.placement,
                 "retries": list(runtime.retried),
+                **(
+                    {"time_limit_floor": self.limit_floor}
+                    if self.options.time_limit and self.limit_floor is not None
+                    else {}
+                ),
             },
         }
 
@@ -631,10 +658,13 @@ class _Run:
         info: dict[str, Any] = {}
         if failure is not None:
             status = "client_failure"
-            name, out = next(iter(failure.failures.items()))
+            blamed = failure.blamed  # (not the clients merely lost with its worker)
+            name, out = blamed[0], failure.failures[blamed[0]]
+            lost = [n for n in failure.failures if n not in blamed]
             info = {
                 "client": name,
-                "clients": list(failure.failures),
+                "clients": blamed,
+                "lost": lost,
                 "error": out.describe(),
                 "kind": out.kind,
                 "round": failure.round,
@@ -645,8 +675,10 @@ class _Run:
                 f"client '{name}' failed in round {failure.round} ('{failure.kind}' message, "
                 f"{out.kind}): {out.describe()}"
             )
-            if len(failure.failures) > 1:
-                message += f" (also failed: {sorted(failure.failures)[1:]})"
+            if len(blamed) > 1:
+                message += f" (also failed: {blamed[1:]})"
+            if lost:
+                message += f" (lost with its worker, not failed: {lost})"
             message += f". Returned the last consistent iterate, {where}."
         else:
             status = "interrupted"

@@ -243,11 +243,17 @@ class LocalProblem:
 
     def _steps(self):
         """The ``W`` steps of one solve of the iterative solvers, each counted as an
-        iteration: they stop at the owner's deadline, never before the first (every solve
+        iteration: a step that would end after the owner's deadline (the shortest step so
+        far says how long one takes) is not begun, but the first always is (every solve
         moves)."""
+        shortest = started = float("inf")
         for k in range(self.W):
-            if k and self._out_of_time():
-                return
+            now = time.perf_counter()
+            if k:
+                shortest = min(shortest, now - started)
+                if self.deadline is not None and now + shortest > self.deadline:
+                    return
+            started = now
             self.stats.iterations += 1
             yield k
 

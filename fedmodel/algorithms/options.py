@@ -33,9 +33,14 @@ SOLVE_STARTED: contextvars.ContextVar[float | None] = contextvars.ContextVar(
 
 RUNTIME_OPTIONS_DOC = """
     time_limit : float or None
-        Wall-clock seconds for the whole run, its set-up (the runtime and its workers)
-        included; the solve returns status ``"time_limit"`` when exceeded. Long steps are
-        cut inside too (prox-al's exact-admm gives each party's exact step a budget).
+        Wall-clock seconds for the whole run, from ``model.solve``'s start (the compile and
+        the runtime's set-up included); the solve returns status ``"time_limit"`` when
+        exceeded. Long steps are cut inside too: each party's local solve gets a time
+        budget, and no step, inner round or local iteration is begun that would end after
+        the deadline. The smallest limit a run holds is its compile, set-up and one step
+        (one round; prox-al: one inner round) with the evaluation round after it
+        (``extra["time_limit_floor"]``): a run always takes one step, so a smaller limit
+        ends there, with status ``"time_limit"`` and a message saying so.
     history : bool
         Record per-outer-iteration diagnostics (costs one diagnostic round per iteration).
     callback : callable, optional

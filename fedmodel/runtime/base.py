@@ -351,11 +351,13 @@ class Runtime(abc.ABC):
                 if t.deadline is not None and now > t.deadline + GRACE_SECONDS
             }
             for host in overran:
-                dropped = self._abandon(host)
+                dropped = self._abandon(host)  # (in the order posted: the first was running)
+                culprit = dropped[0].receiver if dropped else None
                 why = HostDead(
                     f"{self.backend} worker did not answer within client_timeout = "
                     f"{self.client_timeout:g} s per step (+{GRACE_SECONDS:g} s) and was "
-                    "stopped"
+                    f"stopped in client '{culprit}''s step",
+                    culprit,
                 )
                 arrived.extend((d, why) for d in dropped)
         failed: dict[str, tuple[Ticket, StepOutcome]] = {}
@@ -363,7 +365,7 @@ class Runtime(abc.ABC):
             ticket.running = False
             if isinstance(res, HostDead):
                 names = [n for n, h in self._host_of.items() if h == ticket.host]
-                self._mark_dead(names, res.reason)
+                self._mark_dead(names, res.reason, res.culprit)
                 res = self.dead[ticket.receiver]
             msg = ticket.message
             res = _as_outcome(msg, res)
@@ -688,10 +690,20 @@ class Runtime(abc.ABC):
             out[h] = res
         return out
 
-    def _mark_dead(self, names: Iterable[str], reason: str) -> None:
+    def _mark_dead(self, names: Iterable[str], reason: str, culprit: str | None = None) -> None:
+        """The parties ``names`` of a host that died or hung are gone for the rest of the
+        run: ``culprit`` (the party in a step then) failed, kind ``"dead"``; the others,
+        which were idle or waiting behind it, are ``"lost"`` and not blamed (without a
+        culprit every one is ``"dead"``)."""
+        names = list(names)
         for n in names:
-            if n not in self.dead:
+            if n in self.dead:
+                continue
+            if culprit is None or n == culprit:
                 self.dead[n] = StepOutcome(n, error=RuntimeError(reason), kind="dead")
+            else:
+                why = f"lost with its worker, which failed in client '{culprit}''s step: {reason}"
+                self.dead[n] = StepOutcome(n, error=RuntimeError(why), kind="lost")
 
     def _run_messages(self, msgs: list[Message]) -> dict[str, StepOutcome]:
         outcomes: dict[str, StepOutcome] = {}
@@ -714,8 +726,13 @@ class Runtime(abc.ABC):
             self.wait_seconds += time.perf_counter() - t0
         for h, res in results.items():
             if isinstance(res, HostDead):
-                self._mark_dead([m.receiver for m in groups[h]], res.reason)
-                for m in groups[h]:
+                done = res.partial[: len(groups[h])]  # (steps that ended before it died)
+                for m, out in zip(groups[h], done):
+                    outcomes[m.receiver] = _as_outcome(m, out)
+                self._mark_dead(
+                    [n for n, hh in self._host_of.items() if hh == h], res.reason, res.culprit
+                )
+                for m in groups[h][len(done) :]:
                     outcomes[m.receiver] = self.dead[m.receiver]
             else:
                 if not (isinstance(res, (list, tuple)) and len(res) == len(groups[h])):
@@ -787,7 +804,7 @@ class Runtime(abc.ABC):
             finally:
                 self.wait_seconds += time.perf_counter() - t0
             if isinstance(res, HostDead):
-                self._mark_dead(self._hosts_for(self.alive).get(h, [name]), res.reason)
+                self._mark_dead(self._hosts_for(self.alive).get(h, [name]), res.reason, name)
                 out = self.dead[name]
             else:  # (a peer delivery returns nothing; what it sends is checked)
                 out = _as_outcome(msg, res)

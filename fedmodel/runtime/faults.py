@@ -143,8 +143,11 @@ class FaultyEndpoint:
             self.fired += 1
             if f.action == "raise":
                 raise InjectedFault(f"injected failure of {self.inner.name!r} in round {msg.round}")
-            if f.action == "sleep":
-                time.sleep(f.seconds)
+            if f.action == "sleep":  # (in short naps: a slow computation, which a
+                # client_timeout interrupts between two of them on any thread)
+                end = time.monotonic() + f.seconds
+                while (left := end - time.monotonic()) > 0:
+                    time.sleep(min(left, 0.05))
             elif f.action == "exit":
                 if os.getpid() == f.server_pid:
                     raise InjectedFault("a worker-crash fault cannot run in the server's process")

@@ -518,6 +518,7 @@ class FlowerRuntime(Runtime):
         next_pull = start + (POLL_LEAD * min(recent) if recent else 0.0)
         step = min(POLL_STEP_MAX, POLL_STEP * min(recent)) if recent else None
         poll = POLL_SECONDS
+        culprit = None  # a party whose server exited during this call
         while waiting:
             if time.monotonic() >= next_pull:
                 with self.critical():
@@ -535,15 +536,25 @@ class FlowerRuntime(Runtime):
                 if step is not None:
                     step = min(POLL_STEP_MAX, POLL_GROWTH * step)
             self._interrupt_if_asked()
+            for mid, h in list(waiting.items()):  # a party server that exited: at once
+                gone = self._party_exited(h)
+                if gone is not None:
+                    del waiting[mid]
+                    out[h] = HostDead(gone, self._party_of(h))
+                    culprit = culprit or self._party_of(h)
+            if not waiting:
+                break
             if time.monotonic() > deadline:
                 for h in waiting.values():
+                    # (behind a party that failed, a node that waited is lost, not blamed)
                     out[h] = HostDead(
                         f"Flower node {h} did not answer within "
                         + (
                             f"client_timeout = {self.client_timeout:g} s per step (+{GRACE_SECONDS:g} s)"
                             if self.client_timeout
                             else f"{wait:g} s"
-                        )
+                        ),
+                        culprit or self._party_of(h),
                     )
                 break
             time.sleep(max(0.0, min(next_pull - time.monotonic(), POLL_STEP_MAX)))
@@ -551,6 +562,21 @@ class FlowerRuntime(Runtime):
         if errors:
             raise errors[0]
         return out
+
+    def _party_of(self, node: Any) -> str | None:
+        """The party behind ``node`` (one party per node), if known."""
+        return next((n for n, h in self._host_of.items() if h == node), None)
+
+    def _party_exited(self, node: Any) -> str | None:
+        """Simulation: why the party server behind ``node`` is gone (its process exited),
+        or None (running, or a deployment: a SuperNode's party is not a child here)."""
+        name = self._party_of(node) if self._sim is not None else None
+        proc = self._sim.procs.get(name) if name is not None else None
+        code = proc.poll() if proc is not None else None
+        if code is None:
+            return None
+        how = f"killed by signal {-code}" if code < 0 else f"exit code {code}"
+        return f"the party server of client '{name}' exited ({how})"
 
     def _interrupt_if_asked(self) -> None:
         """Raise KeyboardInterrupt (as Ctrl-C in this process would) when a stop was asked

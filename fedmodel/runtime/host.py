@@ -12,7 +12,7 @@ import time
 import traceback
 from collections.abc import Callable, Iterable, Mapping
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from fedmodel.runtime.checkpoint import CheckpointError
@@ -46,6 +46,9 @@ class PartyHost:
         self.compiled: Any = None
         self._in_step = False
         self._alarm_ok = False
+        #: called with a party's name when its step begins and with None when it ends (a
+        #: worker records who is in a step, so that its death is blamed on that party)
+        self.on_step: Callable[[str | None], None] | None = None
 
     # signals (only on the main thread of the process)
     def install_signal_handlers(self, interrupts: bool = True) -> None:
@@ -130,16 +133,22 @@ class PartyHost:
         out = StepOutcome(name)
         try:
             self._in_step = True
-            if alarm:
-                signal.setitimer(signal.ITIMER_REAL, float(timeout))
-            try:
-                out.reply = fn()
-            finally:
+            if self.on_step is not None:
+                self.on_step(name)
+            # the client_timeout: SIGALRM on a main thread with the handler installed, a
+            # watchdog thread elsewhere (both interrupt Python code between bytecodes; a
+            # long call into C code is reported as timed out once it returns)
+            with _Watchdog(None if alarm or not timeout else float(timeout)):
                 if alarm:
-                    signal.setitimer(signal.ITIMER_REAL, 0.0)
-                self._in_step = False
+                    signal.setitimer(signal.ITIMER_REAL, float(timeout))
+                try:
+                    out.reply = fn()
+                finally:
+                    if alarm:
+                        signal.setitimer(signal.ITIMER_REAL, 0.0)
+                    self._in_step = False
             out.seconds = time.perf_counter() - t0
-            if timeout and out.seconds > timeout:  # could not be interrupted (or no alarm)
+            if timeout and out.seconds > timeout:  # could not be interrupted in time
                 raise ClientTimeout()
         except ClientTimeout:
             out.reply = None
@@ -158,6 +167,9 @@ class PartyHost:
             out.kind = "raised"
             out.error = portable_exception(exc)
             out.detail = traceback.format_exc()
+        self._in_step = False
+        if self.on_step is not None:
+            self.on_step(None)
         out.seconds = time.perf_counter() - t0
         if not out.ok and snapshot is not None:
             ep.set_state(copy_state(snapshot))
@@ -285,6 +297,53 @@ class PartyHost:
         return errors
 
 
+class _Watchdog:
+    """Raise :class:`ClientTimeout` in this thread when the block runs longer than
+    ``seconds`` (None: never), from a timer thread (``PyThreadState_SetAsyncExc``): the
+    ``client_timeout`` of a step run off the main thread, where SIGALRM cannot reach.
+    An exception still pending when the block ends is withdrawn."""
+
+    def __init__(self, seconds: float | None):
+        self.seconds = seconds
+        self._lock = threading.Lock()
+        self._live = False
+        self._fired = False
+        self._timer: threading.Timer | None = None
+
+    def _fire(self) -> None:
+        with self._lock:
+            if self._live:
+                self._fired = True
+                _async_raise(self._thread, ClientTimeout)
+
+    def __enter__(self):
+        if self.seconds is not None:
+            self._thread = threading.get_ident()
+            self._live = True
+            self._timer = threading.Timer(self.seconds, self._fire)
+            self._timer.daemon = True
+            self._timer.start()
+        return self
+
+    def __exit__(self, *exc):
+        if self._timer is not None:
+            self._timer.cancel()
+            with self._lock:
+                self._live = False
+                if self._fired:  # (delivered already, or withdrawn here)
+                    _async_raise(self._thread, None)
+        return False
+
+
+def _async_raise(thread_id: int, exc_type: type | None) -> None:
+    """Set (or, with None, clear) the exception pending in thread ``thread_id``."""
+    import ctypes
+
+    ctypes.pythonapi.PyThreadState_SetAsyncExc(
+        ctypes.c_ulong(thread_id), None if exc_type is None else ctypes.py_object(exc_type)
+    )
+
+
 def _fingerprint(endpoint: Any) -> Any:
     """The fingerprint of the party's own program (``program.fingerprint()``, computed
     here, where its data is); None for an endpoint without a program."""
@@ -294,6 +353,21 @@ def _fingerprint(endpoint: Any) -> Any:
 
 @dataclass
 class HostDead:
-    """A host (worker process or actor) that died or hung."""
+    """A host (worker process or actor) that died or hung.
+
+    Attributes
+    ----------
+    reason : str
+        What happened, as the failure's message says it.
+    culprit : str or None
+        The party whose step was running when the host died or hung (None: no step was
+        running, or the backend cannot tell): the failure is that party's; the host's other
+        parties are lost with it (kind ``"lost"``) but not blamed.
+    partial : list
+        Outcomes of the steps of the call that ended before the host died (in the order
+        of the call's messages; the steps after them never ran).
+    """
 
     reason: str
+    culprit: str | None = None
+    partial: list = field(default_factory=list)

@@ -58,7 +58,9 @@ class StepOutcome:
     name: str
     reply: Any = None  # the reply Message (or an activation's return value)
     error: BaseException | None = None
-    # "ok", "raised", "timeout", "interrupted", "dead", "invalid_reply", "refused"
+    # "ok", "raised", "timeout", "interrupted", "dead", "invalid_reply", "refused", or
+    # "lost": the party's worker died (or hung) in another party's step; it is gone, but
+    # not to blame
     kind: str = "ok"
     seconds: float = 0.0
     detail: str = ""  # traceback text of the error
@@ -73,7 +75,7 @@ class StepOutcome:
         return self.kind in ("raised", "timeout")
 
     def describe(self) -> str:
-        if self.kind == "dead":
+        if self.kind in ("dead", "lost"):
             return str(self.error)
         if self.kind in ("timeout", "invalid_reply", "refused"):
             return str(self.error)
@@ -87,7 +89,8 @@ class ClientFailure(FedModelError):
     Attributes
     ----------
     failures : dict
-        Client name -> :class:`StepOutcome` of the failed step.
+        Client name -> :class:`StepOutcome` of the failed step, the failed clients first
+        and then those lost with a failed client's worker (kind ``"lost"``).
     round : int
         Communication round of the step.
     kind : str
@@ -95,7 +98,11 @@ class ClientFailure(FedModelError):
     """
 
     def __init__(self, failures: dict[str, StepOutcome], round_: int, kind: str):
-        self.failures = dict(failures)
+        items = list(failures.items())
+        self.failures = dict(
+            [(n, o) for n, o in items if o.kind != "lost"]
+            + [(n, o) for n, o in items if o.kind == "lost"]
+        )
         self.round = int(round_)
         self.kind = kind
         parts = [f"client '{n}' ({o.kind}): {o.describe()}" for n, o in self.failures.items()]
@@ -107,6 +114,13 @@ class ClientFailure(FedModelError):
     @property
     def clients(self) -> list[str]:
         return list(self.failures)
+
+    @property
+    def blamed(self) -> list[str]:
+        """The clients that failed: not those lost only because they shared a worker
+        with one that did (all of them when no step can be blamed)."""
+        own = [n for n, o in self.failures.items() if o.kind != "lost"]
+        return own or list(self.failures)
 
 
 def portable_exception(exc: BaseException) -> BaseException:

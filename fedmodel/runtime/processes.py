@@ -16,7 +16,9 @@ collects their replies (see :func:`~fedmodel.runtime.placement.placement`).
 
 A worker that dies (killed, crashed) is detected through its process sentinel; a worker
 that does not answer within ``client_timeout`` (per step) plus a grace period is stopped.
-Either way its parties count as failed for the rest of the run.
+Either way the failure is the party whose step it was running (each worker names it in a
+small file the server reads then); its other parties, idle or waiting behind it, are
+lost with it for the rest of the run but not blamed (kind ``"lost"``).
 
 Posted messages (:meth:`~fedmodel.runtime.base.Runtime.post`) are written to the worker's
 connection at once and the server goes on; the worker handles them in order and its
@@ -38,6 +40,7 @@ import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 from collections import deque
 from collections.abc import Mapping
@@ -54,18 +57,20 @@ _THREAD_VARS = ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS")
 
 
 def _worker_entry() -> None:  # pragma: no cover - runs in the worker
-    """Entry point of a worker interpreter: ``argv = [fd, index]``."""
-    fd, index = int(sys.argv[1]), int(sys.argv[2])
-    _worker_main(Connection(fd), index)
+    """Entry point of a worker interpreter: ``argv = [fd, index, record fd]``."""
+    fd, index, record = int(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3])
+    _worker_main(Connection(fd), index, record)
 
 
-def _worker_main(conn, index: int) -> None:  # pragma: no cover - runs in the worker
+def _worker_main(conn, index: int, record: int) -> None:  # pragma: no cover - in the worker
     import pickle
 
     from fedmodel.runtime.outcomes import portable_exception
 
     host = PartyHost()
     host.install_signal_handlers(interrupts=True)
+    # who is in a step, in a file the server reads when this worker dies or hangs
+    host.on_step = lambda name: os.pwrite(record, (name or "").encode() + b"\0", 0)
     while True:
         try:
             blob = conn.recv_bytes()
@@ -98,22 +103,32 @@ def _worker_main(conn, index: int) -> None:  # pragma: no cover - runs in the wo
 
 # Idle workers kept between solves of this process (a new worker costs a second or two:
 # a fresh interpreter importing numpy, scipy and cvxpy); stopped at exit.
-_IDLE: list[tuple[subprocess.Popen, Connection]] = []
+_IDLE: list[tuple[subprocess.Popen, Connection, Any]] = []
 
 
 def _take_idle():
     while _IDLE:
-        proc, conn = _IDLE.pop()
+        proc, conn, record = _IDLE.pop()
         if proc.poll() is None:
-            return proc, conn
+            return proc, conn, record
         conn.close()
+        record.close()
     return None
+
+
+def _in_step(record) -> str | None:
+    """The party a worker's step record names (None: no step was running)."""
+    try:
+        name = os.pread(record.fileno(), 4096, 0).split(b"\0", 1)[0]
+    except (OSError, ValueError):
+        return None
+    return name.decode(errors="replace") or None
 
 
 @atexit.register
 def _stop_idle() -> None:  # pragma: no cover - at exit
     while _IDLE:
-        proc, conn = _IDLE.pop()
+        proc, conn, _record = _IDLE.pop()
         try:
             conn.send(("stop", ()))
             proc.wait(2)
@@ -166,6 +181,7 @@ class ProcessRuntime(Runtime):
         self.client_seconds = {n: 0.0 for n in names}
         self._procs: dict[int, subprocess.Popen] = {}
         self._conns: dict[int, Connection] = {}
+        self._records: dict[int, Any] = {}  # worker -> the file naming its party in a step
         self._busy: set[int] = set()
         self._posted: dict[int, deque] = {}  # worker -> posted tickets, in order
         env = dict(os.environ)
@@ -181,13 +197,14 @@ class ProcessRuntime(Runtime):
             for h in sorted({h for h in self._host_of.values() if h != SERVER_HOST}):
                 idle = _take_idle()
                 if idle is not None:
-                    self._procs[h], self._conns[h] = idle
+                    self._procs[h], self._conns[h], self._records[h] = idle
                     continue
                 mine, theirs = socket.socketpair()
                 fd = theirs.fileno()
+                record = self._records[h] = tempfile.TemporaryFile()
                 proc = subprocess.Popen(
-                    [sys.executable, "-c", code, str(fd), str(h)],
-                    pass_fds=(fd,),
+                    [sys.executable, "-c", code, str(fd), str(h), str(record.fileno())],
+                    pass_fds=(fd, record.fileno()),
                     env=env,
                     stdin=subprocess.DEVNULL,
                 )
@@ -254,7 +271,9 @@ class ProcessRuntime(Runtime):
         self._busy.discard(h)
         code = self._exitcode(h)
         how = f"killed by signal {-code}" if code is not None and code < 0 else f"exit code {code}"
-        return HostDead(f"worker process {self._procs[h].pid} died ({how})")
+        culprit = _in_step(self._records[h])
+        during = f" in client '{culprit}''s step" if culprit else ""
+        return HostDead(f"worker process {self._procs[h].pid} died ({how}){during}", culprit)
 
     def _map(self, calls, steps, build: bool = False):
         out: dict[Any, Any] = {}
@@ -287,11 +306,7 @@ class ProcessRuntime(Runtime):
             if not ready:  # hung past its timeout: stop it
                 for h in sorted(waiting):
                     self._kill(h)
-                    out[h] = HostDead(
-                        f"worker process did not answer within client_timeout = "
-                        f"{self.client_timeout:g} s per step (+{GRACE_SECONDS:g} s) and was "
-                        "stopped"
-                    )
+                    out[h] = self._hung(h)
                 break
             for conn in ready:
                 h = objs[conn]
@@ -359,6 +374,17 @@ class ProcessRuntime(Runtime):
             out.append((ticket, value[0] if one else value))
         return out
 
+    def _hung(self, h: int) -> HostDead:
+        """A worker stopped for not answering: the party in a step then is the one that
+        overran (the others waited behind it)."""
+        culprit = _in_step(self._records[h])
+        return HostDead(
+            f"worker process did not answer within client_timeout = {self.client_timeout:g} s "
+            f"per step (+{GRACE_SECONDS:g} s) and was stopped"
+            + (f" in client '{culprit}''s step" if culprit else ""),
+            culprit,
+        )
+
     def _abandon(self, host):
         queue = self._posted.get(host, deque())
         tickets = list(queue)
@@ -410,7 +436,8 @@ class ProcessRuntime(Runtime):
                     with self.critical():
                         conn.send(("reset", ()))
                         if conn.poll(10) and conn.recv() == ("ok", True):
-                            _IDLE.append((self._procs[h], conn))
+                            os.pwrite(self._records[h].fileno(), b"\0", 0)
+                            _IDLE.append((self._procs[h], conn, self._records[h]))
                             continue
                 except Exception:
                     pass
@@ -419,7 +446,7 @@ class ProcessRuntime(Runtime):
                 conn.send(("stop", ()))
             except Exception:
                 pass
-        pooled = {id(c) for _, c in _IDLE}
+        pooled = {id(c) for _, c, _ in _IDLE}
         for p in stopping.values():
             try:
                 p.wait(2)
@@ -429,11 +456,12 @@ class ProcessRuntime(Runtime):
                     p.wait(2)
                 except subprocess.TimeoutExpired:
                     pass
-        for conn in self._conns.values():
+        for h, conn in self._conns.items():
             if id(conn) in pooled:
                 continue
             try:
                 conn.close()
+                self._records[h].close()
             except Exception:
                 pass
 

@@ -18,8 +18,11 @@ tasks at once and the driver goes on; :meth:`~fedmodel.runtime.base.Runtime.poll
 the replies that are ready (``ray.wait``). An actor runs its parties' steps one after the
 other: for asynchrony between parties, give each its own actor (``workers`` = parties).
 
-An actor that dies (``RayActorError``) is a failure of all its parties; one that does not
-answer within ``client_timeout`` per step plus a grace period is killed, likewise.
+An actor that dies (``RayActorError``) or does not answer within ``client_timeout`` per
+step plus a grace period (it is then killed) is a failure of the party whose step it was
+running: a round's messages to one actor go as one task each, in order, so the steps
+before it keep their replies and the parties after it are lost with the actor, not
+blamed.
 """
 
 from __future__ import annotations
@@ -205,12 +208,18 @@ class RayRuntime(Runtime):
                 actors = _take_actors(ray, self._pool_key, len(hosts), actor_cls.remote)
             checked = []
             path = [os.path.abspath(p) if p else os.getcwd() for p in sys.path]
-            for actor in actors:  # a pooled actor may have died since
+            for actor in actors:  # a pooled actor may have died (or hung) since
                 try:
                     checked.append((actor, ray.get(actor.where.remote(path), timeout=60)))
                 except Exception:
+                    # (stopped first: a hung actor still holds the CPU a fresh one needs,
+                    # and the fresh one would wait for it forever)
+                    try:
+                        ray.kill(actor, no_restart=True)
+                    except Exception:
+                        pass
                     fresh = actor_cls.remote()
-                    checked.append((fresh, ray.get(fresh.where.remote(path))))
+                    checked.append((fresh, ray.get(fresh.where.remote(path), timeout=300)))
             self._actors = {h: a for h, (a, _) in zip(hosts, checked)}
             self.workers = len(self._actors)
             where = [w for _, w in checked]
@@ -259,44 +268,75 @@ class RayRuntime(Runtime):
 
         out: dict[Any, Any] = {}
         remote = [h for h in calls if h != SERVER_HOST]
+        # host -> its tasks, in order: a round's messages to an actor go one task each, so
+        # that when the actor dies in one party's step the steps before it keep their
+        # replies and that party alone is blamed (the ones after it are lost, not failed)
+        tasks: dict[Any, list] = {}
         with self.critical():
             for h in remote:
                 method, args = calls[h]
                 if build:  # large data: let Ray's object store carry it
-                    self._pending[h] = self._actors[h].call.remote(method, *args)
-                else:
-                    blob = pickle.dumps((method, args), protocol=5)
-                    self._pending[h] = self._actors[h].call_pickled.remote(blob)
+                    tasks[h] = [(None, self._actors[h].call.remote(method, *args))]
+                    continue
+                parts = [(None, (method, args))]
+                if method == "run" and len(args[0]) > 1:
+                    parts = [(m.receiver, ("run", ([m], *args[1:]))) for m in args[0]]
+                tasks[h] = [
+                    (who, self._actors[h].call_pickled.remote(pickle.dumps(call, protocol=5)))
+                    for who, call in parts
+                ]
+                self._pending[h] = tasks[h][-1][1]
         failed_here = self._run_local_shard(calls, out)  # while the actors compute
         deadline_s = None
         if self.client_timeout and not build:
             longest = max((steps.get(h, 0) for h in remote), default=0)
             deadline_s = longest * float(self.client_timeout) + GRACE_SECONDS
-        refs = {self._pending[h]: h for h in remote}
-        ready, not_ready = [], []
+        refs = [ref for h in remote for _, ref in tasks[h]]
+        ready = set()
         if refs:
-            ready, not_ready = ray.wait(list(refs), num_returns=len(refs), timeout=deadline_s)
-        for ref in not_ready:  # hung past its timeout: stop it
-            h = refs[ref]
-            self._kill(h)
-            out[h] = HostDead(
-                f"Ray actor did not answer within client_timeout = {self.client_timeout:g} s "
-                f"per step (+{GRACE_SECONDS:g} s) and was killed"
-            )
-        for ref in ready:
-            h = refs[ref]
+            done, _ = ray.wait(refs, num_returns=len(refs), timeout=deadline_s)
+            ready = set(done)
+        for h in remote:
             self._pending.pop(h, None)
-            try:
-                with self.critical():
-                    value = ray.get(ref)
-                    out[h] = pickle.loads(value) if isinstance(value, bytes) else value
-            except RayActorError as exc:
-                out[h] = HostDead(f"Ray actor died ({type(exc).__name__}: {_first_line(exc)})")
-            except GetTimeoutError as exc:  # pragma: no cover
-                out[h] = HostDead(f"Ray actor did not answer ({exc})")
-            except RayTaskError as exc:
-                cause = getattr(exc, "cause", None)
-                raise (cause if isinstance(cause, BaseException) else exc) from None
+            values = []
+            for who, ref in tasks[h]:
+                if ref not in ready:  # hung past its timeout: stop it
+                    self._kill(h)
+                    out[h] = HostDead(
+                        f"Ray actor did not answer within client_timeout = "
+                        f"{self.client_timeout:g} s per step (+{GRACE_SECONDS:g} s) and was "
+                        "killed" + (f" in client '{who}''s step" if who else ""),
+                        who,
+                        values,
+                    )
+                    break
+                try:
+                    with self.critical():
+                        value = ray.get(ref)
+                    value = pickle.loads(value) if isinstance(value, bytes) else value
+                except RayActorError as exc:
+                    out[h] = HostDead(
+                        f"Ray actor died ({type(exc).__name__}: {_first_line(exc)})"
+                        + (f" in client '{who}''s step" if who else ""),
+                        who,
+                        values,
+                    )
+                    break
+                except GetTimeoutError as exc:  # pragma: no cover
+                    out[h] = HostDead(f"Ray actor did not answer ({exc})")
+                    break
+                except RayTaskError as exc:
+                    cause = getattr(exc, "cause", None)
+                    raise (cause if isinstance(cause, BaseException) else exc) from None
+                if who is None:
+                    out[h] = value
+                elif isinstance(value, (list, tuple)) and len(value) == 1:
+                    values.extend(value)
+                else:  # (not one step's outcome: refused as the party's invalid reply)
+                    values.append(value)
+            else:
+                if tasks[h][0][0] is not None:
+                    out[h] = values
         if failed_here is not None:
             raise failed_here
         return out

@@ -57,9 +57,15 @@ class ProximalGradientSolver:
         L = max(self.lipschitz, _sigma_bound(p.sigma), 1e-8)
         it = 0
         residual = p.residual(x)
+        shortest = started = float("inf")
         while residual > tol and it < max_iter:
-            if self.deadline is not None and time.perf_counter() > self.deadline:
+            # an iteration that would end after the deadline (the shortest so far says how
+            # long one takes) is not begun
+            now = time.perf_counter()
+            shortest = min(shortest, now - started) if it else shortest
+            if self.deadline is not None and now + (shortest if it else 0.0) > self.deadline:
                 break
+            started = now
             it += 1
             fy, gy = p.smooth_value_grad(y)
             while True:

@@ -8,8 +8,10 @@ from fedmodel.algorithms.proxal.options import CProxALOptions
 
 def _run_cprox_al(compiled, options, method):
     from fedmodel.algorithms.centralized.cprox_al import run_cprox_al
+    from fedmodel.algorithms.options import SOLVE_STARTED
 
-    return run_cprox_al(compiled, options, method=method)
+    # (as a method of its own, its time limit counts from model.solve's start)
+    return run_cprox_al(compiled, options, method=method, started=SOLVE_STARTED.get())
 
 
 def _run_centralized(compiled, options, method):

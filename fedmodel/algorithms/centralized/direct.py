@@ -958,6 +958,9 @@ class DirectSolution:
     objective: float
     solver_status: str
     deadline_stop: bool = False
+    #: ``time.perf_counter()`` at the end of Clarabel's start-up and first iteration (None:
+    #: not timed, without a deadline)
+    first: float | None = None
 
 
 def solve_direct(data: ConicData, settings: dict, deadline: float | None = None) -> DirectSolution:
@@ -983,11 +986,12 @@ def solve_direct(data: ConicData, settings: dict, deadline: float | None = None)
         except AttributeError as exc:
             raise TypeError(f"Clarabel: unrecognized solver setting '{key}'.") from exc
     solver = clarabel.DefaultSolver(data.P, data.q, data.A, data.b, data.cones, s)
-    stop = {"last": time.perf_counter(), "step": 0.0, "hit": False}
+    stop = {"last": time.perf_counter(), "step": 0.0, "hit": False, "first": None}
     if deadline is not None:
 
         def callback(_info) -> bool:
             now = time.perf_counter()
+            stop["first"] = stop["first"] or now
             # (the first call's "step" is the solve's start-up and first iteration: longer
             # than an iteration, so a start-up that ate the time stops the solve at once)
             stop["step"] = max(stop["step"], now - stop["last"])
@@ -1005,7 +1009,9 @@ def solve_direct(data: ConicData, settings: dict, deadline: float | None = None)
     if raw == "InsufficientProgress" and accept and has_point and sol.z is not None:
         status = "optimal_inaccurate"
     if status not in ("optimal", "optimal_inaccurate", "user_limit") or not has_point:
-        return DirectSolution(status, None, [], [], [], np.nan, raw, raw in STOPPED)
+        return DirectSolution(
+            status, None, [], [], [], np.nan, raw, raw in STOPPED, first=stop["first"]
+        )
     x = np.asarray(sol.x, dtype=float)
     z = np.asarray(sol.z, dtype=float)
     if status == "user_limit" and not np.all(np.isfinite(x)):
@@ -1023,4 +1029,5 @@ def solve_direct(data: ConicData, settings: dict, deadline: float | None = None)
         float(sol.obj_val) + data.r,
         raw,
         deadline_stop=raw == "CallbackTerminated" or raw == "MaxTime",
+        first=stop["first"],
     )

@@ -54,7 +54,10 @@ class CentralizedOptions:
         and cvxpy's compile of it cannot be interrupted: the remaining time is checked
         after them, and a compile that outlasted the limit ends the solve with status
         ``"time_limit"`` and no point; Clarabel, OSQP and SCS get what is left as their
-        own limit.
+        own limit. The smallest limit a solve holds is its compile, the solver's first
+        iteration and the certificate (``extra["time_limit_floor"]``, seconds from
+        ``model.solve``'s start): a smaller limit ends there, with status ``"time_limit"``
+        and a message saying so.
     blas_threads : int or None
         OpenBLAS threads during the solve (default 1; ``None`` leaves the setting alone).
     direct : bool

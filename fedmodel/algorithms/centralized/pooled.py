@@ -36,7 +36,11 @@ import cvxpy as cp
 import numpy as np
 from cvxpy.reductions.solvers.defines import INSTALLED_SOLVERS
 
-from fedmodel.algorithms.centralized.cprox_al import pooled_evaluation, run_cprox_al
+from fedmodel.algorithms.centralized.cprox_al import (
+    evaluation_seconds,
+    pooled_evaluation,
+    run_cprox_al,
+)
 from fedmodel.algorithms.centralized.direct import NotDirect, build_conic_data, solve_direct
 from fedmodel.algorithms.centralized.options import ENGINES, CentralizedOptions  # noqa: F401
 from fedmodel.algorithms.common import conic_note, make_result, split_multipliers
@@ -95,6 +99,9 @@ SMOOTH_BETA = 1e5
 #: result), besides twice the data's build time
 POST_RESERVE = 0.1
 POST_RESERVE_MAX = 1.0
+#: ... and this many evaluations of every party (the polish and the certificate's two)
+POST_EVALUATIONS = 3
+
 
 #: Clarabel's static regularisation of a second direct solve when the first's point does
 #: not certify (its default is 1e-8)
@@ -302,9 +309,13 @@ def _run(compiled: CompiledModel, options: CentralizedOptions):
     # in each)
     tight = conic_solver_settings(compiled, options)
     plain = tight == (options.solver, options.solver_options)
+    # (each stage gets what is left of the limit counted from model.solve's start: the
+    # model's compile, the route and the LCQP's data build count too)
     if not options.refine or plain or options.engine != "auto":
-        return _cvxpy_solve(compiled, options, plan)
-    first = _cvxpy_solve(compiled, options, plan, smooth_next=True, direct_data=direct)
+        return _cvxpy_solve(compiled, _remaining(options, deadline), plan)
+    first = _cvxpy_solve(
+        compiled, _remaining(options, deadline), plan, smooth_next=True, direct_data=direct
+    )
     if first.status in ("optimal", "infeasible", "unbounded", "time_limit"):
         return first
     if "refined_with" in first.extra or plan.backend is None:
@@ -369,6 +380,8 @@ def _cvxpy_solve(
     t0 = time.perf_counter()
     limit = options.time_limit
     deadline = None if limit is None else t0 + limit
+    # (what model.solve spent before this call: the floor a result states counts it)
+    before = t0 - min(t0, SOLVE_STARTED.get() or t0)
     layout = compiled.layout
     if tight:
         solver_name, kwargs = conic_solver_settings(compiled, options)
@@ -402,16 +415,24 @@ def _cvxpy_solve(
     t_solve = time.perf_counter()
     timing = {"compile": compile_seconds, "solve": 0.0, "per_party": {}}
     if _expired(deadline):  # the compile took the whole time limit: no solve started
+        floor = (
+            f"; the limit is below the smallest this solve holds, {compile_seconds + before:.3g} "
+            "s: the compile cannot be interrupted, so it ended there"
+        )
         return _no_point(
             compiled,
             "time_limit",
-            f"time limit of {limit:g} s reached while cvxpy compiled the pooled "
-            f"problem ({compile_seconds:.2f} s; a compile cannot be interrupted)"
+            f"time limit of {limit + before:.3g} s reached while cvxpy compiled the pooled "
+            f"problem ({compile_seconds:.2f} s){floor}"
             if direct is None
-            else f"time limit of {limit:g} s reached while building the pooled problem's "
-            f"data ({compile_seconds:.2f} s)",
+            else f"time limit of {limit + before:.3g} s reached while building the pooled problem's "
+            f"data ({compile_seconds:.2f} s){floor}",
             timing,
-            {"cvxpy_solver": chosen},
+            {
+                "cvxpy_solver": chosen,
+                "time_limit_floor": compile_seconds + before,
+                **({"direct": True} if direct is not None else {}),
+            },
         )
     key = SOLVER_TIME_LIMIT.get(str(chosen).upper())
     if deadline is not None and key is not None:  # the solver's own limit: what is left
@@ -421,12 +442,15 @@ def _cvxpy_solve(
     if direct is not None:
         try:
             # the solver stops early enough to leave the certificate its time: a share
-            # of the limit and twice the data's build (quantile regression on
-            # Communities, limit 0.3 s: Clarabel ended at 0.28 s, the polish and the
-            # certificate took the run to 0.36 s)
+            # of the limit, twice the data's build and three times one evaluation of
+            # every party, timed here on this machine as loaded as it is now (quantile
+            # regression on Communities, limit 0.3 s: Clarabel ended at 0.28 s, the
+            # polish and the certificate took the run to 0.36 s; at 1 s beside two busy
+            # processes, 1.27 s without the timed evaluation)
             stop_at = None
             if deadline is not None:
                 reserve = min(POST_RESERVE * limit, POST_RESERVE_MAX)
+                reserve += POST_EVALUATIONS * evaluation_seconds(compiled)
                 stop_at = deadline - reserve - 2.0 * direct.build_seconds
             solved = solve_direct(direct, kwargs, stop_at)
             cvx_status = solved.status
@@ -471,7 +495,7 @@ def _cvxpy_solve(
         )
     )
     if timed_out and no_point:
-        message = f"{used} stopped at the time limit of {limit:g} s without a point"
+        message = f"{used} stopped at the time limit of {limit + before:.3g} s without a point"
         return _no_point(compiled, "time_limit", message, timing, base)
     if cvx_status == "solver_error" or cvx_status.startswith(("infeasible", "unbounded")):
         status = "solver_error" if cvx_status == "solver_error" else cvx_status.split("_")[0]
@@ -582,7 +606,18 @@ def _cvxpy_solve(
         else f"{used} returned '{cvx_status}' with {kkt.describe()}, short of eps = {options.eps:g}"
     )
     if timed_out:
-        message += f"; time limit of {limit:g} s reached"
+        message += f"; time limit of {limit + before:.3g} s reached"
+        if solved is not None and solved.first is not None:
+            # the smallest limit this solve holds: its compile, Clarabel's start-up and
+            # first iteration, and what follows the solve (the polish, the certificate)
+            floor = solved.first - t0 + (time.perf_counter() - t_solve - seconds)
+            base["time_limit_floor"] = floor + before
+            if limit < floor:
+                message += (
+                    f"; the limit is below the smallest this solve holds, {floor + before:.3g} "
+                    "s: the compile, the solver's first iteration and the certificate, so it ended "
+                    "there"
+                )
     result = make_result(
         compiled,
         method="centralized",
