@@ -37,6 +37,7 @@ from fedmodel.errors import (
     UnsupportedError,
 )
 from fedmodel.result import STATUSES, Comparison, Result, StatusInfo
+from fedmodel.runtime.outcomes import RequestRefused
 from fedmodel.runtime.secure_aggregation import SecureAggregation
 
 __version__ = "0.1.0"
@@ -53,6 +54,7 @@ __all__ = [
     "NonConvexError",
     "OwnershipError",
     "PrivateData",
+    "RequestRefused",
     "Result",
     "SecureAggregation",
     "STATUSES",

@@ -150,12 +150,12 @@ def test_a_default_party_refuses_its_hessian_whatever_the_coordinator_asks(party
     status, built = party.build()
     assert status == "ok" and built == {"site0": None}
     w = np.zeros(party.d)
-    asks = [
-        _msg("newton_w", {"w": w}),
-        _msg("start", {"w": w, "inner": "newton"}),
-        _msg("outer", {"w": w, "inner": "newton"}, rnd=2),
-    ]
-    for m in asks:
+    # the Newton route's own kind is not in the table of the route this party runs
+    status, err = party.call("run", [_msg("newton_w", {"w": w})], None)
+    assert status == "error" and isinstance(err, CodecError), err
+    assert "party 'site0' refuses message 'newton_w'" in str(err) and "not declared" in str(err)
+    # a switch to the Newton route (a fallback's inner field) needs the opt-in
+    for m in [_msg("start", {"w": w, "inner": "newton"})]:
         status, outcomes = party.call("run", [m], None)
         assert status == "ok" and len(outcomes) == 1, outcomes
         out = outcomes[0]
@@ -169,6 +169,16 @@ def test_a_default_party_refuses_its_hessian_whatever_the_coordinator_asks(party
     assert status == "ok" and outcomes[0].ok
     assert set(outcomes[0].reply.payload) >= {"value", "grad"}
     assert "hessian" not in outcomes[0].reply.payload
+
+
+def test_a_build_on_the_newton_route_is_refused_without_the_opt_in(party):
+    f = party.factories()["site0"]
+    f = dataclasses.replace(f, kwargs={**f.kwargs, "route": "newton"})
+    status, built = party.call("build", {"site0": f})
+    exc, tb = built["site0"]
+    assert status == "ok" and isinstance(exc, RequestRefused) and tb == ""
+    assert "its argument 'route' = 'newton'" in str(exc) and "opt-in 'hessian'" in str(exc)
+    assert party.endpoint is None
 
 
 def test_a_build_asking_the_hessian_metric_is_refused_without_the_opt_in(party):
@@ -206,13 +216,13 @@ def test_in_one_process_the_reveal_option_decides_per_party():
     model = np_model(3)
     opts = dict(inner_solver="newton", max_outer=2, random_state=0)
     assert model.solve("prox-al", **opts).status != "client_failure"  # default: as asked
-    res = model.solve("prox-al", reveal={"site0": ["hessian"], "site2": ["hessian"]}, **opts)
-    assert res.status == "client_failure"
-    assert res.failure["kind"] == "refused" and res.failure["client"] == "site1"
-    assert "party 'site1' refuses" in res.message and "opt-in 'hessian'" in res.message
-    assert res.failure["traceback"] == ""
-    # nothing of site1's curvature is in the ledger
-    assert not any(r["sender"] == "site1" and "hessian" in r["shapes"] for r in res.ledger)
+    # the Newton route is refused where site1 is built, before any message
+    with pytest.raises(RequestRefused, match="party 'site1' refuses its build.*'hessian'"):
+        model.solve("prox-al", reveal={"site0": ["hessian"], "site2": ["hessian"]}, **opts)
+    res = model.solve(
+        "prox-al", reveal={n: ["hessian"] for n in ("site0", "site1", "site2")}, **opts
+    )
+    assert res.status != "client_failure"
     # the Hessian metric is refused at the build, naming the party and the opt-in
     with pytest.raises(RequestRefused, match="party 'site0' refuses its build.*'hessian'"):
         model.solve("prox-al", penalty_metric="hessian", inner_solver="admm", reveal=[])
@@ -268,17 +278,18 @@ def test_a_failing_constructor_answers_its_message_never_a_traceback(party):
 def test_requests_are_checked_by_value_before_dispatch(party):
     assert party.build()[0] == "ok"
     d = party.d
+    # (gradient_w: a kind of the route this party runs, quasi-newton)
     bad = [
-        ({"w": np.zeros(d + 1), "tol": 1e-3}, "shape"),
-        ({"w": np.full(d, np.nan), "tol": 1e-3}, "not finite"),
-        ({"w": np.full(d, 1e200), "tol": 1e-3}, "magnitude"),
-        ({"w": np.zeros(d, dtype=bool), "tol": 1e-3}, "dtype bool"),
-        ({"w": np.zeros(d), "tol": "x"}, "not a number"),
+        ({"w": np.zeros(d + 1)}, "shape"),
+        ({"w": np.full(d, np.nan)}, "not finite"),
+        ({"w": np.full(d, 1e200)}, "magnitude"),
+        ({"w": np.zeros(d, dtype=bool)}, "dtype bool"),
+        ({"w": "x"}, "not a number"),
     ]
     for payload, named in bad:
-        status, err = party.call("run", [_msg("admm_w", payload)], None)
+        status, err = party.call("run", [_msg("gradient_w", payload)], None)
         assert status == "error" and isinstance(err, CodecError), err
-        assert "party 'site0' refuses message 'admm_w'" in str(err) and named in str(err)
+        assert "party 'site0' refuses message 'gradient_w'" in str(err) and named in str(err)
     assert _untouched(party.endpoint)
 
 
@@ -299,7 +310,7 @@ def test_rounds_rise_and_the_sender_is_the_declared_one(party):
         status, err = party.call("run", [m], None)
         assert status == "error" and named in str(err), (m, err)
     # a peer call carrying a server's kind, and a sender posing as the party itself
-    status, err = party.call("peer", _msg("admm_w", {"w": ev["w"], "tol": 1.0}, 6, "site1"), None)
+    status, err = party.call("peer", _msg("gradient_w", {"w": ev["w"]}, 6, "site1"), None)
     assert status == "error" and "declared as a 'server' message" in str(err)
     status, outcomes = party.call("run", [_msg("evaluate", ev, 6, channel="diagnostic")])
     assert status == "ok" and outcomes[0].ok

@@ -48,12 +48,9 @@ BUILD = {
     "metric": Field(
         (), dtype="str", choices=("scalar", "hessian"), party_opt_in={"hessian": HESSIAN}
     ),
-    "route": Field(
-        (),
-        dtype="str",
-        choices=tuple(route.name for route in ROUTES),
-        party_opt_in={"newton": HESSIAN},
-    ),
+    # (any route of the table, a route added to it included; the Newton route's Hessian
+    # is the party's opt-in)
+    "route": Field((), dtype="str", party_opt_in={"newton": HESSIAN}),
 }
 _DMU = Field((), reveals="||mu_i^{k+1} - mu_i^k||_inf")
 _DTHETA = Field((), required=False, reveals="the change of its block (party-owned variables)")
