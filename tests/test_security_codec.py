@@ -204,8 +204,9 @@ def test_crafted_flower_records_are_refused(sentinel):
 
 
 # -- a real party server on a Unix socket ---------------------------------------------------------
-def _captured_factories(monkeypatch, method: str, make):
-    """The factories ``method`` hands the runtime for ``make()``'s model, and the model."""
+def _captured_factories(monkeypatch, method: str, make, **options):
+    """The factories ``method`` hands the runtime for ``make()``'s model (solved with
+    ``options``), and the model."""
     from fedmodel.algorithms import driver
 
     class Captured(Exception):
@@ -221,7 +222,7 @@ def _captured_factories(monkeypatch, method: str, make):
         m.setattr(driver, "make_runtime", capture)
         model = make()
         with pytest.raises(Captured):
-            model.solve(method)
+            model.solve(method, **options)
     return seen["factories"], model
 
 
@@ -466,11 +467,26 @@ def test_an_honest_build_of_every_registered_endpoint_round_trips(monkeypatch):
     import fedmodel as fm
     from fedmodel.runtime.flower_runtime import strip_programs
 
+    def dataclass_types(value):
+        if dataclasses.is_dataclass(value) and not isinstance(value, type):
+            yield type(value)
+            for f in dataclasses.fields(value):
+                yield from dataclass_types(getattr(value, f.name))
+
     built = set()
-    for method in federated_methods():
+    runs = [(method, {}) for method in federated_methods()]
+    # the privacy options travel inside the clients' options when they are set
+    runs.append(
+        (
+            "fedavg",
+            {"dp": fm.DP(epsilon=8.0, delta=1e-5, clip=1.0), "weights": "uniform", "max_rounds": 2},
+        )
+    )
+    runs.append(("fedavg", {"secure_aggregation": fm.SecureAggregation(), "max_rounds": 2}))
+    for method, options in runs:
         for make in (constrained_model, lsq_model):
             try:
-                factories, _ = _captured_factories(monkeypatch, method, make)
+                factories, _ = _captured_factories(monkeypatch, method, make, **options)
                 break
             except fm.UnsupportedError:
                 continue
@@ -482,7 +498,8 @@ def test_an_honest_build_of_every_registered_endpoint_round_trips(monkeypatch):
             assert LOCAL_PROGRAM in f.args, (method, name)
         for f in stripped.values():
             built.add(f.target)
-            built.update(type(a) for a in f.args if dataclasses.is_dataclass(a))
+            for a in f.args:
+                built.update(dataclass_types(a))
     # every registered fedmodel wire type is one a deployment builds, and vice versa
     registered = {c for c in wire_types().values() if c.__module__.startswith("fedmodel.")}
     assert registered == built

@@ -477,6 +477,12 @@ def check_manifest(manifest: dict, *, method: str, model: dict, options: dict, w
                 f"{_short(theirs.get(key))} vs {_short(model.get(key))})"
             )
     mine = plaincodec.plain(options)
+    missing = sorted(set(mine) - set(manifest["options"]))
+    if missing:
+        raise CheckpointError(
+            f"checkpoint {where!r} was written by an earlier fedmodel version (its options "
+            f"lack {missing}); start the run again without resume="
+        )
     diff = sorted(
         k for k in set(mine) | set(manifest["options"]) if mine.get(k) != manifest["options"].get(k)
     )
