@@ -271,7 +271,7 @@ class FederatedEstimator:
     def _declare(self, parts):
         """``(model, coef, intercept)``: the :class:`fedmodel.Model` over ``parts`` and its
         coefficient and intercept variables (intercept None without one)."""
-        raise NotImplementedError
+        raise NotImplementedError(f"{type(self).__name__} does not define this abstract method")
 
     # -- prediction ---------------------------------------------------------------------------
     def _check_fitted(self) -> None:

@@ -132,7 +132,7 @@ class InnerSolver(DeclaredState):
 
     def solve(self, runtime, tau: float, deadline: float | None) -> InnerOutcome:
         """One inner solve from the host's ``x`` (``w^k``) to ``tau``."""
-        raise NotImplementedError
+        raise NotImplementedError(f"{type(self).__name__} does not define this abstract method")
 
     # -- what Algorithm 1 asks of it (defaults: the plain outer loop) ----------------------
     def configure(self) -> None:
@@ -192,7 +192,7 @@ class InnerClient(DeclaredState):
 
     def start(self, w: np.ndarray, **request) -> dict:
         """Set ``w`` as the centre of ``P_{i,k}`` and return the route's start reply."""
-        raise NotImplementedError
+        raise NotImplementedError(f"{type(self).__name__} does not define this abstract method")
 
     def hard_rows(self) -> tuple[Any, Any]:
         """The constraint rows whose multipliers its steps set (kept by the update)."""
