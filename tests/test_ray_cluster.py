@@ -12,10 +12,12 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import textwrap
 import time
 
@@ -60,8 +62,9 @@ def _stop(procs: list[subprocess.Popen]) -> None:
 
 
 @pytest.fixture(scope="module")
-def cluster(tmp_path_factory):
-    tmp = str(tmp_path_factory.mktemp("ray"))
+def cluster():
+    # Ray's socket paths must stay under 107 bytes: a short directory, not pytest's deep one
+    tmp = tempfile.mkdtemp(prefix="fm-ray-", dir="/tmp")
     port = _free_port()
     address = f"127.0.0.1:{port}"
     common = ["--num-cpus=1", "--disable-usage-stats", "--node-ip-address=127.0.0.1"]
@@ -91,6 +94,7 @@ def cluster(tmp_path_factory):
         yield address
     finally:
         _stop(procs)
+        shutil.rmtree(tmp, ignore_errors=True)
 
 
 JOB = textwrap.dedent(

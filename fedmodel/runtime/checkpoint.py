@@ -267,8 +267,9 @@ def resolve_state_file(directory: str, fname: Any, kind: str, party: str | None 
     )
     if not ok:
         who = "the server" if kind == "server" else f"party '{party}'"
+        shown = repr(fname) if len(repr(fname)) <= 512 else f"{repr(fname)[:512]}... (truncated)"
         raise CheckpointError(
-            f"refusing checkpoint file {fname!r:.120}: not a state file of {who} (a bare "
+            f"refusing checkpoint file {shown}: not a state file of {who} (a bare "
             f"name {prefix}<tag>{SUFFIX} inside the checkpoint directory)"
         )
     directory = os.fspath(directory)
