@@ -402,17 +402,20 @@ class ProxALOptions(RuntimeOptions):
     def local_directions_on(self, d: int) -> bool:
         """Whether the quasi-Newton rounds ask for the clients' local Newton directions: the
         option, or its default (on up to ``LOCAL_DIRECTIONS_MAX_SHARED`` shared variables,
-        where a client factors its ``d x d`` Hessian once per round)."""
+        where a client factors its ``d x d`` Hessian once per round; off under secure
+        aggregation, where the server learns only sums and the directions are averaged)."""
         if self.local_directions is not None:
             return bool(self.local_directions)
-        return d <= LOCAL_DIRECTIONS_MAX_SHARED
+        return d <= LOCAL_DIRECTIONS_MAX_SHARED and not self.secure_aggregation
 
     def constraint_curvature_on(self, d: int) -> bool:
         """Whether the quasi-Newton rounds carry the parties' active constraint rows (the
-        option, or its default: on up to ``DENSE_MODEL_MAX`` shared variables)."""
+        option, or its default: on up to ``DENSE_MODEL_MAX`` shared variables, off under
+        secure aggregation, where the server learns only sums and the rows are each
+        client's)."""
         if self.constraint_curvature is not None:
             return bool(self.constraint_curvature)
-        return d <= DENSE_MODEL_MAX
+        return d <= DENSE_MODEL_MAX and not self.secure_aggregation
 
     @property
     def eps1(self) -> float:
