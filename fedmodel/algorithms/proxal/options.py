@@ -318,7 +318,8 @@ class ProxALOptions(RuntimeOptions):
         product of the inverse of the client's Hessian with a vector the server chose, of
         the kind of a Hessian-vector product. By default off when the server has inequality
         constraints (its walls are not in the clients' Hessians: an LCQP with a server box
-        took 177 instead of 85 rounds with them).
+        took 177 instead of 85 rounds with them), and under ``secure_aggregation`` (the
+        server learns only sums; asking for it there is refused naming the message).
     constraint_curvature : bool, optional
         ``inner_solver="quasi-newton"``: each client adds to its replies the rows ``J_i =
         sqrt(beta) grad c_j(w)`` of its equality and active non-affine inequality
@@ -327,7 +328,8 @@ class ProxALOptions(RuntimeOptions):
         model covering the rest
         (structured quasi-Newton, Dennis, Martinez and Tapia 1989): the stiff
         augmented-Lagrangian curvature need not be learnt pair by pair. Default (None): on up
-        to 2000 shared variables (the dense model). Measured (rounds with the rows against
+        to 2000 shared variables (the dense model), off under ``secure_aggregation`` (each
+        client's rows are its own; asking for them there is refused naming the message). Measured (rounds with the rows against
         without): Table 1 largest 18 against 53, the demo 64 against 74, markowitz (quick)
         275 against 857 (the server's ``w >= 0`` rows). Left to the secant pairs, because
         they take more rounds as rows: the clients' affine inequalities (lcqp-5 168
