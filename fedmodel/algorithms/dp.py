@@ -129,6 +129,7 @@ class PrivacyPlan:
         self.dropouts: list[dict[str, Any]] = []
         self.masked: set[str] = set()
         self.certificate: dict[str, Any] = {}
+        self.last_round: int | None = None  # (the round of the last secure aggregation)
 
     @property
     def active(self) -> bool:
@@ -204,6 +205,13 @@ class PrivacyPlan:
         :func:`~fedmodel.runtime.secure_aggregation.aggregate`)."""
         if self.dp is None:
             clip = None
+        if self.secure is not None:
+            # (a party answers each kind once per round, refusing a replay -- a second
+            # masked stage under the same masks would reveal a difference of messages --
+            # so a second aggregation in one round takes the next round)
+            if self.last_round == runtime.round:
+                runtime.next_round()
+            self.last_round = runtime.round
         noise = 0.0
         if clip is not None and self.z is not None:
             names = runtime.alive
