@@ -8,6 +8,8 @@ from __future__ import annotations
 import cvxpy as cp
 import numpy as np
 import pytest
+from test_privacy_options import model as least_squares  # (quasi-newton: a smooth h)
+from test_privacy_options import rel
 
 import fedmodel as fm
 from fedmodel.algorithms import dp as dp_module
@@ -25,19 +27,6 @@ pytest.importorskip("flwr")
 SAME = {"local_directions": False, "constraint_curvature": False}
 
 
-def least_squares(rows=(10, 30, 60, 20), d=4, seed=0):
-    """Quasi-Newton (smooth ``h``)."""
-    rng = np.random.default_rng(seed)
-    total = sum(rows)
-    m = fm.Model("ls")
-    w = m.variable(d, name="w")
-    for i, r in enumerate(rows):
-        A, b = rng.normal(size=(r, d)) + 0.5 * i, rng.normal(size=r) + i
-        c = m.client(f"c{i}")
-        c.minimize(cp.sum_squares(c.data(A, name="A") @ w - c.data(b, name="b")) / total)
-    return m
-
-
 def constrained_lasso(d=5, seed=1):
     """Prox-quasi-Newton (an l1 ``h``), with a client's inequality constraint active at the
     solution (its multiplier, violation and complementarity travel)."""
@@ -52,10 +41,6 @@ def constrained_lasso(d=5, seed=1):
             c.subject_to(cp.sum(w) <= 0.5)
     m.regularize(0.05 * cp.norm1(w))
     return m
-
-
-def rel(a, b):
-    return float(np.abs(a - b).max() / np.abs(b).max())
 
 
 @pytest.mark.parametrize(
