@@ -153,6 +153,22 @@ def test_a_client_that_does_not_come_back_stops_the_run():
     assert "nothing of the others' vectors is unmasked" in res.failure["error"]
 
 
+def test_a_client_refusing_the_route_stops_the_run_with_its_reason(monkeypatch):
+    """Under secure aggregation the probe's refusal is not a masked vector: the run stops
+    naming the party and its reason (no route of sums to fall back to)."""
+    from fedmodel.algorithms.proxal.newton_route import DerivativeClient
+
+    refuses = DerivativeClient.refuses
+
+    def c1_refuses(self):
+        return "its own reason" if self.host.name == "c1" else refuses(self)
+
+    monkeypatch.setattr(DerivativeClient, "refuses", c1_refuses)
+    res = least_squares().solve("prox-al", secure_aggregation=True, history=False)
+    assert res.status == "client_failure" and res.failure["client"] == "c1"
+    assert "party 'c1' refuses 'start': its own reason" in res.failure["error"]
+
+
 def test_refusals_name_the_message():
     m = least_squares()
     with pytest.raises(UnsupportedError, match=r"'admm'.*admm_w \(u_tilde"):
