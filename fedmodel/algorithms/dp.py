@@ -36,6 +36,7 @@ from typing import Any
 import numpy as np
 
 from fedmodel.errors import ModelError, UnsupportedError
+from fedmodel.runtime.messages import SERVER, Message
 from fedmodel.runtime.secure_aggregation import (
     Aggregate,
     SecureAggregation,
@@ -46,6 +47,8 @@ from fedmodel.runtime.wire import register_wire_type
 
 #: the accountant's name in ``res.privacy``
 ACCOUNTANT = "dp-accounting RDP (Gaussian mechanism, add/remove one client)"
+#: the sender of what the server learns of a message under secure aggregation: the sums
+SUMMED = "(clients' sum)"
 #: the confidence of the certificate's bounds under noise
 CONFIDENCE = 0.95
 
@@ -126,6 +129,7 @@ class PrivacyPlan:
         self.dropouts: list[dict[str, Any]] = []
         self.masked: set[str] = set()
         self.certificate: dict[str, Any] = {}
+        self.last_round: int | None = None  # (the round of the last secure aggregation)
 
     @property
     def active(self) -> bool:
@@ -152,27 +156,26 @@ class PrivacyPlan:
             )
         what = "secure_aggregation" if dp is None else "dp"
         table = server.messages
-        for spec in table.for_method(method) if table is not None else ():
-            if spec.channel == "diagnostic" or (
-                spec.direction == "local" and not spec.reply and spec.value is None
-            ):
-                continue  # the certificate round goes through the plan; the rest is not sent
-            if spec.direction != "server":
+        takes = getattr(server, "private_aggregation", ())
+        available = UnsupportedError(
+            f"{method}: {what} is available for the methods whose server collects its "
+            "messages as sums (secure_aggregation: fedavg, fedprox, prox-al; dp: fedavg, "
+            "fedprox)"
+        )
+        if takes and what not in takes:
+            raise available
+        for kind, fields in table.per_client(method) if table is not None else ():
+            if not fields:
                 raise UnsupportedError(
                     f"{method}: {what} needs every message to be a sum over clients, but "
-                    f"{spec.kind!r} is a {spec.direction} message"
+                    f"{kind!r} is a {table[kind].direction} message"
                 )
-            per_client = [n for n, f in spec.reply.items() if not (f.sum_only or f.unmasked)]
-            if per_client:
-                raise UnsupportedError(
-                    f"{method}: {what} needs every message to be a sum over clients, but the "
-                    f"server reads {spec.kind!r} ({', '.join(per_client)}) client by client"
-                )
-        if table is None or not getattr(server, "private_aggregation", False):
             raise UnsupportedError(
-                f"{method}: {what} is available for the methods whose server collects its "
-                "messages as sums (fedavg, fedprox)"
+                f"{method}: {what} needs every message to be a sum over clients, but the "
+                f"server reads {kind!r} ({', '.join(fields)}) client by client"
             )
+        if table is None or what not in takes:
+            raise available
         if secure is not None and n_clients < 3:
             raise UnsupportedError(f"{method}: secure aggregation needs at least 3 clients")
         if dp is not None and not math.isinf(dp.epsilon) and plan.z is None:
@@ -184,7 +187,7 @@ class PrivacyPlan:
                 f"more than epsilon = {dp.epsilon:g}: raise noise_multiplier or leave it unset"
             )
         if secure is not None:
-            eps = float(getattr(options, "eps", 1e-3))
+            eps = min(options.eps1, options.eps2) if hasattr(options, "eps") else 1e-3
             resolution = secure.resolution(n_clients)
             if resolution > 1e-3 * eps:
                 raise ModelError(
@@ -194,25 +197,65 @@ class PrivacyPlan:
         return plan
 
     # -- sums ------------------------------------------------------------------------------
-    def aggregate(self, runtime, kind: str, payload, clip=None) -> Aggregate:
+    def aggregate(self, runtime, kind: str, payload, clip=None, whole=False) -> Aggregate:
         """The sums over the live clients of ``kind``'s sum-only fields; with ``dp``,
         ``clip`` (per client: the bound of its weighted contribution) and the mechanism's
-        noise, one event for the accountant."""
+        noise, one event for the accountant; ``whole``: over every client (a dropout is
+        asked again, else stops the run: see
+        :func:`~fedmodel.runtime.secure_aggregation.aggregate`)."""
         if self.dp is None:
             clip = None
+        if self.secure is not None:
+            # (a party answers each kind once per round, refusing a replay -- a second
+            # masked stage under the same masks would reveal a difference of messages --
+            # so a second aggregation in one round takes the next round)
+            if self.last_round == runtime.round:
+                runtime.next_round()
+            self.last_round = runtime.round
         noise = 0.0
         if clip is not None and self.z is not None:
             names = runtime.alive
             top = max(clip(n) if callable(clip) else clip for n in names)
             noise = self.z * top
-        out = aggregate(runtime, kind, payload, secure=self.secure, clip=clip, noise=noise)
+        out = aggregate(
+            runtime, kind, payload, secure=self.secure, clip=clip, noise=noise, whole=whole
+        )
         if clip is not None:
             self.events += 1
         if self.secure is not None:
             self.masked.add(kind)
         if out.dropped:
             self.dropouts.append({"round": runtime.round, "kind": kind, "clients": out.dropped})
+        if out.late:
+            self.dropouts.append(
+                {"round": runtime.round, "kind": kind, "clients": out.late, "late_reply": True}
+            )
         return out
+
+    def collect(self, runtime, kind: str, payload) -> dict[str, Message]:
+        """The replies to ``kind`` as the server knows them: without secure aggregation
+        every client's (a broadcast); under it one reply from :data:`SUMMED` holding the
+        sums of the sum-only fields (a scalar as a float, a field no client sent left out)
+        and one per participant holding only its unmasked scalars. A server half that
+        reads sums and the unmasked scalars' maxima over these replies runs the same with
+        secure aggregation on or off (prox-al)."""
+        if self.secure is None:
+            return runtime.broadcast(kind, payload)
+        out = self.aggregate(runtime, kind, payload, whole=True)
+        spec = runtime.messages[kind]
+        replies = {
+            name: Message(kind, name, SERVER, dict(out.clear.get(name, {})), runtime.round)
+            for name in out.participants
+        }
+        summed = {}
+        for name, value in out.sums.items():
+            field = spec.reply.get(name)
+            if field is not None and field.shape == ():
+                summed[name] = float(value.sum())
+            elif value.size:
+                summed[name] = value
+        replies[SUMMED] = Message(kind, SUMMED, SERVER, summed, runtime.round)
+        return replies
 
     @property
     def epsilon(self) -> float:
@@ -238,7 +281,7 @@ class PrivacyPlan:
         clip = None
         if self.dp is not None:
             clip = self.dp.certificate_clip or self.dp.clip
-        out = self.aggregate(runtime, "evaluate", payload, clip=clip)
+        out = self.aggregate(runtime, "evaluate", payload, clip=clip, whole=True)
         sums = out.sums
         empty = np.zeros(0)
         reports = {}
@@ -262,7 +305,7 @@ class PrivacyPlan:
         }
         if "epigraph_gap" in sums and sums["epigraph_gap"].size:
             total["epigraph_gap"] = float(sums["epigraph_gap"].sum())
-        reports["(clients' sum)"] = total
+        reports[SUMMED] = total
         if self.dp is not None and self.z is not None:
             sigma = self.z * clip
             self.certificate = {

@@ -121,8 +121,9 @@ RUNTIME_OPTIONS_DOC = """
         method or options, raises :class:`~fedmodel.runtime.checkpoint.CheckpointError`.
     secure_aggregation : bool or fedmodel.SecureAggregation
         The server learns only the sum over the clients of each message it uses as a sum
-        (Flower's SecAgg+; the methods whose messages are all sum-only: fedavg, fedprox;
-        another is refused, naming the message read client by client). See
+        (Flower's SecAgg+; the methods whose messages are all sum-only: fedavg, fedprox,
+        and prox-al on its inner solvers quasi-newton / prox-quasi-newton; another is
+        refused, naming the message read client by client). See
         ``docs/privacy.md``.
     dp : fedmodel.DP, optional
         Client-level differential privacy of the aggregated messages (clipping, Gaussian

@@ -118,12 +118,15 @@ def privacy_text(compiled, method: str = "prox-al", **options: Any) -> str:
     lines = [heading] if heading else []
     lines.append(
         f"messages of {method} (floats per message for this model, what each reveals; "
-        "'masked': fields the server uses only as sums, masked under secure_aggregation=True):"
+        "'masked': fields the server uses only as sums, masked under secure_aggregation=True; "
+        "'clear': scalars each party still sends in the clear under it):"
     )
     for r in rows:
         flag = " [opt-in: " + ", ".join(r["opt_in"]) + "]" if r["opt_in"] else ""
         if r["masked"]:
             flag += " [masked: " + ", ".join(r["masked"]) + "]"
+        if r["clear"]:
+            flag += " [clear: " + ", ".join(r["clear"]) + "]"
         diag = " [diagnostic]" if r["channel"] == "diagnostic" else ""
         floats = "?" if r["floats"] is None else r["floats"]
         lines.append(

@@ -278,14 +278,18 @@ class ClientHalf(DeclaredState):
     def _on_secagg_masked(self, kind, payload, ciphertexts, clip=None, noise=None):
         """Answer the wrapped message ``kind`` with its own handler, and send its sum-only
         fields masked (with ``clip``: clipped to that norm, its unmasked scalars summed
-        too, and Gaussian noise of standard deviation ``noise`` added)."""
+        too, and Gaussian noise of standard deviation ``noise`` added). A reply that
+        refuses (``accepted = False``, a route's probe) is raised with its reason: the run
+        stops naming the party."""
         if self.messages is None or kind not in self.messages or kind in SECAGG:
             raise ValueError(f"party {self.name!r} got a masked message of unknown kind {kind!r}")
         self._check_payload(kind, payload)
-        handler, takes_sender = _handler(type(self), kind)
+        owner, (handler, takes_sender) = self.handler_owner(kind)
         if handler is None or takes_sender:
             raise ValueError(f"party {self.name!r} answers no server message {kind!r}")
-        body = handler(self, **payload)
+        body = handler(owner, **payload)
+        if body.get("accepted") is False:  # (a refused probe: its reason, not a vector)
+            raise RequestRefused(f"party {self.name!r} refuses {kind!r}: {body.get('why', '')}")
         vec, sizes, clear = split_reply(self.messages[kind], body, summed_clear=clip is not None)
         vec = clip_and_noise(vec, clip, noise, np.random.default_rng())
         masked = self.secagg.mask(ciphertexts, vec, f"message {kind!r}")
@@ -376,9 +380,10 @@ class ServerHalf(DeclaredState, ABC):
 
     #: the method family's message table: the driver validates every reply against it
     messages: ClassVar[MessageTable | None] = None
-    #: the server collects every algorithm message through ``self.privacy.aggregate`` (sums
-    #: over clients), so secure aggregation and dp apply (fedmodel/algorithms/dp.py)
-    private_aggregation: ClassVar[bool] = False
+    #: what applies to the run because the server collects every algorithm message through
+    #: its privacy plan (sums over clients; fedmodel/algorithms/dp.py): "secure_aggregation",
+    #: "dp" (which also needs the clients' contributions clipped)
+    private_aggregation: ClassVar[tuple[str, ...]] = ()
     #: the run's privacy plan (:class:`~fedmodel.algorithms.dp.PrivacyPlan`), set by the driver
     privacy: Any = None
     step_name: ClassVar[str] = "iteration"

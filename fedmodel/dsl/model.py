@@ -332,20 +332,21 @@ class Model:
         self._compiled = (version, compiled)
         return compiled
 
-    def summary(self, print_: bool = True, method: str = "prox-al") -> str:
+    def summary(self, print_: bool = True, method: str = "prox-al", **options: Any) -> str:
         """Describe each party, its terms and constraint dimensions, and the messages of
-        ``method`` at its default options on this model: for prox-al the inner solver a
-        default run takes, then each message kind of the run, its direction, its size in
-        floats for this model (the most one message carries), what it reveals, and which
-        kinds are opt-in (generated from the declared tables,
-        :mod:`fedmodel.algorithms.privacy`)."""
+        ``method`` at its default options (or ``options``, e.g.
+        ``secure_aggregation=True``) on this model: for prox-al the inner solver such a
+        run takes, then each message kind of the run, its direction, its size in floats
+        for this model (the most one message carries), what it reveals, which kinds are
+        opt-in and which fields are masked under secure aggregation (generated from the
+        declared tables, :mod:`fedmodel.algorithms.privacy`)."""
         from fedmodel.algorithms.privacy import privacy_text
         from fedmodel.compiler.summary import model_summary
 
         compiled = self.compile()
         text = model_summary(compiled)
         if not compiled.publications:  # (vertical models: see docs/runtime.md's tables)
-            text += "\n" + privacy_text(compiled, method)
+            text += "\n" + privacy_text(compiled, method, **options)
         if print_:
             print(text)
         return text

@@ -105,7 +105,8 @@ class Field:
         server learns only the sum (the privacy table's column "masked").
     unmasked : bool
         A scalar the party still sends in the clear under secure aggregation (its largest
-        constraint violation in the certificate round), said in the privacy table.
+        constraint violation in the certificate round), said in the privacy table (its
+        "masked" column's "clear").
     """
 
     shape: tuple | None = ()
@@ -521,6 +522,33 @@ class MessageTable:
                 out[need] = f"its argument {name!r} = {arguments[name]!r:.40}"
         return out
 
+    def per_client(self, method: str | None) -> list[tuple[str, list[str]]]:
+        """The messages of ``method`` the server reads client by client, as ``(kind,
+        fields)``: a server message whose reply has fields neither sum-only nor unmasked
+        (:attr:`Field.sum_only`, :attr:`Field.unmasked`), and a peer or local message that
+        sends something (``fields`` empty); the diagnostic messages aside (the certificate
+        round goes through sums under secure aggregation). Empty: every message is a sum.
+
+        Examples
+        --------
+        >>> spec = MessageSpec("m", reply={"g": Field(("d",), sum_only=True), "x": Field(())})
+        >>> MessageTable("t", (spec,)).per_client(None)
+        [('m', ['x'])]
+        """
+        out = []
+        for spec in self.for_method(method):
+            if spec.channel == "diagnostic" or (
+                spec.direction == "local" and not spec.reply and spec.value is None
+            ):
+                continue
+            if spec.direction != "server":
+                out.append((spec.kind, []))
+                continue
+            fields = [n for n, f in spec.reply.items() if not (f.sum_only or f.unmasked)]
+            if fields:
+                out.append((spec.kind, fields))
+        return out
+
     def party_opt_ins(self) -> list[str]:
         """Every party opt-in this table declares (kinds, request and build fields)."""
         names = {s.party_opt_in for s in self.specs if s.party_opt_in}
@@ -582,7 +610,8 @@ class MessageTable:
         (``server -> client``, ``client -> server``, ``client -> client``, ``local``),
         ``channel``, ``fields`` (symbolic shapes), ``floats`` (numbers at most, for
         ``dims``; None without), ``reveals``, ``opt_in``, ``masked`` (the fields the
-        server uses only as sums over clients: masked under secure aggregation)."""
+        server uses only as sums over clients: masked under secure aggregation),
+        ``clear`` (the scalars a party still sends in the clear under it)."""
         rows = []
         for spec in self.for_method(method):
             legs = {
@@ -606,6 +635,7 @@ class MessageTable:
                         "reveals": _reveals(spec, direction, fields),
                         "opt_in": sorted({f.opt_in for f in fields.values() if f.opt_in}),
                         "masked": [n for n, f in fields.items() if f.sum_only],
+                        "clear": [n for n, f in fields.items() if f.unmasked],
                     }
                 )
         return rows
@@ -663,7 +693,9 @@ def privacy_markdown(
         cells = [kind, r["direction"], fields]
         if numbers:
             cells.append("?" if r["floats"] is None else str(r["floats"]))
-        cells.append(", ".join(f"`{n}`" for n in r.get("masked", ())) or "-")
+        masked = ", ".join(f"`{n}`" for n in r.get("masked", ()))
+        clear = ", ".join(f"`{n}`" for n in r.get("clear", ()))
+        cells.append(" ".join(filter(None, [masked, f"(clear: {clear})" if clear else ""])) or "-")
         reveals = r["reveals"] or "-"
         if r["opt_in"]:
             reveals = "**opt-in** (" + ", ".join(r["opt_in"]) + "): " + reveals

@@ -26,7 +26,11 @@ client stages of ``flwr.client.mod.secaggplus_mod``, the server's unmasking of
 A client that fails in stage 3 (``secagg_masked``) has dropped out: the pairwise masks the
 others added for it are removed with its secret key, reconstructed from at least
 ``threshold`` shares, and the sum is over the survivors (:attr:`Aggregate.participants`).
-Fewer survivors than the threshold stop the run (:class:`ClientFailure`).
+Fewer survivors than the threshold stop the run (:class:`ClientFailure`). A server that
+needs the sum over every client (``whole``: prox-al's subproblem is the sum of every
+client's term, and so is the certificate) posts stage 3 once more to a client that
+failed, with the same shares (a late reply completes the sum); a client that fails again
+stops the run before the unmask stage, so the server never learns a sum without it.
 
 **Fixed point.** Each entry ``v`` with ``|v| <= range`` is sent as ``round(v 2^f) mod
 2^62`` with ``f = 61 - ceil(log2(n range))`` fractional bits for ``n`` participants, so
@@ -357,13 +361,14 @@ def _key_pairs(keys: Mapping[str, Any]) -> dict[int, tuple[Any, Any]]:
 @dataclass
 class Aggregate:
     """What the server learns of one aggregated message: the sum over ``participants`` of
-    each sum-only field (``sums``), each participant's unmasked scalars (``clear``), and who
-    dropped out (``dropped``)."""
+    each sum-only field (``sums``), each participant's unmasked scalars (``clear``), who
+    dropped out (``dropped``) and who answered only when asked again (``late``)."""
 
     sums: dict[str, np.ndarray]
     clear: dict[str, dict[str, float]] = field(default_factory=dict)
     participants: list[str] = field(default_factory=list)
     dropped: list[str] = field(default_factory=list)
+    late: list[str] = field(default_factory=list)
 
 
 def aggregate(
@@ -376,6 +381,7 @@ def aggregate(
     noise: float = 0.0,
     rng: np.random.Generator | None = None,
     channel: str | None = None,
+    whole: bool = False,
 ) -> Aggregate:
     """The sums over the live clients of the sum-only fields of their replies to ``kind``.
 
@@ -384,7 +390,9 @@ def aggregate(
     entry of the sum: added by the server in the clear, and by the clients in shares of
     standard deviation ``noise / sqrt(threshold)`` under secure aggregation (any
     ``threshold`` survivors' shares make at least ``noise``). With ``clip`` the unmasked
-    scalars are summed (and noised) too, rather than sent in the clear.
+    scalars are summed (and noised) too, rather than sent in the clear. ``whole``: the sum
+    must be over every live client (a client that drops out is asked once more; failing
+    again it stops the run before anything is unmasked).
     """
     spec = runtime.messages[kind]
     rng = rng if rng is not None else np.random.default_rng()
@@ -403,7 +411,7 @@ def aggregate(
             total = vec if total is None else total + vec
         total = clip_and_noise(total, None, noise, rng)
         return Aggregate(_fields(total, sizes), clear, list(replies), [])
-    return _secure_sum(runtime, kind, payloads, secure, clips, noise, names)
+    return _secure_sum(runtime, kind, payloads, secure, clips, noise, names, whole)
 
 
 def _check_sizes(known: dict, got: dict, name: str, kind: str) -> dict:
@@ -425,7 +433,7 @@ def _invalid(name: str, kind: str, why: str):
     )  # fmt: skip
 
 
-def _secure_sum(runtime, kind, payloads, secure, clips, noise, names):
+def _secure_sum(runtime, kind, payloads, secure, clips, noise, names, whole=False):
     from flwr.common.secure_aggregation.crypto.shamir import combine_shares
     from flwr.common.secure_aggregation.crypto.symmetric_encryption import generate_shared_key
     from flwr.common.secure_aggregation.ndarrays_arithmetic import (
@@ -479,6 +487,25 @@ def _secure_sum(runtime, kind, payloads, secure, clips, noise, names):
         for name in names
     }
     replies, dropped = _collect_masked(runtime, requests)
+    late = [name for name in dropped if name in runtime.alive] if whole else []
+    if late:  # (the same shares: a late reply completes the sum)
+        more, dropped = _collect_masked(runtime, {name: requests[name] for name in late})
+        replies.update(more)
+        dropped += [name for name in names if name not in replies and name not in dropped]
+    if whole and dropped:
+        raise ClientFailure(
+            {
+                d: _invalid(
+                    d,
+                    kind,
+                    "dropped out of secure aggregation twice; the sum must be over every "
+                    "client, so nothing of the others' vectors is unmasked",
+                )
+                for d in dropped
+            },
+            runtime.round,
+            kind,
+        )
     masked, clear, sizes = {}, {}, {}
     for name in names:
         if name not in replies:
@@ -526,17 +553,17 @@ def _secure_sum(runtime, kind, payloads, secure, clips, noise, names):
                 total = op(total, pairwise)
         total = parameters_mod(total, MODULUS)
     vec = decode(total[0], int(config["bits"]))
-    return Aggregate(_fields(vec, sizes), clear, active, dropped)
+    return Aggregate(_fields(vec, sizes), clear, active, dropped, late)
 
 
 def _collect_masked(runtime, requests: dict[str, dict]) -> tuple[dict[str, dict], list[str]]:
     """Stage 3: post every client its masked request (they compute in parallel where the
     backend can) and take the replies; a client that fails has dropped out, unless its
-    value was out of range (that stops the run)."""
+    value was out of range or it refused the request (that stops the run)."""
     tickets, dropped = {}, []
 
     def drop(exc: ClientFailure) -> None:
-        if any(_range_error(o) for o in exc.failures.values()):
+        if any(_stops_the_run(o) for o in exc.failures.values()):
             raise exc
         dropped.extend(n for n in exc.clients if n not in dropped)
 
@@ -562,7 +589,8 @@ def _collect_masked(runtime, requests: dict[str, dict]) -> tuple[dict[str, dict]
     return replies, dropped
 
 
-def _range_error(outcome) -> bool:
-    return outcome.error is not None and "outside the secure aggregation range" in str(
-        outcome.error
+def _stops_the_run(outcome) -> bool:
+    """A value out of range, or a client refusing the request: not a dropout."""
+    return outcome.kind == "refused" or (
+        outcome.error is not None and "outside the secure aggregation range" in str(outcome.error)
     )

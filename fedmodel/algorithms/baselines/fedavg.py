@@ -241,7 +241,7 @@ class FedAvgServer(PenaltyServer):
     """
 
     messages = BASELINES
-    private_aggregation = True
+    private_aggregation = ("secure_aggregation", "dp")
 
     state_fields = ("x", "scale", "r", "dx", "snapshots")
     component_fields = ("server_local",)

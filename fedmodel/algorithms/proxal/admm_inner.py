@@ -69,10 +69,15 @@ ADMM_W = MessageSpec(
     },
     reply={
         "u_tilde": _U_TILDE,
-        "eps_tilde": Field((), reveals="its local accuracy (eq. 18)"),
+        "eps_tilde": Field((), reveals="its local accuracy (eq. 18)", sum_only=True),
         "rho": Field((), required=False, reveals="its residual-balanced rho_i"),
         "metric": _METRIC,
-        "gram": Field(("<=aa",), required=False, reveals="inner products of its ADMM residuals"),
+        "gram": Field(
+            ("<=aa",),
+            required=False,
+            reveals="inner products of its ADMM residuals",
+            sum_only=True,
+        ),
     },
     reveals="one ADMM round of Algorithm 2",
 )

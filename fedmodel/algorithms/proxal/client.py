@@ -36,6 +36,7 @@ from fedmodel.algorithms.proxal.routes import LAYOUT_REFUSED, route_named
 from fedmodel.certificate.kkt import party_evaluation
 from fedmodel.compiler.glm import NotRecognised
 from fedmodel.compiler.partition import PartyProgram
+from fedmodel.runtime.secure_aggregation import SECAGG
 from fedmodel.runtime.wire import register_wire_type
 from fedmodel.subproblems.merit import MeritProblem
 from fedmodel.subproblems.select import make_solver
@@ -138,7 +139,7 @@ class ProxALClient(ClientHalf):
         self.route_name = name
         self.route = route_named(name)
         self.inner = self.route.client_part(self)
-        self.messages = route_table(self.route)
+        self.messages = route_table(self.route).merged(SECAGG)
 
     def handler_owner(self, kind: str):
         """The route's client part answers its own round kinds."""

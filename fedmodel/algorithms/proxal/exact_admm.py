@@ -361,7 +361,9 @@ class ExactInner(InnerSolver):
     the infeasibility verdict of a consensus gap that settles."""
 
     name = "exact-admm"
-    start_reply = {"exact": Field((), dtype="bool", reveals="nothing (exact-admm started)")}
+    start_reply = {
+        "exact": Field((), dtype="bool", reveals="nothing (exact-admm started)", unmasked=True)
+    }
     messages = (XADMM_W,)
     component_fields = ("admm",)
 

@@ -130,6 +130,12 @@ class InnerSolver(DeclaredState):
     def take_start(self, replies) -> None:
         """Take the clients' replies to a request that started an inner solve."""
 
+    def collect(self, runtime, kind: str, payload: dict) -> dict:
+        """One round of its messages: the replies as the server knows them (the host's
+        :meth:`~fedmodel.algorithms.proxal.server.ProxALServer.collect`: sums under
+        secure aggregation)."""
+        return self.host.collect(runtime, kind, payload)
+
     def solve(self, runtime, tau: float, deadline: float | None) -> InnerOutcome:
         """One inner solve from the host's ``x`` (``w^k``) to ``tau``."""
         raise NotImplementedError(f"{type(self).__name__} does not define this abstract method")

@@ -52,15 +52,22 @@ BUILD = {
     # is the party's opt-in)
     "route": Field((), dtype="str", party_opt_in={"newton": HESSIAN}),
 }
-_DMU = Field((), reveals="||mu_i^{k+1} - mu_i^k||_inf")
-_DTHETA = Field((), required=False, reveals="the change of its block (party-owned variables)")
+# (test (8) reads the largest over the clients of these scalars: each client sends its own
+# in the clear under secure aggregation, unmasked)
+_DMU = Field((), reveals="||mu_i^{k+1} - mu_i^k||_inf", unmasked=True)
+_DTHETA = Field(
+    (), required=False, reveals="the change of its block (party-owned variables)", unmasked=True
+)
 _OUTER_GRAM = Field(
-    ("<=oaa",), required=False, reveals="inner products of its multiplier changes (outer_anderson)"
+    ("<=oaa",),
+    required=False,
+    reveals="inner products of its multiplier changes (outer_anderson)",
+    sum_only=True,
 )
 #: test (8)'s feasibility half, measured by the client (routes with measures_feasibility)
 _FEASIBILITY = {
-    "violation": Field((), reveals="its largest constraint violation at w^{k+1}"),
-    "complementarity": Field((), reveals="max_j mu_ij^{k+1} max(-c_ij(w^{k+1}), 0)"),
+    "violation": Field((), reveals="its largest constraint violation at w^{k+1}", unmasked=True),
+    "complementarity": Field((), reveals="max_j mu_ij^{k+1} max(-c_ij(w^{k+1}), 0)", unmasked=True),
 }
 
 
@@ -93,8 +100,10 @@ def _start_specs(request: dict, reply: dict, probes: bool, one_of=(), outer=None
     start_reply, start_one_of = reply, one_of
     if probes:  # (accepted, or refused with a reason)
         start_reply = {
-            "accepted": Field((), dtype="bool"),
-            "why": Field((), dtype="str", required=False),
+            # (whether it takes the route, in the clear; under secure aggregation a client
+            # that refuses stops the run with its reason)
+            "accepted": Field((), dtype="bool", unmasked=True),
+            "why": Field((), dtype="str", required=False, unmasked=True),
             **_optional(reply),
         }
         needed = tuple(k for k, f in reply.items() if f.required)
@@ -161,6 +170,22 @@ def route_table(route, compiled=None, options=None, proximal: bool = True) -> Me
         extra = route.dims(compiled, options)
         dims = lambda opts: {**option_dims(opts), **extra}  # noqa: E731
     return MessageTable("proxal", (*specs, *_common()), option_dims=dims, build=BUILD)
+
+
+def per_client(route, compiled, options, proximal: bool = True) -> str:
+    """The messages of a run on ``route`` that the server reads client by client (what
+    prevents secure aggregation), as ``"kind (fields)"`` joined; "" when every message
+    of the run's table is a sum over clients or a client's unmasked scalars.
+
+    Examples
+    --------
+    >>> from fedmodel.algorithms.proxal.admm_inner import ADMMInner
+    >>> per_client(ADMMInner, None, None).split(", admm_w")[1]
+    ' (u_tilde, rho, metric)'
+    """
+    method = "prox-al" if proximal else "admm"
+    table = route_table(route, compiled, options, proximal)
+    return ", ".join(f"{kind} ({', '.join(fields)})" for kind, fields in table.per_client(method))
 
 
 def _unused(compiled, options, proximal: bool) -> set[str]:

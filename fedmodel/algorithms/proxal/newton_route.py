@@ -42,8 +42,8 @@ NEWTON = "inner_solver='newton'"
 #: updated secant model before the line search backtracks along the last one
 QN_REMODEL = 2
 
-_VALUE = Field((), reveals="P_{i,k}(w)")
-_GRAD = Field(("d",), reveals="the gradient of P_{i,k} at w")
+_VALUE = Field((), reveals="P_{i,k}(w)", sum_only=True)
+_GRAD = Field(("d",), reveals="the gradient of P_{i,k} at w", sum_only=True)
 _HESSIAN = Field(
     ("d", "d"),
     required=False,
@@ -55,6 +55,7 @@ _HVP = Field(
     ("<=cd", "d"),
     reveals="the Hessian of P_{i,k} at w times each direction (directional derivatives of "
     "its gradient; for a quadratic client the gradient difference along it)",
+    sum_only=True,
 )
 _STIFF = Field(
     ("<=m_con", "d"),
@@ -132,15 +133,17 @@ class _DerivativeInner(InnerSolver):
     def take_derivatives(self, replies) -> tuple[float, np.ndarray]:
         """The clients' ``P_{i,k}`` derivatives: keep the Hessians they sent (a client
         sends one only when it changed) and return the sums of their values and
-        gradients."""
+        gradients (over the replies that carry them: under secure aggregation, the one
+        reply of their sums)."""
         new = {n: r.payload["hessian"] for n, r in replies.items() if "hessian" in r.payload}
         if new:
             self.client_hessians = {**self.client_hessians, **new}
             self.hessian_sum = sum(
                 np.asarray(H, dtype=float) for H in self.client_hessians.values()
             )
-        val = sum(float(r.payload["value"]) for r in replies.values())
-        grad = sum(np.asarray(r.payload["grad"], dtype=float) for r in replies.values())
+        sent = [r.payload for r in replies.values() if "grad" in r.payload]
+        val = sum(float(p["value"]) for p in sent)
+        grad = sum(np.asarray(p["grad"], dtype=float) for p in sent)
         return val, grad
 
     def take_start(self, replies) -> None:
@@ -263,7 +266,7 @@ class QuasiNewtonInner(_DerivativeInner):
     start_reply = {
         "value": _VALUE,
         "grad": _GRAD,
-        "hvp": Field(("<=cs", "d"), required=False, reveals=_HVP.reveals),
+        "hvp": Field(("<=cs", "d"), required=False, reveals=_HVP.reveals, sum_only=True),
         "stiff": _STIFF,
     }
     messages = (GRADIENT_W, CURVATURE_W)
@@ -362,8 +365,9 @@ class QuasiNewtonInner(_DerivativeInner):
         self.start_stiff = self.take_stiff(replies)
         V = self.start_directions
         self.start_products = None
-        if V is not None and all("hvp" in r.payload for r in replies.values()):
-            hvp = [np.asarray(r.payload["hvp"], dtype=float) for r in replies.values()]
+        sent = [r.payload for r in replies.values() if "grad" in r.payload]
+        if V is not None and sent and all("hvp" in p for p in sent):
+            hvp = [np.asarray(p["hvp"], dtype=float).reshape(V.shape) for p in sent]
             self.start_products = (V, sum(hvp))
 
     def take_stiff(self, replies) -> np.ndarray | None:

@@ -318,7 +318,8 @@ class ProxALOptions(RuntimeOptions):
         product of the inverse of the client's Hessian with a vector the server chose, of
         the kind of a Hessian-vector product. By default off when the server has inequality
         constraints (its walls are not in the clients' Hessians: an LCQP with a server box
-        took 177 instead of 85 rounds with them).
+        took 177 instead of 85 rounds with them), and under ``secure_aggregation`` (the
+        server learns only sums; asking for it there is refused naming the message).
     constraint_curvature : bool, optional
         ``inner_solver="quasi-newton"``: each client adds to its replies the rows ``J_i =
         sqrt(beta) grad c_j(w)`` of its equality and active non-affine inequality
@@ -327,7 +328,8 @@ class ProxALOptions(RuntimeOptions):
         model covering the rest
         (structured quasi-Newton, Dennis, Martinez and Tapia 1989): the stiff
         augmented-Lagrangian curvature need not be learnt pair by pair. Default (None): on up
-        to 2000 shared variables (the dense model). Measured (rounds with the rows against
+        to 2000 shared variables (the dense model), off under ``secure_aggregation`` (each
+        client's rows are its own; asking for them there is refused naming the message). Measured (rounds with the rows against
         without): Table 1 largest 18 against 53, the demo 64 against 74, markowitz (quick)
         275 against 857 (the server's ``w >= 0`` rows). Left to the secant pairs, because
         they take more rounds as rows: the clients' affine inequalities (lcqp-5 168
@@ -402,17 +404,20 @@ class ProxALOptions(RuntimeOptions):
     def local_directions_on(self, d: int) -> bool:
         """Whether the quasi-Newton rounds ask for the clients' local Newton directions: the
         option, or its default (on up to ``LOCAL_DIRECTIONS_MAX_SHARED`` shared variables,
-        where a client factors its ``d x d`` Hessian once per round)."""
+        where a client factors its ``d x d`` Hessian once per round; off under secure
+        aggregation, where the server learns only sums and the directions are averaged)."""
         if self.local_directions is not None:
             return bool(self.local_directions)
-        return d <= LOCAL_DIRECTIONS_MAX_SHARED
+        return d <= LOCAL_DIRECTIONS_MAX_SHARED and not self.secure_aggregation
 
     def constraint_curvature_on(self, d: int) -> bool:
         """Whether the quasi-Newton rounds carry the parties' active constraint rows (the
-        option, or its default: on up to ``DENSE_MODEL_MAX`` shared variables)."""
+        option, or its default: on up to ``DENSE_MODEL_MAX`` shared variables, off under
+        secure aggregation, where the server learns only sums and the rows are each
+        client's)."""
         if self.constraint_curvature is not None:
             return bool(self.constraint_curvature)
-        return d <= DENSE_MODEL_MAX
+        return d <= DENSE_MODEL_MAX and not self.secure_aggregation
 
     @property
     def eps1(self) -> float:

@@ -27,7 +27,7 @@ from fedmodel.algorithms.proxal.exact_admm import ExactInner
 from fedmodel.algorithms.proxal.inner import InnerSolver
 from fedmodel.algorithms.proxal.newton_route import NewtonInner, QuasiNewtonInner
 from fedmodel.algorithms.proxal.prox_newton import ProxQNInner
-from fedmodel.errors import ModelError
+from fedmodel.errors import ModelError, UnsupportedError
 
 #: why a checkpoint of a prox-al state layout without per-route state is not resumed
 LAYOUT_REFUSED = (
@@ -55,7 +55,12 @@ def route_named(name: str, routes=None) -> type[InnerSolver]:
 
 
 def choose(compiled, options, proximal: bool, routes=None) -> tuple[type[InnerSolver], str]:
-    """The route of a run and why ``"auto"`` took it (``res.extra["inner_solver_note"]``)."""
+    """The route of a run and why ``"auto"`` took it (``res.extra["inner_solver_note"]``).
+
+    Under ``secure_aggregation`` a route runs only if its run's messages are all sums over
+    clients (or a client's unmasked scalars: :func:`secure_obstacle`); ``"auto"`` takes
+    the first such route that accepts the model (one it ``suits`` first), and a model
+    without one is refused naming the message each route reads client by client."""
     routes = routes or ROUTES
     choice = options.inner_solver
     names = ("auto", *(route.name for route in routes))
@@ -66,18 +71,56 @@ def choose(compiled, options, proximal: bool, routes=None) -> tuple[type[InnerSo
         why = route.accepts(compiled, options, proximal)
         if why:
             raise ModelError(f"inner_solver={choice!r} is not available: {why}")
+        why = secure_obstacle(route, compiled, options, proximal)
+        if why:
+            raise UnsupportedError(f"inner_solver={choice!r} is not available: {why}")
         return route, ""
+    secure = bool(getattr(options, "secure_aggregation", False))
+    taken, refused = None, []
     for route in routes:
-        if not route.auto or route.accepts(compiled, options, proximal):
+        if not route.auto:
+            continue
+        why = route.accepts(compiled, options, proximal)
+        if why:
+            refused.append(f"{route.name!r}: {why}")
+            continue
+        why = secure_obstacle(route, compiled, options, proximal)
+        if why:
+            refused.append(f"{route.name!r}: {why}")
             continue
         if route.suits(compiled, options, proximal) is None:
             return route, route.note(compiled, options, proximal)
+        taken = taken or route
+    if secure and taken is not None:  # (it accepts, although "auto" prefers another)
+        return taken, "the first inner solver whose messages are sums (secure_aggregation)"
+    if secure:
+        raise UnsupportedError(
+            "prox-al with secure_aggregation (the server learns only sums over clients): no "
+            "inner solver that accepts this model has only messages the server uses as "
+            "sums; " + "; ".join(refused)
+        )
     raise ModelError("no prox-al inner solver accepts this model")  # (the last accepts all)
+
+
+def secure_obstacle(route: type[InnerSolver], compiled, options, proximal: bool) -> str:
+    """Why ``route`` cannot run under the options' ``secure_aggregation`` ("" when it can
+    or secure aggregation is off): the messages of its run that the server reads client
+    by client, named with their fields."""
+    if not getattr(options, "secure_aggregation", False):
+        return ""
+    from fedmodel.algorithms.proxal.messages import per_client
+
+    which = per_client(route, compiled, options, proximal)
+    if not which:
+        return ""
+    return f"under secure_aggregation the {route.name} inner solver reads {which} client by client"
 
 
 def fallback(failed: type[InnerSolver], compiled, options, proximal, routes=None):
     """The route a run takes when ``failed`` is refused at its start: under ``"auto"`` the
-    next route of the table that accepts and does not probe, else the last (Algorithm 2)."""
+    next route of the table that accepts and does not probe, else the last (Algorithm 2).
+    (Under secure aggregation the server refuses a fallback route that reads a message
+    client by client: :func:`secure_obstacle`.)"""
     routes = routes or ROUTES
     if options.inner_solver == "auto":
         later = routes[routes.index(failed) + 1 :]

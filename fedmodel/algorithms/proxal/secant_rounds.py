@@ -32,7 +32,8 @@ model's starting guess plus the known diagonal, and the rounds are counted.
 >>> server = SimpleNamespace(
 ...     x=np.zeros(2), secant=SecantModel(2), curvature_k=0, local_directions=False,
 ...     stiff_on=False, start_products=None, start_derivatives=(0.0, np.zeros(2)),
-...     take_derivatives=lambda replies: (0.0, np.zeros(2)))
+...     take_derivatives=lambda replies: (0.0, np.zeros(2)),
+...     collect=lambda runtime, kind, payload: runtime.broadcast(kind, payload))
 >>> A = np.diag([2.0, 4.0])
 >>> def own(w, center, V):  # (value, gradient, V H at w; no directions: V is None)
 ...     return 0.5 * w @ A @ w - w.sum(), A @ w - 1.0, None if V is None else V @ A
@@ -130,17 +131,21 @@ class SecantRounds:
             request = {"w": w, "directions": V}
             if server.local_directions and self.anchor_g is not None:
                 request["precondition"] = self.anchor_g
-            replies = self.runtime.broadcast("curvature_w", request)
+            replies = server.collect(self.runtime, "curvature_w", request)
         else:
             V = np.zeros((0, w.size))
-            replies = self.runtime.broadcast("gradient_w", {"w": w})
+            replies = server.collect(self.runtime, "gradient_w", {"w": w})
         val, grad = server.take_derivatives(replies)
         v0, g0, HV0 = self.own(w, self.w_center, V)
         S = None
         if server.stiff_on:
             S = self.stiff = server.take_stiff(replies) + server.own_stiff(w)
         if V.shape[0]:
-            hvp = sum(np.asarray(r.payload["hvp"], dtype=float) for r in replies.values())
+            hvp = sum(
+                np.asarray(r.payload["hvp"], dtype=float).reshape(V.shape)
+                for r in replies.values()
+                if "hvp" in r.payload
+            )
             secant.observe_products(V, HV0 + hvp - (0.0 if S is None else V @ S))
         val, grad = val + v0, grad + g0
         secant.observe(w, grad - self.known * w, S)  # (the pair of l_k less its known part)

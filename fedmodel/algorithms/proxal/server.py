@@ -22,6 +22,7 @@ from __future__ import annotations
 import numpy as np
 
 from fedmodel.algorithms.common import multiplier_plateau, starting_point
+from fedmodel.algorithms.dp import SUMMED
 from fedmodel.algorithms.driver import run_federated
 from fedmodel.algorithms.messages import program_dims
 from fedmodel.algorithms.protocol import ServerHalf, StepReport
@@ -43,6 +44,7 @@ from fedmodel.certificate.kkt import KKTResiduals, party_evaluation
 from fedmodel.compiler.glm import NotRecognised
 from fedmodel.compiler.partition import CompiledModel, PartyProgram
 from fedmodel.compiler.regularizer import Regularizer
+from fedmodel.errors import UnsupportedError
 from fedmodel.runtime.base import Runtime
 from fedmodel.runtime.endpoints import EndpointFactory
 from fedmodel.subproblems import conic_prox
@@ -101,6 +103,8 @@ class ProxALServer(ServerHalf):
     """
 
     step_name = "outer iteration"
+    # (secure aggregation on the routes whose messages are sums: routes.secure_obstacle)
+    private_aggregation = ("secure_aggregation",)
     state_fields = (
         "layout", "x", "k", "mu", "nu", "local_iterations", "inner_total", "mu_norms",
         "w_norms", "cone", "rhos", "dmu_history", "outer_mem", "route", "inner_note",
@@ -200,20 +204,37 @@ class ProxALServer(ServerHalf):
                 why = f"the server: {exc}"
             if not why:
                 runtime.next_round()
-                replies = runtime.broadcast("start", self.start_request())
+                replies = self.collect(runtime, "start", self.start_request())
                 why = "; ".join(
                     f"client '{n}': {r.payload['why']}"
                     for n, r in replies.items()
-                    if not r.payload["accepted"]
+                    if not r.payload.get("accepted", True)
                 )
                 if not why:
                     self.inner.take_start(replies)
                     return
+            if self.privacy is not None and self.privacy.secure is not None:
+                raise UnsupportedError(
+                    f"prox-al with secure_aggregation: the {self.route} inner solver is "
+                    f"refused at its start ({why}), and the {self.fallback_route.name} inner "
+                    "solver it would fall back to reads messages client by client"
+                )
             self.fell_back, self.inner_note = self.route, why
             self.use_route(self.fallback_route)
             runtime.declare(self.messages, self.dims_of)
         runtime.next_round()
-        self.inner.take_start(runtime.broadcast("start", self.start_request()))
+        self.inner.take_start(self.collect(runtime, "start", self.start_request()))
+
+    def collect(self, runtime: Runtime, kind: str, payload: dict) -> dict:
+        """The clients' replies to ``kind`` as the server knows them, through the run's
+        privacy plan (:meth:`~fedmodel.algorithms.dp.PrivacyPlan.collect`): every
+        client's, or under secure aggregation the sums of the sum-only fields and each
+        client's unmasked scalars. The readers take sums over the replies that carry a
+        field and maxima of the scalars, so a route whose messages are all sum-only runs
+        the same either way."""
+        if self.privacy is None:  # (a server half driven outside run_federated)
+            return runtime.broadcast(kind, payload)
+        return self.privacy.collect(runtime, kind, payload)
 
     def dims_of(self, client: str) -> dict[str, int]:
         """A client's message dimensions (its program's, from ``client_dims``, and the
@@ -271,8 +292,8 @@ class ProxALServer(ServerHalf):
             dmu = self.update_multipliers(self.x)
             runtime.next_round()
             payload = {"w": self.x[: self.ns], **self.inner_request(self.x - w_old)}
-            replies = runtime.broadcast("outer", payload)
-            dmu = max([dmu] + [float(r.payload["dmu_inf"]) for r in replies.values()])
+            replies = self.collect(runtime, "outer", payload)
+            dmu = max([dmu] + [float(r.payload.get("dmu_inf", 0.0)) for r in replies.values()])
             feas = self.feasibility_measured(replies)
             # test (8) on the clients' own blocks (one scalar each, see the client module)
             dw = max([dw] + [float(r.payload.get("dtheta_scaled", 0.0)) for r in replies.values()])
@@ -326,10 +347,20 @@ class ProxALServer(ServerHalf):
         mine = party_evaluation(
             self.program, self.x, self.mu, self.nu, self.owned, self.cone_duals()
         )
-        replies = runtime.broadcast("evaluate", {"w": self.x[:ns]}, channel="diagnostic")
-        reports = {self.program.name: mine, **{n: r.payload for n, r in replies.items()}}
+        reports = {self.program.name: mine, **self.evaluations(runtime, self.x[:ns])}
         kkt, _ = assemble(reports, self.problem.regularizer, self.x[:ns], False)
         return kkt.satisfied(opts.eps1, opts.eps2), kkt
+
+    def evaluations(self, runtime: Runtime, w: np.ndarray) -> dict[str, dict]:
+        """The clients' ``evaluate`` reports at ``w`` (one diagnostic round): each
+        client's, or under secure aggregation what the privacy plan's certificate round
+        gives (:meth:`~fedmodel.algorithms.dp.PrivacyPlan.evaluate`: the sums, and each
+        client's unmasked violation)."""
+        if self.privacy is not None and self.privacy.active:
+            names = runtime.client_names
+            return self.privacy.evaluate(runtime, {"w": w}, names, self.ns)
+        replies = runtime.broadcast("evaluate", {"w": w}, channel="diagnostic")
+        return {n: r.payload for n, r in replies.items()}
 
     def feasibility_measured(self, replies) -> tuple[float, float] | None:
         """Test (8)'s feasibility half as measured by the inner solvers that declare it
@@ -340,10 +371,11 @@ class ProxALServer(ServerHalf):
         (test (8) then reads ``max ||Delta mu|| / beta``)."""
         if not self.inner.measures_feasibility or self.owned:
             return None
-        if not all("violation" in r.payload for r in replies.values()):
+        clients = [r.payload for n, r in replies.items() if n != SUMMED]
+        if not all("violation" in r for r in clients):
             return None
         ci, ce = self.problem.functions[0].constraint_values(self.x)
-        reports = [kkt_feasibility(ci, ce, self.mu)] + [r.payload for r in replies.values()]
+        reports = [kkt_feasibility(ci, ce, self.mu)] + clients
         violation = max(float(r["violation"]) for r in reports)
         complementarity = max(float(r["complementarity"]) for r in reports)
         return violation, complementarity
@@ -390,7 +422,11 @@ class ProxALServer(ServerHalf):
         mem.append((r, self.x.copy(), self.mu.copy(), self.nu.copy()))
         del mem[: -(self.outer_aa.memory + 1)]
         row = np.array([float(r @ q[0]) for q in mem])
-        row = row + sum(np.asarray(rep.payload["gram"], dtype=float) for rep in replies.values())
+        row = row + sum(
+            np.asarray(rep.payload["gram"], dtype=float)
+            for rep in replies.values()
+            if "gram" in rep.payload
+        )
         alpha, reset = self.outer_aa.observe(row)
         if alpha.size:
             picked = mem[-alpha.size :]
@@ -401,7 +437,8 @@ class ProxALServer(ServerHalf):
             mem.clear()
         if alpha.size or reset:
             runtime.next_round()
-            out = runtime.broadcast(
+            out = self.collect(
+                runtime,
                 "outer_aa",
                 {
                     "w": self.x[: self.ns],
@@ -516,8 +553,7 @@ class ProxALServer(ServerHalf):
         party on its own data (the unbounded monitor's evidence)."""
         ns = self.ns
         mine = party_evaluation(self.program, x, self.mu, self.nu, self.owned, self.cone_duals())
-        replies = runtime.broadcast("evaluate", {"w": x[:ns]}, channel="diagnostic")
-        reports = [mine] + [r.payload for r in replies.values()]
+        reports = [mine, *self.evaluations(runtime, x[:ns]).values()]
         objective = sum(float(r["objective"]) for r in reports)
         objective += self.problem.regularizer.value(x[:ns])
         violation = max(float(r["violation"]) for r in reports)
