@@ -108,6 +108,34 @@ def exact_balancing(options) -> tuple[float | None, float, int] | None:
     return (ratio, balancing[1], balancing[2])
 
 
+def step_tolerances(tau: float, sigma: float, m: int, prox: float) -> tuple[float, float]:
+    """The tolerances ``(clients', server's)`` of the exact steps of a round that targets
+    ``tau`` with penalty ``sigma``, ``m`` clients and proximal share ``prox``.
+
+    A step's tolerance bounds the residual of its optimality condition, while the
+    consensus residuals that stop the inner solve measure points: a step's point is off by
+    its residual over the step's strong convexity, ``prox + sigma`` on a client and
+    ``prox + m sigma`` on the server. Each party's tolerance is the budget
+    ``LOCAL_FRACTION * tau`` times the smaller of 1 and that weight (at least
+    ``LOCAL_FLOOR``), so that its point stays within the budget. With many clients whose
+    terms are shares of one objective (a loss over the pooled rows, the proximal term's
+    ``1/(n+1)`` shares) the residual balancing drives ``sigma`` to the order of ``1/n``; a
+    tolerance on the residual alone would then leave each client's point off by ``n``
+    times the budget, and the consensus residual would stall above ``tau``.
+
+    Examples
+    --------
+    >>> step_tolerances(0.1, 1.0, 1, 0.0)
+    (0.001, 0.001)
+    >>> [float(f"{t:.3g}") for t in step_tolerances(0.1, 0.001, 1000, 0.0)]
+    [1e-06, 0.001]
+    """
+    budget = LOCAL_FRACTION * tau
+    client = budget * min(1.0, prox + sigma)
+    server = budget * min(1.0, prox + m * sigma)
+    return max(client, LOCAL_FLOOR), max(server, LOCAL_FLOOR)
+
+
 class ExactADMM:
     """The server's side of ``inner_solver="exact-admm"`` (see the module docstring).
 
@@ -159,7 +187,6 @@ class ExactADMM:
         z = w_center[:ns].copy()
         names = list(runtime.alive)
         U = {n: self.duals.get(n, np.zeros(ns)) for n in names}
-        tol = max(LOCAL_FRACTION * tau, LOCAL_FLOOR)
         aa = AndersonState(self.anderson) if self.anderson else None
         outputs: list[tuple[np.ndarray, dict]] = []
         residuals: list[np.ndarray] = []
@@ -172,6 +199,7 @@ class ExactADMM:
             t_round = time.perf_counter()
             sigma = self.sigma
             runtime.next_round()
+            tol, tol_server = step_tolerances(tau, sigma, len(U), server.prox_weight)
             payloads = {n: {"c": z - U[n], "sigma": sigma, "tol": tol} for n in U}
             for n, budget in step_budgets(runtime, list(U), deadline).items():
                 payloads[n]["budget"] = budget
@@ -185,7 +213,7 @@ class ExactADMM:
             else:
                 X_hat = X
             avg = sum(X_hat[n] + U[n] for n in X) / m
-            w, residual = server.exact_step(avg, m * sigma, tol, deadline)
+            w, residual = server.exact_step(avg, m * sigma, tol_server, deadline)
             z_new = w[:ns]
             U_new = {n: U[n] + X_hat[n] - z_new for n in X}
             primal = max(float(np.abs(X[n] - z_new).max(initial=0.0)) for n in X)
@@ -424,6 +452,10 @@ class ExactInner(InnerSolver):
     @property
     def options(self):
         return self.host.options
+
+    @property
+    def prox_weight(self) -> float:
+        return self.host.prox_weight
 
     @property
     def may_be_infeasible(self) -> bool:
