@@ -38,6 +38,7 @@ from cvxpy.reductions.solvers.defines import INSTALLED_SOLVERS
 
 from fedmodel.algorithms.centralized.cprox_al import (
     evaluation_seconds,
+    model_objective_scale,
     pooled_evaluation,
     run_cprox_al,
 )
@@ -578,12 +579,13 @@ def _cvxpy_solve(
     # two evaluations), the unpolished ones only when the polished do not certify
     polished = polish_auxiliary_duals(compiled, x, mus) if compiled.layout.hidden else None
     kkt_p = summary_p = None
+    scale = model_objective_scale(compiled)
     if polished is not None:
-        kkt_p, summary_p = pooled_evaluation(compiled, x, polished, nus, lams)
+        kkt_p, summary_p = pooled_evaluation(compiled, x, polished, nus, lams, scale)
     if kkt_p is not None and kkt_p.satisfied(options.eps, options.eps):
         kkt, summary = kkt_p, summary_p
     else:
-        kkt, summary = pooled_evaluation(compiled, x, mus, nus, lams)
+        kkt, summary = pooled_evaluation(compiled, x, mus, nus, lams, scale)
         if kkt_p is not None and kkt_p.verdict_residuals[0] >= kkt.verdict_residuals[0]:
             polished = None  # (the polish did not lower the stationarity: not taken)
         elif kkt_p is not None:
