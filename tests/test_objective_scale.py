@@ -85,21 +85,26 @@ MODELS = {"portfolio": _portfolio, "ls-box": _box_least_squares, "logistic-ball"
 
 def _solve(build, t, method):
     """The result and its relative gap ``(f(x) - f*) / max(|f*|, f(0))`` (the optimum may
-    be 0: an exact fit)."""
-    m, pooled = build(t)
+    be 0: an exact fit), ``f*`` plain Clarabel's on the pooled problem at ``t = 1`` times
+    ``t`` (its absolute tolerances do not reach the optimum of the problem times 1e-6)."""
+    _, pooled = build(1.0)
     for v in pooled.variables():
         v.value = np.zeros(v.shape)
-    at_origin = float(pooled.objective.value)
+    at_origin = t * float(pooled.objective.value)
     pooled.solve(solver="CLARABEL")
+    optimum = t * pooled.value
+    m, _ = build(t)
     res = m.solve(method=method, eps=EPS)
-    return res, (res.objective - pooled.value) / max(abs(pooled.value), at_origin)
+    return res, (res.objective - optimum) / max(abs(optimum), at_origin)
 
 
 @pytest.mark.parametrize("name", sorted(MODELS))
 @pytest.mark.parametrize("method", ["centralized", "prox-al"])
 def test_the_verdict_does_not_depend_on_the_objectives_scale(name, method):
-    """No scale gets "optimal" at a wrong point; centralized certifies scales 1 and 1e6
-    (its pooled solver's tolerances are absolute: at 1e-6 its point is "inaccurate")."""
+    """No scale gets "optimal" at a wrong point; centralized (its Clarabel solve on the
+    objective divided by S) certifies every scale, prox-al the least squares at every scale
+    and every model at scale 1 (its penalty beta is in the objective's units: a logistic
+    loss times 1e-6 or 1e6 is not reached in max_outer)."""
     build = MODELS[name]
     got = {t: _solve(build, t, method) for t in SCALES}
     statuses = {t: r.status for t, (r, _) in got.items()}
@@ -109,8 +114,9 @@ def test_the_verdict_does_not_depend_on_the_objectives_scale(name, method):
     for t, (res, gap) in got.items():
         if res.status == "optimal":
             assert abs(gap) <= 10 * EPS, (t, gaps, statuses)
-    if method == "centralized":
-        assert statuses[1.0] == statuses[1e6] == "optimal", statuses
+    if method == "centralized" or name == "ls-box":
+        assert set(statuses.values()) == {"optimal"}, statuses
+    assert statuses[1.0] == "optimal", statuses
 
 
 def test_the_scale_is_the_largest_reference_and_1_without_one():

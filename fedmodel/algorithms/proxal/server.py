@@ -498,9 +498,10 @@ class ProxALServer(ServerHalf):
 
     def extra(self, reports: dict[str, dict]) -> dict:
         """The adaptive variant's final state: each client's rho_i, the route that ran (and
-        why, and the one refused at the start), the options its defaults set, and what the
-        inner solver reports."""
+        why, and the one refused at the start), the options its defaults set, what the
+        inner solver reports, and the certificate's objective scale."""
         out = {
+            "objective_scale": self.objective_scale,
             "variant": self.options.variant,
             "rho": dict(self.rhos),
             "penalty_metric": self.metric,
