@@ -51,7 +51,7 @@ from __future__ import annotations
 import time
 import warnings
 import weakref
-from collections import OrderedDict
+from collections import OrderedDict, deque
 
 import numpy as np
 import scipy.linalg as la
@@ -522,7 +522,10 @@ class NewtonSolver:
         #: ``time.perf_counter()`` value after which a solve returns its current point
         #: (its residual says how far it got): an owner's time limit (cprox-al)
         self.deadline: float | None = None
-        self._step_seconds = 0.0  # wall of the last Newton step (predicts the next one)
+        #: walls of the last three Newton steps: their median predicts the next one (one
+        #: step pre-empted by the operating system on a busy machine does not make the
+        #: next look too long to begin)
+        self._step_walls: deque[float] = deque(maxlen=3)
         #: Newton steps by the Woodbury identity (:data:`LOW_RANK_RATIO`): None picks them
         #: when the Hessian has few enough rows, True whenever its form allows, False never
         self.low_rank: bool | None = None
@@ -1027,7 +1030,8 @@ class NewtonSolver:
             started = time.perf_counter()
             # a step that would end after the deadline is not started (the last step's wall
             # predicts the next one: a dense Newton step on ~4000 variables takes ~10 s)
-            if self.deadline is not None and started + self._step_seconds > self.deadline:
+            predicted = float(np.median(self._step_walls)) if self._step_walls else 0.0
+            if self.deadline is not None and started + predicted > self.deadline:
                 message = "time limit"
                 break
             if it >= newton_cap:  # slow progress (non-convex terms): hand over to L-BFGS
@@ -1066,7 +1070,7 @@ class NewtonSolver:
             # products instead of a Hessian) only while full steps contract the gradient fast
             refresh = t < 1.0 or new_gnorm > self.chord_rate * gnorm
             gnorm = new_gnorm
-            self._step_seconds = time.perf_counter() - started
+            self._step_walls.append(time.perf_counter() - started)
         if not self._verified:  # first solve: the residual also from the model's evaluator
             check = self.problem.residual(st.x)
             if abs(check - gnorm) > 1e-8 * max(1.0, gnorm):

@@ -284,10 +284,12 @@ class ProxALServer(ServerHalf):
     def tau(self, k: int) -> float:
         """Inner tolerance of outer iteration ``k``: ``S sbar/(k+1)^2`` (paper), or
         ``S max(sbar tau_rate^k, kkt_factor eps1 / 2)`` (adaptive), ``S`` the objective's
-        scale (:attr:`eps1_units`)."""
+        scale (:attr:`eps1_units`); Algorithm 2 (method ``admm``): ``eps1 min(1, S)``."""
         opts, scale = self.options, self.objective_scale
         if not self.proximal:
-            return self.eps1_units
+            # Algorithm 2 stops on this tolerance alone, and the certificate's stationarity
+            # floor can be below S (a large ||x||_1): never looser than the absolute eps1
+            return opts.eps1 * min(1.0, scale)
         if opts.adaptive:
             floor = 0.5 * self.kkt_factors[0] * self.eps1_units * self.tau_floor_scale
             relative = PROX_RELATIVE_TAU * self.prox_residual  # (0 unless (quasi-)Newton)
