@@ -508,8 +508,7 @@ class FlowerRuntime(Runtime):
         if wait is not None:
             pass
         elif self.client_timeout:
-            longest = max((steps.get(h, 0) for h in calls), default=0)
-            wait = max(1, longest) * float(self.client_timeout) + GRACE_SECONDS
+            wait = self._steps_in_turn(calls, steps) * float(self.client_timeout) + GRACE_SECONDS
         else:
             wait = DEFAULT_WAIT
         start = time.monotonic()
@@ -518,7 +517,8 @@ class FlowerRuntime(Runtime):
         next_pull = start + (POLL_LEAD * min(recent) if recent else 0.0)
         step = min(POLL_STEP_MAX, POLL_STEP * min(recent)) if recent else None
         poll = POLL_SECONDS
-        culprit = None  # a party whose server exited during this call
+        culprit = None  # a party that failed during this call (its server exited, its relay
+        # failed): the nodes still waiting at the deadline waited behind it
         while waiting:
             if time.monotonic() >= next_pull:
                 with self.critical():
@@ -528,6 +528,10 @@ class FlowerRuntime(Runtime):
                     if h is None:
                         continue
                     out[h] = self._decode(h, reply)
+                    if isinstance(out[h], HostDead):  # its relay failed: the node's own party
+                        party = self._party_of(h)
+                        out[h] = HostDead(self._party_exited(h) or out[h].reason, party)
+                        culprit = culprit or party
                 if not waiting:
                     recent.append(time.monotonic() - start)
                     break
@@ -562,6 +566,14 @@ class FlowerRuntime(Runtime):
         if errors:
             raise errors[0]
         return out
+
+    def _steps_in_turn(self, calls: Mapping[Any, Any], steps: Mapping[Any, int]) -> int:
+        """How many client steps' time a call may take: deployed, the nodes compute in
+        parallel (the most steps of one node); in simulation, Flower's ClientApp actors
+        (fewer than the nodes: one per CPU Ray has) relay the nodes' messages one after the
+        other, so a node's reply may come after every other node's steps."""
+        per_node = [max(1, int(steps.get(h, 0))) for h in calls] or [1]
+        return sum(per_node) if self._sim is not None else max(per_node)
 
     def _party_of(self, node: Any) -> str | None:
         """The party behind ``node`` (one party per node), if known."""
