@@ -75,6 +75,9 @@ POLL_GROWTH = 1.5
 POLL_HISTORY = 3
 # how long the runtime waits for a node that has not answered when no client_timeout is set
 DEFAULT_WAIT = 3600.0
+# how long the simulation waits for its engine and for every node's first answer (Flower's
+# ClientApp actors start then: a Ray worker importing Flower, minutes on a busy machine)
+START_SECONDS = 300.0
 
 
 def import_flwr():
@@ -311,7 +314,7 @@ class _Simulation:
 
         self.thread = threading.Thread(target=run, name="flower-simulation", daemon=True)
         self.thread.start()
-        grid = self.grid_q.get(timeout=300)
+        grid = self.grid_q.get(timeout=START_SECONDS)
         if grid is None:
             self.stop()
             raise RuntimeError(f"Flower's simulation engine failed: {self.errors[0]!r}")
@@ -415,7 +418,7 @@ class FlowerRuntime(Runtime):
             if grid is None:
                 self._sim = _Simulation(names, factories)
                 self.grid = self._sim.grid
-                nodes = self._hello(self._wait_nodes(len(names)), wait=120.0)
+                nodes = self._hello(self._wait_nodes(len(names)), wait=START_SECONDS)
                 by_partition = {
                     int(info["node_config"]["partition-id"]): node for node, info in nodes.items()
                 }
@@ -505,6 +508,7 @@ class FlowerRuntime(Runtime):
             ids = list(grid.push_messages(list(msgs.values())))
         waiting = dict(zip(ids, msgs))
         self._inflight = waiting  # what recover() waits for after an interruption
+        per_step = wait is None and bool(self.client_timeout)
         if wait is not None:
             pass
         elif self.client_timeout:
@@ -555,7 +559,7 @@ class FlowerRuntime(Runtime):
                         f"Flower node {h} did not answer within "
                         + (
                             f"client_timeout = {self.client_timeout:g} s per step (+{GRACE_SECONDS:g} s)"
-                            if self.client_timeout
+                            if per_step
                             else f"{wait:g} s"
                         ),
                         culprit or self._party_of(h),
