@@ -533,24 +533,8 @@ def test_a_relative_checkpoint_directory_is_the_callers_on_ray(model, tmp_path, 
 @pytest.mark.parametrize(
     "backend",
     # (Flower's party death is rerun beside busy processes by test_flower.py's own test)
-    [pytest.param(b, marks=pytest.mark.timing) for b in ("serial", "processes")]
-    + [
-        pytest.param(
-            "ray",
-            marks=[
-                pytest.mark.timing,
-                # a known fault: the runtime sends each message to the shared actor as its
-                # own task, and when the actor dies in site1's step a task of site0's that
-                # had finished can be reported failed too, so site0 is blamed
-                pytest.mark.xfail(
-                    reason="Ray: a shared actor killed in one client's step can lose the "
-                    "others' finished replies (site0 blamed)",
-                    strict=False,
-                ),
-            ],
-        ),
-        "flower",
-    ],
+    [pytest.param(b, marks=pytest.mark.timing) for b in ("serial", "processes", "ray")]
+    + ["flower"],
 )
 def test_a_killed_worker_is_blamed_on_the_client_in_its_step_only(model, backend):
     """All three clients share one worker (one actor; on Flower's simulation, one ClientApp

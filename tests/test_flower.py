@@ -196,6 +196,63 @@ def test_simulation_party_death_is_a_client_failure_and_resumes(serial, tmp_path
     assert np.max(np.abs(again.x - serial.x)) <= 1e-10 * max(1.0, np.max(np.abs(serial.x)))
 
 
+def test_a_node_waiting_behind_a_failed_relay_is_lost_not_blamed(monkeypatch):
+    """The order of events a loaded machine showed, replayed deterministically: site1's
+    party server is killed in its step, its relay's error reply is pulled before the
+    runtime sees the process gone, and the other nodes have not answered by the deadline
+    (the simulation's ClientApp actor relays them after it). site1 alone failed; site0 and
+    site2 waited behind it: lost, not blamed."""
+    import collections
+    from types import SimpleNamespace
+
+    from fedmodel.runtime import flower_runtime
+    from fedmodel.runtime.base import Runtime
+    from fedmodel.runtime.flower_runtime import FlowerRuntime
+    from fedmodel.runtime.messages import Message
+
+    node_of = {"site0": 10, "site1": 11, "site2": 12}
+
+    class Grid:  # site1's relay failed; the other nodes never answer
+        def push_messages(self, msgs):
+            self.node = {f"m{i}": m.metadata.dst_node_id for i, m in enumerate(msgs)}
+            return list(self.node)
+
+        def pull_messages(self, ids):
+            error = SimpleNamespace(reason="ClientAppException: EOFError", code=3)
+            return [
+                SimpleNamespace(
+                    metadata=SimpleNamespace(reply_to_message_id=i),
+                    has_error=lambda: True,
+                    error=error,
+                )
+                for i in ids
+                if self.node[i] == node_of["site1"]
+            ]
+
+    monkeypatch.setattr(flower_runtime, "GRACE_SECONDS", 0.0)
+    rt = FlowerRuntime.__new__(FlowerRuntime)
+    Runtime.__init__(rt, client_timeout=0.01)
+    rt.grid, rt._route, rt._host_of = Grid(), {}, dict(node_of)
+    # (the call as Flower would carry it: only its destination matters here)
+    rt._message = lambda node, method, args: SimpleNamespace(
+        metadata=SimpleNamespace(dst_node_id=node)
+    )
+    rt._durations = collections.deque(maxlen=flower_runtime.POLL_HISTORY)
+    rt._stop_file = rt._deadline = rt._progress = None
+    rt._sim = SimpleNamespace(procs={})  # (no party server seen exited)
+    rt.client_seconds = dict.fromkeys(node_of, 0.0)
+    msgs = [Message("w", "server", n, {}, 3, "algorithm") for n in node_of]
+    outcomes = rt._run_messages(msgs)
+    assert outcomes["site1"].kind == "dead"
+    assert outcomes["site0"].kind == "lost" and outcomes["site2"].kind == "lost"
+    assert "'site1''s step" in str(outcomes["site0"].error)
+    # the simulation's relay takes the nodes in turn: the wait covers every node's steps
+    calls, steps = dict.fromkeys(node_of.values()), dict.fromkeys(node_of.values(), 2)
+    assert rt._steps_in_turn(calls, steps) == 6
+    rt._sim = None  # deployed nodes compute in parallel
+    assert rt._steps_in_turn(calls, steps) == 2
+
+
 def test_simulation_ctrl_c_returns_interrupted_with_a_checkpoint(serial, tmp_path):
     pytest.importorskip("flwr")
     pytest.importorskip("ray")

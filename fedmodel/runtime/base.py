@@ -685,7 +685,7 @@ class Runtime(abc.ABC):
         out = {}
         for h, res in results.items():
             if isinstance(res, HostDead):
-                self._mark_dead(groups[h], res.reason)
+                self._mark_dead(groups[h], res.reason, res.culprit)
                 continue
             out[h] = res
         return out

@@ -75,6 +75,9 @@ POLL_GROWTH = 1.5
 POLL_HISTORY = 3
 # how long the runtime waits for a node that has not answered when no client_timeout is set
 DEFAULT_WAIT = 3600.0
+# how long the simulation waits for its engine and for every node's first answer (Flower's
+# ClientApp actors start then: a Ray worker importing Flower, minutes on a busy machine)
+START_SECONDS = 300.0
 
 
 def import_flwr():
@@ -311,7 +314,7 @@ class _Simulation:
 
         self.thread = threading.Thread(target=run, name="flower-simulation", daemon=True)
         self.thread.start()
-        grid = self.grid_q.get(timeout=300)
+        grid = self.grid_q.get(timeout=START_SECONDS)
         if grid is None:
             self.stop()
             raise RuntimeError(f"Flower's simulation engine failed: {self.errors[0]!r}")
@@ -415,7 +418,7 @@ class FlowerRuntime(Runtime):
             if grid is None:
                 self._sim = _Simulation(names, factories)
                 self.grid = self._sim.grid
-                nodes = self._hello(self._wait_nodes(len(names)), wait=120.0)
+                nodes = self._hello(self._wait_nodes(len(names)), wait=START_SECONDS)
                 by_partition = {
                     int(info["node_config"]["partition-id"]): node for node, info in nodes.items()
                 }
@@ -505,11 +508,11 @@ class FlowerRuntime(Runtime):
             ids = list(grid.push_messages(list(msgs.values())))
         waiting = dict(zip(ids, msgs))
         self._inflight = waiting  # what recover() waits for after an interruption
+        per_step = wait is None and bool(self.client_timeout)
         if wait is not None:
             pass
         elif self.client_timeout:
-            longest = max((steps.get(h, 0) for h in calls), default=0)
-            wait = max(1, longest) * float(self.client_timeout) + GRACE_SECONDS
+            wait = self._steps_in_turn(calls, steps) * float(self.client_timeout) + GRACE_SECONDS
         else:
             wait = DEFAULT_WAIT
         start = time.monotonic()
@@ -518,7 +521,8 @@ class FlowerRuntime(Runtime):
         next_pull = start + (POLL_LEAD * min(recent) if recent else 0.0)
         step = min(POLL_STEP_MAX, POLL_STEP * min(recent)) if recent else None
         poll = POLL_SECONDS
-        culprit = None  # a party whose server exited during this call
+        culprit = None  # a party that failed during this call (its server exited, its relay
+        # failed): the nodes still waiting at the deadline waited behind it
         while waiting:
             if time.monotonic() >= next_pull:
                 with self.critical():
@@ -528,6 +532,10 @@ class FlowerRuntime(Runtime):
                     if h is None:
                         continue
                     out[h] = self._decode(h, reply)
+                    if isinstance(out[h], HostDead):  # its relay failed: the node's own party
+                        party = self._party_of(h)
+                        out[h] = HostDead(self._party_exited(h) or out[h].reason, party)
+                        culprit = culprit or party
                 if not waiting:
                     recent.append(time.monotonic() - start)
                     break
@@ -551,7 +559,7 @@ class FlowerRuntime(Runtime):
                         f"Flower node {h} did not answer within "
                         + (
                             f"client_timeout = {self.client_timeout:g} s per step (+{GRACE_SECONDS:g} s)"
-                            if self.client_timeout
+                            if per_step
                             else f"{wait:g} s"
                         ),
                         culprit or self._party_of(h),
@@ -562,6 +570,14 @@ class FlowerRuntime(Runtime):
         if errors:
             raise errors[0]
         return out
+
+    def _steps_in_turn(self, calls: Mapping[Any, Any], steps: Mapping[Any, int]) -> int:
+        """How many client steps' time a call may take: deployed, the nodes compute in
+        parallel (the most steps of one node); in simulation, Flower's ClientApp actors
+        (fewer than the nodes: one per CPU Ray has) relay the nodes' messages one after the
+        other, so a node's reply may come after every other node's steps."""
+        per_node = [max(1, int(steps.get(h, 0))) for h in calls] or [1]
+        return sum(per_node) if self._sim is not None else max(per_node)
 
     def _party_of(self, node: Any) -> str | None:
         """The party behind ``node`` (one party per node), if known."""

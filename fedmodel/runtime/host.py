@@ -7,6 +7,7 @@ from __future__ import annotations
 import copy
 import os
 import signal
+import tempfile
 import threading
 import time
 import traceback
@@ -349,6 +350,71 @@ def _fingerprint(endpoint: Any) -> Any:
     here, where its data is); None for an endpoint without a program."""
     program = getattr(endpoint, "program", None)
     return program.fingerprint() if program is not None else None
+
+
+class StepRecord:
+    """A small file naming the party whose step a host (worker process, actor) is
+    running: the host writes it when a step begins and ends (:func:`record_steps`), the
+    server reads it (:meth:`in_step`) when the host died or hung, so that the failure is
+    that party's, whatever became of the replies of the steps before it.
+
+    The host opens the file by descriptor (a worker process inherits it) or by
+    :attr:`path` (an actor on the server's machine); once it has, :meth:`opened` removes
+    the name. A host on another machine cannot reach the file: the record stays empty.
+
+    Examples
+    --------
+    >>> record = StepRecord()
+    >>> record.in_step() is None
+    True
+    >>> write = step_writer(record.fd)
+    >>> write("site1")
+    >>> record.in_step()
+    'site1'
+    >>> write(None)
+    >>> record.in_step() is None
+    True
+    >>> record.close()
+    """
+
+    def __init__(self):
+        self.fd, self.path = tempfile.mkstemp(prefix="fedmodel-step-")
+        self.clear()
+
+    def in_step(self) -> str | None:
+        """The party the host named last (None: no step was running, or no record)."""
+        try:
+            name = os.pread(self.fd, 4096, 0).split(b"\0", 1)[0]
+        except (OSError, ValueError):
+            return None
+        return name.decode(errors="replace") or None
+
+    def clear(self) -> None:
+        os.pwrite(self.fd, b"\0", 0)
+
+    def opened(self) -> None:
+        """The host holds the file open: its name is no longer needed."""
+        try:
+            os.unlink(self.path)
+        except OSError:
+            pass
+
+    def close(self) -> None:
+        self.opened()
+        try:
+            os.close(self.fd)
+        except OSError:
+            pass
+
+
+def step_writer(fd: int) -> Callable[[str | None], None]:
+    """What a host calls when a step begins (the party's name) and ends (None): it
+    writes the name into the :class:`StepRecord` open as ``fd``."""
+
+    def write(name: str | None) -> None:
+        os.pwrite(fd, (name or "").encode() + b"\0", 0)
+
+    return write
 
 
 @dataclass

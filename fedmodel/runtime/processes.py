@@ -40,7 +40,6 @@ import signal
 import socket
 import subprocess
 import sys
-import tempfile
 import time
 from collections import deque
 from collections.abc import Mapping
@@ -49,7 +48,7 @@ from typing import Any
 
 from fedmodel.runtime.base import GRACE_SECONDS, Runtime, raise_build_errors
 from fedmodel.runtime.endpoints import EndpointFactory
-from fedmodel.runtime.host import HostDead, PartyHost
+from fedmodel.runtime.host import HostDead, PartyHost, StepRecord, step_writer
 from fedmodel.runtime.placement import SERVER_HOST, default_workers, placement
 
 # One BLAS thread per worker: the workers already fill the cores.
@@ -70,7 +69,7 @@ def _worker_main(conn, index: int, record: int) -> None:  # pragma: no cover - i
     host = PartyHost()
     host.install_signal_handlers(interrupts=True)
     # who is in a step, in a file the server reads when this worker dies or hangs
-    host.on_step = lambda name: os.pwrite(record, (name or "").encode() + b"\0", 0)
+    host.on_step = step_writer(record)
     while True:
         try:
             blob = conn.recv_bytes()
@@ -114,15 +113,6 @@ def _take_idle():
         conn.close()
         record.close()
     return None
-
-
-def _in_step(record) -> str | None:
-    """The party a worker's step record names (None: no step was running)."""
-    try:
-        name = os.pread(record.fileno(), 4096, 0).split(b"\0", 1)[0]
-    except (OSError, ValueError):
-        return None
-    return name.decode(errors="replace") or None
 
 
 @atexit.register
@@ -201,13 +191,14 @@ class ProcessRuntime(Runtime):
                     continue
                 mine, theirs = socket.socketpair()
                 fd = theirs.fileno()
-                record = self._records[h] = tempfile.TemporaryFile()
+                record = self._records[h] = StepRecord()
                 proc = subprocess.Popen(
-                    [sys.executable, "-c", code, str(fd), str(h), str(record.fileno())],
-                    pass_fds=(fd, record.fileno()),
+                    [sys.executable, "-c", code, str(fd), str(h), str(record.fd)],
+                    pass_fds=(fd, record.fd),
                     env=env,
                     stdin=subprocess.DEVNULL,
                 )
+                record.opened()
                 theirs.close()
                 self._procs[h] = proc
                 self._conns[h] = Connection(mine.detach())
@@ -271,7 +262,7 @@ class ProcessRuntime(Runtime):
         self._busy.discard(h)
         code = self._exitcode(h)
         how = f"killed by signal {-code}" if code is not None and code < 0 else f"exit code {code}"
-        culprit = _in_step(self._records[h])
+        culprit = self._records[h].in_step()
         during = f" in client '{culprit}''s step" if culprit else ""
         return HostDead(f"worker process {self._procs[h].pid} died ({how}){during}", culprit)
 
@@ -377,7 +368,7 @@ class ProcessRuntime(Runtime):
     def _hung(self, h: int) -> HostDead:
         """A worker stopped for not answering: the party in a step then is the one that
         overran (the others waited behind it)."""
-        culprit = _in_step(self._records[h])
+        culprit = self._records[h].in_step()
         return HostDead(
             f"worker process did not answer within client_timeout = {self.client_timeout:g} s "
             f"per step (+{GRACE_SECONDS:g} s) and was stopped"
@@ -436,7 +427,7 @@ class ProcessRuntime(Runtime):
                     with self.critical():
                         conn.send(("reset", ()))
                         if conn.poll(10) and conn.recv() == ("ok", True):
-                            os.pwrite(self._records[h].fileno(), b"\0", 0)
+                            self._records[h].clear()
                             _IDLE.append((self._procs[h], conn, self._records[h]))
                             continue
                 except Exception:

@@ -20,9 +20,13 @@ other: for asynchrony between parties, give each its own actor (``workers`` = pa
 
 An actor that dies (``RayActorError``) or does not answer within ``client_timeout`` per
 step plus a grace period (it is then killed) is a failure of the party whose step it was
-running: a round's messages to one actor go as one task each, in order, so the steps
-before it keep their replies and the parties after it are lost with the actor, not
-blamed.
+running, which the actor names in a step record
+(:class:`~fedmodel.runtime.host.StepRecord`, as the processes backend's workers do); its
+other parties, idle, waiting behind it, or whose finished step's reply was lost with the
+actor, are lost with it but not blamed (kind ``"lost"``). A round's messages to one actor
+go as one task each, in order, so the steps that ended before keep the replies that
+arrived. An actor on another machine than the driver keeps no record: its failure is
+the party of the first task of the call whose reply is missing.
 """
 
 from __future__ import annotations
@@ -37,7 +41,7 @@ from typing import Any
 from fedmodel.errors import ModelError
 from fedmodel.runtime.base import GRACE_SECONDS, Runtime, raise_build_errors
 from fedmodel.runtime.endpoints import EndpointFactory
-from fedmodel.runtime.host import HostDead, PartyHost
+from fedmodel.runtime.host import HostDead, PartyHost, StepRecord, step_writer
 from fedmodel.runtime.placement import SERVER_HOST, default_workers, placement
 
 
@@ -48,10 +52,15 @@ class _ActorHost:
     def __init__(self):
         self.host = PartyHost()
         self.host.install_signal_handlers(interrupts=True)
+        self.record: int | None = None
 
-    def where(self, path: list[str] | None = None) -> tuple[int, str]:
-        """(pid, node id); also extends the import path with the driver's (so that
-        modules the driver imports from local directories resolve on this machine)."""
+    def where(
+        self, path: list[str] | None = None, record: str | None = None
+    ) -> tuple[int, str, bool]:
+        """(pid, node id, whether it keeps the step record); also extends the import path
+        with the driver's (so that modules the driver imports from local directories
+        resolve on this machine) and opens the driver's step record (a
+        :class:`~fedmodel.runtime.host.StepRecord` at ``record``, when on this machine)."""
         import sys
 
         import ray
@@ -59,8 +68,15 @@ class _ActorHost:
         for p in path or []:
             if p not in sys.path and os.path.isdir(p):
                 sys.path.append(p)
-
-        return os.getpid(), ray.get_runtime_context().get_node_id()
+        if self.record is not None:  # (a pooled actor: the last solve's record)
+            os.close(self.record)
+            self.record = None
+        try:
+            self.record = os.open(record, os.O_RDWR) if record else None
+        except OSError:  # another machine's file
+            self.record = None
+        self.host.on_step = None if self.record is None else step_writer(self.record)
+        return os.getpid(), ray.get_runtime_context().get_node_id(), self.record is not None
 
     def call(self, method: str, *args):
         return getattr(self.host, method)(*args)
@@ -190,6 +206,9 @@ class RayRuntime(Runtime):
         self._pending: dict[int, Any] = {}
         self._posted: dict[Any, Any] = {}  # object ref -> posted ticket
         self._actors = {}
+        # actor -> the file naming the party in its step (read when it dies or hangs); kept
+        # for the actors on this machine
+        self._records: dict[int, StepRecord] = {}
         try:
             if labels is not None:  # one actor per label, on a node that carries it
                 self._label_of_host = {h: _label(labels, n) for n, h in self._host_of.items()}
@@ -208,9 +227,11 @@ class RayRuntime(Runtime):
                 actors = _take_actors(ray, self._pool_key, len(hosts), actor_cls.remote)
             checked = []
             path = [os.path.abspath(p) if p else os.getcwd() for p in sys.path]
-            for actor in actors:  # a pooled actor may have died (or hung) since
+            self._records = {h: StepRecord() for h in hosts}
+            for h, actor in zip(hosts, actors):  # a pooled actor may have died (or hung)
+                record = self._records[h].path
                 try:
-                    checked.append((actor, ray.get(actor.where.remote(path), timeout=60)))
+                    checked.append((actor, ray.get(actor.where.remote(path, record), timeout=60)))
                 except Exception:
                     # (stopped first: a hung actor still holds the CPU a fresh one needs,
                     # and the fresh one would wait for it forever)
@@ -219,10 +240,16 @@ class RayRuntime(Runtime):
                     except Exception:
                         pass
                     fresh = actor_cls.remote()
-                    checked.append((fresh, ray.get(fresh.where.remote(path), timeout=300)))
+                    where = ray.get(fresh.where.remote(path, record), timeout=300)
+                    checked.append((fresh, where))
             self._actors = {h: a for h, (a, _) in zip(hosts, checked)}
             self.workers = len(self._actors)
-            where = [w for _, w in checked]
+            where = [w[:2] for _, w in checked]
+            for h, (_, w) in zip(hosts, checked):
+                if w[2]:
+                    self._records[h].opened()
+                else:  # an actor on another machine
+                    self._records.pop(h).close()
             self._where = dict(zip(hosts, where))
             self._node = ray.get_runtime_context().get_node_id()
             if self._local is not None:
@@ -254,6 +281,13 @@ class RayRuntime(Runtime):
     def nodes(self) -> dict[Any, str]:
         """Host -> id of the Ray node it runs on (see ``ray.nodes()``)."""
         return {h: w[1] for h, w in self._where.items()}
+
+    def _in_step(self, h: int, who: str | None = None) -> str | None:
+        """The party in actor ``h``'s step when it died or hung: what its step record says
+        (None: no step was running); for an actor on another machine, which has no
+        record, ``who``: the first step of the call whose reply is missing."""
+        record = self._records.get(h)
+        return who if record is None else record.in_step()
 
     def _kill(self, h: int) -> None:
         try:
@@ -301,12 +335,13 @@ class RayRuntime(Runtime):
             values = []
             for who, ref in tasks[h]:
                 if ref not in ready:  # hung past its timeout: stop it
+                    culprit = self._in_step(h, who)
                     self._kill(h)
                     out[h] = HostDead(
                         f"Ray actor did not answer within client_timeout = "
                         f"{self.client_timeout:g} s per step (+{GRACE_SECONDS:g} s) and was "
-                        "killed" + (f" in client '{who}''s step" if who else ""),
-                        who,
+                        "killed" + (f" in client '{culprit}''s step" if culprit else ""),
+                        culprit,
                         values,
                     )
                     break
@@ -315,12 +350,9 @@ class RayRuntime(Runtime):
                         value = ray.get(ref)
                     value = pickle.loads(value) if isinstance(value, bytes) else value
                 except RayActorError as exc:
-                    out[h] = HostDead(
-                        f"Ray actor died ({type(exc).__name__}: {_first_line(exc)})"
-                        + (f" in client '{who}''s step" if who else ""),
-                        who,
-                        values,
-                    )
+                    # (a step that ended just before can have lost its reply with the
+                    # actor: it is lost, not blamed)
+                    out[h] = self._died(h, exc, self._in_step(h, who), values)
                     break
                 except GetTimeoutError as exc:  # pragma: no cover
                     out[h] = HostDead(f"Ray actor did not answer ({exc})")
@@ -340,6 +372,14 @@ class RayRuntime(Runtime):
         if failed_here is not None:
             raise failed_here
         return out
+
+    def _died(self, h: int, exc: BaseException, culprit: str | None, partial=()) -> HostDead:
+        return HostDead(
+            f"Ray actor {h} died ({type(exc).__name__}: {_first_line(exc)})"
+            + (f" in client '{culprit}''s step" if culprit else ""),
+            culprit,
+            list(partial),
+        )
 
     # -- posted work (post/poll) ------------------------------------------------------------
     def _submit(self, ticket) -> None:
@@ -366,9 +406,7 @@ class RayRuntime(Runtime):
                     value = pickle.loads(ray.get(ref))
                 out.append((ticket, value[0]))
             except RayActorError as exc:
-                out.append(
-                    (ticket, HostDead(f"Ray actor died ({type(exc).__name__}: {_first_line(exc)})"))
-                )
+                out.append((ticket, self._died(ticket.host, exc, self._in_step(ticket.host))))
             except RayTaskError as exc:
                 cause = getattr(exc, "cause", None)
                 raise (cause if isinstance(cause, BaseException) else exc) from None
@@ -418,6 +456,8 @@ class RayRuntime(Runtime):
         if self.closed:
             return
         self.closed = True
+        for record in getattr(self, "_records", {}).values():
+            record.close()
         actors = getattr(self, "_actors", {})
         lost = {self._host_of[n] for n in self.dead}
         keep = []
