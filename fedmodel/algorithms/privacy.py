@@ -23,7 +23,7 @@ from fedmodel.runtime.secure_aggregation import SECAGG
 
 #: each family's table (module:attribute), imported on first use; pooled methods have none
 FAMILY_TABLES: dict[str, str] = {
-    "fedmodel.algorithms.proxal": "fedmodel.algorithms.proxal.messages:PROXAL",
+    "fedmodel.algorithms.proxal": "fedmodel.algorithms.proxal.routes:PROXAL",
     "fedmodel.algorithms.dald": "fedmodel.algorithms.dald.messages:DALD",
     "fedmodel.algorithms.baselines": "fedmodel.algorithms.baselines.messages:BASELINES",
     "fedmodel.algorithms.vfl": "fedmodel.algorithms.vfl.messages:VFL",

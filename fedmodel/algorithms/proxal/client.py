@@ -30,9 +30,9 @@ from __future__ import annotations
 import numpy as np
 
 from fedmodel.algorithms.protocol import ClientHalf, _handler
-from fedmodel.algorithms.proxal.messages import PROXAL, route_table
+from fedmodel.algorithms.proxal.messages import route_table
 from fedmodel.algorithms.proxal.options import ProxALOptions
-from fedmodel.algorithms.proxal.routes import LAYOUT_REFUSED, route_named
+from fedmodel.algorithms.proxal.routes import LAYOUT_REFUSED, PROXAL, route_named
 from fedmodel.certificate.kkt import party_evaluation
 from fedmodel.compiler.glm import NotRecognised
 from fedmodel.compiler.partition import PartyProgram

@@ -13,7 +13,8 @@ Dimensions: ``d`` (shared variables), ``d_own`` (the client's own block, never s
 the final report), ``m_ineq``, ``m_eq``, ``m_cone``, ``aa`` / ``oaa`` (the inner and
 outer Anderson memories plus one, from the options) and ``cd`` (``curvature_directions``).
 
-:data:`PROXAL` is the family's table for readers that see no route (the client half's
+:data:`~fedmodel.algorithms.proxal.routes.PROXAL` (:func:`family_table` of the route
+table) is the family's table for readers that see no route (the client half's
 request check before its route is known, the docs): every route's kinds, the start replies
 of all routes as alternatives.
 
@@ -22,7 +23,7 @@ Examples
 >>> from fedmodel.algorithms.proxal.admm_inner import ADMMInner
 >>> route_table(ADMMInner)["outer"].reply["u_tilde"].required
 True
->>> PROXAL["admm_w"].reply["u_tilde"].shape
+>>> family_table([ADMMInner])["admm_w"].reply["u_tilde"].shape
 ('d',)
 """
 
@@ -31,7 +32,6 @@ from __future__ import annotations
 import dataclasses
 
 from fedmodel.algorithms.messages import W, evaluate_spec, report_spec
-from fedmodel.algorithms.proxal.routes import ROUTES
 from fedmodel.runtime.schema import Field, MessageSpec, MessageTable
 
 #: the party's own opt-in to send its d x d Hessian (fedmodel join --reveal hessian)
@@ -230,6 +230,3 @@ def family_table(routes) -> MessageTable:
     return MessageTable(
         "proxal", (*specs, *kinds, *_common()), option_dims=option_dims, build=BUILD
     )
-
-
-PROXAL = family_table(ROUTES)

@@ -25,6 +25,7 @@ from __future__ import annotations
 from fedmodel.algorithms.proxal.admm_inner import ADMMInner
 from fedmodel.algorithms.proxal.exact_admm import ExactInner
 from fedmodel.algorithms.proxal.inner import InnerSolver
+from fedmodel.algorithms.proxal.messages import family_table, per_client
 from fedmodel.algorithms.proxal.newton_route import NewtonInner, QuasiNewtonInner
 from fedmodel.algorithms.proxal.prox_newton import ProxQNInner
 from fedmodel.errors import ModelError, UnsupportedError
@@ -44,6 +45,10 @@ ROUTES: tuple[type[InnerSolver], ...] = (
     ExactInner,
     ADMMInner,
 )
+#: the family's message table for readers that see no route (the client half's request
+#: check before its route is known, the docs): every route's kinds, the start replies of
+#: all routes as alternatives
+PROXAL = family_table(ROUTES)
 
 
 def route_named(name: str, routes=None) -> type[InnerSolver]:
@@ -108,8 +113,6 @@ def secure_obstacle(route: type[InnerSolver], compiled, options, proximal: bool)
     by client, named with their fields."""
     if not getattr(options, "secure_aggregation", False):
         return ""
-    from fedmodel.algorithms.proxal.messages import per_client
-
     which = per_client(route, compiled, options, proximal)
     if not which:
         return ""
