@@ -41,6 +41,7 @@ client 'a', reply to 'ping': field 'g' is not finite (2 NaN/inf entries)
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -434,11 +435,12 @@ class MessageTable:
         return [s for s in self.specs if method is None or s.methods is None or method in s.methods]
 
     def merged(self, *others: MessageTable, family: str | None = None) -> MessageTable:
-        """This table with the specs of ``others`` (a kind declared here wins)."""
+        """This table with the specs of ``others`` (a kind declared here wins); its
+        ``option_dims`` and ``build`` are kept."""
         specs = list(self.specs)
         for other in others:
             specs += [s for s in other.specs if s.kind not in self]
-        return MessageTable(family or self.family, tuple(specs))
+        return dataclasses.replace(self, family=family or self.family, specs=tuple(specs))
 
     # -- validation --------------------------------------------------------------------------
     def request_problem(
