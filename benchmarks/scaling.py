@@ -346,16 +346,22 @@ def _judge(rows: list[dict]) -> None:
 
 
 def _source() -> dict:
+    """The commit of the fedmodel that ran, and its checkout named by its branch (never
+    by its path on this machine)."""
     here = Path(fm.__file__).resolve().parent.parent
-    try:
-        commit = subprocess.run(
-            ["git", "-C", str(here), "rev-parse", "--short", "HEAD"],
-            capture_output=True,
-            text=True,
-        ).stdout.strip()
-    except OSError:
-        commit = "?"
-    return {"fedmodel": str(here), "commit": commit}
+
+    def git(*args: str) -> str:
+        try:
+            out = subprocess.run(["git", "-C", str(here), *args], capture_output=True, text=True)
+        except OSError:
+            return "?"
+        return out.stdout.strip() or "?"
+
+    commit = git("rev-parse", "--short", "HEAD")
+    return {
+        "fedmodel": f"checkout of branch {git('rev-parse', '--abbrev-ref', 'HEAD')}",
+        "commit": commit,
+    }
 
 
 def _load() -> list[dict]:
