@@ -6,7 +6,7 @@ solve of the pooled problem.
     python benchmarks/scaling.py --quick         # the small cases only
     python benchmarks/scaling.py --cases ls-box-n1000,logistic-ball-n1000 --time-limit 120
     python benchmarks/scaling.py --profile ls-box-n1000      # cProfile of one prox-al solve
-    PYTHONPATH=/work/main python benchmarks/scaling.py --label before ...   # another checkout
+    PYTHONPATH=../other-checkout python benchmarks/scaling.py --label before ...   # another checkout
 
 The cases:
 

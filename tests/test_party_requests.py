@@ -171,24 +171,19 @@ def test_a_default_party_refuses_its_hessian_whatever_the_coordinator_asks(party
     assert "hessian" not in outcomes[0].reply.payload
 
 
-def test_a_build_on_the_newton_route_is_refused_without_the_opt_in(party):
+@pytest.mark.parametrize(
+    "argument, value",
+    # the coordinator's factory asks the Newton route, or (penalty_metric='hessian') the
+    # Hessian metric
+    [("route", "newton"), ("metric", "hessian")],
+)
+def test_a_build_asking_the_hessian_is_refused_without_the_opt_in(party, argument, value):
     f = party.factories()["site0"]
-    f = dataclasses.replace(f, kwargs={**f.kwargs, "route": "newton"})
+    f = dataclasses.replace(f, kwargs={**f.kwargs, argument: value})
     status, built = party.call("build", {"site0": f})
     exc, tb = built["site0"]
     assert status == "ok" and isinstance(exc, RequestRefused) and tb == ""
-    assert "its argument 'route' = 'newton'" in str(exc) and "opt-in 'hessian'" in str(exc)
-    assert party.endpoint is None
-
-
-def test_a_build_asking_the_hessian_metric_is_refused_without_the_opt_in(party):
-    # the coordinator's factory carries metric='hessian' (penalty_metric='hessian')
-    f = party.factories()["site0"]
-    f = dataclasses.replace(f, kwargs={**f.kwargs, "metric": "hessian"})
-    status, built = party.call("build", {"site0": f})
-    exc, tb = built["site0"]
-    assert status == "ok" and isinstance(exc, RequestRefused) and tb == ""
-    assert "its argument 'metric' = 'hessian'" in str(exc) and "opt-in 'hessian'" in str(exc)
+    assert f"its argument {argument!r} = {value!r}" in str(exc) and "opt-in 'hessian'" in str(exc)
     assert party.endpoint is None
 
 
