@@ -48,6 +48,7 @@ Cost structure (what makes thousands of small solves cheap):
 
 from __future__ import annotations
 
+import statistics
 import time
 import warnings
 import weakref
@@ -1030,7 +1031,7 @@ class NewtonSolver:
             started = time.perf_counter()
             # a step that would end after the deadline is not started (the last step's wall
             # predicts the next one: a dense Newton step on ~4000 variables takes ~10 s)
-            predicted = float(np.median(self._step_walls)) if self._step_walls else 0.0
+            predicted = statistics.median(self._step_walls) if self._step_walls else 0.0
             if self.deadline is not None and started + predicted > self.deadline:
                 message = "time limit"
                 break
