@@ -37,6 +37,14 @@ d(P_{0,k} + h)(z+)``; their sum is ``-n sigma (z+ - z)``. The inner solve stops 
 residual ``n sigma ||z+ - z||_inf`` and the primal residual ``max_i ||x_i - z+||_inf`` are
 both at most ``tau_k``.
 
+Partial participation (option ``participation``): each round goes to a random sample of
+the clients (:class:`~fedmodel.algorithms.topology.Coordination`, dald's random
+coordination, with ``random_state``) and the server's step uses every client's latest
+reply: the randomized block-coordinate form of the same iteration
+(:meth:`ExactADMM.solve_sampled`; Iutzeler et al. 2013, Combettes and Pesquet 2015), with
+its penalty changed once per epoch and no Anderson acceleration. The requests that start
+an inner solve and the certificate still reach every client.
+
 Examples
 --------
 >>> import numpy as np
