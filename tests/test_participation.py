@@ -141,6 +141,8 @@ def test_routes_without_sampling_refused(case):
         model.solve("prox-al", participation=0.5, inner_solver="admm")
     with pytest.raises(ModelError, match="participation"):
         model.solve("admm", participation=0.5)
+    with pytest.raises(ModelError, match="participation=0.5: cprox-al"):
+        model.solve("cprox-al", participation=0.5)
     rng = np.random.default_rng(0)
     smooth = fm.Model("smooth")
     w = smooth.variable(3, name="w")
@@ -152,3 +154,19 @@ def test_routes_without_sampling_refused(case):
     res = smooth.solve("prox-al", participation=2, random_state=0)
     assert res.extra["inner_solver"] == "exact-admm"
     assert res.status == "optimal", res.message
+
+
+def test_resume_draws_the_same_clients(case, tmp_path):
+    """The sampler's generator is part of the checkpointed state: a run resumed after its
+    first outer iteration repeats the uninterrupted run bit for bit, ledger included."""
+    model = case[0]
+    opts = {"participation": 0.3, "random_state": 5}
+    reference = model.solve("prox-al", **opts)
+    assert reference.rounds["outer"] >= 2
+    path = tmp_path / "ck"
+    first = model.solve("prox-al", checkpoint=str(path), checkpoint_every=1, max_outer=1, **opts)
+    assert first.status == "max_iterations"
+    resumed = model.solve("prox-al", resume=str(path), **opts)
+    np.testing.assert_array_equal(resumed.solution["w"], reference.solution["w"])
+    assert resumed.rounds == reference.rounds
+    assert resumed.ledger == reference.ledger

@@ -561,7 +561,11 @@ class ProxALOptions(RuntimeOptions):
             raise ModelError(f"local_directions must be True, False or None, got {local!r}")
         for name in ("max_outer", "max_inner", "max_local_iter"):
             whole_number(name, getattr(self, name))
-        self.clients_per_round(len(client_names))  # (raises on a bad participation)
+        if self.clients_per_round(len(client_names)) is not None and method == "cprox-al":
+            raise ModelError(
+                f"participation={self.participation!r}: cprox-al solves the pooled problem in "
+                "one process and has no rounds to sample; use method='prox-al'"
+            )
         for name, r in self.rho_per_client(client_names).items():
             _positive(f"rho for client '{name}'", r)
 
