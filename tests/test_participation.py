@@ -170,3 +170,15 @@ def test_resume_draws_the_same_clients(case, tmp_path):
     np.testing.assert_array_equal(resumed.solution["w"], reference.solution["w"])
     assert resumed.rounds == reference.rounds
     assert resumed.ledger == reference.ledger
+
+
+def test_processes_backend_gives_the_serial_iterates(case):
+    """Sampled rounds on worker processes (clients sharded over hosts, each round reaching
+    only the sampled ones) repeat the serial run bit for bit."""
+    model = case[0]
+    opts = {"participation": 0.3, "random_state": 2}
+    serial = model.solve("prox-al", **opts)
+    procs = model.solve("prox-al", backend="processes", workers=2, **opts)
+    assert procs.status == serial.status == "optimal"
+    np.testing.assert_array_equal(procs.solution["w"], serial.solution["w"])
+    assert _xadmm_receivers(procs) == _xadmm_receivers(serial)
