@@ -337,6 +337,9 @@ class ProxALOptions(RuntimeOptions):
         91 instead of 84); the server's affine box still costs the quick LCQPs rounds
         (lcqp-1 106 instead of 85, lcqp-5 152 instead of 122). For an affine
         equality the row is the client's constraint row itself.
+    random_state : int or None
+        Seed of the random choices: ``w0="sphere"`` and the clients drawn under
+        ``participation``.
     participation : float, int or None, optional
         Partial participation: the clients that take part in each round of the exact-admm
         inner solver (``inner_solver="exact-admm"``; under ``"auto"`` the only route that
