@@ -25,6 +25,15 @@ from fedmodel.algorithms.common import (
     starting_point,
 )
 from fedmodel.algorithms.proxal.options import ProxALOptions
+from fedmodel.certificate.infeasibility import (
+    farkas_radius,
+    farkas_report,
+    radius_needed,
+    ray_points,
+    ray_report,
+    ray_verdict,
+    steady,
+)
 from fedmodel.certificate.kkt import assemble, party_evaluation
 from fedmodel.compiler.partition import CompiledModel
 from fedmodel.subproblems.merit import MeritProblem
@@ -60,6 +69,47 @@ def evaluation_seconds(compiled: CompiledModel) -> float:
     return time.perf_counter() - t0
 
 
+def pooled_recession(compiled: CompiledModel, x, step, duals, steps, eps1, eps2, checks):
+    """The infeasibility and unboundedness certificates of
+    :mod:`~fedmodel.certificate.infeasibility` on the pooled problem at ``x``: ``duals`` and
+    ``steps`` are the parties' ``(mu, nu, cone)`` and their changes over the last outer
+    iteration (the two candidates of the Farkas certificate), ``step`` the last change of
+    ``x`` (the candidate direction); ``checks`` says which to run (``"infeasible"``,
+    ``"unbounded"``). Returns ``(status, message, extra)``, status "" when none holds."""
+    parties, reg = compiled.parties, compiled.regularizer
+    if "infeasible" in checks:
+        best = (0.0, 0.0)
+        for candidate in (steps, duals):
+            reports = [
+                farkas_report(p, x, mu, nu, lam) for p, (mu, nu, lam) in zip(parties, candidate)
+            ]
+            best = max(best, farkas_radius(reports, reg))
+        needed = radius_needed(x, eps1)
+        if best[0] >= needed:
+            return (
+                "infeasible",
+                f"the constraints admit no common point: the parties' multipliers give a "
+                f"Farkas certificate proving that no point within ||x||_inf <= {best[0]:.3g} "
+                f"meets them (needed {needed:.3g})",
+                {"certificate": {"kind": "farkas", "radius": best[0], "intercept": best[1]}},
+            )
+    if "unbounded" in checks:
+        size = float(np.abs(step).max(initial=0.0))
+        d, ts = step / size, ray_points(x, eps1)
+        reports = [ray_report(p, x, d, ts) for p in parties]
+        F = sum(r["objective"] for r in reports) + [reg.value(x + t * d) for t in ts]
+        V = np.max([r["violation"] for r in reports], axis=0)
+        V = np.maximum(V, [reg.box_violation(x + t * d) for t in ts])
+        why = ray_verdict(F, V, eps2)
+        if why:
+            return (
+                "unbounded",
+                f"the objective is unbounded below: {why}, in the direction of the last outer step",
+                {"certificate": {"kind": "ray", "t": ts, "objective": F, "violation": V}},
+            )
+    return "", "", {}
+
+
 def _backend_choice(problem: MeritProblem, choice: str) -> str:
     """``choice``, except that ``"auto"`` takes L-BFGS instead of Newton above
     ``DENSE_NEWTON_MAX_SIZE`` variables (``centralized``'s limit for its Newton path too): a Newton
@@ -70,6 +120,21 @@ def _backend_choice(problem: MeritProblem, choice: str) -> str:
     if any(p.couples for p in problem.regularizer.pieces):
         return choice  # (L-BFGS-B takes no group norm; "auto" picks cvxpy for these)
     return "lbfgs"
+
+
+def _recession_checks(compiled, dmu_history, steps, beta, options) -> tuple[str, ...]:
+    """Which certificates to try after an outer iteration: ``"infeasible"`` when the
+    multiplier steps have settled above ``beta eps2`` (:func:`steady`), ``"unbounded"``
+    when the outer steps have settled above ``beta eps1`` (the differences of both converge
+    on such models); none on a non-convex model."""
+    if compiled.nonconvex:
+        return ()
+    out = ()
+    if dmu_history[-1] > beta * options.eps2 and steady(dmu_history):
+        out += ("infeasible",)
+    if steps[-1] > beta * options.eps1 and steady(steps, spread=0.01):
+        out += ("unbounded",)
+    return out
 
 
 def run_cprox_al(
@@ -116,6 +181,8 @@ def run_cprox_al(
     beta = options.beta
     history, status, message = [], "max_iterations", ""
     dmu_history: list[float] = []
+    steps: list[float] = []  # ||x^{k+1} - x^k||_inf (the unboundedness trigger)
+    certificate: dict = {}
     local_iters, k = 0, -1
     for k in range(options.max_outer):
         tau = options.sbar / (k + 1) ** 2
@@ -130,7 +197,7 @@ def run_cprox_al(
             )
             break
         dw = float(np.abs(w_new - x).max())
-        x = w_new
+        step, x = w_new - x, w_new
         floor = time.perf_counter() - started if floor is None else floor
         if deadline is not None and (
             report.message == "time limit" or time.perf_counter() + tail > deadline
@@ -141,6 +208,10 @@ def run_cprox_al(
             status, message = "time_limit", f"time limit of {options.time_limit:g} s reached"
             break
         dmu = 0.0
+        before = [
+            (m.copy(), v.copy(), np.array(lam, dtype=float))
+            for m, v, lam in zip(mus, nus, problem.cone)
+        ]
         for j, p in enumerate(parties):
             ci, ce = p.functions.constraint_values(x)
             if ci.size:
@@ -174,6 +245,20 @@ def run_cprox_al(
             if kkt.satisfied(options.eps1, options.eps2):
                 break
         dmu_history.append(dmu)
+        steps.append(dw)
+        checks = _recession_checks(compiled, dmu_history, steps, beta, options)
+        if checks:
+            duals = list(zip(mus, nus, problem.cone))
+            changes = [
+                (m - b[0], v - b[1], np.asarray(lam, dtype=float) - b[2])
+                for (m, v, lam), b in zip(duals, before)
+            ]
+            verdict, why, certificate = pooled_recession(
+                compiled, x, step, duals, changes, options.eps1, options.eps2, checks
+            )
+            if verdict:
+                status, message = verdict, f"after {k + 1} outer iterations {why}"
+                break
         plateau = multiplier_plateau(dmu_history, beta, options.eps2) if stop_on_plateau else ""
         if plateau:
             status, message = "stalled", f"stopped after {k + 1} outer iterations: {plateau}"
@@ -204,7 +289,7 @@ def run_cprox_al(
         p.name: split_multipliers(p, m, v, lam)
         for p, m, v, lam in zip(parties, mus, nus, problem.cone)
     }
-    extra = {"mu": mus, "nu": nus}
+    extra = {"mu": mus, "nu": nus, **certificate}
     if options.time_limit and floor is not None:
         extra["time_limit_floor"] = floor
         if status == "time_limit" and options.time_limit < floor:
