@@ -40,6 +40,15 @@ from fedmodel.algorithms.proxal.routes import (
     route_named,
     route_option_values,
 )
+from fedmodel.certificate.infeasibility import (
+    farkas_radius,
+    farkas_report,
+    radius_needed,
+    ray_points,
+    ray_report,
+    ray_verdict,
+    steady,
+)
 from fedmodel.certificate.kkt import KKTResiduals, party_evaluation
 from fedmodel.compiler.glm import NotRecognised
 from fedmodel.compiler.partition import CompiledModel, PartyProgram
@@ -65,7 +74,7 @@ UNBOUNDED_DROP = 10.0
 PROX_RELATIVE_TAU = 0.5
 #: the layout version of the server's checkpointed state (a state of another layout is
 #: refused with a message, see ProxALServer.set_state)
-STATE_LAYOUT = 2
+STATE_LAYOUT = 3
 
 
 class ProxALServer(ServerHalf):
@@ -108,7 +117,8 @@ class ProxALServer(ServerHalf):
     state_fields = (
         "layout", "x", "k", "mu", "nu", "local_iterations", "inner_total", "mu_norms",
         "w_norms", "cone", "rhos", "dmu_history", "outer_mem", "route", "inner_note",
-        "tau_floor_scale", "prox_residual", "fell_back",
+        "tau_floor_scale", "prox_residual", "fell_back", "mu_mark", "nu_mark", "w_steps",
+        "recession_next", "certificate",
     )  # fmt: skip
     component_fields = ("outer_aa", "inner")
 
@@ -129,6 +139,7 @@ class ProxALServer(ServerHalf):
         user_constraints: bool = True,
         may_be_infeasible: bool = True,
         tables: dict | None = None,
+        convex: bool = True,
     ):
         layout = program.layout
         owned_anywhere = layout.has_owned  # (the model's layout: any party's own variables)
@@ -149,6 +160,15 @@ class ProxALServer(ServerHalf):
         # box or ball restrict the consensus x_i = z)
         self.user_constraints = bool(user_constraints)
         self.may_be_infeasible = bool(may_be_infeasible)
+        # the certificates of infeasibility and unboundedness (convex models): the server's
+        # multipliers before the last outer update, the outer steps ||w^{k+1} - w^k||_inf,
+        # the outer iteration from which each certificate is tried again and after how
+        # many more (a failed try doubles the wait), and the certificate that ended the run
+        self.convex = bool(convex)
+        self.mu_mark = self.nu_mark = None
+        self.w_steps: list[float] = []
+        self.recession_next = {"infeasible": [0, 1], "unbounded": [0, 1]}
+        self.certificate: dict = {}
         self.tau_floor_scale = 1.0  # (lowered by an inner solver the certificate contradicts)
         # ||w^k - w^{k-1}||_inf / prox_beta of the last outer step (an inner solver that
         # measures the gradient: the proximal part of the measured stationarity, which sets
@@ -274,7 +294,8 @@ class ProxALServer(ServerHalf):
             return self.blow_up(runtime, k, w_new)
         if outcome.stalled:
             self.x = w_new
-            return self.inner.stalled(k, outcome, tau)
+            proven = self.recession(runtime, k, ("infeasible",), None)
+            return proven or self.inner.stalled(k, outcome, tau)
         dw = self.outer_change(w_new, self.x)
         # Newton measured grad l_k(w^{k+1}) = grad_w L(w^{k+1}, mu^{k+1}) + (w^{k+1} - w^k) /
         # prox_beta (the multiplier update is the AL terms' gradient weight): the Lagrangian's
@@ -289,6 +310,7 @@ class ProxALServer(ServerHalf):
         feas = None
         if self.proximal:
             mu_in, nu_in = self.mu.copy(), self.nu.copy()
+            self.mu_mark, self.nu_mark = mu_in, nu_in
             dmu = self.update_multipliers(self.x)
             runtime.next_round()
             payload = {"w": self.x[: self.ns], **self.inner_request(self.x - w_old)}
@@ -309,6 +331,7 @@ class ProxALServer(ServerHalf):
         self.mu_norms.append(float(np.abs(self.mu).max(initial=0.0)))
         self.w_norms.append(float(np.abs(self.x).max(initial=0.0)))
         self.dmu_history.append(dmu)
+        self.w_steps.append(float(np.abs(self.x - w_old).max(initial=0.0)))
         report = StepReport(
             info={
                 "inner_iterations": outcome.iterations,
@@ -322,7 +345,12 @@ class ProxALServer(ServerHalf):
             }
         )
         diverging = self.diverging() if (opts.monitor and self.proximal) else ""
-        if diverging:
+        proven = None
+        if self.proximal and opts.monitor and not stop8:
+            proven = self.recession(runtime, k, self.recession_checks(k, bool(diverging)), w_old)
+        if proven is not None:
+            report.stop, report.message = proven.stop, proven.message
+        elif diverging:
             report.stop, report.message = "diverging", diverging
         elif not self.proximal:  # admm: one run of Algorithm 2 to tau = eps1
             if outcome.satisfied:
@@ -336,6 +364,109 @@ class ProxALServer(ServerHalf):
         if feas is not None:
             report.info["violation_measured"], report.info["complementarity_measured"] = feas
         return report
+
+    def recession_checks(self, k: int, diverging: bool) -> tuple[str, ...]:
+        """The certificates to try after outer iteration ``k``: ``"infeasible"`` when the
+        multiplier steps have settled above ``beta eps2`` (or the plateau monitor fired),
+        ``"unbounded"`` when the outer steps have settled; each again only after a wait
+        that doubles with every failed try (a slowly converging feasible model costs a few
+        rounds at most). None on a non-convex model."""
+        if not self.convex:
+            return ()
+        opts, out = self.options, ()
+        infeasible = self.dmu_history[-1] > self.beta * opts.eps2 and (
+            steady(self.dmu_history) or diverging
+        )
+        if infeasible and self.may_be_infeasible:
+            out += ("infeasible",)
+        if self.w_steps[-1] > opts.eps1 and steady(self.w_steps, spread=0.01):
+            out += ("unbounded",)
+        return tuple(c for c in out if k >= self.recession_next[c][0] or diverging)
+
+    def recession(self, runtime: Runtime, k: int, checks, w_old) -> StepReport | None:
+        """Try the certificates ``checks`` (:mod:`~fedmodel.certificate.infeasibility`) at the
+        iterate, one round each, every party on its own data: ``"infeasible"`` with the
+        parties' multipliers and their last change (``farkas``), ``"unbounded"`` along the
+        last outer step ``w^{k+1} - w^k`` (``ray``). A StepReport ending the run when one
+        holds (its numbers in ``res.extra["certificate"]``), else None."""
+        dp = self.privacy is not None and self.privacy.dp is not None
+        if dp or not checks:  # (under dp a round would spend privacy)
+            return None
+        for check in checks:
+            found = self.farkas(runtime) if check == "infeasible" else self.ray(runtime, w_old)
+            if found is not None:
+                self.certificate = found[1]
+                return StepReport(stop=check, message=f"at outer iteration {k} {found[0]}")
+            wait = self.recession_next[check][1]
+            self.recession_next[check] = [k + wait, 2 * wait]
+        return None
+
+    def farkas(self, runtime: Runtime) -> tuple[str, dict] | None:
+        """The Farkas certificate at the iterate (one ``farkas`` round): its message and
+        numbers when the proven radius reaches
+        :func:`~fedmodel.certificate.infeasibility.radius_needed`, else None."""
+        ns = self.ns
+        runtime.next_round()
+        replies = self.collect(runtime, "farkas", {"w": self.x[:ns]})
+        mu_mark = self.mu if self.mu_mark is None else self.mu_mark
+        nu_mark = self.nu if self.nu_mark is None else self.nu_mark
+        cone = self.cone_duals()
+        cone = np.zeros(0) if cone is None else cone
+        best = (0.0, 0.0)
+        for suffix, (mu, nu, lam) in (
+            ("", (self.mu, self.nu, cone)),
+            ("_step", (self.mu - mu_mark, self.nu - nu_mark, np.zeros_like(cone))),
+        ):
+            mine = farkas_report(self.program, self.x, mu, nu, lam, ns)
+            theirs = [
+                {key: r.payload[key + suffix] for key in ("y", "b", "rho", "size")}
+                for r in replies.values()
+                if "b" + suffix in r.payload
+            ]
+            best = max(best, farkas_radius([mine, *theirs], self.problem.regularizer))
+        needed = radius_needed(self.x, self.options.eps1)
+        if best[0] < needed:
+            return None
+        return (
+            "the constraints admit no common point: the parties' multipliers give a Farkas "
+            f"certificate, checked on each party's terms, that no point with ||x||_inf <= "
+            f"{best[0]:.3g} meets them (needed: {needed:.3g})",
+            {"kind": "farkas", "radius": best[0], "intercept": best[1], "needed": needed},
+        )
+
+    def ray(self, runtime: Runtime, w_old: np.ndarray) -> tuple[str, dict] | None:
+        """The unboundedness certificate along the last outer step (one ``ray`` round):
+        its message and numbers when it holds, else None."""
+        ns, reg = self.ns, self.problem.regularizer
+        step = self.x - w_old
+        scale = float(np.abs(step).max(initial=0.0))
+        if not scale > 0:
+            return None
+        d = step / scale
+        t = ray_points(self.x, self.options.eps1)
+        runtime.next_round()
+        payload = {"w": self.x[:ns], "d": d[:ns], "scale": scale, "t": t}
+        replies = self.collect(runtime, "ray", payload)
+        mine = ray_report(self.program, self.x, d, t)
+        F = mine["objective"] + sum(
+            np.asarray(r.payload["objective"], dtype=float)
+            for r in replies.values()
+            if "objective" in r.payload
+        )
+        F = F + [reg.value(self.x[:ns] + tj * d[:ns]) for tj in t]
+        V = max(
+            [float(mine["violation"].max())]
+            + [float(r.payload["violation"]) for r in replies.values() if "violation" in r.payload]
+            + [reg.box_violation(self.x[:ns] + tj * d[:ns]) for tj in t]
+        )
+        why = ray_verdict(F, [V] * len(t), self.options.eps2)
+        if not why:
+            return None
+        return (
+            f"the objective is unbounded below: {why}, in the direction of the last outer "
+            "step, checked on each party's terms",
+            {"kind": "ray", "t": t, "objective": F, "violation": V},
+        )
 
     def certified(self, runtime: Runtime) -> tuple[bool, KKTResiduals]:
         """One diagnostic round (counted as a communication round): the certificate at the
@@ -510,6 +641,8 @@ class ProxALServer(ServerHalf):
         if self.fell_back:
             out["inner_solver_refused"] = self.fell_back
         out.update(self.inner.extra())
+        if self.certificate:
+            out["certificate"] = dict(self.certificate)
         if self.outer_aa is not None:
             out["outer_anderson_rejections"] = self.outer_aa.rejections
         return out
@@ -714,6 +847,7 @@ def run_prox_al(
         may_be_infeasible=any(not c.internal for p in compiled.parties for c in p.constraints)
         or any(piece.has_box or piece.has_ball for piece in compiled.regularizer.pieces),
         tables=tables,
+        convex=not compiled.nonconvex,
     )
     server.client_dims = {c.name: program_dims(c) for c in compiled.clients}
     factories = _client_factories(compiled, options, rhos, proximal, route)
