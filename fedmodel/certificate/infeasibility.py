@@ -211,10 +211,12 @@ def ray_report(program: PartyProgram, x: np.ndarray, d: np.ndarray, ts) -> dict:
     return {"objective": np.array(objective), "violation": np.array(violation)}
 
 
-def ray_points(x: np.ndarray, eps: float) -> np.ndarray:
+def ray_points(x: np.ndarray, eps: float, reach: float = 0.0) -> np.ndarray:
     """The steps ``t`` the ray test evaluates along a direction of unit infinity norm from
-    ``x``: 0, ``T`` and ``2 T`` with ``T = max(1, ||x||_inf) / eps``."""
-    T = max(1.0, float(np.abs(x).max(initial=0.0))) / eps
+    ``x``: 0, ``T`` and ``2 T`` with ``T = max(1, ||x||_inf, reach) / eps`` (``reach``: how
+    far iterates the caller cannot see may be, e.g. the outer steps so far times their
+    size when clients' own blocks move)."""
+    T = max(1.0, float(np.abs(x).max(initial=0.0)), float(reach)) / eps
     return np.array([0.0, T, 2.0 * T])
 
 

@@ -143,6 +143,7 @@ class ProxALServer(ServerHalf):
     ):
         layout = program.layout
         owned_anywhere = layout.has_owned  # (the model's layout: any party's own variables)
+        self.owned_anywhere = owned_anywhere
         # where the server's view (shared variables, then its own) sits in the model's x
         self.view_index = layout.indices(layout.local(program.name).variables)
         program = program.local()
@@ -294,7 +295,7 @@ class ProxALServer(ServerHalf):
             return self.blow_up(runtime, k, w_new)
         if outcome.stalled:
             self.x = w_new
-            proven = self.recession(runtime, k, ("infeasible",), None)
+            proven = self.recession(runtime, k, ("infeasible",))
             return proven or self.inner.stalled(k, outcome, tau)
         dw = self.outer_change(w_new, self.x)
         # Newton measured grad l_k(w^{k+1}) = grad_w L(w^{k+1}, mu^{k+1}) + (w^{k+1} - w^k) /
@@ -305,6 +306,8 @@ class ProxALServer(ServerHalf):
             stationarity = float(np.abs(outcome.gradient - (w_new - self.x) / self.gamma).max())
             self.prox_residual = float(np.abs(w_new - self.x).max()) / self.gamma
         w_old, self.x = self.x, w_new
+        outer_step = w_new - w_old  # (before an outer Anderson step moves the iterate)
+        step_inf = float(np.abs(outer_step).max(initial=0.0))
         dmu = 0.0
         stop8 = False
         feas = None
@@ -319,6 +322,9 @@ class ProxALServer(ServerHalf):
             feas = self.feasibility_measured(replies)
             # test (8) on the clients' own blocks (one scalar each, see the client module)
             dw = max([dw] + [float(r.payload.get("dtheta_scaled", 0.0)) for r in replies.values()])
+            if self.owned_anywhere:  # (the clients' own blocks move too: unboundedness)
+                theirs = max(float(r.payload.get("dtheta_scaled", 0.0)) for r in replies.values())
+                step_inf = max(step_inf, theirs / (self.beta * self.prox_weight))
             self.inner.take_start(replies)
             # test (8) (an inner solver may check the certificate at the iterate first, or
             # ask for it near the end although (8) failed)
@@ -331,7 +337,7 @@ class ProxALServer(ServerHalf):
         self.mu_norms.append(float(np.abs(self.mu).max(initial=0.0)))
         self.w_norms.append(float(np.abs(self.x).max(initial=0.0)))
         self.dmu_history.append(dmu)
-        self.w_steps.append(float(np.abs(self.x - w_old).max(initial=0.0)))
+        self.w_steps.append(step_inf)
         report = StepReport(
             info={
                 "inner_iterations": outcome.iterations,
@@ -347,7 +353,8 @@ class ProxALServer(ServerHalf):
         diverging = self.diverging() if (opts.monitor and self.proximal) else ""
         proven = None
         if self.proximal and opts.monitor and not stop8:
-            proven = self.recession(runtime, k, self.recession_checks(k, bool(diverging)), w_old)
+            checks = self.recession_checks(k, bool(diverging))
+            proven = self.recession(runtime, k, checks, outer_step, step_inf)
         if proven is not None:
             report.stop, report.message = proven.stop, proven.message
         elif diverging:
@@ -383,17 +390,23 @@ class ProxALServer(ServerHalf):
             out += ("unbounded",)
         return tuple(c for c in out if k >= self.recession_next[c][0] or diverging)
 
-    def recession(self, runtime: Runtime, k: int, checks, w_old) -> StepReport | None:
+    def recession(
+        self, runtime: Runtime, k: int, checks, step=None, scale=0.0
+    ) -> StepReport | None:
         """Try the certificates ``checks`` (:mod:`~fedmodel.certificate.infeasibility`) at the
         iterate, one round each, every party on its own data: ``"infeasible"`` with the
         parties' multipliers and their last change (``farkas``), ``"unbounded"`` along the
-        last outer step ``w^{k+1} - w^k`` (``ray``). A StepReport ending the run when one
+        last outer step ``step = w^{k+1} - w^k`` (``ray``; ``scale``: the largest change of
+        a coordinate, the clients' own blocks included). A StepReport ending the run when one
         holds (its numbers in ``res.extra["certificate"]``), else None."""
         dp = self.privacy is not None and self.privacy.dp is not None
         if dp or not checks:  # (under dp a round would spend privacy)
             return None
         for check in checks:
-            found = self.farkas(runtime) if check == "infeasible" else self.ray(runtime, w_old)
+            if check == "infeasible":
+                found = self.farkas(runtime)
+            else:
+                found = self.ray(runtime, step, scale)
             if found is not None:
                 self.certificate = found[1]
                 return StepReport(stop=check, message=f"at outer iteration {k} {found[0]}")
@@ -434,16 +447,15 @@ class ProxALServer(ServerHalf):
             {"kind": "farkas", "radius": best[0], "intercept": best[1], "needed": needed},
         )
 
-    def ray(self, runtime: Runtime, w_old: np.ndarray) -> tuple[str, dict] | None:
-        """The unboundedness certificate along the last outer step (one ``ray`` round):
-        its message and numbers when it holds, else None."""
+    def ray(self, runtime: Runtime, step: np.ndarray, scale: float) -> tuple[str, dict] | None:
+        """The unboundedness certificate along the last outer step over ``scale`` (one
+        ``ray`` round): its message and numbers when it holds, else None."""
         ns, reg = self.ns, self.problem.regularizer
-        step = self.x - w_old
-        scale = float(np.abs(step).max(initial=0.0))
         if not scale > 0:
             return None
         d = step / scale
-        t = ray_points(self.x, self.options.eps1)
+        # (the clients' own blocks have moved by about the outer steps so far)
+        t = ray_points(self.x, self.options.eps1, float(np.sum(self.w_steps)))
         runtime.next_round()
         payload = {"w": self.x[:ns], "d": d[:ns], "scale": scale, "t": t}
         replies = self.collect(runtime, "ray", payload)
