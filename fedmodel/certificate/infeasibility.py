@@ -79,7 +79,8 @@ def farkas_report(
     n_shared: int | None = None,
 ) -> dict:
     """One party's share of the Farkas certificate at its point ``x`` (its view: shared
-    variables first) with multipliers ``(mu, nu, cone)``: ``y`` (the gradient of
+    variables first) with multipliers ``(mu, nu, cone)`` (those of the pieces of objective
+    terms' epigraph or cone forms left out): ``y`` (the gradient of
     ``phi_i`` on the first ``n_shared`` coordinates), ``b`` (the intercept of its tangent
     plane), ``rho`` (the 1-norm of the gradient on the rest, the party's own block) and
     ``size`` (the magnitudes ``b`` sums, for rounding).
@@ -98,8 +99,13 @@ def farkas_report(
     fn = program.functions
     x = np.asarray(x, dtype=float)
     ns = x.size if n_shared is None else int(n_shared)
-    mu = np.maximum(np.asarray(mu, dtype=float), 0.0)
-    nu = np.asarray(nu, dtype=float)
+    # (the pieces of objective terms' epigraph or cone forms restrict nothing: their
+    # auxiliaries are free, so they take no part in the certificate)
+    internal_i, internal_e, internal_k = fn.internal_masks
+    mu = np.where(internal_i, 0.0, np.maximum(np.asarray(mu, dtype=float), 0.0))
+    nu = np.where(internal_e, 0.0, np.asarray(nu, dtype=float))
+    if cone is not None:
+        cone = np.where(internal_k, 0.0, np.asarray(cone, dtype=float))
     ci, ce = fn.constraint_values(x)
     phi = float(mu @ ci) + float(nu @ ce)
     grad = fn.constraint_vjp(x, mu, nu)

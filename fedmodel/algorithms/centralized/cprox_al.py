@@ -88,7 +88,7 @@ def pooled_recession(compiled: CompiledModel, x, step, duals, steps, eps1, eps2,
         if best[0] >= needed:
             return (
                 "infeasible",
-                f"the constraints admit no common point: the parties' multipliers give a "
+                f"the model is infeasible: the parties' multipliers give a "
                 f"Farkas certificate proving that no point within ||x||_inf <= {best[0]:.3g} "
                 f"meets them (needed {needed:.3g})",
                 {"certificate": {"kind": "farkas", "radius": best[0], "intercept": best[1]}},

@@ -169,6 +169,7 @@ RECESSION_SPECS = (
         reply=_FARKAS_REPLY,
         reveals="its share of a Farkas certificate of infeasibility (sums over parties)",
         methods=("prox-al",),
+        channel="diagnostic",
     ),
     MessageSpec(
         "ray",
@@ -181,6 +182,7 @@ RECESSION_SPECS = (
         },
         reveals="its objective and violation along a ray (the unboundedness certificate)",
         methods=("prox-al",),
+        channel="diagnostic",
     ),
 )
 

@@ -441,7 +441,7 @@ class ProxALServer(ServerHalf):
         if best[0] < needed:
             return None
         return (
-            "the constraints admit no common point: the parties' multipliers give a Farkas "
+            "the model is infeasible: the parties' multipliers give a Farkas "
             f"certificate, checked on each party's terms, that no point with ||x||_inf <= "
             f"{best[0]:.3g} meets them (needed: {needed:.3g})",
             {"kind": "farkas", "radius": best[0], "intercept": best[1], "needed": needed},
