@@ -91,7 +91,14 @@ def pooled_recession(compiled: CompiledModel, x, step, duals, steps, eps1, eps2,
                 f"the model is infeasible: the parties' multipliers give a "
                 f"Farkas certificate proving that no point within ||x||_inf <= {best[0]:.3g} "
                 f"meets them (needed {needed:.3g})",
-                {"certificate": {"kind": "farkas", "radius": best[0], "intercept": best[1]}},
+                {
+                    "certificate": {
+                        "kind": "farkas",
+                        "radius": best[0],
+                        "intercept": best[1],
+                        "needed": needed,
+                    }
+                },
             )
     if "unbounded" in checks:
         size = float(np.abs(step).max(initial=0.0))
