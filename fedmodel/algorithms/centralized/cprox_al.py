@@ -189,6 +189,9 @@ def run_cprox_al(
     history, status, message = [], "max_iterations", ""
     dmu_history: list[float] = []
     steps: list[float] = []  # ||x^{k+1} - x^k||_inf (the unboundedness trigger)
+    # the outer iteration from which each certificate is tried again, and the wait after
+    # the next failed try (doubling: a slowly converging model costs few evaluations)
+    next_try = {"infeasible": [0, 1], "unbounded": [0, 1]}
     certificate: dict = {}
     local_iters, k = 0, -1
     for k in range(options.max_outer):
@@ -254,6 +257,7 @@ def run_cprox_al(
         dmu_history.append(dmu)
         steps.append(dw)
         checks = _recession_checks(compiled, dmu_history, steps, beta, options)
+        checks = tuple(c for c in checks if k >= next_try[c][0])
         if checks:
             duals = list(zip(mus, nus, problem.cone))
             changes = [
@@ -266,6 +270,8 @@ def run_cprox_al(
             if verdict:
                 status, message = verdict, f"after {k + 1} outer iterations {why}"
                 break
+            for c in checks:
+                next_try[c] = [k + next_try[c][1], 2 * next_try[c][1]]
         plateau = multiplier_plateau(dmu_history, beta, options.eps2) if stop_on_plateau else ""
         if plateau:
             status, message = "stalled", f"stopped after {k + 1} outer iterations: {plateau}"
