@@ -243,6 +243,41 @@ def ray_verdict(objective, violation, tolerance: float) -> str:
     )
 
 
+def farkas_verdict(candidates, regularizer: Regularizer, x, eps: float):
+    """The infeasibility verdict from the parties' reports (:func:`farkas_report`), one list
+    per multiplier candidate, at the iterate ``x``: ``(message, certificate)`` when the
+    best candidate's radius reaches :func:`radius_needed`, else None."""
+    best = max((farkas_radius(reports, regularizer) for reports in candidates), default=(0, 0))
+    needed = radius_needed(x, eps)
+    if best[0] < needed:
+        return None
+    return (
+        "the model is infeasible: the parties' multipliers give a Farkas certificate, "
+        f"checked on each party's terms, that no point with ||x||_inf <= {best[0]:.3g} meets "
+        f"the constraints (needed: {needed:.3g})",
+        {"kind": "farkas", "radius": best[0], "intercept": best[1], "needed": needed},
+    )
+
+
+def ray_certificate(objectives, violations, regularizer: Regularizer, x, d, ts, tolerance):
+    """The unboundedness verdict from the parties' objectives at the ray's points (arrays,
+    summed) and their largest violations (scalars or arrays), with ``h`` along the
+    ray ``x + t d`` over the coordinates ``x`` and ``d`` cover (shared variables first):
+    ``(message, certificate)`` when :func:`ray_verdict` holds, else None."""
+    x, d = np.asarray(x, dtype=float), np.asarray(d, dtype=float)
+    points = [x + t * d for t in ts]
+    F = sum(np.asarray(o, dtype=float) for o in objectives) + [regularizer.value(p) for p in points]
+    V = max([float(np.max(v)) for v in violations] + [regularizer.box_violation(p) for p in points])
+    why = ray_verdict(F, [V] * len(ts), tolerance)
+    if not why:
+        return None
+    return (
+        f"the objective is unbounded below: {why}, in the direction of the last outer step, "
+        "checked on each party's terms",
+        {"kind": "ray", "t": np.asarray(ts), "objective": F, "violation": V},
+    )
+
+
 def steady(values, window: int = 3, spread: float = 0.1) -> bool:
     """Whether the last ``window`` values are positive and within a factor ``1 + spread``
     of each other: the steps of a method whose differences have converged (the trigger of

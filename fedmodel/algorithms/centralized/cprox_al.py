@@ -26,12 +26,11 @@ from fedmodel.algorithms.common import (
 )
 from fedmodel.algorithms.proxal.options import ProxALOptions
 from fedmodel.certificate.infeasibility import (
-    farkas_radius,
     farkas_report,
-    radius_needed,
+    farkas_verdict,
+    ray_certificate,
     ray_points,
     ray_report,
-    ray_verdict,
     steady,
 )
 from fedmodel.certificate.kkt import assemble, party_evaluation
@@ -77,43 +76,29 @@ def pooled_recession(compiled: CompiledModel, x, step, duals, steps, eps1, eps2,
     ``x`` (the candidate direction); ``checks`` says which to run (``"infeasible"``,
     ``"unbounded"``). Returns ``(status, message, extra)``, status "" when none holds."""
     parties, reg = compiled.parties, compiled.regularizer
+    found = None
     if "infeasible" in checks:
-        best = (0.0, 0.0)
-        for candidate in (steps, duals):
-            reports = [
-                farkas_report(p, x, mu, nu, lam) for p, (mu, nu, lam) in zip(parties, candidate)
-            ]
-            best = max(best, farkas_radius(reports, reg))
-        needed = radius_needed(x, eps1)
-        if best[0] >= needed:
-            return (
-                "infeasible",
-                f"the model is infeasible: the parties' multipliers give a "
-                f"Farkas certificate proving that no point within ||x||_inf <= {best[0]:.3g} "
-                f"meets them (needed {needed:.3g})",
-                {
-                    "certificate": {
-                        "kind": "farkas",
-                        "radius": best[0],
-                        "intercept": best[1],
-                        "needed": needed,
-                    }
-                },
-            )
+        candidates = [
+            [farkas_report(p, x, mu, nu, lam) for p, (mu, nu, lam) in zip(parties, candidate)]
+            for candidate in (steps, duals)
+        ]
+        found = farkas_verdict(candidates, reg, x, eps1)
+        if found is not None:
+            return "infeasible", found[0], {"certificate": found[1]}
     if "unbounded" in checks:
-        size = float(np.abs(step).max(initial=0.0))
-        d, ts = step / size, ray_points(x, eps1)
+        d, ts = step / float(np.abs(step).max(initial=0.0)), ray_points(x, eps1)
         reports = [ray_report(p, x, d, ts) for p in parties]
-        F = sum(r["objective"] for r in reports) + [reg.value(x + t * d) for t in ts]
-        V = np.max([r["violation"] for r in reports], axis=0)
-        V = np.maximum(V, [reg.box_violation(x + t * d) for t in ts])
-        why = ray_verdict(F, V, eps2)
-        if why:
-            return (
-                "unbounded",
-                f"the objective is unbounded below: {why}, in the direction of the last outer step",
-                {"certificate": {"kind": "ray", "t": ts, "objective": F, "violation": V}},
-            )
+        found = ray_certificate(
+            [r["objective"] for r in reports],
+            [r["violation"] for r in reports],
+            reg,
+            x,
+            d,
+            ts,
+            eps2,
+        )
+        if found is not None:
+            return "unbounded", found[0], {"certificate": found[1]}
     return "", "", {}
 
 

@@ -41,12 +41,11 @@ from fedmodel.algorithms.proxal.routes import (
     route_option_values,
 )
 from fedmodel.certificate.infeasibility import (
-    farkas_radius,
     farkas_report,
-    radius_needed,
+    farkas_verdict,
+    ray_certificate,
     ray_points,
     ray_report,
-    ray_verdict,
     steady,
 )
 from fedmodel.certificate.kkt import KKTResiduals, party_evaluation
@@ -425,7 +424,7 @@ class ProxALServer(ServerHalf):
         nu_mark = self.nu if self.nu_mark is None else self.nu_mark
         cone = self.cone_duals()
         cone = np.zeros(0) if cone is None else cone
-        best = (0.0, 0.0)
+        candidates = []
         for suffix, (mu, nu, lam) in (
             ("", (self.mu, self.nu, cone)),
             ("_step", (self.mu - mu_mark, self.nu - nu_mark, np.zeros_like(cone))),
@@ -436,21 +435,13 @@ class ProxALServer(ServerHalf):
                 for r in replies.values()
                 if "b" + suffix in r.payload
             ]
-            best = max(best, farkas_radius([mine, *theirs], self.problem.regularizer))
-        needed = radius_needed(self.x, self.options.eps1)
-        if best[0] < needed:
-            return None
-        return (
-            "the model is infeasible: the parties' multipliers give a Farkas "
-            f"certificate, checked on each party's terms, that no point with ||x||_inf <= "
-            f"{best[0]:.3g} meets them (needed: {needed:.3g})",
-            {"kind": "farkas", "radius": best[0], "intercept": best[1], "needed": needed},
-        )
+            candidates.append([mine, *theirs])
+        return farkas_verdict(candidates, self.problem.regularizer, self.x, self.options.eps1)
 
     def ray(self, runtime: Runtime, step: np.ndarray, scale: float) -> tuple[str, dict] | None:
         """The unboundedness certificate along the last outer step over ``scale`` (one
         ``ray`` round): its message and numbers when it holds, else None."""
-        ns, reg = self.ns, self.problem.regularizer
+        ns = self.ns
         if not scale > 0:
             return None
         d = step / scale
@@ -460,24 +451,15 @@ class ProxALServer(ServerHalf):
         payload = {"w": self.x[:ns], "d": d[:ns], "scale": scale, "t": t}
         replies = self.collect(runtime, "ray", payload)
         mine = ray_report(self.program, self.x, d, t)
-        F = mine["objective"] + sum(
-            np.asarray(r.payload["objective"], dtype=float)
-            for r in replies.values()
-            if "objective" in r.payload
-        )
-        F = F + [reg.value(self.x[:ns] + tj * d[:ns]) for tj in t]
-        V = max(
-            [float(mine["violation"].max())]
-            + [float(r.payload["violation"]) for r in replies.values() if "violation" in r.payload]
-            + [reg.box_violation(self.x[:ns] + tj * d[:ns]) for tj in t]
-        )
-        why = ray_verdict(F, [V] * len(t), self.options.eps2)
-        if not why:
-            return None
-        return (
-            f"the objective is unbounded below: {why}, in the direction of the last outer "
-            "step, checked on each party's terms",
-            {"kind": "ray", "t": t, "objective": F, "violation": V},
+        theirs = [r.payload for r in replies.values()]
+        return ray_certificate(
+            [mine["objective"]] + [r["objective"] for r in theirs if "objective" in r],
+            [mine["violation"]] + [r["violation"] for r in theirs if "violation" in r],
+            self.problem.regularizer,
+            self.x[:ns],
+            d[:ns],
+            t,
+            self.options.eps2,
         )
 
     def certified(self, runtime: Runtime) -> tuple[bool, KKTResiduals]:
