@@ -398,8 +398,13 @@ class ProxALServer(ServerHalf):
         last outer step ``step = w^{k+1} - w^k`` (``ray``; ``scale``: the largest change of
         a coordinate, the clients' own blocks included). A StepReport ending the run when one
         holds (its numbers in ``res.extra["certificate"]``), else None."""
-        dp = self.privacy is not None and self.privacy.dp is not None
-        if dp or not checks:  # (under dp a round would spend privacy)
+        # (not under dp, where a round spends privacy, nor under secure aggregation, whose
+        # fixed-point range the far points' objectives and growing multipliers can exceed:
+        # the monitors then speak as without the certificates)
+        private = self.privacy is not None and (
+            self.privacy.dp is not None or self.privacy.secure is not None
+        )
+        if private or not checks:
             return None
         for check in checks:
             if check == "infeasible":
