@@ -294,7 +294,9 @@ class ProxALServer(ServerHalf):
             return self.blow_up(runtime, k, w_new)
         if outcome.stalled:
             self.x = w_new
-            proven = self.recession(runtime, k, ("infeasible",))
+            # (exact-admm's consensus gap settled: the Farkas certificate may confirm it)
+            try_it = self.convex and self.proximal and self.may_be_infeasible and opts.monitor
+            proven = self.recession(runtime, k, ("infeasible",) if try_it else ())
             return proven or self.inner.stalled(k, outcome, tau)
         dw = self.outer_change(w_new, self.x)
         # Newton measured grad l_k(w^{k+1}) = grad_w L(w^{k+1}, mu^{k+1}) + (w^{k+1} - w^k) /
