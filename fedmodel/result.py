@@ -46,12 +46,15 @@ STATUSES: dict[str, StatusInfo] = {
         "raise time_limit, or resume from the checkpoint named in res.message",
     ),
     "infeasible": StatusInfo(
-        "the constraints admit no common point, with the solver's infeasibility certificate",
+        "the constraints admit no common point, with the solver's infeasibility certificate "
+        "(prox-al, cprox-al: a Farkas certificate checked on each party's terms, its proven "
+        "radius in res.extra['certificate'])",
         "relax or correct the constraints; res.message names the solver that proved it",
     ),
     "unbounded": StatusInfo(
         "the objective falls without bound over the feasible set (the solver's certificate, "
-        "or f + h falling along diverging feasible iterates)",
+        "a feasible ray along which f + h keeps falling checked on each party's terms, or "
+        "f + h falling along diverging feasible iterates)",
         "add the missing constraint or regularisation (a bound, a norm budget)",
     ),
     "diverging": StatusInfo(

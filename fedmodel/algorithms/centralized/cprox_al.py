@@ -25,6 +25,14 @@ from fedmodel.algorithms.common import (
     starting_point,
 )
 from fedmodel.algorithms.proxal.options import ProxALOptions
+from fedmodel.certificate.infeasibility import (
+    farkas_report,
+    farkas_verdict,
+    ray_certificate,
+    ray_points,
+    ray_report,
+    steady,
+)
 from fedmodel.certificate.kkt import assemble, party_evaluation
 from fedmodel.compiler.partition import CompiledModel
 from fedmodel.subproblems.merit import MeritProblem
@@ -60,6 +68,40 @@ def evaluation_seconds(compiled: CompiledModel) -> float:
     return time.perf_counter() - t0
 
 
+def pooled_recession(compiled: CompiledModel, x, step, duals, steps, eps1, eps2, checks):
+    """The infeasibility and unboundedness certificates of
+    :mod:`~fedmodel.certificate.infeasibility` on the pooled problem at ``x``: ``duals`` and
+    ``steps`` are the parties' ``(mu, nu, cone)`` and their changes over the last outer
+    iteration (the two candidates of the Farkas certificate), ``step`` the last change of
+    ``x`` (the candidate direction); ``checks`` says which to run (``"infeasible"``,
+    ``"unbounded"``). Returns ``(status, message, extra)``, status "" when none holds."""
+    parties, reg = compiled.parties, compiled.regularizer
+    found = None
+    if "infeasible" in checks:
+        candidates = [
+            [farkas_report(p, x, mu, nu, lam) for p, (mu, nu, lam) in zip(parties, candidate)]
+            for candidate in (steps, duals)
+        ]
+        found = farkas_verdict(candidates, reg, x, eps1)
+        if found is not None:
+            return "infeasible", found[0], {"certificate": found[1]}
+    if "unbounded" in checks:
+        d, ts = step / float(np.abs(step).max(initial=0.0)), ray_points(x, eps1)
+        reports = [ray_report(p, x, d, ts) for p in parties]
+        found = ray_certificate(
+            [r["objective"] for r in reports],
+            [r["violation"] for r in reports],
+            reg,
+            x,
+            d,
+            ts,
+            eps2,
+        )
+        if found is not None:
+            return "unbounded", found[0], {"certificate": found[1]}
+    return "", "", {}
+
+
 def _backend_choice(problem: MeritProblem, choice: str) -> str:
     """``choice``, except that ``"auto"`` takes L-BFGS instead of Newton above
     ``DENSE_NEWTON_MAX_SIZE`` variables (``centralized``'s limit for its Newton path too): a Newton
@@ -70,6 +112,21 @@ def _backend_choice(problem: MeritProblem, choice: str) -> str:
     if any(p.couples for p in problem.regularizer.pieces):
         return choice  # (L-BFGS-B takes no group norm; "auto" picks cvxpy for these)
     return "lbfgs"
+
+
+def _recession_checks(compiled, dmu_history, steps, beta, options) -> tuple[str, ...]:
+    """Which certificates to try after an outer iteration: ``"infeasible"`` when the
+    multiplier steps have settled above ``beta eps2`` (:func:`steady`), ``"unbounded"``
+    when the outer steps have settled above ``beta eps1`` (the differences of both converge
+    on such models); none on a non-convex model."""
+    if compiled.nonconvex:
+        return ()
+    out = ()
+    if dmu_history[-1] > beta * options.eps2 and steady(dmu_history):
+        out += ("infeasible",)
+    if steps[-1] > beta * options.eps1 and steady(steps, spread=0.01):
+        out += ("unbounded",)
+    return out
 
 
 def run_cprox_al(
@@ -116,6 +173,11 @@ def run_cprox_al(
     beta = options.beta
     history, status, message = [], "max_iterations", ""
     dmu_history: list[float] = []
+    steps: list[float] = []  # ||x^{k+1} - x^k||_inf (the unboundedness trigger)
+    # the outer iteration from which each certificate is tried again, and the wait after
+    # the next failed try (doubling: a slowly converging model costs few evaluations)
+    next_try = {"infeasible": [0, 1], "unbounded": [0, 1]}
+    certificate: dict = {}
     local_iters, k = 0, -1
     for k in range(options.max_outer):
         tau = options.sbar / (k + 1) ** 2
@@ -130,7 +192,7 @@ def run_cprox_al(
             )
             break
         dw = float(np.abs(w_new - x).max())
-        x = w_new
+        step, x = w_new - x, w_new
         floor = time.perf_counter() - started if floor is None else floor
         if deadline is not None and (
             report.message == "time limit" or time.perf_counter() + tail > deadline
@@ -141,6 +203,10 @@ def run_cprox_al(
             status, message = "time_limit", f"time limit of {options.time_limit:g} s reached"
             break
         dmu = 0.0
+        before = [
+            (m.copy(), v.copy(), np.array(lam, dtype=float))
+            for m, v, lam in zip(mus, nus, problem.cone)
+        ]
         for j, p in enumerate(parties):
             ci, ce = p.functions.constraint_values(x)
             if ci.size:
@@ -174,6 +240,23 @@ def run_cprox_al(
             if kkt.satisfied(options.eps1, options.eps2):
                 break
         dmu_history.append(dmu)
+        steps.append(dw)
+        checks = _recession_checks(compiled, dmu_history, steps, beta, options)
+        checks = tuple(c for c in checks if k >= next_try[c][0])
+        if checks:
+            duals = list(zip(mus, nus, problem.cone))
+            changes = [
+                (m - b[0], v - b[1], np.asarray(lam, dtype=float) - b[2])
+                for (m, v, lam), b in zip(duals, before)
+            ]
+            verdict, why, certificate = pooled_recession(
+                compiled, x, step, duals, changes, options.eps1, options.eps2, checks
+            )
+            if verdict:
+                status, message = verdict, f"after {k + 1} outer iterations {why}"
+                break
+            for c in checks:
+                next_try[c] = [k + next_try[c][1], 2 * next_try[c][1]]
         plateau = multiplier_plateau(dmu_history, beta, options.eps2) if stop_on_plateau else ""
         if plateau:
             status, message = "stalled", f"stopped after {k + 1} outer iterations: {plateau}"
@@ -204,7 +287,7 @@ def run_cprox_al(
         p.name: split_multipliers(p, m, v, lam)
         for p, m, v, lam in zip(parties, mus, nus, problem.cone)
     }
-    extra = {"mu": mus, "nu": nus}
+    extra = {"mu": mus, "nu": nus, **certificate}
     if options.time_limit and floor is not None:
         extra["time_limit_floor"] = floor
         if status == "time_limit" and options.time_limit < floor:

@@ -295,7 +295,7 @@ def _run(compiled: CompiledModel, options: CentralizedOptions):
         options.engine == "auto" and direct is None and prefers_smooth_path(compiled, plan)
     ):
         smooth = _smooth_solve(compiled, _remaining(options, deadline), plan)
-        if smooth.status in ("optimal", "unbounded", "time_limit") or options.engine == "smooth":
+        if smooth.status in VERDICTS or options.engine == "smooth":
             return smooth
         # not certified: cvxpy, then a refinement from its point
         result = _cvxpy_solve(compiled, _remaining(options, deadline), plan)
@@ -326,7 +326,7 @@ def _run(compiled: CompiledModel, options: CentralizedOptions):
         first.message += f"; time limit of {options.time_limit:g} s reached"
         return first
     smooth = _smooth_solve(compiled, _remaining(options, deadline), plan)
-    if smooth.status in ("optimal", "unbounded", "time_limit") or _expired(deadline):
+    if smooth.status in VERDICTS or _expired(deadline):
         smooth.message = f"{first.message}; {smooth.message}"
         smooth.timing["cvxpy"] = spent
         return smooth
@@ -334,6 +334,11 @@ def _run(compiled: CompiledModel, options: CentralizedOptions):
     result.message = f"{first.message}; {result.message}"
     result.timing["cvxpy_tight"] = spent
     return result
+
+
+#: the statuses of the smooth path that stand (cprox-al's certificates of infeasibility and
+#: unboundedness among them); on others cvxpy solves the model
+VERDICTS = ("optimal", "infeasible", "unbounded", "time_limit")
 
 
 def _smooth_solve(compiled: CompiledModel, options: CentralizedOptions, plan: Route):
@@ -793,7 +798,7 @@ def _refine(compiled, options, x0, mus, nus, solver: str = "auto"):
         compiled, opts, method="centralized", mu_init=mus, nu_init=nus, stop_on_plateau=True
     )
     if result.status != "optimal":
-        if result.status not in ("unbounded", "time_limit"):
+        if result.status not in VERDICTS:
             result.status = "inaccurate"
         result.message += f". Not certified to eps = {options.eps:g}"
     return result

@@ -33,6 +33,7 @@ from fedmodel.algorithms.protocol import ClientHalf, _handler
 from fedmodel.algorithms.proxal.messages import route_table
 from fedmodel.algorithms.proxal.options import ProxALOptions
 from fedmodel.algorithms.proxal.routes import LAYOUT_REFUSED, PROXAL, route_named
+from fedmodel.certificate.infeasibility import farkas_report, ray_report
 from fedmodel.certificate.kkt import party_evaluation
 from fedmodel.compiler.glm import NotRecognised
 from fedmodel.compiler.partition import PartyProgram
@@ -73,7 +74,7 @@ class ProxALClient(ClientHalf):
     messages = PROXAL
     state_fields = (
         "mu", "nu", "w_center", "theta_center", "theta_at_w", "cone", "cone_at_w", "outer_mem",
-        "route_name",
+        "route_name", "mu_mark", "nu_mark", "cone_mark", "theta_step",
     )  # fmt: skip
     component_fields = ("solver", "inner")  # (the Newton backend's carried factor; the route)
 
@@ -112,6 +113,11 @@ class ProxALClient(ClientHalf):
         self.nu = np.zeros(program.m_eq)
         self.cone = np.zeros(program.m_cone)  # conic duals of its cone constraints
         self.cone_at_w = self.cone.copy()  # those matching theta_at_w (the certificate's)
+        # the multipliers before the last outer update and the last outer step of the own
+        # block: the candidates of the infeasibility and unboundedness certificates
+        self.mu_mark, self.nu_mark = self.mu.copy(), self.nu.copy()
+        self.cone_mark = self.cone.copy()
+        self.theta_step = np.zeros(n_own)
         self.problem = MeritProblem([program], self.beta)
         self.solver = make_solver(self.problem, options.solver)
         self.solver_option = options.solver
@@ -217,6 +223,8 @@ class ProxALClient(ClientHalf):
         dtheta = float(np.abs(self.theta_at_w - self.theta_center).max(initial=0.0))
         ci, ce = self.problem.functions[0].constraint_values(self._local(w, self.theta_at_w))
         mu_in, nu_in = self.mu.copy(), self.nu.copy()
+        self.mu_mark, self.nu_mark, self.cone_mark = mu_in, nu_in, self.cone_at_w.copy()
+        self.theta_step = self.theta_at_w - self.theta_center
         # (rows whose multipliers the route's steps set, e.g. exact-admm's epigraph pieces)
         hard_i, hard_e = self.inner.hard_rows()
         dmu = 0.0
@@ -273,6 +281,30 @@ class ProxALClient(ClientHalf):
         nu = self.nu if nu is None else np.asarray(nu, dtype=float)
         x = self._local(np.asarray(w, dtype=float), self.theta_at_w)
         return party_evaluation(self.program, x, mu, nu, shared_only=True, cone=self.cone_duals())
+
+    def _on_farkas(self, w):
+        """This client's share of the Farkas certificate
+        (:func:`~fedmodel.certificate.infeasibility.farkas_report`) at its point, for its
+        multipliers and for their change since the last outer update (``_step``)."""
+        x = self.inner.farkas_point(w)
+        mu, nu, cone = self.mu, self.nu, self.cone_at_w
+        out = {}
+        for suffix, (m, v, lam) in (
+            ("", (mu, nu, cone)),
+            ("_step", (mu - self.mu_mark, nu - self.nu_mark, cone - self.cone_mark)),
+        ):
+            report = farkas_report(self.program, x, m, v, lam, self.ns)
+            out.update({f"{k}{suffix}": report[k] for k in ("y", "b", "rho", "size")})
+        return out
+
+    def _on_ray(self, w, d, scale, t):
+        """Its objective at ``x + t_j d`` (three points; its own block moves by its last
+        outer step over ``scale``) and its largest violation over them
+        (:func:`~fedmodel.certificate.infeasibility.ray_report`)."""
+        x = self._local(np.asarray(w, dtype=float), self.theta_at_w)
+        d = self._local(np.asarray(d, dtype=float), self.theta_step / float(scale))
+        report = ray_report(self.program, x, d, t)
+        return {"objective": report["objective"], "violation": float(report["violation"].max())}
 
     def _on_report(self):
         out = super()._on_report()

@@ -742,6 +742,10 @@ class ExactClient(InnerClient):
     def hard_rows(self):
         return self._hard_rows
 
+    def farkas_point(self, w):
+        """Its last exact step's point, whose duals its multipliers are."""
+        return super().farkas_point(w) if self.u is None else self.u
+
     def start(self, w, **request) -> dict:
         """The new centres of ``P_{i,k}``; nothing to send but the flag."""
         h = self.host

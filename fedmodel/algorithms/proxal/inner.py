@@ -150,6 +150,11 @@ class InnerSolver(DeclaredState):
         """The constraint rows whose multipliers its steps set (kept by the update)."""
         return False, False
 
+    def farkas_point(self, w: np.ndarray) -> np.ndarray:
+        """The point of this client's view its multipliers belong to (the Farkas
+        certificate's, :mod:`~fedmodel.certificate.infeasibility`): ``w`` with its own block."""
+        return self.host._local(np.asarray(w, dtype=float), self.host.theta_at_w)
+
     def stalled(self, k: int, outcome: InnerOutcome, tau: float) -> StepReport:
         """The report of an inner solve that stalled (status ``"stalled"``, with
         :meth:`stall_message`)."""
@@ -205,3 +210,8 @@ class InnerClient(DeclaredState):
     def hard_rows(self) -> tuple[Any, Any]:
         """The constraint rows whose multipliers its steps set (kept by the update)."""
         return False, False
+
+    def farkas_point(self, w: np.ndarray) -> np.ndarray:
+        """The point of this client's view its multipliers belong to (the Farkas
+        certificate's, :mod:`~fedmodel.certificate.infeasibility`): ``w`` with its own block."""
+        return self.host._local(np.asarray(w, dtype=float), self.host.theta_at_w)

@@ -146,8 +146,50 @@ def _start_specs(request: dict, reply: dict, probes: bool, one_of=(), outer=None
     )
 
 
+def _sum(reveals: str, shape=()) -> Field:
+    return Field(shape, reveals=reveals, sum_only=True)
+
+
+#: the certificates of infeasibility and unboundedness (certificate/infeasibility.py): a
+#: party's share of the Farkas certificate, for its multipliers and for their last change
+_FARKAS_REPLY = {
+    f"{name}{suffix}": field
+    for suffix, which in (("", "its multipliers"), ("_step", "their last change"))
+    for name, field in (
+        ("y", _sum(f"the gradient of its constraints weighted by {which}, at its point", ("d",))),
+        ("b", _sum(f"the intercept of that weighted sum's tangent plane ({which})")),
+        ("rho", _sum(f"the 1-norm of that gradient on its own block ({which})")),
+        ("size", _sum(f"the magnitude of the terms of that intercept ({which})")),
+    )
+}
+RECESSION_SPECS = (
+    MessageSpec(
+        "farkas",
+        request={"w": W},
+        reply=_FARKAS_REPLY,
+        reveals="its share of a Farkas certificate of infeasibility (sums over parties)",
+        methods=("prox-al",),
+        channel="diagnostic",
+    ),
+    MessageSpec(
+        "ray",
+        request={"w": W, "d": Field(("d",)), "scale": Field((), positive=True), "t": Field((3,))},
+        reply={
+            "objective": _sum("its objective at three points of a ray", (3,)),
+            "violation": Field(
+                (), reveals="its largest violation over three points of a ray", unmasked=True
+            ),
+        },
+        reveals="its objective and violation along a ray (the unboundedness certificate)",
+        methods=("prox-al",),
+        channel="diagnostic",
+    ),
+)
+
+
 def _common() -> tuple:
     return (
+        *RECESSION_SPECS,
         evaluate_spec(),
         report_spec(reply={"owned": Field(("d_own",), required=False, reveals="its own block")}),
     )
@@ -194,7 +236,7 @@ def _unused(compiled, options, proximal: bool) -> set[str]:
     if compiled.layout.has_owned or not int(options.outer_anderson) or not proximal:
         off |= {"outer.gram", "outer_aa"}  # (no outer Anderson step)
     if not proximal:
-        off.add("outer")
+        off |= {"outer", "farkas", "ray"}
     if not compiled.layout.has_owned:
         off.add("dtheta_scaled")
     return off

@@ -225,8 +225,11 @@ class ProxALOptions(RuntimeOptions):
         Stop early with a reason (adaptive variant, default on): status ``"stalled"`` when
         the inner bound (19) improves by less than 10% over ``stall_rounds`` ADMM rounds
         (default 300), ``"diverging"`` when ``max_i ||mu_i^{k+1} - mu_i^k||_inf`` (beta
-        times the violation) has not halved over 6 outer iterations (an infeasible model).
-        Never ``"optimal"``; the message says what to change.
+        times the violation) has not halved over 10 outer iterations (an infeasible model
+        without a certificate), and on convex models ``"infeasible"`` / ``"unbounded"``
+        when the parties' certificate holds (:mod:`fedmodel.certificate.infeasibility`:
+        tried when the multiplier or the outer steps settle). Never ``"optimal"``; the
+        message says what to change.
     max_outer, max_inner : int
         Iteration caps of Algorithms 1 and 2.
     local_cap : float, optional

@@ -40,6 +40,14 @@ from fedmodel.algorithms.proxal.routes import (
     route_named,
     route_option_values,
 )
+from fedmodel.certificate.infeasibility import (
+    farkas_report,
+    farkas_verdict,
+    ray_certificate,
+    ray_points,
+    ray_report,
+    steady,
+)
 from fedmodel.certificate.kkt import KKTResiduals, party_evaluation
 from fedmodel.compiler.glm import NotRecognised
 from fedmodel.compiler.partition import CompiledModel, PartyProgram
@@ -65,7 +73,7 @@ UNBOUNDED_DROP = 10.0
 PROX_RELATIVE_TAU = 0.5
 #: the layout version of the server's checkpointed state (a state of another layout is
 #: refused with a message, see ProxALServer.set_state)
-STATE_LAYOUT = 2
+STATE_LAYOUT = 3
 
 
 class ProxALServer(ServerHalf):
@@ -108,7 +116,8 @@ class ProxALServer(ServerHalf):
     state_fields = (
         "layout", "x", "k", "mu", "nu", "local_iterations", "inner_total", "mu_norms",
         "w_norms", "cone", "rhos", "dmu_history", "outer_mem", "route", "inner_note",
-        "tau_floor_scale", "prox_residual", "fell_back",
+        "tau_floor_scale", "prox_residual", "fell_back", "mu_mark", "nu_mark", "w_steps",
+        "recession_next", "certificate",
     )  # fmt: skip
     component_fields = ("outer_aa", "inner")
 
@@ -129,9 +138,11 @@ class ProxALServer(ServerHalf):
         user_constraints: bool = True,
         may_be_infeasible: bool = True,
         tables: dict | None = None,
+        convex: bool = True,
     ):
         layout = program.layout
         owned_anywhere = layout.has_owned  # (the model's layout: any party's own variables)
+        self.owned_anywhere = owned_anywhere
         # where the server's view (shared variables, then its own) sits in the model's x
         self.view_index = layout.indices(layout.local(program.name).variables)
         program = program.local()
@@ -149,6 +160,15 @@ class ProxALServer(ServerHalf):
         # box or ball restrict the consensus x_i = z)
         self.user_constraints = bool(user_constraints)
         self.may_be_infeasible = bool(may_be_infeasible)
+        # the certificates of infeasibility and unboundedness (convex models): the server's
+        # multipliers before the last outer update, the outer steps ||w^{k+1} - w^k||_inf,
+        # the outer iteration from which each certificate is tried again and after how
+        # many more (a failed try doubles the wait), and the certificate that ended the run
+        self.convex = bool(convex)
+        self.mu_mark = self.nu_mark = None
+        self.w_steps: list[float] = []
+        self.recession_next = {"infeasible": [0, 1], "unbounded": [0, 1]}
+        self.certificate: dict = {}
         self.tau_floor_scale = 1.0  # (lowered by an inner solver the certificate contradicts)
         # ||w^k - w^{k-1}||_inf / prox_beta of the last outer step (an inner solver that
         # measures the gradient: the proximal part of the measured stationarity, which sets
@@ -274,7 +294,10 @@ class ProxALServer(ServerHalf):
             return self.blow_up(runtime, k, w_new)
         if outcome.stalled:
             self.x = w_new
-            return self.inner.stalled(k, outcome, tau)
+            # (exact-admm's consensus gap settled: the Farkas certificate may confirm it)
+            try_it = self.convex and self.proximal and self.may_be_infeasible and opts.monitor
+            proven = self.recession(runtime, k, ("infeasible",) if try_it else ())
+            return proven or self.inner.stalled(k, outcome, tau)
         dw = self.outer_change(w_new, self.x)
         # Newton measured grad l_k(w^{k+1}) = grad_w L(w^{k+1}, mu^{k+1}) + (w^{k+1} - w^k) /
         # prox_beta (the multiplier update is the AL terms' gradient weight): the Lagrangian's
@@ -284,11 +307,14 @@ class ProxALServer(ServerHalf):
             stationarity = float(np.abs(outcome.gradient - (w_new - self.x) / self.gamma).max())
             self.prox_residual = float(np.abs(w_new - self.x).max()) / self.gamma
         w_old, self.x = self.x, w_new
+        outer_step = w_new - w_old  # (before an outer Anderson step moves the iterate)
+        step_inf = float(np.abs(outer_step).max(initial=0.0))
         dmu = 0.0
         stop8 = False
         feas = None
         if self.proximal:
             mu_in, nu_in = self.mu.copy(), self.nu.copy()
+            self.mu_mark, self.nu_mark = mu_in, nu_in
             dmu = self.update_multipliers(self.x)
             runtime.next_round()
             payload = {"w": self.x[: self.ns], **self.inner_request(self.x - w_old)}
@@ -297,6 +323,9 @@ class ProxALServer(ServerHalf):
             feas = self.feasibility_measured(replies)
             # test (8) on the clients' own blocks (one scalar each, see the client module)
             dw = max([dw] + [float(r.payload.get("dtheta_scaled", 0.0)) for r in replies.values()])
+            if self.owned_anywhere:  # (the clients' own blocks move too: unboundedness)
+                theirs = max(float(r.payload.get("dtheta_scaled", 0.0)) for r in replies.values())
+                step_inf = max(step_inf, theirs / (self.beta * self.prox_weight))
             self.inner.take_start(replies)
             # test (8) (an inner solver may check the certificate at the iterate first, or
             # ask for it near the end although (8) failed)
@@ -309,6 +338,7 @@ class ProxALServer(ServerHalf):
         self.mu_norms.append(float(np.abs(self.mu).max(initial=0.0)))
         self.w_norms.append(float(np.abs(self.x).max(initial=0.0)))
         self.dmu_history.append(dmu)
+        self.w_steps.append(step_inf)
         report = StepReport(
             info={
                 "inner_iterations": outcome.iterations,
@@ -322,7 +352,13 @@ class ProxALServer(ServerHalf):
             }
         )
         diverging = self.diverging() if (opts.monitor and self.proximal) else ""
-        if diverging:
+        proven = None
+        if self.proximal and opts.monitor and not stop8:
+            checks = self.recession_checks(k, bool(diverging))
+            proven = self.recession(runtime, k, checks, outer_step, step_inf)
+        if proven is not None:
+            report.stop, report.message = proven.stop, proven.message
+        elif diverging:
             report.stop, report.message = "diverging", diverging
         elif not self.proximal:  # admm: one run of Algorithm 2 to tau = eps1
             if outcome.satisfied:
@@ -336,6 +372,102 @@ class ProxALServer(ServerHalf):
         if feas is not None:
             report.info["violation_measured"], report.info["complementarity_measured"] = feas
         return report
+
+    def recession_checks(self, k: int, diverging: bool) -> tuple[str, ...]:
+        """The certificates to try after outer iteration ``k``: ``"infeasible"`` when the
+        multiplier steps have settled above ``beta eps2`` (or the plateau monitor fired),
+        ``"unbounded"`` when the outer steps have settled; each again only after a wait
+        that doubles with every failed try (a slowly converging feasible model costs a few
+        rounds at most). None on a non-convex model."""
+        if not self.convex:
+            return ()
+        opts, out = self.options, ()
+        infeasible = self.dmu_history[-1] > self.beta * opts.eps2 and (
+            steady(self.dmu_history) or diverging
+        )
+        if infeasible and self.may_be_infeasible:
+            out += ("infeasible",)
+        if self.w_steps[-1] > opts.eps1 and steady(self.w_steps, spread=0.01):
+            out += ("unbounded",)
+        return tuple(c for c in out if k >= self.recession_next[c][0] or diverging)
+
+    def recession(
+        self, runtime: Runtime, k: int, checks, step=None, scale=0.0
+    ) -> StepReport | None:
+        """Try the certificates ``checks`` (:mod:`~fedmodel.certificate.infeasibility`) at the
+        iterate, one round each, every party on its own data: ``"infeasible"`` with the
+        parties' multipliers and their last change (``farkas``), ``"unbounded"`` along the
+        last outer step ``step = w^{k+1} - w^k`` (``ray``; ``scale``: the largest change of
+        a coordinate, the clients' own blocks included). A StepReport ending the run when one
+        holds (its numbers in ``res.extra["certificate"]``), else None."""
+        # (not under dp, where a round spends privacy, nor under secure aggregation, whose
+        # fixed-point range the far points' objectives and growing multipliers can exceed:
+        # the monitors then speak as without the certificates)
+        private = self.privacy is not None and (
+            self.privacy.dp is not None or self.privacy.secure is not None
+        )
+        if private or not checks:
+            return None
+        for check in checks:
+            if check == "infeasible":
+                found = self.farkas(runtime)
+            else:
+                found = self.ray(runtime, step, scale)
+            if found is not None:
+                self.certificate = found[1]
+                return StepReport(stop=check, message=f"at outer iteration {k} {found[0]}")
+            wait = self.recession_next[check][1]
+            self.recession_next[check] = [k + wait, 2 * wait]
+        return None
+
+    def farkas(self, runtime: Runtime) -> tuple[str, dict] | None:
+        """The Farkas certificate at the iterate (one ``farkas`` round): its message and
+        numbers when the proven radius reaches
+        :func:`~fedmodel.certificate.infeasibility.radius_needed`, else None."""
+        ns = self.ns
+        runtime.next_round()
+        replies = self.collect(runtime, "farkas", {"w": self.x[:ns]})
+        mu_mark = self.mu if self.mu_mark is None else self.mu_mark
+        nu_mark = self.nu if self.nu_mark is None else self.nu_mark
+        cone = self.cone_duals()
+        cone = np.zeros(0) if cone is None else cone
+        candidates = []
+        for suffix, (mu, nu, lam) in (
+            ("", (self.mu, self.nu, cone)),
+            ("_step", (self.mu - mu_mark, self.nu - nu_mark, np.zeros_like(cone))),
+        ):
+            mine = farkas_report(self.program, self.x, mu, nu, lam, ns)
+            theirs = [
+                {key: r.payload[key + suffix] for key in ("y", "b", "rho", "size")}
+                for r in replies.values()
+                if "b" + suffix in r.payload
+            ]
+            candidates.append([mine, *theirs])
+        return farkas_verdict(candidates, self.problem.regularizer, self.x, self.options.eps1)
+
+    def ray(self, runtime: Runtime, step: np.ndarray, scale: float) -> tuple[str, dict] | None:
+        """The unboundedness certificate along the last outer step over ``scale`` (one
+        ``ray`` round): its message and numbers when it holds, else None."""
+        ns = self.ns
+        if not scale > 0:
+            return None
+        d = step / scale
+        # (the clients' own blocks have moved by about the outer steps so far)
+        t = ray_points(self.x, self.options.eps1, float(np.sum(self.w_steps)))
+        runtime.next_round()
+        payload = {"w": self.x[:ns], "d": d[:ns], "scale": scale, "t": t}
+        replies = self.collect(runtime, "ray", payload)
+        mine = ray_report(self.program, self.x, d, t)
+        theirs = [r.payload for r in replies.values()]
+        return ray_certificate(
+            [mine["objective"]] + [r["objective"] for r in theirs if "objective" in r],
+            [mine["violation"]] + [r["violation"] for r in theirs if "violation" in r],
+            self.problem.regularizer,
+            self.x[:ns],
+            d[:ns],
+            t,
+            self.options.eps2,
+        )
 
     def certified(self, runtime: Runtime) -> tuple[bool, KKTResiduals]:
         """One diagnostic round (counted as a communication round): the certificate at the
@@ -510,6 +642,8 @@ class ProxALServer(ServerHalf):
         if self.fell_back:
             out["inner_solver_refused"] = self.fell_back
         out.update(self.inner.extra())
+        if self.certificate:
+            out["certificate"] = dict(self.certificate)
         if self.outer_aa is not None:
             out["outer_anderson_rejections"] = self.outer_aa.rejections
         return out
@@ -714,6 +848,7 @@ def run_prox_al(
         may_be_infeasible=any(not c.internal for p in compiled.parties for c in p.constraints)
         or any(piece.has_box or piece.has_ball for piece in compiled.regularizer.pieces),
         tables=tables,
+        convex=not compiled.nonconvex,
     )
     server.client_dims = {c.name: program_dims(c) for c in compiled.clients}
     factories = _client_factories(compiled, options, rhos, proximal, route)
