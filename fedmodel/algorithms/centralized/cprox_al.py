@@ -26,23 +26,38 @@ from fedmodel.algorithms.common import (
 )
 from fedmodel.algorithms.proxal.options import ProxALOptions
 from fedmodel.certificate.kkt import assemble, party_evaluation
+from fedmodel.certificate.scale import pooled_objective_scale
 from fedmodel.compiler.partition import CompiledModel
 from fedmodel.subproblems.merit import MeritProblem
 from fedmodel.subproblems.newton import DENSE_NEWTON_MAX_SIZE
 from fedmodel.subproblems.select import make_solver
 
 
-def pooled_evaluation(compiled: CompiledModel, x, mus, nus, cones=None):
+def pooled_evaluation(compiled: CompiledModel, x, mus, nus, cones=None, objective_scale=None):
     """Evaluate every party at ``x`` (centralized: all programs are local here); ``cones``
     are the parties' cone multipliers (zeros when None). The multipliers are judged as
     given (``balance_pieces=False``: the pooled reference polishes its own,
-    ``pooled.polish_auxiliary_duals``, and reports what it judged)."""
+    ``pooled.polish_auxiliary_duals``, and reports what it judged). ``objective_scale`` is
+    the objective's reference scale (:mod:`fedmodel.certificate.scale`; default: at the
+    default starting point, :func:`model_objective_scale`)."""
+    if objective_scale is None:
+        objective_scale = model_objective_scale(compiled)
     cones = cones if cones is not None else [None] * len(compiled.parties)
     reports = {
-        p.name: party_evaluation(p, x, mu, nu, cone=lam, balance_pieces=False)
+        p.name: party_evaluation(
+            p, x, mu, nu, cone=lam, balance_pieces=False, objective_scale=objective_scale
+        )
         for p, mu, nu, lam in zip(compiled.parties, mus, nus, cones)
     }
-    return assemble(reports, compiled.regularizer, x, compiled.nonconvex)
+    return assemble(reports, compiled.regularizer, x, compiled.nonconvex, objective_scale)
+
+
+def model_objective_scale(compiled: CompiledModel, x0=None) -> float:
+    """The objective's reference scale ``S`` of the pooled model at ``x0`` (default: the
+    default starting point, zeros moved into the terms' domains): every party's share on
+    its program, and ``h``'s (:mod:`fedmodel.certificate.scale`)."""
+    x0 = starting_point(compiled, None) if x0 is None else x0
+    return pooled_objective_scale(compiled.parties, compiled.regularizer, x0)
 
 
 def evaluation_seconds(compiled: CompiledModel) -> float:
@@ -54,7 +69,7 @@ def evaluation_seconds(compiled: CompiledModel) -> float:
     mus = [np.zeros(p.m_ineq) for p in compiled.parties]
     nus = [np.zeros(p.m_eq) for p in compiled.parties]
     try:
-        pooled_evaluation(compiled, x, mus, nus)
+        pooled_evaluation(compiled, x, mus, nus, objective_scale=1.0)
     except Exception:  # noqa: BLE001 - a model not defined at the origin: no estimate
         return 0.0
     return time.perf_counter() - t0
@@ -113,6 +128,7 @@ def run_cprox_al(
     mus = [np.maximum(np.asarray(m, dtype=float), 0.0) for m in mus]
     nus = [np.asarray(v, dtype=float) for v in nus]
     x = starting_point(compiled, options.w0, options.random_state)
+    scale = model_objective_scale(compiled, x)  # (once, at the start)
     beta = options.beta
     history, status, message = [], "max_iterations", ""
     dmu_history: list[float] = []
@@ -151,7 +167,7 @@ def run_cprox_al(
                 dmu = max(dmu, float(np.abs(beta * ce).max()))
                 nus[j] = nus[j] + beta * ce
         if options.history:
-            kkt, summary = pooled_evaluation(compiled, x, mus, nus, problem.cone)
+            kkt, summary = pooled_evaluation(compiled, x, mus, nus, problem.cone, scale)
             history.append(
                 history_row(
                     k,
@@ -170,7 +186,7 @@ def run_cprox_al(
             # test (8) is absolute; the verdict is the scaled certificate: stop when it
             # holds, otherwise keep iterating (tau_k keeps shrinking) until it does
             status = "stopped"
-            kkt, _ = pooled_evaluation(compiled, x, mus, nus, problem.cone)
+            kkt, _ = pooled_evaluation(compiled, x, mus, nus, problem.cone, scale)
             if kkt.satisfied(options.eps1, options.eps2):
                 break
         dmu_history.append(dmu)
@@ -183,7 +199,7 @@ def run_cprox_al(
             break
         status = "max_iterations"
     t_eval = time.perf_counter()
-    kkt, summary = pooled_evaluation(compiled, x, mus, nus, problem.cone)
+    kkt, summary = pooled_evaluation(compiled, x, mus, nus, problem.cone, scale)
     if floor is not None:  # (and the certificate after the first outer iteration)
         floor += time.perf_counter() - t_eval
     if status == "stopped":
