@@ -119,8 +119,8 @@ def test_the_verdict_does_not_depend_on_the_objectives_scale(name, method):
     assert statuses[1.0] == "optimal", statuses
 
 
-def test_the_scale_is_the_largest_reference_and_1_without_one():
-    assert reference_scale([3.0, 2e-5, float("inf")]) == 3.0
+def test_the_scale_is_the_sum_of_the_references_and_1_without_one():
+    assert reference_scale([3.0, 0.5, float("inf"), -1.0]) == 3.5
     assert reference_scale([]) == 1.0
 
 

@@ -37,7 +37,7 @@ OBJECTIVE_SCALE = Field((), required=False, positive=True)
 OBJECTIVE_REFERENCE = Field(
     (),
     required=False,
-    unmasked=True,  # (the server takes the max; in the clear under secure aggregation)
+    sum_only=True,  # (the server adds them up: masked under secure aggregation)
     reveals="max(||grad f_i(w0)||_inf, ||grad f_i(w0 + delta 1) - grad f_i(w0)||_inf / delta)",
 )
 

@@ -11,8 +11,9 @@ otherwise), from the gradient and the curvature of the objective there:
 
 for each party ``i`` on its own data (``delta = CURVATURE_STEP max(1, ||x0||_inf)``, the
 whole of the party's view: shared, own and auxiliary coordinates), the same two numbers
-for ``h`` (its subgradient scale), and ``S = max_i S_i`` over the parties: one scalar per
-party, the server takes their max. Every quantity in the objective's units that the
+for ``h`` (its subgradient scale), and ``S = sum_i S_i`` over the parties and ``h``: one
+scalar per party, of which the server needs only the sum (under secure aggregation it
+learns nothing else). Every quantity in the objective's units that the
 certificate compares with an absolute ``1`` (the floor of the stationarity scale, the
 objective size the epigraph gap is relative to, the dual floors of cone constraints and
 declared own variables) is compared with ``S`` instead, which is the certificate of the
@@ -26,8 +27,8 @@ A model with no objective (``S = 0``) or one not finite at ``x0`` in every party
 
 Examples
 --------
->>> reference_scale([2e-5, 0.0, float("nan")])
-2e-05
+>>> reference_scale([2.0, 0.5, 0.0, float("nan")])
+2.5
 >>> reference_scale([0.0])
 1.0
 """
@@ -85,10 +86,10 @@ def regularizer_reference(regularizer: Regularizer, x0: np.ndarray) -> float:
 
 
 def reference_scale(references: Iterable[float]) -> float:
-    """``S``: the largest of the parties' finite positive references, 1 when there is none
+    """``S``: the sum of the parties' finite positive references, 1 when there is none
     (module docstring)."""
     finite = [float(r) for r in references if np.isfinite(r) and float(r) > 0.0]
-    return max(finite) if finite else 1.0
+    return float(sum(finite)) if finite else 1.0
 
 
 def pooled_objective_scale(programs: Iterable[PartyProgram], regularizer: Regularizer, x0):

@@ -246,9 +246,9 @@ class ProxALServer(ServerHalf):
 
     def take_objective_scale(self, replies) -> None:
         """The certificate's objective scale ``S`` (:mod:`fedmodel.certificate.scale`),
-        once, at w^0: the max of the clients' references (one scalar each, in their
-        ``start`` replies, unmasked under secure aggregation), the server's own and
-        ``h``'s."""
+        once, at w^0: the sum of the clients' references (one scalar each in their
+        ``start`` replies; under secure aggregation the server reads only their sum), the
+        server's own and ``h``'s."""
         ns = self.ns
         refs = [float(r.payload.get("objective_reference", 0.0)) for r in replies.values()]
         refs.append(objective_reference(self.program, self.x))
@@ -274,27 +274,36 @@ class ProxALServer(ServerHalf):
         return self.inner.request(move)
 
     @property
+    def target_unit(self) -> float:
+        """The unit of the gradient-sized targets of test (8) and of the inner tolerances:
+        ``min(1, S)``, ``S`` the certificate's objective scale
+        (:mod:`fedmodel.certificate.scale`). The certificate divides the objective by
+        ``S``; its stationarity floor is ``min(S, 10 max(S, F) / ||x||_1)``, which is
+        never below the absolute one when ``S >= 1``, so test (8) at the absolute ``eps1``
+        implies what it implies at ``S = 1``. A smaller objective shrinks the targets
+        with ``S`` (a minimum-variance portfolio of size ``1e-5`` is then solved as
+        strictly as itself times ``1e5``). The targets never grow with ``S``: the inner
+        bounds add consensus and cone feasibility, which are in the constraints' units,
+        to the gradient residuals."""
+        return min(1.0, self.objective_scale)
+
+    @property
     def eps1_units(self) -> float:
-        """``eps1`` in the objective's units: ``eps1 S`` (``S`` the certificate's objective
-        scale, :mod:`fedmodel.certificate.scale`), the target of the gradient-sized
-        quantities of test (8) and of the inner tolerances, so that the run stops where the
-        certificate, which divides the objective by ``S``, holds."""
-        return self.options.eps1 * self.objective_scale
+        """``eps1`` in the targets' unit (:attr:`target_unit`): ``eps1 min(1, S)``."""
+        return self.options.eps1 * self.target_unit
 
     def tau(self, k: int) -> float:
-        """Inner tolerance of outer iteration ``k``: ``S sbar/(k+1)^2`` (paper), or
-        ``S max(sbar tau_rate^k, kkt_factor eps1 / 2)`` (adaptive), ``S`` the objective's
-        scale (:attr:`eps1_units`); Algorithm 2 (method ``admm``): ``eps1 min(1, S)``."""
-        opts, scale = self.options, self.objective_scale
+        """Inner tolerance of outer iteration ``k``: ``u sbar/(k+1)^2`` (paper), or
+        ``u max(sbar tau_rate^k, kkt_factor eps1 / 2)`` (adaptive), ``u = min(1, S)``
+        (:attr:`target_unit`); Algorithm 2 (method ``admm``): ``u eps1``."""
+        opts, unit = self.options, self.target_unit
         if not self.proximal:
-            # Algorithm 2 stops on this tolerance alone, and the certificate's stationarity
-            # floor can be below S (a large ||x||_1): never looser than the absolute eps1
-            return opts.eps1 * min(1.0, scale)
+            return self.eps1_units
         if opts.adaptive:
             floor = 0.5 * self.kkt_factors[0] * self.eps1_units * self.tau_floor_scale
             relative = PROX_RELATIVE_TAU * self.prox_residual  # (0 unless (quasi-)Newton)
-            return max(scale * opts.sbar * opts.tau_rate**k, floor, relative)
-        return scale * opts.sbar / (k + 1) ** 2
+            return max(unit * opts.sbar * opts.tau_rate**k, floor, relative)
+        return unit * opts.sbar / (k + 1) ** 2
 
     def step(self, runtime: Runtime, deadline: float | None) -> StepReport:
         opts = self.options
