@@ -115,7 +115,15 @@ def run_cprox_al(
     deadline = started + options.time_limit if options.time_limit else None
     floor = None  # the smallest limit the run holds: up to its first outer iteration's end
     parties = compiled.parties
-    problem = MeritProblem(parties, options.beta, compiled.regularizer)
+    x = starting_point(compiled, options.w0, options.random_state)
+    # Algorithm 3 on the objective divided by its reference scale S, written in the model's
+    # units: l_k times S has the penalty S beta, the proximal weight S / beta, and the
+    # multipliers and the subproblems' tolerances S times those of f / S (the options are
+    # in the units of f / S), so the same model with its objective times t takes the
+    # same steps
+    scale = model_objective_scale(compiled, x)  # (once, at the start)
+    beta = options.beta * scale
+    problem = MeritProblem(parties, beta, compiled.regularizer)
     solver = make_solver(problem, _backend_choice(problem, options.solver))
     # the subproblem solves end early enough for the certificate after them (one
     # evaluation of every party, timed now: on a loaded machine it takes seconds)
@@ -123,19 +131,17 @@ def run_cprox_al(
     solver.deadline = None if deadline is None else deadline - tail
     compile_seconds = time.perf_counter() - t0
     t_solve = time.perf_counter()
-    mus = mu_init or [np.full(p.m_ineq, float(options.mu0)) for p in parties]
+    mus = mu_init or [np.full(p.m_ineq, float(options.mu0) * scale) for p in parties]
     nus = nu_init or [np.zeros(p.m_eq) for p in parties]
     mus = [np.maximum(np.asarray(m, dtype=float), 0.0) for m in mus]
     nus = [np.asarray(v, dtype=float) for v in nus]
-    x = starting_point(compiled, options.w0, options.random_state)
-    scale = model_objective_scale(compiled, x)  # (once, at the start)
-    beta = options.beta
     history, status, message = [], "max_iterations", ""
     dmu_history: list[float] = []
     local_iters, k = 0, -1
     for k in range(options.max_outer):
-        tau = options.sbar / (k + 1) ** 2
-        problem.set(sigma=1.0 / beta, center=x, mu=mus, nu=nus)
+        tau_scaled = options.sbar / (k + 1) ** 2  # (in the units of f / S)
+        tau = scale * tau_scaled
+        problem.set(sigma=scale / options.beta, center=x, mu=mus, nu=nus)
         report = solver.solve(x, tau, options.max_local_iter)
         local_iters += report.iterations
         w_new = report.x
@@ -182,8 +188,9 @@ def run_cprox_al(
             )
         if options.callback is not None:
             options.callback(history[-1] if history else {"iteration": k})
-        if dw + beta * tau <= beta * options.eps1 and dmu <= beta * options.eps2:
-            # test (8) is absolute; the verdict is the scaled certificate: stop when it
+        b = options.beta
+        if dw + b * tau_scaled <= b * options.eps1 and dmu <= beta * options.eps2:
+            # test (8) on f / S; the verdict is the scaled certificate: stop when it
             # holds, otherwise keep iterating (tau_k keeps shrinking) until it does
             status = "stopped"
             kkt, _ = pooled_evaluation(compiled, x, mus, nus, problem.cone, scale)
