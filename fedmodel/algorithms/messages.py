@@ -38,7 +38,7 @@ OBJECTIVE_REFERENCE = Field(
     (),
     required=False,
     sum_only=True,  # (the server adds them up: masked under secure aggregation)
-    reveals="max(||grad f_i(w0)||_inf, ||grad f_i(w0 + delta 1) - grad f_i(w0)||_inf / delta)",
+    reveals="the size of its objective's gradient and curvature at w^0 (one scalar)",
 )
 
 #: a party's share of the KKT residuals at ``w`` (certificate/kkt.party_evaluation)

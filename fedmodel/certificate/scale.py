@@ -7,8 +7,11 @@ model and the same model times ``t`` get the same verdict. The certificate does 
 ``S`` is computed once, at the starting point ``x0`` of the solve (zeros unless ``w0`` says
 otherwise), from the gradient and the curvature of the objective there:
 
-    S_i = max(||grad f_i(x0)||_inf, ||grad f_i(x0 + delta 1) - grad f_i(x0)||_inf / delta)
+    S_i = max(||g_i(x0)||_inf, ||grad f_i(x0 + delta 1) - grad f_i(x0)||_inf / delta)
 
+(``g_i`` the gradient of the objective as the user wrote it, :func:`user_gradient`: a
+term in epigraph form, ``|r| / n`` as ``t / n`` with ``-t <= r <= t``, counts by its
+subgradient ``sign(r) a / n``, not by the auxiliary's coefficient ``1 / n``)
 for each party ``i`` on its own data (``delta = CURVATURE_STEP max(1, ||x0||_inf)``, the
 whole of the party's view: shared, own and auxiliary coordinates), the same two numbers
 for ``h`` (its subgradient scale), and ``S = sum_i S_i`` over the parties and ``h``: one
@@ -39,6 +42,7 @@ from collections.abc import Iterable
 
 import numpy as np
 
+from fedmodel.certificate.auxiliary import auxiliary_rows, minimize_auxiliaries
 from fedmodel.compiler.partition import PartyProgram
 from fedmodel.compiler.regularizer import Regularizer
 
@@ -67,14 +71,63 @@ def _secant_reference(value, x0: np.ndarray) -> float:
     return ref
 
 
+def user_gradient(program: PartyProgram, x: np.ndarray) -> np.ndarray:
+    """The gradient of the party's objective as the user wrote it, at ``x``: its epigraph
+    auxiliaries at their partial minimiser (:func:`minimize_auxiliaries`), each one's
+    objective coefficient carried over to its variables by the piece that attains it
+    (the multiplier ``-c_t / a`` on that row): ``sign(r) a / n`` for a term ``|r| / n``,
+    where the epigraph form's own gradient is ``1 / n`` on the auxiliary and 0 elsewhere.
+    The auxiliaries' coordinates are 0 then; the others are the objective's gradient.
+
+    Examples
+    --------
+    >>> import cvxpy as cp, numpy as np, fedmodel as fm
+    >>> m = fm.Model(); w = m.variable(1, name="w")
+    >>> c = m.client("a")
+    >>> c.minimize(cp.abs(w[0] - 3.0) / 4)
+    >>> user_gradient(m.compile().program("a"), np.array([1.0, 0.5])).tolist()  # (w, t)
+    [-0.25, 0.0]
+    """
+    fn = program.functions
+    x = np.asarray(x, dtype=float)
+    match = auxiliary_rows(program, x)
+    x = minimize_auxiliaries(program, x, match)
+    grad = np.array(fn.objective_and_grad(x)[1], dtype=float)
+    if not match.determined.any():
+        return grad
+    rows, aux = match.rows, match.aux
+    keep = match.determined[aux]
+    rows, aux, coef = rows[keep], aux[keep], match.coef[keep]
+    values = fn.constraint_values(x)[0][rows]
+    # per auxiliary, the piece that attains its bound (the largest row value, ~0)
+    order = np.lexsort((values, aux))
+    last = np.r_[aux[order][1:] != aux[order][:-1], True]
+    active = order[last]
+    mu = np.zeros(program.m_ineq)
+    mu[rows[active]] = np.maximum(-grad[match.hidden[aux[active]]] / coef[active], 0.0)
+    out = fn.lagrangian_terms(x, mu, np.zeros(program.m_eq))[0]
+    out[match.hidden[match.determined]] = 0.0
+    return out
+
+
 def objective_reference(program: PartyProgram, x0: np.ndarray) -> float:
     """A party's ``S_i`` at ``x0`` (its view of the starting point), on its own data: the
-    largest magnitude of its objective's gradient and of the gradient's change along ``1``
-    per unit step (module docstring); 0 when its objective is not finite at ``x0``."""
+    largest magnitude of its objective's gradient as the user wrote it
+    (:func:`user_gradient`) and of the gradient's change along ``1`` per unit step
+    (module docstring); 0 when its objective is not finite at ``x0``."""
     fn = program.functions
     if fn.n == 0:
         return 0.0
-    return _secant_reference(lambda x: fn.objective_and_grad(x)[1], x0)
+    x0 = np.asarray(x0, dtype=float)
+    curvature = _secant_reference(lambda x: fn.objective_and_grad(x)[1], x0)
+    if curvature == 0.0:  # (not finite at x0, or no objective)
+        return 0.0
+    with np.errstate(all="ignore"):
+        try:
+            user = float(np.abs(user_gradient(program, x0)).max(initial=0.0))
+        except (ValueError, FloatingPointError, ZeroDivisionError):
+            user = 0.0
+    return max(curvature, user) if np.isfinite(user) else curvature
 
 
 def regularizer_reference(regularizer: Regularizer, x0: np.ndarray) -> float:
