@@ -118,9 +118,9 @@ def run_cprox_al(
     x = starting_point(compiled, options.w0, options.random_state)
     # Algorithm 3 on the objective divided by its reference scale S, written in the model's
     # units: l_k times S has the penalty S beta, the proximal weight S / beta, and the
-    # multipliers and the subproblems' tolerances S times those of f / S (the options are
-    # in the units of f / S), so the same model with its objective times t takes the
-    # same steps
+    # multiplier steps and the subproblems' tolerances S times those of f / S (beta, sbar
+    # and eps are in the units of f / S; mu0 is a multiplier of the model's), so the same
+    # model with its objective times t takes the same steps
     scale = model_objective_scale(compiled, x)  # (once, at the start)
     beta = options.beta * scale
     problem = MeritProblem(parties, beta, compiled.regularizer)
@@ -131,7 +131,7 @@ def run_cprox_al(
     solver.deadline = None if deadline is None else deadline - tail
     compile_seconds = time.perf_counter() - t0
     t_solve = time.perf_counter()
-    mus = mu_init or [np.full(p.m_ineq, float(options.mu0) * scale) for p in parties]
+    mus = mu_init or [np.full(p.m_ineq, float(options.mu0)) for p in parties]
     nus = nu_init or [np.zeros(p.m_eq) for p in parties]
     mus = [np.maximum(np.asarray(m, dtype=float), 0.0) for m in mus]
     nus = [np.asarray(v, dtype=float) for v in nus]
