@@ -1,4 +1,4 @@
-"""The benchmark cases of issue 3, as units of work run in fresh processes by ``run.py``.
+"""The seed 000 benchmark cases, as units of work run in fresh processes by ``run.py``.
 
 A case is a list of units; a unit is ``(case, key, params, time limit)`` and returns rows
 (one per solve). Each unit measures the centralized reference itself, in the same process

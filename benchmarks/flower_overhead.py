@@ -1,4 +1,4 @@
-"""Per-round cost of the Flower backend next to serial, processes and Ray (issue 15).
+"""Per-round cost of the Flower backend next to serial, processes and Ray.
 
 Two measurements, both on this machine, 3 clients:
 

@@ -1,4 +1,4 @@
-"""Every convex model a user writes (issue 23): a suite of convex models, each solved by
+"""Every convex model a user writes: a suite of convex models, each solved by
 prox-al at its defaults, cprox-al and centralized, next to a plain Clarabel solve of the
 pooled problem, and judged independently of the library's own numbers.
 

@@ -1,4 +1,4 @@
-"""Issues 22/23: prox-al's O(d)-message default inner solver against the opt-ins that send
+"""prox-al's O(d)-message default inner solver against the opt-ins that send
 d x d matrices.
 
     python benchmarks/od_default.py [--cases demo,np20,table1,suite] [--time-limit S]
@@ -21,7 +21,7 @@ solve, for
   penalty_metric="hessian"``) and with the scalar penalty (``inner_solver="admm"``).
 
 Adult NP also gets scipy SLSQP on the pooled data, in the same run. ``suite`` runs the
-default and the Newton opt-in over ``issue12_defaults.py``'s 10 problems (geometric mean
+default and the Newton opt-in over ``proxal_default_candidates.py``'s 10 problems (geometric mean
 of rounds). Writes ``benchmarks/RESULTS_od_default.md``. ``OPENBLAS_NUM_THREADS=1``.
 """
 
@@ -144,7 +144,7 @@ def case_table1(time_limit: float) -> list[dict]:
 
 
 def case_suite(time_limit: float) -> list[dict]:
-    from issue12_defaults import problems
+    from proxal_default_candidates import problems
 
     configs = {k: CONFIGS[k] for k in ("default (quasi-newton + H v)", "newton (opt-in)")}
     rows = []
@@ -195,7 +195,7 @@ def write_md(rows: list[dict], argv: list[str]) -> None:
         )
     suite = [r for r in rows if r["case"].startswith("suite") and "rounds" in r]
     if suite:
-        lines += ["", "Suite (issue12_defaults.py's 10 problems):", ""]
+        lines += ["", "Suite (proxal_default_candidates.py's 10 problems):", ""]
         lines += ["| method | geometric mean of rounds | sum | wall (s) | all optimal |"]
         lines += ["|---|---|---|---|---|"]
         for label in sorted({r["method"] for r in suite}):

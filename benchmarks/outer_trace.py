@@ -1,4 +1,4 @@
-"""Where prox-al's rounds go on Adult Neyman-Pearson (issue 23): one line per outer iteration.
+"""Where prox-al's rounds go on Adult Neyman-Pearson: one line per outer iteration.
 
     python benchmarks/outer_trace.py                                   # defaults, 20 sites
     python benchmarks/outer_trace.py --options '{"inner_solver": "newton"}'

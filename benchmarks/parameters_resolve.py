@@ -1,4 +1,4 @@
-"""Re-solving after a cvxpy Parameter change: the compiled model is reused (issue 25).
+"""Re-solving after a cvxpy Parameter change: the compiled model is reused.
 
 A model of ``clients`` sites (least squares on ``rows x d`` data, each with the bound
 ``sum(w) <= budget``, ``budget`` a ``cp.Parameter``, and ``lam * ||w||_2^2`` in ``h``,

@@ -1,5 +1,5 @@
 """Record the iterates of every family on small seed problems, to compare a refactoring with
-main bit for bit (issue 26: the protocol conversion must not change one iterate).
+main bit for bit (a change of the protocol must not change one iterate).
 
 Usage (record with one checkout, compare with another)::
 

@@ -295,8 +295,8 @@ def render(data, quick: bool = False) -> str:
         "",
         "Other benchmark reports: [RESULTS_backends.md](RESULTS_backends.md) (runtimes: "
         "serial, processes, Ray), [RESULTS_dald.md](RESULTS_dald.md) (dald rounds) and "
-        "[RESULTS_issue12.md](RESULTS_issue12.md) (prox-al at its defaults next to the paper "
-        "variant, issue 12; copied at the end of this page). The prox-al rows below were "
+        "[RESULTS_proxal_vs_paper.md](RESULTS_proxal_vs_paper.md) (prox-al at its defaults next to the paper "
+        "variant; copied at the end of this page). The prox-al rows below were "
         "measured at the commit above, with the defaults of that time.",
         "",
         "## Targets of issue 3",
@@ -394,18 +394,18 @@ def render(data, quick: bool = False) -> str:
         for r in errors:
             lines.append(f"- {r.get('case')} {r.get('method', '')} n={r.get('n')}: "
                          f"{r['error'][-300:]}".replace("\n", " "))  # fmt: skip
-    lines += _issue12_section()
+    lines += _proxal_vs_paper_section()
     return "\n".join(lines) + "\n"
 
 
-def _issue12_section() -> list[str]:
-    """RESULTS_issue12.md (benchmarks/issue12.py: prox-al's defaults next to the paper
+def _proxal_vs_paper_section() -> list[str]:
+    """RESULTS_proxal_vs_paper.md (benchmarks/proxal_vs_paper.py: prox-al's defaults next to the paper
     variant), one heading level down, when it exists."""
     from pathlib import Path
 
-    path = Path(__file__).with_name("RESULTS_issue12.md")
+    path = Path(__file__).with_name("RESULTS_proxal_vs_paper.md")
     if not path.exists():
         return []
     text = path.read_text().splitlines()
     body = ["#" + line if line.startswith("#") else line for line in text[1:]]
-    return ["", "## prox-al at its defaults vs the paper variant (issue 12)", ""] + body
+    return ["", "## prox-al at its defaults vs the paper variant", ""] + body

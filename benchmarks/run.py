@@ -1,4 +1,4 @@
-"""fedmodel benchmark suite (issue 3): subproblem backends at solver speed, measured.
+"""fedmodel benchmark suite: subproblem backends at solver speed, measured.
 
     python benchmarks/run.py [--quick] [--cases table1,table1-tight,np,fairness,scaling,memory,profile]
                              [--seeds K] [--time-limit S] [--out DIR]

@@ -6,6 +6,7 @@ solve of the pooled problem.
     python benchmarks/scaling.py --quick         # the small cases only
     python benchmarks/scaling.py --cases ls-box-n1000,logistic-ball-n1000 --time-limit 120
     python benchmarks/scaling.py --profile ls-box-n1000      # cProfile of one prox-al solve
+    python benchmarks/scaling.py --cases ls-box-n1000 --options '{"participation": 0.1}' ...
     PYTHONPATH=../other-checkout python benchmarks/scaling.py --label before ...   # another checkout
 
 The cases:
@@ -286,6 +287,7 @@ def run_one(
     row["inner_solver"] = extra.get("inner_solver", "")
     row["outer"] = int((res.rounds or {}).get("outer", 0))
     row["anderson_rejections"] = extra.get("anderson_rejections")
+    row["participation"] = extra.get("participation")
     rho = extra.get("rho")
     if isinstance(rho, dict) and rho:
         values = np.array([float(np.mean(v)) for v in rho.values()])
@@ -379,6 +381,41 @@ def _order(row: dict) -> tuple:
     return (FULL.index(name) if name in FULL else 99, name, row.get("label", ""))
 
 
+def _participation_lines(rows: list[dict]) -> list[str]:
+    """The table of the prox-al rows run with ``participation`` (``--options``): the clients
+    of a sampled round, the rounds (all of them, and the sampled ones), the client steps
+    over the clients (the epochs: a full round is one), next to the same case's row at full
+    participation with the same label prefix."""
+    sampled = [r for r in rows if r["method"] == "prox-al" and r.get("participation")]
+    if not sampled:
+        return []
+    lines = [
+        "",
+        "## Partial participation",
+        "",
+        "prox-al with `participation` (`--options`): each exact-admm round goes to a random "
+        "sample of",
+        "the clients; the `start`/`outer` rounds and the certificate reach every client. "
+        "`epochs`: the",
+        "client steps of the sampled rounds over the clients (a full round is one).",
+        "",
+        "| case | label | clients a round | status | rounds | sampled rounds | epochs | gap "
+        "| viol | wall s | cpu s | load |",
+        "|---|---|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|",
+    ]
+    for r in sampled:
+        info = r["participation"]
+        epochs = info["client_steps"] / max(1, info["clients"])
+        lines.append(
+            f"| {r['case']} | {r.get('label', '')} | {info['clients_per_round']} of "
+            f"{info['clients']} | {r.get('status', '-')} | {r.get('rounds', '-')} "
+            f"| {info['sampled_rounds']} | {epochs:.1f} | {_fmt(r.get('rel_gap'), '.1e')} "
+            f"| {_fmt(r.get('rel_violation'), '.1e')} | {_fmt(r.get('wall'))} "
+            f"| {_fmt(r.get('cpu'))} | {_fmt(r.get('load1'), '.1f')} |"
+        )
+    return lines
+
+
 def write_report(rows: list[dict]) -> None:
     rows = sorted(rows, key=_order)
     by = {}
@@ -421,6 +458,7 @@ def write_report(rows: list[dict]) -> None:
             f"| {_fmt(p.get('bytes_per_client_round'), '.0f')} | {_fmt(p.get('peak_mb'), '.0f')} "
             f"| {cent} | {clar} | {_fmt(p.get('load1'), '.1f')} |"
         )
+    lines += _participation_lines(rows)
     profiles = [r for r in rows if r.get("profile")]
     for r in profiles:
         lines += [

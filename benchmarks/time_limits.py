@@ -1,6 +1,6 @@
-"""Does ``time_limit`` hold? (issue 23: "within 10% everywhere, inside inner solves and
-centralized too"). Every method on the models of ``benchmarks/models.py`` with a limit
-below what the method would otherwise take, measured as a user sees it.
+"""Does ``time_limit`` hold, inside inner solves and centralized too? Every method on the
+models of ``benchmarks/models.py`` with a limit below what the method would otherwise
+take, measured as a user sees it.
 
     python benchmarks/time_limits.py --quick --limit 10           # the quick suite
     python benchmarks/time_limits.py --models sparse-logistic-d3000 --methods prox-al --limit 60

@@ -1,5 +1,5 @@
 """Wall time of fair-vfl with one slow party, synchronous rounds vs ``asynchronous=True``
-(issue 13: real asynchrony on processes/Ray).
+(real asynchrony on processes/Ray).
 
 The problem is ``small_problem()`` of ``tests/test_vfl.py`` (n = 240, 3 parties), eps =
 0.05, eta = 2, Q = 2, c = 0, stopping on the gap (12) <= 1e-6, ``monitor_every=50``, one

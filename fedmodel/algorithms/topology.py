@@ -379,6 +379,9 @@ class Coordination:
         every mode except forced full cycles).
     random_state : int, Generator or None
         Seed of the random choices (shared by all nodes, so all compute the same sequence).
+    size : int, optional
+        Number of nodes selected by ``"random"`` and ``"greedy"`` (in ``[1, n]``), in place
+        of ``ceil(fraction * n)``.
 
     Notes
     -----
@@ -394,6 +397,7 @@ class Coordination:
         fraction: float = 0.5,
         dropout: float = 0.0,
         random_state: Any = None,
+        size: int | None = None,
     ):
         self.spec = spec
         self.default = list(default)
@@ -402,6 +406,13 @@ class Coordination:
         self.rng = np.random.default_rng(random_state)
         self.age = {s: 0 for s in self.default}
         self.size = max(1, math.ceil(self.fraction * len(self.default)))
+        if size is not None:
+            if not 1 <= int(size) <= len(self.default):
+                raise ModelError(
+                    f"the coordination selects {size!r} nodes of {len(self.default)}: it must "
+                    f"lie in [1, {len(self.default)}]"
+                )
+            self.size = int(size)
         self.visits = {s: 0 for s in self.default}
         validate_coordination(spec, self.default, self.fraction, self.dropout)
 

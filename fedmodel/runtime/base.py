@@ -242,7 +242,10 @@ class Runtime(abc.ABC):
         """Send a message to every client (or to those in ``to``), the same payload or one
         built per client by a callable, and collect the replies, keyed by client name in
         client order."""
-        names = self.client_names if to is None else [n for n in self.client_names if n in set(to)]
+        wanted = None if to is None else set(to)
+        names = (
+            self.client_names if wanted is None else [n for n in self.client_names if n in wanted]
+        )
         payloads = {n: payload(n) if callable(payload) else payload for n in names}
         channels = {n: self._outgoing(kind, payloads[n], channel) for n in names}
         msgs = [Message(kind, SERVER, n, payloads[n], self.round, channels[n]) for n in names]

@@ -337,6 +337,35 @@ class ProxALOptions(RuntimeOptions):
         91 instead of 84); the server's affine box still costs the quick LCQPs rounds
         (lcqp-1 106 instead of 85, lcqp-5 152 instead of 122). For an affine
         equality the row is the client's constraint row itself.
+    random_state : int or None
+        Seed of the random choices: ``w0="sphere"`` and the clients drawn under
+        ``participation``.
+    participation : float, int or None, optional
+        Partial participation: the clients that take part in each round of the exact-admm
+        inner solver (``inner_solver="exact-admm"``; under ``"auto"`` the only route that
+        samples). A float in ``(0, 1]`` is a share of the clients (``ceil(share * n)`` per
+        round), an integer in ``[1, n]`` a count (scikit-learn's convention: ``1`` is one
+        client, ``1.0`` all of them); None (default) or all clients: every client in every
+        round. Each round draws its clients uniformly without replacement with
+        ``random_state`` (:class:`~fedmodel.algorithms.topology.Coordination`, as dald's
+        ``coordination="random"``); only they receive the round's request and reply, and
+        the server's step uses every client's latest reply. The method is the randomized
+        block-coordinate Douglas-Rachford iteration (consensus ADMM in which only the
+        sampled clients' blocks move), which converges almost surely for any fixed penalty
+        when each client is drawn with a positive probability (Iutzeler, Bianchi, Ciblat
+        and Hachem, "Asynchronous distributed optimization using a randomized alternating
+        direction method of multipliers", IEEE CDC 2013; Combettes and Pesquet, SIAM J.
+        Optim. 25(2), 2015, Theorem 3.2): under sampling the penalty changes only every
+        ``ceil(n / k)`` rounds (an epoch: each client drawn once on average) within the
+        first ``rb_rounds`` epochs of each inner solve, so that every inner solve ends at
+        a fixed penalty, and Anderson acceleration is off (its safeguard compares the
+        residuals of a deterministic map). The inner solve stops only once every client
+        has replied at its current subproblem. The rounds that start an inner solve
+        (``start``, ``outer``: Algorithm 1's multiplier update and new centre) and the
+        certificate's evaluation round reach every client, so "optimal" is certified on
+        all of them; each round counts as one communication round whatever its
+        participation, and ``res.extra["participation"]`` gives the clients per round,
+        the sampled rounds and the client steps.
     solver : {"auto", "lbfgs", "cvxpy"}
         Subproblem backend of every party.
     (and the runtime options below)
@@ -371,6 +400,7 @@ class ProxALOptions(RuntimeOptions):
     mu0: float = 0.0
     w0: Any = None
     random_state: Any = None
+    participation: Any = None
     max_outer: int = stop_only(500)
     max_inner: int = 500
     max_local_iter: int = 10_000
@@ -418,6 +448,47 @@ class ProxALOptions(RuntimeOptions):
         if self.constraint_curvature is not None:
             return bool(self.constraint_curvature)
         return d <= DENSE_MODEL_MAX and not self.secure_aggregation
+
+    def clients_per_round(self, n: int) -> int | None:
+        """The clients of each sampled round out of ``n`` (``participation``), or None when
+        every client takes part in every round; a :class:`ModelError` naming the option
+        and ``n`` for a value that is neither a share in ``(0, 1]`` nor a count in
+        ``[1, n]``.
+
+        Examples
+        --------
+        >>> ProxALOptions(participation=0.1).clients_per_round(1000)
+        100
+        >>> ProxALOptions(participation=25).clients_per_round(1000)
+        25
+        >>> ProxALOptions(participation=1.0).clients_per_round(1000) is None
+        True
+        """
+        share = self.participation
+        if share is None:
+            return None
+        if isinstance(share, (bool, np.bool_)) or not isinstance(
+            share, (int, float, np.integer, np.floating)
+        ):
+            raise ModelError(
+                f"participation must be a share in (0, 1], a count of clients in [1, {n}] or "
+                f"None, got {share!r}"
+            )
+        if isinstance(share, (int, np.integer)):
+            if not 1 <= share <= n:
+                raise ModelError(
+                    f"participation={share!r} clients per round: the model has {n} clients, "
+                    f"so a count must lie in [1, {n}] (a share is a float in (0, 1])"
+                )
+            count = int(share)
+        else:
+            if not (np.isfinite(share) and 0 < share <= 1):
+                raise ModelError(
+                    f"participation={share!r}: a share of the clients must lie in (0, 1] (a "
+                    f"count is an integer in [1, {n}])"
+                )
+            count = max(1, int(np.ceil(float(share) * n - 1e-9)))
+        return None if count >= n else count
 
     @property
     def eps1(self) -> float:
@@ -493,6 +564,11 @@ class ProxALOptions(RuntimeOptions):
             raise ModelError(f"local_directions must be True, False or None, got {local!r}")
         for name in ("max_outer", "max_inner", "max_local_iter"):
             whole_number(name, getattr(self, name))
+        if self.clients_per_round(len(client_names)) is not None and method == "cprox-al":
+            raise ModelError(
+                f"participation={self.participation!r}: cprox-al solves the pooled problem in "
+                "one process and has no rounds to sample; use method='prox-al'"
+            )
         for name, r in self.rho_per_client(client_names).items():
             _positive(f"rho for client '{name}'", r)
 

@@ -73,7 +73,9 @@ def choose(compiled, options, proximal: bool, routes=None) -> tuple[type[InnerSo
         raise ModelError(f"inner_solver must be one of {names}, got {choice!r}")
     if choice != "auto":
         route = route_named(choice, routes)
-        why = route.accepts(compiled, options, proximal)
+        why = route.accepts(compiled, options, proximal) or sampling_obstacle(
+            route, compiled, options
+        )
         if why:
             raise ModelError(f"inner_solver={choice!r} is not available: {why}")
         why = secure_obstacle(route, compiled, options, proximal)
@@ -85,7 +87,9 @@ def choose(compiled, options, proximal: bool, routes=None) -> tuple[type[InnerSo
     for route in routes:
         if not route.auto:
             continue
-        why = route.accepts(compiled, options, proximal)
+        why = route.accepts(compiled, options, proximal) or sampling_obstacle(
+            route, compiled, options
+        )
         if why:
             refused.append(f"{route.name!r}: {why}")
             continue
@@ -98,13 +102,42 @@ def choose(compiled, options, proximal: bool, routes=None) -> tuple[type[InnerSo
         taken = taken or route
     if secure and taken is not None:  # (it accepts, although "auto" prefers another)
         return taken, "the first inner solver whose messages are sums (secure_aggregation)"
+    if taken is not None and sampled(compiled, options):
+        return taken, "the first inner solver that samples clients (participation)"
     if secure:
         raise UnsupportedError(
             "prox-al with secure_aggregation (the server learns only sums over clients): no "
             "inner solver that accepts this model has only messages the server uses as "
             "sums; " + "; ".join(refused)
         )
+    if sampled(compiled, options):
+        raise ModelError(
+            f"participation={options.participation!r}: no prox-al inner solver that samples "
+            "clients accepts this model; " + "; ".join(refused)
+        )
     raise ModelError("no prox-al inner solver accepts this model")  # (the last accepts all)
+
+
+def sampled(compiled, options) -> bool:
+    """Whether the options ask for partial participation on this model (``participation``
+    below every client)."""
+    per_round = getattr(options, "clients_per_round", None)
+    return per_round is not None and per_round(compiled.n_clients) is not None
+
+
+def sampling_obstacle(route: type[InnerSolver], compiled, options) -> str:
+    """Why ``route`` cannot run with the options' ``participation`` ("" when it can or every
+    client takes part in every round)."""
+    if not sampled(compiled, options):
+        return ""
+    if not route.samples:
+        return (
+            f"its rounds need every client (participation={options.participation!r} is "
+            "taken by inner_solver='exact-admm')"
+        )
+    if getattr(options, "secure_aggregation", False):
+        return "secure_aggregation masks sums over every client, not over a sample of them"
+    return ""
 
 
 def secure_obstacle(route: type[InnerSolver], compiled, options, proximal: bool) -> str:

@@ -1,15 +1,15 @@
-"""Issue 12 benchmark: prox-al at its defaults (variant="adaptive") next to the paper's
+"""prox-al at its defaults (variant="adaptive") next to the paper's
 Algorithms 1-2 (variant="paper"), plain cvxpy, scipy SLSQP and the certified optimum.
 
-    python benchmarks/issue12.py [--cases table1,table1-tight,np20,table2,table3]
+    python benchmarks/proxal_vs_paper.py [--cases table1,table1-tight,np20,table2,table3]
                                  [--seeds K] [--time-limit S] [--ns 1,5,10,20]
                                  [--ref-limit S]
 
 Every case solves the centralized reference and the external bars in the same process,
 right before the federated solves, so the ratios compare like with like. Rows accumulate
-in ``benchmarks/results_issue12.json`` (a run replaces the cases it ran; for Table 2 and
+in ``benchmarks/results_proxal_vs_paper.json`` (a run replaces the cases it ran; for Table 2 and
 3 only the data sets and ns it ran, so runs may be split, also across processes) and
-``benchmarks/RESULTS_issue12.md`` is rebuilt from it. ``OPENBLAS_NUM_THREADS=1``; the
+``benchmarks/RESULTS_proxal_vs_paper.md`` is rebuilt from it. ``OPENBLAS_NUM_THREADS=1``; the
 1-minute load average is recorded with every row (the machine is shared).
 """
 
@@ -35,8 +35,8 @@ sys.path.insert(0, str(HERE.parent))
 
 from cases import kkt_reference, load1, rel, slsqp_np, timed  # noqa: E402
 
-JSON = HERE / "results_issue12.json"
-MD = HERE / "RESULTS_issue12.md"
+JSON = HERE / "results_proxal_vs_paper.json"
+MD = HERE / "RESULTS_proxal_vs_paper.md"
 CASES = ("table1", "table1-tight", "np20", "table2", "table3")
 
 #: the paper's settings of each seed 000 table (variant="paper" runs)
@@ -299,9 +299,9 @@ def write_md(rows):
     import fedmodel
 
     md = [
-        "# Issue 12: prox-al at its defaults vs the paper's Algorithms 1-2",
+        "# prox-al at its defaults vs the paper's Algorithms 1-2",
         "",
-        "Produced by `python benchmarks/issue12.py` (see docs/performance.md). One process, "
+        "Produced by `python benchmarks/proxal_vs_paper.py` (see docs/performance.md). One process, "
         "serial runtime, `OPENBLAS_NUM_THREADS=1`, end-to-end `model.solve(...)` wall times. "
         "`rel. gap` = |f - f*| / |f*| with f* the certified optimum (`centralized`, KKT <= "
         "1e-6; Table 1: the direct solve of the KKT system; Table 3: prox-al, else cprox-al, "
@@ -338,7 +338,7 @@ def write_md(rows):
 
 
 def rebuild() -> None:
-    """Rebuild RESULTS_issue12.md from results_issue12.json (no solves)."""
+    """Rebuild RESULTS_proxal_vs_paper.md from results_proxal_vs_paper.json (no solves)."""
     write_md(json.loads(JSON.read_text()))
 
 

@@ -1,8 +1,8 @@
-"""How prox-al's adaptive defaults were chosen (issue 12): rounds of candidate settings
+"""How prox-al's adaptive defaults were chosen: rounds of candidate settings
 over the seed 000 problems and two small test-suite-style models, side by side.
 
-    python benchmarks/issue12_defaults.py                       # the candidates below
-    python benchmarks/issue12_defaults.py "" "prox_beta=1e6"    # your own (one per arg)
+    python benchmarks/proxal_default_candidates.py                       # the candidates below
+    python benchmarks/proxal_default_candidates.py "" "prox_beta=1e6"    # your own (one per arg)
 
 Each argument is one configuration (``key=value`` pairs separated by spaces; ``""`` = the
 defaults). Every problem's reference is ``method="centralized"``; a configuration is
