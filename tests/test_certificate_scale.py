@@ -97,7 +97,9 @@ def test_cprox_al_no_longer_certifies_an_svm_far_from_its_optimum():
         c = m.client(f"c{k}")
         Xk, yk = c.data(X[idx], name="X"), c.data(y[idx], name="y")
         c.minimize(cp.sum(cp.pos(1 - cp.multiply(yk, Xk @ w))) / len(y), name="hinge")
-    res = m.solve(method="cprox-al", max_outer=60)
+    # (cprox-al, on the objective divided by S, is within eps of the optimum by outer
+    # iteration 60; at 30 its absolute residuals meet eps at a point 0.3% above it)
+    res = m.solve(method="cprox-al", max_outer=30)
     ref = _pooled_hinge(X, y, 1.0 / len(y))
     gap = (np.maximum(1 - y * (X @ w.value), 0).mean() - ref) / ref
     eps = 1e-3

@@ -157,14 +157,15 @@ def _by(ledger, **kw):
 @pytest.mark.parametrize("method", ["prox-al", "admm"])
 def test_prox_al_traffic_matches_the_paper(method):
     """Seed 000: w down; u~_i and eps~_i up per inner round; ||mu_i^{k+1} - mu_i^k||_inf
-    up per outer round (with the next ADMM initialisation u~_i^0)."""
+    up per outer round (with the next ADMM initialisation u~_i^0); beyond the paper, once,
+    each client's share of the certificate's objective scale in its start reply."""
     model = constrained_model() if method == "prox-al" else lsq_model()
     res = model.solve(method, eps=1e-4, variant="paper")
     d = model.compile().layout.size
     alg = [r for r in res.ledger if r["channel"] == "algorithm"]
     expected = {
         ("start", "down"): {"w": (d,)},
-        ("start_reply", "up"): {"u_tilde": (d,)},
+        ("start_reply", "up"): {"u_tilde": (d,), "objective_reference": ()},
         ("admm_w", "down"): {"w": (d,), "tol": ()},
         ("admm_w_reply", "up"): {"u_tilde": (d,), "eps_tilde": ()},
     }
@@ -192,5 +193,5 @@ def test_prox_al_traffic_matches_the_paper(method):
     assert len(per_round) == res.rounds["communication"] * len(clients)
     # nothing else travels on the algorithm channel: floats add up to the paper's count
     n_in, n_out = res.rounds["inner"], res.rounds["outer"] if method == "prox-al" else 0
-    per_client_up = d + n_in * (d + 1) + n_out * (d + 1)
+    per_client_up = d + 1 + n_in * (d + 1) + n_out * (d + 1)
     assert res.communication["floats_up"] == len(clients) * per_client_up

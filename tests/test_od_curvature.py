@@ -435,9 +435,10 @@ def test_test8_reads_the_measured_violation_and_complementarity(inner):
 
 
 def test_quasi_newton_tau_follows_the_outer_step_and_runs_without_outer_anderson():
-    """With quasi-Newton: tau_k = max(sbar tau_rate^k, kkt_factor[0] eps / 2,
-    PROX_RELATIVE_TAU ||w^k - w^{k-1}||_inf / prox_beta) (history's dw_inf is that step
-    times beta / prox_beta), and no outer Anderson round unless the user asks for one."""
+    """With quasi-Newton: tau_k = max(u sbar tau_rate^k, u kkt_factor[0] eps / 2,
+    PROX_RELATIVE_TAU ||w^k - w^{k-1}||_inf / prox_beta), u = min(1, S) the unit of the
+    targets (S the certificate's objective scale; history's dw_inf is that step times
+    beta / prox_beta), and no outer Anderson round unless the user asks for one."""
     from fedmodel.algorithms.proxal.server import PROX_RELATIVE_TAU
 
     model = np_model(3, r=0.45)
@@ -446,11 +447,12 @@ def test_quasi_newton_tau_follows_the_outer_step_and_runs_without_outer_anderson
     assert res.status == "optimal"
     assert not any(r["kind"].startswith("outer_aa") for r in res.ledger)
     taus = [h["tau"] for h in res.history]
-    beta, sbar, rate = 100.0, taus[0], 0.1  # (adaptive defaults; tau_0 = sbar at this eps)
+    beta, sbar, rate = 100.0, taus[0], 0.1  # (adaptive defaults; tau_0 = u sbar at this eps)
+    floor = 0.5 * 0.01 * eps * min(1.0, res.extra["objective_scale"])
     relative = [0.0] + [PROX_RELATIVE_TAU * h["dw_inf"] / beta for h in res.history[:-1]]
-    expected = [max(sbar * rate**k, 0.5 * 0.01 * eps, r) for k, r in enumerate(relative)]
+    expected = [max(sbar * rate**k, floor, r) for k, r in enumerate(relative)]
     assert taus == pytest.approx(expected, rel=1e-12)
-    assert any(r > max(sbar * rate**k, 0.5 * 0.01 * eps) for k, r in enumerate(relative))
+    assert any(r > max(sbar * rate**k, floor) for k, r in enumerate(relative))
     forced = model.solve(
         method="prox-al", eps=eps, history=False, inner_solver="quasi-newton", outer_anderson=5
     )

@@ -58,6 +58,10 @@ def test_the_same_iterates_as_without(make, route):
     assert masked.rounds["inner"] == plain.rounds["inner"]
     for a, b in zip(plain.history, masked.history, strict=True):
         assert b["objective"] == pytest.approx(a["objective"], rel=1e-9)
+    # the certificate's objective scale is a sum of the clients' shares: the same from
+    # their masked start replies
+    scale = plain.extra["objective_scale"]
+    assert masked.extra["objective_scale"] == pytest.approx(scale, rel=1e-9)
     # the certificate on the sums: the plain one's (unscaled) residuals
     assert masked.kkt.stationarity == pytest.approx(plain.kkt.stationarity, rel=1e-6)
     assert masked.kkt.feasibility == pytest.approx(plain.kkt.feasibility, abs=1e-12)
@@ -201,6 +205,7 @@ def test_the_privacy_table_says_what_is_masked():
     rows = privacy_rows(compiled, "prox-al", secure_aggregation=True)
     got = {(r["kind"], r["direction"]): r for r in rows}
     assert got[("curvature_w", "client -> server")]["masked"] == ["value", "grad", "hvp"]
+    assert "objective_reference" in got[("start", "client -> server")]["masked"]
     assert got[("outer", "client -> server")]["clear"] == [
         "dmu_inf", "violation", "complementarity",
     ]  # fmt: skip

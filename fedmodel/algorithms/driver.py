@@ -307,7 +307,12 @@ class _Run:
         ns, owned = program.layout.n_shared, program.layout.has_owned
         reports = {
             program.name: party_evaluation(
-                program, x, *server.multipliers(), owned, cone=server.cone_duals()
+                program,
+                x,
+                *server.multipliers(),
+                owned,
+                cone=server.cone_duals(),
+                objective_scale=server.objective_scale,
             )
         }
         payload = {"w": x[:ns], **server.evaluation_extras()}
@@ -317,7 +322,9 @@ class _Run:
         else:
             replies = self.runtime.broadcast("evaluate", payload, channel="diagnostic")
             reports.update({name: r.payload for name, r in replies.items()})
-        kkt, summary = assemble(reports, self.compiled.regularizer, x[:ns], self.local)
+        kkt, summary = assemble(
+            reports, self.compiled.regularizer, x[:ns], self.local, server.objective_scale
+        )
         # the inequality multipliers a party's certificate used when it balanced its
         # epigraph pieces' (certificate/kkt.party_evaluation): the ones the result reports
         summary["multipliers_used"] = {

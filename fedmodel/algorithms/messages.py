@@ -31,6 +31,15 @@ from fedmodel.runtime.secure_aggregation import SECAGG
 
 #: the point of an evaluation (sent by the server)
 W = Field(("d",), reveals="")
+#: the objective's reference scale S (certificate/scale.py), sent with ``evaluate``
+OBJECTIVE_SCALE = Field((), required=False, positive=True)
+#: a party's share of S at the starting point (certificate/scale.objective_reference)
+OBJECTIVE_REFERENCE = Field(
+    (),
+    required=False,
+    sum_only=True,  # (the server adds them up: masked under secure aggregation)
+    reveals="the size of its objective's gradient and curvature at w^0 (one scalar)",
+)
 
 #: a party's share of the KKT residuals at ``w`` (certificate/kkt.party_evaluation)
 EVALUATION_FIELDS: dict[str, Field] = {
@@ -81,6 +90,7 @@ EVALUATE = MessageSpec(
         "w": W,
         "mu": Field(("m_ineq",), required=False),
         "nu": Field(("m_eq",), required=False),
+        "objective_scale": OBJECTIVE_SCALE,
     },
     reply=EVALUATION_FIELDS,
     channel="diagnostic",

@@ -319,12 +319,19 @@ class ClientHalf(DeclaredState):
         exactly by the cvxpy backend); None when the method keeps none."""
         return None
 
-    def _on_evaluate(self, w, mu=None, nu=None):
+    def _on_evaluate(self, w, mu=None, nu=None, objective_scale=1.0):
         own_mu, own_nu = self.multipliers()
         mu = own_mu if mu is None else np.asarray(mu, dtype=float)
         nu = own_nu if nu is None else np.asarray(nu, dtype=float)
         w = np.asarray(w, dtype=float)
-        return party_evaluation(self.program, w, mu, nu, cone=self.cone_duals())
+        return party_evaluation(
+            self.program,
+            w,
+            mu,
+            nu,
+            cone=self.cone_duals(),
+            objective_scale=float(objective_scale),
+        )
 
     def _on_report(self):
         mu, nu = self.multipliers()
@@ -436,6 +443,10 @@ class ServerHalf(DeclaredState, ABC):
         evaluation, a checkpoint and the certificate when ``runtime.in_flight``; default
         nothing (methods that only use blocking exchanges)."""
         return None
+
+    #: the objective's reference scale ``S`` the certificate uses
+    #: (:mod:`fedmodel.certificate.scale`; 1 for a method that does not measure it)
+    objective_scale: float = 1.0
 
     def evaluation_extras(self) -> dict:
         """Extra payload of the certificate's ``evaluate`` messages (besides ``w``)."""

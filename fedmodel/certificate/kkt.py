@@ -52,6 +52,16 @@ absolute ones stay reported):
   term's epigraph or cone form (no constraint of the user's; ``norm(w - 1)`` has
   ``E = (t, w - 1) -> 0`` at ``w = 1``) keep ``max(1, |c_j(0)|, |c_j(x) - c_j(0)|)``.
 
+**The objective's unit** (:mod:`fedmodel.certificate.scale`). Every ``1`` above that is in
+the objective's units (the ``1`` of ``min(1, ...)`` and ``max(1, F)`` in the stationarity
+floor, of ``max(1, F)`` for the epigraph gap, of the declared own variables' and the cone
+multipliers' floors) is the objective's reference scale ``S``, computed once at the
+starting point from the parties' gradients and curvature there (``assemble`` and
+``party_evaluation`` take it as ``objective_scale``): the certificate is that of the
+objective divided by ``S``, as OSQP scales its cost by ``c`` and Clarabel equilibrates
+before applying their tolerances, and multiplying the objective by ``t`` multiplies ``S``
+by ``t``, so the verdict at a point does not change (``tests/test_objective_scale.py``).
+
 **Epigraph auxiliaries at the user's model** (:mod:`fedmodel.certificate.auxiliary`). Each
 party first sets every hidden epigraph auxiliary bounded only by its own pieces to their
 largest value at the evaluated point (the partial minimiser: DCP makes the rewritten term
@@ -168,11 +178,17 @@ def scaled_feasibility_residual(
 
 
 def owned_scaled_stationarity(
-    grad: np.ndarray, scale: np.ndarray, grad_f: np.ndarray, hidden, declared
+    grad: np.ndarray,
+    scale: np.ndarray,
+    grad_f: np.ndarray,
+    hidden,
+    declared,
+    reference: float = 1.0,
 ) -> float:
     """Scaled stationarity of a party's own coordinates (see the module docstring).
 
-    Declared own variables: ``||r||_inf / max(1, ||terms||_inf)`` like the shared block.
+    Declared own variables: ``||r||_inf / max(S, ||terms||_inf)`` like the shared block
+    (``S = reference``, the objective's reference scale).
     Hidden auxiliaries (one per epigraph row or cone term): per coordinate, relative to
     its own terms, ``|r_i| / max(terms_i, c)``, with ``c`` the largest magnitude of the
     objective's coefficients on the party's auxiliaries (1 when they carry none; not the
@@ -183,7 +199,7 @@ def owned_scaled_stationarity(
     relative error of the subgradient it certifies."""
     worst = 0.0
     if declared.size:
-        denom = max(1.0, float(scale[declared].max()))
+        denom = max(reference, float(scale[declared].max()))
         worst = float(np.abs(grad[declared]).max()) / denom
     if hidden.size:
         coef = np.abs(grad_f[hidden])
@@ -349,6 +365,7 @@ def party_evaluation(
     shared_only=False,
     cone: np.ndarray | None = None,
     balance_pieces: bool = True,
+    objective_scale: float = 1.0,
 ) -> dict:
     """What one party reports in an evaluation round, computed on its own data only.
 
@@ -367,6 +384,10 @@ def party_evaluation(
     :data:`BALANCE_MAX_CHANGE`) when that lowers this party's share of the scaled
     stationarity by more than it can move the shared block's; the multipliers then used
     are reported as ``mu`` (the ones the method's result must report).
+
+    ``objective_scale`` is the objective's reference scale ``S``
+    (:mod:`fedmodel.certificate.scale`), the unit of the floors of its own variables'
+    and its cone multipliers' scaled residuals.
     """
     fn = program.functions
     # the hidden epigraph auxiliaries at their partial minimiser: the user's model at x
@@ -384,7 +405,8 @@ def party_evaluation(
 
     def terms(m):
         grad, scale = fn.lagrangian_terms(x, m, nu, cone)
-        return grad, scale, owned_scaled_stationarity(grad, scale, grad_f, hidden, declared)
+        owned = owned_scaled_stationarity(grad, scale, grad_f, hidden, declared, objective_scale)
+        return grad, scale, owned
 
     grad, scale, owned_scaled = terms(mu)
     balanced = None
@@ -409,7 +431,9 @@ def party_evaluation(
     if pieces.size:
         mu_pieces = np.array(mu, dtype=float)
         mu_pieces[pieces] = 0.0
-    cone_feas, cone_viol, cone_scaled = fn.cone_residuals(x, cone, scaled=True)
+    cone_feas, cone_viol, cone_scaled = fn.cone_residuals(
+        x, cone, scaled=True, reference=objective_scale
+    )
     owned = 0.0
     owned_index = np.concatenate([hidden, declared]).astype(int)
     if shared_only:
@@ -521,9 +545,15 @@ class KKTResiduals:
 
 
 def assemble(
-    reports: dict[str, dict], regularizer: Regularizer, x: np.ndarray, local: bool
+    reports: dict[str, dict],
+    regularizer: Regularizer,
+    x: np.ndarray,
+    local: bool,
+    objective_scale: float = 1.0,
 ) -> tuple[KKTResiduals, dict]:
-    """Combine the parties' evaluation reports into residuals and summary values.
+    """Combine the parties' evaluation reports into residuals and summary values;
+    ``objective_scale`` is the objective's reference scale ``S``
+    (:mod:`fedmodel.certificate.scale`; the parties evaluated with the same).
 
     Returns the residuals and a dict with the objective ``f + h``, the max violation and
     each party's constraint values.
@@ -547,12 +577,20 @@ def assemble(
     kkt = KKTResiduals(stationarity, feasibility, per_party, local)
     if all("scale" in r for r in reports.values()):
         kkt.scaled_stationarity, kkt.scaled_feasibility = _scaled(
-            reports, regularizer, x, grad, None if relief is None else relief[1]
+            reports,
+            regularizer,
+            x,
+            grad,
+            None if relief is None else relief[1],
+            objective_scale,
         )
         kkt.scaled_feasibility = max(
             kkt.scaled_feasibility,
             box / max(1.0, float(np.abs(x).max(initial=0.0))),
-            gap / np.nan_to_num(_objective_size(reports, regularizer, x), nan=1.0),
+            gap
+            / np.nan_to_num(
+                _objective_size(reports, regularizer, x, objective_scale), nan=objective_scale
+            ),
         )
     summary = {
         "objective": float(sum(r["objective"] for r in reports.values()) + regularizer.value(x)),
@@ -574,16 +612,22 @@ def assemble(
 GAP_ORDER = 10.0
 
 
-def _objective_size(reports: dict[str, dict], regularizer: Regularizer, x) -> float:
-    """``max(1, F)``, ``F = sum_i |f_i(x)| + |h(x)|`` over the parties' reports: the size
-    the stationarity floor and the epigraph gap are relative to (NaN when not finite)."""
+def _objective_size(
+    reports: dict[str, dict], regularizer: Regularizer, x, reference: float = 1.0
+) -> float:
+    """``max(S, F)``, ``F = sum_i |f_i(x)| + |h(x)|`` over the parties' reports, ``S`` the
+    objective's reference scale: the size the stationarity floor and the epigraph gap are
+    relative to (NaN when not finite)."""
     size = sum(abs(float(r["objective"])) for r in reports.values())
     size += abs(float(regularizer.value(x))) if not regularizer.is_zero else 0.0
-    return max(1.0, size) if np.isfinite(size) else float("nan")
+    return max(reference, size) if np.isfinite(size) else float("nan")
 
 
-def _stationarity_floor(reports: dict[str, dict], regularizer: Regularizer, x, owned) -> float:
-    """The floor of the stationarity scale: ``min(1, 10 max(1, F) / max(1, ||x||_1))``,
+def _stationarity_floor(
+    reports: dict[str, dict], regularizer: Regularizer, x, owned, reference: float = 1.0
+) -> float:
+    """The floor of the stationarity scale: ``min(S, 10 max(S, F) / max(1, ||x||_1))``,
+    ``S`` the objective's reference scale (:mod:`fedmodel.certificate.scale`),
     ``F`` the sum of the magnitudes of the parties' objectives and ``h`` at ``x``, ``x``
     the variables every party shares (module docstring; 10 is :data:`GAP_ORDER`). On a
     convex model the gap obeys ``f(x) - f* <= ||r||_inf ||x - x*||_1``, so a residual
@@ -593,10 +637,10 @@ def _stationarity_floor(reports: dict[str, dict], regularizer: Regularizer, x, o
     keep = np.ones(x.size, dtype=bool)
     keep[owned] = False
     x_l1 = float(np.abs(np.asarray(x, dtype=float)[keep]).sum())
-    size = _objective_size(reports, regularizer, x)
+    size = _objective_size(reports, regularizer, x, reference)
     if not (np.isfinite(size) and np.isfinite(x_l1)):
-        return 1.0
-    return min(1.0, GAP_ORDER * size / max(1.0, x_l1))
+        return reference
+    return min(reference, GAP_ORDER * size / max(1.0, x_l1))
 
 
 def _boundary_relief(reports: dict[str, dict], grad: np.ndarray):
@@ -626,10 +670,15 @@ def _boundary_relief(reports: dict[str, dict], grad: np.ndarray):
 
 
 def _scaled(
-    reports: dict[str, dict], regularizer: Regularizer, x: np.ndarray, grad, scale=None
+    reports: dict[str, dict],
+    regularizer: Regularizer,
+    x: np.ndarray,
+    grad,
+    scale=None,
+    reference: float = 1.0,
 ) -> tuple:
     """Scaled stationarity and feasibility from the parties' reports (module docstring);
-    ``scale`` overrides the reports' (the boundary relief's)."""
+    ``scale`` overrides the reports' (the boundary relief's), ``reference`` is ``S``."""
     grad = np.array(grad, dtype=float)
     if scale is None:
         scale = np.zeros_like(grad)
@@ -647,7 +696,7 @@ def _scaled(
     else:
         residual = regularizer.dist_subdiff(x, grad)
     denom = max(
-        _stationarity_floor(reports, regularizer, x, owned),
+        _stationarity_floor(reports, regularizer, x, owned, reference),
         float(scale.max(initial=0.0)),
         regularizer.subgradient_scale(x),
     )

@@ -230,6 +230,7 @@ def cone_residuals(
     scaled: bool = False,
     e0: np.ndarray | None = None,
     absolute: np.ndarray | None = None,
+    reference: float = 1.0,
 ) -> tuple[float, ...]:
     """``(feasibility, violation)`` of stacked cone blocks at ``E = e`` with multipliers
     ``lam``: feasibility is the max over blocks of the primal and dual distances and the
@@ -243,7 +244,9 @@ def cone_residuals(
     floor when ``E(0) != 0`` and ``max(1, ||E||_inf)`` when ``E(0) = 0``, ``e0`` is not
     given or the block is ``absolute`` (per entry; the cone form of an objective term,
     whose ``E`` tends to 0 at an exact fit: ``norm(w - 1)`` at ``w = 1``). ``dist(lambda, K^*)`` is over ``max(1, ||lambda||_inf)`` and ``|<lambda, E>|``
-    over ``max(1, ||lambda||_2 ||E||_2)``."""
+    over ``max(1, ||lambda||_2 ||E||_2)``, the ``1`` of those two floors (the multipliers'
+    unit, the objective's) being ``reference``, the objective's reference scale
+    (:mod:`fedmodel.certificate.scale`)."""
     feas = viol = rel = 0.0
     off = 0
     for b in blocks:
@@ -268,7 +271,7 @@ def cone_residuals(
             rel = max(
                 rel,
                 primal_rel,
-                dual / max(1.0, l_inf),
-                comp / max(1.0, float(np.linalg.norm(lj) * np.linalg.norm(ej))),
+                dual / max(reference, l_inf),
+                comp / max(reference, float(np.linalg.norm(lj) * np.linalg.norm(ej))),
             )
     return (feas, viol, rel) if scaled else (feas, viol)

@@ -301,10 +301,15 @@ class PartyFunctions:
         return -self.k.vjp(x, np.asarray(cone, dtype=float))[1]
 
     def cone_residuals(
-        self, x: np.ndarray, cone: np.ndarray | None, scaled: bool = False
+        self,
+        x: np.ndarray,
+        cone: np.ndarray | None,
+        scaled: bool = False,
+        reference: float = 1.0,
     ) -> tuple[float, ...]:
         """``(feasibility, violation)`` of the cone constraints at ``x`` with multipliers
-        ``cone`` (zeros when None), and with ``scaled`` the scaled feasibility third, see
+        ``cone`` (zeros when None), and with ``scaled`` the scaled feasibility third
+        (``reference``: the objective's reference scale), see
         :func:`fedmodel.compiler.cones.cone_residuals`."""
         if self.k is None:
             return (0.0, 0.0, 0.0) if scaled else (0.0, 0.0)
@@ -312,7 +317,13 @@ class PartyFunctions:
         e0 = self.cone_constant_part if scaled else None
         absolute = self.internal_masks[2] if scaled else None
         return cone_residuals(
-            self.blocks, self.cone_values(x), lam, scaled=scaled, e0=e0, absolute=absolute
+            self.blocks,
+            self.cone_values(x),
+            lam,
+            scaled=scaled,
+            e0=e0,
+            absolute=absolute,
+            reference=reference,
         )
 
     @cached_property

@@ -34,23 +34,38 @@ from fedmodel.certificate.infeasibility import (
     steady,
 )
 from fedmodel.certificate.kkt import assemble, party_evaluation
+from fedmodel.certificate.scale import pooled_objective_scale
 from fedmodel.compiler.partition import CompiledModel
 from fedmodel.subproblems.merit import MeritProblem
 from fedmodel.subproblems.newton import DENSE_NEWTON_MAX_SIZE
 from fedmodel.subproblems.select import make_solver
 
 
-def pooled_evaluation(compiled: CompiledModel, x, mus, nus, cones=None):
+def pooled_evaluation(compiled: CompiledModel, x, mus, nus, cones=None, objective_scale=None):
     """Evaluate every party at ``x`` (centralized: all programs are local here); ``cones``
     are the parties' cone multipliers (zeros when None). The multipliers are judged as
     given (``balance_pieces=False``: the pooled reference polishes its own,
-    ``pooled.polish_auxiliary_duals``, and reports what it judged)."""
+    ``pooled.polish_auxiliary_duals``, and reports what it judged). ``objective_scale`` is
+    the objective's reference scale (:mod:`fedmodel.certificate.scale`; default: at the
+    default starting point, :func:`model_objective_scale`)."""
+    if objective_scale is None:
+        objective_scale = model_objective_scale(compiled)
     cones = cones if cones is not None else [None] * len(compiled.parties)
     reports = {
-        p.name: party_evaluation(p, x, mu, nu, cone=lam, balance_pieces=False)
+        p.name: party_evaluation(
+            p, x, mu, nu, cone=lam, balance_pieces=False, objective_scale=objective_scale
+        )
         for p, mu, nu, lam in zip(compiled.parties, mus, nus, cones)
     }
-    return assemble(reports, compiled.regularizer, x, compiled.nonconvex)
+    return assemble(reports, compiled.regularizer, x, compiled.nonconvex, objective_scale)
+
+
+def model_objective_scale(compiled: CompiledModel, x0=None) -> float:
+    """The objective's reference scale ``S`` of the pooled model at ``x0`` (default: the
+    default starting point, zeros moved into the terms' domains): every party's share on
+    its program, and ``h``'s (:mod:`fedmodel.certificate.scale`)."""
+    x0 = starting_point(compiled, None) if x0 is None else x0
+    return pooled_objective_scale(compiled.parties, compiled.regularizer, x0)
 
 
 def evaluation_seconds(compiled: CompiledModel) -> float:
@@ -62,7 +77,7 @@ def evaluation_seconds(compiled: CompiledModel) -> float:
     mus = [np.zeros(p.m_ineq) for p in compiled.parties]
     nus = [np.zeros(p.m_eq) for p in compiled.parties]
     try:
-        pooled_evaluation(compiled, x, mus, nus)
+        pooled_evaluation(compiled, x, mus, nus, objective_scale=1.0)
     except Exception:  # noqa: BLE001 - a model not defined at the origin: no estimate
         return 0.0
     return time.perf_counter() - t0
@@ -157,7 +172,15 @@ def run_cprox_al(
     deadline = started + options.time_limit if options.time_limit else None
     floor = None  # the smallest limit the run holds: up to its first outer iteration's end
     parties = compiled.parties
-    problem = MeritProblem(parties, options.beta, compiled.regularizer)
+    x = starting_point(compiled, options.w0, options.random_state)
+    # Algorithm 3 on the objective divided by its reference scale S, written in the model's
+    # units: l_k times S has the penalty S beta, the proximal weight S / beta, and the
+    # multiplier steps and the subproblems' tolerances S times those of f / S (beta, sbar
+    # and eps are in the units of f / S; mu0 is a multiplier of the model's), so the same
+    # model with its objective times t takes the same steps
+    scale = model_objective_scale(compiled, x)  # (once, at the start)
+    beta = options.beta * scale
+    problem = MeritProblem(parties, beta, compiled.regularizer)
     solver = make_solver(problem, _backend_choice(problem, options.solver))
     # the subproblem solves end early enough for the certificate after them (one
     # evaluation of every party, timed now: on a loaded machine it takes seconds)
@@ -169,8 +192,6 @@ def run_cprox_al(
     nus = nu_init or [np.zeros(p.m_eq) for p in parties]
     mus = [np.maximum(np.asarray(m, dtype=float), 0.0) for m in mus]
     nus = [np.asarray(v, dtype=float) for v in nus]
-    x = starting_point(compiled, options.w0, options.random_state)
-    beta = options.beta
     history, status, message = [], "max_iterations", ""
     dmu_history: list[float] = []
     steps: list[float] = []  # ||x^{k+1} - x^k||_inf (the unboundedness trigger)
@@ -180,8 +201,9 @@ def run_cprox_al(
     certificate: dict = {}
     local_iters, k = 0, -1
     for k in range(options.max_outer):
-        tau = options.sbar / (k + 1) ** 2
-        problem.set(sigma=1.0 / beta, center=x, mu=mus, nu=nus)
+        tau_scaled = options.sbar / (k + 1) ** 2  # (in the units of f / S)
+        tau = scale * tau_scaled
+        problem.set(sigma=scale / options.beta, center=x, mu=mus, nu=nus)
         report = solver.solve(x, tau, options.max_local_iter)
         local_iters += report.iterations
         w_new = report.x
@@ -217,7 +239,7 @@ def run_cprox_al(
                 dmu = max(dmu, float(np.abs(beta * ce).max()))
                 nus[j] = nus[j] + beta * ce
         if options.history:
-            kkt, summary = pooled_evaluation(compiled, x, mus, nus, problem.cone)
+            kkt, summary = pooled_evaluation(compiled, x, mus, nus, problem.cone, scale)
             history.append(
                 history_row(
                     k,
@@ -232,11 +254,12 @@ def run_cprox_al(
             )
         if options.callback is not None:
             options.callback(history[-1] if history else {"iteration": k})
-        if dw + beta * tau <= beta * options.eps1 and dmu <= beta * options.eps2:
-            # test (8) is absolute; the verdict is the scaled certificate: stop when it
+        b = options.beta
+        if dw + b * tau_scaled <= b * options.eps1 and dmu <= beta * options.eps2:
+            # test (8) on f / S; the verdict is the scaled certificate: stop when it
             # holds, otherwise keep iterating (tau_k keeps shrinking) until it does
             status = "stopped"
-            kkt, _ = pooled_evaluation(compiled, x, mus, nus, problem.cone)
+            kkt, _ = pooled_evaluation(compiled, x, mus, nus, problem.cone, scale)
             if kkt.satisfied(options.eps1, options.eps2):
                 break
         dmu_history.append(dmu)
@@ -266,7 +289,7 @@ def run_cprox_al(
             break
         status = "max_iterations"
     t_eval = time.perf_counter()
-    kkt, summary = pooled_evaluation(compiled, x, mus, nus, problem.cone)
+    kkt, summary = pooled_evaluation(compiled, x, mus, nus, problem.cone, scale)
     if floor is not None:  # (and the certificate after the first outer iteration)
         floor += time.perf_counter() - t_eval
     if status == "stopped":

@@ -963,10 +963,20 @@ class DirectSolution:
     first: float | None = None
 
 
-def solve_direct(data: ConicData, settings: dict, deadline: float | None = None) -> DirectSolution:
+def solve_direct(
+    data: ConicData,
+    settings: dict,
+    deadline: float | None = None,
+    objective_scale: float = 1.0,
+) -> DirectSolution:
     """One Clarabel solve of ``data`` with cvxpy-style ``settings`` (``tol_gap_abs``,
     ``time_limit``, ..., and ``accept_unknown``: a point Clarabel stopped on for lack of
     progress is returned as ``"optimal_inaccurate"``, as cvxpy does).
+
+    Clarabel solves the objective divided by ``objective_scale`` (the certificate's
+    reference scale ``S``, :mod:`fedmodel.certificate.scale`), so that its absolute gap
+    tolerances are on the scale the certificate judges; the multipliers and the objective
+    are returned in the model's units (times ``S``).
 
     ``deadline`` (a ``time.perf_counter()`` value): Clarabel checks its own
     ``time_limit`` only between iterations, so it overran by up to one iteration (0.2-0.4
@@ -985,7 +995,8 @@ def solve_direct(data: ConicData, settings: dict, deadline: float | None = None)
             setattr(s, key, value)
         except AttributeError as exc:
             raise TypeError(f"Clarabel: unrecognized solver setting '{key}'.") from exc
-    solver = clarabel.DefaultSolver(data.P, data.q, data.A, data.b, data.cones, s)
+    c = 1.0 / float(objective_scale)
+    solver = clarabel.DefaultSolver(c * data.P, c * data.q, data.A, data.b, data.cones, s)
     stop = {"last": time.perf_counter(), "step": 0.0, "hit": False, "first": None}
     if deadline is not None:
 
@@ -1013,7 +1024,7 @@ def solve_direct(data: ConicData, settings: dict, deadline: float | None = None)
             status, None, [], [], [], np.nan, raw, raw in STOPPED, first=stop["first"]
         )
     x = np.asarray(sol.x, dtype=float)
-    z = np.asarray(sol.z, dtype=float)
+    z = np.asarray(sol.z, dtype=float) / c
     if status == "user_limit" and not np.all(np.isfinite(x)):
         return DirectSolution(status, None, [], [], [], np.nan, raw, raw in STOPPED)
     slack = None if sol.s is None else np.asarray(sol.s, dtype=float)
@@ -1026,7 +1037,7 @@ def solve_direct(data: ConicData, settings: dict, deadline: float | None = None)
         mus,
         nus,
         lams,
-        float(sol.obj_val) + data.r,
+        float(sol.obj_val) / c + data.r,
         raw,
         deadline_stop=raw == "CallbackTerminated" or raw == "MaxTime",
         first=stop["first"],

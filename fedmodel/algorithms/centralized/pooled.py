@@ -38,6 +38,7 @@ from cvxpy.reductions.solvers.defines import INSTALLED_SOLVERS
 
 from fedmodel.algorithms.centralized.cprox_al import (
     evaluation_seconds,
+    model_objective_scale,
     pooled_evaluation,
     run_cprox_al,
 )
@@ -64,9 +65,12 @@ from fedmodel.subproblems.newton import DENSE_NEWTON_MAX_SIZE, NewtonSolver
 DUAL_ZERO = 1e-8
 
 
-def pooled_problem(compiled: CompiledModel):
-    """The pooled cvxpy problem and, per party, its inequality and equality constraints
-    and cone constraints (terms with no smooth form, :mod:`fedmodel.dsl.conic`)."""
+def pooled_problem(compiled: CompiledModel, objective_scale: float = 1.0):
+    """The pooled cvxpy problem, its objective divided by ``objective_scale`` (the
+    certificate's ``S``, :mod:`fedmodel.certificate.scale`: the solver's tolerances then
+    apply on the scale the certificate judges; its duals are ``1/S`` times the model's),
+    and, per party, its inequality and equality constraints and cone constraints (terms
+    with no smooth form, :mod:`fedmodel.dsl.conic`)."""
     layout = compiled.layout
     reg = compiled.regularizer
     obj = sum((p.objective_expr() for p in compiled.parties), start=0)
@@ -85,7 +89,10 @@ def pooled_problem(compiled: CompiledModel):
         cones = [c.source for c in p.cones]  # terms with no smooth form, in cone form
         per_party.append((ineq, eq, cones))
         cons += ineq + eq + cones
-    objective = cp.Minimize(obj) if isinstance(obj, cp.Expression) else cp.Minimize(0)
+    if isinstance(obj, cp.Expression):
+        objective = cp.Minimize(obj / objective_scale if objective_scale != 1.0 else obj)
+    else:
+        objective = cp.Minimize(0)
     return cp.Problem(objective, cons), per_party
 
 
@@ -388,6 +395,7 @@ def _cvxpy_solve(
     # (what model.solve spent before this call: the floor a result states counts it)
     before = t0 - min(t0, SOLVE_STARTED.get() or t0)
     layout = compiled.layout
+    objective_scale = model_objective_scale(compiled)
     if tight:
         solver_name, kwargs = conic_solver_settings(compiled, options)
     else:
@@ -402,7 +410,7 @@ def _cvxpy_solve(
         prob = per_party = chain = None
         chosen, error = "CLARABEL", ""
     else:
-        prob, per_party = pooled_problem(compiled)
+        prob, per_party = pooled_problem(compiled, objective_scale)
         try:
             data, chain, inverse_data = prob.get_problem_data(solver_name, solver_opts=kwargs)
             chosen = chain.solver.name()
@@ -457,7 +465,7 @@ def _cvxpy_solve(
                 reserve = min(POST_RESERVE * limit, POST_RESERVE_MAX)
                 reserve += POST_EVALUATIONS * evaluation_seconds(compiled)
                 stop_at = deadline - reserve - 2.0 * direct.build_seconds
-            solved = solve_direct(direct, kwargs, stop_at)
+            solved = solve_direct(direct, kwargs, stop_at, objective_scale)
             cvx_status = solved.status
         except TypeError:  # a setting Clarabel does not know: the caller's error, as in cvxpy
             raise
@@ -480,7 +488,7 @@ def _cvxpy_solve(
         used = prob.solver_stats.solver_name if prob.solver_stats is not None else chosen
     seconds = time.perf_counter() - t_solve
     timing["solve"] = seconds
-    base = {"cvxpy_status": cvx_status, "cvxpy_solver": used}
+    base = {"cvxpy_status": cvx_status, "cvxpy_solver": used, "objective_scale": objective_scale}
     if direct is not None:
         base["direct"] = True  # (Clarabel on the package's data, not cvxpy's)
     no_point = (
@@ -538,11 +546,14 @@ def _cvxpy_solve(
     else:
         x = layout.stack({v: v.value for v in layout.variables})
         for p, (ineq, eq, cones) in zip(compiled.parties, per_party):
-            mu = _duals(ineq)
-            nus.append(_duals(eq))
+            # (the solver's duals are those of the objective divided by S)
+            mu = objective_scale * _duals(ineq)
+            nus.append(objective_scale * _duals(eq))
             mus.append(np.maximum(mu, 0.0))
             blocks = p.functions.blocks if cones else []
-            duals = [b.project_dual(b.dual_from(c)) for b, c in zip(blocks, cones)]
+            duals = [
+                b.project_dual(objective_scale * b.dual_from(c)) for b, c in zip(blocks, cones)
+            ]
             lams.append(np.concatenate(duals) if duals else np.zeros(0))
     scale = max([1.0] + [float(m.max()) for m in mus if m.size])
     smooth = plan.smooth
@@ -560,7 +571,7 @@ def _cvxpy_solve(
         base.update(conic_note(compiled))
     if not smooth:  # a term without a gradient: no certificate
         status = "optimal" if cvx_status == "optimal" else "inaccurate"
-        value = solved.objective if direct is not None else prob.value
+        value = solved.objective if direct is not None else objective_scale * prob.value
         summary = {"objective": float(value), "max_violation": np.nan}
         try:
             compiled.require_smooth("centralized")
@@ -583,12 +594,13 @@ def _cvxpy_solve(
     # two evaluations), the unpolished ones only when the polished do not certify
     polished = polish_auxiliary_duals(compiled, x, mus) if compiled.layout.hidden else None
     kkt_p = summary_p = None
+    scale = objective_scale
     if polished is not None:
-        kkt_p, summary_p = pooled_evaluation(compiled, x, polished, nus, lams)
+        kkt_p, summary_p = pooled_evaluation(compiled, x, polished, nus, lams, scale)
     if kkt_p is not None and kkt_p.satisfied(options.eps, options.eps):
         kkt, summary = kkt_p, summary_p
     else:
-        kkt, summary = pooled_evaluation(compiled, x, mus, nus, lams)
+        kkt, summary = pooled_evaluation(compiled, x, mus, nus, lams, scale)
         if kkt_p is not None and kkt_p.verdict_residuals[0] >= kkt.verdict_residuals[0]:
             polished = None  # (the polish did not lower the stationarity: not taken)
         elif kkt_p is not None:

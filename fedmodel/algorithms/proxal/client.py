@@ -35,6 +35,7 @@ from fedmodel.algorithms.proxal.options import ProxALOptions
 from fedmodel.algorithms.proxal.routes import LAYOUT_REFUSED, PROXAL, route_named
 from fedmodel.certificate.infeasibility import farkas_report, ray_report
 from fedmodel.certificate.kkt import party_evaluation
+from fedmodel.certificate.scale import objective_reference
 from fedmodel.compiler.glm import NotRecognised
 from fedmodel.compiler.partition import PartyProgram
 from fedmodel.runtime.secure_aggregation import SECAGG
@@ -207,15 +208,20 @@ class ProxALClient(ClientHalf):
     def _on_start(self, w, inner: str | None = None, **request):
         if inner is not None and inner != self.route_name:  # (the server fell back)
             self.use_route(inner)
+        # its share of the certificate's objective scale, at the starting point
+        reference = objective_reference(
+            self.program, self._local(np.asarray(w, dtype=float), self.theta_center)
+        )
         if not self.route.probes:
-            return self.inner.start(w, **request)
+            return {**self.inner.start(w, **request), "objective_reference": reference}
         why = self.inner.refuses()
         if why:
             return {"accepted": False, "why": why}
         try:
-            return {"accepted": True, **self.inner.start(w, **request)}
+            start = self.inner.start(w, **request)
         except NotRecognised as exc:  # (the backend's GLM form failed its cross-check)
             return {"accepted": False, "why": str(exc)}
+        return {"accepted": True, **start, "objective_reference": reference}
 
     def _on_outer(self, w, **request):
         w = np.asarray(w, dtype=float)
@@ -274,13 +280,21 @@ class ProxALClient(ClientHalf):
             return
         self.stats["max_residual_gap"] = max(self.stats["max_residual_gap"], gap)
 
-    def _on_evaluate(self, w, mu=None, nu=None):
+    def _on_evaluate(self, w, mu=None, nu=None, objective_scale=1.0):
         if not self.owned:
-            return super()._on_evaluate(w, mu, nu)
+            return super()._on_evaluate(w, mu, nu, objective_scale)
         mu = self.mu if mu is None else np.asarray(mu, dtype=float)
         nu = self.nu if nu is None else np.asarray(nu, dtype=float)
         x = self._local(np.asarray(w, dtype=float), self.theta_at_w)
-        return party_evaluation(self.program, x, mu, nu, shared_only=True, cone=self.cone_duals())
+        return party_evaluation(
+            self.program,
+            x,
+            mu,
+            nu,
+            shared_only=True,
+            cone=self.cone_duals(),
+            objective_scale=float(objective_scale),
+        )
 
     def _on_farkas(self, w):
         """This client's share of the Farkas certificate

@@ -698,10 +698,10 @@ class ExactInner(InnerSolver):
         ``eps1`` -- one diagnostic round evaluates the certificate at the iterate, and the
         run stops when it holds: "optimal" is that certificate, so the verdict is
         unchanged."""
-        opts = self.host.options
+        opts, eps1 = self.host.options, self.host.eps1_units
         if not opts.adaptive or not outcome.satisfied:
             return False
-        return outcome.bound <= opts.eps1 and dw <= opts.beta * opts.eps1
+        return outcome.bound <= eps1 and dw <= opts.beta * eps1
 
     def exact_step(self, avg: np.ndarray, weight: float, tol: float, deadline=None):
         """The server's step: ``argmin P_{0,k}(z, theta_0) + h(z) + (weight/2)||z - avg||^2``

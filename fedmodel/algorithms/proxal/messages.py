@@ -31,7 +31,7 @@ from __future__ import annotations
 
 import dataclasses
 
-from fedmodel.algorithms.messages import W, evaluate_spec, report_spec
+from fedmodel.algorithms.messages import OBJECTIVE_REFERENCE, W, evaluate_spec, report_spec
 from fedmodel.runtime.schema import Field, MessageSpec, MessageTable
 
 #: the party's own opt-in to send its d x d Hessian (fedmodel join --reveal hessian)
@@ -112,7 +112,7 @@ def _start_specs(request: dict, reply: dict, probes: bool, one_of=(), outer=None
         MessageSpec(
             "start",
             request={"w": W, "inner": _INNER, **request},
-            reply=start_reply,
+            reply={**start_reply, "objective_reference": OBJECTIVE_REFERENCE},
             one_of=start_one_of,
             reveals="the start of its inner solver at w^0",
         ),

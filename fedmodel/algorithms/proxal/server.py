@@ -49,6 +49,11 @@ from fedmodel.certificate.infeasibility import (
     steady,
 )
 from fedmodel.certificate.kkt import KKTResiduals, party_evaluation
+from fedmodel.certificate.scale import (
+    objective_reference,
+    reference_scale,
+    regularizer_reference,
+)
 from fedmodel.compiler.glm import NotRecognised
 from fedmodel.compiler.partition import CompiledModel, PartyProgram
 from fedmodel.compiler.regularizer import Regularizer
@@ -73,7 +78,7 @@ UNBOUNDED_DROP = 10.0
 PROX_RELATIVE_TAU = 0.5
 #: the layout version of the server's checkpointed state (a state of another layout is
 #: refused with a message, see ProxALServer.set_state)
-STATE_LAYOUT = 3
+STATE_LAYOUT = 4
 
 
 class ProxALServer(ServerHalf):
@@ -117,7 +122,7 @@ class ProxALServer(ServerHalf):
         "layout", "x", "k", "mu", "nu", "local_iterations", "inner_total", "mu_norms",
         "w_norms", "cone", "rhos", "dmu_history", "outer_mem", "route", "inner_note",
         "tau_floor_scale", "prox_residual", "fell_back", "mu_mark", "nu_mark", "w_steps",
-        "recession_next", "certificate",
+        "recession_next", "certificate", "objective_scale",
     )  # fmt: skip
     component_fields = ("outer_aa", "inner")
 
@@ -231,6 +236,7 @@ class ProxALServer(ServerHalf):
                     if not r.payload.get("accepted", True)
                 )
                 if not why:
+                    self.take_objective_scale(replies)
                     self.inner.take_start(replies)
                     return
             if self.privacy is not None and self.privacy.secure is not None:
@@ -243,7 +249,9 @@ class ProxALServer(ServerHalf):
             self.use_route(self.fallback_route)
             runtime.declare(self.messages, self.dims_of)
         runtime.next_round()
-        self.inner.take_start(self.collect(runtime, "start", self.start_request()))
+        replies = self.collect(runtime, "start", self.start_request())
+        self.take_objective_scale(replies)
+        self.inner.take_start(replies)
 
     def collect(self, runtime: Runtime, kind: str, payload: dict) -> dict:
         """The clients' replies to ``kind`` as the server knows them, through the run's
@@ -255,6 +263,20 @@ class ProxALServer(ServerHalf):
         if self.privacy is None:  # (a server half driven outside run_federated)
             return runtime.broadcast(kind, payload)
         return self.privacy.collect(runtime, kind, payload)
+
+    def take_objective_scale(self, replies) -> None:
+        """The certificate's objective scale ``S`` (:mod:`fedmodel.certificate.scale`),
+        once, at w^0: the sum of the clients' references (one scalar each in their
+        ``start`` replies; under secure aggregation the server reads only their sum), the
+        server's own and ``h``'s."""
+        ns = self.ns
+        refs = [float(r.payload.get("objective_reference", 0.0)) for r in replies.values()]
+        refs.append(objective_reference(self.program, self.x))
+        refs.append(regularizer_reference(self.problem.regularizer, self.x[:ns]))
+        self.objective_scale = reference_scale(refs)
+
+    def evaluation_extras(self) -> dict:
+        return {"objective_scale": self.objective_scale}
 
     def dims_of(self, client: str) -> dict[str, int]:
         """A client's message dimensions (its program's, from ``client_dims``, and the
@@ -271,17 +293,37 @@ class ProxALServer(ServerHalf):
         """What a request that starts an inner solve adds: the route's fields."""
         return self.inner.request(move)
 
+    @property
+    def target_unit(self) -> float:
+        """The unit of the gradient-sized targets of test (8) and of the inner tolerances:
+        ``min(1, S)``, ``S`` the certificate's objective scale
+        (:mod:`fedmodel.certificate.scale`). The certificate divides the objective by
+        ``S``; its stationarity floor is ``min(S, 10 max(S, F) / ||x||_1)``, which is
+        never below the absolute one when ``S >= 1``, so test (8) at the absolute ``eps1``
+        implies what it implies at ``S = 1``. A smaller objective shrinks the targets
+        with ``S`` (a minimum-variance portfolio of size ``1e-5`` is then solved as
+        strictly as itself times ``1e5``). The targets never grow with ``S``: the inner
+        bounds add consensus and cone feasibility, which are in the constraints' units,
+        to the gradient residuals."""
+        return min(1.0, self.objective_scale)
+
+    @property
+    def eps1_units(self) -> float:
+        """``eps1`` in the targets' unit (:attr:`target_unit`): ``eps1 min(1, S)``."""
+        return self.options.eps1 * self.target_unit
+
     def tau(self, k: int) -> float:
-        """Inner tolerance of outer iteration ``k``: ``sbar/(k+1)^2`` (paper), or
-        ``max(sbar tau_rate^k, kkt_factor eps1 / 2)`` (adaptive)."""
-        opts = self.options
+        """Inner tolerance of outer iteration ``k``: ``u sbar/(k+1)^2`` (paper), or
+        ``u max(sbar tau_rate^k, kkt_factor eps1 / 2)`` (adaptive), ``u = min(1, S)``
+        (:attr:`target_unit`); Algorithm 2 (method ``admm``): ``u eps1``."""
+        opts, unit = self.options, self.target_unit
         if not self.proximal:
-            return opts.eps1
+            return self.eps1_units
         if opts.adaptive:
-            floor = 0.5 * self.kkt_factors[0] * opts.eps1 * self.tau_floor_scale
+            floor = 0.5 * self.kkt_factors[0] * self.eps1_units * self.tau_floor_scale
             relative = PROX_RELATIVE_TAU * self.prox_residual  # (0 unless (quasi-)Newton)
-            return max(opts.sbar * opts.tau_rate**k, floor, relative)
-        return opts.sbar / (k + 1) ** 2
+            return max(unit * opts.sbar * opts.tau_rate**k, floor, relative)
+        return unit * opts.sbar / (k + 1) ** 2
 
     def step(self, runtime: Runtime, deadline: float | None) -> StepReport:
         opts = self.options
@@ -477,10 +519,18 @@ class ProxALServer(ServerHalf):
         opts, ns = self.options, self.ns
         runtime.next_round()
         mine = party_evaluation(
-            self.program, self.x, self.mu, self.nu, self.owned, self.cone_duals()
+            self.program,
+            self.x,
+            self.mu,
+            self.nu,
+            self.owned,
+            self.cone_duals(),
+            objective_scale=self.objective_scale,
         )
         reports = {self.program.name: mine, **self.evaluations(runtime, self.x[:ns])}
-        kkt, _ = assemble(reports, self.problem.regularizer, self.x[:ns], False)
+        kkt, _ = assemble(
+            reports, self.problem.regularizer, self.x[:ns], False, self.objective_scale
+        )
         return kkt.satisfied(opts.eps1, opts.eps2), kkt
 
     def evaluations(self, runtime: Runtime, w: np.ndarray) -> dict[str, dict]:
@@ -488,10 +538,11 @@ class ProxALServer(ServerHalf):
         client's, or under secure aggregation what the privacy plan's certificate round
         gives (:meth:`~fedmodel.algorithms.dp.PrivacyPlan.evaluate`: the sums, and each
         client's unmasked violation)."""
+        payload = {"w": w, **self.evaluation_extras()}
         if self.privacy is not None and self.privacy.active:
             names = runtime.client_names
-            return self.privacy.evaluate(runtime, {"w": w}, names, self.ns)
-        replies = runtime.broadcast("evaluate", {"w": w}, channel="diagnostic")
+            return self.privacy.evaluate(runtime, payload, names, self.ns)
+        replies = runtime.broadcast("evaluate", payload, channel="diagnostic")
         return {n: r.payload for n, r in replies.items()}
 
     def feasibility_measured(self, replies) -> tuple[float, float] | None:
@@ -530,15 +581,15 @@ class ProxALServer(ServerHalf):
         eps1`` (the stationarity target: it is the Lagrangian's error from a multiplier on
         a slack row). Adult NP, 20 sites, quasi-Newton: 218 rounds against 226 with the
         bound alone."""
-        opts = self.options
+        opts, eps1 = self.options, self.eps1_units
         f1, f2 = self.kkt_factors
         if stationarity is None:
-            stationary = dw + opts.beta * tau <= opts.beta * f1 * opts.eps1
+            stationary = dw + opts.beta * tau <= opts.beta * f1 * eps1
         else:
-            stationary = stationarity <= f1 * opts.eps1
+            stationary = stationarity <= f1 * eps1
         if feasibility is not None:
             violation, complementarity = feasibility
-            return stationary and violation <= f2 * opts.eps2 and complementarity <= f1 * opts.eps1
+            return stationary and violation <= f2 * opts.eps2 and complementarity <= f1 * eps1
         return stationary and dmu <= opts.beta * f2 * opts.eps2
 
     def accelerate_outer(self, runtime, w_old, mu_in, nu_in, replies) -> None:
@@ -628,9 +679,10 @@ class ProxALServer(ServerHalf):
 
     def extra(self, reports: dict[str, dict]) -> dict:
         """The adaptive variant's final state: each client's rho_i, the route that ran (and
-        why, and the one refused at the start), the options its defaults set, and what the
-        inner solver reports."""
+        why, and the one refused at the start), the options its defaults set, what the
+        inner solver reports, and the certificate's objective scale."""
         out = {
+            "objective_scale": self.objective_scale,
             "variant": self.options.variant,
             "rho": dict(self.rhos),
             "penalty_metric": self.metric,
