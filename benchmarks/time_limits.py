@@ -153,8 +153,18 @@ def _key(row: dict) -> tuple:
     return (row["model"], row["method"], bool(row["quick"]), float(row["limit"]))
 
 
-#: what the runs of 2026-11-26 showed (hand-written; the tables below are generated)
-NOTES = """## Notes (2026-11-28, branch busy: beside two CPU-bound processes)
+#: what the runs showed (hand-written; the tables below are generated)
+NOTES = """## Notes (2026-11-29, main: beside two CPU-bound processes and nothing else)
+
+- The quick suite at 1 s and at 10 s with `--busy 2` on the 2-core machine with no other
+  job (the 1-minute load rose from 0.3 to 3 during each sweep: the two processes and the
+  solves).
+- At 1 s: 33 held, the worst 1.093 x the limit (cprox-al, svm-20); 9 below their floor,
+  all ended within 1.0 x it; 55 finished before the limit; none overran.
+- At 10 s: 16 held, the worst 1.032 x (ssca, mlp-learning); 1 below its floor (admm,
+  sparse-logistic-d3000, 10.06 s); 80 finished before the limit; none overran.
+
+## Notes (2026-11-28, branch busy: beside two CPU-bound processes)
 
 - The quick suite at 1 s and at 10 s with `--busy 2` (two `while True: pass` processes the
   script starts and stops), on the shared 2-core machine while other jobs ran too: the
