@@ -850,9 +850,13 @@ def _rule_quad_form(b, expr, args):
     ax, ap = args
     x_shape, p_shape = ax.shape, ap.shape
     dx, dp = ax.diff, ap.diff
+    # the gradient in x is (P + P^T) x: for a dense symmetric P, 2 (P x), the same numbers
+    # as (2 P) x (a power of two) without a second N x N array
+    doubled = False
     if ap.const:
         P = ap.value if sp.issparse(ap.value) else np.asarray(ap.value)
-        P_sym = symmetric_sum(P)
+        doubled = not sp.issparse(P) and is_symmetric(P)
+        P_sym = None if doubled else symmetric_sum(P)
         if sp.issparse(P_sym):
             P_sym = sp.csr_array(P_sym)
             P = sp.csr_array(P)
@@ -869,8 +873,12 @@ def _rule_quad_form(b, expr, args):
         gs = float(g)
         gx = gp = None
         if dx:
-            Ps = P_sym if P_sym is not None else vals[1] + vals[1].T
-            gx = np.reshape(gs * (Ps @ x), x_shape)
+            if doubled:
+                Px = 2.0 * (P @ x)
+            else:
+                Ps = P_sym if P_sym is not None else vals[1] + vals[1].T
+                Px = Ps @ x
+            gx = np.reshape(gs * Px, x_shape)
         if dp:
             gp = np.reshape(gs * np.outer(x, x), p_shape)
         return [gx, gp]

@@ -14,6 +14,7 @@ to quasi-Newton). :func:`affine_map` extracts ``(A, b)`` of an affine expression
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 
 import cvxpy as cp
@@ -416,6 +417,56 @@ def _const_scalar(expr) -> float | None:
 
 def recognise_scalar(expr: cp.Expression, layout: VariableLayout) -> GLMFunction:
     """GLM form of a scalar expression; raises :class:`NotRecognised`."""
+    return _with_scalings_applied(_recognise_scalar(expr, layout))
+
+
+# While an expression is recognised, the constant factors of a quadratic form are recorded
+# rather than applied to its N x N matrix (``_q_scalings``, in the order they apply), and
+# applied once at the end, in that order: the same numbers as applying each in turn. When
+# they are powers of two whose product is 1 (``0.5 * quad_form(x, P)``: P's symmetric part
+# times 2, then 0.5), Q is the symmetric part itself, with no N x N array made.
+
+
+def _q_scalings(f: GLMFunction) -> tuple[float, ...]:
+    return getattr(f, "_q_scalings", ())
+
+
+def _scaled_lazily(f: GLMFunction, c: float) -> GLMFunction:
+    """``f.scaled(c)`` with the factor of Q recorded (see above), not applied."""
+    out = GLMFunction(
+        f.n,
+        [t.scaled(c) for t in f.terms],
+        f.Q,
+        None if f.q is None else c * f.q,
+        c * f.r,
+    )
+    if f.Q is not None:
+        out._q_scalings = (*_q_scalings(f), c)
+    return out
+
+
+def _exact_identity(factors: tuple[float, ...]) -> bool:
+    """Whether multiplying by each factor in turn leaves every number as it is (below the
+    overflow threshold): powers of two (exact scalings) whose product is 1."""
+    if any(abs(math.frexp(c)[0]) != 0.5 for c in factors):
+        return False
+    return math.prod(factors) == 1.0
+
+
+def _with_scalings_applied(f: GLMFunction) -> GLMFunction:
+    factors = _q_scalings(f)
+    if f.Q is None or not factors:
+        return f
+    if _exact_identity(factors):
+        Q = f.Q
+    else:
+        Q = factors[0] * f.Q
+        for c in factors[1:]:
+            Q *= c
+    return GLMFunction(f.n, f.terms, Q, f.q, f.r)
+
+
+def _recognise_scalar(expr: cp.Expression, layout: VariableLayout) -> GLMFunction:
     N = layout.size
     name = type(expr).__name__
     if expr.is_affine():
@@ -429,24 +480,24 @@ def recognise_scalar(expr: cp.Expression, layout: VariableLayout) -> GLMFunction
         for a in expr.args:
             if a.size != 1:
                 raise NotRecognised("broadcast")
-            out = out.plus(recognise_scalar(a, layout))
+            out = out.plus(recognise_scalar(a, layout))  # (its scalings applied)
         return out
     if name == "NegExpression":
-        return recognise_scalar(expr.args[0], layout).scaled(-1.0)
+        return _scaled_lazily(_recognise_scalar(expr.args[0], layout), -1.0)
     if name in ("MulExpression", "multiply"):
         left, right = expr.args
         c = _const_scalar(left)
         if c is not None:
-            return recognise_scalar(right, layout).scaled(c)
+            return _scaled_lazily(_recognise_scalar(right, layout), c)
         c = _const_scalar(right)
         if c is not None:
-            return recognise_scalar(left, layout).scaled(c)
+            return _scaled_lazily(_recognise_scalar(left, layout), c)
         raise NotRecognised("product")
     if name == "DivExpression":
         c = _const_scalar(expr.args[1])
         if c is None or c == 0:
             raise NotRecognised("division")
-        return recognise_scalar(expr.args[0], layout).scaled(1.0 / c)
+        return _scaled_lazily(_recognise_scalar(expr.args[0], layout), 1.0 / c)
     if name == "Sum" and getattr(expr, "axis", None) is None:
         return _recognise_sum(expr.args[0], layout, np.ones(expr.args[0].size))
     if name in ("logistic", "exp", "power", "PowerApprox", "huber") and expr.size == 1:
@@ -469,8 +520,11 @@ def recognise_scalar(expr: cp.Expression, layout: VariableLayout) -> GLMFunction
         Ps = Pv if is_symmetric(Pv) else 0.5 * (Pv + Pv.T)
         cols = _selected_columns(p.A)
         if cols is not None and p.m == N and np.array_equal(cols, np.arange(N)):
-            Q, APs = 2.0 * Ps, Ps  # x is the whole variable vector
-        elif cols is not None:  # x is a selection of the variables' coordinates: placed
+            # x is the whole variable vector: Q = 2 Ps, the factor 2 recorded (see above)
+            out = GLMFunction(N, Q=Ps, q=2.0 * (Ps @ p.b), r=float(p.b @ Ps @ p.b))
+            out._q_scalings = (2.0,)
+            return out
+        if cols is not None:  # x is a selection of the variables' coordinates: placed
             Q = np.zeros((N, N))
             Q[np.ix_(cols, cols)] = 2.0 * Ps
             APs = np.zeros((N, p.m))

@@ -180,7 +180,9 @@ class _Smooth:
         self.n = n
         if fn is None:
             fn = GLMFunction(n)
-        Q = None if fn.Q is None else np.array(fn.Q, dtype=float)
+        # (a GLM form's Q is its recognition's own array, read and never changed here: not
+        # copied, a d x d matrix)
+        Q = None if fn.Q is None else np.asarray(fn.Q, dtype=float)
         q = None if fn.q is None else np.array(fn.q, dtype=float)
         r = float(fn.r)
         terms = []
