@@ -67,3 +67,13 @@ def test_value_and_gradient_match_the_expression():
     assert value == pytest.approx(float(expr.value), rel=1e-12)
     expected = (6.0 / 7.0) * P @ (z + 1) - P @ z
     np.testing.assert_allclose(grad, expected, rtol=1e-12, atol=1e-12)
+
+
+def test_symmetric_by_construction_is_said_only_when_exact():
+    x, layout = _layout()
+    M = RNG.normal(size=(N, N))  # not symmetric: its symmetric part is used
+    f = recognise_scalar(0.5 * cp.quad_form(x, M @ M.T + np.eye(N)) + cp.quad_form(x, P), layout)
+    assert f.Q_symmetric and np.array_equal(f.Q, f.Q.T)
+    B = RNG.normal(size=(N, N))  # the form of an affine image B x: A^T Ps A as products
+    g = recognise_scalar(cp.quad_form(B @ x, P), layout)
+    assert not g.Q_symmetric

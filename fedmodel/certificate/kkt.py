@@ -395,16 +395,16 @@ def party_evaluation(
     match = auxiliary_rows(program, x)
     x = minimize_auxiliaries(program, x, match)
     with np.errstate(all="ignore"):
-        outside = not np.isfinite(fn.objective(x))
-    if outside:
+        objective_x = fn.objective(x)
+    if not np.isfinite(objective_x):
         return _outside_domain_evaluation(program, x, shared_only)
     ci, ce = fn.constraint_values(x)
-    grad_f = fn.objective_and_grad(x)[1]
+    grad_f = fn.objective_and_grad(x)[1]  # (at x: computed once, read below)
     hidden, declared = owned_coordinates(program)
     ns = program.layout.n_shared
 
     def terms(m):
-        grad, scale = fn.lagrangian_terms(x, m, nu, cone)
+        grad, scale = fn.lagrangian_terms(x, m, nu, cone, grad_f=grad_f)
         owned = owned_scaled_stationarity(grad, scale, grad_f, hidden, declared, objective_scale)
         return grad, scale, owned
 
@@ -443,7 +443,7 @@ def party_evaluation(
     ns = program.layout.n_shared if shared_only else x.size
     boundary = _boundary_report(program, x, mu, nu, cone, ns)
     ci0, ce0 = fn.constant_parts
-    objective, violation = fn.objective(x), max(max_violation(ci, ce), cone_viol)
+    objective, violation = objective_x, max(max_violation(ci, ce), cone_viol)
     on_user_model = user_model_values(program, x)
     if on_user_model is not None:
         objective, violation = on_user_model

@@ -353,6 +353,9 @@ class GLMFunction:
     Q: np.ndarray | None = None  # value has x^T Q x / 2
     q: np.ndarray | None = None
     r: float = 0.0
+    #: Q equals its transpose exactly by construction (a quadratic form's symmetric part,
+    #: scaled and summed), so that no user of the form needs to compare it with Q^T
+    Q_symmetric: bool = False
 
     def scaled(self, c: float) -> GLMFunction:
         return GLMFunction(
@@ -361,12 +364,14 @@ class GLMFunction:
             None if self.Q is None else c * self.Q,
             None if self.q is None else c * self.q,
             c * self.r,
+            self.Q_symmetric,
         )
 
     def plus(self, other: GLMFunction) -> GLMFunction:
         Q = self.Q if other.Q is None else (other.Q if self.Q is None else self.Q + other.Q)
         q = self.q if other.q is None else (other.q if self.q is None else self.q + other.q)
-        return GLMFunction(self.n, self.terms + other.terms, Q, q, self.r + other.r)
+        symmetric = (self.Q is None or self.Q_symmetric) and (other.Q is None or other.Q_symmetric)
+        return GLMFunction(self.n, self.terms + other.terms, Q, q, self.r + other.r, symmetric)
 
     @property
     def is_linear(self) -> bool:
@@ -439,6 +444,7 @@ def _scaled_lazily(f: GLMFunction, c: float) -> GLMFunction:
         f.Q,
         None if f.q is None else c * f.q,
         c * f.r,
+        f.Q_symmetric,
     )
     if f.Q is not None:
         out._q_scalings = (*_q_scalings(f), c)
@@ -463,7 +469,7 @@ def _with_scalings_applied(f: GLMFunction) -> GLMFunction:
         Q = factors[0] * f.Q
         for c in factors[1:]:
             Q *= c
-    return GLMFunction(f.n, f.terms, Q, f.q, f.r)
+    return GLMFunction(f.n, f.terms, Q, f.q, f.r, f.Q_symmetric)
 
 
 def _recognise_scalar(expr: cp.Expression, layout: VariableLayout) -> GLMFunction:
@@ -521,7 +527,10 @@ def _recognise_scalar(expr: cp.Expression, layout: VariableLayout) -> GLMFunctio
         cols = _selected_columns(p.A)
         if cols is not None and p.m == N and np.array_equal(cols, np.arange(N)):
             # x is the whole variable vector: Q = 2 Ps, the factor 2 recorded (see above)
-            out = GLMFunction(N, Q=Ps, q=2.0 * (Ps @ p.b), r=float(p.b @ Ps @ p.b))
+            # (Ps is symmetric exactly: P itself when so, else (P + P^T) / 2)
+            out = GLMFunction(
+                N, Q=Ps, q=2.0 * (Ps @ p.b), r=float(p.b @ Ps @ p.b), Q_symmetric=True
+            )
             out._q_scalings = (2.0,)
             return out
         if cols is not None:  # x is a selection of the variables' coordinates: placed
@@ -534,7 +543,8 @@ def _recognise_scalar(expr: cp.Expression, layout: VariableLayout) -> GLMFunctio
             Q = 2.0 * np.asarray(p.A.T @ APs.T)
             Q = Q.toarray() if sp.issparse(Q) else Q
         q = 2.0 * (APs @ p.b)  # (the same numbers as (2 APs) b: a power of two)
-        return GLMFunction(N, Q=Q, q=q, r=float(p.b @ Ps @ p.b))
+        # (a placed Ps is symmetric; A^T Ps A computed as products may not be, to the bit)
+        return GLMFunction(N, Q=Q, q=q, r=float(p.b @ Ps @ p.b), Q_symmetric=cols is not None)
     raise NotRecognised(f"scalar atom {name}")
 
 

@@ -233,13 +233,19 @@ class PartyFunctions:
         return g
 
     def lagrangian_terms(
-        self, x: np.ndarray, mu: np.ndarray, nu: np.ndarray, cone: np.ndarray | None = None
+        self,
+        x: np.ndarray,
+        mu: np.ndarray,
+        nu: np.ndarray,
+        cone: np.ndarray | None = None,
+        grad_f: np.ndarray | None = None,
     ) -> tuple[np.ndarray, np.ndarray]:
         """:meth:`lagrangian_grad` and, per coordinate, the largest magnitude of the terms it
         sums: ``|grad f|`` and each constraint block's ``|J_j^T mu_j|`` (inequality, equality
         and cone blocks separately, at most :data:`SCALE_BLOCKS` products per kind). The
-        certificate divides stationarity by these (:mod:`fedmodel.certificate.kkt`)."""
-        gf = self.objective_and_grad(x)[1]
+        certificate divides stationarity by these (:mod:`fedmodel.certificate.kkt`).
+        ``grad_f``: the objective's gradient at ``x`` when the caller has it (not copied)."""
+        gf = self.objective_and_grad(x)[1] if grad_f is None else grad_f
         grad, scale = np.array(gf, dtype=float), np.abs(gf)
         program = self.program
         kinds = (

@@ -180,9 +180,10 @@ class _Smooth:
         self.n = n
         if fn is None:
             fn = GLMFunction(n)
-        # (a GLM form's Q is its recognition's own array, read and never changed here: not
-        # copied, a d x d matrix)
+        # (a GLM form's Q, its own array or the model's constant matrix, is read and never
+        # changed here: not copied, a d x d matrix)
         Q = None if fn.Q is None else np.asarray(fn.Q, dtype=float)
+        symmetric = fn.Q_symmetric
         q = None if fn.q is None else np.array(fn.q, dtype=float)
         r = float(fn.r)
         terms = []
@@ -193,12 +194,13 @@ class _Smooth:
                 A = t.dense_A()
                 WA = A * t.weights[:, None]
                 Q = 2.0 * (A.T @ WA) if Q is None else Q + 2.0 * (A.T @ WA)
+                symmetric = False  # (A^T W A as products: not exactly symmetric)
                 q = 2.0 * (WA.T @ t.b) if q is None else q + 2.0 * (WA.T @ t.b)
                 r += float(t.weights @ (t.b * t.b))
             else:
                 terms.append(t)
         self.terms = _merge_terms(terms)
-        if Q is not None and not is_symmetric(Q):  # (symmetric: its symmetric part itself)
+        if Q is not None and not symmetric and not is_symmetric(Q):  # (else: itself)
             Q = 0.5 * (Q + Q.T)
         self.Q = None if Q is None else np.ascontiguousarray(Q)
         self.q = q

@@ -834,10 +834,11 @@ def _growth_note(w_norms: list[float], history: list[dict]) -> str:
     return ""
 
 
-def _client_factories(compiled: CompiledModel, options: ProxALOptions, rhos, proximal, route):
+def _client_factories(
+    compiled: CompiledModel, options: ProxALOptions, rhos, proximal, route, x0: np.ndarray
+):
     """Each client half, built where it runs from its own program and the options (those
-    that travel: no callback)."""
-    x0 = starting_point(compiled, options.w0, options.random_state)
+    that travel: no callback); ``x0`` is the starting point (a client takes its own block)."""
     layout, metric = compiled.layout, penalty_metric(compiled, options)
     client_options = options.for_clients(w0=None, random_state=None)  # (theta0 below)
     return {
@@ -903,5 +904,5 @@ def run_prox_al(
         convex=not compiled.nonconvex,
     )
     server.client_dims = {c.name: program_dims(c) for c in compiled.clients}
-    factories = _client_factories(compiled, options, rhos, proximal, route)
+    factories = _client_factories(compiled, options, rhos, proximal, route, x0)
     return run_federated(compiled, options, method, server, factories, faults=faults)
