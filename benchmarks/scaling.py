@@ -357,6 +357,8 @@ def _source() -> dict:
         return out.stdout.strip() or "?"
 
     commit = git("rev-parse", "--short", "HEAD")
+    if git("status", "--porcelain", "--", "fedmodel") not in ("", "?"):
+        commit += "+uncommitted"  # (the package differed from the commit)
     return {
         "fedmodel": f"checkout of branch {git('rev-parse', '--abbrev-ref', 'HEAD')}",
         "commit": commit,
@@ -479,6 +481,50 @@ def write_report(rows: list[dict]) -> None:
     MD.write_text("\n".join(lines) + "\n")
 
 
+#: docs/performance.md's scaling table: the rows labelled ``main`` of the results file,
+#: written between these markers by every run (tests/test_benchmark_scaling_docs.py)
+DOCS = HERE.parent / "docs" / "performance.md"
+DOCS_BEGIN = "<!-- benchmarks/scaling.py writes the table below: do not edit it by hand -->"
+DOCS_END = "<!-- end of benchmarks/scaling.py's table -->"
+
+
+def docs_block(rows: list[dict]) -> str:
+    """The table of docs/performance.md: each case's ``main`` row (prox-al at its
+    defaults) with its references from the same run (which commit ran it: the results
+    file)."""
+    by: dict[str, dict[str, dict]] = {}
+    for r in sorted(rows, key=_order):
+        if r.get("label") == "main":
+            by.setdefault(r["case"], {})[r["method"]] = r
+    lines = [
+        "| case | clients | d | prox-al | rounds | wall s | centralized s | Clarabel s "
+        "| s per round | over the arithmetic | set-up | peak MB |",
+        "|---|---:|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|",
+    ]
+    for name, methods in by.items():
+        p = methods.get("prox-al")
+        if p is None:
+            continue
+        c, k = methods.get("centralized", {}), methods.get("clarabel", {})
+        setup = p.get("setup", np.nan) / p.get("wall", np.nan)
+        lines.append(
+            f"| {name} | {p.get('n', '-')} | {p.get('d', '-')} | {p.get('status', '-')} "
+            f"| {p.get('rounds', '-')} | {_fmt(p.get('wall'))} | {_fmt(c.get('wall'))} "
+            f"| {_fmt(k.get('wall'))} | {_fmt(p.get('per_round'))} "
+            f"| {_fmt(p.get('ratio'), '.0f')}x | {_fmt(setup, '.0%')} "
+            f"| {_fmt(p.get('peak_mb'), '.0f')} |"
+        )
+    return "\n".join(lines)
+
+
+def write_docs(rows: list[dict], path: Path = DOCS) -> None:
+    """Replace the block between :data:`DOCS_BEGIN` and :data:`DOCS_END` of ``path``."""
+    page = path.read_text()
+    start = page.index(DOCS_BEGIN) + len(DOCS_BEGIN)
+    end = page.index(DOCS_END)
+    path.write_text(page[:start] + "\n\n" + docs_block(rows) + "\n\n" + page[end:])
+
+
 def main(argv=None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--quick", action="store_true", help="the small cases only")
@@ -518,6 +564,7 @@ def main(argv=None) -> None:
     _judge(rows)
     JSON.write_text(json.dumps(rows, indent=1, default=float) + "\n")
     write_report(rows)
+    write_docs(rows)
     if args.profile:
         print("\n".join(new[0].get("profile", [])[:40]))
 

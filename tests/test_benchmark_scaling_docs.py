@@ -1,0 +1,52 @@
+"""docs/performance.md's scaling table is the output of benchmarks/scaling.py: the block
+between its markers is the script's rendering of the committed results file (the rows
+labelled ``main``), so a hand edit of the page, or a results file from another run, fails
+here."""
+
+import copy
+import importlib.util
+import json
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _script():
+    spec = importlib.util.spec_from_file_location("scaling", ROOT / "benchmarks" / "scaling.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def _block(script, page: str) -> str:
+    start = page.index(script.DOCS_BEGIN) + len(script.DOCS_BEGIN)
+    return page[start : page.index(script.DOCS_END)]
+
+
+def test_docs_table_is_the_scripts_rendering_of_the_committed_results(tmp_path):
+    script = _script()
+    rows = json.loads((ROOT / "benchmarks" / "results_scaling.json").read_text())
+    page = (ROOT / "docs" / "performance.md").read_text()
+    assert _block(script, page).strip() == script.docs_block(rows).strip()
+    # the writer replaces exactly that block
+    start = page.index(script.DOCS_BEGIN) + len(script.DOCS_BEGIN)
+    stale = tmp_path / "performance.md"
+    stale.write_text(page[:start] + "stale\n" + page[page.index(script.DOCS_END) :])
+    script.write_docs(rows, stale)
+    assert stale.read_text() == page
+
+
+def test_only_the_main_rows_are_shown_and_a_changed_number_is_seen():
+    script = _script()
+    rows = json.loads((ROOT / "benchmarks" / "results_scaling.json").read_text())
+    shown = script.docs_block(rows)
+    main = {r["case"] for r in rows if r.get("label") == "main" and r["method"] == "prox-al"}
+    assert main and all(f"| {case} |" in shown for case in main)
+    assert shown.count("\n") == len(main) + 1  # a header, its rule and a row per case
+    changed = copy.deepcopy(rows)
+    row = next(r for r in changed if r.get("label") == "main" and r["method"] == "prox-al")
+    row["rounds"] += 1
+    with pytest.raises(AssertionError):
+        assert script.docs_block(changed) == shown
