@@ -22,6 +22,7 @@ from fedmodel.compiler.smooth import (
     check_smooth,
     compile_smooth,
 )
+from fedmodel.compiler.smoothness import restricted_domain
 from fedmodel.dsl.data import PrivateData, check_finite_constants, fingerprint
 from fedmodel.dsl.party import ConstraintTerm, ObjectiveTerm, Party
 from fedmodel.errors import ModelError, OwnershipError, UnsupportedError
@@ -99,6 +100,15 @@ class PartyProgram:
     def constraint_labels(self, kind: str) -> list[tuple[str, int]]:
         """``(label, size)`` of each constraint block of the given kind, in stacking order."""
         return [(c.label, c.size) for c in self.constraints if c.kind == kind]
+
+    @cached_property
+    def restricted_domain(self) -> bool:
+        """Whether a term of this party is defined on part of the space only
+        (:func:`~fedmodel.compiler.smoothness.restricted_domain`: ``kl_div``, ``entr``,
+        ``log`` ...), so that its gradient may be infinite at a finite point (structure,
+        not data)."""
+        terms = [t.expr for t in self.objective] + [c.expr for c in self.constraints]
+        return any(restricted_domain(e) for e in terms)
 
     @cached_property
     def functions(self) -> PartyFunctions:

@@ -1,4 +1,5 @@
-"""Which cvxpy expressions are smooth: :func:`check_smooth` and :func:`smooth_atoms`."""
+"""Which cvxpy expressions are smooth (:func:`check_smooth`, :func:`smooth_atoms`) and which are
+defined on part of the space only (:func:`restricted_domain`)."""
 
 from __future__ import annotations
 
@@ -79,6 +80,24 @@ _SMOOTH_FUNCTIONS = {
     "var",
     "diff",
 }
+
+
+def restricted_domain(expr: cp.Expression) -> bool:
+    """True when ``expr`` is defined on part of the space only (cvxpy's ``domain``:
+    ``kl_div``, ``entr``, ``log``, ...): its gradient may be infinite at a finite point.
+    A property of the expression's structure, not of the values of its data.
+
+    Examples
+    --------
+    >>> import cvxpy as cp
+    >>> x = cp.Variable(2)
+    >>> restricted_domain(cp.sum(cp.kl_div(x, 1))), restricted_domain(cp.sum_squares(x))
+    (True, False)
+    """
+    try:  # (constant conditions, such as quad_over_lin's y >= 0 for y = 1, do not count)
+        return any(con.variables() for con in expr.domain)
+    except (AttributeError, TypeError, ValueError):
+        return False
 
 
 def smooth_atoms() -> frozenset[str]:

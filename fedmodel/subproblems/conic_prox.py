@@ -20,18 +20,10 @@ Algorithm 1), its share of the proximal term, and the ADMM coupling about the ce
   the certificate reads them) instead of outer-loop augmented-Lagrangian multipliers;
 * any other party keeps its usual backend (:func:`~fedmodel.subproblems.select.make_solver`:
   Newton, L-BFGS or the closed-form prox), asked for a tight tolerance.
-
-Examples
---------
->>> import cvxpy as cp
->>> x = cp.Variable(2)
->>> restricted_domain(cp.sum(cp.kl_div(x, 1))), restricted_domain(cp.sum_squares(x))
-(True, False)
 """
 
 from __future__ import annotations
 
-import cvxpy as cp
 import numpy as np
 
 from fedmodel.compiler.glm import NotRecognised
@@ -42,15 +34,6 @@ from fedmodel.subproblems.multipliers import MultiplierSolver
 from fedmodel.subproblems.select import make_solver
 
 
-def restricted_domain(expr: cp.Expression) -> bool:
-    """True when ``expr`` is defined on part of the space only (cvxpy's ``domain``:
-    ``kl_div``, ``entr``, ``log``, ...)."""
-    try:  # (constant conditions, such as quad_over_lin's y >= 0 for y = 1, do not count)
-        return any(con.variables() for con in expr.domain)
-    except (AttributeError, TypeError, ValueError):
-        return False
-
-
 def needs_conic_step(problem: MeritProblem) -> str:
     """Why the exact step of ``problem`` goes to the hard-constraint cvxpy backend ("" when
     its smooth backend solves it exactly)."""
@@ -59,8 +42,7 @@ def needs_conic_step(problem: MeritProblem) -> str:
             return "cone constraints"
         if any(c.internal for c in prog.constraints):
             return "epigraph pieces of non-smooth terms"
-        terms = [t.expr for t in prog.objective] + [c.expr for c in prog.constraints]
-        if any(restricted_domain(e) for e in terms):
+        if prog.restricted_domain:
             return "terms with a restricted domain"
     return ""
 

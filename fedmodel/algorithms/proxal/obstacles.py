@@ -12,7 +12,6 @@ from __future__ import annotations
 
 from fedmodel.compiler.partition import CompiledModel
 from fedmodel.subproblems import conic_prox
-from fedmodel.subproblems.conic_prox import restricted_domain
 from fedmodel.subproblems.newton import LOW_RANK_RATIO
 
 #: "auto" picks exact-admm at eps >= this only (see exact_eps_ok; tests/test_convex_models.py
@@ -121,8 +120,7 @@ def cheap_exact_steps(compiled: CompiledModel) -> bool:
 def restricted_domain_party(compiled: CompiledModel) -> str:
     """Which party has a term defined on part of the space only ("" if none)."""
     for party in compiled.parties:
-        terms = [t.expr for t in party.objective] + [c.expr for c in party.constraints]
-        if any(restricted_domain(e) for e in terms):
+        if party.restricted_domain:
             return f"party '{party.name}' has terms with a restricted domain (kl_div, entr, log)"
     return ""
 
