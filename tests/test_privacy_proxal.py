@@ -71,13 +71,15 @@ def test_the_same_iterates_as_without(make, route):
     assert {"gradient_w", "curvature_w"} & set(sa_["messages"])
 
 
-def test_the_same_iterates_on_processes():
+@pytest.mark.parametrize("backend", ["processes", "ray"])
+def test_the_same_iterates_on_workers(backend):
+    if backend == "ray":
+        pytest.importorskip("ray")
     m = least_squares()
     plain = m.solve("prox-al", history=False, **SAME)
-    masked = m.solve(
-        "prox-al", history=False, secure_aggregation=True, backend="processes", workers=2
-    )
+    masked = m.solve("prox-al", history=False, secure_aggregation=True, backend=backend, workers=2)
     assert masked.status == "optimal" and rel(masked.x, plain.x) <= 1e-9
+    assert masked.privacy["secure_aggregation"]["on"]
 
 
 @pytest.mark.slow
@@ -133,10 +135,12 @@ def test_the_server_receives_masked_vectors_whose_sum_is_exact(monkeypatch):
             assert all("dmu_inf" in c for c in out.clear.values())
 
 
-@pytest.mark.parametrize("backend", ["serial", "processes"])
+@pytest.mark.parametrize("backend", ["serial", "processes", "ray"])
 def test_a_client_dropping_out_is_recovered(backend):
     """A client that fails in the masked stage is asked once more with the same shares
     (prox-al's subproblem needs every client's term); the iterates are the plain ones."""
+    if backend == "ray":
+        pytest.importorskip("ray")
     m = least_squares()
     compiled = m.compile()
     plain = m.solve("prox-al", history=False, **SAME)
