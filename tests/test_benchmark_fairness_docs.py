@@ -3,27 +3,15 @@ between its markers is the script's rendering of the committed results file, so 
 of the page, or a results file from another run, fails here; and the frontier comparison
 behind its verdicts says what hand-made frontiers show."""
 
-import importlib.util
 import json
-from pathlib import Path
 
 import numpy as np
 import pytest
-
-ROOT = Path(__file__).resolve().parents[1]
-
-
-def _script():
-    spec = importlib.util.spec_from_file_location(
-        "fairness_vfl", ROOT / "benchmarks" / "fairness_vfl.py"
-    )
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+from benchmark_scripts import ROOT, load_script
 
 
 def test_docs_table_is_the_scripts_rendering_of_the_committed_results(tmp_path):
-    script = _script()
+    script = load_script("fairness_vfl")
     results = json.loads((ROOT / "benchmarks" / "results_fairness_vfl.json").read_text())
     page = (ROOT / "docs" / "vfl.md").read_text()
     start = page.index(script.DOCS_BEGIN) + len(script.DOCS_BEGIN)
@@ -37,7 +25,7 @@ def test_docs_table_is_the_scripts_rendering_of_the_committed_results(tmp_path):
 
 
 def test_a_changed_number_is_seen():
-    script = _script()
+    script = load_script("fairness_vfl")
     results = json.loads((ROOT / "benchmarks" / "results_fairness_vfl.json").read_text())
     page = (ROOT / "docs" / "vfl.md").read_text()
     mean, std = results["summary"][0]["test_accuracy"]
@@ -82,7 +70,7 @@ def _frontier_rows(shift: float, noise: list[float]) -> list[dict]:
     ],
 )
 def test_the_frontier_comparison_sees_which_frontier_is_higher(shift, noise, verdict):
-    script = _script()
+    script = load_script("fairness_vfl")
     rows = _frontier_rows(shift, noise)
     out = script.frontier_advantage(rows, "d", "test_tpr_gap")
     assert out["verdict"] == verdict

@@ -1,34 +1,24 @@
 """benchmarks/README.md is the rendering of benchmarks/index.py: every benchmark script is
 filed under exactly one question, and the committed index is what the scripts say now."""
 
-import importlib.util
-from pathlib import Path
-
-ROOT = Path(__file__).resolve().parents[1]
-
-
-def _index():
-    spec = importlib.util.spec_from_file_location("index", ROOT / "benchmarks" / "index.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+from benchmark_scripts import ROOT, load_script
 
 
 def test_every_script_is_filed_under_one_question():
-    index = _index()
+    index = load_script("index")
     filed = [name for names in index.QUESTIONS.values() for name in names]
     assert sorted(filed) == index.scripts(), "file every benchmarks/*.py in index.QUESTIONS once"
 
 
 def test_the_committed_readme_is_the_rendering():
-    index = _index()
+    index = load_script("index")
     assert (ROOT / "benchmarks" / "README.md").read_text() == index.render(), (
         "run `python benchmarks/index.py`"
     )
 
 
 def test_the_rendering_shows_a_script_summary_and_its_results(tmp_path, monkeypatch):
-    index = _index()
+    index = load_script("index")
     (tmp_path / "probe.py").write_text(
         '"""Probe: what it measures.\n\nDetails."""\nOUT = "RESULTS_probe.md"\n'
     )

@@ -4,20 +4,10 @@ labelled ``main``), so a hand edit of the page, or a results file from another r
 here."""
 
 import copy
-import importlib.util
 import json
-from pathlib import Path
 
 import pytest
-
-ROOT = Path(__file__).resolve().parents[1]
-
-
-def _script():
-    spec = importlib.util.spec_from_file_location("scaling", ROOT / "benchmarks" / "scaling.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+from benchmark_scripts import ROOT, load_script
 
 
 def _block(script, page: str) -> str:
@@ -26,7 +16,7 @@ def _block(script, page: str) -> str:
 
 
 def test_docs_table_is_the_scripts_rendering_of_the_committed_results(tmp_path):
-    script = _script()
+    script = load_script("scaling")
     rows = json.loads((ROOT / "benchmarks" / "results_scaling.json").read_text())
     page = (ROOT / "docs" / "performance.md").read_text()
     assert _block(script, page).strip() == script.docs_block(rows).strip()
@@ -39,7 +29,7 @@ def test_docs_table_is_the_scripts_rendering_of_the_committed_results(tmp_path):
 
 
 def test_only_the_main_rows_are_shown_and_a_changed_number_is_seen():
-    script = _script()
+    script = load_script("scaling")
     rows = json.loads((ROOT / "benchmarks" / "results_scaling.json").read_text())
     shown = script.docs_block(rows)
     main = {r["case"] for r in rows if r.get("label") == "main" and r["method"] == "prox-al"}
