@@ -837,14 +837,6 @@ def is_symmetric(P: np.ndarray, block: int = 64) -> bool:
     return True
 
 
-def symmetric_sum(P):
-    """``P + P^T``; computed as ``2 P`` (the same numbers) when a dense ``P`` is
-    symmetric, a contiguous pass instead of the strided transposed sum."""
-    if not sp.issparse(P) and is_symmetric(P):
-        return 2.0 * P
-    return P + P.T
-
-
 @_rule("QuadForm")
 def _rule_quad_form(b, expr, args):
     ax, ap = args
@@ -856,7 +848,7 @@ def _rule_quad_form(b, expr, args):
     if ap.const:
         P = ap.value if sp.issparse(ap.value) else np.asarray(ap.value)
         doubled = not sp.issparse(P) and is_symmetric(P)
-        P_sym = None if doubled else symmetric_sum(P)
+        P_sym = None if doubled else P + P.T  # (checked once: not symmetric, or sparse)
         if sp.issparse(P_sym):
             P_sym = sp.csr_array(P_sym)
             P = sp.csr_array(P)
