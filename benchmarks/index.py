@@ -49,6 +49,7 @@ QUESTIONS: dict[str, tuple[str, ...]] = {
         "run.py",
         "dald_table2_n1000.py",
         "ssca_constrained.py",
+        "reproduction_pages.py",
     ),
     "Tools the scripts above share": (
         "cases.py",

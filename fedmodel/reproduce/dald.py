@@ -512,7 +512,7 @@ def table2(
         fp_drop = get(lo, lam, "FedProx", it) - get(hi, lam, "FedProx", it)
         checks.append(
             _check(
-                f"lambda={lam:g}: FedProx degrades as n grows ({lo} -> {hi})",
+                f"lambda={lam:g}: FedProx degrades as n grows (n = {lo} to {hi})",
                 fp_drop > 0,
                 f"mean accuracy drops by {fp_drop:.2f} points",
             )
@@ -522,7 +522,7 @@ def table2(
             _check(
                 f"lambda={lam:g}: FedProx's spread across clients grows with n",
                 fp_std[1] > fp_std[0],
-                f"std {fp_std[0]:.1f} -> {fp_std[1]:.1f} per ten-thousand",
+                f"std {fp_std[0]:.1f} at n = {lo}, {fp_std[1]:.1f} at n = {hi} (per ten-thousand)",
             )
         )
         for method in ("CC", "DC"):

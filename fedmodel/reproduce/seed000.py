@@ -1374,7 +1374,7 @@ def fig2(
             f"n = {n}: mean classification loss lower at the last outer iteration than at "
             "the first",
             last < first,
-            f"{first:.4f} -> {last:.4f}",
+            f"first {first:.4f}, last {last:.4f}",
         )
         for n, first, last in loss_drops
     ]

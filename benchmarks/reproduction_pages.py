@@ -1,0 +1,280 @@
+"""The reproduction pages' measured numbers, rendered from the committed results files:
+each block of a page shows what ``fedmodel reproduce NAME`` wrote into its results file.
+
+    python benchmarks/reproduction_pages.py                 # rewrite the pages' blocks
+    python benchmarks/reproduction_pages.py --from DIR      # first copy DIR/NAME/NAME.md
+                                                            # (fedmodel reproduce NAME --out
+                                                            # DIR/NAME) into the results files
+
+``BLOCKS`` below is the one declaration: which page shows which reproduction, from which
+results file, with which of its table's columns. A page's block sits between the markers
+``<!-- reproduction NAME: begin -->`` and ``<!-- reproduction NAME: end -->``; everything
+in it comes from the results file (the table's rows, the checks with what they measured,
+the verdict and the wall time), so the page's numbers are the run's.
+tests/test_reproduction_pages.py checks that every committed page holds this rendering.
+
+To bring a page up to date with the installed version::
+
+    fedmodel reproduce table1 --quick --out /tmp/repro/table1      # each target of BLOCKS
+    python benchmarks/reproduction_pages.py --from /tmp/repro
+"""
+
+from __future__ import annotations
+
+import argparse
+import shutil
+from dataclasses import dataclass
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+ROOT = HERE.parent
+
+
+@dataclass(frozen=True)
+class Block:
+    """One reproduction shown on one page.
+
+    Attributes
+    ----------
+    page : str
+        The docs page, relative to the repository root.
+    name : str
+        The reproduction's name (``fedmodel reproduce --list``).
+    command : str
+        The command that wrote the results file (shown on the page).
+    results : str
+        The committed results file, in ``benchmarks/``: the command's ``NAME.md``.
+    columns : tuple of str
+        The columns of the results file's table shown on the page, by their header; empty
+        for all of them.
+    target : str
+        The reproduction that wrote the results file, when ``name`` is a variant of it
+        (``--from DIR`` copies ``DIR/NAME/TARGET.md``); empty: ``name`` itself.
+    """
+
+    page: str
+    name: str
+    command: str
+    results: str
+    columns: tuple[str, ...] = ()
+    target: str = ""
+
+    @property
+    def begin(self) -> str:
+        return f"<!-- reproduction {self.name}: begin -->"
+
+    @property
+    def end(self) -> str:
+        return f"<!-- reproduction {self.name}: end -->"
+
+
+SEED000 = "docs/reproduction_seed000.md"
+BLOCKS: tuple[Block, ...] = (
+    Block(
+        SEED000,
+        "table1",
+        "fedmodel reproduce table1 --quick",
+        "RESULTS_seed000_table1_quick.md",
+        (
+            "n",
+            "d",
+            "m",
+            "f* (centralized)",
+            "rel. diff",
+            "gap to f*",
+            "viol. prox-al",
+            "rounds prox-al",
+            "status",
+            "paper rel. diff",
+        ),
+    ),  # fmt: skip
+    Block(
+        SEED000,
+        "table1-exact",
+        "fedmodel reproduce table1 --quick --set exact_subproblems=true",
+        "RESULTS_seed000_table1_exact_quick.md",
+        (
+            "n",
+            "d",
+            "m",
+            "f* (centralized)",
+            "rel. diff",
+            "gap to f*",
+            "viol. prox-al",
+            "rounds prox-al",
+            "status",
+        ),
+        target="table1",
+    ),  # fmt: skip
+    Block(
+        SEED000,
+        "table2",
+        "fedmodel reproduce table2 --quick",
+        "RESULTS_seed000_table2_quick.md",
+        (
+            "data set (rows x features)",
+            "n",
+            "f* (centralized)",
+            "rel. diff",
+            "gap to f*",
+            "class-1 loss prox-al mean / max",
+            "outer / rounds prox-al",
+            "status",
+            "paper rel. diff",
+        ),
+    ),  # fmt: skip
+    Block(
+        SEED000,
+        "table3",
+        "fedmodel reproduce table3 --quick",
+        "RESULTS_seed000_table3_quick.md",
+        (
+            "data (train rows x features)",
+            "n",
+            "rel. diff",
+            "disparity prox-al mean / max",
+            "disparity cprox-al mean / max",
+            "outer / rounds prox-al",
+            "status",
+            "paper rel. diff",
+        ),
+    ),  # fmt: skip
+    Block(SEED000, "fig1", "fedmodel reproduce fig1 --quick", "RESULTS_seed000_fig1_quick.md"),
+    Block(
+        SEED000,
+        "fig2",
+        "fedmodel reproduce fig2 --quick",
+        "RESULTS_seed000_fig2_quick.md",
+        ("n", "status", "outer", "rounds", "seconds"),
+    ),
+    Block(SEED000, "fig3", "fedmodel reproduce fig3 --quick", "RESULTS_seed000_fig3_quick.md"),
+)
+
+
+@dataclass(frozen=True)
+class Results:
+    """What a reproduction's ``NAME.md`` holds: its first table, its findings (the text of
+    each ``## `` section other than the checks, by title), its checks (one line each, as
+    written), its verdict line and its wall-time line."""
+
+    header: list[str]
+    rows: list[list[str]]
+    findings: dict[str, str]
+    checks: list[str]
+    verdict: str
+    wall: str
+
+
+def _cells(line: str) -> list[str]:
+    return [c.strip() for c in line.strip().strip("|").split("|")]
+
+
+def read_results(text: str) -> Results:
+    """Parse a reproduction's Markdown report (``fedmodel/reproduce/output.py`` writes it:
+    a table, then ``## Checks`` with one ``- PASS: ...`` line per check, ``Verdict: ...``
+    and ``Total wall time: ...``).
+
+    Examples
+    --------
+    >>> r = read_results("| n | obj |\\n|---|---|\\n| 1 | 0.5 |\\n\\n## Checks\\n\\n"
+    ...                  "- PASS: gap: max 1e-4 <= 1e-3\\n\\nVerdict: pass.\\n\\n"
+    ...                  "Total wall time: 3.0 s.\\n")
+    >>> r.rows, r.checks, r.verdict
+    ([['1', '0.5']], ['- PASS: gap: max 1e-4 <= 1e-3'], 'Verdict: pass.')
+    """
+    lines = text.splitlines()
+    start = next((i for i, ln in enumerate(lines) if ln.startswith("|")), None)
+    if start is None or start + 1 >= len(lines) or not lines[start + 1].startswith("|--"):
+        raise ValueError("the results file has no Markdown table")
+    header = _cells(lines[start])
+    rows = []
+    for ln in lines[start + 2 :]:
+        if not ln.startswith("|"):
+            break
+        rows.append(_cells(ln))
+    if "## Checks" not in lines:
+        raise ValueError("the results file has no '## Checks' section")
+    findings: dict[str, str] = {}
+    for i, ln in enumerate(lines):
+        if ln.startswith("## ") and ln != "## Checks":
+            body = []
+            for nxt in lines[i + 1 :]:
+                if nxt.startswith("#"):
+                    break
+                body.append(nxt)
+            findings[ln[3:].strip()] = " ".join(" ".join(body).split())
+    after = lines[lines.index("## Checks") + 1 :]
+    checks = [ln for ln in after if ln.startswith("- ")]
+    verdict = next((ln for ln in after if ln.startswith("Verdict:")), "")
+    wall = next((ln for ln in after if ln.startswith("Total wall time:")), "")
+    if not checks or not verdict:
+        raise ValueError("the results file's '## Checks' section has no check or no verdict")
+    return Results(header, rows, findings, checks, verdict, wall)
+
+
+def render(block: Block, text: str) -> str:
+    """The page's block for ``block``, from its results file's ``text``."""
+    res = read_results(text)
+    columns = list(block.columns) or res.header
+    missing = [c for c in columns if c not in res.header]
+    if missing:
+        raise KeyError(f"{block.results} has no column {missing}; its columns are {res.header}")
+    index = [res.header.index(c) for c in columns]
+    wall = (res.wall[0].lower() + res.wall[1:]).rstrip(".") if res.wall else "no wall time"
+    lines = [
+        f"`{block.command}` (results file `benchmarks/{block.results}`; {wall})",
+        "",
+        "| " + " | ".join(columns) + " |",
+        "|" + "|".join("---" for _ in columns) + "|",
+    ]
+    lines += ["| " + " | ".join(row[i] for i in index) + " |" for row in res.rows]
+    for title, body in res.findings.items():
+        lines += ["", f"**{title}.** {body}"]
+    lines += ["", *res.checks, "", res.verdict]
+    return "\n".join(lines)
+
+
+def results_text(block: Block) -> str:
+    return (HERE / block.results).read_text()
+
+
+def page_block(block: Block, page: str) -> str:
+    """What ``page`` holds between ``block``'s markers (stripped)."""
+    for marker in (block.begin, block.end):
+        if page.count(marker) != 1:
+            raise ValueError(f"{block.page} must hold {marker!r} exactly once")
+    start = page.index(block.begin) + len(block.begin)
+    return page[start : page.index(block.end)].strip()
+
+
+def write_block(block: Block, text: str, path: Path | None = None) -> None:
+    """Replace ``block``'s part of its page (or of ``path``) by the rendering of ``text``."""
+    path = path or ROOT / block.page
+    page = path.read_text()
+    page_block(block, page)  # both markers, once each
+    start = page.index(block.begin) + len(block.begin)
+    end = page.index(block.end)
+    path.write_text(page[:start] + "\n\n" + render(block, text) + "\n\n" + page[end:])
+
+
+def main(argv=None) -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument(
+        "--from",
+        dest="source",
+        metavar="DIR",
+        help="copy DIR/NAME/NAME.md into each block's results file first (those present)",
+    )
+    args = ap.parse_args(argv)
+    for block in BLOCKS:
+        if args.source:
+            fresh = Path(args.source) / block.name / f"{block.target or block.name}.md"
+            if fresh.exists():
+                shutil.copyfile(fresh, HERE / block.results)
+                print(f"{fresh} -> benchmarks/{block.results}")
+        write_block(block, results_text(block))
+        print(f"{block.page}: {block.name} block written")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,67 @@
+"""The reproduction pages' measured numbers are the committed results files': every block
+declared in benchmarks/reproduction_pages.py is, on its page, the rendering of its results
+file, so a hand edit of the page, or a results file from another run, fails here."""
+
+import pytest
+from benchmark_scripts import ROOT, load_script
+
+pages = load_script("reproduction_pages")
+
+
+@pytest.mark.parametrize("block", pages.BLOCKS, ids=lambda b: f"{b.page}:{b.name}")
+def test_the_page_shows_its_committed_results_file(block):
+    page = (ROOT / block.page).read_text()
+    assert pages.page_block(block, page) == pages.render(block, pages.results_text(block))
+
+
+def test_a_changed_number_is_seen():
+    block = next(b for b in pages.BLOCKS if b.name == "table1")
+    text = pages.results_text(block)
+    checks = pages.read_results(text).checks
+    assert "max " in checks[0]
+    value = checks[0].split("max ")[1].split(" ")[0]
+    changed = text.replace(value, f"{float(value) * 2:.3e}", 1)
+    page = (ROOT / block.page).read_text()
+    assert pages.page_block(block, page) != pages.render(block, changed)
+
+
+def test_the_writer_replaces_exactly_its_block(tmp_path):
+    block = pages.BLOCKS[0]
+    page = (ROOT / block.page).read_text()
+    start = page.index(block.begin) + len(block.begin)
+    copy = tmp_path / "page.md"
+    copy.write_text(page[:start] + "\nstale\n" + page[page.index(block.end) :])
+    pages.write_block(block, pages.results_text(block), copy)
+    assert copy.read_text() == page
+
+
+def test_every_seed000_quick_results_file_is_on_the_page():
+    shown = {b.results for b in pages.BLOCKS}
+    committed = {p.name for p in (ROOT / "benchmarks").glob("RESULTS_seed000_*_quick.md")}
+    assert committed <= shown
+    assert all((ROOT / "benchmarks" / r).exists() for r in shown)
+
+
+def test_a_column_the_results_file_lacks_is_named():
+    block = pages.Block("p.md", "table1", "cmd", "RESULTS_seed000_table1_quick.md", ("n", "bogus"))
+    with pytest.raises(KeyError, match="bogus"):
+        pages.render(block, pages.results_text(block))
+
+
+@pytest.mark.parametrize(
+    "text, match",
+    [
+        ("no table here\n", "no Markdown table"),
+        ("| a |\n|---|\n| 1 |\n", "no '## Checks'"),
+        ("| a |\n|---|\n| 1 |\n\n## Checks\n\nVerdict: pass.\n", "no check or no verdict"),
+    ],
+)
+def test_a_malformed_results_file_is_refused(text, match):
+    with pytest.raises(ValueError, match=match):
+        pages.read_results(text)
+
+
+def test_a_page_missing_a_marker_is_refused():
+    block = pages.BLOCKS[0]
+    with pytest.raises(ValueError, match="exactly once"):
+        pages.page_block(block, block.begin + "\nno end marker\n")
