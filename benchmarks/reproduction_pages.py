@@ -43,7 +43,8 @@ class Block:
     command : str
         The command that wrote the results file (shown on the page).
     results : str
-        The committed results file, in ``benchmarks/``: the command's ``NAME.md``.
+        The committed results file (the command's ``NAME.md``), relative to the repository
+        root.
     columns : tuple of str
         The columns of the results file's table shown on the page, by their header; empty
         for all of them.
@@ -74,7 +75,7 @@ BLOCKS: tuple[Block, ...] = (
         SEED000,
         "table1",
         "fedmodel reproduce table1 --quick",
-        "RESULTS_seed000_table1_quick.md",
+        "benchmarks/RESULTS_seed000_table1_quick.md",
         (
             "n",
             "d",
@@ -92,7 +93,7 @@ BLOCKS: tuple[Block, ...] = (
         SEED000,
         "table1-exact",
         "fedmodel reproduce table1 --quick --set exact_subproblems=true",
-        "RESULTS_seed000_table1_exact_quick.md",
+        "benchmarks/RESULTS_seed000_table1_exact_quick.md",
         (
             "n",
             "d",
@@ -110,7 +111,7 @@ BLOCKS: tuple[Block, ...] = (
         SEED000,
         "table2",
         "fedmodel reproduce table2 --quick",
-        "RESULTS_seed000_table2_quick.md",
+        "benchmarks/RESULTS_seed000_table2_quick.md",
         (
             "data set (rows x features)",
             "n",
@@ -127,7 +128,7 @@ BLOCKS: tuple[Block, ...] = (
         SEED000,
         "table3",
         "fedmodel reproduce table3 --quick",
-        "RESULTS_seed000_table3_quick.md",
+        "benchmarks/RESULTS_seed000_table3_quick.md",
         (
             "data (train rows x features)",
             "n",
@@ -139,15 +140,25 @@ BLOCKS: tuple[Block, ...] = (
             "paper rel. diff",
         ),
     ),  # fmt: skip
-    Block(SEED000, "fig1", "fedmodel reproduce fig1 --quick", "RESULTS_seed000_fig1_quick.md"),
+    Block(
+        SEED000,
+        "fig1",
+        "fedmodel reproduce fig1 --quick",
+        "benchmarks/RESULTS_seed000_fig1_quick.md",
+    ),
     Block(
         SEED000,
         "fig2",
         "fedmodel reproduce fig2 --quick",
-        "RESULTS_seed000_fig2_quick.md",
+        "benchmarks/RESULTS_seed000_fig2_quick.md",
         ("n", "status", "outer", "rounds", "seconds"),
     ),
-    Block(SEED000, "fig3", "fedmodel reproduce fig3 --quick", "RESULTS_seed000_fig3_quick.md"),
+    Block(
+        SEED000,
+        "fig3",
+        "fedmodel reproduce fig3 --quick",
+        "benchmarks/RESULTS_seed000_fig3_quick.md",
+    ),
 )
 
 
@@ -222,7 +233,7 @@ def render(block: Block, text: str) -> str:
     index = [res.header.index(c) for c in columns]
     wall = (res.wall[0].lower() + res.wall[1:]).rstrip(".") if res.wall else "no wall time"
     lines = [
-        f"`{block.command}` (results file `benchmarks/{block.results}`; {wall})",
+        f"`{block.command}` (results file `{block.results}`; {wall})",
         "",
         "| " + " | ".join(columns) + " |",
         "|" + "|".join("---" for _ in columns) + "|",
@@ -235,7 +246,7 @@ def render(block: Block, text: str) -> str:
 
 
 def results_text(block: Block) -> str:
-    return (HERE / block.results).read_text()
+    return (ROOT / block.results).read_text()
 
 
 def page_block(block: Block, page: str) -> str:
@@ -270,8 +281,8 @@ def main(argv=None) -> None:
         if args.source:
             fresh = Path(args.source) / block.name / f"{block.target or block.name}.md"
             if fresh.exists():
-                shutil.copyfile(fresh, HERE / block.results)
-                print(f"{fresh} -> benchmarks/{block.results}")
+                shutil.copyfile(fresh, ROOT / block.results)
+                print(f"{fresh} -> {block.results}")
         write_block(block, results_text(block))
         print(f"{block.page}: {block.name} block written")
 
