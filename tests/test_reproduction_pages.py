@@ -35,11 +35,14 @@ def test_the_writer_replaces_exactly_its_block(tmp_path):
     assert copy.read_text() == page
 
 
-def test_every_seed000_quick_results_file_is_on_the_page():
+def test_every_committed_reproduction_results_file_is_on_its_page():
     shown = {b.results for b in pages.BLOCKS}
     committed = {
-        f"benchmarks/{p.name}" for p in (ROOT / "benchmarks").glob("RESULTS_seed000_*_quick.md")
+        str(p.relative_to(ROOT))
+        for pattern in ("benchmarks/RESULTS_seed000_*_quick.md", "docs/ssca/ssca-fig*.md")
+        for p in ROOT.glob(pattern)
     }
+    assert len(committed) == 11  # 7 seed 000 --quick runs, 4 seed 003 figures
     assert committed <= shown
     assert all((ROOT / r).exists() for r in shown)
 
@@ -57,12 +60,21 @@ def test_a_column_the_results_file_lacks_is_named():
     [
         ("no table here\n", "no Markdown table"),
         ("| a |\n|---|\n| 1 |\n", "no '## Checks'"),
-        ("| a |\n|---|\n| 1 |\n\n## Checks\n\nVerdict: pass.\n", "no check or no verdict"),
+        ("| a |\n|---|\n| 1 |\n\n## Checks\n\nVerdict: pass.\n", "has no check"),
+        ("| a |\n| 1 |\n\n## Checks\n\n- PASS: x\n", "no Markdown table"),
     ],
 )
 def test_a_malformed_results_file_is_refused(text, match):
     with pytest.raises(ValueError, match=match):
         pages.read_results(text)
+
+
+def test_a_cell_holding_a_bar_stays_one_cell():
+    text = "| run | ||w||^2 |\n|---|---|\n| a | 2.0 |\n\n## Checks\n\n- PASS: x\n"
+    res = pages.read_results(text)
+    assert res.header == ["run", "||w||^2"] and res.rows == [["a", "2.0"]]
+    block = pages.Block("p.md", "x", "cmd", "r.md")
+    assert "| run | \\|\\|w\\|\\|^2 |" in pages.render(block, text)
 
 
 def test_a_page_missing_a_marker_is_refused():
