@@ -30,6 +30,7 @@ True
 
 from __future__ import annotations
 
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -93,10 +94,17 @@ class BatchReport:
     message: list[str]
 
 
-def _signature(f: GLMFunction) -> tuple:
+def glm_signature(f: GLMFunction, rows: bool = False) -> tuple:
+    """The structure of ``f`` a cohort's parties share: variables, terms (kind, ``M``,
+    sign; with ``rows``, also their row counts) in order, and whether it has a quadratic
+    part. Parties of one signature with ``rows`` stack without padding: each party's
+    numbers are then the same in any cohort (every batched product and solve is done
+    slice by slice on arrays of one shape)."""
     return (
         f.n,
-        tuple((t.kind, float(t.M), float(t.s)) for t in f.terms),
+        tuple(
+            (t.kind, float(t.M), float(t.s)) + ((t.A.shape[0],) if rows else ()) for t in f.terms
+        ),
         f.Q is not None,
     )
 
@@ -121,11 +129,11 @@ class GLMCohort:
         forms = list(forms)
         if not forms:
             raise NotStackable("a cohort needs at least one party")
-        first = _signature(forms[0])
+        first = glm_signature(forms[0])
         for i, f in enumerate(forms):
-            if _signature(f) != first:
+            if glm_signature(f) != first:
                 raise NotStackable(
-                    f"party {i} of the cohort has objective structure {_signature(f)}, the "
+                    f"party {i} of the cohort has objective structure {glm_signature(f)}, the "
                     f"first {first}"
                 )
             if any(sp.issparse(t.A) for t in f.terms):
@@ -193,6 +201,7 @@ class GLMCohort:
         x0: np.ndarray,
         tol: float | np.ndarray,
         max_iter: int = 50,
+        deadline: float | None = None,
     ) -> BatchReport:
         """Minimise ``F_i(x) = f_i(x) + (weights_i / 2) ||x - centers_i||^2`` for every
         client ``i`` by Newton's method with an Armijo line search, from ``x0``.
@@ -206,6 +215,10 @@ class GLMCohort:
             Each client stops once ``||grad F_i(x_i)||_inf <= tol_i``.
         max_iter : int
             Newton iterations at most, per client.
+        deadline : float, optional
+            A ``time.perf_counter()`` value after which no Newton iteration starts (the
+            clients still iterating return the points they reached, message
+            ``"time limit"``).
         """
         C = np.asarray(centers, dtype=float)
         S = np.asarray(weights, dtype=float)
@@ -228,6 +241,10 @@ class GLMCohort:
         active = np.flatnonzero(gnorm > tol)
         eye = np.eye(self.n)
         while active.size:
+            if deadline is not None and time.perf_counter() > deadline:
+                for i in active:
+                    message[i] = "time limit"
+                break
             stalled = active[iters[active] >= max_iter]
             for i in stalled:
                 message[i] = "max_iter"
