@@ -126,3 +126,28 @@ def test_the_host_groups_parties_by_key_and_answers_in_message_order():
     seen.clear()
     assert [o.reply for o in host.run(msgs, timeout=5.0)] == [f"alone {n}" for n in "abcd"]
     assert seen == []
+
+
+def test_a_faulty_party_steps_alone_when_its_fault_is_due_and_batched_otherwise(batches):
+    """A party wrapped with a fault takes the batched path while its fault is not due (in
+    a cohort of its own: its endpoint is of another class), and a party's batched numbers
+    do not depend on its cohort, so a run whose failed step is retried repeats the run
+    without the fault bit for bit."""
+    from fedmodel.algorithms.proxal.options import ProxALOptions
+    from fedmodel.algorithms.proxal.server import run_prox_al
+    from fedmodel.runtime.faults import Fault
+
+    opts = dict(inner_solver="exact-admm", history=False)
+    ref = _model().solve("prox-al", **opts)
+    batches.clear()
+    fault = Fault("raise", round=6, kinds=("xadmm_w",))
+    res = run_prox_al(
+        _model().compile(),
+        ProxALOptions(on_failure="retry", retries=1, **opts),
+        faults={"c3": fault},
+    )
+    assert res.status == "optimal" and res.extra["retries"]
+    assert res.rounds == ref.rounds
+    np.testing.assert_array_equal(res.x, ref.x)
+    # the eleven others in one batch, c3 in its own
+    assert set(batches) == {11, 1}
