@@ -193,6 +193,46 @@ class ClientHalf(DeclaredState):
             return out
         return Message(msg.kind + "_reply", self.name, SERVER, out, msg.round, msg.channel)
 
+    def batch_key(self, msg: Message) -> Any:
+        """What ``msg``'s step must share with other parties' to be handled with theirs in
+        one batch (:meth:`handle_batch`); None (the default): this party's step runs on
+        its own. The owner of ``msg.kind``'s handler decides, by defining
+        ``_on_<kind>_batch`` and ``batch_key(kind)``."""
+        if msg.channel == "local" or msg.sender != SERVER:
+            return None
+        owner, (handler, _) = self.handler_owner(msg.kind)
+        if handler is None or not hasattr(type(owner), f"_on_{msg.kind}_batch"):
+            return None
+        key = owner.batch_key(msg.kind) if hasattr(owner, "batch_key") else None
+        return None if key is None else (msg.kind, key)
+
+    @staticmethod
+    def handle_batch(halves: list[ClientHalf], msgs: list[Message]) -> list[Message]:
+        """Handle ``msgs[i]`` at ``halves[i]`` in one batched step: every request checked
+        as :meth:`handle` checks it, then one call of the owners' ``_on_<kind>_batch``
+        (``owners, payloads -> replies``), which changes no party's state unless it
+        returns. Any exception leaves every party as it was (the host then handles each
+        message on its own)."""
+        kind = msgs[0].kind
+        owners = []
+        for half, msg in zip(halves, msgs):
+            if msg.kind != kind:
+                raise ValueError("a batch holds messages of one kind")
+            owner, (handler, _) = half.handler_owner(kind)
+            if handler is None:
+                raise ValueError(f"party {half.name!r} got unknown message kind {kind!r}")
+            if half.messages is not None:
+                half._check_request(msg)
+            owners.append(owner)
+        t0 = time.perf_counter()
+        outs = getattr(type(owners[0]), f"_on_{kind}_batch")(owners, [m.payload for m in msgs])
+        share = (time.perf_counter() - t0) / len(msgs)
+        replies = []
+        for half, msg, out in zip(halves, msgs, outs):
+            half.stats["seconds"] += share
+            replies.append(Message(kind + "_reply", half.name, SERVER, out, msg.round, msg.channel))
+        return replies
+
     def handler_owner(self, kind: str) -> tuple[Any, tuple[Any, bool]]:
         """The object whose ``_on_<kind>`` answers ``kind`` (this half; a half made of
         parts may name one of them) and that handler with whether it takes the sender."""

@@ -134,12 +134,31 @@ class FaultyEndpoint:
     def set_state(self, state):
         self.inner.set_state(state)
 
-    def handle(self, msg):
+    def _due(self, msg) -> bool:
+        """Whether the fault happens on ``msg``."""
         f = self.fault
         due = msg.round >= f.round and (not f.kinds or msg.kind in f.kinds)
         if f.action == "corrupt" and msg.channel != "local" and msg.sender != "server":
             due = False  # (a peer message delivered to it: it corrupts what it sends)
-        if due and (f.times is None or self.fired < f.times):
+        return due and (f.times is None or self.fired < f.times)
+
+    def batch_key(self, msg):
+        """The wrapped endpoint's batch key while the fault is not due (its steps, and so
+        its numbers, are then those of the run without the fault); a due step runs alone."""
+        if self._due(msg) or not hasattr(type(self.inner), "handle_batch"):
+            return None
+        key = self.inner.batch_key(msg)
+        return None if key is None else (type(self.inner), key)
+
+    @staticmethod
+    def handle_batch(endpoints, msgs):
+        """The wrapped endpoints' batched step (no fault is due in a batch)."""
+        inner = [e.inner for e in endpoints]
+        return type(inner[0]).handle_batch(inner, msgs)
+
+    def handle(self, msg):
+        f = self.fault
+        if self._due(msg):
             self.fired += 1
             if f.action == "raise":
                 raise InjectedFault(f"injected failure of {self.inner.name!r} in round {msg.round}")

@@ -185,16 +185,94 @@ class PartyHost:
         """Each message to its receiver, in order; returns one outcome per message.
         ``rollback``: a party whose step fails is put back to its state before the step
         (a snapshot per step; what a retry needs, nothing else does: a stopped run puts
-        every party back to its mark)."""
+        every party back to its mark).
+
+        Messages whose parties form a cohort (:meth:`_cohorts`) are handled in one
+        batched step (:meth:`_call_batch`); a batch that fails is handled again one
+        message at a time, so every failure is its own party's, as without batches. The
+        outcomes are in the order of ``messages``.
+        """
+        outcomes: list[StepOutcome | None] = [None] * len(messages)
+        for key, group in self._cohorts(messages, timeout):
+            steps = [messages[i] for i in group]
+            batch = self._call_batch(steps) if key is not None else None
+            if batch is None:
+                batch = [
+                    self._call(
+                        m.receiver,
+                        lambda m=m: self.endpoints[m.receiver].handle(m),
+                        timeout,
+                        m.round,
+                        rollback,
+                    )
+                    for m in steps
+                ]
+            for i, out in zip(group, batch):
+                outcomes[i] = out
+        return outcomes  # type: ignore[return-value]
+
+    def _cohorts(
+        self, messages: list[Message], timeout: float | None
+    ) -> list[tuple[Any, list[int]]]:
+        """The positions of ``messages`` grouped by batch key, in the order each key first
+        appears: the messages to endpoints of one class whose ``batch_key(message)`` is the
+        same and not None (the class says which steps stack) are answered in one batch, a
+        party alone too (a step that stacks always takes the batched path, so its numbers
+        do not depend on how the parties are spread over hosts); key None: one message at
+        a time, in order. With a ``client_timeout`` every message is its own step (each
+        keeps its own clock)."""
+        groups: dict[Any, list[int]] = {}
+        order: list[tuple[Any, list[int]]] = []
+        for i, m in enumerate(messages):
+            ep = self.endpoints.get(m.receiver)
+            key = None
+            if not timeout and ep is not None and hasattr(type(ep), "handle_batch"):
+                found = ep.batch_key(m)
+                key = None if found is None else (type(ep), found)
+            if key is None:
+                order.append((None, [i]))
+            elif key in groups:
+                groups[key].append(i)
+            else:
+                groups[key] = [i]
+                order.append((key, groups[key]))
+        return order
+
+    def _call_batch(self, messages: list[Message]) -> list[StepOutcome] | None:
+        """One batched step for ``messages`` (``type(endpoint).handle_batch``): one
+        outcome per message, or None when the batch raised or sent peer messages (the
+        caller then handles each message on its own). ``handle_batch`` changes no
+        party's state unless it returns, so nothing is put back. A worker that dies in a
+        batch names no single party (every party of the batch was in the step)."""
+        endpoints = [self.endpoints[m.receiver] for m in messages]
+        if isinstance(self.outbox, Outbox):
+            self.outbox.round = messages[0].round
+            self.outbox.take()
+        t0 = time.perf_counter()
+        try:
+            self._in_step = True
+            replies = type(endpoints[0]).handle_batch(endpoints, messages)
+        except (StepInterrupted, KeyboardInterrupt):
+            seconds = (time.perf_counter() - t0) / len(messages)
+            return [
+                StepOutcome(
+                    m.receiver,
+                    kind="interrupted",
+                    error=KeyboardInterrupt("interrupted"),
+                    seconds=seconds,
+                )
+                for m in messages
+            ]
+        except Exception:  # noqa: BLE001 - each message again, on its own
+            return None
+        finally:
+            self._in_step = False
+        sent = self.outbox.take() if isinstance(self.outbox, Outbox) else []
+        if sent or len(replies) != len(messages):
+            return None
+        seconds = (time.perf_counter() - t0) / len(messages)
         return [
-            self._call(
-                m.receiver,
-                lambda m=m: self.endpoints[m.receiver].handle(m),
-                timeout,
-                m.round,
-                rollback,
-            )
-            for m in messages
+            StepOutcome(m.receiver, reply=r, seconds=seconds) for m, r in zip(messages, replies)
         ]
 
     def peer(self, message: Message, timeout: float | None = None) -> StepOutcome:

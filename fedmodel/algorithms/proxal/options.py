@@ -305,6 +305,15 @@ class ProxALOptions(RuntimeOptions):
         derivative of the gradient the client sends anyway (for a quadratic client, the
         gradient difference along ``v``); the products of ``d / k`` rounds span the
         client's Hessian where it does not change (a quadratic client's).
+    batch_clients : bool, default True
+        Clients of the same structure that a host (this process, a worker, an actor)
+        holds answer a round in one batched step where their steps stack: exact-admm's
+        exact step of unconstrained parties of GLM form with dense data, solved for all of
+        them by one batched Newton method
+        (:class:`~fedmodel.subproblems.batched_glm.GLMCohort`). The points agree with the
+        per-party solves within each step's tolerance (not bit for bit). False: every
+        party's step on its own. A ``client_timeout`` also turns batches off (each step
+        keeps its own clock).
     local_directions : bool, optional
         ``inner_solver="quasi-newton"`` with curvature directions: each round the server
         also sends ``r``, the gradient of ``l_k`` at the last accepted point, and each
@@ -398,6 +407,7 @@ class ProxALOptions(RuntimeOptions):
     curvature_directions: int | None = None
     local_directions: bool | None = None
     constraint_curvature: bool | None = None
+    batch_clients: bool = True
     stall_rounds: int = 300
     q: float = 0.5
     mu0: float = 0.0
@@ -562,6 +572,8 @@ class ProxALOptions(RuntimeOptions):
         k = self.curvature_directions
         if k is not None and not (isinstance(k, (int, np.integer)) and 0 <= k <= 64):
             raise ModelError(f"curvature_directions must be an integer in [0, 64], got {k!r}")
+        if not isinstance(self.batch_clients, (bool, np.bool_)):
+            raise ModelError(f"batch_clients must be True or False, got {self.batch_clients!r}")
         local = self.local_directions
         if local is not None and not isinstance(local, (bool, np.bool_)):
             raise ModelError(f"local_directions must be True, False or None, got {local!r}")

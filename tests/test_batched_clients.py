@@ -1,0 +1,153 @@
+"""Clients of one structure answer exact-admm's rounds in one batched step
+(``batch_clients``): the same rounds and statuses as every client on its own, points within
+the steps' tolerances, cohorts split where a party's structure differs, and a failure in a
+batch is still its own party's."""
+
+import cvxpy as cp
+import numpy as np
+import pytest
+
+import fedmodel as fm
+import fedmodel.subproblems.batched_glm as batched_glm
+from fedmodel.runtime.host import PartyHost
+
+
+def _model(n=12, d=4, kind="ls", constrained=(), seed=0):
+    rng = np.random.default_rng(seed)
+    m = fm.Model("cohort")
+    w = m.variable(d, name="w")
+    N = 15 * n
+    for k in range(n):
+        X = rng.normal(size=(15, d))
+        y = X @ rng.normal(size=d) + 0.3 * rng.normal(size=15)
+        c = m.client(f"c{k}")
+        A = c.data(X, name="X")
+        if kind == "ls":
+            c.minimize(cp.sum_squares(A @ w - c.data(y, name="y")) / N)
+        else:
+            c.minimize(cp.sum(cp.logistic(-cp.multiply(c.data(np.sign(y), name="y"), A @ w))) / N)
+        if k in constrained:
+            c.subject_to(cp.sum(w) <= 1.0)
+    m.server.subject_to([w <= 0.5, w >= -0.5])
+    return m
+
+
+@pytest.fixture
+def batches(monkeypatch):
+    """The size of every batched solve."""
+    sizes = []
+    prox = batched_glm.GLMCohort.prox
+
+    def spy(self, *args, **kwargs):
+        sizes.append(self.size)
+        return prox(self, *args, **kwargs)
+
+    monkeypatch.setattr(batched_glm.GLMCohort, "prox", spy)
+    return sizes
+
+
+@pytest.mark.parametrize("kind", ["ls", "logistic"])
+def test_a_batched_run_is_the_per_client_run(kind, batches):
+    batched = _model(kind=kind).solve("prox-al", inner_solver="exact-admm", history=False)
+    assert batches and set(batches) == {12}  # every round: all 12 clients in one solve
+    single = _model(kind=kind).solve(
+        "prox-al", inner_solver="exact-admm", history=False, batch_clients=False
+    )
+    assert batched.status == single.status == "optimal"
+    assert batched.rounds == single.rounds
+    # each step stops within its tolerance (<= eps) of the exact step, not at the same point
+    assert np.abs(batched.x - single.x).max() <= 1e-3
+    ref = _model(kind=kind).solve("centralized")
+    assert abs(batched.objective - ref.objective) <= 1e-3 * max(1.0, abs(ref.objective))
+
+
+def test_a_party_of_another_structure_splits_the_cohort(batches):
+    res = _model(constrained=(5,)).solve("prox-al", inner_solver="exact-admm", history=False)
+    assert res.status == "optimal"
+    # c0..c4 and c6..c11 are batched together; c5 has a constraint and steps alone
+    assert set(batches) == {11}
+
+
+def test_batches_are_off_with_a_client_timeout_or_when_asked(batches):
+    _model().solve("prox-al", inner_solver="exact-admm", history=False, client_timeout=60)
+    _model().solve("prox-al", inner_solver="exact-admm", history=False, batch_clients=False)
+    assert batches == []
+    with pytest.raises(fm.ModelError, match="batch_clients must be True or False"):
+        _model().solve("prox-al", batch_clients="yes")
+
+
+def test_a_batch_that_fails_is_handled_one_message_at_a_time(monkeypatch):
+    """A batch raising leaves every party as it was; each message is then handled on its
+    own, so a party's own failure is blamed on it alone."""
+
+    def broken(self, *args, **kwargs):
+        raise FloatingPointError("batched solve failed")
+
+    monkeypatch.setattr(batched_glm.GLMCohort, "prox", broken)
+    res = _model().solve("prox-al", inner_solver="exact-admm", history=False)
+    ref = _model().solve("prox-al", inner_solver="exact-admm", history=False, batch_clients=False)
+    assert res.status == "optimal" and res.rounds == ref.rounds
+    assert np.array_equal(res.x, ref.x)  # the per-party path, bit for bit
+
+
+def test_the_host_groups_parties_by_key_and_answers_in_message_order():
+    class Stack:
+        def __init__(self, key):
+            self.key = key
+
+        def batch_key(self, msg):
+            return self.key
+
+        @staticmethod
+        def handle_batch(eps, msgs):
+            return [f"batched {m.receiver}" for m in msgs]
+
+        def handle(self, msg):
+            return f"alone {msg.receiver}"
+
+    from fedmodel.runtime.messages import Message
+
+    seen = []
+
+    class Counted(Stack):
+        @staticmethod
+        def handle_batch(eps, msgs):
+            seen.append([m.receiver for m in msgs])
+            return Stack.handle_batch(eps, msgs)
+
+    parties = {"a": Counted(1), "b": Counted(2), "c": Counted(None), "d": Counted(1)}
+    host = PartyHost(endpoints=parties)
+    msgs = [Message("k", "server", n, {}) for n in "abcd"]
+    out = host.run(msgs)
+    assert [o.reply for o in out] == ["batched a", "batched b", "alone c", "batched d"]
+    assert [o.name for o in out] == list("abcd")
+    assert seen == [["a", "d"], ["b"]]
+    # with a client_timeout every step is its own
+    seen.clear()
+    assert [o.reply for o in host.run(msgs, timeout=5.0)] == [f"alone {n}" for n in "abcd"]
+    assert seen == []
+
+
+def test_a_faulty_party_steps_alone_when_its_fault_is_due_and_batched_otherwise(batches):
+    """A party wrapped with a fault takes the batched path while its fault is not due (in
+    a cohort of its own: its endpoint is of another class), and a party's batched numbers
+    do not depend on its cohort, so a run whose failed step is retried repeats the run
+    without the fault bit for bit."""
+    from fedmodel.algorithms.proxal.options import ProxALOptions
+    from fedmodel.algorithms.proxal.server import run_prox_al
+    from fedmodel.runtime.faults import Fault
+
+    opts = dict(inner_solver="exact-admm", history=False)
+    ref = _model().solve("prox-al", **opts)
+    batches.clear()
+    fault = Fault("raise", round=6, kinds=("xadmm_w",))
+    res = run_prox_al(
+        _model().compile(),
+        ProxALOptions(on_failure="retry", retries=1, **opts),
+        faults={"c3": fault},
+    )
+    assert res.status == "optimal" and res.extra["retries"]
+    assert res.rounds == ref.rounds
+    np.testing.assert_array_equal(res.x, ref.x)
+    # the eleven others in one batch, c3 in its own
+    assert set(batches) == {11, 1}
