@@ -182,7 +182,7 @@ class GLMCohort:
             H += t.gram(t.w * phi_d2(t.kind, t.images(X), t.M))
         return H
 
-    def _subset(self, idx: np.ndarray) -> GLMCohort:
+    def subset(self, idx: np.ndarray) -> GLMCohort:
         """The cohort of the clients ``idx`` (views of the stacked data)."""
         sub = object.__new__(GLMCohort)
         sub.size, sub.n = len(idx), self.n
@@ -251,7 +251,7 @@ class GLMCohort:
             active = active[iters[active] < max_iter]
             if not active.size:
                 break
-            sub = self if active.size == self.size else self._subset(active)
+            sub = self if active.size == self.size else self.subset(active)
             Xa, Ca, Sa, Ga = X[active], C[active], S[active], G[active]
             H = sub.hessian(Xa) + Sa[:, None, None] * eye
             step = -np.linalg.solve(H, Ga[:, :, None])[:, :, 0]
@@ -268,7 +268,7 @@ class GLMCohort:
                 t[todo] *= 0.5
                 idx = np.flatnonzero(todo)
                 trial = Xa[idx] + t[idx, None] * step[idx]
-                v2, g2 = objective(sub._subset(idx), trial, Ca[idx], Sa[idx])
+                v2, g2 = objective(sub.subset(idx), trial, Ca[idx], Sa[idx])
                 new_X[idx], new_v[idx], new_G[idx] = trial, v2, g2
                 ok = v2 <= vals[active[idx]] + 1e-4 * t[idx] * slope[idx]
                 todo[idx[ok]] = False

@@ -73,6 +73,26 @@ from fedmodel.compiler.partition import PartyProgram
 from fedmodel.subproblems.merit import MeritProblem, SolveReport
 
 
+def evaluations_agree(reference, value_grad, rtol: float = 1e-8) -> bool:
+    """Whether ``value_grad = (value, gradient)`` of a GLM form equals ``reference`` (the
+    model's own evaluator's) to ``rtol`` relative to the reference's largest magnitude (at
+    least 1): the check before a GLM form is trusted in place of the evaluator.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> evaluations_agree((2.0, np.ones(2)), (2.0 + 1e-12, np.ones(2))), evaluations_agree(
+    ...     (2.0, np.ones(2)), (2.1, np.ones(2)))
+    (True, False)
+    """
+    val, g = reference[0], np.asarray(reference[1], dtype=float)
+    scale = max(1.0, abs(val), float(np.abs(g).max(initial=0.0)))
+    return bool(
+        abs(val - value_grad[0]) <= rtol * scale
+        and np.abs(g - value_grad[1]).max(initial=0.0) <= rtol * scale
+    )
+
+
 class _PartyGLM:
     """One party's objective and constraints in GLM form (linear constraints stacked)."""
 
@@ -1089,10 +1109,7 @@ class NewtonSolver:
         or with ``reference = (value, gradient)`` from it; hand over to L-BFGS if they
         disagree."""
         val, g = self.problem.smooth_value_grad(st.x) if reference is None else reference
-        scale = max(1.0, abs(val), float(np.abs(g).max(initial=0.0)))
-        ok = abs(val - st.val) <= 1e-8 * scale and np.abs(g - st.g).max(initial=0.0) <= (
-            1e-8 * scale
-        )
+        ok = evaluations_agree((val, g), (st.val, st.g))
         if not ok:
             self._disagree()
         return ok

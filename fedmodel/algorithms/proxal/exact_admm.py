@@ -78,7 +78,7 @@ from fedmodel.runtime.schema import Field, MessageSpec
 from fedmodel.subproblems.batched_glm import GLMCohort, glm_signature
 from fedmodel.subproblems.conic_prox import exact_prox_solver, internal_rows
 from fedmodel.subproblems.merit import set_deadline, step_deadline
-from fedmodel.subproblems.newton import party_glm
+from fedmodel.subproblems.newton import evaluations_agree, party_glm
 
 _UNSET = object()
 
@@ -881,18 +881,15 @@ def _cross_check(parts: list[ExactClient], cohort: GLMCohort, X: np.ndarray) -> 
     if not new:
         return
     idx = np.array(new)
-    sub = cohort if idx.size == cohort.size else cohort._subset(idx)
+    sub = cohort if idx.size == cohort.size else cohort.subset(idx)
     vals, grads = sub.value_grad(X[idx])
-    wrong = []
-    for k, i in enumerate(new):
-        val, g = parts[i].host.program.functions.objective_and_grad(X[i])
-        g = np.asarray(g, dtype=float)
-        scale = max(1.0, abs(val), float(np.abs(g).max(initial=0.0)))
-        if (
-            abs(val - vals[k]) > 1e-8 * scale
-            or np.abs(g - grads[k]).max(initial=0.0) > 1e-8 * scale
-        ):
-            wrong.append(parts[i])
+    wrong = [
+        parts[i]
+        for k, i in enumerate(new)
+        if not evaluations_agree(
+            parts[i].host.program.functions.objective_and_grad(X[i]), (vals[k], grads[k])
+        )
+    ]
     if wrong:
         for part in wrong:
             part._glm_key = None
