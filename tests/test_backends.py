@@ -501,3 +501,30 @@ def test_carried_factor_is_state_and_keeps_solves_exact():
     for s in (carried, twin):
         s.problem.set(sigma=sigma, center=center, mu=[np.full(prog.m_ineq, mu_scale)])
     assert np.array_equal(carried.solve(x, 1e-10).x, twin.solve(x, 1e-10).x)
+
+
+def test_newton_step_prediction_that_stops_a_step_is_forgotten():
+    """A step is not begun when the recorded step walls predict it would end after the
+    deadline; that prediction is dropped (its largest wall first), so one slow outlier
+    cannot stop every later solve of the party: once the walls are gone, a solve with its
+    deadline ahead takes its steps again."""
+    import time
+
+    model, _ = _np_client(seed=2)
+    prog = model.compile().clients[0]
+    problem = MeritProblem([prog], 4.0)
+    _set(problem, prog, np.random.default_rng(2), 0.5, 1.0)
+    solver = make_solver(problem, "newton")
+    assert isinstance(solver, NewtonSolver)
+    x0 = np.zeros(problem.n)
+    solver.solve(x0, TOL)  # (first solve: the cross-check, and the walls of real steps)
+    solver._step_walls.clear()
+    solver._step_walls.extend([5.0, 5.0, 5.0])  # an outlier a thousand times a real step
+    solver.deadline = time.perf_counter() + 1.0
+    skipped = [solver.solve(x0, TOL) for _ in range(3)]
+    assert all(r.message == "time limit" and r.iterations == 0 for r in skipped)
+    assert len(solver._step_walls) == 0
+    solver.deadline = time.perf_counter() + 1.0
+    report = solver.solve(x0, TOL)
+    assert report.message == "converged" and report.iterations > 0
+    assert report.residual <= TOL

@@ -1057,6 +1057,11 @@ class NewtonSolver:
             # predicts the next one: a dense Newton step on ~4000 variables takes ~10 s)
             predicted = statistics.median(self._step_walls) if self._step_walls else 0.0
             if self.deadline is not None and started + predicted > self.deadline:
+                # a prediction that stops a step is forgotten (its largest wall first): one
+                # slow outlier cannot skip every later step of the party, since a skipped
+                # step measures nothing that would correct it
+                if started < self.deadline and self._step_walls:
+                    self._step_walls.remove(max(self._step_walls))
                 message = "time limit"
                 break
             if it >= newton_cap:  # slow progress (non-convex terms): hand over to L-BFGS
