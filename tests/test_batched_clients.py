@@ -151,3 +151,73 @@ def test_a_faulty_party_steps_alone_when_its_fault_is_due_and_batched_otherwise(
     np.testing.assert_array_equal(res.x, ref.x)
     # the eleven others in one batch, c3 in its own
     assert set(batches) == {11, 1}
+
+
+def _clients(model, **options):
+    from fedmodel.algorithms.proxal.client import ProxALClient
+    from fedmodel.algorithms.proxal.options import ProxALOptions
+
+    progs = model.compile().clients
+    opts = ProxALOptions(**options)
+    return [ProxALClient(p, opts, rho=1.0, n_clients=len(progs)) for p in progs]
+
+
+@pytest.mark.parametrize("kind", ["ls", "logistic"])
+@pytest.mark.parametrize("at", ["generic", "near-zero"])
+def test_a_batched_evaluation_is_each_party_s_own(kind, at):
+    """The certificate's evaluation of clients of one structure from one batched value and
+    gradient: every field each party reports on its own, to rounding (the boundary
+    relief's terms too, when coordinates sit at 0)."""
+    from fedmodel.algorithms.proxal.client import ProxALClient
+
+    halves = _clients(_model(n=6, kind=kind, seed=3))
+    keys = {h.step_batch_key("evaluate") for h in halves}
+    assert len(keys) == 1 and None not in keys
+    w = np.array([0.3, -0.2, 0.1, 0.05])
+    if at == "near-zero":
+        w[[0, 2]] = [0.0, 1e-10]
+    payloads = [{"w": w, "objective_scale": 2.0} for _ in halves]
+    batched = ProxALClient._on_evaluate_batch(halves, payloads)
+    assert all(h.glm_verified for h in halves)
+    for half, got in zip(halves, batched):
+        own = half._on_evaluate(w, objective_scale=2.0)
+        assert set(got) == set(own)
+        assert ("boundary_grad" in own) == (at == "near-zero")
+        for field, value in own.items():
+            ref = np.asarray(value, dtype=float)
+            assert np.shape(got[field]) == ref.shape, field
+            tol = 1e-12 * max(1.0, float(np.abs(ref).max(initial=0.0)))
+            assert np.abs(np.asarray(got[field], dtype=float) - ref).max(initial=0.0) <= tol
+
+
+def test_only_plain_objective_parties_are_evaluated_in_a_batch():
+    """A client with a constraint, with a restricted-domain term or with batches off is
+    evaluated on its own."""
+    halves = _clients(_model(n=3, constrained=(1,)))
+    assert halves[0].step_batch_key("evaluate") is not None
+    assert halves[1].step_batch_key("evaluate") is None
+    assert halves[0].step_batch_key("report") is None
+    assert all(
+        h.step_batch_key("evaluate") is None for h in _clients(_model(n=2), batch_clients=False)
+    )
+    m = fm.Model("entropy")
+    w = m.variable(3, name="w")
+    c = m.client("c0")
+    c.minimize(-cp.sum(cp.entr(w)) + cp.sum_squares(c.data(np.eye(3), name="X") @ w))
+    assert _clients(m)[0].step_batch_key("evaluate") is None
+
+
+def test_a_run_evaluates_its_clients_in_one_batch(monkeypatch):
+    import fedmodel.algorithms.proxal.client as client_module
+
+    sizes = []
+    evaluations = client_module.plain_objective_evaluations
+
+    def spy(value_grad, X):
+        sizes.append(X.shape[0])
+        return evaluations(value_grad, X)
+
+    monkeypatch.setattr(client_module, "plain_objective_evaluations", spy)
+    res = _model(kind="logistic").solve("prox-al", history=False)
+    assert res.status == "optimal"
+    assert sizes and set(sizes) == {12}

@@ -197,13 +197,13 @@ class ClientHalf(DeclaredState):
         """What ``msg``'s step must share with other parties' to be handled with theirs in
         one batch (:meth:`handle_batch`); None (the default): this party's step runs on
         its own. The owner of ``msg.kind``'s handler decides, by defining
-        ``_on_<kind>_batch`` and ``batch_key(kind)``."""
+        ``_on_<kind>_batch`` and ``step_batch_key(kind)``."""
         if msg.channel == "local" or msg.sender != SERVER:
             return None
         owner, (handler, _) = self.handler_owner(msg.kind)
         if handler is None or not hasattr(type(owner), f"_on_{msg.kind}_batch"):
             return None
-        key = owner.batch_key(msg.kind) if hasattr(owner, "batch_key") else None
+        key = owner.step_batch_key(msg.kind) if hasattr(owner, "step_batch_key") else None
         return None if key is None else (msg.kind, key)
 
     @staticmethod

@@ -470,6 +470,72 @@ def party_evaluation(
     return out
 
 
+def plain_objective_party(program: PartyProgram) -> bool:
+    """Whether :func:`party_evaluation` of ``program`` is its objective's value and gradient
+    alone: no constraints, cones, own variables or auxiliaries, no term rewritten and
+    none with a restricted domain (so no coordinate ends its domain). Such parties'
+    evaluations can be computed many at once (:func:`plain_objective_evaluations`)."""
+    layout = program.layout
+    return not (
+        program.m_ineq
+        or program.m_eq
+        or program.m_cone
+        or layout.size > layout.n_shared
+        or _rewritten(program)
+        or program.restricted_domain
+    )
+
+
+def plain_objective_evaluations(value_grad, X: np.ndarray) -> list[dict]:
+    """:func:`party_evaluation` of parties with :func:`plain_objective_party` at the rows
+    of ``X``, from the batched ``value_grad(X) -> (values, gradients)`` of their
+    objectives (row ``i`` is party ``i``'s point and objective): the same fields, with
+    the boundary relief's terms at ``x + tau e_B`` from one more batched gradient.
+
+    Raises FloatingPointError when a value or gradient is not finite (each party is then
+    evaluated on its own, which reports such points).
+
+    Examples
+    --------
+    >>> X = np.array([[1.0, 2.0], [0.5, -1.0]])
+    >>> reports = plain_objective_evaluations(lambda Z: ((Z**2).sum(1), 2 * Z), X)
+    >>> reports[1]["objective"], reports[1]["grad"]
+    (1.25, array([ 1., -2.]))
+    """
+    X = np.asarray(X, dtype=float)
+    values, G = value_grad(X)
+    if not (np.all(np.isfinite(values)) and np.all(np.isfinite(G))):
+        raise FloatingPointError("an objective value or gradient is not finite")
+    tau = BOUNDARY_TOL * np.maximum(1.0, np.abs(X).max(axis=1, initial=0.0))
+    near = (X >= 0.0) & (X <= tau[:, None])
+    count = near.sum(axis=1)
+    relief = (count > 0) & (count <= BOUNDARY_MAX_COORDS)
+    G_plus = value_grad(X + tau[:, None] * near)[1] if relief.any() else None
+    no_rows, no_index = np.zeros(0), np.zeros(0, dtype=int)
+    reports = []
+    for i in range(X.shape[0]):
+        report = {
+            "objective": float(values[i]),
+            "grad": G[i],
+            "scale": np.abs(G[i]),
+            "owned_stationarity": 0.0,
+            "owned_scaled": 0.0,
+            "owned_index": no_index,
+            "feasibility": 0.0,
+            "feasibility_scaled": 0.0,
+            "epigraph_gap": 0.0,
+            "violation": 0.0,
+            "c_ineq": no_rows,
+            "c_eq": no_rows,
+        }
+        if relief[i]:
+            report["boundary_grad"] = G_plus[i]
+            report["boundary_scale"] = np.abs(G_plus[i])
+            report["boundary_mask"] = np.zeros(X.shape[1])
+        reports.append(report)
+    return reports
+
+
 @dataclass
 class KKTResiduals:
     """The two residuals of seed 000 Definition 1 (infinity norm).

@@ -30,16 +30,22 @@ from __future__ import annotations
 import numpy as np
 
 from fedmodel.algorithms.protocol import ClientHalf, _handler
+from fedmodel.algorithms.proxal.cohorts import check_forms, cohort_of, glm_objective
 from fedmodel.algorithms.proxal.messages import route_table
 from fedmodel.algorithms.proxal.options import ProxALOptions
 from fedmodel.algorithms.proxal.routes import LAYOUT_REFUSED, PROXAL, route_named
 from fedmodel.certificate.infeasibility import farkas_report, ray_report
-from fedmodel.certificate.kkt import party_evaluation
+from fedmodel.certificate.kkt import (
+    party_evaluation,
+    plain_objective_evaluations,
+    plain_objective_party,
+)
 from fedmodel.certificate.scale import objective_reference
 from fedmodel.compiler.glm import NotRecognised
 from fedmodel.compiler.partition import PartyProgram
 from fedmodel.runtime.secure_aggregation import SECAGG
 from fedmodel.runtime.wire import register_wire_type
+from fedmodel.subproblems.batched_glm import glm_signature
 from fedmodel.subproblems.merit import MeritProblem
 from fedmodel.subproblems.select import make_solver
 
@@ -139,6 +145,12 @@ class ProxALClient(ClientHalf):
         self.outer_mem: list[tuple[np.ndarray, np.ndarray, np.ndarray]] = []
         self.w_center: np.ndarray | None = None
         self.stats["max_residual_gap"] = 0.0
+        # its dense GLM form when it has no constraints (cohorts.glm_objective), looked up
+        # once; whether that form agreed with its evaluator, or disagreed (then it leaves
+        # every batch); the cohort it was last batched in (kept by a cohort's first client)
+        self.glm_form, self.glm_looked_up = None, False
+        self.glm_verified = self.glm_disagrees = False
+        self.glm_cohort = None
         self.use_route(route)
 
     def use_route(self, name: str) -> None:
@@ -295,6 +307,30 @@ class ProxALClient(ClientHalf):
             cone=self.cone_duals(),
             objective_scale=float(objective_scale),
         )
+
+    def step_batch_key(self, kind: str):
+        """The structure this client's certificate evaluation shares with the clients it
+        is evaluated with (:meth:`_on_evaluate_batch`), or None: the client has a dense GLM
+        form (:func:`~fedmodel.algorithms.proxal.cohorts.glm_objective`) and its evaluation
+        is that objective's value and gradient alone
+        (:func:`~fedmodel.certificate.kkt.plain_objective_party`)."""
+        if kind != "evaluate":
+            return None
+        f = glm_objective(self)
+        if f is None or not plain_objective_party(self.program):
+            return None
+        return ("glm-evaluate", glm_signature(f, rows=True))
+
+    @staticmethod
+    def _on_evaluate_batch(halves: list[ProxALClient], payloads: list[dict]) -> list[dict]:
+        """:meth:`_on_evaluate` of every client of ``halves`` (clients of one
+        :meth:`step_batch_key`) from one batched value and gradient of their objectives
+        (:func:`~fedmodel.certificate.kkt.plain_objective_evaluations`); changes no
+        client's state but the one-time check of its GLM form."""
+        X = np.stack([np.asarray(pl["w"], dtype=float) for pl in payloads])
+        cohort = cohort_of(halves)
+        check_forms(halves, cohort, X)
+        return plain_objective_evaluations(cohort.value_grad, X)
 
     def _on_farkas(self, w):
         """This client's share of the Farkas certificate

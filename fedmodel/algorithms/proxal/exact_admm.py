@@ -59,11 +59,11 @@ import time
 from typing import Any
 
 import numpy as np
-import scipy.sparse as sp
 
 from fedmodel.algorithms.common import step_budgets
 from fedmodel.algorithms.protocol import StepReport
 from fedmodel.algorithms.proxal.anderson import AndersonState
+from fedmodel.algorithms.proxal.cohorts import check_forms, cohort_of, glm_objective
 from fedmodel.algorithms.proxal.inner import InnerClient, InnerOutcome, InnerSolver
 from fedmodel.algorithms.proxal.obstacles import (
     EXACT_MIN_EPS,
@@ -73,14 +73,10 @@ from fedmodel.algorithms.proxal.obstacles import (
     restricted_domain_party,
 )
 from fedmodel.algorithms.topology import Coordination
-from fedmodel.compiler.glm import NotRecognised
 from fedmodel.runtime.schema import Field, MessageSpec
-from fedmodel.subproblems.batched_glm import GLMCohort, glm_signature
+from fedmodel.subproblems.batched_glm import glm_signature
 from fedmodel.subproblems.conic_prox import exact_prox_solver, internal_rows
 from fedmodel.subproblems.merit import set_deadline, step_deadline
-from fedmodel.subproblems.newton import evaluations_agree, party_glm
-
-_UNSET = object()
 
 #: residual balancing keeps sigma within [start / SIGMA_RANGE, start * SIGMA_RANGE]
 SIGMA_RANGE = 1e3
@@ -745,9 +741,6 @@ class ExactClient(InnerClient):
         self.u: np.ndarray | None = None
         self._exact_solver = None
         self._hard_rows = internal_rows(host.problem)
-        self._glm_key: Any = _UNSET  # (batch_key's answer, found once)
-        self._cohort: tuple[tuple[int, ...], GLMCohort] | None = None
-        self._glm_verified = False  # (its GLM form agreed with its evaluator once)
 
     def hard_rows(self):
         return self._hard_rows
@@ -798,40 +791,23 @@ class ExactClient(InnerClient):
         return {"x": self.u[:ns].copy()}
 
     # -- many clients' steps at once ------------------------------------------------------
-    def batch_key(self, kind: str) -> Any:
+    def step_batch_key(self, kind: str) -> Any:
         """The structure this client's ``xadmm_w`` step shares with the clients it is
-        batched with (:meth:`_on_xadmm_w_batch`), or None: batches are on
-        (``batch_clients``), the party has no constraints, cones or own block, its
-        objective has a GLM form with dense data, and its steps use the library's own
-        backend (``solver`` "auto" or "newton")."""
-        if kind != "xadmm_w":
-            return None
-        if self._glm_key is _UNSET:
-            self._glm_key = self._find_glm_key()
-        return self._glm_key
-
-    def _find_glm_key(self) -> Any:
+        batched with (:meth:`_on_xadmm_w_batch`), or None: the client has a dense GLM form
+        and no constraints (:func:`~fedmodel.algorithms.proxal.cohorts.glm_objective`) and
+        its steps use the library's own backend (``solver`` "auto" or "newton")."""
         h = self.host
-        prog = h.program
-        if not h.options.batch_clients or h.solver_option not in ("auto", "newton"):
-            return None
-        if h.owned or prog.m_ineq or prog.m_eq or prog.m_cone:
+        if kind != "xadmm_w" or h.solver_option not in ("auto", "newton"):
             return None
         if not h.problem.regularizer.is_zero:
             return None
-        try:
-            form = party_glm(prog)
-        except NotRecognised:
-            return None
-        f = form.f
-        if f is None or form.ineq or form.eq or any(sp.issparse(t.A) for t in f.terms):
-            return None
-        return ("glm-prox", glm_signature(f, rows=True))
+        f = glm_objective(h)
+        return None if f is None else ("glm-prox", glm_signature(f, rows=True))
 
     @staticmethod
     def _on_xadmm_w_batch(parts: list[ExactClient], payloads: list[dict]) -> list[dict]:
         """:meth:`_on_xadmm_w` of every client of ``parts`` (clients of one
-        :meth:`batch_key`) in one batched Newton solve: each client's
+        :meth:`step_batch_key`) in one batched Newton solve: each client's
         ``f_i(x) + ((p + sigma_i) / 2) ||x - center_i||^2`` (no constraints: ``P_{i,k}`` plus
         the ADMM penalty), each to its own ``tol``, from its own last point. Every input is
         checked and the solve made before any client's state changes."""
@@ -847,17 +823,11 @@ class ExactClient(InnerClient):
         centers = (p[:, None] * centers + sigma[:, None] * C) / (p + sigma)[:, None]
         X0 = np.stack([part.u if part.u is not None else h._local(c, h.theta_at_w)
                        for part, h, c in zip(parts, hosts, C)])  # fmt: skip
-        key = tuple(id(part) for part in parts)
-        cached = parts[0]._cohort
-        if cached is None or cached[0] != key:
-            cohort = GLMCohort([party_glm(h.program).f for h in hosts])
-        else:
-            cohort = cached[1]
-        _cross_check(parts, cohort, X0)
+        cohort = cohort_of(hosts)
+        check_forms(hosts, cohort, X0)
         max_iter = min(h.max_local_iter for h in hosts)
         report = cohort.prox(centers, p + sigma, X0, tol, max_iter=max_iter, deadline=deadline)
         # (nothing above changed a client; from here on nothing raises)
-        parts[0]._cohort = (key, cohort)
         replies = []
         for i, (part, h) in enumerate(zip(parts, hosts)):
             h.stats["local_solves"] += 1
@@ -869,34 +839,6 @@ class ExactClient(InnerClient):
             h.theta_at_w = part.u[h.ns :].copy()
             replies.append({"x": part.u[: h.ns].copy()})
         return replies
-
-
-def _cross_check(parts: list[ExactClient], cohort: GLMCohort, X: np.ndarray) -> None:
-    """A party's first batched step compares its GLM form's value and gradient with its
-    model's own evaluator at the starting point (as the per-party Newton backend's first
-    solve does); a party whose form disagrees leaves the batches for good (its
-    ``batch_key`` becomes None) and the batch raises, so that each message is handled on
-    its own."""
-    new = [i for i, part in enumerate(parts) if not part._glm_verified]
-    if not new:
-        return
-    idx = np.array(new)
-    sub = cohort if idx.size == cohort.size else cohort.subset(idx)
-    vals, grads = sub.value_grad(X[idx])
-    wrong = [
-        parts[i]
-        for k, i in enumerate(new)
-        if not evaluations_agree(
-            parts[i].host.program.functions.objective_and_grad(X[i]), (vals[k], grads[k])
-        )
-    ]
-    if wrong:
-        for part in wrong:
-            part._glm_key = None
-        names = ", ".join(repr(part.host.name) for part in wrong)
-        raise NotRecognised(f"the GLM form of party {names} disagrees with its evaluator")
-    for i in new:
-        parts[i]._glm_verified = True
 
 
 ExactInner.client_part = ExactClient

@@ -1,0 +1,110 @@
+"""prox-al's clients whose steps stack: the dense GLM form of an unconstrained client.
+
+A host answers the messages of parties whose steps have the same structure in one batched
+step (:meth:`~fedmodel.runtime.host.PartyHost.run`, :meth:`ClientHalf.handle_batch
+<fedmodel.algorithms.protocol.ClientHalf.handle_batch>`). In prox-al these are the clients
+with no constraints, cones or own block whose objective has a GLM form with dense data
+(:func:`~fedmodel.subproblems.newton.party_glm`): their exact-admm steps
+(:meth:`~fedmodel.algorithms.proxal.exact_admm.ExactClient._on_xadmm_w_batch`) and their
+certificate evaluations (:meth:`~fedmodel.algorithms.proxal.client.ProxALClient._on_evaluate_batch`)
+run on one :class:`~fedmodel.subproblems.batched_glm.GLMCohort`. This module holds what
+both need: which form a client has (:func:`glm_objective`), the check of that form against
+the model's own evaluator at a client's first batched use (:func:`check_forms`: a client
+whose form disagrees leaves every batch for good), and the cohort of a list of clients,
+built once and reused while the host groups the same clients (:func:`cohort_of`).
+
+Examples
+--------
+>>> import numpy as np, cvxpy as cp
+>>> import fedmodel as fm
+>>> model = fm.Model()
+>>> w = model.variable(3, name="w")
+>>> site = model.client("a")
+>>> site.minimize(cp.sum_squares(site.data(np.eye(3), name="X") @ w - 1))
+>>> prog = model.compile().clients[0]
+>>> unconstrained_glm(prog).n
+3
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import scipy.sparse as sp
+
+from fedmodel.compiler.glm import NotRecognised
+from fedmodel.compiler.partition import PartyProgram
+from fedmodel.subproblems.batched_glm import GLMCohort
+from fedmodel.subproblems.newton import evaluations_agree, party_glm
+
+
+def unconstrained_glm(program: PartyProgram):
+    """The GLM form (:class:`~fedmodel.compiler.glm.GLMFunction`) of ``program``'s
+    objective when the party has no constraints, no cones and no own variables and every
+    term of the form has dense data; None otherwise."""
+    if program.m_ineq or program.m_eq or program.m_cone:
+        return None
+    if program.layout.size > program.layout.n_shared:
+        return None
+    try:
+        form = party_glm(program)
+    except NotRecognised:
+        return None
+    f = form.f
+    if f is None or form.ineq or form.eq or any(sp.issparse(t.A) for t in f.terms):
+        return None
+    return f
+
+
+def glm_objective(host) -> Any:
+    """The client's :func:`unconstrained_glm` form while batches are on
+    (``batch_clients``) and its form has not disagreed with its evaluator; None
+    otherwise. Found once per client."""
+    if not host.options.batch_clients or host.glm_disagrees:
+        return None
+    if not host.glm_looked_up:
+        host.glm_form = unconstrained_glm(host.program)
+        host.glm_looked_up = True
+    return host.glm_form
+
+
+def cohort_of(hosts: list) -> GLMCohort:
+    """The stacked forms of ``hosts`` (clients with a :func:`glm_objective` of one
+    signature), built once and kept by the first client while the same clients are
+    grouped."""
+    key = tuple(id(h) for h in hosts)
+    cached = hosts[0].glm_cohort
+    if cached is not None and cached[0] == key:
+        return cached[1]
+    cohort = GLMCohort([h.glm_form for h in hosts])
+    hosts[0].glm_cohort = (key, cohort)
+    return cohort
+
+
+def check_forms(hosts: list, cohort: GLMCohort, X: np.ndarray) -> None:
+    """A client's first batched use compares its GLM form's value and gradient at its row
+    of ``X`` with its model's own evaluator (as the per-party Newton backend's first solve
+    does, :func:`~fedmodel.subproblems.newton.evaluations_agree`). A client whose form
+    disagrees leaves the batches for good and NotRecognised is raised, so that each
+    message is handled on its own."""
+    new = [i for i, h in enumerate(hosts) if not h.glm_verified]
+    if not new:
+        return
+    idx = np.array(new)
+    sub = cohort if idx.size == cohort.size else cohort.subset(idx)
+    vals, grads = sub.value_grad(X[idx])
+    wrong = [
+        hosts[i]
+        for k, i in enumerate(new)
+        if not evaluations_agree(
+            hosts[i].program.functions.objective_and_grad(X[i]), (vals[k], grads[k])
+        )
+    ]
+    if wrong:
+        for h in wrong:
+            h.glm_disagrees = True
+        names = ", ".join(repr(h.name) for h in wrong)
+        raise NotRecognised(f"the GLM form of party {names} disagrees with its evaluator")
+    for i in new:
+        hosts[i].glm_verified = True
