@@ -216,6 +216,8 @@ def test_every_kind_a_client_half_answers_is_declared():
     missing = []
     for cls in halves:
         kinds = {n[4:] for n, _ in inspect.getmembers(cls) if n.startswith("_on_")}
+        # (``_on_<kind>_batch`` answers many parties' ``kind`` at once: not a kind of its own)
+        kinds -= {k for k in kinds if k.endswith("_batch") and k[: -len("_batch")] in kinds}
         table = cls.messages
         assert table is not None, f"{cls.__name__} declares no message table"
         # (the kinds of secure aggregation, answered by every client half, are SECAGG's)
@@ -370,3 +372,42 @@ def test_the_runtime_checks_requests_against_the_same_declaration():
     ]
     with pytest.raises(Exception, match="'g'"):  # the reply, checked by the same table
         rt.send("a", "ping", {"w": np.ones(3)})
+
+
+def test_replies_checked_together_get_each_party_s_own_verdict():
+    """``many``: the replies to one kind checked at once refuse exactly the payloads the
+    one-by-one check refuses, with the same errors (stacked values, a party of other
+    dimensions, a payload of other fields, a non-finite entry, a bad positive scalar)."""
+    table = MessageTable(
+        "toy",
+        (
+            MessageSpec(
+                "ping",
+                reply={
+                    "g": Field(("d",)),
+                    "t": Field((), positive=True),
+                    "k": Field((), dtype="int", required=False),
+                },
+            ),
+        ),
+    )
+    dims = {"e": {"d": 3}}
+    check = table.checker(lambda name: dims.get(name, {"d": 2}))
+    good = {f"p{i}": {"g": np.full(2, float(i)), "t": 1.0 + i} for i in range(6)}
+    assert check.many(list(good), "ping", "server", list(good.values())) == {}
+    cases = dict(good)
+    cases["p1"] = {"g": np.array([0.0, np.inf]), "t": 1.0}
+    cases["p2"] = {"g": np.zeros(2), "t": -1.0}
+    cases["p3"] = {"g": np.zeros(2), "t": 1.0, "k": 2.5}
+    cases["p4"] = {"g": np.zeros(2), "t": 1.0, "k": 3}
+    cases["e"] = {"g": np.zeros(2), "t": 1.0}  # (its d is 3)
+    cases["p5"] = "not a mapping"
+    bad = check.many(list(cases), "ping", "server", list(cases.values()))
+    expected = {}
+    for name, payload in cases.items():
+        try:
+            check(name, "ping", "server", payload)
+        except InvalidReply as exc:
+            expected[name] = str(exc)
+    assert set(expected) == {"p1", "p2", "p3", "e", "p5"}
+    assert {name: str(exc) for name, exc in bad.items()} == expected

@@ -845,36 +845,70 @@ class Runtime(abc.ABC):
                 if self.reply_check is not None:
                     self.reply_check(name, msg.kind, "local", out.reply)
                 return out
-            reply = out.reply
-            if not isinstance(reply, Message):
-                raise InvalidReply(
-                    name, msg.kind, None,
-                    f"client {name!r}, reply to {msg.kind!r}: not a message "
-                    f"({type(reply).__name__})",
-                )  # fmt: skip
-            if reply.sender != name or reply.receiver != SERVER:
-                raise InvalidReply(
-                    name, msg.kind, None,
-                    f"client {name!r}, reply to {msg.kind!r}: sent as {reply.sender!r} to "
-                    f"{reply.receiver!r}",
-                )  # fmt: skip
-            if self.reply_check is not None and reply.kind != msg.kind + "_reply":
-                raise InvalidReply(
-                    name, msg.kind, None,
-                    f"client {name!r}, reply to {msg.kind!r}: of kind {reply.kind!r}",
-                )  # fmt: skip
+            self._check_envelope(msg, out.reply)
             if self.reply_check is not None:
-                self.reply_check(name, msg.kind, "server", reply.payload)
+                self.reply_check(name, msg.kind, "server", out.reply.payload)
         except InvalidReply as exc:
-            return StepOutcome(
-                name, error=exc, kind="invalid_reply", seconds=out.seconds, sent=out.sent
-            )
+            return _refused(out, exc)
         return out
+
+    def _check_envelope(self, msg: Message, reply: Any) -> None:
+        """Raise :class:`InvalidReply` unless ``reply`` is a message from ``msg``'s
+        receiver to the server (of kind ``<kind>_reply`` when replies are checked)."""
+        name = msg.receiver
+        if not isinstance(reply, Message):
+            raise InvalidReply(
+                name, msg.kind, None,
+                f"client {name!r}, reply to {msg.kind!r}: not a message "
+                f"({type(reply).__name__})",
+            )  # fmt: skip
+        if reply.sender != name or reply.receiver != SERVER:
+            raise InvalidReply(
+                name, msg.kind, None,
+                f"client {name!r}, reply to {msg.kind!r}: sent as {reply.sender!r} to "
+                f"{reply.receiver!r}",
+            )  # fmt: skip
+        if self.reply_check is not None and reply.kind != msg.kind + "_reply":
+            raise InvalidReply(
+                name, msg.kind, None,
+                f"client {name!r}, reply to {msg.kind!r}: of kind {reply.kind!r}",
+            )  # fmt: skip
 
     def _vet_all(
         self, msgs: list[Message], outcomes: dict[str, StepOutcome]
     ) -> dict[str, StepOutcome]:
-        return {m.receiver: self._vet(m, outcomes[m.receiver]) for m in msgs}
+        """:meth:`_vet` of every message's outcome, the payloads of the replies to one kind
+        checked together (:meth:`~fedmodel.runtime.schema.ReplyChecker.many`: the same
+        verdicts and errors, stacked where the replies have one shape)."""
+        many = getattr(self.reply_check, "many", None)
+        if many is None:
+            return {m.receiver: self._vet(m, outcomes[m.receiver]) for m in msgs}
+        vetted: dict[str, StepOutcome] = {}
+        replies: dict[str, list[tuple[Message, StepOutcome]]] = {}
+        for m in msgs:
+            out = _as_invalid(outcomes[m.receiver])
+            if not out.ok or m.channel == "local":
+                vetted[m.receiver] = self._vet(m, out)
+                continue
+            try:
+                self._check_envelope(m, out.reply)
+            except InvalidReply as exc:
+                vetted[m.receiver] = _refused(out, exc)
+                continue
+            replies.setdefault(m.kind, []).append((m, out))
+        for kind, group in replies.items():
+            names = [m.receiver for m, _ in group]
+            bad = many(names, kind, "server", [out.reply.payload for _, out in group])
+            for name, (_, out) in zip(names, group):
+                vetted[name] = _refused(out, bad[name]) if name in bad else out
+        return {m.receiver: vetted[m.receiver] for m in msgs}
+
+
+def _refused(out: StepOutcome, exc: InvalidReply) -> StepOutcome:
+    """The failure of a step whose reply was refused."""
+    return StepOutcome(
+        out.name, error=exc, kind="invalid_reply", seconds=out.seconds, sent=out.sent
+    )
 
 
 def _as_outcome(msg: Message, value: Any) -> StepOutcome:

@@ -350,6 +350,106 @@ class MessageSpec:
         return None
 
 
+class ReplyChecker:
+    """The runtime's check of what parties send (:meth:`MessageTable.checker`): called as
+    a :data:`ReplyCheck` for one payload, or :meth:`many` for the replies of many parties
+    to one request.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> table = MessageTable("toy", (MessageSpec("ping", reply={"g": Field(("d",))}),))
+    >>> check = table.checker(lambda name: {"d": 2})
+    >>> bad = check.many(["a", "b"], "ping", "server", [{"g": np.zeros(2)}, {"g": np.ones(3)}])
+    >>> list(bad), str(bad["b"])
+    (['b'], "client 'b', reply to 'ping': field 'g' has shape (3,), expected (d=2,)")
+    """
+
+    def __init__(self, table: MessageTable, dims: Callable[[str], Mapping[str, int]]):
+        self.table = table
+        self._dims_of = dims
+        self._dims: dict[str, Mapping[str, int]] = {}
+        self._dims_key: dict[str, tuple] = {}
+
+    def dims(self, party: str) -> Mapping[str, int]:
+        """The dimensions of ``party`` (computed once)."""
+        if party not in self._dims:
+            d = self._dims_of(party)
+            self._dims[party] = d
+            self._dims_key[party] = tuple(sorted(d.items()))
+        return self._dims[party]
+
+    def __call__(self, party: str, kind: str, direction: str, payload: Any) -> None:
+        self.table.validate(party, kind, direction, payload, self.dims)
+
+    def many(
+        self, parties: list[str], kind: str, direction: str, payloads: list[Any]
+    ) -> dict[str, InvalidReply]:
+        """The check of ``payloads[i]`` sent by ``parties[i]``, for all of them: the parties
+        whose payload is refused, each with the error its own check raises. Payloads of
+        parties with the same dimensions and field names are checked together: one
+        payload in full, then each field's values at once when they are arrays of one
+        dtype and shape (or floats): one bound and sign test of the stacked values instead
+        of one per party; anything else, and any group in which something is refused, is
+        checked payload by payload."""
+        bad: dict[str, InvalidReply] = {}
+        groups: dict[tuple, list[int]] = {}
+        for i, (party, payload) in enumerate(zip(parties, payloads)):
+            self.dims(party)
+            if isinstance(payload, Mapping):
+                groups.setdefault((self._dims_key[party], tuple(payload)), []).append(i)
+            else:
+                groups[("one", i)] = [i]
+        for members in groups.values():
+            if len(members) > 1 and self._stacked_ok(
+                [parties[i] for i in members], kind, direction, [payloads[i] for i in members]
+            ):
+                continue
+            for i in members:
+                try:
+                    self(parties[i], kind, direction, payloads[i])
+                except InvalidReply as exc:
+                    bad[parties[i]] = exc
+        return bad
+
+    def _stacked_ok(self, parties, kind, direction, payloads) -> bool:
+        """Whether every payload of one group (same dimensions, same field names) passes,
+        decided from the first payload's full check and the stacked values of the others;
+        False when anything is refused or cannot be decided stacked."""
+        try:
+            self(parties[0], kind, direction, payloads[0])
+        except InvalidReply:
+            return False
+        spec = self.table[kind]
+        fields = spec.request if direction == "peer" else spec.reply
+        d = self.dims(parties[0])
+        first = payloads[0]
+        for name, rep in first.items():
+            field = fields.get(name, spec.extra)
+            if field is None or field.dtype not in ("float", "int", "bool"):
+                return False
+            values = [payload[name] for payload in payloads]
+            if type(rep) is np.ndarray:
+                if not all(
+                    type(v) is np.ndarray and v.shape == rep.shape and v.dtype == rep.dtype
+                    for v in values
+                ):
+                    return False
+                stacked = np.stack(values)
+            elif type(rep) in (float, int) and all(type(v) is type(rep) for v in values):
+                stacked = np.array(values)
+            else:
+                if any(field.check(v, d) for v in values):
+                    return False
+                continue
+            if field.finite and stacked.dtype.kind == "f" and stacked.size:
+                if not float(np.abs(stacked).max()) <= field.max_abs:
+                    return False
+            if field.positive and stacked.size and not bool(np.all(stacked > 0)):
+                return False
+        return True
+
+
 def opt_in_refusal(
     party: str, what: str, needed: Mapping[str, str], enabled: Iterable[str] | None
 ) -> str | None:
@@ -589,20 +689,10 @@ class MessageTable:
             field_name = why.split("'")[1] if why.startswith(("field", "unknown")) else None
             raise InvalidReply(party, kind, field_name, f"{where}: {why}")
 
-    def checker(self, dims: Callable[[str], Mapping[str, int]]) -> ReplyCheck:
+    def checker(self, dims: Callable[[str], Mapping[str, int]]) -> ReplyChecker:
         """The runtime's :data:`ReplyCheck` for this table, with ``dims(party)`` the
         dimensions of one party (computed once per party)."""
-        cache: dict[str, Mapping[str, int]] = {}
-
-        def party_dims(name: str) -> Mapping[str, int]:
-            if name not in cache:
-                cache[name] = dims(name)
-            return cache[name]
-
-        def check(party: str, kind: str, direction: str, payload: Any) -> None:
-            self.validate(party, kind, direction, payload, party_dims)
-
-        return check
+        return ReplyChecker(self, dims)
 
     # -- privacy -----------------------------------------------------------------------------
     def privacy_rows(
