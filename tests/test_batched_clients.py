@@ -221,3 +221,29 @@ def test_a_run_evaluates_its_clients_in_one_batch(monkeypatch):
     res = _model(kind="logistic").solve("prox-al", history=False)
     assert res.status == "optimal"
     assert sizes and set(sizes) == {12}
+
+
+@pytest.mark.parametrize("kind", ["ls", "logistic"])
+def test_a_batched_start_is_each_party_s_own(kind):
+    """``start`` of clients of one structure: each client's share of the objective's scale
+    from one batched computation equals its own ``objective_reference`` (to rounding), and
+    each client's route starts as on its own."""
+    from fedmodel.algorithms.proxal.client import ProxALClient
+    from fedmodel.certificate.scale import objective_reference
+
+    halves = _clients(_model(n=5, kind=kind, seed=4))
+    for h in halves:
+        h.use_route("exact-admm")
+    w = np.array([0.2, 0.0, -0.4, 1.5])
+    replies = ProxALClient._on_start_batch(halves, [{"w": w} for _ in halves])
+    for h, reply in zip(halves, replies):
+        own = objective_reference(h.program, w)
+        assert abs(reply["objective_reference"] - own) <= 1e-12 * own
+        assert reply["exact"] is True and np.array_equal(h.w_center, w)
+    probing = _clients(_model(n=2, kind=kind))
+    assert probing[0].route.probes or probing[0].step_batch_key("start") is not None
+    for h in probing:
+        h.use_route("quasi-newton")
+    assert probing[0].step_batch_key("start") is None
+    with pytest.raises(ValueError, match="probes"):
+        ProxALClient._on_start_batch(probing, [{"w": w} for _ in probing])

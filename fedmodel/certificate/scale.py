@@ -130,6 +130,33 @@ def objective_reference(program: PartyProgram, x0: np.ndarray) -> float:
     return max(curvature, user) if np.isfinite(user) else curvature
 
 
+def plain_objective_references(value_grad, X: np.ndarray) -> np.ndarray:
+    """:func:`objective_reference` of parties whose evaluation is their objective's value
+    and gradient alone (:func:`~fedmodel.certificate.kkt.plain_objective_party`: no
+    auxiliaries, so the user's gradient is the objective's), at the rows of ``X``, from
+    two calls of their batched ``value_grad(X) -> (values, gradients)``: ``S_i = max(
+    ||g_i(x_i)||_inf, ||g_i(x_i + delta_i 1) - g_i(x_i)||_inf / delta_i)``, 0 where the
+    gradient at ``x_i`` is not finite.
+
+    Examples
+    --------
+    >>> plain_objective_references(lambda Z: ((Z**2).sum(1), 2 * Z), np.array([[0.5, -3.0]]))
+    array([6.])
+    """
+    X = np.asarray(X, dtype=float)
+    delta = CURVATURE_STEP * np.maximum(1.0, np.abs(X).max(axis=1, initial=0.0))
+    with np.errstate(all="ignore"):
+        G0 = value_grad(X)[1]
+        G1 = value_grad(X + delta[:, None])[1]
+    finite0 = np.all(np.isfinite(G0), axis=1)
+    finite1 = np.all(np.isfinite(G1), axis=1)
+    ref = np.where(
+        finite0, np.abs(np.where(finite0[:, None], G0, 0.0)).max(axis=1, initial=0.0), 0.0
+    )
+    step = np.abs(np.where((finite0 & finite1)[:, None], G1 - G0, 0.0)).max(axis=1, initial=0.0)
+    return np.maximum(ref, step / delta)
+
+
 def regularizer_reference(regularizer: Regularizer, x0: np.ndarray) -> float:
     """``h``'s share of ``S``: its subgradient scale at ``x0`` and that scale's change per
     unit step along ``1`` (``2 sumsq`` for a squared norm)."""

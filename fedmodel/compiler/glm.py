@@ -151,8 +151,9 @@ def _affine_multiply(expr, layout: VariableLayout, shape: tuple) -> Affine | Non
         raise NotRecognised("broadcast multiply")
     if c.size == 1:
         return Affine(_dense_or_sparse(c[0] * p.A), c[0] * p.b, shape)
-    D = sp.diags(c)
-    return Affine(_dense_or_sparse(D @ p.A), c * p.b, shape)
+    if sp.issparse(p.A):
+        return Affine(_dense_or_sparse(sp.diags(c) @ p.A), c * p.b, shape)
+    return Affine(c[:, None] * p.A, c * p.b, shape)  # (row i scaled by c_i, as diag(c) A)
 
 
 @AFFINE_MAPS.register("DivExpression")
@@ -217,7 +218,9 @@ def affine_map(expr: cp.Expression, layout: VariableLayout) -> Affine:
     if isinstance(expr, cp.Variable):
         s = layout.slice_of(expr)
         m = s.stop - s.start
-        A = sp.csr_matrix((np.ones(m), (np.arange(m), np.arange(s.start, s.stop))), shape=(m, N))
+        # (CSR arrays written directly: row i holds a 1 in column s.start + i)
+        cols = np.arange(s.start, s.stop, dtype=np.int32)
+        A = sp.csr_matrix((np.ones(m), cols, np.arange(m + 1, dtype=np.int32)), shape=(m, N))
         return Affine(A, np.zeros(m), shape)
     if expr.is_constant():
         if expr.parameters():

@@ -40,7 +40,7 @@ from fedmodel.certificate.kkt import (
     plain_objective_evaluations,
     plain_objective_party,
 )
-from fedmodel.certificate.scale import objective_reference
+from fedmodel.certificate.scale import objective_reference, plain_objective_references
 from fedmodel.compiler.glm import NotRecognised
 from fedmodel.compiler.partition import PartyProgram
 from fedmodel.runtime.secure_aggregation import SECAGG
@@ -309,17 +309,41 @@ class ProxALClient(ClientHalf):
         )
 
     def step_batch_key(self, kind: str):
-        """The structure this client's certificate evaluation shares with the clients it
-        is evaluated with (:meth:`_on_evaluate_batch`), or None: the client has a dense GLM
-        form (:func:`~fedmodel.algorithms.proxal.cohorts.glm_objective`) and its evaluation
-        is that objective's value and gradient alone
-        (:func:`~fedmodel.certificate.kkt.plain_objective_party`)."""
-        if kind != "evaluate":
+        """The structure this client's ``start`` or certificate evaluation shares with the
+        clients it is batched with (:meth:`_on_start_batch`, :meth:`_on_evaluate_batch`),
+        or None: the client has a dense GLM form
+        (:func:`~fedmodel.algorithms.proxal.cohorts.glm_objective`), its evaluation is that
+        objective's value and gradient alone
+        (:func:`~fedmodel.certificate.kkt.plain_objective_party`), and for ``start`` its
+        route does not probe."""
+        if kind not in ("start", "evaluate") or (kind == "start" and self.route.probes):
             return None
         f = glm_objective(self)
         if f is None or not plain_objective_party(self.program):
             return None
-        return ("glm-evaluate", glm_signature(f, rows=True))
+        return ("glm-plain", glm_signature(f, rows=True))
+
+    @staticmethod
+    def _on_start_batch(halves: list[ProxALClient], payloads: list[dict]) -> list[dict]:
+        """:meth:`_on_start` of every client of ``halves`` (clients of one
+        :meth:`step_batch_key`), their shares of the objective's scale from one batched
+        computation (:func:`~fedmodel.certificate.scale.plain_objective_references`).
+        Every input is checked before any client's state changes."""
+        routes = [pl.get("inner") or h.route_name for h, pl in zip(halves, payloads)]
+        if any(route_named(r).probes for r in routes):
+            raise ValueError("a route that probes starts one client at a time")
+        X = np.stack([np.asarray(pl["w"], dtype=float) for pl in payloads])
+        cohort = cohort_of(halves)
+        check_forms(halves, cohort, X)
+        references = plain_objective_references(cohort.value_grad, X)
+        replies = []
+        for h, pl, route, reference in zip(halves, payloads, routes, references):
+            if route != h.route_name:  # (the server fell back)
+                h.use_route(route)
+            request = {k: v for k, v in pl.items() if k not in ("w", "inner")}
+            start = h.inner.start(pl["w"], **request)
+            replies.append({**start, "objective_reference": float(reference)})
+        return replies
 
     @staticmethod
     def _on_evaluate_batch(halves: list[ProxALClient], payloads: list[dict]) -> list[dict]:

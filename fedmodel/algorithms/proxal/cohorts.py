@@ -77,7 +77,10 @@ def cohort_of(hosts: list) -> GLMCohort:
     cached = hosts[0].glm_cohort
     if cached is not None and cached[0] == key:
         return cached[1]
-    cohort = GLMCohort([h.glm_form for h in hosts])
+    forms = [glm_objective(h) for h in hosts]
+    if any(f is None for f in forms):
+        raise NotRecognised("a client without a dense unconstrained GLM form in a cohort")
+    cohort = GLMCohort(forms)
     hosts[0].glm_cohort = (key, cohort)
     return cohort
 
