@@ -246,8 +246,12 @@ class Runtime(abc.ABC):
         names = (
             self.client_names if wanted is None else [n for n in self.client_names if n in wanted]
         )
-        payloads = {n: payload(n) if callable(payload) else payload for n in names}
-        channels = {n: self._outgoing(kind, payloads[n], channel) for n in names}
+        if callable(payload):
+            payloads = {n: payload(n) for n in names}
+            channels = {n: self._outgoing(kind, payloads[n], channel) for n in names}
+        else:  # (one payload: checked once)
+            payloads = dict.fromkeys(names, payload)
+            channels = dict.fromkeys(names, self._outgoing(kind, payload, channel))
         msgs = [Message(kind, SERVER, n, payloads[n], self.round, channels[n]) for n in names]
         return self._exchange(msgs)
 

@@ -68,6 +68,24 @@ def _shape(v: Any) -> tuple[int, ...]:
     return tuple(np.shape(v))
 
 
+def _measure(payload: dict[str, Any]) -> tuple[dict[str, tuple[int, ...]], int]:
+    """The shape of every field of ``payload`` and the number of floats it carries (a
+    None field none): :meth:`Message.shapes` and :attr:`Message.floats` in one pass."""
+    shapes, floats = {}, 0
+    for k, v in payload.items():
+        if type(v) is np.ndarray:
+            shapes[k] = v.shape
+            floats += v.size
+        elif type(v) is float or type(v) is int:
+            shapes[k] = ()
+            floats += 1
+        else:
+            shapes[k] = _shape(v)
+            if v is not None:
+                floats += _size(v)
+    return shapes, floats
+
+
 @dataclass
 class Ledger:
     """Record of every message: round, sender, receiver, kind, shapes, floats."""
@@ -75,11 +93,7 @@ class Ledger:
     rows: list[dict[str, Any]] = field(default_factory=list)
 
     def record(self, msg: Message) -> None:
-        shapes, floats = {}, 0
-        for k, v in msg.payload.items():
-            shapes[k] = _shape(v)
-            if v is not None:
-                floats += _size(v)
+        shapes, floats = _measure(msg.payload)
         self.rows.append(
             {
                 "round": msg.round,

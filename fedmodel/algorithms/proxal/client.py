@@ -27,6 +27,8 @@ gradient of ``P_{i,k}`` in its block, the ``outer`` reply carries
 
 from __future__ import annotations
 
+import functools
+
 import numpy as np
 
 from fedmodel.algorithms.protocol import ClientHalf, _handler
@@ -158,7 +160,7 @@ class ProxALClient(ClientHalf):
         self.route_name = name
         self.route = route_named(name)
         self.inner = self.route.client_part(self)
-        self.messages = route_table(self.route).merged(SECAGG)
+        self.messages = _client_table(name)
 
     def handler_owner(self, kind: str):
         """The route's client part answers its own round kinds."""
@@ -385,6 +387,13 @@ class ProxALClient(ClientHalf):
         if self.owned:  # the final write-back of the own block to the caller's variables
             out["owned"] = self.theta_at_w.copy()
         return out
+
+
+@functools.cache
+def _client_table(route_name: str):
+    """What a client of route ``route_name`` answers: the route's table and secure
+    aggregation's (one table per route, shared by the clients)."""
+    return route_table(route_named(route_name)).merged(SECAGG)
 
 
 def kkt_feasibility(ci, ce, mu, hard_i=False, hard_e=False) -> dict[str, float]:
