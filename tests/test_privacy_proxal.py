@@ -219,7 +219,8 @@ def test_the_privacy_table_says_what_is_masked():
             assert fields == set(r["masked"]) | set(r["clear"]), r["kind"]
     text = privacy_text(compiled, "prox-al", secure_aggregation=True)
     assert "[masked: value, grad, hvp]" in text
-    assert "[clear: dmu_inf, violation, complementarity]" in text
+    assert "[clear: dmu_inf, violation, complementarity; under dp in the noised sum]" in text
+    assert "[clear, also under dp: accepted, why]" in text
     assert "[masked: value, grad, hvp]" in least_squares().summary(
         print_=False, secure_aggregation=True
     )

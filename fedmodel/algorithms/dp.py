@@ -9,7 +9,9 @@ round on Google's ``dp-accounting`` RDP accountant, runs the certificate round o
 (:meth:`PrivacyPlan.evaluate`) and reports what the run guaranteed (``res.privacy``).
 
 **Differential privacy** is client-level, on the aggregated messages: each client's
-vector of sum-only fields is clipped to norm ``clip`` (scaled by its aggregation weight),
+vector of sum-only fields (in prox-al also its numeric clear scalars:
+:attr:`~fedmodel.runtime.schema.Field.dp_summed`) is clipped to norm ``clip`` (scaled by
+its aggregation weight),
 and Gaussian noise of standard deviation ``noise_multiplier * clip`` is added to the sum
 -- by the server without secure aggregation (the released iterates and result are
 private; the server, which sees each clipped message, is trusted), and by the clients in
@@ -17,7 +19,8 @@ shares under secure aggregation (no party sees an unnoised sum). Every noised su
 Gaussian mechanism of sensitivity ``clip`` (add or remove one client); the accountant
 composes them, and a run whose next round and certificate would exceed ``epsilon`` stops
 with status ``"budget_spent"``. The noise multiplier, unless given, is the smallest whose
-``max_rounds`` rounds and one certificate round compose to ``epsilon``.
+``max_rounds`` rounds (prox-al: ``max_outer`` sums) and one certificate round compose to
+``epsilon``.
 
 Examples
 --------
@@ -70,7 +73,8 @@ class DP:
         The target: the run never spends more (``epsilon=inf``: clipping, no noise).
     clip : float
         Largest norm of one client's contribution to a sum (its model update in fedavg /
-        fedprox, before its aggregation weight).
+        fedprox, before its aggregation weight; in prox-al its whole numeric reply to a
+        round: value, gradient, products and clear scalars together).
     noise_multiplier : float, optional
         Noise standard deviation over ``clip``; by default the smallest that lets
         ``max_rounds`` rounds and the certificate fit in ``epsilon``.

@@ -211,13 +211,11 @@ def split_reply(
 ) -> tuple[np.ndarray, dict[str, int], dict[str, float]]:
     """A reply of ``spec``'s kind as the vector of its sum-only fields (declared order; an
     absent optional one is 0 for a scalar, else empty -- sizes travel in ``sizes``), their
-    sizes, and its unmasked scalars (``summed_clear``: the numeric ones join the vector
-    instead; a flag or a reason, such as a route's ``accepted`` and ``why``, stays in the
-    clear)."""
+    sizes, and its unmasked scalars (``summed_clear``, under dp: those of
+    :attr:`~fedmodel.runtime.schema.Field.dp_summed` join the vector instead)."""
     parts, sizes, clear = [], {}, {}
     for name, f in spec.reply.items():
-        numeric = f.dtype in ("float", "int")
-        if f.sum_only or (summed_clear and f.unmasked and numeric):
+        if f.dp_summed if summed_clear else f.sum_only:
             absent = np.zeros(1 if f.shape == () else 0)
             value = np.ravel(np.asarray(reply.get(name, absent), dtype=float))
             parts.append(value)

@@ -362,7 +362,9 @@ class ProxALServer(ServerHalf):
         w_new = outcome.w
         if not np.all(np.isfinite(w_new)) or np.abs(w_new).max() > opts.divergence_limit:
             return self.blow_up(runtime, k, w_new)
-        if outcome.stalled:
+        # (under dp a line search stalls on the noise or the clipping's bias: the outer
+        # iteration goes on from w^k, and the budget ends the run)
+        if outcome.stalled and getattr(self.privacy, "dp", None) is None:
             self.x = w_new
             # (exact-admm's consensus gap settled: the Farkas certificate may confirm it)
             try_it = self.convex and self.proximal and self.may_be_infeasible and opts.monitor
