@@ -98,14 +98,17 @@ def main() -> None:
     ap.add_argument("--prox-beta", type=float, default=0.1)
     ap.add_argument("--penalty", type=float, default=10.0, help="fedavg's constraint penalty")
     ap.add_argument("--render", action="store_true", help="tables and plot from the json")
+    ap.add_argument(
+        "--suffix", default="", help="of the output files (a side grid: docs/privacy.md untouched)"
+    )
     args = ap.parse_args()
     delta = 1.0 / 400
     if args.render:
-        rows = json.loads((HERE / "results_dp_proxal.json").read_text())
+        rows = json.loads((HERE / f"results_dp_proxal{args.suffix}.json").read_text())
         for r in rows:  # (the JSON keeps the epsilons as numbers, inf as Infinity)
             r["epsilon"] = None if r["epsilon"] is None else float(r["epsilon"])
         write(rows, args, delta)
-        plot(rows)
+        plot(rows, args.suffix)
         return
     ds = adult()
     T = args.sums
@@ -150,9 +153,11 @@ def main() -> None:
                              seconds=time.perf_counter() - t0)
                     )  # fmt: skip
                     print(rows[-1], flush=True)
-    (HERE / "results_dp_proxal.json").write_text(json.dumps(rows, indent=1, default=str))
+    (HERE / f"results_dp_proxal{args.suffix}.json").write_text(
+        json.dumps(rows, indent=1, default=str)
+    )
     write(rows, args, delta)
-    plot(rows)
+    plot(rows, args.suffix)
 
 
 def span(vals, fmt):
@@ -171,7 +176,8 @@ def header(args, delta) -> list[str]:
         "# prox-al and DP-FedAvg under client-level differential privacy",
         "",
         f"`nice python benchmarks/dp_proxal.py --sums {args.sums} --seeds {args.seeds} "
-        f"--clip {args.clip} --fedavg-clip {args.fedavg_clip} --prox-beta {args.prox_beta} "
+        + (f"--suffix {args.suffix} " if args.suffix else "")
+        + f"--clip {args.clip} --fedavg-clip {args.fedavg_clip} --prox-beta {args.prox_beta} "
         f"--penalty {args.penalty}` ({today}). Every noised sum is one Gaussian mechanism "
         f"on dp-accounting's RDP accountant; each run's noise multiplier is calibrated for "
         f"T = {args.sums} sums and the certificate at delta = {delta:g} (prox-al: "
@@ -226,15 +232,16 @@ DOCS_BEGIN, DOCS_END = "<!-- dp_proxal: begin -->\n", "<!-- dp_proxal: end -->"
 
 
 def write(rows, args, delta) -> None:
-    text = "\n".join(header(args, delta)) + tables(rows)
-    (HERE / "RESULTS_dp_proxal.md").write_text(text)
-    page = DOCS.read_text()
-    start = page.index(DOCS_BEGIN) + len(DOCS_BEGIN)
-    DOCS.write_text(page[:start] + tables(rows) + page[page.index(DOCS_END) :])
+    text = "\n".join(header(args, delta)) + "\n" + tables(rows)
+    (HERE / f"RESULTS_dp_proxal{args.suffix}.md").write_text(text)
+    if not args.suffix:
+        page = DOCS.read_text()
+        start = page.index(DOCS_BEGIN) + len(DOCS_BEGIN)
+        DOCS.write_text(page[:start] + tables(rows) + page[page.index(DOCS_END) :])
     print(text)
 
 
-def plot(rows) -> None:
+def plot(rows, suffix: str = "") -> None:
     import matplotlib
 
     matplotlib.use("Agg")
@@ -261,7 +268,7 @@ def plot(rows) -> None:
             ax.set_title(f"{case.split(',')[0]}: {key}", fontsize=9)
         row_axes[0].legend(fontsize=8)
     fig.tight_layout()
-    fig.savefig(HERE / "dp_proxal.png", dpi=110)
+    fig.savefig(HERE / f"dp_proxal{suffix}.png", dpi=110)
 
 
 if __name__ == "__main__":
