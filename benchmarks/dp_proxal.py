@@ -227,13 +227,18 @@ def tables(rows) -> str:
     return "\n".join(lines).rstrip() + "\n"
 
 
+NOTES = "## Notes"
 DOCS = HERE.parent / "docs" / "privacy.md"
 DOCS_BEGIN, DOCS_END = "<!-- dp_proxal: begin -->\n", "<!-- dp_proxal: end -->"
 
 
 def write(rows, args, delta) -> None:
     text = "\n".join(header(args, delta)) + "\n" + tables(rows)
-    (HERE / f"RESULTS_dp_proxal{args.suffix}.md").write_text(text)
+    path = HERE / f"RESULTS_dp_proxal{args.suffix}.md"
+    old = path.read_text() if path.exists() else ""
+    if NOTES in old:  # (the reader's notes on a run, kept when its tables are rendered again)
+        text += "\n" + old[old.index(NOTES) :]
+    path.write_text(text)
     if not args.suffix:
         page = DOCS.read_text()
         start = page.index(DOCS_BEGIN) + len(DOCS_BEGIN)

@@ -110,7 +110,7 @@ def test_the_constraint_violation_is_reported():
     assert math.isfinite(res.kkt.feasibility) and res.kkt.feasibility >= 0
     assert cert["feasibility_margin"] > 0 and cert["stationarity_margin"] > 0
     assert cert["noise_std"] == pytest.approx(res.privacy["noise_multiplier"] * 1.0)
-    assert res.status in ("budget_spent", "inaccurate", "optimal", "stalled")
+    assert res.status in ("budget_spent", "inaccurate", "optimal", "diverging")
     if res.status == "optimal":
         assert res.kkt.feasibility + cert["feasibility_margin"] <= 1e-6
 
