@@ -42,6 +42,7 @@ QUESTIONS: dict[str, tuple[str, ...]] = {
         "dald_rounds.py",
         "dald_dagd.py",
         "privacy.py",
+        "dp_proxal.py",
         "fairness_vfl.py",
         "vfl_async.py",
     ),

@@ -200,8 +200,6 @@ def test_refusals_name_the_message():
         c.minimize(cp.sum_squares(w - c.data(np.full(2, float(i)), "a")) + cp.sum_squares(t - w[0]))
     with pytest.raises(UnsupportedError, match=r"no inner solver.*xadmm_w \(x\).*admm_w"):
         owned.solve("prox-al", secure_aggregation=True)
-    with pytest.raises(UnsupportedError, match="dp: fedavg, fedprox"):
-        m.solve("prox-al", dp=fm.DP(epsilon=1.0, delta=1e-5, clip=1.0))
 
 
 def test_the_privacy_table_says_what_is_masked():
@@ -221,7 +219,8 @@ def test_the_privacy_table_says_what_is_masked():
             assert fields == set(r["masked"]) | set(r["clear"]), r["kind"]
     text = privacy_text(compiled, "prox-al", secure_aggregation=True)
     assert "[masked: value, grad, hvp]" in text
-    assert "[clear: dmu_inf, violation, complementarity]" in text
+    assert "[clear: dmu_inf, violation, complementarity; under dp in the noised sum]" in text
+    assert "[clear, also under dp: accepted, why]" in text
     assert "[masked: value, grad, hvp]" in least_squares().summary(
         print_=False, secure_aggregation=True
     )

@@ -372,7 +372,9 @@ def test_a_stalled_newton_inner_solve_ends_the_run_with_its_reason(monkeypatch):
     import fedmodel.algorithms.proxal.newton_route as server_module
     from fedmodel.algorithms.proxal.newton_inner import NewtonOutcome
 
-    def stalled(evaluate, start, tau, max_rounds, deadline=None, remodel=0, on_accept=None):
+    def stalled(
+        evaluate, start, tau, max_rounds, deadline=None, remodel=0, on_accept=None, noise=0.0
+    ):
         return NewtonOutcome(start[0], 3, 1.0, False, stalled=True)
 
     monkeypatch.setattr(server_module, "federated_newton", stalled)

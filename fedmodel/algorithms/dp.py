@@ -9,7 +9,9 @@ round on Google's ``dp-accounting`` RDP accountant, runs the certificate round o
 (:meth:`PrivacyPlan.evaluate`) and reports what the run guaranteed (``res.privacy``).
 
 **Differential privacy** is client-level, on the aggregated messages: each client's
-vector of sum-only fields is clipped to norm ``clip`` (scaled by its aggregation weight),
+vector of sum-only fields (in prox-al also its numeric clear scalars:
+:attr:`~fedmodel.runtime.schema.Field.dp_summed`) is clipped to norm ``clip`` (scaled by
+its aggregation weight),
 and Gaussian noise of standard deviation ``noise_multiplier * clip`` is added to the sum
 -- by the server without secure aggregation (the released iterates and result are
 private; the server, which sees each clipped message, is trusted), and by the clients in
@@ -17,7 +19,8 @@ shares under secure aggregation (no party sees an unnoised sum). Every noised su
 Gaussian mechanism of sensitivity ``clip`` (add or remove one client); the accountant
 composes them, and a run whose next round and certificate would exceed ``epsilon`` stops
 with status ``"budget_spent"``. The noise multiplier, unless given, is the smallest whose
-``max_rounds`` rounds and one certificate round compose to ``epsilon``.
+``max_rounds`` rounds (prox-al: ``max_outer`` sums) and one certificate round compose to
+``epsilon``.
 
 Examples
 --------
@@ -53,6 +56,12 @@ SUMMED = "(clients' sum)"
 CONFIDENCE = 0.95
 
 
+class BudgetSpent(Exception):
+    """Another noised sum and the certificate would exceed the privacy budget: raised by
+    :meth:`PrivacyPlan.reserve` where a server half collects, and turned by it into the
+    status ``"budget_spent"``."""
+
+
 @register_wire_type("dp")
 @dataclass(frozen=True)
 class DP:
@@ -64,7 +73,8 @@ class DP:
         The target: the run never spends more (``epsilon=inf``: clipping, no noise).
     clip : float
         Largest norm of one client's contribution to a sum (its model update in fedavg /
-        fedprox, before its aggregation weight).
+        fedprox, before its aggregation weight; in prox-al its whole numeric reply to a
+        round: value, gradient, products and clear scalars together).
     noise_multiplier : float, optional
         Noise standard deviation over ``clip``; by default the smallest that lets
         ``max_rounds`` rounds and the certificate fit in ``epsilon``.
@@ -159,8 +169,7 @@ class PrivacyPlan:
         takes = getattr(server, "private_aggregation", ())
         available = UnsupportedError(
             f"{method}: {what} is available for the methods whose server collects its "
-            "messages as sums (secure_aggregation: fedavg, fedprox, prox-al; dp: fedavg, "
-            "fedprox)"
+            "messages as sums (secure_aggregation and dp: fedavg, fedprox, prox-al)"
         )
         if takes and what not in takes:
             raise available
@@ -234,14 +243,24 @@ class PrivacyPlan:
 
     def collect(self, runtime, kind: str, payload) -> dict[str, Message]:
         """The replies to ``kind`` as the server knows them: without secure aggregation
-        every client's (a broadcast); under it one reply from :data:`SUMMED` holding the
-        sums of the sum-only fields (a scalar as a float, a field no client sent left out)
-        and one per participant holding only its unmasked scalars. A server half that
-        reads sums and the unmasked scalars' maxima over these replies runs the same with
-        secure aggregation on or off (prox-al)."""
-        if self.secure is None:
+        and dp every client's (a broadcast); under either one reply from :data:`SUMMED`
+        holding the sums of the sum-only fields (a scalar as a float, a field no client
+        sent left out) and one per participant holding only its unmasked scalars. A server
+        half that reads sums and the unmasked scalars' maxima over these replies runs the
+        same with secure aggregation on or off (prox-al).
+
+        Under dp each client's vector of numeric fields -- the sum-only ones and its
+        unmasked scalars, which then travel in the sum rather than in the clear -- is
+        clipped to ``dp.clip``, the sum is noised (one mechanism for the accountant), and
+        :class:`BudgetSpent` is raised first when the budget does not afford it and the
+        certificate."""
+        if self.secure is None and self.dp is None:
             return runtime.broadcast(kind, payload)
-        out = self.aggregate(runtime, kind, payload, whole=True)
+        clip = None
+        if self.dp is not None:
+            self.reserve()
+            clip = self.dp.clip
+        out = self.aggregate(runtime, kind, payload, clip=clip, whole=True)
         spec = runtime.messages[kind]
         replies = {
             name: Message(kind, name, SERVER, dict(out.clear.get(name, {})), runtime.round)
@@ -250,7 +269,9 @@ class PrivacyPlan:
         summed = {}
         for name, value in out.sums.items():
             field = spec.reply.get(name)
-            if field is not None and field.shape == ():
+            if field is None:  # (a field of the clients' table this run does not use)
+                continue
+            if field.shape == ():
                 summed[name] = float(value.sum())
             elif value.size:
                 summed[name] = value
@@ -271,6 +292,15 @@ class PrivacyPlan:
         if self.dp is None or self.z is None:
             return True
         return spent(self.z, self.events + more + 1, self.dp.delta) <= self.dp.epsilon * (1 + 1e-9)
+
+    def reserve(self) -> None:
+        """Raise :class:`BudgetSpent` unless one more mechanism and the final certificate
+        stay within the budget (the check before a noised sum a method takes mid-run)."""
+        if not self.affords(1):
+            raise BudgetSpent(
+                f"the privacy budget (epsilon = {self.dp.epsilon:g}) is spent after "
+                f"{self.events} noised sums (another and the certificate would exceed it)"
+            )
 
     # -- the certificate round -------------------------------------------------------------
     def evaluate(self, runtime, payload: dict, names: list[str], d: int) -> dict[str, dict]:
@@ -307,16 +337,22 @@ class PrivacyPlan:
             total["epigraph_gap"] = float(sums["epigraph_gap"].sum())
         reports[SUMMED] = total
         if self.dp is not None and self.z is not None:
-            sigma = self.z * clip
             self.certificate = {
-                "noise_std": sigma,
+                "noise_std": self.z * clip,
                 "confidence": CONFIDENCE,
-                # union bound over the d coordinates of the gradient sum
-                "stationarity_margin": sigma
-                * math.sqrt(2 * math.log(2 * max(1, d) / (1 - CONFIDENCE))),
-                "feasibility_margin": sigma * math.sqrt(2 * math.log(2 / (1 - CONFIDENCE))),
+                "stationarity_margin": self.noise_bound(d, clip),
+                "feasibility_margin": self.noise_bound(1, clip),
             }
         return reports
+
+    def noise_bound(self, entries: int = 1, clip: float | None = None) -> float:
+        """The :data:`CONFIDENCE` upper bound of the largest ``|noise|`` over ``entries``
+        entries of one noised sum (a union bound over Gaussian tails of standard deviation
+        ``noise_multiplier * clip``; ``clip`` by default ``dp.clip``); 0 without noise."""
+        if self.dp is None or self.z is None:
+            return 0.0
+        sigma = self.z * (self.dp.clip if clip is None else clip)
+        return sigma * math.sqrt(2 * math.log(2 * max(1, entries) / (1 - CONFIDENCE)))
 
     def conclude(self, status: str, message: str, kkt, options: Any):
         """Under dp, ``"optimal"`` stands only when the residuals plus their margins (the

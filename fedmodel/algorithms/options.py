@@ -287,6 +287,12 @@ class RuntimeOptions:
     dp: Any = None
 
     @property
+    def sums_only(self) -> bool:
+        """Whether the server may learn only sums over clients: ``secure_aggregation`` or
+        ``dp`` (whose sums are clipped and noised) is on."""
+        return bool(self.secure_aggregation) or self.dp is not None
+
+    @property
     def eps1(self) -> float:
         """The certificate's stationarity tolerance (``eps``; a method with a pair of
         tolerances defines its own)."""

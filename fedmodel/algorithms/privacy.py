@@ -18,7 +18,7 @@ from typing import Any
 from fedmodel.algorithms.messages import program_dims
 from fedmodel.algorithms.options import build_options
 from fedmodel.algorithms.registry import FAMILIES, method_spec
-from fedmodel.runtime.schema import MessageTable, privacy_markdown
+from fedmodel.runtime.schema import MessageTable, clear_cell, privacy_markdown
 from fedmodel.runtime.secure_aggregation import SECAGG
 
 #: each family's table (module:attribute), imported on first use; pooled methods have none
@@ -119,14 +119,15 @@ def privacy_text(compiled, method: str = "prox-al", **options: Any) -> str:
     lines.append(
         f"messages of {method} (floats per message for this model, what each reveals; "
         "'masked': fields the server uses only as sums, masked under secure_aggregation=True; "
-        "'clear': scalars each party still sends in the clear under it):"
+        "'clear': scalars each party still sends in the clear under it, which dp=... "
+        "noises in the sum unless marked 'also under dp'):"
     )
     for r in rows:
         flag = " [opt-in: " + ", ".join(r["opt_in"]) + "]" if r["opt_in"] else ""
         if r["masked"]:
             flag += " [masked: " + ", ".join(r["masked"]) + "]"
         if r["clear"]:
-            flag += " [clear: " + ", ".join(r["clear"]) + "]"
+            flag += " " + clear_cell(r, code="", brackets="[]")
         diag = " [diagnostic]" if r["channel"] == "diagnostic" else ""
         floats = "?" if r["floats"] is None else r["floats"]
         lines.append(

@@ -107,7 +107,8 @@ class Field:
     unmasked : bool
         A scalar the party still sends in the clear under secure aggregation (its largest
         constraint violation in the certificate round), said in the privacy table (its
-        "masked" column's "clear").
+        "masked" column's "clear"). Under dp a numeric one joins the clipped, noised sum
+        instead (:attr:`dp_summed`).
     """
 
     shape: tuple | None = ()
@@ -124,6 +125,13 @@ class Field:
     positive: bool = False
     sum_only: bool = False
     unmasked: bool = False
+
+    @property
+    def dp_summed(self) -> bool:
+        """Whether a client sends this reply field in its clipped, noised vector under dp:
+        the sum-only fields and the numeric unmasked scalars (a flag or a reason, such as a
+        route's ``accepted`` and ``why``, stays in the clear)."""
+        return self.sum_only or (self.unmasked and self.dtype in ("float", "int"))
 
     def __post_init__(self):
         if self.dtype not in DTYPES:
@@ -301,6 +309,13 @@ class MessageSpec:
     max_extra: int = 32
     one_of: tuple[tuple[str, ...], ...] = ()
     party_opt_in: str | None = None
+
+    @property
+    def dp_summed(self) -> bool:
+        """Whether a client sends this reply field in its clipped, noised vector under dp:
+        the sum-only fields and the numeric unmasked scalars (a flag or a reason, such as a
+        route's ``accepted`` and ``why``, stays in the clear)."""
+        return self.sum_only or (self.unmasked and self.dtype in ("float", "int"))
 
     def __post_init__(self):
         if self.direction not in DIRECTIONS:
@@ -504,6 +519,13 @@ class MessageTable:
     option_dims: Callable[[Any], dict[str, int]] | None = None
     build: Mapping[str, Field] = field(default_factory=dict)
 
+    @property
+    def dp_summed(self) -> bool:
+        """Whether a client sends this reply field in its clipped, noised vector under dp:
+        the sum-only fields and the numeric unmasked scalars (a flag or a reason, such as a
+        route's ``accepted`` and ``why``, stays in the clear)."""
+        return self.sum_only or (self.unmasked and self.dtype in ("float", "int"))
+
     def __post_init__(self):
         kinds = [s.kind for s in self.specs]
         dup = sorted({k for k in kinds if kinds.count(k) > 1})
@@ -703,7 +725,9 @@ class MessageTable:
         ``channel``, ``fields`` (symbolic shapes), ``floats`` (numbers at most, for
         ``dims``; None without), ``reveals``, ``opt_in``, ``masked`` (the fields the
         server uses only as sums over clients: masked under secure aggregation),
-        ``clear`` (the scalars a party still sends in the clear under it)."""
+        ``clear`` (the scalars a party still sends in the clear under it),
+        ``clear_under_dp`` (those it sends in the clear under dp too; the others join the
+        noised sum)."""
         rows = []
         for spec in self.for_method(method):
             legs = {
@@ -728,6 +752,9 @@ class MessageTable:
                         "opt_in": sorted({f.opt_in for f in fields.values() if f.opt_in}),
                         "masked": [n for n, f in fields.items() if f.sum_only],
                         "clear": [n for n, f in fields.items() if f.unmasked],
+                        "clear_under_dp": [
+                            n for n, f in fields.items() if f.unmasked and not f.dp_summed
+                        ],
                     }
                 )
         return rows
@@ -765,6 +792,27 @@ def _floats(fields: Mapping[str, Field], dims: Mapping[str, int]) -> int | None:
     return total
 
 
+def clear_cell(row: Mapping[str, Any], code: str = "`", brackets: str = "()") -> str:
+    """The scalars of a privacy table's row sent in the clear under secure aggregation,
+    said apart by whether dp noises them in the sum or leaves them clear.
+
+    Examples
+    --------
+    >>> clear_cell({"clear": ["v", "ok"], "clear_under_dp": ["ok"]}, "", "[]")
+    '[clear: v; under dp in the noised sum] [clear, also under dp: ok]'
+    """
+    names = lambda items: ", ".join(f"{code}{n}{code}" for n in items)  # noqa: E731
+    stay = list(row.get("clear_under_dp", ()))
+    summed = [n for n in row.get("clear", ()) if n not in stay]
+    o, c = brackets
+    parts = []
+    if summed:
+        parts.append(f"{o}clear: {names(summed)}; under dp in the noised sum{c}")
+    if stay:
+        parts.append(f"{o}clear, also under dp: {names(stay)}{c}")
+    return " ".join(parts)
+
+
 def privacy_markdown(
     rows: Iterable[Mapping[str, Any]], numbers: bool = False, methods: Iterable[str] = ()
 ) -> str:
@@ -786,8 +834,7 @@ def privacy_markdown(
         if numbers:
             cells.append("?" if r["floats"] is None else str(r["floats"]))
         masked = ", ".join(f"`{n}`" for n in r.get("masked", ()))
-        clear = ", ".join(f"`{n}`" for n in r.get("clear", ()))
-        cells.append(" ".join(filter(None, [masked, f"(clear: {clear})" if clear else ""])) or "-")
+        cells.append(" ".join(filter(None, [masked, clear_cell(r)])) or "-")
         reveals = r["reveals"] or "-"
         if r["opt_in"]:
             reveals = "**opt-in** (" + ", ".join(r["opt_in"]) + "): " + reveals

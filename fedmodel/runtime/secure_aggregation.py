@@ -211,16 +211,17 @@ def split_reply(
 ) -> tuple[np.ndarray, dict[str, int], dict[str, float]]:
     """A reply of ``spec``'s kind as the vector of its sum-only fields (declared order; an
     absent optional one is 0 for a scalar, else empty -- sizes travel in ``sizes``), their
-    sizes, and its unmasked scalars (``summed_clear``: those join the vector instead)."""
+    sizes, and its unmasked scalars (``summed_clear``, under dp: those of
+    :attr:`~fedmodel.runtime.schema.Field.dp_summed` join the vector instead)."""
     parts, sizes, clear = [], {}, {}
     for name, f in spec.reply.items():
-        if f.sum_only or (summed_clear and f.unmasked):
+        if f.dp_summed if summed_clear else f.sum_only:
             absent = np.zeros(1 if f.shape == () else 0)
             value = np.ravel(np.asarray(reply.get(name, absent), dtype=float))
             parts.append(value)
             sizes[name] = int(value.size)
         elif f.unmasked and name in reply:
-            clear[name] = float(reply[name])
+            clear[name] = reply[name] if f.dtype == "str" else float(reply[name])
     vec = np.concatenate(parts) if parts else np.zeros(0)
     return vec, sizes, clear
 

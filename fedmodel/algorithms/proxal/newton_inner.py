@@ -143,6 +143,20 @@ def _factor(model):
     return None if isinstance(model, LimitedInverse) else shifted_cholesky(model, **SHIFT)
 
 
+def armijo_holds(value: float, value0: float, decrease: float, noise: float = 0.0) -> bool:
+    """The line searches' sufficient decrease: ``value <= value0 + ARMIJO * decrease``,
+    relaxed by twice the bound ``noise`` of the noise on each value (Berahas, Byrd and
+    Nocedal, "Derivative-free optimization of noisy functions via quasi-Newton methods",
+    SIAM J. Optim. 2019: a step is not refused for a rise the noise can make).
+
+    Examples
+    --------
+    >>> armijo_holds(1.05, 1.0, -0.1), armijo_holds(1.05, 1.0, -0.1, noise=0.1)
+    (False, True)
+    """
+    return value <= value0 + ARMIJO * decrease + 2.0 * noise
+
+
 def federated_newton(
     evaluate: Callable[[np.ndarray], tuple[float, np.ndarray, np.ndarray]],
     start: tuple[np.ndarray, float, np.ndarray, np.ndarray],
@@ -151,6 +165,7 @@ def federated_newton(
     deadline: float | None = None,
     remodel: int = 0,
     on_accept: Callable[[np.ndarray], None] | None = None,
+    noise: float = 0.0,
 ) -> NewtonOutcome:
     """Minimise ``l_k`` to ``||grad l_k||_inf <= tau`` by Newton steps with backtracking.
 
@@ -177,6 +192,11 @@ def federated_newton(
         Called with each point the loop moves to (the start included), before the next
         trial point is evaluated (the quasi-Newton server picks its curvature directions
         relative to it).
+    noise : float, optional
+        A bound of the noise on each value ``evaluate`` returns (dp's noised sums): the
+        line search takes the relaxed Armijo test ``l(w + t d) <= l(w) + c t g^T d + 2
+        noise`` (:func:`armijo_holds`), and the loop takes one step at least (a start
+        gradient below ``tau`` may be the noise's).
 
     Returns
     -------
@@ -191,7 +211,7 @@ def federated_newton(
             on_accept(w)
         remodels = 0
         residual = float(np.abs(g).max(initial=0.0))
-        if residual <= tau:
+        if residual <= tau and (rounds or not noise):  # (noisy: one step at least)
             return NewtonOutcome(w, rounds, residual, True, backtracks=backtracks, gradient=g)
         if rounds >= max_rounds or (deadline is not None and time.perf_counter() > deadline):
             timed_out = rounds < max_rounds
@@ -208,7 +228,7 @@ def federated_newton(
             trial = w + t * d
             val_t, g_t, H_t = evaluate(trial)
             rounds += 1
-            if val_t <= val + ARMIJO * t * slope:
+            if armijo_holds(val_t, val, t * slope, noise):
                 break
             # at machine precision the value cannot resolve the decrease: accept a full
             # step that still reduces the gradient (as the local Newton backend does)

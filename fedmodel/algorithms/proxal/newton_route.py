@@ -467,7 +467,7 @@ class QuasiNewtonInner(_DerivativeInner):
         rounds = SecantRounds(self, runtime, known, self.own_products)
         out = federated_newton(
             rounds.evaluate, rounds.start(), tau, int(host.options.max_inner), deadline,
-            remodel=QN_REMODEL, on_accept=rounds.on_accept,
+            remodel=QN_REMODEL, on_accept=rounds.on_accept, noise=host.noise[0],
         )  # fmt: skip
         rounds.finish(out.satisfied, out.timed_out)
         return _outcome(out)

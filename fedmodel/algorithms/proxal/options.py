@@ -448,19 +448,20 @@ class ProxALOptions(RuntimeOptions):
         """Whether the quasi-Newton rounds ask for the clients' local Newton directions: the
         option, or its default (on up to ``LOCAL_DIRECTIONS_MAX_SHARED`` shared variables,
         where a client factors its ``d x d`` Hessian once per round; off under secure
-        aggregation, where the server learns only sums and the directions are averaged)."""
+        aggregation or dp, where the server learns only sums and the directions are
+        averaged)."""
         if self.local_directions is not None:
             return bool(self.local_directions)
-        return d <= LOCAL_DIRECTIONS_MAX_SHARED and not self.secure_aggregation
+        return d <= LOCAL_DIRECTIONS_MAX_SHARED and not self.sums_only
 
     def constraint_curvature_on(self, d: int) -> bool:
         """Whether the quasi-Newton rounds carry the parties' active constraint rows (the
         option, or its default: on up to ``DENSE_MODEL_MAX`` shared variables, off under
-        secure aggregation, where the server learns only sums and the rows are each
+        secure aggregation or dp, where the server learns only sums and the rows are each
         client's)."""
         if self.constraint_curvature is not None:
             return bool(self.constraint_curvature)
-        return d <= DENSE_MODEL_MAX and not self.secure_aggregation
+        return d <= DENSE_MODEL_MAX and not self.sums_only
 
     def clients_per_round(self, n: int) -> int | None:
         """The clients of each sampled round out of ``n`` (``participation``), or None when

@@ -61,10 +61,10 @@ import numpy as np
 
 from fedmodel.algorithms.proxal.inner import InnerOutcome
 from fedmodel.algorithms.proxal.newton_inner import (
-    ARMIJO,
     MIN_STEP,
     LimitedInverse,
     NewtonOutcome,
+    armijo_holds,
 )
 from fedmodel.algorithms.proxal.newton_route import QuasiNewtonInner
 from fedmodel.algorithms.proxal.obstacles import (
@@ -245,6 +245,7 @@ def federated_prox_newton(
     deadline: float | None = None,
     remodel: int = REMODEL,
     on_accept: Callable[[np.ndarray], None] | None = None,
+    noise: float = 0.0,
 ) -> NewtonOutcome:
     """Minimise ``S + h`` to ``dist_inf(0, grad S(w) + dh(w)) <= tau`` by proximal
     (quasi-)Newton steps with a backtracking line search on ``S + h``.
@@ -270,6 +271,10 @@ def federated_prox_newton(
         their evaluation updated) before the line search backtracks.
     on_accept : callable, optional
         Called with each point the loop moves to (the start included).
+    noise : float, optional
+        A bound of the noise on each value of ``S`` (dp's noised sums): the relaxed
+        Armijo test (:func:`~fedmodel.algorithms.proxal.newton_inner.armijo_holds`); the
+        loop takes one step at least.
 
     Returns
     -------
@@ -309,7 +314,7 @@ def federated_prox_newton(
             on_accept(w)
         remodels = 0
         residual = reg.dist_subdiff(w, g)
-        if residual <= tau:
+        if residual <= tau and (rounds or not noise):  # (noisy: one step at least)
             return NewtonOutcome(w, rounds, residual, True, backtracks=backtracks, gradient=g)
         if rounds >= max_rounds or (deadline is not None and time.perf_counter() > deadline):
             timed_out = rounds < max_rounds
@@ -327,7 +332,7 @@ def federated_prox_newton(
             val_t, g_t, model_t = evaluate(trial)
             rounds += 1
             F_t = val_t + reg.value(trial)
-            if F_t <= F + ARMIJO * t * delta:
+            if armijo_holds(F_t, F, t * delta, noise):
                 break
             if (  # at rounding level: a full step that reduces the residual
                 t == 1.0
@@ -459,7 +464,7 @@ class ProxQNInner(QuasiNewtonInner):
         rounds = SecantRounds(self, runtime, known, self.own)
         out = federated_prox_newton(
             rounds.evaluate, rounds.start(), reg, tau, int(host.options.max_inner), deadline,
-            on_accept=rounds.on_accept,
+            on_accept=rounds.on_accept, noise=host.noise[0],
         )  # fmt: skip
         rounds.finish(out.satisfied, out.timed_out)
         gradient = None

@@ -62,8 +62,8 @@ def route_named(name: str, routes=None) -> type[InnerSolver]:
 def choose(compiled, options, proximal: bool, routes=None) -> tuple[type[InnerSolver], str]:
     """The route of a run and why ``"auto"`` took it (``res.extra["inner_solver_note"]``).
 
-    Under ``secure_aggregation`` a route runs only if its run's messages are all sums over
-    clients (or a client's unmasked scalars: :func:`secure_obstacle`); ``"auto"`` takes
+    Under ``secure_aggregation`` or ``dp`` a route runs only if its run's messages are all
+    sums over clients (or a client's unmasked scalars: :func:`secure_obstacle`); ``"auto"`` takes
     the first such route that accepts the model (one it ``suits`` first), and a model
     without one is refused naming the message each route reads client by client."""
     routes = routes or ROUTES
@@ -82,7 +82,7 @@ def choose(compiled, options, proximal: bool, routes=None) -> tuple[type[InnerSo
         if why:
             raise UnsupportedError(f"inner_solver={choice!r} is not available: {why}")
         return route, ""
-    secure = bool(getattr(options, "secure_aggregation", False))
+    secure = sums_only(options)
     taken, refused = None, []
     for route in routes:
         if not route.auto:
@@ -101,13 +101,13 @@ def choose(compiled, options, proximal: bool, routes=None) -> tuple[type[InnerSo
             return route, route.note(compiled, options, proximal)
         taken = taken or route
     if secure and taken is not None:  # (it accepts, although "auto" prefers another)
-        return taken, "the first inner solver whose messages are sums (secure_aggregation)"
+        return taken, f"the first inner solver whose messages are sums ({private_name(options)})"
     if taken is not None and sampled(compiled, options):
         return taken, "the first inner solver that samples clients (participation)"
     if secure:
         raise UnsupportedError(
-            "prox-al with secure_aggregation (the server learns only sums over clients): no "
-            "inner solver that accepts this model has only messages the server uses as "
+            f"prox-al with {private_name(options)} (the server learns only sums over clients): "
+            "no inner solver that accepts this model has only messages the server uses as "
             "sums; " + "; ".join(refused)
         )
     if sampled(compiled, options):
@@ -135,21 +135,35 @@ def sampling_obstacle(route: type[InnerSolver], compiled, options) -> str:
             f"its rounds need every client (participation={options.participation!r} is "
             "taken by inner_solver='exact-admm')"
         )
-    if getattr(options, "secure_aggregation", False):
-        return "secure_aggregation masks sums over every client, not over a sample of them"
+    if sums_only(options):
+        return f"{private_name(options)} takes sums over every client, not over a sample of them"
     return ""
 
 
 def secure_obstacle(route: type[InnerSolver], compiled, options, proximal: bool) -> str:
-    """Why ``route`` cannot run under the options' ``secure_aggregation`` ("" when it can
-    or secure aggregation is off): the messages of its run that the server reads client
-    by client, named with their fields."""
-    if not getattr(options, "secure_aggregation", False):
+    """Why ``route`` cannot run under the options' ``secure_aggregation`` or ``dp`` (""
+    when it can or both are off): the messages of its run that the server reads client by
+    client, named with their fields."""
+    if not sums_only(options):
         return ""
     which = per_client(route, compiled, options, proximal)
     if not which:
         return ""
-    return f"under secure_aggregation the {route.name} inner solver reads {which} client by client"
+    return (
+        f"under {private_name(options)} the {route.name} inner solver reads {which} client "
+        "by client"
+    )
+
+
+def sums_only(options) -> bool:
+    """Whether the run's server may learn only sums over clients (``secure_aggregation``
+    or ``dp``)."""
+    return bool(getattr(options, "sums_only", False))
+
+
+def private_name(options) -> str:
+    """The option that asks for sums only, as an error names it."""
+    return "secure_aggregation" if getattr(options, "secure_aggregation", False) else "dp"
 
 
 def fallback(failed: type[InnerSolver], compiled, options, proximal, routes=None):

@@ -22,7 +22,7 @@ from __future__ import annotations
 import numpy as np
 
 from fedmodel.algorithms.common import multiplier_plateau, starting_point
-from fedmodel.algorithms.dp import SUMMED
+from fedmodel.algorithms.dp import SUMMED, BudgetSpent
 from fedmodel.algorithms.driver import run_federated
 from fedmodel.algorithms.messages import program_dims
 from fedmodel.algorithms.protocol import ServerHalf, StepReport
@@ -116,8 +116,9 @@ class ProxALServer(ServerHalf):
     """
 
     step_name = "outer iteration"
-    # (secure aggregation on the routes whose messages are sums: routes.secure_obstacle)
-    private_aggregation = ("secure_aggregation",)
+    # (secure aggregation and dp on the routes whose messages are sums:
+    # routes.secure_obstacle)
+    private_aggregation = ("secure_aggregation", "dp")
     state_fields = (
         "layout", "x", "k", "mu", "nu", "local_iterations", "inner_total", "mu_norms",
         "w_norms", "cone", "rhos", "dmu_history", "outer_mem", "route", "inner_note",
@@ -239,9 +240,10 @@ class ProxALServer(ServerHalf):
                     self.take_objective_scale(replies)
                     self.inner.take_start(replies)
                     return
-            if self.privacy is not None and self.privacy.secure is not None:
+            if self.privacy is not None and self.privacy.active:
+                what = "secure_aggregation" if self.privacy.secure is not None else "dp"
                 raise UnsupportedError(
-                    f"prox-al with secure_aggregation: the {self.route} inner solver is "
+                    f"prox-al with {what}: the {self.route} inner solver is "
                     f"refused at its start ({why}), and the {self.fallback_route.name} inner "
                     "solver it would fall back to reads messages client by client"
                 )
@@ -315,17 +317,43 @@ class ProxALServer(ServerHalf):
     def tau(self, k: int) -> float:
         """Inner tolerance of outer iteration ``k``: ``u sbar/(k+1)^2`` (paper), or
         ``u max(sbar tau_rate^k, kkt_factor eps1 / 2)`` (adaptive), ``u = min(1, S)``
-        (:attr:`target_unit`); Algorithm 2 (method ``admm``): ``u eps1``."""
+        (:attr:`target_unit`); Algorithm 2 (method ``admm``): ``u eps1``. Under dp never
+        below the noise's bound on the gradient's largest entry (:attr:`noise`): a smaller
+        measured gradient is indistinguishable from the noise."""
         opts, unit = self.options, self.target_unit
         if not self.proximal:
-            return self.eps1_units
+            return max(self.eps1_units, self.noise[1])
         if opts.adaptive:
             floor = 0.5 * self.kkt_factors[0] * self.eps1_units * self.tau_floor_scale
             relative = PROX_RELATIVE_TAU * self.prox_residual  # (0 unless (quasi-)Newton)
-            return max(unit * opts.sbar * opts.tau_rate**k, floor, relative)
-        return unit * opts.sbar / (k + 1) ** 2
+            tau = max(unit * opts.sbar * opts.tau_rate**k, floor, relative)
+        else:
+            tau = unit * opts.sbar / (k + 1) ** 2
+        return max(tau, self.noise[1])
+
+    @property
+    def noise(self) -> tuple[float, float]:
+        """Under dp, the confidence bounds of the noise on one noised sum's scalar (a
+        value) and on the largest entry of its ``d``-vector (a gradient)
+        (:meth:`~fedmodel.algorithms.dp.PrivacyPlan.noise_bound`); ``(0, 0)`` otherwise."""
+        plan = self.privacy
+        if plan is None or plan.dp is None:
+            return 0.0, 0.0
+        return plan.noise_bound(1), plan.noise_bound(self.ns)
 
     def step(self, runtime: Runtime, deadline: float | None) -> StepReport:
+        """One outer iteration (:meth:`outer_iteration`); under dp, the status
+        ``"budget_spent"`` when a noised sum it needs would exceed the privacy budget (the
+        iterate is the last one the server holds: ``w^k``, or ``w^{k+1}`` once the outer
+        round has begun)."""
+        try:
+            return self.outer_iteration(runtime, deadline)
+        except BudgetSpent as spent:
+            return StepReport(stop="budget_spent", message=f"{spent} at outer iteration {self.k}")
+
+    def outer_iteration(self, runtime: Runtime, deadline: float | None) -> StepReport:
+        """Algorithm 1's outer iteration ``k``: the inner solve, the multiplier round
+        (``outer``), test (8) and the monitors."""
         opts = self.options
         self.k = k = self.k + 1
         tau = self.tau(k)
@@ -334,7 +362,9 @@ class ProxALServer(ServerHalf):
         w_new = outcome.w
         if not np.all(np.isfinite(w_new)) or np.abs(w_new).max() > opts.divergence_limit:
             return self.blow_up(runtime, k, w_new)
-        if outcome.stalled:
+        # (under dp a line search stalls on the noise or the clipping's bias: the outer
+        # iteration goes on from w^k, and the budget ends the run)
+        if outcome.stalled and getattr(self.privacy, "dp", None) is None:
             self.x = w_new
             # (exact-admm's consensus gap settled: the Farkas certificate may confirm it)
             try_it = self.convex and self.proximal and self.may_be_infeasible and opts.monitor
@@ -540,6 +570,8 @@ class ProxALServer(ServerHalf):
         client's unmasked violation)."""
         payload = {"w": w, **self.evaluation_extras()}
         if self.privacy is not None and self.privacy.active:
+            if self.privacy.dp is not None:  # (the final certificate keeps its share)
+                self.privacy.reserve()
             names = runtime.client_names
             return self.privacy.evaluate(runtime, payload, names, self.ns)
         replies = runtime.broadcast("evaluate", payload, channel="diagnostic")
@@ -550,11 +582,14 @@ class ProxALServer(ServerHalf):
         (``measures_feasibility``: the Newton-type routes):
         ``(violation, complementarity)`` at ``w^{k+1}`` with the updated multipliers, the
         largest over the parties (:func:`~fedmodel.algorithms.proxal.client.kkt_feasibility`;
-        the clients' ``outer`` replies carry theirs); None with the other inner solvers
-        (test (8) then reads ``max ||Delta mu|| / beta``)."""
+        the clients' ``outer`` replies carry theirs; under dp their noised sums, an upper
+        bound of the largest up to the noise); None with the other inner solvers (test (8)
+        then reads ``max ||Delta mu|| / beta``)."""
         if not self.inner.measures_feasibility or self.owned:
             return None
         clients = [r.payload for n, r in replies.items() if n != SUMMED]
+        if SUMMED in replies and "violation" in replies[SUMMED].payload:
+            clients = [replies[SUMMED].payload]
         if not all("violation" in r for r in clients):
             return None
         ci, ce = self.problem.functions[0].constraint_values(self.x)
