@@ -58,9 +58,9 @@ def captured(monkeypatch):
     seen: list[messages.Message] = []
     original = messages.Ledger.record
 
-    def record(self, msg):
+    def record(self, msg, known=None):
         seen.append(msg)
-        return original(self, msg)
+        return original(self, msg, known)
 
     monkeypatch.setattr(messages.Ledger, "record", record)
     return seen

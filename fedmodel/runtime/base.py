@@ -57,7 +57,7 @@ from typing import Any
 
 from fedmodel.runtime.checkpoint import CheckpointError
 from fedmodel.runtime.host import HostDead, PartyHost
-from fedmodel.runtime.messages import SERVER, Ledger, Message
+from fedmodel.runtime.messages import SERVER, Ledger, Message, measure
 from fedmodel.runtime.outcomes import (
     ClientFailure,
     InvalidReply,
@@ -778,8 +778,12 @@ class Runtime(abc.ABC):
             new = self._vet_all(again, self._run_messages(again))
             outcomes.update(new)
             attempts.extend((m, new[m.receiver]) for m in again)
+        sent: dict[int, tuple[dict, int]] = {}  # (one request payload, measured once)
         for m, out in attempts:  # the same order on every backend
-            self.ledger.record(m)
+            known = sent.get(id(m.payload))
+            if known is None:
+                known = sent[id(m.payload)] = measure(m.payload)
+            self.ledger.record(m, known)
             self.client_seconds[m.receiver] = self.client_seconds.get(m.receiver, 0.0) + out.seconds
             if out.ok:
                 self.ledger.record(out.reply)

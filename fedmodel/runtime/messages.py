@@ -68,7 +68,7 @@ def _shape(v: Any) -> tuple[int, ...]:
     return tuple(np.shape(v))
 
 
-def _measure(payload: dict[str, Any]) -> tuple[dict[str, tuple[int, ...]], int]:
+def measure(payload: dict[str, Any]) -> tuple[dict[str, tuple[int, ...]], int]:
     """The shape of every field of ``payload`` and the number of floats it carries (a
     None field none): :meth:`Message.shapes` and :attr:`Message.floats` in one pass."""
     shapes, floats = {}, 0
@@ -92,8 +92,10 @@ class Ledger:
 
     rows: list[dict[str, Any]] = field(default_factory=list)
 
-    def record(self, msg: Message) -> None:
-        shapes, floats = _measure(msg.payload)
+    def record(self, msg: Message, known: tuple[dict, int] | None = None) -> None:
+        """One row for ``msg``; ``known``: its payload's :func:`measure` when the caller
+        has it (one payload sent to many clients is measured once)."""
+        shapes, floats = measure(msg.payload) if known is None else (dict(known[0]), known[1])
         self.rows.append(
             {
                 "round": msg.round,

@@ -32,7 +32,7 @@ import functools
 import numpy as np
 
 from fedmodel.algorithms.protocol import ClientHalf, _handler
-from fedmodel.algorithms.proxal.cohorts import check_forms, cohort_of, glm_objective
+from fedmodel.algorithms.proxal.cohorts import check_forms, cohort_of, glm_structure
 from fedmodel.algorithms.proxal.messages import route_table
 from fedmodel.algorithms.proxal.options import ProxALOptions
 from fedmodel.algorithms.proxal.routes import LAYOUT_REFUSED, PROXAL, route_named
@@ -47,7 +47,6 @@ from fedmodel.compiler.glm import NotRecognised
 from fedmodel.compiler.partition import PartyProgram
 from fedmodel.runtime.secure_aggregation import SECAGG
 from fedmodel.runtime.wire import register_wire_type
-from fedmodel.subproblems.batched_glm import glm_signature
 from fedmodel.subproblems.merit import MeritProblem
 from fedmodel.subproblems.select import make_solver
 
@@ -151,6 +150,8 @@ class ProxALClient(ClientHalf):
         # once; whether that form agreed with its evaluator, or disagreed (then it leaves
         # every batch); the cohort it was last batched in (kept by a cohort's first client)
         self.glm_form, self.glm_looked_up = None, False
+        self.glm_signature: tuple | None = None
+        self.glm_plain: bool | None = None  # (kkt.plain_objective_party, found once)
         self.glm_verified = self.glm_disagrees = False
         self.glm_cohort = None
         self.use_route(route)
@@ -320,10 +321,12 @@ class ProxALClient(ClientHalf):
         route does not probe."""
         if kind not in ("start", "evaluate") or (kind == "start" and self.route.probes):
             return None
-        f = glm_objective(self)
-        if f is None or not plain_objective_party(self.program):
+        if self.glm_plain is None:
+            self.glm_plain = plain_objective_party(self.program)
+        structure = glm_structure(self)
+        if structure is None or not self.glm_plain:
             return None
-        return ("glm-plain", glm_signature(f, rows=True))
+        return ("glm-plain", structure)
 
     @staticmethod
     def _on_start_batch(halves: list[ProxALClient], payloads: list[dict]) -> list[dict]:

@@ -35,7 +35,7 @@ import scipy.sparse as sp
 
 from fedmodel.compiler.glm import NotRecognised
 from fedmodel.compiler.partition import PartyProgram
-from fedmodel.subproblems.batched_glm import GLMCohort
+from fedmodel.subproblems.batched_glm import GLMCohort, glm_signature
 from fedmodel.subproblems.newton import evaluations_agree, party_glm
 
 
@@ -65,8 +65,17 @@ def glm_objective(host) -> Any:
         return None
     if not host.glm_looked_up:
         host.glm_form = unconstrained_glm(host.program)
+        if host.glm_form is not None:
+            host.glm_signature = glm_signature(host.glm_form, rows=True)
         host.glm_looked_up = True
     return host.glm_form
+
+
+def glm_structure(host) -> tuple | None:
+    """The structure a client's batched steps share with their cohort: its
+    :func:`glm_objective`'s signature with row counts
+    (:func:`~fedmodel.subproblems.batched_glm.glm_signature`), or None."""
+    return None if glm_objective(host) is None else host.glm_signature
 
 
 def cohort_of(hosts: list) -> GLMCohort:

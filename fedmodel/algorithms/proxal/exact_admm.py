@@ -63,7 +63,7 @@ import numpy as np
 from fedmodel.algorithms.common import step_budgets
 from fedmodel.algorithms.protocol import StepReport
 from fedmodel.algorithms.proxal.anderson import AndersonState
-from fedmodel.algorithms.proxal.cohorts import check_forms, cohort_of, glm_objective
+from fedmodel.algorithms.proxal.cohorts import check_forms, cohort_of, glm_structure
 from fedmodel.algorithms.proxal.inner import InnerClient, InnerOutcome, InnerSolver
 from fedmodel.algorithms.proxal.obstacles import (
     EXACT_MIN_EPS,
@@ -74,7 +74,6 @@ from fedmodel.algorithms.proxal.obstacles import (
 )
 from fedmodel.algorithms.topology import Coordination
 from fedmodel.runtime.schema import Field, MessageSpec
-from fedmodel.subproblems.batched_glm import glm_signature
 from fedmodel.subproblems.conic_prox import exact_prox_solver, internal_rows
 from fedmodel.subproblems.merit import set_deadline, step_deadline
 
@@ -801,8 +800,8 @@ class ExactClient(InnerClient):
             return None
         if not h.problem.regularizer.is_zero:
             return None
-        f = glm_objective(h)
-        return None if f is None else ("glm-prox", glm_signature(f, rows=True))
+        structure = glm_structure(h)
+        return None if structure is None else ("glm-prox", structure)
 
     @staticmethod
     def _on_xadmm_w_batch(parts: list[ExactClient], payloads: list[dict]) -> list[dict]:
