@@ -517,12 +517,55 @@ def docs_block(rows: list[dict]) -> str:
     return "\n".join(lines)
 
 
+#: docs/performance.md's participation table, written between these markers
+PARTICIPATION_BEGIN = (
+    "<!-- benchmarks/scaling.py writes the participation table below: do not edit it by hand -->"
+)
+PARTICIPATION_END = "<!-- end of benchmarks/scaling.py's participation table -->"
+#: the label of the full-participation rows run beside the sampled ones
+FULL_PARTICIPATION = "participation full, same session"
+
+
+def participation_block(rows: list[dict]) -> str:
+    """The participation table of docs/performance.md: each prox-al row run with
+    ``participation`` next to the same case's row at full participation run beside it
+    (label :data:`FULL_PARTICIPATION`)."""
+    full = {
+        r["case"]: r
+        for r in rows
+        if r["method"] == "prox-al" and r.get("label") == FULL_PARTICIPATION
+    }
+    lines = [
+        "| case | clients a round | rounds, sampled | client steps (epochs) | gap "
+        "| rounds, every client | gap, every client |",
+        "|---|---:|---:|---:|---:|---:|---:|",
+    ]
+    for r in sorted(rows, key=_order):
+        info = r.get("participation") if r["method"] == "prox-al" else None
+        if not info:
+            continue
+        f = full.get(r["case"], {})
+        epochs = info["client_steps"] / max(1, info["clients"])
+        lines.append(
+            f"| {r['case']} | {info['clients_per_round']} of {info['clients']} "
+            f"| {r.get('rounds', '-')}, {r.get('status', '-')} | {epochs:.0f} "
+            f"| {_fmt(r.get('rel_gap'), '.1e')} | {f.get('rounds', '-')}, {f.get('status', '-')} "
+            f"| {_fmt(f.get('rel_gap'), '.1e')} |"
+        )
+    return "\n".join(lines)
+
+
 def write_docs(rows: list[dict], path: Path = DOCS) -> None:
-    """Replace the block between :data:`DOCS_BEGIN` and :data:`DOCS_END` of ``path``."""
+    """Replace the blocks between :data:`DOCS_BEGIN` and :data:`DOCS_END` and between
+    :data:`PARTICIPATION_BEGIN` and :data:`PARTICIPATION_END` of ``path``."""
     page = path.read_text()
-    start = page.index(DOCS_BEGIN) + len(DOCS_BEGIN)
-    end = page.index(DOCS_END)
-    path.write_text(page[:start] + "\n\n" + docs_block(rows) + "\n\n" + page[end:])
+    for begin, end, block in (
+        (DOCS_BEGIN, DOCS_END, docs_block(rows)),
+        (PARTICIPATION_BEGIN, PARTICIPATION_END, participation_block(rows)),
+    ):
+        start = page.index(begin) + len(begin)
+        page = page[:start] + "\n\n" + block + "\n\n" + page[page.index(end) :]
+    path.write_text(page)
 
 
 def main(argv=None) -> None:

@@ -40,3 +40,18 @@ def test_only_the_main_rows_are_shown_and_a_changed_number_is_seen():
     row["rounds"] += 1
     with pytest.raises(AssertionError):
         assert script.docs_block(changed) == shown
+
+
+def test_the_participation_table_is_the_scripts_rendering():
+    script = load_script("scaling")
+    rows = json.loads((ROOT / "benchmarks" / "results_scaling.json").read_text())
+    page = (ROOT / "docs" / "performance.md").read_text()
+    start = page.index(script.PARTICIPATION_BEGIN) + len(script.PARTICIPATION_BEGIN)
+    block = page[start : page.index(script.PARTICIPATION_END)]
+    assert block.strip() == script.participation_block(rows).strip()
+    sampled = [r for r in rows if r["method"] == "prox-al" and r.get("participation")]
+    assert sampled and block.count("\n| ") == len(sampled) + 1
+    changed = copy.deepcopy(rows)
+    full = next(r for r in changed if r.get("label") == script.FULL_PARTICIPATION)
+    full["rounds"] += 1
+    assert script.participation_block(changed) != script.participation_block(rows)
