@@ -247,3 +247,17 @@ def test_a_batched_start_is_each_party_s_own(kind):
     assert probing[0].step_batch_key("start") is None
     with pytest.raises(ValueError, match="probes"):
         ProxALClient._on_start_batch(probing, [{"w": w} for _ in probing])
+
+
+@pytest.mark.parametrize("backend", ["processes", "ray"])
+def test_workers_batch_their_parties_and_give_the_serial_iterates(backend):
+    """A worker process or a Ray actor answers its parties' round (one call, or one task
+    without a client_timeout) and batches the steps that stack there: each party's numbers
+    do not depend on its cohort, so the run repeats the serial one bit for bit."""
+    if backend == "ray":
+        pytest.importorskip("ray")
+    serial = _model(kind="logistic").solve("prox-al", history=False)
+    workers = _model(kind="logistic").solve("prox-al", history=False, backend=backend, workers=2)
+    assert workers.status == serial.status == "optimal"
+    assert workers.rounds == serial.rounds
+    np.testing.assert_array_equal(workers.x, serial.x)

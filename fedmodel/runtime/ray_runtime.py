@@ -302,9 +302,12 @@ class RayRuntime(Runtime):
 
         out: dict[Any, Any] = {}
         remote = [h for h in calls if h != SERVER_HOST]
-        # host -> its tasks, in order: a round's messages to an actor go one task each, so
-        # that when the actor dies in one party's step the steps before it keep their
-        # replies and that party alone is blamed (the ones after it are lost, not failed)
+        # host -> its tasks, in order. With a client_timeout, a round's messages to an actor
+        # go one task each (each step on its own clock), so that when the actor dies in one
+        # party's step the steps before it keep their replies and that party alone is
+        # blamed (the ones after it are lost, not failed). Without one, they go in one task,
+        # so that the actor's host answers the steps that stack in one batch (a death then
+        # blames the party in its step and loses the others, as a worker process does)
         tasks: dict[Any, list] = {}
         with self.critical():
             for h in remote:
@@ -313,7 +316,7 @@ class RayRuntime(Runtime):
                     tasks[h] = [(None, self._actors[h].call.remote(method, *args))]
                     continue
                 parts = [(None, (method, args))]
-                if method == "run" and len(args[0]) > 1:
+                if method == "run" and len(args[0]) > 1 and self.client_timeout:
                     parts = [(m.receiver, ("run", ([m], *args[1:]))) for m in args[0]]
                 tasks[h] = [
                     (who, self._actors[h].call_pickled.remote(pickle.dumps(call, protocol=5)))
