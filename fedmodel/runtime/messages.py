@@ -140,10 +140,10 @@ class CountingLedger(Ledger):
         super().__init__()
         self.counts: dict[tuple[str, str, str], list[int]] = {}
 
-    def record(self, msg: Message) -> None:
+    def record(self, msg: Message, known: tuple[dict, int] | None = None) -> None:
         c = self.counts.setdefault((msg.channel, msg.sender, msg.receiver), [0, 0])
         c[0] += 1
-        c[1] += msg.floats
+        c[1] += msg.floats if known is None else known[1]
 
 
 def _items(ledger: Ledger):
