@@ -73,6 +73,9 @@ SEED000 = "docs/reproduction_seed000.md"
 TABLE1_COLUMNS = ("n", "d", "m", "f* (centralized)", "rel. diff", "gap to f*", "viol. prox-al",
                   "rounds prox-al", "status")  # fmt: skip
 SSCA_COLUMNS = ("run", "rounds", "training cost", "test acc.", "||w||^2", "samples/client/round")
+DALD_TABLE1_COLUMNS = ("data", "split", "iters", "MSE AIO", "MSE DALD", "node range", "paper AIO",
+                       "paper DALD", "R2 AIO", "R2 DALD", "paper R2 AIO", "paper R2 DALD",
+                       "max ||x_i - x_j||")  # fmt: skip
 BLOCKS: tuple[Block, ...] = (
     Block(
         SEED000,
@@ -173,6 +176,19 @@ BLOCKS: tuple[Block, ...] = (
         "fedmodel reproduce ssca-fig4 --out docs/ssca",
         "docs/ssca/ssca-fig4.md",
         target="ssca-fig4",
+    ),
+    Block(
+        "docs/dald.md",
+        "dald-table1",
+        "fedmodel reproduce dald-table1 --trials 3",
+        "benchmarks/RESULTS_seed004_table1.md",
+        DALD_TABLE1_COLUMNS,
+    ),
+    Block(
+        "docs/vfl.md",
+        "vfl-table1",
+        "fedmodel reproduce vfl-table1",
+        "benchmarks/RESULTS_seed002_table1.md",
     ),
 )
 

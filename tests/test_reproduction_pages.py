@@ -59,11 +59,14 @@ def test_every_committed_reproduction_results_file_is_on_its_page():
         str(p.relative_to(ROOT))
         for pattern in (
             "benchmarks/RESULTS_seed000_*_quick.md",
+            "benchmarks/RESULTS_seed002_*.md",
+            "benchmarks/RESULTS_seed004_*.md",
             "docs/ssca/ssca-fig*.md",
         )
         for p in ROOT.glob(pattern)
     }
-    assert len(committed) == 11  # 7 seed 000 --quick runs, 4 seed 003 figures
+    # 7 seed 000 --quick runs, seed 002's Table I, 4 seed 003 figures, seed 004's Table I
+    assert len(committed) == 13
     assert committed <= shown
     assert all((ROOT / r).exists() for r in shown)
 
