@@ -46,8 +46,8 @@ class Block:
         The committed results file (the command's ``NAME.md``), relative to the repository
         root.
     columns : tuple of str
-        The columns of the results file's table shown on the page, by their header; empty
-        for all of them.
+        The columns of the results file's table shown on the page, by their header (each
+        header once in the table); empty for all of them, in their order.
     target : str
         The reproduction that wrote the results file, when ``name`` is a variant of it
         (``--from DIR`` copies ``DIR/NAME/TARGET.md``); empty: ``name`` itself.
@@ -185,6 +185,12 @@ BLOCKS: tuple[Block, ...] = (
         DALD_TABLE1_COLUMNS,
     ),
     Block(
+        "docs/dald.md",
+        "dald-table2",
+        "fedmodel reproduce dald-table2 --set 'n=[10,50]' --set 'lambdas=[0,0.001]'",
+        "benchmarks/RESULTS_seed004_table2.md",
+    ),
+    Block(
         "docs/vfl.md",
         "vfl-table1",
         "fedmodel reproduce vfl-table1",
@@ -271,7 +277,10 @@ def render(block: Block, text: str) -> str:
     missing = [c for c in columns if c not in res.header]
     if missing:
         raise KeyError(f"{block.results} has no column {missing}; its columns are {res.header}")
-    index = [res.header.index(c) for c in columns]
+    ambiguous = [c for c in block.columns if res.header.count(c) > 1]
+    if ambiguous:
+        raise KeyError(f"{block.results} has several columns {ambiguous}: show all its columns")
+    index = [res.header.index(c) for c in block.columns] or list(range(len(res.header)))
     wall = (res.wall[0].lower() + res.wall[1:]).rstrip(".") if res.wall else "no wall time"
     lines = [
         f"`{block.command}` (results file `{block.results}`; {wall})",

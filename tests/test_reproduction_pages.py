@@ -65,8 +65,8 @@ def test_every_committed_reproduction_results_file_is_on_its_page():
         )
         for p in ROOT.glob(pattern)
     }
-    # 7 seed 000 --quick runs, seed 002's Table I, 4 seed 003 figures, seed 004's Table I
-    assert len(committed) == 13
+    # 7 seed 000 --quick runs, seed 002's Table I, 4 seed 003 figures, seed 004's Tables I-II
+    assert len(committed) == 14
     assert committed <= shown
     assert all((ROOT / r).exists() for r in shown)
 
@@ -91,6 +91,17 @@ def test_a_column_the_results_file_lacks_is_named():
 def test_a_malformed_results_file_is_refused(text, match):
     with pytest.raises(ValueError, match=match):
         pages.read_results(text)
+
+
+def test_repeated_headers_keep_their_own_columns():
+    text = (
+        "| n | A | paper | B | paper |\n|---|---|---|---|---|\n| 1 | 2 | 3 | 4 | 5 |\n\n"
+        "## Checks\n\n- PASS: x\n"
+    )
+    block = pages.Block("p.md", "x", "cmd", "r.md")
+    assert "| 1 | 2 | 3 | 4 | 5 |" in pages.render(block, text)
+    with pytest.raises(KeyError, match="several columns"):
+        pages.render(pages.Block("p.md", "x", "cmd", "r.md", ("n", "paper")), text)
 
 
 def test_a_cell_holding_a_bar_stays_one_cell():
