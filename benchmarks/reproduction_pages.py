@@ -46,8 +46,8 @@ class Block:
         The committed results file (the command's ``NAME.md``), relative to the repository
         root.
     columns : tuple of str
-        The columns of the results file's table shown on the page, by their header; empty
-        for all of them.
+        The columns of the results file's table shown on the page, by their header (each
+        header once in the table); empty for all of them, in their order.
     target : str
         The reproduction that wrote the results file, when ``name`` is a variant of it
         (``--from DIR`` copies ``DIR/NAME/TARGET.md``); empty: ``name`` itself.
@@ -73,6 +73,9 @@ SEED000 = "docs/reproduction_seed000.md"
 TABLE1_COLUMNS = ("n", "d", "m", "f* (centralized)", "rel. diff", "gap to f*", "viol. prox-al",
                   "rounds prox-al", "status")  # fmt: skip
 SSCA_COLUMNS = ("run", "rounds", "training cost", "test acc.", "||w||^2", "samples/client/round")
+DALD_TABLE1_COLUMNS = ("data", "split", "iters", "MSE AIO", "MSE DALD", "node range", "paper AIO",
+                       "paper DALD", "R2 AIO", "R2 DALD", "paper R2 AIO", "paper R2 DALD",
+                       "max ||x_i - x_j||")  # fmt: skip
 BLOCKS: tuple[Block, ...] = (
     Block(
         SEED000,
@@ -103,6 +106,7 @@ BLOCKS: tuple[Block, ...] = (
             "class-1 loss prox-al mean / max",
             "outer / rounds prox-al",
             "status",
+            "paper obj Alg. 1 / cProx-AL",
             "paper rel. diff",
         ),
     ),
@@ -114,11 +118,13 @@ BLOCKS: tuple[Block, ...] = (
         (
             "data (train rows x features)",
             "n",
+            "obj cprox-al",
             "rel. diff",
             "disparity prox-al mean / max",
             "disparity cprox-al mean / max",
             "outer / rounds prox-al",
             "status",
+            "paper obj Alg. 1 / cProx-AL",
             "paper rel. diff",
         ),
     ),
@@ -170,6 +176,25 @@ BLOCKS: tuple[Block, ...] = (
         "fedmodel reproduce ssca-fig4 --out docs/ssca",
         "docs/ssca/ssca-fig4.md",
         target="ssca-fig4",
+    ),
+    Block(
+        "docs/dald.md",
+        "dald-table1",
+        "fedmodel reproduce dald-table1 --trials 3",
+        "benchmarks/RESULTS_seed004_table1.md",
+        DALD_TABLE1_COLUMNS,
+    ),
+    Block(
+        "docs/dald.md",
+        "dald-table2",
+        "fedmodel reproduce dald-table2 --set 'n=[10,50]' --set 'lambdas=[0,0.001]'",
+        "benchmarks/RESULTS_seed004_table2.md",
+    ),
+    Block(
+        "docs/vfl.md",
+        "vfl-table1",
+        "fedmodel reproduce vfl-table1",
+        "benchmarks/RESULTS_seed002_table1.md",
     ),
 )
 
@@ -252,7 +277,10 @@ def render(block: Block, text: str) -> str:
     missing = [c for c in columns if c not in res.header]
     if missing:
         raise KeyError(f"{block.results} has no column {missing}; its columns are {res.header}")
-    index = [res.header.index(c) for c in columns]
+    ambiguous = [c for c in block.columns if res.header.count(c) > 1]
+    if ambiguous:
+        raise KeyError(f"{block.results} has several columns {ambiguous}: show all its columns")
+    index = [res.header.index(c) for c in block.columns] or list(range(len(res.header)))
     wall = (res.wall[0].lower() + res.wall[1:]).rstrip(".") if res.wall else "no wall time"
     lines = [
         f"`{block.command}` (results file `{block.results}`; {wall})",

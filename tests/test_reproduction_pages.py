@@ -2,6 +2,8 @@
 declared in benchmarks/reproduction_pages.py is, on its page, the rendering of its results
 file, so a hand edit of the page, or a results file from another run, fails here."""
 
+import re
+
 import pytest
 from benchmark_scripts import ROOT, load_script
 
@@ -25,6 +27,22 @@ def test_a_changed_number_is_seen():
     assert pages.page_block(block, page) != pages.render(block, changed)
 
 
+@pytest.mark.parametrize("block", pages.BLOCKS, ids=lambda b: f"{b.page}:{b.name}")
+def test_a_changed_table_number_is_seen(block):
+    text = pages.results_text(block)
+    res = pages.read_results(text)
+    shown = [res.header.index(c) for c in block.columns] or range(len(res.header))
+    row = res.rows[0]
+    i = next(i for i in shown if re.search(r"\d", row[i]))
+    changed_row = list(row)
+    changed_row[i] = re.sub(r"\d(?=\D*$)", lambda m: str((int(m[0]) + 1) % 10), row[i])
+    line = "| " + " | ".join(row) + " |"
+    assert text.count(line) >= 1
+    changed = text.replace(line, "| " + " | ".join(changed_row) + " |", 1)
+    page = (ROOT / block.page).read_text()
+    assert pages.page_block(block, page) != pages.render(block, changed)
+
+
 def test_the_writer_replaces_exactly_its_block(tmp_path):
     block = pages.BLOCKS[0]
     page = (ROOT / block.page).read_text()
@@ -39,10 +57,16 @@ def test_every_committed_reproduction_results_file_is_on_its_page():
     shown = {b.results for b in pages.BLOCKS}
     committed = {
         str(p.relative_to(ROOT))
-        for pattern in ("benchmarks/RESULTS_seed000_*_quick.md", "docs/ssca/ssca-fig*.md")
+        for pattern in (
+            "benchmarks/RESULTS_seed000_*_quick.md",
+            "benchmarks/RESULTS_seed002_*.md",
+            "benchmarks/RESULTS_seed004_*.md",
+            "docs/ssca/ssca-fig*.md",
+        )
         for p in ROOT.glob(pattern)
     }
-    assert len(committed) == 11  # 7 seed 000 --quick runs, 4 seed 003 figures
+    # 7 seed 000 --quick runs, seed 002's Table I, 4 seed 003 figures, seed 004's Tables I-II
+    assert len(committed) == 14
     assert committed <= shown
     assert all((ROOT / r).exists() for r in shown)
 
@@ -67,6 +91,17 @@ def test_a_column_the_results_file_lacks_is_named():
 def test_a_malformed_results_file_is_refused(text, match):
     with pytest.raises(ValueError, match=match):
         pages.read_results(text)
+
+
+def test_repeated_headers_keep_their_own_columns():
+    text = (
+        "| n | A | paper | B | paper |\n|---|---|---|---|---|\n| 1 | 2 | 3 | 4 | 5 |\n\n"
+        "## Checks\n\n- PASS: x\n"
+    )
+    block = pages.Block("p.md", "x", "cmd", "r.md")
+    assert "| 1 | 2 | 3 | 4 | 5 |" in pages.render(block, text)
+    with pytest.raises(KeyError, match="several columns"):
+        pages.render(pages.Block("p.md", "x", "cmd", "r.md", ("n", "paper")), text)
 
 
 def test_a_cell_holding_a_bar_stays_one_cell():
