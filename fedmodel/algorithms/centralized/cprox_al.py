@@ -118,25 +118,11 @@ def pooled_recession(compiled: CompiledModel, x, step, duals, steps, eps1, eps2,
 
 
 def _backend_choice(problem: MeritProblem, choice: str) -> str:
-    """``choice``, except that ``"auto"`` takes
-
-    * cvxpy (Clarabel, which keeps every iterate inside the terms' domains) on a convex
-      problem with a term defined on part of the space only (``kl_div``, ``entr``,
-      ``log``: :attr:`~fedmodel.compiler.partition.PartyProgram.restricted_domain`), as
-      prox-al's exact steps do: L-BFGS-B's first trial step from an interior point may land
-      outside the domain, where the merit function is ``+inf`` with a NaN gradient, and its
-      line search then ends at the starting point ("relative reduction of f"), so the
-      subproblem is never solved and the multipliers drift;
-    * L-BFGS instead of Newton above ``DENSE_NEWTON_MAX_SIZE`` variables (``centralized``'s
-      limit for its Newton path too): a Newton step factors a dense Hessian, ~10 s at 4,011
-      variables (a hinge SVM's epigraph over 4,000 rows) and over 100 s at d = 10,000,
-      longer than a whole ``time_limit``."""
-    if choice != "auto" or problem.has_cones:
-        return choice
-    programs = problem.programs
-    if any(p.restricted_domain for p in programs) and not any(p.nonconvex for p in programs):
-        return "cvxpy"
-    if problem.n <= DENSE_NEWTON_MAX_SIZE:
+    """``choice``, except that ``"auto"`` takes L-BFGS instead of Newton above
+    ``DENSE_NEWTON_MAX_SIZE`` variables (``centralized``'s limit for its Newton path too): a Newton
+    step factors a dense Hessian, ~10 s at 4,011 variables (a hinge SVM's epigraph over
+    4,000 rows) and over 100 s at d = 10,000, longer than a whole ``time_limit``."""
+    if choice != "auto" or problem.n <= DENSE_NEWTON_MAX_SIZE or problem.has_cones:
         return choice
     if any(p.couples for p in problem.regularizer.pieces):
         return choice  # (L-BFGS-B takes no group norm; "auto" picks cvxpy for these)
@@ -173,10 +159,8 @@ def run_cprox_al(
     (:func:`~fedmodel.algorithms.common.multiplier_plateau`: constraints the penalty does
     not reduce, e.g. an infeasible model) instead of running to ``max_outer``; used by
     ``centralized``, whose pooled solver then gives the verdict (an infeasibility
-    certificate where one exists). cprox-al itself gives no such verdict: a plateau is no
-    proof (on models with a finite optimum whose subproblems a backend does not solve, e.g.
-    ``solver="lbfgs"`` stopping at the domain of entr or kl_div on a simplex, the
-    multipliers plateau too).
+    certificate where one exists). cprox-al itself gives no such verdict: a plateau alone
+    is no proof of infeasibility.
 
     ``started`` (a ``time.perf_counter()`` value): when the run's ``time_limit`` began
     (``model.solve``'s start, its compile included); default: this call's start."""
