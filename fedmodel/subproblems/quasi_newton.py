@@ -3,6 +3,13 @@
 Handles any smooth (possibly nonconvex) merit function, plus the simple nonsmooth parts of
 ``h``: a box becomes bounds, and an l1 term is split as ``x = p - q`` with ``p, q >= 0``
 (exact). A group norm (``norm2``) is not handled here.
+
+A term defined on part of the space only (``kl_div``, ``entr``, ``log``) makes the merit
+``+inf`` outside its domain, where L-BFGS-B's line search cannot interpolate: its first
+step from an interior point has unit length, and where that step leaves the domain the run
+ends at its start. A run that met a non-finite value is followed by one whose first step is
+:data:`DOMAIN_SHRINK` times shorter (the variables scaled, which leaves the later
+quasi-Newton steps as they are), at most :data:`DOMAIN_RETRIES` times per solve.
 """
 
 from __future__ import annotations
@@ -14,6 +21,11 @@ from scipy.optimize import minimize
 
 from fedmodel.errors import UnsupportedError
 from fedmodel.subproblems.merit import MeritProblem, SolveReport
+
+#: the factor of the first step's length after a run that met a non-finite merit value
+DOMAIN_SHRINK = 0.1
+#: at most this many such shorter runs per solve (a first step down to 1e-8)
+DOMAIN_RETRIES = 8
 
 
 class QuasiNewtonSolver:
@@ -38,6 +50,7 @@ class QuasiNewtonSolver:
         #: ``time.perf_counter()`` value after which a solve returns its current point (an
         #: owner's time limit, e.g. cprox-al's)
         self.deadline: float | None = None
+        self._outside = False  # (a run met a non-finite merit value: outside a domain)
         n = problem.n
         lower = np.full(n, -np.inf)
         upper = np.full(n, np.inf)
@@ -88,6 +101,12 @@ class QuasiNewtonSolver:
         return z
 
     def _fun(self, z: np.ndarray) -> tuple[float, np.ndarray]:
+        val, g = self._merit(z)
+        if not np.isfinite(val):
+            self._outside = True
+        return val, g
+
+    def _merit(self, z: np.ndarray) -> tuple[float, np.ndarray]:
         n = self.problem.n
         x = self._to_x(z)
         val, g = self.problem.smooth_value_grad(x)
@@ -115,31 +134,50 @@ class QuasiNewtonSolver:
         message = ""
         x = self._to_x(z)
         residual = self.problem.residual(x)
-        for _ in range(1 + self.restarts):
+        step, runs, shrinks = 1.0, 0, 0  # (step: the first step's length)
+        while runs <= self.restarts:
             if residual <= tol or self._past_deadline():
                 break
-            res = minimize(
-                self._fun,
-                z,
-                jac=True,
-                method="L-BFGS-B",
-                bounds=self.bounds,
-                options={
-                    "maxiter": max(1, max_iter - iters),
-                    "gtol": gtol,
-                    "ftol": 0.0,
-                    "maxcor": self.memory,
-                    "maxls": 50,
-                },
-                callback=self._stop_at_deadline if self.deadline is not None else None,
-            )
+            self._outside = False
+            res = self._run(z, step, gtol, max(1, max_iter - iters))
             iters += int(res.nit)
             message = str(res.message)
             if np.all(np.isfinite(res.x)):
-                z = res.x
+                z = res.x * step
             x = self._to_x(z)
             residual = self.problem.residual(x)
-            gtol *= 0.1
+            if self._outside and shrinks < DOMAIN_RETRIES:
+                step, shrinks = step * DOMAIN_SHRINK, shrinks + 1
+            else:
+                runs, gtol = runs + 1, gtol * 0.1
             if iters >= max_iter:
                 break
         return SolveReport(x, residual, tol, iters, self.name, message)
+
+    def _run(self, z: np.ndarray, step: float, gtol: float, max_iter: int):
+        """One L-BFGS-B run from ``z`` whose first step has length ``step``: on the
+        variables ``u = z / step`` (its result's ``x`` is ``u``)."""
+        fun, bounds = self._fun, self.bounds
+        if step != 1.0:
+
+            def fun(u):
+                val, g = self._fun(step * u)
+                return val, step * g
+
+            if bounds is not None:
+                bounds = [tuple(None if b is None else b / step for b in pair) for pair in bounds]
+        return minimize(
+            fun,
+            z / step,
+            jac=True,
+            method="L-BFGS-B",
+            bounds=bounds,
+            options={
+                "maxiter": max_iter,
+                "gtol": gtol * step,
+                "ftol": 0.0,
+                "maxcor": self.memory,
+                "maxls": 50,
+            },
+            callback=self._stop_at_deadline if self.deadline is not None else None,
+        )

@@ -159,9 +159,8 @@ def run_cprox_al(
     (:func:`~fedmodel.algorithms.common.multiplier_plateau`: constraints the penalty does
     not reduce, e.g. an infeasible model) instead of running to ``max_outer``; used by
     ``centralized``, whose pooled solver then gives the verdict (an infeasibility
-    certificate where one exists). cprox-al itself gives no such verdict: on models with
-    a finite optimum where its subproblems lose a term's domain (entr, kl_div on a simplex)
-    the multipliers plateau too.
+    certificate where one exists). cprox-al itself gives no such verdict: a plateau alone
+    is no proof of infeasibility.
 
     ``started`` (a ``time.perf_counter()`` value): when the run's ``time_limit`` began
     (``model.solve``'s start, its compile included); default: this call's start."""
