@@ -146,13 +146,21 @@ class CountingLedger(Ledger):
         c[1] += msg.floats if known is None else known[1]
 
 
-def _items(ledger: Ledger):
+def _counts(ledger: Ledger) -> dict[tuple[str, str, str], list[int]]:
+    """Messages and floats per (channel, sender, receiver), in the order each first
+    appears (a :class:`CountingLedger` keeps them; a row ledger is counted in one pass)."""
     if isinstance(ledger, CountingLedger):
-        for (ch, s, r), (cnt, fl) in ledger.counts.items():
-            yield ch, s, r, cnt, fl
-    else:
-        for row in ledger.rows:
-            yield row["channel"], row["sender"], row["receiver"], 1, row["floats"]
+        return ledger.counts
+    counts: dict[tuple[str, str, str], list[int]] = {}
+    for row in ledger.rows:
+        key = (row["channel"], row["sender"], row["receiver"])
+        c = counts.get(key)
+        if c is None:
+            counts[key] = [1, row["floats"]]
+        else:
+            c[0] += 1
+            c[1] += row["floats"]
+    return counts
 
 
 def communication_totals(ledger: Ledger) -> dict[str, Any]:
@@ -160,6 +168,8 @@ def communication_totals(ledger: Ledger) -> dict[str, Any]:
     and per party (sent and received), for the algorithm channel; the same for the
     ``diagnostic`` channel under ``"diagnostic"``. Local turns (channel ``"local"``) carry
     nothing over the network and are only counted as ``local_steps``."""
+
+    counts = _counts(ledger)
 
     def totals(channel: str) -> dict[str, Any]:
         out = {
@@ -173,7 +183,7 @@ def communication_totals(ledger: Ledger) -> dict[str, Any]:
             "floats_peer": 0,
             "per_party": {},
         }
-        for ch, s, r, cnt, fl in _items(ledger):
+        for (ch, s, r), (cnt, fl) in counts.items():
             if ch != channel or (s == r and ch == "local"):
                 continue
             out["messages"] += cnt
@@ -197,5 +207,5 @@ def communication_totals(ledger: Ledger) -> dict[str, Any]:
 
     result = totals("algorithm")
     result["diagnostic"] = totals("diagnostic")
-    result["local_steps"] = sum(cnt for ch, s, r, cnt, _ in _items(ledger) if ch == "local")
+    result["local_steps"] = sum(cnt for (ch, _, _), (cnt, _) in counts.items() if ch == "local")
     return result
