@@ -248,7 +248,17 @@ class Runtime(abc.ABC):
         )
         if callable(payload):
             payloads = {n: payload(n) for n in names}
-            channels = {n: self._outgoing(kind, payloads[n], channel) for n in names}
+            # (the check reads the field names only: once per set of names)
+            checked: dict[tuple, str] = {}
+            channels = {}
+            for n in names:
+                if not isinstance(payloads[n], Mapping):
+                    channels[n] = self._outgoing(kind, payloads[n], channel)
+                    continue
+                fields = tuple(payloads[n])
+                if fields not in checked:
+                    checked[fields] = self._outgoing(kind, payloads[n], channel)
+                channels[n] = checked[fields]
         else:  # (one payload: checked once)
             payloads = dict.fromkeys(names, payload)
             channels = dict.fromkeys(names, self._outgoing(kind, payload, channel))
