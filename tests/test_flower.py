@@ -269,10 +269,14 @@ def test_simulation_ctrl_c_returns_interrupted_with_a_checkpoint(serial, tmp_pat
     assert np.max(np.abs(again.x - serial.x)) <= 1e-10 * max(1.0, np.max(np.abs(serial.x)))
 
 
+@pytest.mark.slow
 def test_simulation_refuses_an_undeclared_reply_field_naming_kind_and_field():
     """What a party answers over the Flower link is decoded, then checked against the
     method's declared table before the server uses it (the same table the party checks
-    requests with): an undeclared field is a failure of that party naming kind and field."""
+    requests with): an undeclared field is a failure of that party naming kind and field.
+    (slow: the default suite checks the table on every backend in test_reply_validation.py
+    and a party's invalid reply over a deployed Flower link in
+    test_a_party_answering_a_string_for_its_step_is_an_invalid_reply)"""
     pytest.importorskip("flwr")
     pytest.importorskip("ray")
     from fedmodel.algorithms.proxal.options import ProxALOptions
