@@ -271,9 +271,10 @@ BOUNDARY_TOL = 1e-8
 BOUNDARY_MAX_COORDS = 256
 
 
-def boundary_tau(x_shared: np.ndarray) -> float:
-    """The boundary relief's distance ``BOUNDARY_TOL max(1, ||x_shared||_inf)``."""
-    return BOUNDARY_TOL * max(1.0, float(np.abs(x_shared).max(initial=0.0)))
+def boundary_tau(x_shared: np.ndarray):
+    """The boundary relief's distance ``BOUNDARY_TOL max(1, ||x_shared||_inf)`` (of each
+    row, for a stack of points)."""
+    return BOUNDARY_TOL * np.maximum(1.0, np.abs(x_shared).max(axis=-1, initial=0.0))
 
 
 def _boundary_report(program, x, mu, nu, cone, ns) -> dict:
@@ -506,7 +507,7 @@ def plain_objective_evaluations(value_grad, X: np.ndarray) -> list[dict]:
     values, G = value_grad(X)
     if not (np.all(np.isfinite(values)) and np.all(np.isfinite(G))):
         raise FloatingPointError("an objective value or gradient is not finite")
-    tau = BOUNDARY_TOL * np.maximum(1.0, np.abs(X).max(axis=1, initial=0.0))
+    tau = boundary_tau(X)
     near = (X >= 0.0) & (X <= tau[:, None])
     count = near.sum(axis=1)
     relief = (count > 0) & (count <= BOUNDARY_MAX_COORDS)

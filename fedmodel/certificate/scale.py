@@ -149,12 +149,10 @@ def plain_objective_references(value_grad, X: np.ndarray) -> np.ndarray:
         G0 = value_grad(X)[1]
         G1 = value_grad(X + delta[:, None])[1]
     finite0 = np.all(np.isfinite(G0), axis=1)
-    finite1 = np.all(np.isfinite(G1), axis=1)
-    ref = np.where(
-        finite0, np.abs(np.where(finite0[:, None], G0, 0.0)).max(axis=1, initial=0.0), 0.0
-    )
-    step = np.abs(np.where((finite0 & finite1)[:, None], G1 - G0, 0.0)).max(axis=1, initial=0.0)
-    return np.maximum(ref, step / delta)
+    both = finite0 & np.all(np.isfinite(G1), axis=1)
+    G0 = np.where(finite0[:, None], G0, 0.0)
+    change = np.abs(np.where(both[:, None], G1 - G0, 0.0)).max(axis=1, initial=0.0)
+    return np.maximum(np.abs(G0).max(axis=1, initial=0.0), change / delta)
 
 
 def regularizer_reference(regularizer: Regularizer, x0: np.ndarray) -> float:

@@ -40,14 +40,14 @@ class Message:
     @property
     def floats(self) -> int:
         """Number of floating-point numbers in the payload."""
-        return sum(_size(v) for v in self.payload.values() if v is not None)
+        return measure(self.payload)[1]
 
     @property
     def nbytes(self) -> int:
         return 8 * self.floats
 
     def shapes(self) -> dict[str, tuple[int, ...]]:
-        return {k: _shape(v) for k, v in self.payload.items()}
+        return measure(self.payload)[0]
 
 
 def _size(v: Any) -> int:
@@ -70,7 +70,8 @@ def _shape(v: Any) -> tuple[int, ...]:
 
 def measure(payload: dict[str, Any]) -> tuple[dict[str, tuple[int, ...]], int]:
     """The shape of every field of ``payload`` and the number of floats it carries (a
-    None field none): :meth:`Message.shapes` and :attr:`Message.floats` in one pass."""
+    None field none), in one pass: what :meth:`Message.shapes`, :attr:`Message.floats`
+    and the ledger's rows read."""
     shapes, floats = {}, 0
     for k, v in payload.items():
         if type(v) is np.ndarray:

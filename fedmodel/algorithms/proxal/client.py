@@ -221,14 +221,13 @@ class ProxALClient(ClientHalf):
 
     # -- Algorithm 1's messages ----------------------------------------------------------------
     def _on_start(self, w, inner: str | None = None, **request):
-        if inner is not None and inner != self.route_name:  # (the server fell back)
-            self.use_route(inner)
+        self._take_route(inner)
         # its share of the certificate's objective scale, at the starting point
         reference = objective_reference(
             self.program, self._local(np.asarray(w, dtype=float), self.theta_center)
         )
         if not self.route.probes:
-            return {**self.inner.start(w, **request), "objective_reference": reference}
+            return self._started(w, request, reference)
         why = self.inner.refuses()
         if why:
             return {"accepted": False, "why": why}
@@ -237,6 +236,16 @@ class ProxALClient(ClientHalf):
         except NotRecognised as exc:  # (the backend's GLM form failed its cross-check)
             return {"accepted": False, "why": str(exc)}
         return {"accepted": True, **start, "objective_reference": reference}
+
+    def _take_route(self, inner: str | None) -> None:
+        """Build route ``inner``'s part when the server names another route (it fell back)."""
+        if inner is not None and inner != self.route_name:
+            self.use_route(inner)
+
+    def _started(self, w, request: dict, reference: float) -> dict:
+        """The reply to ``start`` on a route that does not probe: the route's start and this
+        client's share of the objective's scale."""
+        return {**self.inner.start(w, **request), "objective_reference": float(reference)}
 
     def _on_outer(self, w, **request):
         w = np.asarray(w, dtype=float)
@@ -342,12 +351,10 @@ class ProxALClient(ClientHalf):
         check_forms(halves, cohort, X)
         references = plain_objective_references(cohort.value_grad, X)
         replies = []
-        for h, pl, route, reference in zip(halves, payloads, routes, references):
-            if route != h.route_name:  # (the server fell back)
-                h.use_route(route)
+        for h, pl, reference in zip(halves, payloads, references):
+            h._take_route(pl.get("inner"))
             request = {k: v for k, v in pl.items() if k not in ("w", "inner")}
-            start = h.inner.start(pl["w"], **request)
-            replies.append({**start, "objective_reference": float(reference)})
+            replies.append(h._started(pl["w"], request, reference))
         return replies
 
     @staticmethod
