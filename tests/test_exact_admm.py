@@ -359,8 +359,8 @@ def test_exact_admm_relative_penalty_rule():
 
     state = ExactADMM(sigma=2.0, anderson=0, balancing=(None, 2.0, 50), max_inner=10)
     z, z_new = np.zeros(2), np.array([1.0, 0.0])
-    X = {"a": np.array([1.0, 2.0]), "b": np.array([3.0, 0.0])}
-    U_new = {"a": np.array([0.5, 0.0]), "b": np.array([0.0, 0.0])}
+    X = np.array([[1.0, 2.0], [3.0, 0.0]])  # (a row per client)
+    U_new = np.array([[0.5, 0.0], [0.0, 0.0]])
     r = np.sqrt(0 + 4 + 4 + 0)
     s = 2.0 * np.sqrt(2) * 1.0
     scale_x = max(np.sqrt(1 + 4 + 9), np.sqrt(2) * 1.0)
@@ -368,11 +368,11 @@ def test_exact_admm_relative_penalty_rule():
     expected = 2.0 * np.sqrt((r / scale_x) / (s / scale_y))
     assert expected / 2.0 < RELATIVE_CHANGE  # (a move within the tolerance: kept)
     assert state.penalty(2.0, z, z_new, X, U_new) == 2.0
-    U_far = {"a": np.array([50.0, 0.0]), "b": np.array([0.0, 0.0])}  # (dual 100x larger)
+    U_far = np.array([[50.0, 0.0], [0.0, 0.0]])  # (dual 100x larger)
     expected = 2.0 * np.sqrt((r / scale_x) / (s / (2.0 * 50.0)))
     assert expected / 2.0 > RELATIVE_CHANGE
     assert np.isclose(state.penalty(2.0, z, z_new, X, U_far), expected, rtol=1e-12)
-    U_huge = {"a": np.array([1e12, 0.0]), "b": np.array([0.0, 0.0])}
+    U_huge = np.array([[1e12, 0.0], [0.0, 0.0]])
     assert state.penalty(2.0, z, z_new, X, U_huge) == 2.0 * SIGMA_RANGE
 
 
@@ -400,7 +400,7 @@ class _L1Consensus:
 
     def broadcast(self, kind, payload_of):
         payloads = {n: payload_of(n) for n in self.alive}
-        self.states.append((self.z.copy(), {n: self.z - p["c"] for n, p in payloads.items()}))
+        self.states.append((self.z.copy(), np.array([self.z - p["c"] for p in payloads.values()])))
 
         class Reply:
             def __init__(self, x):
@@ -432,8 +432,7 @@ def test_anderson_residual_is_admms_contraction_measure():
         np.linalg.norm(ExactADMM.fixed_point_residual(z, z1, U, U1)) for (z, U), (z1, U1) in pairs
     ]
     plain = [
-        np.linalg.norm(np.concatenate([z1 - z] + [U1[n] - U[n] for n in U]))
-        for (z, U), (z1, U1) in pairs
+        np.linalg.norm(np.concatenate([z1 - z, (U1 - U).ravel()])) for (z, U), (z1, U1) in pairs
     ]
     weighted, plain = np.array(weighted), np.array(plain)
     assert weighted[0] > 1e-3 and weighted[-1] < weighted[0]  # (the run moved)

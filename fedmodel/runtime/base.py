@@ -901,25 +901,50 @@ class Runtime(abc.ABC):
         many = getattr(self.reply_check, "many", None)
         if many is None:
             return {m.receiver: self._vet(m, outcomes[m.receiver]) for m in msgs}
-        vetted: dict[str, StepOutcome] = {}
-        replies: dict[str, list[tuple[Message, StepOutcome]]] = {}
+        vetted: dict[str, StepOutcome] = {}  # (the outcomes that are not as they came)
+        replies: dict[str, tuple[list[str], list[Any]]] = {}
+        reply_kinds: dict[str, str] = {}
         for m in msgs:
-            out = _as_invalid(outcomes[m.receiver])
+            name = m.receiver
+            out = outcomes[name]
+            reply = out.reply
+            kind = m.kind
+            expected = reply_kinds.get(kind)
+            if expected is None:
+                expected = reply_kinds[kind] = kind + "_reply"
+            if (  # (the envelope of a well-formed reply: what _check_envelope accepts)
+                out.kind == "ok"
+                and m.channel != "local"
+                and type(reply) is Message
+                and reply.sender == name
+                and reply.receiver == SERVER
+                and reply.kind == expected
+            ):
+                group = replies.get(kind)
+                if group is None:
+                    group = replies[kind] = ([], [])
+                group[0].append(name)
+                group[1].append(reply.payload)
+                continue
+            out = _as_invalid(out)
             if not out.ok or m.channel == "local":
-                vetted[m.receiver] = self._vet(m, out)
+                vetted[name] = self._vet(m, out)
                 continue
             try:
-                self._check_envelope(m, out.reply)
+                self._check_envelope(m, reply)
             except InvalidReply as exc:
-                vetted[m.receiver] = _refused(out, exc)
+                vetted[name] = _refused(out, exc)
                 continue
-            replies.setdefault(m.kind, []).append((m, out))
-        for kind, group in replies.items():
-            names = [m.receiver for m, _ in group]
-            bad = many(names, kind, "server", [out.reply.payload for _, out in group])
-            for name, (_, out) in zip(names, group):
-                vetted[name] = _refused(out, bad[name]) if name in bad else out
-        return {m.receiver: vetted[m.receiver] for m in msgs}
+            group = replies.setdefault(kind, ([], []))
+            group[0].append(name)
+            group[1].append(reply.payload)
+        for kind, (names, payloads) in replies.items():
+            bad = many(names, kind, "server", payloads)
+            for name in bad:
+                vetted[name] = _refused(outcomes[name], bad[name])
+        if not vetted:
+            return {m.receiver: outcomes[m.receiver] for m in msgs}
+        return {m.receiver: vetted.get(m.receiver) or outcomes[m.receiver] for m in msgs}
 
 
 def _refused(out: StepOutcome, exc: InvalidReply) -> StepOutcome:

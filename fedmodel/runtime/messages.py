@@ -95,8 +95,9 @@ class Ledger:
 
     def record(self, msg: Message, known: tuple[dict, int] | None = None) -> None:
         """One row for ``msg``; ``known``: its payload's :func:`measure` when the caller
-        has it (one payload sent to many clients is measured once)."""
-        shapes, floats = measure(msg.payload) if known is None else (dict(known[0]), known[1])
+        has it (one payload sent to many clients is measured once, and its rows share the
+        shapes: rows are records, read and never changed)."""
+        shapes, floats = measure(msg.payload) if known is None else known
         self.rows.append(
             {
                 "round": msg.round,

@@ -598,6 +598,35 @@ class MessageTable:
                     return f"message {kind!r} whose field {name!r} {why}"
         return None
 
+    def request_signature(self, kind: str, payload: Mapping[str, Any]) -> tuple | None:
+        """What a party's check of a request reads (:meth:`request_problem` without
+        ``dims``, :meth:`opt_ins_needed`): the field names, and the values of the fields
+        whose value can need an opt-in; None when such a value is not hashable. Two
+        requests of one signature get the same verdict.
+
+        Examples
+        --------
+        >>> table = MessageTable("toy", (
+        ...     MessageSpec("go", request={"w": Field(("d",)), "how": Field(
+        ...         (), dtype="str", party_opt_in={"exact": "hessian"})}),
+        ... ))
+        >>> table.request_signature("go", {"w": [1.0], "how": "exact"})
+        ('go', ('w', 'how'), ('exact',))
+        """
+        spec = self._by_kind.get(kind)
+        if spec is None:
+            return (kind, tuple(payload), ())
+        valued = [
+            payload[name]
+            for name in payload
+            if name in spec.request and spec.request[name].party_opt_in
+        ]
+        try:
+            hash(tuple(valued))
+        except TypeError:
+            return None
+        return (kind, tuple(payload), tuple(valued))
+
     def opt_ins_needed(self, kind: str, payload: Mapping[str, Any]) -> dict[str, str]:
         """The party opt-ins a request of ``kind`` with ``payload`` needs, each with what
         asks for it (the kind, or a field's value): read from the declaration

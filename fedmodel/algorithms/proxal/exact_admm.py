@@ -225,9 +225,11 @@ class ExactADMM:
         w_center = server.x
         z = w_center[:ns].copy()
         names = list(runtime.alive)
-        U = {n: self.duals.get(n, np.zeros(ns)) for n in names}
+        # (the scaled duals as one stack, a row per client in ``names``' order)
+        U = np.array([self.duals.get(n, np.zeros(ns)) for n in names], dtype=float)
+        U = U.reshape(len(names), ns)
         aa = AndersonState(self.anderson) if self.anderson else None
-        outputs: list[tuple[np.ndarray, dict]] = []
+        outputs: list[tuple[np.ndarray, np.ndarray]] = []
         residuals: list[np.ndarray] = []
         rejected = 0
         bound, residual, w = np.inf, np.inf, w_center
@@ -238,28 +240,37 @@ class ExactADMM:
             t_round = time.perf_counter()
             sigma = self.sigma
             runtime.next_round()
-            tol, tol_server = step_tolerances(tau, sigma, len(U), server.prox_weight)
-            payloads = {n: {"c": z - U[n], "sigma": sigma, "tol": tol} for n in U}
-            for n, budget in step_budgets(runtime, list(U), deadline).items():
+            tol, tol_server = step_tolerances(tau, sigma, len(names), server.prox_weight)
+            C = z - U
+            payloads = {n: {"c": C[i], "sigma": sigma, "tol": tol} for i, n in enumerate(names)}
+            for n, budget in step_budgets(runtime, names, deadline).items():
                 payloads[n]["budget"] = budget
             replies = runtime.broadcast("xadmm_w", payloads.__getitem__)
-            X = {n: np.asarray(r.payload["x"], dtype=float) for n, r in replies.items()}
-            U = {n: U[n] for n in X}  # (clients dropped by the failure policy leave)
-            m = len(X)
+            if len(replies) != len(names):  # (clients dropped by the failure policy leave)
+                row = {n: i for i, n in enumerate(names)}
+                stay = [row[n] for n in replies]
+                names, U = list(replies), U[stay]
+                outputs = [(zo, Uo[stay]) for zo, Uo in outputs]
+                residuals.clear()  # (Anderson's memory is over the clients that left too)
+                if aa is not None:
+                    aa = AndersonState(self.anderson)
+            X = np.array([r.payload["x"] for r in replies.values()], dtype=float)
+            X = X.reshape(len(names), ns)
+            m = len(names)
             if self.relaxation != 1.0:  # over-relaxation (Boyd et al. 2011, Sec. 3.4.3)
                 a = self.relaxation
-                X_hat = {n: a * X[n] + (1.0 - a) * z for n in X}
+                X_hat = a * X + (1.0 - a) * z
             else:
                 X_hat = X
-            avg = sum(X_hat[n] + U[n] for n in X) / m
+            avg = np.add.reduce(X_hat + U, axis=0) / m  # (row by row, in client order)
             w, residual = server.exact_step(avg, m * sigma, tol_server, deadline)
             z_new = w[:ns]
-            U_new = {n: U[n] + X_hat[n] - z_new for n in X}
-            primal = max(float(np.abs(X[n] - z_new).max(initial=0.0)) for n in X)
+            U_new = U + X_hat - z_new
+            primal = float(np.abs(X - z_new).max(initial=0.0))
             dual = m * sigma * float(np.abs(z_new - z).max(initial=0.0))
             bound = max(primal / PRIMAL_FRACTION, dual)
             if bound <= tau:
-                self.duals = U_new
+                self.duals = dict(zip(names, U_new))
                 return InnerOutcome(w, t + 1, bound, True, residual)
             primals.append(primal)
             if (
@@ -268,11 +279,11 @@ class ExactADMM:
                 and t - fixed_since >= INFEASIBLE_WINDOW
                 and self.infeasible(primals, dual, tau)
             ):
-                self.duals = U_new
+                self.duals = dict(zip(names, U_new))
                 return InnerOutcome(w, t + 1, bound, False, residual, stalled=True)
             last_round = time.perf_counter() - t_round
             if deadline is not None and time.perf_counter() + last_round > deadline:
-                self.duals = U_new
+                self.duals = dict(zip(names, U_new))
                 return InnerOutcome(w, t + 1, bound, False, residual, timed_out=True)
             changed = False
             # (Boyd's balancing in the first rb_rounds rounds; the relative rule in every
@@ -281,7 +292,7 @@ class ExactADMM:
             if self.balancing is not None and (t < self.balancing[2] or self.balancing[0] is None):
                 new = self.penalty(sigma, z, z_new, X, U_new)
                 if new != sigma:  # scaled duals u = y / sigma
-                    U_new = {n: u * (sigma / new) for n, u in U_new.items()}
+                    U_new = U_new * (sigma / new)
                     self.sigma = new
                     changed = True
                     fixed_since = t + 1
@@ -301,13 +312,13 @@ class ExactADMM:
             if alpha.size:
                 picked = outputs[-alpha.size :]
                 z = sum(a * o[0] for a, o in zip(alpha, picked))
-                U = {n: sum(a * o[1][n] for a, o in zip(alpha, picked)) for n in X}
+                U = sum(a * o[1] for a, o in zip(alpha, picked))
             else:
                 z, U = z_new, U_new
             if reset:
                 outputs.clear()
                 residuals.clear()
-        self.duals = U
+        self.duals = dict(zip(names, U))
         return InnerOutcome(w, self.max_inner, bound, False, residual)
 
     def solve_sampled(self, server, runtime, tau: float, deadline: float | None):
@@ -413,10 +424,10 @@ class ExactADMM:
         return InnerOutcome(w, self.max_inner, bound, False, residual)
 
     @staticmethod
-    def fixed_point_residual(z, z_new, U: dict, U_new: dict) -> np.ndarray:
+    def fixed_point_residual(z, z_new, U: np.ndarray, U_new: np.ndarray) -> np.ndarray:
         """The residual ``(sqrt(m) (z+ - z), (u_i+ - u_i)_i)`` of the ADMM map ``(z, u) ->
-        (z+, u+)`` that Anderson acceleration minimises and its safeguard compares (over the
-        clients of ``U_new``, ``m`` of them).
+        (z+, u+)`` that Anderson acceleration minimises and its safeguard compares (``U``
+        and ``U_new``: the ``m`` clients' scaled duals, a row each).
 
         ``z`` enters the consensus constraints ``x_i = z`` once per client, so ADMM's
         contraction measure -- ``m ||z+ - z||^2 + sum_i ||u_i+ - u_i||^2``, non-increasing
@@ -431,15 +442,14 @@ class ExactADMM:
         --------
         >>> import numpy as np
         >>> g = ExactADMM.fixed_point_residual(
-        ...     np.zeros(2), np.ones(2), {"a": np.zeros(2)}, {"a": np.full(2, 2.0)})
+        ...     np.zeros(2), np.ones(2), np.zeros((1, 2)), np.full((1, 2), 2.0))
         >>> g.tolist()
         [1.0, 1.0, 2.0, 2.0]
         """
-        names = list(U_new)
-        weight = np.sqrt(len(names))
-        return np.concatenate([weight * (np.asarray(z_new) - z)] + [U_new[n] - U[n] for n in names])
+        weight = np.sqrt(len(U_new))
+        return np.concatenate([weight * (np.asarray(z_new) - z), (U_new - U).ravel()])
 
-    def penalty(self, sigma: float, z, z_new, X: dict, U_new: dict) -> float:
+    def penalty(self, sigma: float, z, z_new, X: np.ndarray, U_new: np.ndarray) -> float:
         """The next ``sigma`` from one round's residuals, within ``SIGMA_RANGE`` of the start:
         Boyd et al.'s balancing of ``r = ||(x_i - z+)_i||`` against ``s = sigma sqrt(m)
         ||z+ - z||`` at the balancing's ratio, or (ratio None, :func:`exact_balancing`)
@@ -447,13 +457,14 @@ class ExactADMM:
         5.2): ``sigma sqrt((r / max(||x||, sqrt(m) ||z+||)) / (s / ||sigma u+||))``, taken
         when it moves ``sigma`` by more than a factor :data:`RELATIVE_CHANGE`."""
         m = len(X)
-        r = float(np.sqrt(sum(np.sum((X[n] - z_new) ** 2) for n in X)))
+
+        def norm(rows: np.ndarray) -> float:  # (each row's squares summed, then the rows)
+            return float(np.sqrt(sum(np.sum(rows**2, axis=1))))
+
+        r = norm(X - z_new)
         s = sigma * np.sqrt(m) * float(np.linalg.norm(z_new - z))
-        scale_x = max(
-            float(np.sqrt(sum(np.sum(X[n] ** 2) for n in X))),
-            np.sqrt(m) * float(np.linalg.norm(z_new)),
-        )
-        scale_y = sigma * float(np.sqrt(sum(np.sum(U_new[n] ** 2) for n in X)))
+        scale_x = max(norm(X), np.sqrt(m) * float(np.linalg.norm(z_new)))
+        scale_y = sigma * norm(U_new)
         return self.next_sigma(sigma, r, s, scale_x, scale_y)
 
     def next_sigma(
@@ -826,18 +837,21 @@ class ExactClient(InnerClient):
         check_forms(hosts, cohort, X0)
         max_iter = min(h.max_local_iter for h in hosts)
         report = cohort.prox(centers, p + sigma, X0, tol, max_iter=max_iter, deadline=deadline)
-        # (nothing above changed a client; from here on nothing raises)
-        replies = []
-        for i, (part, h) in enumerate(zip(parts, hosts)):
-            h.stats["local_solves"] += 1
-            h.stats["local_iterations"] += int(report.iterations[i])
-            h.note_residual_gap(float(report.residual[i]), float(tol[i]))
-            h.problem.set(sigma=p[i] + sigma[i], center=centers[i], mu=[h.mu], nu=[h.nu])
-            h.cone_at_w = h.cone.copy()
-            part.u = report.x[i].copy()
-            h.theta_at_w = part.u[h.ns :].copy()
-            replies.append({"x": part.u[: h.ns].copy()})
-        return replies
+        # (nothing above changed a client; from here on nothing raises. A client of a
+        # cohort has no constraints, cones or own block: its step leaves its multipliers,
+        # cone duals and own block as they are, and the single step's parameters are set
+        # by that step itself)
+        points = np.array(report.x, dtype=float)
+        shared = points[:, : hosts[0].ns].copy()
+        iterations = report.iterations.tolist()
+        residuals, tols = report.residual.tolist(), tol.tolist()
+        for part, h, x, its, res, t in zip(parts, hosts, points, iterations, residuals, tols):
+            stats = h.stats
+            stats["local_solves"] += 1
+            stats["local_iterations"] += int(its)
+            h.note_residual_gap(res, t)
+            part.u = x
+        return [{"x": x} for x in shared]
 
 
 ExactInner.client_part = ExactClient
