@@ -288,7 +288,7 @@ class ClientHalf(DeclaredState):
         they need against ``reveal``. Raises ModelError or RequestRefused naming the party.
         """
         try:
-            arguments = inspect.signature(cls).bind(*args, **kwargs).arguments
+            arguments = _signature(cls).bind(*args, **kwargs).arguments
         except TypeError as exc:
             raise ModelError(
                 f"{cls.__name__} cannot be built from the arguments sent: {exc}"
@@ -407,6 +407,12 @@ class ClientHalf(DeclaredState):
         if cone is not None:
             out["cone"] = np.array(cone)
         return out
+
+
+@functools.cache
+def _signature(cls: type) -> inspect.Signature:
+    """The constructor signature of a half's class (read once per class)."""
+    return inspect.signature(cls)
 
 
 @functools.cache

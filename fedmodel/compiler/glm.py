@@ -84,6 +84,9 @@ def _affine_addexpression(expr, layout: VariableLayout, shape: tuple) -> Affine 
     m = max(p.m for p in parts)
     A, b = None, np.zeros(m)
     for p in parts:
+        if p.m == m and A is not None and sp.issparse(p.A) and p.A.nnz == 0:
+            b = b + p.b  # (a constant: nothing to add to A)
+            continue
         if p.m != m:
             if p.m != 1:
                 raise NotRecognised("broadcast add")
