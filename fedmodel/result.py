@@ -316,7 +316,7 @@ class Result:
                 "fedmodel[pandas]); Result.ledger_table() prints the same rows without it"
             ) from None
 
-        return pd.DataFrame(self.ledger)
+        return pd.DataFrame(list(self.ledger))
 
     def to_dict(self) -> dict[str, Any]:
         """A JSON-serialisable record of the result (:meth:`from_dict` reads it back)."""

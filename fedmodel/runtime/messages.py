@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from collections.abc import Iterable, Iterator, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -87,28 +88,93 @@ def measure(payload: dict[str, Any]) -> tuple[dict[str, tuple[int, ...]], int]:
     return shapes, floats
 
 
-@dataclass
-class Ledger:
-    """Record of every message: round, sender, receiver, kind, shapes, floats."""
+#: a ledger row's fields, in the order :class:`LedgerRows` keeps them (``bytes`` is
+#: ``8 * floats``)
+ROW_FIELDS = ("round", "sender", "receiver", "kind", "channel", "shapes", "floats")
 
-    rows: list[dict[str, Any]] = field(default_factory=list)
+
+def _row(t: tuple) -> dict[str, Any]:
+    row = dict(zip(ROW_FIELDS, t))
+    row["bytes"] = 8 * t[6]
+    return row
+
+
+class LedgerRows(Sequence):
+    """A ledger's rows: each read as a dict (``round``, ``sender``, ``receiver``,
+    ``kind``, ``channel``, ``shapes``, ``floats``, ``bytes``), kept as a tuple (a long
+    run records a row per message: 10,000 clients, a million rows). A sequence like a
+    list of those dicts: ``len``, indexing, slices (lists), iteration, ``==`` with a
+    list, ``+`` (a list).
+
+    Examples
+    --------
+    >>> rows = LedgerRows()
+    >>> rows.append({"round": 1, "sender": "server", "receiver": "a", "kind": "ping",
+    ...              "channel": "algorithm", "shapes": {"w": (3,)}, "floats": 3})
+    >>> len(rows), rows[0]["bytes"], rows == [rows[0]]
+    (1, 24, True)
+    """
+
+    __slots__ = ("tuples",)
+
+    def __init__(self, rows: Iterable[dict[str, Any]] = ()):
+        self.tuples: list[tuple] = [tuple(r[k] for k in ROW_FIELDS) for r in rows]
+
+    def append(self, row: dict[str, Any]) -> None:
+        self.tuples.append(tuple(row[k] for k in ROW_FIELDS))
+
+    def __len__(self) -> int:
+        return len(self.tuples)
+
+    def __getitem__(self, i):
+        if isinstance(i, slice):
+            return [_row(t) for t in self.tuples[i]]
+        return _row(self.tuples[i])
+
+    def __iter__(self) -> Iterator[dict[str, Any]]:
+        return map(_row, self.tuples)
+
+    def __eq__(self, other: object) -> bool:
+        if isinstance(other, LedgerRows):
+            return self.tuples == other.tuples
+        if isinstance(other, (list, tuple)):
+            return len(other) == len(self) and all(a == b for a, b in zip(self, other))
+        return NotImplemented
+
+    __hash__ = None  # type: ignore[assignment]
+
+    def __add__(self, other: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
+        return list(self) + list(other)
+
+    def __radd__(self, other: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
+        return list(other) + list(self)
+
+    def __repr__(self) -> str:
+        return f"LedgerRows({len(self)} rows)"
+
+
+class Ledger:
+    """Record of every message: round, sender, receiver, kind, shapes, floats
+    (:class:`LedgerRows`)."""
+
+    def __init__(self, rows: Iterable[dict[str, Any]] = ()):
+        self._rows = LedgerRows(rows)
+
+    @property
+    def rows(self) -> LedgerRows:
+        return self._rows
+
+    @rows.setter
+    def rows(self, rows: Iterable[dict[str, Any]]) -> None:
+        self._rows = rows if isinstance(rows, LedgerRows) else LedgerRows(rows)
 
     def record(self, msg: Message, known: tuple[dict, int] | None = None) -> None:
         """One row for ``msg``; ``known``: its payload's :func:`measure` when the caller
         has it (one payload sent to many clients is measured once, and its rows share the
         shapes: rows are records, read and never changed)."""
         shapes, floats = measure(msg.payload) if known is None else known
-        self.rows.append(
-            {
-                "round": msg.round,
-                "sender": msg.sender,
-                "receiver": msg.receiver,
-                "kind": msg.kind,
-                "channel": msg.channel,
-                "shapes": shapes,
-                "floats": floats,
-                "bytes": 8 * floats,
-            }
+        self._rows.tuples.append(
+            (msg.round, msg.sender, msg.receiver, msg.kind, msg.channel, shapes, floats)
         )
 
     def totals(self, channel: str | None = "algorithm") -> dict[str, Any]:
@@ -154,14 +220,14 @@ def _counts(ledger: Ledger) -> dict[tuple[str, str, str], list[int]]:
     if isinstance(ledger, CountingLedger):
         return ledger.counts
     counts: dict[tuple[str, str, str], list[int]] = {}
-    for row in ledger.rows:
-        key = (row["channel"], row["sender"], row["receiver"])
+    for _round, sender, receiver, _kind, channel, _shapes, floats in ledger.rows.tuples:
+        key = (channel, sender, receiver)
         c = counts.get(key)
         if c is None:
-            counts[key] = [1, row["floats"]]
+            counts[key] = [1, floats]
         else:
             c[0] += 1
-            c[1] += row["floats"]
+            c[1] += floats
     return counts
 
 
