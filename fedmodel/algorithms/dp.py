@@ -126,6 +126,44 @@ def calibrate(dp: DP, rounds: int) -> float:
     return hi
 
 
+#: the privacy options of a solve and their classes (given as a dict of the fields in plain
+#: values: the command line's ``-o``, a deployment's run config)
+PRIVACY_OPTIONS = {"dp": DP, "secure_aggregation": SecureAggregation}
+
+
+def privacy_as_plain(options: dict[str, Any]) -> dict[str, Any]:
+    """``options`` with a :class:`DP` or :class:`SecureAggregation` value as the dict of
+    its fields (plain values, to travel as JSON); :func:`privacy_from_plain` reverses it.
+
+    Examples
+    --------
+    >>> plain = privacy_as_plain({"dp": DP(epsilon=3.0, delta=1e-5, clip=1.0), "rho": 2.0})
+    >>> plain["dp"]["epsilon"], privacy_from_plain(plain)["dp"] == DP(3.0, 1e-5, 1.0)
+    (3.0, True)
+    """
+    from dataclasses import asdict
+
+    return {
+        k: asdict(v) if isinstance(v, tuple(PRIVACY_OPTIONS.values())) else v
+        for k, v in options.items()
+    }
+
+
+def privacy_from_plain(options: dict[str, Any]) -> dict[str, Any]:
+    """``options`` with ``dp`` and ``secure_aggregation`` given as dicts of their fields
+    (``-o "dp={'epsilon': 3, 'delta': 1e-5, 'clip': 1}"``) as :class:`DP` and
+    :class:`SecureAggregation`; a field they do not have is refused, naming the option."""
+    out = dict(options)
+    for name, cls in PRIVACY_OPTIONS.items():
+        value = out.get(name)
+        if isinstance(value, dict):
+            try:
+                out[name] = cls(**value)
+            except TypeError as exc:
+                raise ModelError(f"{name}: {exc} (given {value!r})") from None
+    return out
+
+
 class PrivacyPlan:
     """The privacy of one run: secure aggregation and differential privacy (module
     docstring). Built by the driver (:meth:`for_run`) and set as ``server.privacy``."""
