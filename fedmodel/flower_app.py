@@ -433,7 +433,8 @@ def serve(
     ``progress`` prints a line per communication round (the parties that answered, the
     last KKT residuals) on stdout. ``timeout`` (seconds, the whole run): the solve stops
     there with status ``"time_limit"``, its last point and a checkpoint (``checkpoint=``,
-    default ``OUT.checkpoint``); should the ServerApp not return in time, the run is
+    default ``OUT.checkpoint``; none under ``dp=``, whose checkpoint would not carry the
+    privacy spent); should the ServerApp not return in time, the run is
     stopped in the SuperLink and a :class:`DeploymentError` says so. Ctrl-C, or SIGTERM
     (in the main thread), stops the solve at its last consistent iterate (status
     ``"interrupted"``). When this returns (or raises) no run it started is left running in
@@ -450,7 +451,11 @@ def serve(
     json.dumps(options)
     start = time.time()
     deadline = None if timeout is None else start + float(timeout)
-    if deadline is not None and "checkpoint" not in options and "resume" not in options:
+    if (
+        deadline is not None
+        and not {"checkpoint", "resume"} & set(options)
+        and not options.get("dp")
+    ):
         options["checkpoint"] = out + ".checkpoint"  # a timed-out run can be resumed
     transport_security("serve", insecure, root_certificates)
     nodes = None
