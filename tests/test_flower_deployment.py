@@ -407,6 +407,19 @@ def _serve(fed, out, ledger, appended=None, timeout=900, method="prox-al", **opt
                             stderr=subprocess.STDOUT, text=True, start_new_session=True)  # fmt: skip
 
 
+def _served(fed, tmp_path, **opts) -> tuple[dict, str]:
+    """:func:`_serve` that succeeds: the result (written to ``tmp_path / "result.json"``,
+    the ledger beside it) and what ``serve`` printed."""
+    out, ledger = tmp_path / "result.json", tmp_path / "ledger.jsonl"
+    proc = _serve(fed, out, ledger, **opts)
+    try:
+        text, _ = proc.communicate(timeout=1000)
+    finally:
+        _stop([proc])
+    assert proc.returncode == 0, text[-4000:]
+    return json.loads(out.read_text()), text
+
+
 def test_a_supernode_whose_key_is_not_registered_cannot_join(federation, tmp_path):
     """Someone with site1's data file but not site1's key cannot take its place: the
     SuperLink refuses the SuperNode, and ``fedmodel join`` says so and exits non-zero."""
@@ -518,19 +531,12 @@ def test_parties_that_enabled_the_hessian_solve_with_newton(tmp_path_factory, tm
         for i in range(3):
             said = fed["joins"][f"site{i}"][2].read_text()
             assert f"fedmodel join: party 'site{i}': opt-ins enabled: hessian" in said
-        out, ledger = tmp_path / "result.json", tmp_path / "ledger.jsonl"
-        proc = _serve(fed, out, ledger, **opts)
-        try:
-            text, _ = proc.communicate(timeout=1000)
-        finally:
-            _stop([proc])
-        assert proc.returncode == 0, text[-4000:]
-        res = json.loads(out.read_text())
+        res, _ = _served(fed, tmp_path, **opts)
         ref = _serial(fed["sites"], **opts)
         assert res["rounds"] == ref.rounds
         x = np.asarray(res["x"])
         assert np.max(np.abs(x - ref.x)) <= 1e-10 * max(1.0, np.max(np.abs(ref.x)))
-        rows = [json.loads(line) for line in ledger.read_text().splitlines()]
+        rows = [json.loads(line) for line in (tmp_path / "ledger.jsonl").read_text().splitlines()]
         assert any("hessian" in r["shapes"] for r in rows if r["sender"] != "server")
 
 
@@ -786,17 +792,6 @@ def masked_federation(tmp_path_factory):
 def _masked_stages(fed, party) -> list[dict]:
     path = fed["joins"][party][0] / "masked.jsonl"
     return [json.loads(line) for line in path.read_text().splitlines()] if path.exists() else []
-
-
-def _served(fed, tmp_path, **opts) -> tuple[dict, str]:
-    out, ledger = tmp_path / "result.json", tmp_path / "ledger.jsonl"
-    proc = _serve(fed, out, ledger, **opts)
-    try:
-        text, _ = proc.communicate(timeout=1000)
-    finally:
-        _stop([proc])
-    assert proc.returncode == 0, text[-4000:]
-    return json.loads(out.read_text()), text
 
 
 def _rel(x, ref) -> float:
