@@ -866,6 +866,20 @@ def test_secure_aggregation_on_prox_al_keeps_the_plain_iterates(masked_federatio
     assert secure["messages"] == ["curvature_w", "evaluate", "outer", "start"]
 
 
+def test_dp_is_given_on_the_command_line(masked_federation, tmp_path):
+    """``-o "dp={...}"`` (the fields of ``fm.DP``) with secure aggregation, under
+    ``--timeout`` (no default checkpoint: dp refuses one): the parties add the noise in
+    shares, and the run spends at most its epsilon on its three rounds and certificate."""
+    dp = "{'epsilon': 3.0, 'delta': 1e-5, 'clip': 1.0}"
+    opts = dict(FEDPROX, weights="uniform", secure_aggregation=True, dp=dp)
+    res, _ = _served(masked_federation, tmp_path, **opts)
+    p = res["privacy"]
+    assert res["status"] == "max_iterations", res["message"]
+    assert p["noise"] == "distributed (client shares)" and p["mechanisms"] == 4
+    assert p["target_epsilon"] == 3.0 and p["epsilon"] <= 3.0 and p["delta"] == 1e-5
+    assert not (tmp_path / "result.json.checkpoint").exists()
+
+
 def test_a_supernode_stopped_in_the_masked_stage_is_recovered(masked_federation, tmp_path):
     """(Last: it ends party site0 of its federation.) fedprox with secure aggregation;
     site0's SuperNode is killed while its party masks its second ``fed_round``: the round
