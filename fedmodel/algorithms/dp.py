@@ -467,8 +467,9 @@ def violation_free(program: Any) -> bool:
     release that does not depend on any client's data costs no privacy, and the noise
     drawn on those entries of the certificate's sum is discarded (post-processing); the
     certificate's one Gaussian mechanism, for the objective and gradient, is spent as
-    before. (A point where such a term overflows to infinity is reported by the client
-    as 1 away; under dp that report is not seen.)
+    before. (Where such a term overflows to infinity, far out, the client's evaluation
+    reports the point 1 away from its domain; under dp that report is among the entries
+    dropped.)
 
     Examples
     --------
