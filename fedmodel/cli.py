@@ -258,7 +258,9 @@ def _load_script_model(path: Path):
 def cmd_solve(args) -> int:
     path = Path(args.script)
     model = _load_script_model(path)
-    options = _parse_options(args.option)
+    from fedmodel.algorithms.dp import privacy_from_plain
+
+    options = privacy_from_plain(_parse_options(args.option))
     if args.eps is not None:
         options["eps"] = args.eps
     t0 = time.perf_counter()

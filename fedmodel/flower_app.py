@@ -62,6 +62,7 @@ class DeploymentError(FedModelError):
 
 def _server_main(grid, context) -> None:
     """The ServerApp's main: the coordinator's side of ``fedmodel serve``."""
+    from fedmodel.algorithms.dp import privacy_from_plain
     from fedmodel.deploy import coordinator_model, load_model_file
     from fedmodel.runtime.flower_runtime import JoinedGrid, discover
     from fedmodel.runtime.trusted_supernode import prompt_object_pulls
@@ -69,7 +70,7 @@ def _server_main(grid, context) -> None:
     prompt_object_pulls()  # a reply announced before its objects: retried after 10 ms
     cfg = dict(context.run_config)
     model_file = load_model_file(cfg["fedmodel-model"])
-    options = json.loads(cfg.get("fedmodel-options", "{}"))
+    options = privacy_from_plain(json.loads(cfg.get("fedmodel-options", "{}")))
     out = cfg["fedmodel-out"]
     deadline = float(cfg.get("fedmodel-deadline") or 0.0) or None  # time.time() seconds
     report = ProgressFile(out + PROGRESS_SUFFIX)
@@ -421,6 +422,9 @@ def serve(
     The ServerApp runs where the SuperLink runs it (its machine): ``out`` and ``ledger``
     are paths there. ``options`` are the method's options (as for ``model.solve``).
 
+    ``dp=`` and ``secure_aggregation=`` may be given as dicts of their fields (as on the
+    command line: ``-o "dp={'epsilon': 3, 'delta': 1e-5, 'clip': 1}"``).
+
     TLS unless ``insecure`` (``root_certificates``: the CA certificate of the SuperLink's
     certificate). ``authorized_keys`` (see :func:`read_authorized_keys`): each party's
     public key is registered with the SuperLink (if it is not yet) and each party is
@@ -429,7 +433,8 @@ def serve(
     ``progress`` prints a line per communication round (the parties that answered, the
     last KKT residuals) on stdout. ``timeout`` (seconds, the whole run): the solve stops
     there with status ``"time_limit"``, its last point and a checkpoint (``checkpoint=``,
-    default ``OUT.checkpoint``); should the ServerApp not return in time, the run is
+    default ``OUT.checkpoint``; none under ``dp=``, whose checkpoint would not carry the
+    privacy spent); should the ServerApp not return in time, the run is
     stopped in the SuperLink and a :class:`DeploymentError` says so. Ctrl-C, or SIGTERM
     (in the main thread), stops the solve at its last consistent iterate (status
     ``"interrupted"``). When this returns (or raises) no run it started is left running in
@@ -438,11 +443,19 @@ def serve(
     model_path = os.path.abspath(model_path)
     out = os.path.abspath(out)
     ledger = os.path.abspath(ledger) if ledger else ""
-    options = dict(options)
-    json.dumps(options)  # the options must be JSON (they travel in the run config)
+    from fedmodel.algorithms.dp import privacy_as_plain
+
+    # the options must be JSON (they travel in the run config): dp= and
+    # secure_aggregation= as the dicts of their fields
+    options = privacy_as_plain(dict(options))
+    json.dumps(options)
     start = time.time()
     deadline = None if timeout is None else start + float(timeout)
-    if deadline is not None and "checkpoint" not in options and "resume" not in options:
+    if (
+        deadline is not None
+        and not {"checkpoint", "resume"} & set(options)
+        and not options.get("dp")
+    ):
         options["checkpoint"] = out + ".checkpoint"  # a timed-out run can be resumed
     transport_security("serve", insecure, root_certificates)
     nodes = None

@@ -115,6 +115,30 @@ def test_the_constraint_violation_is_reported():
         assert res.kkt.feasibility + cert["feasibility_margin"] <= 1e-6
 
 
+@pytest.mark.parametrize("method", ["prox-al", "fedavg"])
+def test_a_model_without_client_constraints_reports_feasibility_zero(method):
+    """On a model whose clients have no constraint (and no term with a domain) their
+    feasibility and violation are 0 by structure: the certificate reports 0 with no
+    margin, not a noised sum, and spends the same budget (one mechanism, for the
+    objective and the gradient); a model with a client's constraint keeps the noised sum
+    and its margin."""
+    dp = fm.DP(epsilon=3.0, delta=1e-5, clip=1.0)
+    opts = {"prox-al": {"max_outer": 6}, "fedavg": {"max_rounds": 5, "weights": "uniform"}}
+    for make, structural in ((least_squares, True), (constrained_lasso, False)):
+        m = make()
+        if method == "fedavg" and not structural:
+            opts[method]["penalty"] = 10.0
+        res = m.solve(method, dp=dp, history=False, **opts[method])
+        cert, p = res.privacy["certificate"], res.privacy
+        assert p["epsilon"] <= 3.0
+        assert p["epsilon"] == pytest.approx(spent(p["noise_multiplier"], p["mechanisms"], 1e-5))
+        assert cert["stationarity_margin"] > 0
+        if structural:
+            assert res.kkt.feasibility == 0.0 and cert["feasibility_margin"] == 0.0
+        else:  # (the noised sum of the violations: below 0 it reads as 0)
+            assert cert["feasibility_margin"] > 0
+
+
 def test_with_secure_aggregation_the_clients_add_the_noise():
     res = least_squares().solve(
         "prox-al",

@@ -191,8 +191,12 @@ def federation(tmp_path_factory):
 
 def _join(fed, org, party, data, log, key, ready=None, socket_dir=None):
     """``fedmodel join`` of ``party`` in directory ``org`` (its data file ``data`` there),
-    with the federation's opt-ins (``fed["reveal"]``)."""
-    cmd = [_bin("fedmodel"), "join", str(fed["model"]), "--party", party, "--data", data,
+    with the federation's opt-ins (``fed["reveal"]``); with ``fed["spy"]`` its party
+    notes its masked stages in ``org / "masked.jsonl"`` (:data:`SPY_JOIN`)."""
+    head = [_bin("fedmodel")]
+    if fed.get("spy"):
+        head = [sys.executable, "-c", SPY_JOIN, str(org / "masked.jsonl")]
+    cmd = [*head, "join", str(fed["model"]), "--party", party, "--data", data,
            "--superlink", fed["link"], "--root-certificates", str(fed["tls"]["ca"]),
            "--auth-key", str(key), "--socket-dir", str(socket_dir or org / "run")]  # fmt: skip
     for name in fed.get("reveal", ()):
@@ -206,12 +210,15 @@ def _join(fed, org, party, data, log, key, ready=None, socket_dir=None):
 
 
 @contextlib.contextmanager
-def loopback_federation(base, database: str | None = None, reveal: tuple[str, ...] = ()):
+def loopback_federation(
+    base, database: str | None = None, reveal: tuple[str, ...] = (), spy: bool = False
+):
     """A SuperLink (TLS, SuperNode authentication) and three ``fedmodel join``
     organisations on 127.0.0.1 under ``base`` (a Path), each party's key registered with
     ``fedmodel register``; everything started is stopped on exit. ``database``: the
     SuperLink's ``--database`` (default: Flower's in-memory state); ``reveal``: the
-    opt-ins every party enables (``fedmodel join --reveal``)."""
+    opt-ins every party enables (``fedmodel join --reveal``); ``spy``: every party notes
+    its masked stages (:func:`_join`)."""
     model_path = base / "model.py"
     model_path.write_text(MODEL)
     sites = np_sites(3)
@@ -221,7 +228,8 @@ def loopback_federation(base, database: str | None = None, reveal: tuple[str, ..
     tls = make_tls(base / "pki")
     procs, joins = [], {}
     fed = {"base": base, "model": model_path, "link": link, "joins": joins, "sites": sites,
-           "tls": tls, "keys": base / "parties.keys", "procs": {}, "reveal": reveal}  # fmt: skip
+           "tls": tls, "keys": base / "parties.keys", "procs": {}, "reveal": reveal,
+           "spy": spy}  # fmt: skip
     try:
         (base / "link").mkdir()
         db = ["--database", database] if database else []
@@ -277,23 +285,94 @@ def _serial(sites, **opts):
     return neyman_pearson_model(sites, r=0.45).solve("prox-al", **opts)
 
 
-# `fedmodel serve` whose FAB carries a tampered relay: importing it (as Flower's own
-# flwr-clientapp does with the FAB's ClientApp) writes the file named by argv[1]
-TAMPERED_SERVE = """
+# `fedmodel serve` whose FAB gets the code argv[2] appended to its file argv[1] (the relay:
+# importing it, as Flower's own flwr-clientapp does with the FAB's ClientApp, runs that
+# code; the ServerApp module: the coordinator's ServerApp process runs it)
+APPENDED_SERVE = """
 import os, sys
 import fedmodel.flower_app as flower_app
 from fedmodel.cli import main
 
-sentinel = sys.argv.pop(1)
+target, code = sys.argv.pop(1), sys.argv.pop(1)
 make_app_dir = flower_app.make_app_dir
 
-def tampered(directory, model_path):
+def appended(directory, model_path):
     make_app_dir(directory, model_path)
-    with open(os.path.join(directory, "fedmodel_relay.py"), "a") as fh:
-        fh.write("\\nwith open(%r, 'a') as _fh: _fh.write('ran the FAB relay\\\\n')\\n" % sentinel)
+    with open(os.path.join(directory, target), "a") as fh:
+        fh.write("\\n" + code + "\\n")
     return directory
 
-flower_app.make_app_dir = tampered
+flower_app.make_app_dir = appended
+sys.exit(main(sys.argv[1:]))
+"""
+
+
+def tampered_relay(sentinel) -> tuple[str, str]:
+    """A FAB relay that writes ``sentinel`` when imported."""
+    return (
+        "fedmodel_relay.py",
+        f"with open({str(sentinel)!r}, 'a') as _fh: _fh.write('ran the FAB relay\\n')",
+    )
+
+
+# the ServerApp's view of secure aggregation, one JSON line per aggregation in the file
+# SPY: what it received from each party in the masked stage and the sums it unmasked
+SERVER_SPY = """
+import json as _json
+from fedmodel.runtime import secure_aggregation as _sa
+
+_collect, _sum = _sa._collect_masked, _sa._secure_sum
+_received = {}
+
+def _collect_masked(runtime, requests):
+    replies, dropped = _collect(runtime, requests)
+    _received.update({n: [int(v) for v in r["masked"]] for n, r in replies.items()})
+    return replies, dropped
+
+def _secure_sum(runtime, kind, *args, **kw):
+    _received.clear()
+    out = _sum(runtime, kind, *args, **kw)
+    sums = {k: [float(v) for v in s] for k, s in out.sums.items()}
+    with open(SPY, "a") as fh:
+        fh.write(_json.dumps({"kind": kind, "received": _received, "sums": sums}) + "\\n")
+    return out
+
+_sa._collect_masked, _sa._secure_sum = _collect_masked, _secure_sum
+"""
+
+
+def server_spy(path) -> tuple[str, str]:
+    """The ServerApp module of the FAB with :data:`SERVER_SPY` writing to ``path``."""
+    return "fedmodel_server.py", f"SPY = {str(path)!r}\n" + SERVER_SPY
+
+
+# `fedmodel join` (argv[2:]) whose party notes, in the file argv[1] (one JSON line per
+# masked stage), the vector it masks and what it sends; while the file argv[1] + ".stop"
+# holds "KIND N", its SuperNode is killed (SIGKILL) in the N-th masked stage of KIND
+SPY_JOIN = """
+import json, os, signal, sys
+from fedmodel.cli import main
+from fedmodel.runtime import secure_aggregation as sa
+
+spy = sys.argv.pop(1)
+ready = sys.argv[sys.argv.index("--ready-file") + 1]
+mask, counts = sa.SecAggClient.mask, {}
+
+def spying(self, ciphertexts, vec, what):
+    out = mask(self, ciphertexts, vec, what)
+    with open(spy, "a") as fh:
+        fh.write(json.dumps({"what": what, "vec": [float(v) for v in vec],
+                             "masked": [int(v) for v in out]}) + "\\n")
+    if os.path.exists(spy + ".stop"):
+        kind, n = open(spy + ".stop").read().split()
+        if repr(kind) in what:
+            counts[kind] = counts.get(kind, 0) + 1
+            if counts[kind] == int(n):
+                with open(ready) as fh:
+                    os.kill(json.load(fh)["supernode_pid"], signal.SIGKILL)
+    return out
+
+sa.SecAggClient.mask = spying
 sys.exit(main(sys.argv[1:]))
 """
 
@@ -312,19 +391,33 @@ def _with_default_ctrl_c(cmd: list[str]) -> list[str]:
     return [sys.executable, "-c", DEFAULT_CTRL_C, *cmd]
 
 
-def _serve(fed, out, ledger, tampered_fab=None, timeout=900, **opts):
-    """``fedmodel serve`` (with Python's own Ctrl-C handling whatever this process does
-    with SIGINT); ``tampered_fab``: a path its FAB's relay writes when imported."""
+def _serve(fed, out, ledger, appended=None, timeout=900, method="prox-al", **opts):
+    """``fedmodel serve --method method`` (with Python's own Ctrl-C handling whatever this
+    process does with SIGINT); ``appended``: ``(file, code)``, code appended to a file of
+    its FAB (:func:`tampered_relay`, :func:`server_spy`)."""
     head = _with_default_ctrl_c([_bin("fedmodel")])
-    if tampered_fab is not None:
-        head = [sys.executable, "-c", TAMPERED_SERVE, str(tampered_fab)]
-    cmd = head + ["serve", str(fed["model"]), "--superlink", fed["link"],
+    if appended is not None:
+        head = [sys.executable, "-c", APPENDED_SERVE, *appended]
+    cmd = head + ["serve", str(fed["model"]), "--method", method, "--superlink", fed["link"],
            "--root-certificates", str(fed["tls"]["ca"]), "--authorized-keys", str(fed["keys"]),
            "--out", str(out), "--ledger", str(ledger), "--timeout", str(timeout)]  # fmt: skip
     for k, v in opts.items():
         cmd += ["-o", f"{k}={v}"]
     return subprocess.Popen(cmd, env=_env(str(fed["base"] / "serve")), stdout=subprocess.PIPE,
                             stderr=subprocess.STDOUT, text=True, start_new_session=True)  # fmt: skip
+
+
+def _served(fed, tmp_path, **opts) -> tuple[dict, str]:
+    """:func:`_serve` that succeeds: the result (written to ``tmp_path / "result.json"``,
+    the ledger beside it) and what ``serve`` printed."""
+    out, ledger = tmp_path / "result.json", tmp_path / "ledger.jsonl"
+    proc = _serve(fed, out, ledger, **opts)
+    try:
+        text, _ = proc.communicate(timeout=1000)
+    finally:
+        _stop([proc])
+    assert proc.returncode == 0, text[-4000:]
+    return json.loads(out.read_text()), text
 
 
 def test_a_supernode_whose_key_is_not_registered_cannot_join(federation, tmp_path):
@@ -361,7 +454,7 @@ def test_three_organisations_solve_prox_al(federation, tmp_path):
             f"site{i}.npz"
         ]
     out, ledger = tmp_path / "result.json", tmp_path / "ledger.jsonl"
-    proc = _serve(fed, out, ledger, tampered_fab=sentinel, **OPTS)
+    proc = _serve(fed, out, ledger, appended=tampered_relay(sentinel), **OPTS)
     try:
         text, _ = proc.communicate(timeout=1000)
     finally:
@@ -438,19 +531,12 @@ def test_parties_that_enabled_the_hessian_solve_with_newton(tmp_path_factory, tm
         for i in range(3):
             said = fed["joins"][f"site{i}"][2].read_text()
             assert f"fedmodel join: party 'site{i}': opt-ins enabled: hessian" in said
-        out, ledger = tmp_path / "result.json", tmp_path / "ledger.jsonl"
-        proc = _serve(fed, out, ledger, **opts)
-        try:
-            text, _ = proc.communicate(timeout=1000)
-        finally:
-            _stop([proc])
-        assert proc.returncode == 0, text[-4000:]
-        res = json.loads(out.read_text())
+        res, _ = _served(fed, tmp_path, **opts)
         ref = _serial(fed["sites"], **opts)
         assert res["rounds"] == ref.rounds
         x = np.asarray(res["x"])
         assert np.max(np.abs(x - ref.x)) <= 1e-10 * max(1.0, np.max(np.abs(ref.x)))
-        rows = [json.loads(line) for line in ledger.read_text().splitlines()]
+        rows = [json.loads(line) for line in (tmp_path / "ledger.jsonl").read_text().splitlines()]
         assert any("hessian" in r["shapes"] for r in rows if r["sender"] != "server")
 
 
@@ -689,3 +775,133 @@ def test_a_supernode_killed_mid_solve_is_a_client_failure(federation, tmp_path):
     again = _file_model(fed).solve("prox-al", resume=str(ck), **serial_opts)
     assert again.rounds == ref.rounds
     assert np.max(np.abs(again.x - ref.x)) <= 1e-10 * max(1.0, np.max(np.abs(ref.x)))
+
+
+# -- secure aggregation over the deployment (docs/privacy.md) -----------------------------------
+#: fedprox on the model file's model (its class-1 constraints through the penalty)
+FEDPROX = dict(method="fedprox", penalty=10.0, max_rounds=3, history=False)
+
+
+@pytest.fixture(scope="module")
+def masked_federation(tmp_path_factory):
+    """A federation whose parties note what they mask and send (:data:`SPY_JOIN`)."""
+    with loopback_federation(tmp_path_factory.mktemp("masked"), spy=True) as fed:
+        yield fed
+
+
+def _masked_stages(fed, party) -> list[dict]:
+    path = fed["joins"][party][0] / "masked.jsonl"
+    return [json.loads(line) for line in path.read_text().splitlines()] if path.exists() else []
+
+
+def _rel(x, ref) -> float:
+    return float(np.max(np.abs(np.asarray(x) - ref)) / np.max(np.abs(ref)))
+
+
+def test_secure_aggregation_masks_each_party_and_keeps_the_plain_iterates(
+    masked_federation, tmp_path
+):
+    """fedprox with ``secure_aggregation=True`` over the deployment gives the plain serial
+    run's iterates to 1e-9 relative. In every aggregation the ServerApp receives from each
+    party exactly what the party sent, which decodes to nothing like the party's true
+    vector, and so does the sum of the masked vectors without the unmask stage; the sums it
+    unmasks are the sums of the parties' true vectors to the fixed point's resolution."""
+    from fedmodel.runtime.secure_aggregation import MODULUS, SecureAggregation, decode
+
+    fed = masked_federation
+    parties = list(fed["joins"])
+    before = {p: len(_masked_stages(fed, p)) for p in parties}
+    spy = tmp_path / "server.jsonl"
+    res, _ = _served(fed, tmp_path, appended=server_spy(spy), secure_aggregation=True, **FEDPROX)
+    plain = {k: v for k, v in FEDPROX.items() if k != "method"}
+    ref = _file_model(fed).solve("fedprox", **plain)
+    assert res["status"] == ref.status == "max_iterations", res["message"]
+    assert _rel(res["x"], ref.x) <= 1e-9
+    secure = res["privacy"]["secure_aggregation"]
+    assert secure["on"] and secure["dropouts"] == []
+    assert secure["messages"] == ["evaluate", "fed_round"]
+    seen = [json.loads(line) for line in spy.read_text().splitlines()]
+    sent = {p: _masked_stages(fed, p)[before[p] :] for p in parties}
+    # three rounds and the certificate, each one aggregation with every party masking once
+    assert [s["kind"] for s in seen] == ["fed_round"] * 3 + ["evaluate"]
+    assert all(len(sent[p]) == len(seen) for p in parties), {p: len(s) for p, s in sent.items()}
+    cfg = SecureAggregation()
+    bits, tol = cfg.fraction_bits(len(parties)), cfg.resolution(len(parties))
+    for k, agg in enumerate(seen):
+        true = {p: np.asarray(sent[p][k]["vec"]) for p in parties}
+        received = {p: np.asarray(agg["received"][p], dtype=np.int64) for p in parties}
+        for p in parties:
+            assert repr(agg["kind"]) in sent[p][k]["what"]
+            assert received[p].tolist() == sent[p][k]["masked"]  # what the party sent
+            # the server's best reading of one party's masked vector
+            assert np.abs(decode(received[p], bits) - true[p]).max() > 1.0
+        total = sum(true.values())
+        unmasked = np.concatenate([np.asarray(v) for v in agg["sums"].values()])
+        assert np.abs(unmasked - total).max() <= tol
+        # without the unmask stage's shares the sum of the masked vectors is noise too
+        raw = decode(sum(received.values()) & (MODULUS - 1), bits)
+        assert np.abs(raw - total).max() > 1.0
+
+
+def test_secure_aggregation_on_prox_al_keeps_the_plain_iterates(masked_federation, tmp_path):
+    """prox-al with ``secure_aggregation=True`` over the deployment takes its route of sums
+    (quasi-newton) and gives the iterates of the plain serial run with the same options."""
+    fed = masked_federation
+    res, _ = _served(fed, tmp_path, secure_aggregation=True, **OPTS)
+    ref = _file_model(fed).solve(
+        "prox-al",
+        inner_solver="quasi-newton",
+        local_directions=False,
+        constraint_curvature=False,
+        **OPTS,
+    )
+    assert res["status"] == ref.status, res["message"]
+    assert (res["rounds"]["outer"], res["rounds"]["inner"]) == (
+        ref.rounds["outer"],
+        ref.rounds["inner"],
+    )
+    assert _rel(res["x"], ref.x) <= 1e-9
+    secure = res["privacy"]["secure_aggregation"]
+    assert secure["on"] and secure["dropouts"] == []
+    assert secure["messages"] == ["curvature_w", "evaluate", "outer", "start"]
+
+
+def test_dp_is_given_on_the_command_line(masked_federation, tmp_path):
+    """``-o "dp={...}"`` (the fields of ``fm.DP``) with secure aggregation, under
+    ``--timeout`` (no default checkpoint: dp refuses one): the parties add the noise in
+    shares, and the run spends at most its epsilon on its three rounds and certificate."""
+    dp = "{'epsilon': 3.0, 'delta': 1e-5, 'clip': 1.0}"
+    opts = dict(FEDPROX, weights="uniform", secure_aggregation=True, dp=dp)
+    res, _ = _served(masked_federation, tmp_path, **opts)
+    p = res["privacy"]
+    assert res["status"] == "max_iterations", res["message"]
+    assert p["noise"] == "distributed (client shares)" and p["mechanisms"] == 4
+    assert p["target_epsilon"] == 3.0 and p["epsilon"] <= 3.0 and p["delta"] == 1e-5
+    assert not (tmp_path / "result.json.checkpoint").exists()
+
+
+def test_a_supernode_stopped_in_the_masked_stage_is_recovered(masked_federation, tmp_path):
+    """(Last: it ends party site0 of its federation.) fedprox with secure aggregation;
+    site0's SuperNode is killed while its party masks its second ``fed_round``: the round
+    is the sum over site1 and site2 (the threshold is 2 of 3), unmasked with the survivors'
+    shares of site0's key, and the run goes on without site0. ``dropouts`` names it, and the
+    iterates are those of the processes backend whose site0 worker exits at that stage."""
+    from fedmodel.algorithms.baselines.fedavg import FedProxOptions, run_fedavg
+    from fedmodel.runtime.faults import Fault
+
+    fed = masked_federation
+    org, _ready, log = fed["joins"]["site0"]
+    (org / "masked.jsonl.stop").write_text("fed_round 2")
+    res, _ = _served(fed, tmp_path, secure_aggregation=True, client_timeout=20, **FEDPROX)
+    join = fed["procs"]["site0"]
+    assert join.wait(timeout=60) == 1
+    assert "the Flower SuperNode of party 'site0' was killed by signal SIGKILL" in log.read_text()
+    assert res["status"] == "max_iterations", res["message"]
+    dropouts = [{"round": 2, "kind": "fed_round", "clients": ["site0"]}]
+    assert res["privacy"]["secure_aggregation"]["dropouts"] == dropouts
+    plain = {k: v for k, v in FEDPROX.items() if k != "method"}
+    opts = FedProxOptions(**plain, secure_aggregation=True, backend="processes", workers=3)
+    exits = {"site0": Fault("exit", round=2, kinds=("secagg_masked",))}
+    ref = run_fedavg(_file_model(fed).compile(), opts, "fedprox", faults=exits)
+    assert ref.privacy["secure_aggregation"]["dropouts"] == dropouts
+    assert _rel(res["x"], ref.x) <= 1e-9

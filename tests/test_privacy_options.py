@@ -260,3 +260,26 @@ def test_dp_without_noise_is_clipped_fedavg():
         dp=DP(epsilon=math.inf, delta=1e-5, clip=1e6),
     )
     assert rel(clipped.x, plain.x) <= 1e-12 and clipped.privacy["epsilon"] == math.inf
+
+
+def test_privacy_options_given_as_plain_values():
+    """``dp=`` and ``secure_aggregation=`` as the dicts of their fields (the command line's
+    ``-o``, a deployment's run config, which travels as JSON)."""
+    import json
+
+    from fedmodel.algorithms.dp import privacy_as_plain, privacy_from_plain
+
+    given = {
+        "dp": {"epsilon": 3.0, "delta": 1e-5, "clip": 1.0},
+        "secure_aggregation": {"range": 1024.0},
+    }
+    opts = privacy_from_plain({**given, "max_rounds": 2})
+    assert opts["dp"] == DP(3.0, 1e-5, 1.0) and opts["max_rounds"] == 2
+    assert opts["secure_aggregation"] == SecureAggregation(range=1024.0)
+    assert privacy_from_plain(json.loads(json.dumps(privacy_as_plain(opts)))) == opts
+    assert privacy_from_plain({"secure_aggregation": True}) == {"secure_aggregation": True}
+    with pytest.raises(ModelError, match="dp: .*'eps'"):
+        privacy_from_plain({"dp": {"eps": 3.0}})
+    m = model(rows=(10, 10, 10, 10))
+    res = m.solve("fedavg", weights="uniform", max_rounds=2, **privacy_from_plain(given))
+    assert res.privacy["secure_aggregation"]["range"] == 1024.0 and res.privacy["epsilon"] <= 3.0

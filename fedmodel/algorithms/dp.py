@@ -126,6 +126,44 @@ def calibrate(dp: DP, rounds: int) -> float:
     return hi
 
 
+#: the privacy options of a solve and their classes (given as a dict of the fields in plain
+#: values: the command line's ``-o``, a deployment's run config)
+PRIVACY_OPTIONS = {"dp": DP, "secure_aggregation": SecureAggregation}
+
+
+def privacy_as_plain(options: dict[str, Any]) -> dict[str, Any]:
+    """``options`` with a :class:`DP` or :class:`SecureAggregation` value as the dict of
+    its fields (plain values, to travel as JSON); :func:`privacy_from_plain` reverses it.
+
+    Examples
+    --------
+    >>> plain = privacy_as_plain({"dp": DP(epsilon=3.0, delta=1e-5, clip=1.0), "rho": 2.0})
+    >>> plain["dp"]["epsilon"], privacy_from_plain(plain)["dp"] == DP(3.0, 1e-5, 1.0)
+    (3.0, True)
+    """
+    from dataclasses import asdict
+
+    return {
+        k: asdict(v) if isinstance(v, tuple(PRIVACY_OPTIONS.values())) else v
+        for k, v in options.items()
+    }
+
+
+def privacy_from_plain(options: dict[str, Any]) -> dict[str, Any]:
+    """``options`` with ``dp`` and ``secure_aggregation`` given as dicts of their fields
+    (``-o "dp={'epsilon': 3, 'delta': 1e-5, 'clip': 1}"``) as :class:`DP` and
+    :class:`SecureAggregation`; a field they do not have is refused, naming the option."""
+    out = dict(options)
+    for name, cls in PRIVACY_OPTIONS.items():
+        value = out.get(name)
+        if isinstance(value, dict):
+            try:
+                out[name] = cls(**value)
+            except TypeError as exc:
+                raise ModelError(f"{name}: {exc} (given {value!r})") from None
+    return out
+
+
 class PrivacyPlan:
     """The privacy of one run: secure aggregation and differential privacy (module
     docstring). Built by the driver (:meth:`for_run`) and set as ``server.privacy``."""
@@ -140,16 +178,22 @@ class PrivacyPlan:
         self.masked: set[str] = set()
         self.certificate: dict[str, Any] = {}
         self.last_round: int | None = None  # (the round of the last secure aggregation)
+        #: every client's certificate feasibility and violation are 0 by the model's
+        #: structure (:func:`violation_free`): the certificate reports 0, not their noised sum
+        self.violation_free = False
 
     @property
     def active(self) -> bool:
         return self.secure is not None or self.dp is not None
 
     @classmethod
-    def for_run(cls, options: Any, method: str, server: Any, n_clients: int) -> PrivacyPlan:
+    def for_run(
+        cls, options: Any, method: str, server: Any, n_clients: int, compiled: Any = None
+    ) -> PrivacyPlan:
         """The plan of ``options.secure_aggregation`` and ``options.dp`` for ``server``,
         refusing a method whose messages the server uses other than as sums (naming the
-        message) and a method that does not collect through the plan."""
+        message) and a method that does not collect through the plan. ``compiled``: the
+        model's partition, as the server holds it (the clients' terms, not their data)."""
         secure = as_secure_aggregation(getattr(options, "secure_aggregation", False))
         dp = getattr(options, "dp", None)
         if dp is not None and not isinstance(dp, DP):
@@ -159,6 +203,8 @@ class PrivacyPlan:
         plan = cls(secure, dp, n_clients)
         if not plan.active:
             return plan
+        if compiled is not None:
+            plan.violation_free = all(violation_free(c) for c in compiled.clients)
         if dp is not None and (options.checkpoint is not None or options.resume is not None):
             raise ModelError(
                 f"{method}: dp with checkpoint or resume: a checkpoint does not carry the "
@@ -325,15 +371,19 @@ class PrivacyPlan:
                 "c_ineq": empty,
                 "c_eq": empty,
             }
+        # (under dp, on a model whose clients cannot violate anything, the noised sums of
+        # their zeros, violations and epigraph gaps, are dropped for the structural 0: see
+        # violation_free)
+        exact_zero = self.dp is not None and self.violation_free
         total = {
             "objective": float(sums["objective"].sum()),
             "grad": np.asarray(sums["grad"], dtype=float),
-            "feasibility": float(sums["feasibility"].sum()) if "feasibility" in sums else 0.0,
-            "violation": float(sums["violation"].sum()) if "violation" in sums else 0.0,
+            "feasibility": _summed(sums, "feasibility", exact_zero),
+            "violation": _summed(sums, "violation", exact_zero),
             "c_ineq": empty,
             "c_eq": empty,
         }
-        if "epigraph_gap" in sums and sums["epigraph_gap"].size:
+        if "epigraph_gap" in sums and sums["epigraph_gap"].size and not exact_zero:
             total["epigraph_gap"] = float(sums["epigraph_gap"].sum())
         reports[SUMMED] = total
         if self.dp is not None and self.z is not None:
@@ -341,7 +391,7 @@ class PrivacyPlan:
                 "noise_std": self.z * clip,
                 "confidence": CONFIDENCE,
                 "stationarity_margin": self.noise_bound(d, clip),
-                "feasibility_margin": self.noise_bound(1, clip),
+                "feasibility_margin": 0.0 if exact_zero else self.noise_bound(1, clip),
             }
         return reports
 
@@ -398,6 +448,48 @@ class PrivacyPlan:
                 certificate=dict(self.certificate),
             )
         return out
+
+
+def _summed(sums: dict[str, np.ndarray], name: str, exact_zero: bool) -> float:
+    return 0.0 if exact_zero or name not in sums else float(sums[name].sum())
+
+
+def violation_free(program: Any) -> bool:
+    """Whether a client's certificate reports feasibility, violation and epigraph gap 0
+    at every point, whatever its data: its program has no constraint of any kind (its
+    own, the epigraph pieces of its objective terms, cones) and none of its objective
+    terms has a domain that depends on the variables (outside one, the certificate
+    reports the distance to it). Then its feasibility residual is the distance of an
+    empty vector of constraint values to its normal cone, its violation the largest of
+    none and its epigraph gap a sum over no pieces: 0, a function of the terms'
+    structure alone, which the server holds in its compiled partition without any
+    message. Under dp the certificate reports that 0 rather than a noised sum of zeros: a
+    release that does not depend on any client's data costs no privacy, and the noise
+    drawn on those entries of the certificate's sum is discarded (post-processing); the
+    certificate's one Gaussian mechanism, for the objective and gradient, is spent as
+    before. (Where such a term overflows to infinity, far out, the client's evaluation
+    reports the point 1 away from its domain; under dp that report is among the entries
+    dropped.)
+
+    Examples
+    --------
+    >>> import cvxpy as cp, numpy as np, fedmodel as fm
+    >>> m = fm.Model("ls")
+    >>> w = m.variable(2, name="w")
+    >>> a, b = m.client("a"), m.client("b")
+    >>> a.minimize(cp.sum_squares(a.data(np.ones((3, 2)), "A") @ w - 1) / 6)
+    >>> b.minimize(cp.sum_squares(w))
+    >>> _ = b.subject_to(cp.sum(w) <= 1)
+    >>> [violation_free(c) for c in m.compile().clients]
+    [True, False]
+    """
+    if program.constraints:
+        return False
+    for term in program.objective:
+        expr = term.source if term.source is not None else term.expr
+        if any(con.variables() for con in getattr(expr, "domain", [])):
+            return False
+    return True
 
 
 def describe(privacy: dict[str, Any]) -> str:

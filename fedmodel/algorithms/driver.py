@@ -142,7 +142,7 @@ def run_federated(
     reveal = options.party_reveal(list(factories), table.party_opt_ins() if table else [])
     factories = {n: dataclasses.replace(f, reveal=reveal[n]) for n, f in factories.items()}
     # secure aggregation and dp: refused before any worker starts unless the method takes them
-    server.privacy = PrivacyPlan.for_run(options, method, server, len(factories))
+    server.privacy = PrivacyPlan.for_run(options, method, server, len(factories), compiled)
     if faults:
         factories = inject_faults(factories, faults)
     runtime = make_runtime(
