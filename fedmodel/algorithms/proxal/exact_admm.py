@@ -125,9 +125,13 @@ def exact_balancing(options) -> tuple[float | None, float, int] | None:
     return (ratio, balancing[1], balancing[2])
 
 
-def step_tolerances(tau: float, sigma: float, m: int, prox: float) -> tuple[float, float]:
+def step_tolerances(
+    tau: float, sigma: float, m: int, prox: float, unit: float = 1.0
+) -> tuple[float, float]:
     """The tolerances ``(clients', server's)`` of the exact steps of a round that targets
-    ``tau`` with penalty ``sigma``, ``m`` clients and proximal share ``prox``.
+    ``tau`` with penalty ``sigma``, ``m`` clients and proximal share ``prox``, in the
+    objective's ``unit`` (1, or ``S`` when prox-al's parameters are in the objective's
+    units: ``tau``, ``sigma`` and ``prox`` are then ``S`` times those of ``f / S``).
 
     A step's tolerance bounds the residual of its optimality condition, while the
     consensus residuals that stop the inner solve measure points: a step's point is off by
@@ -138,7 +142,8 @@ def step_tolerances(tau: float, sigma: float, m: int, prox: float) -> tuple[floa
     terms are shares of one objective (a loss over the pooled rows, the proximal term's
     ``1/(n+1)`` shares) the residual balancing drives ``sigma`` to the order of ``1/n``; a
     tolerance on the residual alone would then leave each client's point off by ``n``
-    times the budget, and the consensus residual would stall above ``tau``.
+    times the budget, and the consensus residual would stall above ``tau``. The 1 and
+    ``LOCAL_FLOOR`` are in the units of ``f / S`` (``unit`` times them in the model's).
 
     Examples
     --------
@@ -148,9 +153,9 @@ def step_tolerances(tau: float, sigma: float, m: int, prox: float) -> tuple[floa
     [1e-06, 0.001]
     """
     budget = LOCAL_FRACTION * tau
-    client = budget * min(1.0, prox + sigma)
-    server = budget * min(1.0, prox + m * sigma)
-    return max(client, LOCAL_FLOOR), max(server, LOCAL_FLOOR)
+    client = budget * min(unit, prox + sigma) / unit
+    server = budget * min(unit, prox + m * sigma) / unit
+    return max(client, LOCAL_FLOOR * unit), max(server, LOCAL_FLOOR * unit)
 
 
 class ExactADMM:
@@ -192,6 +197,9 @@ class ExactADMM:
         self.balancing = balancing
         self.max_inner = int(max_inner)
         self.duals: dict[str, np.ndarray] = {}  # scaled duals u_i (warm start)
+        # the objective's unit of prox-al's parameters (ProxALServer.objective_unit): a
+        # consensus residual (a point's) times it is in the gradients' units
+        self.unit = 1.0
         self.rejections = 0
 
     # -- state (plain values: checkpoints) -----------------------------------------------------
@@ -238,7 +246,7 @@ class ExactADMM:
             t_round = time.perf_counter()
             sigma = self.sigma
             runtime.next_round()
-            tol, tol_server = step_tolerances(tau, sigma, len(U), server.prox_weight)
+            tol, tol_server = step_tolerances(tau, sigma, len(U), server.prox_weight, self.unit)
             payloads = {n: {"c": z - U[n], "sigma": sigma, "tol": tol} for n in U}
             for n, budget in step_budgets(runtime, list(U), deadline).items():
                 payloads[n]["budget"] = budget
@@ -255,7 +263,7 @@ class ExactADMM:
             w, residual = server.exact_step(avg, m * sigma, tol_server, deadline)
             z_new = w[:ns]
             U_new = {n: U[n] + X_hat[n] - z_new for n in X}
-            primal = max(float(np.abs(X[n] - z_new).max(initial=0.0)) for n in X)
+            primal = self.unit * max(float(np.abs(X[n] - z_new).max(initial=0.0)) for n in X)
             dual = m * sigma * float(np.abs(z_new - z).max(initial=0.0))
             bound = max(primal / PRIMAL_FRACTION, dual)
             if bound <= tau:
@@ -348,7 +356,7 @@ class ExactADMM:
             t_round = time.perf_counter()
             sigma = self.sigma
             runtime.next_round()
-            tol, tol_server = step_tolerances(tau, sigma, m, server.prox_weight)
+            tol, tol_server = step_tolerances(tau, sigma, m, server.prox_weight, self.unit)
             pick = [n for n in self.sampler.sequence(self.sampled_rounds, t) if n in row]
             centres = {n: 2.0 * z - zeta[row[n]] for n in pick}
             payloads = {n: {"c": centres[n], "sigma": sigma, "tol": tol} for n in pick}
@@ -367,7 +375,7 @@ class ExactADMM:
             gap = m * sigma * (avg - z_new) + G.sum(axis=0)  # (a subgradient of l_k's pieces)
             dual = float(np.abs(gap).max(initial=0.0))
             everyone = bool(seen.all())
-            primal = float(np.abs(X - z_new).max(initial=0.0)) if everyone else np.inf
+            primal = self.unit * float(np.abs(X - z_new).max(initial=0.0)) if everyone else np.inf
             bound = max(primal / PRIMAL_FRACTION, dual)
             if bound <= tau:
                 self.duals = {n: zeta[i] - z_new for n, i in row.items()}
@@ -470,6 +478,7 @@ class ExactADMM:
         ratio, factor, _ = self.balancing
         lo, hi = self.sigma_start / SIGMA_RANGE, self.sigma_start * SIGMA_RANGE
         if ratio is not None:
+            s = s / self.unit  # (Boyd's balancing in the units of f / S)
             if r > ratio * s:
                 return min(sigma * factor, hi)
             if s > ratio * r:
@@ -633,6 +642,7 @@ class ExactInner(InnerSolver):
     def configure(self) -> None:
         """Test (8)'s targets of exact-admm (:data:`EXACT_KKT_FACTORS`; adaptive variant)."""
         host = self.host
+        self.admm.unit = host.objective_unit
         if host.options.adaptive:
             host.kkt_factors = EXACT_KKT_FACTORS[host.user_constraints]
 
@@ -703,7 +713,7 @@ class ExactInner(InnerSolver):
         opts, eps1 = self.host.options, self.host.eps1_units
         if not opts.adaptive or not outcome.satisfied:
             return False
-        return outcome.bound <= eps1 and dw <= opts.beta * eps1
+        return outcome.bound <= eps1 and dw <= self.host.beta * eps1
 
     def exact_step(self, avg: np.ndarray, weight: float, tol: float, deadline=None):
         """The server's step: ``argmin P_{0,k}(z, theta_0) + h(z) + (weight/2)||z - avg||^2``
