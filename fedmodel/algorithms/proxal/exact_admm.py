@@ -125,13 +125,9 @@ def exact_balancing(options) -> tuple[float | None, float, int] | None:
     return (ratio, balancing[1], balancing[2])
 
 
-def step_tolerances(
-    tau: float, sigma: float, m: int, prox: float, unit: float = 1.0
-) -> tuple[float, float]:
+def step_tolerances(tau: float, sigma: float, m: int, prox: float) -> tuple[float, float]:
     """The tolerances ``(clients', server's)`` of the exact steps of a round that targets
-    ``tau`` with penalty ``sigma``, ``m`` clients and proximal share ``prox``, in the
-    objective's ``unit`` (1, or ``S`` when prox-al's parameters are in the objective's
-    units: ``tau``, ``sigma`` and ``prox`` are then ``S`` times those of ``f / S``).
+    ``tau`` with penalty ``sigma``, ``m`` clients and proximal share ``prox``.
 
     A step's tolerance bounds the residual of its optimality condition, while the
     consensus residuals that stop the inner solve measure points: a step's point is off by
@@ -142,8 +138,7 @@ def step_tolerances(
     terms are shares of one objective (a loss over the pooled rows, the proximal term's
     ``1/(n+1)`` shares) the residual balancing drives ``sigma`` to the order of ``1/n``; a
     tolerance on the residual alone would then leave each client's point off by ``n``
-    times the budget, and the consensus residual would stall above ``tau``. The 1 and
-    ``LOCAL_FLOOR`` are in the units of ``f / S`` (``unit`` times them in the model's).
+    times the budget, and the consensus residual would stall above ``tau``.
 
     Examples
     --------
@@ -153,9 +148,9 @@ def step_tolerances(
     [1e-06, 0.001]
     """
     budget = LOCAL_FRACTION * tau
-    client = budget * min(unit, prox + sigma) / unit
-    server = budget * min(unit, prox + m * sigma) / unit
-    return max(client, LOCAL_FLOOR * unit), max(server, LOCAL_FLOOR * unit)
+    client = budget * min(1.0, prox + sigma)
+    server = budget * min(1.0, prox + m * sigma)
+    return max(client, LOCAL_FLOOR), max(server, LOCAL_FLOOR)
 
 
 class ExactADMM:
@@ -197,9 +192,6 @@ class ExactADMM:
         self.balancing = balancing
         self.max_inner = int(max_inner)
         self.duals: dict[str, np.ndarray] = {}  # scaled duals u_i (warm start)
-        # the objective's unit of prox-al's parameters (ProxALServer.objective_unit): a
-        # consensus residual (a point's) times it is in the gradients' units
-        self.unit = 1.0
         self.rejections = 0
 
     # -- state (plain values: checkpoints) -----------------------------------------------------
@@ -246,7 +238,7 @@ class ExactADMM:
             t_round = time.perf_counter()
             sigma = self.sigma
             runtime.next_round()
-            tol, tol_server = step_tolerances(tau, sigma, len(U), server.prox_weight, self.unit)
+            tol, tol_server = step_tolerances(tau, sigma, len(U), server.prox_weight)
             payloads = {n: {"c": z - U[n], "sigma": sigma, "tol": tol} for n in U}
             for n, budget in step_budgets(runtime, list(U), deadline).items():
                 payloads[n]["budget"] = budget
@@ -263,7 +255,7 @@ class ExactADMM:
             w, residual = server.exact_step(avg, m * sigma, tol_server, deadline)
             z_new = w[:ns]
             U_new = {n: U[n] + X_hat[n] - z_new for n in X}
-            primal = self.unit * max(float(np.abs(X[n] - z_new).max(initial=0.0)) for n in X)
+            primal = max(float(np.abs(X[n] - z_new).max(initial=0.0)) for n in X)
             dual = m * sigma * float(np.abs(z_new - z).max(initial=0.0))
             bound = max(primal / PRIMAL_FRACTION, dual)
             if bound <= tau:
@@ -356,7 +348,7 @@ class ExactADMM:
             t_round = time.perf_counter()
             sigma = self.sigma
             runtime.next_round()
-            tol, tol_server = step_tolerances(tau, sigma, m, server.prox_weight, self.unit)
+            tol, tol_server = step_tolerances(tau, sigma, m, server.prox_weight)
             pick = [n for n in self.sampler.sequence(self.sampled_rounds, t) if n in row]
             centres = {n: 2.0 * z - zeta[row[n]] for n in pick}
             payloads = {n: {"c": centres[n], "sigma": sigma, "tol": tol} for n in pick}
@@ -375,7 +367,7 @@ class ExactADMM:
             gap = m * sigma * (avg - z_new) + G.sum(axis=0)  # (a subgradient of l_k's pieces)
             dual = float(np.abs(gap).max(initial=0.0))
             everyone = bool(seen.all())
-            primal = self.unit * float(np.abs(X - z_new).max(initial=0.0)) if everyone else np.inf
+            primal = float(np.abs(X - z_new).max(initial=0.0)) if everyone else np.inf
             bound = max(primal / PRIMAL_FRACTION, dual)
             if bound <= tau:
                 self.duals = {n: zeta[i] - z_new for n, i in row.items()}
@@ -478,7 +470,6 @@ class ExactADMM:
         ratio, factor, _ = self.balancing
         lo, hi = self.sigma_start / SIGMA_RANGE, self.sigma_start * SIGMA_RANGE
         if ratio is not None:
-            s = s / self.unit  # (Boyd's balancing in the units of f / S)
             if r > ratio * s:
                 return min(sigma * factor, hi)
             if s > ratio * r:
@@ -556,6 +547,10 @@ class ExactInner(InnerSolver):
 
     name = "exact-admm"
     samples = True
+    # (its exact steps' interior-point and multiplier solvers keep absolute tolerances, and
+    # the ray certificate along its shorter outer steps in the objective's units missed an
+    # unbounded QP: its parameters stay in the user's units)
+    objective_units = False
     start_reply = {
         "exact": Field((), dtype="bool", reveals="nothing (exact-admm started)", unmasked=True)
     }
@@ -642,7 +637,6 @@ class ExactInner(InnerSolver):
     def configure(self) -> None:
         """Test (8)'s targets of exact-admm (:data:`EXACT_KKT_FACTORS`; adaptive variant)."""
         host = self.host
-        self.admm.unit = host.objective_unit
         if host.options.adaptive:
             host.kkt_factors = EXACT_KKT_FACTORS[host.user_constraints]
 
@@ -713,7 +707,7 @@ class ExactInner(InnerSolver):
         opts, eps1 = self.host.options, self.host.eps1_units
         if not opts.adaptive or not outcome.satisfied:
             return False
-        return outcome.bound <= eps1 and dw <= self.host.beta * eps1
+        return outcome.bound <= eps1 and dw <= opts.beta * eps1
 
     def exact_step(self, avg: np.ndarray, weight: float, tol: float, deadline=None):
         """The server's step: ``argmin P_{0,k}(z, theta_0) + h(z) + (weight/2)||z - avg||^2``

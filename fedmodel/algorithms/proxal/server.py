@@ -299,9 +299,10 @@ class ProxALServer(ServerHalf):
         the user's units (its factor is 1), as is ``rho_i`` under the Hessian metric (whose
         ``M_i`` is in the objective's units already). The clients receive
         ``objective_units = (S, beta's factor, 1/prox_beta's factor, rho's factor)`` with
-        the next ``start``."""
+        the next ``start``. Routes whose ``objective_units`` is False (exact-admm) keep the
+        user's units."""
         opts, scale = self.options, float(self.objective_scale)
-        if not (opts.adaptive and self.proximal) or scale == 1.0:
+        if not (opts.adaptive and self.proximal and self.inner.objective_units) or scale == 1.0:
             return False
         defaulted = getattr(opts, "_defaulted", ())
         factors = [scale if name in defaulted else 1.0 for name in ("beta", "prox_beta", "rho")]
