@@ -613,19 +613,28 @@ class MessageTable:
         >>> table.request_signature("go", {"w": [1.0], "how": "exact"})
         ('go', ('w', 'how'), ('exact',))
         """
-        spec = self._by_kind.get(kind)
-        if spec is None:
-            return (kind, tuple(payload), ())
-        valued = [
-            payload[name]
-            for name in payload
-            if name in spec.request and spec.request[name].party_opt_in
-        ]
+        names = tuple(payload)
+        valued_fields = self._valued_fields.get(kind)
+        if not valued_fields:
+            return (kind, names, ())
+        valued = tuple(payload[name] for name in valued_fields if name in payload)
         try:
-            hash(tuple(valued))
+            hash(valued)
         except TypeError:
             return None
-        return (kind, tuple(payload), tuple(valued))
+        return (kind, names, valued)
+
+    @property
+    def _valued_fields(self) -> dict[str, tuple[str, ...]]:
+        """Kind -> its request fields whose value can need an opt-in."""
+        cached = self.__dict__.get("_valued")
+        if cached is None:
+            cached = {
+                s.kind: tuple(n for n, f in s.request.items() if f.party_opt_in)
+                for s in self.specs
+            }
+            object.__setattr__(self, "_valued", cached)  # (frozen: a cache, not a field)
+        return cached
 
     def opt_ins_needed(self, kind: str, payload: Mapping[str, Any]) -> dict[str, str]:
         """The party opt-ins a request of ``kind`` with ``payload`` needs, each with what
