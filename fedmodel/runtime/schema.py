@@ -630,8 +630,7 @@ class MessageTable:
         cached = self.__dict__.get("_valued")
         if cached is None:
             cached = {
-                s.kind: tuple(n for n, f in s.request.items() if f.party_opt_in)
-                for s in self.specs
+                s.kind: tuple(n for n, f in s.request.items() if f.party_opt_in) for s in self.specs
             }
             object.__setattr__(self, "_valued", cached)  # (frozen: a cache, not a field)
         return cached
