@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
@@ -181,11 +182,12 @@ class Result:
         KKT residuals, inner iterations.
     message : str
         Human-readable explanation of the status (and remedies when it is not optimal).
-    ledger : list of dict
+    ledger : sequence of dict
         Every message of the run: ``round``, ``sender``, ``receiver``, ``kind``,
         ``channel``, ``shapes`` (name -> shape of each payload entry), ``floats``,
-        ``bytes``. :meth:`ledger_table` prints it; :meth:`ledger_frame` gives a pandas
-        DataFrame.
+        ``bytes`` (a :class:`~fedmodel.runtime.messages.LedgerRows`, read like a list of
+        those dicts; ``list(res.ledger)`` is one). :meth:`ledger_table` prints it;
+        :meth:`ledger_frame` gives a pandas DataFrame.
     failure : dict
         With status ``"client_failure"``: ``client`` (the first failed client),
         ``clients``, ``error``, ``kind`` (``"raised"``, ``"timeout"``, ``"dead"``),
@@ -213,7 +215,7 @@ class Result:
     history: list[dict[str, Any]] = field(default_factory=list)
     message: str = ""
     options: dict[str, Any] = field(default_factory=dict)
-    ledger: list[dict[str, Any]] = field(default_factory=list)
+    ledger: Sequence[dict[str, Any]] = field(default_factory=list)
     extra: dict[str, Any] = field(default_factory=dict)
     failure: dict[str, Any] = field(default_factory=dict)
     checkpoint: str | None = None
