@@ -7,6 +7,7 @@ import cvxpy as cp
 import numpy as np
 import pytest
 
+import fedmodel as fm
 from fedmodel.algorithms.proxal.prox_newton import ModelOperator, model_step
 from fedmodel.compiler.regularizer import Regularizer, VariablePiece
 from fedmodel.subproblems.box_qp import box_qp
@@ -52,3 +53,28 @@ def test_model_step_on_a_box_is_exact_whatever_the_conditioning():
     assert residual <= tol
     assert iterations < 50
     assert residual == pytest.approx(reg.dist_subdiff(x, g + Q @ (x - w)))
+
+
+def test_a_quadratic_step_over_a_box_is_solved_exactly_by_the_box_qp_backend():
+    """The server of a federated QP (Maros-Meszaros, server-objective: 1/2 x'Px + q'x and
+    the variable bounds) took L-BFGS-B for its exact-admm step; it is one box QP."""
+    from fedmodel.subproblems.box_qp import BoxQuadraticSolver
+    from fedmodel.subproblems.merit import MeritProblem
+    from fedmodel.subproblems.select import make_solver
+
+    Q, c, lo, hi = _random_qp(30, 1e4, 3)
+    m = fm.Model("box-qp")
+    x = m.variable(30, name="x", bounds=(lo, hi))
+    m.server.minimize(0.5 * cp.quad_form(x, cp.psd_wrap(Q)) + c @ x)
+    m.client("c").subject_to(cp.sum(x) <= 100.0)
+    compiled = m.compile()
+    problem = MeritProblem([compiled.server], 1.0, compiled.regularizer)
+    rng = np.random.default_rng(0)
+    center = rng.standard_normal(30)
+    problem.set(sigma=2.0, center=center)
+    solver = make_solver(problem)
+    assert isinstance(solver, BoxQuadraticSolver)
+    report = solver.solve(np.zeros(30), 1e-9 * np.abs(c).max())
+    assert report.backend == "box-qp" and report.converged
+    expected, _ = box_qp(Q + 2.0 * np.eye(30), c - 2.0 * center, lo, hi)
+    assert np.allclose(report.x, expected, atol=1e-9)

@@ -93,3 +93,90 @@ def box_qp(
                 x[free] = np.linalg.lstsq(Q[np.ix_(free, free)], rhs, rcond=None)[0]
         lam = np.where(free, 0.0, Q @ x + c)
     return np.clip(x, lo, hi), iterations
+
+
+class _WithoutH:
+    """A merit problem seen without ``h`` (its other attributes live): the Newton backend's
+    derivatives of the party terms, which leave ``h`` out, built on a problem whose ``h``
+    is not smooth."""
+
+    def __init__(self, problem):
+        from fedmodel.compiler.regularizer import Regularizer
+
+        self._problem = problem
+        self.regularizer = Regularizer.from_pieces([], [])
+
+    def __getattr__(self, name):
+        return getattr(self._problem, name)
+
+
+class BoxQuadraticSolver:
+    """The exact step of a merit problem that is a quadratic over a box: quadratic party
+    terms and equality constraints (a constant Hessian, :attr:`NewtonSolver.constant_hessian
+    <fedmodel.subproblems.newton.NewtonSolver.constant_hessian>`), the proximal term, and an
+    ``h`` of bounds and sums of squares (:meth:`Regularizer.bound_form
+    <fedmodel.compiler.regularizer.Regularizer.bound_form>`). One :func:`box_qp` solve on
+    the Newton backend's Hessian; a point whose measured residual misses the tolerance (a
+    cycle of the active-set loop) is finished by L-BFGS-B. Raises
+    :class:`~fedmodel.compiler.glm.NotRecognised` for another problem.
+
+    Examples
+    --------
+    >>> import cvxpy as cp
+    >>> import fedmodel as fm
+    >>> from fedmodel.subproblems.merit import MeritProblem
+    >>> m = fm.Model("box")
+    >>> x = m.variable(2, name="x", bounds=(0.0, 1.0))
+    >>> m.server.minimize(cp.sum_squares(x - np.array([2.0, -1.0])))
+    >>> m.client("c").minimize(cp.sum_squares(x))
+    >>> c = m.compile()
+    >>> problem = MeritProblem([c.server], 1.0, c.regularizer)
+    >>> problem.set(sigma=0.0, center=np.zeros(2))
+    >>> BoxQuadraticSolver(problem).solve(np.zeros(2), 1e-10).x.tolist()
+    [1.0, 0.0]
+    """
+
+    name = "box-qp"
+
+    def __init__(self, problem):
+        from fedmodel.compiler.glm import NotRecognised
+        from fedmodel.subproblems.newton import NewtonSolver
+
+        reg = problem.regularizer
+        form = None if reg.is_smooth else reg.bound_form(problem.n)
+        if form is None:
+            raise NotRecognised("h is not bounds and sums of squares")
+        self.problem = problem
+        self.newton = NewtonSolver(_WithoutH(problem))
+        if not self.newton.constant_hessian:
+            raise NotRecognised("the terms are not quadratic (or have inequality rows)")
+        self.q, self.lo, self.hi = form
+        self.deadline: float | None = None
+        self._fallback = None
+
+    def solve(self, x0: np.ndarray, tol: float, max_iter: int = 200):
+        from fedmodel.compiler.glm import NotRecognised
+        from fedmodel.subproblems.merit import SolveReport
+        from fedmodel.subproblems.quasi_newton import QuasiNewtonSolver
+
+        p = self.problem
+        x0 = np.clip(np.asarray(x0, dtype=float), self.lo, self.hi)
+        try:
+            _, g, H = self.newton.derivatives(x0, p.mu, p.nu)
+        except NotRecognised:
+            H = None
+        if H is not None:
+            sigma = p.sigma
+            S = sigma if np.ndim(sigma) == 2 else np.diag(np.broadcast_to(sigma, (p.n,)))
+            Q = H + S + np.diag(self.q)
+            x, iterations = box_qp(Q, g - H @ x0 - S @ p.center, self.lo, self.hi, x0=x0)
+            residual = p.residual(x)
+            if residual <= tol:
+                return SolveReport(x, residual, tol, iterations, self.name)
+            x0 = x
+        if self._fallback is None:
+            self._fallback = QuasiNewtonSolver(p)
+        self._fallback.deadline = self.deadline
+        report = self._fallback.solve(x0, tol, max_iter)
+        report.backend = f"{self.name}->lbfgs"
+        return report
