@@ -21,8 +21,9 @@ Tang, Math. Programming 2016):
    :class:`~fedmodel.algorithms.proxal.newton_inner.LimitedSecantModel` above 2000 shared
    variables, with its known diagonal: the server's share of the proximal term) and solves
    the **model subproblem** ``min_s g^T s + s^T B s / 2 + h(w + s)`` on its own, with no
-   communication (:func:`model_step`: accelerated proximal gradient with adaptive restart
-   on the quadratic model, ``B`` applied as a dense matrix or in the compact form
+   communication (:func:`model_step`: with ``h`` of bounds and sums of squares and a dense
+   model, the exact box-constrained QP (:func:`bounded_model_step`); else accelerated
+   proximal gradient with adaptive restart on the quadratic model, ``B`` applied as a dense matrix or in the compact form
    ``D + U diag(c) U^T`` of the limited-memory model, to a relative accuracy of the
    current residual: an inexact proximal Newton step, PNOPT's adaptive stopping);
 3. a backtracking (Armijo) line search on ``F = S_k + h`` along ``d = x_hat - w`` with
