@@ -380,3 +380,24 @@ def test_the_result_reports_the_multipliers_its_certificate_used():
             continue
         half = mu.size // 2  # each row's two pieces: its weights sum to 1/N
         assert np.allclose(mu[:half] + mu[half:], 1.0 / N_ROWS, rtol=1e-9, atol=0)
+
+
+def test_a_side_at_rounding_level_is_measured_as_a_homogeneous_row():
+    """A row ``a^T x == -2.2e-16`` (a zero written in floating point, as in 30 of the
+    Maros-Meszaros files) is measured as ``a^T x == 0``: relative to ``2.2e-16`` its
+    violation at any point short of exact reads 1, and prox-al ran to its time limit."""
+    from fedmodel.compiler.cones import constraint_scale
+
+    c = np.array([1e-7, 1e-7])
+    scaled = c / constraint_scale(c, np.array([2.2e-16, 0.0]))
+    assert scaled.tolist() == [1e-7, 1e-7]
+    assert (c / constraint_scale(c, np.array([1e-3, 0.0])))[0] == pytest.approx(1e-4)
+
+    m = fm.Model("rounding-side")
+    x = m.variable(2, name="x")
+    m.server.minimize(cp.sum_squares(x - np.array([1.0, 2.0])))
+    m.client("c").subject_to(x[0] - x[1] == -2.220446049250313e-16)
+    res = m.solve("centralized", eps=1e-6)
+    assert res.status == "optimal"
+    assert res.kkt.scaled_feasibility <= 1e-6
+    assert np.allclose(res.solution["x"], [1.5, 1.5], atol=1e-5)

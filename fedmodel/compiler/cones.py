@@ -191,7 +191,9 @@ def _pow_bound(x, y, z, alpha, dual: bool) -> np.ndarray:
     return np.maximum.reduce([xp - x, yp - y, np.maximum(np.abs(z) - cap, 0.0)])
 
 
-#: the floor of a constraint's scale when it has a constant side: only there to avoid 0 / 0
+#: the floor of a constraint's scale when it has a constant side: only there to avoid 0 / 0;
+#: a constant side no larger than it is a zero written in floating point (``1 - 0.9 - 0.1``,
+#: ``-2.2e-16`` in a data file), and the constraint is measured as a homogeneous one
 SCALE_FLOOR = 1e-12
 
 
@@ -205,7 +207,9 @@ def constraint_scale(
     at ``x``, with no absolute floor: 16% over a budget of 0.002 reads 0.14, not 3e-4. A
     homogeneous constraint (``b = 0``, e.g. ``sum(w) == 0``) has no side of its own other
     than its value, which is the residual itself, so its scale is ``max(1, |c(x)|)``: an
-    absolute test, as OSQP's ``eps_abs``. :data:`SCALE_FLOOR` only guards 0 / 0. Where
+    absolute test, as OSQP's ``eps_abs``; so is a side of at most :data:`SCALE_FLOOR`, a
+    zero up to rounding (otherwise a row ``a^T x == -2.2e-16`` would be measured relative
+    to ``2.2e-16``), and :data:`SCALE_FLOOR` guards 0 / 0. Where
     ``absolute`` is True (a piece of an objective term's epigraph or cone form: no side of
     the user's, and its value tends to 0 at an exact fit) the scale is ``max(1, |c0|,
     |c(x) - c0|)``.
@@ -214,10 +218,12 @@ def constraint_scale(
     --------
     >>> constraint_scale(np.array([0.0003, 0.5]), np.array([-0.002, 0.0]))
     array([0.0023, 1.    ])
+    >>> constraint_scale(np.array([1e-6]), np.array([2.2e-16]))
+    array([1.])
     """
     c, c0 = np.asarray(c, dtype=float), np.asarray(c0, dtype=float)
     own = np.maximum(np.abs(c0), np.abs(c - c0))
-    floor = np.where(c0 != 0, SCALE_FLOOR, 1.0)
+    floor = np.where(np.abs(c0) > SCALE_FLOOR, SCALE_FLOOR, 1.0)
     if absolute is not None:
         floor = np.where(absolute, 1.0, floor)
     return np.maximum(own, floor)
@@ -265,7 +271,9 @@ def cone_residuals(
                 scale = constraint_scale(ej, e0j, absj)
                 primal_rel = float((gap / scale).max(initial=0.0))
             else:
-                own = np.any(e0j) and not (absj is not None and np.any(absj))
+                own = bool(np.any(np.abs(e0j) > SCALE_FLOOR)) and not (
+                    absj is not None and np.any(absj)
+                )
                 floor = SCALE_FLOOR if own else 1.0
                 primal_rel = primal / max(floor, e_inf)
             rel = max(

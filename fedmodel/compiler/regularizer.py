@@ -372,6 +372,27 @@ class Regularizer:
             )
         return worst
 
+    def bound_form(self, n: int) -> tuple[np.ndarray, np.ndarray, np.ndarray] | None:
+        """``h`` over a vector of ``n`` entries as ``sum_j q_j x_j^2 / 2`` plus bounds ``lo <=
+        x <= hi``, as ``(q, lo, hi)`` (0 and infinite sides where it has none), when it has
+        only boxes and sums of squares; None with any other piece.
+
+        Examples
+        --------
+        >>> reg = Regularizer.from_pieces(
+        ...     [slice(0, 2)], [VariablePiece(sumsq=0.5, lower=0.0, upper=1.0, has_box=True)])
+        >>> [a.tolist() for a in reg.bound_form(3)]
+        [[1.0, 1.0, 0.0], [0.0, 0.0, -inf], [1.0, 1.0, inf]]
+        """
+        q, lo, hi = np.zeros(n), np.full(n, -np.inf), np.full(n, np.inf)
+        for s, p in zip(self.slices, self.pieces):
+            if p.l1 or p.couples:
+                return None
+            q[s] = 2.0 * p.sumsq
+            if p.has_box:
+                lo[s], hi[s] = p.lower, p.upper
+        return q, lo, hi
+
     def smooth_grad(self, x: np.ndarray) -> np.ndarray:
         """Gradient of the sum-of-squares part of h."""
         g = np.zeros_like(x)

@@ -6,8 +6,10 @@
 2. Newton with exact (generalised) Hessians when every term is of GLM form (sums of
    logistic/exp/square/huber of affine maps, quadratic forms, affine terms) and ``h`` is
    smooth -- the usual case for client subproblems;
-3. L-BFGS-B on values and gradients (any smooth term; box and l1 parts of ``h`` exactly);
-4. cvxpy (convex) or accelerated proximal gradient (non-convex) when ``h`` has a group norm.
+3. an exact box-constrained QP when the terms are quadratic with equality constraints only
+   and ``h`` is bounds and sums of squares (:mod:`fedmodel.subproblems.box_qp`);
+4. L-BFGS-B on values and gradients (any smooth term; box and l1 parts of ``h`` exactly);
+5. cvxpy (convex) or accelerated proximal gradient (non-convex) when ``h`` has a group norm.
 
 A program with cone constraints (a term with no smooth form, :mod:`fedmodel.dsl.conic`)
 always takes cvxpy: the conic path.
@@ -21,6 +23,7 @@ from __future__ import annotations
 
 from fedmodel.compiler.glm import NotRecognised
 from fedmodel.errors import UnsupportedError
+from fedmodel.subproblems.box_qp import BoxQuadraticSolver
 from fedmodel.subproblems.closed_form import ProxSolver
 from fedmodel.subproblems.cvxpy_backend import CvxpySolver
 from fedmodel.subproblems.merit import MeritProblem
@@ -65,6 +68,10 @@ def make_solver(problem: MeritProblem, solver: str = "auto", direct: bool = Fals
         try:
             return NewtonSolver(problem)
         except NotRecognised as exc:
+            try:  # (quadratic terms over a box: one exact box-constrained QP)
+                return BoxQuadraticSolver(problem)
+            except NotRecognised:
+                pass
             if solver == "newton":
                 raise UnsupportedError(
                     f"the Newton backend needs GLM-form terms and a smooth h ({exc}); use "

@@ -21,8 +21,9 @@ Tang, Math. Programming 2016):
    :class:`~fedmodel.algorithms.proxal.newton_inner.LimitedSecantModel` above 2000 shared
    variables, with its known diagonal: the server's share of the proximal term) and solves
    the **model subproblem** ``min_s g^T s + s^T B s / 2 + h(w + s)`` on its own, with no
-   communication (:func:`model_step`: accelerated proximal gradient with adaptive restart
-   on the quadratic model, ``B`` applied as a dense matrix or in the compact form
+   communication (:func:`model_step`: with ``h`` of bounds and sums of squares and a dense
+   model, the exact box-constrained QP (:func:`bounded_model_step`); else accelerated
+   proximal gradient with adaptive restart on the quadratic model, ``B`` applied as a dense matrix or in the compact form
    ``D + U diag(c) U^T`` of the limited-memory model, to a relative accuracy of the
    current residual: an inexact proximal Newton step, PNOPT's adaptive stopping);
 3. a backtracking (Armijo) line search on ``F = S_k + h`` along ``d = x_hat - w`` with
@@ -74,6 +75,7 @@ from fedmodel.algorithms.proxal.obstacles import (
 )
 from fedmodel.algorithms.proxal.secant_rounds import SecantRounds
 from fedmodel.compiler.regularizer import Regularizer
+from fedmodel.subproblems.box_qp import box_qp
 from fedmodel.subproblems.merit import MeritProblem
 from fedmodel.subproblems.select import make_solver
 
@@ -190,12 +192,17 @@ def model_step(
     >>> x.round(8).tolist(), res <= 1e-10
     ([2.0, 0.0], True)
     """
-    L = op.lipschitz()
     x = np.array(w, dtype=float)
     gx = np.array(g, dtype=float)  # grad q(x)
     best = (x, reg.dist_subdiff(x, gx), 0)
     if best[1] <= tol:
         return best
+    exact = bounded_model_step(g, op, reg, w)
+    if exact is not None:
+        if exact[1] <= tol:
+            return exact
+        best = min(best, exact, key=lambda b: b[1])
+    L = op.lipschitz()
     y, gy, t = x, gx, 1.0
     phi_x = reg.value(x)  # q(x) - q(w) + h(x), q the quadratic model
     for it in range(1, int(max_iter) + 1):
@@ -234,6 +241,37 @@ def model_step(
         else:
             y, gy = x, gx
     return best
+
+
+def bounded_model_step(g: np.ndarray, op: ModelOperator, reg: Regularizer, w: np.ndarray):
+    """:func:`model_step`'s subproblem solved exactly when ``h`` is bounds and sums of
+    squares only and the model is a dense matrix: a box-constrained QP
+    (:func:`~fedmodel.subproblems.box_qp.box_qp`, whose iterations do not depend on the
+    model's conditioning); ``(x, residual, iterations)`` or None when ``h`` has another
+    piece or the model is limited-memory.
+
+    Examples
+    --------
+    >>> from fedmodel.compiler.regularizer import Regularizer, VariablePiece
+    >>> reg = Regularizer.from_pieces(
+    ...     [slice(0, 2)], [VariablePiece(lower=0.0, upper=1.0, has_box=True)])
+    >>> x, res, _ = bounded_model_step(
+    ...     np.array([-3.0, 0.5]), ModelOperator(np.diag([1.0, 4.0])), reg, np.zeros(2))
+    >>> x.tolist(), res
+    ([1.0, 0.0], 0.0)
+    """
+    if op.H is None:
+        return None
+    form = reg.bound_form(w.size)
+    if form is None:
+        return None
+    q, lo, hi = form
+    # q_model(x) = g^T (x - w) + (x - w)^T B (x - w) / 2, plus h's squares: Q = B + diag(q)
+    Q = op.H + np.diag(q)
+    x, iterations = box_qp(Q, g - op.H @ w, lo, hi, x0=w)
+    if not np.all(np.isfinite(x)):
+        return None
+    return x, reg.dist_subdiff(x, g + op.times(x - w)), iterations
 
 
 def federated_prox_newton(
