@@ -252,6 +252,20 @@ BLOCKS: tuple[Block, ...] = (
         "fedmodel reproduce vfl-table1",
         "benchmarks/RESULTS_seed002_table1.md",
     ),
+    Block(
+        "docs/vfl.md",
+        "vfl-fig1",
+        "fedmodel reproduce vfl-fig1",
+        "benchmarks/RESULTS_seed002_fig1.md",
+        figures=("docs/img/vfl-fig1.png",),
+    ),
+    Block(
+        "docs/vfl.md",
+        "vfl-fig2",
+        "fedmodel reproduce vfl-fig2",
+        "benchmarks/RESULTS_seed002_fig2.md",
+        figures=("docs/img/vfl-fig2.png",),
+    ),
 )
 
 
