@@ -85,6 +85,9 @@ class Block:
 SEED000 = "docs/reproduction_seed000.md"
 TABLE1_COLUMNS = ("n", "d", "m", "f* (centralized)", "rel. diff", "gap to f*", "viol. prox-al",
                   "rounds prox-al", "status")  # fmt: skip
+TABLE2_COLUMNS = ("data set (rows x features)", "n", "f* (centralized)", "rel. diff", "gap to f*",
+                  "class-1 loss prox-al mean / max", "outer / rounds prox-al", "status",
+                  "paper obj Alg. 1 / cProx-AL", "paper rel. diff")  # fmt: skip
 SSCA_COLUMNS = ("run", "rounds", "training cost", "test acc.", "||w||^2", "samples/client/round")
 DALD_TABLE1_COLUMNS = ("data", "split", "iters", "MSE AIO", "MSE DALD", "node range", "paper AIO",
                        "paper DALD", "R2 AIO", "R2 DALD", "paper R2 AIO", "paper R2 DALD",
@@ -118,18 +121,15 @@ BLOCKS: tuple[Block, ...] = (
         "table2",
         "fedmodel reproduce table2 --quick",
         "benchmarks/RESULTS_seed000_table2_quick.md",
-        (
-            "data set (rows x features)",
-            "n",
-            "f* (centralized)",
-            "rel. diff",
-            "gap to f*",
-            "class-1 loss prox-al mean / max",
-            "outer / rounds prox-al",
-            "status",
-            "paper obj Alg. 1 / cProx-AL",
-            "paper rel. diff",
-        ),
+        TABLE2_COLUMNS,
+    ),
+    Block(
+        SEED000,
+        "table2-breast-cancer",
+        "fedmodel reproduce table2 --set 'datasets=[\"breast_cancer\"]'",
+        "benchmarks/RESULTS_seed000_table2_breast_cancer.md",
+        TABLE2_COLUMNS,
+        target="table2",
     ),
     Block(
         SEED000,
