@@ -227,6 +227,12 @@ BLOCKS: tuple[Block, ...] = (
     ),
     Block(
         "docs/dald.md",
+        "dald-fig5",
+        "fedmodel reproduce dald-fig5",
+        "benchmarks/RESULTS_seed004_fig5.md",
+    ),
+    Block(
+        "docs/dald.md",
         "dald-table2-n1000",
         "python benchmarks/dald_table2_n1000.py",
         "benchmarks/RESULTS_dald_table2_n1000.md",
