@@ -1,16 +1,19 @@
 """The reproduction pages' measured numbers, rendered from the committed results files:
-each block of a page shows what ``fedmodel reproduce NAME`` wrote into its results file.
+each block of a page shows what ``fedmodel reproduce NAME`` (or a benchmark script) wrote
+into its results file.
 
     python benchmarks/reproduction_pages.py                 # rewrite the pages' blocks
     python benchmarks/reproduction_pages.py --from DIR      # first copy DIR/NAME/NAME.md
                                                             # (fedmodel reproduce NAME --out
-                                                            # DIR/NAME) into the results files
+                                                            # DIR/NAME) into the results files,
+                                                            # and the figures the pages show
 
 ``BLOCKS`` below is the one declaration: which page shows which reproduction, from which
 results file, with which of its table's columns. A page's block sits between the markers
 ``<!-- reproduction NAME: begin -->`` and ``<!-- reproduction NAME: end -->``; everything
 in it comes from the results file (the table's rows, the checks with what they measured,
-the verdict and the wall time), so the page's numbers are the run's.
+the verdict and the wall time; for a benchmark script's file, its text around the table),
+so the page's numbers are the run's.
 tests/test_reproduction_pages.py checks that every committed page holds this rendering.
 
 To bring a page up to date with the installed version::
@@ -51,6 +54,14 @@ class Block:
     target : str
         The reproduction that wrote the results file, when ``name`` is a variant of it
         (``--from DIR`` copies ``DIR/NAME/TARGET.md``); empty: ``name`` itself.
+    report : bool
+        True: the results file is a reproduction's report (a table, checks, a verdict and
+        the wall time). False: a benchmark script's results file (a title, then text around
+        one table), shown as written without its title; ``--from`` leaves it alone (the
+        script writes it in place).
+    figures : tuple of str
+        The images of the same run that the page shows, relative to the repository root;
+        ``--from DIR`` copies each from ``DIR/NAME/`` (the file of the same name).
     """
 
     page: str
@@ -59,6 +70,8 @@ class Block:
     results: str
     columns: tuple[str, ...] = ()
     target: str = ""
+    report: bool = True
+    figures: tuple[str, ...] = ()
 
     @property
     def begin(self) -> str:
@@ -72,6 +85,9 @@ class Block:
 SEED000 = "docs/reproduction_seed000.md"
 TABLE1_COLUMNS = ("n", "d", "m", "f* (centralized)", "rel. diff", "gap to f*", "viol. prox-al",
                   "rounds prox-al", "status")  # fmt: skip
+TABLE2_COLUMNS = ("data set (rows x features)", "n", "f* (centralized)", "rel. diff", "gap to f*",
+                  "class-1 loss prox-al mean / max", "outer / rounds prox-al", "status",
+                  "paper obj Alg. 1 / cProx-AL", "paper rel. diff")  # fmt: skip
 SSCA_COLUMNS = ("run", "rounds", "training cost", "test acc.", "||w||^2", "samples/client/round")
 DALD_TABLE1_COLUMNS = ("data", "split", "iters", "MSE AIO", "MSE DALD", "node range", "paper AIO",
                        "paper DALD", "R2 AIO", "R2 DALD", "paper R2 AIO", "paper R2 DALD",
@@ -94,21 +110,26 @@ BLOCKS: tuple[Block, ...] = (
     ),
     Block(
         SEED000,
+        "table1-full",
+        "fedmodel reproduce table1",
+        "benchmarks/RESULTS_seed000_table1.md",
+        TABLE1_COLUMNS + ("paper rel. diff",),
+        target="table1",
+    ),
+    Block(
+        SEED000,
         "table2",
         "fedmodel reproduce table2 --quick",
         "benchmarks/RESULTS_seed000_table2_quick.md",
-        (
-            "data set (rows x features)",
-            "n",
-            "f* (centralized)",
-            "rel. diff",
-            "gap to f*",
-            "class-1 loss prox-al mean / max",
-            "outer / rounds prox-al",
-            "status",
-            "paper obj Alg. 1 / cProx-AL",
-            "paper rel. diff",
-        ),
+        TABLE2_COLUMNS,
+    ),
+    Block(
+        SEED000,
+        "table2-breast-cancer",
+        "fedmodel reproduce table2 --set 'datasets=[\"breast_cancer\"]'",
+        "benchmarks/RESULTS_seed000_table2_breast_cancer.md",
+        TABLE2_COLUMNS,
+        target="table2",
     ),
     Block(
         SEED000,
@@ -146,6 +167,13 @@ BLOCKS: tuple[Block, ...] = (
         "fig3",
         "fedmodel reproduce fig3 --quick",
         "benchmarks/RESULTS_seed000_fig3_quick.md",
+    ),
+    Block(
+        SEED000,
+        "fig3-full",
+        "fedmodel reproduce fig3",
+        "benchmarks/RESULTS_seed000_fig3.md",
+        target="fig3",
     ),
     Block(
         "docs/ssca.md",
@@ -191,19 +219,68 @@ BLOCKS: tuple[Block, ...] = (
         "benchmarks/RESULTS_seed004_table2.md",
     ),
     Block(
+        "docs/dald.md",
+        "dald-fig5-quick",
+        "fedmodel reproduce dald-fig5 --quick",
+        "benchmarks/RESULTS_seed004_fig5_quick.md",
+        target="dald-fig5",
+    ),
+    Block(
+        "docs/dald.md",
+        "dald-fig5",
+        "fedmodel reproduce dald-fig5",
+        "benchmarks/RESULTS_seed004_fig5.md",
+    ),
+    Block(
+        "docs/dald.md",
+        "dald-table2-n1000",
+        "python benchmarks/dald_table2_n1000.py",
+        "benchmarks/RESULTS_dald_table2_n1000.md",
+        report=False,
+    ),
+    Block(
+        "docs/dald.md",
+        "dald-dagd",
+        "python benchmarks/dald_dagd.py",
+        "benchmarks/RESULTS_dald_dagd.md",
+        report=False,
+    ),
+    Block(
+        "docs/dald.md",
+        "dald-rounds",
+        "python benchmarks/dald_rounds.py",
+        "benchmarks/RESULTS_dald.md",
+        report=False,
+    ),
+    Block(
         "docs/vfl.md",
         "vfl-table1",
         "fedmodel reproduce vfl-table1",
         "benchmarks/RESULTS_seed002_table1.md",
+    ),
+    Block(
+        "docs/vfl.md",
+        "vfl-fig1",
+        "fedmodel reproduce vfl-fig1",
+        "benchmarks/RESULTS_seed002_fig1.md",
+        figures=("docs/img/vfl-fig1.png",),
+    ),
+    Block(
+        "docs/vfl.md",
+        "vfl-fig2",
+        "fedmodel reproduce vfl-fig2",
+        "benchmarks/RESULTS_seed002_fig2.md",
+        figures=("docs/img/vfl-fig2.png",),
     ),
 )
 
 
 @dataclass(frozen=True)
 class Results:
-    """What a reproduction's ``NAME.md`` holds: its first table, its findings (the text of
-    each ``## `` section other than the checks, by title), its checks (one line each, as
-    written), its verdict line and its wall-time line."""
+    """What a results file holds: its first table, the paragraphs before and after it (up
+    to the next heading), its findings (the text of each ``## `` section other than the
+    checks, by title), its checks (one line each, as written), its verdict line and its
+    wall-time line."""
 
     header: list[str]
     rows: list[list[str]]
@@ -211,6 +288,8 @@ class Results:
     checks: list[str]
     verdict: str
     wall: str
+    before: list[str]
+    after: list[str]
 
 
 def _cells(line: str) -> list[str]:
@@ -227,10 +306,23 @@ def _escaped(cell: str) -> str:
     return cell.replace("\\|", "|").replace("|", "\\|")
 
 
-def read_results(text: str) -> Results:
+def _paragraphs(lines: list[str]) -> list[str]:
+    """The paragraphs of ``lines`` (separated by blank lines), each on one line."""
+    paragraphs, current = [], []
+    for ln in [*lines, ""]:
+        if ln.strip():
+            current.append(ln.strip())
+        elif current:
+            paragraphs.append(" ".join(current))
+            current = []
+    return paragraphs
+
+
+def read_results(text: str, report: bool = True) -> Results:
     """Parse a reproduction's Markdown report (``fedmodel/reproduce/output.py`` writes it:
     a table, then ``## Checks`` with one ``- PASS: ...`` line per check, ``Verdict: ...``
-    and ``Total wall time: ...``).
+    and ``Total wall time: ...``), or with ``report=False`` a benchmark script's results
+    file (a table, no checks).
 
     Examples
     --------
@@ -250,6 +342,13 @@ def read_results(text: str) -> Results:
         if not ln.startswith("|"):
             break
         rows.append(_cells(ln))
+    first = next((i for i, ln in enumerate(lines) if not ln.startswith("# ")), 0)
+    stop = start + 2 + len(rows)
+    stop_after = next((i for i in range(stop, len(lines)) if lines[i].startswith("#")), len(lines))
+    before = _paragraphs(lines[first:start])
+    after = _paragraphs(lines[stop:stop_after])
+    if not report:
+        return Results(header, rows, {}, [], "", "", before, after)
     if "## Checks" not in lines:
         raise ValueError("the results file has no '## Checks' section")
     findings: dict[str, str] = {}
@@ -267,12 +366,12 @@ def read_results(text: str) -> Results:
     wall = next((ln for ln in after if ln.startswith("Total wall time:")), "")
     if not checks:
         raise ValueError("the results file's '## Checks' section has no check")
-    return Results(header, rows, findings, checks, verdict, wall)
+    return Results(header, rows, findings, checks, verdict, wall, before, after)
 
 
 def render(block: Block, text: str) -> str:
     """The page's block for ``block``, from its results file's ``text``."""
-    res = read_results(text)
+    res = read_results(text, block.report)
     columns = list(block.columns) or res.header
     missing = [c for c in columns if c not in res.header]
     if missing:
@@ -281,14 +380,19 @@ def render(block: Block, text: str) -> str:
     if ambiguous:
         raise KeyError(f"{block.results} has several columns {ambiguous}: show all its columns")
     index = [res.header.index(c) for c in block.columns] or list(range(len(res.header)))
-    wall = (res.wall[0].lower() + res.wall[1:]).rstrip(".") if res.wall else "no wall time"
-    lines = [
-        f"`{block.command}` (results file `{block.results}`; {wall})",
-        "",
+    if block.report:
+        wall = (res.wall[0].lower() + res.wall[1:]).rstrip(".") if res.wall else "no wall time"
+        lines = [f"`{block.command}` (results file `{block.results}`; {wall})", ""]
+    else:
+        lines = [f"`{block.command}` (results file `{block.results}`)", ""]
+        lines += [line for p in res.before for line in (p, "")]
+    lines += [
         "| " + " | ".join(_escaped(c) for c in columns) + " |",
         "|" + "|".join("---" for _ in columns) + "|",
     ]
     lines += ["| " + " | ".join(_escaped(row[i]) for i in index) + " |" for row in res.rows]
+    if not block.report:
+        return "\n".join(lines + [line for p in res.after for line in ("", p)])
     for title, body in res.findings.items():
         lines += ["", f"**{title}.** {body}"]
     lines += ["", *res.checks]
@@ -326,15 +430,19 @@ def main(argv=None) -> None:
         "--from",
         dest="source",
         metavar="DIR",
-        help="copy DIR/NAME/NAME.md into each block's results file first (those present)",
+        help="copy DIR/NAME/TARGET.md into each block's results file first, and the block's "
+        "figures from DIR/NAME/ (the runs present)",
     )
     args = ap.parse_args(argv)
     for block in BLOCKS:
-        if args.source:
+        if args.source and block.report:
             fresh = Path(args.source) / block.name / f"{block.target or block.name}.md"
             if fresh.exists():
-                shutil.copyfile(fresh, ROOT / block.results)
-                print(f"{fresh} -> {block.results}")
+                for target, copy in [(block.results, fresh)] + [
+                    (f, fresh.parent / Path(f).name) for f in block.figures
+                ]:
+                    shutil.copyfile(copy, ROOT / target)
+                    print(f"{copy} -> {target}")
         write_block(block, results_text(block))
         print(f"{block.page}: {block.name} block written")
 

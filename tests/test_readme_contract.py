@@ -22,3 +22,16 @@ def test_readme_example_runs_as_written():
     # the global constraint ||w||_inf <= 50 was rewritten exactly into 2d smooth components
     assert namespace["w"].value is not None
     assert len(res.multipliers["server"]) == 1
+
+
+def test_readme_table_cells_are_short():
+    """A README table says one line per entry; the details are in the docs."""
+    cells = [
+        (number, cell.strip())
+        for number, line in enumerate(README.read_text().splitlines(), 1)
+        if line.startswith("|")
+        for cell in line.strip().strip("|").split(" | ")
+    ]
+    assert cells, "the README has a table"
+    long = [(number, cell[:60]) for number, cell in cells if len(cell) > 400]
+    assert not long, f"README table cells over 400 characters: {long}"

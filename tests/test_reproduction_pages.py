@@ -9,6 +9,11 @@ from benchmark_scripts import ROOT, load_script
 
 pages = load_script("reproduction_pages")
 
+#: the committed results files the pages show: seed 000's 7 --quick runs and its full
+#: Table 1, Table 2 on breast cancer and Fig. 3, seed 002's Table I and Figs. 1-2, seed 003's 4 figures, seed 004's
+#: Tables I-II and Fig. 5 (full and --quick), and the 3 seed 004 benchmark scripts' files
+COMMITTED = 24
+
 
 @pytest.mark.parametrize("block", pages.BLOCKS, ids=lambda b: f"{b.page}:{b.name}")
 def test_the_page_shows_its_committed_results_file(block):
@@ -30,7 +35,7 @@ def test_a_changed_number_is_seen():
 @pytest.mark.parametrize("block", pages.BLOCKS, ids=lambda b: f"{b.page}:{b.name}")
 def test_a_changed_table_number_is_seen(block):
     text = pages.results_text(block)
-    res = pages.read_results(text)
+    res = pages.read_results(text, block.report)
     shown = [res.header.index(c) for c in block.columns] or range(len(res.header))
     row = res.rows[0]
     i = next(i for i in shown if re.search(r"\d", row[i]))
@@ -53,20 +58,47 @@ def test_the_writer_replaces_exactly_its_block(tmp_path):
     assert copy.read_text() == page
 
 
+@pytest.mark.parametrize(
+    "block", [b for b in pages.BLOCKS if not b.report], ids=lambda b: f"{b.page}:{b.name}"
+)
+def test_a_benchmark_block_shows_the_text_around_its_table(block):
+    text = pages.results_text(block)
+    res = pages.read_results(text, report=False)
+    assert res.before and not res.checks
+    page_part = pages.page_block(block, (ROOT / block.page).read_text())
+    assert all(paragraph in page_part for paragraph in res.before + res.after)
+    changed = text.replace(res.before[0], res.before[0] + " Changed.", 1)
+    assert pages.render(block, changed) != page_part
+
+
+def test_a_benchmark_file_is_read_without_checks():
+    text = "# Title\n\nBefore, total 3 s.\n\n| a | b |\n|---|---|\n| 1 | 2 |\n\nAfter.\n"
+    res = pages.read_results(text, report=False)
+    assert (res.before, res.rows, res.after) == (["Before, total 3 s."], [["1", "2"]], ["After."])
+    block = pages.Block("p.md", "x", "python x.py", "r.md", report=False)
+    assert pages.render(block, text) == (
+        "`python x.py` (results file `r.md`)\n\nBefore, total 3 s.\n\n| a | b |\n|---|---|\n"
+        "| 1 | 2 |\n\nAfter."
+    )
+    with pytest.raises(ValueError, match="no '## Checks'"):
+        pages.read_results(text)
+
+
 def test_every_committed_reproduction_results_file_is_on_its_page():
     shown = {b.results for b in pages.BLOCKS}
     committed = {
         str(p.relative_to(ROOT))
         for pattern in (
-            "benchmarks/RESULTS_seed000_*_quick.md",
+            "benchmarks/RESULTS_seed000_table*.md",
+            "benchmarks/RESULTS_seed000_fig*.md",
             "benchmarks/RESULTS_seed002_*.md",
             "benchmarks/RESULTS_seed004_*.md",
+            "benchmarks/RESULTS_dald*.md",
             "docs/ssca/ssca-fig*.md",
         )
         for p in ROOT.glob(pattern)
     }
-    # 7 seed 000 --quick runs, seed 002's Table I, 4 seed 003 figures, seed 004's Tables I-II
-    assert len(committed) == 14
+    assert len(committed) == COMMITTED
     assert committed <= shown
     assert all((ROOT / r).exists() for r in shown)
 
@@ -116,3 +148,20 @@ def test_a_page_missing_a_marker_is_refused():
     block = pages.BLOCKS[0]
     with pytest.raises(ValueError, match="exactly once"):
         pages.page_block(block, block.begin + "\nno end marker\n")
+
+
+def test_from_copies_the_run_and_its_figures(tmp_path, monkeypatch):
+    run = tmp_path / "runs" / "x"
+    run.mkdir(parents=True)
+    (run / "x.md").write_text("| a |\n|---|\n| 1 |\n\n## Checks\n\n- PASS: y\n")
+    (run / "x.png").write_bytes(b"png of the run")
+    root = tmp_path / "repo"
+    (root / "img").mkdir(parents=True)
+    (root / "page.md").write_text("<!-- reproduction x: begin -->\n<!-- reproduction x: end -->\n")
+    block = pages.Block("page.md", "x", "cmd", "r.md", figures=("img/x.png",))
+    monkeypatch.setattr(pages, "ROOT", root)
+    monkeypatch.setattr(pages, "BLOCKS", (block,))
+    pages.main(["--from", str(tmp_path / "runs")])
+    assert (root / "img" / "x.png").read_bytes() == b"png of the run"
+    assert (root / "r.md").read_text() == (run / "x.md").read_text()
+    assert "| 1 |" in (root / "page.md").read_text()

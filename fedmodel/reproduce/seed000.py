@@ -1158,9 +1158,8 @@ def _stall_lines(stall: dict, cprox_objective: float, rho: float) -> list[str]:
         f"{stall['objective']:.4f} (cprox-al, same trial: {cprox_objective:.4f}); (19) unmet in "
         f"{stall['inner_unmet']} of {stall['outer']} outer iterations. At rho = 1e8 one round "
         "of Algorithm 2 moves w by about ||grad|| / (n rho), so prox-al stays at "
-        "its starting point w0, exact subproblems or not (docs/reproduction_seed000.md, "
-        "measured): at that rho our Algorithm 2 as published does not give the paper's "
-        "Table 3 / Fig. 2.",
+        "its starting point w0, exact subproblems or not: at that rho our Algorithm 2 as "
+        "published does not give the paper's Table 3 / Fig. 2.",
     ]
 
 
