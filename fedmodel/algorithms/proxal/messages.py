@@ -211,9 +211,6 @@ def route_table(route, compiled=None, options=None, proximal: bool = True) -> Me
     dims = option_dims
     if compiled is not None:
         off = route.unused(compiled, options) | _unused(compiled, options, proximal)
-        adaptive = options is None or getattr(options, "adaptive", True)
-        if not (route.objective_units and proximal and adaptive):  # (units never change)
-            off = off | {"start.objective_units"}
         specs = tuple(_without(spec, off) for spec in specs if spec.kind not in off)
         extra = route.dims(compiled, options)
         dims = lambda opts: {**option_dims(opts), **extra}  # noqa: E731
