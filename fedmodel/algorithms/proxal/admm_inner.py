@@ -224,7 +224,7 @@ class ADMMInner(InnerSolver):
         outputs: dict[str, list[np.ndarray]] = {name: [] for name in u_tildes}
         rejected = 0
         for t in range(opts.max_inner):
-            eps = opts.q**t * host.objective_unit  # (a gradient tolerance: its units)
+            eps = opts.q**t
             # local solves stop at tol; (19) stays a valid bound. local_cap (adaptive): never
             # looser than local_cap * tau_k (a local solve's error enters eps~_i, so the
             # paper's q^t alone holds (19) back for log(tau_k)/log(q) rounds)
@@ -511,9 +511,7 @@ class ADMMClient(InnerClient):
         if self.admm_round > rounds or w_last is None:
             return
         primal = float(np.linalg.norm(self.M.root(u - w)))  # (both in the metric M_i)
-        # (the dual residual in the units of f / S: objective_units)
         dual = self.rho * float(np.linalg.norm(self.M.root(w - w_last)))
-        dual /= self.host.objective_unit
         rho_start = self.host.rho_start
         if primal > ratio * dual:
             self.rho = min(self.rho * factor, rho_start * RHO_GROWTH)

@@ -39,9 +39,6 @@ HESSIAN = "hessian"
 
 # the route's name, after a fallback (the Newton route sends the Hessian: an opt-in)
 _INNER = Field((), dtype="str", required=False, party_opt_in={"newton": HESSIAN})
-#: the parameters' units in a second start (ProxALServer.take_objective_units): the
-#: objective's scale S and the factors of beta, 1/prox_beta and rho_i (S or 1)
-_OBJECTIVE_UNITS = Field((4,), required=False, positive=True)
 #: ProxALClient's arguments besides its program and options, checked where it is built
 BUILD = {
     "rho": Field((), positive=True),
@@ -114,7 +111,7 @@ def _start_specs(request: dict, reply: dict, probes: bool, one_of=(), outer=None
     return (
         MessageSpec(
             "start",
-            request={"w": W, "inner": _INNER, "objective_units": _OBJECTIVE_UNITS, **request},
+            request={"w": W, "inner": _INNER, **request},
             reply={**start_reply, "objective_reference": OBJECTIVE_REFERENCE},
             one_of=start_one_of,
             reveals="the start of its inner solver at w^0",

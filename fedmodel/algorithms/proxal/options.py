@@ -116,12 +116,7 @@ class ProxALOptions(RuntimeOptions):
     beta : float, optional
         Penalty parameter (Algorithm 1). Default 10 (paper) or, adaptive, 100 with
         Algorithm 2 or quasi-Newton as the inner solver and 300 with Newton
-        (``inner_solver``). Objective units: prox-al's adaptive variant runs as on the
-        objective divided by its scale ``S`` (:mod:`fedmodel.certificate.scale`), so the
-        default acts as ``S beta`` on the model as written and the model times any ``t``
-        takes the same iterates; a value you set is used as given, in your objective's
-        units (``res.extra["objective_units"]`` lists ``S`` and the factors applied to
-        ``beta``, ``1/prox_beta`` and ``rho``).
+        (``inner_solver``).
     sbar : float, optional
         Inner tolerance scale: tau_k = sbar / (k + 1)^2 (paper), or
         ``max(sbar * tau_rate^k, eps1 * kkt_factor[0] / 2)`` (adaptive; the stationarity
@@ -148,9 +143,7 @@ class ProxALOptions(RuntimeOptions):
         131 and 145 rounds). 1.0 in the paper variant.
     rho : float or dict or sequence
         ADMM penalty rho_i of each client (Algorithm 2); with ``adaptive_rho`` the
-        starting value. Objective units as ``beta``: the adaptive variant of prox-al
-        scales the default by ``S``; a value you set is used as given (as is the default
-        with ``penalty_metric="hessian"``, whose metric carries the objective's units).
+        starting value.
     adaptive_rho : bool, optional
         Residual balancing (He, Yang, Wang 2000; Boyd et al. 2011, Sec. 3.4.1), by each
         client on its own numbers: after its step (15), client i compares its primal
@@ -168,8 +161,7 @@ class ProxALOptions(RuntimeOptions):
         balancing took more rounds (Adult NP n = 20: 382 against 357; breast
         cancer n = 20: 227 against 198; monks n = 20: 194 against 88).
     rb_ratio, rb_factor, rb_rounds : float, float, int
-        Residual-balancing thresholds (10, 2, 50); the dual residual is read in the units
-        of the objective divided by ``S`` (see ``beta``).
+        Residual-balancing thresholds (10, 2, 50).
     relaxation : float, optional
         Over-relaxation ``alpha`` in (0, 2) of the ADMM (Eckstein, Bertsekas 1992): the
         server step and the multiplier update use ``alpha u_i + (1 - alpha) w`` in place
@@ -195,8 +187,7 @@ class ProxALOptions(RuntimeOptions):
         (a long proximal step moves fast along the flat directions of logistic losses on
         one-hot data, while the penalty beta = 100 keeps the inner ADMM well conditioned)
         and with the quasi-Newton inner solver, 1e5 with Newton; ``beta`` (paper:
-        Algorithm 1). Objective units as ``beta``: the adaptive variant of prox-al divides
-        the default by ``S``; a value you set is used as given.
+        Algorithm 1).
     outer_anderson : int, optional
         Memory of the same safeguarded Anderson acceleration applied to Algorithm 1's
         outer iteration ``(w^k, mu^k) -> (w^{k+1}, mu^{k+1})`` (a proximal point map):
