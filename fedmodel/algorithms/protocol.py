@@ -215,26 +215,14 @@ class ClientHalf(DeclaredState):
         message on its own)."""
         kind = msgs[0].kind
         owners = []
-        # (a party's check is a function of the request's signature, its table and its
-        # opt-ins: requests that share those are checked once)
-        checked: set[tuple] = set()
         for half, msg in zip(halves, msgs):
             if msg.kind != kind:
                 raise ValueError("a batch holds messages of one kind")
             owner, (handler, _) = half.handler_owner(kind)
             if handler is None:
                 raise ValueError(f"party {half.name!r} got unknown message kind {kind!r}")
-            table = half.messages
-            if table is not None:
-                signature = table.request_signature(kind, msg.payload)
-                seen = (
-                    (id(msg.payload) if signature is None else signature),
-                    id(table),
-                    half.reveal,
-                )
-                if seen not in checked:
-                    half._check_request(msg)
-                    checked.add(seen)
+            if half.messages is not None:
+                half._check_request(msg)
             owners.append(owner)
         t0 = time.perf_counter()
         outs = getattr(type(owners[0]), f"_on_{kind}_batch")(owners, [m.payload for m in msgs])
@@ -254,19 +242,17 @@ class ClientHalf(DeclaredState):
         """The payload's field names against the kind's declared request fields, then the
         party's opt-ins: a kind or a field value that needs an opt-in this party did not
         enable is refused (:class:`~fedmodel.runtime.outcomes.RequestRefused`) before its
-        handler runs. A request of a signature that passed before
-        (:meth:`~fedmodel.runtime.schema.MessageTable.request_signature`, with the same
-        table and opt-ins) passes again without the check."""
-        table, reveal = self.messages, self.reveal
-        passed = self.__dict__.get("_passed")
-        if passed is None or passed[0] is not table or passed[1] != reveal:
-            passed = self._passed = (table, reveal, set())
+        handler runs. A request of a signature that passed before against the same table
+        and opt-ins (:meth:`~fedmodel.runtime.schema.MessageTable.passed_requests`) passes
+        again without the check."""
+        table = self.messages
         signature = table.request_signature(msg.kind, msg.payload)
-        if signature is not None and signature in passed[2]:
+        passed = table.passed_requests(self.reveal)
+        if signature is not None and signature in passed:
             return
         self._check_payload(msg.kind, msg.payload)
         if signature is not None:
-            passed[2].add(signature)
+            passed.add(signature)
 
     def _check_payload(self, kind: str, payload: dict) -> None:
         why = self.messages.request_problem(kind, payload)

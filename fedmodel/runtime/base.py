@@ -903,47 +903,27 @@ class Runtime(abc.ABC):
             return {m.receiver: self._vet(m, outcomes[m.receiver]) for m in msgs}
         vetted: dict[str, StepOutcome] = {}  # (the outcomes that are not as they came)
         replies: dict[str, tuple[list[str], list[Any]]] = {}
-        reply_kinds: dict[str, str] = {}
         for m in msgs:
             name = m.receiver
             out = outcomes[name]
             reply = out.reply
-            kind = m.kind
-            expected = reply_kinds.get(kind)
-            if expected is None:
-                expected = reply_kinds[kind] = kind + "_reply"
             if (  # (the envelope of a well-formed reply: what _check_envelope accepts)
                 out.kind == "ok"
                 and m.channel != "local"
                 and type(reply) is Message
                 and reply.sender == name
                 and reply.receiver == SERVER
-                and reply.kind == expected
+                and reply.kind == m.kind + "_reply"
             ):
-                group = replies.get(kind)
-                if group is None:
-                    group = replies[kind] = ([], [])
-                group[0].append(name)
-                group[1].append(reply.payload)
-                continue
-            out = _as_invalid(out)
-            if not out.ok or m.channel == "local":
+                names, payloads = replies.setdefault(m.kind, ([], []))
+                names.append(name)
+                payloads.append(reply.payload)
+            else:  # (a failure, an activation or an odd envelope: checked on its own)
                 vetted[name] = self._vet(m, out)
-                continue
-            try:
-                self._check_envelope(m, reply)
-            except InvalidReply as exc:
-                vetted[name] = _refused(out, exc)
-                continue
-            group = replies.setdefault(kind, ([], []))
-            group[0].append(name)
-            group[1].append(reply.payload)
         for kind, (names, payloads) in replies.items():
             bad = many(names, kind, "server", payloads)
             for name in bad:
                 vetted[name] = _refused(outcomes[name], bad[name])
-        if not vetted:
-            return {m.receiver: outcomes[m.receiver] for m in msgs}
         return {m.receiver: vetted.get(m.receiver) or outcomes[m.receiver] for m in msgs}
 
 

@@ -624,6 +624,16 @@ class MessageTable:
             return None
         return (kind, names, valued)
 
+    def passed_requests(self, reveal: frozenset[str] | None) -> set[tuple]:
+        """The :meth:`request_signature` values that passed a party's check against this
+        table with opt-ins ``reveal`` (the check is a function of those three; the parties
+        that share a table share the set)."""
+        cached = self.__dict__.get("_passed")
+        if cached is None:
+            cached = {}
+            object.__setattr__(self, "_passed", cached)  # (frozen: a cache, not a field)
+        return cached.setdefault(reveal, set())
+
     @property
     def _valued_fields(self) -> dict[str, tuple[str, ...]]:
         """Kind -> its request fields whose value can need an opt-in."""

@@ -246,14 +246,8 @@ class ExactADMM:
             for n, budget in step_budgets(runtime, names, deadline).items():
                 payloads[n]["budget"] = budget
             replies = runtime.broadcast("xadmm_w", payloads.__getitem__)
-            if len(replies) != len(names):  # (clients dropped by the failure policy leave)
-                row = {n: i for i, n in enumerate(names)}
-                stay = [row[n] for n in replies]
-                names, U = list(replies), U[stay]
-                outputs = [(zo, Uo[stay]) for zo, Uo in outputs]
-                residuals.clear()  # (Anderson's memory is over the clients that left too)
-                if aa is not None:
-                    aa = AndersonState(self.anderson)
+            if list(replies) != names:  # (a failed client stops the run: never here)
+                raise RuntimeError("exact-admm: the replies are not the round's clients'")
             X = np.array([r.payload["x"] for r in replies.values()], dtype=float)
             X = X.reshape(len(names), ns)
             m = len(names)
