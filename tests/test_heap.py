@@ -69,10 +69,16 @@ def test_objects_frozen_by_the_process_stay_frozen(monkeypatch):
         gc.unfreeze()
 
 
-def test_a_failing_solve_hands_the_heap_back():
-    m = _model()
-    with pytest.raises(Exception):
-        m.solve(method="prox-al", inner_solver="no-such-solver")
+def test_a_failing_solve_hands_the_heap_back(monkeypatch):
+    from fedmodel.algorithms import driver
+
+    def broken(self, start):
+        assert gc.get_freeze_count() > 0  # (the parties are built and frozen)
+        raise RuntimeError("a bug in the server's loop")
+
+    monkeypatch.setattr(driver._Run, "solve", broken)
+    with pytest.raises(RuntimeError, match="a bug in the server's loop"):
+        _model().solve(method="prox-al")
     assert gc.get_freeze_count() == 0 and not heap._SETTLED
 
 
