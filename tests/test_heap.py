@@ -42,9 +42,11 @@ def _frozen_during_solve(monkeypatch) -> list[int]:
 
 def test_a_solve_freezes_the_heap_and_hands_it_back(monkeypatch):
     assert gc.get_freeze_count() == 0
+    thresholds = gc.get_threshold()
     seen = _frozen_during_solve(monkeypatch)
     assert seen and min(seen) > 0  # every round ran with the parties frozen
     assert gc.get_freeze_count() == 0 and not heap._SETTLED
+    assert gc.get_threshold() == thresholds
 
 
 def test_a_disabled_collector_is_left_alone(monkeypatch):

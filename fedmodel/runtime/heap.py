@@ -25,6 +25,12 @@ from contextlib import contextmanager
 __all__ = ["resettle", "settle", "settled_heap", "unsettle"]
 
 _SETTLED = False  # (this module froze the heap and has not unfrozen it)
+_THRESHOLDS: tuple[int, int, int] | None = None  # (the process's own, while settled)
+#: the collector's thresholds while settled: a round allocates tens of thousands of
+#: short-lived containers (messages, payloads, outcomes), most of which die before a young
+#: generation of 50,000 fills, and what the oldest generation gains in a round is frozen at
+#: its end, so its collections can be rare
+SETTLED_THRESHOLDS = (50_000, 20, 100)
 
 
 def settle() -> bool:
@@ -45,6 +51,9 @@ def settle() -> bool:
         return False
     gc.freeze()
     _SETTLED = True
+    global _THRESHOLDS
+    _THRESHOLDS = gc.get_threshold()
+    gc.set_threshold(*(max(a, b) for a, b in zip(SETTLED_THRESHOLDS, _THRESHOLDS)))
     return True
 
 
@@ -59,8 +68,12 @@ def resettle() -> None:
 def unsettle() -> None:
     """Move what :func:`settle` froze back to the collector (nothing if it froze nothing)."""
     global _SETTLED
+    global _THRESHOLDS
     if _SETTLED:
         gc.unfreeze()
+        if _THRESHOLDS is not None:
+            gc.set_threshold(*_THRESHOLDS)
+            _THRESHOLDS = None
         _SETTLED = False
 
 
