@@ -95,5 +95,53 @@ def test_routes_without_stragglers_refused(case):
     model = case[0]
     with pytest.raises(ModelError, match="quorum=0.5 is taken by inner_solver='exact-admm'"):
         model.solve("prox-al", quorum=0.5, inner_solver="admm")
+    with pytest.raises(ModelError, match="quorum"):
+        model.solve("admm", quorum=0.5)
     with pytest.raises(ModelError, match="quorum=0.5: cprox-al"):
         model.solve("cprox-al", quorum=0.5)
+
+
+class _Step:
+    """A posted step whose reply is in once ``done`` (the part of a Ticket gather reads)."""
+
+    def __init__(self, done: bool):
+        self.done = done
+
+
+class _Waiting:
+    """poll's contract: the done steps of ``tickets``, waiting (here: finishing steps in
+    order) until ``min_count`` of them are done."""
+
+    def __init__(self):
+        self.waited: list[int] = []
+
+    def poll(self, tickets, min_count=1):
+        short = max(0, min(min_count, len(tickets)) - sum(t.done for t in tickets))
+        self.waited.append(short)
+        for t in [t for t in tickets if not t.done][:short]:
+            t.done = True
+        return {t: f"reply of {id(t)}" for t in tickets if t.done}
+
+
+def test_gather_waits_for_the_quorum_and_the_delay_bound():
+    """Round 5, max_delay 2: the step posted in round 3 is waited for although the quorum
+    (2) is met by the replies in; the others that arrived are taken too; the one of round 5
+    still out stays out."""
+    from fedmodel.algorithms.proxal.exact_admm import ExactADMM
+
+    admm = ExactADMM(1.0, 0, None, 10, quorum=2, max_delay=2)
+    out = {
+        "a": (_Step(False), 3, None, None, 1.0),  # overdue
+        "b": (_Step(True), 4, None, None, 1.0),
+        "c": (_Step(True), 5, None, None, 1.0),
+        "d": (_Step(False), 5, None, None, 1.0),
+    }
+    runtime = _Waiting()
+    got = admm.gather(runtime, out, 5, admm.quorum)
+    assert sorted(got) == ["a", "b", "c"] and list(out) == ["d"]
+    assert [v[1] for v in got.values()] == [3, 4, 5]
+    assert runtime.waited == [1, 0] and admm.late[2] == 1
+    # fewer steps out than the quorum: every one of them
+    out = {"d": out["d"]}
+    got = ExactADMM(1.0, 0, None, 10, quorum=3, max_delay=2).gather(runtime, out, 6, 3)
+    assert list(got) == ["d"] and out == {}

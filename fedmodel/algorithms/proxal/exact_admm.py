@@ -45,6 +45,12 @@ reply: the randomized block-coordinate form of the same iteration
 its penalty changed once per epoch and no Anderson acceleration. The requests that start
 an inner solve and the certificate still reach every client.
 
+Stragglers (option ``quorum``, on a runtime with a non-blocking exchange): the same
+block-coordinate iteration with each client's step posted, the server's step taken once a
+quorum of replies arrived, a late reply applied against the point it was computed from, and
+a step ``max_delay`` rounds old waited for: ARock's asynchronous iteration with a bounded
+delay (Peng, Xu, Yan and Yin 2016; :meth:`ExactADMM.solve_sampled`).
+
 Examples
 --------
 >>> import numpy as np
