@@ -4,17 +4,22 @@ against waiting for every client in the same run.
     python benchmarks/stragglers.py                          # ls-box-n100, c0 sleeps 0.3 s
     python benchmarks/stragglers.py --sleep 2 --times 3      # c0 sleeps 2 s in 3 steps only
     python benchmarks/stragglers.py --case ls-box-n10 --workers 10 --quorum 0.9
+    python benchmarks/stragglers.py --case ls-box-n10 --workers 10 --stagger --sleep 1 \
+        --quorum 0.8 --max-delay 3                         # each client slow once
 
 The case is ``benchmarks/scaling.py``'s (least squares over N clients, d = 20, an active
 server box). Client ``c0`` sleeps ``--sleep`` seconds in each of its exact-admm steps, or
-in its first ``--times`` of them (:class:`~fedmodel.runtime.faults.Fault`); the clients
-run on ``--workers`` worker processes (a worker takes its clients' steps one after the
-other: the clients that share ``c0``'s worker queue behind it). After an untimed solve that
-starts the workers, three runs, in this order, each with the same fault:
+in its first ``--times`` of them (:class:`~fedmodel.runtime.faults.Fault`); with
+``--stagger`` client ``c<i>`` sleeps once instead, in its first step from round ``4 + 2i``
+(a different client late every other round). The clients run on ``--workers`` worker
+processes (a worker takes its clients' steps one after the other: the clients that share
+``c0``'s worker queue behind it). After an untimed solve that starts the workers, three
+runs, in this order, each with the same faults:
 
 * ``default``: prox-al at its defaults (every round waits for every client);
 * ``exact-admm``: the inner solver that ``quorum`` takes, waiting for every client;
-* ``quorum``: ``--quorum`` of the clients per round, ``max_delay`` at its default.
+* ``quorum``: ``--quorum`` of the clients per round, ``--max-delay`` (default: the
+  option's default).
 
 Each row gives the status, the rounds (communication and inner), the wall seconds, the gap
 ``(f(x) - f*) / max(1, |f*|)`` against Clarabel on the pooled problem (solved in the same
@@ -57,17 +62,25 @@ def run(args) -> list[dict]:
     built.pooled.solve(solver="CLARABEL")
     fstar = float(built.pooled.value)
     compiled = built.model.compile()
-    slow = Fault("sleep", round=1, times=args.times, seconds=sleep, kinds=("xadmm_w",))
+    kinds = ("xadmm_w",)
+    if args.stagger:
+        names = [c.name for c in compiled.clients]
+        faults = {
+            n: Fault("sleep", round=4 + 2 * i, times=1, seconds=sleep, kinds=kinds)
+            for i, n in enumerate(names)
+        }
+    else:
+        faults = {"c0": Fault("sleep", round=1, times=args.times, seconds=sleep, kinds=kinds)}
     # (a first solve starts the worker processes, which the runs below reuse: not timed)
     run_prox_al(compiled, ProxALOptions(backend="processes", workers=args.workers, max_outer=1))
     rows = []
     for name, extra in RUNS.items():
-        extra = {"quorum": quorum} if extra is None else extra
+        extra = {"quorum": quorum, "max_delay": args.max_delay} if extra is None else extra
         opts = ProxALOptions(
             backend="processes", workers=args.workers, time_limit=args.time_limit, **extra
         )
         t0 = time.perf_counter()
-        res = run_prox_al(compiled, opts, "prox-al", faults={"c0": slow})
+        res = run_prox_al(compiled, opts, "prox-al", faults=faults)
         wall = time.perf_counter() - t0
         row = {
             "run": name,
@@ -86,16 +99,19 @@ def run(args) -> list[dict]:
 
 def title(args) -> str:
     steps = "every step" if args.times is None else f"{args.times} steps"
-    return (
-        f"{args.case}: c0 sleeps {args.sleep:g} s in {steps}, {args.workers} workers, "
-        f"quorum {args.quorum:g}"
-    )
+    who = f"c0 sleeps {args.sleep:g} s in {steps}"
+    if args.stagger:
+        who = f"each client sleeps {args.sleep:g} s once (staggered)"
+    delay = "" if args.max_delay is None else f", max_delay {args.max_delay}"
+    return f"{args.case}: {who}, {args.workers} workers, quorum {args.quorum:g}{delay}"
 
 
 def report(args, rows: list[dict]) -> list[str]:
     ref = next(r for r in rows if r["run"] == "exact-admm")
     load = os.getloadavg()[0]
     times = "" if args.times is None else f" --times {args.times}"
+    times += " --stagger" if args.stagger else ""
+    times += "" if args.max_delay is None else f" --max-delay {args.max_delay}"
     lines = [
         f"## {title(args)}",
         "",
@@ -123,6 +139,8 @@ def main(argv=None) -> None:
     ap.add_argument("--case", default="ls-box-n100")
     ap.add_argument("--sleep", type=float, default=0.3, help="c0's seconds per step")
     ap.add_argument("--times", type=int, default=None, help="c0's slow steps (default: all)")
+    ap.add_argument("--stagger", action="store_true", help="every client slow once")
+    ap.add_argument("--max-delay", type=int, default=None)
     ap.add_argument("--workers", type=int, default=2)
     ap.add_argument("--quorum", type=float, default=0.5)
     ap.add_argument("--time-limit", type=float, default=600.0)
@@ -142,7 +160,7 @@ def main(argv=None) -> None:
         "",
     ]
     body = "\n\n".join(sections[k] for k in sorted(sections))
-    OUT.write_text("\n".join(head) + body + "\n")
+    OUT.write_text("\n".join(head) + "\n" + body + "\n")
     print("\n".join(lines))
 
 

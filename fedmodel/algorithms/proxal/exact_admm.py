@@ -527,7 +527,7 @@ class ExactADMM:
         >>> round(ExactADMM(1.0, 0, None, 10, quorum=3, max_delay=1).block_step(4), 3)
         0.99
         """
-        bound = 2.0 / (1.0 + 2.0 * self.max_delay / np.sqrt(m))
+        bound = 2.0 / (1.0 + 2.0 * self.max_delay / float(np.sqrt(m)))
         return self.relaxation if self.relaxation < bound else 0.99 * bound
 
     @staticmethod
