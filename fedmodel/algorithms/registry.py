@@ -18,6 +18,7 @@ from fedmodel.algorithms.options import SOLVE_STARTED, build_options
 from fedmodel.algorithms.protocol import MethodSpec
 from fedmodel.errors import ModelError, UnsupportedError
 from fedmodel.runtime.blas import blas_threads
+from fedmodel.runtime.heap import settled_heap
 
 # One line per method: its name and the family package whose ``METHODS`` dict holds its
 # :class:`MethodSpec`. A new method is a family folder (or a new entry in one) and a line here.
@@ -179,7 +180,8 @@ def _compile_and_run(model, spec: MethodSpec, opts, method: str, t0: float):
     if spec.needs_gradients:
         compiled.require_smooth(method)
     opts.validate(compiled, method)  # the options against the model (naming the option)
-    with blas_threads(getattr(opts, "blas_threads", None)):
+    # (the compiled model's objects stay out of the collector's full scans: runtime/heap.py)
+    with blas_threads(getattr(opts, "blas_threads", None)), settled_heap():
         result = spec.runner(compiled, opts, method)
     result.timing["model_compile"] = compile_seconds
     return result
