@@ -84,6 +84,9 @@ class InnerSolver(DeclaredState):
     measures_feasibility: ClassVar[bool] = False
     #: its rounds may go to a sample of the clients (option ``participation``)
     samples: ClassVar[bool] = False
+    #: it runs with the parameters in the objective's units
+    #: (:meth:`~fedmodel.algorithms.proxal.server.ProxALServer.take_objective_units`)
+    objective_units: ClassVar[bool] = True
 
     # -- declarations read before a run ----------------------------------------------------
     @classmethod
