@@ -30,6 +30,7 @@ QUESTIONS: dict[str, tuple[str, ...]] = {
     ),
     "How does it scale (clients, dimension, backends, deployment)?": (
         "scaling.py",
+        "stragglers.py",
         "backends.py",
         "flower_overhead.py",
         "party_refusals.py",

@@ -59,6 +59,7 @@ from fedmodel.runtime.checkpoint import (
 from fedmodel.runtime.endpoints import EndpointFactory, copy_state
 from fedmodel.runtime.factory import make_runtime
 from fedmodel.runtime.faults import inject_faults
+from fedmodel.runtime.heap import settled_heap
 from fedmodel.runtime.messages import CountingLedger, communication_totals
 from fedmodel.runtime.outcomes import ClientFailure
 
@@ -145,41 +146,45 @@ def run_federated(
     server.privacy = PrivacyPlan.for_run(options, method, server, len(factories), compiled)
     if faults:
         factories = inject_faults(factories, faults)
-    runtime = make_runtime(
-        options.backend,
-        factories,
-        workers=options.workers,
-        server_hosts_clients=options.server_hosts_clients,
-        ray_address=options.ray_address,
-        ray_placement=getattr(options, "ray_placement", None),
-        flower_grid=getattr(options, "flower_grid", None),
-        client_timeout=options.client_timeout,
-        on_failure=options.on_failure,
-        retries=options.retries,
-        weights=(
-            {c.name: c.data_bytes() + 1 for c in compiled.clients}
-            if compiled is not None
-            else server.placement_weights()
-        ),
-    )
-    if not options.keep_ledger:
-        runtime.ledger = CountingLedger()
-    # every reply is checked against the method's declared message table before use
-    declare_messages(runtime, server, compiled)
-    try:
-        start = None
-        if manifest is not None:
-            runtime.load_party_checkpoint(checkpoint_directory(options.resume), manifest["parties"])
-            start = _resumed_mark(resumed, server, options.resume, manifest)
-            # the run so far, then what this runtime recorded on starting (Flower: hello)
-            runtime.ledger.rows = list(resumed["ledger"]) + runtime.ledger.rows
-            runtime.client_seconds.update(resumed["client_seconds"])
-        run = _Run(compiled, options, method, server, runtime, fingerprint, key)
-        run.compile_seconds = time.perf_counter() - t_start
-        with runtime.deferred_interrupts():
-            return run.solve(start)
-    finally:
-        runtime.close()
+    # the parties' objects stay out of the collector's full scans (runtime/heap.py)
+    with settled_heap():
+        runtime = make_runtime(
+            options.backend,
+            factories,
+            workers=options.workers,
+            server_hosts_clients=options.server_hosts_clients,
+            ray_address=options.ray_address,
+            ray_placement=getattr(options, "ray_placement", None),
+            flower_grid=getattr(options, "flower_grid", None),
+            client_timeout=options.client_timeout,
+            on_failure=options.on_failure,
+            retries=options.retries,
+            weights=(
+                {c.name: c.data_bytes() + 1 for c in compiled.clients}
+                if compiled is not None
+                else server.placement_weights()
+            ),
+        )
+        if not options.keep_ledger:
+            runtime.ledger = CountingLedger()
+        # every reply is checked against the method's declared message table before use
+        declare_messages(runtime, server, compiled)
+        try:
+            start = None
+            if manifest is not None:
+                runtime.load_party_checkpoint(
+                    checkpoint_directory(options.resume), manifest["parties"]
+                )
+                start = _resumed_mark(resumed, server, options.resume, manifest)
+                # the run so far, then what this runtime recorded on starting (Flower: hello)
+                runtime.ledger.rows = list(resumed["ledger"]) + runtime.ledger.rows
+                runtime.client_seconds.update(resumed["client_seconds"])
+            run = _Run(compiled, options, method, server, runtime, fingerprint, key)
+            run.compile_seconds = time.perf_counter() - t_start
+            with runtime.deferred_interrupts():
+                return run.solve(start)
+        finally:
+            runtime.close()
 
 
 def _resumed_mark(state: Any, server: ServerHalf, where: Any, manifest: dict) -> _Mark:

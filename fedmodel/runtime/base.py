@@ -56,6 +56,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from fedmodel.runtime.checkpoint import CheckpointError
+from fedmodel.runtime.heap import resettle
 from fedmodel.runtime.host import HostDead, PartyHost
 from fedmodel.runtime.messages import SERVER, Ledger, Message, measure
 from fedmodel.runtime.outcomes import (
@@ -219,6 +220,7 @@ class Runtime(abc.ABC):
         return [n for n in self.client_names if n not in self.dead]
 
     def next_round(self) -> int:
+        resettle()  # (what the last round kept stays out of full collections: heap.py)
         self.round += 1
         return self.round
 

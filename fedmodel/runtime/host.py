@@ -18,6 +18,7 @@ from typing import Any
 
 from fedmodel.runtime.checkpoint import CheckpointError
 from fedmodel.runtime.endpoints import EndpointFactory, Outbox, _get_state, copy_state
+from fedmodel.runtime.heap import resettle, settle, unsettle
 from fedmodel.runtime.messages import Message
 from fedmodel.runtime.outcomes import (
     ClientTimeout,
@@ -36,9 +37,19 @@ class PartyHost:
     out or is interrupted, the state is put back, so a retry repeats exactly that step.
     ``mark()`` keeps a copy of every party's state at a consistent point (the end of an
     outer iteration); ``restore_marks()`` and checkpoints use those copies.
+
+    ``settles``: a host that owns its process (a worker) moves the parties' objects out of
+    the collector's full scans once they are built, and back when they go
+    (:mod:`fedmodel.runtime.heap`); in the server's process the solve does it.
     """
 
-    def __init__(self, outbox: Any = None, endpoints: dict[str, Any] | None = None):
+    def __init__(
+        self,
+        outbox: Any = None,
+        endpoints: dict[str, Any] | None = None,
+        settles: bool = False,
+    ):
+        self.settles = settles
         self.endpoints: dict[str, Any] = {} if endpoints is None else endpoints
         self.outbox = outbox if outbox is not None else Outbox()
         self.marks: dict[str, Any] = {}
@@ -95,12 +106,17 @@ class PartyHost:
     def build(self, factories: Mapping[str, EndpointFactory]) -> dict[str, Any]:
         """Build endpoints; returns name -> None, or the (portable) exception raised."""
         errors: dict[str, Any] = {}
-        for name, factory in factories.items():
+        if self.settles:
+            settle()
+        for i, (name, factory) in enumerate(factories.items(), 1):
             try:
                 self.endpoints[name] = factory.build(self.outbox, compiled=self.compiled)
                 errors[name] = None
             except BaseException as exc:  # noqa: BLE001 - reported to the server
                 errors[name] = (portable_exception(exc), traceback.format_exc())
+            if i % 64 == 0:  # (built parties leave the collector's full scans: heap.py)
+                resettle()
+        resettle()
         return errors
 
     def names(self) -> list[str]:
@@ -108,6 +124,8 @@ class PartyHost:
 
     def reset(self) -> bool:
         """Drop every party (the worker goes back to its pool for the next solve)."""
+        if self.settles:
+            unsettle()
         self.endpoints.clear()
         self.marks.clear()
         return True

@@ -66,7 +66,7 @@ def _worker_main(conn, index: int, record: int) -> None:  # pragma: no cover - i
 
     from fedmodel.runtime.outcomes import portable_exception
 
-    host = PartyHost()
+    host = PartyHost(settles=True)
     host.install_signal_handlers(interrupts=True)
     # who is in a step, in a file the server reads when this worker dies or hangs
     host.on_step = step_writer(record)

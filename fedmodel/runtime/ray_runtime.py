@@ -50,7 +50,7 @@ class _ActorHost:
     synchronous actor run on the worker's main thread)."""
 
     def __init__(self):
-        self.host = PartyHost()
+        self.host = PartyHost(settles=True)
         self.host.install_signal_handlers(interrupts=True)
         self.record: int | None = None
 

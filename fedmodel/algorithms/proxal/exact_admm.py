@@ -45,6 +45,12 @@ reply: the randomized block-coordinate form of the same iteration
 its penalty changed once per epoch and no Anderson acceleration. The requests that start
 an inner solve and the certificate still reach every client.
 
+Stragglers (option ``quorum``, on a runtime with a non-blocking exchange): the same
+block-coordinate iteration with each client's step posted, the server's step taken once a
+quorum of replies arrived, a late reply applied against the point it was computed from, and
+a step ``max_delay`` rounds old waited for: ARock's asynchronous iteration with a bounded
+delay (Peng, Xu, Yan and Yin 2016; :meth:`ExactADMM.solve_sampled`).
+
 Examples
 --------
 >>> import numpy as np
@@ -173,6 +179,13 @@ class ExactADMM:
     sampler : Coordination, optional
         Partial participation: each round's clients are ``sampler``'s random draw
         (:meth:`solve_sampled`); None: every client in every round.
+    quorum : int, optional
+        Stragglers: on a runtime with a non-blocking exchange, a round's server step waits
+        for this many replies only (:meth:`solve_sampled`); None: for every client of
+        the round.
+    max_delay : int
+        Under ``quorum``, the rounds a posted step may stay out before the server waits
+        for it.
     """
 
     def __init__(
@@ -183,10 +196,16 @@ class ExactADMM:
         max_inner: int,
         relaxation: float = 1.0,
         sampler: Coordination | None = None,
+        quorum: int | None = None,
+        max_delay: int = 1,
     ):
         self.sigma = self.sigma_start = float(sigma)
         self.sampler = sampler
         self.sampled_rounds = self.client_steps = 0
+        self.quorum, self.max_delay = quorum, int(max_delay)
+        # under quorum: replies applied after their round, their largest delay, rounds in
+        # which the server waited for a step older than max_delay
+        self.late = [0, 0, 0]
         self.relaxation = float(relaxation)
         self.anderson = int(anderson)
         self.balancing = balancing
@@ -204,6 +223,8 @@ class ExactADMM:
         if self.sampler is not None:  # (its generator: a resumed run draws the same clients)
             state["sampler"] = self.sampler.get_state()
             state["counts"] = [self.sampled_rounds, self.client_steps]
+        if self.quorum is not None:
+            state["late"] = list(self.late)
         return state
 
     def set_state(self, state: dict) -> None:
@@ -213,12 +234,14 @@ class ExactADMM:
         if self.sampler is not None and "sampler" in state:
             self.sampler.set_state(state["sampler"])
             self.sampled_rounds, self.client_steps = (int(c) for c in state["counts"])
+        if self.quorum is not None and "late" in state:
+            self.late = [int(c) for c in state["late"]]
 
     # -- one inner solve ----------------------------------------------------------------------
     def solve(self, server, runtime, tau: float, deadline: float | None):
         """Minimise ``l_k`` from ``w^k = server.x`` to ``tau``; returns the server's
         :class:`~fedmodel.algorithms.proxal.inner.InnerOutcome`."""
-        if self.sampler is not None:
+        if self.sampler is not None or (self.quorum is not None and runtime.supports_async):
             return self.solve_sampled(server, runtime, tau, deadline)
 
         ns = server.ns
@@ -316,8 +339,9 @@ class ExactADMM:
         return InnerOutcome(w, self.max_inner, bound, False, residual)
 
     def solve_sampled(self, server, runtime, tau: float, deadline: float | None):
-        """:meth:`solve` with partial participation: each round only the sampler's clients
-        take their exact step; the server's step uses every client's latest reply.
+        """:meth:`solve` with partial participation or stragglers: each round only the
+        sampler's clients (every client without one) take their exact step; the server's
+        step uses every client's latest reply.
 
         The iteration is consensus ADMM written as Douglas-Rachford splitting on the state
         ``zeta_i = z + u_i`` of each client (the full rounds of :meth:`solve` are this
@@ -329,6 +353,18 @@ class ExactADMM:
         probability (Iutzeler et al., IEEE CDC 2013; Combettes and Pesquet, SIAM J.
         Optim. 2015): the penalty changes only at the end of an epoch of ``ceil(m / k)``
         rounds within the first ``rb_rounds`` epochs, Anderson acceleration is off.
+
+        Stragglers (``quorum``, on a runtime with a non-blocking exchange): the round's
+        clients that are not still computing an earlier step are posted
+        (:meth:`~fedmodel.runtime.base.Runtime.post`), and the server's step waits for
+        ``quorum`` replies and for every step posted ``max_delay`` or more rounds ago
+        (:meth:`gather`). A late reply moves its block by the increment of the point it was
+        computed from, ``zeta_i += alpha (x_i - z_then) sigma_then / sigma``: the
+        asynchronous block-coordinate iteration of ARock (Peng, Xu, Yan and Yin, SIAM J.
+        Sci. Comput. 38(5), 2016) on the same operator, with the delay bound ``max_delay``
+        and the step :meth:`block_step`. The steps still out when the inner solve ends are
+        waited for and applied, so that every client's state matches the server's at the
+        next outer iteration.
 
         Stopping: each client's step certifies ``sigma (c_i - x_i) in d P_{i,k}(x_i)`` and
         the server's ``m sigma (mean zeta - z+) in d(P_{0,k} + h)(z+)``; the dual residual
@@ -343,29 +379,63 @@ class ExactADMM:
         zeta = z + np.array([self.duals.get(n, np.zeros(ns)) for n in names]).reshape(m, ns)
         X, G = np.zeros((m, ns)), np.zeros((m, ns))  # latest points, their subgradients
         seen = np.zeros(m, dtype=bool)  # (replied in this inner solve)
-        epoch = -(-m // self.sampler.size)
-        alpha = self.relaxation
+        per_round = m if self.sampler is None else self.sampler.size
+        epoch = -(-m // per_round)
+        posting = self.quorum is not None and runtime.supports_async
+        alpha = self.block_step(m) if posting else self.relaxation
+        # under quorum, the steps out: client -> (ticket, round, z, centre, sigma) of its post
+        out: dict[str, tuple] = {}
         bound, residual, w = np.inf, np.inf, server.x
         primals: list[float] = []
         fixed_since = 0
         last_round = 0.0
+
+        def apply(arrived: dict[str, tuple], t: int) -> None:
+            """Move the blocks of the replies ``arrived`` (client order)."""
+            for n in sorted(arrived, key=row.__getitem__):
+                reply, posted, z_then, centre, sigma_then = arrived[n]
+                i, x = row[n], np.asarray(reply.payload["x"], dtype=float)
+                X[i], G[i], seen[i] = x, sigma_then * (centre - x), True
+                step = alpha * (x - z_then)
+                if sigma_then != self.sigma:  # (the scaled dual's units changed since)
+                    step *= sigma_then / self.sigma
+                zeta[i] += step
+                if posted < t:
+                    self.late[0] += 1
+                    self.late[1] = max(self.late[1], t - posted)
+            self.client_steps += len(arrived)
+
+        def finish(z_now: np.ndarray, t: int) -> None:
+            """Wait for the steps still out, apply them, keep the duals (warm start)."""
+            if out:
+                tickets = [v[0] for v in out.values()]
+                apply(self.taken(out, runtime.poll(tickets, min_count=len(tickets))), t)
+            self.duals = {n: zeta[i] - z_now for n, i in row.items()}
+
         for t in range(self.max_inner):
             t_round = time.perf_counter()
             sigma = self.sigma
             runtime.next_round()
             tol, tol_server = step_tolerances(tau, sigma, m, server.prox_weight)
-            pick = [n for n in self.sampler.sequence(self.sampled_rounds, t) if n in row]
+            if self.sampler is None:
+                pick = [n for n in names if n not in out]
+            else:
+                drawn = self.sampler.sequence(self.sampled_rounds, t)
+                pick = [n for n in drawn if n in row and n not in out]
             centres = {n: 2.0 * z - zeta[row[n]] for n in pick}
             payloads = {n: {"c": centres[n], "sigma": sigma, "tol": tol} for n in pick}
             for n, budget in step_budgets(runtime, pick, deadline).items():
                 payloads[n]["budget"] = budget
-            replies = runtime.broadcast("xadmm_w", payloads.__getitem__, to=pick)
-            for n, reply in replies.items():
-                i, x = row[n], np.asarray(reply.payload["x"], dtype=float)
-                X[i], G[i], seen[i] = x, sigma * (centres[n] - x), True
-                zeta[i] += alpha * (x - z)
+            if posting:
+                for n in pick:
+                    ticket = runtime.post(n, "xadmm_w", payloads[n])
+                    out[n] = (ticket, t, z, centres[n], sigma)
+                arrived = self.gather(runtime, out, t, self.quorum)
+            else:
+                replies = runtime.broadcast("xadmm_w", payloads.__getitem__, to=pick)
+                arrived = {n: (r, t, z, centres[n], sigma) for n, r in replies.items()}
+            apply(arrived, t)
             self.sampled_rounds += 1
-            self.client_steps += len(replies)
             avg = zeta.mean(axis=0)
             w, residual = server.exact_step(avg, m * sigma, tol_server, deadline)
             z_new = w[:ns]
@@ -375,7 +445,7 @@ class ExactADMM:
             primal = float(np.abs(X - z_new).max(initial=0.0)) if everyone else np.inf
             bound = max(primal / PRIMAL_FRACTION, dual)
             if bound <= tau:
-                self.duals = {n: zeta[i] - z_new for n, i in row.items()}
+                finish(z_new, t)
                 return InnerOutcome(w, t + 1, bound, True, residual)
             primals.append(primal)
             window = INFEASIBLE_WINDOW * epoch
@@ -386,11 +456,11 @@ class ExactADMM:
                 and t - fixed_since >= window
                 and self.infeasible(primals, dual, tau, window)
             ):
-                self.duals = {n: zeta[i] - z_new for n, i in row.items()}
+                finish(z_new, t)
                 return InnerOutcome(w, t + 1, bound, False, residual, stalled=True)
             last_round = time.perf_counter() - t_round
             if deadline is not None and time.perf_counter() + last_round > deadline:
-                self.duals = {n: zeta[i] - z_new for n, i in row.items()}
+                finish(z_new, t)
                 return InnerOutcome(w, t + 1, bound, False, residual, timed_out=True)
             if (
                 self.balancing is not None
@@ -414,8 +484,51 @@ class ExactADMM:
                     self.sigma = new
                     fixed_since = t + 1
             z = z_new
-        self.duals = {n: zeta[i] - z for n, i in row.items()}
+        finish(z, self.max_inner)
         return InnerOutcome(w, self.max_inner, bound, False, residual)
+
+    def gather(self, runtime, out: dict[str, tuple], t: int, quorum: int) -> dict[str, tuple]:
+        """The replies of round ``t`` under ``quorum`` (:meth:`solve_sampled`): every step
+        of ``out`` posted ``max_delay`` or more rounds ago, and at least ``quorum`` replies
+        in all (every step out when fewer are); with the others that have arrived. Returns
+        ``client -> (reply, round, z, centre, sigma)`` and takes them out of ``out``."""
+        overdue = [v[0] for v in out.values() if t - v[1] >= self.max_delay]
+        got: dict = {}
+        if overdue:
+            if not all(ticket.done for ticket in overdue):
+                self.late[2] += 1  # (the bounded delay holds the round)
+            got.update(runtime.poll(overdue, min_count=len(overdue)))
+        rest = [v[0] for v in out.values() if v[0] not in got]
+        if rest:
+            got.update(runtime.poll(rest, min_count=max(0, quorum - len(got))))
+        return self.taken(out, got)
+
+    @staticmethod
+    def taken(out: dict[str, tuple], got: dict) -> dict[str, tuple]:
+        """The steps of ``out`` whose replies are in ``got`` (polled tickets), as ``client
+        -> (reply, round, z, centre, sigma)``, taken out of ``out``."""
+        arrived = {}
+        for n in [n for n, v in out.items() if v[0] in got]:
+            ticket, posted, z_then, centre, sigma_then = out.pop(n)
+            arrived[n] = (got[ticket], posted, z_then, centre, sigma_then)
+        return arrived
+
+    def block_step(self, m: int) -> float:
+        """The step ``alpha`` of a block under ``quorum`` with ``m`` clients: the
+        relaxation, lowered to 0.99 of ARock's bound ``2 / (1 + 2 tau / sqrt(m))`` (its
+        ``1 / (1 + 2 tau / sqrt(m))`` for a nonexpansive operator, doubled for
+        Douglas-Rachford's firmly nonexpansive one; ``tau = max_delay``) when it is not
+        below it.
+
+        Examples
+        --------
+        >>> ExactADMM(1.0, 0, None, 10, quorum=3, max_delay=1).block_step(100)
+        1.0
+        >>> round(ExactADMM(1.0, 0, None, 10, quorum=3, max_delay=1).block_step(4), 3)
+        0.99
+        """
+        bound = 2.0 / (1.0 + 2.0 * self.max_delay / float(np.sqrt(m)))
+        return self.relaxation if self.relaxation < bound else 0.99 * bound
 
     @staticmethod
     def fixed_point_residual(z, z_new, U: np.ndarray, U_new: np.ndarray) -> np.ndarray:
@@ -602,15 +715,21 @@ class ExactInner(InnerSolver):
             sampler = Coordination(
                 "random", names, random_state=options.random_state, size=per_round
             )
+        relaxation = (
+            float(options.relaxation)
+            if "relaxation" not in getattr(options, "_defaulted", ()) or not options.adaptive
+            else EXACT_RELAXATION
+        )
+        quorum = options.quorum_size(per_round or len(names))
         self.admm = ExactADMM(
             float(np.mean(list(rhos.values()))) if rhos else 1.0,
             int(options.anderson),
             exact_balancing(options),
             int(options.max_inner),
-            float(options.relaxation)
-            if "relaxation" not in getattr(options, "_defaulted", ()) or not options.adaptive
-            else EXACT_RELAXATION,
+            relaxation,
             sampler,
+            quorum,
+            options.delay_bound(len(names), relaxation) if quorum is not None else 1,
         )
         self._exact_solver = None
         self._hard_rows = internal_rows(host.problem)
@@ -659,6 +778,14 @@ class ExactInner(InnerSolver):
                 "clients": len(admm.sampler.default),
                 "sampled_rounds": admm.sampled_rounds,
                 "client_steps": admm.client_steps,
+            }
+        if admm.quorum is not None:
+            out["quorum"] = {
+                "replies_per_round": admm.quorum,
+                "max_delay": admm.max_delay,
+                "late_replies": admm.late[0],
+                "max_staleness": admm.late[1],
+                "delay_waits": admm.late[2],
             }
         return out
 

@@ -82,7 +82,8 @@ class InnerSolver(DeclaredState):
     auto: ClassVar[bool] = True
     #: its rounds measure test (8)'s feasibility half (the ``outer`` reply carries it)
     measures_feasibility: ClassVar[bool] = False
-    #: its rounds may go to a sample of the clients (option ``participation``)
+    #: its rounds may go to a sample of the clients or proceed without late ones (options
+    #: ``participation``, ``quorum``)
     samples: ClassVar[bool] = False
     #: it runs with the parameters in the objective's units
     #: (:meth:`~fedmodel.algorithms.proxal.server.ProxALServer.take_objective_units`)

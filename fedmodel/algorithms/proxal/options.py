@@ -414,6 +414,39 @@ class ProxALOptions(RuntimeOptions):
         all of them; each round counts as one communication round whatever its
         participation, and ``res.extra["participation"]`` gives the clients per round,
         the sampled rounds and the client steps.
+    quorum : float, int or None, optional
+        Stragglers: a round of the exact-admm inner solver proceeds once this many of its
+        clients replied (a share in ``(0, 1]`` of the round's clients -- all of them, or
+        the ``participation`` sample -- or a count, as ``participation``); None (default)
+        or all of them: every round waits for every client it was sent to. On a runtime
+        with a non-blocking exchange (processes, Ray) each client's step is posted
+        (:meth:`~fedmodel.runtime.base.Runtime.post`) to the round's clients that are not
+        still computing an earlier one; the server's step uses the replies that arrived,
+        and a late reply is applied when it arrives, against the consensus point it was
+        computed from. The iteration is the block-coordinate Douglas-Rachford form of
+        ``participation`` (consensus ADMM with the server keeping each client's block;
+        Anderson acceleration off, the penalty changed once per epoch) run
+        asynchronously with a bounded delay: ARock (Peng, Xu, Yan and Yin, "ARock: an
+        algorithmic framework for asynchronous parallel coordinate updates", SIAM J. Sci.
+        Comput. 38(5), 2016) on Douglas-Rachford's firmly nonexpansive operator of the
+        convex consensus (each client's prox and the server's prox with ``h``), which
+        converges for delays at most ``tau`` with a block step below ``2 / (1 + 2 tau /
+        sqrt(n))`` (the step is the relaxation, lowered below that bound when it is not);
+        the partial barrier with a bounded delay is the scheme of Zhang and Kwok,
+        "Asynchronous distributed ADMM for consensus optimization", ICML 2014. The
+        steps still out at the end of an inner solve are waited for, and the
+        certificate's evaluation reaches every client, so "optimal" is certified on all
+        of them. On a runtime that exchanges at once (serial) no reply is late and the
+        run is the one without ``quorum``. ``res.extra["quorum"]`` gives the replies per
+        round, the delay bound, the late replies, their largest delay in rounds and the
+        rounds in which the server waited for a step that reached the bound; a late
+        message's ledger rows are recorded when its reply arrives (they carry the round
+        it was posted in).
+    max_delay : int or None, optional
+        Under ``quorum``: the rounds a posted step may stay out; a step that old is
+        waited for (bounded staleness). Default: the largest ``tau >= 1`` that meets
+        ARock's step condition at the relaxation (``tau < sqrt(n) (2 / relaxation - 1) /
+        2``: 1 up to 15 clients, 15 at 1,000).
     solver : {"auto", "lbfgs", "cvxpy"}
         Subproblem backend of every party.
     (and the runtime options below)
@@ -450,6 +483,8 @@ class ProxALOptions(RuntimeOptions):
     w0: Any = None
     random_state: Any = None
     participation: Any = None
+    quorum: Any = None
+    max_delay: int | None = None
     max_outer: int = stop_only(500)
     max_inner: int = 500
     max_local_iter: int = 10_000
@@ -514,31 +549,41 @@ class ProxALOptions(RuntimeOptions):
         >>> ProxALOptions(participation=1.0).clients_per_round(1000) is None
         True
         """
-        share = self.participation
-        if share is None:
-            return None
-        if isinstance(share, (bool, np.bool_)) or not isinstance(
-            share, (int, float, np.integer, np.floating)
-        ):
-            raise ModelError(
-                f"participation must be a share in (0, 1], a count of clients in [1, {n}] or "
-                f"None, got {share!r}"
-            )
-        if isinstance(share, (int, np.integer)):
-            if not 1 <= share <= n:
-                raise ModelError(
-                    f"participation={share!r} clients per round: the model has {n} clients, "
-                    f"so a count must lie in [1, {n}] (a share is a float in (0, 1])"
-                )
-            count = int(share)
-        else:
-            if not (np.isfinite(share) and 0 < share <= 1):
-                raise ModelError(
-                    f"participation={share!r}: a share of the clients must lie in (0, 1] (a "
-                    f"count is an integer in [1, {n}])"
-                )
-            count = max(1, int(np.ceil(float(share) * n - 1e-9)))
-        return None if count >= n else count
+        count = _share_or_count("participation", self.participation, n, "the model")
+        return None if count is None or count >= n else count
+
+    def quorum_size(self, k: int) -> int | None:
+        """The replies a round of ``k`` clients waits for (``quorum``), or None when it
+        waits for all of them; a :class:`ModelError` naming the option for a value that is
+        neither a share in ``(0, 1]`` nor a count in ``[1, k]``.
+
+        Examples
+        --------
+        >>> ProxALOptions(quorum=0.9).quorum_size(10)
+        9
+        >>> ProxALOptions(quorum=10).quorum_size(10) is None
+        True
+        """
+        count = _share_or_count("quorum", self.quorum, k, "a round")
+        return None if count is None or count >= k else count
+
+    def delay_bound(self, m: int, relaxation: float = 1.0) -> int:
+        """The rounds a posted step may stay out under ``quorum`` (``max_delay``), by
+        default the largest ``tau >= 1`` with ``relaxation < 2 / (1 + 2 tau / sqrt(m))``
+        (ARock's step condition for ``m`` blocks, see ``quorum``).
+
+        Examples
+        --------
+        >>> ProxALOptions(quorum=0.9).delay_bound(1000)
+        15
+        >>> ProxALOptions(quorum=0.9, max_delay=3).delay_bound(1000)
+        3
+        """
+        if self.max_delay is not None:
+            return int(self.max_delay)
+        alpha = float(relaxation)
+        tau = np.sqrt(m) * (2.0 / alpha - 1.0) / 2.0  # (the supremum of the bound)
+        return max(1, int(np.ceil(tau)) - 1)
 
     @property
     def eps1(self) -> float:
@@ -616,6 +661,20 @@ class ProxALOptions(RuntimeOptions):
             raise ModelError(f"local_directions must be True, False or None, got {local!r}")
         for name in ("max_outer", "max_inner", "max_local_iter"):
             whole_number(name, getattr(self, name))
+        per_round = self.clients_per_round(len(client_names)) or len(client_names)
+        quorum = self.quorum_size(per_round)
+        if self.max_delay is not None:
+            whole_number("max_delay", self.max_delay)
+            if self.quorum is None:
+                raise ModelError(
+                    f"max_delay={self.max_delay!r} bounds how late a reply may be under "
+                    "quorum; without quorum every round waits for all its clients"
+                )
+        if quorum is not None and method == "cprox-al":
+            raise ModelError(
+                f"quorum={self.quorum!r}: cprox-al solves the pooled problem in one process "
+                "and has no rounds to wait for; use method='prox-al'"
+            )
         if self.clients_per_round(len(client_names)) is not None and method == "cprox-al":
             raise ModelError(
                 f"participation={self.participation!r}: cprox-al solves the pooled problem in "
@@ -672,3 +731,31 @@ class ADMMOptions(ProxALOptions):
     """
 
     variant: str = "paper"
+
+
+def _share_or_count(name: str, value: Any, n: int, whole: str) -> int | None:
+    """The clients that ``value`` (option ``name``) selects out of ``n`` (``whole``: what
+    the ``n`` clients are, for the error): a float in ``(0, 1]`` is a share of them
+    (``ceil(share * n)``), an integer in ``[1, n]`` a count, None is None."""
+    if value is None:
+        return None
+    if isinstance(value, (bool, np.bool_)) or not isinstance(
+        value, (int, float, np.integer, np.floating)
+    ):
+        raise ModelError(
+            f"{name} must be a share in (0, 1], a count of clients in [1, {n}] or None, "
+            f"got {value!r}"
+        )
+    if isinstance(value, (int, np.integer)):
+        if not 1 <= value <= n:
+            raise ModelError(
+                f"{name}={value!r} clients per round: {whole} has {n} clients, so a count "
+                f"must lie in [1, {n}] (a share is a float in (0, 1])"
+            )
+        return int(value)
+    if not (np.isfinite(value) and 0 < value <= 1):
+        raise ModelError(
+            f"{name}={value!r}: a share of the clients must lie in (0, 1] (a count is an "
+            f"integer in [1, {n}])"
+        )
+    return max(1, int(np.ceil(float(value) * n - 1e-9)))

@@ -103,7 +103,7 @@ def choose(compiled, options, proximal: bool, routes=None) -> tuple[type[InnerSo
     if secure and taken is not None:  # (it accepts, although "auto" prefers another)
         return taken, f"the first inner solver whose messages are sums ({private_name(options)})"
     if taken is not None and sampled(compiled, options):
-        return taken, "the first inner solver that samples clients (participation)"
+        return taken, f"the first inner solver that samples clients ({sampling_options(options)})"
     if secure:
         raise UnsupportedError(
             f"prox-al with {private_name(options)} (the server learns only sums over clients): "
@@ -112,17 +112,25 @@ def choose(compiled, options, proximal: bool, routes=None) -> tuple[type[InnerSo
         )
     if sampled(compiled, options):
         raise ModelError(
-            f"participation={options.participation!r}: no prox-al inner solver that samples "
+            f"{sampling_options(options)}: no prox-al inner solver that samples "
             "clients accepts this model; " + "; ".join(refused)
         )
     raise ModelError("no prox-al inner solver accepts this model")  # (the last accepts all)
 
 
 def sampled(compiled, options) -> bool:
-    """Whether the options ask for partial participation on this model (``participation``
-    below every client)."""
+    """Whether the options ask for rounds without some clients on this model
+    (``participation`` below every client, or a ``quorum``)."""
     per_round = getattr(options, "clients_per_round", None)
-    return per_round is not None and per_round(compiled.n_clients) is not None
+    if per_round is None:
+        return False
+    return per_round(compiled.n_clients) is not None or getattr(options, "quorum", None) is not None
+
+
+def sampling_options(options) -> str:
+    """The options that ask for rounds without some clients, as written (for errors)."""
+    given = {k: getattr(options, k, None) for k in ("participation", "quorum")}
+    return ", ".join(f"{k}={v!r}" for k, v in given.items() if v is not None)
 
 
 def sampling_obstacle(route: type[InnerSolver], compiled, options) -> str:
@@ -132,7 +140,7 @@ def sampling_obstacle(route: type[InnerSolver], compiled, options) -> str:
         return ""
     if not route.samples:
         return (
-            f"its rounds need every client (participation={options.participation!r} is "
+            f"its rounds need every client ({sampling_options(options)} is "
             "taken by inner_solver='exact-admm')"
         )
     if sums_only(options):
