@@ -1,7 +1,8 @@
 """The certificate divides the objective by its reference scale S before eps applies
 (fedmodel.certificate.scale): the same model with its objective multiplied by 1e-6, 1 or
-1e6 gets the same status and the same relative gap from centralized and cprox-al, and
-never "optimal" at a wrong point from prox-al."""
+1e6 gets the same status and the same relative gap from centralized and cprox-al; prox-al
+(adaptive variant) puts its parameters in the objective's units (powers of 10^3) and takes
+the same rounds and the same iterates at every scale."""
 
 from __future__ import annotations
 
@@ -10,11 +11,12 @@ import numpy as np
 import pytest
 
 import fedmodel as fm
+from fedmodel.algorithms.proxal.options import parameter_unit
 from fedmodel.certificate.scale import reference_scale
 
 SCALES = (1e-6, 1.0, 1e6)
 EPS = 1e-6
-#: prox-al's outer iterations in the test (an uncertified scale ends there)
+#: prox-al's outer iterations in the test (a run that does not converge ends there)
 MAX_OUTER = 40
 
 
@@ -118,22 +120,52 @@ def test_the_pooled_methods_give_the_same_verdict_and_gap_at_every_scale(name, m
 
 
 @pytest.mark.parametrize("name", sorted(MODELS))
-def test_prox_al_is_never_optimal_at_a_wrong_point_at_any_scale(name):
-    """prox-al judges every scale by the same certificate; its test (8) and inner
-    tolerances shrink with a small objective (S < 1) but do not grow with a large one,
-    and its penalties are the options' at every scale, so a run may end uncertified
-    (max_outer) at a scale far from 1, never "optimal" at a wrong point. The least
-    squares is certified at every scale up to 1."""
-    build = MODELS[name]
-    got = {t: _solve(build, t, "prox-al", max_outer=MAX_OUTER) for t in SCALES}
-    statuses = {t: r.status for t, (r, _) in got.items()}
-    gaps = {t: g for t, (_, g) in got.items()}
+def test_prox_al_takes_the_same_iterates_at_every_scale(name):
+    """prox-al runs as on the objective divided by its parameters' unit u (a power of 10^3,
+    parameter_unit(S); its penalty, proximal step, ADMM penalties and gradient tolerances
+    in those units): at the scales 10^(3 j) the same outer and inner rounds and the same
+    point up to rounding, certified optimal at a gap of order eps. A run whose u is not 1
+    takes one more start round (it sends the units)."""
+    got = {t: _solve(MODELS[name], t, "prox-al", max_outer=MAX_OUTER) for t in SCALES}
+    units = {}
     for t, (res, gap) in got.items():
-        if res.status == "optimal":
-            assert abs(gap) <= 10 * EPS, (t, gaps, statuses)
-    assert statuses[1.0] == "optimal", statuses
-    if name == "ls-box":
-        assert statuses[1e-6] == "optimal", statuses
+        assert res.status == "optimal", (t, res.status, res.message)
+        assert abs(gap) <= 10 * EPS, (t, gap)
+        unit = parameter_unit(res.extra["objective_scale"])
+        assert res.extra["objective_units"] == [unit] * 4
+        units[t] = unit
+    base = got[1.0][0]
+    assert {t: u / units[1.0] for t, u in units.items()} == pytest.approx({t: t for t in SCALES})
+    w = np.asarray(base.x)
+    for t, (res, _) in got.items():
+        extra_start = int(units[t] != 1.0) - int(units[1.0] != 1.0)
+        assert res.rounds["outer"] == base.rounds["outer"], (t, res.rounds, base.rounds)
+        assert res.rounds["inner"] == base.rounds["inner"], (t, res.rounds, base.rounds)
+        communication = base.rounds["communication"] + extra_start
+        assert res.rounds["communication"] == communication, (t, res.rounds, base.rounds)
+        assert np.abs(np.asarray(res.x) - w).max() <= 1e-8 * np.abs(w).max(), t
+
+
+def test_a_parameter_the_user_sets_stays_in_the_users_units():
+    """An explicit beta keeps its value (factor 1); the defaults of prox_beta and rho are
+    scaled by the unit (here 10^6: S = 3.3e5)."""
+    m, _ = _logistic_ball(1e6)
+    res = m.solve(method="prox-al", eps=EPS, beta=50.0, max_outer=MAX_OUTER)
+    scale = res.extra["objective_scale"]
+    assert scale == pytest.approx(1e6 * 0.3296311303, rel=1e-6)
+    assert res.extra["objective_units"] == [1e6, 1.0, 1e6, 1e6]
+
+
+def test_the_parameters_unit_is_1_in_the_band_the_defaults_are_measured_in():
+    """u = 10^(3 k), k the nearest whole number to log10(S) / 3: 1 for S in
+    [10^-1.5, 10^1.5), and t u for the objective times t = 10^(3 j)."""
+    assert [parameter_unit(s) for s in (0.0317, 0.09, 1.0, 8.9, 31.6)] == [1.0] * 5
+    assert parameter_unit(0.0316) == 1e-3 and parameter_unit(31.7) == 1e3
+    for s in (3.3e-4, 0.5, 117.0):
+        for j in (-2, -1, 1, 2):
+            t = float(f"1e{3 * j}")
+            assert parameter_unit(t * s) == pytest.approx(t * parameter_unit(s), rel=1e-15)
+    assert parameter_unit(0.0) == parameter_unit(float("nan")) == 1.0
 
 
 def test_the_scale_is_the_sum_of_the_references_and_1_without_one():

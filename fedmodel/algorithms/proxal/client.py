@@ -82,7 +82,7 @@ class ProxALClient(ClientHalf):
     messages = PROXAL
     state_fields = (
         "mu", "nu", "w_center", "theta_center", "theta_at_w", "cone", "cone_at_w", "outer_mem",
-        "route_name", "mu_mark", "nu_mark", "cone_mark", "theta_step",
+        "route_name", "mu_mark", "nu_mark", "cone_mark", "theta_step", "objective_units",
     )  # fmt: skip
     component_fields = ("solver", "inner")  # (the Newton backend's carried factor; the route)
 
@@ -103,16 +103,16 @@ class ProxALClient(ClientHalf):
         super().__init__(program.local())  # (shared variables, this client's own)
         program = self.program
         self.options = options
-        self.beta = float(options.beta)
-        self.rho_start = float(rho)
-        # Algorithm 1's proximal step size (beta, or prox_beta when decoupled)
-        gamma = float(options.beta if options.prox_beta is None else options.prox_beta)
-        self.prox_weight = 1.0 / ((n_clients + 1) * gamma) if proximal else 0.0
+        self.rho_option = float(rho)
+        self.proximal = bool(proximal)
         self.n_clients = int(n_clients)
         self.ns = program.layout.n_shared
         self.owned = program.layout.size > self.ns
-        # weight of Algorithm 1's proximal term on the own block (see module doc)
-        self.theta_prox = self.prox_weight
+        # (u, the factors of beta, 1/prox_beta and rho_i): the objective's units of the
+        # parameters, sent by the server in a units round (ProxALServer.take_objective_units)
+        self.objective_units = (1.0, 1.0, 1.0, 1.0)
+        self.problem = MeritProblem([program], float(options.beta))
+        self.derive_parameters()
         n_own = program.layout.size - self.ns
         theta0 = np.zeros(n_own) if theta0 is None else np.asarray(theta0, dtype=float)
         self.theta_center = theta0.copy()  # theta_i^k (admm: the last theta_i)
@@ -126,7 +126,6 @@ class ProxALClient(ClientHalf):
         self.mu_mark, self.nu_mark = self.mu.copy(), self.nu.copy()
         self.cone_mark = self.cone.copy()
         self.theta_step = np.zeros(n_own)
-        self.problem = MeritProblem([program], self.beta)
         self.solver = make_solver(self.problem, options.solver)
         self.solver_option = options.solver
         if hasattr(self.solver, "carry_factor"):
@@ -162,6 +161,20 @@ class ProxALClient(ClientHalf):
         self.route = route_named(name)
         self.inner = self.route.client_part(self)
         self.messages = _client_table(name)
+
+    def derive_parameters(self) -> None:
+        """``beta``, Algorithm 1's proximal weight ``p`` (on the shared block and its own,
+        see the module doc) and the starting ``rho_i`` from the options, in the objective's
+        units (``objective_units``)."""
+        opts = self.options
+        _, beta_factor, prox_factor, rho_factor = self.objective_units
+        self.beta = float(opts.beta) * beta_factor
+        # Algorithm 1's proximal step size (beta, or prox_beta when decoupled)
+        gamma = float(opts.beta if opts.prox_beta is None else opts.prox_beta) / prox_factor
+        self.prox_weight = 1.0 / ((self.n_clients + 1) * gamma) if self.proximal else 0.0
+        self.theta_prox = self.prox_weight
+        self.rho_start = self.rho_option * rho_factor
+        self.problem.beta = self.beta
 
     def handler_owner(self, kind: str):
         """The route's client part answers its own round kinds."""
@@ -212,6 +225,7 @@ class ProxALClient(ClientHalf):
         if state["route_name"] != self.route_name:  # (the part of the saved route)
             self.use_route(state["route_name"])
         super().set_state(state)
+        self.derive_parameters()
 
     def multipliers(self) -> tuple[np.ndarray, np.ndarray]:
         return self.mu, self.nu
@@ -226,8 +240,21 @@ class ProxALClient(ClientHalf):
         reference = objective_reference(
             self.program, self._local(np.asarray(w, dtype=float), self.theta_center)
         )
+        return self._begin(w, request, {"objective_reference": reference})
+
+    def _on_units(self, w, objective_units, **request):
+        """The parameters in the objective's units (:meth:`~fedmodel.algorithms.proxal.
+        server.ProxALServer.take_objective_units`): the route's part again, with a fresh
+        state, started at ``w`` in them."""
+        self.objective_units = tuple(float(u) for u in objective_units)
+        self.derive_parameters()
+        self.use_route(self.route_name)
+        return self._begin(w, request, {})
+
+    def _begin(self, w, request: dict, extra: dict) -> dict:
+        """The route's start at ``w`` and ``extra``; a route that probes may refuse."""
         if not self.route.probes:
-            return self._started(w, request, reference)
+            return {**self.inner.start(w, **request), **extra}
         why = self.inner.refuses()
         if why:
             return {"accepted": False, "why": why}
@@ -235,7 +262,7 @@ class ProxALClient(ClientHalf):
             start = self.inner.start(w, **request)
         except NotRecognised as exc:  # (the backend's GLM form failed its cross-check)
             return {"accepted": False, "why": str(exc)}
-        return {"accepted": True, **start, "objective_reference": reference}
+        return {"accepted": True, **start, **extra}
 
     def _take_route(self, inner: str | None) -> None:
         """Build route ``inner``'s part when the server names another route (it fell back)."""

@@ -665,6 +665,10 @@ class ExactInner(InnerSolver):
 
     name = "exact-admm"
     samples = True
+    # (its exact steps' interior-point and multiplier solvers keep absolute tolerances, and
+    # the ray certificate along its shorter outer steps in the objective's units missed an
+    # unbounded QP: its parameters stay in the user's units)
+    objective_units = False
     start_reply = {
         "exact": Field((), dtype="bool", reveals="nothing (exact-admm started)", unmasked=True)
     }

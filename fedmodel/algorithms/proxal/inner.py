@@ -85,6 +85,9 @@ class InnerSolver(DeclaredState):
     #: its rounds may go to a sample of the clients or proceed without late ones (options
     #: ``participation``, ``quorum``)
     samples: ClassVar[bool] = False
+    #: it runs with the parameters in the objective's units
+    #: (:meth:`~fedmodel.algorithms.proxal.server.ProxALServer.take_objective_units`)
+    objective_units: ClassVar[bool] = True
 
     # -- declarations read before a run ----------------------------------------------------
     @classmethod

@@ -39,6 +39,9 @@ HESSIAN = "hessian"
 
 # the route's name, after a fallback (the Newton route sends the Hessian: an opt-in)
 _INNER = Field((), dtype="str", required=False, party_opt_in={"newton": HESSIAN})
+#: the parameters' units (ProxALServer.take_objective_units): their unit u and the
+#: factors of beta, 1/prox_beta and rho_i (u or 1)
+_OBJECTIVE_UNITS = Field((4,), positive=True)
 #: ProxALClient's arguments besides its program and options, checked where it is built
 BUILD = {
     "rho": Field((), positive=True),
@@ -96,7 +99,7 @@ def _optional(fields: dict[str, Field]) -> dict[str, Field]:
 
 
 def _start_specs(request: dict, reply: dict, probes: bool, one_of=(), outer=None) -> tuple:
-    """``start``, ``outer`` and ``outer_aa`` around a route's start fields."""
+    """``start``, ``units``, ``outer`` and ``outer_aa`` around a route's start fields."""
     start_reply, start_one_of = reply, one_of
     if probes:  # (accepted, or refused with a reason)
         start_reply = {
@@ -115,6 +118,14 @@ def _start_specs(request: dict, reply: dict, probes: bool, one_of=(), outer=None
             reply={**start_reply, "objective_reference": OBJECTIVE_REFERENCE},
             one_of=start_one_of,
             reveals="the start of its inner solver at w^0",
+        ),
+        MessageSpec(
+            "units",
+            request={"w": W, "objective_units": _OBJECTIVE_UNITS, **request},
+            reply=start_reply,
+            one_of=start_one_of,
+            reveals="the start of its inner solver at w^0 in the objective's units",
+            methods=("prox-al",),
         ),
         MessageSpec(
             "outer",
@@ -206,6 +217,9 @@ def route_table(route, compiled=None, options=None, proximal: bool = True) -> Me
     request, reply = dict(route.start_request), dict(route.start_reply)
     specs = (*_start_specs(request, reply, route.probes, (), outer), *route.messages)
     dims = option_dims
+    adaptive = options is None or getattr(options, "adaptive", True)
+    if not (route.objective_units and proximal and adaptive):  # (its units never change)
+        specs = tuple(spec for spec in specs if spec.kind != "units")
     if compiled is not None:
         off = route.unused(compiled, options) | _unused(compiled, options, proximal)
         specs = tuple(_without(spec, off) for spec in specs if spec.kind not in off)

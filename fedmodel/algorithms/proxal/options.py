@@ -60,6 +60,31 @@ QUASI_NEWTON_DEFAULTS = {"outer_anderson": 0}
 
 PENALTY_METRICS = ("hessian", "scalar")
 
+#: the width, in decades, of the band of objective scales ``S`` (:mod:`fedmodel.certificate.
+#: scale`) the adaptive defaults of ``beta``, ``prox_beta`` and ``rho`` are measured in:
+#: ``10^-1.5 <= S < 10^1.5`` (where the models of benchmarks/models.py lie)
+PARAMETER_BAND_DECADES = 3
+
+
+def parameter_unit(scale: float) -> float:
+    """The unit of prox-al's default parameters for an objective of scale ``S``: the power
+    of ``10^3`` (:data:`PARAMETER_BAND_DECADES`) that brings ``S`` into the band the
+    defaults are measured in, ``10^(3 k)`` with ``k`` the nearest whole number to
+    ``log10(S) / 3``. It is 1 inside the band, where the defaults hold as they are, and
+    ``t`` times the model's unit for the model times any ``t = 10^(3 j)``, so that model
+    takes the same iterates; 1 for an ``S`` that is not finite and positive.
+
+    Examples
+    --------
+    >>> [parameter_unit(s) for s in (0.09, 1.0, 30.0, 40.0, 3e-7, 2e5)]
+    [1.0, 1.0, 1.0, 1000.0, 1e-06, 1000000.0]
+    """
+    if not (np.isfinite(scale) and scale > 0.0):
+        return 1.0
+    k = int(np.floor(np.log10(scale) / PARAMETER_BAND_DECADES + 0.5))
+    return float(f"1e{PARAMETER_BAND_DECADES * k}")  # (10^(3k) correctly rounded)
+
+
 #: the default curvature_directions is min(2, d // 4) up to this many shared variables and
 #: 0 beyond. Rounds measured with k = 0 / 2 / 8 directions (docs/performance.md): demo
 #: 290 / 74 / 45, Adult NP 20 sites 1,390 / 548 / 294, Table 1 52 / 53 / 48, lcqp-1
@@ -116,7 +141,15 @@ class ProxALOptions(RuntimeOptions):
     beta : float, optional
         Penalty parameter (Algorithm 1). Default 10 (paper) or, adaptive, 100 with
         Algorithm 2 or quasi-Newton as the inner solver and 300 with Newton
-        (``inner_solver``).
+        (``inner_solver``). Objective units: prox-al's adaptive variant (its Algorithm 2
+        route aside) runs as on the objective divided by ``u =``
+        :func:`parameter_unit` ``(S)``, ``S`` the objective's scale
+        (:mod:`fedmodel.certificate.scale`): ``u = 1`` while ``S`` lies in the band the
+        defaults are measured in, else the power of ``10^3`` that brings ``S`` into it, so
+        the default acts as ``u beta`` on the model as written and the model times any
+        power of ``10^3`` takes the same iterates; a value you set is used as given, in
+        your objective's units (``res.extra["objective_units"]`` lists ``u`` and the
+        factors applied to ``beta``, ``1/prox_beta`` and ``rho``).
     sbar : float, optional
         Inner tolerance scale: tau_k = sbar / (k + 1)^2 (paper), or
         ``max(sbar * tau_rate^k, eps1 * kkt_factor[0] / 2)`` (adaptive; the stationarity
@@ -143,7 +176,9 @@ class ProxALOptions(RuntimeOptions):
         131 and 145 rounds). 1.0 in the paper variant.
     rho : float or dict or sequence
         ADMM penalty rho_i of each client (Algorithm 2); with ``adaptive_rho`` the
-        starting value.
+        starting value. Objective units as ``beta``: the adaptive variant of prox-al
+        scales the default by ``u``; a value you set is used as given (as is the default
+        with ``penalty_metric="hessian"``, whose metric carries the objective's units).
     adaptive_rho : bool, optional
         Residual balancing (He, Yang, Wang 2000; Boyd et al. 2011, Sec. 3.4.1), by each
         client on its own numbers: after its step (15), client i compares its primal
@@ -187,7 +222,8 @@ class ProxALOptions(RuntimeOptions):
         (a long proximal step moves fast along the flat directions of logistic losses on
         one-hot data, while the penalty beta = 100 keeps the inner ADMM well conditioned)
         and with the quasi-Newton inner solver, 1e5 with Newton; ``beta`` (paper:
-        Algorithm 1).
+        Algorithm 1). Objective units as ``beta``: the adaptive variant of prox-al divides
+        the default by ``u``; a value you set is used as given.
     outer_anderson : int, optional
         Memory of the same safeguarded Anderson acceleration applied to Algorithm 1's
         outer iteration ``(w^k, mu^k) -> (w^{k+1}, mu^{k+1})`` (a proximal point map):

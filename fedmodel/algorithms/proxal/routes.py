@@ -30,10 +30,10 @@ from fedmodel.algorithms.proxal.newton_route import NewtonInner, QuasiNewtonInne
 from fedmodel.algorithms.proxal.prox_newton import ProxQNInner
 from fedmodel.errors import ModelError, UnsupportedError
 
-#: why a checkpoint of a prox-al state layout without per-route state is not resumed
+#: why a checkpoint of an earlier prox-al state layout is not resumed
 LAYOUT_REFUSED = (
-    "this prox-al checkpoint holds the state of an earlier fedmodel version (before each "
-    "inner solver had its own state); it cannot be resumed: start the run again without "
+    "this prox-al checkpoint holds the state of an earlier fedmodel version (another layout "
+    "of its state); it cannot be resumed: start the run again without "
     "resume="
 )
 

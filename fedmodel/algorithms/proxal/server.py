@@ -31,7 +31,7 @@ from fedmodel.algorithms.proxal.anderson import AndersonState
 from fedmodel.algorithms.proxal.client import ProxALClient, kkt_feasibility
 from fedmodel.algorithms.proxal.inner import InnerSolver
 from fedmodel.algorithms.proxal.messages import route_table
-from fedmodel.algorithms.proxal.options import ProxALOptions
+from fedmodel.algorithms.proxal.options import ProxALOptions, parameter_unit
 from fedmodel.algorithms.proxal.routes import (
     LAYOUT_REFUSED,
     apply_defaults,
@@ -78,7 +78,7 @@ UNBOUNDED_DROP = 10.0
 PROX_RELATIVE_TAU = 0.5
 #: the layout version of the server's checkpointed state (a state of another layout is
 #: refused with a message, see ProxALServer.set_state)
-STATE_LAYOUT = 4
+STATE_LAYOUT = 5
 
 
 class ProxALServer(ServerHalf):
@@ -123,7 +123,7 @@ class ProxALServer(ServerHalf):
         "layout", "x", "k", "mu", "nu", "local_iterations", "inner_total", "mu_norms",
         "w_norms", "cone", "rhos", "dmu_history", "outer_mem", "route", "inner_note",
         "tau_floor_scale", "prox_residual", "fell_back", "mu_mark", "nu_mark", "w_steps",
-        "recession_next", "certificate", "objective_scale",
+        "recession_next", "certificate", "objective_scale", "objective_units",
     )  # fmt: skip
     component_fields = ("outer_aa", "inner")
 
@@ -156,7 +156,10 @@ class ProxALServer(ServerHalf):
         self.layout = STATE_LAYOUT
         self.ns = program.layout.n_shared
         self.owned = program.layout.size > self.ns
-        self.beta = float(options.beta)
+        # the objective's units of the algorithm's parameters (:meth:`take_objective_units`)
+        self.objective_units = (1.0, 1.0, 1.0, 1.0)
+        self.objective_scale = 1.0
+        self.n_clients = int(n_clients)
         # test (8)'s internal targets, kkt_factor * (eps1, eps2); eps itself when any party has cone
         # constraints (``conic``): their interior-point subproblems are accurate to ~1e-9, so a
         # target below eps only exhausts max_inner; the certificate checks eps in any case
@@ -184,10 +187,9 @@ class ProxALServer(ServerHalf):
         self.metric = metric  # (the ADMM penalty's metric, res.extra["penalty_metric"])
         self.proximal = proximal
         self.max_steps = options.max_outer if proximal else 1
-        self.gamma = float(options.prox_beta) if options.prox_beta is not None else self.beta
-        self.prox_weight = 1.0 / ((n_clients + 1) * self.gamma) if proximal else 0.0
         self.n_own = program.layout.size - self.ns
-        self.problem = MeritProblem([program], self.beta, regularizer)
+        self.problem = MeritProblem([program], float(options.beta), regularizer)
+        self.derive_parameters()
         self.solver = make_solver(self.problem, options.solver)
         self.mu = np.full(program.m_ineq, float(options.mu0))
         self.nu = np.zeros(program.m_eq)
@@ -221,7 +223,10 @@ class ProxALServer(ServerHalf):
     # -- the protocol ------------------------------------------------------------------------
     def start(self, runtime: Runtime) -> None:
         """The first round: the inner solver's start at w^0; a route refused by the
-        server's own check or by a client gives way to the fallback route (one more round)."""
+        server's own check or by a client gives way to the fallback route (one more round).
+        When the objective's scale puts the parameters in other units
+        (:meth:`take_objective_units`), one ``units`` round sends them and restarts the
+        inner solver in them."""
         if self.inner.probes:
             why = ""
             try:  # (the first call cross-checks the server's GLM form)
@@ -237,8 +242,7 @@ class ProxALServer(ServerHalf):
                     if not r.payload.get("accepted", True)
                 )
                 if not why:
-                    self.take_objective_scale(replies)
-                    self.inner.take_start(replies)
+                    self.started(runtime, replies)
                     return
             if self.privacy is not None and self.privacy.active:
                 what = "secure_aggregation" if self.privacy.secure is not None else "dp"
@@ -251,8 +255,16 @@ class ProxALServer(ServerHalf):
             self.use_route(self.fallback_route)
             runtime.declare(self.messages, self.dims_of)
         runtime.next_round()
-        replies = self.collect(runtime, "start", self.start_request())
+        self.started(runtime, self.collect(runtime, "start", self.start_request()))
+
+    def started(self, runtime: Runtime, replies) -> None:
+        """The clients' accepted ``start`` replies: the objective's scale, and the inner
+        solver's start (again in the objective's units when they change the parameters)."""
         self.take_objective_scale(replies)
+        if self.take_objective_units():
+            runtime.next_round()
+            units = {"objective_units": np.array(self.objective_units)}
+            replies = self.collect(runtime, "units", {**self.start_request(), **units})
         self.inner.take_start(replies)
 
     def collect(self, runtime: Runtime, kind: str, payload: dict) -> dict:
@@ -276,6 +288,52 @@ class ProxALServer(ServerHalf):
         refs.append(objective_reference(self.program, self.x))
         refs.append(regularizer_reference(self.problem.regularizer, self.x[:ns]))
         self.objective_scale = reference_scale(refs)
+
+    def take_objective_units(self) -> bool:
+        """Put the algorithm's parameters in the objective's units (the adaptive variant of
+        prox-al; True when that changes them): the iteration runs as on ``f / u``, ``u =``
+        :func:`~fedmodel.algorithms.proxal.options.parameter_unit` ``(S)``, ``S`` the
+        objective's scale (:mod:`fedmodel.certificate.scale`): 1 while ``S`` lies in the
+        band the defaults are measured in (the parameters are then the options' as given),
+        else the power of ``10^3`` that brings ``S`` into it, so that the model times any
+        ``t = 10^(3 j)`` takes the same iterates. ``u l_k`` of ``f / u`` with penalty
+        ``beta``, proximal step ``prox_beta`` and ADMM penalties ``rho_i`` is ``l_k`` of
+        ``f`` with ``u beta``, ``prox_beta / u`` and ``u rho_i``, multipliers ``u mu`` and
+        gradient tolerances ``u tau_k``: each default is scaled so; a value the user set is
+        kept in the user's units (its factor is 1), as is ``rho_i`` under the Hessian
+        metric (whose ``M_i`` is in the objective's units already). The clients receive
+        ``objective_units = (u, beta's factor, 1/prox_beta's factor, rho's factor)`` in a
+        ``units`` round, which starts the inner solver again. Routes whose ``objective_units`` is False (admm, exact-admm)
+        keep the user's units."""
+        opts = self.options
+        unit = parameter_unit(float(self.objective_scale))
+        if not (opts.adaptive and self.proximal and self.inner.objective_units) or unit == 1.0:
+            return False
+        defaulted = getattr(opts, "_defaulted", ())
+        factors = [unit if name in defaulted else 1.0 for name in ("beta", "prox_beta", "rho")]
+        if self.metric == "hessian":  # (rho_i M_i: the Hessian M_i carries the units)
+            factors[2] = 1.0
+        self.objective_units = (unit, *factors)
+        self.rhos = {name: rho * factors[2] for name, rho in self.rhos.items()}
+        self.derive_parameters()
+        self.use_route(type(self.inner))  # (its parameters and a fresh state)
+        return True
+
+    def derive_parameters(self) -> None:
+        """``beta``, the proximal step ``gamma`` and weight ``p`` from the options in the
+        objective's units (:meth:`take_objective_units`)."""
+        opts = self.options
+        _, beta_factor, prox_factor, _ = self.objective_units
+        self.beta = float(opts.beta) * beta_factor
+        gamma = float(opts.prox_beta) if opts.prox_beta is not None else float(opts.beta)
+        self.gamma = gamma / prox_factor
+        self.prox_weight = 1.0 / ((self.n_clients + 1) * self.gamma) if self.proximal else 0.0
+        self.problem.beta = self.beta
+
+    @property
+    def objective_unit(self) -> float:
+        """The parameters' unit ``u`` (:meth:`take_objective_units`), 1 in the user's."""
+        return self.objective_units[0]
 
     def evaluation_extras(self) -> dict:
         return {"objective_scale": self.objective_scale}
@@ -306,18 +364,21 @@ class ProxALServer(ServerHalf):
         with ``S`` (a minimum-variance portfolio of size ``1e-5`` is then solved as
         strictly as itself times ``1e5``). The targets never grow with ``S``: the inner
         bounds add consensus and cone feasibility, which are in the constraints' units,
-        to the gradient residuals."""
-        return min(1.0, self.objective_scale)
+        to the gradient residuals. With the parameters in the objective's units ``u``
+        (:meth:`take_objective_units`) the unit is ``u min(1, S / u)``: the run is that
+        of ``f / u``."""
+        unit = self.objective_unit
+        return unit * min(1.0, self.objective_scale / unit)
 
     @property
     def eps1_units(self) -> float:
-        """``eps1`` in the targets' unit (:attr:`target_unit`): ``eps1 min(1, S)``."""
+        """``eps1`` in the targets' unit (:attr:`target_unit`)."""
         return self.options.eps1 * self.target_unit
 
     def tau(self, k: int) -> float:
         """Inner tolerance of outer iteration ``k``: ``u sbar/(k+1)^2`` (paper), or
-        ``u max(sbar tau_rate^k, kkt_factor eps1 / 2)`` (adaptive), ``u = min(1, S)``
-        (:attr:`target_unit`); Algorithm 2 (method ``admm``): ``u eps1``. Under dp never
+        ``u max(sbar tau_rate^k, kkt_factor eps1 / 2)`` (adaptive), ``u`` the
+        targets' unit (:attr:`target_unit`); Algorithm 2 (method ``admm``): ``u eps1``. Under dp never
         below the noise's bound on the gradient's largest entry (:attr:`noise`): a smaller
         measured gradient is indistinguishable from the noise."""
         opts, unit = self.options, self.target_unit
@@ -619,13 +680,13 @@ class ProxALServer(ServerHalf):
         opts, eps1 = self.options, self.eps1_units
         f1, f2 = self.kkt_factors
         if stationarity is None:
-            stationary = dw + opts.beta * tau <= opts.beta * f1 * eps1
+            stationary = dw + self.beta * tau <= self.beta * f1 * eps1
         else:
             stationary = stationarity <= f1 * eps1
         if feasibility is not None:
             violation, complementarity = feasibility
             return stationary and violation <= f2 * opts.eps2 and complementarity <= f1 * eps1
-        return stationary and dmu <= opts.beta * f2 * opts.eps2
+        return stationary and dmu <= self.beta * f2 * opts.eps2
 
     def accelerate_outer(self, runtime, w_old, mu_in, nu_in, replies) -> None:
         """Anderson acceleration of Algorithm 1's outer iteration ``(w^k, mu^k) ->
@@ -708,16 +769,19 @@ class ProxALServer(ServerHalf):
         super().set_state(state)
 
     def state_restored(self) -> None:
-        """What the running route derives from the restored state."""
+        """What the parameters and the running route derive from the restored state."""
+        self.derive_parameters()
         self.inner.configure()
         self.inner.state_restored()
 
     def extra(self, reports: dict[str, dict]) -> dict:
         """The adaptive variant's final state: each client's rho_i, the route that ran (and
         why, and the one refused at the start), the options its defaults set, what the
-        inner solver reports, and the certificate's objective scale."""
+        inner solver reports, the certificate's objective scale and the parameters' units
+        (:meth:`take_objective_units`)."""
         out = {
             "objective_scale": self.objective_scale,
+            "objective_units": list(self.objective_units),
             "variant": self.options.variant,
             "rho": dict(self.rhos),
             "penalty_metric": self.metric,
@@ -784,7 +848,8 @@ class ProxALServer(ServerHalf):
     def blow_up(self, runtime: Runtime, k: int, w_new: np.ndarray) -> StepReport:
         """Monitor: the inner solve returned a non-finite point or one beyond
         ``divergence_limit``. "unbounded" only with evidence: the point is finite, its
-        objective ``f + h`` lies more than :data:`UNBOUNDED_DROP` ``* max(1, |f(w^k)|)``
+        objective ``f + h`` lies more than :data:`UNBOUNDED_DROP` ``* max(u, |f(w^k)|)``
+        (``u`` the objective's unit, :attr:`objective_unit`)
         below the last iterate's, and its violation is no larger than the last iterate's
         (or ``eps2``) -- the model then has feasible points far below the last iterate, as
         an unbounded model does. Otherwise (an inner solver that blew up on a model whose
@@ -795,7 +860,7 @@ class ProxALServer(ServerHalf):
         if np.isfinite(size):
             f_old, v_old = self.objective_at(runtime, self.x)
             f_new, v_new = self.objective_at(runtime, w_new)
-            dropped = f_old - f_new > UNBOUNDED_DROP * max(1.0, abs(f_old))
+            dropped = f_old - f_new > UNBOUNDED_DROP * max(self.objective_unit, abs(f_old))
             feasible = v_new <= max(v_old, self.options.eps2)
             if np.isfinite(f_new) and dropped and feasible:
                 return StepReport(
