@@ -65,3 +65,14 @@ def test_an_equality_multiplier_times_its_residual_is_charged():
     assert not kkt.satisfied(1e-3, 1e-3)
     kkt, _ = _certificate(m, [1000.0, 1000.0], 2.0, -1.0)
     assert kkt.satisfied(1e-12, 1e-12), kkt
+
+
+def test_prox_al_reaches_the_lp_optimum_under_the_charged_gap():
+    """The federated run's own certificate charges the gap too (each party's evaluation
+    report): prox-al's "optimal" point is the optimum, within the gap the eps allows."""
+    m = _lp()
+    for eps in (1e-3, 1e-6):
+        res = m.solve("prox-al", eps=eps)
+        assert res.status == "optimal", res.message
+        assert abs(res.objective) <= 10 * eps
+        np.testing.assert_allclose(res.solution["x"], [-1000.0, -1000.0], rtol=0, atol=1e-3)
