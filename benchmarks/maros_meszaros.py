@@ -419,6 +419,15 @@ NOTES = """## Notes (eps = 1e-3 runs of 2026-11-28)
   103 inner rounds): the returned point moves by 100 per outer iteration (objective -1e4,
   then -2e4, violation 1e4, then 2e4; f* = -6155), likely beta = 100 against an
   objective of order 1e4 (prox-al's parameters in the objective's units, not changed here).
+- Eight of the LP-like rows again at the issue's 60 s (``--time-limit 60 --jobs 2``, load
+  ~5): QAFIRO (683 rounds), KSIP (249), PRIMAL1 (161), DUALC1 (46), HS118 (303) optimal
+  and right; QRECIPE inaccurate (2,013 rounds, point right in gap, violation 1.4e-3);
+  QBORE3D time_limit (4,516 rounds, violation 1.2e3). QSC205 is "optimal" but wrong
+  (1,865 rounds, gap 5.5e-3): f* = -0.0058 while the objective's reference scale is
+  S = 35 (certificate/scale.py, from the gradients at the start), so the certificate's
+  unit lets a gap of 1e-3 S = 0.035 pass; the point is far from the optimum
+  (||x||_1 = 0.58 against ||x*||_1 = 16,899), out of reach of the ``||x||_1`` stationarity
+  floor. The unit S, not the complementarity, is what passes it.
 """
 
 
