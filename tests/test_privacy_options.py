@@ -199,7 +199,11 @@ def test_privacy_table_has_the_masked_column():
     compiled = model().compile()
     rows = {(r["kind"], r["direction"]): r for r in privacy_rows(compiled, "fedavg")}
     assert rows[("fed_round", "client -> server")]["masked"] == ["dx", "weight"]
-    assert rows[("evaluate", "client -> server")]["masked"] == ["objective", "grad", "epigraph_gap"]
+    assert rows[("evaluate", "client -> server")]["masked"] == [
+        "objective",
+        "grad",
+        "complementarity_gap",
+    ]
     assert "[masked: dx, weight]" in privacy_text(compiled, "fedavg")
 
 

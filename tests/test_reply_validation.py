@@ -260,7 +260,7 @@ def test_summary_privacy_table_of_prox_al(model):
     assert rows[("admm_w", "server -> client")]["floats"] == d + 1 + aa + 1
     # objective, grad, scale, owned_stationarity, owned_scaled, owned_index (<= d here),
     # feasibility, feasibility_scaled, violation, c_ineq (1), c_eq (0), and at most the
-    # epigraph gap (1), the balanced multipliers mu (1) and the boundary relief's
+    # complementarity gap (1), the balanced multipliers mu (1) and the boundary relief's
     # boundary_grad, boundary_scale, boundary_mask (d each)
     assert (
         rows[("evaluate", "client -> server")]["floats"]

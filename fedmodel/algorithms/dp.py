@@ -372,7 +372,7 @@ class PrivacyPlan:
                 "c_eq": empty,
             }
         # (under dp, on a model whose clients cannot violate anything, the noised sums of
-        # their zeros, violations and epigraph gaps, are dropped for the structural 0: see
+        # their zeros, violations and complementarity gaps, are dropped for the structural 0: see
         # violation_free)
         exact_zero = self.dp is not None and self.violation_free
         total = {
@@ -383,8 +383,8 @@ class PrivacyPlan:
             "c_ineq": empty,
             "c_eq": empty,
         }
-        if "epigraph_gap" in sums and sums["epigraph_gap"].size and not exact_zero:
-            total["epigraph_gap"] = float(sums["epigraph_gap"].sum())
+        if "complementarity_gap" in sums and sums["complementarity_gap"].size and not exact_zero:
+            total["complementarity_gap"] = float(sums["complementarity_gap"].sum())
         reports[SUMMED] = total
         if self.dp is not None and self.z is not None:
             self.certificate = {
@@ -455,13 +455,13 @@ def _summed(sums: dict[str, np.ndarray], name: str, exact_zero: bool) -> float:
 
 
 def violation_free(program: Any) -> bool:
-    """Whether a client's certificate reports feasibility, violation and epigraph gap 0
+    """Whether a client's certificate reports feasibility, violation and complementarity gap 0
     at every point, whatever its data: its program has no constraint of any kind (its
     own, the epigraph pieces of its objective terms, cones) and none of its objective
     terms has a domain that depends on the variables (outside one, the certificate
     reports the distance to it). Then its feasibility residual is the distance of an
     empty vector of constraint values to its normal cone, its violation the largest of
-    none and its epigraph gap a sum over no pieces: 0, a function of the terms'
+    none and its complementarity gap a sum over no rows: 0, a function of the terms'
     structure alone, which the server holds in its compiled partition without any
     message. Under dp the certificate reports that 0 rather than a noised sum of zeros: a
     release that does not depend on any client's data costs no privacy, and the noise

@@ -58,10 +58,11 @@ EVALUATION_FIELDS: dict[str, Field] = {
     "violation": Field((), unmasked=True),
     "c_ineq": Field(("m_ineq",), reveals="its inequality constraint values at w"),
     "c_eq": Field(("m_eq",), reveals="its equality constraint values at w"),
-    "epigraph_gap": Field(
+    "complementarity_gap": Field(
         (),
         required=False,
-        reveals="the gap its multipliers leave on the pieces of its epigraph terms at w",
+        reveals="the gap its multipliers leave on its constraints and epigraph pieces at w "
+        "(sum_j mu_j [-c_j(w)]_+ + sum_k |nu_k a_k(w)|)",
         sum_only=True,
     ),
     "mu": Field(

@@ -54,7 +54,7 @@ absolute ones stay reported):
 
 **The objective's unit** (:mod:`fedmodel.certificate.scale`). Every ``1`` above that is in
 the objective's units (the ``1`` of ``min(1, ...)`` and ``max(1, F)`` in the stationarity
-floor, of ``max(1, F)`` for the epigraph gap, of the declared own variables' and the cone
+floor, of ``max(1, F)`` for the complementarity gap, of the declared own variables' and the cone
 multipliers' floors) is the objective's reference scale ``S``, computed once at the
 starting point from the parties' gradients and curvature there (``assemble`` and
 ``party_evaluation`` take it as ``objective_scale``): the certificate is that of the
@@ -72,15 +72,23 @@ The complementarity of those pieces is then measured as the gap it leaves: with 
 the epigraph Lagrangian falls short of the user's objective by ``sum_j mu_j |c_j|`` over
 them and ``f(w') >= L(w', mu)`` for every ``w'``, so the multipliers give a ``(sum_j mu_j
 |c_j|)``-subgradient; it counts in the feasibility relative to ``max(1, sum_i |f_i| +
-|h|)`` (``epigraph_gap``), not piece by piece (a multiplier on a hinge row a hair off its
-kink at ``z`` is a correct subgradient to within ``mu_j |c_j|``, ``mu_j <= 1/N``). Each
+|h|)`` (``complementarity_gap``), not piece by piece (a multiplier on a hinge row a hair off
+its kink at ``z`` is a correct subgradient to within ``mu_j |c_j|``, ``mu_j <= 1/N``). Each
 auxiliary's stationarity ``c - sum_k lambda_k`` is made exact by rescaling its pieces'
 multipliers (within :data:`BALANCE_MAX_CHANGE`) when that lowers the party's share of the
 scaled stationarity by more than it can move the shared block's; the party then reports
 the multipliers it used (``mu``), and the federated driver's result reports those.
 
-On a convex model the gap obeys ``f(x) - f* <= <r, x - x*> + sum_j |mu_j c_j(x)|``, so
-scaled residuals of order ``eps`` give a relative objective gap and a relative violation of
+**Complementarity of the user's constraints as the gap it leaves.** On a convex model
+``f(x) - f* <= <r, x - x*> + sum_j mu_j [-c_j(x)]_+ + sum_k |nu_k a_k(x)|`` (``r`` the
+stationarity residual; ``L(x*, mu, nu) <= f*``), so besides Definition 1's per-row residual
+(``|c_j|`` where ``mu_j > 0``, relative to the row's own scale) each party adds that sum over
+its inequality and equality rows to the same ``complementarity_gap`` as its epigraph pieces,
+relative to ``max(S, sum_i |f_i| + |h|)``: a row ``x_0 >= -1000`` with slack 0.5 reads
+``5e-4`` against its constant, but a multiplier 1 there leaves a gap of 0.5 on an objective
+of size 1 (a wrong active set the per-row residual passes at ``eps = 1e-3``).
+
+So scaled residuals of order ``eps`` give a relative objective gap and a relative violation of
 order ``eps`` (times the size of ``x - x*`` in the units the terms are measured in). The
 verdict is invariant under scaling the objective: the same model with its loss summed or
 averaged gets the same scaled residuals at the same point (multipliers scaled alike) once
@@ -143,6 +151,24 @@ def feasibility_residual(ci: np.ndarray, ce: np.ndarray, mu: np.ndarray) -> floa
     if ce.size:
         r = max(r, float(np.abs(ce).max()))
     return r
+
+
+def complementarity_gap(ci: np.ndarray, ce: np.ndarray, mu: np.ndarray, nu: np.ndarray) -> float:
+    """``sum_j mu_j [-c_j]_+ + sum_k |nu_k a_k|``: how far the Lagrangian at ``(mu, nu)``
+    can sit below the objective at a feasible point, the term of the gap bound that
+    complementarity leaves (module docstring).
+
+    Examples
+    --------
+    >>> complementarity_gap(np.array([-0.5, 0.0]), np.array([1e-3]), np.ones(2), np.array([2.0]))
+    0.502
+    """
+    gap = 0.0
+    if ci.size:
+        gap += float(np.abs(mu) @ np.maximum(-ci, 0.0))
+    if ce.size:
+        gap += float(np.abs(nu) @ np.abs(ce))
+    return gap
 
 
 def max_violation(ci: np.ndarray, ce: np.ndarray) -> float:
@@ -351,7 +377,7 @@ def _outside_domain_evaluation(program: PartyProgram, x: np.ndarray, shared_only
         "owned_index": np.zeros(0, dtype=int),
         "feasibility": far,
         "feasibility_scaled": far / max(1.0, float(np.abs(x[:ns]).max(initial=0.0))),
-        "epigraph_gap": 0.0,
+        "complementarity_gap": 0.0,
         "violation": max(far, max_violation(ci, ce)),
         "c_ineq": ci,
         "c_eq": ce,
@@ -379,7 +405,8 @@ def party_evaluation(
     The party's hidden epigraph auxiliaries are first set to their partial minimiser at
     ``x``'s user variables (:func:`~fedmodel.certificate.auxiliary.minimize_auxiliaries`:
     the point of the user's model), the complementarity of those pieces is reported as
-    the gap it leaves (``epigraph_gap``, module docstring), and with ``balance_pieces``
+    the gap it leaves (``complementarity_gap``, module docstring, with that of its other
+    rows), and with ``balance_pieces``
     the pieces' multipliers are rescaled to make each auxiliary's stationarity exact
     (:func:`~fedmodel.certificate.auxiliary.balance_piece_multipliers`, within
     :data:`BALANCE_MAX_CHANGE`) when that lowers this party's share of the scaled
@@ -424,10 +451,10 @@ def party_evaluation(
             mu, grad, scale, owned_scaled = balanced, grad_b, scale_b, owned_b
         else:
             balanced = None
-    # the pieces of objective terms at their partial minimiser: complementarity as the
-    # gap it leaves (module docstring), not per piece
+    # complementarity as the gap it leaves (module docstring): over every row, and on the
+    # pieces of objective terms (at their partial minimiser) instead of per piece
     pieces = epigraph_pieces(program, match)
-    gap = float(np.abs(mu[pieces]) @ np.maximum(-ci[pieces], 0.0)) if pieces.size else 0.0
+    gap = complementarity_gap(ci, ce, mu, nu)
     mu_pieces = mu
     if pieces.size:
         mu_pieces = np.array(mu, dtype=float)
@@ -460,7 +487,7 @@ def party_evaluation(
             scaled_feasibility_residual(ci, ce, mu_pieces, ci0, ce0, fn.internal_masks[:2]),
             cone_scaled,
         ),
-        "epigraph_gap": gap,
+        "complementarity_gap": gap,
         "violation": violation,
         "c_ineq": ci,
         "c_eq": ce,
@@ -524,7 +551,7 @@ def plain_objective_evaluations(value_grad, X: np.ndarray) -> list[dict]:
             "owned_index": no_index,
             "feasibility": 0.0,
             "feasibility_scaled": 0.0,
-            "epigraph_gap": 0.0,
+            "complementarity_gap": 0.0,
             "violation": 0.0,
             "c_ineq": no_rows,
             "c_eq": no_rows,
@@ -639,7 +666,7 @@ def assemble(
     stationarity = max(stationarity, owned)
     per_party = {name: float(r["feasibility"]) for name, r in reports.items()}
     box = regularizer.box_violation(x)
-    gap = sum(float(r.get("epigraph_gap", 0.0)) for r in reports.values())
+    gap = sum(float(r.get("complementarity_gap", 0.0)) for r in reports.values())
     feasibility = max(max(per_party.values(), default=0.0), box, gap)
     kkt = KKTResiduals(stationarity, feasibility, per_party, local)
     if all("scale" in r for r in reports.values()):
@@ -683,7 +710,7 @@ def _objective_size(
     reports: dict[str, dict], regularizer: Regularizer, x, reference: float = 1.0
 ) -> float:
     """``max(S, F)``, ``F = sum_i |f_i(x)| + |h(x)|`` over the parties' reports, ``S`` the
-    objective's reference scale: the size the stationarity floor and the epigraph gap are
+    objective's reference scale: the size the stationarity floor and the complementarity gap are
     relative to (NaN when not finite)."""
     size = sum(abs(float(r["objective"])) for r in reports.values())
     size += abs(float(regularizer.value(x))) if not regularizer.is_zero else 0.0
