@@ -8,9 +8,9 @@ the long-lived ones. Once the parties are built, their objects move to the colle
 permanent generation (:func:`gc.freeze`) and full collections scan only what the rounds
 allocate; the end of the solve moves them back (:func:`gc.unfreeze`). Frozen objects are
 still freed by reference counting as usual; only cycles among them wait for the unfreeze.
-Building the parties does the same every few parties, and every round adds what survives it (the ledger's rows, the history) the same way, after a
-collection of the young generations (:func:`resettle`), so that the full collections of
-a long solve never scan its accumulated records either.
+Building the parties freezes every few parties, and every round's end freezes what survived
+the round (the ledger's rows, the history) after a collection of the young generations
+(:func:`resettle`), so the full collections of a long solve never scan its records either.
 
 A process whose collector is disabled, or that already froze objects of its own, is left
 as it is.
@@ -43,7 +43,7 @@ def settle() -> bool:
     >>> frozen = settle()
     >>> unsettle()
     """
-    global _SETTLED
+    global _SETTLED, _THRESHOLDS
     if _SETTLED:
         gc.freeze()  # (what was built since the last settle)
         return True
@@ -51,7 +51,6 @@ def settle() -> bool:
         return False
     gc.freeze()
     _SETTLED = True
-    global _THRESHOLDS
     _THRESHOLDS = gc.get_threshold()
     gc.set_threshold(*(max(a, b) for a, b in zip(SETTLED_THRESHOLDS, _THRESHOLDS)))
     return True
@@ -67,8 +66,7 @@ def resettle() -> None:
 
 def unsettle() -> None:
     """Move what :func:`settle` froze back to the collector (nothing if it froze nothing)."""
-    global _SETTLED
-    global _THRESHOLDS
+    global _SETTLED, _THRESHOLDS
     if _SETTLED:
         gc.unfreeze()
         if _THRESHOLDS is not None:
