@@ -132,9 +132,20 @@ def test_fig2_small(tmp_path):
     assert run["status"] == "max_iterations" and run["outer"] == 12
     disparity, loss = summary["checks"]
     assert 0.099 < disparity["value"] <= 0.101
-    first, last = (float(v) for v in re.findall(r"[0-9.]+", loss["detail"].split(":")[-1]))
+    first, last = (float(v) for v in re.findall(r"[0-9.]+", loss["detail"].split(":")[-1])[:2])
     assert first > 0.42 and last < 0.36
     assert (tmp_path / "fig2.png").read_bytes()[:4] == b"\x89PNG"
+
+
+def test_fig2_loss_check_fails_where_prox_al_stays_at_w0(tmp_path):
+    """At the paper's rho = 1e8 prox-al moves w by about ||grad|| / (n rho) a round: the
+    loss at its last outer iteration is its first's to within 1e-6, which the loss check
+    must not call a decrease."""
+    summary = seed000.fig2(tmp_path, quick=True, progress=False, rho=1e8, max_outer=2, max_inner=50)
+    disparity, loss = summary["checks"]
+    assert not loss["passed"], loss
+    first, last = (float(v) for v in re.findall(r"[0-9.]+", loss["detail"].split(":")[-1])[:2])
+    assert abs(first - last) < 1e-3
 
 
 @pytest.mark.slow
