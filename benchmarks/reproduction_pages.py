@@ -164,6 +164,14 @@ BLOCKS: tuple[Block, ...] = (
     ),
     Block(
         SEED000,
+        "fig2-full",
+        "fedmodel reproduce fig2",
+        "benchmarks/RESULTS_seed000_fig2.md",
+        ("n", "status", "outer", "rounds", "seconds"),
+        target="fig2",
+    ),
+    Block(
+        SEED000,
         "fig3",
         "fedmodel reproduce fig3 --quick",
         "benchmarks/RESULTS_seed000_fig3_quick.md",
