@@ -172,6 +172,13 @@ BLOCKS: tuple[Block, ...] = (
     ),
     Block(
         SEED000,
+        "fig1-full",
+        "fedmodel reproduce fig1",
+        "benchmarks/RESULTS_seed000_fig1.md",
+        target="fig1",
+    ),
+    Block(
+        SEED000,
         "fig3",
         "fedmodel reproduce fig3 --quick",
         "benchmarks/RESULTS_seed000_fig3_quick.md",
