@@ -45,7 +45,7 @@ def settle() -> bool:
     """
     global _SETTLED, _THRESHOLDS
     if _SETTLED:
-        gc.freeze()  # (what was built since the last settle)
+        resettle()  # (what was built since the last settle)
         return True
     if not gc.isenabled() or gc.get_freeze_count():
         return False

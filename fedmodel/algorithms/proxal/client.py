@@ -166,14 +166,11 @@ class ProxALClient(ClientHalf):
         """``beta``, Algorithm 1's proximal weight ``p`` (on the shared block and its own,
         see the module doc) and the starting ``rho_i`` from the options, in the objective's
         units (``objective_units``)."""
-        opts = self.options
-        _, beta_factor, prox_factor, rho_factor = self.objective_units
-        self.beta = float(opts.beta) * beta_factor
-        # Algorithm 1's proximal step size (beta, or prox_beta when decoupled)
-        gamma = float(opts.beta if opts.prox_beta is None else opts.prox_beta) / prox_factor
-        self.prox_weight = 1.0 / ((self.n_clients + 1) * gamma) if self.proximal else 0.0
+        self.beta, _, self.prox_weight = self.options.penalties(
+            self.objective_units, self.n_clients, self.proximal
+        )
         self.theta_prox = self.prox_weight
-        self.rho_start = self.rho_option * rho_factor
+        self.rho_start = self.rho_option * self.objective_units[3]
         self.problem.beta = self.beta
 
     def handler_owner(self, kind: str):

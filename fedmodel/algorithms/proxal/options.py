@@ -552,6 +552,25 @@ class ProxALOptions(RuntimeOptions):
         count = _share_or_count("participation", self.participation, n, "the model")
         return None if count is None or count >= n else count
 
+    def penalties(
+        self, objective_units: tuple, n_clients: int, proximal: bool
+    ) -> tuple[float, float, float]:
+        """``(beta, gamma, p)``: the penalty, Algorithm 1's proximal step size (``beta``, or
+        ``prox_beta`` when decoupled) and its proximal weight ``p = 1 / ((n + 1) gamma)``
+        (0 without the proximal term), in the objective's units ``objective_units = (u,
+        beta's factor, 1/prox_beta's factor, rho's factor)`` (the server's
+        ``take_objective_units``); what the server and every client derive alike.
+
+        Examples
+        --------
+        >>> ProxALOptions(beta=10.0, prox_beta=20.0).penalties((1.0, 1.0, 1.0, 1.0), 4, True)
+        (10.0, 20.0, 0.01)
+        """
+        _, beta_factor, prox_factor, _ = objective_units
+        beta = float(self.beta) * beta_factor
+        gamma = float(self.beta if self.prox_beta is None else self.prox_beta) / prox_factor
+        return beta, gamma, (1.0 / ((n_clients + 1) * gamma) if proximal else 0.0)
+
     def quorum_size(self, k: int) -> int | None:
         """The replies a round of ``k`` clients waits for (``quorum``), or None when it
         waits for all of them; a :class:`ModelError` naming the option for a value that is

@@ -303,8 +303,8 @@ class ProxALServer(ServerHalf):
         kept in the user's units (its factor is 1), as is ``rho_i`` under the Hessian
         metric (whose ``M_i`` is in the objective's units already). The clients receive
         ``objective_units = (u, beta's factor, 1/prox_beta's factor, rho's factor)`` in a
-        ``units`` round, which starts the inner solver again. Routes whose ``objective_units`` is False (admm, exact-admm)
-        keep the user's units."""
+        ``units`` round, which starts the inner solver again. Routes whose
+        ``objective_units`` is False (admm, exact-admm) keep the user's units."""
         opts = self.options
         unit = parameter_unit(float(self.objective_scale))
         if not (opts.adaptive and self.proximal and self.inner.objective_units) or unit == 1.0:
@@ -322,12 +322,9 @@ class ProxALServer(ServerHalf):
     def derive_parameters(self) -> None:
         """``beta``, the proximal step ``gamma`` and weight ``p`` from the options in the
         objective's units (:meth:`take_objective_units`)."""
-        opts = self.options
-        _, beta_factor, prox_factor, _ = self.objective_units
-        self.beta = float(opts.beta) * beta_factor
-        gamma = float(opts.prox_beta) if opts.prox_beta is not None else float(opts.beta)
-        self.gamma = gamma / prox_factor
-        self.prox_weight = 1.0 / ((self.n_clients + 1) * self.gamma) if self.proximal else 0.0
+        self.beta, self.gamma, self.prox_weight = self.options.penalties(
+            self.objective_units, self.n_clients, self.proximal
+        )
         self.problem.beta = self.beta
 
     @property
@@ -377,10 +374,10 @@ class ProxALServer(ServerHalf):
 
     def tau(self, k: int) -> float:
         """Inner tolerance of outer iteration ``k``: ``u sbar/(k+1)^2`` (paper), or
-        ``u max(sbar tau_rate^k, kkt_factor eps1 / 2)`` (adaptive), ``u`` the
-        targets' unit (:attr:`target_unit`); Algorithm 2 (method ``admm``): ``u eps1``. Under dp never
-        below the noise's bound on the gradient's largest entry (:attr:`noise`): a smaller
-        measured gradient is indistinguishable from the noise."""
+        ``u max(sbar tau_rate^k, kkt_factor eps1 / 2)`` (adaptive), ``u`` the targets' unit
+        (:attr:`target_unit`); Algorithm 2 (method ``admm``): ``u eps1``. Under dp never below
+        the noise's bound on the gradient's largest entry (:attr:`noise`): a smaller measured
+        gradient is indistinguishable from the noise."""
         opts, unit = self.options, self.target_unit
         if not self.proximal:
             return max(self.eps1_units, self.noise[1])
