@@ -20,6 +20,7 @@ import fedmodel as fm
 from fedmodel.algorithms.proxal.options import ProxALOptions
 from fedmodel.algorithms.proxal.server import run_prox_al
 from fedmodel.errors import ModelError
+from fedmodel.runtime.rows import RoundReplies, payloads_of
 
 EPS = 1e-3
 TIGHT = {"tol_gap_abs": 1e-10, "tol_gap_rel": 1e-10, "tol_feas": 1e-10}
@@ -410,6 +411,11 @@ class _L1Consensus:
             n: Reply(self.a[n] + self.shrink(p["c"] - self.a[n], self.lam[n] / p["sigma"]))
             for n, p in payloads.items()
         }
+
+    def broadcast_rows(self, kind, fields, to=None):
+        names = self.alive if to is None else list(to)
+        payloads = dict(zip(names, payloads_of(fields, len(names))))
+        return RoundReplies(names, messages=self.broadcast(kind, payloads.__getitem__))
 
     def exact_step(self, avg, weight, tol, deadline=None):
         self.z = self.shrink(avg, self.c0 / weight)

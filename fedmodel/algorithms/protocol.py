@@ -38,7 +38,7 @@ import functools
 import inspect
 import time
 from abc import ABC, abstractmethod
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
@@ -51,6 +51,7 @@ from fedmodel.errors import ModelError
 from fedmodel.runtime.endpoints import copy_state
 from fedmodel.runtime.messages import SERVER, Message
 from fedmodel.runtime.outcomes import RequestRefused
+from fedmodel.runtime.rows import Rows, payload_at, rows_subset
 from fedmodel.runtime.schema import MessageTable, opt_in_refusal
 from fedmodel.runtime.secure_aggregation import (
     SECAGG,
@@ -231,6 +232,61 @@ class ClientHalf(DeclaredState):
         for half, msg, out in zip(halves, msgs, outs):
             half.stats["seconds"] += share
             replies.append(Message(kind + "_reply", half.name, SERVER, out, msg.round, msg.channel))
+        return replies
+
+    @staticmethod
+    def handle_rows(
+        halves: list[ClientHalf], kind: str, fields: Mapping[str, Any]
+    ) -> dict[str, np.ndarray] | None:
+        """Answer the request ``kind`` with ``fields`` (:class:`~fedmodel.runtime.rows.Rows`,
+        row ``i`` for ``halves[i]``, or one value for all) at every half in one stacked
+        step: the replies' fields with a row per half, or None when the halves cannot take
+        it together (their owners of ``kind`` differ in class, have no ``_on_<kind>_rows``,
+        or differ in ``step_batch_key``). Each request is checked as :meth:`handle` checks
+        it, once per message table and opt-ins when the values that can need an opt-in
+        are one for all. Raises (changing no party's state) when a check refuses or the
+        step fails; the host then sends the round message by message."""
+        found = [half.handler_owner(kind) for half in halves]
+        owners = [owner for owner, _ in found]
+        cls = type(owners[0])
+        step = getattr(cls, f"_on_{kind}_rows", None)
+        if step is None or any(type(o) is not cls or h is None for o, (h, _) in found):
+            return None
+        cohorts: dict[Any, list[int]] = {}  # (step_batch_key -> its halves, as the host groups)
+        for i, owner in enumerate(owners):
+            key = owner.step_batch_key(kind)
+            if key is None:
+                return None
+            cohorts.setdefault(key, []).append(i)
+        rows = {k for k, v in fields.items() if isinstance(v, Rows)}
+        tables = {id(h.messages): h.messages for h in halves if h.messages is not None}
+        # (a row field whose value can need an opt-in: every request checked on its own)
+        per_half = any(rows & set(t.valued_fields(kind)) for t in tables.values())
+        checked: set[tuple[int, Any]] = set()
+        for i, half in enumerate(halves):
+            if half.messages is None:
+                continue
+            if not per_half:
+                group = (id(half.messages), half.reveal)
+                if group in checked:
+                    continue
+                checked.add(group)
+            half._check_request(Message(kind, SERVER, half.name, payload_at(fields, i)))
+        t0 = time.perf_counter()
+        if len(cohorts) == 1:
+            replies = step(owners, fields)
+        else:
+            parts = [(idx, step([owners[i] for i in idx], rows_subset(fields, idx)))
+                     for idx in cohorts.values()]  # fmt: skip
+            replies = {}
+            for name, first in parts[0][1].items():
+                out = np.empty((len(halves), *np.shape(first)[1:]), dtype=np.asarray(first).dtype)
+                for idx, part in parts:
+                    out[idx] = part[name]
+                replies[name] = out
+        share = (time.perf_counter() - t0) / len(halves)
+        for half in halves:
+            half.stats["seconds"] += share
         return replies
 
     def handler_owner(self, kind: str) -> tuple[Any, tuple[Any, bool]]:

@@ -65,6 +65,7 @@ from fedmodel.runtime.outcomes import (
     StepOutcome,
 )
 from fedmodel.runtime.placement import SERVER_HOST
+from fedmodel.runtime.rows import RoundReplies, exchange_rows, payloads_of
 from fedmodel.runtime.schema import MessageTable
 
 BACKENDS = ("serial", "processes", "ray", "flower")
@@ -266,6 +267,36 @@ class Runtime(abc.ABC):
             channels = dict.fromkeys(names, self._outgoing(kind, payload, channel))
         msgs = [Message(kind, SERVER, n, payloads[n], self.round, channels[n]) for n in names]
         return self._exchange(msgs)
+
+    def broadcast_rows(
+        self,
+        kind: str,
+        fields: Mapping[str, Any],
+        channel: str | None = None,
+        to: Iterable[str] | None = None,
+    ) -> RoundReplies:
+        """Send the round's clients (every client in client order, or ``to`` in its order)
+        a message of ``kind`` whose fields are ``fields``, each one value for every client or
+        :class:`~fedmodel.runtime.rows.Rows` (the round's client ``i`` gets row ``i``), and
+        collect the replies: a :class:`~fedmodel.runtime.rows.RoundReplies` keyed by client
+        name in the round's order, whose fields can be read stacked. Each client gets its
+        own message and its own ledger rows, as with :meth:`broadcast`; a round of parties
+        in this process that answer ``kind`` in one stacked step takes the stacked path
+        (:func:`~fedmodel.runtime.rows.exchange_rows`)."""
+        names = self.client_names if to is None else list(to)
+        unknown = [n for n in names if n not in self._host_of]
+        if unknown:
+            raise KeyError(f"unknown receivers {unknown}")
+        first = payloads_of(fields, len(names), 1)
+        if not names:
+            return RoundReplies(names, messages={})
+        channel = self._outgoing(kind, first[0], channel)
+        done = exchange_rows(self, kind, names, fields, channel)
+        if done is not None:
+            return done
+        payloads = payloads_of(fields, len(names))
+        msgs = [Message(kind, SERVER, n, p, self.round, channel) for n, p in zip(names, payloads)]
+        return RoundReplies(names, messages=self._exchange(msgs))
 
     # -- non-blocking exchange ------------------------------------------------------------
     @property
@@ -760,9 +791,14 @@ class Runtime(abc.ABC):
                     outcomes[m.receiver] = _as_outcome(m, out)
         return outcomes
 
-    def _exchange(self, msgs: list[Message]) -> dict[str, Message]:
+    def _exchange(
+        self, msgs: list[Message], first: dict[str, StepOutcome] | None = None
+    ) -> dict[str, Message]:
+        """Run ``msgs`` (or take ``first``, the outcomes of their steps when they have
+        run), check the replies, retry what the failure policy retries, record every
+        message in the ledger and return the replies (a failure raises)."""
         attempts: list[tuple[Message, StepOutcome]] = []
-        outcomes = self._vet_all(msgs, self._run_messages(msgs))
+        outcomes = self._vet_all(msgs, first if first is not None else self._run_messages(msgs))
         attempts.extend((m, outcomes[m.receiver]) for m in msgs)
         tries = {m.receiver: 0 for m in msgs}
         while True:

@@ -16,6 +16,8 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
+import numpy as np
+
 from fedmodel.runtime.checkpoint import CheckpointError
 from fedmodel.runtime.endpoints import EndpointFactory, Outbox, _get_state, copy_state
 from fedmodel.runtime.heap import resettle, settle, unsettle
@@ -292,6 +294,45 @@ class PartyHost:
         return [
             StepOutcome(m.receiver, reply=r, seconds=seconds) for m, r in zip(messages, replies)
         ]
+
+    def run_rows(
+        self, kind: str, names: list[str], fields: Mapping[str, Any], rnd: int
+    ) -> tuple[dict[str, np.ndarray], float] | None:
+        """The request ``kind`` with ``fields`` (:class:`~fedmodel.runtime.rows.Rows` or one
+        value for all) to the parties ``names`` in one stacked step, their class's
+        ``handle_rows(endpoints, kind, fields)``: the replies' fields as arrays with a row
+        per party and the seconds of each party's share; None when the parties are not of
+        one class with such a step, or when it declines or raises (it then changed no
+        party's state) or sent peer messages. Ctrl-C in the step raises KeyboardInterrupt.
+        """
+        endpoints = [self.endpoints[n] for n in names]
+        cls = type(endpoints[0])
+        if not hasattr(cls, "handle_rows") or any(type(e) is not cls for e in endpoints):
+            return None
+        if isinstance(self.outbox, Outbox):
+            self.outbox.round = rnd
+            self.outbox.take()
+        t0 = time.perf_counter()
+        try:
+            self._in_step = True
+            replies = cls.handle_rows(endpoints, kind, fields)
+        except StepInterrupted:
+            raise KeyboardInterrupt from None
+        except Exception:  # noqa: BLE001 - the round goes message by message
+            return None
+        finally:
+            self._in_step = False
+        sent = self.outbox.take() if isinstance(self.outbox, Outbox) else []
+        if replies is None or sent:
+            return None
+        m = len(names)
+        for field_name, value in replies.items():
+            if not (isinstance(value, np.ndarray) and value.ndim >= 1 and len(value) == m):
+                raise TypeError(
+                    f"{cls.__name__}.handle_rows answered field {field_name!r} without a row "
+                    f"per party ({m})"
+                )
+        return dict(replies), (time.perf_counter() - t0) / m
 
     def peer(self, message: Message, timeout: float | None = None) -> StepOutcome:
         return self._call(

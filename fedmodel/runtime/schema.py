@@ -457,12 +457,45 @@ class ReplyChecker:
                 if any(field.check(v, d) for v in values):
                     return False
                 continue
-            if field.finite and stacked.dtype.kind == "f" and stacked.size:
-                if not float(np.abs(stacked).max()) <= field.max_abs:
-                    return False
-            if field.positive and stacked.size and not bool(np.all(stacked > 0)):
+            if not _stacked_values_ok(field, stacked):
                 return False
         return True
+
+    def rows(self, parties: list[str], kind: str, fields: Mapping[str, np.ndarray]) -> bool:
+        """Whether every reply of a stacked round passes, ``fields`` holding each reply
+        field as an array with a row per party (party ``i``'s payload is row ``i`` of
+        each): decided from the first party's payload in full and each field's stacked
+        values; False when anything is refused or the parties' dimensions differ (each
+        reply is then checked on its own, with its own error)."""
+        key = self.dims(parties[0]) and self._dims_key[parties[0]]
+        for party in parties:
+            if party not in self._dims:
+                self.dims(party)
+            if self._dims_key[party] != key:
+                return False
+        try:
+            self(parties[0], kind, "server", {k: v[0] for k, v in fields.items()})
+        except InvalidReply:
+            return False
+        spec = self.table[kind]
+        for name, stacked in fields.items():
+            field = spec.reply.get(name, spec.extra)
+            if field is None or field.dtype not in ("float", "int", "bool"):
+                return False
+            if stacked.dtype.kind not in "biuf" or not _stacked_values_ok(field, stacked):
+                return False
+        return True
+
+
+def _stacked_values_ok(field: Field, stacked: np.ndarray) -> bool:
+    """The bound and sign tests of ``field`` on the stacked values of many payloads (the
+    shape and dtype of each were checked before)."""
+    if field.finite and stacked.dtype.kind == "f" and stacked.size:
+        if not float(np.abs(stacked).max()) <= field.max_abs:
+            return False
+    if field.positive and stacked.size and not bool(np.all(stacked > 0)):
+        return False
+    return True
 
 
 def opt_in_refusal(
@@ -644,6 +677,11 @@ class MessageTable:
             }
             object.__setattr__(self, "_valued", cached)  # (frozen: a cache, not a field)
         return cached
+
+    def valued_fields(self, kind: str) -> tuple[str, ...]:
+        """The request fields of ``kind`` whose value can need a party's opt-in (the values
+        :meth:`request_signature` reads)."""
+        return self._valued_fields.get(kind, ())
 
     def opt_ins_needed(self, kind: str, payload: Mapping[str, Any]) -> dict[str, str]:
         """The party opt-ins a request of ``kind`` with ``payload`` needs, each with what

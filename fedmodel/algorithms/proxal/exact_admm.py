@@ -79,6 +79,7 @@ from fedmodel.algorithms.proxal.obstacles import (
     restricted_domain_party,
 )
 from fedmodel.algorithms.topology import Coordination
+from fedmodel.runtime.rows import Rows
 from fedmodel.runtime.schema import Field, MessageSpec
 from fedmodel.subproblems.conic_prox import exact_prox_solver, internal_rows
 from fedmodel.subproblems.merit import set_deadline, step_deadline
@@ -265,14 +266,14 @@ class ExactADMM:
             runtime.next_round()
             tol, tol_server = step_tolerances(tau, sigma, len(names), server.prox_weight)
             C = z - U
-            payloads = {n: {"c": C[i], "sigma": sigma, "tol": tol} for i, n in enumerate(names)}
-            for n, budget in step_budgets(runtime, names, deadline).items():
-                payloads[n]["budget"] = budget
-            replies = runtime.broadcast("xadmm_w", payloads.__getitem__)
+            fields = {"c": Rows(C), "sigma": sigma, "tol": tol}
+            budgets = step_budgets(runtime, names, deadline)
+            if budgets:
+                fields["budget"] = Rows([budgets[n] for n in names])
+            replies = runtime.broadcast_rows("xadmm_w", fields, to=names)
             if list(replies) != names:  # (a failed client stops the run: never here)
                 raise RuntimeError("exact-admm: the replies are not the round's clients'")
-            X = np.array([r.payload["x"] for r in replies.values()], dtype=float)
-            X = X.reshape(len(names), ns)
+            X = replies.stack("x").reshape(len(names), ns)
             m = len(names)
             if self.relaxation != 1.0:  # over-relaxation (Boyd et al. 2011, Sec. 3.4.3)
                 a = self.relaxation
@@ -942,15 +943,39 @@ class ExactClient(InnerClient):
     @staticmethod
     def _on_xadmm_w_batch(parts: list[ExactClient], payloads: list[dict]) -> list[dict]:
         """:meth:`_on_xadmm_w` of every client of ``parts`` (clients of one
+        :meth:`step_batch_key`) in one batched Newton solve (:meth:`_on_xadmm_w_rows` on
+        the payloads' values)."""
+        C = np.stack([np.asarray(pl["c"], dtype=float) for pl in payloads])
+        fields = {
+            "c": Rows(C),
+            "sigma": Rows([float(pl["sigma"]) for pl in payloads]),
+            "tol": Rows([float(pl["tol"]) for pl in payloads]),
+            "budget": Rows([pl.get("budget") for pl in payloads]),
+        }
+        return [{"x": x} for x in ExactClient._on_xadmm_w_rows(parts, fields)["x"]]
+
+    @staticmethod
+    def _on_xadmm_w_rows(parts: list[ExactClient], fields: dict) -> dict[str, np.ndarray]:
+        """:meth:`_on_xadmm_w` of every client of ``parts`` (clients of one
         :meth:`step_batch_key`) in one batched Newton solve: each client's
         ``f_i(x) + ((p + sigma_i) / 2) ||x - center_i||^2`` (no constraints: ``P_{i,k}`` plus
-        the ADMM penalty), each to its own ``tol``, from its own last point. Every input is
-        checked and the solve made before any client's state changes."""
+        the ADMM penalty), each to its own ``tol``, from its own last point. ``fields``: the
+        requests' fields, each :class:`~fedmodel.runtime.rows.Rows` (client ``i``'s value
+        in row ``i``) or one value for all; returns the replies' ``x`` as rows. Every input
+        is checked and the solve made before any client's state changes."""
         hosts = [part.host for part in parts]
-        C = np.stack([np.asarray(pl["c"], dtype=float) for pl in payloads])
-        sigma = np.array([float(pl["sigma"]) for pl in payloads])
-        tol = np.array([float(pl["tol"]) for pl in payloads])
-        budgets = [pl.get("budget") for pl in payloads]
+        m = len(parts)
+
+        def column(name: str) -> np.ndarray:
+            value = fields[name]
+            if isinstance(value, Rows):
+                return np.array([float(v) for v in value.values])
+            return np.full(m, float(value))
+
+        C = np.array(fields["c"].values, dtype=float).reshape(m, -1)
+        sigma, tol = column("sigma"), column("tol")
+        budget = fields.get("budget")
+        budgets = budget.values if isinstance(budget, Rows) else [budget] * m
         deadlines = [step_deadline(b, f"party {h.name!r}") for b, h in zip(budgets, hosts)]
         deadline = min((d for d in deadlines if d is not None), default=None)
         p = np.array([h.prox_weight for h in hosts])
@@ -976,7 +1001,7 @@ class ExactClient(InnerClient):
             stats["local_iterations"] += int(its)
             h.note_residual_gap(res, t)
             part.u = x
-        return [{"x": x} for x in shared]
+        return {"x": shared}
 
 
 ExactInner.client_part = ExactClient

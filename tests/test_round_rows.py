@@ -1,0 +1,148 @@
+"""A round whose requests differ in rows of stacked arrays (``Runtime.broadcast_rows``):
+on the serial backend exact-admm's rounds take the stacked path, with the iterates, the
+ledger and the verdicts of the message-by-message path; a stacked step that raises, or
+replies that the stacked check refuses, fall back to the message path."""
+
+import cvxpy as cp
+import numpy as np
+import pytest
+
+import fedmodel as fm
+import fedmodel.runtime.base as runtime_base
+import fedmodel.runtime.rows as rows_module
+from fedmodel.algorithms.proxal.exact_admm import ExactClient
+from fedmodel.runtime.messages import CountingLedger, Ledger, Message, measure
+from fedmodel.runtime.rows import RoundReplies, Rows, payloads_of, record_round, rows_subset
+
+
+def _model(n=8, d=4, seed=1):
+    """Least squares over ``n`` clients of 12 or 15 rows (two cohorts), a server box."""
+    rng = np.random.default_rng(seed)
+    m = fm.Model("rows")
+    w = m.variable(d, name="w")
+    sizes = [12 if k % 2 else 15 for k in range(n)]
+    total = sum(sizes)
+    for k, rows in enumerate(sizes):
+        X = rng.normal(size=(rows, d))
+        y = X @ rng.normal(size=d) + 0.3 * rng.normal(size=rows)
+        c = m.client(f"c{k}")
+        c.minimize(cp.sum_squares(c.data(X, name="X") @ w - c.data(y, name="y")) / total)
+    m.server.subject_to([w <= 0.4, w >= -0.4])
+    return m
+
+
+@pytest.fixture
+def stacked_rounds(monkeypatch):
+    """How many rounds took the stacked path."""
+    taken = []
+    exchange = rows_module.exchange_rows
+
+    def spy(*args):
+        out = exchange(*args)
+        taken.append(out is not None)
+        return out
+
+    monkeypatch.setattr(runtime_base, "exchange_rows", spy)
+    return taken
+
+
+def _solve(**kw):
+    return _model().solve("prox-al", inner_solver="exact-admm", **kw)
+
+
+def test_a_stacked_run_is_the_message_by_message_run(stacked_rounds, monkeypatch):
+    stacked = _solve()
+    assert stacked_rounds and all(stacked_rounds)
+    monkeypatch.setattr(runtime_base, "exchange_rows", lambda *args: None)
+    messages = _solve()
+    assert stacked.status == messages.status == "optimal"
+    assert stacked.rounds == messages.rounds
+    assert np.array_equal(stacked.x, messages.x)  # bit for bit
+    assert stacked.ledger == messages.ledger  # every message's row, in the same order
+    assert stacked.communication == messages.communication
+
+
+def test_a_counting_ledger_counts_a_stacked_round_as_its_messages(monkeypatch):
+    stacked = _solve(keep_ledger=False)
+    monkeypatch.setattr(runtime_base, "exchange_rows", lambda *args: None)
+    messages = _solve(keep_ledger=False)
+    assert stacked.communication == messages.communication
+
+
+def test_a_stacked_step_that_raises_falls_back_to_the_message_path(stacked_rounds, monkeypatch):
+    reference = _solve()
+    stacked_rounds.clear()
+    step = ExactClient._on_xadmm_w_rows
+
+    def broken(parts, fields):
+        if not isinstance(fields["sigma"], Rows):  # (the stacked round's call, not a batch's)
+            raise ValueError("no stacked step here")
+        return step(parts, fields)
+
+    monkeypatch.setattr(ExactClient, "_on_xadmm_w_rows", staticmethod(broken))
+    res = _solve()
+    assert stacked_rounds and not any(stacked_rounds)
+    # (the message path's batches read the same rows: nothing changed)
+    assert res.status == "optimal" and res.rounds == reference.rounds
+    assert np.array_equal(res.x, reference.x)
+
+
+def test_a_stacked_reply_the_check_refuses_fails_its_own_party(monkeypatch):
+    step = ExactClient._on_xadmm_w_rows
+
+    def corrupt(parts, fields):
+        out = step(parts, fields)
+        names = [p.host.name for p in parts]
+        if "c3" in names:
+            out["x"][names.index("c3")] = np.nan
+        return out
+
+    monkeypatch.setattr(ExactClient, "_on_xadmm_w_rows", staticmethod(corrupt))
+    stacked = _solve()
+    assert stacked.status == "client_failure"
+    assert stacked.failure["clients"] == ["c3"] and stacked.failure["kind"] == "invalid_reply"
+    assert "field 'x' is not finite" in stacked.failure["error"]
+    # (the message path's batches read the same corrupted rows: the same verdict)
+    monkeypatch.setattr(runtime_base, "exchange_rows", lambda *args: None)
+    messages = _solve()
+    assert messages.failure == stacked.failure and messages.message == stacked.message
+
+
+def test_round_replies_read_as_messages_and_stacked():
+    X = np.arange(6.0).reshape(3, 2)
+    replies = RoundReplies(["a", "b", "c"], stacked={"x": X}, kind="k_reply", round=4)
+    assert list(replies) == ["a", "b", "c"] and len(replies) == 3
+    b = replies["b"]
+    assert (b.kind, b.sender, b.receiver, b.round) == ("k_reply", "b", "server", 4)
+    assert list(b.payload) == ["x"] and np.array_equal(b.payload["x"], X[1])
+    stacked = replies.stack("x")
+    assert np.array_equal(stacked, X) and stacked is not X  # (a copy: the server's own)
+    by_message = RoundReplies(["a", "b"], messages={n: replies[n] for n in "ab"})
+    assert np.array_equal(by_message.stack("x"), X[:2])
+
+
+def test_rows_fields_give_each_client_its_own_payload():
+    fields = {"c": Rows(np.eye(3)), "sigma": 2.0, "budget": Rows([1.0, 2.0, 3.0])}
+    payloads = payloads_of(fields, 3)
+    assert [list(p) for p in payloads] == [["c", "sigma", "budget"]] * 3
+    assert np.array_equal(payloads[2]["c"], [0, 0, 1]) and payloads[1]["budget"] == 2.0
+    sub = rows_subset(fields, [2, 0])
+    assert np.array_equal(sub["c"].values, np.eye(3)[[2, 0]]) and sub["budget"].values == [3.0, 1.0]
+    with pytest.raises(ValueError, match="field 'c' has 3 rows for 2 clients"):
+        payloads_of(fields, 2)
+
+
+@pytest.mark.parametrize("ledger", [Ledger(), CountingLedger()])
+def test_record_round_writes_what_recording_each_message_writes(ledger):
+    by_message = type(ledger)()
+    request, reply = {"c": np.zeros(3), "tol": 0.1}, {"x": np.zeros(3)}
+    for n in ("a", "b"):
+        by_message.record(Message("k", "server", n, request, 2))
+        by_message.record(Message("k_reply", n, "server", reply, 2))
+    record_round(
+        ledger, ["a", "b"], (2, "k", "k_reply", "algorithm"), measure(request), measure(reply)
+    )
+    if isinstance(ledger, CountingLedger):
+        assert ledger.counts == by_message.counts
+    else:
+        assert ledger.rows == by_message.rows
