@@ -39,6 +39,10 @@ import scipy.sparse as sp
 
 from fedmodel.compiler.glm import GLMFunction, phi_d2, phi_value_d1
 
+#: the GLM kinds whose second derivative is a constant (``phi_d2``): a cohort of only
+#: these has Hessians that do not depend on the point
+CONSTANT_CURVATURE = frozenset({"square"})
+
 
 class NotStackable(ValueError):
     """The parties' objectives cannot be stacked into one cohort (the message says why)."""
@@ -158,6 +162,7 @@ class GLMCohort:
             [np.zeros(self.n) if f.q is None else np.asarray(f.q, dtype=float) for f in forms]
         )
         self.r = np.array([float(f.r) for f in forms])
+        self._fixed_hessian: np.ndarray | None = None
 
     # -- f_i ---------------------------------------------------------------------------------
     def value_grad(self, X: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -176,10 +181,16 @@ class GLMCohort:
         return vals, G
 
     def hessian(self, X: np.ndarray) -> np.ndarray:
-        """``hess f_i(x_i)`` (clients, n, n) for the rows of ``X``."""
+        """``hess f_i(x_i)`` (clients, n, n) for the rows of ``X``. When every term is a
+        square (a constant second derivative), the Hessians do not depend on ``X``: they
+        are computed once and copied after."""
+        if self._fixed_hessian is not None:
+            return self._fixed_hessian.copy()
         H = np.zeros((len(X), self.n, self.n)) if self.Q is None else self.Q.copy()
         for t in self.terms:
             H += t.gram(t.w * phi_d2(t.kind, t.images(X), t.M))
+        if all(t.kind in CONSTANT_CURVATURE for t in self.terms):
+            self._fixed_hessian = H.copy()
         return H
 
     def subset(self, idx: np.ndarray) -> GLMCohort:
@@ -191,6 +202,8 @@ class GLMCohort:
         ]
         sub.Q = None if self.Q is None else self.Q[idx]
         sub.q, sub.r = self.q[idx], self.r[idx]
+        fixed = self._fixed_hessian
+        sub._fixed_hessian = None if fixed is None else fixed[idx]
         return sub
 
     # -- the proximal subproblems --------------------------------------------------------------
