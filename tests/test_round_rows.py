@@ -3,6 +3,9 @@ on the serial backend exact-admm's rounds take the stacked path, with the iterat
 ledger and the verdicts of the message-by-message path; a stacked step that raises, or
 replies that the stacked check refuses, fall back to the message path."""
 
+import time
+from types import SimpleNamespace
+
 import cvxpy as cp
 import numpy as np
 import pytest
@@ -10,7 +13,7 @@ import pytest
 import fedmodel as fm
 import fedmodel.runtime.base as runtime_base
 import fedmodel.runtime.rows as rows_module
-from fedmodel.algorithms.proxal.exact_admm import ExactClient
+from fedmodel.algorithms.proxal.exact_admm import ExactClient, _earliest_deadline
 from fedmodel.runtime.messages import CountingLedger, Ledger, Message, measure
 from fedmodel.runtime.rows import RoundReplies, Rows, payloads_of, record_round, rows_subset
 
@@ -50,11 +53,12 @@ def _solve(**kw):
     return _model().solve("prox-al", inner_solver="exact-admm", **kw)
 
 
-def test_a_stacked_run_is_the_message_by_message_run(stacked_rounds, monkeypatch):
-    stacked = _solve()
+@pytest.mark.parametrize("time_limit", [None, 600.0])  # (with one: each step's budget)
+def test_a_stacked_run_is_the_message_by_message_run(time_limit, stacked_rounds, monkeypatch):
+    stacked = _solve(time_limit=time_limit)
     assert stacked_rounds and all(stacked_rounds)
     monkeypatch.setattr(runtime_base, "exchange_rows", lambda *args: None)
-    messages = _solve()
+    messages = _solve(time_limit=time_limit)
     assert stacked.status == messages.status == "optimal"
     assert stacked.rounds == messages.rounds
     assert np.array_equal(stacked.x, messages.x)  # bit for bit
@@ -146,3 +150,13 @@ def test_record_round_writes_what_recording_each_message_writes(ledger):
         assert ledger.counts == by_message.counts
     else:
         assert ledger.rows == by_message.rows
+
+
+def test_a_bad_budget_in_a_row_names_its_party():
+    hosts = [SimpleNamespace(name=n) for n in ("a", "b", "c")]
+    assert _earliest_deadline(Rows([None, None, None]), hosts) is None
+    start = time.perf_counter()
+    deadline = _earliest_deadline(Rows([5.0, None, 2.0]), hosts)
+    assert start + 2.0 <= deadline <= time.perf_counter() + 2.0
+    with pytest.raises(ValueError, match="party 'b' got a time budget"):
+        _earliest_deadline(Rows([5.0, -1.0, float("nan")]), hosts)

@@ -974,10 +974,7 @@ class ExactClient(InnerClient):
 
         C = np.array(fields["c"].values, dtype=float).reshape(m, -1)
         sigma, tol = column("sigma"), column("tol")
-        budget = fields.get("budget")
-        budgets = budget.values if isinstance(budget, Rows) else [budget] * m
-        deadlines = [step_deadline(b, f"party {h.name!r}") for b, h in zip(budgets, hosts)]
-        deadline = min((d for d in deadlines if d is not None), default=None)
+        deadline = _earliest_deadline(fields.get("budget"), hosts)
         p = np.array([h.prox_weight for h in hosts])
         centers = np.stack([h.w_center for h in hosts])
         centers = (p[:, None] * centers + sigma[:, None] * C) / (p + sigma)[:, None]
@@ -1005,3 +1002,20 @@ class ExactClient(InnerClient):
 
 
 ExactInner.client_part = ExactClient
+
+
+def _earliest_deadline(budget: Any, hosts: list) -> float | None:
+    """The earliest of the clients' step deadlines (:func:`~fedmodel.subproblems.merit.
+    step_deadline`) for ``budget``: one value for all, or :class:`~fedmodel.runtime.rows.
+    Rows` of seconds or None; a negative or non-finite budget raises naming its party."""
+    if not isinstance(budget, Rows):
+        return step_deadline(budget, f"party {hosts[0].name!r}" if hosts else "party")
+    given = [(b, h) for b, h in zip(budget.values, hosts) if b is not None]
+    if not given:
+        return None
+    seconds = np.array([float(b) for b, _ in given])
+    bad = ~(np.isfinite(seconds) & (seconds >= 0.0))
+    if bad.any():
+        b, h = given[int(np.flatnonzero(bad)[0])]
+        step_deadline(b, f"party {h.name!r}")  # (raises, naming the party)
+    return step_deadline(float(seconds.min()), "")
