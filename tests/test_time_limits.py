@@ -33,11 +33,13 @@ def test_admm_cut_by_its_deadline_says_time_limit_not_max_iterations():
     [
         ("fedprox", "fedmodel.algorithms.baselines.fedavg"),
         ("dald-cc", "fedmodel.algorithms.dald.client"),
+        ("admm", "fedmodel.algorithms.proxal.admm_inner"),
     ],
 )
 def test_local_steps_get_the_time_left_as_their_budget(method, module, monkeypatch):
-    """fedprox's and dald-cc's local solves get a budget (the time left, shared among the
-    clients that run one after another: 0 here) and the run ends with status time_limit."""
+    """fedprox's, dald-cc's and Algorithm 2's local solves get a budget (the time left,
+    shared among the clients that run one after another: 0 here) and the run ends with
+    status time_limit."""
     import importlib
 
     mod = importlib.import_module(module)

@@ -29,6 +29,7 @@ import time
 import numpy as np
 from scipy.linalg import cho_factor
 
+from fedmodel.algorithms.common import step_budgets
 from fedmodel.algorithms.messages import W
 from fedmodel.algorithms.proxal.anderson import AndersonState
 from fedmodel.algorithms.proxal.inner import InnerClient, InnerOutcome, InnerSolver
@@ -36,6 +37,7 @@ from fedmodel.algorithms.proxal.metric import PenaltyMetric, hessian_metric, shi
 from fedmodel.algorithms.proxal.obstacles import newton_obstacle
 from fedmodel.algorithms.proxal.options import EXACT_TOL
 from fedmodel.runtime.schema import Field, MessageSpec
+from fedmodel.subproblems.merit import set_deadline, step_deadline
 from fedmodel.subproblems.newton import solve_upper
 
 #: ADMM rounds of one run of Algorithm 2 after which a client re-evaluates its Hessian
@@ -66,6 +68,9 @@ ADMM_W = MessageSpec(
         "tol": Field(()),
         "alpha": Field(("<=aa",), required=False),
         "reset": Field((), dtype="bool", required=False),
+        # seconds the step may take by the receiver's own clock (the run's time_limit;
+        # absent without one)
+        "budget": Field((), required=False),
     },
     reply={
         "u_tilde": _U_TILDE,
@@ -108,6 +113,8 @@ class ADMMInner(InnerSolver):
             off |= {"admm_w.alpha", "admm_w.reset", "admm_w.gram"}
         if not options.adaptive_rho:
             off.add("rho")
+        if getattr(options, "time_limit", None) is None:
+            off.add("admm_w.budget")
         return off
 
     @classmethod
@@ -243,6 +250,7 @@ class ADMMInner(InnerSolver):
                 theta_c = (host.prox_weight * w_center[ns:] + self.rho_sum * w[ns:]) / sigma_theta
                 center = np.concatenate([center, theta_c])
             host.problem.set(sigma=self.sigma, center=center, mu=[host.mu], nu=[host.nu])
+            set_deadline(host.solver, deadline)
             report = host.solver.solve(w, tol, opts.max_local_iter)  # server step (14)
             host.local_iterations += report.iterations
             residual = report.residual
@@ -253,7 +261,12 @@ class ADMMInner(InnerSolver):
             payload = {"w": w[:ns], "tol": tol}
             if aa is not None:  # this round's input: alpha over the last outputs
                 payload.update(alpha=alpha, reset=reset)
-            replies = runtime.broadcast("admm_w", payload)
+            budgets = step_budgets(runtime, runtime.client_names, deadline)
+            if budgets:  # (each client's step ends by the deadline: its share of what is left)
+                payloads = {n: {**payload, "budget": b} for n, b in budgets.items()}
+                replies = runtime.broadcast("admm_w", payloads.__getitem__)
+            else:
+                replies = runtime.broadcast("admm_w", payload)
             u_tildes = {name: r.payload["u_tilde"] for name, r in replies.items()}
             changed = False
             if opts.adaptive_rho:  # residual balancing: the clients' new rho_i (public)
@@ -417,8 +430,9 @@ class ADMMClient(InnerClient):
         self.aa_out, self.aa_res = self.aa_out[-keep:], self.aa_res[-keep:]
         return np.array([float(r @ q) for q in self.aa_res])
 
-    def _on_admm_w(self, w, tol, alpha=None, reset=False):
+    def _on_admm_w(self, w, tol, alpha=None, reset=False, budget=None):
         h = self.host
+        deadline = step_deadline(budget, f"party {h.name!r}")
         w = np.asarray(w, dtype=float)
         ns = h.ns
         if h.anderson:
@@ -453,6 +467,7 @@ class ADMMClient(InnerClient):
             center = np.concatenate([center, theta_c])
         h.problem.set(sigma=sigma, center=center, mu=[h.mu], nu=[h.nu])
         h.problem.cone[0] = h.cone
+        set_deadline(h.solver, deadline)
         report = h.solver.solve(self.u, float(tol), h.max_local_iter)
         h.cone = np.array(h.problem.cone[0], dtype=float)
         h.stats["local_solves"] += 1
