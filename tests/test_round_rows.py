@@ -13,7 +13,7 @@ import pytest
 import fedmodel as fm
 import fedmodel.runtime.base as runtime_base
 import fedmodel.runtime.rows as rows_module
-from fedmodel.algorithms.proxal.exact_admm import ExactClient, _earliest_deadline
+from fedmodel.algorithms.proxal.exact_admm import ExactClient, _cohort_deadline
 from fedmodel.runtime.messages import CountingLedger, Ledger, Message, measure
 from fedmodel.runtime.rows import RoundReplies, Rows, payloads_of, record_round, rows_subset
 
@@ -152,11 +152,16 @@ def test_record_round_writes_what_recording_each_message_writes(ledger):
         assert ledger.rows == by_message.rows
 
 
-def test_a_bad_budget_in_a_row_names_its_party():
+def test_a_cohort_step_has_its_clients_budgets_added_up():
+    """One batched step for a cohort may take the seconds its clients were granted one
+    after another; a bad budget names its party."""
     hosts = [SimpleNamespace(name=n) for n in ("a", "b", "c")]
-    assert _earliest_deadline(Rows([None, None, None]), hosts) is None
+    assert _cohort_deadline(Rows([None, None, None]), hosts) is None
+    assert _cohort_deadline(None, hosts) is None
     start = time.perf_counter()
-    deadline = _earliest_deadline(Rows([5.0, None, 2.0]), hosts)
-    assert start + 2.0 <= deadline <= time.perf_counter() + 2.0
+    deadline = _cohort_deadline(Rows([5.0, None, 2.0]), hosts)
+    assert start + 7.0 <= deadline <= time.perf_counter() + 7.0
+    deadline = _cohort_deadline(1.5, hosts)  # (one value for all three)
+    assert start + 4.5 <= deadline <= time.perf_counter() + 4.5
     with pytest.raises(ValueError, match="party 'b' got a time budget"):
-        _earliest_deadline(Rows([5.0, -1.0, float("nan")]), hosts)
+        _cohort_deadline(Rows([5.0, -1.0, float("nan")]), hosts)

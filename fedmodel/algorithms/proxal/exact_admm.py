@@ -974,7 +974,7 @@ class ExactClient(InnerClient):
 
         C = np.array(fields["c"].values, dtype=float).reshape(m, -1)
         sigma, tol = column("sigma"), column("tol")
-        deadline = _earliest_deadline(fields.get("budget"), hosts)
+        deadline = _cohort_deadline(fields.get("budget"), hosts)
         p = np.array([h.prox_weight for h in hosts])
         centers = np.stack([h.w_center for h in hosts])
         centers = (p[:, None] * centers + sigma[:, None] * C) / (p + sigma)[:, None]
@@ -1004,12 +1004,16 @@ class ExactClient(InnerClient):
 ExactInner.client_part = ExactClient
 
 
-def _earliest_deadline(budget: Any, hosts: list) -> float | None:
-    """The earliest of the clients' step deadlines (:func:`~fedmodel.subproblems.merit.
-    step_deadline`) for ``budget``: one value for all, or :class:`~fedmodel.runtime.rows.
-    Rows` of seconds or None; a negative or non-finite budget raises naming its party."""
+def _cohort_deadline(budget: Any, hosts: list) -> float | None:
+    """The deadline of a cohort's one batched step (:func:`~fedmodel.subproblems.merit.
+    step_deadline`): the seconds its clients were granted, added up (one after another
+    they would have had each its own share; together they have the sum). ``budget``: one
+    value for all, or :class:`~fedmodel.runtime.rows.Rows` of seconds or None; a negative
+    or non-finite budget raises naming its party."""
     if not isinstance(budget, Rows):
-        return step_deadline(budget, f"party {hosts[0].name!r}" if hosts else "party")
+        if budget is None:
+            return None
+        return step_deadline(len(hosts) * float(budget), f"party {hosts[0].name!r}")
     given = [(b, h) for b, h in zip(budget.values, hosts) if b is not None]
     if not given:
         return None
@@ -1018,4 +1022,4 @@ def _earliest_deadline(budget: Any, hosts: list) -> float | None:
     if bad.any():
         b, h = given[int(np.flatnonzero(bad)[0])]
         step_deadline(b, f"party {h.name!r}")  # (raises, naming the party)
-    return step_deadline(float(seconds.min()), "")
+    return step_deadline(float(seconds.sum()), "")
