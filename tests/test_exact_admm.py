@@ -461,14 +461,19 @@ def test_a_deadline_already_past_stops_exact_admm_after_one_round(build, monkeyp
     returns a point with status time_limit."""
     import fedmodel.algorithms.proxal.exact_admm as client_mod
 
-    budgets = []
-    original = client_mod.step_deadline
+    budgets = []  # (each client's, whether its step ran alone or in a cohort's batch)
+    original, cohort = client_mod.step_deadline, client_mod._cohort_deadline
 
     def spy(budget, who):
         budgets.append(budget)
         return original(budget, who)
 
+    def cohort_spy(budget, hosts):
+        budgets.extend(budget.values)
+        return cohort(budget, hosts)
+
     monkeypatch.setattr(client_mod, "step_deadline", spy)
+    monkeypatch.setattr(client_mod, "_cohort_deadline", cohort_spy)
     m = build()
     # (forced: "auto" takes prox-quasi-newton on the l1 model, whose parties are smooth)
     res = m.solve("prox-al", time_limit=1e-9, inner_solver="exact-admm")
