@@ -131,15 +131,26 @@ def copy_state(obj: Any) -> Any:
     are copied directly (a step snapshots its party's state, so this is on the hot path);
     read-only arrays are shared (nobody can change them in place: the Newton backend's
     carried factor); anything else goes through ``copy.deepcopy``."""
+    t = type(obj)  # (the exact types first: a state holds thousands of them)
+    if t is np.ndarray:
+        return obj.copy() if obj.flags.writeable else obj
+    if t in _ATOMS:
+        return obj
+    if t is dict:
+        return {k: copy_state(v) for k, v in obj.items()}
+    if t is list:
+        return [copy_state(v) for v in obj]
+    if t is tuple:
+        return tuple([copy_state(v) for v in obj])
     if isinstance(obj, np.ndarray):
         return obj.copy() if obj.flags.writeable else obj
-    if obj is None or isinstance(obj, (float, int, str, bool, np.generic)):
+    if isinstance(obj, (float, int, str, bool, np.generic)):
         return obj
-    if type(obj) is dict:
-        return {k: copy_state(v) for k, v in obj.items()}
-    if type(obj) in (list, tuple):
-        return type(obj)(copy_state(v) for v in obj)
     return copy.deepcopy(obj)
+
+
+#: the immutable scalar types a state is copied without looking further
+_ATOMS = frozenset({float, int, str, bool, type(None)})
 
 
 def _get_state(ep: Any) -> Any:
