@@ -101,6 +101,14 @@ PRIMAL_FRACTION = 1.0
 #: primal residual changed by at most INFEASIBLE_CHANGE (relative) over that many rounds,
 #: stays above tau_k, and the dual residual is below INFEASIBLE_CHANGE times it
 INFEASIBLE_WINDOW, INFEASIBLE_CHANGE = 50, 1e-3
+#: the Farkas certificate is tried within an inner solve once the primal residual has
+#: settled over this many rounds at a fixed sigma (relative change at most
+#: INFEASIBLE_CHANGE) above its target, then again after 1, 2, 4, ... more rounds: the
+#: dual residual of an infeasible model falls only like 1/t, and the clients' points,
+#: which Anderson's steps extrapolate every few rounds, reach a certificate long before
+#: it meets INFEASIBLE_WINDOW's test. A failed try costs one round and proves nothing
+#: wrong: the parties check the certificate on their terms
+FARKAS_WINDOW = 10
 
 #: exact-admm's penalty: Boyd's residual balancing at ``rb_ratio`` when the user sets it;
 #: left at its default (10, Algorithm 2's), OSQP's relative rule (ExactADMM.penalty),
@@ -257,6 +265,7 @@ class ExactADMM:
         rejected = 0
         bound, residual, w = np.inf, np.inf, w_center
         primals: list[float] = []  # (the infeasibility monitor)
+        farkas_next, farkas_wait = 0, 1  # (the round of the next Farkas try, the wait after it)
         fixed_since = 0  # the round since which sigma has not changed
         last_round = 0.0  # seconds of the last round: one more is not begun if it would end
         for t in range(self.max_inner):  # after the deadline (the rounds are the time unit)
@@ -298,6 +307,16 @@ class ExactADMM:
             ):
                 self.duals = dict(zip(names, U_new))
                 return InnerOutcome(w, t + 1, bound, False, residual, stalled=True)
+            if (
+                t >= farkas_next
+                and t - fixed_since >= FARKAS_WINDOW
+                and self.infeasible(primals, 0.0, tau, FARKAS_WINDOW)
+            ):
+                proven = server.try_farkas(runtime, w)
+                if proven is not None:
+                    self.duals = dict(zip(names, U_new))
+                    return InnerOutcome(w, t + 1, bound, False, residual, certificate=proven)
+                farkas_next, farkas_wait = t + farkas_wait, 2 * farkas_wait
             last_round = time.perf_counter() - t_round
             if deadline is not None and time.perf_counter() + last_round > deadline:
                 self.duals = dict(zip(names, U_new))
@@ -757,6 +776,16 @@ class ExactInner(InnerSolver):
 
     def solve(self, runtime, tau, deadline):
         return self.admm.solve(self, runtime, tau, deadline)
+
+    def try_farkas(self, runtime, w: np.ndarray):
+        """The Farkas certificate at the inner iterate ``w`` (one ``farkas`` round; the
+        clients at their last exact steps' points), when the run may try it
+        (:meth:`~fedmodel.algorithms.proxal.server.ProxALServer.may_try_farkas`): its
+        message and numbers when it holds, else None."""
+        host = self.host
+        if not host.may_try_farkas():
+            return None
+        return host.farkas(runtime, w)
 
     def configure(self) -> None:
         """Test (8)'s targets of exact-admm (:data:`EXACT_KKT_FACTORS`; adaptive variant)."""

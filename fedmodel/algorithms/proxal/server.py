@@ -422,11 +422,15 @@ class ProxALServer(ServerHalf):
             return self.blow_up(runtime, k, w_new)
         # (under dp a line search stalls on the noise or the clipping's bias: the outer
         # iteration goes on from w^k, and the budget ends the run)
+        if outcome.certificate is not None:  # (the inner solve found it)
+            self.x = w_new
+            self.certificate = outcome.certificate[1]
+            message = f"at outer iteration {k} {outcome.certificate[0]}"
+            return StepReport(stop="infeasible", message=message)
         if outcome.stalled and getattr(self.privacy, "dp", None) is None:
             self.x = w_new
             # (exact-admm's consensus gap settled: the Farkas certificate may confirm it)
-            try_it = self.convex and self.proximal and self.may_be_infeasible and opts.monitor
-            proven = self.recession(runtime, k, ("infeasible",) if try_it else ())
+            proven = self.recession(runtime, k, ("infeasible",) if self.may_try_farkas() else ())
             return proven or self.inner.stalled(k, outcome, tau)
         dw = self.outer_change(w_new, self.x)
         # Newton measured grad l_k(w^{k+1}) = grad_w L(w^{k+1}, mu^{k+1}) + (w^{k+1} - w^k) /
@@ -530,17 +534,11 @@ class ProxALServer(ServerHalf):
         last outer step ``step = w^{k+1} - w^k`` (``ray``; ``scale``: the largest change of
         a coordinate, the clients' own blocks included). A StepReport ending the run when one
         holds (its numbers in ``res.extra["certificate"]``), else None."""
-        # (not under dp, where a round spends privacy, nor under secure aggregation, whose
-        # fixed-point range the far points' objectives and growing multipliers can exceed:
-        # the monitors then speak as without the certificates)
-        private = self.privacy is not None and (
-            self.privacy.dp is not None or self.privacy.secure is not None
-        )
-        if private or not checks:
+        if not self.may_certify() or not checks:
             return None
         for check in checks:
             if check == "infeasible":
-                found = self.farkas(runtime)
+                found = self.farkas(runtime, self.farkas_point(step))
             else:
                 found = self.ray(runtime, step, scale)
             if found is not None:
@@ -550,13 +548,44 @@ class ProxALServer(ServerHalf):
             self.recession_next[check] = [k + wait, 2 * wait]
         return None
 
-    def farkas(self, runtime: Runtime) -> tuple[str, dict] | None:
-        """The Farkas certificate at the iterate (one ``farkas`` round): its message and
-        numbers when the proven radius reaches
+    def may_certify(self) -> bool:
+        """Whether the certificates of infeasibility and unboundedness may run: not under
+        dp, where a round spends privacy, nor under secure aggregation, whose fixed-point
+        range the far points' objectives and growing multipliers can exceed (the monitors
+        then speak as without the certificates)."""
+        plan = self.privacy
+        return plan is None or (plan.dp is None and plan.secure is None)
+
+    def may_try_farkas(self) -> bool:
+        """Whether an inner solver may try the Farkas certificate on its way (a convex
+        model that can be infeasible, the proximal method with its monitors on)."""
+        opts = self.options
+        convex = self.convex and self.proximal and self.may_be_infeasible
+        return convex and opts.monitor and self.may_certify()
+
+    def farkas_point(self, step: np.ndarray | None) -> np.ndarray:
+        """The point the Farkas certificate is evaluated at after the outer step ``step =
+        w^{k+1} - w^k``: on an infeasible model the iterate approaches the least-violation
+        point ``w*`` like ``w^k = w* + a / M_k``, ``M_k`` the multipliers' size (the
+        objective's gradient against multipliers that grow by the same step each outer
+        iteration), so the tangent planes at ``w^k`` miss by ``O(1/k)``; Richardson's
+        extrapolation ``w^{k+1} + (M_k / (M_{k+1} - M_k)) step`` removes that term, with
+        ``M_k`` the sum of the multiplier steps so far. The iterate itself without a step
+        (any point gives a sound certificate: the parties check it on their terms)."""
+        steps = self.dmu_history
+        if step is None or len(steps) < 2 or not steps[-1] > 0:
+            return self.x
+        point = self.x + (float(np.sum(steps[:-1])) / steps[-1]) * step
+        return point if np.all(np.isfinite(point)) else self.x
+
+    def farkas(self, runtime: Runtime, point: np.ndarray | None = None) -> tuple[str, dict] | None:
+        """The Farkas certificate at ``point`` (the iterate by default; one ``farkas``
+        round): its message and numbers when the proven radius reaches
         :func:`~fedmodel.certificate.infeasibility.radius_needed`, else None."""
         ns = self.ns
+        point = self.x if point is None else point
         runtime.next_round()
-        replies = self.collect(runtime, "farkas", {"w": self.x[:ns]})
+        replies = self.collect(runtime, "farkas", {"w": point[:ns]})
         mu_mark = self.mu if self.mu_mark is None else self.mu_mark
         nu_mark = self.nu if self.nu_mark is None else self.nu_mark
         cone = self.cone_duals()
@@ -566,14 +595,14 @@ class ProxALServer(ServerHalf):
             ("", (self.mu, self.nu, cone)),
             ("_step", (self.mu - mu_mark, self.nu - nu_mark, np.zeros_like(cone))),
         ):
-            mine = farkas_report(self.program, self.x, mu, nu, lam, ns)
+            mine = farkas_report(self.program, point, mu, nu, lam, ns)
             theirs = [
                 {key: r.payload[key + suffix] for key in ("y", "b", "rho", "size")}
                 for r in replies.values()
                 if "b" + suffix in r.payload
             ]
             candidates.append([mine, *theirs])
-        return farkas_verdict(candidates, self.problem.regularizer, self.x, self.options.eps1)
+        return farkas_verdict(candidates, self.problem.regularizer, point, self.options.eps1)
 
     def ray(self, runtime: Runtime, step: np.ndarray, scale: float) -> tuple[str, dict] | None:
         """The unboundedness certificate along the last outer step over ``scale`` (one
