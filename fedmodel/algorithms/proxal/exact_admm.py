@@ -780,10 +780,12 @@ class ExactInner(InnerSolver):
     def try_farkas(self, runtime, w: np.ndarray):
         """The Farkas certificate at the inner iterate ``w`` (one ``farkas`` round; the
         clients at their last exact steps' points), when the run may try it
-        (:meth:`~fedmodel.algorithms.proxal.server.ProxALServer.may_try_farkas`): its
-        message and numbers when it holds, else None."""
+        (:meth:`~fedmodel.algorithms.proxal.server.ProxALServer.may_try_farkas`) and two
+        parties or more restrict their points (one party's constraints, imposed exactly by
+        its steps, leave the consensus feasible): its message and numbers when it holds,
+        else None."""
         host = self.host
-        if not host.may_try_farkas():
+        if not (host.consensus_may_fail and host.may_try_farkas()):
             return None
         return host.farkas(runtime, w)
 

@@ -41,6 +41,7 @@ from fedmodel.algorithms.proxal.routes import (
     route_option_values,
 )
 from fedmodel.certificate.infeasibility import (
+    farkas_point,
     farkas_report,
     farkas_verdict,
     ray_certificate,
@@ -143,6 +144,7 @@ class ProxALServer(ServerHalf):
         fallback: type[InnerSolver] | str = "admm",
         user_constraints: bool = True,
         may_be_infeasible: bool = True,
+        consensus_may_fail: bool = True,
         tables: dict | None = None,
         convex: bool = True,
     ):
@@ -169,6 +171,9 @@ class ProxALServer(ServerHalf):
         # box or ball restrict the consensus x_i = z)
         self.user_constraints = bool(user_constraints)
         self.may_be_infeasible = bool(may_be_infeasible)
+        # (and whether exact steps that impose each party's constraints can miss a common
+        # point: two parties or more restrict their points)
+        self.consensus_may_fail = bool(consensus_may_fail)
         # the certificates of infeasibility and unboundedness (convex models): the server's
         # multipliers before the last outer update, the outer steps ||w^{k+1} - w^k||_inf,
         # the outer iteration from which each certificate is tried again and after how
@@ -538,7 +543,7 @@ class ProxALServer(ServerHalf):
             return None
         for check in checks:
             if check == "infeasible":
-                found = self.farkas(runtime, self.farkas_point(step))
+                found = self.farkas(runtime, farkas_point(self.x, step, self.dmu_history))
             else:
                 found = self.ray(runtime, step, scale)
             if found is not None:
@@ -562,21 +567,6 @@ class ProxALServer(ServerHalf):
         opts = self.options
         convex = self.convex and self.proximal and self.may_be_infeasible
         return convex and opts.monitor and self.may_certify()
-
-    def farkas_point(self, step: np.ndarray | None) -> np.ndarray:
-        """The point the Farkas certificate is evaluated at after the outer step ``step =
-        w^{k+1} - w^k``: on an infeasible model the iterate approaches the least-violation
-        point ``w*`` like ``w^k = w* + a / M_k``, ``M_k`` the multipliers' size (the
-        objective's gradient against multipliers that grow by the same step each outer
-        iteration), so the tangent planes at ``w^k`` miss by ``O(1/k)``; Richardson's
-        extrapolation ``w^{k+1} + (M_k / (M_{k+1} - M_k)) step`` removes that term, with
-        ``M_k`` the sum of the multiplier steps so far. The iterate itself without a step
-        (any point gives a sound certificate: the parties check it on their terms)."""
-        steps = self.dmu_history
-        if step is None or len(steps) < 2 or not steps[-1] > 0:
-            return self.x
-        point = self.x + (float(np.sum(steps[:-1])) / steps[-1]) * step
-        return point if np.all(np.isfinite(point)) else self.x
 
     def farkas(self, runtime: Runtime, point: np.ndarray | None = None) -> tuple[str, dict] | None:
         """The Farkas certificate at ``point`` (the iterate by default; one ``farkas``
@@ -1007,6 +997,12 @@ def run_prox_al(
     tables = {r.name: route_table(r, compiled, options, proximal) for r in (route, other)}
     rhos = options.rho_per_client(names)
     x0 = starting_point(compiled, options.w0, options.random_state)
+    # the parties whose constraints (or, the server's, h's box or ball) restrict their points
+    domain = any(piece.has_box or piece.has_ball for piece in compiled.regularizer.pieces)
+    restricting = sum(
+        any(not c.internal for c in p.constraints) or (domain and p is compiled.server)
+        for p in compiled.parties
+    )
     server = ProxALServer(
         compiled.server,
         compiled.regularizer,
@@ -1024,8 +1020,8 @@ def run_prox_al(
         and any(
             c.kind != "cone" and not c.internal for p in compiled.parties for c in p.constraints
         ),
-        may_be_infeasible=any(not c.internal for p in compiled.parties for c in p.constraints)
-        or any(piece.has_box or piece.has_ball for piece in compiled.regularizer.pieces),
+        may_be_infeasible=restricting > 0,
+        consensus_may_fail=restricting > 1,
         tables=tables,
         convex=not compiled.nonconvex,
     )
