@@ -53,6 +53,7 @@ class InnerOutcome:
     stalled: bool = False
     gradient: np.ndarray | None = None  # grad l_k(w), measured (Newton)
     certificate: tuple[str, dict] | None = None  # a Farkas certificate found on the way
+    certified: bool = False  # the KKT certificate held at w on the way (the run stops)
 
 
 class InnerSolver(DeclaredState):

@@ -427,6 +427,10 @@ class ProxALServer(ServerHalf):
             return self.blow_up(runtime, k, w_new)
         # (under dp a line search stalls on the noise or the clipping's bias: the outer
         # iteration goes on from w^k, and the budget ends the run)
+        if outcome.certified:  # (the certificate held at the inner iterate: it decides)
+            self.x = w_new
+            info = {"inner_iterations": outcome.iterations, "inner_bound": outcome.bound}
+            return StepReport(info=info, stop="stopped")
         if outcome.certificate is not None:  # (the inner solve found it)
             self.x = w_new
             self.certificate = outcome.certificate[1]
