@@ -79,6 +79,7 @@ from fedmodel.algorithms.proxal.obstacles import (
     restricted_domain_party,
 )
 from fedmodel.algorithms.topology import Coordination
+from fedmodel.certificate.infeasibility import farkas_point
 from fedmodel.runtime.schema import Field, MessageSpec
 from fedmodel.subproblems.conic_prox import exact_prox_solver, internal_rows
 from fedmodel.subproblems.merit import set_deadline, step_deadline
@@ -932,20 +933,39 @@ class ExactClient(InnerClient):
     """Client ``i``'s side of exact-admm: its exact step (``xadmm_w``) and its last point
     ``x_i`` (with its own block), the warm start of the next."""
 
-    state_fields = ("u",)
+    state_fields = ("u", "u_before", "mu_sizes")
 
     def __init__(self, host):
         super().__init__(host)
         self.u: np.ndarray | None = None
+        # the point before the last step and the multipliers' sizes before and after it
+        # (the Farkas point's extrapolation, :meth:`farkas_point`)
+        self.u_before: np.ndarray | None = None
+        self.mu_sizes = (0.0, 0.0)
         self._exact_solver = None
         self._hard_rows = internal_rows(host.problem)
 
     def hard_rows(self):
         return self._hard_rows
 
+    def user_multipliers(self) -> float:
+        """The size (1-norm) of its multipliers of the user's constraints (the epigraph
+        pieces' left out)."""
+        h = self.host
+        internal_i, internal_e, _ = h.program.functions.internal_masks
+        return float(np.abs(h.mu[~internal_i]).sum() + np.abs(h.nu[~internal_e]).sum())
+
     def farkas_point(self, w):
-        """Its last exact step's point, whose duals its multipliers are."""
-        return super().farkas_point(w) if self.u is None else self.u
+        """Its last exact step's point, whose duals its multipliers are, extrapolated
+        along its last change as the multipliers' size grew
+        (:func:`~fedmodel.certificate.infeasibility.farkas_point`: across an infeasible
+        consensus the point approaches its least-violation point like ``1 / M``)."""
+        if self.u is None:
+            return super().farkas_point(w)
+        if self.u_before is None:
+            return self.u
+        before, after = self.mu_sizes
+        return farkas_point(self.u, self.u - self.u_before, [before, after - before])
 
     def start(self, w, **request) -> dict:
         """The new centres of ``P_{i,k}``; nothing to send but the flag."""
@@ -980,10 +1000,13 @@ class ExactClient(InnerClient):
         h.stats["local_solves"] += 1
         h.stats["local_iterations"] += report.iterations
         h.note_residual_gap(report.residual, tol)
+        before = self.user_multipliers()
         h.mu = np.array(h.problem.mu[0], dtype=float)
         h.nu = np.array(h.problem.nu[0], dtype=float)
         h.cone = np.array(h.problem.cone[0], dtype=float)
         h.cone_at_w = h.cone.copy()
+        self.mu_sizes = (before, self.user_multipliers())
+        self.u_before = self.u
         self.u = np.array(report.x, dtype=float)
         h.theta_at_w = self.u[ns:].copy()
         return {"x": self.u[:ns].copy()}
