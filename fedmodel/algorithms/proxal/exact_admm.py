@@ -111,11 +111,12 @@ INFEASIBLE_WINDOW, INFEASIBLE_CHANGE = 50, 1e-3
 #: wrong: the parties check the certificate on their terms
 FARKAS_WINDOW = 10
 #: in an inner solve whose target has reached eps (the last stage of the outer loop), the
-#: certificate is evaluated at the inner iterate after 4, 8, 16, ... rounds, and the run
-#: stops where it holds: the consensus residuals that stop the inner solve are absolute
-#: and stall above a target of a fraction of eps for tens of rounds while the certificate
-#: at the iterate already holds (LAD and quantile regression, whose objectives are below
-#: 1: the scale-free certificate holds within 5 rounds of the last inner solve's 60)
+#: certificate is evaluated at the inner iterate from round 4 on, when the dual residual
+#: is at most eps (in the targets' unit), then again from twice that round on, and the
+#: run stops where it holds: the consensus residuals that stop the inner solve stall
+#: above their target of a fraction of eps for tens of rounds while the certificate at the
+#: iterate already holds (LAD and quantile regression, whose objectives are below 1: the
+#: scale-free certificate held within 5 rounds of the last inner solve's 60)
 CERTIFY_FIRST = 4
 
 #: exact-admm's penalty: Boyd's residual balancing at ``rb_ratio`` when the user sets it;
@@ -326,8 +327,12 @@ class ExactADMM:
                     self.duals = dict(zip(names, U_new))
                     return InnerOutcome(w, t + 1, bound, False, residual, certificate=proven)
                 farkas_next, farkas_wait = t + farkas_wait, 2 * farkas_wait
-            if certify_next is not None and t + 1 == certify_next:
-                certify_next *= 2
+            if (
+                certify_next is not None
+                and t + 1 >= certify_next
+                and dual <= server.host.eps1_units  # (the Lagrangian's gradient, about)
+            ):
+                certify_next = 2 * (t + 1)
                 if server.certified_at(runtime, w):
                     self.duals = dict(zip(names, U_new))
                     return InnerOutcome(w, t + 1, bound, True, residual, certified=True)
