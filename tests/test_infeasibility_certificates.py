@@ -209,9 +209,9 @@ def test_an_unbounded_model_is_certified_unbounded(name, method):
 @pytest.mark.parametrize("method", ["prox-al", "cprox-al"])
 @pytest.mark.parametrize("seed", [0, 3, 18, 22])
 def test_random_disjoint_balls_are_certified_infeasible(seed, method):
-    """Random two-ball models (least squares on even seeds, logistic on odd ones; seed 3
-    ended "diverging" and seed 22 took 506 rounds before the Farkas point's extrapolation):
-    "infeasible" with a checked certificate within the round budget."""
+    """Random two-ball models (least squares on even seeds through exact-admm, logistic on
+    odd ones through a Newton-type route; seeds 3, 18 and 22 need the Farkas point's
+    extrapolation): "infeasible" with a checked certificate within the round budget."""
     res = random_two_balls(seed).solve(method=method, time_limit=60)
     assert res.status == "infeasible" and "Farkas" in res.message, res.message
     certificate = res.extra["certificate"]
