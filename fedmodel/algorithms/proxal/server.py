@@ -434,8 +434,9 @@ class ProxALServer(ServerHalf):
         if outcome.certificate is not None:  # (the inner solve found it)
             self.x = w_new
             self.certificate = outcome.certificate[1]
+            info = {"inner_iterations": outcome.iterations, "inner_bound": outcome.bound}
             message = f"at outer iteration {k} {outcome.certificate[0]}"
-            return StepReport(stop="infeasible", message=message)
+            return StepReport(info=info, stop="infeasible", message=message)
         if outcome.stalled and getattr(self.privacy, "dp", None) is None:
             self.x = w_new
             # (exact-admm's consensus gap settled: the Farkas certificate may confirm it)
