@@ -318,7 +318,9 @@ class ExactADMM:
                 self.duals = dict(zip(names, U_new))
                 return InnerOutcome(w, t + 1, bound, False, residual, stalled=True)
             if (
-                t >= farkas_next
+                server.options.monitor
+                and server.may_be_infeasible
+                and t >= farkas_next
                 and t - fixed_since >= FARKAS_WINDOW
                 and self.infeasible(primals, 0.0, tau, FARKAS_WINDOW)
             ):
