@@ -27,6 +27,7 @@ QUESTIONS: dict[str, tuple[str, ...]] = {
         "hinge_epigraph.py",
         "parameters_resolve.py",
         "time_limits.py",
+        "infeasibility.py",
     ),
     "How does it scale (clients, dimension, backends, deployment)?": (
         "scaling.py",

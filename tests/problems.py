@@ -156,3 +156,32 @@ def route(model, **options) -> tuple[str, str]:
 
     route, note = choose(model.compile(), ProxALOptions(**options), True)
     return route.name, note
+
+
+def random_two_balls(seed: int):
+    """Two clients' 2-norm balls ``||w - c_i|| <= r_i`` that do not meet (an infeasible
+    model): ``d`` in 5..20, radii in [0.5, 2], a gap in [0.1, 1] between the balls along a
+    random direction, each client's least-squares loss (even seeds) or logistic loss (odd
+    seeds) on 20 to 59 random rows of its own."""
+    rng = np.random.default_rng(seed)
+    d = int(rng.integers(5, 21))
+    model = fm.Model(f"two-balls-{seed}")
+    w = model.variable(d, name="w")
+    u = rng.normal(size=d)
+    u /= np.linalg.norm(u)
+    r = rng.uniform(0.5, 2.0, size=2)
+    c0 = rng.normal(size=d)
+    c1 = c0 + (r[0] + r[1] + rng.uniform(0.1, 1.0)) * u
+    for k, c in enumerate([c0, c1]):
+        n = int(rng.integers(20, 60))
+        X = rng.normal(size=(n, d))
+        beta = rng.normal(size=d)
+        client = model.client(f"c{k}")
+        if seed % 2:
+            y = np.where(X @ beta + 0.5 * rng.normal(size=n) > 0, 1.0, -1.0)
+            client.minimize(cp.sum(cp.logistic(-cp.multiply(y, X @ w))) / n)
+        else:
+            y = X @ beta + 0.3 * rng.normal(size=n)
+            client.minimize(cp.sum_squares(X @ w - y) / n)
+        client.subject_to(cp.norm(w - c, 2) <= r[k])
+    return model

@@ -189,6 +189,31 @@ def radius_needed(x: np.ndarray, eps: float) -> float:
     return RADIUS_FACTOR * max(1.0, float(np.abs(x).max(initial=0.0))) / np.sqrt(eps)
 
 
+def farkas_point(x: np.ndarray, step: np.ndarray | None, dmu_steps) -> np.ndarray:
+    """The point to evaluate the Farkas certificate at after the outer step ``step =
+    x^{k+1} - x^k`` of a proximal augmented-Lagrangian method whose multiplier steps were
+    ``dmu_steps`` (the last one this step's). On an infeasible model the iterate
+    approaches the least-violation point ``x*`` like ``x^k = x* + a / M_k``, ``M_k`` the
+    multipliers' size (the objective's gradient against multipliers that grow by about
+    the same step each outer iteration), so tangent planes at ``x^k`` miss by ``O(1/k)``
+    and the proven radius grows only like ``k``; Richardson's extrapolation
+    ``x^{k+1} + (M_k / (M_{k+1} - M_k)) step``, ``M_k`` the sum of the multiplier steps
+    before the last, removes that term. ``x`` itself without a step, or without two
+    multiplier steps. Any point gives a sound certificate: the parties check it on their
+    terms.
+
+    Examples
+    --------
+    >>> farkas_point(np.array([1.0]), np.array([0.5]), [2.0, 2.0, 2.0]).tolist()
+    [2.0]
+    """
+    steps = [float(v) for v in dmu_steps]
+    if step is None or len(steps) < 2 or not steps[-1] > 0:
+        return x
+    point = x + (sum(steps[:-1]) / steps[-1]) * np.asarray(step, dtype=float)
+    return point if np.all(np.isfinite(point)) else x
+
+
 def ray_report(program: PartyProgram, x: np.ndarray, d: np.ndarray, ts) -> dict:
     """One party's objective and largest violation (its terms as written) at ``x + t d``
     for each ``t`` in ``ts`` (its view: ``x`` and ``d`` over shared variables and its own

@@ -2,12 +2,16 @@
 scikit-learn, the per-site input, and the fit that declares a model and solves it.
 
 The API follows scikit-learn's ``BaseEstimator`` contract, implemented here so that the
-estimators import without scikit-learn: every parameter is an argument of ``__init__``
+estimators work without scikit-learn: every parameter is an argument of ``__init__``
 stored unchanged under its own name, ``get_params`` reads them by inspecting the
 signature, ``set_params`` writes them, and ``fit`` validates them and sets the fitted
-attributes (ending in ``_``). scikit-learn's tools (``clone``, ``GridSearchCV``,
-``Pipeline``, ``cross_val_score``, the estimator checks) take them as they are; its tags
-are given by ``__sklearn_tags__``, which imports scikit-learn only when scikit-learn asks.
+attributes (ending in ``_``). With scikit-learn installed the estimators are its
+estimators as well: :class:`FederatedEstimator` derives from ``sklearn.base.BaseEstimator``
+and the classifiers and regressors from its ``ClassifierMixin`` and ``RegressorMixin``
+(``SklearnBase``, ``ClassifierBase``, ``RegressorBase``: empty classes
+without scikit-learn), so that its tools (``clone``, ``GridSearchCV``, ``Pipeline``,
+``cross_val_score``, the estimator checks) recognise them; their tags are
+``__sklearn_tags__`` (``_more_tags`` before scikit-learn 1.6).
 """
 
 from __future__ import annotations
@@ -22,6 +26,21 @@ from typing import Any
 import numpy as np
 
 __all__ = ["FederatedEstimator", "FitWarning", "NotFittedError"]
+
+try:  # (scikit-learn is optional: its bases and warning when it is installed)
+    from sklearn.base import BaseEstimator as SklearnBase
+    from sklearn.base import ClassifierMixin as ClassifierBase
+    from sklearn.base import RegressorMixin as RegressorBase
+    from sklearn.exceptions import DataConversionWarning
+except ImportError:  # (a test hides scikit-learn)
+    SklearnBase = object  # type: ignore[misc,assignment]
+    DataConversionWarning = UserWarning  # type: ignore[misc,assignment]
+
+    class ClassifierBase:  # type: ignore[no-redef]
+        """Stands for scikit-learn's ``ClassifierMixin`` without scikit-learn."""
+
+    class RegressorBase:  # type: ignore[no-redef]
+        """Stands for scikit-learn's ``RegressorMixin`` without scikit-learn."""
 
 
 class NotFittedError(ValueError, AttributeError):
@@ -83,7 +102,12 @@ def check_target(y: Any, n: int) -> np.ndarray:
     """``y`` as a 1-d array of ``n`` labels or values (a column vector is flattened)."""
     arr = np.asarray(y)
     if arr.ndim == 2 and arr.shape[1] == 1:
-        warnings.warn("y is a column vector; it is used as a 1d array", stacklevel=3)
+        warnings.warn(
+            "A column-vector y was passed when a 1d array was expected. Please change the "
+            "shape of y to (n_samples, ), for example using ravel().",
+            DataConversionWarning,
+            stacklevel=3,
+        )
         arr = arr.ravel()
     if arr.ndim != 1:
         raise ValueError(f"y should be a 1d array, got an array of shape {arr.shape} instead.")
@@ -96,7 +120,7 @@ def check_target(y: Any, n: int) -> np.ndarray:
     return arr
 
 
-class FederatedEstimator:
+class FederatedEstimator(SklearnBase):
     """Base of the federated estimators: scikit-learn's estimator API on a federated model.
 
     A subclass declares its parameters as keyword arguments of ``__init__`` (stored as
@@ -150,18 +174,12 @@ class FederatedEstimator:
         return f"{type(self).__name__}({', '.join(shown)})"
 
     def __sklearn_tags__(self):
-        """scikit-learn's tags (imported only when scikit-learn asks for them)."""
-        from sklearn.utils import ClassifierTags, InputTags, RegressorTags, Tags, TargetTags
-
-        classifier = self._estimator_type == "classifier"
-        return Tags(
-            estimator_type=self._estimator_type,
-            target_tags=TargetTags(required=True),
-            transformer_tags=None,
-            classifier_tags=ClassifierTags(multi_class=False) if classifier else None,
-            regressor_tags=None if classifier else RegressorTags(),
-            input_tags=InputTags(sparse=True),
-        )
+        """scikit-learn's tags: its base's and mixin's, with a required target and sparse
+        input accepted (densified)."""
+        tags = super().__sklearn_tags__()
+        tags.target_tags.required = True
+        tags.input_tags.sparse = True
+        return tags
 
     def _more_tags(self) -> dict[str, Any]:  # scikit-learn before 1.6
         return {"binary_only": True, "requires_y": True}

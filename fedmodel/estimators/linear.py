@@ -17,7 +17,13 @@ import cvxpy as cp
 import numpy as np
 
 from fedmodel.dsl.model import Model
-from fedmodel.estimators._base import FederatedEstimator, check_bound, site_rows
+from fedmodel.estimators._base import (
+    ClassifierBase,
+    FederatedEstimator,
+    RegressorBase,
+    check_bound,
+    site_rows,
+)
 
 __all__ = [
     "FederatedLasso",
@@ -106,10 +112,16 @@ _FITTED = """
         communication."""
 
 
-class _Classifier(_Linear):
+class _Classifier(ClassifierBase, _Linear):
     """A binary classifier: two classes of any labels, encoded as -1 and +1."""
 
     _estimator_type = "classifier"
+
+    def __sklearn_tags__(self):
+        """scikit-learn's tags: binary classification only (after its mixin's)."""
+        tags = super().__sklearn_tags__()
+        tags.classifier_tags.multi_class = False
+        return tags
 
     def _prepare_targets(self, parts):
         labels = np.concatenate([p[1] for p in parts])
@@ -362,7 +374,7 @@ class FederatedLinearSVC(_Classifier):
         return model, w, b
 
 
-class FederatedLinearRegression(_Linear):
+class FederatedLinearRegression(RegressorBase, _Linear):
     __doc__ = (
         """Least squares fitted across sites, as scikit-learn's ``LinearRegression``: the
     mean squared error ``||y - X w - b||^2 / (2 N)`` over the pooled rows."""

@@ -26,6 +26,7 @@ from fedmodel.algorithms.common import (
 )
 from fedmodel.algorithms.proxal.options import ProxALOptions
 from fedmodel.certificate.infeasibility import (
+    farkas_point,
     farkas_report,
     farkas_verdict,
     ray_certificate,
@@ -83,21 +84,26 @@ def evaluation_seconds(compiled: CompiledModel) -> float:
     return time.perf_counter() - t0
 
 
-def pooled_recession(compiled: CompiledModel, x, step, duals, steps, eps1, eps2, checks):
+def pooled_recession(
+    compiled: CompiledModel, x, step, duals, steps, eps1, eps2, checks, dmu_steps=()
+):
     """The infeasibility and unboundedness certificates of
     :mod:`~fedmodel.certificate.infeasibility` on the pooled problem at ``x``: ``duals`` and
     ``steps`` are the parties' ``(mu, nu, cone)`` and their changes over the last outer
-    iteration (the two candidates of the Farkas certificate), ``step`` the last change of
-    ``x`` (the candidate direction); ``checks`` says which to run (``"infeasible"``,
-    ``"unbounded"``). Returns ``(status, message, extra)``, status "" when none holds."""
+    iteration (the two candidates of the Farkas certificate, at
+    :func:`~fedmodel.certificate.infeasibility.farkas_point` of ``x`` with the multiplier
+    steps ``dmu_steps``), ``step`` the last change of ``x`` (the candidate direction);
+    ``checks`` says which to run (``"infeasible"``, ``"unbounded"``). Returns ``(status,
+    message, extra)``, status "" when none holds."""
     parties, reg = compiled.parties, compiled.regularizer
     found = None
     if "infeasible" in checks:
+        point = farkas_point(x, step, dmu_steps)
         candidates = [
-            [farkas_report(p, x, mu, nu, lam) for p, (mu, nu, lam) in zip(parties, candidate)]
+            [farkas_report(p, point, mu, nu, lam) for p, (mu, nu, lam) in zip(parties, candidate)]
             for candidate in (steps, duals)
         ]
-        found = farkas_verdict(candidates, reg, x, eps1)
+        found = farkas_verdict(candidates, reg, point, eps1)
         if found is not None:
             return "infeasible", found[0], {"certificate": found[1]}
     if "unbounded" in checks:
@@ -272,7 +278,7 @@ def run_cprox_al(
                 for (m, v, lam), b in zip(duals, before)
             ]
             verdict, why, certificate = pooled_recession(
-                compiled, x, step, duals, changes, options.eps1, options.eps2, checks
+                compiled, x, step, duals, changes, options.eps1, options.eps2, checks, dmu_history
             )
             if verdict:
                 status, message = verdict, f"after {k + 1} outer iterations {why}"

@@ -79,6 +79,7 @@ from fedmodel.algorithms.proxal.obstacles import (
     restricted_domain_party,
 )
 from fedmodel.algorithms.topology import Coordination
+from fedmodel.certificate.infeasibility import farkas_point
 from fedmodel.runtime.rows import Rows
 from fedmodel.runtime.schema import Field, MessageSpec
 from fedmodel.subproblems.conic_prox import exact_prox_solver, internal_rows
@@ -102,6 +103,22 @@ PRIMAL_FRACTION = 1.0
 #: primal residual changed by at most INFEASIBLE_CHANGE (relative) over that many rounds,
 #: stays above tau_k, and the dual residual is below INFEASIBLE_CHANGE times it
 INFEASIBLE_WINDOW, INFEASIBLE_CHANGE = 50, 1e-3
+#: the Farkas certificate is tried within an inner solve once the primal residual has
+#: settled over this many rounds at a fixed sigma (relative change at most
+#: INFEASIBLE_CHANGE) above its target, then again after 1, 2, 4, ... more rounds: the
+#: dual residual of an infeasible model falls only like 1/t, and the clients' points,
+#: which Anderson's steps extrapolate every few rounds, reach a certificate long before
+#: it meets INFEASIBLE_WINDOW's test. A failed try costs one round and proves nothing
+#: wrong: the parties check the certificate on their terms
+FARKAS_WINDOW = 10
+#: in an inner solve whose target has reached eps (the last stage of the outer loop), the
+#: certificate is evaluated at the inner iterate from round 4 on, when the dual residual
+#: is at most eps (in the targets' unit), then again from twice that round on, and the
+#: run stops where it holds: the consensus residuals that stop the inner solve stall
+#: above their target of a fraction of eps for tens of rounds while the certificate at the
+#: iterate already holds (LAD and quantile regression, whose objectives are below 1: the
+#: scale-free certificate held within 5 rounds of the last inner solve's 60)
+CERTIFY_FIRST = 4
 
 #: exact-admm's penalty: Boyd's residual balancing at ``rb_ratio`` when the user sets it;
 #: left at its default (10, Algorithm 2's), OSQP's relative rule (ExactADMM.penalty),
@@ -258,6 +275,8 @@ class ExactADMM:
         rejected = 0
         bound, residual, w = np.inf, np.inf, w_center
         primals: list[float] = []  # (the infeasibility monitor)
+        farkas_next, farkas_wait = 0, 1  # (the round of the next Farkas try, the wait after it)
+        certify_next = CERTIFY_FIRST if server.certifies_inner(tau) else None
         fixed_since = 0  # the round since which sigma has not changed
         last_round = 0.0  # seconds of the last round: one more is not begun if it would end
         for t in range(self.max_inner):  # after the deadline (the rounds are the time unit)
@@ -299,6 +318,27 @@ class ExactADMM:
             ):
                 self.duals = dict(zip(names, U_new))
                 return InnerOutcome(w, t + 1, bound, False, residual, stalled=True)
+            if (
+                server.options.monitor
+                and server.may_be_infeasible
+                and t >= farkas_next
+                and t - fixed_since >= FARKAS_WINDOW
+                and self.infeasible(primals, 0.0, tau, FARKAS_WINDOW)
+            ):
+                proven = server.try_farkas(runtime, w)
+                if proven is not None:
+                    self.duals = dict(zip(names, U_new))
+                    return InnerOutcome(w, t + 1, bound, False, residual, certificate=proven)
+                farkas_next, farkas_wait = t + farkas_wait, 2 * farkas_wait
+            if (
+                certify_next is not None
+                and t + 1 >= certify_next
+                and dual <= server.host.eps1_units  # (the Lagrangian's gradient, about)
+            ):
+                certify_next = 2 * (t + 1)
+                if server.certified_at(runtime, w):
+                    self.duals = dict(zip(names, U_new))
+                    return InnerOutcome(w, t + 1, bound, True, residual, certified=True)
             last_round = time.perf_counter() - t_round
             if deadline is not None and time.perf_counter() + last_round > deadline:
                 self.duals = dict(zip(names, U_new))
@@ -759,6 +799,37 @@ class ExactInner(InnerSolver):
     def solve(self, runtime, tau, deadline):
         return self.admm.solve(self, runtime, tau, deadline)
 
+    def certifies_inner(self, tau: float) -> bool:
+        """Whether the inner solve to ``tau`` evaluates the certificate on its way
+        (:data:`CERTIFY_FIRST`): adaptive, ``tau`` at most ``eps1`` in the targets' unit
+        (up to rounding: the last stage of the outer loop)."""
+        host = self.host
+        return bool(host.options.adaptive and tau <= (1.0 + 1e-9) * host.eps1_units)
+
+    def certified_at(self, runtime, w: np.ndarray) -> bool:
+        """The certificate at the inner iterate ``w`` (one diagnostic round, as
+        :meth:`~fedmodel.algorithms.proxal.server.ProxALServer.certified`; the clients
+        with their last exact steps' multipliers): whether it holds at ``(eps1, eps2)``.
+        The iterate stays ``w^k`` unless it holds."""
+        host = self.host
+        center, host.x = host.x, w
+        holds = host.certified(runtime)[0]
+        if not holds:
+            host.x = center
+        return holds
+
+    def try_farkas(self, runtime, w: np.ndarray):
+        """The Farkas certificate at the inner iterate ``w`` (one ``farkas`` round; the
+        clients at their last exact steps' points), when the run may try it
+        (:meth:`~fedmodel.algorithms.proxal.server.ProxALServer.may_try_farkas`) and two
+        parties or more restrict their points (one party's constraints, imposed exactly by
+        its steps, leave the consensus feasible): its message and numbers when it holds,
+        else None."""
+        host = self.host
+        if not (host.consensus_may_fail and host.may_try_farkas()):
+            return None
+        return host.farkas(runtime, w)
+
     def configure(self) -> None:
         """Test (8)'s targets of exact-admm (:data:`EXACT_KKT_FACTORS`; adaptive variant)."""
         host = self.host
@@ -870,20 +941,39 @@ class ExactClient(InnerClient):
     """Client ``i``'s side of exact-admm: its exact step (``xadmm_w``) and its last point
     ``x_i`` (with its own block), the warm start of the next."""
 
-    state_fields = ("u",)
+    state_fields = ("u", "u_before", "mu_sizes")
 
     def __init__(self, host):
         super().__init__(host)
         self.u: np.ndarray | None = None
+        # the point before the last step and the multipliers' sizes before and after it
+        # (the Farkas point's extrapolation, :meth:`farkas_point`)
+        self.u_before: np.ndarray | None = None
+        self.mu_sizes = (0.0, 0.0)
         self._exact_solver = None
         self._hard_rows = internal_rows(host.problem)
 
     def hard_rows(self):
         return self._hard_rows
 
+    def user_multipliers(self) -> float:
+        """The size (1-norm) of its multipliers of the user's constraints (the epigraph
+        pieces' left out)."""
+        h = self.host
+        internal_i, internal_e, _ = h.program.functions.internal_masks
+        return float(np.abs(h.mu[~internal_i]).sum() + np.abs(h.nu[~internal_e]).sum())
+
     def farkas_point(self, w):
-        """Its last exact step's point, whose duals its multipliers are."""
-        return super().farkas_point(w) if self.u is None else self.u
+        """Its last exact step's point, whose duals its multipliers are, extrapolated
+        along its last change as the multipliers' size grew
+        (:func:`~fedmodel.certificate.infeasibility.farkas_point`: across an infeasible
+        consensus the point approaches its least-violation point like ``1 / M``)."""
+        if self.u is None:
+            return super().farkas_point(w)
+        if self.u_before is None:
+            return self.u
+        before, after = self.mu_sizes
+        return farkas_point(self.u, self.u - self.u_before, [before, after - before])
 
     def start(self, w, **request) -> dict:
         """The new centres of ``P_{i,k}``; nothing to send but the flag."""
@@ -918,10 +1008,13 @@ class ExactClient(InnerClient):
         h.stats["local_solves"] += 1
         h.stats["local_iterations"] += report.iterations
         h.note_residual_gap(report.residual, tol)
+        before = self.user_multipliers()
         h.mu = np.array(h.problem.mu[0], dtype=float)
         h.nu = np.array(h.problem.nu[0], dtype=float)
         h.cone = np.array(h.problem.cone[0], dtype=float)
         h.cone_at_w = h.cone.copy()
+        self.mu_sizes = (before, self.user_multipliers())
+        self.u_before = self.u
         self.u = np.array(report.x, dtype=float)
         h.theta_at_w = self.u[ns:].copy()
         return {"x": self.u[:ns].copy()}

@@ -52,6 +52,8 @@ class InnerOutcome:
     timed_out: bool = False
     stalled: bool = False
     gradient: np.ndarray | None = None  # grad l_k(w), measured (Newton)
+    certificate: tuple[str, dict] | None = None  # a Farkas certificate found on the way
+    certified: bool = False  # the KKT certificate held at w on the way (the run stops)
 
 
 class InnerSolver(DeclaredState):

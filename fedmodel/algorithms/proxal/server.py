@@ -41,6 +41,7 @@ from fedmodel.algorithms.proxal.routes import (
     route_option_values,
 )
 from fedmodel.certificate.infeasibility import (
+    farkas_point,
     farkas_report,
     farkas_verdict,
     ray_certificate,
@@ -143,6 +144,7 @@ class ProxALServer(ServerHalf):
         fallback: type[InnerSolver] | str = "admm",
         user_constraints: bool = True,
         may_be_infeasible: bool = True,
+        consensus_may_fail: bool = True,
         tables: dict | None = None,
         convex: bool = True,
     ):
@@ -169,6 +171,9 @@ class ProxALServer(ServerHalf):
         # box or ball restrict the consensus x_i = z)
         self.user_constraints = bool(user_constraints)
         self.may_be_infeasible = bool(may_be_infeasible)
+        # (and whether exact steps that impose each party's constraints can miss a common
+        # point: two parties or more restrict their points)
+        self.consensus_may_fail = bool(consensus_may_fail)
         # the certificates of infeasibility and unboundedness (convex models): the server's
         # multipliers before the last outer update, the outer steps ||w^{k+1} - w^k||_inf,
         # the outer iteration from which each certificate is tried again and after how
@@ -422,11 +427,20 @@ class ProxALServer(ServerHalf):
             return self.blow_up(runtime, k, w_new)
         # (under dp a line search stalls on the noise or the clipping's bias: the outer
         # iteration goes on from w^k, and the budget ends the run)
+        if outcome.certified:  # (the certificate held at the inner iterate: it decides)
+            self.x = w_new
+            info = {"inner_iterations": outcome.iterations, "inner_bound": outcome.bound}
+            return StepReport(info=info, stop="stopped")
+        if outcome.certificate is not None:  # (the inner solve found it)
+            self.x = w_new
+            self.certificate = outcome.certificate[1]
+            info = {"inner_iterations": outcome.iterations, "inner_bound": outcome.bound}
+            message = f"at outer iteration {k} {outcome.certificate[0]}"
+            return StepReport(info=info, stop="infeasible", message=message)
         if outcome.stalled and getattr(self.privacy, "dp", None) is None:
             self.x = w_new
             # (exact-admm's consensus gap settled: the Farkas certificate may confirm it)
-            try_it = self.convex and self.proximal and self.may_be_infeasible and opts.monitor
-            proven = self.recession(runtime, k, ("infeasible",) if try_it else ())
+            proven = self.recession(runtime, k, ("infeasible",) if self.may_try_farkas() else ())
             return proven or self.inner.stalled(k, outcome, tau)
         dw = self.outer_change(w_new, self.x)
         # Newton measured grad l_k(w^{k+1}) = grad_w L(w^{k+1}, mu^{k+1}) + (w^{k+1} - w^k) /
@@ -530,17 +544,11 @@ class ProxALServer(ServerHalf):
         last outer step ``step = w^{k+1} - w^k`` (``ray``; ``scale``: the largest change of
         a coordinate, the clients' own blocks included). A StepReport ending the run when one
         holds (its numbers in ``res.extra["certificate"]``), else None."""
-        # (not under dp, where a round spends privacy, nor under secure aggregation, whose
-        # fixed-point range the far points' objectives and growing multipliers can exceed:
-        # the monitors then speak as without the certificates)
-        private = self.privacy is not None and (
-            self.privacy.dp is not None or self.privacy.secure is not None
-        )
-        if private or not checks:
+        if not self.may_certify() or not checks:
             return None
         for check in checks:
             if check == "infeasible":
-                found = self.farkas(runtime)
+                found = self.farkas(runtime, farkas_point(self.x, step, self.dmu_history))
             else:
                 found = self.ray(runtime, step, scale)
             if found is not None:
@@ -550,13 +558,29 @@ class ProxALServer(ServerHalf):
             self.recession_next[check] = [k + wait, 2 * wait]
         return None
 
-    def farkas(self, runtime: Runtime) -> tuple[str, dict] | None:
-        """The Farkas certificate at the iterate (one ``farkas`` round): its message and
-        numbers when the proven radius reaches
+    def may_certify(self) -> bool:
+        """Whether the certificates of infeasibility and unboundedness may run: not under
+        dp, where a round spends privacy, nor under secure aggregation, whose fixed-point
+        range the far points' objectives and growing multipliers can exceed (the monitors
+        then speak as without the certificates)."""
+        plan = self.privacy
+        return plan is None or (plan.dp is None and plan.secure is None)
+
+    def may_try_farkas(self) -> bool:
+        """Whether an inner solver may try the Farkas certificate on its way (a convex
+        model that can be infeasible, the proximal method with its monitors on)."""
+        opts = self.options
+        convex = self.convex and self.proximal and self.may_be_infeasible
+        return convex and opts.monitor and self.may_certify()
+
+    def farkas(self, runtime: Runtime, point: np.ndarray | None = None) -> tuple[str, dict] | None:
+        """The Farkas certificate at ``point`` (the iterate by default; one ``farkas``
+        round): its message and numbers when the proven radius reaches
         :func:`~fedmodel.certificate.infeasibility.radius_needed`, else None."""
         ns = self.ns
+        point = self.x if point is None else point
         runtime.next_round()
-        replies = self.collect(runtime, "farkas", {"w": self.x[:ns]})
+        replies = self.collect(runtime, "farkas", {"w": point[:ns]})
         mu_mark = self.mu if self.mu_mark is None else self.mu_mark
         nu_mark = self.nu if self.nu_mark is None else self.nu_mark
         cone = self.cone_duals()
@@ -566,14 +590,14 @@ class ProxALServer(ServerHalf):
             ("", (self.mu, self.nu, cone)),
             ("_step", (self.mu - mu_mark, self.nu - nu_mark, np.zeros_like(cone))),
         ):
-            mine = farkas_report(self.program, self.x, mu, nu, lam, ns)
+            mine = farkas_report(self.program, point, mu, nu, lam, ns)
             theirs = [
                 {key: r.payload[key + suffix] for key in ("y", "b", "rho", "size")}
                 for r in replies.values()
                 if "b" + suffix in r.payload
             ]
             candidates.append([mine, *theirs])
-        return farkas_verdict(candidates, self.problem.regularizer, self.x, self.options.eps1)
+        return farkas_verdict(candidates, self.problem.regularizer, point, self.options.eps1)
 
     def ray(self, runtime: Runtime, step: np.ndarray, scale: float) -> tuple[str, dict] | None:
         """The unboundedness certificate along the last outer step over ``scale`` (one
@@ -978,6 +1002,12 @@ def run_prox_al(
     tables = {r.name: route_table(r, compiled, options, proximal) for r in (route, other)}
     rhos = options.rho_per_client(names)
     x0 = starting_point(compiled, options.w0, options.random_state)
+    # the parties whose constraints (or, the server's, h's box or ball) restrict their points
+    domain = any(piece.has_box or piece.has_ball for piece in compiled.regularizer.pieces)
+    restricting = sum(
+        any(not c.internal for c in p.constraints) or (domain and p is compiled.server)
+        for p in compiled.parties
+    )
     server = ProxALServer(
         compiled.server,
         compiled.regularizer,
@@ -995,8 +1025,8 @@ def run_prox_al(
         and any(
             c.kind != "cone" and not c.internal for p in compiled.parties for c in p.constraints
         ),
-        may_be_infeasible=any(not c.internal for p in compiled.parties for c in p.constraints)
-        or any(piece.has_box or piece.has_ball for piece in compiled.regularizer.pieces),
+        may_be_infeasible=restricting > 0,
+        consensus_may_fail=restricting > 1,
         tables=tables,
         convex=not compiled.nonconvex,
     )
