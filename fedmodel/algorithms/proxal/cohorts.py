@@ -57,6 +57,19 @@ def unconstrained_glm(program: PartyProgram):
     return f
 
 
+def batched_steps(program: PartyProgram, options) -> bool:
+    """Whether a client with ``program`` and prox-al's ``options`` takes its exact steps in
+    cohorts: batches on (``batch_clients``), the library's own backend (``solver`` "auto"
+    or "newton") and an :func:`unconstrained_glm` form. Its own backend is then the Newton
+    backend, built only if it leaves the batches
+    (:class:`~fedmodel.subproblems.select.LazySolver`)."""
+    return (
+        bool(options.batch_clients)
+        and options.solver in ("auto", "newton")
+        and unconstrained_glm(program) is not None
+    )
+
+
 def glm_objective(host) -> Any:
     """The client's :func:`unconstrained_glm` form while batches are on
     (``batch_clients``) and its form has not disagreed with its evaluator; None
