@@ -169,6 +169,7 @@ class ProxALClient(ClientHalf):
         self.glm_signature: tuple | None = None
         self.glm_plain: bool | None = None  # (kkt.plain_objective_party, found once)
         self.glm_verified = self.glm_disagrees = False
+        self.glm_structure: str | None = None  # (its structure_fingerprint, found once)
         self.glm_cohort = None
         self.use_route(route)
 
@@ -292,7 +293,10 @@ class ProxALClient(ClientHalf):
         w = np.asarray(w, dtype=float)
         # the outer iterate w^{k+1} is (w, theta at w): what eps~ was measured at
         dtheta = float(np.abs(self.theta_at_w - self.theta_center).max(initial=0.0))
-        ci, ce = self.problem.functions[0].constraint_values(self._local(w, self.theta_at_w))
+        if self.program.m_ineq or self.program.m_eq:
+            ci, ce = self.problem.functions[0].constraint_values(self._local(w, self.theta_at_w))
+        else:  # (none: no evaluator is built for them)
+            ci = ce = np.zeros(0)
         mu_in, nu_in = self.mu.copy(), self.nu.copy()
         self.mu_mark, self.nu_mark, self.cone_mark = mu_in, nu_in, self.cone_at_w.copy()
         self.theta_step = self.theta_at_w - self.theta_center
