@@ -8,10 +8,12 @@ with no constraints, cones or own block whose objective has a GLM form with dens
 (:meth:`~fedmodel.algorithms.proxal.exact_admm.ExactClient._on_xadmm_w_batch`) and their
 certificate evaluations (:meth:`~fedmodel.algorithms.proxal.client.ProxALClient._on_evaluate_batch`)
 run on one :class:`~fedmodel.subproblems.batched_glm.GLMCohort`. This module holds what
-both need: which form a client has (:func:`glm_objective`), the check of that form against
-the model's own evaluator at a client's first batched use (:func:`check_forms`: a client
-whose form disagrees leaves every batch for good), and the cohort of a list of clients,
-built once and reused while the host groups the same clients (:func:`cohort_of`).
+both need: which form a client has (:func:`glm_objective`; :func:`batched_steps`: whether
+its steps run in cohorts), the check of that form at a client's first batched use
+(:func:`check_forms`: against the model's own evaluator once per structure, by value at a
+random point for the structure's other clients; a client whose form disagrees leaves every
+batch for good), and the cohort of a list of clients, built once and reused while the host
+groups the same clients (:func:`cohort_of`).
 
 Examples
 --------
