@@ -9,6 +9,8 @@ and the subproblems.
   other expressions (the cone form's plain auxiliaries, the cvxpy backend's stacked
   variable);
 * :func:`summands`: the terms of a nested sum;
+* :func:`numeric_value`: a tree's value by cvxpy's own arithmetic (each atom's
+  ``numeric``), its variables' values given;
 * :class:`AtomTable`: per-atom knowledge for one purpose, a table from the atom's class name
   to a function (in the spirit of cvxpy's canonicalizer maps). Each table is the one place
   that knows an atom for its purpose: the compiler's affine maps (``compiler/glm.py``), its
@@ -149,3 +151,22 @@ def summands(expr: cp.Expression) -> list[cp.Expression]:
     if isinstance(expr, AddExpression):
         return [s for a in expr.args for s in summands(a)]
     return [expr]
+
+
+def numeric_value(expr: cp.Expression, variable_value: Callable[[cp.Variable], Any]) -> Any:
+    """The value of ``expr`` computed by cvxpy's own arithmetic (each atom's ``numeric`` on
+    its arguments' values, as ``expr.value`` does), each variable's value from
+    ``variable_value`` (no variable's ``value`` is set or read).
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> x = cp.Variable(2)
+    >>> float(numeric_value(cp.sum_squares(x - 1), lambda v: np.array([1.0, 3.0])))
+    4.0
+    """
+    if isinstance(expr, cp.Variable):
+        return variable_value(expr)
+    if not expr.args:
+        return expr.value
+    return expr.numeric([numeric_value(a, variable_value) for a in expr.args])

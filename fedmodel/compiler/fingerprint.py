@@ -38,11 +38,19 @@ def _feed_value(h, v: Any) -> None:
         h.update(np.ascontiguousarray(arr).tobytes())
 
 
-def _feed_expr(h, expr: Any, variables: dict[int, int]) -> None:
+def _data_by_name(e: Any) -> str:
+    return f"data:{e.owner}.{e.data_name};"
+
+
+def _data_by_shape(e: Any) -> str:
+    return f"data:{e.data_name}{e.shape}{'sparse' if hasattr(e.value, 'nnz') else 'dense'};"
+
+
+def _feed_expr(h, expr: Any, variables: dict[int, int], data=_data_by_name) -> None:
     """Hash the expression tree ``expr`` canonically: each atom's type, shape and own
     data (exponents, axes, index keys ...), each variable by its place in the layout,
-    each constant and parameter by its value, private data by its owner and name (the
-    data itself is hashed separately)."""
+    each constant and parameter by its value, private data as ``data`` writes it (by
+    default its owner and name: the data itself is hashed separately)."""
     import cvxpy as cp
 
     from fedmodel.dsl.data import PrivateData
@@ -77,7 +85,7 @@ def _feed_expr(h, expr: Any, variables: dict[int, int]) -> None:
                 place = variables.get(id(e))
                 h.update(f"#{place};".encode() if place is not None else f"'{e.name()}';".encode())
             elif isinstance(e, PrivateData):
-                h.update(f"data:{e.owner}.{e.data_name};".encode())
+                h.update(data(e).encode())
             elif not e.args:  # a constant, a parameter
                 _feed_value(h, e.value)
             else:
@@ -104,6 +112,38 @@ def terms_fingerprint(program: Any) -> str:
     for c in program.constraints:
         h.update(f"con:{c.label}:{c.kind}:{c.size}:{c.allow_nonconvex};".encode())
         _feed_expr(h, c.expr, variables)
+    return h.hexdigest()
+
+
+def structure_fingerprint(program: Any) -> str:
+    """A hash of one party's terms up to its data: like :func:`terms_fingerprint`, but
+    without the party's name and the terms' labels, and each of its private data by name,
+    shape and storage (dense or sparse) instead of its owner. Parties with equal ones
+    have the same expressions, with the same constants, over data of the same shapes:
+    everything the compiler derives from an expression's structure (its GLM
+    recognition's path, for one) is the same for them.
+
+    Examples
+    --------
+    >>> import cvxpy as cp, numpy as np, fedmodel as fm
+    >>> m = fm.Model("demo")
+    >>> w = m.variable(2, name="w")
+    >>> for k, y in enumerate([np.ones(2), np.zeros(2), np.ones(3)]):
+    ...     c = m.client(f"site{k}")
+    ...     c.minimize(cp.sum_squares(w[0] - c.data(y, name="y")), name=f"loss{k}")
+    >>> a, b, c = (structure_fingerprint(p) for p in m.compile().clients)
+    >>> a == b, a == c
+    (True, False)
+    """
+    h = hashlib.sha256()
+    h.update(f"{program.layout.size};".encode())
+    variables = {id(v): i for i, v in enumerate(program.layout.variables)}
+    for t in program.objective:
+        h.update(f"obj:{t.allow_nonconvex};".encode())
+        _feed_expr(h, t.expr, variables, _data_by_shape)
+    for c in program.constraints:
+        h.update(f"con:{c.kind}:{c.size}:{c.allow_nonconvex};".encode())
+        _feed_expr(h, c.expr, variables, _data_by_shape)
     return h.hexdigest()
 
 

@@ -15,6 +15,7 @@ to quasi-Newton). :func:`affine_map` extracts ``(A, b)`` of an affine expression
 from __future__ import annotations
 
 import math
+import weakref
 from dataclasses import dataclass, field
 
 import cvxpy as cp
@@ -40,6 +41,8 @@ class Affine:
     A: np.ndarray | sp.spmatrix
     b: np.ndarray
     shape: tuple[int, ...]
+    #: whether ``A`` is the N x N identity, when known (:func:`_is_identity`)
+    identity: bool | None = None
 
     @property
     def m(self) -> int:
@@ -57,6 +60,8 @@ def _dense_or_sparse(M):
 
 def _is_identity(p: Affine) -> bool:
     """True when ``p.A`` is the N x N identity (a variable that is the whole of x)."""
+    if p.identity is not None:
+        return p.identity
     A = p.A
     if not sp.issparse(A) or A.shape[0] != A.shape[1] or A.nnz != A.shape[0]:
         return False
@@ -213,18 +218,41 @@ def _affine_hstack(expr, layout: VariableLayout, shape: tuple) -> Affine | None:
     return Affine(_dense_or_sparse(A), np.concatenate([q.b for q in parts]), shape)
 
 
+#: layout -> {variable id: its affine map}: a variable's map is a function of the layout
+#: alone, made once and shared by every expression over that layout (its ``b`` read-only;
+#: nothing of a map is changed in place by its users, see :func:`affine_map`)
+_VARIABLE_MAPS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+
+
+def _variable_map(var: cp.Variable, layout: VariableLayout) -> Affine:
+    maps = _VARIABLE_MAPS.get(layout)
+    if maps is None:
+        maps = _VARIABLE_MAPS[layout] = {}
+    found = maps.get(var.id)
+    if found is not None:
+        return found
+    s = layout.slice_of(var)
+    m = s.stop - s.start
+    # (CSR arrays written directly: row i holds a 1 in column s.start + i)
+    cols = np.arange(s.start, s.stop, dtype=np.int32)
+    A = sp.csr_matrix((np.ones(m), cols, np.arange(m + 1, dtype=np.int32)), shape=(m, layout.size))
+    b = np.zeros(m)
+    b.flags.writeable = False
+    found = maps[var.id] = Affine(A, b, tuple(var.shape))
+    found.identity = _is_identity(found)
+    return found
+
+
 def affine_map(expr: cp.Expression, layout: VariableLayout) -> Affine:
-    """``(A, b)`` with ``vec(expr) = A x + b``; raises :class:`NotRecognised`."""
+    """``(A, b)`` with ``vec(expr) = A x + b``; raises :class:`NotRecognised`.
+
+    The maps returned are never changed in place (a variable's map is shared by every
+    expression over ``layout``): their users build new arrays from them."""
     N = layout.size
     name = type(expr).__name__
     shape = tuple(expr.shape)
     if isinstance(expr, cp.Variable):
-        s = layout.slice_of(expr)
-        m = s.stop - s.start
-        # (CSR arrays written directly: row i holds a 1 in column s.start + i)
-        cols = np.arange(s.start, s.stop, dtype=np.int32)
-        A = sp.csr_matrix((np.ones(m), cols, np.arange(m + 1, dtype=np.int32)), shape=(m, N))
-        return Affine(A, np.zeros(m), shape)
+        return _variable_map(expr, layout)
     if expr.is_constant():
         if expr.parameters():
             raise NotRecognised("parameters")

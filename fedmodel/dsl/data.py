@@ -257,7 +257,7 @@ def fingerprint(value: Any) -> tuple | None:
     arr = np.asarray(value, dtype=float)
     if arr.size < 2 or np.all(arr == arr.flat[0]):
         return None
-    h = hashlib.blake2b(np.ascontiguousarray(arr).tobytes(), digest_size=16)
+    h = hashlib.blake2b(np.ascontiguousarray(arr), digest_size=16)  # (its buffer, no copy)
     return ("dense", arr.shape, h.hexdigest())
 
 

@@ -589,6 +589,11 @@ class NewtonSolver:
         self._cache = [(x.copy(), images)] + self._cache[:1]
         return images
 
+    @staticmethod
+    def initial_state() -> dict:
+        """:meth:`get_state` of a backend not used yet."""
+        return {"factor": None, "verified": False}
+
     def get_state(self) -> dict:
         """What a solve's answer depends on beyond its arguments: the carried factor
         (``carry_factor``; quadratic problems' factors are functions of their key)."""

@@ -82,3 +82,83 @@ def make_solver(problem: MeritProblem, solver: str = "auto", direct: bool = Fals
             return ProximalGradientSolver(problem)
         return CvxpySolver(problem, direct=direct)
     return QuasiNewtonSolver(problem)
+
+
+class LazySolver:
+    """A subproblem backend built at its first use.
+
+    A party whose steps run batched with other parties' (a cohort's Newton solve) never
+    uses its own backend unless it leaves the batches; with thousands of parties building
+    them is a share of the set-up worth skipping. The owner knows which backend it would
+    build (``build``, which must not fail) and the state such a backend reports before its
+    first use (``initial_state``).
+
+    Every attribute is the built backend's, except its state: before the backend is
+    built :meth:`get_state` is ``initial_state``, what the backend would report, and
+    :meth:`set_state` builds it and restores the state into it, as into a backend built
+    eagerly: runs repeat with the backend built eagerly or lazily, checkpoints included.
+
+    Parameters
+    ----------
+    build : callable
+        ``build() -> backend``.
+    initial_state : dict or None
+        The backend's ``get_state()`` before its first use.
+    configure : callable, optional
+        Called with the backend right after it is built (the owner's settings).
+
+    Examples
+    --------
+    >>> import numpy as np, cvxpy as cp
+    >>> import fedmodel as fm
+    >>> from fedmodel.subproblems.merit import MeritProblem
+    >>> model = fm.Model()
+    >>> w = model.variable(2, name="w")
+    >>> site = model.client("a")
+    >>> site.minimize(cp.sum_squares(w - site.data(np.ones(2), name="y")))
+    >>> problem = MeritProblem([model.compile().clients[0]], 1.0)
+    >>> lazy = LazySolver(lambda: NewtonSolver(problem), NewtonSolver.initial_state())
+    >>> lazy.built is None, lazy.get_state() == NewtonSolver(problem).get_state()
+    (True, True)
+    >>> lazy.name, lazy.built is None
+    ('newton', False)
+    """
+
+    def __init__(self, build, initial_state: dict | None, configure=None):
+        self._build, self._initial, self._configure = build, initial_state, configure
+        self._backend = None
+
+    @property
+    def built(self):
+        """The backend, or None while it is not built."""
+        return self._backend
+
+    def backend(self):
+        """The backend (built now if it was not)."""
+        if self._backend is None:
+            backend = self._build()
+            if self._configure is not None:
+                self._configure(backend)
+            self._backend = backend
+        return self._backend
+
+    @property
+    def verified(self) -> bool:
+        """The backend's ``verified`` (False before it is built, as a new backend's)."""
+        return self._backend is not None and bool(getattr(self._backend, "verified", False))
+
+    def get_state(self) -> dict | None:
+        if self._backend is None:
+            return None if self._initial is None else dict(self._initial)
+        getter = getattr(self._backend, "get_state", None)
+        return None if getter is None else getter()
+
+    def set_state(self, state: dict) -> None:
+        backend = self.backend()
+        if hasattr(backend, "set_state"):
+            backend.set_state(state)
+
+    def __getattr__(self, name: str):
+        if name.startswith("__") or name in ("_backend", "_build", "_initial", "_configure"):
+            raise AttributeError(name)
+        return getattr(self.backend(), name)

@@ -32,7 +32,12 @@ import functools
 import numpy as np
 
 from fedmodel.algorithms.protocol import ClientHalf, _handler
-from fedmodel.algorithms.proxal.cohorts import check_forms, cohort_of, glm_structure
+from fedmodel.algorithms.proxal.cohorts import (
+    batched_steps,
+    check_forms,
+    cohort_of,
+    glm_structure,
+)
 from fedmodel.algorithms.proxal.messages import route_table
 from fedmodel.algorithms.proxal.options import ProxALOptions
 from fedmodel.algorithms.proxal.routes import LAYOUT_REFUSED, PROXAL, route_named
@@ -48,7 +53,15 @@ from fedmodel.compiler.partition import PartyProgram
 from fedmodel.runtime.secure_aggregation import SECAGG
 from fedmodel.runtime.wire import register_wire_type
 from fedmodel.subproblems.merit import MeritProblem
-from fedmodel.subproblems.select import make_solver
+from fedmodel.subproblems.newton import NewtonSolver
+from fedmodel.subproblems.select import LazySolver, make_solver
+
+
+def _carry_factor(solver) -> None:
+    """Rounds solve the same subproblem with moving vectors: a Newton backend starts each
+    solve from the last factor (carried in the client's state, see its get_state)."""
+    if hasattr(solver, "carry_factor"):
+        solver.carry_factor = True
 
 
 @register_wire_type("proxal.client")
@@ -126,12 +139,16 @@ class ProxALClient(ClientHalf):
         self.mu_mark, self.nu_mark = self.mu.copy(), self.nu.copy()
         self.cone_mark = self.cone.copy()
         self.theta_step = np.zeros(n_own)
-        self.solver = make_solver(self.problem, options.solver)
         self.solver_option = options.solver
-        if hasattr(self.solver, "carry_factor"):
-            # rounds solve the same subproblem with moving vectors: start each Newton
-            # solve from the last factor (carried in this client's state, see get_state)
-            self.solver.carry_factor = True
+        if batched_steps(program, options):  # (its own backend: only if it leaves the batches)
+            self.solver = LazySolver(
+                functools.partial(NewtonSolver, self.problem),
+                NewtonSolver.initial_state(),
+                _carry_factor,
+            )
+        else:
+            self.solver = make_solver(self.problem, options.solver)
+            _carry_factor(self.solver)
         self.max_local_iter = options.max_local_iter
         # Algorithm 2's settings its client part reads
         self.metric = metric
@@ -152,6 +169,7 @@ class ProxALClient(ClientHalf):
         self.glm_signature: tuple | None = None
         self.glm_plain: bool | None = None  # (kkt.plain_objective_party, found once)
         self.glm_verified = self.glm_disagrees = False
+        self.glm_structure: str | None = None  # (its structure_fingerprint, found once)
         self.glm_cohort = None
         self.use_route(route)
 
@@ -275,7 +293,10 @@ class ProxALClient(ClientHalf):
         w = np.asarray(w, dtype=float)
         # the outer iterate w^{k+1} is (w, theta at w): what eps~ was measured at
         dtheta = float(np.abs(self.theta_at_w - self.theta_center).max(initial=0.0))
-        ci, ce = self.problem.functions[0].constraint_values(self._local(w, self.theta_at_w))
+        if self.program.m_ineq or self.program.m_eq:
+            ci, ce = self.problem.functions[0].constraint_values(self._local(w, self.theta_at_w))
+        else:  # (none: no evaluator is built for them)
+            ci = ce = np.zeros(0)
         mu_in, nu_in = self.mu.copy(), self.nu.copy()
         self.mu_mark, self.nu_mark, self.cone_mark = mu_in, nu_in, self.cone_at_w.copy()
         self.theta_step = self.theta_at_w - self.theta_center

@@ -8,10 +8,12 @@ with no constraints, cones or own block whose objective has a GLM form with dens
 (:meth:`~fedmodel.algorithms.proxal.exact_admm.ExactClient._on_xadmm_w_batch`) and their
 certificate evaluations (:meth:`~fedmodel.algorithms.proxal.client.ProxALClient._on_evaluate_batch`)
 run on one :class:`~fedmodel.subproblems.batched_glm.GLMCohort`. This module holds what
-both need: which form a client has (:func:`glm_objective`), the check of that form against
-the model's own evaluator at a client's first batched use (:func:`check_forms`: a client
-whose form disagrees leaves every batch for good), and the cohort of a list of clients,
-built once and reused while the host groups the same clients (:func:`cohort_of`).
+both need: which form a client has (:func:`glm_objective`; :func:`batched_steps`: whether
+its steps run in cohorts), the check of that form at a client's first batched use
+(:func:`check_forms`: against the model's own evaluator once per structure, by value at a
+random point for the structure's other clients; a client whose form disagrees leaves every
+batch for good), and the cohort of a list of clients, built once and reused while the host
+groups the same clients (:func:`cohort_of`).
 
 Examples
 --------
@@ -33,8 +35,10 @@ from typing import Any
 import numpy as np
 import scipy.sparse as sp
 
+from fedmodel.compiler.fingerprint import structure_fingerprint
 from fedmodel.compiler.glm import NotRecognised
 from fedmodel.compiler.partition import PartyProgram
+from fedmodel.expressions import numeric_value
 from fedmodel.subproblems.batched_glm import GLMCohort, glm_signature
 from fedmodel.subproblems.newton import evaluations_agree, party_glm
 
@@ -55,6 +59,19 @@ def unconstrained_glm(program: PartyProgram):
     if f is None or form.ineq or form.eq or any(sp.issparse(t.A) for t in f.terms):
         return None
     return f
+
+
+def batched_steps(program: PartyProgram, options) -> bool:
+    """Whether a client with ``program`` and prox-al's ``options`` takes its exact steps in
+    cohorts: batches on (``batch_clients``), the library's own backend (``solver`` "auto"
+    or "newton") and an :func:`unconstrained_glm` form. Its own backend is then the Newton
+    backend, built only if it leaves the batches
+    (:class:`~fedmodel.subproblems.select.LazySolver`)."""
+    return (
+        bool(options.batch_clients)
+        and options.solver in ("auto", "newton")
+        and unconstrained_glm(program) is not None
+    )
 
 
 def glm_objective(host) -> Any:
@@ -94,25 +111,76 @@ def cohort_of(hosts: list) -> GLMCohort:
     return cohort
 
 
+#: structures (:func:`~fedmodel.compiler.fingerprint.structure_fingerprint`) whose GLM
+#: form has agreed with the model's evaluator on a client of this process
+_CHECKED_STRUCTURES: set[str] = set()
+
+#: the seed of the point where a client's form is probed (:func:`check_forms`)
+PROBE_SEED = 0
+
+
+def _probe_point(n: int) -> np.ndarray:
+    """The point where forms are probed: fixed, random, entries of order ``1/sqrt(n)``."""
+    return np.random.default_rng(PROBE_SEED).standard_normal(n) / np.sqrt(max(n, 1))
+
+
+def _cvxpy_value(program: PartyProgram, x: np.ndarray) -> float:
+    """The program's objective at ``x`` by cvxpy's own arithmetic."""
+    layout = program.layout
+
+    def value(v):
+        return np.reshape(x[layout.slice_of(v)], v.shape, order="F")
+
+    return float(sum(np.sum(numeric_value(t.expr, value)) for t in program.objective))
+
+
 def check_forms(hosts: list, cohort: GLMCohort, X: np.ndarray) -> None:
-    """A client's first batched use compares its GLM form's value and gradient at its row
-    of ``X`` with its model's own evaluator (as the per-party Newton backend's first solve
-    does, :func:`~fedmodel.subproblems.newton.evaluations_agree`). A client whose form
-    disagrees leaves the batches for good and NotRecognised is raised, so that each
-    message is handled on its own."""
+    """Check the GLM form of each client of ``hosts`` at its first batched use.
+
+    The first client of each structure (its
+    :func:`~fedmodel.compiler.fingerprint.structure_fingerprint`) compares its form's value
+    and gradient at its row of ``X`` with its model's own evaluator (as the per-party
+    Newton backend's first solve does, :func:`~fedmodel.subproblems.newton.evaluations_agree`).
+    Every other client of a structure that agreed compares its form's value at a fixed
+    random point with its objective's value there by cvxpy's own arithmetic
+    (:func:`~fedmodel.expressions.numeric_value`), and builds no evaluator. A client whose
+    form disagrees leaves the batches for good and NotRecognised is raised, so that each
+    message is handled on its own.
+
+    Why the cheaper check is enough: a client's form is recognised from its own terms and
+    data, and clients of one structure have the same terms up to their data's values, so
+    the recognition takes the same path for them; the full check validates that path
+    (each rule it applied) on the structure's first client. What can still differ is what
+    the data's values decide (storage, symmetry, a constant read from the data); any such
+    misstep gives a form that is another function of ``x``. Form and objective are
+    analytic in ``x`` (piecewise, for huber, on the piece the point falls in), so if they
+    differ they agree only on a set of measure zero: their values at a random point are
+    equal (to the same relative tolerance as the full check) only when they are the same
+    function, gradient included.
+    """
     new = [i for i, h in enumerate(hosts) if not h.glm_verified]
     if not new:
         return
-    idx = np.array(new)
-    sub = cohort if idx.size == cohort.size else cohort.subset(idx)
-    vals, grads = sub.value_grad(X[idx])
-    wrong = [
-        hosts[i]
-        for k, i in enumerate(new)
-        if not evaluations_agree(
-            hosts[i].program.functions.objective_and_grad(X[i]), (vals[k], grads[k])
-        )
-    ]
+    groups: dict[str, list[int]] = {}
+    for i in new:
+        h = hosts[i]
+        if h.glm_structure is None:
+            h.glm_structure = structure_fingerprint(h.program)
+        groups.setdefault(h.glm_structure, []).append(i)
+    full, probed = [], []
+    for key, members in groups.items():
+        if key in _CHECKED_STRUCTURES:
+            probed += members
+        else:
+            full.append(members[0])
+            probed += members[1:]
+    wrong = _check_in_full(hosts, cohort, X, full)
+    for i in full:
+        if hosts[i] not in wrong:
+            _CHECKED_STRUCTURES.add(hosts[i].glm_structure)
+    unchecked = [i for i in probed if hosts[i].glm_structure not in _CHECKED_STRUCTURES]
+    probed = [i for i in probed if hosts[i].glm_structure in _CHECKED_STRUCTURES]
+    wrong += _check_in_full(hosts, cohort, X, unchecked + _probe(hosts, cohort, probed))
     if wrong:
         for h in wrong:
             h.glm_disagrees = True
@@ -120,3 +188,43 @@ def check_forms(hosts: list, cohort: GLMCohort, X: np.ndarray) -> None:
         raise NotRecognised(f"the GLM form of party {names} disagrees with its evaluator")
     for i in new:
         hosts[i].glm_verified = True
+
+
+def _subset(cohort: GLMCohort, idx: list[int]) -> GLMCohort:
+    return cohort if len(idx) == cohort.size else cohort.subset(np.array(idx))
+
+
+def _check_in_full(hosts: list, cohort: GLMCohort, X: np.ndarray, idx: list[int]) -> list:
+    """The clients of ``idx`` whose form's value and gradient at their row of ``X``
+    disagree with their model's own evaluator."""
+    if not idx:
+        return []
+    vals, grads = _subset(cohort, idx).value_grad(X[np.array(idx)])
+    return [
+        hosts[i]
+        for k, i in enumerate(idx)
+        if not evaluations_agree(
+            hosts[i].program.functions.objective_and_grad(X[i]), (vals[k], grads[k])
+        )
+    ]
+
+
+def _probe(hosts: list, cohort: GLMCohort, idx: list[int]) -> list[int]:
+    """The clients of ``idx`` whose form's value at the probe point differs from their
+    objective's value there by cvxpy's own arithmetic (or that cvxpy cannot evaluate):
+    they are checked in full."""
+    if not idx:
+        return []
+    point = _probe_point(hosts[idx[0]].program.layout.size)
+    vals, _ = _subset(cohort, idx).value_grad(np.tile(point, (len(idx), 1)))
+    out = []
+    for k, i in enumerate(idx):
+        try:
+            with np.errstate(all="ignore"):
+                ref = _cvxpy_value(hosts[i].program, point)
+        except Exception:  # noqa: BLE001 - an atom cvxpy cannot evaluate so: the full check
+            out.append(i)
+            continue
+        if not abs(vals[k] - ref) <= 1e-8 * max(1.0, abs(ref)):
+            out.append(i)
+    return out
