@@ -28,6 +28,17 @@ def test_paper_numbers_are_bundled():
     assert paper["table3"]["settings"]["rho"] == 1e8
 
 
+def test_the_header_states_the_trials_and_the_time_limit():
+    """A results file says when it has fewer trials than the paper's 10 and which time
+    limit stopped its solves (a time-limited check is inconclusive, not a verdict)."""
+    full = " ".join(seed000._header("Table 2", False, 2, {"r": 0.2}, time_limit=240.0))
+    assert "2 trials (the paper runs 10)." in full and "Time limit: 240 s per solve" in full
+    paper = " ".join(seed000._header("Table 2", False, 10, {"r": 0.2}, time_limit=1800.0))
+    assert "the paper runs" not in paper and "Time limit: 1800 s per solve" in paper
+    quick = " ".join(seed000._header("Table 2", True, 3, {"r": 0.2}))
+    assert "3 trials. No time limit" in quick and "the paper runs" not in quick
+
+
 def test_table2_quick_checks(tmp_path):
     summary = reproduce.run("table2", out_dir=tmp_path, trials=3, quick=True, progress=False)
     failed = [c for c in summary["checks"] if not c["passed"]]

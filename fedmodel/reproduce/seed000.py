@@ -554,13 +554,28 @@ def _time_limit(quick: bool, time_limit: float | None) -> float | None:
     return float(time_limit) if time_limit else TIME_LIMIT["quick" if quick else "full"]
 
 
-def _header(name: str, quick: bool, trials: int, settings: dict, extra: str = "") -> list[str]:
+def _header(
+    name: str,
+    quick: bool,
+    trials: int,
+    settings: dict,
+    extra: str = "",
+    time_limit: float | None = None,
+) -> list[str]:
     mode = "quick (small grid, subsampled data; not the paper's grid)" if quick else "full"
     setting_text = ", ".join(f"{k} = {v:g}" for k, v in settings.items())
+    paper_trials = "" if quick or trials == 10 else " (the paper runs 10)"
+    limit = (
+        f"Time limit: {time_limit:g} s per solve; a solve stopped by it has status "
+        "time_limit, and a check that fails with such a solve is inconclusive. "
+        if time_limit
+        else "No time limit: every solve ends by its iteration caps or by converging. "
+    )
     return [
         f"# seed 000 {name} reproduction ({mode})",
         "",
-        f"{trials} trials; settings: {setting_text}, eps = ({EPS:g}, {EPS:g}), mu0 = 0, "
+        f"{trials} trials{paper_trials}. {limit}"
+        f"Settings: {setting_text}, eps = ({EPS:g}, {EPS:g}), mu0 = 0, "
         "w0 uniform on the unit sphere (same w0 for both methods in a trial). "
         "Entries are mean (std) over the trials; 'paper' columns are the paper's numbers. "
         "Relative difference = |f(prox-al) - f(cprox-al)| / |f(cprox-al)|; abs. diff = "
@@ -723,6 +738,7 @@ def table1(
         "(n / 4) ||w - w*||^2 (each A_i >= I / 2), the second is what a point with violation "
         "eps2 = 1e-3 may have (up to ||y*||_1 eps2, more than 1e-3 once the multipliers "
         "are large). The check is on L(w, y*) - f*, the gap to f* is shown beside it.",
+        time_limit=runner.time_limit,
     )
     md.append(md_table(header, table))
     md += _inaccurate_lines(runs)
@@ -940,6 +956,7 @@ def table2(
         "constraint = each client's class-1 loss <= r. Our features: breast cancer "
         "10, adult 104, monks-1 18 (intercept included); the paper's 20/21/21 come "
         "from an unspecified preprocessing, so objective values differ.",
+        time_limit=runner.time_limit,
     )
     md.append(md_table(header, table))
     files = _finish(out_dir, "table2", md, runs, rows, checks, time.perf_counter() - t_start)
@@ -1174,6 +1191,7 @@ def table3(
         "Disparity = |L_female - L_male| over clients and server. The status column counts the "
         "outer iterations whose Algorithm 2 stopped at max_inner without (19) (Algorithm 1 "
         "goes on with that point, as the paper's does).",
+        time_limit=runner.time_limit,
     )
     if settings["rho"] != SETTINGS["table3"]["rho"]:
         md += [
