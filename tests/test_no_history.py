@@ -40,6 +40,16 @@ BRANCHES = (
     "wt-robust",
     "wt-ssca",
     "wt-vfl",
+    "secagg35",
+    "kkt36",
+    "mm36",
+    "scale37",
+    "scale37b",
+    "infeas37",
+    "repro38",
+    "repro38b",
+    "straggle40",
+    "structure40",
 )
 NUMBER = r"\d[\d.,]*(?:e-?\d+)?"
 PATTERNS = {
