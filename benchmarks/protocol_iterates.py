@@ -215,7 +215,8 @@ def compare(path: str, only: str = "") -> int:
             or k not in theirs
             or not np.array_equal(mine[k], theirs[k], equal_nan=mine[k].dtype.kind == "f")
         )
-        print(f"{name}: {'same' if not diff else 'DIFFERENT ' + str(diff[:5])}")
+        more = f" (+{len(diff) - 5} more)" if len(diff) > 5 else ""
+        print(f"{name}: {'same' if not diff else 'DIFFERENT ' + str(diff[:5]) + more}")
         if diff:
             bad.append(name)
     print(f"{len(bad)} case(s) differ" if bad else "every case bit for bit the same")

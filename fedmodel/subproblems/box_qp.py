@@ -167,9 +167,16 @@ class BoxQuadraticSolver:
             H = None
         if H is not None:
             sigma = p.sigma
-            S = sigma if np.ndim(sigma) == 2 else np.diag(np.broadcast_to(sigma, (p.n,)))
-            Q = H + S + np.diag(self.q)
-            x, iterations = box_qp(Q, g - H @ x0 - S @ p.center, self.lo, self.hi, x0=x0)
+            if np.ndim(sigma) == 2:
+                Q = H + sigma + np.diag(self.q)
+                shift = sigma @ p.center
+            else:  # (a diagonal metric: added on Q's diagonal, no n x n products)
+                Q = np.array(H, dtype=float)
+                diagonal = np.diag_indices(p.n)
+                Q[diagonal] += np.broadcast_to(sigma, (p.n,))
+                Q[diagonal] += self.q
+                shift = sigma * p.center
+            x, iterations = box_qp(Q, g - H @ x0 - shift, self.lo, self.hi, x0=x0)
             residual = p.residual(x)
             if residual <= tol:
                 return SolveReport(x, residual, tol, iterations, self.name)

@@ -209,8 +209,14 @@ class CvxpySolver:
                 "the cvxpy backend takes a scalar or diagonal proximal metric, not a full "
                 "matrix; use a scalar ADMM penalty (penalty_metric='scalar')"
             )
-        self.sqrt_sigma.value = np.sqrt(np.broadcast_to(p.sigma, (p.n,)))
-        self.linear.value = p.sigma * p.center
+        # (cvxpy validates every value it is given; the direct path reads neither sqrt_sigma,
+        # whose sigma it puts on P's diagonal itself, nor, with the linear term apart, that
+        # parameter: it takes the plain vector, _linear)
+        self._linear = p.sigma * p.center
+        if not self.direct:
+            self.sqrt_sigma.value = np.sqrt(np.broadcast_to(p.sigma, (p.n,)))
+        if not self._linear_apart:
+            self.linear.value = self._linear
         for par, val, (rows, _) in zip(self.mu, p.mu, self.penalised):
             if par is not None:
                 par.value = np.maximum(val[rows], 0.0)
@@ -273,23 +279,16 @@ class CvxpySolver:
         cvxpy's status."""
         import clarabel
         import scipy.sparse as sp
-        from cvxpy.cvxcore.python import canonInterface
 
         if self._direct is None or self._direct["key"] != self._structure_key():
             self._refresh_direct()
         cache = self._direct
         prog = cache["param_prog"]
-        vec = canonInterface.get_parameter_vector(
-            prog.total_param_size,
-            prog.param_id_to_col,
-            prog.param_id_to_size,
-            lambda idx: np.array(prog.id_to_param[idx].value),
-        )
-        if vec is None:  # (no parameter: the constant column alone)
-            vec = np.ones(1)
-        q = np.asarray(cache["Q"] @ vec, dtype=float).ravel()[: prog.x.size]
-        if self._linear_apart:  # (the linear term -linear @ x, not compiled)
-            q[cache["start"] : cache["start"] + self.problem.n] -= self.linear.value
+        if self._linear_apart:  # (no parameter: q is constant but for the linear term)
+            q = cache["q"].copy()
+            q[cache["start"] : cache["start"] + self.problem.n] -= self._linear
+        else:
+            q = self._parametric_q(prog, cache["Q"])
         data = cache["P_data"].copy()  # (sigma on the x-block's diagonal entries)
         data[cache["diagonal"]] += np.broadcast_to(self.problem.sigma, (self.problem.n,))
         P = sp.csc_array((data, cache["P_indices"], cache["P_indptr"]), shape=cache["P_shape"])
@@ -298,6 +297,21 @@ class CvxpySolver:
         solver = clarabel.DefaultSolver(P, q, cache["A"], cache["b"], cache["cones"], opts)
         self._direct_problem.unpack_results(solver.solve(), chain, cache["inverse"])
         return self._direct_problem.status
+
+    @staticmethod
+    def _parametric_q(prog, Q) -> np.ndarray:
+        """The compiled problem's linear term at the parameters' current values."""
+        from cvxpy.cvxcore.python import canonInterface
+
+        vec = canonInterface.get_parameter_vector(
+            prog.total_param_size,
+            prog.param_id_to_col,
+            prog.param_id_to_size,
+            lambda idx: np.array(prog.id_to_param[idx].value),
+        )
+        if vec is None:  # (no parameter: the constant column alone)
+            vec = np.ones(1)
+        return np.asarray(Q @ vec, dtype=float).ravel()[: prog.x.size]
 
     def _refresh_direct(self) -> None:
         """Compile the subproblem without its proximal term (for :meth:`_direct_solve`)."""
@@ -328,6 +342,9 @@ class CvxpySolver:
             "chain": chain,
             "inverse": inverse,
             "Q": sp.csr_array(data["param_prob"].q),
+            "q": self._parametric_q(data["param_prob"], sp.csr_array(data["param_prob"].q))
+            if self._linear_apart
+            else None,
             "P_data": base,
             "P_indices": one.indices,
             "P_indptr": one.indptr,
