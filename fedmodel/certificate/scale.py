@@ -7,14 +7,11 @@ model and the same model times ``t`` get the same verdict. The certificate does 
 ``S`` is computed once, at the starting point ``x0`` of the solve (zeros unless ``w0`` says
 otherwise), from the gradient and the curvature of the objective there:
 
-    S_i = max(||g_i(x0)||_inf, mean_j |grad f_i(x0 + delta 1) - grad f_i(x0)|_j / delta)
+    S_i = max(||g_i(x0)||_inf, ||grad f_i(x0 + delta 1) - grad f_i(x0)||_inf / delta)
 
-(the curvature's mean over the coordinates, as OSQP's cost scale takes the mean of
-``P``'s column norms rather than the largest: a few strongly curved coordinates among many
-do not set the unit of the whole objective; ``g_i`` the gradient of the objective as the
-user wrote it, :func:`user_gradient`: a term in epigraph form, ``|r| / n`` as ``t / n``
-with ``-t <= r <= t``, counts by its subgradient ``sign(r) a / n``, not by the
-auxiliary's coefficient ``1 / n``)
+(``g_i`` the gradient of the objective as the user wrote it, :func:`user_gradient`: a
+term in epigraph form, ``|r| / n`` as ``t / n`` with ``-t <= r <= t``, counts by its
+subgradient ``sign(r) a / n``, not by the auxiliary's coefficient ``1 / n``)
 for each party ``i`` on its own data (``delta = CURVATURE_STEP max(1, ||x0||_inf)``, the
 whole of the party's view: shared, own and auxiliary coordinates), the same two numbers
 for ``h`` (its subgradient scale), and ``S = sum_i S_i`` over the parties and ``h``: one
@@ -54,8 +51,7 @@ CURVATURE_STEP = 1e-3
 
 
 def _secant_reference(value, x0: np.ndarray) -> float:
-    """``max(||v(x0)||_inf, mean_j |v(x0 + delta 1) - v(x0)|_j / delta)`` of a
-    vector-valued ``v``."""
+    """``max(|v(x0)|, |v(x0 + delta 1) - v(x0)| / delta)`` of a vector-valued ``v``."""
     x0 = np.asarray(x0, dtype=float)
     delta = CURVATURE_STEP * max(1.0, float(np.abs(x0).max(initial=0.0)))
     with np.errstate(all="ignore"):
@@ -71,8 +67,7 @@ def _secant_reference(value, x0: np.ndarray) -> float:
         except (ValueError, FloatingPointError, ZeroDivisionError):
             return ref
         if np.all(np.isfinite(g1)):
-            change = np.abs(g1 - g0)
-            ref = max(ref, float(change.mean()) / delta if change.size else 0.0)
+            ref = max(ref, float(np.abs(g1 - g0).max(initial=0.0)) / delta)
     return ref
 
 
@@ -140,7 +135,7 @@ def plain_objective_references(value_grad, X: np.ndarray) -> np.ndarray:
     and gradient alone (:func:`~fedmodel.certificate.kkt.plain_objective_party`: no
     auxiliaries, so the user's gradient is the objective's), at the rows of ``X``, from
     two calls of their batched ``value_grad(X) -> (values, gradients)``: ``S_i = max(
-    ||g_i(x_i)||_inf, mean_j |g_i(x_i + delta_i 1) - g_i(x_i)|_j / delta_i)``, 0 where the
+    ||g_i(x_i)||_inf, ||g_i(x_i + delta_i 1) - g_i(x_i)||_inf / delta_i)``, 0 where the
     gradient at ``x_i`` is not finite.
 
     Examples
@@ -156,8 +151,7 @@ def plain_objective_references(value_grad, X: np.ndarray) -> np.ndarray:
     finite0 = np.all(np.isfinite(G0), axis=1)
     both = finite0 & np.all(np.isfinite(G1), axis=1)
     G0 = np.where(finite0[:, None], G0, 0.0)
-    change = np.abs(np.where(both[:, None], G1 - G0, 0.0))
-    change = change.mean(axis=1) if change.shape[1] else np.zeros(len(X))
+    change = np.abs(np.where(both[:, None], G1 - G0, 0.0)).max(axis=1, initial=0.0)
     return np.maximum(np.abs(G0).max(axis=1, initial=0.0), change / delta)
 
 
