@@ -3,7 +3,6 @@ on the serial backend exact-admm's rounds take the stacked path, with the iterat
 ledger and the verdicts of the message-by-message path; a stacked step that raises, or
 replies that the stacked check refuses, fall back to the message path."""
 
-import time
 from types import SimpleNamespace
 
 import cvxpy as cp
@@ -152,16 +151,18 @@ def test_record_round_writes_what_recording_each_message_writes(ledger):
         assert ledger.rows == by_message.rows
 
 
-def test_a_cohort_step_has_its_clients_budgets_added_up():
+def test_a_cohort_step_has_its_clients_budgets_added_up(monkeypatch):
     """One batched step for a cohort may take the seconds its clients were granted one
-    after another; a bad budget names its party."""
+    after another (read on a fixed clock); a bad budget names its party."""
+    import fedmodel.algorithms.proxal.exact_admm as exact_admm
+
+    monkeypatch.setattr(exact_admm, "time", SimpleNamespace(perf_counter=lambda: 100.0))
     hosts = [SimpleNamespace(name=n) for n in ("a", "b", "c")]
     assert _cohort_deadline(Rows([None, None, None]), hosts) is None
     assert _cohort_deadline(None, hosts) is None
-    start = time.perf_counter()
-    deadline = _cohort_deadline(Rows([5.0, None, 2.0]), hosts)
-    assert start + 7.0 <= deadline <= time.perf_counter() + 7.0
-    deadline = _cohort_deadline(1.5, hosts)  # (one value for all three)
-    assert start + 4.5 <= deadline <= time.perf_counter() + 4.5
+    assert _cohort_deadline(Rows([5.0, None, 2.0]), hosts) == 107.0
+    assert _cohort_deadline(1.5, hosts) == 104.5  # (one value for all three)
     with pytest.raises(ValueError, match="party 'b' got a time budget"):
         _cohort_deadline(Rows([5.0, -1.0, float("nan")]), hosts)
+    with pytest.raises(ValueError, match="party 'a' got a time budget .field 'budget'. of -2.0"):
+        _cohort_deadline(-2.0, hosts)

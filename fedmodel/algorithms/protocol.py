@@ -246,11 +246,13 @@ class ClientHalf(DeclaredState):
         it, once per message table and opt-ins when the values that can need an opt-in
         are one for all. Raises (changing no party's state) when a check refuses or the
         step fails; the host then sends the round message by message."""
+        cls = type(halves[0].handler_owner(kind)[0])
+        step = getattr(cls, f"_on_{kind}_rows", None)
+        if step is None:  # (the kind has no stacked step: nothing to look at per half)
+            return None
         found = [half.handler_owner(kind) for half in halves]
         owners = [owner for owner, _ in found]
-        cls = type(owners[0])
-        step = getattr(cls, f"_on_{kind}_rows", None)
-        if step is None or any(type(o) is not cls or h is None for o, (h, _) in found):
+        if any(type(o) is not cls or h is None for o, (h, _) in found):
             return None
         cohorts: dict[Any, list[int]] = {}  # (step_batch_key -> its halves, as the host groups)
         for i, owner in enumerate(owners):

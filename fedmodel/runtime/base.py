@@ -65,7 +65,13 @@ from fedmodel.runtime.outcomes import (
     StepOutcome,
 )
 from fedmodel.runtime.placement import SERVER_HOST
-from fedmodel.runtime.rows import RoundReplies, exchange_rows, payloads_of
+from fedmodel.runtime.rows import (
+    RoundReplies,
+    check_rows,
+    exchange_rows,
+    payload_at,
+    payloads_of,
+)
 from fedmodel.runtime.schema import MessageTable
 
 BACKENDS = ("serial", "processes", "ray", "flower")
@@ -287,10 +293,10 @@ class Runtime(abc.ABC):
         unknown = [n for n in names if n not in self._host_of]
         if unknown:
             raise KeyError(f"unknown receivers {unknown}")
-        first = payloads_of(fields, len(names), 1)
+        check_rows(fields, len(names))
         if not names:
             return RoundReplies(names, messages={})
-        channel = self._outgoing(kind, first[0], channel)
+        channel = self._outgoing(kind, payload_at(fields, 0), channel)
         done = exchange_rows(self, kind, names, fields, channel)
         if done is not None:
             return done

@@ -258,6 +258,26 @@ class PartyHost:
                 order.append((key, groups[key]))
         return order
 
+    def _together(self, rnd: int, step: Callable[[], Any]) -> tuple[Any, bool]:
+        """Run ``step()``, one step of many parties, as the host runs a party's step: its
+        outbox on round ``rnd``, the host in a step. Returns its value (None when it raised:
+        it changed no party's state) and whether it sent peer messages; Ctrl-C in it
+        raises KeyboardInterrupt."""
+        if isinstance(self.outbox, Outbox):
+            self.outbox.round = rnd
+            self.outbox.take()
+        try:
+            self._in_step = True
+            value = step()
+        except StepInterrupted:
+            raise KeyboardInterrupt from None
+        except Exception:  # noqa: BLE001 - the caller goes message by message
+            return None, False
+        finally:
+            self._in_step = False
+        sent = self.outbox.take() if isinstance(self.outbox, Outbox) else []
+        return value, bool(sent)
+
     def _call_batch(self, messages: list[Message]) -> list[StepOutcome] | None:
         """One batched step for ``messages`` (``type(endpoint).handle_batch``): one
         outcome per message, or None when the batch raised or sent peer messages (the
@@ -265,14 +285,12 @@ class PartyHost:
         party's state unless it returns, so nothing is put back. A worker that dies in a
         batch names no single party (every party of the batch was in the step)."""
         endpoints = [self.endpoints[m.receiver] for m in messages]
-        if isinstance(self.outbox, Outbox):
-            self.outbox.round = messages[0].round
-            self.outbox.take()
         t0 = time.perf_counter()
         try:
-            self._in_step = True
-            replies = type(endpoints[0]).handle_batch(endpoints, messages)
-        except (StepInterrupted, KeyboardInterrupt):
+            replies, sent = self._together(
+                messages[0].round, lambda: type(endpoints[0]).handle_batch(endpoints, messages)
+            )
+        except KeyboardInterrupt:
             seconds = (time.perf_counter() - t0) / len(messages)
             return [
                 StepOutcome(
@@ -283,12 +301,7 @@ class PartyHost:
                 )
                 for m in messages
             ]
-        except Exception:  # noqa: BLE001 - each message again, on its own
-            return None
-        finally:
-            self._in_step = False
-        sent = self.outbox.take() if isinstance(self.outbox, Outbox) else []
-        if sent or len(replies) != len(messages):
+        if replies is None or sent or len(replies) != len(messages):
             return None
         seconds = (time.perf_counter() - t0) / len(messages)
         return [
@@ -309,20 +322,8 @@ class PartyHost:
         cls = type(endpoints[0])
         if not hasattr(cls, "handle_rows") or any(type(e) is not cls for e in endpoints):
             return None
-        if isinstance(self.outbox, Outbox):
-            self.outbox.round = rnd
-            self.outbox.take()
         t0 = time.perf_counter()
-        try:
-            self._in_step = True
-            replies = cls.handle_rows(endpoints, kind, fields)
-        except StepInterrupted:
-            raise KeyboardInterrupt from None
-        except Exception:  # noqa: BLE001 - the round goes message by message
-            return None
-        finally:
-            self._in_step = False
-        sent = self.outbox.take() if isinstance(self.outbox, Outbox) else []
+        replies, sent = self._together(rnd, lambda: cls.handle_rows(endpoints, kind, fields))
         if replies is None or sent:
             return None
         m = len(names)

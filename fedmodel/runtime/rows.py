@@ -35,11 +35,9 @@ from typing import Any
 
 import numpy as np
 
-from fedmodel.runtime.messages import Ledger, Message, measure
+from fedmodel.runtime.messages import SERVER, Ledger, Message, measure
 from fedmodel.runtime.outcomes import StepOutcome
 from fedmodel.runtime.placement import SERVER_HOST
-
-SERVER = "server"
 
 
 class Rows:
@@ -55,14 +53,19 @@ class Rows:
         return len(self.values)
 
 
-def payloads_of(fields: Mapping[str, Any], m: int, first: int | None = None) -> list[dict]:
-    """The payloads of the ``m`` clients of ``fields`` (each :class:`Rows` field taken row
-    by row, the others as they are), with the fields in their given order; ``first``: the
-    first clients' only."""
+def check_rows(fields: Mapping[str, Any], m: int) -> None:
+    """Raise ValueError naming the field when a :class:`Rows` field of ``fields`` has not
+    one row for each of the ``m`` clients."""
     for name, value in fields.items():
         if isinstance(value, Rows) and len(value) != m:
             raise ValueError(f"field {name!r} has {len(value)} rows for {m} clients")
-    return [payload_at(fields, i) for i in range(m if first is None else min(first, m))]
+
+
+def payloads_of(fields: Mapping[str, Any], m: int) -> list[dict]:
+    """The payloads of the ``m`` clients of ``fields`` (each :class:`Rows` field taken row
+    by row, the others as they are), with the fields in their given order."""
+    check_rows(fields, m)
+    return [payload_at(fields, i) for i in range(m)]
 
 
 def payload_at(fields: Mapping[str, Any], i: int) -> dict[str, Any]:
@@ -106,12 +109,14 @@ class RoundReplies(Mapping):
         self.names = list(names)
         self._messages = dict(messages) if messages is not None else None
         self._stacked = dict(stacked) if stacked is not None else None
-        self._index = None if stacked is None else {n: i for i, n in enumerate(self.names)}
+        self._index: dict[str, int] | None = None  # (made at the first reply read by name)
         self.kind, self.round, self.channel = kind, round, channel
 
     def __getitem__(self, name: str) -> Message:
         if self._messages is not None:
             return self._messages[name]
+        if self._index is None:
+            self._index = {n: i for i, n in enumerate(self.names)}
         i = self._index[name]
         payload = {k: v[i] for k, v in self._stacked.items()}
         return Message(self.kind, name, SERVER, payload, self.round, self.channel)

@@ -467,7 +467,8 @@ class ReplyChecker:
         each): decided from the first party's payload in full and each field's stacked
         values; False when anything is refused or the parties' dimensions differ (each
         reply is then checked on its own, with its own error)."""
-        key = self.dims(parties[0]) and self._dims_key[parties[0]]
+        self.dims(parties[0])
+        key = self._dims_key[parties[0]]
         for party in parties:
             if party not in self._dims:
                 self.dims(party)

@@ -36,6 +36,7 @@ from fedmodel.algorithms.proxal.inner import InnerClient, InnerOutcome, InnerSol
 from fedmodel.algorithms.proxal.metric import PenaltyMetric, hessian_metric, shifted_solver
 from fedmodel.algorithms.proxal.obstacles import newton_obstacle
 from fedmodel.algorithms.proxal.options import EXACT_TOL
+from fedmodel.runtime.rows import Rows
 from fedmodel.runtime.schema import Field, MessageSpec
 from fedmodel.subproblems.merit import set_deadline, step_deadline
 from fedmodel.subproblems.newton import solve_upper
@@ -261,12 +262,11 @@ class ADMMInner(InnerSolver):
             payload = {"w": w[:ns], "tol": tol}
             if aa is not None:  # this round's input: alpha over the last outputs
                 payload.update(alpha=alpha, reset=reset)
-            budgets = step_budgets(runtime, runtime.client_names, deadline)
+            names = runtime.client_names
+            budgets = step_budgets(runtime, names, deadline)
             if budgets:  # (each client's step ends by the deadline: its share of what is left)
-                payloads = {n: {**payload, "budget": b} for n, b in budgets.items()}
-                replies = runtime.broadcast("admm_w", payloads.__getitem__)
-            else:
-                replies = runtime.broadcast("admm_w", payload)
+                payload["budget"] = Rows([budgets[n] for n in names])
+            replies = runtime.broadcast_rows("admm_w", payload, to=names)
             u_tildes = {name: r.payload["u_tilde"] for name, r in replies.items()}
             changed = False
             if opts.adaptive_rho:  # residual balancing: the clients' new rho_i (public)

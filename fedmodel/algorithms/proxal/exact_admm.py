@@ -1102,17 +1102,14 @@ def _cohort_deadline(budget: Any, hosts: list) -> float | None:
     step_deadline`): the seconds its clients were granted, added up (one after another
     they would have had each its own share; together they have the sum). ``budget``: one
     value for all, or :class:`~fedmodel.runtime.rows.Rows` of seconds or None; a negative
-    or non-finite budget raises naming its party."""
-    if not isinstance(budget, Rows):
-        if budget is None:
-            return None
-        return step_deadline(len(hosts) * float(budget), f"party {hosts[0].name!r}")
-    given = [(b, h) for b, h in zip(budget.values, hosts) if b is not None]
-    if not given:
+    or non-finite budget raises naming its party (the merit's own check)."""
+    values = budget.values if isinstance(budget, Rows) else [budget] * len(hosts)
+    kept = [i for i, b in enumerate(values) if b is not None]
+    if not kept:
         return None
-    seconds = np.array([float(b) for b, _ in given])
+    seconds = np.array([float(values[i]) for i in kept])  # (one check for the cohort)
     bad = ~(np.isfinite(seconds) & (seconds >= 0.0))
     if bad.any():
-        b, h = given[int(np.flatnonzero(bad)[0])]
-        step_deadline(b, f"party {h.name!r}")  # (raises, naming the party)
+        i = kept[int(np.argmax(bad))]
+        step_deadline(values[i], f"party {hosts[i].name!r}")  # (raises, naming the party)
     return time.perf_counter() + float(seconds.sum())
