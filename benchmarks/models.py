@@ -673,14 +673,19 @@ def _describe(case: Case, name: str, method: str, quick: bool) -> dict:
     }
 
 
-def run_one(name: str, method: str, quick: bool, time_limit: float, ref: dict) -> dict:
-    """Build the model, solve it with ``method`` and judge the answer against ``ref`` (the
-    model's :func:`run_reference` row)."""
+def run_one(
+    name: str, method: str, quick: bool, time_limit: float, ref: dict, eps: float | None = None
+) -> dict:
+    """Build the model, solve it with ``method`` (at ``eps``, or the method's default) and
+    judge the answer against ``ref`` (the model's :func:`run_reference` row)."""
     from fedmodel.algorithms.registry import method_spec
 
     case = MODELS[name][0](quick)
-    eps = method_spec(method).options().eps
+    options = {} if eps is None else {"eps": float(eps)}
+    eps = method_spec(method).options(**options).eps
     row = _describe(case, name, method, quick)
+    if options:
+        row["eps_option"] = eps
     row.update(
         eps=eps,
         clarabel_status=ref.get("status"),
@@ -689,7 +694,7 @@ def run_one(name: str, method: str, quick: bool, time_limit: float, ref: dict) -
     )
     t0 = time.perf_counter()
     try:
-        res = case.model.solve(method=method, time_limit=time_limit)
+        res = case.model.solve(method=method, time_limit=time_limit, **options)
     except Exception as exc:  # what the user would see
         row.update(
             status=f"{type(exc).__name__}: {str(exc)[:120]}",
@@ -727,12 +732,12 @@ def silent_wrong(row: dict) -> bool:
     )
 
 
-def _child(conn, name, method, quick, time_limit, ref):
+def _child(conn, name, method, quick, time_limit, ref, eps=None):
     try:
         if method == "clarabel":
             conn.send(run_reference(name, quick, time_limit))
         else:
-            conn.send(run_one(name, method, quick, time_limit, ref))
+            conn.send(run_one(name, method, quick, time_limit, ref, eps))
     except BaseException as exc:  # noqa: BLE001 - reported, never hidden
         conn.send({"model": name, "method": method, "quick": quick, "status": f"error: {exc!r}"})
     conn.close()
@@ -759,18 +764,19 @@ def run_forked(target, args: tuple, hard_limit: float):
     return row, time.perf_counter() - t0, proc.exitcode
 
 
-def run_isolated(name, method, quick, time_limit, hard_limit, ref=None) -> dict:
-    """:func:`run_one` (or :func:`run_reference` for ``method="clarabel"``) in a forked
-    child, killed after ``hard_limit`` seconds."""
+def run_isolated(name, method, quick, time_limit, hard_limit, ref=None, eps=None) -> dict:
+    """:func:`run_one` (at ``eps``, or the method's default; :func:`run_reference` for
+    ``method="clarabel"``) in a forked child, killed after ``hard_limit`` seconds."""
     t0 = time.perf_counter()
     row, _seconds, exitcode = run_forked(
-        _child, (name, method, quick, time_limit, ref or {}), hard_limit
+        _child, (name, method, quick, time_limit, ref or {}, eps), hard_limit
     )
     if row is None:
         row = {
             "model": name,
             "method": method,
             "quick": quick,
+            **({} if eps is None or method == "clarabel" else {"eps_option": float(eps)}),
             "status": f"killed after {hard_limit:g} s (time_limit {time_limit:g} s not held)"
             if time.perf_counter() - t0 >= hard_limit
             else f"child died (exit code {exitcode})",
@@ -859,7 +865,8 @@ NOTES = """## Notes (2026-11-25, branch bench)
 def _solution_file(row: dict) -> str:
     size = "quick" if row.get("quick") else "full"
     tag = f"-{row['tag']}" if row.get("tag") else ""
-    return f"{row['model']}-{row['method']}-{size}{tag}.npy"
+    eps = f"-eps{row['eps_option']:g}" if row.get("eps_option") else ""
+    return f"{row['model']}-{row['method']}-{size}{tag}{eps}.npy"
 
 
 def rejudge(rows: list[dict]) -> list[dict]:
@@ -887,7 +894,9 @@ def _repo_relative(text: str) -> str:
 
 
 def _key(r: dict) -> tuple:
-    return (r["model"], r["method"], bool(r.get("quick")), r.get("tag", ""))
+    """A row's identity: rows run with ``--eps`` (``eps_option``) are kept beside the
+    method's own eps."""
+    return (r["model"], r["method"], bool(r.get("quick")), r.get("tag", ""), r.get("eps_option"))
 
 
 def write_report(rows: list[dict], commands: list[str]) -> None:
@@ -929,6 +938,7 @@ def write_report(rows: list[dict], commands: list[str]) -> None:
             key=lambda r: (
                 order.get(r["model"], 99),
                 ORDER.index(r["method"]) if r["method"] in ORDER else 9,
+                -r.get("eps_option", np.inf),
                 r.get("tag", ""),
             )
         )
@@ -943,7 +953,13 @@ def write_report(rows: list[dict], commands: list[str]) -> None:
                 f"{_fmt(r.get('rel_gap'))} | {_fmt(r.get('rel_violation'))} | "
                 f"{_fmt(r.get('peak_mb'), '.0f')} | {_fmt(r.get('load1'), '.1f')} | {flag} |"
             )
-        lines += ["", *headline([r for r in sub if not r.get("tag")]), ""]
+        plain = [r for r in sub if not r.get("tag")]
+        lines += ["", *headline([r for r in plain if not r.get("eps_option")])]
+        for eps in sorted({r["eps_option"] for r in plain if r.get("eps_option")}):
+            lines += ["", f"At eps = {eps:g} (`--eps`):", ""]
+            lines += headline([r for r in plain if r.get("eps_option") == eps])
+            lines += tighter_not_worse(plain, eps)
+        lines += [""]
     lines += [NOTES, ""]
     lines += [
         f"Machine: {platform.machine()}, {os.cpu_count()} cores shared with other sessions, "
@@ -1008,6 +1024,23 @@ def headline(rows: list[dict]) -> list[str]:
     return out
 
 
+def tighter_not_worse(rows: list[dict], eps: float) -> list[str]:
+    """Of the runs at ``eps`` (``--eps``) whose model and method are ``optimal`` at the
+    method's own eps, those that are not ``optimal`` at ``eps``."""
+    default = {
+        (r["model"], r["method"])
+        for r in rows
+        if not r.get("eps_option") and r.get("status") == "optimal"
+    }
+    both = [r for r in rows if r.get("eps_option") == eps and (r["model"], r["method"]) in default]
+    worse = [f"{r['model']} ({r['method']}: {r['status'][:40]})" for r in both
+             if r.get("status") != "optimal"]  # fmt: skip
+    return [
+        f"- optimal at the method's own eps and not at {eps:g}: {len(worse)} of {len(both)}"
+        + (f" ({', '.join(worse)})" if worse else "")
+    ]
+
+
 def _store(row: dict, command: str) -> None:
     with open(JSON.with_suffix(".lock"), "w") as lock:  # runs may go in parallel
         fcntl.flock(lock, fcntl.LOCK_EX)
@@ -1035,7 +1068,7 @@ def repeat_walls(name: str, ref: dict, rows: dict, args, hard: float) -> None:
                 ref_walls.append(again["wall"])
         for method, row in rows.items():
             if row.get("wall", np.inf) <= args.repeat_below:
-                again = run_isolated(name, method, args.quick, args.time_limit, hard, ref)
+                again = run_isolated(name, method, args.quick, args.time_limit, hard, ref, args.eps)
                 if again.get("status") == row.get("status"):
                     walls[method].append(again["wall"])
     ref["walls"] = ref_walls
@@ -1061,6 +1094,13 @@ def main(argv=None) -> None:
     )
     ap.add_argument("--quick", action="store_true", help="small sizes")
     ap.add_argument("--tag", default="", help="label of the rows (e.g. 'main' for a before run)")
+    ap.add_argument(
+        "--eps",
+        type=float,
+        default=None,
+        help="the methods' eps (default: each method's own); these rows are kept beside the "
+        "default's",
+    )
     ap.add_argument(
         "--repeat",
         type=int,
@@ -1124,7 +1164,9 @@ def main(argv=None) -> None:
         ref = run_isolated(name, "clarabel", args.quick, args.time_limit, hard)
         rows = {}
         for method in methods:
-            rows[method] = run_isolated(name, method, args.quick, args.time_limit, hard, ref)
+            rows[method] = run_isolated(
+                name, method, args.quick, args.time_limit, hard, ref, args.eps
+            )
         if args.repeat > 1:
             repeat_walls(name, ref, rows, args, hard)
         for method in ["clarabel", *methods]:
