@@ -72,7 +72,6 @@ from fedmodel.algorithms.proxal.anderson import AndersonState
 from fedmodel.algorithms.proxal.cohorts import check_forms, cohort_of, glm_structure
 from fedmodel.algorithms.proxal.inner import InnerClient, InnerOutcome, InnerSolver
 from fedmodel.algorithms.proxal.obstacles import (
-    EXACT_MIN_EPS,
     exact_eps_ok,
     inequality_walls,
     newton_obstacle,
@@ -723,8 +722,6 @@ class ExactInner(InnerSolver):
                 f"inner_solver={cls.name!r} needs method 'prox-al' on a convex model (its "
                 "exact party steps minimise convex subproblems); use inner_solver='admm'"
             )
-        if options.inner_solver == "auto" and not exact_eps_ok(options):
-            return f"eps below {EXACT_MIN_EPS:g} (the certificate of interior-point steps)"
         return None
 
     @classmethod
@@ -881,14 +878,23 @@ class ExactInner(InnerSolver):
         augmented-Lagrangian terms, kinks): when (8) holds, one diagnostic round evaluates
         the certificate at the iterate; if it fails, the inner tolerance's floor drops
         tenfold (at most :data:`EXACT_MIN_FLOOR_SCALE`) and the outer loop goes on (True:
-        stop)."""
+        stop). Once the floor is at its lowest, a run that may hand over
+        (:meth:`may_hand_over`) and whose certificate still fails goes on with Algorithm 2
+        from the iterate (:meth:`~fedmodel.algorithms.proxal.server.ProxALServer.hand_over`);
+        otherwise it stops and the certificate gives the verdict."""
         host = self.host
-        if not host.options.adaptive or host.tau_floor_scale <= EXACT_MIN_FLOOR_SCALE:
+        if not host.options.adaptive:
             return True  # (the certificate decides)
+        at_floor = host.tau_floor_scale <= EXACT_MIN_FLOOR_SCALE
+        if at_floor and not self.may_hand_over():
+            return True
         opts = host.options
         holds, kkt = host.certified(runtime)
         if holds:
             return True
+        if at_floor:
+            host.hand_over(runtime, f"the certificate failed at {kkt.describe()}")
+            return False
         # the floor drops by the measured shortfall (half of what the scaled residuals miss
         # eps by), at least tenfold: the inner residuals are absolute while the verdict is
         # on the user's scale (sparse-logistic-d3000: scaled stationarity 9.5e-3 at an
@@ -897,6 +903,25 @@ class ExactInner(InnerSolver):
         short = max(stat / opts.eps1, feas / opts.eps2)
         host.tau_floor_scale *= min(0.1, 0.5 / short) if np.isfinite(short) else 0.1
         return False
+
+    def may_hand_over(self) -> bool:
+        """Whether the run goes on with Algorithm 2 when the certificate fails at the
+        lowest floor: ``inner_solver="auto"`` at an ``eps`` below
+        :data:`~fedmodel.algorithms.proxal.obstacles.EXACT_MIN_EPS`
+        (an exact step is an interior-point solution; its duals of a piece at a kink or
+        of a degenerate vertex are accurate to about the square root of the solver's gap,
+        ~1e-5 relative, so the certificate can stay above a tighter ``eps`` at a correct
+        point, where Algorithm 2's multiplier updates reach it), without secure
+        aggregation or differential privacy (Algorithm 2 reads messages client by
+        client)."""
+        host = self.host
+        private = host.privacy is not None and host.privacy.active
+        return (
+            host.options.inner_solver == "auto"
+            and not exact_eps_ok(host.options)
+            and not private
+            and host.fallback_route is not ExactInner
+        )
 
     def near_stop(self, outcome, dw) -> bool:
         """Whether to evaluate the certificate although test (8) failed (adaptive). Its

@@ -14,8 +14,9 @@ from fedmodel.compiler.partition import CompiledModel
 from fedmodel.subproblems import conic_prox
 from fedmodel.subproblems.newton import LOW_RANK_RATIO
 
-#: "auto" picks exact-admm at eps >= this only (see exact_eps_ok; tests/test_convex_models.py
-#: certifies hinge-squared at 1e-6 and an inv_pos barrier at 1e-7 with Algorithm 2)
+#: below this eps an exact-admm run of "auto" whose certificate fails at its lowest inner
+#: floor goes on with Algorithm 2 (exact_eps_ok; tests/test_convex_models.py certifies
+#: hinge-squared at 1e-6 and an inv_pos barrier at 1e-7 so)
 EXACT_MIN_EPS = 1e-5
 #: "auto" takes exact-admm for a smooth model's inequality walls up to this many shared
 #: variables (the clients' exact steps factor dense ``d x d`` Hessians; quasi-Newton's
@@ -56,10 +57,12 @@ def prox_qn_obstacle(compiled, options, proximal: bool) -> str:
 
 
 def exact_eps_ok(options) -> bool:
-    """Whether ``"auto"`` may pick exact-admm at this ``eps``: its steps are interior-point
-    solutions, whose duals of pieces at a kink are ambiguous to about the square root of
-    the solver's gap (Clarabel at 1e-10: ~1e-5 relative), so below
-    :data:`EXACT_MIN_EPS` the certificate cannot certify them (Algorithm 2 runs)."""
+    """Whether exact-admm's certificate is expected to hold at this ``eps``: its steps are
+    interior-point solutions, whose duals of pieces at a kink are ambiguous to about the
+    square root of the solver's gap (Clarabel at 1e-10: ~1e-5 relative), so below
+    :data:`EXACT_MIN_EPS` the certificate may fail at a correct point; an ``"auto"`` run
+    then goes on with Algorithm 2 from it
+    (:meth:`~fedmodel.algorithms.proxal.exact_admm.ExactServer.may_hand_over`)."""
     return min(options.eps1, options.eps2) >= EXACT_MIN_EPS
 
 
@@ -128,6 +131,6 @@ def restricted_domain_party(compiled: CompiledModel) -> str:
 def exact_preferred(compiled: CompiledModel, options, proximal: bool) -> bool:
     """Whether ``"auto"`` would take exact-admm over a smooth model's Newton-type route
     (a term with a restricted domain, or inequality walls, at an ``eps`` it certifies)."""
-    if not proximal or compiled.nonconvex or not exact_eps_ok(options):
+    if not proximal or compiled.nonconvex:
         return False
     return bool(restricted_domain_party(compiled) or inequality_walls(compiled))

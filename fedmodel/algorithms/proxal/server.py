@@ -124,7 +124,8 @@ class ProxALServer(ServerHalf):
         "layout", "x", "k", "mu", "nu", "local_iterations", "inner_total", "mu_norms",
         "w_norms", "cone", "rhos", "dmu_history", "outer_mem", "route", "inner_note",
         "tau_floor_scale", "prox_residual", "fell_back", "mu_mark", "nu_mark", "w_steps",
-        "recession_next", "certificate", "objective_scale", "objective_units",
+        "recession_next", "certificate", "objective_scale", "objective_units", "handed_over",
+        "kkt_factors",
     )  # fmt: skip
     component_fields = ("outer_aa", "inner")
 
@@ -166,6 +167,7 @@ class ProxALServer(ServerHalf):
         # constraints (``conic``): their interior-point subproblems are accurate to ~1e-9, so a
         # target below eps only exhausts max_inner; the certificate checks eps in any case
         self.kkt_factors = (1.0, 1.0) if conic else options.kkt_factors
+        self.plain_kkt_factors = self.kkt_factors  # (before a route's configure changes them)
         # facts of the model the inner solvers read: whether a party has constraints of the
         # user's, and whether the model can be infeasible at all (only constraints and h's
         # box or ball restrict the consensus x_i = z)
@@ -213,6 +215,7 @@ class ProxALServer(ServerHalf):
         self.outer_mem: list[tuple] = []
         self.fallback_route = route_named(fallback) if isinstance(fallback, str) else fallback
         self.fell_back = ""  # (the route refused at the start, res.extra)
+        self.handed_over = ""  # (the route that handed the run over, and why: res.extra)
         self.inner_note = inner_note  # (res.extra["inner_solver_note"])
         self.client_dims: dict[str, dict] = {}  # (set by run_prox_al: program_dims)
         self.tables = dict(tables or {})
@@ -261,6 +264,19 @@ class ProxALServer(ServerHalf):
             runtime.declare(self.messages, self.dims_of)
         runtime.next_round()
         self.started(runtime, self.collect(runtime, "start", self.start_request()))
+
+    def hand_over(self, runtime: Runtime, why: str) -> None:
+        """Go on with the fallback route (Algorithm 2) from the current iterate: one
+        ``start`` round names it to the clients, which build its part and keep their
+        multipliers and own blocks; test (8)'s targets and the inner tolerance's floor
+        return to the options' (those the handing route had set are its own)."""
+        self.handed_over = f"{self.route} (outer iteration {self.k}: {why})"
+        self.kkt_factors, self.tau_floor_scale = self.plain_kkt_factors, 1.0
+        self.use_route(self.fallback_route)
+        runtime.declare(self.messages, self.dims_of)
+        runtime.next_round()
+        request = {"w": self.x[: self.ns], "inner": self.route, **self.inner_request()}
+        self.inner.take_start(self.collect(runtime, "start", request))
 
     def started(self, runtime: Runtime, replies) -> None:
         """The clients' accepted ``start`` replies: the objective's scale, and the inner
@@ -813,6 +829,8 @@ class ProxALServer(ServerHalf):
             out["inner_solver_note"] = self.inner_note
         if self.fell_back:
             out["inner_solver_refused"] = self.fell_back
+        if self.handed_over:
+            out["inner_solver_handed_over"] = self.handed_over
         out.update(self.inner.extra())
         if self.certificate:
             out["certificate"] = dict(self.certificate)
