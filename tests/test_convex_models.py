@@ -287,6 +287,52 @@ def test_piecewise_linear_atoms_through_their_epigraph(atom):
         assert abs(res.objective - ref) <= 1e-5 * max(1.0, abs(ref)), (atom, method)
 
 
+def test_exact_admm_hands_over_to_algorithm_2_below_its_eps():
+    """At eps = 1e-6 "auto" runs exact-admm; where its certificate still fails at its
+    lowest inner floor (the duals of the hinge's kink), the run goes on with Algorithm 2
+    from the iterate and is certified. A named route and the default eps never hand
+    over."""
+    model, obj = _atom_model(ATOMS["square of hinge"])
+    ref = clarabel_reference(obj, [])
+    res = model.solve(method="prox-al", eps=1e-6)
+    assert res.status == "optimal", res.message
+    assert res.extra["inner_solver_handed_over"].startswith("exact-admm (outer iteration")
+    assert res.extra["inner_solver"] == "admm"
+    assert recomputed_certificate(model, res, "prox-al").satisfied(1e-6, 1e-6)
+    assert abs(res.objective - ref) <= 1e-5 * max(1.0, abs(ref))
+    named = model.solve(method="prox-al", eps=1e-6, inner_solver="exact-admm")
+    assert named.extra["inner_solver"] == "exact-admm"
+    assert "inner_solver_handed_over" not in named.extra
+    plain = model.solve(method="prox-al", eps=1e-3)
+    assert plain.status == "optimal" and plain.extra["inner_solver"] == "exact-admm"
+    assert "inner_solver_handed_over" not in plain.extra
+
+
+def test_a_restricted_domain_keeps_exact_admm_at_a_tight_eps():
+    """KL divergence (defined for w >= 0 only) with moment constraints: at eps = 1e-6
+    "auto" keeps exact-admm, whose steps never leave the domain (a quasi-Newton route
+    would evaluate kl_div at negative points)."""
+    rng = np.random.default_rng(4)
+    d, n = 6, 3
+    model, W = fm.Model("kl"), cp.Variable(d)
+    w = model.variable(d, name="w")
+    model.server.subject_to([cp.sum(w) == 1, w >= 0])
+    obj, cons = 0, [cp.sum(W) == 1, W >= 0]
+    grid = np.linspace(0, 1, d)
+    for k in range(n):
+        q = rng.dirichlet(np.ones(d))
+        site = model.client(f"c{k}")
+        site.minimize(cp.sum(cp.kl_div(w, site.data(q, name="prior"))) / n, name="kl")
+        site.subject_to(site.data(grid, name="grid") @ w <= 0.4 + 0.02 * k)
+        obj += cp.sum(cp.kl_div(W, q)) / n
+        cons.append(grid @ W <= 0.4 + 0.02 * k)
+    ref = clarabel_reference(obj, cons)
+    res = model.solve(method="prox-al", eps=1e-6)
+    assert res.status == "optimal", res.message
+    assert res.extra["inner_solver"] == "exact-admm"
+    assert abs(res.objective - ref) <= 1e-5 * max(1.0, abs(ref))
+
+
 def test_signs_propagate_through_a_nested_composition():
     """inv_pos(3 - |x|): inv_pos is decreasing, 3 - |x| concave, so the objective is
     nondecreasing in |x| (DCP: convex nodes always sit in nondecreasing positions) and the
