@@ -8,7 +8,8 @@ terms, kind by kind, over the same variables; dense data) and no constraints: cl
     f_i(x) = sum_t sum_k w_itk phi_t(s_t (A_it x + b_it)_k) + x^T Q_i x / 2 + q_i^T x + r_i
 
 (:class:`~fedmodel.compiler.glm.GLMFunction`). :class:`GLMCohort` stacks the parties'
-data once (``A_it`` padded with zero-weight rows to the cohort's largest row count) and
+data once (``A_it`` padded with zero-weight rows to the :func:`padded_rows` of the
+cohort's largest row count) and
 runs one Newton iteration for every client of the cohort at a time: the images, the
 gradients and the Hessians are batched products, the Newton systems one batched
 Cholesky solve, and each client keeps its own Armijo step and stops on its own residual
@@ -98,16 +99,30 @@ class BatchReport:
     message: list[str]
 
 
+def padded_rows(rows: int) -> int:
+    """The row count a term of ``rows`` rows is padded to in a cohort: the next power of
+    two (a party's padding depends on its own data only).
+
+    Examples
+    --------
+    >>> [padded_rows(m) for m in (1, 3, 20, 32, 33)]
+    [1, 4, 32, 32, 64]
+    """
+    return 1 << max(int(rows) - 1, 0).bit_length()
+
+
 def glm_signature(f: GLMFunction, rows: bool = False) -> tuple:
     """The structure of ``f`` a cohort's parties share: variables, terms (kind, ``M``,
-    sign; with ``rows``, also their row counts) in order, and whether it has a quadratic
-    part. Parties of one signature with ``rows`` stack without padding: each party's
-    numbers are then the same in any cohort (every batched product and solve is done
-    slice by slice on arrays of one shape)."""
+    sign; with ``rows``, also their :func:`padded_rows`) in order, and whether it has a
+    quadratic part. Parties of one signature with ``rows`` stack into arrays of one shape
+    (each term padded to its :func:`padded_rows`): each party's numbers are then the same
+    in any cohort (every batched product and solve is done slice by slice on arrays of
+    one shape), and parties whose row counts differ a little share a cohort."""
     return (
         f.n,
         tuple(
-            (t.kind, float(t.M), float(t.s)) + ((t.A.shape[0],) if rows else ()) for t in f.terms
+            (t.kind, float(t.M), float(t.s)) + ((padded_rows(t.A.shape[0]),) if rows else ())
+            for t in f.terms
         ),
         f.Q is not None,
     )
@@ -146,7 +161,7 @@ class GLMCohort:
         self.n = forms[0].n
         self.terms: list[_StackedTerm] = []
         for j, t0 in enumerate(forms[0].terms):
-            rows = max(f.terms[j].A.shape[0] for f in forms)
+            rows = padded_rows(max(f.terms[j].A.shape[0] for f in forms))
             A = np.zeros((self.size, rows, self.n))
             b = np.zeros((self.size, rows))
             w = np.zeros((self.size, rows))
