@@ -376,6 +376,42 @@ NOTES = """## Notes (the server-objective run at eps = 1e-6 and 20 s of 2026-11-
   Algorithm 2. The run before (Algorithm 2 alone below 1e-5, same command with
   ``--jobs 2``) had 24 right. The eps = 1e-3 rows ran at 60 s, these at 20 s.
 
+## Notes (subset probes, server-objective, late 2026-11-29)
+
+- Newton's end-of-solve cross-check (the first solve of a Newton or Newton-CG backend
+  compares its residual with the model evaluator's) now reads the difference relative to
+  ``max(1, |merit|, gnorm)``, as ``evaluations_agree`` does, instead of ``max(1, gnorm)``.
+  At eps = 1e-6 (route Algorithm 2, Newton clients) rounding alone exceeded the absolute
+  test on merits of 1e9 and more, and the clients handed over to L-BFGS for the rest of
+  the run. Same driver, 20 s, session base -> now, rounds (violation), load 5-7:
+  QBEACONF 23 -> 162 (3.1e6 -> 1.4e5), QBRANDY 15 -> 527 (1.1e4 -> 3.5e2), QCAPRI 20 -> 501,
+  QISRAEL 17 -> 229 (2.3e4 -> 2.1e3), QPCBOEI1 12 -> 387 (1.9e5 -> 2.3e2), QPCBOEI2 11 ->
+  1,095 (6.3e4 -> 3.4e3), QSCFXM1 21 -> 569, QSCFXM2 13 -> 502, QSHARE1B 8 -> 110, QSCTAP1
+  16 -> 588; QFFFFF80 and QFORPLAN unchanged (no hand-over). None of the twelve is right
+  yet: Algorithm 2's first inner solve ends at max_inner (500 rounds) on most.
+- exact-admm on the LP-like rows at eps = 1e-3 (QSCAGR7, 15-30 s): every inner solve
+  stops at max_inner = 500 unsatisfied, its consensus residuals (primal ~20, dual ~20-45
+  at ``||z|| ~ 4e3``) no longer falling after ~150 rounds; the same with 1, 2 or 4
+  clients, so the split (the server's LP objective and box against the clients' hard
+  rows) limits it, not the consensus over clients. OSQP's relative rule leaves sigma at 1
+  (the residuals' ratio stays within its factor 3). Starting ``rho``: 10 ends with a
+  violation of 0.9 against 130 at 1 (0.01, 0.1 and 100 no better); ``anderson=0`` no
+  better; scaling the variables in the benchmark (x = D y, Ruiz on ``[A; P]``, or the
+  oracle ``D = max(1, |x*|)``) no better (the oracle worse).
+- PRIMALC1 (eps 1e-3): the first inner solve is satisfied in 6 rounds with a primal
+  residual of 0.094 in the variables' units while the clients' rows have norms 1.6e4: the
+  point violates them by 1e4. A primal target of 1e-4 tau_k instead: no inner solve ends
+  within 500 rounds.
+- ``inner_solver="prox-quasi-newton"`` named, on 27 of the 33 failing rows (all but
+  QGROW15, QGROW22, QPCSTAIR, QSCFXM2 and CVXQP1_M/CVXQP3_M, which run it already; 30 s,
+  load 4-5): optimal and right QSCORPIO (571 rounds), PRIMALC2 (189), PRIMALC5 (877); the
+  point right but no stop QBEACONF (time_limit at 401 outer iterations) and QSCAGR7
+  (max_iterations, 500 outer); the other 22 no better. On three rows exact-admm gets
+  right: QAFIRO 119 rounds (exact-admm 683), HS118 739 (303), QPCBLEND right but
+  max_iterations (exact-admm optimal in 1,153). Neither route takes most of the LP-like
+  rows: they need another inner method (a polish of the active set, an interior-point
+  step), not the other route.
+
 ## Notes (the server-objective run at eps = 1e-3 and 60 s of 2026-11-29)
 
 - ``--split server-objective --time-limit 60 --jobs 1`` (load 5-25): 40 of 73 optimal and

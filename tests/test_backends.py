@@ -23,6 +23,8 @@ of the two suboptimality bounds (plus floating-point evaluation error).
 
 from __future__ import annotations
 
+import warnings
+
 import cvxpy as cp
 import numpy as np
 import pytest
@@ -446,6 +448,42 @@ def test_newton_cross_check_hands_over_on_disagreement():
     assert report.backend == "newton->lbfgs"
     assert report.residual == pytest.approx(problem.residual(report.x), rel=1e-6)
     assert report.converged
+
+
+def test_newton_keeps_its_answer_on_large_data():
+    """On data of size 1e4 (merit about 1e12) the GLM form's residual and the model's
+    evaluator's differ by rounding only, relative to the merit: Newton keeps its answer
+    (no hand-over to L-BFGS, which stalls far above the tolerance on such a merit)."""
+    scale = 1e4
+    rng = np.random.default_rng(0)
+    d = 7
+    model = fm.Model("qp-large")
+    w = model.variable(d, name="w")
+    site = model.client("c0")
+    A = site.data(rng.normal(size=(30, d)) * scale, name="X")
+    b = site.data(rng.normal(size=30) * 10 * scale, name="y")
+    G = site.data(rng.normal(size=(4, d)) * scale, name="G")
+    h = site.data(rng.normal(size=4) * scale, name="h")
+    site.minimize(cp.sum_squares(A @ w - b) / 30)
+    site.subject_to(G @ w <= h)
+    prog = model.compile().clients[0]
+    problem = MeritProblem([prog], 10.0)
+    problem.set(sigma=0.5, center=rng.normal(size=d), mu=[np.zeros(4)], nu=[np.zeros(0)])
+    tol = 1e-11 * scale**2
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", RuntimeWarning)
+        report = NewtonSolver(problem).solve(np.zeros(d), tol)
+    assert report.backend == "newton" and report.converged
+    # the evaluator's residual at the answer: the tolerance up to rounding of the merit
+    value = problem.value(report.x)
+    assert problem.residual(report.x) <= tol + 1e-8 * abs(value)
+    # at least as low as a pooled Clarabel solve of the same merit (less accurate here)
+    (var,) = model.variables
+    rows = prog.ineq[0].expr
+    merit = 0.5 * problem.sigma * cp.sum_squares(var - problem.center) + prog.objective_expr()
+    merit = merit + cp.sum_squares(cp.pos(problem.beta * rows)) / (2 * problem.beta)
+    f_ref = cp.Problem(cp.Minimize(merit)).solve(solver="CLARABEL")
+    assert value <= f_ref + 1e-9 * abs(f_ref)
 
 
 @pytest.mark.parametrize("case", ["qp-eq", "qp-ineq-active", "np-active", "np-inactive"])

@@ -93,6 +93,21 @@ def evaluations_agree(reference, value_grad, rtol: float = 1e-8) -> bool:
     )
 
 
+def residuals_agree(check: float, gnorm: float, value: float, rtol: float = 1e-8) -> bool:
+    """Whether the model's evaluator's residual ``check`` equals a GLM form's ``gnorm`` at
+    a point where the merit is ``value``, to ``rtol`` relative to the largest of 1,
+    ``|value|`` and ``gnorm`` (the scale of :func:`evaluations_agree`): the gradient is a
+    sum of terms of the merit's size, so rounding alone separates the two evaluations by
+    about ``rtol`` times the merit, however small the gradient is.
+
+    Examples
+    --------
+    >>> residuals_agree(1.3e-4, 0.0, 6e9), residuals_agree(1.3e-4, 0.0, 1.0)
+    (True, False)
+    """
+    return abs(check - gnorm) <= rtol * max(1.0, abs(value), gnorm)
+
+
 class _PartyGLM:
     """One party's objective and constraints in GLM form (linear constraints stacked)."""
 
@@ -1108,7 +1123,7 @@ class NewtonSolver:
             self._step_walls.append(time.perf_counter() - started)
         if not self._verified:  # first solve: the residual also from the model's evaluator
             check = self.problem.residual(st.x)
-            if abs(check - gnorm) > 1e-8 * max(1.0, gnorm):
+            if not residuals_agree(check, gnorm, st.val):
                 self._disagree()
                 return self.solve(x0, tol, max_iter)
             self._verified = True

@@ -36,7 +36,7 @@ import scipy.sparse as sp
 
 from fedmodel.compiler.glm import phi_d2
 from fedmodel.subproblems.merit import MeritProblem, SolveReport
-from fedmodel.subproblems.newton import NewtonSolver, _State
+from fedmodel.subproblems.newton import NewtonSolver, _State, residuals_agree
 
 #: CG's relative residual (in the preconditioner's norm) at most this, and at most
 #: ``sqrt(||g|| / ||g_0||)`` (Eisenstat-Walker's choice 2): superlinear convergence
@@ -272,7 +272,7 @@ class NewtonCGSolver(NewtonSolver):
         self.cg_iterations += products
         if not self._verified and message != "time limit":  # (no time left to cross-check)
             check = self.problem.residual(st.x)
-            if abs(check - gnorm) > 1e-8 * max(1.0, gnorm):
+            if not residuals_agree(check, gnorm, st.val):
                 self._disagree()
                 return self.solve(x0, tol, max_iter)
             self._verified = True
