@@ -191,6 +191,24 @@ def test_an_infeasible_model_is_certified_infeasible(name, method):
     assert model.solve(method="centralized").status == "infeasible"  # (Clarabel agrees)
 
 
+#: rounds of a certificate under partial participation (half the clients a round)
+SAMPLED_ROUNDS = 500
+
+
+@pytest.mark.parametrize("name", list(INFEASIBLE))
+def test_an_infeasible_model_is_certified_infeasible_under_sampling(name):
+    """exact-admm's sampled rounds (``participation``) try the Farkas certificate as its
+    full rounds do, once the primal residual has settled over windows counted in epochs."""
+    res = INFEASIBLE[name]().solve(
+        method="prox-al", time_limit=60, participation=0.5, random_state=0
+    )
+    assert res.status == "infeasible" and "Farkas" in res.message, res.message
+    certificate = res.extra["certificate"]
+    assert certificate["kind"] == "farkas" and certificate["intercept"] > 0
+    assert certificate["radius"] >= certificate["needed"]
+    assert res.rounds["communication"] <= SAMPLED_ROUNDS
+
+
 @pytest.mark.parametrize("method", ["prox-al", "cprox-al"])
 @pytest.mark.parametrize("name", list(UNBOUNDED))
 def test_an_unbounded_model_is_certified_unbounded(name, method):

@@ -429,6 +429,7 @@ class ExactADMM:
         primals: list[float] = []
         fixed_since = 0
         last_round = 0.0
+        farkas_next, farkas_wait = 0, 1  # (in epochs, as the windows below)
 
         def apply(arrived: dict[str, tuple], t: int) -> None:
             """Move the blocks of the replies ``arrived`` (client order)."""
@@ -498,6 +499,21 @@ class ExactADMM:
             ):
                 finish(z_new, t)
                 return InnerOutcome(w, t + 1, bound, False, residual, stalled=True)
+            if (  # (the Farkas certificate, as in :meth:`solve`, with windows in epochs;
+                # not while steps are out under a quorum: its round goes to every client)
+                server.options.monitor
+                and server.may_be_infeasible
+                and everyone
+                and not out
+                and t >= farkas_next
+                and t - fixed_since >= FARKAS_WINDOW * epoch
+                and self.infeasible(primals, 0.0, tau, FARKAS_WINDOW * epoch)
+            ):
+                proven = server.try_farkas(runtime, w)
+                if proven is not None:
+                    finish(z_new, t)
+                    return InnerOutcome(w, t + 1, bound, False, residual, certificate=proven)
+                farkas_next, farkas_wait = t + farkas_wait * epoch, 2 * farkas_wait
             last_round = time.perf_counter() - t_round
             if deadline is not None and time.perf_counter() + last_round > deadline:
                 finish(z_new, t)
