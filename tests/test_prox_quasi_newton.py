@@ -217,10 +217,10 @@ def test_auto_routes_a_non_smooth_h_with_smooth_parties_to_prox_quasi_newton(
 
 def test_the_prox_quasi_newton_routing_keeps_its_limits():
     model = _routing_model()
-    # below eps = 1e-5 too (exact-admm's limit is its interior-point duals'; on a
-    # non-convex model "auto" keeps Algorithm 2, as on other non-smooth models)
+    # below eps = 1e-5 too; a non-smooth party term takes exact-admm at every eps (below
+    # 1e-5 a run whose certificate fails at its lowest floor hands over to Algorithm 2)
     assert route(model, eps=1e-6)[0] == "prox-quasi-newton"
-    assert route(_routing_model(client_term="hinge"), eps=1e-6)[0] == "admm"
+    assert route(_routing_model(client_term="hinge"), eps=1e-6)[0] == "exact-admm"
     # the user's choice is kept, and refused where the loop cannot run
     assert route(model, inner_solver="exact-admm")[0] == "exact-admm"
     assert route(model, eps=1e-6, inner_solver="prox-quasi-newton")[0] == "prox-quasi-newton"

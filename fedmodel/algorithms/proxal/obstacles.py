@@ -15,8 +15,9 @@ from fedmodel.subproblems import conic_prox
 from fedmodel.subproblems.newton import LOW_RANK_RATIO
 
 #: below this eps an exact-admm run of "auto" whose certificate fails at its lowest inner
-#: floor goes on with Algorithm 2 (exact_eps_ok; tests/test_convex_models.py certifies
-#: hinge-squared at 1e-6 and an inv_pos barrier at 1e-7 so)
+#: floor goes on with Algorithm 2, and a smooth model's inequality walls stay with
+#: quasi-Newton (exact_eps_ok; tests/test_convex_models.py certifies hinge-squared at 1e-6
+#: and an inv_pos barrier at 1e-7 so)
 EXACT_MIN_EPS = 1e-5
 #: "auto" takes exact-admm for a smooth model's inequality walls up to this many shared
 #: variables (the clients' exact steps factor dense ``d x d`` Hessians; quasi-Newton's
@@ -129,8 +130,14 @@ def restricted_domain_party(compiled: CompiledModel) -> str:
 
 
 def exact_preferred(compiled: CompiledModel, options, proximal: bool) -> bool:
-    """Whether ``"auto"`` would take exact-admm over a smooth model's Newton-type route
-    (a term with a restricted domain, or inequality walls, at an ``eps`` it certifies)."""
+    """Whether ``"auto"`` would take exact-admm over a smooth model's Newton-type route:
+    a term with a restricted domain (at any ``eps``), or inequality walls at an ``eps`` it
+    certifies (:func:`exact_eps_ok`)."""
     if not proximal or compiled.nonconvex:
         return False
-    return bool(restricted_domain_party(compiled) or inequality_walls(compiled))
+    if restricted_domain_party(compiled):  # (a Newton-type step may leave the domain)
+        return True
+    # walls at an eps exact-admm certifies; below it the quasi-Newton route, which runs in
+    # the objective's units (exact-admm keeps the user's: on a smooth model with walls and
+    # its objective scaled by 1e-6 it did not meet eps = 1e-6 in 40 outer iterations)
+    return bool(exact_eps_ok(options) and inequality_walls(compiled))
