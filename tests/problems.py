@@ -84,6 +84,27 @@ def lcqp_test_model(n: int, d: int = 10, m: int = 2, seed: int = 0):
 CLARABEL_TIGHT = {"tol_gap_abs": 1e-10, "tol_gap_rel": 1e-10, "tol_feas": 1e-10}
 
 
+def kl_moments(seed: int = 11, d: int = 5, n: int = 3, bound: float = 0.4, step: float = 0.05):
+    """KL divergence to each client's prior (a restricted domain), a moment bound per
+    client (``grid @ w <= bound + step k``) and the simplex at the server: the model, the
+    pooled cvxpy problem and its variable."""
+    rng = np.random.default_rng(seed)
+    m = fm.Model("kl-moments")
+    w = m.variable(d, name="w")
+    W = cp.Variable(d)
+    m.server.subject_to([cp.sum(w) == 1, w >= 0])
+    obj, cons = 0, [cp.sum(W) == 1, W >= 0]
+    grid = np.linspace(0, 1, d)
+    for k in range(n):
+        q = rng.dirichlet(np.ones(d))
+        c = m.client(f"c{k}")
+        c.minimize(cp.sum(cp.kl_div(w, c.data(q, name="q"))) / n)
+        c.subject_to(c.data(grid, name="g") @ w <= bound + step * k)
+        obj = obj + cp.sum(cp.kl_div(W, q)) / n
+        cons.append(grid @ W <= bound + step * k)
+    return m, cp.Problem(cp.Minimize(obj), cons), W
+
+
 def clarabel_reference(obj, cons) -> float:
     """Optimal value of ``min obj s.t. cons`` by a plain cvxpy/Clarabel solve (tight)."""
     prob = cp.Problem(cp.Minimize(obj), cons)

@@ -18,7 +18,7 @@ from __future__ import annotations
 import cvxpy as cp
 import numpy as np
 import pytest
-from problems import clarabel_reference
+from problems import clarabel_reference, kl_moments
 
 import fedmodel as fm
 from fedmodel.algorithms.centralized.cprox_al import pooled_evaluation
@@ -312,21 +312,8 @@ def test_a_restricted_domain_keeps_exact_admm_at_a_tight_eps():
     """KL divergence (defined for w >= 0 only) with moment constraints: at eps = 1e-6
     "auto" keeps exact-admm, whose steps never leave the domain (a quasi-Newton route
     would evaluate kl_div at negative points)."""
-    rng = np.random.default_rng(4)
-    d, n = 6, 3
-    model, W = fm.Model("kl"), cp.Variable(d)
-    w = model.variable(d, name="w")
-    model.server.subject_to([cp.sum(w) == 1, w >= 0])
-    obj, cons = 0, [cp.sum(W) == 1, W >= 0]
-    grid = np.linspace(0, 1, d)
-    for k in range(n):
-        q = rng.dirichlet(np.ones(d))
-        site = model.client(f"c{k}")
-        site.minimize(cp.sum(cp.kl_div(w, site.data(q, name="prior"))) / n, name="kl")
-        site.subject_to(site.data(grid, name="grid") @ w <= 0.4 + 0.02 * k)
-        obj += cp.sum(cp.kl_div(W, q)) / n
-        cons.append(grid @ W <= 0.4 + 0.02 * k)
-    ref = clarabel_reference(obj, cons)
+    model, pooled, _ = kl_moments(seed=4, d=6, n=3, step=0.02)
+    ref = clarabel_reference(pooled.objective.expr, pooled.constraints)
     res = model.solve(method="prox-al", eps=1e-6)
     assert res.status == "optimal", res.message
     assert res.extra["inner_solver"] == "exact-admm"

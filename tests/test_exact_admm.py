@@ -14,7 +14,7 @@ import json
 import cvxpy as cp
 import numpy as np
 import pytest
-from problems import logistic_clients
+from problems import kl_moments, logistic_clients
 
 import fedmodel as fm
 from fedmodel.algorithms.proxal.options import ProxALOptions
@@ -121,22 +121,8 @@ def test_quantile_regression():
 def test_kl_divergence_on_a_simplex_starts_inside_its_domain():
     """kl_div has no gradient at w_j = 0 (where prox-al starts): the exact conic steps
     never evaluate one there (this model failed with NaN replies before)."""
-    rng = np.random.default_rng(4)
-    d = 5
-    m = fm.Model("kl")
-    w = m.variable(d, name="w")
-    W = cp.Variable(d)
-    m.server.subject_to([cp.sum(w) == 1, w >= 0])
-    obj, cons = 0, [cp.sum(W) == 1, W >= 0]
-    grid = np.linspace(0, 1, d)
-    for k in range(3):
-        q = rng.dirichlet(np.ones(d))
-        c = m.client(f"c{k}")
-        c.minimize(cp.sum(cp.kl_div(w, c.data(q, name="q"))) / 3)
-        c.subject_to(c.data(grid, name="g") @ w <= 0.45)
-        obj = obj + cp.sum(cp.kl_div(W, q)) / 3
-        cons.append(grid @ W <= 0.45)
-    check_against_pooled(m, cp.Problem(cp.Minimize(obj), cons), W)
+    m, pooled, W = kl_moments(seed=4, d=5, n=3, bound=0.45, step=0.0)
+    check_against_pooled(m, pooled, W)
 
 
 def test_two_norm_objective_and_a_box():
@@ -247,22 +233,9 @@ def test_inactive_client_constraints_and_a_server_simplex():
     """A kl_div model whose clients' moment bounds are hard rows of their exact steps:
     only one bound is active at the optimum, the others keep a zero multiplier (their
     interior-point duals are not read as active: the certificate would charge the slack)."""
-    rng = np.random.default_rng(11)
     d, n = 5, 3
-    m = fm.Model("kl-moments")
-    w = m.variable(d, name="w")
-    W = cp.Variable(d)
-    m.server.subject_to([cp.sum(w) == 1, w >= 0])
-    obj, cons = 0, [cp.sum(W) == 1, W >= 0]
+    m, pooled, W = kl_moments(seed=11, d=d, n=n)
     grid = np.linspace(0, 1, d)
-    for k in range(n):
-        q = rng.dirichlet(np.ones(d))
-        c = m.client(f"c{k}")
-        c.minimize(cp.sum(cp.kl_div(w, c.data(q, name="q"))) / n)
-        c.subject_to(c.data(grid, name="g") @ w <= 0.4 + 0.05 * k)
-        obj = obj + cp.sum(cp.kl_div(W, q)) / n
-        cons.append(grid @ W <= 0.4 + 0.05 * k)
-    pooled = cp.Problem(cp.Minimize(obj), cons)
     res = check_against_pooled(m, pooled, W)
     active = [abs(float(grid @ W.value) - (0.4 + 0.05 * k)) <= 1e-3 for k in range(n)]
     assert active[0] and not any(active[1:]), active  # (the instance: one active bound)
