@@ -61,12 +61,14 @@ Examples
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from typing import Any
 
 import numpy as np
 
 from fedmodel.algorithms.common import step_budgets
+from fedmodel.algorithms.messages import EVALUATION_FIELDS, OBJECTIVE_SCALE, W
 from fedmodel.algorithms.protocol import StepReport
 from fedmodel.algorithms.proxal.anderson import AndersonState
 from fedmodel.algorithms.proxal.cohorts import check_forms, cohort_of, glm_structure
@@ -80,7 +82,8 @@ from fedmodel.algorithms.proxal.obstacles import (
 )
 from fedmodel.algorithms.topology import Coordination
 from fedmodel.certificate.infeasibility import farkas_point
-from fedmodel.runtime.rows import Rows
+from fedmodel.runtime.outcomes import ClientFailure, InvalidReply, StepOutcome
+from fedmodel.runtime.rows import RoundReplies, Rows, payloads_of
 from fedmodel.runtime.schema import Field, MessageSpec
 from fedmodel.subproblems.conic_prox import exact_prox_solver, internal_rows
 from fedmodel.subproblems.merit import set_deadline, step_deadline
@@ -230,6 +233,12 @@ class ExactADMM:
         self.max_inner = int(max_inner)
         self.duals: dict[str, np.ndarray] = {}  # scaled duals u_i (warm start)
         self.rejections = 0
+        # the certificate held at the point that the last inner solve's last round carried
+        # (:meth:`solve`): the clients take that round's step back at the next evaluation
+        self.held = False
+        # the certificate's evaluation rides on the next round's requests (off: a
+        # diagnostic round of its own, as under a privacy plan)
+        self.carry = True
 
     # -- state (plain values: checkpoints) -----------------------------------------------------
     def get_state(self) -> dict:
@@ -237,6 +246,7 @@ class ExactADMM:
             "sigma": self.sigma,
             "duals": {k: v.copy() for k, v in self.duals.items()},
             "rejections": self.rejections,
+            "held": self.held,
         }
         if self.sampler is not None:  # (its generator: a resumed run draws the same clients)
             state["sampler"] = self.sampler.get_state()
@@ -249,6 +259,7 @@ class ExactADMM:
         self.sigma = float(state["sigma"])
         self.duals = {k: np.array(v, dtype=float) for k, v in state["duals"].items()}
         self.rejections = int(state["rejections"])
+        self.held = bool(state.get("held", False))
         if self.sampler is not None and "sampler" in state:
             self.sampler.set_state(state["sampler"])
             self.sampled_rounds, self.client_steps = (int(c) for c in state["counts"])
@@ -258,7 +269,20 @@ class ExactADMM:
     # -- one inner solve ----------------------------------------------------------------------
     def solve(self, server, runtime, tau: float, deadline: float | None):
         """Minimise ``l_k`` from ``w^k = server.x`` to ``tau``; returns the server's
-        :class:`~fedmodel.algorithms.proxal.inner.InnerOutcome`."""
+        :class:`~fedmodel.algorithms.proxal.inner.InnerOutcome`.
+
+        In its last stage (:meth:`ExactInner.certifies_inner`) the certificate is checked at
+        the inner iterate on the way (:data:`CERTIFY_FIRST`). A check decided at the end of
+        round ``t`` rides on round ``t + 1``'s requests: each client evaluates at round
+        ``t``'s point with the multipliers of its last step, then takes its step, and
+        replies both; the server judges the certificate before its own step. Where it
+        holds, the inner solve returns round ``t``'s point, duals and penalty (as after a
+        diagnostic round of its own; :attr:`held` has the clients take the step back at
+        the next evaluation); where it fails, round ``t + 1`` goes on as if there had been
+        no check. A check takes a diagnostic round of its own under a privacy plan (its
+        certificate round collects sums), when the inner solve ends after round ``t`` (its
+        deadline, ``max_inner``) and with :attr:`carry` off."""
+        self.held = False
         if self.sampler is not None or (self.quorum is not None and runtime.supports_async):
             return self.solve_sampled(server, runtime, tau, deadline)
 
@@ -277,6 +301,10 @@ class ExactADMM:
         primals: list[float] = []  # (the infeasibility monitor)
         farkas_next, farkas_wait = 0, 1  # (the round of the next Farkas try, the wait after it)
         certify_next = CERTIFY_FIRST if server.certifies_inner(tau) else None
+        carry = self.carry and server.carries_evaluation()
+        # a certificate check decided at the end of the last round, carried by this one's
+        # requests: what the inner solve returns and keeps when it holds
+        check: tuple[InnerOutcome, dict, float, int] | None = None
         fixed_since = 0  # the round since which sigma has not changed
         last_round = 0.0  # seconds of the last round: one more is not begun if it would end
         for t in range(self.max_inner):  # after the deadline (the rounds are the time unit)
@@ -289,9 +317,26 @@ class ExactADMM:
             budgets = step_budgets(runtime, names, deadline)
             if budgets:
                 fields["budget"] = Rows([budgets[n] for n in names])
-            replies = runtime.broadcast_rows("xadmm_w", fields, to=names)
+            if check is None:
+                replies = runtime.broadcast_rows("xadmm_w", fields, to=names)
+            else:  # (message by message: the evaluations' fields differ between clients)
+                fields.update(server.evaluation_request(check[0].w))
+                requests = dict(zip(names, payloads_of(fields, len(names))))
+                replies = RoundReplies(
+                    names, messages=runtime.broadcast("xadmm_w", requests.__getitem__, to=names)
+                )
             if list(replies) != names:  # (a failed client stops the run: never here)
                 raise RuntimeError("exact-admm: the replies are not the round's clients'")
+            if check is not None:
+                # the certificate at the last round's point, the clients' evaluations made
+                # before this round's step; where it holds the inner solve ends there, as
+                # after a round of its own, and the clients take this step back
+                outcome, duals, sigma_then, rejections = check
+                check = None
+                if server.certified_by(outcome.w, replies):
+                    self.duals, self.sigma, self.rejections = duals, sigma_then, rejections
+                    self.held = True
+                    return outcome
             X = replies.stack("x").reshape(len(names), ns)
             m = len(names)
             if self.relaxation != 1.0:  # over-relaxation (Boyd et al. 2011, Sec. 3.4.3)
@@ -330,17 +375,25 @@ class ExactADMM:
                     self.duals = dict(zip(names, U_new))
                     return InnerOutcome(w, t + 1, bound, False, residual, certificate=proven)
                 farkas_next, farkas_wait = t + farkas_wait, 2 * farkas_wait
-            if (
+            certify = (
                 certify_next is not None
                 and t + 1 >= certify_next
                 and dual <= server.host.eps1_units  # (the Lagrangian's gradient, about)
-            ):
+            )
+            last_round = time.perf_counter() - t_round
+            ends = deadline is not None and time.perf_counter() + last_round > deadline
+            if certify:
                 certify_next = 2 * (t + 1)
-                if server.certified_at(runtime, w):
+                if carry and not ends and t + 1 < self.max_inner:  # (the next round takes it)
+                    outcome = InnerOutcome(w, t + 1, bound, True, residual, certified=True)
+                    check = (outcome, dict(zip(names, U_new)), self.sigma, self.rejections)
+                elif server.certified_at(runtime, w):  # (a diagnostic round of its own)
                     self.duals = dict(zip(names, U_new))
                     return InnerOutcome(w, t + 1, bound, True, residual, certified=True)
-            last_round = time.perf_counter() - t_round
-            if deadline is not None and time.perf_counter() + last_round > deadline:
+                else:
+                    last_round = time.perf_counter() - t_round
+                    ends = deadline is not None and time.perf_counter() + last_round > deadline
+            if ends:
                 self.duals = dict(zip(names, U_new))
                 return InnerOutcome(w, t + 1, bound, False, residual, timed_out=True)
             changed = False
@@ -682,6 +735,10 @@ XADMM_W = MessageSpec(
         # seconds the step may take by the receiver's own clock (the run's time_limit;
         # absent without one)
         "budget": Field((), required=False),
+        # the certificate's check at the last round's point (ExactADMM.solve): the client
+        # evaluates there with the multipliers of its last step, then steps
+        "w": dataclasses.replace(W, required=False),
+        "objective_scale": OBJECTIVE_SCALE,
     },
     reply={
         "x": Field(
@@ -689,11 +746,24 @@ XADMM_W = MessageSpec(
             reveals="x_i = argmin P_{i,k}(x) + (sigma/2)||x - c_i||^2, the prox of "
             "its subproblem at the centre c_i",
         ),
+        # with ``w``: the evaluate reply's fields (the server checks the required ones)
+        **{
+            name: dataclasses.replace(
+                f, required=False, reveals=f.reveals or "the certificate's evaluation at w"
+            )
+            for name, f in EVALUATION_FIELDS.items()
+        },
     },
     reveals="one round of exact-admm (prox-al's inner solver on non-smooth and conic "
-    "models: d floats)",
+    "models: d floats); in a round that carries the certificate's check at the last "
+    "round's point w, also its evaluation there (the evaluate reply, on this kind's "
+    "channel)",
     methods=("prox-al",),
 )
+#: an ``evaluate`` after an inner solve that ended where the certificate carried by its
+#: last round held: the client takes that round's step back (its multipliers and own
+#: block are again those the check read)
+HELD = Field((), dtype="bool", required=False)
 
 
 class ExactInner(InnerSolver):
@@ -714,6 +784,7 @@ class ExactInner(InnerSolver):
         "exact": Field((), dtype="bool", reveals="nothing (exact-admm started)", unmasked=True)
     }
     messages = (XADMM_W,)
+    evaluate_fields = {"held": HELD}
     component_fields = ("admm",)
 
     @classmethod
@@ -729,7 +800,13 @@ class ExactInner(InnerSolver):
 
     @classmethod
     def unused(cls, compiled, options):
-        return {"budget"} if getattr(options, "time_limit", None) is None else set()
+        off = {"budget"} if getattr(options, "time_limit", None) is None else set()
+        if getattr(options, "sums_only", False) or not getattr(options, "adaptive", True):
+            # (no check of the certificate on the way, or one in rounds of its own:
+            # ExactADMM.solve)
+            carried = ("w", "objective_scale", *EVALUATION_FIELDS)
+            off |= {f"xadmm_w.{name}" for name in carried} | {"evaluate.held"}
+        return off
 
     @classmethod
     def suits(cls, compiled, options, proximal):
@@ -817,6 +894,41 @@ class ExactInner(InnerSolver):
         if not holds:
             host.x = center
         return holds
+
+    def carries_evaluation(self) -> bool:
+        """Whether the certificate's check at an inner iterate rides on the next round's
+        requests (:meth:`ExactADMM.solve`;
+        :meth:`~fedmodel.algorithms.proxal.server.ProxALServer.carries_evaluation`)."""
+        return self.host.carries_evaluation()
+
+    def evaluation_request(self, w: np.ndarray) -> dict:
+        """The fields an ``xadmm_w`` request adds to carry the certificate's evaluation at
+        the inner iterate ``w``: the point and what an ``evaluate`` request adds."""
+        return {"w": w[: self.host.ns], **self.host.evaluation_extras()}
+
+    def certified_by(self, w: np.ndarray, replies) -> bool:
+        """Whether the certificate holds at the inner iterate ``w`` by the clients'
+        evaluations in ``replies`` (an ``xadmm_w`` round that carried the check; each reply
+        holds an ``evaluate`` reply's fields besides ``x``) and the server's own, with its
+        multipliers of the step that gave ``w``."""
+        theirs = {}
+        for n, r in replies.items():
+            theirs[n] = {k: v for k, v in r.payload.items() if k in EVALUATION_FIELDS}
+            missing = [k for k, f in EVALUATION_FIELDS.items() if f.required and k not in r.payload]
+            if missing:  # (its optional fields were checked by the runtime)
+                why = InvalidReply(
+                    n, "xadmm_w", missing[0],
+                    f"client {n!r}, reply to 'xadmm_w': field {missing[0]!r} of the "
+                    "certificate's evaluation is missing",
+                )  # fmt: skip
+                failure = StepOutcome(n, error=why, kind="invalid_reply")
+                raise ClientFailure({n: failure}, r.round, "xadmm_w")
+        return self.host.judge(w, theirs)[0]
+
+    def evaluate_request(self) -> dict:
+        """``held`` while the clients are to take back the step of a round whose
+        certificate held (:attr:`ExactADMM.held`)."""
+        return {"held": True} if self.admm.held else {}
 
     def try_farkas(self, runtime, w: np.ndarray):
         """The Farkas certificate at the inner iterate ``w`` (one ``farkas`` round; the
@@ -941,7 +1053,7 @@ class ExactClient(InnerClient):
     """Client ``i``'s side of exact-admm: its exact step (``xadmm_w``) and its last point
     ``x_i`` (with its own block), the warm start of the next."""
 
-    state_fields = ("u", "u_before", "mu_sizes")
+    state_fields = ("u", "u_before", "mu_sizes", "checked")
 
     def __init__(self, host):
         super().__init__(host)
@@ -950,6 +1062,9 @@ class ExactClient(InnerClient):
         # (the Farkas point's extrapolation, :meth:`farkas_point`)
         self.u_before: np.ndarray | None = None
         self.mu_sizes = (0.0, 0.0)
+        # when the last step followed the certificate's evaluation (its round carried the
+        # check): the state that evaluation read (:meth:`step_state`), else None
+        self.checked: dict | None = None
         self._exact_solver = None
         self._hard_rows = internal_rows(host.problem)
 
@@ -982,13 +1097,51 @@ class ExactClient(InnerClient):
         h.theta_center = h.theta_at_w.copy()
         return {"exact": True}
 
-    def _on_xadmm_w(self, c, sigma, tol, budget=None):
+    def step_state(self) -> dict:
+        """What a step changes and an evaluation reads: the multipliers, the cone duals,
+        the own block and the last points (copies)."""
+        h = self.host
+        state = {"mu": h.mu, "nu": h.nu, "cone": h.cone, "cone_at_w": h.cone_at_w}
+        state.update(theta_at_w=h.theta_at_w, u=self.u, u_before=self.u_before)
+        state = {k: None if v is None else np.array(v, dtype=float) for k, v in state.items()}
+        return {**state, "mu_sizes": tuple(self.mu_sizes)}
+
+    def before_evaluation(self, held: bool = False) -> None:
+        """``held``: the certificate held at the point that its last round carried; the
+        step of that round is taken back (:attr:`checked`), so that the certificate's
+        round and the final report read the multipliers and the own block the check read."""
+        if not (held and self.checked is not None):
+            return
+        state, h = self.checked, self.host
+        h.mu, h.nu, h.cone, h.cone_at_w = (
+            state["mu"],
+            state["nu"],
+            state["cone"],
+            state["cone_at_w"],
+        )
+        h.theta_at_w = state["theta_at_w"]
+        self.u, self.u_before, self.mu_sizes = state["u"], state["u_before"], state["mu_sizes"]
+        self.checked = None
+
+    def _on_xadmm_w(self, c, sigma, tol, budget=None, w=None, objective_scale=1.0):
         """The exact minimiser of ``P_{i,k}(x) + (sigma/2)||x_shared - c||^2`` over this
         client's view (:mod:`~fedmodel.subproblems.conic_prox`); replies its shared part
         ``x_i``. Its own block, the epigraph pieces' multipliers (the solve's duals) and the
         cone multipliers stay here, with the point they belong to. ``budget``: the seconds
         the step may take, counted on this client's own clock from the message's arrival
-        (the run's time limit); a step cut short replies the point it reached."""
+        (the run's time limit); a step cut short replies the point it reached. ``w`` (a
+        round that carries the certificate's check): first its ``evaluate`` reply at
+        ``w`` with the multipliers of its last step, in the same reply."""
+        evaluation, before = {}, None
+        if w is not None:
+            evaluation = self.host._on_evaluate(w, objective_scale=objective_scale)
+            before = self.step_state()
+        reply = self._step(c, sigma, tol, budget)
+        self.checked = before
+        return {**reply, **evaluation}
+
+    def _step(self, c, sigma, tol, budget) -> dict:
+        """The exact step of :meth:`_on_xadmm_w`."""
         h = self.host
         c = np.asarray(c, dtype=float)
         ns, p, s = h.ns, h.prox_weight, float(sigma)
@@ -1038,6 +1191,8 @@ class ExactClient(InnerClient):
         """:meth:`_on_xadmm_w` of every client of ``parts`` (clients of one
         :meth:`step_batch_key`) in one batched Newton solve (:meth:`_on_xadmm_w_rows` on
         the payloads' values)."""
+        evaluations = ExactClient._evaluations(parts, payloads)
+        before = [part.step_state() if "w" in pl else None for part, pl in zip(parts, payloads)]
         C = np.stack([np.asarray(pl["c"], dtype=float) for pl in payloads])
         fields = {
             "c": Rows(C),
@@ -1045,7 +1200,31 @@ class ExactClient(InnerClient):
             "tol": Rows([float(pl["tol"]) for pl in payloads]),
             "budget": Rows([pl.get("budget") for pl in payloads]),
         }
-        return [{"x": x} for x in ExactClient._on_xadmm_w_rows(parts, fields)["x"]]
+        points = ExactClient._on_xadmm_w_rows(parts, fields)["x"]
+        for part, state in zip(parts, before):
+            part.checked = state
+        return [{"x": x, **e} for x, e in zip(points, evaluations)]
+
+    @staticmethod
+    def _evaluations(parts: list[ExactClient], payloads: list[dict]) -> list[dict]:
+        """The ``evaluate`` replies that the payloads with a ``w`` ask of ``parts`` before
+        their steps (:meth:`_on_xadmm_w`; ``{}`` for the others): batched as their
+        ``evaluate`` rounds are when their client halves batch them, else one by one.
+        Changes no client's state."""
+        hosts = [part.host for part in parts]
+        asked = [
+            {"w": pl["w"], "objective_scale": pl.get("objective_scale", 1.0)} if "w" in pl else None
+            for pl in payloads
+        ]
+        if not any(asked):
+            return [{} for _ in parts]
+        keys = {h.step_batch_key("evaluate") for h in hosts}
+        if all(asked) and len(keys) == 1 and None not in keys:
+            try:
+                return type(hosts[0])._on_evaluate_batch(hosts, asked)
+            except Exception:  # noqa: BLE001 - one by one, as the host would
+                pass
+        return [{} if a is None else h._on_evaluate(**a) for h, a in zip(hosts, asked)]
 
     @staticmethod
     def _on_xadmm_w_rows(parts: list[ExactClient], fields: dict) -> dict[str, np.ndarray]:
@@ -1090,7 +1269,7 @@ class ExactClient(InnerClient):
             stats["local_solves"] += 1
             stats["local_iterations"] += int(its)
             h.note_residual_gap(res, t)
-            part.u = x
+            part.u, part.checked = x, None
         return {"x": shared}
 
 
