@@ -746,18 +746,22 @@ XADMM_W = MessageSpec(
             reveals="x_i = argmin P_{i,k}(x) + (sigma/2)||x - c_i||^2, the prox of "
             "its subproblem at the centre c_i",
         ),
-        # with ``w``: the evaluate reply's fields (the server checks the required ones)
+        # with ``w``: the evaluate reply's fields (the server checks the required ones;
+        # never sent under a privacy plan, so none is masked: ExactInner.unused)
         **{
             name: dataclasses.replace(
-                f, required=False, reveals=f.reveals or "the certificate's evaluation at w"
+                f,
+                required=False,
+                sum_only=False,
+                unmasked=False,
+                reveals=f.reveals or "the certificate's evaluation at w",
             )
             for name, f in EVALUATION_FIELDS.items()
         },
     },
     reveals="one round of exact-admm (prox-al's inner solver on non-smooth and conic "
-    "models: d floats); in a round that carries the certificate's check at the last "
-    "round's point w, also its evaluation there (the evaluate reply, on this kind's "
-    "channel)",
+    "models: d floats); a round that carries the certificate's check at the last round's "
+    "point w also carries the evaluate reply there (counted on the algorithm channel)",
     methods=("prox-al",),
 )
 #: an ``evaluate`` after an inner solve that ended where the certificate carried by its
