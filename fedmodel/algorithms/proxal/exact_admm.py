@@ -209,6 +209,10 @@ class ExactADMM:
         for it.
     """
 
+    #: the certificate's check at an inner iterate rides on the next round's requests
+    #: (False: a diagnostic round of its own, as under a privacy plan)
+    carry = True
+
     def __init__(
         self,
         sigma: float,
@@ -236,9 +240,6 @@ class ExactADMM:
         # the certificate held at the point that the last inner solve's last round carried
         # (:meth:`solve`): the clients take that round's step back at the next evaluation
         self.held = False
-        # the certificate's evaluation rides on the next round's requests (off: a
-        # diagnostic round of its own, as under a privacy plan)
-        self.carry = True
 
     # -- state (plain values: checkpoints) -----------------------------------------------------
     def get_state(self) -> dict:
