@@ -302,7 +302,7 @@ class ExactADMM:
         primals: list[float] = []  # (the infeasibility monitor)
         farkas_next, farkas_wait = 0, 1  # (the round of the next Farkas try, the wait after it)
         certify_next = CERTIFY_FIRST if server.certifies_inner(tau) else None
-        carry = self.carry and server.carries_evaluation()
+        carry = certify_next is not None and self.carry and server.carries_evaluation()
         # a certificate check decided at the end of the last round, carried by this one's
         # requests: what the inner solve returns and keeps when it holds
         check: tuple[InnerOutcome, dict, float, int] | None = None
