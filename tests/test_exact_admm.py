@@ -625,8 +625,8 @@ def _bpdn():
 
 
 def _checks(res) -> list[int]:
-    """The rounds whose ``xadmm_w`` requests carried the certificate's check."""
-    return sorted({r["round"] for r in res.ledger if r["kind"] == "xadmm_w" and "w" in r["shapes"]})
+    """The rounds of exact-admm that carried the certificate's check (``xadmm_check``)."""
+    return sorted({r["round"] for r in res.ledger if r["kind"] == "xadmm_check"})
 
 
 def _same_answer(a, b) -> None:
@@ -642,8 +642,8 @@ def _same_answer(a, b) -> None:
 
 
 def test_a_failed_certificate_check_on_the_way_costs_no_round(monkeypatch):
-    """The certificate's check at an inner iterate rides on the next xadmm_w round (each
-    client evaluates before its step and replies both): a check that fails costs no
+    """The certificate's check at an inner iterate rides on the next round of exact-admm
+    (``xadmm_check``: each client evaluates before its step and replies both): a check that fails costs no
     round, one that holds ends the run at the same point as a diagnostic round of its
     own would, with the same multipliers (the clients take the extra step back at the
     certificate's evaluate) -- and the evaluations' floats are still in the ledger."""
@@ -662,9 +662,10 @@ def test_a_failed_certificate_check_on_the_way_costs_no_round(monkeypatch):
     _same_answer(carried, alone)
     # one message per client and round; a check round's carries the evaluation
     rows = [r for r in carried.ledger if r["receiver"] == "server" and r["sender"] == "c0"]
-    steps = [r for r in rows if r["kind"] == "xadmm_w_reply"]
+    steps = [r for r in rows if r["kind"] in ("xadmm_w_reply", "xadmm_check_reply")]
     assert len(steps) == len({r["round"] for r in steps})
-    plain = next(r["floats"] for r in steps if r["round"] not in checks)
+    assert {r["round"] for r in steps if r["kind"] == "xadmm_check_reply"} == set(checks)
+    plain = next(r["floats"] for r in steps if r["kind"] == "xadmm_w_reply")
     evaluation = next(
         r["floats"] for r in alone.ledger if r["kind"] == "evaluate_reply" and r["sender"] == "c0"
     )
@@ -692,13 +693,13 @@ def test_a_cohort_evaluates_and_steps_together_in_a_check_round(monkeypatch):
         return m.solve("prox-al", inner_solver="exact-admm")
 
     batches = []
-    evaluations = ExactClient._evaluations
+    batch = ExactClient._on_xadmm_check_batch
 
     def spy(parts, payloads):
-        batches.append(sum("w" in p for p in payloads))
-        return evaluations(parts, payloads)
+        batches.append(len(parts))
+        return batch(parts, payloads)
 
-    monkeypatch.setattr(ExactClient, "_evaluations", staticmethod(spy))
+    monkeypatch.setattr(ExactClient, "_on_xadmm_check_batch", staticmethod(spy))
     carried = lasso()
     assert _checks(carried) and 5 in batches, (_checks(carried), batches)
     monkeypatch.setattr(ExactADMM, "carry", False)
@@ -726,8 +727,7 @@ def test_the_check_takes_a_round_of_its_own_under_a_privacy_plan(monkeypatch):
     assert ProxALServer.carries_evaluation(plan(False))
     assert not ProxALServer.carries_evaluation(plan(True))
     private = SimpleNamespace(sums_only=True, adaptive=True, time_limit=None)
-    off = ExactInner.unused(None, private)
-    assert {"xadmm_w.w", "xadmm_w.objective_scale", "xadmm_w.grad", "evaluate.held"} <= off
+    assert {"xadmm_check", "evaluate.held"} <= ExactInner.unused(None, private)
     monkeypatch.setattr(ProxALServer, "carries_evaluation", lambda self: False)
     gated = _bpdn().solve("prox-al")
     monkeypatch.setattr(ExactADMM, "carry", False)

@@ -94,7 +94,7 @@ def test_the_summary_names_the_route_and_the_floats_of_each_message_the_run_send
     # (a reply of exact-admm's round that carries the certificate's check holds the
     # evaluation, whose optional fields -- the boundary relief, rescaled multipliers, the
     # owned coordinates up to d_party -- make the declared count an upper bound)
-    bounded = {("xadmm_w", True)} & sent.keys()
+    bounded = {("xadmm_check", True)} & sent.keys()
     assert all(sent[k] <= declared[k] for k in bounded)
     assert {k: v for k, v in sent.items() if k not in bounded} == {
         k: v for k, v in declared.items() if k in sent and k not in bounded

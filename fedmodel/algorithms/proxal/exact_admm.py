@@ -35,7 +35,9 @@ Stopping (the analogue of Algorithm 2's bound (19)): the clients' optimality con
 give ``-sigma (x_i - c_i) in d P_{i,k}(x_i)``, the server's ``sigma sum_i u_i+ in
 d(P_{0,k} + h)(z+)``; their sum is ``-n sigma (z+ - z)``. The inner solve stops when the dual
 residual ``n sigma ||z+ - z||_inf`` and the primal residual ``max_i ||x_i - z+||_inf`` are
-both at most ``tau_k``.
+both at most ``tau_k``. In the last stage of the outer loop it also stops where the
+certificate holds at its iterate, checked on the way in the requests and replies of the
+next round (``xadmm_check``: a check that fails costs no round; :meth:`ExactADMM.solve`).
 
 Partial participation (option ``participation``): each round goes to a random sample of
 the clients (:class:`~fedmodel.algorithms.topology.Coordination`, dald's random
@@ -82,7 +84,6 @@ from fedmodel.algorithms.proxal.obstacles import (
 )
 from fedmodel.algorithms.topology import Coordination
 from fedmodel.certificate.infeasibility import farkas_point
-from fedmodel.runtime.outcomes import ClientFailure, InvalidReply, StepOutcome
 from fedmodel.runtime.rows import RoundReplies, Rows, payloads_of
 from fedmodel.runtime.schema import Field, MessageSpec
 from fedmodel.subproblems.conic_prox import exact_prox_solver, internal_rows
@@ -274,9 +275,9 @@ class ExactADMM:
 
         In its last stage (:meth:`ExactInner.certifies_inner`) the certificate is checked at
         the inner iterate on the way (:data:`CERTIFY_FIRST`). A check decided at the end of
-        round ``t`` rides on round ``t + 1``'s requests: each client evaluates at round
-        ``t``'s point with the multipliers of its last step, then takes its step, and
-        replies both; the server judges the certificate before its own step. Where it
+        round ``t`` rides on round ``t + 1`` (``xadmm_check`` instead of ``xadmm_w``): each
+        client evaluates at round ``t``'s point with the multipliers of its last step, then
+        takes its step, and replies both; the server judges the certificate before its own step. Where it
         holds, the inner solve returns round ``t``'s point, duals and penalty (as after a
         diagnostic round of its own; :attr:`held` has the clients take the step back at
         the next evaluation); where it fails, round ``t + 1`` goes on as if there had been
@@ -323,9 +324,8 @@ class ExactADMM:
             else:  # (message by message: the evaluations' fields differ between clients)
                 fields.update(server.evaluation_request(check[0].w))
                 requests = dict(zip(names, payloads_of(fields, len(names))))
-                replies = RoundReplies(
-                    names, messages=runtime.broadcast("xadmm_w", requests.__getitem__, to=names)
-                )
+                sent = runtime.broadcast("xadmm_check", requests.__getitem__, to=names)
+                replies = RoundReplies(names, messages=sent)
             if list(replies) != names:  # (a failed client stops the run: never here)
                 raise RuntimeError("exact-admm: the replies are not the round's clients'")
             if check is not None:
@@ -736,10 +736,6 @@ XADMM_W = MessageSpec(
         # seconds the step may take by the receiver's own clock (the run's time_limit;
         # absent without one)
         "budget": Field((), required=False),
-        # the certificate's check at the last round's point (ExactADMM.solve): the client
-        # evaluates there with the multipliers of its last step, then steps
-        "w": dataclasses.replace(W, required=False),
-        "objective_scale": OBJECTIVE_SCALE,
     },
     reply={
         "x": Field(
@@ -747,22 +743,28 @@ XADMM_W = MessageSpec(
             reveals="x_i = argmin P_{i,k}(x) + (sigma/2)||x - c_i||^2, the prox of "
             "its subproblem at the centre c_i",
         ),
-        # with ``w``: the evaluate reply's fields (the server checks the required ones;
-        # never sent under a privacy plan, so none is masked: ExactInner.unused)
+    },
+    reveals="one round of exact-admm (prox-al's inner solver on non-smooth and conic "
+    "models: d floats)",
+    methods=("prox-al",),
+)
+#: a round of exact-admm that carries the certificate's check at the last round's point
+#: ``w`` (:meth:`ExactADMM.solve`): the client evaluates there with the multipliers of its
+#: last step, then steps, and replies both. Never sent under a privacy plan
+#: (:meth:`ExactInner.unused`), so none of its fields is masked
+XADMM_CHECK = MessageSpec(
+    "xadmm_check",
+    request={**XADMM_W.request, "w": W, "objective_scale": OBJECTIVE_SCALE},
+    reply={
+        **XADMM_W.reply,
         **{
-            name: dataclasses.replace(
-                f,
-                required=False,
-                sum_only=False,
-                unmasked=False,
-                reveals=f.reveals or "the certificate's evaluation at w",
-            )
+            name: dataclasses.replace(f, sum_only=False, unmasked=False)
             for name, f in EVALUATION_FIELDS.items()
         },
     },
-    reveals="one round of exact-admm (prox-al's inner solver on non-smooth and conic "
-    "models: d floats); a round that carries the certificate's check at the last round's "
-    "point w also carries the evaluate reply there (counted on the algorithm channel)",
+    reveals="one round of exact-admm and the certificate's evaluation at the last round's "
+    "point w (f_i, its Lagrangian gradient and constraint values there, as evaluate's "
+    "reply; counted on the algorithm channel)",
     methods=("prox-al",),
 )
 #: an ``evaluate`` after an inner solve that ended where the certificate carried by its
@@ -788,7 +790,7 @@ class ExactInner(InnerSolver):
     start_reply = {
         "exact": Field((), dtype="bool", reveals="nothing (exact-admm started)", unmasked=True)
     }
-    messages = (XADMM_W,)
+    messages = (XADMM_W, XADMM_CHECK)
     evaluate_fields = {"held": HELD}
     component_fields = ("admm",)
 
@@ -809,8 +811,7 @@ class ExactInner(InnerSolver):
         if getattr(options, "sums_only", False) or not getattr(options, "adaptive", True):
             # (no check of the certificate on the way, or one in rounds of its own:
             # ExactADMM.solve)
-            carried = ("w", "objective_scale", *EVALUATION_FIELDS)
-            off |= {f"xadmm_w.{name}" for name in carried} | {"evaluate.held"}
+            off |= {"xadmm_check", "evaluate.held"}
         return off
 
     @classmethod
@@ -907,27 +908,20 @@ class ExactInner(InnerSolver):
         return self.host.carries_evaluation()
 
     def evaluation_request(self, w: np.ndarray) -> dict:
-        """The fields an ``xadmm_w`` request adds to carry the certificate's evaluation at
-        the inner iterate ``w``: the point and what an ``evaluate`` request adds."""
+        """The fields an ``xadmm_check`` request adds to ``xadmm_w``'s to carry the
+        certificate's evaluation at the inner iterate ``w``: the point and what an
+        ``evaluate`` request adds."""
         return {"w": w[: self.host.ns], **self.host.evaluation_extras()}
 
     def certified_by(self, w: np.ndarray, replies) -> bool:
         """Whether the certificate holds at the inner iterate ``w`` by the clients'
-        evaluations in ``replies`` (an ``xadmm_w`` round that carried the check; each reply
-        holds an ``evaluate`` reply's fields besides ``x``) and the server's own, with its
+        evaluations in ``replies`` (an ``xadmm_check`` round: each reply holds an
+        ``evaluate`` reply's fields besides ``x``) and the server's own, with its
         multipliers of the step that gave ``w``."""
-        theirs = {}
-        for n, r in replies.items():
-            theirs[n] = {k: v for k, v in r.payload.items() if k in EVALUATION_FIELDS}
-            missing = [k for k, f in EVALUATION_FIELDS.items() if f.required and k not in r.payload]
-            if missing:  # (its optional fields were checked by the runtime)
-                why = InvalidReply(
-                    n, "xadmm_w", missing[0],
-                    f"client {n!r}, reply to 'xadmm_w': field {missing[0]!r} of the "
-                    "certificate's evaluation is missing",
-                )  # fmt: skip
-                failure = StepOutcome(n, error=why, kind="invalid_reply")
-                raise ClientFailure({n: failure}, r.round, "xadmm_w")
+        theirs = {
+            n: {k: v for k, v in r.payload.items() if k in EVALUATION_FIELDS}
+            for n, r in replies.items()
+        }
         return self.host.judge(w, theirs)[0]
 
     def evaluate_request(self) -> dict:
@@ -1128,25 +1122,23 @@ class ExactClient(InnerClient):
         self.u, self.u_before, self.mu_sizes = state["u"], state["u_before"], state["mu_sizes"]
         self.checked = None
 
-    def _on_xadmm_w(self, c, sigma, tol, budget=None, w=None, objective_scale=1.0):
+    def _on_xadmm_check(self, c, sigma, tol, w, objective_scale=1.0, budget=None):
+        """Its ``evaluate`` reply at ``w`` with the multipliers of its last step, then the
+        step of :meth:`_on_xadmm_w`, in one reply; the state the evaluation read is kept
+        (:attr:`checked`: taken back when the certificate held, :meth:`before_evaluation`)."""
+        evaluation = self.host._on_evaluate(w, objective_scale=objective_scale)
+        before = self.step_state()
+        reply = self._on_xadmm_w(c, sigma, tol, budget)
+        self.checked = before
+        return {**reply, **evaluation}
+
+    def _on_xadmm_w(self, c, sigma, tol, budget=None):
         """The exact minimiser of ``P_{i,k}(x) + (sigma/2)||x_shared - c||^2`` over this
         client's view (:mod:`~fedmodel.subproblems.conic_prox`); replies its shared part
         ``x_i``. Its own block, the epigraph pieces' multipliers (the solve's duals) and the
         cone multipliers stay here, with the point they belong to. ``budget``: the seconds
         the step may take, counted on this client's own clock from the message's arrival
-        (the run's time limit); a step cut short replies the point it reached. ``w`` (a
-        round that carries the certificate's check): first its ``evaluate`` reply at
-        ``w`` with the multipliers of its last step, in the same reply."""
-        evaluation, before = {}, None
-        if w is not None:
-            evaluation = self.host._on_evaluate(w, objective_scale=objective_scale)
-            before = self.step_state()
-        reply = self._step(c, sigma, tol, budget)
-        self.checked = before
-        return {**reply, **evaluation}
-
-    def _step(self, c, sigma, tol, budget) -> dict:
-        """The exact step of :meth:`_on_xadmm_w`."""
+        (the run's time limit); a step cut short replies the point it reached."""
         h = self.host
         c = np.asarray(c, dtype=float)
         ns, p, s = h.ns, h.prox_weight, float(sigma)
@@ -1175,6 +1167,7 @@ class ExactClient(InnerClient):
         self.u_before = self.u
         self.u = np.array(report.x, dtype=float)
         h.theta_at_w = self.u[ns:].copy()
+        self.checked = None
         return {"x": self.u[:ns].copy()}
 
     # -- many clients' steps at once ------------------------------------------------------
@@ -1184,7 +1177,7 @@ class ExactClient(InnerClient):
         and no constraints (:func:`~fedmodel.algorithms.proxal.cohorts.glm_objective`) and
         its steps use the library's own backend (``solver`` "auto" or "newton")."""
         h = self.host
-        if kind != "xadmm_w" or h.solver_option not in ("auto", "newton"):
+        if kind not in ("xadmm_w", "xadmm_check") or h.solver_option not in ("auto", "newton"):
             return None
         if not h.problem.regularizer.is_zero:
             return None
@@ -1196,8 +1189,6 @@ class ExactClient(InnerClient):
         """:meth:`_on_xadmm_w` of every client of ``parts`` (clients of one
         :meth:`step_batch_key`) in one batched Newton solve (:meth:`_on_xadmm_w_rows` on
         the payloads' values)."""
-        evaluations = ExactClient._evaluations(parts, payloads)
-        before = [part.step_state() if "w" in pl else None for part, pl in zip(parts, payloads)]
         C = np.stack([np.asarray(pl["c"], dtype=float) for pl in payloads])
         fields = {
             "c": Rows(C),
@@ -1205,31 +1196,32 @@ class ExactClient(InnerClient):
             "tol": Rows([float(pl["tol"]) for pl in payloads]),
             "budget": Rows([pl.get("budget") for pl in payloads]),
         }
-        points = ExactClient._on_xadmm_w_rows(parts, fields)["x"]
-        for part, state in zip(parts, before):
-            part.checked = state
-        return [{"x": x, **e} for x, e in zip(points, evaluations)]
+        return [{"x": x} for x in ExactClient._on_xadmm_w_rows(parts, fields)["x"]]
 
     @staticmethod
-    def _evaluations(parts: list[ExactClient], payloads: list[dict]) -> list[dict]:
-        """The ``evaluate`` replies that the payloads with a ``w`` ask of ``parts`` before
-        their steps (:meth:`_on_xadmm_w`; ``{}`` for the others): batched as their
-        ``evaluate`` rounds are when their client halves batch them, else one by one.
-        Changes no client's state."""
+    def _on_xadmm_check_batch(parts: list[ExactClient], payloads: list[dict]) -> list[dict]:
+        """:meth:`_on_xadmm_check` of every client of ``parts`` (clients of one
+        :meth:`step_batch_key`): their evaluations batched as their client halves batch
+        ``evaluate`` (one by one when those do not), then :meth:`_on_xadmm_w_batch`. Every
+        evaluation is made before any client's state changes."""
         hosts = [part.host for part in parts]
         asked = [
-            {"w": pl["w"], "objective_scale": pl.get("objective_scale", 1.0)} if "w" in pl else None
-            for pl in payloads
+            {"w": pl["w"], "objective_scale": pl.get("objective_scale", 1.0)} for pl in payloads
         ]
-        if not any(asked):
-            return [{} for _ in parts]
         keys = {h.step_batch_key("evaluate") for h in hosts}
-        if all(asked) and len(keys) == 1 and None not in keys:
+        evaluations = None
+        if len(keys) == 1 and None not in keys:
             try:
-                return type(hosts[0])._on_evaluate_batch(hosts, asked)
+                evaluations = type(hosts[0])._on_evaluate_batch(hosts, asked)
             except Exception:  # noqa: BLE001 - one by one, as the host would
-                pass
-        return [{} if a is None else h._on_evaluate(**a) for h, a in zip(hosts, asked)]
+                evaluations = None
+        if evaluations is None:
+            evaluations = [h._on_evaluate(**a) for h, a in zip(hosts, asked)]
+        before = [part.step_state() for part in parts]
+        replies = ExactClient._on_xadmm_w_batch(parts, payloads)
+        for part, state in zip(parts, before):
+            part.checked = state
+        return [{**reply, **e} for reply, e in zip(replies, evaluations)]
 
     @staticmethod
     def _on_xadmm_w_rows(parts: list[ExactClient], fields: dict) -> dict[str, np.ndarray]:
