@@ -646,7 +646,8 @@ def test_a_failed_certificate_check_on_the_way_costs_no_round(monkeypatch):
     (``xadmm_check``: each client evaluates before its step and replies both): a check that fails costs no
     round, one that holds ends the run at the same point as a diagnostic round of its
     own would, with the same multipliers (the clients take the extra step back at the
-    certificate's evaluate) -- and the evaluations' floats are still in the ledger."""
+    certificate's evaluate) -- and the evaluations' floats are still in the ledger, on the
+    diagnostic channel with the step that carried them."""
     from fedmodel.algorithms.proxal.exact_admm import ExactADMM
 
     carried = _bpdn().solve("prox-al")
@@ -671,7 +672,7 @@ def test_a_failed_certificate_check_on_the_way_costs_no_round(monkeypatch):
     )
     for r in steps:
         if r["round"] in checks:
-            assert (r["floats"], r["channel"]) == (plain + evaluation, "algorithm")
+            assert (r["floats"], r["channel"]) == (plain + evaluation, "diagnostic")
     last = carried.rounds["communication"]
     final = [r for r in carried.ledger if r["kind"] == "evaluate" and r["round"] == last]
     assert final and all("held" in r["shapes"] for r in final if r["sender"] == "server")

@@ -750,7 +750,9 @@ XADMM_W = MessageSpec(
 )
 #: a round of exact-admm that carries the certificate's check at the last round's point
 #: ``w`` (:meth:`ExactADMM.solve`): the client evaluates there with the multipliers of its
-#: last step, then steps, and replies both. Never sent under a privacy plan
+#: last step, then steps, and replies both. On the diagnostic channel, as the certificate's
+#: ``evaluate`` it replaces (its constraint values and scales are not the O(d) traffic of
+#: the algorithm's rounds), the round's step with it. Never sent under a privacy plan
 #: (:meth:`ExactInner.unused`), so none of its fields is masked
 XADMM_CHECK = MessageSpec(
     "xadmm_check",
@@ -762,9 +764,10 @@ XADMM_CHECK = MessageSpec(
             for name, f in EVALUATION_FIELDS.items()
         },
     },
-    reveals="one round of exact-admm and the certificate's evaluation at the last round's "
-    "point w (f_i, its Lagrangian gradient and constraint values there, as evaluate's "
-    "reply; counted on the algorithm channel)",
+    channel="diagnostic",
+    reveals="one round of exact-admm (its x_i, as xadmm_w) and the certificate's evaluation "
+    "at the last round's point w (f_i, its Lagrangian gradient and constraint values there, "
+    "as evaluate's reply); the whole message is counted on the diagnostic channel",
     methods=("prox-al",),
 )
 #: an ``evaluate`` after an inner solve that ended where the certificate carried by its
