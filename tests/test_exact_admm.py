@@ -574,3 +574,137 @@ def test_the_last_inner_solve_stops_where_the_certificate_at_its_iterate_holds(m
         checked.rounds,
         plain.rounds,
     )
+
+
+def _bpdn():
+    """Basis pursuit denoising over three clients (benchmarks/models.py's bpdn at its
+    quick size): ``min ||w||_1`` on the server, each client's ``||X_k w - y_k||_2 <=
+    eps_k``. Its last inner solve checks the certificate on the way five times, the last
+    check holding."""
+    rng = np.random.default_rng(5)
+    d, rows = 20, 10
+    w0 = np.zeros(d)
+    w0[rng.choice(d, 5, replace=False)] = rng.normal(size=5)
+    m = fm.Model("bpdn")
+    w = m.variable(d, name="w")
+    m.server.minimize(cp.norm1(w))
+    for k in range(3):
+        X = rng.normal(size=(rows, d)) / np.sqrt(rows)
+        noise = 0.05 * rng.normal(size=rows)
+        c = m.client(f"c{k}")
+        X_k, y_k = c.data(X, name="X"), c.data(X @ w0 + noise, name="y")
+        c.subject_to(cp.norm(X_k @ w - y_k, 2) <= 1.2 * np.linalg.norm(noise))
+    return m
+
+
+def _checks(res) -> list[int]:
+    """The rounds of exact-admm that carried the certificate's check (``xadmm_check``)."""
+    return sorted({r["round"] for r in res.ledger if r["kind"] == "xadmm_check"})
+
+
+def _same_answer(a, b) -> None:
+    """``a`` and ``b`` end with the same verdict, point, multipliers and certificate."""
+    assert a.status == b.status == "optimal", (a.message, b.message)
+    assert np.array_equal(a.x, b.x)
+    assert a.multipliers.keys() == b.multipliers.keys()
+    for party, mine in a.multipliers.items():
+        for key, value in mine.items():
+            assert np.array_equal(value, b.multipliers[party][key]), (party, key)
+    assert (a.kkt.stationarity, a.kkt.feasibility) == (b.kkt.stationarity, b.kkt.feasibility)
+    assert (a.rounds["outer"], a.rounds["inner"]) == (b.rounds["outer"], b.rounds["inner"])
+
+
+def test_a_failed_certificate_check_on_the_way_costs_no_round(monkeypatch):
+    """The certificate's check at an inner iterate rides on the next round of exact-admm
+    (``xadmm_check``: each client evaluates before its step and replies both): a check that fails costs no
+    round, one that holds ends the run at the same point as a diagnostic round of its
+    own would, with the same multipliers (the clients take the extra step back at the
+    certificate's evaluate) -- and the evaluations' floats are still in the ledger, on the
+    diagnostic channel with the step that carried them."""
+    from fedmodel.algorithms.proxal.exact_admm import ExactADMM
+
+    carried = _bpdn().solve("prox-al")
+    monkeypatch.setattr(ExactADMM, "carry", False)
+    alone = _bpdn().solve("prox-al")
+    assert carried.extra["inner_solver"] == "exact-admm"
+    checks = _checks(carried)
+    assert _checks(alone) == []
+    # the last check held in the run's last round; the others failed, a round each saved
+    assert len(checks) >= 2 and checks[-1] == carried.rounds["communication"], checks
+    saved = alone.rounds["communication"] - carried.rounds["communication"]
+    assert saved == len(checks) - 1, (checks, carried.rounds, alone.rounds)
+    _same_answer(carried, alone)
+    # one message per client and round; a check round's carries the evaluation
+    rows = [r for r in carried.ledger if r["receiver"] == "server" and r["sender"] == "c0"]
+    steps = [r for r in rows if r["kind"] in ("xadmm_w_reply", "xadmm_check_reply")]
+    assert len(steps) == len({r["round"] for r in steps})
+    assert {r["round"] for r in steps if r["kind"] == "xadmm_check_reply"} == set(checks)
+    plain = next(r["floats"] for r in steps if r["kind"] == "xadmm_w_reply")
+    evaluation = next(
+        r["floats"] for r in alone.ledger if r["kind"] == "evaluate_reply" and r["sender"] == "c0"
+    )
+    for r in steps:
+        if r["round"] in checks:
+            assert (r["floats"], r["channel"]) == (plain + evaluation, "diagnostic")
+    last = carried.rounds["communication"]
+    final = [r for r in carried.ledger if r["kind"] == "evaluate" and r["round"] == last]
+    assert final and all("held" in r["shapes"] for r in final if r["sender"] == "server")
+
+
+def test_a_cohort_evaluates_and_steps_together_in_a_check_round(monkeypatch):
+    """Clients whose steps are batched (least squares, no constraints) answer a round that
+    carries the check in one batched evaluation and step (message by message instead of
+    the stacked rows), with the iterates of a run that checks in rounds of its own."""
+    from fedmodel.algorithms.proxal.exact_admm import ExactADMM, ExactClient
+
+    def lasso():
+        parts = _regression(5, 30, 20, seed=2)
+        m, _, _ = loss_model(
+            lambda X, y, w: cp.sum_squares(X @ w - y) / 150,
+            parts,
+            server=lambda w: 0.1 * cp.norm1(w),
+        )
+        return m.solve("prox-al", inner_solver="exact-admm")
+
+    batches = []
+    batch = ExactClient._on_xadmm_check_batch
+
+    def spy(parts, payloads):
+        batches.append(len(parts))
+        return batch(parts, payloads)
+
+    monkeypatch.setattr(ExactClient, "_on_xadmm_check_batch", staticmethod(spy))
+    carried = lasso()
+    assert _checks(carried) and 5 in batches, (_checks(carried), batches)
+    monkeypatch.setattr(ExactADMM, "carry", False)
+    alone = lasso()
+    saved = alone.rounds["communication"] - carried.rounds["communication"]
+    held = _checks(carried)[-1] == carried.rounds["communication"]
+    assert saved == len(_checks(carried)) - held
+    _same_answer(carried, alone)
+
+
+def test_the_check_takes_a_round_of_its_own_under_a_privacy_plan(monkeypatch):
+    """Under secure aggregation or dp the certificate round collects sums, so the check
+    cannot ride on exact-admm's rounds (whose points the server reads client by client):
+    the server says so, the run's table then has none of the carried fields, and a run
+    whose server says so checks in rounds of its own."""
+    from types import SimpleNamespace
+
+    from fedmodel.algorithms.proxal.exact_admm import ExactADMM, ExactInner
+    from fedmodel.algorithms.proxal.server import ProxALServer
+
+    def plan(active):
+        return SimpleNamespace(privacy=None if active is None else SimpleNamespace(active=active))
+
+    assert ProxALServer.carries_evaluation(plan(None))
+    assert ProxALServer.carries_evaluation(plan(False))
+    assert not ProxALServer.carries_evaluation(plan(True))
+    private = SimpleNamespace(sums_only=True, adaptive=True, time_limit=None)
+    assert {"xadmm_check", "evaluate.held"} <= ExactInner.unused(None, private)
+    monkeypatch.setattr(ProxALServer, "carries_evaluation", lambda self: False)
+    gated = _bpdn().solve("prox-al")
+    monkeypatch.setattr(ExactADMM, "carry", False)
+    alone = _bpdn().solve("prox-al")
+    assert _checks(gated) == [] and gated.rounds == alone.rounds
+    _same_answer(gated, alone)

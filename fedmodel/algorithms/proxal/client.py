@@ -31,6 +31,7 @@ import functools
 
 import numpy as np
 
+from fedmodel.algorithms.messages import EVALUATE
 from fedmodel.algorithms.protocol import ClientHalf, _handler
 from fedmodel.algorithms.proxal.cohorts import (
     batched_steps,
@@ -349,7 +350,11 @@ class ProxALClient(ClientHalf):
             return
         self.stats["max_residual_gap"] = max(self.stats["max_residual_gap"], gap)
 
-    def _on_evaluate(self, w, mu=None, nu=None, objective_scale=1.0):
+    def _on_evaluate(self, w, mu=None, nu=None, objective_scale=1.0, **route):
+        """Its share of the certificate at ``w`` (``route``: the fields its route adds to
+        the request, taken by its client part first)."""
+        if route:
+            self.inner.before_evaluation(**route)
         if not self.owned:
             return super()._on_evaluate(w, mu, nu, objective_scale)
         mu = self.mu if mu is None else np.asarray(mu, dtype=float)
@@ -406,12 +411,19 @@ class ProxALClient(ClientHalf):
     def _on_evaluate_batch(halves: list[ProxALClient], payloads: list[dict]) -> list[dict]:
         """:meth:`_on_evaluate` of every client of ``halves`` (clients of one
         :meth:`step_batch_key`) from one batched value and gradient of their objectives
-        (:func:`~fedmodel.certificate.kkt.plain_objective_evaluations`); changes no
-        client's state but the one-time check of its GLM form."""
+        (:func:`~fedmodel.certificate.kkt.plain_objective_evaluations`, which read
+        neither multipliers nor an own block); changes no client's state but the one-time
+        check of its GLM form until they are made, then takes the fields its route adds to
+        the request (:meth:`_on_evaluate`)."""
         X = np.stack([np.asarray(pl["w"], dtype=float) for pl in payloads])
         cohort = cohort_of(halves)
         check_forms(halves, cohort, X)
-        return plain_objective_evaluations(cohort.value_grad, X)
+        reports = plain_objective_evaluations(cohort.value_grad, X)
+        for h, pl in zip(halves, payloads):
+            route = {k: v for k, v in pl.items() if k not in EVALUATE.request}
+            if route:
+                h.inner.before_evaluation(**route)
+        return reports
 
     def _on_farkas(self, w):
         """This client's share of the Farkas certificate

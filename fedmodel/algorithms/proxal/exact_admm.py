@@ -35,7 +35,9 @@ Stopping (the analogue of Algorithm 2's bound (19)): the clients' optimality con
 give ``-sigma (x_i - c_i) in d P_{i,k}(x_i)``, the server's ``sigma sum_i u_i+ in
 d(P_{0,k} + h)(z+)``; their sum is ``-n sigma (z+ - z)``. The inner solve stops when the dual
 residual ``n sigma ||z+ - z||_inf`` and the primal residual ``max_i ||x_i - z+||_inf`` are
-both at most ``tau_k``.
+both at most ``tau_k``. In the last stage of the outer loop it also stops where the
+certificate holds at its iterate, checked on the way in the requests and replies of the
+next round (``xadmm_check``: a check that fails costs no round; :meth:`ExactADMM.solve`).
 
 Partial participation (option ``participation``): each round goes to a random sample of
 the clients (:class:`~fedmodel.algorithms.topology.Coordination`, dald's random
@@ -61,12 +63,14 @@ Examples
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from typing import Any
 
 import numpy as np
 
 from fedmodel.algorithms.common import step_budgets
+from fedmodel.algorithms.messages import EVALUATION_FIELDS, OBJECTIVE_SCALE, W
 from fedmodel.algorithms.protocol import StepReport
 from fedmodel.algorithms.proxal.anderson import AndersonState
 from fedmodel.algorithms.proxal.cohorts import check_forms, cohort_of, glm_structure
@@ -79,7 +83,7 @@ from fedmodel.algorithms.proxal.obstacles import (
 )
 from fedmodel.algorithms.topology import Coordination
 from fedmodel.certificate.infeasibility import farkas_point
-from fedmodel.runtime.rows import Rows
+from fedmodel.runtime.rows import RoundReplies, Rows, payloads_of
 from fedmodel.runtime.schema import Field, MessageSpec
 from fedmodel.subproblems.conic_prox import exact_prox_solver, internal_rows
 from fedmodel.subproblems.merit import set_deadline, step_deadline
@@ -205,6 +209,10 @@ class ExactADMM:
         for it.
     """
 
+    #: the certificate's check at an inner iterate rides on the next round's requests
+    #: (False: a diagnostic round of its own, as under a privacy plan)
+    carry = True
+
     def __init__(
         self,
         sigma: float,
@@ -229,6 +237,9 @@ class ExactADMM:
         self.max_inner = int(max_inner)
         self.duals: dict[str, np.ndarray] = {}  # scaled duals u_i (warm start)
         self.rejections = 0
+        # the certificate held at the point that the last inner solve's last round carried
+        # (:meth:`solve`): the clients take that round's step back at the next evaluation
+        self.held = False
 
     # -- state (plain values: checkpoints) -----------------------------------------------------
     def get_state(self) -> dict:
@@ -236,6 +247,7 @@ class ExactADMM:
             "sigma": self.sigma,
             "duals": {k: v.copy() for k, v in self.duals.items()},
             "rejections": self.rejections,
+            "held": self.held,
         }
         if self.sampler is not None:  # (its generator: a resumed run draws the same clients)
             state["sampler"] = self.sampler.get_state()
@@ -248,6 +260,7 @@ class ExactADMM:
         self.sigma = float(state["sigma"])
         self.duals = {k: np.array(v, dtype=float) for k, v in state["duals"].items()}
         self.rejections = int(state["rejections"])
+        self.held = bool(state.get("held", False))
         if self.sampler is not None and "sampler" in state:
             self.sampler.set_state(state["sampler"])
             self.sampled_rounds, self.client_steps = (int(c) for c in state["counts"])
@@ -257,7 +270,20 @@ class ExactADMM:
     # -- one inner solve ----------------------------------------------------------------------
     def solve(self, server, runtime, tau: float, deadline: float | None):
         """Minimise ``l_k`` from ``w^k = server.x`` to ``tau``; returns the server's
-        :class:`~fedmodel.algorithms.proxal.inner.InnerOutcome`."""
+        :class:`~fedmodel.algorithms.proxal.inner.InnerOutcome`.
+
+        In its last stage (:meth:`ExactInner.certifies_inner`) the certificate is checked at
+        the inner iterate on the way (:data:`CERTIFY_FIRST`). A check decided at the end of
+        round ``t`` rides on round ``t + 1`` (``xadmm_check`` instead of ``xadmm_w``): each
+        client evaluates at round ``t``'s point with the multipliers of its last step, then
+        takes its step, and replies both; the server judges the certificate before its own step. Where it
+        holds, the inner solve returns round ``t``'s point, duals and penalty (as after a
+        diagnostic round of its own; :attr:`held` has the clients take the step back at
+        the next evaluation); where it fails, round ``t + 1`` goes on as if there had been
+        no check. A check takes a diagnostic round of its own under a privacy plan (its
+        certificate round collects sums), when the inner solve ends after round ``t`` (its
+        deadline, ``max_inner``) and with :attr:`carry` off."""
+        self.held = False
         if self.sampler is not None or (self.quorum is not None and runtime.supports_async):
             return self.solve_sampled(server, runtime, tau, deadline)
 
@@ -276,6 +302,10 @@ class ExactADMM:
         primals: list[float] = []  # (the infeasibility monitor)
         farkas_next, farkas_wait = 0, 1  # (the round of the next Farkas try, the wait after it)
         certify_next = CERTIFY_FIRST if server.certifies_inner(tau) else None
+        carry = certify_next is not None and self.carry and server.carries_evaluation()
+        # a certificate check decided at the end of the last round, carried by this one's
+        # requests: what the inner solve returns and keeps when it holds
+        check: tuple[InnerOutcome, dict, float, int] | None = None
         fixed_since = 0  # the round since which sigma has not changed
         last_round = 0.0  # seconds of the last round: one more is not begun if it would end
         for t in range(self.max_inner):  # after the deadline (the rounds are the time unit)
@@ -288,9 +318,25 @@ class ExactADMM:
             budgets = step_budgets(runtime, names, deadline)
             if budgets:
                 fields["budget"] = Rows([budgets[n] for n in names])
-            replies = runtime.broadcast_rows("xadmm_w", fields, to=names)
+            if check is None:
+                replies = runtime.broadcast_rows("xadmm_w", fields, to=names)
+            else:  # (message by message: the evaluations' fields differ between clients)
+                fields.update(server.evaluation_request(check[0].w))
+                requests = dict(zip(names, payloads_of(fields, len(names))))
+                sent = runtime.broadcast("xadmm_check", requests.__getitem__, to=names)
+                replies = RoundReplies(names, messages=sent)
             if list(replies) != names:  # (a failed client stops the run: never here)
                 raise RuntimeError("exact-admm: the replies are not the round's clients'")
+            if check is not None:
+                # the certificate at the last round's point, the clients' evaluations made
+                # before this round's step; where it holds the inner solve ends there, as
+                # after a round of its own, and the clients take this step back
+                outcome, duals, sigma_then, rejections = check
+                check = None
+                if server.certified_by(outcome.w, replies):
+                    self.duals, self.sigma, self.rejections = duals, sigma_then, rejections
+                    self.held = True
+                    return outcome
             X = replies.stack("x").reshape(len(names), ns)
             m = len(names)
             if self.relaxation != 1.0:  # over-relaxation (Boyd et al. 2011, Sec. 3.4.3)
@@ -329,17 +375,25 @@ class ExactADMM:
                     self.duals = dict(zip(names, U_new))
                     return InnerOutcome(w, t + 1, bound, False, residual, certificate=proven)
                 farkas_next, farkas_wait = t + farkas_wait, 2 * farkas_wait
-            if (
+            certify = (
                 certify_next is not None
                 and t + 1 >= certify_next
                 and dual <= server.host.eps1_units  # (the Lagrangian's gradient, about)
-            ):
+            )
+            last_round = time.perf_counter() - t_round
+            ends = deadline is not None and time.perf_counter() + last_round > deadline
+            if certify:
                 certify_next = 2 * (t + 1)
-                if server.certified_at(runtime, w):
+                if carry and not ends and t + 1 < self.max_inner:  # (the next round takes it)
+                    outcome = InnerOutcome(w, t + 1, bound, True, residual, certified=True)
+                    check = (outcome, dict(zip(names, U_new)), self.sigma, self.rejections)
+                elif server.certified_at(runtime, w):  # (a diagnostic round of its own)
                     self.duals = dict(zip(names, U_new))
                     return InnerOutcome(w, t + 1, bound, True, residual, certified=True)
-            last_round = time.perf_counter() - t_round
-            if deadline is not None and time.perf_counter() + last_round > deadline:
+                else:
+                    last_round = time.perf_counter() - t_round
+                    ends = deadline is not None and time.perf_counter() + last_round > deadline
+            if ends:
                 self.duals = dict(zip(names, U_new))
                 return InnerOutcome(w, t + 1, bound, False, residual, timed_out=True)
             changed = False
@@ -709,6 +763,32 @@ XADMM_W = MessageSpec(
     "models: d floats)",
     methods=("prox-al",),
 )
+#: a round of exact-admm that carries the certificate's check at the last round's point
+#: ``w`` (:meth:`ExactADMM.solve`): the client evaluates there with the multipliers of its
+#: last step, then steps, and replies both. On the diagnostic channel, as the certificate's
+#: ``evaluate`` it replaces (its constraint values and scales are not the O(d) traffic of
+#: the algorithm's rounds), the round's step with it. Never sent under a privacy plan
+#: (:meth:`ExactInner.unused`), so none of its fields is masked
+XADMM_CHECK = MessageSpec(
+    "xadmm_check",
+    request={**XADMM_W.request, "w": W, "objective_scale": OBJECTIVE_SCALE},
+    reply={
+        **XADMM_W.reply,
+        **{
+            name: dataclasses.replace(f, sum_only=False, unmasked=False)
+            for name, f in EVALUATION_FIELDS.items()
+        },
+    },
+    channel="diagnostic",
+    reveals="one round of exact-admm (its x_i, as xadmm_w) and the certificate's evaluation "
+    "at the last round's point w (f_i, its Lagrangian gradient and constraint values there, "
+    "as evaluate's reply); the whole message is counted on the diagnostic channel",
+    methods=("prox-al",),
+)
+#: an ``evaluate`` after an inner solve that ended where the certificate carried by its
+#: last round held: the client takes that round's step back (its multipliers and own
+#: block are again those the check read)
+HELD = Field((), dtype="bool", required=False)
 
 
 class ExactInner(InnerSolver):
@@ -728,7 +808,8 @@ class ExactInner(InnerSolver):
     start_reply = {
         "exact": Field((), dtype="bool", reveals="nothing (exact-admm started)", unmasked=True)
     }
-    messages = (XADMM_W,)
+    messages = (XADMM_W, XADMM_CHECK)
+    evaluate_fields = {"held": HELD}
     component_fields = ("admm",)
 
     @classmethod
@@ -742,7 +823,12 @@ class ExactInner(InnerSolver):
 
     @classmethod
     def unused(cls, compiled, options):
-        return {"budget"} if getattr(options, "time_limit", None) is None else set()
+        off = {"budget"} if getattr(options, "time_limit", None) is None else set()
+        if getattr(options, "sums_only", False) or not getattr(options, "adaptive", True):
+            # (no check of the certificate on the way, or one in rounds of its own:
+            # ExactADMM.solve)
+            off |= {"xadmm_check", "evaluate.held"}
+        return off
 
     @classmethod
     def suits(cls, compiled, options, proximal):
@@ -830,6 +916,34 @@ class ExactInner(InnerSolver):
         if not holds:
             host.x = center
         return holds
+
+    def carries_evaluation(self) -> bool:
+        """Whether the certificate's check at an inner iterate rides on the next round's
+        requests (:meth:`ExactADMM.solve`;
+        :meth:`~fedmodel.algorithms.proxal.server.ProxALServer.carries_evaluation`)."""
+        return self.host.carries_evaluation()
+
+    def evaluation_request(self, w: np.ndarray) -> dict:
+        """The fields an ``xadmm_check`` request adds to ``xadmm_w``'s to carry the
+        certificate's evaluation at the inner iterate ``w``: the point and what an
+        ``evaluate`` request adds."""
+        return {"w": w[: self.host.ns], **self.host.evaluation_extras()}
+
+    def certified_by(self, w: np.ndarray, replies) -> bool:
+        """Whether the certificate holds at the inner iterate ``w`` by the clients'
+        evaluations in ``replies`` (an ``xadmm_check`` round: each reply holds an
+        ``evaluate`` reply's fields besides ``x``) and the server's own, with its
+        multipliers of the step that gave ``w``."""
+        theirs = {
+            n: {k: v for k, v in r.payload.items() if k in EVALUATION_FIELDS}
+            for n, r in replies.items()
+        }
+        return self.host.judge(w, theirs)[0]
+
+    def evaluate_request(self) -> dict:
+        """``held`` while the clients are to take back the step of a round whose
+        certificate held (:attr:`ExactADMM.held`)."""
+        return {"held": True} if self.admm.held else {}
 
     def try_farkas(self, runtime, w: np.ndarray):
         """The Farkas certificate at the inner iterate ``w`` (one ``farkas`` round; the
@@ -982,7 +1096,7 @@ class ExactClient(InnerClient):
     """Client ``i``'s side of exact-admm: its exact step (``xadmm_w``) and its last point
     ``x_i`` (with its own block), the warm start of the next."""
 
-    state_fields = ("u", "u_before", "mu_sizes")
+    state_fields = ("u", "u_before", "mu_sizes", "checked")
 
     def __init__(self, host):
         super().__init__(host)
@@ -991,6 +1105,9 @@ class ExactClient(InnerClient):
         # (the Farkas point's extrapolation, :meth:`farkas_point`)
         self.u_before: np.ndarray | None = None
         self.mu_sizes = (0.0, 0.0)
+        # when the last step followed the certificate's evaluation (its round carried the
+        # check): the state that evaluation read (:meth:`step_state`), else None
+        self.checked: dict | None = None
         self._exact_solver = None
         self._hard_rows = internal_rows(host.problem)
 
@@ -1022,6 +1139,42 @@ class ExactClient(InnerClient):
         h.w_center = np.asarray(w, dtype=float).copy()
         h.theta_center = h.theta_at_w.copy()
         return {"exact": True}
+
+    def step_state(self) -> dict:
+        """What a step changes and an evaluation reads: the multipliers, the cone duals,
+        the own block and the last points (copies)."""
+        h = self.host
+        state = {"mu": h.mu, "nu": h.nu, "cone": h.cone, "cone_at_w": h.cone_at_w}
+        state.update(theta_at_w=h.theta_at_w, u=self.u, u_before=self.u_before)
+        state = {k: None if v is None else np.array(v, dtype=float) for k, v in state.items()}
+        return {**state, "mu_sizes": tuple(self.mu_sizes)}
+
+    def before_evaluation(self, held: bool = False) -> None:
+        """``held``: the certificate held at the point that its last round carried; the
+        step of that round is taken back (:attr:`checked`), so that the certificate's
+        round and the final report read the multipliers and the own block the check read."""
+        if not (held and self.checked is not None):
+            return
+        state, h = self.checked, self.host
+        h.mu, h.nu, h.cone, h.cone_at_w = (
+            state["mu"],
+            state["nu"],
+            state["cone"],
+            state["cone_at_w"],
+        )
+        h.theta_at_w = state["theta_at_w"]
+        self.u, self.u_before, self.mu_sizes = state["u"], state["u_before"], state["mu_sizes"]
+        self.checked = None
+
+    def _on_xadmm_check(self, c, sigma, tol, w, objective_scale=1.0, budget=None):
+        """Its ``evaluate`` reply at ``w`` with the multipliers of its last step, then the
+        step of :meth:`_on_xadmm_w`, in one reply; the state the evaluation read is kept
+        (:attr:`checked`: taken back when the certificate held, :meth:`before_evaluation`)."""
+        evaluation = self.host._on_evaluate(w, objective_scale=objective_scale)
+        before = self.step_state()
+        reply = self._on_xadmm_w(c, sigma, tol, budget)
+        self.checked = before
+        return {**reply, **evaluation}
 
     def _on_xadmm_w(self, c, sigma, tol, budget=None):
         """The exact minimiser of ``P_{i,k}(x) + (sigma/2)||x_shared - c||^2`` over this
@@ -1058,6 +1211,7 @@ class ExactClient(InnerClient):
         self.u_before = self.u
         self.u = np.array(report.x, dtype=float)
         h.theta_at_w = self.u[ns:].copy()
+        self.checked = None
         return {"x": self.u[:ns].copy()}
 
     # -- many clients' steps at once ------------------------------------------------------
@@ -1067,7 +1221,7 @@ class ExactClient(InnerClient):
         and no constraints (:func:`~fedmodel.algorithms.proxal.cohorts.glm_objective`) and
         its steps use the library's own backend (``solver`` "auto" or "newton")."""
         h = self.host
-        if kind != "xadmm_w" or h.solver_option not in ("auto", "newton"):
+        if kind not in ("xadmm_w", "xadmm_check") or h.solver_option not in ("auto", "newton"):
             return None
         if not h.problem.regularizer.is_zero:
             return None
@@ -1087,6 +1241,31 @@ class ExactClient(InnerClient):
             "budget": Rows([pl.get("budget") for pl in payloads]),
         }
         return [{"x": x} for x in ExactClient._on_xadmm_w_rows(parts, fields)["x"]]
+
+    @staticmethod
+    def _on_xadmm_check_batch(parts: list[ExactClient], payloads: list[dict]) -> list[dict]:
+        """:meth:`_on_xadmm_check` of every client of ``parts`` (clients of one
+        :meth:`step_batch_key`): their evaluations batched as their client halves batch
+        ``evaluate`` (one by one when those do not), then :meth:`_on_xadmm_w_batch`. Every
+        evaluation is made before any client's state changes."""
+        hosts = [part.host for part in parts]
+        asked = [
+            {"w": pl["w"], "objective_scale": pl.get("objective_scale", 1.0)} for pl in payloads
+        ]
+        keys = {h.step_batch_key("evaluate") for h in hosts}
+        evaluations = None
+        if len(keys) == 1 and None not in keys:
+            try:
+                evaluations = type(hosts[0])._on_evaluate_batch(hosts, asked)
+            except Exception:  # noqa: BLE001 - one by one, as the host would
+                evaluations = None
+        if evaluations is None:
+            evaluations = [h._on_evaluate(**a) for h, a in zip(hosts, asked)]
+        before = [part.step_state() for part in parts]
+        replies = ExactClient._on_xadmm_w_batch(parts, payloads)
+        for part, state in zip(parts, before):
+            part.checked = state
+        return [{**reply, **e} for reply, e in zip(replies, evaluations)]
 
     @staticmethod
     def _on_xadmm_w_rows(parts: list[ExactClient], fields: dict) -> dict[str, np.ndarray]:
@@ -1131,7 +1310,7 @@ class ExactClient(InnerClient):
             stats["local_solves"] += 1
             stats["local_iterations"] += int(its)
             h.note_residual_gap(res, t)
-            part.u = x
+            part.u, part.checked = x, None
         return {"x": shared}
 
 

@@ -76,6 +76,9 @@ class InnerSolver(DeclaredState):
     start_reply: ClassVar[dict[str, Field]] = {}
     #: its own round kinds
     messages: ClassVar[tuple[MessageSpec, ...]] = ()
+    #: the fields it adds to the certificate's ``evaluate`` requests
+    #: (:meth:`evaluate_request`)
+    evaluate_fields: ClassVar[dict[str, Field]] = {}
     #: the client part (its handlers and state), built on each client when it runs
     client_part: ClassVar[type[InnerClient] | None] = None
     #: a client may refuse it at the start (the run then falls back to the next route)
@@ -137,6 +140,10 @@ class InnerSolver(DeclaredState):
 
     def take_start(self, replies) -> None:
         """Take the clients' replies to a request that started an inner solve."""
+
+    def evaluate_request(self) -> dict:
+        """What it adds to an ``evaluate`` request now (fields of :attr:`evaluate_fields`)."""
+        return {}
 
     def collect(self, runtime, kind: str, payload: dict) -> dict:
         """One round of its messages: the replies as the server knows them (the host's
@@ -221,3 +228,7 @@ class InnerClient(DeclaredState):
         """The point of this client's view its multipliers belong to (the Farkas
         certificate's, :mod:`~fedmodel.certificate.infeasibility`): ``w`` with its own block."""
         return self.host._local(np.asarray(w, dtype=float), self.host.theta_at_w)
+
+    def before_evaluation(self, **request) -> None:
+        """Act on the fields of :attr:`InnerSolver.evaluate_fields` of an ``evaluate``
+        request, before the evaluation (none by default)."""

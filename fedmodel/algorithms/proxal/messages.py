@@ -4,7 +4,7 @@ declarations of one inner solver (:mod:`~fedmodel.algorithms.proxal.routes`).
 A run declares :func:`route_table` of its route: ``start`` (the first inner start),
 ``outer`` (Algorithm 1's multiplier round, whose reply also starts the next inner solve),
 ``outer_aa`` (the outer Anderson step), the route's own round kinds, and the certificate's
-``evaluate`` and ``report``. The requests that start an inner solve carry ``w`` and the
+``evaluate`` (with the fields the route adds to its request) and ``report``. The requests that start an inner solve carry ``w`` and the
 route's ``start_request`` fields (the ``start`` after a fallback also the route's name,
 ``inner``); their replies carry its ``start_reply`` fields. A route that ``probes`` may be refused at ``start``: that reply is
 ``accepted = False`` with the reason ``why``, or ``accepted = True`` with the start fields.
@@ -198,10 +198,10 @@ RECESSION_SPECS = (
 )
 
 
-def _common() -> tuple:
+def _common(evaluate_request: dict[str, Field]) -> tuple:
     return (
         *RECESSION_SPECS,
-        evaluate_spec(),
+        evaluate_spec(request=evaluate_request),
         report_spec(reply={"owned": Field(("d_own",), required=False, reveals="its own block")}),
     )
 
@@ -209,7 +209,7 @@ def _common() -> tuple:
 def route_table(route, compiled=None, options=None, proximal: bool = True) -> MessageTable:
     """The message table of a run whose inner solver is ``route``: Algorithm 1's kinds with
     the route's start fields (required as the route declares them), the route's own kinds,
-    ``evaluate`` and ``report``. With the run's model and options, the optional fields the
+    ``evaluate`` (with the route's ``evaluate_fields``) and ``report``. With the run's model and options, the optional fields the
     run never sends are left out (the route's ``unused`` and Algorithm 1's own: the outer
     Anderson Gram row, the change of an own block) and the route's ``dims`` are added to
     the table's dimensions."""
@@ -225,7 +225,8 @@ def route_table(route, compiled=None, options=None, proximal: bool = True) -> Me
         specs = tuple(_without(spec, off) for spec in specs if spec.kind not in off)
         extra = route.dims(compiled, options)
         dims = lambda opts: {**option_dims(opts), **extra}  # noqa: E731
-    return MessageTable("proxal", (*specs, *_common()), option_dims=dims, build=BUILD)
+    common = _common(dict(route.evaluate_fields))
+    return MessageTable("proxal", (*specs, *common), option_dims=dims, build=BUILD)
 
 
 def per_client(route, compiled, options, proximal: bool = True) -> str:
@@ -277,12 +278,14 @@ def family_table(routes) -> MessageTable:
     reply: dict[str, Field] = {}
     alternatives = []
     kinds: list[MessageSpec] = []
+    evaluate: dict[str, Field] = {}
     for route in routes:
+        evaluate.update(_optional(route.evaluate_fields))
         request.update(_optional(route.start_request))
         reply.update(_optional(route.start_reply))
         alternatives.append(tuple(k for k, f in route.start_reply.items() if f.required))
         kinds += [s for s in route.messages if s.kind not in {k.kind for k in kinds}]
     specs = _start_specs(request, reply, True, tuple(alternatives), _optional(_FEASIBILITY))
     return MessageTable(
-        "proxal", (*specs, *kinds, *_common()), option_dims=option_dims, build=BUILD
+        "proxal", (*specs, *kinds, *_common(evaluate)), option_dims=option_dims, build=BUILD
     )

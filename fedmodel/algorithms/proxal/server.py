@@ -354,7 +354,9 @@ class ProxALServer(ServerHalf):
         return self.objective_units[0]
 
     def evaluation_extras(self) -> dict:
-        return {"objective_scale": self.objective_scale}
+        """The objective's scale, and what the inner solver adds to an ``evaluate``
+        request (:meth:`~fedmodel.algorithms.proxal.inner.InnerSolver.evaluate_request`)."""
+        return {"objective_scale": self.objective_scale, **self.inner.evaluate_request()}
 
     def dims_of(self, client: str) -> dict[str, int]:
         """A client's message dimensions (its program's, from ``client_dims``, and the
@@ -642,24 +644,35 @@ class ProxALServer(ServerHalf):
     def certified(self, runtime: Runtime) -> tuple[bool, KKTResiduals]:
         """One diagnostic round (counted as a communication round): the certificate at the
         iterate, each party on its own data, and whether it holds at ``(eps1, eps2)``."""
+        runtime.next_round()
+        return self.judge(self.x, self.evaluations(runtime, self.x[: self.ns]))
+
+    def judge(self, x: np.ndarray, theirs: dict[str, dict]) -> tuple[bool, KKTResiduals]:
+        """The certificate at ``x`` from the clients' evaluations there (``theirs``: client
+        -> its ``evaluate`` reply, or what the privacy plan's round gives) and the server's
+        own, with its multipliers as they are; whether it holds at ``(eps1, eps2)``."""
         from fedmodel.certificate.kkt import assemble
 
         opts, ns = self.options, self.ns
-        runtime.next_round()
         mine = party_evaluation(
             self.program,
-            self.x,
+            x,
             self.mu,
             self.nu,
             self.owned,
             self.cone_duals(),
             objective_scale=self.objective_scale,
         )
-        reports = {self.program.name: mine, **self.evaluations(runtime, self.x[:ns])}
-        kkt, _ = assemble(
-            reports, self.problem.regularizer, self.x[:ns], False, self.objective_scale
-        )
+        reports = {self.program.name: mine, **theirs}
+        kkt, _ = assemble(reports, self.problem.regularizer, x[:ns], False, self.objective_scale)
         return kkt.satisfied(opts.eps1, opts.eps2), kkt
+
+    def carries_evaluation(self) -> bool:
+        """Whether the clients' evaluations may travel in another round's messages (an
+        inner solver's next round) instead of a round of their own: not under secure
+        aggregation or dp, whose certificate round collects them as sums
+        (:meth:`evaluations`)."""
+        return self.privacy is None or not self.privacy.active
 
     def evaluations(self, runtime: Runtime, w: np.ndarray) -> dict[str, dict]:
         """The clients' ``evaluate`` reports at ``w`` (one diagnostic round): each
