@@ -369,12 +369,14 @@ def _group_table(group: list[dict], tol: float) -> list[str]:
 #: what the committed runs showed (hand-written; the tables are generated)
 NOTES = """## Notes (the server-objective run at eps = 1e-6 and 20 s of 2026-11-29, late)
 
-- ``--split server-objective --eps 1e-6 --time-limit 20 --jobs 1`` (load 3-11, other
-  benchmarks beside it): 33 of 73 optimal and right, none optimal but wrong, 34 time_limit
-  (3 with the point right). "auto" takes exact-admm at every eps since this run; below
-  eps 1e-5 a run whose certificate fails at exact-admm's lowest inner floor goes on with
-  Algorithm 2. The run before (Algorithm 2 alone below 1e-5, same command with
-  ``--jobs 2``) had 24 right. The eps = 1e-3 rows ran at 60 s, these at 20 s.
+- ``--split server-objective --eps 1e-6 --time-limit 20 --jobs 1`` (load 1-6, other
+  benchmarks beside it): 32 of 73 optimal and right, none optimal but wrong, 32
+  time_limit (4 with the point right). "auto" takes exact-admm at every eps on non-smooth
+  and restricted-domain models since this run (a smooth model's walls keep quasi-Newton
+  below 1e-5); below eps 1e-5 a run whose certificate fails at exact-admm's lowest inner
+  floor goes on with Algorithm 2. The run before (Algorithm 2 alone below 1e-5, same
+  command with ``--jobs 2``) had 24 right; a run with exact-admm on the walls too had 33.
+  The eps = 1e-3 rows ran at 60 s, these at 20 s.
 
 ## Notes (subset probes, server-objective, late 2026-11-29)
 
