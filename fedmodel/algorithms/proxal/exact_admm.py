@@ -300,7 +300,7 @@ class ExactADMM:
         rejected = 0
         bound, residual, w = np.inf, np.inf, w_center
         primals: list[float] = []  # (the infeasibility monitor)
-        farkas_next, farkas_wait = 0, 1  # (the round of the next Farkas try, the wait after it)
+        farkas = [0, 1]  # (the round of the next Farkas try, the wait after it)
         certify_next = CERTIFY_FIRST if server.certifies_inner(tau) else None
         carry = certify_next is not None and self.carry and server.carries_evaluation()
         # a certificate check decided at the end of the last round, carried by this one's
@@ -363,18 +363,11 @@ class ExactADMM:
             ):
                 self.duals = dict(zip(names, U_new))
                 return InnerOutcome(w, t + 1, bound, False, residual, stalled=True)
-            if (
-                server.options.monitor
-                and server.may_be_infeasible
-                and t >= farkas_next
-                and t - fixed_since >= FARKAS_WINDOW
-                and self.infeasible(primals, 0.0, tau, FARKAS_WINDOW)
-            ):
-                proven = server.try_farkas(runtime, w)
-                if proven is not None:
-                    self.duals = dict(zip(names, U_new))
-                    return InnerOutcome(w, t + 1, bound, False, residual, certificate=proven)
-                farkas_next, farkas_wait = t + farkas_wait, 2 * farkas_wait
+            settled = t - fixed_since
+            proven = self.farkas_when_due(server, runtime, w, primals, tau, settled, farkas, t)
+            if proven is not None:
+                self.duals = dict(zip(names, U_new))
+                return InnerOutcome(w, t + 1, bound, False, residual, certificate=proven)
             certify = (
                 certify_next is not None
                 and t + 1 >= certify_next
@@ -483,7 +476,7 @@ class ExactADMM:
         primals: list[float] = []
         fixed_since = 0
         last_round = 0.0
-        farkas_next, farkas_wait = 0, 1  # (in epochs, as the windows below)
+        farkas = [0, 1]  # (the round of the next Farkas try, the wait after it in epochs)
 
         def apply(arrived: dict[str, tuple], t: int) -> None:
             """Move the blocks of the replies ``arrived`` (client order)."""
@@ -553,21 +546,16 @@ class ExactADMM:
             ):
                 finish(z_new, t)
                 return InnerOutcome(w, t + 1, bound, False, residual, stalled=True)
-            if (  # (the Farkas certificate, as in :meth:`solve`, with windows in epochs;
-                # not while steps are out under a quorum: its round goes to every client)
-                server.options.monitor
-                and server.may_be_infeasible
-                and everyone
-                and not out
-                and t >= farkas_next
-                and t - fixed_since >= FARKAS_WINDOW * epoch
-                and self.infeasible(primals, 0.0, tau, FARKAS_WINDOW * epoch)
-            ):
-                proven = server.try_farkas(runtime, w)
+            # (windows in epochs; not while steps are out under a quorum: the Farkas round
+            # goes to every client)
+            if everyone and not out:
+                settled = t - fixed_since
+                proven = self.farkas_when_due(
+                    server, runtime, w, primals, tau, settled, farkas, t, epoch
+                )
                 if proven is not None:
                     finish(z_new, t)
                     return InnerOutcome(w, t + 1, bound, False, residual, certificate=proven)
-                farkas_next, farkas_wait = t + farkas_wait * epoch, 2 * farkas_wait
             last_round = time.perf_counter() - t_round
             if deadline is not None and time.perf_counter() + last_round > deadline:
                 finish(z_new, t)
@@ -596,6 +584,30 @@ class ExactADMM:
             z = z_new
         finish(z, self.max_inner)
         return InnerOutcome(w, self.max_inner, bound, False, residual)
+
+    def farkas_when_due(
+        self, server, runtime, w, primals, tau, settled, schedule, t, unit: int = 1
+    ):
+        """The Farkas certificate at the inner iterate ``w`` when a try is due
+        (:data:`FARKAS_WINDOW`): the monitors on, a model that may be infeasible, round
+        ``t`` at or past ``schedule[0]``, sigma fixed for ``settled`` rounds and the primal
+        residuals settled over the window, both counted in ``unit`` rounds (an epoch under
+        sampling). A failed try sets the next after ``schedule[1]`` more units and doubles
+        that wait (``schedule`` is changed in place). Its message and numbers when it
+        holds, else None."""
+        window = FARKAS_WINDOW * unit
+        if not (
+            server.options.monitor
+            and server.may_be_infeasible  # (no constraint, no box: always feasible)
+            and t >= schedule[0]
+            and settled >= window
+            and self.infeasible(primals, 0.0, tau, window)
+        ):
+            return None
+        proven = server.try_farkas(runtime, w)
+        if proven is None:
+            schedule[:] = [t + schedule[1] * unit, 2 * schedule[1]]
+        return proven
 
     def gather(self, runtime, out: dict[str, tuple], t: int, quorum: int) -> dict[str, tuple]:
         """The replies of round ``t`` under ``quorum`` (:meth:`solve_sampled`): every step
