@@ -320,6 +320,54 @@ def test_a_restricted_domain_keeps_exact_admm_at_a_tight_eps():
     assert abs(res.objective - ref) <= 1e-5 * max(1.0, abs(ref))
 
 
+#: Hock-Schittkowski problem 268 (Maros-Meszaros HS268): 0.5 x'Px + q'x + r subject to
+#: A x >= l, an optimum of 0 at x = (1, 2, -1, 3, -4)
+HS268_P = np.array(
+    [
+        [20394.0, -24908.0, -2026.0, 3896.0, 658.0],
+        [-24908.0, 41818.0, -3466.0, -9828.0, -372.0],
+        [-2026.0, -3466.0, 3510.0, 2178.0, -348.0],
+        [3896.0, -9828.0, 2178.0, 3030.0, -44.0],
+        [658.0, -372.0, -348.0, -44.0, 54.0],
+    ]
+)
+HS268_Q = np.array([18340.0, -34198.0, 4542.0, 8672.0, 86.0])
+HS268_A = np.array(
+    [
+        [-1.0, -1.0, -1.0, -1.0, -1.0],
+        [10.0, 10.0, -3.0, 5.0, 4.0],
+        [-8.0, 1.0, -2.0, -5.0, 3.0],
+        [8.0, -1.0, 2.0, 5.0, -3.0],
+        [-4.0, -2.0, 3.0, -5.0, 1.0],
+    ]
+)
+HS268_L = np.array([-5.0, 20.0, -40.0, 11.0, -30.0])
+
+
+def test_a_clients_walls_take_exact_admm_at_a_tight_eps():
+    """HS268 federated as benchmarks/maros_meszaros.py splits it (the objective at the
+    server, the rows at four clients): at eps = 1e-6 "auto" takes exact-admm, which
+    imposes each client's rows exactly, and certifies the optimum (the quasi-Newton route
+    learns such walls through multiplier updates only)."""
+    model = fm.Model("hs268")
+    x = model.variable(5, name="x")
+    for i, block in enumerate(np.array_split(np.arange(5), 4)):
+        site = model.client(f"client{i}")
+        A = site.data(HS268_A[block], name="A")
+        site.subject_to(A @ x >= HS268_L[block], name="rows")
+    P, q = model.server.data(HS268_P, name="P"), model.server.data(HS268_Q, name="q")
+    model.server.minimize(0.5 * cp.quad_form(x, P, assume_PSD=True) + q @ x + 14463.0)
+    res = model.solve(method="prox-al", eps=1e-6)
+    assert res.extra["inner_solver"] == "exact-admm"
+    assert res.status == "optimal", res.message
+    X = cp.Variable(5)
+    pooled = 0.5 * cp.quad_form(X, HS268_P, assume_PSD=True) + HS268_Q @ X + 14463.0
+    ref = clarabel_reference(pooled, [HS268_A @ X >= HS268_L])
+    # (the certificate's eps on the objective's scale S ~ 1e5 at x = 0: a gap of order 1e-6)
+    assert abs(res.objective - ref) <= 1e-5 * max(1.0, abs(ref))
+    assert np.min(HS268_A @ np.asarray(res.x) - HS268_L) >= -1e-6
+
+
 def test_signs_propagate_through_a_nested_composition():
     """inv_pos(3 - |x|): inv_pos is decreasing, 3 - |x| concave, so the objective is
     nondecreasing in |x| (DCP: convex nodes always sit in nondecreasing positions) and the

@@ -38,9 +38,13 @@ def test_exponential_cone_constrained_parties_keep_quasi_newton():
 
 def test_the_walls_rule_keeps_its_limits(monkeypatch):
     box = lambda w: [w <= 1, w >= -1]  # noqa: E731
-    # below eps = 1e-5 a smooth model's walls stay with quasi-Newton (in the objective's
-    # units; exact-admm's certificate of interior-point duals may fail there)
+    # below eps = 1e-5 a smooth model's walls at the server alone stay with quasi-Newton
+    # (in the objective's units; its model step imposes them), a client's go to exact-admm
+    # (the quasi-Newton model learns them only through multiplier updates)
     assert route(_model(None, box), eps=1e-6)[0] == "quasi-newton"
+    qcqp = lambda w, A: [cp.sum_squares(w) <= 2]  # noqa: E731
+    assert route(_model(qcqp, None), eps=1e-6)[0] == "exact-admm"
+    assert route(_model(qcqp, box), eps=1e-7)[0] == "exact-admm"
     # the user's choice is kept
     assert route(_model(None, box), inner_solver="quasi-newton")[0] == "quasi-newton"
     # above EXACT_WALLS_MAX_SHARED shared variables the clients' dense steps are too large

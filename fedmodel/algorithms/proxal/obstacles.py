@@ -15,9 +15,10 @@ from fedmodel.subproblems import conic_prox
 from fedmodel.subproblems.newton import LOW_RANK_RATIO
 
 #: below this eps an exact-admm run of "auto" whose certificate fails at its lowest inner
-#: floor goes on with Algorithm 2, and a smooth model's inequality walls stay with
-#: quasi-Newton (exact_eps_ok; tests/test_convex_models.py certifies hinge-squared at 1e-6
-#: and an inv_pos barrier at 1e-7 so)
+#: floor goes on with Algorithm 2, and a smooth model's inequality walls at the server
+#: alone stay with quasi-Newton (exact_eps_ok, exact_preferred;
+#: tests/test_convex_models.py certifies hinge-squared at 1e-6 and an inv_pos barrier at
+#: 1e-7 so)
 EXACT_MIN_EPS = 1e-5
 #: "auto" takes exact-admm for a smooth model's inequality walls up to this many shared
 #: variables (the clients' exact steps factor dense ``d x d`` Hessians; quasi-Newton's
@@ -88,11 +89,7 @@ def inequality_walls(compiled: CompiledModel) -> str:
     :mod:`fedmodel.subproblems.multipliers`; through Clarabel ~3 s per round)."""
     if not cheap_exact_steps(compiled):
         return ""
-    walled = [
-        p.name
-        for p in compiled.parties
-        if any(c.kind == "ineq" and not c.internal for c in p.constraints)
-    ]
+    walled = [p.name for p in compiled.parties if has_walls(p)]
     if not walled:
         return ""
     for party in compiled.parties:
@@ -131,13 +128,34 @@ def restricted_domain_party(compiled: CompiledModel) -> str:
 
 def exact_preferred(compiled: CompiledModel, options, proximal: bool) -> bool:
     """Whether ``"auto"`` would take exact-admm over a smooth model's Newton-type route:
-    a term with a restricted domain (at any ``eps``), or inequality walls at an ``eps`` it
-    certifies (:func:`exact_eps_ok`)."""
+    a term with a restricted domain (at any ``eps``), inequality walls
+    (:func:`inequality_walls`) at an ``eps`` it certifies (:func:`exact_eps_ok`), and
+    below that a client's walls (:func:`client_walls`).
+
+    Below :data:`EXACT_MIN_EPS` walls at the server alone stay with the quasi-Newton
+    route: the server's model step imposes them itself, and the route runs in the
+    objective's units (exact-admm keeps the user's; on a smooth model with server walls
+    and its objective scaled by 1e-6 it did not meet eps = 1e-6 in 40 outer iterations).
+    A client's walls reach the quasi-Newton model only through its multiplier updates and
+    secant pairs, which do not settle at such an ``eps``: Maros-Meszaros HS268 (5
+    variables, its rows at the clients) ended max_iterations after 500 outer iterations
+    at a gap of 0.2 there, and KSIP "diverging", where exact-admm certifies them in 44
+    and 189 rounds."""
     if not proximal or compiled.nonconvex:
         return False
     if restricted_domain_party(compiled):  # (a Newton-type step may leave the domain)
         return True
-    # walls at an eps exact-admm certifies; below it the quasi-Newton route, which runs in
-    # the objective's units (exact-admm keeps the user's: on a smooth model with walls and
-    # its objective scaled by 1e-6 it did not meet eps = 1e-6 in 40 outer iterations)
-    return bool(exact_eps_ok(options) and inequality_walls(compiled))
+    if not inequality_walls(compiled):
+        return False
+    return bool(exact_eps_ok(options) or client_walls(compiled))
+
+
+def client_walls(compiled: CompiledModel) -> bool:
+    """Whether a client has inequality constraints of the user's (:func:`has_walls`)."""
+    return any(has_walls(party) for party in compiled.clients)
+
+
+def has_walls(party) -> bool:
+    """Whether ``party`` has inequality constraints of the user's (not the compiler's
+    internal rows, such as epigraph pieces)."""
+    return any(c.kind == "ineq" and not c.internal for c in party.constraints)

@@ -318,11 +318,12 @@ class ProxALOptions(RuntimeOptions):
         ``"prox-quasi-newton"`` when ``h`` is the only non-smooth part and no party has
         inequality constraints or a term with a restricted domain (measured: sparse
         logistic regression with an l1 ``h``, d = 3000, 20 clients: 621 rounds with
-        exact-admm, 31 with it); otherwise, at ``eps >= 1e-5``, ``"exact-admm"`` when a
-        term is non-smooth or conic, has a
-        restricted domain, a party owns variables, or a party has inequality constraints
-        (up to 2000 shared variables, and unless a constrained party has exponential-cone
-        terms, whose exact steps are slow interior-point solves); otherwise
+        exact-admm, 31 with it); otherwise ``"exact-admm"`` when a term is non-smooth or
+        conic, has a restricted domain, a party owns variables, or a party has inequality
+        constraints (up to 2000 shared variables, and unless a constrained party has
+        exponential-cone terms, whose exact steps are slow interior-point solves; at
+        ``eps < 1e-5`` a client's inequality constraints, those of the server alone stay
+        with the quasi-Newton route, which runs in the objective's units); otherwise
         ``"quasi-newton"`` when the model allows it, and Algorithm 2 with the scalar
         penalty when not: no default sends a ``d x d`` matrix. On a non-convex model the
         Hessian (or model) is shifted to positive definite (modified Newton).
