@@ -78,15 +78,16 @@ class PartyProgram:
         (:mod:`fedmodel.dsl.conic`); solved exactly by the cvxpy backend."""
         return [c for c in self.constraints if c.kind == "cone"]
 
-    @property
+    # (a program's terms do not change once compiled: the row counts are found once)
+    @cached_property
     def m_cone(self) -> int:
         return sum(c.size for c in self.cones)
 
-    @property
+    @cached_property
     def m_ineq(self) -> int:
         return sum(c.size for c in self.ineq)
 
-    @property
+    @cached_property
     def m_eq(self) -> int:
         return sum(c.size for c in self.eq)
 
