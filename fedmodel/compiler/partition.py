@@ -441,6 +441,9 @@ class CompiledModel:
     notes: list[str] = field(default_factory=list)
     #: what the clients publish (``client.publish``): a vertical model when non-empty
     publications: tuple = ()
+    #: ``(party name, term)`` of each term holding a :class:`cvxpy.Parameter`, found at
+    #: the compile (:func:`parameter_terms`): the values checked before each solve
+    parametrized: tuple = ()
 
     @property
     def parties(self) -> list[PartyProgram]:
@@ -537,8 +540,8 @@ class CompiledModel:
         bounds may be parameters), and the values the evaluators computed from parameters
         dropped. The programs and their compiled evaluators are reused (``Model.compile``).
         """
-        for party in [model.server, *model.clients]:
-            check_parameter_values(party)
+        for name, term in self.parametrized:  # (the terms are those of the compile)
+            check_finite_constants(term.expr, name, term.label, require_values=True)
         for party in self.parties:
             for program in (party, party.__dict__.get("_local_view")):
                 functions = program.__dict__.get("functions") if program is not None else None
@@ -642,16 +645,19 @@ def check_ownership(model, party: Party) -> None:
                     )
 
 
-def check_parameter_values(party: Party) -> None:
-    """Refuse, before a solve, a party's term whose :class:`cvxpy.Parameter` has no value
-    or a non-finite one (set after the declaration's own check), naming party and term.
+def parameter_terms(party: Party) -> list:
+    """The terms of ``party`` holding a :class:`cvxpy.Parameter`, after refusing one whose
+    parameter has no value or a non-finite one (set after the declaration's own check),
+    naming party and term.
 
     Parameters are read where the party runs, at every evaluation: a new ``param.value``
-    is used by the next solve without declaring the model again.
+    is used by the next solve without declaring the model again (its value is checked
+    again then: :meth:`CompiledModel.with_current_parameters`).
     """
-    for term in [*party.objective_terms, *party.constraints]:
-        if term.expr.parameters():
-            check_finite_constants(term.expr, party.name, term.label, require_values=True)
+    terms = [t for t in [*party.objective_terms, *party.constraints] if t.expr.parameters()]
+    for term in terms:
+        check_finite_constants(term.expr, party.name, term.label, require_values=True)
+    return terms
 
 
 def compile_model(model) -> CompiledModel:
@@ -669,7 +675,7 @@ def compile_model(model) -> CompiledModel:
         {v.id: model.owner_of(v) for v in owned},
         model._hidden,
     )
-    programs = []
+    programs, parametrized = [], []
     for party in [model.server, *model.clients]:
         publishes = any(pub.owner == party.name for pub in getattr(model, "publications", ()))
         if (
@@ -689,7 +695,7 @@ def compile_model(model) -> CompiledModel:
                 party.name,
             )
         check_ownership(model, party)
-        check_parameter_values(party)
+        parametrized += [(party.name, t) for t in parameter_terms(party)]
         programs.append(
             PartyProgram(
                 name=party.name,
@@ -708,4 +714,5 @@ def compile_model(model) -> CompiledModel:
         programs[1:],
         reg,
         publications=tuple(getattr(model, "publications", ())),
+        parametrized=tuple(parametrized),
     )
