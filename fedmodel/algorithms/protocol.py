@@ -165,7 +165,7 @@ class ClientHalf(DeclaredState):
         self.program = program
         family = type(self).messages
         if family is not None:  # (what it answers: its family's kinds and secure aggregation's)
-            self.messages = family.merged(SECAGG)
+            self.messages = _answered(family)
         self.stats: dict[str, float] = {
             "local_solves": 0,
             "local_iterations": 0,
@@ -451,6 +451,19 @@ class ClientHalf(DeclaredState):
         if cone is not None:
             out["cone"] = np.array(cone)
         return out
+
+
+#: id(family table) -> (the table, it merged with secure aggregation's): made once per table
+_ANSWERED: dict[int, tuple[MessageTable, MessageTable]] = {}
+
+
+def _answered(family: MessageTable) -> MessageTable:
+    """``family`` merged with secure aggregation's kinds, one table shared by every half
+    of the classes that declare ``family`` (a table is not changed once declared)."""
+    entry = _ANSWERED.get(id(family))
+    if entry is None or entry[0] is not family:
+        entry = _ANSWERED[id(family)] = (family, family.merged(SECAGG))
+    return entry[1]
 
 
 @functools.cache

@@ -20,6 +20,17 @@ import numpy as np
 NUMERIC_KINDS = "biufc"
 
 
+#: dtype -> its text in a fingerprint (``str(dtype)``, which numpy builds anew each time)
+_DTYPE_TEXT: dict[Any, str] = {}
+
+
+def _dtype_text(dtype) -> str:
+    text = _DTYPE_TEXT.get(dtype)
+    if text is None:
+        text = _DTYPE_TEXT[dtype] = str(dtype)
+    return text
+
+
 def _feed_value(h, v: Any) -> None:
     """Hash a constant's value exactly (dense, sparse, scalar, None)."""
     if v is None:
@@ -34,7 +45,7 @@ def _feed_value(h, v: Any) -> None:
         if arr.dtype.kind not in NUMERIC_KINDS:
             h.update(repr(v).encode())
             return
-        h.update(f"array{arr.shape}{arr.dtype};".encode())
+        h.update(f"array{arr.shape}{_dtype_text(arr.dtype)};".encode())
         h.update(np.ascontiguousarray(arr).tobytes())
 
 
@@ -46,27 +57,55 @@ def _data_by_shape(e: Any) -> str:
     return f"data:{e.data_name}{e.shape}{'sparse' if hasattr(e.value, 'nnz') else 'dense'};"
 
 
+#: type -> how :func:`_feed_expr` takes its objects: the tests against cvxpy's and
+#: numbers' abstract classes, made once per type
+_KINDS: dict[type, str] = {}
+
+
+def _kind(t: type) -> str:
+    kind = _KINDS.get(t)
+    if kind is None:
+        import cvxpy as cp
+
+        from fedmodel.dsl.data import PrivateData
+
+        if issubclass(t, cp.Variable):
+            kind = "variable"
+        elif issubclass(t, PrivateData):
+            kind = "data"
+        elif issubclass(t, cp.Expression):
+            kind = "expr"
+        elif issubclass(t, (list, tuple)):
+            kind = "seq"
+        elif issubclass(t, (np.ndarray, np.generic)) or hasattr(t, "nnz"):
+            kind = "value"
+        elif t is type(None) or issubclass(t, (str, bool, numbers.Number, Fraction, slice)):
+            kind = "plain"
+        else:
+            kind = "other"
+        _KINDS[t] = kind
+    return kind
+
+
 def _feed_expr(h, expr: Any, variables: dict[int, int], data=_data_by_name) -> None:
     """Hash the expression tree ``expr`` canonically: each atom's type, shape and own
     data (exponents, axes, index keys ...), each variable by its place in the layout,
     each constant and parameter by its value, private data as ``data`` writes it (by
     default its owner and name: the data itself is hashed separately)."""
-    import cvxpy as cp
-
-    from fedmodel.dsl.data import PrivateData
 
     def feed(obj: Any) -> None:
-        if isinstance(obj, cp.Expression):
+        kind = _kind(type(obj))
+        if kind in ("expr", "variable", "data"):
             stack.append(obj)
             drain()
-        elif isinstance(obj, (list, tuple)):
+        elif kind == "seq":
             h.update(b"[")
             for x in obj:
                 feed(x)
             h.update(b"]")
-        elif isinstance(obj, (np.ndarray, np.generic)) or hasattr(obj, "nnz"):
+        elif kind == "value":
             _feed_value(h, obj)
-        elif obj is None or isinstance(obj, (str, bool, numbers.Number, Fraction, slice)):
+        elif kind == "plain":
             h.update(f"{type(obj).__name__}:{obj!r};".encode())
         else:  # an object without a stable value: its type only
             h.update(f"<{type(obj).__name__}>;".encode())
@@ -80,15 +119,19 @@ def _feed_expr(h, expr: Any, variables: dict[int, int], data=_data_by_name) -> N
             if e is _CLOSE:
                 h.update(b")")
                 continue
-            h.update(f"{type(e).__name__}{e.shape}".encode())
-            if isinstance(e, cp.Variable):
+            t = type(e)
+            kind = _kind(t)
+            if kind == "variable":
                 place = variables.get(id(e))
-                h.update(f"#{place};".encode() if place is not None else f"'{e.name()}';".encode())
-            elif isinstance(e, PrivateData):
-                h.update(data(e).encode())
+                text = f"#{place};" if place is not None else f"'{e.name()}';"
+                h.update(f"{t.__name__}{e.shape}{text}".encode())
+            elif kind == "data":
+                h.update(f"{t.__name__}{e.shape}{data(e)}".encode())
             elif not e.args:  # a constant, a parameter
+                h.update(f"{t.__name__}{e.shape}".encode())
                 _feed_value(h, e.value)
             else:
+                h.update(f"{t.__name__}{e.shape}".encode())
                 feed(e.get_data())
                 h.update(b"(")
                 stack.append(_CLOSE)

@@ -14,6 +14,7 @@ to quasi-Newton). :func:`affine_map` extracts ``(A, b)`` of an affine expression
 
 from __future__ import annotations
 
+import functools
 import math
 import weakref
 from dataclasses import dataclass, field
@@ -243,11 +244,19 @@ def _variable_map(var: cp.Variable, layout: VariableLayout) -> Affine:
     return found
 
 
+@functools.lru_cache(maxsize=256)
+def _zero_map(m: int, n: int) -> sp.csr_matrix:
+    """The ``m x n`` zero matrix (the ``A`` of a constant's map), made once per shape and
+    shared like a variable's map (see :func:`affine_map`)."""
+    return sp.csr_matrix((m, n))
+
+
 def affine_map(expr: cp.Expression, layout: VariableLayout) -> Affine:
     """``(A, b)`` with ``vec(expr) = A x + b``; raises :class:`NotRecognised`.
 
     The maps returned are never changed in place (a variable's map is shared by every
-    expression over ``layout``): their users build new arrays from them."""
+    expression over ``layout``, a constant's zero ``A`` by every constant of its shape):
+    their users build new arrays from them."""
     N = layout.size
     name = type(expr).__name__
     shape = tuple(expr.shape)
@@ -259,7 +268,7 @@ def affine_map(expr: cp.Expression, layout: VariableLayout) -> Affine:
         v = _const_value(expr)
         v = v.toarray() if sp.issparse(v) else v
         b = np.asarray(v, dtype=float).ravel(order="F")
-        return Affine(sp.csr_matrix((b.size, N)), b, shape)
+        return Affine(_zero_map(b.size, N), b, shape)
     if not expr.is_affine():
         raise NotRecognised(f"{name} is not affine")
     rule = AFFINE_MAPS.rule_for(expr)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
+from functools import cached_property
 from typing import Any
 
 import cvxpy as cp
@@ -85,8 +86,10 @@ class VariableLayout:
         """The party owning ``var`` (``None`` for a shared variable)."""
         return self.owners.get(var.id)
 
-    @property
+    @cached_property
     def shared_variables(self) -> tuple[cp.Variable, ...]:
+        """The variables no party owns, in stacking order (a layout does not change once
+        made: found once)."""
         return tuple(v for v in self.variables if v.id not in self.owners)
 
     def owned_by(self, party: str) -> tuple[cp.Variable, ...]:
@@ -97,7 +100,7 @@ class VariableLayout:
     def has_owned(self) -> bool:
         return bool(self.owners)
 
-    @property
+    @cached_property
     def n_shared(self) -> int:
         """Entries of the shared variables, which come first in every layout a compiled
         model builds (the global one and each party's :meth:`local` one)."""

@@ -7,8 +7,10 @@ path can read another party's data.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from functools import cached_property
+from typing import Any
 
 import cvxpy as cp
 import numpy as np
@@ -27,6 +29,9 @@ from fedmodel.dsl.data import PrivateData, check_finite_constants, fingerprint
 from fedmodel.dsl.party import ConstraintTerm, ObjectiveTerm, Party
 from fedmodel.errors import ModelError, OwnershipError, UnsupportedError
 from fedmodel.expressions import leaves
+
+#: ``(structure, fact name) -> value``: :meth:`PartyProgram.structure_fact`
+_STRUCTURE_FACTS: dict[tuple[str, str], Any] = {}
 
 
 @dataclass
@@ -55,6 +60,7 @@ class PartyProgram:
         compiles its own on first use."""
         state = dict(self.__dict__)
         state.pop("functions", None)
+        state.pop("structure", None)  # (found again where it is received)
         state.pop("_local_view", None)  # (a view of this program: made again on first use)
         return state
 
@@ -72,15 +78,16 @@ class PartyProgram:
         (:mod:`fedmodel.dsl.conic`); solved exactly by the cvxpy backend."""
         return [c for c in self.constraints if c.kind == "cone"]
 
-    @property
+    # (a program's terms do not change once compiled: the row counts are found once)
+    @cached_property
     def m_cone(self) -> int:
         return sum(c.size for c in self.cones)
 
-    @property
+    @cached_property
     def m_ineq(self) -> int:
         return sum(c.size for c in self.ineq)
 
-    @property
+    @cached_property
     def m_eq(self) -> int:
         return sum(c.size for c in self.eq)
 
@@ -106,9 +113,32 @@ class PartyProgram:
         """Whether a term of this party is defined on part of the space only
         (:func:`~fedmodel.compiler.smoothness.restricted_domain`: ``kl_div``, ``entr``,
         ``log`` ...), so that its gradient may be infinite at a finite point (structure,
-        not data)."""
-        terms = [t.expr for t in self.objective] + [c.expr for c in self.constraints]
-        return any(restricted_domain(e) for e in terms)
+        not data: found once per :attr:`structure`)."""
+
+        def find() -> bool:
+            terms = [t.expr for t in self.objective] + [c.expr for c in self.constraints]
+            return any(restricted_domain(e) for e in terms)
+
+        return self.structure_fact("restricted_domain", find)
+
+    @cached_property
+    def structure(self) -> str:
+        """This party's terms up to its data's values
+        (:func:`~fedmodel.compiler.fingerprint.structure_fingerprint`), found once where
+        the party runs (not pickled with the program)."""
+        from fedmodel.compiler.fingerprint import structure_fingerprint
+
+        return structure_fingerprint(self)
+
+    def structure_fact(self, name: str, find: Callable[[], Any]) -> Any:
+        """The fact ``name`` of this party's :attr:`structure`, ``find()`` (which reads
+        its terms' structure only, never its data's values): found by the first party of
+        each structure and shared by the others of this process, which have the same
+        terms up to their data's values. A ``find`` that raises is not kept."""
+        key = (self.structure, name)
+        if key not in _STRUCTURE_FACTS:
+            _STRUCTURE_FACTS[key] = find()
+        return _STRUCTURE_FACTS[key]
 
     @cached_property
     def functions(self) -> PartyFunctions:
@@ -411,6 +441,9 @@ class CompiledModel:
     notes: list[str] = field(default_factory=list)
     #: what the clients publish (``client.publish``): a vertical model when non-empty
     publications: tuple = ()
+    #: ``(party name, term)`` of each term holding a :class:`cvxpy.Parameter`, found at
+    #: the compile (:func:`parameter_terms`): the values checked before each solve
+    parametrized: tuple = ()
 
     @property
     def parties(self) -> list[PartyProgram]:
@@ -454,20 +487,7 @@ class CompiledModel:
         """Raise :class:`UnsupportedError` naming the party and term when a term is not
         continuously differentiable (gradient-based methods need C^1 terms)."""
         for p in self.parties:
-            for label, expr in [(t.label, t.expr) for t in p.objective] + [
-                (c.label, c.expr) for c in p.constraints
-            ]:
-                try:
-                    check_smooth(expr)
-                except NotSmoothError as exc:
-                    raise UnsupportedError(
-                        f"term '{label}' is not continuously differentiable ({exc}); "
-                        f"method '{method}' and the KKT certificate need C^1 terms. Move "
-                        "nonsmooth regularisers into model.regularize(...) or use "
-                        "method='centralized'.",
-                        p.name,
-                        str(expr),
-                    ) from exc
+            p.structure_fact("smooth", lambda p=p: _require_smooth(p, method))
 
     def with_simple_sets_in_h(self, method: str) -> CompiledModel:
         """This model with the server's simple-set constraints moved into ``h``.
@@ -520,8 +540,8 @@ class CompiledModel:
         bounds may be parameters), and the values the evaluators computed from parameters
         dropped. The programs and their compiled evaluators are reused (``Model.compile``).
         """
-        for party in [model.server, *model.clients]:
-            check_parameter_values(party)
+        for name, term in self.parametrized:  # (the terms are those of the compile)
+            check_finite_constants(term.expr, name, term.label, require_values=True)
         for party in self.parties:
             for program in (party, party.__dict__.get("_local_view")):
                 functions = program.__dict__.get("functions") if program is not None else None
@@ -536,6 +556,26 @@ class CompiledModel:
             if p.name == name:
                 return p
         raise KeyError(name)
+
+
+def _require_smooth(p: PartyProgram, method: str) -> bool:
+    """True when every term of ``p`` is continuously differentiable; otherwise raise
+    :class:`UnsupportedError` naming the party and term (structure only)."""
+    for label, expr in [(t.label, t.expr) for t in p.objective] + [
+        (c.label, c.expr) for c in p.constraints
+    ]:
+        try:
+            check_smooth(expr)
+        except NotSmoothError as exc:
+            raise UnsupportedError(
+                f"term '{label}' is not continuously differentiable ({exc}); "
+                f"method '{method}' and the KKT certificate need C^1 terms. Move "
+                "nonsmooth regularisers into model.regularize(...) or use "
+                "method='centralized'.",
+                p.name,
+                str(expr),
+            ) from exc
+    return True
 
 
 def check_ownership(model, party: Party) -> None:
@@ -605,16 +645,19 @@ def check_ownership(model, party: Party) -> None:
                     )
 
 
-def check_parameter_values(party: Party) -> None:
-    """Refuse, before a solve, a party's term whose :class:`cvxpy.Parameter` has no value
-    or a non-finite one (set after the declaration's own check), naming party and term.
+def parameter_terms(party: Party) -> list:
+    """The terms of ``party`` holding a :class:`cvxpy.Parameter`, after refusing one whose
+    parameter has no value or a non-finite one (set after the declaration's own check),
+    naming party and term.
 
     Parameters are read where the party runs, at every evaluation: a new ``param.value``
-    is used by the next solve without declaring the model again.
+    is used by the next solve without declaring the model again (its value is checked
+    again then: :meth:`CompiledModel.with_current_parameters`).
     """
-    for term in [*party.objective_terms, *party.constraints]:
-        if term.expr.parameters():
-            check_finite_constants(term.expr, party.name, term.label, require_values=True)
+    terms = [t for t in [*party.objective_terms, *party.constraints] if t.expr.parameters()]
+    for term in terms:
+        check_finite_constants(term.expr, party.name, term.label, require_values=True)
+    return terms
 
 
 def compile_model(model) -> CompiledModel:
@@ -632,7 +675,7 @@ def compile_model(model) -> CompiledModel:
         {v.id: model.owner_of(v) for v in owned},
         model._hidden,
     )
-    programs = []
+    programs, parametrized = [], []
     for party in [model.server, *model.clients]:
         publishes = any(pub.owner == party.name for pub in getattr(model, "publications", ()))
         if (
@@ -652,7 +695,7 @@ def compile_model(model) -> CompiledModel:
                 party.name,
             )
         check_ownership(model, party)
-        check_parameter_values(party)
+        parametrized += [(party.name, t) for t in parameter_terms(party)]
         programs.append(
             PartyProgram(
                 name=party.name,
@@ -671,4 +714,5 @@ def compile_model(model) -> CompiledModel:
         programs[1:],
         reg,
         publications=tuple(getattr(model, "publications", ())),
+        parametrized=tuple(parametrized),
     )

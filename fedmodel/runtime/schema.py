@@ -210,7 +210,33 @@ def _dim(dims: Mapping[str, int], name: str) -> int:
     return int(dims[name])
 
 
+#: Python scalars' dtype kinds, for :func:`_scalar_fits`
+_SCALAR_KINDS = {bool: "b", int: "i", float: "f"}
+_INT64 = np.iinfo(np.int64)
+
+
+def _scalar_fits(spec: Field, value: Any, dims: Mapping[str, int], dtype: str) -> bool:
+    """Whether a plain Python ``bool``, ``int`` or ``float`` ``value`` fits ``spec``
+    (every test of :func:`_check_array`, made on the number itself); False also when it
+    cannot tell (then :func:`_check_array` decides and words the reason)."""
+    kind = _SCALAR_KINDS.get(type(value))
+    if kind is None or kind not in {"float": "fiu", "int": "iu", "bool": "b"}[dtype]:
+        return False
+    if kind == "i" and not _INT64.min <= value <= _INT64.max:
+        return False  # (numpy would store it as an object)
+    if spec.shape:  # (a 0-d value fits a shape of no axes, or no declared shape)
+        return False
+    bound = spec.bound(dims)
+    if bound is not None and bound < 1:
+        return False
+    if spec.finite and kind == "f" and not abs(value) <= spec.max_abs:
+        return False
+    return not (spec.positive and not value > 0)
+
+
 def _check_array(spec: Field, value: Any, dims: Mapping[str, int], dtype: str) -> str | None:
+    if _scalar_fits(spec, value, dims, dtype):
+        return None
     if isinstance(value, (bool, np.bool_)):
         arr = np.asarray(value)
     elif isinstance(value, (int, float, np.number)):

@@ -35,7 +35,6 @@ from typing import Any
 import numpy as np
 import scipy.sparse as sp
 
-from fedmodel.compiler.fingerprint import structure_fingerprint
 from fedmodel.compiler.glm import NotRecognised
 from fedmodel.compiler.partition import PartyProgram
 from fedmodel.expressions import numeric_value
@@ -165,7 +164,7 @@ def check_forms(hosts: list, cohort: GLMCohort, X: np.ndarray) -> None:
     for i in new:
         h = hosts[i]
         if h.glm_structure is None:
-            h.glm_structure = structure_fingerprint(h.program)
+            h.glm_structure = h.program.structure
         groups.setdefault(h.glm_structure, []).append(i)
     full, probed = [], []
     for key, members in groups.items():
