@@ -710,17 +710,27 @@ def test_the_check_takes_a_round_of_its_own_under_a_privacy_plan(monkeypatch):
     _same_answer(gated, alone)
 
 
-def test_clarabel_is_asked_for_a_hundredth_of_a_step_tolerance_down_to_1e_9():
+def test_an_exact_step_with_exponential_cones_asks_clarabel_for_a_hundredth_of_1e_9():
     """exact-admm asks its steps for residuals down to ``LOCAL_FLOOR`` (1e-9) in the last
-    stage of a tight ``eps``; Clarabel's gap and feasibility tolerances are a hundredth of
-    the request (at most 1e-8), so a request of 1e-9 reaches Clarabel as 1e-11."""
+    stage of a tight ``eps``; Clarabel gets a hundredth of the request, down to 1e-11 in a
+    step with exponential cones (the server's entr) and to its floor of 1e-10 in a
+    quadratic one (the client's linear constraint)."""
     from fedmodel.algorithms.proxal.exact_admm import LOCAL_FLOOR
+    from fedmodel.subproblems.conic_prox import exact_prox_solver
     from fedmodel.subproblems.cvxpy_backend import CLARABEL_FLOOR, clarabel_tolerances
+    from fedmodel.subproblems.merit import MeritProblem
 
-    asked = clarabel_tolerances(LOCAL_FLOOR)
-    assert asked["tol_gap_abs"] == asked["tol_feas"] == pytest.approx(0.01 * LOCAL_FLOOR)
-    assert CLARABEL_FLOOR <= 0.01 * LOCAL_FLOOR
-    assert clarabel_tolerances(1e-3)["tol_gap_abs"] == 1e-8
+    m = fm.Model("entropy")
+    w = m.variable(4, name="w")
+    m.server.minimize(-cp.sum(cp.entr(w)))
+    m.server.subject_to([cp.sum(w) == 1])
+    m.client("c").subject_to(np.ones((1, 4)) @ w <= 0.9)
+    compiled = m.compile()
+    for program, floor in ((compiled.server, 0.01 * LOCAL_FLOOR), (compiled.clients[0], None)):
+        solver = exact_prox_solver(MeritProblem([program], 100.0, compiled.regularizer))
+        asked = clarabel_tolerances(LOCAL_FLOOR, solver.floor)
+        expected = floor if floor is not None else CLARABEL_FLOOR
+        assert asked["tol_gap_abs"] == asked["tol_feas"] == pytest.approx(expected)
 
 
 @pytest.mark.slow
