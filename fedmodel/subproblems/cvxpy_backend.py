@@ -48,7 +48,7 @@ def clarabel_tolerances(tol: float, floor: float = CLARABEL_FLOOR) -> dict:
 
     Examples
     --------
-    >>> clarabel_tolerances(1e-9)["tol_gap_abs"], clarabel_tolerances(1e-9, 1e-11)["tol_feas"]
+    >>> clarabel_tolerances(1e-12)["tol_gap_abs"], clarabel_tolerances(1e-12, 1e-11)["tol_feas"]
     (1e-10, 1e-11)
     """
     t = float(min(1e-8, max(floor, 0.01 * tol)))
