@@ -36,10 +36,22 @@ def stacked_variable_map(layout, x: cp.Variable) -> dict[int, cp.Expression]:
     return out
 
 
-def clarabel_tolerances(tol: float) -> dict:
+#: the smallest gap and feasibility tolerance passed to Clarabel (a subproblem may ask for
+#: less: :class:`CvxpySolver`'s ``floor``)
+CLARABEL_FLOOR = 1e-10
+
+
+def clarabel_tolerances(tol: float, floor: float = CLARABEL_FLOOR) -> dict:
     """Clarabel settings for a subproblem asked to residual ``tol``: gap and feasibility
-    tolerances a hundredth of it, within Clarabel's reliable range [1e-10, 1e-8]."""
-    t = float(min(1e-8, max(1e-10, 0.01 * tol)))
+    tolerances a hundredth of it, within ``[floor, 1e-8]`` (Clarabel's reliable range
+    from :data:`CLARABEL_FLOOR` up).
+
+    Examples
+    --------
+    >>> clarabel_tolerances(1e-12)["tol_gap_abs"], clarabel_tolerances(1e-12, 1e-11)["tol_feas"]
+    (1e-10, 1e-11)
+    """
+    t = float(min(1e-8, max(floor, 0.01 * tol)))
     return {"tol_gap_abs": t, "tol_gap_rel": t, "tol_feas": t, "tol_ktratio": min(1e-6, t)}
 
 
@@ -69,6 +81,9 @@ class CvxpySolver:
         cvxpy solver name (default: Clarabel).
     polish : bool
         Refine with L-BFGS when the measured residual is above the tolerance.
+    floor : float
+        The smallest gap and feasibility tolerance passed to Clarabel
+        (:func:`clarabel_tolerances`).
     """
 
     name = "cvxpy"
@@ -81,6 +96,7 @@ class CvxpySolver:
         hard_internal: bool = False,
         hard_constraints: bool = False,
         direct: bool = False,
+        floor: float = CLARABEL_FLOOR,
     ):
         if any(p.nonconvex for p in problem.programs):
             raise UnsupportedError(
@@ -96,6 +112,8 @@ class CvxpySolver:
         self.warm = self.solver != "CLARABEL"
         self.polish = polish
         self._polisher = None
+        #: the smallest tolerance passed to Clarabel (:func:`clarabel_tolerances`)
+        self.floor = float(floor)
         #: ``time.perf_counter()`` value after which no new solve starts and a running one
         #: gets the remaining time as the solver's own limit (an owner's time limit)
         self.deadline: float | None = None
@@ -224,7 +242,7 @@ class CvxpySolver:
             if par is not None:
                 par.value = val[rows]
         x0 = np.asarray(x0, dtype=float)
-        tight = clarabel_tolerances(tol) if self.solver == "CLARABEL" else {}
+        tight = clarabel_tolerances(tol, self.floor) if self.solver == "CLARABEL" else {}
         x, residual, status, cone = self._attempt(x0, tight)
         attempts = 1
         if self._past_deadline():
