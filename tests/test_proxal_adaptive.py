@@ -158,6 +158,28 @@ def test_kkt_factor_bounds_the_returned_violation(inner):
         assert violations[(1.0, 1.0)] > 1e-5
 
 
+def test_test_8_reads_the_bound_of_an_inner_solve_cut_short():
+    """Test (8) takes tau_k as the bound on the inner solution's error; an inner solve cut
+    short (here max_inner = 1) has only its own measured bound, so the outer iteration at
+    which (8) stops the run passes (8) with that bound."""
+    rng = np.random.default_rng(0)
+    m = fm.Model("cut-short")
+    w = m.variable(5, name="w")
+    m.server.subject_to(cp.norm(w, 2) <= 0.3)
+    for i in range(4):
+        A, b = rng.normal(size=(20, 5)), rng.normal(size=20)
+        c = m.client(f"c{i}")
+        c.minimize(cp.sum_squares(c.data(A, name="A") @ w - c.data(b, name="b")) / 80)
+        c.subject_to(cp.sum(w) >= -0.2 + 0.01 * i)
+    res = m.solve(method="prox-al", inner_solver="admm", max_inner=1, max_outer=300)
+    assert res.status == "optimal", res.message
+    beta = res.extra["inner_solver_options"]["beta"]
+    last = res.history[-1]
+    bound = last["tau"] if last["inner_satisfied"] else max(last["tau"], last["inner_bound"])
+    # (8)'s stationarity half at the adaptive default kkt_factor (0.01, 0.001)
+    assert last["dw_inf"] + beta * bound <= beta * 0.01 * 1e-3 * (1 + 1e-9)
+
+
 def test_kkt_factor_is_validated():
     opts = ProxALOptions(kkt_factor=0.05)
     assert opts.kkt_factors == (0.05, 0.05)

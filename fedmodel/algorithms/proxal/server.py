@@ -491,7 +491,11 @@ class ProxALServer(ServerHalf):
             self.inner.take_start(replies)
             # test (8) (an inner solver may check the certificate at the iterate first, or
             # ask for it near the end although (8) failed)
-            if self.test8(dw, dmu, tau, stationarity, feas):
+            # ((8) reads tau_k as the bound on the inner solution's error (19): an inner
+            # solve cut short -- max_inner, its deadline, a sampled round's quorum -- has only
+            # its own measured bound)
+            accuracy = tau if outcome.satisfied else max(tau, float(outcome.bound))
+            if self.test8(dw, dmu, accuracy, stationarity, feas):
                 stop8 = self.inner.verify_stop(runtime)
             elif self.inner.near_stop(outcome, dw):
                 stop8 = self.certified(runtime)[0]
