@@ -817,6 +817,8 @@ class ExactInner(InnerSolver):
     # the ray certificate along its shorter outer steps in the objective's units missed an
     # unbounded QP: its parameters stay in the user's units)
     objective_units = False
+    # ((8) holding asks for the certificate at the iterate, verify_stop, which decides)
+    cut_short_bound = False
     start_reply = {
         "exact": Field((), dtype="bool", reveals="nothing (exact-admm started)", unmasked=True)
     }

@@ -93,6 +93,10 @@ class InnerSolver(DeclaredState):
     #: it runs with the parameters in the objective's units
     #: (:meth:`~fedmodel.algorithms.proxal.server.ProxALServer.take_objective_units`)
     objective_units: ClassVar[bool] = True
+    #: test (8) reads an inner solve cut short (max_inner, a deadline) by its measured
+    #: bound, not by tau_k, which it did not meet; False: (8) only asks for the route's own
+    #: check (:meth:`verify_stop`), which reads the certificate at the iterate
+    cut_short_bound: ClassVar[bool] = True
 
     # -- declarations read before a run ----------------------------------------------------
     @classmethod

@@ -492,9 +492,10 @@ class ProxALServer(ServerHalf):
             # test (8) (an inner solver may check the certificate at the iterate first, or
             # ask for it near the end although (8) failed)
             # ((8) reads tau_k as the bound on the inner solution's error (19): an inner
-            # solve cut short -- max_inner, its deadline, a sampled round's quorum -- has only
-            # its own measured bound)
-            accuracy = tau if outcome.satisfied else max(tau, float(outcome.bound))
+            # solve cut short -- max_inner, its deadline -- has only its own measured bound)
+            accuracy = tau
+            if self.inner.cut_short_bound and not outcome.satisfied:
+                accuracy = max(tau, float(outcome.bound))
             if self.test8(dw, dmu, accuracy, stationarity, feas):
                 stop8 = self.inner.verify_stop(runtime)
             elif self.inner.near_stop(outcome, dw):
