@@ -442,3 +442,24 @@ def test_a_route_refused_at_the_start_falls_back_and_says_so_with_the_options_it
     assert "client 'c0': its subproblem backend" in res.extra["inner_solver_note"]
     assert res.extra["inner_solver_options"]["beta"] == res.options["beta"] == 300.0
     assert {r["kind"] for r in res.ledger} >= {"start_reply", "admm_w_reply"}
+
+
+def test_the_line_search_takes_a_step_the_values_cannot_resolve():
+    """Near the optimum a value that carries rounding (here ~1e-10, as a sum of terms far
+    larger than itself does) cannot show the decrease of a step the gradient shows: the
+    step is taken when its value rises by rounding only and its gradient falls, so the
+    loop reaches a tolerance below the values' resolution (the Armijo test alone stalls)."""
+    from fedmodel.algorithms.proxal.newton_inner import federated_newton
+
+    for seed in range(5):
+        rng = np.random.default_rng(seed)
+        M = rng.normal(size=(6, 6))
+        A, b = M @ M.T + np.eye(6), rng.normal(size=6)
+
+        def evaluate(w, A=A, b=b):
+            value = 0.5 * w @ A @ w - b @ w + 1e-10 * np.sin(1e9 * float(w.sum()))
+            return value, A @ w - b, A + np.eye(6)  # (a model: linear convergence)
+
+        w0 = np.linalg.solve(A, b) + 1e-4 * rng.normal(size=6)
+        out = federated_newton(evaluate, (w0, *evaluate(w0)), 1e-9, 60)
+        assert out.satisfied and out.residual <= 1e-9, (seed, out.rounds, out.residual)

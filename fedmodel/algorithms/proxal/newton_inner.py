@@ -157,6 +157,32 @@ def armijo_holds(value: float, value0: float, decrease: float, noise: float = 0.
     return value <= value0 + ARMIJO * decrease + 2.0 * noise
 
 
+#: the values' rounding relative to their size that a line search allows for when the
+#: Armijo test fails: ``l_k`` is a sum of terms much larger than itself near an optimum
+#: (Maros-Meszaros GOULDQP3: l_k ~ 2 of quadratic terms ~1e5, values 5e-11 apart at
+#: points the gradients tell apart), so its differences below this are rounding
+ROUNDING_RELATIVE = 1e-10
+
+
+def rounding_step_accepted(value: float, value0: float, residual: float, residual0: float) -> bool:
+    """A trial step the Armijo test refused is taken when its value rose by no more than
+    the values' rounding (:data:`ROUNDING_RELATIVE` of their size) and it reduces the
+    measured optimality residual (the gradient, or the distance of ``0`` to the
+    subdifferential): at machine precision the values cannot resolve the decrease, the
+    residual still can (as Hager and Zhang's approximate Wolfe conditions read the slope
+    where the values stop resolving it, "A new conjugate gradient method with guaranteed
+    descent and an efficient line search", SIAM J. Optim. 16, 2005).
+
+    Examples
+    --------
+    >>> rounding_step_accepted(2.0 + 5e-11, 2.0, 1e-8, 2e-8)
+    True
+    >>> rounding_step_accepted(2.0 + 1e-6, 2.0, 1e-8, 2e-8)
+    False
+    """
+    return value - value0 <= ROUNDING_RELATIVE * max(1.0, abs(value0)) and residual < residual0
+
+
 def federated_newton(
     evaluate: Callable[[np.ndarray], tuple[float, np.ndarray, np.ndarray]],
     start: tuple[np.ndarray, float, np.ndarray, np.ndarray],
@@ -230,13 +256,7 @@ def federated_newton(
             rounds += 1
             if armijo_holds(val_t, val, t * slope, noise):
                 break
-            # at machine precision the value cannot resolve the decrease: accept a full
-            # step that still reduces the gradient (as the local Newton backend does)
-            if (
-                t == 1.0
-                and val_t - val <= 1e-13 * max(1.0, abs(val))
-                and float(np.abs(g_t).max(initial=0.0)) < residual
-            ):
+            if rounding_step_accepted(val_t, val, float(np.abs(g_t).max(initial=0.0)), residual):
                 break
             backtracks += 1
             if rounds >= max_rounds or (deadline is not None and time.perf_counter() > deadline):

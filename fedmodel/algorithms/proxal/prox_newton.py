@@ -66,6 +66,7 @@ from fedmodel.algorithms.proxal.newton_inner import (
     LimitedInverse,
     NewtonOutcome,
     armijo_holds,
+    rounding_step_accepted,
 )
 from fedmodel.algorithms.proxal.newton_route import QuasiNewtonInner
 from fedmodel.algorithms.proxal.obstacles import (
@@ -372,11 +373,7 @@ def federated_prox_newton(
             F_t = val_t + reg.value(trial)
             if armijo_holds(F_t, F, t * delta, noise):
                 break
-            if (  # at rounding level: a full step that reduces the residual
-                t == 1.0
-                and F_t - F <= 1e-13 * max(1.0, abs(F))
-                and reg.dist_subdiff(trial, g_t) < residual
-            ):
+            if rounding_step_accepted(F_t, F, reg.dist_subdiff(trial, g_t), residual):
                 break
             backtracks += 1
             if rounds >= max_rounds or (deadline is not None and time.perf_counter() > deadline):
