@@ -216,8 +216,10 @@ def test_every_kind_a_client_half_answers_is_declared():
     missing = []
     for cls in halves:
         kinds = {n[4:] for n, _ in inspect.getmembers(cls) if n.startswith("_on_")}
-        # (``_on_<kind>_batch`` answers many parties' ``kind`` at once: not a kind of its own)
-        kinds -= {k for k in kinds if k.endswith("_batch") and k[: -len("_batch")] in kinds}
+        # (``_on_<kind>_batch`` and ``_on_<kind>_rows`` answer many parties' ``kind`` at
+        # once: not kinds of their own)
+        for suffix in ("_batch", "_rows"):
+            kinds -= {k for k in kinds if k.endswith(suffix) and k[: -len(suffix)] in kinds}
         table = cls.messages
         assert table is not None, f"{cls.__name__} declares no message table"
         # (the kinds of secure aggregation, answered by every client half, are SECAGG's)

@@ -247,10 +247,12 @@ class Runtime(abc.ABC):
         payload: dict[str, Any] | Callable[[str], dict[str, Any]],
         channel: str | None = None,
         to: Iterable[str] | None = None,
-    ) -> dict[str, Message]:
+    ) -> Mapping[str, Message]:
         """Send a message to every client (or to those in ``to``), the same payload or one
         built per client by a callable, and collect the replies, keyed by client name in
-        client order."""
+        client order. One payload for all, to parties in this process whose class answers
+        the kind in one stacked step, takes the stacked path of :meth:`broadcast_rows`
+        (the replies then a :class:`~fedmodel.runtime.rows.RoundReplies`)."""
         wanted = None if to is None else set(to)
         names = (
             self.client_names if wanted is None else [n for n in self.client_names if n in wanted]
@@ -268,9 +270,13 @@ class Runtime(abc.ABC):
                 if fields not in checked:
                     checked[fields] = self._outgoing(kind, payloads[n], channel)
                 channels[n] = checked[fields]
-        else:  # (one payload: checked once)
+        else:  # (one payload: checked once; a stacked step where the parties have one)
+            one_channel = self._outgoing(kind, payload, channel)
+            done = exchange_rows(self, kind, names, payload, one_channel) if names else None
+            if done is not None:
+                return done
             payloads = dict.fromkeys(names, payload)
-            channels = dict.fromkeys(names, self._outgoing(kind, payload, channel))
+            channels = dict.fromkeys(names, one_channel)
         msgs = [Message(kind, SERVER, n, payloads[n], self.round, channels[n]) for n in names]
         return self._exchange(msgs)
 

@@ -51,6 +51,7 @@ from fedmodel.certificate.kkt import (
 from fedmodel.certificate.scale import objective_reference, plain_objective_references
 from fedmodel.compiler.glm import NotRecognised
 from fedmodel.compiler.partition import PartyProgram
+from fedmodel.runtime.rows import Rows
 from fedmodel.runtime.secure_aggregation import SECAGG
 from fedmodel.runtime.wire import register_wire_type
 from fedmodel.subproblems.merit import MeritProblem
@@ -324,6 +325,50 @@ class ProxALClient(ClientHalf):
             reply["gram"] = np.array([float(r @ q[0]) for q in self.outer_mem])
         return reply
 
+    @staticmethod
+    def _on_outer_aa_rows(halves: list[ProxALClient], fields: dict) -> dict[str, np.ndarray]:
+        """:meth:`_on_outer_aa` of every client of ``halves`` (clients of one
+        :meth:`step_batch_key`, without multipliers to combine): the memory reset when
+        asked, then each route part's start at the combined ``w``."""
+        W, request = _stacked_start_fields(halves, fields)
+        alpha, reset = request.pop("alpha"), request.pop("reset")
+        if np.size(alpha) > min(len(h.outer_mem) for h in halves):
+            raise ValueError("outer_aa combines more outputs than the clients keep")
+        replies = [h.inner.start(W[i], **request) for i, h in enumerate(halves)]
+        if reset:
+            for h in halves:
+                h.outer_mem = []
+        return {name: np.array([r[name] for r in replies]) for name in replies[0]}
+
+    @staticmethod
+    def _on_outer_rows(halves: list[ProxALClient], fields: dict) -> dict[str, np.ndarray]:
+        """:meth:`_on_outer` of every client of ``halves`` (clients of one
+        :meth:`step_batch_key`: no constraints, no own block, so no multiplier update and
+        test (8) has nothing of theirs to measure) in one pass: each takes ``w`` as the
+        centre of its next ``P_{i,k}`` (its route part's ``start``) and, with outer
+        Anderson, the zero block of the outer residual its multipliers add. ``fields``: the
+        request's fields, one value for all or rows. Every input is read before any
+        client's state changes."""
+        m = len(halves)
+        W, request = _stacked_start_fields(halves, fields)
+        memory = halves[0].outer_anderson
+        replies = [h.inner.start(W[i], **request) for i, h in enumerate(halves)]
+        out = {"dmu_inf": np.zeros(m)}
+        for name in replies[0]:
+            out[name] = np.array([r[name] for r in replies])
+        if halves[0].route.measures_feasibility:  # (test (8)'s half: nothing to violate)
+            out["violation"], out["complementarity"] = np.zeros(m), np.zeros(m)
+        for h in halves:  # (the state _on_outer keeps for a client with no multipliers)
+            h.mu_mark, h.nu_mark, h.cone_mark = h.mu.copy(), h.nu.copy(), h.cone_at_w.copy()
+            h.theta_step = h.theta_at_w - h.theta_center
+        if memory:
+            for h in halves:
+                r = np.zeros(0)
+                h.outer_mem.append((r, h.mu.copy(), h.nu.copy()))
+                del h.outer_mem[: -(memory + 1)]
+            out["gram"] = np.zeros((m, len(halves[0].outer_mem)))
+        return out
+
     def _on_outer_aa(self, w, alpha, reset, **request):
         """Outer Anderson step: the multipliers become ``sum_j alpha_j`` of the last
         outputs (projected on mu >= 0), and Algorithm 2 restarts at the combined ``w``."""
@@ -377,7 +422,14 @@ class ProxALClient(ClientHalf):
         (:func:`~fedmodel.algorithms.proxal.cohorts.glm_objective`), its evaluation is that
         objective's value and gradient alone
         (:func:`~fedmodel.certificate.kkt.plain_objective_party`), and for ``start`` its
-        route does not probe."""
+        route does not probe. For ``outer`` (:meth:`_on_outer_rows`): a client with neither
+        constraints nor an own block whose route's part starts an inner solve from ``w``
+        alone (``stacked_start``)."""
+        if kind in ("outer", "outer_aa"):
+            plain = not (self.owned or self.program.m_ineq or self.program.m_eq)
+            if plain and getattr(type(self.inner), "stacked_start", False):
+                return ("outer-plain", type(self.inner), self.outer_anderson, len(self.outer_mem))
+            return None
         if kind not in ("start", "evaluate") or (kind == "start" and self.route.probes):
             return None
         if self.glm_plain is None:
@@ -454,6 +506,21 @@ class ProxALClient(ClientHalf):
         if self.owned:  # the final write-back of the own block to the caller's variables
             out["owned"] = self.theta_at_w.copy()
         return out
+
+
+def _stacked_start_fields(halves: list[ProxALClient], fields: dict) -> tuple[np.ndarray, dict]:
+    """The stacked ``w`` (a row per client) of a request that starts the clients' inner
+    solves, and its other fields (one value for all); ValueError before any state changes
+    when ``w`` is not a finite point of the shared variables."""
+    m, ns = len(halves), halves[0].ns
+    W = fields["w"]
+    W = np.asarray(W.values if isinstance(W, Rows) else np.broadcast_to(W, (m, ns)), dtype=float)
+    if W.shape != (m, ns) or not np.all(np.isfinite(W)):
+        raise ValueError("the round's w is not a finite point of the shared variables")
+    request = {k: v for k, v in fields.items() if k != "w"}
+    if any(isinstance(v, Rows) for v in request.values()):
+        raise ValueError("the round's start fields are one value for all")
+    return W, request
 
 
 @functools.cache

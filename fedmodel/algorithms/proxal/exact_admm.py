@@ -1147,6 +1147,10 @@ class ExactClient(InnerClient):
         before, after = self.mu_sizes
         return farkas_point(self.u, self.u - self.u_before, [before, after - before])
 
+    #: its start reads ``w`` alone, so a cohort's ``outer`` round is one stacked step
+    #: (:meth:`~fedmodel.algorithms.proxal.client.ProxALClient._on_outer_rows`)
+    stacked_start = True
+
     def start(self, w, **request) -> dict:
         """The new centres of ``P_{i,k}``; nothing to send but the flag."""
         h = self.host
