@@ -352,15 +352,15 @@ class ProxALClient(ClientHalf):
         m = len(halves)
         W, request = _stacked_start_fields(halves, fields)
         memory = halves[0].outer_anderson
+        for h in halves:  # (what _on_outer keeps of a client without multipliers)
+            h.mu_mark, h.nu_mark, h.cone_mark = h.mu.copy(), h.nu.copy(), h.cone_at_w.copy()
+            h.theta_step = h.theta_at_w - h.theta_center
         replies = [h.inner.start(W[i], **request) for i, h in enumerate(halves)]
         out = {"dmu_inf": np.zeros(m)}
         for name in replies[0]:
             out[name] = np.array([r[name] for r in replies])
         if halves[0].route.measures_feasibility:  # (test (8)'s half: nothing to violate)
             out["violation"], out["complementarity"] = np.zeros(m), np.zeros(m)
-        for h in halves:  # (the state _on_outer keeps for a client with no multipliers)
-            h.mu_mark, h.nu_mark, h.cone_mark = h.mu.copy(), h.nu.copy(), h.cone_at_w.copy()
-            h.theta_step = h.theta_at_w - h.theta_center
         if memory:
             for h in halves:
                 r = np.zeros(0)
@@ -422,9 +422,9 @@ class ProxALClient(ClientHalf):
         (:func:`~fedmodel.algorithms.proxal.cohorts.glm_objective`), its evaluation is that
         objective's value and gradient alone
         (:func:`~fedmodel.certificate.kkt.plain_objective_party`), and for ``start`` its
-        route does not probe. For ``outer`` (:meth:`_on_outer_rows`): a client with neither
-        constraints nor an own block whose route's part starts an inner solve from ``w``
-        alone (``stacked_start``)."""
+        route does not probe. For ``outer`` and ``outer_aa`` (:meth:`_on_outer_rows`,
+        :meth:`_on_outer_aa_rows`): a client with neither constraints nor an own block
+        whose route's part starts an inner solve from ``w`` alone (``stacked_start``)."""
         if kind in ("outer", "outer_aa"):
             plain = not (self.owned or self.program.m_ineq or self.program.m_eq)
             if plain and getattr(type(self.inner), "stacked_start", False):
