@@ -338,7 +338,7 @@ class ProxALClient(ClientHalf):
         if reset:
             for h in halves:
                 h.outer_mem = []
-        return {name: np.array([r[name] for r in replies]) for name in replies[0]}
+        return _stacked_replies(replies)
 
     @staticmethod
     def _on_outer_rows(halves: list[ProxALClient], fields: dict) -> dict[str, np.ndarray]:
@@ -356,15 +356,11 @@ class ProxALClient(ClientHalf):
             h.mu_mark, h.nu_mark, h.cone_mark = h.mu.copy(), h.nu.copy(), h.cone_at_w.copy()
             h.theta_step = h.theta_at_w - h.theta_center
         replies = [h.inner.start(W[i], **request) for i, h in enumerate(halves)]
-        out = {"dmu_inf": np.zeros(m)}
-        for name in replies[0]:
-            out[name] = np.array([r[name] for r in replies])
-        if halves[0].route.measures_feasibility:  # (test (8)'s half: nothing to violate)
-            out["violation"], out["complementarity"] = np.zeros(m), np.zeros(m)
+        out = {"dmu_inf": np.zeros(m), **_stacked_replies(replies)}
         if memory:
+            no_residual = np.zeros(0)  # (the multipliers' block of the outer residual)
             for h in halves:
-                r = np.zeros(0)
-                h.outer_mem.append((r, h.mu.copy(), h.nu.copy()))
+                h.outer_mem.append((no_residual, h.mu.copy(), h.nu.copy()))
                 del h.outer_mem[: -(memory + 1)]
             out["gram"] = np.zeros((m, len(halves[0].outer_mem)))
         return out
@@ -427,6 +423,7 @@ class ProxALClient(ClientHalf):
         whose route's part starts an inner solve from ``w`` alone (``stacked_start``)."""
         if kind in ("outer", "outer_aa"):
             plain = not (self.owned or self.program.m_ineq or self.program.m_eq)
+            plain = plain and not self.route.measures_feasibility  # (no (8) half to send)
             if plain and getattr(type(self.inner), "stacked_start", False):
                 return ("outer-plain", type(self.inner), self.outer_anderson, len(self.outer_mem))
             return None
@@ -506,6 +503,12 @@ class ProxALClient(ClientHalf):
         if self.owned:  # the final write-back of the own block to the caller's variables
             out["owned"] = self.theta_at_w.copy()
         return out
+
+
+def _stacked_replies(replies: list[dict]) -> dict[str, np.ndarray]:
+    """The replies of a stacked step's clients (dicts of the same fields) as one array per
+    field, a row per client."""
+    return {name: np.array([r[name] for r in replies]) for name in replies[0]}
 
 
 def _stacked_start_fields(halves: list[ProxALClient], fields: dict) -> tuple[np.ndarray, dict]:
