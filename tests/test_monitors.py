@@ -17,7 +17,13 @@ FALSE_VERDICTS = ("unbounded", "infeasible", "diverging")
 
 
 def _diverging(history, beta=100.0, eps2=1e-6):
-    fake = SimpleNamespace(dmu_history=list(history), beta=beta, options=SimpleNamespace(eps2=eps2))
+    fake = SimpleNamespace(
+        dmu_history=list(history),
+        beta=beta,
+        options=SimpleNamespace(eps2=eps2),
+        plateau_from=0,
+        penalty_raises=[],
+    )
     return ProxALServer.diverging(fake)
 
 

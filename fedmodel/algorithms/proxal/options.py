@@ -149,7 +149,11 @@ class ProxALOptions(RuntimeOptions):
         the default acts as ``u beta`` on the model as written and the model times any
         power of ``10^3`` takes the same iterates; a value you set is used as given, in
         your objective's units (``res.extra["objective_units"]`` lists ``u`` and the
-        factors applied to ``beta``, ``1/prox_beta`` and ``rho``).
+        factors applied to ``beta``, ``1/prox_beta`` and ``rho``). The adaptive variant
+        raises a defaulted beta tenfold, at most three times, where the multipliers crawl
+        (their step has not halved over 5 outer iterations, or a plateau the monitor
+        would call diverging); ``res.extra["penalty_raised"]`` says after which outer
+        iterations and the final beta. A value you set is never raised.
     sbar : float, optional
         Inner tolerance scale: tau_k = sbar / (k + 1)^2 (paper), or
         ``max(sbar * tau_rate^k, eps1 * kkt_factor[0] / 2)`` (adaptive; the stationarity
@@ -262,7 +266,8 @@ class ProxALOptions(RuntimeOptions):
         the inner bound (19) improves by less than 10% over ``stall_rounds`` ADMM rounds
         (default 300), ``"diverging"`` when ``max_i ||mu_i^{k+1} - mu_i^k||_inf`` (beta
         times the violation) has not halved over 10 outer iterations (an infeasible model
-        without a certificate), and on convex models ``"infeasible"`` / ``"unbounded"``
+        without a certificate; with a defaulted beta only once beta has been raised three
+        times, see ``beta``), and on convex models ``"infeasible"`` / ``"unbounded"``
         when the parties' certificate holds (:mod:`fedmodel.certificate.infeasibility`:
         tried when the multiplier or the outer steps settle). Never ``"optimal"``; the
         message says what to change.

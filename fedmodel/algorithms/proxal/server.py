@@ -69,6 +69,15 @@ from fedmodel.subproblems.select import make_solver
 #: below the last iterate's (see ProxALServer.blow_up)
 UNBOUNDED_DROP = 10.0
 #: tau_k is at least this fraction of the last outer step's proximal part
+#: a multiplier plateau of the adaptive variant raises a defaulted beta by PENALTY_RAISE,
+#: at most PENALTY_RAISES times, before the monitor calls the run diverging
+#: (:meth:`ProxALServer.raise_penalty`)
+PENALTY_RAISE, PENALTY_RAISES = 10.0, 3
+#: and so does a multiplier step that has not halved over PENALTY_WINDOW outer iterations
+#: (:meth:`ProxALServer.multipliers_slow`; Birgin and Martinez's rule, over a window):
+#: Maros-Meszaros CVXQP3_S with its objective times 30 took 763 rounds at beta = 1e5 and
+#: takes 177 with one raise; no model of benchmarks/models.py --quick reaches it
+PENALTY_WINDOW = 5
 #: ||w^k - w^{k-1}||_inf / prox_beta of the measured stationarity (inner solvers that measure
 #: the gradient: the Newton-type routes) -- an inner solve more accurate than the outer step
 #: moves is spent on a point the next step leaves (a relative error criterion of inexact
@@ -125,7 +134,7 @@ class ProxALServer(ServerHalf):
         "w_norms", "cone", "rhos", "dmu_history", "outer_mem", "route", "inner_note",
         "tau_floor_scale", "prox_residual", "fell_back", "mu_mark", "nu_mark", "w_steps",
         "recession_next", "certificate", "objective_scale", "objective_units", "handed_over",
-        "kkt_factors",
+        "kkt_factors", "penalty_raises", "plateau_from",
     )  # fmt: skip
     component_fields = ("outer_aa", "inner")
 
@@ -206,6 +215,10 @@ class ProxALServer(ServerHalf):
         self.mu_norms: list[float] = []
         self.w_norms: list[float] = []
         self.dmu_history: list[float] = []
+        # the outer iterations after which beta was raised at a multiplier plateau
+        # (:meth:`raise_penalty`), and where the plateau monitor's history starts
+        self.penalty_raises: list[int] = []
+        self.plateau_from = 0
         # Anderson acceleration memory of Algorithm 2 (0: off); not with party-owned
         # variables, whose own blocks are part of the iteration's state but never travel
         self.anderson = 0 if owned_anywhere else int(options.anderson)
@@ -523,6 +536,10 @@ class ProxALServer(ServerHalf):
         if self.proximal and opts.monitor and not stop8:
             checks = self.recession_checks(k, bool(diverging))
             proven = self.recession(runtime, k, checks, outer_step, step_inf)
+        slow = diverging or self.multipliers_slow()
+        if proven is None and slow and not stop8 and self.may_raise_penalty():
+            self.raise_penalty(runtime)
+            diverging = ""
         if proven is not None:
             report.stop, report.message = proven.stop, proven.message
         elif diverging:
@@ -833,7 +850,8 @@ class ProxALServer(ServerHalf):
         """The adaptive variant's final state: each client's rho_i, the route that ran (and
         why, and the one refused at the start), the options its defaults set, what the
         inner solver reports, the certificate's objective scale and the parameters' units
-        (:meth:`take_objective_units`)."""
+        (:meth:`take_objective_units`), and beta's raises at multiplier plateaus
+        (:meth:`raise_penalty`)."""
         out = {
             "objective_scale": self.objective_scale,
             "objective_units": list(self.objective_units),
@@ -843,6 +861,8 @@ class ProxALServer(ServerHalf):
             "inner_solver": self.route,
             "inner_solver_options": route_option_values(self.options),
         }
+        if self.penalty_raises:
+            out["penalty_raised"] = {"after_outer": list(self.penalty_raises), "beta": self.beta}
         if self.inner_note:
             out["inner_solver_note"] = self.inner_note
         if self.fell_back:
@@ -950,8 +970,62 @@ class ProxALServer(ServerHalf):
 
     def diverging(self) -> str:
         """Monitor (adaptive variant): a message when the constraints cannot be met
-        (:func:`fedmodel.algorithms.common.multiplier_plateau` of the multiplier steps)."""
-        return multiplier_plateau(self.dmu_history, self.beta, self.options.eps2)
+        (:func:`fedmodel.algorithms.common.multiplier_plateau` of the multiplier steps since
+        beta last changed)."""
+        message = multiplier_plateau(
+            self.dmu_history[self.plateau_from :], self.beta, self.options.eps2
+        )
+        if message and self.penalty_raises:
+            message += (
+                f" (beta was raised {len(self.penalty_raises)} times at earlier plateaus, "
+                f"after outer iterations {', '.join(map(str, self.penalty_raises))})"
+            )
+        return message
+
+    def multipliers_slow(self) -> bool:
+        """Whether the multiplier steps (beta times the violation) have not halved over the
+        last :data:`PENALTY_WINDOW` outer iterations since beta last changed, above
+        ``beta eps2``."""
+        h, n = self.dmu_history[self.plateau_from :], PENALTY_WINDOW
+        if not n or len(h) <= n:
+            return False
+        return h[-1] > self.beta * self.options.eps2 and h[-1] > 0.5 * h[-1 - n]
+
+    def may_raise_penalty(self) -> bool:
+        """Whether a multiplier plateau raises beta (:meth:`raise_penalty`) instead of
+        ending the run: the adaptive variant with beta at its default (a beta the user set
+        is kept), on a convex model, fewer than :data:`PENALTY_RAISES` raises so far."""
+        opts = self.options
+        return (
+            opts.adaptive
+            and self.convex
+            and "beta" in getattr(opts, "_defaulted", ())
+            and len(self.penalty_raises) < PENALTY_RAISES
+        )
+
+    def raise_penalty(self, runtime: Runtime) -> None:
+        """Raise beta tenfold (:data:`PENALTY_RAISE`) where the multipliers crawl (a plateau,
+        or :meth:`multipliers_slow`) and restart the inner solver at the iterate in one
+        ``units`` round: the multipliers move by ``beta`` times the violation each outer
+        iteration, so where they have far to go (an objective large next to its
+        constraints' rows) the violation falls slowly or seems to settle. Raising the penalty of a feasible convex model keeps Algorithm 1 the
+        proximal method of multipliers, whose penalties may grow (Rockafellar 1976); an
+        infeasible model reaches the plateau again, and the monitor's verdict then comes
+        after :data:`PENALTY_RAISES` raises. The outer Anderson memory restarts (the map
+        changed)."""
+        units = list(self.objective_units)
+        units[1] *= PENALTY_RAISE
+        self.objective_units = tuple(units)
+        self.penalty_raises.append(self.k)
+        self.plateau_from = len(self.dmu_history)
+        self.derive_parameters()
+        self.use_route(type(self.inner))
+        if self.outer_aa is not None:
+            self.outer_aa = AndersonState(self.outer_aa.memory)
+            self.outer_mem.clear()
+        runtime.next_round()
+        request = {"w": self.x[: self.ns], "objective_units": np.array(self.objective_units)}
+        self.inner.take_start(self.collect(runtime, "units", {**request, **self.inner_request()}))
 
     def update_multipliers(self, w: np.ndarray) -> float:
         """mu_0^{k+1} = [mu_0^k + beta c_0(w^{k+1})]_+ (and nu_0 += beta a_0); returns the
