@@ -1008,10 +1008,11 @@ class ProxALServer(ServerHalf):
         or :meth:`multipliers_slow`) and restart the inner solver at the iterate in one
         ``units`` round: the multipliers move by ``beta`` times the violation each outer
         iteration, so where they have far to go (an objective large next to its
-        constraints' rows) the violation falls slowly or seems to settle. Raising the penalty of a feasible convex model keeps Algorithm 1 the
-        proximal method of multipliers, whose penalties may grow (Rockafellar 1976); an
-        infeasible model reaches the plateau again, and the monitor's verdict then comes
-        after :data:`PENALTY_RAISES` raises. The outer Anderson memory restarts (the map
+        constraints' rows) the violation falls slowly or seems to settle. Raising the
+        penalty of a feasible convex model keeps Algorithm 1 the proximal method of
+        multipliers, whose penalties may grow (Rockafellar 1976); an infeasible model
+        reaches the plateau again, and the monitor's verdict then comes after
+        :data:`PENALTY_RAISES` raises. The outer Anderson memory restarts (the map
         changed)."""
         units = list(self.objective_units)
         units[1] *= PENALTY_RAISE
