@@ -17,8 +17,13 @@ user writes it with the public DSL (:func:`federated_model`):
 * ``shared-objective``: the same constraints, and each client holds a quarter of the
   objective, ``1/4 (1/2 x'Px + q'x + r)``; the bounds stay with the server.
 
-prox-al runs at its defaults with ``eps`` and ``time_limit`` (one forked child per solve,
-killed after ``2 * time_limit + 60`` s). The pooled references, in the same run:
+prox-al runs at its defaults with ``eps`` and ``time_limit`` (one child process per solve,
+killed after ``2 * time_limit + 60`` s). The children are forked from a fork server, a
+fresh interpreter that has imported the solvers and fedmodel and solved nothing: a child
+forked from the process that ran the pooled solves would inherit Clarabel's thread pool
+(started by its parallel factorisations of the larger problems) without the pool's
+threads, and a parallel factorisation in the child would wait for them forever. The
+pooled references, in the same run:
 
 * the judge: Clarabel on the pooled problem at tight tolerances (1e-10), which gives ``f*``;
 * OSQP at its defaults with ``eps_abs = eps_rel = eps`` and the same time limit;
@@ -59,7 +64,8 @@ import scipy.sparse as sparse  # noqa: E402
 
 import fedmodel as fm  # noqa: E402
 
-# imported before the solves fork, so that no solve is charged a lazy import
+# imported before the solves, so that no solve is charged a lazy import (also by the fork
+# server: _PRELOAD)
 import fedmodel.algorithms.proxal.server  # noqa: E402, F401
 
 HERE = Path(__file__).resolve().parent
@@ -69,6 +75,19 @@ MD = HERE / "RESULTS_maros_meszaros.md"
 INFINITE = 1e19
 N_CLIENTS = 4
 SPLITS = ("server-objective", "shared-objective")
+#: what the fork server imports before it forks the solves: each child then runs this
+#: module's top level (as multiprocessing's children do) and finds them imported. (A
+#: preload of ``"__main__"`` does not import the script on Python 3.11.)
+_PRELOAD = [
+    "numpy",
+    "scipy.io",
+    "scipy.sparse",
+    "clarabel",
+    "osqp",
+    "cvxpy",
+    "fedmodel",
+    "fedmodel.algorithms.proxal.server",
+]
 
 
 # ----------------------------------------------------------------------------------------
@@ -290,8 +309,10 @@ def _child(conn, fn, args):
 
 
 def _forked(fn, args, hard_limit: float) -> dict:
-    """``fn(*args)`` in a forked child, killed after ``hard_limit`` seconds."""
-    ctx = mp.get_context("fork")
+    """``fn(*args)`` in a child forked from the fork server (which has imported
+    :data:`_PRELOAD`), killed after ``hard_limit`` seconds."""
+    ctx = mp.get_context("forkserver")
+    ctx.set_forkserver_preload(_PRELOAD)  # (read when the server starts)
     recv, send = ctx.Pipe(duplex=False)
     proc = ctx.Process(target=_child, args=(send, fn, args))
     t0 = time.perf_counter()

@@ -134,6 +134,11 @@ def box_qp_interior(Q, c, lo, hi, deadline: float | None = None) -> np.ndarray |
     ``time.perf_counter()`` value, Clarabel's time limit up to it), clipped to the box;
     None when Clarabel returns no finite point or the deadline has passed.
 
+    Clarabel runs on one thread: its parallel factorisation starts a process-wide thread
+    pool, which a process forked afterwards inherits without its threads, so that a
+    parallel factorisation there waits forever (also past the time limit). One thread
+    neither starts that pool nor waits on one inherited.
+
     Examples
     --------
     >>> x = box_qp_interior(np.eye(2), np.array([-2.0, 0.5]), np.zeros(2), np.ones(2))
@@ -156,6 +161,7 @@ def box_qp_interior(Q, c, lo, hi, deadline: float | None = None) -> np.ndarray |
     settings.tol_gap_abs = settings.tol_gap_rel = settings.tol_feas = 1e-12
     settings.tol_ktratio = 1e-10
     settings.max_iter = INTERIOR_MAX_ITER
+    settings.max_threads = 1
     if deadline is not None:
         left = deadline - time.perf_counter()
         if left <= 0.0:
