@@ -388,7 +388,28 @@ def _group_table(group: list[dict], tol: float) -> list[str]:
 
 
 #: what the committed runs showed (hand-written; the tables are generated)
-NOTES = """## Notes (the prox-quasi-newton problems again, 2026-11-30, late)
+NOTES = """## Notes (the box QP's interior-point finish; children from a fork server, 2026-11-30)
+
+- The box QP of prox-quasi-newton's model step, where its active-set guesses cycle, is
+  finished by Clarabel (one thread); the prox-al children start from a fork server. The
+  kills at the 180 s hard limit of an earlier run of this change (QBANDM, QGROW15) were a
+  hang: a pooled Clarabel solve of CVXQP1_M starts Clarabel's thread pool in this script's
+  process, every child forked from it afterwards inherits the pool without its threads,
+  and the first parallel factorisation in the child (the 472- and 645-variable dense model
+  steps) waited forever (``--time-limit 10 --problems CVXQP1_M,QBANDM`` with plain fork:
+  QBANDM killed after 80 s; with the fork server: time_limit at 8.8 s). Rerun of the 16
+  (quasi-)Newton problems at eps 1e-3 and 1e-6 (``--time-limit 60 --jobs 1 --problems
+  CVXQP1_M,GOULDQP3,...,GOULDQP2``; load 2-11, this worktree's test suite beside the first
+  pass): no row killed. eps 1e-3: QBANDM 617 -> 566 rounds, QSCSD1 28 -> 29 (gap 3e-6 ->
+  9e-10), the others' statuses and rounds equal. eps 1e-6: QSCSD1 time_limit -> optimal
+  and right in 31 rounds, QBANDM time_limit (violation 5.8e-2) -> diverging at 611 rounds
+  with the point right (gap 1.8e-8, violation 1.6e-5); QPCBLEND still time_limit (the point
+  right). GOULDQP2 at 1e-6 keeps its row of the run below: here it ended time_limit at
+  1,505 rounds (49 s, load 4) where it needs 2,017 rounds, the same rounds and point as on
+  the session base without a time limit (CPU 42.7 s against 39.6 s). Tables: 41 of 73
+  right at 1e-3, 39 at 1e-6.
+
+## Notes (the prox-quasi-newton problems again, 2026-11-30, late)
 
 - The line searches of the (quasi-)Newton loops now take a refused trial whose value rose
   by rounding only (1e-10 of its size) and whose residual fell, at any step length (before:
