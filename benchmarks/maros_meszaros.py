@@ -408,6 +408,17 @@ NOTES = """## Notes (the box QP's interior-point finish; children from a fork se
   1,505 rounds (49 s, load 4) where it needs 2,017 rounds, the same rounds and point as on
   the session base without a time limit (CPU 42.7 s against 39.6 s). Tables: 41 of 73
   right at 1e-3, 39 at 1e-6.
+- Why the two right at 1e-3 are not at 1e-6. QBANDM: the largest violation falls by ~0.75
+  an outer iteration to 1.6e-5 at outer iteration 26 and stays there (``||dmu||`` a
+  constant 1.6e-3 = beta 100 x 1.6e-5, the primal step falling from 2e-6 to 6e-7, every
+  inner solve meeting its tau); with the plateau verdict switched off the run reaches
+  150 s at 1,225 rounds with the violation still 1.4e-5. QPCBLEND: exact-admm's
+  certificate fails at outer iteration 5 (scaled stationarity 4e-5) and Algorithm 2 takes
+  over; from then every inner solve stops at its 500-round cap with its bound at 1e-6 to
+  1e-4 against tau 5e-9, the primal step is 1e-9, ``||dmu||`` a constant 8e-5 and the
+  scaled stationarity moves between 1.7e-6 and 3e-5 (feasibility 8e-7): the certificate
+  never holds. ``inner_solver="exact-admm"`` ends inaccurate after 6 outer iterations
+  (500 rounds each), ``"prox-quasi-newton"`` diverging at 471 rounds.
 
 ## Notes (the prox-quasi-newton problems again, 2026-11-30, late)
 
