@@ -404,9 +404,9 @@ NOTES = """## Notes (the box QP's interior-point finish; children from a fork se
   9e-10), the others' statuses and rounds equal. eps 1e-6: QSCSD1 time_limit -> optimal
   and right in 31 rounds, QBANDM time_limit (violation 5.8e-2) -> diverging at 611 rounds
   with the point right (gap 1.8e-8, violation 1.6e-5); QPCBLEND still time_limit (the point
-  right). GOULDQP2 at 1e-6 keeps its row of the run below: here it ended time_limit at
-  1,505 rounds (49 s, load 4) where it needs 2,017 rounds, the same rounds and point as on
-  the session base without a time limit (CPU 42.7 s against 39.6 s). Tables: 41 of 73
+  right). GOULDQP2 at 1e-6 needs 2,017 rounds (the same rounds and point as on the session
+  base; CPU 42.7 s against 39.6 s without a time limit): time_limit at 1,505 rounds under
+  load 4, optimal and right in 54.8 s under load 2.5 (the row kept). Tables: 41 of 73
   right at 1e-3, 39 at 1e-6.
 - Why the two right at 1e-3 are not at 1e-6. QBANDM: the largest violation falls by ~0.75
   an outer iteration to 1.6e-5 at outer iteration 26 and stays there (``||dmu||`` a
