@@ -10,7 +10,7 @@ import pytest
 import fedmodel as fm
 from fedmodel.algorithms.proxal.prox_newton import ModelOperator, model_step
 from fedmodel.compiler.regularizer import Regularizer, VariablePiece
-from fedmodel.subproblems.box_qp import box_qp
+from fedmodel.subproblems.box_qp import BOX_QP_MAX_ITER, box_qp
 
 
 def _random_qp(n, cond, seed):
@@ -78,3 +78,74 @@ def test_a_quadratic_step_over_a_box_is_solved_exactly_by_the_box_qp_backend():
     assert report.backend == "box-qp" and report.converged
     expected, _ = box_qp(Q + 2.0 * np.eye(30), c - 2.0 * center, lo, hi)
     assert np.allclose(report.x, expected, atol=1e-9)
+
+
+def test_a_cycling_active_set_is_finished_by_the_interior_point_method():
+    """A principal block (17 variables, x >= 0) of a secant model prox-quasi-newton built
+    on Maros-Meszaros QSCSD1, kept to 6 digits: its primal-dual active-set guesses never
+    repeat within the cap; the interior-point solve gives the minimiser (Clarabel on the
+    problem as cvxpy states it agrees), where the last guess's point is ~1e4 off in its KKT
+    residual."""
+    from pathlib import Path
+
+    from fedmodel.subproblems.box_qp import kkt_residual
+
+    data = np.load(Path(__file__).parent / "data" / "box_qp_cycle.npz")
+    Q, c, lo, hi = data["Q"], data["c"], data["lo"], data["hi"]
+    x, iterations = box_qp(Q, c, lo, hi)
+    assert iterations == BOX_QP_MAX_ITER  # (no repeated guess)
+    assert kkt_residual(Q, c, lo, hi, x) <= 1e-9 * np.abs(c).max()
+    X = cp.Variable(c.size)
+    pooled = cp.Problem(cp.Minimize(0.5 * cp.quad_form(X, Q, assume_PSD=True) + c @ X), [X >= lo])
+    pooled.solve(solver="CLARABEL")
+    assert 0.5 * x @ Q @ x + c @ x <= pooled.value + 1e-8 * abs(pooled.value)
+
+
+_FORKED_AFTER_A_PARALLEL_CLARABEL = """
+import multiprocessing as mp, sys
+import clarabel, numpy as np, scipy.sparse as sp
+from fedmodel.subproblems.box_qp import box_qp_interior
+
+n = 500
+rng = np.random.default_rng(0)
+M = rng.standard_normal((n, n))
+Q, c, lo, hi = M @ M.T + np.eye(n), rng.standard_normal(n), -np.ones(n), np.ones(n)
+# a solve at Clarabel's defaults (all threads) starts its thread pool in this process
+settings = clarabel.DefaultSettings()
+settings.verbose = False
+eye = sp.eye(n, format="csc")
+cone = [clarabel.NonnegativeConeT(2 * n)]
+A, b = sp.vstack([-eye, eye]).tocsc(), np.ones(2 * n)
+clarabel.DefaultSolver(sp.csc_matrix(np.triu(Q)), c, A, b, cone, settings).solve()
+
+def child(conn):
+    conn.send(box_qp_interior(Q, c, lo, hi))
+
+ctx = mp.get_context("fork")
+recv, send = ctx.Pipe(duplex=False)
+proc = ctx.Process(target=child, args=(send,))
+proc.start()
+x = recv.recv() if recv.poll(float(sys.argv[1])) else None
+proc.kill()
+proc.join()
+print("hung" if x is None else np.abs(x - np.clip(x - (Q @ x + c), lo, hi)).max())
+"""
+
+
+def test_the_interior_point_finish_runs_in_a_process_forked_after_a_parallel_solve():
+    """A parallel Clarabel factorisation in a process forked from one whose Clarabel
+    thread pool is running waits for the pool's threads, which the fork did not copy:
+    the interior-point finish, on one thread, solves there (a 500-variable dense box QP,
+    the size at which Clarabel factorises in parallel)."""
+    import subprocess
+    import sys
+
+    out = subprocess.run(
+        [sys.executable, "-c", _FORKED_AFTER_A_PARALLEL_CLARABEL, "60"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert out.stdout.strip() != "hung"
+    assert float(out.stdout) <= 1e-7

@@ -198,7 +198,7 @@ def model_step(
     best = (x, reg.dist_subdiff(x, gx), 0)
     if best[1] <= tol:
         return best
-    exact = bounded_model_step(g, op, reg, w)
+    exact = bounded_model_step(g, op, reg, w, deadline)
     if exact is not None:
         if exact[1] <= tol:
             return exact
@@ -244,7 +244,13 @@ def model_step(
     return best
 
 
-def bounded_model_step(g: np.ndarray, op: ModelOperator, reg: Regularizer, w: np.ndarray):
+def bounded_model_step(
+    g: np.ndarray,
+    op: ModelOperator,
+    reg: Regularizer,
+    w: np.ndarray,
+    deadline: float | None = None,
+):
     """:func:`model_step`'s subproblem solved exactly when ``h`` is bounds and sums of
     squares only and the model is a dense matrix: a box-constrained QP
     (:func:`~fedmodel.subproblems.box_qp.box_qp`, whose iterations do not depend on the
@@ -269,7 +275,7 @@ def bounded_model_step(g: np.ndarray, op: ModelOperator, reg: Regularizer, w: np
     q, lo, hi = form
     # q_model(x) = g^T (x - w) + (x - w)^T B (x - w) / 2, plus h's squares: Q = B + diag(q)
     Q = op.H + np.diag(q)
-    x, iterations = box_qp(Q, g - op.H @ w, lo, hi, x0=w)
+    x, iterations = box_qp(Q, g - op.H @ w, lo, hi, x0=w, deadline=deadline)
     if not np.all(np.isfinite(x)):
         return None
     return x, reg.dist_subdiff(x, g + op.times(x - w)), iterations
