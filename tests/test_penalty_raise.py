@@ -68,13 +68,14 @@ def test_a_crawling_multiplier_raises_the_default_beta_and_a_users_beta_is_kept(
     assert kept.status == "max_iterations", kept.message
 
 
-def _server(history, defaulted=("beta",), raises=(), adaptive=True):
+def _server(history, defaulted=("beta",), raises=(), adaptive=True, objective_units=True):
     return SimpleNamespace(
         dmu_history=list(history),
         plateau_from=0,
         penalty_raises=list(raises),
         beta=100.0,
         convex=True,
+        inner=SimpleNamespace(objective_units=objective_units),
         options=SimpleNamespace(eps2=1e-6, adaptive=adaptive, _defaulted=set(defaulted)),
     )
 
@@ -93,4 +94,6 @@ def test_the_rule_reads_the_multiplier_steps_since_beta_last_changed():
     assert ProxALServer.may_raise_penalty(_server(crawling))
     assert not ProxALServer.may_raise_penalty(_server(crawling, defaulted=()))
     assert not ProxALServer.may_raise_penalty(_server(crawling, adaptive=False))
+    # (Algorithm 2 and exact-admm have no units round: their beta stays)
+    assert not ProxALServer.may_raise_penalty(_server(crawling, objective_units=False))
     assert not ProxALServer.may_raise_penalty(_server(crawling, raises=range(PENALTY_RAISES)))

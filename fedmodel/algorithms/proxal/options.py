@@ -150,6 +150,7 @@ class ProxALOptions(RuntimeOptions):
         power of ``10^3`` takes the same iterates; a value you set is used as given, in
         your objective's units (``res.extra["objective_units"]`` lists ``u`` and the
         factors applied to ``beta``, ``1/prox_beta`` and ``rho``). The adaptive variant
+        with the Newton or quasi-Newton inner solvers (those in the objective's units)
         raises a defaulted beta tenfold, at most three times, where the multipliers crawl
         (their step has not halved over 5 outer iterations, or a plateau the monitor
         would call diverging); ``res.extra["penalty_raised"]`` says after which outer

@@ -994,11 +994,14 @@ class ProxALServer(ServerHalf):
     def may_raise_penalty(self) -> bool:
         """Whether a multiplier plateau raises beta (:meth:`raise_penalty`) instead of
         ending the run: the adaptive variant with beta at its default (a beta the user set
-        is kept), on a convex model, fewer than :data:`PENALTY_RAISES` raises so far."""
+        is kept), on a convex model, with an inner solver that runs in the objective's
+        units (its ``units`` round restarts it in the new beta; Algorithm 2 and exact-admm
+        keep the user's units), fewer than :data:`PENALTY_RAISES` raises so far."""
         opts = self.options
         return (
             opts.adaptive
             and self.convex
+            and self.inner.objective_units
             and "beta" in getattr(opts, "_defaulted", ())
             and len(self.penalty_raises) < PENALTY_RAISES
         )
