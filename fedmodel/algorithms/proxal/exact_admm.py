@@ -1307,10 +1307,10 @@ class ExactClient(InnerClient):
         sigma, tol = column("sigma"), column("tol")
         deadline = _cohort_deadline(fields.get("budget"), hosts)
         p = np.array([h.prox_weight for h in hosts])
-        centers = np.stack([h.w_center for h in hosts])
+        centers = np.array([h.w_center for h in hosts], dtype=float).reshape(m, -1)
         centers = (p[:, None] * centers + sigma[:, None] * C) / (p + sigma)[:, None]
-        X0 = np.stack([part.u if part.u is not None else h._local(c, h.theta_at_w)
-                       for part, h, c in zip(parts, hosts, C)])  # fmt: skip
+        X0 = np.array([part.u if part.u is not None else h._local(c, h.theta_at_w)
+                       for part, h, c in zip(parts, hosts, C)], dtype=float)  # fmt: skip
         cohort = cohort_of(hosts)
         check_forms(hosts, cohort, X0)
         max_iter = min(h.max_local_iter for h in hosts)
@@ -1322,12 +1322,16 @@ class ExactClient(InnerClient):
         points = np.array(report.x, dtype=float)
         shared = points[:, : hosts[0].ns].copy()
         iterations = report.iterations.tolist()
-        residuals, tols = report.residual.tolist(), tol.tolist()
-        for part, h, x, its, res, t in zip(parts, hosts, points, iterations, residuals, tols):
+        # (each client's ProxALClient.note_residual_gap, its ratio computed for all at once)
+        gaps = (report.residual / np.maximum(tol, 1e-300)).tolist()
+        for part, h, x, its, gap in zip(parts, hosts, points, iterations, gaps):
             stats = h.stats
             stats["local_solves"] += 1
-            stats["local_iterations"] += int(its)
-            h.note_residual_gap(res, t)
+            stats["local_iterations"] += its
+            if not gap < np.inf:  # (no point reached: the client counts it)
+                h.note_residual_gap(gap, 1.0)
+            elif gap > stats["max_residual_gap"]:
+                stats["max_residual_gap"] = gap
             part.u, part.checked = x, None
         return {"x": shared}
 
