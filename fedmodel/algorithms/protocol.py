@@ -250,30 +250,32 @@ class ClientHalf(DeclaredState):
         step = getattr(cls, f"_on_{kind}_rows", None)
         if step is None:  # (the kind has no stacked step: nothing to look at per half)
             return None
-        found = [half.handler_owner(kind) for half in halves]
-        owners = [owner for owner, _ in found]
-        if any(type(o) is not cls or h is None for o, (h, _) in found):
-            return None
+        owners = []
         cohorts: dict[Any, list[int]] = {}  # (step_batch_key -> its halves, as the host groups)
-        for i, owner in enumerate(owners):
+        groups: dict[tuple[int, Any], int] = {}  # ((table, opt-ins) -> its first half)
+        for i, half in enumerate(halves):  # (one pass: this runs every round)
+            owner, (handler, _) = half.handler_owner(kind)
+            if handler is None or type(owner) is not cls:
+                return None
             key = owner.step_batch_key(kind)
             if key is None:
                 return None
-            cohorts.setdefault(key, []).append(i)
+            owners.append(owner)
+            members = cohorts.get(key)
+            if members is None:
+                cohorts[key] = [i]
+            else:
+                members.append(i)
+            if half.messages is not None:
+                groups.setdefault((id(half.messages), half.reveal), i)
         rows = {k for k, v in fields.items() if isinstance(v, Rows)}
-        tables = {id(h.messages): h.messages for h in halves if h.messages is not None}
+        tables = {id(h.messages): h.messages for h in (halves[i] for i in groups.values())}
         # (a row field whose value can need an opt-in: every request checked on its own)
         per_half = any(rows & set(t.valued_fields(kind)) for t in tables.values())
-        checked: set[tuple[int, Any]] = set()
-        for i, half in enumerate(halves):
-            if half.messages is None:
-                continue
-            if not per_half:
-                group = (id(half.messages), half.reveal)
-                if group in checked:
-                    continue
-                checked.add(group)
-            half._check_request(Message(kind, SERVER, half.name, payload_at(fields, i)))
+        for i in range(len(halves)) if per_half else groups.values():
+            half = halves[i]
+            if half.messages is not None:
+                half._check_request(Message(kind, SERVER, half.name, payload_at(fields, i)))
         t0 = time.perf_counter()
         if len(cohorts) == 1:
             replies = step(owners, fields)
