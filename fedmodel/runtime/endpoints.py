@@ -152,8 +152,11 @@ def copy_state(obj: Any) -> Any:
     if t is list:
         return [_copy_item(v) for v in obj]
     if t is tuple:
-        items = [_copy_item(v) for v in obj]
-        return obj if all(a is b for a, b in zip(items, obj)) else tuple(items)
+        for v in obj:  # (shared while every item is: scalars, empty or read-only arrays)
+            tv = type(v)
+            if tv not in _ATOMS and not (tv is np.ndarray and not (v.size and v.flags.writeable)):
+                return tuple([_copy_item(v) for v in obj])
+        return obj
     if isinstance(obj, np.ndarray):
         return obj.copy() if obj.size and obj.flags.writeable else obj
     if isinstance(obj, (float, int, str, bool, np.generic)):
