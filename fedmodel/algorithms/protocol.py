@@ -334,7 +334,7 @@ class ClientHalf(DeclaredState):
         they need against ``reveal``. Raises ModelError or RequestRefused naming the party.
         """
         try:
-            arguments = _signature(cls).bind(*args, **kwargs).arguments
+            arguments = _bound(cls, args, kwargs)
         except TypeError as exc:
             raise ModelError(
                 f"{cls.__name__} cannot be built from the arguments sent: {exc}"
@@ -472,6 +472,31 @@ def _answered(family: MessageTable) -> MessageTable:
 def _signature(cls: type) -> inspect.Signature:
     """The constructor signature of a half's class (read once per class)."""
     return inspect.signature(cls)
+
+
+def _bound(cls: type, args: tuple, kwargs: dict) -> dict[str, Any]:
+    """``inspect.signature(cls).bind(*args, **kwargs).arguments`` as a dict: the argument
+    names, in the constructor's order, found once per class and form of the call (how
+    many positional arguments, which keywords; a party per client builds with one form),
+    or by ``bind`` itself for a constructor with ``*args`` or ``**kwargs``. Raises
+    TypeError as ``bind`` does."""
+    names = _bound_names(cls, len(args), tuple(kwargs))
+    if names is None:
+        return dict(_signature(cls).bind(*args, **kwargs).arguments)
+    values = dict(zip(names, args))
+    values.update(kwargs)
+    return {name: values[name] for name in names}
+
+
+@functools.cache
+def _bound_names(cls: type, n_args: int, keys: tuple[str, ...]) -> tuple[str, ...] | None:
+    """The names ``bind`` gives a call of ``cls`` with ``n_args`` positional arguments and
+    the keywords ``keys``, in the constructor's order; None for a constructor with
+    ``*args`` or ``**kwargs``. Raises TypeError when such a call does not bind."""
+    sig = _signature(cls)
+    if any(p.kind in (p.VAR_POSITIONAL, p.VAR_KEYWORD) for p in sig.parameters.values()):
+        return None
+    return tuple(sig.bind(*range(n_args), **dict.fromkeys(keys)).arguments)
 
 
 @functools.cache
