@@ -64,6 +64,7 @@ Examples
 from __future__ import annotations
 
 import dataclasses
+import operator
 import time
 from typing import Any
 
@@ -1313,7 +1314,7 @@ class ExactClient(InnerClient):
                        for part, h, c in zip(parts, hosts, C)], dtype=float)  # fmt: skip
         cohort = cohort_of(hosts)
         check_forms(hosts, cohort, X0)
-        max_iter = min(h.max_local_iter for h in hosts)
+        max_iter = min(map(operator.attrgetter("max_local_iter"), hosts))
         report = cohort.prox(centers, p + sigma, X0, tol, max_iter=max_iter, deadline=deadline)
         # (nothing above changed a client; from here on nothing raises. A client of a
         # cohort has no constraints, cones or own block: its step leaves its multipliers,
