@@ -1125,6 +1125,10 @@ class ExactClient(InnerClient):
         self.checked: dict | None = None
         self._exact_solver = None
         self._hard_rows = internal_rows(host.problem)
+        # its step_batch_key, found at the first call (its options, its program's h and
+        # GLM form decide it; a form found to disagree later takes it out)
+        self._step_key: tuple | None = None
+        self._step_key_found = False
 
     def hard_rows(self):
         return self._hard_rows
@@ -1239,13 +1243,15 @@ class ExactClient(InnerClient):
         batched with (:meth:`_on_xadmm_w_batch`), or None: the client has a dense GLM form
         and no constraints (:func:`~fedmodel.algorithms.proxal.cohorts.glm_objective`) and
         its steps use the library's own backend (``solver`` "auto" or "newton")."""
+        if kind != "xadmm_w" and kind != "xadmm_check":
+            return None
         h = self.host
-        if kind not in ("xadmm_w", "xadmm_check") or h.solver_option not in ("auto", "newton"):
-            return None
-        if not h.problem.regularizer.is_zero:
-            return None
-        structure = glm_structure(h)
-        return None if structure is None else ("glm-prox", structure)
+        if not self._step_key_found:  # (what decides it is fixed but the form's verdict)
+            self._step_key_found = True
+            if h.solver_option in ("auto", "newton") and h.problem.regularizer.is_zero:
+                structure = glm_structure(h)
+                self._step_key = None if structure is None else ("glm-prox", structure)
+        return None if h.glm_disagrees else self._step_key
 
     @staticmethod
     def _on_xadmm_w_batch(parts: list[ExactClient], payloads: list[dict]) -> list[dict]:
