@@ -253,7 +253,13 @@ class ClientHalf(DeclaredState):
         owners = []
         cohorts: dict[Any, list[int]] = {}  # (step_batch_key -> its halves, as the host groups)
         groups: dict[tuple[int, Any], int] = {}  # ((table, opt-ins) -> its first half)
-        for i, half in enumerate(halves):  # (one pass: this runs every round)
+        # (one pass: this runs every round; a half whose key, table and opt-ins are the
+        # very objects of the half before it joins that half's groups without a lookup)
+        last_key: Any = None
+        members: list[int] = []
+        last_table: Any = None
+        last_reveal: Any = None
+        for i, half in enumerate(halves):
             owner, (handler, _) = half.handler_owner(kind)
             if handler is None or type(owner) is not cls:
                 return None
@@ -261,13 +267,14 @@ class ClientHalf(DeclaredState):
             if key is None:
                 return None
             owners.append(owner)
-            members = cohorts.get(key)
-            if members is None:
-                cohorts[key] = [i]
-            else:
-                members.append(i)
-            if half.messages is not None:
-                groups.setdefault((id(half.messages), half.reveal), i)
+            if key is not last_key:
+                last_key = key
+                members = cohorts.setdefault(key, [])
+            members.append(i)
+            table = half.messages
+            if table is not None and (table is not last_table or half.reveal is not last_reveal):
+                last_table, last_reveal = table, half.reveal
+                groups.setdefault((id(table), last_reveal), i)
         rows = {k for k, v in fields.items() if isinstance(v, Rows)}
         tables = {id(h.messages): h.messages for h in (halves[i] for i in groups.values())}
         # (a row field whose value can need an opt-in: every request checked on its own)

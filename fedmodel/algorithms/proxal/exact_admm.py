@@ -1250,7 +1250,9 @@ class ExactClient(InnerClient):
             self._step_key_found = True
             if h.solver_option in ("auto", "newton") and h.problem.regularizer.is_zero:
                 structure = glm_structure(h)
-                self._step_key = None if structure is None else ("glm-prox", structure)
+                if structure is not None:  # (one object per key: handle_rows groups by it)
+                    key = ("glm-prox", structure)
+                    self._step_key = _STEP_KEYS.setdefault(key, key)
         return None if h.glm_disagrees else self._step_key
 
     @staticmethod
@@ -1344,6 +1346,9 @@ class ExactClient(InnerClient):
 
 
 ExactInner.client_part = ExactClient
+
+#: the clients' step keys (:meth:`ExactClient.step_batch_key`), one object per key
+_STEP_KEYS: dict[tuple, tuple] = {}
 
 
 def _cohort_deadline(budget: Any, hosts: list) -> float | None:
