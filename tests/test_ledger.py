@@ -13,8 +13,9 @@ import numpy as np
 import pytest
 
 import fedmodel as fm
+import fedmodel.runtime.base as runtime_base
 from fedmodel.algorithms.registry import all_methods
-from fedmodel.runtime import messages
+from fedmodel.runtime import messages, rows
 from fedmodel.runtime.messages import SERVER
 
 sys.path.insert(0, os.path.dirname(__file__))
@@ -54,15 +55,27 @@ def federated_methods():
 
 @pytest.fixture
 def captured(monkeypatch):
-    """Every message recorded in any ledger, with its payload."""
+    """Every message recorded in any ledger, with its payload; a stacked round's
+    (``runtime/rows.py``, whose ledger rows are written in one pass) as each client's
+    request and reply."""
     seen: list[messages.Message] = []
     original = messages.Ledger.record
+    exchange = rows.exchange_rows
 
     def record(self, msg, known=None):
         seen.append(msg)
         return original(self, msg, known)
 
+    def stacked(runtime, kind, names, fields, channel):
+        replies = exchange(runtime, kind, names, fields, channel)
+        if replies is not None:
+            for name, payload in zip(names, rows.payloads_of(fields, len(names))):
+                seen.append(messages.Message(kind, SERVER, name, payload, 0, channel))
+            seen.extend(replies.values())
+        return replies
+
     monkeypatch.setattr(messages.Ledger, "record", record)
+    monkeypatch.setattr(runtime_base, "exchange_rows", stacked)
     return seen
 
 

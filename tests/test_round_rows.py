@@ -34,8 +34,9 @@ def _model(n=8, d=4, seed=1):
 
 
 #: the kinds of these runs whose clients answer in one stacked step (exact-admm's, and
-#: prox-al's outer rounds of clients without constraints)
-STACKED_KINDS = ("xadmm_w", "outer", "outer_aa")
+#: prox-al's start, outer rounds and certificate evaluations of clients without
+#: constraints)
+STACKED_KINDS = ("start", "xadmm_w", "outer", "outer_aa", "evaluate")
 
 
 @pytest.fixture
@@ -185,3 +186,23 @@ def test_a_cohort_step_has_its_clients_budgets_added_up(monkeypatch):
         _cohort_deadline(Rows([5.0, -1.0, float("nan")]), hosts)
     with pytest.raises(ValueError, match="party 'a' got a time budget .field 'budget'. of -2.0"):
         _cohort_deadline(-2.0, hosts)
+
+
+def test_stacked_evaluations_are_the_reports_row_by_row():
+    """``plain_objective_rows`` holds ``plain_objective_evaluations``' reports as rows, the
+    boundary relief's fields stacked when some party carries them."""
+    from fedmodel.certificate.kkt import plain_objective_evaluations, plain_objective_rows
+
+    def value_grad(Z):
+        return (Z**2).sum(axis=1), 2.0 * Z
+
+    relief_fields = {"boundary_grad", "boundary_scale", "boundary_mask"}
+    for X in (np.array([[0.0, 2.0], [0.5, -1.0], [1e-12, 3.0]]), np.array([[0.5, -1.0]])):
+        reports = plain_objective_evaluations(value_grad, X)
+        fields, relief = plain_objective_rows(value_grad, X)
+        assert relief.tolist() == ["boundary_grad" in r for r in reports]
+        assert relief_fields <= set(fields) if relief.any() else not relief_fields & set(fields)
+        for i, report in enumerate(reports):
+            assert set(report) == set(fields) - (set() if relief[i] else relief_fields)
+            for name, value in report.items():
+                assert np.array_equal(fields[name][i], value), name

@@ -250,30 +250,39 @@ class ClientHalf(DeclaredState):
         step = getattr(cls, f"_on_{kind}_rows", None)
         if step is None:  # (the kind has no stacked step: nothing to look at per half)
             return None
-        found = [half.handler_owner(kind) for half in halves]
-        owners = [owner for owner, _ in found]
-        if any(type(o) is not cls or h is None for o, (h, _) in found):
-            return None
+        owners = []
         cohorts: dict[Any, list[int]] = {}  # (step_batch_key -> its halves, as the host groups)
-        for i, owner in enumerate(owners):
+        groups: dict[tuple[int, Any], int] = {}  # ((table, opt-ins) -> its first half)
+        # (one pass: this runs every round; a half whose key, table and opt-ins are the
+        # very objects of the half before it joins that half's groups without a lookup)
+        last_key: Any = None
+        members: list[int] = []
+        last_table: Any = None
+        last_reveal: Any = None
+        for i, half in enumerate(halves):
+            owner, (handler, _) = half.handler_owner(kind)
+            if handler is None or type(owner) is not cls:
+                return None
             key = owner.step_batch_key(kind)
             if key is None:
                 return None
-            cohorts.setdefault(key, []).append(i)
+            owners.append(owner)
+            if key is not last_key:
+                last_key = key
+                members = cohorts.setdefault(key, [])
+            members.append(i)
+            table = half.messages
+            if table is not None and (table is not last_table or half.reveal is not last_reveal):
+                last_table, last_reveal = table, half.reveal
+                groups.setdefault((id(table), last_reveal), i)
         rows = {k for k, v in fields.items() if isinstance(v, Rows)}
-        tables = {id(h.messages): h.messages for h in halves if h.messages is not None}
+        tables = {id(h.messages): h.messages for h in (halves[i] for i in groups.values())}
         # (a row field whose value can need an opt-in: every request checked on its own)
         per_half = any(rows & set(t.valued_fields(kind)) for t in tables.values())
-        checked: set[tuple[int, Any]] = set()
-        for i, half in enumerate(halves):
-            if half.messages is None:
-                continue
-            if not per_half:
-                group = (id(half.messages), half.reveal)
-                if group in checked:
-                    continue
-                checked.add(group)
-            half._check_request(Message(kind, SERVER, half.name, payload_at(fields, i)))
+        for i in range(len(halves)) if per_half else groups.values():
+            half = halves[i]
+            if half.messages is not None:
+                half._check_request(Message(kind, SERVER, half.name, payload_at(fields, i)))
         t0 = time.perf_counter()
         if len(cohorts) == 1:
             replies = step(owners, fields)
@@ -332,7 +341,7 @@ class ClientHalf(DeclaredState):
         they need against ``reveal``. Raises ModelError or RequestRefused naming the party.
         """
         try:
-            arguments = _signature(cls).bind(*args, **kwargs).arguments
+            arguments = _bound(cls, args, kwargs)
         except TypeError as exc:
             raise ModelError(
                 f"{cls.__name__} cannot be built from the arguments sent: {exc}"
@@ -470,6 +479,31 @@ def _answered(family: MessageTable) -> MessageTable:
 def _signature(cls: type) -> inspect.Signature:
     """The constructor signature of a half's class (read once per class)."""
     return inspect.signature(cls)
+
+
+def _bound(cls: type, args: tuple, kwargs: dict) -> dict[str, Any]:
+    """``inspect.signature(cls).bind(*args, **kwargs).arguments`` as a dict: the argument
+    names, in the constructor's order, found once per class and form of the call (how
+    many positional arguments, which keywords; a party per client builds with one form),
+    or by ``bind`` itself for a constructor with ``*args`` or ``**kwargs``. Raises
+    TypeError as ``bind`` does."""
+    names = _bound_names(cls, len(args), tuple(kwargs))
+    if names is None:
+        return dict(_signature(cls).bind(*args, **kwargs).arguments)
+    values = dict(zip(names, args))
+    values.update(kwargs)
+    return {name: values[name] for name in names}
+
+
+@functools.cache
+def _bound_names(cls: type, n_args: int, keys: tuple[str, ...]) -> tuple[str, ...] | None:
+    """The names ``bind`` gives a call of ``cls`` with ``n_args`` positional arguments and
+    the keywords ``keys``, in the constructor's order; None for a constructor with
+    ``*args`` or ``**kwargs``. Raises TypeError when such a call does not bind."""
+    sig = _signature(cls)
+    if any(p.kind in (p.VAR_POSITIONAL, p.VAR_KEYWORD) for p in sig.parameters.values()):
+        return None
+    return tuple(sig.bind(*range(n_args), **dict.fromkeys(keys)).arguments)
 
 
 @functools.cache

@@ -518,7 +518,8 @@ def plain_objective_evaluations(value_grad, X: np.ndarray) -> list[dict]:
     """:func:`party_evaluation` of parties with :func:`plain_objective_party` at the rows
     of ``X``, from the batched ``value_grad(X) -> (values, gradients)`` of their
     objectives (row ``i`` is party ``i``'s point and objective): the same fields, with
-    the boundary relief's terms at ``x + tau e_B`` from one more batched gradient.
+    the boundary relief's terms at ``x + tau e_B`` from one more batched gradient
+    (:func:`plain_objective_rows`, split into one report per party).
 
     Raises FloatingPointError when a value or gradient is not finite (each party is then
     evaluated on its own, which reports such points).
@@ -530,22 +531,15 @@ def plain_objective_evaluations(value_grad, X: np.ndarray) -> list[dict]:
     >>> reports[1]["objective"], reports[1]["grad"]
     (1.25, array([ 1., -2.]))
     """
-    X = np.asarray(X, dtype=float)
-    values, G = value_grad(X)
-    if not (np.all(np.isfinite(values)) and np.all(np.isfinite(G))):
-        raise FloatingPointError("an objective value or gradient is not finite")
-    tau = boundary_tau(X)
-    near = (X >= 0.0) & (X <= tau[:, None])
-    count = near.sum(axis=1)
-    relief = (count > 0) & (count <= BOUNDARY_MAX_COORDS)
-    G_plus = value_grad(X + tau[:, None] * near)[1] if relief.any() else None
+    fields, relief = plain_objective_rows(value_grad, X)
+    values, G, scale = fields["objective"], fields["grad"], fields["scale"]
     no_rows, no_index = np.zeros(0), np.zeros(0, dtype=int)
     reports = []
-    for i in range(X.shape[0]):
+    for i in range(G.shape[0]):
         report = {
             "objective": float(values[i]),
             "grad": G[i],
-            "scale": np.abs(G[i]),
+            "scale": scale[i],
             "owned_stationarity": 0.0,
             "owned_scaled": 0.0,
             "owned_index": no_index,
@@ -557,11 +551,55 @@ def plain_objective_evaluations(value_grad, X: np.ndarray) -> list[dict]:
             "c_eq": no_rows,
         }
         if relief[i]:
-            report["boundary_grad"] = G_plus[i]
-            report["boundary_scale"] = np.abs(G_plus[i])
-            report["boundary_mask"] = np.zeros(X.shape[1])
+            report["boundary_grad"] = fields["boundary_grad"][i]
+            report["boundary_scale"] = fields["boundary_scale"][i]
+            report["boundary_mask"] = fields["boundary_mask"][i]
         reports.append(report)
     return reports
+
+
+def plain_objective_rows(value_grad, X: np.ndarray) -> tuple[dict[str, np.ndarray], np.ndarray]:
+    """The reports of :func:`plain_objective_evaluations` as stacked fields (each an array
+    with a row per party, in :func:`party_evaluation`'s order), and which parties carry
+    the boundary relief's fields (``boundary_grad``, ``boundary_scale``,
+    ``boundary_mask``: stacked only when some party does, their rows meaningful only for
+    those parties). Raises FloatingPointError as :func:`plain_objective_evaluations`.
+
+    Examples
+    --------
+    >>> X = np.array([[1.0, 2.0], [0.5, -1.0]])
+    >>> fields, relief = plain_objective_rows(lambda Z: ((Z**2).sum(1), 2 * Z), X)
+    >>> fields["objective"], fields["c_eq"].shape, relief
+    (array([5.  , 1.25]), (2, 0), array([False, False]))
+    """
+    X = np.asarray(X, dtype=float)
+    values, G = value_grad(X)
+    if not (np.all(np.isfinite(values)) and np.all(np.isfinite(G))):
+        raise FloatingPointError("an objective value or gradient is not finite")
+    m, n = X.shape
+    tau = boundary_tau(X)
+    near = (X >= 0.0) & (X <= tau[:, None])
+    count = near.sum(axis=1)
+    relief = (count > 0) & (count <= BOUNDARY_MAX_COORDS)
+    fields = {
+        "objective": np.asarray(values, dtype=float),
+        "grad": G,
+        "scale": np.abs(G),
+        **{k: np.zeros(m) for k in ("owned_stationarity", "owned_scaled")},
+        "owned_index": np.zeros((m, 0), dtype=int),
+        **{
+            k: np.zeros(m)
+            for k in ("feasibility", "feasibility_scaled", "complementarity_gap", "violation")
+        },
+        "c_ineq": np.zeros((m, 0)),
+        "c_eq": np.zeros((m, 0)),
+    }
+    if relief.any():
+        G_plus = value_grad(X + tau[:, None] * near)[1]
+        fields["boundary_grad"] = G_plus
+        fields["boundary_scale"] = np.abs(G_plus)
+        fields["boundary_mask"] = np.zeros((m, n))
+    return fields, relief
 
 
 @dataclass

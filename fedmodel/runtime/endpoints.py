@@ -128,25 +128,50 @@ class Outbox:
 
 def copy_state(obj: Any) -> Any:
     """A deep copy of a party's state: dicts, lists and tuples of numpy arrays and scalars
-    are copied directly (a step snapshots its party's state, so this is on the hot path);
-    read-only arrays are shared (nobody can change them in place: the Newton backend's
-    carried factor); anything else goes through ``copy.deepcopy``."""
+    are copied directly (a step snapshots its party's state and every mark copies every
+    party's, so this is on the hot path: a container's leaves are copied inline, without a
+    call each); read-only and empty arrays are shared (nobody can change them in place:
+    the Newton backend's carried factor; an array without elements), as are tuples of
+    scalars; anything else goes through ``copy.deepcopy``."""
     t = type(obj)  # (the exact types first: a state holds thousands of them)
     if t is np.ndarray:
-        return obj.copy() if obj.flags.writeable else obj
+        return obj.copy() if obj.size and obj.flags.writeable else obj
     if t in _ATOMS:
         return obj
     if t is dict:
-        return {k: copy_state(v) for k, v in obj.items()}
+        out = {}
+        for k, v in obj.items():
+            tv = type(v)
+            if tv in _ATOMS:
+                out[k] = v
+            elif tv is np.ndarray:
+                out[k] = v.copy() if v.size and v.flags.writeable else v
+            else:
+                out[k] = copy_state(v)
+        return out
     if t is list:
-        return [copy_state(v) for v in obj]
+        return [_copy_item(v) for v in obj]
     if t is tuple:
-        return tuple([copy_state(v) for v in obj])
+        for v in obj:  # (shared while every item is: scalars, empty or read-only arrays)
+            tv = type(v)
+            if tv not in _ATOMS and not (tv is np.ndarray and not (v.size and v.flags.writeable)):
+                return tuple([_copy_item(v) for v in obj])
+        return obj
     if isinstance(obj, np.ndarray):
-        return obj.copy() if obj.flags.writeable else obj
+        return obj.copy() if obj.size and obj.flags.writeable else obj
     if isinstance(obj, (float, int, str, bool, np.generic)):
         return obj
     return copy.deepcopy(obj)
+
+
+def _copy_item(v: Any) -> Any:
+    """:func:`copy_state` of an item of a list or a tuple (its common leaves first)."""
+    tv = type(v)
+    if tv in _ATOMS:
+        return v
+    if tv is np.ndarray:
+        return v.copy() if v.size and v.flags.writeable else v
+    return copy_state(v)
 
 
 #: the immutable scalar types a state is copied without looking further

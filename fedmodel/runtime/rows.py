@@ -94,7 +94,9 @@ class RoundReplies(Mapping):
 
     Built from the replies of the message-by-message path (``messages``) or from the
     stacked fields of a stacked step (``stacked``: field -> array with a row per client),
-    whose messages are made when they are read.
+    whose messages are made when they are first read (and kept: a reader of the round sees
+    one message per client, as on the message path), a scalar field's value as a Python
+    scalar, as a handler answers it.
     """
 
     def __init__(
@@ -117,9 +119,40 @@ class RoundReplies(Mapping):
             return self._messages[name]
         if self._index is None:
             self._index = {n: i for i, n in enumerate(self.names)}
-        i = self._index[name]
-        payload = {k: v[i] for k, v in self._stacked.items()}
-        return Message(self.kind, name, SERVER, payload, self.round, self.channel)
+            self._made: dict[str, Message] = {}
+        made = self._made.get(name)
+        if made is None:
+            i = self._index[name]
+            payload = {k: (v[i].item() if v.ndim == 1 else v[i]) for k, v in self._stacked.items()}
+            made = self._made[name] = Message(
+                self.kind, name, SERVER, payload, self.round, self.channel
+            )
+        return made
+
+    def values(self):
+        self._make_all()
+        return super().values()
+
+    def items(self):
+        self._make_all()
+        return super().items()
+
+    def _make_all(self) -> None:
+        """Make every reply's message not made yet, in one pass (the rows of each field
+        split in one call): what reading every reply costs."""
+        if self._messages is not None:
+            return
+        if self._index is None:
+            self._index = {n: i for i, n in enumerate(self.names)}
+            self._made = {}
+        made = self._made
+        if len(made) == len(self.names):
+            return
+        columns = [(k, v.tolist() if v.ndim == 1 else list(v)) for k, v in self._stacked.items()]
+        for i, n in enumerate(self.names):
+            if n not in made:
+                payload = {k: column[i] for k, column in columns}
+                made[n] = Message(self.kind, n, SERVER, payload, self.round, self.channel)
 
     def __iter__(self) -> Iterator[str]:
         return iter(self.names)

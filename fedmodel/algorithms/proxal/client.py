@@ -47,6 +47,7 @@ from fedmodel.certificate.kkt import (
     party_evaluation,
     plain_objective_evaluations,
     plain_objective_party,
+    plain_objective_rows,
 )
 from fedmodel.certificate.scale import objective_reference, plain_objective_references
 from fedmodel.compiler.glm import NotRecognised
@@ -457,6 +458,27 @@ class ProxALClient(ClientHalf):
         return replies
 
     @staticmethod
+    def _on_start_rows(halves: list[ProxALClient], fields: dict) -> dict[str, np.ndarray]:
+        """:meth:`_on_start_batch` of every client of ``halves`` (clients of one
+        :meth:`step_batch_key`) in one stacked step: the request's fields are one value for
+        all (each client's route starts at the ``w`` its message would carry). Every
+        input is checked before any client's state changes."""
+        W, request = _stacked_start_fields(halves, fields)
+        inner = request.pop("inner", None)
+        if any(route_named(inner or h.route_name).probes for h in halves):
+            raise ValueError("a route that probes starts one client at a time")
+        X = np.array(W)  # (contiguous rows, as the batched step stacks them)
+        cohort = cohort_of(halves)
+        check_forms(halves, cohort, X)
+        references = plain_objective_references(cohort.value_grad, X)
+        w = fields["w"]
+        replies = []
+        for h, reference in zip(halves, references):
+            h._take_route(inner)
+            replies.append(h._started(w, request, reference))
+        return _stacked_replies(replies)
+
+    @staticmethod
     def _on_evaluate_batch(halves: list[ProxALClient], payloads: list[dict]) -> list[dict]:
         """:meth:`_on_evaluate` of every client of ``halves`` (clients of one
         :meth:`step_batch_key`) from one batched value and gradient of their objectives
@@ -471,6 +493,27 @@ class ProxALClient(ClientHalf):
         for h, pl in zip(halves, payloads):
             route = {k: v for k, v in pl.items() if k not in EVALUATE.request}
             if route:
+                h.inner.before_evaluation(**route)
+        return reports
+
+    @staticmethod
+    def _on_evaluate_rows(halves: list[ProxALClient], fields: dict) -> dict[str, np.ndarray]:
+        """:meth:`_on_evaluate_batch` of every client of ``halves`` (clients of one
+        :meth:`step_batch_key`) in one stacked step: their reports as stacked fields
+        (:func:`~fedmodel.certificate.kkt.plain_objective_rows`). Raises ValueError, having
+        changed no client's state but the one-time check of its GLM form, when only some of
+        them carry the boundary relief's fields (their replies then differ in fields: the
+        round goes message by message)."""
+        W, request = _stacked_start_fields(halves, fields)
+        X = np.array(W)  # (contiguous rows, as the batched step stacks them)
+        cohort = cohort_of(halves)
+        check_forms(halves, cohort, X)
+        reports, relief = plain_objective_rows(cohort.value_grad, X)
+        if relief.any() and not relief.all():
+            raise ValueError("the boundary relief's fields are some clients' only")
+        route = {k: v for k, v in request.items() if k not in EVALUATE.request}
+        if route:
+            for h in halves:
                 h.inner.before_evaluation(**route)
         return reports
 
@@ -513,8 +556,9 @@ def _stacked_replies(replies: list[dict]) -> dict[str, np.ndarray]:
 
 def _stacked_start_fields(halves: list[ProxALClient], fields: dict) -> tuple[np.ndarray, dict]:
     """The stacked ``w`` (a row per client) of a request that starts the clients' inner
-    solves, and its other fields (one value for all); ValueError before any state changes
-    when ``w`` is not a finite point of the shared variables."""
+    solves or evaluates their certificate there, and its other fields (one value for all);
+    ValueError before any state changes when ``w`` is not a finite point of the shared
+    variables."""
     m, ns = len(halves), halves[0].ns
     W = fields["w"]
     W = np.asarray(W.values if isinstance(W, Rows) else np.broadcast_to(W, (m, ns)), dtype=float)

@@ -98,7 +98,7 @@ def cohort_of(hosts: list) -> GLMCohort:
     """The stacked forms of ``hosts`` (clients with a :func:`glm_objective` of one
     signature), built once and kept by the first client while the same clients are
     grouped."""
-    key = tuple(id(h) for h in hosts)
+    key = tuple(map(id, hosts))
     cached = hosts[0].glm_cohort
     if cached is not None and cached[0] == key:
         return cached[1]

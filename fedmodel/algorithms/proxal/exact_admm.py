@@ -64,6 +64,7 @@ Examples
 from __future__ import annotations
 
 import dataclasses
+import operator
 import time
 from typing import Any
 
@@ -1124,6 +1125,10 @@ class ExactClient(InnerClient):
         self.checked: dict | None = None
         self._exact_solver = None
         self._hard_rows = internal_rows(host.problem)
+        # its step_batch_key, found at the first call (its options, its program's h and
+        # GLM form decide it; a form found to disagree later takes it out)
+        self._step_key: tuple | None = None
+        self._step_key_found = False
 
     def hard_rows(self):
         return self._hard_rows
@@ -1238,13 +1243,17 @@ class ExactClient(InnerClient):
         batched with (:meth:`_on_xadmm_w_batch`), or None: the client has a dense GLM form
         and no constraints (:func:`~fedmodel.algorithms.proxal.cohorts.glm_objective`) and
         its steps use the library's own backend (``solver`` "auto" or "newton")."""
+        if kind != "xadmm_w" and kind != "xadmm_check":
+            return None
         h = self.host
-        if kind not in ("xadmm_w", "xadmm_check") or h.solver_option not in ("auto", "newton"):
-            return None
-        if not h.problem.regularizer.is_zero:
-            return None
-        structure = glm_structure(h)
-        return None if structure is None else ("glm-prox", structure)
+        if not self._step_key_found:  # (what decides it is fixed but the form's verdict)
+            self._step_key_found = True
+            if h.solver_option in ("auto", "newton") and h.problem.regularizer.is_zero:
+                structure = glm_structure(h)
+                if structure is not None:  # (one object per key: handle_rows groups by it)
+                    key = ("glm-prox", structure)
+                    self._step_key = _STEP_KEYS.setdefault(key, key)
+        return None if h.glm_disagrees else self._step_key
 
     @staticmethod
     def _on_xadmm_w_batch(parts: list[ExactClient], payloads: list[dict]) -> list[dict]:
@@ -1307,13 +1316,13 @@ class ExactClient(InnerClient):
         sigma, tol = column("sigma"), column("tol")
         deadline = _cohort_deadline(fields.get("budget"), hosts)
         p = np.array([h.prox_weight for h in hosts])
-        centers = np.stack([h.w_center for h in hosts])
+        centers = np.array([h.w_center for h in hosts], dtype=float).reshape(m, -1)
         centers = (p[:, None] * centers + sigma[:, None] * C) / (p + sigma)[:, None]
-        X0 = np.stack([part.u if part.u is not None else h._local(c, h.theta_at_w)
-                       for part, h, c in zip(parts, hosts, C)])  # fmt: skip
+        X0 = np.array([part.u if part.u is not None else h._local(c, h.theta_at_w)
+                       for part, h, c in zip(parts, hosts, C)], dtype=float)  # fmt: skip
         cohort = cohort_of(hosts)
         check_forms(hosts, cohort, X0)
-        max_iter = min(h.max_local_iter for h in hosts)
+        max_iter = min(map(operator.attrgetter("max_local_iter"), hosts))
         report = cohort.prox(centers, p + sigma, X0, tol, max_iter=max_iter, deadline=deadline)
         # (nothing above changed a client; from here on nothing raises. A client of a
         # cohort has no constraints, cones or own block: its step leaves its multipliers,
@@ -1322,17 +1331,24 @@ class ExactClient(InnerClient):
         points = np.array(report.x, dtype=float)
         shared = points[:, : hosts[0].ns].copy()
         iterations = report.iterations.tolist()
-        residuals, tols = report.residual.tolist(), tol.tolist()
-        for part, h, x, its, res, t in zip(parts, hosts, points, iterations, residuals, tols):
+        # (each client's ProxALClient.note_residual_gap, its ratio computed for all at once)
+        gaps = (report.residual / np.maximum(tol, 1e-300)).tolist()
+        for part, h, x, its, gap in zip(parts, hosts, points, iterations, gaps):
             stats = h.stats
             stats["local_solves"] += 1
-            stats["local_iterations"] += int(its)
-            h.note_residual_gap(res, t)
+            stats["local_iterations"] += its
+            if not gap < np.inf:  # (no point reached: the client counts it)
+                h.note_residual_gap(gap, 1.0)
+            elif gap > stats["max_residual_gap"]:
+                stats["max_residual_gap"] = gap
             part.u, part.checked = x, None
         return {"x": shared}
 
 
 ExactInner.client_part = ExactClient
+
+#: the clients' step keys (:meth:`ExactClient.step_batch_key`), one object per key
+_STEP_KEYS: dict[tuple, tuple] = {}
 
 
 def _cohort_deadline(budget: Any, hosts: list) -> float | None:
