@@ -135,43 +135,36 @@ def copy_state(obj: Any) -> Any:
     scalars; anything else goes through ``copy.deepcopy``."""
     t = type(obj)  # (the exact types first: a state holds thousands of them)
     if t is np.ndarray:
-        return obj.copy() if obj.size and obj.flags.writeable else obj
+        return _array_copy(obj)
     if t in _ATOMS:
         return obj
     if t is dict:
-        out = {}
-        for k, v in obj.items():
-            tv = type(v)
-            if tv in _ATOMS:
-                out[k] = v
-            elif tv is np.ndarray:
-                out[k] = v.copy() if v.size and v.flags.writeable else v
-            else:
-                out[k] = copy_state(v)
-        return out
+        return {k: _copy_item(v) for k, v in obj.items()}
     if t is list:
         return [_copy_item(v) for v in obj]
-    if t is tuple:
-        for v in obj:  # (shared while every item is: scalars, empty or read-only arrays)
-            tv = type(v)
-            if tv not in _ATOMS and not (tv is np.ndarray and not (v.size and v.flags.writeable)):
-                return tuple([_copy_item(v) for v in obj])
-        return obj
+    if t is tuple:  # (shared while every item is: scalars, empty or read-only arrays)
+        items = [_copy_item(v) for v in obj]
+        return obj if all(a is b for a, b in zip(items, obj)) else tuple(items)
     if isinstance(obj, np.ndarray):
-        return obj.copy() if obj.size and obj.flags.writeable else obj
+        return _array_copy(obj)
     if isinstance(obj, (float, int, str, bool, np.generic)):
         return obj
     return copy.deepcopy(obj)
 
 
 def _copy_item(v: Any) -> Any:
-    """:func:`copy_state` of an item of a list or a tuple (its common leaves first)."""
+    """:func:`copy_state` of an item of a container, its common leaves without a call."""
     tv = type(v)
     if tv in _ATOMS:
         return v
     if tv is np.ndarray:
-        return v.copy() if v.size and v.flags.writeable else v
+        return _array_copy(v)
     return copy_state(v)
+
+
+def _array_copy(a: np.ndarray) -> np.ndarray:
+    """A copy of ``a``, or ``a`` itself when it is empty or read-only."""
+    return a.copy() if a.size and a.flags.writeable else a
 
 
 #: the immutable scalar types a state is copied without looking further

@@ -112,16 +112,16 @@ class RoundReplies(Mapping):
         self._messages = dict(messages) if messages is not None else None
         self._stacked = dict(stacked) if stacked is not None else None
         self._index: dict[str, int] | None = None  # (made at the first reply read by name)
+        self._made: dict[str, Message] = {}  # (the stacked replies' messages made so far)
         self.kind, self.round, self.channel = kind, round, channel
 
     def __getitem__(self, name: str) -> Message:
         if self._messages is not None:
             return self._messages[name]
-        if self._index is None:
-            self._index = {n: i for i, n in enumerate(self.names)}
-            self._made: dict[str, Message] = {}
         made = self._made.get(name)
         if made is None:
+            if self._index is None:
+                self._index = {n: i for i, n in enumerate(self.names)}
             i = self._index[name]
             payload = {k: (v[i].item() if v.ndim == 1 else v[i]) for k, v in self._stacked.items()}
             made = self._made[name] = Message(
@@ -142,9 +142,6 @@ class RoundReplies(Mapping):
         split in one call): what reading every reply costs."""
         if self._messages is not None:
             return
-        if self._index is None:
-            self._index = {n: i for i, n in enumerate(self.names)}
-            self._made = {}
         made = self._made
         if len(made) == len(self.names):
             return

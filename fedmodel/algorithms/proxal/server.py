@@ -68,16 +68,16 @@ from fedmodel.subproblems.select import make_solver
 #: "unbounded" needs the objective at the blown-up point this many times max(1, |f|)
 #: below the last iterate's (see ProxALServer.blow_up)
 UNBOUNDED_DROP = 10.0
-#: tau_k is at least this fraction of the last outer step's proximal part
-#: a multiplier plateau of the adaptive variant raises a defaulted beta by PENALTY_RAISE,
-#: at most PENALTY_RAISES times, before the monitor calls the run diverging
-#: (:meth:`ProxALServer.raise_penalty`)
+#: where the multipliers crawl, the adaptive variant raises a defaulted beta by
+#: PENALTY_RAISE, at most PENALTY_RAISES times (:meth:`ProxALServer.raise_penalty`): at a
+#: plateau the monitor would call diverging, or where the multiplier step has not halved
+#: over PENALTY_WINDOW outer iterations (:meth:`ProxALServer.multipliers_slow`; Birgin and
+#: Martinez's rule, over a window). Maros-Meszaros CVXQP3_S with its objective times 30
+#: takes 177 rounds with one raise (763 at beta = 1e5); no model of benchmarks/models.py
+#: --quick reaches it
 PENALTY_RAISE, PENALTY_RAISES = 10.0, 3
-#: and so does a multiplier step that has not halved over PENALTY_WINDOW outer iterations
-#: (:meth:`ProxALServer.multipliers_slow`; Birgin and Martinez's rule, over a window):
-#: Maros-Meszaros CVXQP3_S with its objective times 30 took 763 rounds at beta = 1e5 and
-#: takes 177 with one raise; no model of benchmarks/models.py --quick reaches it
 PENALTY_WINDOW = 5
+#: tau_k is at least this fraction of the last outer step's proximal part
 #: ||w^k - w^{k-1}||_inf / prox_beta of the measured stationarity (inner solvers that measure
 #: the gradient: the Newton-type routes) -- an inner solve more accurate than the outer step
 #: moves is spent on a point the next step leaves (a relative error criterion of inexact
@@ -215,8 +215,8 @@ class ProxALServer(ServerHalf):
         self.mu_norms: list[float] = []
         self.w_norms: list[float] = []
         self.dmu_history: list[float] = []
-        # the outer iterations after which beta was raised at a multiplier plateau
-        # (:meth:`raise_penalty`), and where the plateau monitor's history starts
+        # the outer iterations after which beta was raised (:meth:`raise_penalty`), and
+        # where the monitors' history of multiplier steps starts (at the last raise)
         self.penalty_raises: list[int] = []
         self.plateau_from = 0
         # Anderson acceleration memory of Algorithm 2 (0: off); not with party-owned
@@ -296,10 +296,15 @@ class ProxALServer(ServerHalf):
         solver's start (again in the objective's units when they change the parameters)."""
         self.take_objective_scale(replies)
         if self.take_objective_units():
-            runtime.next_round()
-            units = {"objective_units": np.array(self.objective_units)}
-            replies = self.collect(runtime, "units", {**self.start_request(), **units})
+            replies = self.units_round(runtime)
         self.inner.take_start(replies)
+
+    def units_round(self, runtime: Runtime):
+        """One ``units`` round: the clients take the parameters in ``objective_units`` and
+        start the inner solver again at the iterate; their replies."""
+        runtime.next_round()
+        units = {"objective_units": np.array(self.objective_units)}
+        return self.collect(runtime, "units", {**self.start_request(), **units})
 
     def collect(self, runtime: Runtime, kind: str, payload: dict) -> dict:
         """The clients' replies to ``kind`` as the server knows them, through the run's
@@ -850,8 +855,7 @@ class ProxALServer(ServerHalf):
         """The adaptive variant's final state: each client's rho_i, the route that ran (and
         why, and the one refused at the start), the options its defaults set, what the
         inner solver reports, the certificate's objective scale and the parameters' units
-        (:meth:`take_objective_units`), and beta's raises at multiplier plateaus
-        (:meth:`raise_penalty`)."""
+        (:meth:`take_objective_units`), and beta's raises (:meth:`raise_penalty`)."""
         out = {
             "objective_scale": self.objective_scale,
             "objective_units": list(self.objective_units),
@@ -987,13 +991,13 @@ class ProxALServer(ServerHalf):
         last :data:`PENALTY_WINDOW` outer iterations since beta last changed, above
         ``beta eps2``."""
         h, n = self.dmu_history[self.plateau_from :], PENALTY_WINDOW
-        if not n or len(h) <= n:
+        if len(h) <= n:
             return False
         return h[-1] > self.beta * self.options.eps2 and h[-1] > 0.5 * h[-1 - n]
 
     def may_raise_penalty(self) -> bool:
-        """Whether a multiplier plateau raises beta (:meth:`raise_penalty`) instead of
-        ending the run: the adaptive variant with beta at its default (a beta the user set
+        """Whether crawling multipliers raise beta (:meth:`raise_penalty`), and a plateau
+        does not end the run: the adaptive variant with beta at its default (a beta the user set
         is kept), on a convex model, with an inner solver that runs in the objective's
         units (its ``units`` round restarts it in the new beta; Algorithm 2 and exact-admm
         keep the user's units), fewer than :data:`PENALTY_RAISES` raises so far."""
@@ -1027,9 +1031,7 @@ class ProxALServer(ServerHalf):
         if self.outer_aa is not None:
             self.outer_aa = AndersonState(self.outer_aa.memory)
             self.outer_mem.clear()
-        runtime.next_round()
-        request = {"w": self.x[: self.ns], "objective_units": np.array(self.objective_units)}
-        self.inner.take_start(self.collect(runtime, "units", {**request, **self.inner_request()}))
+        self.inner.take_start(self.units_round(runtime))
 
     def update_multipliers(self, w: np.ndarray) -> float:
         """mu_0^{k+1} = [mu_0^k + beta c_0(w^{k+1})]_+ (and nu_0 += beta a_0); returns the
