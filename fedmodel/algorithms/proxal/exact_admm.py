@@ -1331,16 +1331,12 @@ class ExactClient(InnerClient):
         points = np.array(report.x, dtype=float)
         shared = points[:, : hosts[0].ns].copy()
         iterations = report.iterations.tolist()
-        # (each client's ProxALClient.note_residual_gap, its ratio computed for all at once)
-        gaps = (report.residual / np.maximum(tol, 1e-300)).tolist()
-        for part, h, x, its, gap in zip(parts, hosts, points, iterations, gaps):
+        residuals, tols = report.residual.tolist(), tol.tolist()
+        for part, h, x, its, res, t in zip(parts, hosts, points, iterations, residuals, tols):
             stats = h.stats
             stats["local_solves"] += 1
             stats["local_iterations"] += its
-            if not gap < np.inf:  # (no point reached: the client counts it)
-                h.note_residual_gap(gap, 1.0)
-            elif gap > stats["max_residual_gap"]:
-                stats["max_residual_gap"] = gap
+            h.note_residual_gap(res, t)
             part.u, part.checked = x, None
         return {"x": shared}
 
