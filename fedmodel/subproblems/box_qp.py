@@ -50,7 +50,8 @@ def box_qp(
 ) -> tuple[np.ndarray, int]:
     """``argmin 1/2 x^T Q x + c^T x`` over ``lo <= x <= hi`` by the primal-dual active-set
     method (module docstring); returns the last point (inside the box) and the iterations
-    used.
+    used. Fewer than ``max_iter`` iterations mean that the guess repeated: the point is the
+    minimiser to rounding (:func:`settled`).
 
     Parameters
     ----------
@@ -113,6 +114,22 @@ def box_qp(
         ):
             x = interior
     return x, iterations
+
+
+def settled(iterations: int, max_iter: int = BOX_QP_MAX_ITER) -> bool:
+    """Whether :func:`box_qp` ended on a repeated guess, from the iterations it returned:
+    its point then solves the KKT conditions up to rounding, so that no iterative method
+    started from it makes its measured residual smaller than rounding does (a residual
+    above a caller's tolerance is the rounding of an ill-conditioned ``Q``). A loop that
+    repeats its guess at the cap itself counts as not settled.
+
+    Examples
+    --------
+    >>> _, it = box_qp(np.eye(2), np.array([-2.0, 0.5]), np.zeros(2), np.ones(2))
+    >>> settled(it)
+    True
+    """
+    return iterations < max_iter
 
 
 def kkt_residual(Q, c, lo, hi, x) -> float:

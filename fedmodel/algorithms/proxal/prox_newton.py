@@ -76,7 +76,7 @@ from fedmodel.algorithms.proxal.obstacles import (
 )
 from fedmodel.algorithms.proxal.secant_rounds import SecantRounds
 from fedmodel.compiler.regularizer import Regularizer
-from fedmodel.subproblems.box_qp import box_qp
+from fedmodel.subproblems.box_qp import box_qp, settled
 from fedmodel.subproblems.merit import MeritProblem
 from fedmodel.subproblems.select import make_solver
 
@@ -159,7 +159,11 @@ def model_step(
 ) -> tuple[np.ndarray, float, int]:
     """Approximately ``argmin_x g^T (x - w) + (x - w)^T B (x - w) / 2 + h(x)``, by
     accelerated proximal gradient (FISTA) with adaptive (function-value and gradient)
-    restart, from ``x = w``, until ``dist_inf(0, g + B(x - w) + dh(x)) <= tol``.
+    restart, from ``x = w``, until ``dist_inf(0, g + B(x - w) + dh(x)) <= tol``. Where
+    ``h`` is bounds and sums of squares and ``B`` dense, the box QP is solved exactly first
+    (:func:`bounded_model_step`); its point is returned when it meets ``tol`` or when its
+    active-set loop settled (the residual is then rounding, which no FISTA iteration
+    lowers), and starts FISTA's comparison otherwise.
 
     Parameters
     ----------
@@ -200,7 +204,7 @@ def model_step(
         return best
     exact = bounded_model_step(g, op, reg, w, deadline)
     if exact is not None:
-        if exact[1] <= tol:
+        if exact[1] <= tol or settled(exact[2]):  # (settled: its residual is rounding)
             return exact
         best = min(best, exact, key=lambda b: b[1])
     L = op.lipschitz()
