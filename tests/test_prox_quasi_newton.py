@@ -112,6 +112,30 @@ def test_the_loop_stops_on_the_measured_subdifferential_distance():
     assert short.residual == pytest.approx(reg.dist_subdiff(short.w, A @ short.w - b))
 
 
+def test_the_loop_ends_at_its_rounding_floor_short_of_max_rounds():
+    """Gradients with noise of 1e-6 and values of size 1e9 (an augmented Lagrangian with a
+    raised penalty): tau = 1e-9 is below the floor, so the loop ends unsatisfied within
+    FLOOR_ROUNDS of the residual's last halving, not after max_rounds."""
+    from fedmodel.algorithms.proxal.prox_newton import FLOOR_ROUNDS
+
+    rng = np.random.default_rng(0)
+    A = np.diag(np.linspace(1.0, 4.0, 6))
+    b = np.linspace(-1.0, 1.0, 6)
+    reg = Regularizer.from_pieces([slice(0, 6)], [VariablePiece(l1=0.1)])
+
+    def evaluate(w):
+        noise = 1e-6 * rng.standard_normal(6)
+        return 1e9 + 0.5 * w @ A @ w - b @ w, A @ w - b + noise, A
+
+    w0 = np.zeros(6)
+    out = federated_prox_newton(evaluate, (w0, *evaluate(w0)), reg, 1e-9, max_rounds=500)
+    assert not out.satisfied and not out.stalled and not out.timed_out
+    assert out.rounds <= 3 * FLOOR_ROUNDS
+    # the point is the minimiser to the noise's size (coordinates beyond the l1 threshold)
+    expected = np.sign(b) * np.maximum(np.abs(b) - 0.1, 0.0) / np.diag(A)
+    assert np.abs(out.w - expected).max() <= 1e-5
+
+
 def test_the_loop_and_the_model_step_respect_a_deadline():
     A, b, reg, evaluate = _slow_problem()
     w0 = np.zeros(8)
