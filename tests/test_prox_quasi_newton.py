@@ -129,11 +129,35 @@ def test_the_loop_ends_at_its_rounding_floor_short_of_max_rounds():
 
     w0 = np.zeros(6)
     out = federated_prox_newton(evaluate, (w0, *evaluate(w0)), reg, 1e-9, max_rounds=500)
-    assert not out.satisfied and not out.stalled and not out.timed_out
+    assert not out.satisfied and not out.stalled and not out.timed_out and out.floor
     assert out.rounds <= 3 * FLOOR_ROUNDS
     # the point is the minimiser to the noise's size (coordinates beyond the l1 threshold)
     expected = np.sign(b) * np.maximum(np.abs(b) - 0.1, 0.0) / np.diag(A)
     assert np.abs(out.w - expected).max() <= 1e-5
+
+
+def test_an_inner_solve_at_its_floor_asks_for_the_certificate_when_feasible():
+    """Test (8) failed on the absolute stationarity of an inner solve at its rounding
+    floor: the certificate is evaluated when the measured violation and complementarity
+    meet (8)'s targets, and not otherwise."""
+    from types import SimpleNamespace
+
+    from fedmodel.algorithms.proxal.inner import InnerOutcome
+    from fedmodel.algorithms.proxal.server import ProxALServer
+
+    server = SimpleNamespace(
+        kkt_factors=(0.5, 0.5), options=SimpleNamespace(eps2=1e-6), eps1_units=1e-6
+    )
+
+    def outcome(floor):
+        return InnerOutcome(np.zeros(2), 3, 1e-5, False, 1e-5, floor=floor)
+
+    ask = ProxALServer.floor_near_stop
+    assert ask(server, outcome(True), (4e-7, 0.0))
+    assert not ask(server, outcome(False), (4e-7, 0.0))  # (not at the floor: (8) decides)
+    assert not ask(server, outcome(True), (6e-7, 0.0))  # (the violation misses eps2)
+    assert not ask(server, outcome(True), (4e-7, 6e-7))  # (complementarity misses eps1)
+    assert not ask(server, outcome(True), None)  # (nothing measured)
 
 
 def test_the_loop_and_the_model_step_respect_a_deadline():

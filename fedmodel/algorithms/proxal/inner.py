@@ -54,6 +54,7 @@ class InnerOutcome:
     gradient: np.ndarray | None = None  # grad l_k(w), measured (Newton)
     certificate: tuple[str, dict] | None = None  # a Farkas certificate found on the way
     certified: bool = False  # the KKT certificate held at w on the way (the run stops)
+    floor: bool = False  # ended short of tau at its rounding floor (the outer loop goes on)
 
 
 class InnerSolver(DeclaredState):

@@ -107,6 +107,8 @@ class NewtonOutcome:
         Rejected trial points (rounds that did not advance).
     gradient : ndarray
         ``grad l_k(w)`` at ``w``.
+    floor : bool
+        The loop ended short of ``tau`` at its rounding floor (the outer loop goes on).
     """
 
     w: np.ndarray
@@ -117,6 +119,7 @@ class NewtonOutcome:
     timed_out: bool = False
     backtracks: int = 0
     gradient: np.ndarray | None = None
+    floor: bool = False
 
 
 def newton_direction(H: np.ndarray, g: np.ndarray, factor=None) -> np.ndarray:

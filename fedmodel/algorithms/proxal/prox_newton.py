@@ -307,7 +307,8 @@ def federated_prox_newton(
     """Minimise ``S + h`` to ``dist_inf(0, grad S(w) + dh(w)) <= tau`` by proximal
     (quasi-)Newton steps with a backtracking line search on ``S + h``. At its rounding
     floor (:data:`FLOOR_ROUNDS`: the residual no longer halves and the model step predicts
-    a decrease the values cannot resolve) it returns unsatisfied, as at ``max_rounds``.
+    a decrease the values cannot resolve), or where the model's step is ``0``, it returns
+    unsatisfied with ``floor`` set.
 
     Parameters
     ----------
@@ -383,12 +384,14 @@ def federated_prox_newton(
             best, best_round = residual, rounds
         current = model
         d, delta = direction(current, residual)
-        if rounds - best_round >= FLOOR_ROUNDS and -delta <= ROUNDING_RELATIVE * max(1.0, abs(F)):
-            # (the rounding floor: as at max_rounds, the outer loop goes on from w)
-            return NewtonOutcome(w, rounds, residual, False, False, False, backtracks, g)
-        if not np.any(d):  # (no step: the model's minimiser is w at rounding level)
+        floor = rounds - best_round >= FLOOR_ROUNDS and -delta <= ROUNDING_RELATIVE * max(
+            1.0, abs(F)
+        )
+        if floor or not np.any(d):
+            # (the rounding floor, or no step: the model's minimiser is w at rounding
+            # level; as at max_rounds, the outer loop goes on from w)
             return NewtonOutcome(
-                w, rounds, residual, False, True, backtracks=backtracks, gradient=g
+                w, rounds, residual, False, backtracks=backtracks, gradient=g, floor=True
             )
         delta = min(delta, 0.0)  # (>= 0 at rounding level: only the test below accepts)
         t = 1.0
@@ -409,9 +412,9 @@ def federated_prox_newton(
                 remodels += 1
                 current = model_t
                 d, delta = direction(current, residual)
-                if not np.any(d):
+                if not np.any(d):  # (no step: as above)
                     return NewtonOutcome(
-                        w, rounds, residual, False, True, backtracks=backtracks, gradient=g
+                        w, rounds, residual, False, backtracks=backtracks, gradient=g, floor=True
                     )
                 delta = min(delta, 0.0)
                 t = 1.0
@@ -534,5 +537,5 @@ class ProxQNInner(QuasiNewtonInner):
             gradient = reg.closest_subgradient(out.w, out.gradient - shift) + shift
         return InnerOutcome(
             out.w, out.rounds, out.residual, out.satisfied, out.residual,
-            timed_out=out.timed_out, stalled=out.stalled, gradient=gradient,
+            timed_out=out.timed_out, stalled=out.stalled, gradient=gradient, floor=out.floor,
         )  # fmt: skip
