@@ -96,6 +96,18 @@ def test_a_wrong_form_of_a_checked_structure_is_caught_by_value(kind, at):
     assert not any(h.glm_verified for h in hosts)
 
 
+def test_checked_structures_are_probed_in_their_clients_order():
+    # a cohort of two structures (15 and 14 rows pad to 16), interleaved: once both are
+    # checked, every client is probed at its own row, and none is checked in full
+    hosts, forms = _hosts(_model("ls", rows=(15, 14, 15, 14)))
+    cohorts.check_forms(hosts, GLMCohort(forms), np.zeros((4, 3)))
+    assert len(cohorts._CHECKED_STRUCTURES) == 2
+    hosts, forms = _hosts(_model("ls", rows=(15, 14, 15, 14)))
+    cohorts.check_forms(hosts, GLMCohort(forms), np.zeros((4, 3)))
+    assert all(h.glm_verified and not h.glm_disagrees for h in hosts)
+    assert not any("functions" in h.program.__dict__ for h in hosts)
+
+
 def test_a_wrong_first_form_leaves_its_structure_unchecked():
     hosts, forms = _hosts(_model("ls"))
     forms[0] = _wrong(forms[0])

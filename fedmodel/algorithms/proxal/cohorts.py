@@ -190,7 +190,10 @@ def check_forms(hosts: list, cohort: GLMCohort, X: np.ndarray) -> None:
 
 
 def _subset(cohort: GLMCohort, idx: list[int]) -> GLMCohort:
-    return cohort if len(idx) == cohort.size else cohort.subset(np.array(idx))
+    """The clients ``idx`` of ``cohort``, in that order."""
+    if len(idx) == cohort.size and all(k == i for k, i in enumerate(idx)):
+        return cohort
+    return cohort.subset(np.array(idx))
 
 
 def _check_in_full(hosts: list, cohort: GLMCohort, X: np.ndarray, idx: list[int]) -> list:
