@@ -80,6 +80,11 @@ class SerialRuntime(Runtime):
     def _host_of(self, value) -> None:
         pass
 
+    @property
+    def placement(self) -> dict[str, Any]:
+        """Client -> where it runs: ``"server"`` (:data:`SERVER_HOST`) for every one."""
+        return dict.fromkeys(self.endpoints, SERVER_HOST)
+
     def _map(self, calls, steps):
         return {h: self._run_local(method, args) for h, (method, args) in calls.items()}
 
@@ -98,6 +103,9 @@ class _OneHost(Mapping):
 
     def __contains__(self, name: object) -> bool:
         return name in self._endpoints
+
+    def get(self, name: str, default: Any = None) -> Any:
+        return SERVER_HOST if name in self._endpoints else default
 
     def __iter__(self):
         return iter(self._endpoints)

@@ -28,6 +28,7 @@ gradient of ``P_{i,k}`` in its block, the ``outer`` reply carries
 from __future__ import annotations
 
 import functools
+import math
 
 import numpy as np
 
@@ -385,7 +386,7 @@ class ProxALClient(ClientHalf):
         ``local_solves_without_point`` instead, so the diagnostic 'report' stays finite and
         the run ends on the server's verdict rather than on a refused reply."""
         gap = float(residual) / max(float(tol), 1e-300)
-        if not np.isfinite(gap):
+        if not math.isfinite(gap):
             self.stats["local_solves_without_point"] = (
                 self.stats.get("local_solves_without_point", 0) + 1
             )
