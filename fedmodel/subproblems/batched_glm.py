@@ -266,6 +266,7 @@ class GLMCohort:
         gnorm = np.abs(G).max(axis=1, initial=0.0)
         iters = np.zeros(self.size, dtype=int)
         message = ["converged"] * self.size
+        searched_out = np.zeros(self.size, dtype=bool)  # (its line search failed)
         active = np.flatnonzero(gnorm > tol)
         eye = np.eye(self.n)
         while active.size:
@@ -303,8 +304,9 @@ class GLMCohort:
                 tiny = t[idx] < 1e-10
                 for k in idx[~ok & tiny]:
                     message[active[k]] = "line search failed (at machine precision?)"
+                    searched_out[active[k]] = True
                 todo[idx[~ok & tiny]] = False
-            failed = np.array([message[i].startswith("line search") for i in active])
+            failed = searched_out[active]
             keep = ~failed | (new_v <= vals[active])
             upd = active[keep]
             X[upd], vals[upd], G[upd] = new_X[keep], new_v[keep], new_G[keep]
