@@ -54,6 +54,74 @@ def test_the_walls_rule_keeps_its_limits(monkeypatch):
     assert route(_model(None, box))[0] == "quasi-newton"  # (10 rows per client, d = 4)
 
 
+def _rows_split(name: str, objective_at_a_client: bool = False):
+    """Maros-Meszaros ``name`` federated as benchmarks/maros_meszaros.py splits it (the
+    rows ``l <= A x <= u`` over four clients, the bounds and the objective at the server;
+    or the objective at the first client), and its pooled Clarabel optimum."""
+    from pathlib import Path
+
+    import numpy as np
+    import scipy.io as sio
+    from problems import CLARABEL_TIGHT
+    from scipy import sparse
+
+    import fedmodel as fm
+
+    raw = sio.loadmat(Path(__file__).parents[1] / "benchmarks/data/maros_meszaros" / f"{name}.mat")
+    n = int(np.asarray(raw["n"]).ravel()[0])
+    P, q = sparse.csc_matrix(raw["P"], dtype=float), raw["q"].ravel().astype(float)
+    A = sparse.csr_matrix(raw["A"], dtype=float)
+    lo, up = raw["l"].ravel().astype(float), raw["u"].ravel().astype(float)
+    lo[lo <= -1e19], up[up >= 1e19] = -np.inf, np.inf  # (the set's infinity)
+    rows = A.shape[0] - n
+    bounds = (lo[rows:], up[rows:])
+    model = fm.Model(name)
+    x = model.variable(n, name="x", bounds=bounds)
+    sites = [model.client(f"client{i}") for i in range(4)]
+    for site, block in zip(sites, np.array_split(np.arange(rows), 4)):
+        Ai = site.data(A[block], name="A")
+        cons = [Ai @ x >= lo[block]] if np.all(np.isfinite(lo[block])) else []
+        cons += [Ai @ x <= up[block]] if np.all(np.isfinite(up[block])) else []
+        site.subject_to(cons, name="rows")
+    owner = sites[0] if objective_at_a_client else model.server
+    owner.minimize(
+        0.5 * cp.quad_form(x, owner.data(P, name="P"), assume_PSD=True)
+        + owner.data(q, name="q") @ x
+    )
+    X = cp.Variable(n)
+    cons = []
+    for side, sign in ((lo, 1.0), (up, -1.0)):
+        rows_at, vars_at = (
+            np.flatnonzero(np.isfinite(side[:rows])),
+            np.flatnonzero(np.isfinite(side[rows:])),
+        )
+        if rows_at.size:
+            cons += [sign * (A[rows_at] @ X) >= sign * side[rows_at]]
+        if vars_at.size:
+            cons += [sign * X[vars_at] >= sign * side[rows:][vars_at]]
+    pooled = cp.Problem(cp.Minimize(0.5 * cp.quad_form(X, P, assume_PSD=True) + q @ X), cons)
+    pooled.solve(solver="CLARABEL", **CLARABEL_TIGHT)
+    assert pooled.status == "optimal", pooled.status
+    return model, pooled.value
+
+
+def test_polyhedral_walls_of_objective_free_clients_keep_prox_quasi_newton():
+    """A QP split as its rows (Maros-Meszaros PRIMALC2, 231 variables, 7 rows): each
+    client's exact step would be a projection onto its polyhedron, whose consensus crawled
+    (exact-admm read it as infeasible); "auto" keeps prox-quasi-newton, which certifies
+    the optimum. A walled client with an objective keeps exact-admm."""
+    from fedmodel.algorithms.proxal.obstacles import polyhedral_walls_only
+
+    model, ref = _rows_split("PRIMALC2")
+    assert polyhedral_walls_only(model.compile())
+    res = model.solve(method="prox-al")
+    assert res.extra["inner_solver"] == "prox-quasi-newton"
+    assert res.status == "optimal", res.message
+    assert abs(res.objective - ref) <= 1e-3 * max(1.0, abs(ref))
+    walled_objective, _ = _rows_split("PRIMALC2", objective_at_a_client=True)
+    assert not polyhedral_walls_only(walled_objective.compile())
+
+
 def test_walls_above_the_dense_size_go_to_exact_admm_when_parties_have_few_rows(monkeypatch):
     """Above EXACT_WALLS_MAX_SHARED the exact steps are Woodbury steps when each party has
     at most LOW_RANK_RATIO * d data rows (here 10 rows, d = 40 > the patched limit 3)."""
