@@ -66,8 +66,8 @@ def _secant_reference(value, x0: np.ndarray) -> float:
             g1 = np.atleast_1d(np.asarray(value(x0 + delta), dtype=float))
         except (ValueError, FloatingPointError, ZeroDivisionError):
             return ref
-        if np.all(np.isfinite(g1)):
-            ref = max(ref, float(np.abs(g1 - g0).max(initial=0.0)) / delta)
+        if np.all(np.isfinite(g1)) and g1.size:
+            ref = max(ref, float(np.abs(g1 - g0).mean()) / delta)
     return ref
 
 
@@ -151,7 +151,7 @@ def plain_objective_references(value_grad, X: np.ndarray) -> np.ndarray:
     finite0 = np.all(np.isfinite(G0), axis=1)
     both = finite0 & np.all(np.isfinite(G1), axis=1)
     G0 = np.where(finite0[:, None], G0, 0.0)
-    change = np.abs(np.where(both[:, None], G1 - G0, 0.0)).max(axis=1, initial=0.0)
+    change = np.abs(np.where(both[:, None], G1 - G0, 0.0)).mean(axis=1) if X.shape[1] else 0.0
     return np.maximum(np.abs(G0).max(axis=1, initial=0.0), change / delta)
 
 
