@@ -28,7 +28,9 @@ and adapts ``sigma`` to the primal and dual residuals relative to the sizes
 of their terms (OSQP's rule, Stellato et al. 2020; with a ``rb_ratio`` of the user's, Boyd
 et al. 2011, Sec. 3.4.1's balancing at that ratio; ``adaptive_rho``, ``rb_rounds``, within
 ``[rho / 1000, 1000 rho]``; ``rho`` is the starting ``sigma``; the relative rule in every
-round, Boyd's in the first ``rb_rounds``). The penalty and the duals are carried over to
+round, Boyd's in the first ``rb_rounds``). A consensus gap that settles while ``sigma`` is
+below the top of that range raises ``sigma`` tenfold and the range's bottom with it
+(:data:`STALL_RAISE`): only at the top is it read as a sign of infeasibility. The penalty and the duals are carried over to
 the next outer iteration (warm start), ``z`` restarts at ``w^k``.
 
 Stopping (the analogue of Algorithm 2's bound (19)): the clients' optimality conditions
@@ -1030,11 +1032,12 @@ class ExactInner(InnerSolver):
             info={"inner_iterations": outcome.iterations, "inner_bound": outcome.bound},
             stop="diverging",
             message=(
-                f"the parties' constraints admit no common point: at outer iteration "
-                f"{k} the consensus gap of exact-admm settled at {outcome.bound:.3g} "
-                f"(target tau_k = {tau:.3g}) while the server's point stopped moving "
-                "and the duals grow; the model is likely infeasible (method="
-                "'centralized' gives the pooled solver's certificate)"
+                f"at outer iteration {k} the consensus gap of exact-admm settled at "
+                f"{outcome.bound:.3g} (target tau_k = {tau:.3g}) with the penalty at "
+                f"sigma = {self.admm.sigma:.3g} while the server's point stopped moving "
+                "and the duals grow, and the parties' Farkas certificate did not confirm "
+                "it: the constraints likely admit no common point, which the method has "
+                "not proved (method='centralized' gives the pooled solver's verdict)"
             ),
         )
 
