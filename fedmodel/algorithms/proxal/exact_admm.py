@@ -1036,8 +1036,8 @@ class ExactInner(InnerSolver):
                 f"{outcome.bound:.3g} (target tau_k = {tau:.3g}) with the penalty at "
                 f"sigma = {self.admm.sigma:.3g} while the server's point stopped moving "
                 "and the duals grow, and the parties' Farkas certificate did not confirm "
-                "it: the constraints likely admit no common point, which the method has "
-                "not proved (method='centralized' gives the pooled solver's verdict)"
+                "it: the model is likely infeasible, which the method has not proved "
+                "(method='centralized' gives the pooled solver's verdict)"
             ),
         )
 
