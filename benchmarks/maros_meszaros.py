@@ -388,7 +388,26 @@ def _group_table(group: list[dict], tol: float) -> list[str]:
 
 
 #: what the committed runs showed (hand-written; the tables are generated)
-NOTES = """## Notes (beta raised where the multipliers crawl, 2026-11-30, session 28)
+NOTES = """## Notes (the objective's unit S by its mean curvature; sigma raised before a settled gap reads as infeasible; 2026-11-30, session 29)
+
+- The certificate's objective unit S takes the curvature's mean over the coordinates (it was
+  the largest entry of ``P 1``: QSC205 has one dense row, S = 35 with ``||q||_inf = 1`` and
+  f* = -0.0058, so its gap of 4.7e-3 passed as 1.3e-4 of S). A lower S only tightens the
+  certificate (its floors and the complementarity gap's unit), and moves prox-al's parameter
+  unit where S crosses a band. exact-admm: a consensus gap that settles below the top of
+  sigma's range raises sigma tenfold (PRIMALC1/2/8 had their sigma driven to its floor by
+  a free variable at 2e4 and ended "diverging", likely infeasible, on feasible problems).
+- Server-objective at eps 1e-3, 60 s: the whole set (``--jobs 1``) ran to QETAMACR, then
+  stopped (its working directory was replaced by another process); the other 30 again with
+  ``--problems`` (QADLITTL, QE226, QETAMACR again: load 7-8 had cut them short). 44 right
+  (43 before): QSC205 optimal but wrong (gap 4.7e-3, 1,021 rounds) -> optimal and right
+  (gap 9.1e-4, violation 9.7e-4, 3,024 rounds); PRIMALC1, PRIMALC2, PRIMALC8 diverging ->
+  time_limit (points still wrong; no infeasibility verdict); none optimal but wrong. Rounds
+  of the right: DUAL1 53 -> 69, DUAL2 33 -> 40, DUAL3 28 -> 37, QSCSD1 29 -> 112 (the
+  stricter certificate), median 30 -> 41.5. QGROW7 max_iterations -> time_limit,
+  QPCBOEI2/QPCSTAIR/QRECIPE time_limit -> inaccurate.
+
+## Notes (beta raised where the multipliers crawl, 2026-11-30, session 28)
 
 - prox-al's adaptive variant with a (quasi-)Newton route raises a defaulted beta tenfold
   (at most three times) where the multiplier step has not halved over 5 outer iterations

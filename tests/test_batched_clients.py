@@ -211,13 +211,17 @@ def test_a_run_evaluates_its_clients_in_one_batch(monkeypatch):
     import fedmodel.algorithms.proxal.client as client_module
 
     sizes = []
-    evaluations = client_module.plain_objective_evaluations
 
-    def spy(value_grad, X):
-        sizes.append(X.shape[0])
-        return evaluations(value_grad, X)
+    def spy(evaluations):
+        def batched(value_grad, X):
+            sizes.append(X.shape[0])
+            return evaluations(value_grad, X)
 
-    monkeypatch.setattr(client_module, "plain_objective_evaluations", spy)
+        return batched
+
+    # (message by message batched, or in one stacked step: either evaluates all 12 at once)
+    for name in ("plain_objective_evaluations", "plain_objective_rows"):
+        monkeypatch.setattr(client_module, name, spy(getattr(client_module, name)))
     res = _model(kind="logistic").solve("prox-al", history=False)
     assert res.status == "optimal"
     assert sizes and set(sizes) == {12}

@@ -755,3 +755,38 @@ def test_maximum_entropy_is_optimal_at_a_tight_eps():
     verdict = suite.judge(case, res.solution, ref["f_star"])
     assert abs(verdict["rel_gap"]) <= 1e-5
     assert verdict["rel_violation"] <= 1e-5
+
+
+def test_a_settled_consensus_gap_raises_sigma_before_it_reads_as_infeasible(monkeypatch):
+    """A free variable pushed to 1e4 by a linear objective and held by one client's row
+    (``x_0 + a^T x <= 0``; the model is feasible, ``f* = 0``) dominates ``||x_i||``, so the
+    relative rule reads the consensus gap of the other coordinates as small and drives
+    ``sigma`` to the bottom of its range, where the gap settles: a sign of infeasibility
+    only at the top of the range. The run takes one outer iteration without a false
+    verdict, with sigma raised above the relative rule's floor by the raise factor."""
+    from fedmodel.algorithms.proxal import exact_admm
+
+    starts = []
+    init = exact_admm.ExactADMM.__init__
+
+    def keep(self, *args, **kwargs):
+        init(self, *args, **kwargs)
+        starts.append(self.sigma_start)
+
+    monkeypatch.setattr(exact_admm.ExactADMM, "__init__", keep)
+    rng = np.random.default_rng(0)
+    n, rows = 12, 4
+    A = np.hstack([np.ones((rows, 1)), rng.uniform(0, 2000, (rows, n - 1))])
+    b = np.concatenate([[0.0], rng.uniform(1, 3, rows - 1) * 1e4])
+    m = fm.Model("free-variable")
+    x = m.variable(n, name="x")
+    m.server.minimize(-x[0] + 0.5 * cp.sum_squares(x[1:]))
+    m.server.subject_to(x[1:] >= 0)
+    for i in range(rows):
+        c = m.client(f"c{i}")
+        c.subject_to(c.data(A[i : i + 1], name="A") @ x <= b[i])
+    res = m.solve("prox-al", eps=1e-3, max_outer=1, history=False)
+    assert res.extra["inner_solver"] == "exact-admm"
+    assert res.status not in ("diverging", "infeasible", "unbounded"), res.message
+    floor = starts[-1] / exact_admm.SIGMA_RANGE
+    assert res.extra["exact_admm_sigma"] >= exact_admm.STALL_RAISE * floor * (1 - 1e-12)

@@ -28,7 +28,9 @@ and adapts ``sigma`` to the primal and dual residuals relative to the sizes
 of their terms (OSQP's rule, Stellato et al. 2020; with a ``rb_ratio`` of the user's, Boyd
 et al. 2011, Sec. 3.4.1's balancing at that ratio; ``adaptive_rho``, ``rb_rounds``, within
 ``[rho / 1000, 1000 rho]``; ``rho`` is the starting ``sigma``; the relative rule in every
-round, Boyd's in the first ``rb_rounds``). The penalty and the duals are carried over to
+round, Boyd's in the first ``rb_rounds``). A consensus gap that settles while ``sigma`` is
+below the top of that range raises ``sigma`` tenfold and the range's bottom with it
+(:data:`STALL_RAISE`): only at the top is it read as a sign of infeasibility. The penalty and the duals are carried over to
 the next outer iteration (warm start), ``z`` restarts at ``w^k``.
 
 Stopping (the analogue of Algorithm 2's bound (19)): the clients' optimality conditions
@@ -107,6 +109,13 @@ PRIMAL_FRACTION = 1.0
 #: primal residual changed by at most INFEASIBLE_CHANGE (relative) over that many rounds,
 #: stays above tau_k, and the dual residual is below INFEASIBLE_CHANGE times it
 INFEASIBLE_WINDOW, INFEASIBLE_CHANGE = 50, 1e-3
+#: the same signature at a penalty below the top of its range is also that of a penalty
+#: too small for the consensus (the primal residual a thousand times the dual one): before
+#: it is read as infeasibility, sigma is raised by this factor and kept at least there
+#: (the relative rule measures the consensus gap against ||x_i||, which one large
+#: coordinate can dominate: Maros-Meszaros PRIMALC1, a free variable at 2e4, drove sigma
+#: to its floor and the gap of the other coordinates settled at 0.16 on a feasible model)
+STALL_RAISE = 10.0
 #: the Farkas certificate is tried within an inner solve once the primal residual has
 #: settled over this many rounds at a fixed sigma (relative change at most
 #: INFEASIBLE_CHANGE) above its target, then again after 1, 2, 4, ... more rounds: the
@@ -226,6 +235,8 @@ class ExactADMM:
         max_delay: int = 1,
     ):
         self.sigma = self.sigma_start = float(sigma)
+        # the least sigma since a settled consensus gap raised it (:data:`STALL_RAISE`)
+        self.sigma_least = self.sigma_start / SIGMA_RANGE
         self.sampler = sampler
         self.sampled_rounds = self.client_steps = 0
         self.quorum, self.max_delay = quorum, int(max_delay)
@@ -249,6 +260,7 @@ class ExactADMM:
             "duals": {k: v.copy() for k, v in self.duals.items()},
             "rejections": self.rejections,
             "held": self.held,
+            "sigma_least": self.sigma_least,
         }
         if self.sampler is not None:  # (its generator: a resumed run draws the same clients)
             state["sampler"] = self.sampler.get_state()
@@ -262,6 +274,7 @@ class ExactADMM:
         self.duals = {k: np.array(v, dtype=float) for k, v in state["duals"].items()}
         self.rejections = int(state["rejections"])
         self.held = bool(state.get("held", False))
+        self.sigma_least = float(state.get("sigma_least", self.sigma_start / SIGMA_RANGE))
         if self.sampler is not None and "sampler" in state:
             self.sampler.set_state(state["sampler"])
             self.sampled_rounds, self.client_steps = (int(c) for c in state["counts"])
@@ -356,14 +369,20 @@ class ExactADMM:
                 self.duals = dict(zip(names, U_new))
                 return InnerOutcome(w, t + 1, bound, True, residual)
             primals.append(primal)
+            raised = False
             if (
                 server.options.monitor
                 and server.may_be_infeasible  # (no constraint, no box: always feasible)
                 and t - fixed_since >= INFEASIBLE_WINDOW
                 and self.infeasible(primals, dual, tau)
             ):
-                self.duals = dict(zip(names, U_new))
-                return InnerOutcome(w, t + 1, bound, False, residual, stalled=True)
+                top = self.sigma_start * SIGMA_RANGE
+                if self.balancing is None or self.sigma >= top:
+                    self.duals = dict(zip(names, U_new))
+                    return InnerOutcome(w, t + 1, bound, False, residual, stalled=True)
+                new = self.sigma_least = min(self.sigma * STALL_RAISE, top)
+                U_new = U_new * (self.sigma / new)  # (scaled duals u = y / sigma)
+                self.sigma, fixed_since, raised = new, t + 1, True
             settled = t - fixed_since
             proven = self.farkas_when_due(server, runtime, w, primals, tau, settled, farkas, t)
             if proven is not None:
@@ -394,7 +413,11 @@ class ExactADMM:
             # (Boyd's balancing in the first rb_rounds rounds; the relative rule in every
             # round, as OSQP: with it in the first 50 only, lad-20's consensus crawled at a
             # fixed sigma until the infeasibility check read it as infeasible, 407 rounds)
-            if self.balancing is not None and (t < self.balancing[2] or self.balancing[0] is None):
+            if raised:
+                changed = True
+            elif self.balancing is not None and (
+                t < self.balancing[2] or self.balancing[0] is None
+            ):
                 new = self.penalty(sigma, z, z_new, X, U_new)
                 if new != sigma:  # scaled duals u = y / sigma
                     U_new = U_new * (sigma / new)
@@ -709,7 +732,7 @@ class ExactADMM:
         """:meth:`penalty`'s rule on the primal residual ``r``, the dual residual ``s`` and
         the sizes of their terms (``scale_x``: the points', ``scale_y``: the duals')."""
         ratio, factor, _ = self.balancing
-        lo, hi = self.sigma_start / SIGMA_RANGE, self.sigma_start * SIGMA_RANGE
+        lo, hi = self.sigma_least, self.sigma_start * SIGMA_RANGE
         if ratio is not None:
             if r > ratio * s:
                 return min(sigma * factor, hi)
@@ -1009,11 +1032,12 @@ class ExactInner(InnerSolver):
             info={"inner_iterations": outcome.iterations, "inner_bound": outcome.bound},
             stop="diverging",
             message=(
-                f"the parties' constraints admit no common point: at outer iteration "
-                f"{k} the consensus gap of exact-admm settled at {outcome.bound:.3g} "
-                f"(target tau_k = {tau:.3g}) while the server's point stopped moving "
-                "and the duals grow; the model is likely infeasible (method="
-                "'centralized' gives the pooled solver's certificate)"
+                f"at outer iteration {k} the consensus gap of exact-admm settled at "
+                f"{outcome.bound:.3g} (target tau_k = {tau:.3g}) with the penalty at "
+                f"sigma = {self.admm.sigma:.3g} while the server's point stopped moving "
+                "and the duals grow, and the parties' Farkas certificate did not confirm "
+                "it: the model is likely infeasible, which the method has not proved "
+                "(method='centralized' gives the pooled solver's verdict)"
             ),
         )
 
