@@ -111,15 +111,18 @@ def test_a_cycling_active_set_is_finished_by_the_interior_point_method():
     on Maros-Meszaros QSCSD1, kept to 6 digits: its primal-dual active-set guesses never
     repeat within the cap; the interior-point solve gives the minimiser (Clarabel on the
     problem as cvxpy states it agrees), where the last guess's point is ~1e4 off in its KKT
-    residual."""
+    residual, and the loop from the interior point (the polish) repeats its guess: the
+    point is exact (settled)."""
     from pathlib import Path
 
-    from fedmodel.subproblems.box_qp import kkt_residual
+    from fedmodel.subproblems.box_qp import _active_set_loop, kkt_residual, settled
 
     data = np.load(Path(__file__).parent / "data" / "box_qp_cycle.npz")
     Q, c, lo, hi = data["Q"], data["c"], data["lo"], data["hi"]
+    _, cycle, repeated = _active_set_loop(Q, c, lo, hi, np.clip(np.zeros(c.size), lo, hi), 50)
+    assert cycle == BOX_QP_MAX_ITER and not repeated  # (no repeated guess from 0)
     x, iterations = box_qp(Q, c, lo, hi)
-    assert iterations == BOX_QP_MAX_ITER  # (no repeated guess)
+    assert settled(iterations)  # (the polish's)
     assert kkt_residual(Q, c, lo, hi, x) <= 1e-9 * np.abs(c).max()
     X = cp.Variable(c.size)
     pooled = cp.Problem(cp.Minimize(0.5 * cp.quad_form(X, Q, assume_PSD=True) + c @ X), [X >= lo])

@@ -12,8 +12,10 @@ with an augmented-Lagrangian penalty of 1e5 took ~1,500 iterations per step; thi
 handful). It may cycle on a ``Q`` that is not an M-matrix (a secant model of
 Maros-Meszaros QSCSD1: no guess repeated in 50 iterations, the point's KKT residual
 ~1e3): a loop that ends without a repeated guess hands the problem to Clarabel's
-interior-point method (:func:`box_qp_interior`, iterations independent of the guesses) and
-returns whichever point has the smaller KKT residual; the caller checks it.
+interior-point method (:func:`box_qp_interior`, iterations independent of the guesses),
+and the loop from the interior point (a polish, as OSQP polishes its ADMM point) returns
+its point when its guess repeats; otherwise whichever of the two points has the smaller
+KKT residual is returned, and the caller checks it.
 
 Examples
 --------
@@ -37,6 +39,11 @@ BOX_QP_MAX_ITER = 50
 #: iteration cap of the interior-point finish (Clarabel takes 15-25 on the cycling model
 #: steps of Maros-Meszaros QSCSD1 at its tolerances of 1e-12)
 INTERIOR_MAX_ITER = 60
+#: iteration cap of the polish after the interior-point finish: the active-set loop from
+#: the interior point, whose guess is the active set up to the coordinates ~1e-8 inside a
+#: bound (their gradient, which the interior point leaves, read as a subgradient residual
+#: of ~10 by prox-quasi-newton's model step on Maros-Meszaros HS118)
+POLISH_MAX_ITER = 5
 
 
 def box_qp(
@@ -51,7 +58,8 @@ def box_qp(
     """``argmin 1/2 x^T Q x + c^T x`` over ``lo <= x <= hi`` by the primal-dual active-set
     method (module docstring); returns the last point (inside the box) and the iterations
     used. Fewer than ``max_iter`` iterations mean that the guess repeated: the point is the
-    minimiser to rounding (:func:`settled`).
+    minimiser to rounding (:func:`settled`). After an interior-point finish, a polish that
+    repeats its guess returns its point and its own (fewer) iterations.
 
     Parameters
     ----------
@@ -82,18 +90,35 @@ def box_qp(
     lo = np.broadcast_to(np.asarray(lo, dtype=float), (n,))
     hi = np.broadcast_to(np.asarray(hi, dtype=float), (n,))
     x = np.clip(np.zeros(n) if x0 is None else np.asarray(x0, dtype=float), lo, hi)
+    x, iterations, repeated = _active_set_loop(Q, c, lo, hi, x, max_iter)
+    if not repeated:  # (the guesses cycle: the interior-point solve, where it does better)
+        interior = box_qp_interior(Q, c, lo, hi, deadline)
+        if interior is not None:
+            # (the polish: the interior point's guess, made exact by the loop from it)
+            polished, polish, repeated = _active_set_loop(Q, c, lo, hi, interior, POLISH_MAX_ITER)
+            if repeated:
+                return polished, polish
+            if kkt_residual(Q, c, lo, hi, interior) < kkt_residual(Q, c, lo, hi, x):
+                x = interior
+    return x, iterations
+
+
+def _active_set_loop(Q, c, lo, hi, x, max_iter: int) -> tuple[np.ndarray, int, bool]:
+    """The primal-dual active-set iterations of :func:`box_qp` from ``x`` (inside the box):
+    the last point (clipped to the box), the iterations and whether the guess repeated."""
+    x = np.array(x, dtype=float)
     lam = Q @ x + c  # (the gradient: the multiplier, >= 0 at a lower bound, <= 0 at an upper)
     unit = np.maximum(np.abs(np.diag(Q)), np.finfo(float).tiny)  # (lam / Q_jj: x's units)
     guess = None
     iterations = 0
-    settled = False
+    repeated = False
     while iterations < max_iter:
         iterations += 1
         at_lo = (lo - x) + lam / unit > 0
         at_hi = ~at_lo & ((hi - x) + lam / unit < 0)
         key = np.where(at_lo, 1, np.where(at_hi, 2, 0))
         if guess is not None and np.array_equal(key, guess):
-            settled = True
+            repeated = True
             break
         guess = key
         free = key == 0
@@ -106,14 +131,7 @@ def box_qp(
             except (np.linalg.LinAlgError, ValueError):
                 x[free] = np.linalg.lstsq(Q[np.ix_(free, free)], rhs, rcond=None)[0]
         lam = np.where(free, 0.0, Q @ x + c)
-    x = np.clip(x, lo, hi)
-    if not settled:  # (the guesses cycle: the interior-point solve, where it does better)
-        interior = box_qp_interior(Q, c, lo, hi, deadline)
-        if interior is not None and kkt_residual(Q, c, lo, hi, interior) < kkt_residual(
-            Q, c, lo, hi, x
-        ):
-            x = interior
-    return x, iterations
+    return np.clip(x, lo, hi), iterations, repeated
 
 
 def settled(iterations: int, max_iter: int = BOX_QP_MAX_ITER) -> bool:
