@@ -409,9 +409,12 @@ NOTES = """## Notes (polyhedral walls keep prox-quasi-newton; its rounding floor
   where it crawled (DUALC8 371 -> 17, QAFIRO 631 -> 119, QADLITTL 3,474 -> 2,798): median
   rounds of the right 41.5 -> 56. eps 1e-6: 48 right (40): CVXQP3_M, QBANDM (the floor),
   QSCSD1 (the polish: 168 rounds, 2.9 s), the PRIMAL and PRIMALC problems, QSCORPIO,
-  QRECIPE, QSC205 right; GOULDQP2 and QADLITTL end time_limit with 1,354 and 1,583 rounds
-  (1,942 rounds in 53 s on a quieter core for GOULDQP2), QSCAGR7 max_iterations with the
-  point right.
+  QRECIPE, QSC205 right; QSCAGR7 max_iterations with the point right. GOULDQP2 and
+  QADLITTL at 1e-6 and QPCSTAIR at both eps ended time_limit under that load; rerun on a
+  quiet core (load 0.2-1, ``--problems GOULDQP2,QADLITTL`` at 1e-6, ``--problems
+  QPCSTAIR`` at both): GOULDQP2 optimal and right in 1,942 rounds (40 s), QADLITTL in
+  2,843 (34 s), QPCSTAIR at 1e-3 in 2,001 (47 s), QPCSTAIR at 1e-6 time_limit at 2,641
+  rounds with the point right. Tables: 51 right at 1e-3, 50 at 1e-6.
 
 ## Notes (the objective's unit S by its mean curvature; sigma raised before a settled gap reads as infeasible; 2026-11-30, session 29)
 
