@@ -27,7 +27,7 @@ def _random_qp(n, cond, seed):
 @pytest.mark.parametrize("seed", range(5))
 def test_box_qp_matches_clarabel_on_ill_conditioned_problems(seed):
     Q, c, lo, hi = _random_qp(40, 1e6, seed)
-    x, iterations = box_qp(Q, c, lo, hi)
+    x, iterations, _ = box_qp(Q, c, lo, hi)
     X = cp.Variable(40)
     cons = [X[np.isfinite(lo)] >= lo[np.isfinite(lo)], X[np.isfinite(hi)] <= hi[np.isfinite(hi)]]
     prob = cp.Problem(cp.Minimize(0.5 * cp.quad_form(X, cp.psd_wrap(Q)) + c @ X), cons)
@@ -77,7 +77,7 @@ def test_a_settled_box_qp_ends_the_model_step_below_its_tolerance():
     x, residual, iterations = model_step(g, Counted(Q), reg, w, tol=0.0)
     assert residual > 0.0  # (rounding: the tolerance is not met)
     assert iterations < BOX_QP_MAX_ITER and Counted.products <= 1
-    exact, _ = box_qp(Q + 0.5 * np.eye(60), g - Q @ w, lo, hi, x0=w)
+    exact, _, _ = box_qp(Q + 0.5 * np.eye(60), g - Q @ w, lo, hi, x0=w)
     assert np.array_equal(x, exact)
 
 
@@ -102,7 +102,7 @@ def test_a_quadratic_step_over_a_box_is_solved_exactly_by_the_box_qp_backend():
     assert isinstance(solver, BoxQuadraticSolver)
     report = solver.solve(np.zeros(30), 1e-9 * np.abs(c).max())
     assert report.backend == "box-qp" and report.converged
-    expected, _ = box_qp(Q + 2.0 * np.eye(30), c - 2.0 * center, lo, hi)
+    expected, _, _ = box_qp(Q + 2.0 * np.eye(30), c - 2.0 * center, lo, hi)
     assert np.allclose(report.x, expected, atol=1e-9)
 
 
@@ -115,14 +115,14 @@ def test_a_cycling_active_set_is_finished_by_the_interior_point_method():
     point is exact (settled)."""
     from pathlib import Path
 
-    from fedmodel.subproblems.box_qp import _active_set_loop, kkt_residual, settled
+    from fedmodel.subproblems.box_qp import _active_set_loop, kkt_residual
 
     data = np.load(Path(__file__).parent / "data" / "box_qp_cycle.npz")
     Q, c, lo, hi = data["Q"], data["c"], data["lo"], data["hi"]
     _, cycle, repeated = _active_set_loop(Q, c, lo, hi, np.clip(np.zeros(c.size), lo, hi), 50)
     assert cycle == BOX_QP_MAX_ITER and not repeated  # (no repeated guess from 0)
-    x, iterations = box_qp(Q, c, lo, hi)
-    assert settled(iterations)  # (the polish's)
+    x, iterations, exact = box_qp(Q, c, lo, hi)
+    assert exact  # (the polish's)
     assert kkt_residual(Q, c, lo, hi, x) <= 1e-9 * np.abs(c).max()
     X = cp.Variable(c.size)
     pooled = cp.Problem(cp.Minimize(0.5 * cp.quad_form(X, Q, assume_PSD=True) + c @ X), [X >= lo])

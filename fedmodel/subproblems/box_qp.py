@@ -21,7 +21,7 @@ Examples
 --------
 >>> import numpy as np
 >>> Q = np.array([[2.0, 0.5], [0.5, 1.0]]); c = np.array([-4.0, 1.0])
->>> x, it = box_qp(Q, c, np.array([0.0, 0.0]), np.array([1.0, np.inf]))
+>>> x, it, exact = box_qp(Q, c, np.array([0.0, 0.0]), np.array([1.0, np.inf]))
 >>> x.tolist()
 [1.0, 0.0]
 """
@@ -54,12 +54,14 @@ def box_qp(
     x0: np.ndarray | None = None,
     max_iter: int = BOX_QP_MAX_ITER,
     deadline: float | None = None,
-) -> tuple[np.ndarray, int]:
+) -> tuple[np.ndarray, int, bool]:
     """``argmin 1/2 x^T Q x + c^T x`` over ``lo <= x <= hi`` by the primal-dual active-set
-    method (module docstring); returns the last point (inside the box) and the iterations
-    used. Fewer than ``max_iter`` iterations mean that the guess repeated: the point is the
-    minimiser to rounding (:func:`settled`). After an interior-point finish, a polish that
-    repeats its guess returns its point and its own (fewer) iterations.
+    method (module docstring); returns the last point (inside the box), the iterations
+    used and whether the point is exact: a loop (or the polish after an interior-point
+    finish) whose guess repeated, so that the point solves the KKT conditions up to
+    rounding and no iterative method started from it makes its measured residual smaller
+    than rounding does (a residual above a caller's tolerance is the rounding of an
+    ill-conditioned ``Q``).
 
     Parameters
     ----------
@@ -80,9 +82,9 @@ def box_qp(
     Examples
     --------
     >>> import numpy as np
-    >>> x, _ = box_qp(np.eye(3), np.array([-2.0, 0.5, -0.2]), np.zeros(3), np.ones(3))
-    >>> x.tolist()
-    [1.0, 0.0, 0.2]
+    >>> x, _, exact = box_qp(np.eye(3), np.array([-2.0, 0.5, -0.2]), np.zeros(3), np.ones(3))
+    >>> x.tolist(), exact
+    ([1.0, 0.0, 0.2], True)
     """
     Q = np.asarray(Q, dtype=float)
     c = np.asarray(c, dtype=float)
@@ -97,10 +99,10 @@ def box_qp(
             # (the polish: the interior point's guess, made exact by the loop from it)
             polished, polish, repeated = _active_set_loop(Q, c, lo, hi, interior, POLISH_MAX_ITER)
             if repeated:
-                return polished, polish
+                return polished, iterations + polish, True
             if kkt_residual(Q, c, lo, hi, interior) < kkt_residual(Q, c, lo, hi, x):
                 x = interior
-    return x, iterations
+    return x, iterations, repeated
 
 
 def _active_set_loop(Q, c, lo, hi, x, max_iter: int) -> tuple[np.ndarray, int, bool]:
@@ -132,22 +134,6 @@ def _active_set_loop(Q, c, lo, hi, x, max_iter: int) -> tuple[np.ndarray, int, b
                 x[free] = np.linalg.lstsq(Q[np.ix_(free, free)], rhs, rcond=None)[0]
         lam = np.where(free, 0.0, Q @ x + c)
     return np.clip(x, lo, hi), iterations, repeated
-
-
-def settled(iterations: int, max_iter: int = BOX_QP_MAX_ITER) -> bool:
-    """Whether :func:`box_qp` ended on a repeated guess, from the iterations it returned:
-    its point then solves the KKT conditions up to rounding, so that no iterative method
-    started from it makes its measured residual smaller than rounding does (a residual
-    above a caller's tolerance is the rounding of an ill-conditioned ``Q``). A loop that
-    repeats its guess at the cap itself counts as not settled.
-
-    Examples
-    --------
-    >>> _, it = box_qp(np.eye(2), np.array([-2.0, 0.5]), np.zeros(2), np.ones(2))
-    >>> settled(it)
-    True
-    """
-    return iterations < max_iter
 
 
 def kkt_residual(Q, c, lo, hi, x) -> float:
@@ -292,7 +278,7 @@ class BoxQuadraticSolver:
                 Q[diagonal] += np.broadcast_to(sigma, (p.n,))
                 Q[diagonal] += self.q
                 shift = sigma * p.center
-            x, iterations = box_qp(Q, g - H @ x0 - shift, self.lo, self.hi, x0=x0)
+            x, iterations, _ = box_qp(Q, g - H @ x0 - shift, self.lo, self.hi, x0=x0)
             residual = p.residual(x)
             if residual <= tol:
                 return SolveReport(x, residual, tol, iterations, self.name)

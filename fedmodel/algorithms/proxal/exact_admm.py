@@ -30,8 +30,9 @@ et al. 2011, Sec. 3.4.1's balancing at that ratio; ``adaptive_rho``, ``rb_rounds
 ``[rho / 1000, 1000 rho]``; ``rho`` is the starting ``sigma``; the relative rule in every
 round, Boyd's in the first ``rb_rounds``). A consensus gap that settles while ``sigma`` is
 below the top of that range raises ``sigma`` tenfold and the range's bottom with it
-(:data:`STALL_RAISE`): only at the top is it read as a sign of infeasibility. The penalty and the duals are carried over to
-the next outer iteration (warm start), ``z`` restarts at ``w^k``.
+(:data:`STALL_RAISE`): only at the top is it read as a sign of infeasibility. The penalty
+and the duals are carried over to the next outer iteration (warm start), ``z`` restarts at
+``w^k``.
 
 Stopping (the analogue of Algorithm 2's bound (19)): the clients' optimality conditions
 give ``-sigma (x_i - c_i) in d P_{i,k}(x_i)``, the server's ``sigma sum_i u_i+ in

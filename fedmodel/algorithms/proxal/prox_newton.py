@@ -77,7 +77,7 @@ from fedmodel.algorithms.proxal.obstacles import (
 )
 from fedmodel.algorithms.proxal.secant_rounds import SecantRounds
 from fedmodel.compiler.regularizer import Regularizer
-from fedmodel.subproblems.box_qp import box_qp, settled
+from fedmodel.subproblems.box_qp import box_qp
 from fedmodel.subproblems.merit import MeritProblem
 from fedmodel.subproblems.select import make_solver
 
@@ -169,9 +169,9 @@ def model_step(
     accelerated proximal gradient (FISTA) with adaptive (function-value and gradient)
     restart, from ``x = w``, until ``dist_inf(0, g + B(x - w) + dh(x)) <= tol``. Where
     ``h`` is bounds and sums of squares and ``B`` dense, the box QP is solved exactly first
-    (:func:`bounded_model_step`); its point is returned when it meets ``tol`` or when its
-    active-set loop settled (the residual is then rounding, which no FISTA iteration
-    lowers), and starts FISTA's comparison otherwise.
+    (:func:`bounded_model_step`); its point is returned when it meets ``tol`` or when it is
+    exact (the residual is then rounding, which no FISTA iteration lowers), and starts
+    FISTA's comparison otherwise.
 
     Parameters
     ----------
@@ -210,11 +210,12 @@ def model_step(
     best = (x, reg.dist_subdiff(x, gx), 0)
     if best[1] <= tol:
         return best
-    exact = bounded_model_step(g, op, reg, w, deadline)
-    if exact is not None:
-        if exact[1] <= tol or settled(exact[2]):  # (settled: its residual is rounding)
-            return exact
-        best = min(best, exact, key=lambda b: b[1])
+    bounded = bounded_model_step(g, op, reg, w, deadline)
+    if bounded is not None:
+        *step, exact = bounded
+        if step[1] <= tol or exact:  # (exact: its residual is rounding)
+            return tuple(step)
+        best = min(best, tuple(step), key=lambda b: b[1])
     L = op.lipschitz()
     y, gy, t = x, gx, 1.0
     phi_x = reg.value(x)  # q(x) - q(w) + h(x), q the quadratic model
@@ -266,18 +267,19 @@ def bounded_model_step(
     """:func:`model_step`'s subproblem solved exactly when ``h`` is bounds and sums of
     squares only and the model is a dense matrix: a box-constrained QP
     (:func:`~fedmodel.subproblems.box_qp.box_qp`, whose iterations do not depend on the
-    model's conditioning); ``(x, residual, iterations)`` or None when ``h`` has another
-    piece or the model is limited-memory.
+    model's conditioning); ``(x, residual, iterations, exact)`` (``exact``: the box QP's
+    point solves its KKT conditions up to rounding) or None when ``h`` has another piece or
+    the model is limited-memory.
 
     Examples
     --------
     >>> from fedmodel.compiler.regularizer import Regularizer, VariablePiece
     >>> reg = Regularizer.from_pieces(
     ...     [slice(0, 2)], [VariablePiece(lower=0.0, upper=1.0, has_box=True)])
-    >>> x, res, _ = bounded_model_step(
+    >>> x, res, _, exact = bounded_model_step(
     ...     np.array([-3.0, 0.5]), ModelOperator(np.diag([1.0, 4.0])), reg, np.zeros(2))
-    >>> x.tolist(), res
-    ([1.0, 0.0], 0.0)
+    >>> x.tolist(), res, exact
+    ([1.0, 0.0], 0.0, True)
     """
     if op.H is None:
         return None
@@ -287,10 +289,10 @@ def bounded_model_step(
     q, lo, hi = form
     # q_model(x) = g^T (x - w) + (x - w)^T B (x - w) / 2, plus h's squares: Q = B + diag(q)
     Q = op.H + np.diag(q)
-    x, iterations = box_qp(Q, g - op.H @ w, lo, hi, x0=w, deadline=deadline)
+    x, iterations, exact = box_qp(Q, g - op.H @ w, lo, hi, x0=w, deadline=deadline)
     if not np.all(np.isfinite(x)):
         return None
-    return x, reg.dist_subdiff(x, g + op.times(x - w)), iterations
+    return x, reg.dist_subdiff(x, g + op.times(x - w)), iterations, exact
 
 
 def federated_prox_newton(
