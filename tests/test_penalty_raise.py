@@ -97,3 +97,38 @@ def test_the_rule_reads_the_multiplier_steps_since_beta_last_changed():
     # (Algorithm 2 and exact-admm have no units round: their beta stays)
     assert not ProxALServer.may_raise_penalty(_server(crawling, objective_units=False))
     assert not ProxALServer.may_raise_penalty(_server(crawling, raises=range(PENALTY_RAISES)))
+
+
+def test_a_raise_restarts_the_outer_anderson_memory_of_the_clients_too(monkeypatch):
+    # CVXQP3_S's rows over four clients, without its bounds (a smooth h: the Newton inner
+    # solver, whose outer Anderson step is on); beta raised once, after outer iteration 2,
+    # whatever the multipliers do. The server's memory restarts at a raise; a client that
+    # kept its Gram rows would send longer rows than the server's memory holds.
+    raw = sio.loadmat(DATA / "CVXQP3_S.mat")
+    n = int(np.asarray(raw["n"]).ravel()[0])
+    P = sparse.csc_matrix(raw["P"], dtype=float) * 30.0
+    q = raw["q"].ravel().astype(float) * 30.0
+    A = sparse.csr_matrix(raw["A"], dtype=float)
+    b = raw["l"].ravel().astype(float)[: A.shape[0] - n]
+    A = A[: b.size]
+    model = fm.Model("cvxqp3_s_free")
+    x = model.variable(n, name="x")
+    for i, block in enumerate(np.array_split(np.arange(b.size), 4)):
+        site = model.client(f"client{i}")
+        site.subject_to(site.data(A[block], name="A") @ x == b[block], name="rows")
+    model.server.minimize(
+        0.5 * cp.quad_form(x, model.server.data(P, name="P"), assume_PSD=True)
+        + model.server.data(q, name="q") @ x
+    )
+    X = cp.Variable(n)
+    pooled = cp.Problem(
+        cp.Minimize(0.5 * cp.quad_form(X, P, assume_PSD=True) + q @ X), [A @ X == b]
+    )
+    pooled.solve(solver=cp.CLARABEL)
+    monkeypatch.setattr(ProxALServer, "multipliers_slow", lambda self: self.k == 2)
+    monkeypatch.setattr(ProxALServer, "may_raise_penalty", lambda self: not self.penalty_raises)
+    res = model.solve(method="prox-al", inner_solver="newton", reveal=["hessian"], time_limit=60)
+    assert res.extra["inner_solver_options"]["outer_anderson"] > 0
+    assert res.extra["penalty_raised"]["after_outer"] == [2]
+    assert res.status == "optimal", res.message
+    assert abs(res.objective - pooled.value) <= 1e-3 * max(1.0, abs(pooled.value))

@@ -263,11 +263,13 @@ class ProxALClient(ClientHalf):
 
     def _on_units(self, w, objective_units, **request):
         """The parameters in the objective's units (:meth:`~fedmodel.algorithms.proxal.
-        server.ProxALServer.take_objective_units`): the route's part again, with a fresh
-        state, started at ``w`` in them."""
+        server.ProxALServer.take_objective_units`, and each raise of ``beta``): the
+        route's part again, with a fresh state, started at ``w`` in them. The outer
+        Anderson memory restarts, as the server's does (the outer map changed)."""
         self.objective_units = tuple(float(u) for u in objective_units)
         self.derive_parameters()
         self.use_route(self.route_name)
+        self.outer_mem = []
         return self._begin(w, request, {})
 
     def _begin(self, w, request: dict, extra: dict) -> dict:

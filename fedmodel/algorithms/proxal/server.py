@@ -58,7 +58,7 @@ from fedmodel.certificate.scale import (
 from fedmodel.compiler.glm import NotRecognised
 from fedmodel.compiler.partition import CompiledModel, PartyProgram
 from fedmodel.compiler.regularizer import Regularizer
-from fedmodel.errors import UnsupportedError
+from fedmodel.errors import FedModelError, UnsupportedError
 from fedmodel.runtime.base import Runtime
 from fedmodel.runtime.endpoints import EndpointFactory
 from fedmodel.subproblems import conic_prox
@@ -793,11 +793,18 @@ class ProxALServer(ServerHalf):
         mem.append((r, self.x.copy(), self.mu.copy(), self.nu.copy()))
         del mem[: -(self.outer_aa.memory + 1)]
         row = np.array([float(r @ q[0]) for q in mem])
-        row = row + sum(
-            np.asarray(rep.payload["gram"], dtype=float)
-            for rep in replies.values()
+        grams = {
+            name: np.asarray(rep.payload["gram"], dtype=float)
+            for name, rep in replies.items()
             if "gram" in rep.payload
-        )
+        }
+        for name, gram in grams.items():
+            if gram.shape != row.shape:  # (its memory and the server's went apart)
+                raise FedModelError(
+                    f"party {name!r} sent an outer Gram row of {gram.size} entries where "
+                    f"the outer Anderson memory holds {row.size} iterates"
+                )
+        row = row + sum(grams.values())
         alpha, reset = self.outer_aa.observe(row)
         if alpha.size:
             picked = mem[-alpha.size :]
