@@ -167,16 +167,25 @@ def step_tolerances(tau: float, sigma: float, m: int, prox: float) -> tuple[floa
     """The tolerances ``(clients', server's)`` of the exact steps of a round that targets
     ``tau`` with penalty ``sigma``, ``m`` clients and proximal share ``prox``.
 
-    A step's tolerance bounds the residual of its optimality condition, while the
-    consensus residuals that stop the inner solve measure points: a step's point is off by
-    its residual over the step's strong convexity, ``prox + sigma`` on a client and
-    ``prox + m sigma`` on the server. Each party's tolerance is the budget
-    ``LOCAL_FRACTION * tau`` times the smaller of 1 and that weight (at least
-    ``LOCAL_FLOOR``), so that its point stays within the budget. With many clients whose
-    terms are shares of one objective (a loss over the pooled rows, the proximal term's
-    ``1/(n+1)`` shares) the residual balancing drives ``sigma`` to the order of ``1/n``; a
-    tolerance on the residual alone would then leave each client's point off by ``n``
-    times the budget, and the consensus residual would stall above ``tau``.
+    A step's tolerance bounds the residual of its optimality condition, and the inner
+    solve's measures add those residuals up in two ways. The consensus residuals measure
+    points: a step's point is off by its residual over the step's strong convexity,
+    ``prox + sigma`` on a client and ``prox + m sigma`` on the server. The subproblem's
+    stationarity at the consensus is the sum of the parties' conditions, so it carries the
+    sum of the ``m`` clients' residuals. Each party's tolerance is the budget
+    ``LOCAL_FRACTION * tau`` times the smaller of its share of that sum (``1 / m`` on a
+    client, 1 on the server) and its strong convexity (at least ``LOCAL_FLOOR``): its point
+    stays within the budget and the clients' residuals together do too.
+
+    With many clients whose terms are shares of one objective (a loss over the pooled
+    rows, the proximal term's ``1/(n+1)`` shares) each client's gradient is about ``1/m``
+    of the objective's. A tolerance of the budget itself would then be above a client's
+    gradient: its step may return its centre or a point off by the whole move, the
+    consensus residual is that noise, and the relative penalty rule, which reads the
+    residuals against the points' sizes, keeps a penalty far above the shares' curvature
+    while the dual residual stays above ``tau``. With the ``1 / m`` share the steps follow
+    the shares' gradients, and when the residual balancing drives ``sigma`` to the order
+    of ``1/m`` the strong convexity keeps each point within the budget.
 
     Examples
     --------
@@ -184,9 +193,11 @@ def step_tolerances(tau: float, sigma: float, m: int, prox: float) -> tuple[floa
     (0.001, 0.001)
     >>> [float(f"{t:.3g}") for t in step_tolerances(0.1, 0.001, 1000, 0.0)]
     [1e-06, 0.001]
+    >>> [float(f"{t:.3g}") for t in step_tolerances(0.1, 1.0, 1000, 0.0)]
+    [1e-06, 0.001]
     """
     budget = LOCAL_FRACTION * tau
-    client = budget * min(1.0, prox + sigma)
+    client = budget * min(1.0 / max(m, 1), prox + sigma)
     server = budget * min(1.0, prox + m * sigma)
     return max(client, LOCAL_FLOOR), max(server, LOCAL_FLOOR)
 
