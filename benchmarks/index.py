@@ -23,6 +23,7 @@ QUESTIONS: dict[str, tuple[str, ...]] = {
         "models.py",
         "conic_survey.py",
         "maros_meszaros.py",
+        "maros_meszaros_splitting.py",
         "nuclear_norm.py",
         "hinge_epigraph.py",
         "parameters_resolve.py",

@@ -3,6 +3,7 @@
     python benchmarks/maros_meszaros.py                          # all 73, eps 1e-3, 60 s
     python benchmarks/maros_meszaros.py --eps 1e-6 --time-limit 20 --jobs 2
     python benchmarks/maros_meszaros.py --problems HS21,QAFIRO --split shared-objective
+    python benchmarks/maros_meszaros.py --reveal-hessian     # every client's Hessian opt-in
 
 The 73 problems of the set with at most 1,000 variables and 2,000 constraint rows besides
 the bounds are in ``benchmarks/data/maros_meszaros/`` (provenance and licence there). Each
@@ -17,7 +18,9 @@ user writes it with the public DSL (:func:`federated_model`):
 * ``shared-objective``: the same constraints, and each client holds a quarter of the
   objective, ``1/4 (1/2 x'Px + q'x + r)``; the bounds stay with the server.
 
-prox-al runs at its defaults with ``eps`` and ``time_limit`` (one child process per solve,
+prox-al runs at its defaults with ``eps`` and ``time_limit`` (with ``--reveal-hessian``:
+every client opts in to reveal its Hessian and prox-al runs its Newton inner solver,
+rows of method ``prox-al hessian``; one child process per solve,
 killed after ``2 * time_limit + 60`` s). The children are forked from a fork server, a
 fresh interpreter that has imported the solvers and fedmodel and solved nothing: a child
 forked from the process that ran the pooled solves would inherit Clarabel's thread pool
@@ -252,11 +255,24 @@ def solve_osqp(prob: dict, eps: float, time_limit: float) -> dict:
 # ----------------------------------------------------------------------------------------
 # One problem
 # ----------------------------------------------------------------------------------------
-def run_proxal(prob: dict, split: str, eps: float, time_limit: float, f_star: float) -> dict:
+def hessian_options(prob: dict) -> dict:
+    """prox-al's options when every party opts in to reveal its Hessian: the Newton inner
+    solver, in its proximal form where the variable bounds put a box in ``h``."""
+    n = prob["n"]
+    box = np.isfinite(prob["l"][-n:]).any() or np.isfinite(prob["u"][-n:]).any()
+    return {"inner_solver": "prox-newton" if box else "newton", "reveal": ["hessian"]}
+
+
+def run_proxal(
+    prob: dict, split: str, eps: float, time_limit: float, f_star: float, hessian: bool = False
+) -> dict:
     row: dict = {}
     t0 = time.perf_counter()
+    options = hessian_options(prob) if hessian else {}
     try:
-        res = federated_model(prob, split).solve(method="prox-al", eps=eps, time_limit=time_limit)
+        res = federated_model(prob, split).solve(
+            method="prox-al", eps=eps, time_limit=time_limit, **options
+        )
     except Exception as exc:  # what a user would see
         row["status"] = f"{type(exc).__name__}: {str(exc)[:160]}"
         row["traceback"] = traceback.format_exc()[-800:]
@@ -271,8 +287,11 @@ def run_proxal(prob: dict, split: str, eps: float, time_limit: float, f_star: fl
     return row
 
 
-def run_problem(name: str, splits: list[str], eps: float, time_limit: float) -> list[dict]:
-    """The reference and pooled rows of one problem, then prox-al on each split."""
+def run_problem(
+    name: str, splits: list[str], eps: float, time_limit: float, hessian: bool = False
+) -> list[dict]:
+    """The reference and pooled rows of one problem, then prox-al on each split (with
+    ``hessian``, the rows of method :data:`HESSIAN_METHOD`)."""
     prob = load(name)
     ref = solve_clarabel(prob, max(60.0, time_limit), tight=True)
     f_star = objective(prob, ref["x"]) if ref["x"] is not None else np.nan
@@ -293,9 +312,11 @@ def run_problem(name: str, splits: list[str], eps: float, time_limit: float) -> 
         row["rounds"] = out["iterations"]
         row.update(judge(prob, out["x"], f_star))
         rows.append(row)
+    method = HESSIAN_METHOD if hessian else "prox-al"
     for split in splits:
-        row = dict(base, method="prox-al", split=split)
-        row.update(_forked(run_proxal, (prob, split, eps, time_limit, f_star), 2 * time_limit + 60))
+        row = dict(base, method=method, split=split)
+        args = (prob, split, eps, time_limit, f_star, hessian)
+        row.update(_forked(run_proxal, args, 2 * time_limit + 60))
         rows.append(row)
     return rows
 
@@ -340,6 +361,17 @@ def _forked(fn, args, hard_limit: float) -> dict:
 # ----------------------------------------------------------------------------------------
 # Outcomes and report
 # ----------------------------------------------------------------------------------------
+#: the rows of prox-al run with every party's Hessian opt-in (``--reveal-hessian``)
+HESSIAN_METHOD = "prox-al hessian"
+#: the federated methods of the report, in its order
+FEDERATED = ("prox-al", HESSIAN_METHOD)
+HESSIAN_NOTE = (
+    "Every client opts in to reveal its d x d Hessian (`reveal=['hessian']`, "
+    "`inner_solver='prox-newton'`, `'newton'` where no variable has a bound): not the "
+    "defaults, whose messages carry O(d) numbers a client and round."
+)
+
+
 def is_right(row: dict, tol: float) -> bool:
     return bool(row.get("gap", np.nan) <= tol and row.get("violation", np.nan) <= tol)
 
@@ -680,15 +712,16 @@ def write_report(rows: list[dict], tol: float, commands: list[str]) -> None:
                     f"({100 * right / len(pooled):.0f}%)"
                 )
         lines.append("")
-        for split in SPLITS:
-            group = [r for r in at_eps if r["method"] == "prox-al" and r["split"] == split]
+        for method, split in [(m, s) for m in FEDERATED for s in SPLITS]:
+            group = [r for r in at_eps if r["method"] == method and r["split"] == split]
             if not group:
                 continue
             limits = sorted({r["time_limit"] for r in group})
             lines += [
-                f"### prox-al, split {split} ({len(group)} problems, time limit "
+                f"### {method}, split {split} ({len(group)} problems, time limit "
                 f"{', '.join(f'{t:g}' for t in limits)} s)",
                 "",
+                *([HESSIAN_NOTE, ""] if method == HESSIAN_METHOD else []),
                 *_group_table(group, tol),
                 "",
             ]
@@ -697,14 +730,11 @@ def write_report(rows: list[dict], tol: float, commands: list[str]) -> None:
             "| violation | inner | load |",
             "|---|---|---|---|---|---|---|---|---|---|---|---|",
         ]
-        order = {"osqp": 0, "clarabel": 1, "prox-al": 2}
+        order = {"osqp": 0, "clarabel": 1, "prox-al": 2, HESSIAN_METHOD: 3}
         for r in sorted(at_eps, key=lambda r: (r["problem"], order[r["method"]], r["split"])):
-            who = r["method"] if r["method"] != "prox-al" else f"prox-al {r['split']}"
-            kind = (
-                outcome(r, tol)
-                if r["method"] == "prox-al"
-                else ("right" if is_right(r, tol) else "wrong")
-            )
+            federated = r["method"] in FEDERATED
+            who = f"{r['method']} {r['split']}" if federated else r["method"]
+            kind = outcome(r, tol) if federated else ("right" if is_right(r, tol) else "wrong")
             lines.append(
                 f"| {r['problem']} | {r['n']} | {r['rows']} | {who} | {r.get('status', '')[:40]} "
                 f"| {kind} | {r.get('rounds', '-')} | {_fmt(r.get('wall'), '.2f')} "
@@ -728,6 +758,11 @@ def main(argv=None) -> None:
     ap.add_argument("--jobs", type=int, default=1, help="problems solved at once")
     ap.add_argument("--judge-tol", type=float, default=1e-3)
     ap.add_argument("--report", action="store_true", help="rewrite the .md from the .json")
+    ap.add_argument(
+        "--reveal-hessian",
+        action="store_true",
+        help=f"every client opts in to reveal its Hessian (rows of method {HESSIAN_METHOD!r})",
+    )
     args = ap.parse_args(argv)
     if args.report:
         stored = json.loads(JSON.read_text())
@@ -744,7 +779,7 @@ def main(argv=None) -> None:
     commands = [*old["commands"], command.strip()]
 
     def one(name):
-        out = run_problem(name, splits, args.eps, args.time_limit)
+        out = run_problem(name, splits, args.eps, args.time_limit, args.reveal_hessian)
         for r in out:
             r["load1"] = os.getloadavg()[0]
             r.pop("traceback", None) if r.get("status") == "optimal" else None

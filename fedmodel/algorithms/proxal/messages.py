@@ -37,8 +37,12 @@ from fedmodel.runtime.schema import Field, MessageSpec, MessageTable
 #: the party's own opt-in to send its d x d Hessian (fedmodel join --reveal hessian)
 HESSIAN = "hessian"
 
-# the route's name, after a fallback (the Newton route sends the Hessian: an opt-in)
-_INNER = Field((), dtype="str", required=False, party_opt_in={"newton": HESSIAN})
+#: the routes whose rounds carry the party's Hessian (their client part answers
+#: ``newton_w``): building or starting one is the party's opt-in
+HESSIAN_ROUTES = ("newton", "prox-newton")
+_HESSIAN_ROUTE = dict.fromkeys(HESSIAN_ROUTES, HESSIAN)
+# the route's name, after a fallback (the Newton routes send the Hessian: an opt-in)
+_INNER = Field((), dtype="str", required=False, party_opt_in=_HESSIAN_ROUTE)
 #: the parameters' units (ProxALServer.take_objective_units): their unit u and the
 #: factors of beta, 1/prox_beta and rho_i (u or 1)
 _OBJECTIVE_UNITS = Field((4,), positive=True)
@@ -51,9 +55,9 @@ BUILD = {
     "metric": Field(
         (), dtype="str", choices=("scalar", "hessian"), party_opt_in={"hessian": HESSIAN}
     ),
-    # (any route of the table, a route added to it included; the Newton route's Hessian
+    # (any route of the table, a route added to it included; the Newton routes' Hessian
     # is the party's opt-in)
-    "route": Field((), dtype="str", party_opt_in={"newton": HESSIAN}),
+    "route": Field((), dtype="str", party_opt_in=_HESSIAN_ROUTE),
 }
 # (test (8) reads the largest over the clients of these scalars: each client sends its own
 # in the clear under secure aggregation, unmasked)

@@ -20,6 +20,8 @@ Examples
 
 from __future__ import annotations
 
+from typing import ClassVar
+
 import numpy as np
 
 from fedmodel.algorithms.messages import W
@@ -185,6 +187,8 @@ class NewtonInner(_DerivativeInner):
 
     name = "newton"
     auto = False
+    #: the model holds ``h`` (smooth); False: ``h`` enters through its prox (prox-newton)
+    h_in_model: ClassVar[bool] = True
     defaults = NEWTON_DEFAULTS
     start_reply = {"value": _VALUE, "grad": _GRAD, "hessian": _HESSIAN}
     messages = (NEWTON_W,)
@@ -208,32 +212,43 @@ class NewtonInner(_DerivativeInner):
     def state_restored(self) -> None:
         self.hessian_sum = sum(self.client_hessians.values()) if self.client_hessians else None
 
+    def server_terms(self, w: np.ndarray):
+        """Value, gradient and Hessian at ``w`` of the server's terms with ``mu_0``,
+        ``nu_0`` (no proximal term, no ``h``); zeros for a server without terms."""
+        host = self.host
+        if host.problem.has_smooth_terms:
+            return host.solver.derivatives(w, [host.mu], [host.nu])
+        if self._no_terms_hessian is None:
+            self._no_terms_hessian = np.zeros((w.size, w.size))
+        return 0.0, np.zeros(w.size), self._no_terms_hessian
+
     def own_derivatives(self, w: np.ndarray, w_center: np.ndarray):
         """Value, gradient and Hessian at ``w`` of ``l_k``'s server share: ``P_{0,k}`` (its
         terms with ``mu_0``, its share of the proximal term about ``w_center``) plus ``h``
-        (smooth here); the Hessian returned is ``l_k``'s (the clients' last ones added),
-        the same array while no part of it changed (the Newton loop reuses its factor)."""
+        when the route's model holds it (:attr:`h_in_model`: smooth here); the Hessian
+        returned is the model's (the clients' last ones added), the same array while no
+        part of it changed (the Newton loop reuses its factor)."""
         host = self.host
         n = w.size
-        if host.problem.has_smooth_terms:
-            val, g, H0 = host.solver.derivatives(w, [host.mu], [host.nu])
-        else:  # no server terms: h and the proximal share only
-            val, g = 0.0, np.zeros(n)
-            if self._no_terms_hessian is None:
-                self._no_terms_hessian = np.zeros((n, n))
-            H0 = self._no_terms_hessian
+        val, g, H0 = self.server_terms(w)
         reg = host.problem.regularizer
         cached = self._total_hessian
         if cached is None or cached[0] is not self.hessian_sum or cached[1] is not H0:
             H = H0 + (0.0 if self.hessian_sum is None else self.hessian_sum)
-            H[np.diag_indices(n)] += host.prox_weight + reg.smooth_grad(np.ones(n))
+            H[np.diag_indices(n)] += host.prox_weight
+            if self.h_in_model:
+                H[np.diag_indices(n)] += reg.smooth_grad(np.ones(n))
             cached = self._total_hessian = (self.hessian_sum, H0, H)
-        return (*_with_h_and_prox(host, val, g, w, w_center), cached[2])
+        if self.h_in_model:
+            return (*_with_h_and_prox(host, val, g, w, w_center), cached[2])
+        p = host.prox_weight
+        d = w - w_center
+        return float(val) + 0.5 * p * float(d @ d), np.asarray(g, dtype=float) + p * d, cached[2]
 
-    def solve(self, runtime, tau, deadline) -> InnerOutcome:
-        """Federated (semismooth) Newton on ``l_k`` from ``w^k``, whose client derivatives
-        came with the round that set up ``l_k``; one round per trial point."""
-        w_center = self.host.x
+    def rounds(self, runtime, w_center: np.ndarray):
+        """``(evaluate, start)`` of an inner solve about ``w_center``: one ``newton_w``
+        round per trial point, the clients' sums plus the server's share, and the start
+        from the derivatives that came with the round that set up ``l_k``."""
 
         def evaluate(w):
             runtime.next_round()
@@ -244,7 +259,12 @@ class NewtonInner(_DerivativeInner):
 
         val, grad = self.start_derivatives
         v0, g0, H = self.own_derivatives(w_center, w_center)
-        start = (w_center, val + v0, grad + g0, H)
+        return evaluate, (w_center, val + v0, grad + g0, H)
+
+    def solve(self, runtime, tau, deadline) -> InnerOutcome:
+        """Federated (semismooth) Newton on ``l_k`` from ``w^k``; one round per trial
+        point."""
+        evaluate, start = self.rounds(runtime, self.host.x)
         out = federated_newton(evaluate, start, tau, int(self.host.options.max_inner), deadline)
         return _outcome(out)
 

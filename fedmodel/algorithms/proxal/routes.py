@@ -17,7 +17,7 @@ Adding an inner solver is one module (an
 Examples
 --------
 >>> [route.name for route in ROUTES]
-['prox-quasi-newton', 'quasi-newton', 'newton', 'exact-admm', 'admm']
+['prox-quasi-newton', 'quasi-newton', 'newton', 'prox-newton', 'exact-admm', 'admm']
 """
 
 from __future__ import annotations
@@ -27,7 +27,7 @@ from fedmodel.algorithms.proxal.exact_admm import ExactInner
 from fedmodel.algorithms.proxal.inner import InnerSolver
 from fedmodel.algorithms.proxal.messages import family_table, per_client
 from fedmodel.algorithms.proxal.newton_route import NewtonInner, QuasiNewtonInner
-from fedmodel.algorithms.proxal.prox_newton import ProxQNInner
+from fedmodel.algorithms.proxal.prox_newton import ProxNewtonInner, ProxQNInner
 from fedmodel.errors import ModelError, UnsupportedError
 
 #: why a checkpoint of an earlier prox-al state layout is not resumed
@@ -42,6 +42,7 @@ ROUTES: tuple[type[InnerSolver], ...] = (
     ProxQNInner,
     QuasiNewtonInner,
     NewtonInner,
+    ProxNewtonInner,
     ExactInner,
     ADMMInner,
 )
