@@ -229,7 +229,9 @@ def solve_clarabel(prob: dict, time_limit: float, tight: bool) -> dict:
     return {"status": status, "wall": wall, "x": x if ok else None, "iterations": sol.iterations}
 
 
-def solve_osqp(prob: dict, eps: float, time_limit: float) -> dict:
+def solve_osqp(prob: dict, eps: float, time_limit: float, **settings) -> dict:
+    """Pooled OSQP at ``eps_abs = eps_rel = eps`` with the time limit (its defaults else;
+    ``settings`` such as ``max_iter`` or ``polishing`` go to its setup)."""
     solver = osqp.OSQP()
     lo = np.where(np.isfinite(prob["l"]), prob["l"], -np.inf)
     up = np.where(np.isfinite(prob["u"]), prob["u"], np.inf)
@@ -244,6 +246,7 @@ def solve_osqp(prob: dict, eps: float, time_limit: float) -> dict:
         eps_rel=eps,
         time_limit=time_limit,
         verbose=False,
+        **settings,
     )
     res = solver.solve()
     wall = time.perf_counter() - t0

@@ -26,12 +26,9 @@ for _var in ("OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS", "OMP_NUM_THREADS"):
 import argparse  # noqa: E402
 import json  # noqa: E402
 import sys  # noqa: E402
-import time  # noqa: E402
 from pathlib import Path  # noqa: E402
 
 import numpy as np  # noqa: E402
-import osqp  # noqa: E402
-from scipy import sparse  # noqa: E402
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
@@ -56,42 +53,13 @@ def proxal_misses(tol: float = 1e-3) -> dict[str, dict]:
     }
 
 
-def solve_osqp_long(prob: dict, eps: float, max_iter: int, time_limit: float) -> dict:
-    """Pooled OSQP at ``eps_abs = eps_rel = eps`` with ``max_iter`` and polishing."""
-    solver = osqp.OSQP()
-    lo = np.where(np.isfinite(prob["l"]), prob["l"], -np.inf)
-    up = np.where(np.isfinite(prob["u"]), prob["u"], np.inf)
-    t0 = time.perf_counter()
-    solver.setup(
-        sparse.triu(prob["P"], format="csc"),
-        prob["q"],
-        sparse.csc_matrix(prob["A"]),
-        lo,
-        up,
-        eps_abs=eps,
-        eps_rel=eps,
-        max_iter=max_iter,
-        polishing=True,
-        time_limit=time_limit,
-        verbose=False,
-    )
-    res = solver.solve()
-    x = np.asarray(res.x) if res.x is not None else None
-    return {
-        "status": str(res.info.status),
-        "iterations": int(res.info.iter),
-        "wall": time.perf_counter() - t0,
-        "x": x,
-    }
-
-
 def run_problem(name: str, max_iter: int, time_limit: float, tol: float) -> dict:
     prob = mm.load(name)
     ref = mm.solve_clarabel(prob, 60.0, True)
     f_star = mm.objective(prob, ref["x"])
     tries = []
     for eps in EPS_LIST:
-        out = solve_osqp_long(prob, eps, max_iter, time_limit)
+        out = mm.solve_osqp(prob, eps, time_limit, max_iter=max_iter, polishing=True)
         judged = mm.judge(prob, out.pop("x"), f_star)
         tries.append({"eps": eps, **out, **judged, "right": mm.is_right(judged, tol)})
     return {"problem": name, "n": prob["P"].shape[0], "tries": tries, "load1": os.getloadavg()[0]}
