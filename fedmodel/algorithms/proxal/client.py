@@ -28,7 +28,6 @@ gradient of ``P_{i,k}`` in its block, the ``outer`` reply carries
 from __future__ import annotations
 
 import functools
-import math
 
 import numpy as np
 
@@ -385,13 +384,32 @@ class ProxALClient(ClientHalf):
         constraints with its terms' domains admit none) is counted in
         ``local_solves_without_point`` instead, so the diagnostic 'report' stays finite and
         the run ends on the server's verdict rather than on a refused reply."""
-        gap = float(residual) / max(float(tol), 1e-300)
-        if not math.isfinite(gap):
-            self.stats["local_solves_without_point"] = (
-                self.stats.get("local_solves_without_point", 0) + 1
-            )
-            return
-        self.stats["max_residual_gap"] = max(self.stats["max_residual_gap"], gap)
+        ProxALClient.note_steps([self], np.array([residual]), np.array([tol]))
+
+    @staticmethod
+    def note_steps(
+        halves: list[ProxALClient],
+        residuals: np.ndarray,
+        tols: np.ndarray,
+        iterations: np.ndarray | None = None,
+    ) -> None:
+        """:meth:`note_residual_gap` of each client of ``halves`` with its local solve's
+        residual and tolerance (arrays, a value per client: the ratios in one pass); with
+        ``iterations``, each also counts the solve and its iterations in its statistics."""
+        gaps = np.asarray(residuals, dtype=float) / np.maximum(
+            np.asarray(tols, dtype=float), 1e-300
+        )
+        finite = np.isfinite(gaps).tolist()
+        its = [None] * len(halves) if iterations is None else np.asarray(iterations).tolist()
+        for h, gap, ok, k in zip(halves, gaps.tolist(), finite, its):
+            stats = h.stats
+            if k is not None:
+                stats["local_solves"] += 1
+                stats["local_iterations"] += k
+            if not ok:
+                stats["local_solves_without_point"] = stats.get("local_solves_without_point", 0) + 1
+            elif gap > stats["max_residual_gap"]:
+                stats["max_residual_gap"] = gap
 
     def _on_evaluate(self, w, mu=None, nu=None, objective_scale=1.0, **route):
         """Its share of the certificate at ``w`` (``route``: the fields its route adds to

@@ -1334,13 +1334,13 @@ class ExactClient(InnerClient):
         def column(name: str) -> np.ndarray:
             value = fields[name]
             if isinstance(value, Rows):
-                return np.array([float(v) for v in value.values])
+                return np.fromiter(map(float, value.values), dtype=float, count=m)
             return np.full(m, float(value))
 
         C = np.array(fields["c"].values, dtype=float).reshape(m, -1)
         sigma, tol = column("sigma"), column("tol")
         deadline = _cohort_deadline(fields.get("budget"), hosts)
-        p = np.array([h.prox_weight for h in hosts])
+        p = np.fromiter((h.prox_weight for h in hosts), dtype=float, count=m)
         centers = np.array([h.w_center for h in hosts], dtype=float).reshape(m, -1)
         centers = (p[:, None] * centers + sigma[:, None] * C) / (p + sigma)[:, None]
         X0 = np.array([part.u if part.u is not None else h._local(c, h.theta_at_w)
@@ -1355,13 +1355,8 @@ class ExactClient(InnerClient):
         # by that step itself)
         points = np.array(report.x, dtype=float)
         shared = points[:, : hosts[0].ns].copy()
-        iterations = report.iterations.tolist()
-        residuals, tols = report.residual.tolist(), tol.tolist()
-        for part, h, x, its, res, t in zip(parts, hosts, points, iterations, residuals, tols):
-            stats = h.stats
-            stats["local_solves"] += 1
-            stats["local_iterations"] += its
-            h.note_residual_gap(res, t)
+        type(hosts[0]).note_steps(hosts, report.residual, tol, report.iterations)
+        for part, x in zip(parts, points):
             part.u, part.checked = x, None
         return {"x": shared}
 
