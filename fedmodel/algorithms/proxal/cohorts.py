@@ -30,6 +30,7 @@ Examples
 
 from __future__ import annotations
 
+import operator
 from typing import Any
 
 import numpy as np
@@ -114,6 +115,9 @@ def cohort_of(hosts: list) -> GLMCohort:
 #: form has agreed with the model's evaluator on a client of this process
 _CHECKED_STRUCTURES: set[str] = set()
 
+#: whether a client's form has been checked (one C call per client, :func:`check_forms`)
+_VERIFIED = operator.attrgetter("glm_verified")
+
 #: the seed of the point where a client's form is probed (:func:`check_forms`)
 PROBE_SEED = 0
 
@@ -157,9 +161,9 @@ def check_forms(hosts: list, cohort: GLMCohort, X: np.ndarray) -> None:
     equal (to the same relative tolerance as the full check) only when they are the same
     function, gradient included.
     """
-    new = [i for i, h in enumerate(hosts) if not h.glm_verified]
-    if not new:
+    if all(map(_VERIFIED, hosts)):
         return
+    new = [i for i, h in enumerate(hosts) if not h.glm_verified]
     groups: dict[str, list[int]] = {}
     for i in new:
         h = hosts[i]

@@ -1328,7 +1328,7 @@ class ExactClient(InnerClient):
         requests' fields, each :class:`~fedmodel.runtime.rows.Rows` (client ``i``'s value
         in row ``i``) or one value for all; returns the replies' ``x`` as rows. Every input
         is checked and the solve made before any client's state changes."""
-        hosts = [part.host for part in parts]
+        hosts = list(map(operator.attrgetter("host"), parts))
         m = len(parts)
 
         def column(name: str) -> np.ndarray:
@@ -1340,7 +1340,7 @@ class ExactClient(InnerClient):
         C = np.array(fields["c"].values, dtype=float).reshape(m, -1)
         sigma, tol = column("sigma"), column("tol")
         deadline = _cohort_deadline(fields.get("budget"), hosts)
-        p = np.fromiter((h.prox_weight for h in hosts), dtype=float, count=m)
+        p = np.fromiter(map(operator.attrgetter("prox_weight"), hosts), dtype=float, count=m)
         centers = np.array([h.w_center for h in hosts], dtype=float).reshape(m, -1)
         centers = (p[:, None] * centers + sigma[:, None] * C) / (p + sigma)[:, None]
         X0 = np.array([part.u if part.u is not None else h._local(c, h.theta_at_w)
