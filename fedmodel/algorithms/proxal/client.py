@@ -335,11 +335,11 @@ class ProxALClient(ClientHalf):
         alpha, reset = request.pop("alpha"), request.pop("reset")
         if np.size(alpha) > min(len(h.outer_mem) for h in halves):
             raise ValueError("outer_aa combines more outputs than the clients keep")
-        replies = [h.inner.start(W[i], **request) for i, h in enumerate(halves)]
+        replies = _start_rows(halves, W, request)
         if reset:
             for h in halves:
                 h.outer_mem = []
-        return _stacked_replies(replies)
+        return replies
 
     @staticmethod
     def _on_outer_rows(halves: list[ProxALClient], fields: dict) -> dict[str, np.ndarray]:
@@ -353,15 +353,16 @@ class ProxALClient(ClientHalf):
         m = len(halves)
         W, request = _stacked_start_fields(halves, fields)
         memory = halves[0].outer_anderson
-        for h in halves:  # (what _on_outer keeps of a client without multipliers)
-            h.mu_mark, h.nu_mark, h.cone_mark = h.mu.copy(), h.nu.copy(), h.cone_at_w.copy()
-            h.theta_step = h.theta_at_w - h.theta_center
-        replies = [h.inner.start(W[i], **request) for i, h in enumerate(halves)]
-        out = {"dmu_inf": np.zeros(m), **_stacked_replies(replies)}
+        for h in halves:  # (what _on_outer keeps of a client without multipliers; an
+            # empty array is shared, not copied: nothing can change it)
+            h.mu_mark, h.nu_mark, h.cone_mark = _own(h.mu), _own(h.nu), _own(h.cone_at_w)
+            if h.theta_at_w.size:
+                h.theta_step = h.theta_at_w - h.theta_center
+        out = {"dmu_inf": np.zeros(m), **_start_rows(halves, W, request)}
         if memory:
             no_residual = np.zeros(0)  # (the multipliers' block of the outer residual)
             for h in halves:
-                h.outer_mem.append((no_residual, h.mu.copy(), h.nu.copy()))
+                h.outer_mem.append((no_residual, _own(h.mu), _own(h.nu)))
                 del h.outer_mem[: -(memory + 1)]
             out["gram"] = np.zeros((m, len(halves[0].outer_mem)))
         return out
@@ -565,6 +566,21 @@ class ProxALClient(ClientHalf):
         if self.owned:  # the final write-back of the own block to the caller's variables
             out["owned"] = self.theta_at_w.copy()
         return out
+
+
+def _own(a: np.ndarray) -> np.ndarray:
+    """A copy of ``a`` to keep, or ``a`` itself when it is empty (nothing can change it)."""
+    return a.copy() if a.size else a
+
+
+def _start_rows(halves: list[ProxALClient], W: np.ndarray, request: dict) -> dict[str, np.ndarray]:
+    """Each client's route part's ``start`` at its row of ``W`` (the parts of one class), the
+    replies stacked: in one step when the class has one (``start_rows``)."""
+    parts = [h.inner for h in halves]
+    rows = getattr(type(parts[0]), "start_rows", None)
+    if rows is not None:
+        return rows(parts, W, request)
+    return _stacked_replies([part.start(W[i], **request) for i, part in enumerate(parts)])
 
 
 def _stacked_replies(replies: list[dict]) -> dict[str, np.ndarray]:

@@ -1183,10 +1183,19 @@ class ExactClient(InnerClient):
 
     def start(self, w, **request) -> dict:
         """The new centres of ``P_{i,k}``; nothing to send but the flag."""
-        h = self.host
-        h.w_center = np.asarray(w, dtype=float).copy()
-        h.theta_center = h.theta_at_w.copy()
+        ExactClient.start_rows([self], np.asarray(w, dtype=float)[None, :], request)
         return {"exact": True}
+
+    @staticmethod
+    def start_rows(parts: list[ExactClient], W: np.ndarray, request: dict) -> dict:
+        """:meth:`start` of every client of ``parts`` at its row of ``W`` in one step (each
+        client's centre a row of one copy of ``W``); the flags as a row per client."""
+        centres = np.array(W, dtype=float)
+        for part, centre in zip(parts, centres):
+            h = part.host
+            h.w_center = centre
+            h.theta_center = h.theta_at_w.copy()
+        return {"exact": np.ones(len(parts), dtype=bool)}
 
     def step_state(self) -> dict:
         """What a step changes and an evaluation reads: the multipliers, the cone duals,
