@@ -1349,11 +1349,15 @@ class ExactClient(InnerClient):
         C = np.array(fields["c"].values, dtype=float).reshape(m, -1)
         sigma, tol = column("sigma"), column("tol")
         deadline = _cohort_deadline(fields.get("budget"), hosts)
-        p = np.fromiter(map(operator.attrgetter("prox_weight"), hosts), dtype=float, count=m)
-        centers = np.array([h.w_center for h in hosts], dtype=float).reshape(m, -1)
+        # (each client's numbers read in one pass: its weight, centre and last point)
+        weights, centers, starts = zip(*[
+            (h.prox_weight, h.w_center, part.u if part.u is not None else h._local(c, h.theta_at_w))
+            for part, h, c in zip(parts, hosts, C)
+        ])  # fmt: skip
+        p = np.array(weights, dtype=float)
+        centers = np.array(centers, dtype=float).reshape(m, -1)
         centers = (p[:, None] * centers + sigma[:, None] * C) / (p + sigma)[:, None]
-        X0 = np.array([part.u if part.u is not None else h._local(c, h.theta_at_w)
-                       for part, h, c in zip(parts, hosts, C)], dtype=float)  # fmt: skip
+        X0 = np.array(starts, dtype=float)
         cohort = cohort_of(hosts)
         check_forms(hosts, cohort, X0)
         max_iter = min(map(operator.attrgetter("max_local_iter"), hosts))
