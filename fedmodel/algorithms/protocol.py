@@ -36,7 +36,6 @@ from __future__ import annotations
 import dataclasses
 import functools
 import inspect
-import operator
 import time
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Mapping
@@ -251,10 +250,11 @@ class ClientHalf(DeclaredState):
         step = getattr(cls, f"_on_{kind}_rows", None)
         if step is None:  # (the kind has no stacked step: nothing to look at per half)
             return None
-        # (each pass below in one comprehension or C call: this runs every round)
-        found = [half.handler_owner(kind) for half in halves]
-        owners = [owner for owner, _ in found]
-        if None in [handler for _, (handler, _) in found] or set(map(type, owners)) != {cls}:
+        # (each half read once, its owner, table and opt-ins together: this runs every round)
+        found = [(half.handler_owner(kind), half.messages, half.reveal) for half in halves]
+        owners = [owner for (owner, _), _, _ in found]
+        handlers = [handler for (_, (handler, _)), _, _ in found]
+        if None in handlers or set(map(type, owners)) != {cls}:
             return None
         keys = [owner.step_batch_key(kind) for owner in owners]
         if None in keys:
@@ -269,7 +269,7 @@ class ClientHalf(DeclaredState):
         groups: dict[tuple[int, Any], int] = {}
         last_table: Any = None
         last_reveal: Any = None
-        for i, (table, reveal) in enumerate(zip(map(_MESSAGES, halves), map(_REVEAL, halves))):
+        for i, (_, table, reveal) in enumerate(found):
             if table is not None and (table is not last_table or reveal is not last_reveal):
                 last_table, last_reveal = table, reveal
                 groups.setdefault((id(table), reveal), i)
@@ -462,10 +462,6 @@ class ClientHalf(DeclaredState):
 
 #: id(family table) -> (the table, it merged with secure aggregation's): made once per table
 _ANSWERED: dict[int, tuple[MessageTable, MessageTable]] = {}
-
-#: a half's table and opt-ins, read in one C call per half (:meth:`ClientHalf.handle_rows`)
-_MESSAGES = operator.attrgetter("messages")
-_REVEAL = operator.attrgetter("reveal")
 
 
 def _answered(family: MessageTable) -> MessageTable:

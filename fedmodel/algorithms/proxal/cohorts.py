@@ -31,6 +31,7 @@ Examples
 from __future__ import annotations
 
 import operator
+import weakref
 from typing import Any
 
 import numpy as np
@@ -118,6 +119,11 @@ _CHECKED_STRUCTURES: set[str] = set()
 #: whether a client's form has been checked (one C call per client, :func:`check_forms`)
 _VERIFIED = operator.attrgetter("glm_verified")
 
+#: the cohorts (:func:`cohort_of`, each of one list of clients) whose every client's form
+#: has been checked: a client's check stands for good (one that disagrees leaves every
+#: cohort), so such a cohort is not looked at again
+_VERIFIED_COHORTS: weakref.WeakSet = weakref.WeakSet()
+
 #: the seed of the point where a client's form is probed (:func:`check_forms`)
 PROBE_SEED = 0
 
@@ -161,7 +167,8 @@ def check_forms(hosts: list, cohort: GLMCohort, X: np.ndarray) -> None:
     equal (to the same relative tolerance as the full check) only when they are the same
     function, gradient included.
     """
-    if all(map(_VERIFIED, hosts)):
+    if cohort in _VERIFIED_COHORTS or all(map(_VERIFIED, hosts)):
+        _VERIFIED_COHORTS.add(cohort)
         return
     new = [i for i, h in enumerate(hosts) if not h.glm_verified]
     groups: dict[str, list[int]] = {}
@@ -191,6 +198,7 @@ def check_forms(hosts: list, cohort: GLMCohort, X: np.ndarray) -> None:
         raise NotRecognised(f"the GLM form of party {names} disagrees with its evaluator")
     for i in new:
         hosts[i].glm_verified = True
+    _VERIFIED_COHORTS.add(cohort)
 
 
 def _subset(cohort: GLMCohort, idx: list[int]) -> GLMCohort:
