@@ -125,3 +125,38 @@ def test_bad_arguments_are_named():
         cohort.prox(np.zeros((3, 4)), np.ones(2), np.zeros((2, 4)), tol=1e-8)
     with pytest.raises(ValueError, match="positive proximal weight"):
         cohort.prox(np.zeros((2, 4)), np.array([1.0, 0.0]), np.zeros((2, 4)), tol=1e-8)
+
+
+def _counted(cohort: GLMCohort) -> list[int]:
+    """The sizes of the batches ``cohort`` evaluates ``f`` on from now on (its own calls)."""
+    calls: list[int] = []
+    value_grad = cohort.value_grad
+    cohort.value_grad = lambda X: calls.append(len(X)) or value_grad(X)
+    return calls
+
+
+def test_a_solve_from_the_last_points_reuses_their_values_with_the_same_numbers():
+    """A cohort starting where its last solve ended takes f and its gradient there from that
+    solve (one evaluation fewer) and returns exactly what a fresh cohort returns; from
+    another point it evaluates again."""
+    forms = _forms([3, 7, 5, 6], kinds=("logistic", "square"))
+    rng = np.random.default_rng(2)
+    C1, C2 = rng.normal(size=(2, 4, 4))
+    S = np.array([0.5, 1.0, 2.0, 4.0])
+    cohort = GLMCohort(forms)
+    first = cohort.prox(C1, S, np.zeros((4, 4)), tol=1e-10)
+    reused = _counted(cohort)
+    again = cohort.prox(C2, S, first.x, tol=1e-10)
+    fresh_cohort = GLMCohort(forms)
+    fresh = _counted(fresh_cohort)
+    expected = fresh_cohort.prox(C2, S, first.x, tol=1e-10)
+    for field in ("x", "residual", "iterations"):
+        assert np.array_equal(getattr(again, field), getattr(expected, field))
+    assert len(reused) == len(fresh) - 1
+    moved = again.x + 1e-3  # (not the last points: evaluated again, as a fresh cohort)
+    reused.clear()
+    cohort.prox(C1, S, moved, tol=1e-10)
+    other = GLMCohort(forms)
+    fresh = _counted(other)
+    other.prox(C1, S, moved, tol=1e-10)
+    assert len(reused) == len(fresh) >= 1

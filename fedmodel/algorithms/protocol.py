@@ -250,31 +250,29 @@ class ClientHalf(DeclaredState):
         step = getattr(cls, f"_on_{kind}_rows", None)
         if step is None:  # (the kind has no stacked step: nothing to look at per half)
             return None
-        owners = []
+        # (each half read once, its owner, table and opt-ins together: this runs every round)
+        found = [(half.handler_owner(kind), half.messages, half.reveal) for half in halves]
+        owners = [owner for (owner, _), _, _ in found]
+        handlers = [handler for (_, (handler, _)), _, _ in found]
+        if None in handlers or set(map(type, owners)) != {cls}:
+            return None
+        keys = [owner.step_batch_key(kind) for owner in owners]
+        if None in keys:
+            return None
         cohorts: dict[Any, list[int]] = {}  # (step_batch_key -> its halves, as the host groups)
-        groups: dict[tuple[int, Any], int] = {}  # ((table, opt-ins) -> its first half)
-        # (one pass: this runs every round; a half whose key, table and opt-ins are the
-        # very objects of the half before it joins that half's groups without a lookup)
-        last_key: Any = None
-        members: list[int] = []
+        if keys.count(keys[0]) == len(keys):
+            cohorts[keys[0]] = list(range(len(keys)))
+        else:
+            for i, key in enumerate(keys):
+                cohorts.setdefault(key, []).append(i)
+        # ((table, opt-ins) -> its first half; a run of halves sharing them is looked up once)
+        groups: dict[tuple[int, Any], int] = {}
         last_table: Any = None
         last_reveal: Any = None
-        for i, half in enumerate(halves):
-            owner, (handler, _) = half.handler_owner(kind)
-            if handler is None or type(owner) is not cls:
-                return None
-            key = owner.step_batch_key(kind)
-            if key is None:
-                return None
-            owners.append(owner)
-            if key is not last_key:
-                last_key = key
-                members = cohorts.setdefault(key, [])
-            members.append(i)
-            table = half.messages
-            if table is not None and (table is not last_table or half.reveal is not last_reveal):
-                last_table, last_reveal = table, half.reveal
-                groups.setdefault((id(table), last_reveal), i)
+        for i, (_, table, reveal) in enumerate(found):
+            if table is not None and (table is not last_table or reveal is not last_reveal):
+                last_table, last_reveal = table, reveal
+                groups.setdefault((id(table), reveal), i)
         rows = {k for k, v in fields.items() if isinstance(v, Rows)}
         tables = {id(h.messages): h.messages for h in (halves[i] for i in groups.values())}
         # (a row field whose value can need an opt-in: every request checked on its own)

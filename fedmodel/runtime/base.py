@@ -296,9 +296,9 @@ class Runtime(abc.ABC):
         in this process that answer ``kind`` in one stacked step takes the stacked path
         (:func:`~fedmodel.runtime.rows.exchange_rows`)."""
         names = self.client_names if to is None else list(to)
-        unknown = [n for n in names if n not in self._host_of]
-        if unknown:
-            raise KeyError(f"unknown receivers {unknown}")
+        host_of = self._host_of
+        if not all(map(host_of.__contains__, names)):
+            raise KeyError(f"unknown receivers {[n for n in names if n not in host_of]}")
         check_rows(fields, len(names))
         if not names:
             return RoundReplies(names, messages={})

@@ -318,9 +318,9 @@ class PartyHost:
         one class with such a step, or when it declines or raises (it then changed no
         party's state) or sent peer messages. Ctrl-C in the step raises KeyboardInterrupt.
         """
-        endpoints = [self.endpoints[n] for n in names]
+        endpoints = list(map(self.endpoints.__getitem__, names))
         cls = type(endpoints[0])
-        if not hasattr(cls, "handle_rows") or any(type(e) is not cls for e in endpoints):
+        if not hasattr(cls, "handle_rows") or set(map(type, endpoints)) != {cls}:
             return None
         t0 = time.perf_counter()
         replies, sent = self._together(rnd, lambda: cls.handle_rows(endpoints, kind, fields))

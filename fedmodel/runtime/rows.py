@@ -181,8 +181,10 @@ def exchange_rows(runtime, kind: str, names: list[str], fields: Mapping[str, Any
     host = runtime._local
     if host is None or runtime.client_timeout or not names:
         return None
-    placement = runtime._host_of
-    if any(n in runtime.dead or placement.get(n) != SERVER_HOST for n in names):
+    dead = runtime.dead
+    if dead and not dead.keys().isdisjoint(names):
+        return None
+    if not _in_server_process(runtime._host_of, names):
         return None
     if not all(_uniform(v) for v in fields.values()):
         return None
@@ -221,6 +223,15 @@ def exchange_rows(runtime, kind: str, names: list[str], fields: Mapping[str, Any
     for n in names:
         spent[n] = spent.get(n, 0.0) + seconds
     return RoundReplies(names, stacked=replies, kind=reply_kind, round=rnd, channel=channel)
+
+
+def _in_server_process(placement: Mapping[str, Any], names: list[str]) -> bool:
+    """Whether every party of ``names`` runs in the server's process (``placement``: party
+    -> host; one that answers ``all_in_server`` tells it at once)."""
+    told = getattr(placement, "all_in_server", None)
+    if told is not None:
+        return told(names)
+    return set(map(placement.get, names)) == {SERVER_HOST}
 
 
 def _uniform(value: Any) -> bool:

@@ -493,13 +493,12 @@ class ReplyChecker:
         each): decided from the first party's payload in full and each field's stacked
         values; False when anything is refused or the parties' dimensions differ (each
         reply is then checked on its own, with its own error)."""
-        self.dims(parties[0])
-        key = self._dims_key[parties[0]]
-        for party in parties:
-            if party not in self._dims:
+        known = self._dims_key
+        if not all(map(known.__contains__, parties)):  # (each party's found once)
+            for party in parties:
                 self.dims(party)
-            if self._dims_key[party] != key:
-                return False
+        if len(set(map(known.__getitem__, parties))) != 1:
+            return False
         try:
             self(parties[0], kind, "server", {k: v[0] for k, v in fields.items()})
         except InvalidReply:

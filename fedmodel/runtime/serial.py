@@ -8,7 +8,7 @@ and never sees another's. Other runtimes (processes, Ray) implement the same int
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from typing import Any, Protocol
 
 from fedmodel.runtime.base import Runtime, raise_build_errors
@@ -106,6 +106,10 @@ class _OneHost(Mapping):
 
     def get(self, name: str, default: Any = None) -> Any:
         return SERVER_HOST if name in self._endpoints else default
+
+    def all_in_server(self, names: Iterable[str]) -> bool:
+        """Whether every party of ``names`` is one of these endpoints (all run here)."""
+        return all(map(self._endpoints.__contains__, names))
 
     def __iter__(self):
         return iter(self._endpoints)

@@ -14,7 +14,10 @@ runs one Newton iteration for every client of the cohort at a time: the images, 
 gradients and the Hessians are batched products, the Newton systems one batched
 Cholesky solve, and each client keeps its own Armijo step and stops on its own residual
 ``||grad F_i(x_i)||_inf <= tol``. The arithmetic is the per-client Newton method's; only
-its order of summation differs (the results agree to rounding, not bit for bit).
+its order of summation differs (the results agree to rounding, not bit for bit). A cohort
+keeps the points its last solve returned with ``f_i`` and its gradient there: the next
+solve that starts from exactly those points (an exact-admm client starts from its last
+step's point) takes them instead of evaluating ``f_i`` again, the same numbers.
 
 Examples
 --------
@@ -178,6 +181,9 @@ class GLMCohort:
         )
         self.r = np.array([float(f.r) for f in forms])
         self._fixed_hessian: np.ndarray | None = None
+        #: the points the last :meth:`prox` returned, with ``f_i`` and its gradient there
+        #: (a next solve that starts from them takes those instead of evaluating again)
+        self._last_point: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None
 
     # -- f_i ---------------------------------------------------------------------------------
     def value_grad(self, X: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -219,6 +225,7 @@ class GLMCohort:
         sub.q, sub.r = self.q[idx], self.r[idx]
         fixed = self._fixed_hessian
         sub._fixed_hessian = None if fixed is None else fixed[idx]
+        sub._last_point = None
         return sub
 
     # -- the proximal subproblems --------------------------------------------------------------
@@ -257,12 +264,17 @@ class GLMCohort:
         if S.shape != (self.size,) or not np.all(S > 0):
             raise ValueError("weights must hold one positive proximal weight per client")
 
-        def objective(cohort: GLMCohort, Xs, Cs, Ss):
-            v, G = cohort.value_grad(Xs)
+        def objective(cohort: GLMCohort, Xs, Cs, Ss, f=None):
+            v, G = cohort.value_grad(Xs) if f is None else f
             D = Xs - Cs
-            return v + 0.5 * Ss * np.einsum("in,in->i", D, D), G + Ss[:, None] * D
+            return v + 0.5 * Ss * np.einsum("in,in->i", D, D), G + Ss[:, None] * D, v, G
 
-        vals, G = objective(self, X, C, S)
+        # (f and its gradient at the points the last solve returned, when it starts there)
+        last = self._last_point
+        known = None
+        if last is not None and last[0].shape == X.shape and last[0].tobytes() == X.tobytes():
+            known = (last[1].copy(), last[2].copy())
+        vals, G, F, GF = objective(self, X, C, S, known)
         gnorm = np.abs(G).max(axis=1, initial=0.0)
         iters = np.zeros(self.size, dtype=int)
         message = ["converged"] * self.size
@@ -287,7 +299,7 @@ class GLMCohort:
             slope = np.einsum("in,in->i", Ga, step)
             t = np.ones(active.size)
             new_X = Xa + step
-            new_v, new_G = objective(sub, new_X, Ca, Sa)
+            new_v, new_G, new_F, new_GF = objective(sub, new_X, Ca, Sa)
             todo = new_v > vals[active] + 1e-4 * t * slope
             # at machine precision the value cannot resolve the decrease: a full step that
             # still reduces the gradient is taken (as the per-client method does)
@@ -297,8 +309,9 @@ class GLMCohort:
                 t[todo] *= 0.5
                 idx = np.flatnonzero(todo)
                 trial = Xa[idx] + t[idx, None] * step[idx]
-                v2, g2 = objective(sub.subset(idx), trial, Ca[idx], Sa[idx])
+                v2, g2, f2, gf2 = objective(sub.subset(idx), trial, Ca[idx], Sa[idx])
                 new_X[idx], new_v[idx], new_G[idx] = trial, v2, g2
+                new_F[idx], new_GF[idx] = f2, gf2
                 ok = v2 <= vals[active[idx]] + 1e-4 * t[idx] * slope[idx]
                 todo[idx[ok]] = False
                 tiny = t[idx] < 1e-10
@@ -310,7 +323,9 @@ class GLMCohort:
             keep = ~failed | (new_v <= vals[active])
             upd = active[keep]
             X[upd], vals[upd], G[upd] = new_X[keep], new_v[keep], new_G[keep]
+            F[upd], GF[upd] = new_F[keep], new_GF[keep]
             iters[active] += 1
             gnorm[upd] = np.abs(G[upd]).max(axis=1, initial=0.0)
             active = active[~failed & (gnorm[active] > tol[active])]
+        self._last_point = (X.copy(), F.copy(), GF.copy())
         return BatchReport(X, gnorm, iters, message)

@@ -28,7 +28,6 @@ gradient of ``P_{i,k}`` in its block, the ``outer`` reply carries
 from __future__ import annotations
 
 import functools
-import math
 
 import numpy as np
 
@@ -338,11 +337,11 @@ class ProxALClient(ClientHalf):
         alpha, reset = request.pop("alpha"), request.pop("reset")
         if np.size(alpha) > min(len(h.outer_mem) for h in halves):
             raise ValueError("outer_aa combines more outputs than the clients keep")
-        replies = [h.inner.start(W[i], **request) for i, h in enumerate(halves)]
+        replies = _start_rows(halves, W, request)
         if reset:
             for h in halves:
                 h.outer_mem = []
-        return _stacked_replies(replies)
+        return replies
 
     @staticmethod
     def _on_outer_rows(halves: list[ProxALClient], fields: dict) -> dict[str, np.ndarray]:
@@ -356,15 +355,16 @@ class ProxALClient(ClientHalf):
         m = len(halves)
         W, request = _stacked_start_fields(halves, fields)
         memory = halves[0].outer_anderson
-        for h in halves:  # (what _on_outer keeps of a client without multipliers)
-            h.mu_mark, h.nu_mark, h.cone_mark = h.mu.copy(), h.nu.copy(), h.cone_at_w.copy()
-            h.theta_step = h.theta_at_w - h.theta_center
-        replies = [h.inner.start(W[i], **request) for i, h in enumerate(halves)]
-        out = {"dmu_inf": np.zeros(m), **_stacked_replies(replies)}
+        for h in halves:  # (what _on_outer keeps of a client without multipliers; an
+            # empty array is shared, not copied: nothing can change it)
+            h.mu_mark, h.nu_mark, h.cone_mark = _own(h.mu), _own(h.nu), _own(h.cone_at_w)
+            if h.theta_at_w.size:
+                h.theta_step = h.theta_at_w - h.theta_center
+        out = {"dmu_inf": np.zeros(m), **_start_rows(halves, W, request)}
         if memory:
             no_residual = np.zeros(0)  # (the multipliers' block of the outer residual)
             for h in halves:
-                h.outer_mem.append((no_residual, h.mu.copy(), h.nu.copy()))
+                h.outer_mem.append((no_residual, _own(h.mu), _own(h.nu)))
                 del h.outer_mem[: -(memory + 1)]
             out["gram"] = np.zeros((m, len(halves[0].outer_mem)))
         return out
@@ -387,13 +387,32 @@ class ProxALClient(ClientHalf):
         constraints with its terms' domains admit none) is counted in
         ``local_solves_without_point`` instead, so the diagnostic 'report' stays finite and
         the run ends on the server's verdict rather than on a refused reply."""
-        gap = float(residual) / max(float(tol), 1e-300)
-        if not math.isfinite(gap):
-            self.stats["local_solves_without_point"] = (
-                self.stats.get("local_solves_without_point", 0) + 1
-            )
-            return
-        self.stats["max_residual_gap"] = max(self.stats["max_residual_gap"], gap)
+        ProxALClient.note_steps([self], np.array([residual]), np.array([tol]))
+
+    @staticmethod
+    def note_steps(
+        halves: list[ProxALClient],
+        residuals: np.ndarray,
+        tols: np.ndarray,
+        iterations: np.ndarray | None = None,
+    ) -> None:
+        """:meth:`note_residual_gap` of each client of ``halves`` with its local solve's
+        residual and tolerance (arrays, a value per client: the ratios in one pass); with
+        ``iterations``, each also counts the solve and its iterations in its statistics."""
+        gaps = np.asarray(residuals, dtype=float) / np.maximum(
+            np.asarray(tols, dtype=float), 1e-300
+        )
+        finite = np.isfinite(gaps).tolist()
+        its = [None] * len(halves) if iterations is None else np.asarray(iterations).tolist()
+        for h, gap, ok, k in zip(halves, gaps.tolist(), finite, its):
+            stats = h.stats
+            if k is not None:
+                stats["local_solves"] += 1
+                stats["local_iterations"] += k
+            if not ok:
+                stats["local_solves_without_point"] = stats.get("local_solves_without_point", 0) + 1
+            elif gap > stats["max_residual_gap"]:
+                stats["max_residual_gap"] = gap
 
     def _on_evaluate(self, w, mu=None, nu=None, objective_scale=1.0, **route):
         """Its share of the certificate at ``w`` (``route``: the fields its route adds to
@@ -549,6 +568,21 @@ class ProxALClient(ClientHalf):
         if self.owned:  # the final write-back of the own block to the caller's variables
             out["owned"] = self.theta_at_w.copy()
         return out
+
+
+def _own(a: np.ndarray) -> np.ndarray:
+    """A copy of ``a`` to keep, or ``a`` itself when it is empty (nothing can change it)."""
+    return a.copy() if a.size else a
+
+
+def _start_rows(halves: list[ProxALClient], W: np.ndarray, request: dict) -> dict[str, np.ndarray]:
+    """Each client's route part's ``start`` at its row of ``W`` (the parts of one class), the
+    replies stacked: in one step when the class has one (``start_rows``)."""
+    parts = [h.inner for h in halves]
+    rows = getattr(type(parts[0]), "start_rows", None)
+    if rows is not None:
+        return rows(parts, W, request)
+    return _stacked_replies([part.start(W[i], **request) for i, part in enumerate(parts)])
 
 
 def _stacked_replies(replies: list[dict]) -> dict[str, np.ndarray]:

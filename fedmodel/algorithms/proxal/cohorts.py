@@ -30,6 +30,8 @@ Examples
 
 from __future__ import annotations
 
+import operator
+import weakref
 from typing import Any
 
 import numpy as np
@@ -114,6 +116,14 @@ def cohort_of(hosts: list) -> GLMCohort:
 #: form has agreed with the model's evaluator on a client of this process
 _CHECKED_STRUCTURES: set[str] = set()
 
+#: whether a client's form has been checked (one C call per client, :func:`check_forms`)
+_VERIFIED = operator.attrgetter("glm_verified")
+
+#: the cohorts (:func:`cohort_of`, each of one list of clients) whose every client's form
+#: has been checked: a client's check stands for good (one that disagrees leaves every
+#: cohort), so such a cohort is not looked at again
+_VERIFIED_COHORTS: weakref.WeakSet = weakref.WeakSet()
+
 #: the seed of the point where a client's form is probed (:func:`check_forms`)
 PROBE_SEED = 0
 
@@ -157,9 +167,10 @@ def check_forms(hosts: list, cohort: GLMCohort, X: np.ndarray) -> None:
     equal (to the same relative tolerance as the full check) only when they are the same
     function, gradient included.
     """
-    new = [i for i, h in enumerate(hosts) if not h.glm_verified]
-    if not new:
+    if cohort in _VERIFIED_COHORTS or all(map(_VERIFIED, hosts)):
+        _VERIFIED_COHORTS.add(cohort)
         return
+    new = [i for i, h in enumerate(hosts) if not h.glm_verified]
     groups: dict[str, list[int]] = {}
     for i in new:
         h = hosts[i]
@@ -187,6 +198,7 @@ def check_forms(hosts: list, cohort: GLMCohort, X: np.ndarray) -> None:
         raise NotRecognised(f"the GLM form of party {names} disagrees with its evaluator")
     for i in new:
         hosts[i].glm_verified = True
+    _VERIFIED_COHORTS.add(cohort)
 
 
 def _subset(cohort: GLMCohort, idx: list[int]) -> GLMCohort:

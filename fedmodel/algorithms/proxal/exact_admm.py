@@ -1194,10 +1194,19 @@ class ExactClient(InnerClient):
 
     def start(self, w, **request) -> dict:
         """The new centres of ``P_{i,k}``; nothing to send but the flag."""
-        h = self.host
-        h.w_center = np.asarray(w, dtype=float).copy()
-        h.theta_center = h.theta_at_w.copy()
+        ExactClient.start_rows([self], np.asarray(w, dtype=float)[None, :], request)
         return {"exact": True}
+
+    @staticmethod
+    def start_rows(parts: list[ExactClient], W: np.ndarray, request: dict) -> dict:
+        """:meth:`start` of every client of ``parts`` at its row of ``W`` in one step (each
+        client's centre a row of one copy of ``W``); the flags as a row per client."""
+        centres = np.array(W, dtype=float)
+        for part, centre in zip(parts, centres):
+            h = part.host
+            h.w_center = centre
+            h.theta_center = h.theta_at_w.copy()
+        return {"exact": np.ones(len(parts), dtype=bool)}
 
     def step_state(self) -> dict:
         """What a step changes and an evaluation reads: the multipliers, the cone duals,
@@ -1339,23 +1348,27 @@ class ExactClient(InnerClient):
         requests' fields, each :class:`~fedmodel.runtime.rows.Rows` (client ``i``'s value
         in row ``i``) or one value for all; returns the replies' ``x`` as rows. Every input
         is checked and the solve made before any client's state changes."""
-        hosts = [part.host for part in parts]
+        hosts = list(map(operator.attrgetter("host"), parts))
         m = len(parts)
 
         def column(name: str) -> np.ndarray:
             value = fields[name]
             if isinstance(value, Rows):
-                return np.array([float(v) for v in value.values])
+                return np.fromiter(map(float, value.values), dtype=float, count=m)
             return np.full(m, float(value))
 
         C = np.array(fields["c"].values, dtype=float).reshape(m, -1)
         sigma, tol = column("sigma"), column("tol")
         deadline = _cohort_deadline(fields.get("budget"), hosts)
-        p = np.array([h.prox_weight for h in hosts])
-        centers = np.array([h.w_center for h in hosts], dtype=float).reshape(m, -1)
+        # (each client's numbers read in one pass: its weight, centre and last point)
+        weights, centers, starts = zip(*[
+            (h.prox_weight, h.w_center, part.u if part.u is not None else h._local(c, h.theta_at_w))
+            for part, h, c in zip(parts, hosts, C)
+        ])  # fmt: skip
+        p = np.array(weights, dtype=float)
+        centers = np.array(centers, dtype=float).reshape(m, -1)
         centers = (p[:, None] * centers + sigma[:, None] * C) / (p + sigma)[:, None]
-        X0 = np.array([part.u if part.u is not None else h._local(c, h.theta_at_w)
-                       for part, h, c in zip(parts, hosts, C)], dtype=float)  # fmt: skip
+        X0 = np.array(starts, dtype=float)
         cohort = cohort_of(hosts)
         check_forms(hosts, cohort, X0)
         max_iter = min(map(operator.attrgetter("max_local_iter"), hosts))
@@ -1366,13 +1379,8 @@ class ExactClient(InnerClient):
         # by that step itself)
         points = np.array(report.x, dtype=float)
         shared = points[:, : hosts[0].ns].copy()
-        iterations = report.iterations.tolist()
-        residuals, tols = report.residual.tolist(), tol.tolist()
-        for part, h, x, its, res, t in zip(parts, hosts, points, iterations, residuals, tols):
-            stats = h.stats
-            stats["local_solves"] += 1
-            stats["local_iterations"] += its
-            h.note_residual_gap(res, t)
+        type(hosts[0]).note_steps(hosts, report.residual, tol, report.iterations)
+        for part, x in zip(parts, points):
             part.u, part.checked = x, None
         return {"x": shared}
 
