@@ -170,11 +170,11 @@ def _outcome(out, gradient=None) -> InnerOutcome:
     )  # fmt: skip
 
 
-def _with_h_and_prox(host, val, g, w: np.ndarray, w_center: np.ndarray):
-    """The server's terms' value and gradient at ``w`` plus a smooth ``h``'s and the
-    server's share ``p ||w - w_center||^2 / 2`` of the proximal term."""
+def _with_h_and_prox(host, val, g, w: np.ndarray, w_center: np.ndarray, with_h: bool = True):
+    """The server's terms' value and gradient at ``w`` plus a smooth ``h``'s (``with_h``)
+    and the server's share ``p ||w - w_center||^2 / 2`` of the proximal term."""
     reg = host.problem.regularizer
-    if not reg.is_zero:  # (a sum of squares: smooth)
+    if with_h and not reg.is_zero:  # (a sum of squares: smooth)
         val += reg.value(w)
         g = g + reg.smooth_grad(w)
     p = host.prox_weight
@@ -239,11 +239,7 @@ class NewtonInner(_DerivativeInner):
             if self.h_in_model:
                 H[np.diag_indices(n)] += reg.smooth_grad(np.ones(n))
             cached = self._total_hessian = (self.hessian_sum, H0, H)
-        if self.h_in_model:
-            return (*_with_h_and_prox(host, val, g, w, w_center), cached[2])
-        p = host.prox_weight
-        d = w - w_center
-        return float(val) + 0.5 * p * float(d @ d), np.asarray(g, dtype=float) + p * d, cached[2]
+        return (*_with_h_and_prox(host, val, g, w, w_center, self.h_in_model), cached[2])
 
     def rounds(self, runtime, w_center: np.ndarray):
         """``(evaluate, start)`` of an inner solve about ``w_center``: one ``newton_w``
