@@ -768,8 +768,7 @@ class ProxALServer(ServerHalf):
         else:
             stationary = stationarity <= f1 * eps1
         if feasibility is not None:
-            violation, complementarity = feasibility
-            return stationary and violation <= f2 * opts.eps2 and complementarity <= f1 * eps1
+            return stationary and feasibility_met(feasibility, self.kkt_factors, eps1, opts.eps2)
         return stationary and dmu <= self.beta * f2 * opts.eps2
 
     def floor_near_stop(self, outcome: InnerOutcome, feasibility) -> bool:
@@ -783,9 +782,7 @@ class ProxALServer(ServerHalf):
         the run stops when it holds: "optimal" is that certificate."""
         if not outcome.floor or feasibility is None:
             return False
-        violation, complementarity = feasibility
-        f1, f2 = self.kkt_factors
-        return violation <= f2 * self.options.eps2 and complementarity <= f1 * self.eps1_units
+        return feasibility_met(feasibility, self.kkt_factors, self.eps1_units, self.options.eps2)
 
     def measured_near_stop(self, stationarity: float | None, feasibility) -> bool:
         """Whether to evaluate the certificate although test (8) failed, because the
@@ -802,9 +799,7 @@ class ProxALServer(ServerHalf):
             return False
         if getattr(self.privacy, "dp", None) is not None:
             return False
-        violation, complementarity = feasibility
-        f1, f2 = self.kkt_factors
-        if violation > f2 * self.options.eps2 or complementarity > f1 * self.eps1_units:
+        if not feasibility_met(feasibility, self.kkt_factors, self.eps1_units, self.options.eps2):
             return False
         due, wait = self.near_next
         if self.k < due:
@@ -1103,6 +1098,25 @@ class ProxALServer(ServerHalf):
             change = max(change, float(np.abs(step).max()))
             self.nu = self.nu + step
         return change
+
+
+def feasibility_met(
+    feasibility: tuple[float, float], kkt_factors: tuple[float, float], eps1: float, eps2: float
+) -> bool:
+    """Test (8)'s feasibility half on the measured ``feasibility = (violation,
+    complementarity)``: the violation within ``kkt_factors[1] * eps2``, the complementarity
+    within ``kkt_factors[0] * eps1`` (``eps1`` in the targets' unit).
+
+    Examples
+    --------
+    >>> feasibility_met((4e-7, 0.0), (0.5, 0.5), 1e-6, 1e-6)
+    True
+    >>> feasibility_met((4e-7, 6e-7), (0.5, 0.5), 1e-6, 1e-6)
+    False
+    """
+    violation, complementarity = feasibility
+    f1, f2 = kkt_factors
+    return violation <= f2 * eps2 and complementarity <= f1 * eps1
 
 
 def _growth_note(w_norms: list[float], history: list[dict]) -> str:
