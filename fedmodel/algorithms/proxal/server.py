@@ -793,11 +793,9 @@ class ProxALServer(ServerHalf):
         the certificate itself replaces: one diagnostic round evaluates it at the iterate
         and the run stops when it holds ("optimal" is that certificate). A try that fails
         doubles the outer iterations until the next (the first waits one), so the tries
-        cost at most ``1 + log2`` of the outer iterations they span. Not under
-        differential privacy, where an evaluation spends budget."""
+        cost at most ``1 + log2`` of the outer iterations they span (under differential
+        privacy each is one noised sum, as any round)."""
         if stationarity is None or feasibility is None or stationarity > self.eps1_units:
-            return False
-        if getattr(self.privacy, "dp", None) is not None:
             return False
         if not feasibility_met(feasibility, self.kkt_factors, self.eps1_units, self.options.eps2):
             return False
