@@ -160,6 +160,57 @@ def test_an_inner_solve_at_its_floor_asks_for_the_certificate_when_feasible():
     assert not ask(server, outcome(True), None)  # (nothing measured)
 
 
+def test_a_measured_stationarity_within_eps_asks_for_the_certificate_with_a_growing_wait():
+    """Test (8) failed on ``kkt_factor * eps1``: the certificate is evaluated when the
+    measured stationarity is within ``eps1`` and the measured violation and
+    complementarity meet (8)'s targets; a try that fails doubles the outer iterations
+    until the next (outer iterations 0, 1, 3, 7, 15: five tries in 16)."""
+    from types import SimpleNamespace
+
+    from fedmodel.algorithms.proxal.server import ProxALServer
+
+    server = SimpleNamespace(
+        kkt_factors=(0.01, 0.5),
+        options=SimpleNamespace(eps2=1e-6),
+        eps1_units=1e-6,
+        near_next=[0, 1],
+        k=0,
+    )
+    ask = ProxALServer.measured_near_stop
+    assert not ask(server, 2e-6, (0.0, 0.0))  # (the stationarity misses eps1)
+    assert not ask(server, None, (0.0, 0.0))  # (not measured)
+    assert not ask(server, 5e-7, None)
+    assert not ask(server, 5e-7, (6e-7, 0.0))  # (the violation misses (8)'s eps2 target)
+    assert not ask(server, 5e-7, (0.0, 2e-8))  # (complementarity misses kkt_factor eps1)
+    tries = []
+    for k in range(16):
+        server.k = k
+        if ask(server, 5e-7, (0.0, 0.0)):
+            tries.append(k)
+    assert tries == [0, 1, 3, 7, 15]
+
+
+@pytest.mark.parametrize("eps", [1e-3, 1e-6])
+def test_prox_al_stops_at_the_first_outer_iteration_whose_certificate_holds(eps):
+    """Test (8) asks ``kkt_factor * eps1`` (1e-2 eps1) of the measured stationarity; the
+    certificate, evaluated once that stationarity is within ``eps1``, ends the run where it
+    holds: every outer iteration before the last fails the certificate (the history's
+    scaled residuals) and the last meets it, with the objective within eps of cvxpy's."""
+    model, prob, W = _l1_logistic()
+    res = model.solve(method="prox-al", eps=eps, inner_solver="prox-quasi-newton")
+    assert res.status == "optimal", res.message
+    rows = [r for r in res.history if "scaled_stationarity" in r]
+
+    def holds(r):
+        return r["scaled_stationarity"] <= eps and r["scaled_feasibility"] <= eps
+
+    assert len(rows) >= 2 and holds(rows[-1])
+    assert not any(holds(r) for r in rows[:-1])
+    f_star = prob.value
+    W.value = res.x
+    assert abs(prob.objective.value - f_star) <= eps * max(1.0, abs(f_star))
+
+
 def test_the_loop_and_the_model_step_respect_a_deadline():
     A, b, reg, evaluate = _slow_problem()
     w0 = np.zeros(8)
