@@ -423,7 +423,17 @@ def _group_table(group: list[dict], tol: float) -> list[str]:
 
 
 #: what the committed runs showed (hand-written; the tables are generated)
-NOTES = """## Notes (every client's Hessian: prox-newton; 2026-11-30, session 30)
+NOTES = """## Notes (the certificate asked for when the measured stationarity nears its target; 2026-11-30, session 30)
+
+- All 73 at eps 1e-3 on b0b49bb (``--split server-objective --time-limit 60 --jobs 1``,
+  load 3-6 with CI beside): prox-al evaluates the certificate when (8)'s measured
+  stationarity is within eps1 and its feasibility half holds, and stops where the
+  certificate holds (``ProxALServer.measured_near_stop``). 52 optimal and right (51), none
+  optimal but wrong, median rounds of the right 44 (69): QBEACONF right in 222 rounds
+  (max_iterations at 1,079 before), DUAL1 36 (69), DUAL2 26 (40), DUAL3 26 (37), VALUES 45
+  (272), TAME 5 (10); the time_limit problems the same ones.
+
+## Notes (every client's Hessian: prox-newton; 2026-11-30, session 30)
 
 - ``--reveal-hessian`` (all 73, eps 1e-3, 60 s, ``--jobs 1``, load 3-5 with two helpers'
   runs beside): 50 optimal and right against the defaults' 51, median rounds of the right
