@@ -431,7 +431,9 @@ NOTES = """## Notes (the certificate asked for when the measured stationarity ne
   certificate holds (``ProxALServer.measured_near_stop``). 52 optimal and right (51), none
   optimal but wrong, median rounds of the right 44 (69): QBEACONF right in 222 rounds
   (max_iterations at 1,079 before), DUAL1 36 (69), DUAL2 26 (40), DUAL3 26 (37), VALUES 45
-  (272), TAME 5 (10); the time_limit problems the same ones.
+  (272), TAME 5 (10); the time_limit problems the same ones. The same at eps 1e-6 (``--eps
+  1e-6``, same clone, load 3-5): every outcome as before, 50 right; QBEACONF and QPCSTAIR
+  end time_limit with the point right, QSCAGR7 max_iterations with the point right.
 
 ## Notes (every client's Hessian: prox-newton; 2026-11-30, session 30)
 
