@@ -73,6 +73,9 @@ ADMM = [
     ("admm_w", "eps_tilde", "text", "not a number"),
     ("admm_w", "u_tilde", "huge", "has shape (1000000,)"),
     ("admm_w", "eps_tilde", "missing", "is missing"),
+    # (a row one longer than the outer Anderson memory: within the declared bound, refused
+    # by the server's own check)
+    ("outer", "gram", "shape", "where the outer Anderson memory holds 1 iterates"),
 ]
 CERTIFICATE = [
     ("evaluate", "grad", "nan", "is not finite"),

@@ -58,9 +58,10 @@ from fedmodel.certificate.scale import (
 from fedmodel.compiler.glm import NotRecognised
 from fedmodel.compiler.partition import CompiledModel, PartyProgram
 from fedmodel.compiler.regularizer import Regularizer
-from fedmodel.errors import FedModelError, UnsupportedError
+from fedmodel.errors import UnsupportedError
 from fedmodel.runtime.base import Runtime
 from fedmodel.runtime.endpoints import EndpointFactory
+from fedmodel.runtime.outcomes import ClientFailure, InvalidReply, StepOutcome
 from fedmodel.subproblems import conic_prox
 from fedmodel.subproblems.merit import MeritProblem
 from fedmodel.subproblems.select import make_solver
@@ -823,12 +824,23 @@ class ProxALServer(ServerHalf):
             for name, rep in replies.items()
             if "gram" in rep.payload
         }
-        for name, gram in grams.items():
-            if gram.shape != row.shape:  # (its memory and the server's went apart)
-                raise FedModelError(
-                    f"party {name!r} sent an outer Gram row of {gram.size} entries where "
-                    f"the outer Anderson memory holds {row.size} iterates"
-                )
+        wrong = {  # (a row whose length is not the memory's: a failure of its party)
+            name: StepOutcome(
+                name,
+                kind="invalid_reply",
+                error=InvalidReply(
+                    name,
+                    "outer",
+                    "gram",
+                    f"client {name!r}, reply to 'outer': field 'gram' has {gram.size} entries "
+                    f"where the outer Anderson memory holds {row.size} iterates",
+                ),
+            )  # fmt: skip
+            for name, gram in grams.items()
+            if gram.shape != row.shape
+        }
+        if wrong:
+            raise ClientFailure(wrong, runtime.round, "outer")
         row = row + sum(grams.values())
         alpha, reset = self.outer_aa.observe(row)
         if alpha.size:
