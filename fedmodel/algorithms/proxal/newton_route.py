@@ -200,24 +200,29 @@ class NewtonInner(_DerivativeInner):
         self._total_hessian = None  # (hessian_sum, server part, l_k's Hessian)
 
     def check(self) -> None:
-        host = self.host
-        if host.problem.has_smooth_terms and not hasattr(host.solver, "derivatives"):
+        """The server's terms need Hessians (raises :class:`NotRecognised`: the run falls
+        back)."""
+        backend = self.terms_backend()
+        if backend is not None and not hasattr(backend, "derivatives"):
             from fedmodel.compiler.glm import NotRecognised
 
-            raise NotRecognised(
-                f"the server's subproblem backend ({host.solver.name}) has no Hessians"
-            )
-        self.own_derivatives(host.x, host.x)
+            raise NotRecognised(f"the server's subproblem backend ({backend.name}) has no Hessians")
+        self.own_derivatives(self.host.x, self.host.x)
 
     def state_restored(self) -> None:
         self.hessian_sum = sum(self.client_hessians.values()) if self.client_hessians else None
 
+    def terms_backend(self):
+        """The backend that differentiates the server's terms (None: it has none)."""
+        host = self.host
+        return host.solver if host.problem.has_smooth_terms else None
+
     def server_terms(self, w: np.ndarray):
         """Value, gradient and Hessian at ``w`` of the server's terms with ``mu_0``,
         ``nu_0`` (no proximal term, no ``h``); zeros for a server without terms."""
-        host = self.host
-        if host.problem.has_smooth_terms:
-            return host.solver.derivatives(w, [host.mu], [host.nu])
+        backend = self.terms_backend()
+        if backend is not None:
+            return backend.derivatives(w, [self.host.mu], [self.host.nu])
         if self._no_terms_hessian is None:
             self._no_terms_hessian = np.zeros((w.size, w.size))
         return 0.0, np.zeros(w.size), self._no_terms_hessian

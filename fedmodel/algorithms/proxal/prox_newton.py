@@ -627,22 +627,9 @@ class ProxNewtonInner(NewtonInner):
     #: the server's program without ``h`` (one implementation with prox-quasi-newton's)
     _own_backend = ProxQNInner._own_backend
 
-    def check(self) -> None:
-        """The server's own terms need Hessians (raises :class:`NotRecognised`: the run
-        falls back)."""
-        if self._own_backend() is not None and not hasattr(self.own_solver, "derivatives"):
-            from fedmodel.compiler.glm import NotRecognised
-
-            raise NotRecognised(
-                f"the server's subproblem backend ({self.own_solver.name}) has no Hessians"
-            )
-        self.own_derivatives(self.host.x, self.host.x)
-
-    def server_terms(self, w: np.ndarray):
-        """:meth:`NewtonInner.server_terms` of the server's program without ``h``."""
-        if self._own_backend() is None:
-            return super().server_terms(w)
-        return self.own_solver.derivatives(w, [self.host.mu], [self.host.nu])
+    def terms_backend(self):
+        """The backend of the server's terms without ``h`` (None: it has none)."""
+        return self._own_backend()
 
     def solve(self, runtime, tau: float, deadline: float | None) -> InnerOutcome:
         """One inner solve from ``w^k`` (the host's ``x``) to ``dist(0, d l_k) <= tau``;
