@@ -65,10 +65,6 @@ def run_problem(name: str, max_iter: int, time_limit: float, tol: float) -> dict
     return {"problem": name, "n": prob["P"].shape[0], "tries": tries, "load1": os.getloadavg()[0]}
 
 
-def _fmt(x, spec=".1e") -> str:
-    return "-" if x is None else format(x, spec)
-
-
 def write_report(rows: list[dict], misses: dict[str, dict], command: list[str], tol) -> None:
     lines = [
         "# Maros-Meszaros: what a pooled splitting method needs where prox-al misses",
@@ -106,13 +102,13 @@ def write_report(rows: list[dict], misses: dict[str, dict], command: list[str], 
         p = misses.get(r["problem"], {})
         cells = [
             f"{p.get('status', '-')}, {p.get('rounds', '-')}, "
-            f"{_fmt(p.get('gap'))} / {_fmt(p.get('violation'))}"
+            f"{mm._fmt(p.get('gap'))} / {mm._fmt(p.get('violation'))}"
         ]
         for t in r["tries"]:
             mark = " **right**" if t["right"] else ""
             cells.append(
                 f"{t['status']}, {t['iterations']:,}, "
-                f"{_fmt(t['gap'])} / {_fmt(t['violation'])}{mark}"
+                f"{mm._fmt(t['gap'])} / {mm._fmt(t['violation'])}{mark}"
             )
         lines.append(f"| {r['problem']} | {r['n']} | " + " | ".join(cells) + " |")
     MD.write_text("\n".join(lines) + "\n")
