@@ -327,5 +327,5 @@ class GLMCohort:
             iters[active] += 1
             gnorm[upd] = np.abs(G[upd]).max(axis=1, initial=0.0)
             active = active[~failed & (gnorm[active] > tol[active])]
-        self._last_point = (X.copy(), F.copy(), GF.copy())
+        self._last_point = (X.copy(), F, GF)  # (F, GF: this solve's own arrays, copied on use)
         return BatchReport(X, gnorm, iters, message)
