@@ -160,3 +160,25 @@ def test_a_solve_from_the_last_points_reuses_their_values_with_the_same_numbers(
     fresh = _counted(other)
     other.prox(C1, S, moved, tol=1e-10)
     assert len(reused) == len(fresh) >= 1
+
+
+def test_a_kept_inverse_is_used_only_for_its_own_proximal_weights():
+    """A least-squares cohort keeps the inverse of each vector of proximal weights: every
+    solve is one exact Newton step for the weights it is given (a new weight on one client
+    only included), and the same numbers as a fresh cohort's."""
+    forms = _forms([6, 3, 8], kinds=("square",), quadratic=True)
+    rng = np.random.default_rng(5)
+    cohort = GLMCohort(forms)
+    X = np.zeros((3, 4))
+    for S in ([1.0, 1.0, 1.0], [0.01, 0.01, 0.01], [0.01, 5.0, 0.01], [1.0, 1.0, 1.0]):
+        S = np.array(S)
+        C = rng.normal(size=(3, 4))
+        out = cohort.prox(C, S, X, tol=1e-10)
+        assert (out.iterations == 1).all() and (out.residual <= 1e-10).all()
+        for i, f in enumerate(forms):
+            _, g, H = f.evaluate(np.zeros(4))
+            exact = np.linalg.solve(H + S[i] * np.eye(4), S[i] * C[i] - g)
+            assert np.abs(out.x[i] - exact).max() <= 1e-10 * max(1.0, np.abs(exact).max())
+        fresh = GLMCohort(forms).prox(C, S, X, tol=1e-10)
+        assert np.array_equal(out.x, fresh.x)
+        X = out.x

@@ -12,9 +12,14 @@ data once (``A_it`` padded with zero-weight rows to the :func:`padded_rows` of t
 cohort's largest row count) and
 runs one Newton iteration for every client of the cohort at a time: the images, the
 gradients and the Hessians are batched products, the Newton systems one batched
-Cholesky solve, and each client keeps its own Armijo step and stops on its own residual
-``||grad F_i(x_i)||_inf <= tol``. The arithmetic is the per-client Newton method's; only
-its order of summation differs (the results agree to rounding, not bit for bit). A cohort
+solve, and each client keeps its own Armijo step and stops on its own residual
+``||grad F_i(x_i)||_inf <= tol``. When every term has a constant second derivative (least
+squares) the Hessians do not depend on the point: the cohort keeps the inverses of
+``hess f_i + s_i I`` (:func:`spd_inverse`, from Cholesky factors) for the last vectors of
+proximal weights it was given, and a Newton step is one batched matrix-vector product
+(an exact-admm run changes ``s_i`` only when its penalty changes). The arithmetic is the
+per-client Newton method's; only its order of summation differs (the results agree to
+rounding, not bit for bit). A cohort
 keeps the points its last solve returned with ``f_i`` and its gradient there: the next
 solve that starts from exactly those points (an exact-admm client starts from its last
 step's point) takes them instead of evaluating ``f_i`` again, the same numbers.
@@ -35,6 +40,7 @@ True
 from __future__ import annotations
 
 import time
+from collections import OrderedDict
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -46,6 +52,43 @@ from fedmodel.compiler.glm import GLMFunction, phi_d2, phi_value_d1
 #: the GLM kinds whose second derivative is a constant (``phi_d2``): a cohort of only
 #: these has Hessians that do not depend on the point
 CONSTANT_CURVATURE = frozenset({"square"})
+
+#: inverses of a constant-curvature cohort kept, one per vector of proximal weights
+#: (least recently used dropped first)
+KEPT_INVERSES = 2
+
+#: the most variables :func:`spd_inverse` inverts by batched substitution
+SUBSTITUTION_SIZE = 64
+
+
+def spd_inverse(H: np.ndarray, shift: np.ndarray) -> np.ndarray:
+    """``(H_i + shift_i I)^{-1}`` for every ``i`` (``H``: (k, n, n) symmetric positive
+    semidefinite, ``shift``: (k,) positive), from the Cholesky factor ``L_i`` as
+    ``L_i^{-T} L_i^{-1}`` (``L_i^{-1}`` by forward substitution, one row at a time for all
+    ``i``); by LU (``numpy.linalg.inv``) for more than :data:`SUBSTITUTION_SIZE` variables
+    (one LAPACK call per matrix then costs less than ``n`` batched steps) and when a
+    factorisation fails to rounding.
+
+    Examples
+    --------
+    >>> H = np.array([[[2.0, 1.0], [1.0, 2.0]]])
+    >>> bool(np.allclose(spd_inverse(H, np.array([1.0]))[0] @ (H[0] + np.eye(2)), np.eye(2)))
+    True
+    """
+    k, n, _ = H.shape
+    M = H + shift[:, None, None] * np.eye(n)
+    if n > SUBSTITUTION_SIZE:
+        return np.linalg.inv(M)
+    try:
+        L = np.linalg.cholesky(M)
+    except np.linalg.LinAlgError:
+        return np.linalg.inv(M)
+    Li = np.zeros_like(M)
+    for j in range(n):  # row j of L^{-1}: (e_j - L[j, :j] L^{-1}[:j, :j+1]) / L[j, j]
+        row = -np.matmul(L[:, j : j + 1, :j], Li[:, :j, : j + 1])[:, 0, :]
+        row[:, j] += 1.0
+        Li[:, j, : j + 1] = row / L[:, j, j : j + 1]
+    return np.matmul(Li.transpose(0, 2, 1), Li)
 
 
 class NotStackable(ValueError):
@@ -181,6 +224,10 @@ class GLMCohort:
         )
         self.r = np.array([float(f.r) for f in forms])
         self._fixed_hessian: np.ndarray | None = None
+        #: every term has a constant second derivative: the Hessians do not depend on the
+        #: point, and the inverse of a vector of proximal weights is kept for later solves
+        self.constant_curvature = all(t.kind in CONSTANT_CURVATURE for t in self.terms)
+        self._inverses: OrderedDict[bytes, np.ndarray] = OrderedDict()
         #: the points the last :meth:`prox` returned, with ``f_i`` and its gradient there
         #: (a next solve that starts from them takes those instead of evaluating again)
         self._last_point: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None
@@ -210,9 +257,25 @@ class GLMCohort:
         H = np.zeros((len(X), self.n, self.n)) if self.Q is None else self.Q.copy()
         for t in self.terms:
             H += t.gram(t.w * phi_d2(t.kind, t.images(X), t.M))
-        if all(t.kind in CONSTANT_CURVATURE for t in self.terms):
+        if self.constant_curvature:
             self._fixed_hessian = H.copy()
         return H
+
+    def _fixed_inverse(self, weights: np.ndarray) -> np.ndarray:
+        """``(hess f_i + weights_i I)^{-1}`` of a constant-curvature cohort, for all its
+        clients: a function of the weights alone, computed once per vector of weights."""
+        key = weights.tobytes()
+        M = self._inverses.get(key)
+        if M is None:
+            if self._fixed_hessian is None:
+                self.hessian(np.zeros((self.size, self.n)))
+            M = spd_inverse(self._fixed_hessian, weights)
+            self._inverses[key] = M
+            while len(self._inverses) > KEPT_INVERSES:
+                self._inverses.popitem(last=False)
+        else:
+            self._inverses.move_to_end(key)
+        return M
 
     def subset(self, idx: np.ndarray) -> GLMCohort:
         """The cohort of the clients ``idx`` (views of the stacked data)."""
@@ -225,6 +288,8 @@ class GLMCohort:
         sub.q, sub.r = self.q[idx], self.r[idx]
         fixed = self._fixed_hessian
         sub._fixed_hessian = None if fixed is None else fixed[idx]
+        sub.constant_curvature = self.constant_curvature
+        sub._inverses = OrderedDict()
         sub._last_point = None
         return sub
 
@@ -292,10 +357,16 @@ class GLMCohort:
             active = active[iters[active] < max_iter]
             if not active.size:
                 break
-            sub = self if active.size == self.size else self.subset(active)
+            every = active.size == self.size
+            sub = self if every else self.subset(active)
             Xa, Ca, Sa, Ga = X[active], C[active], S[active], G[active]
-            H = sub.hessian(Xa) + Sa[:, None, None] * eye
-            step = -np.linalg.solve(H, Ga[:, :, None])[:, :, 0]
+            if self.constant_curvature:  # (the Hessians' inverses kept for these weights)
+                inverse = self._fixed_inverse(S)
+                inverse = inverse if every else inverse[active]
+                step = -np.matmul(inverse, Ga[:, :, None])[:, :, 0]
+            else:
+                H = sub.hessian(Xa) + Sa[:, None, None] * eye
+                step = -np.linalg.solve(H, Ga[:, :, None])[:, :, 0]
             slope = np.einsum("in,in->i", Ga, step)
             t = np.ones(active.size)
             new_X = Xa + step
