@@ -357,9 +357,13 @@ class GLMCohort:
             active = active[iters[active] < max_iter]
             if not active.size:
                 break
-            every = active.size == self.size
+            every = active.size == self.size  # (then the whole arrays, no copies)
             sub = self if every else self.subset(active)
-            Xa, Ca, Sa, Ga = X[active], C[active], S[active], G[active]
+            if every:
+                Xa, Ca, Sa, Ga, va, gna = X, C, S, G, vals, gnorm
+            else:
+                Xa, Ca, Sa, Ga = X[active], C[active], S[active], G[active]
+                va, gna = vals[active], gnorm[active]
             if self.constant_curvature:  # (the Hessians' inverses kept for these weights)
                 inverse = self._fixed_inverse(S)
                 inverse = inverse if every else inverse[active]
@@ -371,11 +375,11 @@ class GLMCohort:
             t = np.ones(active.size)
             new_X = Xa + step
             new_v, new_G, new_F, new_GF = objective(sub, new_X, Ca, Sa)
-            todo = new_v > vals[active] + 1e-4 * t * slope
+            todo = new_v > va + 1e-4 * t * slope
             # at machine precision the value cannot resolve the decrease: a full step that
             # still reduces the gradient is taken (as the per-client method does)
-            flat = new_v - vals[active] <= 1e-13 * np.maximum(1.0, np.abs(vals[active]))
-            todo &= ~(flat & (np.abs(new_G).max(axis=1) < gnorm[active]))
+            flat = new_v - va <= 1e-13 * np.maximum(1.0, np.abs(va))
+            todo &= ~(flat & (np.abs(new_G).max(axis=1) < gna))
             while todo.any():
                 t[todo] *= 0.5
                 idx = np.flatnonzero(todo)
@@ -383,7 +387,7 @@ class GLMCohort:
                 v2, g2, f2, gf2 = objective(sub.subset(idx), trial, Ca[idx], Sa[idx])
                 new_X[idx], new_v[idx], new_G[idx] = trial, v2, g2
                 new_F[idx], new_GF[idx] = f2, gf2
-                ok = v2 <= vals[active[idx]] + 1e-4 * t[idx] * slope[idx]
+                ok = v2 <= va[idx] + 1e-4 * t[idx] * slope[idx]
                 todo[idx[ok]] = False
                 tiny = t[idx] < 1e-10
                 for k in idx[~ok & tiny]:
@@ -391,12 +395,16 @@ class GLMCohort:
                     searched_out[active[k]] = True
                 todo[idx[~ok & tiny]] = False
             failed = searched_out[active]
-            keep = ~failed | (new_v <= vals[active])
-            upd = active[keep]
-            X[upd], vals[upd], G[upd] = new_X[keep], new_v[keep], new_G[keep]
-            F[upd], GF[upd] = new_F[keep], new_GF[keep]
+            keep = ~failed | (new_v <= va)
             iters[active] += 1
-            gnorm[upd] = np.abs(G[upd]).max(axis=1, initial=0.0)
+            if every and keep.all():  # (every client moves: the new arrays replace the old)
+                X, vals, G, F, GF = new_X, new_v, new_G, new_F, new_GF
+                gnorm = np.abs(G).max(axis=1, initial=0.0)
+            else:
+                upd = active[keep]
+                X[upd], vals[upd], G[upd] = new_X[keep], new_v[keep], new_G[keep]
+                F[upd], GF[upd] = new_F[keep], new_GF[keep]
+                gnorm[upd] = np.abs(G[upd]).max(axis=1, initial=0.0)
             active = active[~failed & (gnorm[active] > tol[active])]
         self._last_point = (X.copy(), F, GF)  # (F, GF: this solve's own arrays, copied on use)
         return BatchReport(X, gnorm, iters, message)
