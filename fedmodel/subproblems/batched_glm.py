@@ -58,7 +58,7 @@ CONSTANT_CURVATURE = frozenset({"square"})
 KEPT_INVERSES = 2
 
 #: the most variables :func:`spd_inverse` inverts by batched substitution
-SUBSTITUTION_SIZE = 64
+SUBSTITUTION_SIZE = 24
 
 
 def spd_inverse(H: np.ndarray, shift: np.ndarray) -> np.ndarray:
@@ -76,7 +76,8 @@ def spd_inverse(H: np.ndarray, shift: np.ndarray) -> np.ndarray:
     True
     """
     k, n, _ = H.shape
-    M = H + shift[:, None, None] * np.eye(n)
+    M = np.array(H, dtype=float)
+    M.reshape(k, n * n)[:, :: n + 1] += shift[:, None]
     if n > SUBSTITUTION_SIZE:
         return np.linalg.inv(M)
     try:
@@ -88,7 +89,7 @@ def spd_inverse(H: np.ndarray, shift: np.ndarray) -> np.ndarray:
         row = -np.matmul(L[:, j : j + 1, :j], Li[:, :j, : j + 1])[:, 0, :]
         row[:, j] += 1.0
         Li[:, j, : j + 1] = row / L[:, j, j : j + 1]
-    return np.matmul(Li.transpose(0, 2, 1), Li)
+    return np.matmul(Li.transpose(0, 2, 1), Li, out=M)
 
 
 class NotStackable(ValueError):
