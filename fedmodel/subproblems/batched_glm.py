@@ -346,7 +346,6 @@ class GLMCohort:
         message = ["converged"] * self.size
         searched_out = np.zeros(self.size, dtype=bool)  # (its line search failed)
         active = np.flatnonzero(gnorm > tol)
-        eye = np.eye(self.n)
         while active.size:
             if deadline is not None and time.perf_counter() > deadline:
                 for i in active:
@@ -370,7 +369,8 @@ class GLMCohort:
                 inverse = inverse if every else inverse[active]
                 step = -np.matmul(inverse, Ga[:, :, None])[:, :, 0]
             else:
-                H = sub.hessian(Xa) + Sa[:, None, None] * eye
+                H = sub.hessian(Xa)
+                H.reshape(len(H), -1)[:, :: self.n + 1] += Sa[:, None]  # (+ s_i I, in place)
                 step = -np.linalg.solve(H, Ga[:, :, None])[:, :, 0]
             slope = np.einsum("in,in->i", Ga, step)
             t = np.ones(active.size)
