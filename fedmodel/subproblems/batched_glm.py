@@ -92,6 +92,35 @@ def spd_inverse(H: np.ndarray, shift: np.ndarray) -> np.ndarray:
     return np.matmul(Li.transpose(0, 2, 1), Li, out=M)
 
 
+def spd_solve(M: np.ndarray, G: np.ndarray) -> np.ndarray:
+    """``M_i^{-1} g_i`` for every ``i`` (``M``: (k, n, n) symmetric positive definite,
+    ``G``: (k, n)): the Cholesky factors, then forward and back substitution one unknown at
+    a time for all ``i``; by LU (``numpy.linalg.solve``) for more than
+    :data:`SUBSTITUTION_SIZE` variables and when a factorisation fails to rounding.
+
+    Examples
+    --------
+    >>> M = np.array([[[2.0, 1.0], [1.0, 2.0]]])
+    >>> spd_solve(M, np.array([[3.0, 3.0]]))
+    array([[1., 1.]])
+    """
+    k, n = G.shape
+    if n <= SUBSTITUTION_SIZE:
+        try:
+            L = np.linalg.cholesky(M)
+        except np.linalg.LinAlgError:
+            L = None
+        if L is not None:
+            Y = np.empty_like(G)
+            for j in range(n):  # L y = g
+                Y[:, j] = (G[:, j] - np.einsum("ij,ij->i", L[:, j, :j], Y[:, :j])) / L[:, j, j]
+            for j in range(n - 1, -1, -1):  # L^T x = y (x in place of y)
+                tail = np.einsum("ij,ij->i", L[:, j + 1 :, j], Y[:, j + 1 :])
+                Y[:, j] = (Y[:, j] - tail) / L[:, j, j]
+            return Y
+    return np.linalg.solve(M, G[:, :, None])[:, :, 0]
+
+
 class NotStackable(ValueError):
     """The parties' objectives cannot be stacked into one cohort (the message says why)."""
 
@@ -371,7 +400,7 @@ class GLMCohort:
             else:
                 H = sub.hessian(Xa)
                 H.reshape(len(H), -1)[:, :: self.n + 1] += Sa[:, None]  # (+ s_i I, in place)
-                step = -np.linalg.solve(H, Ga[:, :, None])[:, :, 0]
+                step = -spd_solve(H, Ga)
             slope = np.einsum("in,in->i", Ga, step)
             t = np.ones(active.size)
             new_X = Xa + step
