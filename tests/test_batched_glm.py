@@ -6,7 +6,7 @@ import pytest
 import scipy.sparse as sp
 
 from fedmodel.compiler.glm import GLMFunction, GLMTerm
-from fedmodel.subproblems.batched_glm import GLMCohort, NotStackable
+from fedmodel.subproblems.batched_glm import GLMCohort, NotStackable, spd_inverse, spd_solve
 
 
 def _forms(rows, n=4, kinds=("logistic", "square"), quadratic=False, seed=0):
@@ -182,3 +182,24 @@ def test_a_kept_inverse_is_used_only_for_its_own_proximal_weights():
         fresh = GLMCohort(forms).prox(C, S, X, tol=1e-10)
         assert np.array_equal(out.x, fresh.x)
         X = out.x
+
+
+@pytest.mark.parametrize("n", [5, 30])
+def test_the_batched_solves_and_inverses_are_numpy_s_to_rounding(n):
+    """spd_solve and spd_inverse by Cholesky factors (few variables), by LU (many), and by
+    LU when a matrix is not positive definite to rounding (then for the whole batch)."""
+    rng = np.random.default_rng(n)
+    B = rng.normal(size=(6, n, n))
+    H = np.matmul(B, B.transpose(0, 2, 1)) / n
+    shift = rng.uniform(0.01, 1.0, 6)
+    M = H + shift[:, None, None] * np.eye(n)
+    G = rng.normal(size=(6, n))
+    ref = np.linalg.solve(M, G[:, :, None])[:, :, 0]
+    assert np.abs(spd_solve(M, G) - ref).max() <= 1e-10 * np.abs(ref).max()
+    inv = np.linalg.inv(M)
+    assert np.abs(spd_inverse(H, shift) - inv).max() <= 1e-10 * np.abs(inv).max()
+    M[0] = -np.eye(n)  # (no Cholesky factor)
+    ref[0] = -G[0]
+    assert np.abs(spd_solve(M, G) - ref).max() <= 1e-10 * np.abs(ref).max()
+    inv = spd_inverse(-np.eye(n)[None] - 1.0 * np.eye(n), np.array([1.0]))
+    assert np.allclose(inv[0], -np.eye(n))

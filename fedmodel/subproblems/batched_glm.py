@@ -12,7 +12,8 @@ data once (``A_it`` padded with zero-weight rows to the :func:`padded_rows` of t
 cohort's largest row count) and
 runs one Newton iteration for every client of the cohort at a time: the images, the
 gradients and the Hessians are batched products, the Newton systems one batched
-solve, and each client keeps its own Armijo step and stops on its own residual
+Cholesky solve (:func:`spd_solve`), and each client keeps its own Armijo step and stops
+on its own residual
 ``||grad F_i(x_i)||_inf <= tol``. When every term has a constant second derivative (least
 squares) the Hessians do not depend on the point: the cohort keeps the inverses of
 ``hess f_i + s_i I`` (:func:`spd_inverse`, from Cholesky factors) for the last vectors of
