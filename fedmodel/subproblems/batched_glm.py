@@ -11,16 +11,16 @@ terms, kind by kind, over the same variables; dense data) and no constraints: cl
 data once (``A_it`` padded with zero-weight rows to the :func:`padded_rows` of the
 cohort's largest row count) and
 runs one Newton iteration for every client of the cohort at a time: the images, the
-gradients and the Hessians are batched products, the Newton systems one batched
-Cholesky solve (:func:`spd_solve`), and each client keeps its own Armijo step and stops
-on its own residual
-``||grad F_i(x_i)||_inf <= tol``. When every term has a constant second derivative (least
-squares) the Hessians do not depend on the point: the cohort keeps the inverses of
-``hess f_i + s_i I`` (:func:`spd_inverse`, from Cholesky factors) for the last vectors of
-proximal weights it was given, and a Newton step is one batched matrix-vector product
-(an exact-admm run changes ``s_i`` only when its penalty changes). The arithmetic is the
-per-client Newton method's; only its order of summation differs (the results agree to
-rounding, not bit for bit). A cohort
+gradients and the Hessians are batched products, the Newton systems one batched Cholesky
+solve (:func:`spd_solve`), and each client keeps its own Armijo step and stops on its own
+residual ``||grad F_i(x_i)||_inf <= tol``. When every term has a constant second
+derivative (least squares) the Hessians do not depend on the point: a cohort of few
+variables (:data:`SUBSTITUTION_SIZE`) keeps the inverses of ``hess f_i + s_i I``
+(:func:`spd_inverse`, from Cholesky factors) for the last vectors of proximal weights it
+was given, and a Newton step is one batched matrix-vector product (an exact-admm run
+changes ``s_i`` only when its penalty changes). The arithmetic is the per-client Newton
+method's; only its order of summation differs (the results agree to rounding, not bit for
+bit). A cohort
 keeps the points its last solve returned with ``f_i`` and its gradient there: the next
 solve that starts from exactly those points (an exact-admm client starts from its last
 step's point) takes them instead of evaluating ``f_i`` again, the same numbers.
@@ -58,7 +58,10 @@ CONSTANT_CURVATURE = frozenset({"square"})
 #: (least recently used dropped first)
 KEPT_INVERSES = 2
 
-#: the most variables :func:`spd_inverse` inverts by batched substitution
+#: the most variables :func:`spd_solve` and :func:`spd_inverse` handle by Cholesky factors
+#: and batched substitution (one numpy call per variable for all the matrices); above it
+#: one LAPACK LU call per matrix costs less, and a constant-curvature cohort keeps no
+#: inverses (inverting costs several solves)
 SUBSTITUTION_SIZE = 24
 
 
@@ -256,8 +259,11 @@ class GLMCohort:
         self.r = np.array([float(f.r) for f in forms])
         self._fixed_hessian: np.ndarray | None = None
         #: every term has a constant second derivative: the Hessians do not depend on the
-        #: point, and the inverse of a vector of proximal weights is kept for later solves
+        #: point, and (with at most :data:`SUBSTITUTION_SIZE` variables, where a batched
+        #: solve costs far more than its arithmetic) the inverse of a vector of proximal
+        #: weights is kept for later solves
         self.constant_curvature = all(t.kind in CONSTANT_CURVATURE for t in self.terms)
+        self.keeps_inverses = self.constant_curvature and self.n <= SUBSTITUTION_SIZE
         self._inverses: OrderedDict[bytes, np.ndarray] = OrderedDict()
         #: the points the last :meth:`prox` returned, with ``f_i`` and its gradient there
         #: (a next solve that starts from them takes those instead of evaluating again)
@@ -320,6 +326,7 @@ class GLMCohort:
         fixed = self._fixed_hessian
         sub._fixed_hessian = None if fixed is None else fixed[idx]
         sub.constant_curvature = self.constant_curvature
+        sub.keeps_inverses = self.keeps_inverses
         sub._inverses = OrderedDict()
         sub._last_point = None
         return sub
@@ -394,7 +401,7 @@ class GLMCohort:
             else:
                 Xa, Ca, Sa, Ga = X[active], C[active], S[active], G[active]
                 va, gna = vals[active], gnorm[active]
-            if self.constant_curvature:  # (the Hessians' inverses kept for these weights)
+            if self.keeps_inverses:  # (the Hessians' inverses kept for these weights)
                 inverse = self._fixed_inverse(S)
                 inverse = inverse if every else inverse[active]
                 step = -np.matmul(inverse, Ga[:, :, None])[:, :, 0]
