@@ -494,12 +494,11 @@ class ProxALClient(ClientHalf):
         cohort = cohort_of(halves)
         check_forms(halves, cohort, X)
         references = plain_objective_references(cohort.value_grad, X)
-        w = fields["w"]
-        replies = []
-        for h, reference in zip(halves, references):
+        for h in halves:
             h._take_route(inner)
-            replies.append(h._started(w, request, reference))
-        return _stacked_replies(replies)
+        replies = _start_rows(halves, W, request)
+        replies["objective_reference"] = np.array(references, dtype=float)
+        return replies
 
     @staticmethod
     def _on_evaluate_batch(halves: list[ProxALClient], payloads: list[dict]) -> list[dict]:
