@@ -70,17 +70,13 @@ def _unconstrained_form(program: PartyProgram):
     return form
 
 
-def batched_steps(program: PartyProgram, options) -> bool:
-    """Whether a client with ``program`` and prox-al's ``options`` takes its exact steps in
-    cohorts: batches on (``batch_clients``), the library's own backend (``solver`` "auto"
-    or "newton") and an :func:`unconstrained_glm` form. Its own backend is then the Newton
-    backend, built only if it leaves the batches
+def batched_steps(host) -> bool:
+    """Whether a client (``host``: a prox-al client half) takes its exact steps in cohorts:
+    batches on (``batch_clients``), the library's own backend (``solver`` "auto" or
+    "newton") and an :func:`unconstrained_glm` form (its :func:`glm_objective`). Its own
+    backend is then the Newton backend, built only if it leaves the batches
     (:class:`~fedmodel.subproblems.select.LazySolver`)."""
-    return (
-        bool(options.batch_clients)
-        and options.solver in ("auto", "newton")
-        and unconstrained_glm(program) is not None
-    )
+    return host.options.solver in ("auto", "newton") and glm_objective(host) is not None
 
 
 def glm_objective(host) -> Any:
@@ -93,10 +89,29 @@ def glm_objective(host) -> Any:
         form = _unconstrained_form(host.program)
         if form is not None:
             host.glm_form = form.f
-            host.glm_signature = glm_signature(form.f, rows=True)
+            host.glm_signature = _signature(host.program, form)
             host.glm_same_path = form.same_path
         host.glm_looked_up = True
     return host.glm_form
+
+
+#: structure -> the :func:`~fedmodel.subproblems.batched_glm.glm_signature` (with rows)
+#: of its forms read along its path, which is theirs alike (kinds, signs, ``M`` and row
+#: counts follow from the terms and the path)
+_SIGNATURES: dict[str, tuple] = {}
+
+
+def _signature(program: PartyProgram, form) -> tuple:
+    """The signature with rows of ``program``'s form ``form`` (a
+    :func:`~fedmodel.subproblems.newton.party_glm`): found once per structure for the
+    forms read along its path."""
+    if not form.same_path:
+        return glm_signature(form.f, rows=True)
+    key = program.structure
+    found = _SIGNATURES.get(key)
+    if found is None:
+        found = _SIGNATURES[key] = glm_signature(form.f, rows=True)
+    return found
 
 
 def glm_structure(host) -> tuple | None:
