@@ -117,12 +117,15 @@ def node_of(expr: cp.Expression, leaves: list) -> Node:
 def expression_leaves(expr: cp.Expression, out: list) -> list:
     """``expr``'s leaves (variables, constants, data) appended to ``out``, left to right:
     the order :func:`node_of` numbers them in."""
-    args = expr.args
-    if not args:
-        out.append(expr)
-    else:
-        for a in args:
-            expression_leaves(a, out)
+    stack = [expr]
+    pop, push, append = stack.pop, stack.extend, out.append
+    while stack:
+        e = pop()
+        args = e.args
+        if args:
+            push(args[::-1])
+        else:
+            append(e)
     return out
 
 
@@ -158,6 +161,11 @@ class Reading:
         return self.leaves[e.leaf]
 
 
+def _sparse(M) -> bool:
+    """``scipy.sparse.issparse(M)``, with a dense array answered at once."""
+    return type(M) is not np.ndarray and sp.issparse(M)
+
+
 # -- affine maps ---------------------------------------------------------------------------
 @dataclass
 class Affine:
@@ -177,7 +185,7 @@ class Affine:
 def _dense_or_sparse(M, ctx: Reading | None = None):
     """Keep sparse matrices sparse unless dense-ish; never let np.matrix through (the
     choice, taken from the values, noted in ``ctx``)."""
-    if sp.issparse(M):
+    if _sparse(M):
         dense = M.nnz > 0.25 * M.shape[0] * M.shape[1]
         if ctx is not None:
             ctx.noted(dense)
@@ -190,7 +198,7 @@ def _is_identity(p: Affine, ctx: Reading | None = None) -> bool:
     if p.identity is not None:
         return p.identity
     A = p.A
-    if not sp.issparse(A) or A.shape[0] != A.shape[1] or A.nnz != A.shape[0]:
+    if not _sparse(A) or A.shape[0] != A.shape[1] or A.nnz != A.shape[0]:
         found = False
     else:
         A = sp.csr_matrix(A)
@@ -206,7 +214,7 @@ def _is_identity(p: Affine, ctx: Reading | None = None) -> bool:
 
 def _const_value(e: Node, ctx: Reading) -> np.ndarray | sp.spmatrix:
     v = ctx.value(e)
-    return v if sp.issparse(v) else np.asarray(v, dtype=float)
+    return v if _sparse(v) else np.asarray(v, dtype=float)
 
 
 # The affine atoms: atom -> ``(node, reading, shape) -> Affine`` (None where the atom is
@@ -220,14 +228,14 @@ def _affine_addexpression(e: Node, ctx: Reading, shape: tuple) -> Affine | None:
     m = max(p.m for p in parts)
     A, b = None, np.zeros(m)
     for p in parts:
-        if p.m == m and A is not None and sp.issparse(p.A) and ctx.noted(p.A.nnz == 0):
+        if p.m == m and A is not None and _sparse(p.A) and ctx.noted(p.A.nnz == 0):
             b = b + p.b  # (a constant: nothing to add to A)
             continue
         if p.m != m:
             if p.m != 1:
                 raise NotRecognised("broadcast add")
-            pa = sp.csr_matrix(p.A) if sp.issparse(p.A) else p.A
-            pa = sp.vstack([pa] * m) if sp.issparse(pa) else np.repeat(pa, m, axis=0)
+            pa = sp.csr_matrix(p.A) if _sparse(p.A) else p.A
+            pa = sp.vstack([pa] * m) if _sparse(pa) else np.repeat(pa, m, axis=0)
             pb = np.repeat(p.b, m)
         else:
             pa, pb = p.A, p.b
@@ -248,7 +256,7 @@ def _affine_promote(e: Node, ctx: Reading, shape: tuple) -> Affine | None:
     m = int(np.prod(shape)) if shape else 1
     if p.m != 1:
         raise NotRecognised("promote of non-scalar")
-    A = sp.vstack([sp.csr_matrix(p.A)] * m) if sp.issparse(p.A) else np.repeat(p.A, m, axis=0)
+    A = sp.vstack([sp.csr_matrix(p.A)] * m) if _sparse(p.A) else np.repeat(p.A, m, axis=0)
     return Affine(A, np.repeat(p.b, m), shape)
 
 
@@ -257,9 +265,9 @@ def _affine_mulexpression(e: Node, ctx: Reading, shape: tuple) -> Affine | None:
     left, right = e.args
     if left.constant and not left.params and right.ndim <= 1:
         C = _const_value(left, ctx)
-        C = C if C.ndim == 2 or sp.issparse(C) else np.atleast_2d(C)
+        C = C if C.ndim == 2 or _sparse(C) else np.atleast_2d(C)
         p = _affine_map(right, ctx)
-        if _is_identity(p, ctx) and not sp.issparse(C):
+        if _is_identity(p, ctx) and not _sparse(C):
             # data @ w with w the whole stacked vector: the data matrix itself (no copy)
             return Affine(C, np.asarray(C @ p.b).ravel(), shape)
         A = C @ p.A
@@ -267,7 +275,7 @@ def _affine_mulexpression(e: Node, ctx: Reading, shape: tuple) -> Affine | None:
         return Affine(_dense_or_sparse(A, ctx), b, shape)
     if right.constant and not right.params and left.ndim <= 1:
         C = _const_value(right, ctx)
-        C = C if C.ndim == 2 or sp.issparse(C) else C.reshape(-1, 1)
+        C = C if C.ndim == 2 or _sparse(C) else C.reshape(-1, 1)
         p = _affine_map(left, ctx)
         A = C.T @ p.A
         b = np.asarray(C.T @ p.b).ravel()
@@ -282,14 +290,14 @@ def _affine_multiply(e: Node, ctx: Reading, shape: tuple) -> Affine | None:
     if not const.constant or const.params:
         raise NotRecognised("product of variables")
     v = ctx.value(const)
-    c = np.asarray(v if not sp.issparse(v) else v.toarray(), dtype=float).ravel(order="F")
+    c = np.asarray(v if not _sparse(v) else v.toarray(), dtype=float).ravel(order="F")
     p = _affine_map(other, ctx)
     m = max(c.size, p.m)
     if p.m != m:
         raise NotRecognised("broadcast multiply")
     if c.size == 1:
         return Affine(_dense_or_sparse(c[0] * p.A, ctx), c[0] * p.b, shape)
-    if sp.issparse(p.A):
+    if _sparse(p.A):
         return Affine(_dense_or_sparse(sp.diags(c) @ p.A, ctx), c * p.b, shape)
     return Affine(c[:, None] * p.A, c * p.b, shape)  # (row i scaled by c_i, as diag(c) A)
 
@@ -319,7 +327,7 @@ def _affine_index(e: Node, ctx: Reading, shape: tuple) -> Affine | None:
     p = _affine_map(child, ctx)
     rows = np.arange(p.m).reshape(child.shape, order="F") if child.shape else np.arange(1)
     sel = np.asarray(rows[e.attr("key")]).ravel(order="F")
-    A = p.A[sel] if not sp.issparse(p.A) else sp.csr_matrix(p.A)[sel]
+    A = p.A[sel] if not _sparse(p.A) else sp.csr_matrix(p.A)[sel]
     return Affine(_dense_or_sparse(A, ctx), p.b[sel], shape)
 
 
@@ -398,7 +406,7 @@ def _affine_map(e: Node, ctx: Reading) -> Affine:
         if e.params:
             raise NotRecognised("parameters")
         v = _const_value(e, ctx)
-        v = v.toarray() if sp.issparse(v) else v
+        v = v.toarray() if _sparse(v) else v
         b = np.asarray(v, dtype=float).ravel(order="F")
         return Affine(_zero_map(b.size, ctx.N), b, shape)
     if not e.affine:
@@ -477,7 +485,7 @@ class GLMTerm:
     s: float = 1.0
 
     def __post_init__(self) -> None:
-        if not sp.issparse(self.A):  # row-major rows make A^T diag(.) A several times faster
+        if not _sparse(self.A):  # row-major rows make A^T diag(.) A several times faster
             self.A = np.ascontiguousarray(self.A, dtype=float)
 
     def scaled(self, c: float) -> GLMTerm:
@@ -495,7 +503,7 @@ class GLMTerm:
 
     def gram(self, d: np.ndarray) -> np.ndarray:
         """``s^2 A^T diag(d) A`` (dense)."""
-        if sp.issparse(self.A):
+        if _sparse(self.A):
             G = (self.A.T @ sp.diags(d) @ self.A).toarray()
         else:
             G = self.A.T @ (self.A * d[:, None])
@@ -504,7 +512,7 @@ class GLMTerm:
     def gram_upper(self, d: np.ndarray) -> np.ndarray:
         """Like :meth:`gram`, but only the upper triangle is guaranteed (BLAS syrk on
         ``sqrt(d) A`` when ``d >= 0``: half the flops of the full product); for Cholesky."""
-        if sp.issparse(self.A) or d.size == 0:
+        if _sparse(self.A) or d.size == 0:
             return self.gram(d)
         if d.min() < 0:  # (a difference of convex terms): A+^T D+ A+ - A-^T D- A-
             neg = d < 0
@@ -515,7 +523,7 @@ class GLMTerm:
 
     def dense_A(self) -> np.ndarray:
         """``s A`` as a dense array (a copy unless s = 1 and A is dense)."""
-        A = self.A.toarray() if sp.issparse(self.A) else self.A
+        A = self.A.toarray() if _sparse(self.A) else self.A
         return A if self.s == 1.0 else self.s * A
 
 
@@ -581,7 +589,7 @@ def _selected_columns(A, ctx: Reading) -> np.ndarray | None:
     column ``c[r]``, the columns distinct), or None when ``A`` is not such a selection
     (the answer, taken from the values, noted in ``ctx``)."""
     cols = None
-    if sp.issparse(A):
+    if _sparse(A):
         A = sp.csr_array(A)
         m = A.shape[0]
         if A.nnz == m and np.array_equal(A.indptr, np.arange(m + 1)) and np.all(A.data == 1.0):
@@ -662,7 +670,7 @@ def _recognise_scalar(e: Node, ctx: Reading) -> GLMFunction:
         p = _affine_map(e, ctx)
         if p.m != 1:
             raise NotRecognised("vector")
-        q = np.asarray(p.A.toarray() if sp.issparse(p.A) else p.A).ravel()
+        q = np.asarray(p.A.toarray() if _sparse(p.A) else p.A).ravel()
         return GLMFunction(N, q=q, r=float(p.b[0]))
     if name == "AddExpression":
         out = GLMFunction(N)
@@ -703,7 +711,7 @@ def _recognise_scalar(e: Node, ctx: Reading) -> GLMFunction:
         if not P.constant or P.params:
             raise NotRecognised("quad_form")
         Pv = _const_value(P, ctx)
-        Pv = Pv.toarray() if sp.issparse(Pv) else Pv
+        Pv = Pv.toarray() if _sparse(Pv) else Pv
         p = _affine_map(x, ctx)
         # the symmetric part (P itself when symmetric: 0.5 (2 P) is P to the bit)
         Ps = Pv if ctx.noted(is_symmetric(Pv)) else 0.5 * (Pv + Pv.T)
@@ -724,7 +732,7 @@ def _recognise_scalar(e: Node, ctx: Reading) -> GLMFunction:
         else:  # two sparse-dense products instead of dense m x N x N ones
             APs = np.asarray(p.A.T @ Ps)  # N x m
             Q = 2.0 * np.asarray(p.A.T @ APs.T)
-            Q = Q.toarray() if sp.issparse(Q) else Q
+            Q = Q.toarray() if _sparse(Q) else Q
         q = 2.0 * (APs @ p.b)  # (the same numbers as (2 APs) b: a power of two)
         # (a placed Ps is symmetric; A^T Ps A computed as products may not be, to the bit)
         return GLMFunction(N, Q=Q, q=q, r=float(p.b @ Ps @ p.b), Q_symmetric=cols is not None)
@@ -786,10 +794,8 @@ def _recognise_sum(e: Node, ctx: Reading, weights: np.ndarray) -> GLMFunction:
     if arg.name == "NegExpression":  # phi(-(X w)): keep X, not a negated copy
         arg, sign = arg.args[0], -1.0
     p = _affine_map(arg, ctx)
-    w = np.broadcast_to(weights, (p.m,)).astype(float)
-    return GLMFunction(
-        N, [GLMTerm(kind, _dense_or_sparse(p.A, ctx), sign * p.b, w.copy(), M, sign)]
-    )
+    w = np.array(np.broadcast_to(weights, (p.m,)), dtype=float)  # (its own copy)
+    return GLMFunction(N, [GLMTerm(kind, _dense_or_sparse(p.A, ctx), sign * p.b, w, M, sign)])
 
 
 def recognise_components(expr: cp.Expression, layout: VariableLayout) -> list[GLMFunction]:
@@ -802,7 +808,7 @@ def recognise_node_components(e: Node, ctx: Reading) -> list[GLMFunction]:
     """:func:`recognise_components` of the expression read as ``e`` with ``ctx``'s leaves."""
     if e.affine:
         p = _affine_map(e, ctx)
-        A = p.A.toarray() if sp.issparse(p.A) else np.asarray(p.A)
+        A = p.A.toarray() if _sparse(p.A) else np.asarray(p.A)
         return [GLMFunction(ctx.N, q=A[j].copy(), r=float(p.b[j])) for j in range(p.m)]
     name = e.name
     if e.size == 1:
