@@ -4,6 +4,8 @@ the form its own expression tree gives, whatever the mix of structures in the mo
 party whose structure's flags depend on its data reads its own nodes, and a decision taken
 from another party's values takes it off its structure's path."""
 
+import gc
+
 import cvxpy as cp
 import numpy as np
 import pytest
@@ -160,3 +162,17 @@ def test_a_batched_solve_of_mixed_structures_is_the_per_client_solve():
     ref = m.solve("prox-al", batch_clients=False, **opts)
     assert res.status == ref.status == "optimal" and res.rounds == ref.rounds
     assert np.abs(res.x - ref.x).max() <= 1e-9 * max(1.0, np.abs(ref.x).max())
+
+
+def test_a_structure_s_nodes_leave_with_the_party_they_were_made_from():
+    """The shared nodes hold the expressions of the party they were made from: they leave
+    with it (the next party of the structure makes them again)."""
+    programs = _mixed_model().compile().clients
+    form = newton.party_glm(programs[0])
+    key = programs[0].structure
+    assert newton._STRUCTURE_NODES[key] is not None and form.path_key[0] == key
+    del programs, form
+    gc.collect()
+    assert key not in newton._STRUCTURE_NODES
+    again = _mixed_model().compile().clients[0]
+    assert newton.party_glm(again).same_path and key in newton._STRUCTURE_NODES

@@ -51,7 +51,7 @@ def _hosts(model):
             glm_verified=False,
             glm_disagrees=False,
             glm_structure=None,
-            glm_same_path=party_glm(p).same_path,
+            glm_path=party_glm(p).path_key,
         )
         for p in programs
     ]
@@ -91,7 +91,7 @@ def test_a_wrong_form_of_a_checked_structure_is_caught_by_value(kind, at):
     hosts, forms = _hosts(_model(kind))
     hosts, forms = hosts[:4], forms[:4]
     forms[at] = _wrong(forms[at])
-    hosts[at].glm_same_path = False  # (a form read along another path is probed)
+    hosts[at].glm_path = None  # (a form read through its own nodes is probed)
     # at w = 0 the wrong offsets of a least-squares form show in the value, not in what
     # the point alone tells about the data matrix: the probe point is random
     with pytest.raises(NotRecognised, match=repr(hosts[at].name)):
@@ -106,7 +106,7 @@ def test_checked_structures_are_probed_in_their_clients_order():
     # is checked in full
     hosts, forms = _hosts(_model("ls", rows=(15, 14, 15, 14)))
     for h in hosts[2:]:
-        h.glm_same_path = False
+        h.glm_path = None
     cohorts.check_forms(hosts, GLMCohort(forms), np.zeros((4, 3)))
     assert len(cohorts._CHECKED_STRUCTURES) == 2
     hosts, forms = _hosts(_model("ls", rows=(15, 14, 15, 14)))
@@ -182,8 +182,8 @@ def test_a_form_read_along_its_structure_s_path_is_verified_by_its_first_client(
     monkeypatch.setattr(cohorts, "_cvxpy_value", spy)
     hosts, forms = _hosts(_model("logistic"))
     hosts, forms = hosts[:4], forms[:4]
-    assert all(h.glm_same_path for h in hosts)
-    hosts[2].glm_same_path = False
+    assert len({h.glm_path for h in hosts}) == 1 and hosts[0].glm_path is not None
+    hosts[2].glm_path = None
     cohorts.check_forms(hosts, GLMCohort(forms), np.zeros((4, 3)))
     assert all(h.glm_verified and not h.glm_disagrees for h in hosts)
     assert probed == ["c2"]

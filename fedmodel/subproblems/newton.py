@@ -121,8 +121,9 @@ class _PartyGLM:
     data's values, and read with each party's own leaves, so that a party's cvxpy trees
     are walked once for their leaves only. The form is the same, bit for bit, as reading
     the party's own nodes: every decision taken from values is taken from its own.
-    ``same_path``: whether those decisions all came out as for the structure's first party
-    (then the numbers are the same operations on other data)."""
+    ``path_key``: the structure and the outcomes of those decisions (None when the party
+    reads its own nodes): forms with equal ones are the same operations on their own data.
+    ``same_path``: whether the decisions all came out as for the structure's first party."""
 
     def __init__(self, program: PartyProgram):
         layout = program.layout
@@ -151,6 +152,7 @@ class _PartyGLM:
             _STRUCTURE_NODES[program.structure] = (nodes, reading.path)
             path = reading.path
         self.same_path = path is not None and reading.path == path
+        self.path_key = None if shared is None else (program.structure, tuple(reading.path))
 
     @staticmethod
     def _components(nodes: list[Node], reading: Reading) -> list[GLMFunction]:
@@ -165,7 +167,8 @@ class _PartyGLM:
 
 #: structure (:attr:`~fedmodel.compiler.partition.PartyProgram.structure`) -> (the nodes
 #: of its terms, the path of its first party's form, None until that form is made), or
-#: None when the flags of its nodes depend on the data's values
+#: None when the flags of its nodes depend on the data's values; nodes leave with the
+#: program they were made from (they hold its expressions)
 _STRUCTURE_NODES: dict[str, tuple[list[Node], list | None] | None] = {}
 
 
@@ -179,6 +182,8 @@ def _structure_nodes(program: PartyProgram, exprs: list) -> tuple[list[Node], li
     nodes = [node_of(e, leaves) for e in exprs]
     entry = (nodes, None) if all(_fixed(n) for n in nodes) else None
     _STRUCTURE_NODES[key] = entry
+    if entry is not None:
+        weakref.finalize(program, _STRUCTURE_NODES.pop, key, None)
     return entry
 
 

@@ -151,7 +151,7 @@ class ProxALClient(ClientHalf):
         self.glm_plain: bool | None = None  # (kkt.plain_objective_party, found once)
         self.glm_verified = self.glm_disagrees = False
         self.glm_structure: str | None = None  # (its structure_fingerprint, found once)
-        self.glm_same_path = False  # (its form read along its structure's path)
+        self.glm_path: tuple | None = None  # (its form's path, party_glm's path_key)
         self.glm_cohort = None
         if batched_steps(self):  # (its own backend: only if it leaves the batches)
             self.solver = LazySolver(

@@ -89,28 +89,26 @@ def glm_objective(host) -> Any:
         form = _unconstrained_form(host.program)
         if form is not None:
             host.glm_form = form.f
-            host.glm_signature = _signature(host.program, form)
-            host.glm_same_path = form.same_path
+            host.glm_signature = _signature(form)
+            host.glm_path = form.path_key
         host.glm_looked_up = True
     return host.glm_form
 
 
-#: structure -> the :func:`~fedmodel.subproblems.batched_glm.glm_signature` (with rows)
-#: of its forms read along its path, which is theirs alike (kinds, signs, ``M`` and row
-#: counts follow from the terms and the path)
-_SIGNATURES: dict[str, tuple] = {}
+#: a path (:attr:`~fedmodel.subproblems.newton.party_glm`'s ``path_key``) -> the
+#: :func:`~fedmodel.subproblems.batched_glm.glm_signature` (with rows) of its forms, which
+#: is theirs alike (kinds, signs, ``M`` and row counts follow from the terms and the path)
+_SIGNATURES: dict[tuple, tuple] = {}
 
 
-def _signature(program: PartyProgram, form) -> tuple:
-    """The signature with rows of ``program``'s form ``form`` (a
-    :func:`~fedmodel.subproblems.newton.party_glm`): found once per structure for the
-    forms read along its path."""
-    if not form.same_path:
+def _signature(form) -> tuple:
+    """The signature with rows of the form ``form`` (a
+    :func:`~fedmodel.subproblems.newton.party_glm`): found once per path."""
+    if form.path_key is None:
         return glm_signature(form.f, rows=True)
-    key = program.structure
-    found = _SIGNATURES.get(key)
+    found = _SIGNATURES.get(form.path_key)
     if found is None:
-        found = _SIGNATURES[key] = glm_signature(form.f, rows=True)
+        found = _SIGNATURES[form.path_key] = glm_signature(form.f, rows=True)
     return found
 
 
@@ -141,9 +139,10 @@ def cohort_of(hosts: list) -> GLMCohort:
 #: form has agreed with the model's evaluator on a client of this process
 _CHECKED_STRUCTURES: set[str] = set()
 
-#: the structures of :data:`_CHECKED_STRUCTURES` whose client checked in full read its
-#: form along its structure's path (``glm_same_path``)
-_CHECKED_PATHS: set[str] = set()
+#: the paths (:func:`~fedmodel.subproblems.newton.party_glm`'s ``path_key``: a structure
+#: and the decisions its reading took from the data's values) of forms that have agreed
+#: with the model's evaluator on a client of this process
+_CHECKED_PATHS: set[tuple] = set()
 
 #: whether a client's form has been checked (one C call per client, :func:`check_forms`)
 _VERIFIED = operator.attrgetter("glm_verified")
@@ -177,16 +176,16 @@ def check_forms(hosts: list, cohort: GLMCohort, X: np.ndarray) -> None:
 
     The first client of each structure (its
     :func:`~fedmodel.compiler.fingerprint.structure_fingerprint`; one whose form was read
-    along its structure's path when there is one, ``glm_same_path``) compares its form's
-    value and gradient at its row of ``X`` with its model's own evaluator (as the
-    per-party Newton backend's first solve does,
+    through its structure's nodes when there is one: ``glm_path``, its form's path)
+    compares its form's value and gradient at its row of ``X`` with its model's own
+    evaluator (as the per-party Newton backend's first solve does,
     :func:`~fedmodel.subproblems.newton.evaluations_agree`). The other clients of a
-    structure that agreed build no evaluator: a client whose form was read along the path
-    of the client checked in full is verified by that check; any other compares its form's
-    value at a fixed random point with its objective's value there by cvxpy's own
-    arithmetic (:func:`~fedmodel.expressions.numeric_value`). A client whose form
-    disagrees leaves the batches for good and NotRecognised is raised, so that each
-    message is handled on its own.
+    structure that agreed build no evaluator: a client whose form took a path that agreed
+    so is verified by that check; any other compares its form's value at a fixed random
+    point with its objective's value there by cvxpy's own arithmetic
+    (:func:`~fedmodel.expressions.numeric_value`). A client whose form disagrees leaves the
+    batches for good and NotRecognised is raised, so that each message is handled on its
+    own.
 
     Why the shared checks are enough: clients of one structure have the same terms up to
     their data's values, and their forms are read through the same nodes
@@ -215,7 +214,7 @@ def check_forms(hosts: list, cohort: GLMCohort, X: np.ndarray) -> None:
         if key in _CHECKED_STRUCTURES:
             probed += members
         else:
-            first = next((i for i in members if hosts[i].glm_same_path), members[0])
+            first = next((i for i in members if hosts[i].glm_path is not None), members[0])
             full.append(first)
             probed += [i for i in members if i != first]
     wrong = _check_in_full(hosts, cohort, X, full)
@@ -223,14 +222,13 @@ def check_forms(hosts: list, cohort: GLMCohort, X: np.ndarray) -> None:
         h = hosts[i]
         if h not in wrong:
             _CHECKED_STRUCTURES.add(h.glm_structure)
-            if h.glm_same_path:
-                _CHECKED_PATHS.add(h.glm_structure)
+            if h.glm_path is not None:
+                _CHECKED_PATHS.add(h.glm_path)
     unchecked = [i for i in probed if hosts[i].glm_structure not in _CHECKED_STRUCTURES]
     probed = [
         i
         for i in probed
-        if hosts[i].glm_structure in _CHECKED_STRUCTURES
-        and not (hosts[i].glm_same_path and hosts[i].glm_structure in _CHECKED_PATHS)
+        if hosts[i].glm_structure in _CHECKED_STRUCTURES and hosts[i].glm_path not in _CHECKED_PATHS
     ]
     wrong += _check_in_full(hosts, cohort, X, unchecked + _probe(hosts, cohort, probed))
     if wrong:
