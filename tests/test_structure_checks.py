@@ -1,7 +1,8 @@
 """Clients of one structure share the checks of their GLM forms: the structure's first
-client against the model's evaluator, the others by value at a random point against
-cvxpy's own arithmetic (a wrong form is still caught there), and a client whose steps run
-in cohorts builds its own Newton backend only when it is used."""
+client against the model's evaluator, which stands for the others whose forms were read
+along the same path, the rest by value at a random point against cvxpy's own arithmetic (a
+wrong form is still caught there), and a client whose steps run in cohorts builds its own
+Newton backend only when it is used."""
 
 import types
 
@@ -15,7 +16,7 @@ from fedmodel.compiler.fingerprint import structure_fingerprint
 from fedmodel.compiler.glm import GLMFunction, GLMTerm, NotRecognised
 from fedmodel.subproblems.batched_glm import GLMCohort
 from fedmodel.subproblems.merit import MeritProblem
-from fedmodel.subproblems.newton import NewtonSolver
+from fedmodel.subproblems.newton import NewtonSolver, party_glm
 from fedmodel.subproblems.select import LazySolver
 
 
@@ -50,6 +51,7 @@ def _hosts(model):
             glm_verified=False,
             glm_disagrees=False,
             glm_structure=None,
+            glm_path=party_glm(p).path_key,
         )
         for p in programs
     ]
@@ -66,6 +68,7 @@ def _wrong(form: GLMFunction) -> GLMFunction:
 @pytest.fixture(autouse=True)
 def fresh_structures(monkeypatch):
     monkeypatch.setattr(cohorts, "_CHECKED_STRUCTURES", set())
+    monkeypatch.setattr(cohorts, "_CHECKED_PATHS", set())
 
 
 @pytest.mark.parametrize("kind", ["ls", "logistic", "huber", "weighted"])
@@ -88,6 +91,7 @@ def test_a_wrong_form_of_a_checked_structure_is_caught_by_value(kind, at):
     hosts, forms = _hosts(_model(kind))
     hosts, forms = hosts[:4], forms[:4]
     forms[at] = _wrong(forms[at])
+    hosts[at].glm_path = None  # (a form read through its own nodes is probed)
     # at w = 0 the wrong offsets of a least-squares form show in the value, not in what
     # the point alone tells about the data matrix: the probe point is random
     with pytest.raises(NotRecognised, match=repr(hosts[at].name)):
@@ -98,8 +102,11 @@ def test_a_wrong_form_of_a_checked_structure_is_caught_by_value(kind, at):
 
 def test_checked_structures_are_probed_in_their_clients_order():
     # a cohort of two structures (15 and 14 rows pad to 16), interleaved: once both are
-    # checked, every client is probed at its own row, and none is checked in full
+    # checked, every client off its structure's path is probed at its own row, and none
+    # is checked in full
     hosts, forms = _hosts(_model("ls", rows=(15, 14, 15, 14)))
+    for h in hosts[2:]:
+        h.glm_path = None
     cohorts.check_forms(hosts, GLMCohort(forms), np.zeros((4, 3)))
     assert len(cohorts._CHECKED_STRUCTURES) == 2
     hosts, forms = _hosts(_model("ls", rows=(15, 14, 15, 14)))
@@ -159,3 +166,25 @@ def test_a_batched_client_builds_no_backend_of_its_own(monkeypatch):
     ref = m.solve("prox-al", inner_solver="exact-admm", history=False, batch_clients=False)
     assert res.status == ref.status == "optimal" and res.rounds == ref.rounds
     assert np.abs(res.x - ref.x).max() <= 1e-3
+
+
+def test_a_form_read_along_its_structure_s_path_is_verified_by_its_first_client(monkeypatch):
+    """Forms read through their structure's nodes with every decision taken from values as
+    for the client checked in full are neither checked in full nor probed; a form whose
+    path differs is probed."""
+    probed = []
+    value = cohorts._cvxpy_value
+
+    def spy(program, x):
+        probed.append(program.name)
+        return value(program, x)
+
+    monkeypatch.setattr(cohorts, "_cvxpy_value", spy)
+    hosts, forms = _hosts(_model("logistic"))
+    hosts, forms = hosts[:4], forms[:4]
+    assert len({h.glm_path for h in hosts}) == 1 and hosts[0].glm_path is not None
+    hosts[2].glm_path = None
+    cohorts.check_forms(hosts, GLMCohort(forms), np.zeros((4, 3)))
+    assert all(h.glm_verified and not h.glm_disagrees for h in hosts)
+    assert probed == ["c2"]
+    assert [("functions" in h.program.__dict__) for h in hosts] == [True, False, False, False]

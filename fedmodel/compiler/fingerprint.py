@@ -87,6 +87,36 @@ def _kind(t: type) -> str:
     return kind
 
 
+#: (type, shape, suffix) -> the text a node of that type and shape starts with
+_NODE_TEXT: dict[tuple, bytes] = {}
+
+#: (type, value) -> the text of a plain value of a type whose equal values print alike
+_PLAIN_TEXT: dict[tuple, bytes] = {}
+_PLAIN_KEYED = (str, int, bool, type(None))
+
+
+def _node_text(t: type, shape: tuple, suffix: bytes = b"") -> bytes:
+    key = (t, shape, suffix)
+    text = _NODE_TEXT.get(key)
+    if text is None:
+        text = _NODE_TEXT[key] = f"{t.__name__}{shape}".encode() + suffix
+    return text
+
+
+def _plain_text(obj: Any) -> bytes:
+    t = type(obj)
+    if t not in _PLAIN_KEYED:  # (floats: 0.0 and -0.0 are equal keys that print apart)
+        return f"{t.__name__}:{obj!r};".encode()
+    key = (t, obj)
+    text = _PLAIN_TEXT.get(key)
+    if text is None:
+        text = _PLAIN_TEXT[key] = f"{t.__name__}:{obj!r};".encode()
+    return text
+
+
+_NO_DATA = _plain_text(None) + b"("
+
+
 def _feed_expr(h, expr: Any, variables: dict[int, int], data=_data_by_name) -> None:
     """Hash the expression tree ``expr`` canonically: each atom's type, shape and own
     data (exponents, axes, index keys ...), each variable by its place in the layout,
@@ -106,7 +136,7 @@ def _feed_expr(h, expr: Any, variables: dict[int, int], data=_data_by_name) -> N
         elif kind == "value":
             _feed_value(h, obj)
         elif kind == "plain":
-            h.update(f"{type(obj).__name__}:{obj!r};".encode())
+            h.update(_plain_text(obj))
         else:  # an object without a stable value: its type only
             h.update(f"<{type(obj).__name__}>;".encode())
 
@@ -124,16 +154,20 @@ def _feed_expr(h, expr: Any, variables: dict[int, int], data=_data_by_name) -> N
             if kind == "variable":
                 place = variables.get(id(e))
                 text = f"#{place};" if place is not None else f"'{e.name()}';"
-                h.update(f"{t.__name__}{e.shape}{text}".encode())
+                h.update(_node_text(t, e.shape) + text.encode())
             elif kind == "data":
-                h.update(f"{t.__name__}{e.shape}{data(e)}".encode())
+                h.update(_node_text(t, e.shape) + data(e).encode())
             elif not e.args:  # a constant, a parameter
-                h.update(f"{t.__name__}{e.shape}".encode())
+                h.update(_node_text(t, e.shape))
                 _feed_value(h, e.value)
             else:
-                h.update(f"{t.__name__}{e.shape}".encode())
-                feed(e.get_data())
-                h.update(b"(")
+                d = e.get_data()
+                if d is None:  # (the text of None and the opening bracket at once)
+                    h.update(_node_text(t, e.shape, _NO_DATA))
+                else:
+                    h.update(_node_text(t, e.shape))
+                    feed(d)
+                    h.update(b"(")
                 stack.append(_CLOSE)
                 stack.extend(reversed(e.args))
 

@@ -34,6 +34,138 @@ class NotRecognised(Exception):
     """The expression is not of the supported shape (internal; callers fall back)."""
 
 
+# -- what recognition reads of an expression ------------------------------------------------
+class Node:
+    """One node of a cvxpy expression as recognition reads it, apart from its leaves'
+    values: its atom's class name, shape, curvature flags, children and, for a leaf, its
+    place among the expression's leaves (left to right, :func:`expression_leaves`).
+
+    Made from an expression by :func:`node_of`; an expression with the same structure (the
+    same atoms, shapes and constants, over other data of the same shapes: equal
+    :func:`~fedmodel.compiler.fingerprint.structure_fingerprint`) is read through the same
+    nodes with its own leaves (:func:`recognise_program`)."""
+
+    __slots__ = ("name", "shape", "size", "ndim", "affine", "constant", "params", "args")
+    __slots__ += ("leaf", "variable", "atom", "fixed")
+
+    def attr(self, name: str, default=None):
+        """The atom's own datum ``name`` (an axis, an index key, an exponent)."""
+        return getattr(self.atom, name, default)
+
+
+def _has_private_data(expr) -> bool:
+    from fedmodel.dsl.data import PrivateData
+
+    if isinstance(expr, PrivateData):
+        return True
+    return any(_has_private_data(a) for a in getattr(expr, "args", ()))
+
+
+#: affine atoms monotone in each argument whatever the values (their curvature follows
+#: their arguments' alone)
+_MONOTONE_AFFINE = frozenset(
+    ("AddExpression", "NegExpression", "Sum", "index", "reshape", "transpose", "Hstack")
+    + ("Promote", "broadcast_to")
+)
+#: atoms of one curvature whatever their data (convex, never concave)
+_FIXED_CURVATURE = frozenset(("logistic", "exp", "power", "PowerApprox", "huber", "quad_over_lin"))
+#: products and quotients by a constant: monotone as the constant's sign says
+_SCALINGS = frozenset(("MulExpression", "multiply", "DivExpression"))
+
+
+def node_of(expr: cp.Expression, leaves: list) -> Node:
+    """The :class:`Node` of ``expr``, its leaves appended to ``leaves`` in the order of
+    :func:`expression_leaves`. ``fixed`` says whether the node's flags are the same for
+    every expression of its structure: no private data below it, or an atom whose
+    curvature follows its arguments' whatever the data's values."""
+    n = Node()
+    n.name = type(expr).__name__
+    n.shape = tuple(expr.shape)
+    n.size = expr.size
+    n.ndim = expr.ndim
+    n.atom = expr
+    args = expr.args
+    if not args:
+        n.args = ()
+        n.leaf = len(leaves)
+        leaves.append(expr)
+        n.variable = isinstance(expr, cp.Variable)
+        n.constant = expr.is_constant()
+        n.params = bool(expr.parameters())
+        n.affine = True
+        n.fixed = True
+        return n
+    n.args = tuple(node_of(a, leaves) for a in args)
+    n.leaf, n.variable = None, False
+    n.constant = expr.is_constant()
+    n.params = bool(expr.parameters())
+    n.affine = expr.is_affine()
+    fixed = all(a.fixed for a in n.args)
+    if fixed and n.name not in _MONOTONE_AFFINE:
+        if n.name in _FIXED_CURVATURE:
+            fixed = not any(_has_private_data(d) for d in expr.get_data() or ())
+        elif n.name in _SCALINGS:
+            fixed = all(a.affine for a in n.args) or not any(
+                _has_private_data(a) for a, m in zip(args, n.args) if m.constant
+            )
+        else:
+            fixed = not _has_private_data(expr)
+    n.fixed = fixed
+    return n
+
+
+def expression_leaves(expr: cp.Expression, out: list) -> list:
+    """``expr``'s leaves (variables, constants, data) appended to ``out``, left to right:
+    the order :func:`node_of` numbers them in."""
+    stack = [expr]
+    pop, push, append = stack.pop, stack.extend, out.append
+    while stack:
+        e = pop()
+        args = e.args
+        if args:
+            push(args[::-1])
+        else:
+            append(e)
+    return out
+
+
+class Reading:
+    """Expressions' leaves (``leaves``, numbered as their :class:`Node` s number them) read
+    over ``layout``; ``path``: the outcomes of the decisions recognition took from the
+    data's values, in order (two readings through the same nodes with equal paths applied
+    the same operations, on their own values)."""
+
+    __slots__ = ("leaves", "layout", "N", "path")
+
+    def __init__(self, leaves: list, layout: VariableLayout):
+        self.leaves = leaves
+        self.layout = layout
+        self.N = layout.size
+        self.path: list = []
+
+    def noted(self, outcome):
+        """``outcome``, kept in :attr:`path` (a decision taken from the data's values)."""
+        self.path.append(outcome)
+        return outcome
+
+    def value(self, e: Node):
+        """The value of a constant node, by cvxpy's own arithmetic (each atom's
+        ``numeric`` on its arguments' values, as ``expr.value`` computes it)."""
+        if e.leaf is not None:
+            return self.leaves[e.leaf].value
+        if 0 in e.shape:
+            return np.array([])
+        return e.atom.numeric([self.value(a) for a in e.args])
+
+    def variable(self, e: Node) -> cp.Variable:
+        return self.leaves[e.leaf]
+
+
+def _sparse(M) -> bool:
+    """``scipy.sparse.issparse(M)``, with a dense array answered at once."""
+    return type(M) is not np.ndarray and sp.issparse(M)
+
+
 # -- affine maps ---------------------------------------------------------------------------
 @dataclass
 class Affine:
@@ -50,173 +182,178 @@ class Affine:
         return self.b.size
 
 
-def _dense_or_sparse(M):
-    """Keep sparse matrices sparse unless dense-ish; never let np.matrix through."""
-    if sp.issparse(M):
-        if M.nnz > 0.25 * M.shape[0] * M.shape[1]:
-            return M.toarray()
-        return sp.csr_matrix(M)
+def _dense_or_sparse(M, ctx: Reading | None = None):
+    """Keep sparse matrices sparse unless dense-ish; never let np.matrix through (the
+    choice, taken from the values, noted in ``ctx``)."""
+    if _sparse(M):
+        dense = M.nnz > 0.25 * M.shape[0] * M.shape[1]
+        if ctx is not None:
+            ctx.noted(dense)
+        return M.toarray() if dense else sp.csr_matrix(M)
     return np.asarray(M)
 
 
-def _is_identity(p: Affine) -> bool:
+def _is_identity(p: Affine, ctx: Reading | None = None) -> bool:
     """True when ``p.A`` is the N x N identity (a variable that is the whole of x)."""
     if p.identity is not None:
         return p.identity
     A = p.A
-    if not sp.issparse(A) or A.shape[0] != A.shape[1] or A.nnz != A.shape[0]:
-        return False
-    A = sp.csr_matrix(A)
-    return bool(
-        np.array_equal(A.indices, np.arange(A.shape[0]))
-        and np.array_equal(A.indptr, np.arange(A.shape[0] + 1))
-        and np.all(A.data == 1.0)
-    )
+    if not _sparse(A) or A.shape[0] != A.shape[1] or A.nnz != A.shape[0]:
+        found = False
+    else:
+        A = sp.csr_matrix(A)
+        found = bool(
+            np.array_equal(A.indices, np.arange(A.shape[0]))
+            and np.array_equal(A.indptr, np.arange(A.shape[0] + 1))
+            and np.all(A.data == 1.0)
+        )
+    if ctx is not None:
+        ctx.noted(found)
+    return found
 
 
-def _const_value(expr) -> np.ndarray | sp.spmatrix:
-    v = expr.value
-    return v if sp.issparse(v) else np.asarray(v, dtype=float)
+def _const_value(e: Node, ctx: Reading) -> np.ndarray | sp.spmatrix:
+    v = ctx.value(e)
+    return v if _sparse(v) else np.asarray(v, dtype=float)
 
 
-# The affine atoms: atom -> ``(expr, layout, shape) -> Affine`` (None where the atom is not
-# recognised in that form, e.g. a sum over an axis).
+# The affine atoms: atom -> ``(node, reading, shape) -> Affine`` (None where the atom is
+# not recognised in that form, e.g. a sum over an axis).
 AFFINE_MAPS = AtomTable("affine map of an affine atom")
 
 
 @AFFINE_MAPS.register("AddExpression")
-def _affine_addexpression(expr, layout: VariableLayout, shape: tuple) -> Affine | None:
-    parts = [affine_map(a, layout) for a in expr.args]
+def _affine_addexpression(e: Node, ctx: Reading, shape: tuple) -> Affine | None:
+    parts = [_affine_map(a, ctx) for a in e.args]
     m = max(p.m for p in parts)
     A, b = None, np.zeros(m)
     for p in parts:
-        if p.m == m and A is not None and sp.issparse(p.A) and p.A.nnz == 0:
+        if p.m == m and A is not None and _sparse(p.A) and ctx.noted(p.A.nnz == 0):
             b = b + p.b  # (a constant: nothing to add to A)
             continue
         if p.m != m:
             if p.m != 1:
                 raise NotRecognised("broadcast add")
-            pa = sp.csr_matrix(p.A) if sp.issparse(p.A) else p.A
-            pa = sp.vstack([pa] * m) if sp.issparse(pa) else np.repeat(pa, m, axis=0)
+            pa = sp.csr_matrix(p.A) if _sparse(p.A) else p.A
+            pa = sp.vstack([pa] * m) if _sparse(pa) else np.repeat(pa, m, axis=0)
             pb = np.repeat(p.b, m)
         else:
             pa, pb = p.A, p.b
         A = pa if A is None else A + pa
         b = b + pb
-    return Affine(_dense_or_sparse(A), b, shape)
+    return Affine(_dense_or_sparse(A, ctx), b, shape)
 
 
 @AFFINE_MAPS.register("NegExpression")
-def _affine_negexpression(expr, layout: VariableLayout, shape: tuple) -> Affine | None:
-    p = affine_map(expr.args[0], layout)
-    return Affine(_dense_or_sparse(-p.A), -p.b, shape)
+def _affine_negexpression(e: Node, ctx: Reading, shape: tuple) -> Affine | None:
+    p = _affine_map(e.args[0], ctx)
+    return Affine(_dense_or_sparse(-p.A, ctx), -p.b, shape)
 
 
 @AFFINE_MAPS.register("Promote", "broadcast_to")
-def _affine_promote(expr, layout: VariableLayout, shape: tuple) -> Affine | None:
-    p = affine_map(expr.args[0], layout)
+def _affine_promote(e: Node, ctx: Reading, shape: tuple) -> Affine | None:
+    p = _affine_map(e.args[0], ctx)
     m = int(np.prod(shape)) if shape else 1
     if p.m != 1:
         raise NotRecognised("promote of non-scalar")
-    A = sp.vstack([sp.csr_matrix(p.A)] * m) if sp.issparse(p.A) else np.repeat(p.A, m, axis=0)
+    A = sp.vstack([sp.csr_matrix(p.A)] * m) if _sparse(p.A) else np.repeat(p.A, m, axis=0)
     return Affine(A, np.repeat(p.b, m), shape)
 
 
 @AFFINE_MAPS.register("MulExpression")
-def _affine_mulexpression(expr, layout: VariableLayout, shape: tuple) -> Affine | None:
-    left, right = expr.args
-    if left.is_constant() and not left.parameters() and right.ndim <= 1:
-        C = _const_value(left)
-        C = C if C.ndim == 2 or sp.issparse(C) else np.atleast_2d(C)
-        p = affine_map(right, layout)
-        if _is_identity(p) and not sp.issparse(C):
+def _affine_mulexpression(e: Node, ctx: Reading, shape: tuple) -> Affine | None:
+    left, right = e.args
+    if left.constant and not left.params and right.ndim <= 1:
+        C = _const_value(left, ctx)
+        C = C if C.ndim == 2 or _sparse(C) else np.atleast_2d(C)
+        p = _affine_map(right, ctx)
+        if _is_identity(p, ctx) and not _sparse(C):
             # data @ w with w the whole stacked vector: the data matrix itself (no copy)
             return Affine(C, np.asarray(C @ p.b).ravel(), shape)
         A = C @ p.A
         b = np.asarray(C @ p.b).ravel()
-        return Affine(_dense_or_sparse(A), b, shape)
-    if right.is_constant() and not right.parameters() and left.ndim <= 1:
-        C = _const_value(right)
-        C = C if C.ndim == 2 or sp.issparse(C) else C.reshape(-1, 1)
-        p = affine_map(left, layout)
+        return Affine(_dense_or_sparse(A, ctx), b, shape)
+    if right.constant and not right.params and left.ndim <= 1:
+        C = _const_value(right, ctx)
+        C = C if C.ndim == 2 or _sparse(C) else C.reshape(-1, 1)
+        p = _affine_map(left, ctx)
         A = C.T @ p.A
         b = np.asarray(C.T @ p.b).ravel()
-        return Affine(_dense_or_sparse(A), b, shape)
+        return Affine(_dense_or_sparse(A, ctx), b, shape)
     raise NotRecognised("matmul shape")
 
 
 @AFFINE_MAPS.register("multiply")
-def _affine_multiply(expr, layout: VariableLayout, shape: tuple) -> Affine | None:
-    left, right = expr.args
-    const, other = (left, right) if left.is_constant() else (right, left)
-    if not const.is_constant() or const.parameters():
+def _affine_multiply(e: Node, ctx: Reading, shape: tuple) -> Affine | None:
+    left, right = e.args
+    const, other = (left, right) if left.constant else (right, left)
+    if not const.constant or const.params:
         raise NotRecognised("product of variables")
-    c = np.asarray(
-        const.value if not sp.issparse(const.value) else const.value.toarray(), dtype=float
-    ).ravel(order="F")
-    p = affine_map(other, layout)
+    v = ctx.value(const)
+    c = np.asarray(v if not _sparse(v) else v.toarray(), dtype=float).ravel(order="F")
+    p = _affine_map(other, ctx)
     m = max(c.size, p.m)
     if p.m != m:
         raise NotRecognised("broadcast multiply")
     if c.size == 1:
-        return Affine(_dense_or_sparse(c[0] * p.A), c[0] * p.b, shape)
-    if sp.issparse(p.A):
-        return Affine(_dense_or_sparse(sp.diags(c) @ p.A), c * p.b, shape)
+        return Affine(_dense_or_sparse(c[0] * p.A, ctx), c[0] * p.b, shape)
+    if _sparse(p.A):
+        return Affine(_dense_or_sparse(sp.diags(c) @ p.A, ctx), c * p.b, shape)
     return Affine(c[:, None] * p.A, c * p.b, shape)  # (row i scaled by c_i, as diag(c) A)
 
 
 @AFFINE_MAPS.register("DivExpression")
-def _affine_divexpression(expr, layout: VariableLayout, shape: tuple) -> Affine | None:
-    num, den = expr.args
-    if not den.is_constant() or den.size != 1 or den.parameters():
+def _affine_divexpression(e: Node, ctx: Reading, shape: tuple) -> Affine | None:
+    num, den = e.args
+    if not den.constant or den.size != 1 or den.params:
         raise NotRecognised("division")
-    c = 1.0 / float(np.asarray(den.value))
-    p = affine_map(num, layout)
-    return Affine(_dense_or_sparse(c * p.A), c * p.b, shape)
+    c = 1.0 / float(np.asarray(ctx.value(den)))
+    p = _affine_map(num, ctx)
+    return Affine(_dense_or_sparse(c * p.A, ctx), c * p.b, shape)
 
 
 @AFFINE_MAPS.register("Sum")
-def _affine_sum(expr, layout: VariableLayout, shape: tuple) -> Affine | None:
-    if getattr(expr, "axis", None) is not None:
+def _affine_sum(e: Node, ctx: Reading, shape: tuple) -> Affine | None:
+    if e.attr("axis") is not None:
         return None
-    p = affine_map(expr.args[0], layout)
+    p = _affine_map(e.args[0], ctx)
     A = np.asarray(p.A.sum(axis=0)).reshape(1, -1)
     return Affine(A, np.array([p.b.sum()]), shape)
 
 
 @AFFINE_MAPS.register("index")
-def _affine_index(expr, layout: VariableLayout, shape: tuple) -> Affine | None:
-    child = expr.args[0]
-    p = affine_map(child, layout)
+def _affine_index(e: Node, ctx: Reading, shape: tuple) -> Affine | None:
+    child = e.args[0]
+    p = _affine_map(child, ctx)
     rows = np.arange(p.m).reshape(child.shape, order="F") if child.shape else np.arange(1)
-    sel = np.asarray(rows[expr.key]).ravel(order="F")
-    A = p.A[sel] if not sp.issparse(p.A) else sp.csr_matrix(p.A)[sel]
-    return Affine(_dense_or_sparse(A), p.b[sel], shape)
+    sel = np.asarray(rows[e.attr("key")]).ravel(order="F")
+    A = p.A[sel] if not _sparse(p.A) else sp.csr_matrix(p.A)[sel]
+    return Affine(_dense_or_sparse(A, ctx), p.b[sel], shape)
 
 
 @AFFINE_MAPS.register("reshape")
-def _affine_reshape(expr, layout: VariableLayout, shape: tuple) -> Affine | None:
-    if getattr(expr, "order", "F") != "F":
+def _affine_reshape(e: Node, ctx: Reading, shape: tuple) -> Affine | None:
+    if e.attr("order", "F") != "F":
         return None
-    p = affine_map(expr.args[0], layout)
+    p = _affine_map(e.args[0], ctx)
     return Affine(p.A, p.b, shape)
 
 
 @AFFINE_MAPS.register("transpose")
-def _affine_transpose(expr, layout: VariableLayout, shape: tuple) -> Affine | None:
-    if expr.args[0].ndim > 1:
+def _affine_transpose(e: Node, ctx: Reading, shape: tuple) -> Affine | None:
+    if e.args[0].ndim > 1:
         return None
-    p = affine_map(expr.args[0], layout)
+    p = _affine_map(e.args[0], ctx)
     return Affine(p.A, p.b, shape)
 
 
 @AFFINE_MAPS.register("Hstack")
-def _affine_hstack(expr, layout: VariableLayout, shape: tuple) -> Affine | None:
-    if not all(a.ndim <= 1 for a in expr.args):
+def _affine_hstack(e: Node, ctx: Reading, shape: tuple) -> Affine | None:
+    if not all(a.ndim <= 1 for a in e.args):
         return None
-    parts = [affine_map(a, layout) for a in expr.args]
+    parts = [_affine_map(a, ctx) for a in e.args]
     A = sp.vstack([sp.csr_matrix(q.A) for q in parts])
-    return Affine(_dense_or_sparse(A), np.concatenate([q.b for q in parts]), shape)
+    return Affine(_dense_or_sparse(A, ctx), np.concatenate([q.b for q in parts]), shape)
 
 
 #: layout -> {variable id: its affine map}: a variable's map is a function of the layout
@@ -257,25 +394,28 @@ def affine_map(expr: cp.Expression, layout: VariableLayout) -> Affine:
     The maps returned are never changed in place (a variable's map is shared by every
     expression over ``layout``, a constant's zero ``A`` by every constant of its shape):
     their users build new arrays from them."""
-    N = layout.size
-    name = type(expr).__name__
-    shape = tuple(expr.shape)
-    if isinstance(expr, cp.Variable):
-        return _variable_map(expr, layout)
-    if expr.is_constant():
-        if expr.parameters():
+    leaves: list = []
+    return _affine_map(node_of(expr, leaves), Reading(leaves, layout))
+
+
+def _affine_map(e: Node, ctx: Reading) -> Affine:
+    if e.variable:
+        return _variable_map(ctx.variable(e), ctx.layout)
+    shape = e.shape
+    if e.constant:
+        if e.params:
             raise NotRecognised("parameters")
-        v = _const_value(expr)
-        v = v.toarray() if sp.issparse(v) else v
+        v = _const_value(e, ctx)
+        v = v.toarray() if _sparse(v) else v
         b = np.asarray(v, dtype=float).ravel(order="F")
-        return Affine(_zero_map(b.size, N), b, shape)
-    if not expr.is_affine():
-        raise NotRecognised(f"{name} is not affine")
-    rule = AFFINE_MAPS.rule_for(expr)
-    mapped = rule(expr, layout, shape) if rule is not None else None
+        return Affine(_zero_map(b.size, ctx.N), b, shape)
+    if not e.affine:
+        raise NotRecognised(f"{e.name} is not affine")
+    rule = AFFINE_MAPS.get(e.name)
+    mapped = rule(e, ctx, shape) if rule is not None else None
     if mapped is not None:
         return mapped
-    raise NotRecognised(f"affine atom {name}")
+    raise NotRecognised(f"affine atom {e.name}")
 
 
 # -- scalar functions ----------------------------------------------------------------------
@@ -345,7 +485,7 @@ class GLMTerm:
     s: float = 1.0
 
     def __post_init__(self) -> None:
-        if not sp.issparse(self.A):  # row-major rows make A^T diag(.) A several times faster
+        if not _sparse(self.A):  # row-major rows make A^T diag(.) A several times faster
             self.A = np.ascontiguousarray(self.A, dtype=float)
 
     def scaled(self, c: float) -> GLMTerm:
@@ -363,7 +503,7 @@ class GLMTerm:
 
     def gram(self, d: np.ndarray) -> np.ndarray:
         """``s^2 A^T diag(d) A`` (dense)."""
-        if sp.issparse(self.A):
+        if _sparse(self.A):
             G = (self.A.T @ sp.diags(d) @ self.A).toarray()
         else:
             G = self.A.T @ (self.A * d[:, None])
@@ -372,7 +512,7 @@ class GLMTerm:
     def gram_upper(self, d: np.ndarray) -> np.ndarray:
         """Like :meth:`gram`, but only the upper triangle is guaranteed (BLAS syrk on
         ``sqrt(d) A`` when ``d >= 0``: half the flops of the full product); for Cholesky."""
-        if sp.issparse(self.A) or d.size == 0:
+        if _sparse(self.A) or d.size == 0:
             return self.gram(d)
         if d.min() < 0:  # (a difference of convex terms): A+^T D+ A+ - A-^T D- A-
             neg = d < 0
@@ -383,7 +523,7 @@ class GLMTerm:
 
     def dense_A(self) -> np.ndarray:
         """``s A`` as a dense array (a copy unless s = 1 and A is dense)."""
-        A = self.A.toarray() if sp.issparse(self.A) else self.A
+        A = self.A.toarray() if _sparse(self.A) else self.A
         return A if self.s == 1.0 else self.s * A
 
 
@@ -444,28 +584,36 @@ class GLMFunction:
         return float(val), g, H
 
 
-def _selected_columns(A) -> np.ndarray | None:
+def _selected_columns(A, ctx: Reading) -> np.ndarray | None:
     """The columns ``c`` with ``A = I[:, c]^T`` (row ``r`` of ``A`` the unit vector of
-    column ``c[r]``, the columns distinct), or None when ``A`` is not such a selection."""
-    if not sp.issparse(A):
-        return None
-    A = sp.csr_array(A)
-    m = A.shape[0]
-    if A.nnz != m or not np.array_equal(A.indptr, np.arange(m + 1)) or np.any(A.data != 1.0):
-        return None
-    cols = A.indices
-    return cols if np.unique(cols).size == m else None
+    column ``c[r]``, the columns distinct), or None when ``A`` is not such a selection
+    (the answer, taken from the values, noted in ``ctx``)."""
+    cols = None
+    if _sparse(A):
+        A = sp.csr_array(A)
+        m = A.shape[0]
+        if A.nnz == m and np.array_equal(A.indptr, np.arange(m + 1)) and np.all(A.data == 1.0):
+            cols = A.indices if np.unique(A.indices).size == m else None
+    ctx.noted(cols is None or cols.tobytes())
+    return cols
 
 
-def _const_scalar(expr) -> float | None:
-    if expr.is_constant() and expr.size == 1 and not expr.parameters():
-        return float(np.asarray(expr.value).ravel()[0])
+def _const_scalar(e: Node, ctx: Reading) -> float | None:
+    if e.constant and e.size == 1 and not e.params:
+        return float(np.asarray(ctx.value(e)).ravel()[0])
     return None
 
 
 def recognise_scalar(expr: cp.Expression, layout: VariableLayout) -> GLMFunction:
     """GLM form of a scalar expression; raises :class:`NotRecognised`."""
-    return _with_scalings_applied(_recognise_scalar(expr, layout))
+    leaves: list = []
+    return recognise_node(node_of(expr, leaves), Reading(leaves, layout))
+
+
+def recognise_node(e: Node, ctx: Reading) -> GLMFunction:
+    """GLM form of the scalar expression read as ``e`` with ``ctx``'s leaves; raises
+    :class:`NotRecognised`."""
+    return _with_scalings_applied(_recognise_scalar(e, ctx), ctx)
 
 
 # While an expression is recognised, the constant factors of a quadratic form are recorded
@@ -502,11 +650,11 @@ def _exact_identity(factors: tuple[float, ...]) -> bool:
     return math.prod(factors) == 1.0
 
 
-def _with_scalings_applied(f: GLMFunction) -> GLMFunction:
+def _with_scalings_applied(f: GLMFunction, ctx: Reading) -> GLMFunction:
     factors = _q_scalings(f)
     if f.Q is None or not factors:
         return f
-    if _exact_identity(factors):
+    if ctx.noted(_exact_identity(factors)):
         Q = f.Q
     else:
         Q = factors[0] * f.Q
@@ -515,59 +663,59 @@ def _with_scalings_applied(f: GLMFunction) -> GLMFunction:
     return GLMFunction(f.n, f.terms, Q, f.q, f.r, f.Q_symmetric)
 
 
-def _recognise_scalar(expr: cp.Expression, layout: VariableLayout) -> GLMFunction:
-    N = layout.size
-    name = type(expr).__name__
-    if expr.is_affine():
-        p = affine_map(expr, layout)
+def _recognise_scalar(e: Node, ctx: Reading) -> GLMFunction:
+    N = ctx.N
+    name = e.name
+    if e.affine:
+        p = _affine_map(e, ctx)
         if p.m != 1:
             raise NotRecognised("vector")
-        q = np.asarray(p.A.toarray() if sp.issparse(p.A) else p.A).ravel()
+        q = np.asarray(p.A.toarray() if _sparse(p.A) else p.A).ravel()
         return GLMFunction(N, q=q, r=float(p.b[0]))
     if name == "AddExpression":
         out = GLMFunction(N)
-        for a in expr.args:
+        for a in e.args:
             if a.size != 1:
                 raise NotRecognised("broadcast")
-            out = out.plus(recognise_scalar(a, layout))  # (its scalings applied)
+            out = out.plus(recognise_node(a, ctx))  # (its scalings applied)
         return out
     if name == "NegExpression":
-        return _scaled_lazily(_recognise_scalar(expr.args[0], layout), -1.0)
+        return _scaled_lazily(_recognise_scalar(e.args[0], ctx), -1.0)
     if name in ("MulExpression", "multiply"):
-        left, right = expr.args
-        c = _const_scalar(left)
+        left, right = e.args
+        c = _const_scalar(left, ctx)
         if c is not None:
-            return _scaled_lazily(_recognise_scalar(right, layout), c)
-        c = _const_scalar(right)
+            return _scaled_lazily(_recognise_scalar(right, ctx), c)
+        c = _const_scalar(right, ctx)
         if c is not None:
-            return _scaled_lazily(_recognise_scalar(left, layout), c)
+            return _scaled_lazily(_recognise_scalar(left, ctx), c)
         raise NotRecognised("product")
     if name == "DivExpression":
-        c = _const_scalar(expr.args[1])
-        if c is None or c == 0:
+        c = _const_scalar(e.args[1], ctx)
+        if c is None or ctx.noted(c == 0):
             raise NotRecognised("division")
-        return _scaled_lazily(_recognise_scalar(expr.args[0], layout), 1.0 / c)
-    if name == "Sum" and getattr(expr, "axis", None) is None:
-        return _recognise_sum(expr.args[0], layout, np.ones(expr.args[0].size))
-    if name in ("logistic", "exp", "power", "PowerApprox", "huber") and expr.size == 1:
-        return _recognise_sum(expr, layout, np.ones(1))
+        return _scaled_lazily(_recognise_scalar(e.args[0], ctx), 1.0 / c)
+    if name == "Sum" and e.attr("axis") is None:
+        return _recognise_sum(e.args[0], ctx, np.ones(e.args[0].size))
+    if name in ("logistic", "exp", "power", "PowerApprox", "huber") and e.size == 1:
+        return _recognise_sum(e, ctx, np.ones(1))
     if name == "quad_over_lin":
-        y = _const_scalar(expr.args[1])
-        if y is None or y <= 0:
+        y = _const_scalar(e.args[1], ctx)
+        if y is None or ctx.noted(y <= 0):
             raise NotRecognised("quad_over_lin")
-        p = affine_map(expr.args[0], layout)
-        A = _dense_or_sparse(p.A)
+        p = _affine_map(e.args[0], ctx)
+        A = _dense_or_sparse(p.A, ctx)
         return GLMFunction(N, [GLMTerm("square", A, p.b, np.full(p.m, 1.0 / y))])
     if name in ("quad_form", "QuadForm"):
-        x, P = expr.args
-        if not P.is_constant() or P.parameters():
+        x, P = e.args
+        if not P.constant or P.params:
             raise NotRecognised("quad_form")
-        Pv = _const_value(P)
-        Pv = Pv.toarray() if sp.issparse(Pv) else Pv
-        p = affine_map(x, layout)
+        Pv = _const_value(P, ctx)
+        Pv = Pv.toarray() if _sparse(Pv) else Pv
+        p = _affine_map(x, ctx)
         # the symmetric part (P itself when symmetric: 0.5 (2 P) is P to the bit)
-        Ps = Pv if is_symmetric(Pv) else 0.5 * (Pv + Pv.T)
-        cols = _selected_columns(p.A)
+        Ps = Pv if ctx.noted(is_symmetric(Pv)) else 0.5 * (Pv + Pv.T)
+        cols = _selected_columns(p.A, ctx)
         if cols is not None and p.m == N and np.array_equal(cols, np.arange(N)):
             # x is the whole variable vector: Q = 2 Ps, the factor 2 recorded (see above)
             # (Ps is symmetric exactly: P itself when so, else (P + P^T) / 2)
@@ -584,90 +732,94 @@ def _recognise_scalar(expr: cp.Expression, layout: VariableLayout) -> GLMFunctio
         else:  # two sparse-dense products instead of dense m x N x N ones
             APs = np.asarray(p.A.T @ Ps)  # N x m
             Q = 2.0 * np.asarray(p.A.T @ APs.T)
-            Q = Q.toarray() if sp.issparse(Q) else Q
+            Q = Q.toarray() if _sparse(Q) else Q
         q = 2.0 * (APs @ p.b)  # (the same numbers as (2 APs) b: a power of two)
         # (a placed Ps is symmetric; A^T Ps A computed as products may not be, to the bit)
         return GLMFunction(N, Q=Q, q=q, r=float(p.b @ Ps @ p.b), Q_symmetric=cols is not None)
     raise NotRecognised(f"scalar atom {name}")
 
 
-def _recognise_sum(expr, layout, weights: np.ndarray) -> GLMFunction:
+def _recognise_sum(e: Node, ctx: Reading, weights: np.ndarray) -> GLMFunction:
     """GLM form of ``sum(weights * expr)`` for an elementwise ``expr``."""
-    N = layout.size
-    name = type(expr).__name__
-    if expr.is_affine():
-        p = affine_map(expr, layout)
+    N = ctx.N
+    name = e.name
+    if e.affine:
+        p = _affine_map(e, ctx)
         w = np.broadcast_to(weights, (p.m,))
         q = np.asarray(p.A.T @ w).ravel()
         return GLMFunction(N, q=q, r=float(w @ p.b))
     if name == "AddExpression":
         out = GLMFunction(N)
-        for a in expr.args:
-            if a.size != expr.size:
+        for a in e.args:
+            if a.size != e.size:
                 raise NotRecognised("broadcast in sum")
-            out = out.plus(_recognise_sum(a, layout, weights))
+            out = out.plus(_recognise_sum(a, ctx, weights))
         return out
     if name == "NegExpression":
-        return _recognise_sum(expr.args[0], layout, -weights)
+        return _recognise_sum(e.args[0], ctx, -weights)
     if name == "multiply":
-        left, right = expr.args
-        const, other = (left, right) if left.is_constant() else (right, left)
-        if not const.is_constant() or const.parameters():
+        left, right = e.args
+        const, other = (left, right) if left.constant else (right, left)
+        if not const.constant or const.params:
             raise NotRecognised("product")
-        c = np.asarray(const.value, dtype=float).ravel(order="F")
-        if c.size not in (1, other.size) or other.size != expr.size:
+        c = np.asarray(ctx.value(const), dtype=float).ravel(order="F")
+        if c.size not in (1, other.size) or other.size != e.size:
             raise NotRecognised("broadcast multiply")
-        return _recognise_sum(other, layout, weights * c)
-    if (
-        name in ("MulExpression",)
-        and expr.args[0].size == 1
-        and _const_scalar(expr.args[0]) is not None
-    ):
-        return _recognise_sum(expr.args[1], layout, weights * _const_scalar(expr.args[0]))
+        return _recognise_sum(other, ctx, weights * c)
+    if name in ("MulExpression",) and e.args[0].size == 1:
+        c = _const_scalar(e.args[0], ctx)
+        if c is not None:
+            return _recognise_sum(e.args[1], ctx, weights * c)
     if name == "DivExpression":
-        c = _const_scalar(expr.args[1])
-        if c is None or c == 0:
+        c = _const_scalar(e.args[1], ctx)
+        if c is None or ctx.noted(c == 0):
             raise NotRecognised("division")
-        return _recognise_sum(expr.args[0], layout, weights / c)
+        return _recognise_sum(e.args[0], ctx, weights / c)
     kind, M = None, 1.0
     if name == "logistic":
         kind = "logistic"
     elif name == "exp":
         kind = "exp"
-    elif (
-        name in ("power", "PowerApprox")  # cp.square builds PowerApprox in cvxpy >= 1.6
-        and float(np.asarray(getattr(expr.p, "value", expr.p))) == 2.0
-    ):
-        kind = "square"
+    elif name in ("power", "PowerApprox"):  # cp.square builds PowerApprox in cvxpy >= 1.6
+        p = e.attr("p")
+        if float(np.asarray(getattr(p, "value", p))) == 2.0:
+            kind = "square"
     elif name == "huber":
         kind = "huber"
-        M = float(np.asarray(getattr(expr.M, "value", expr.M)))
+        M = e.attr("M")
+        M = float(np.asarray(getattr(M, "value", M)))
     if kind is None:
         raise NotRecognised(f"elementwise atom {name}")
-    arg, sign = expr.args[0], 1.0
-    if type(arg).__name__ == "NegExpression":  # phi(-(X w)): keep X, not a negated copy
+    arg, sign = e.args[0], 1.0
+    if arg.name == "NegExpression":  # phi(-(X w)): keep X, not a negated copy
         arg, sign = arg.args[0], -1.0
-    p = affine_map(arg, layout)
-    w = np.broadcast_to(weights, (p.m,)).astype(float)
-    return GLMFunction(N, [GLMTerm(kind, _dense_or_sparse(p.A), sign * p.b, w.copy(), M, sign)])
+    p = _affine_map(arg, ctx)
+    w = np.array(np.broadcast_to(weights, (p.m,)), dtype=float)  # (its own copy)
+    return GLMFunction(N, [GLMTerm(kind, _dense_or_sparse(p.A, ctx), sign * p.b, w, M, sign)])
 
 
 def recognise_components(expr: cp.Expression, layout: VariableLayout) -> list[GLMFunction]:
     """GLM form of each component of a (stacked) constraint vector, in 'F' order."""
-    if expr.is_affine():
-        p = affine_map(expr, layout)
-        A = p.A.toarray() if sp.issparse(p.A) else np.asarray(p.A)
-        return [GLMFunction(layout.size, q=A[j].copy(), r=float(p.b[j])) for j in range(p.m)]
-    name = type(expr).__name__
-    if expr.size == 1:
-        inner = expr.args[0] if name == "reshape" else expr
-        return [recognise_scalar(inner, layout)]
+    leaves: list = []
+    return recognise_node_components(node_of(expr, leaves), Reading(leaves, layout))
+
+
+def recognise_node_components(e: Node, ctx: Reading) -> list[GLMFunction]:
+    """:func:`recognise_components` of the expression read as ``e`` with ``ctx``'s leaves."""
+    if e.affine:
+        p = _affine_map(e, ctx)
+        A = p.A.toarray() if _sparse(p.A) else np.asarray(p.A)
+        return [GLMFunction(ctx.N, q=A[j].copy(), r=float(p.b[j])) for j in range(p.m)]
+    name = e.name
+    if e.size == 1:
+        inner = e.args[0] if name == "reshape" else e
+        return [recognise_node(inner, ctx)]
     if name == "Hstack":
         out = []
-        for a in expr.args:
-            a = a.args[0] if type(a).__name__ == "reshape" and a.args[0].ndim <= 1 else a
-            out.extend(recognise_components(a, layout))
+        for a in e.args:
+            a = a.args[0] if a.name == "reshape" and a.args[0].ndim <= 1 else a
+            out.extend(recognise_node_components(a, ctx))
         return out
-    if name == "reshape" and expr.args[0].ndim <= 1:
-        return recognise_components(expr.args[0], layout)
+    if name == "reshape" and e.args[0].ndim <= 1:
+        return recognise_node_components(e.args[0], ctx)
     raise NotRecognised(f"vector constraint {name}")

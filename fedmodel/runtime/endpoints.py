@@ -81,7 +81,10 @@ class EndpointFactory:
 
     def substituted(self, values: Mapping[Placeholder, Any]) -> EndpointFactory:
         """This factory with each :class:`Placeholder` among its arguments that ``values``
-        names replaced by its value (the one place arguments are substituted)."""
+        names replaced by its value (the one place arguments are substituted); itself
+        when it has no placeholder."""
+        if not any(isinstance(v, Placeholder) for v in (*self.args, *self.kwargs.values())):
+            return self
         return self.mapped(lambda v: values.get(v, v) if isinstance(v, Placeholder) else v)
 
     def mapped(self, fn: Callable[[Any], Any]) -> EndpointFactory:

@@ -63,11 +63,15 @@ from fedmodel.compiler.atom_rules import is_symmetric
 from fedmodel.compiler.glm import (
     GLMFunction,
     GLMTerm,
+    Node,
     NotRecognised,
+    Reading,
+    expression_leaves,
+    node_of,
     phi_d2,
     phi_value_d1,
-    recognise_components,
-    recognise_scalar,
+    recognise_node,
+    recognise_node_components,
 )
 from fedmodel.compiler.partition import PartyProgram
 from fedmodel.subproblems.merit import MeritProblem, SolveReport
@@ -109,29 +113,82 @@ def residuals_agree(check: float, gnorm: float, value: float, rtol: float = 1e-8
 
 
 class _PartyGLM:
-    """One party's objective and constraints in GLM form (linear constraints stacked)."""
+    """One party's objective and constraints in GLM form (linear constraints stacked).
+
+    The party's terms are read through the nodes of its structure
+    (:attr:`~fedmodel.compiler.partition.PartyProgram.structure`, :func:`_structure_nodes`):
+    made from the first party of each structure whose nodes' flags do not depend on its
+    data's values, and read with each party's own leaves, so that a party's cvxpy trees
+    are walked once for their leaves only. The form is the same, bit for bit, as reading
+    the party's own nodes: every decision taken from values is taken from its own.
+    ``path_key``: the structure and the outcomes of those decisions (None when the party
+    reads its own nodes): forms with equal ones are the same operations on their own data.
+    ``same_path``: whether the decisions all came out as for the structure's first party."""
 
     def __init__(self, program: PartyProgram):
         layout = program.layout
-        n = layout.size
+        terms = [t.expr for t in program.objective]
+        ineq, eq = [c.expr for c in program.ineq], [c.expr for c in program.eq]
+        shared = _structure_nodes(program, terms + ineq + eq)
+        if shared is None:
+            leaves: list = []
+            nodes = [node_of(e, leaves) for e in terms + ineq + eq]
+            path = None
+        else:
+            nodes, path = shared
+            leaves = []
+            for e in terms + ineq + eq:
+                expression_leaves(e, leaves)
+        reading = Reading(leaves, layout)
         f = None
-        for t in program.objective:
-            g = recognise_scalar(t.expr, layout)
+        for node in nodes[: len(terms)]:
+            g = recognise_node(node, reading)
             f = g if f is None else f.plus(g)
         self.f = f
-        self.ineq = self._components(program.ineq, layout)
-        self.eq = self._components(program.eq, layout)
-        self.n = n
+        self.ineq = self._components(nodes[len(terms) : len(terms) + len(ineq)], reading)
+        self.eq = self._components(nodes[len(terms) + len(ineq) :], reading)
+        self.n = layout.size
+        if shared is not None and path is None:  # (the structure's first form: its path)
+            _STRUCTURE_NODES[program.structure] = (nodes, reading.path)
+            path = reading.path
+        self.same_path = path is not None and reading.path == path
+        self.path_key = None if shared is None else (program.structure, tuple(reading.path))
 
     @staticmethod
-    def _components(constraints, layout) -> list[GLMFunction]:
+    def _components(nodes: list[Node], reading: Reading) -> list[GLMFunction]:
         out: list[GLMFunction] = []
-        for c in constraints:
-            if c.expr.size == 1 and c.expr.ndim == 0:
-                out.append(recognise_scalar(c.expr, layout))
+        for node in nodes:
+            if node.size == 1 and node.ndim == 0:
+                out.append(recognise_node(node, reading))
             else:
-                out.extend(recognise_components(c.expr, layout))
+                out.extend(recognise_node_components(node, reading))
         return out
+
+
+#: structure (:attr:`~fedmodel.compiler.partition.PartyProgram.structure`) -> (the nodes
+#: of its terms, the path of its first party's form, None until that form is made), or
+#: None when the flags of its nodes depend on the data's values; nodes leave with the
+#: program they were made from (they hold its expressions)
+_STRUCTURE_NODES: dict[str, tuple[list[Node], list | None] | None] = {}
+
+
+def _structure_nodes(program: PartyProgram, exprs: list) -> tuple[list[Node], list | None] | None:
+    """The nodes ``program``'s terms ``exprs`` are read through, shared by its structure,
+    and its first party's path; None when the structure's flags depend on its data."""
+    key = program.structure
+    if key in _STRUCTURE_NODES:
+        return _STRUCTURE_NODES[key]
+    leaves: list = []  # (numbered across the terms, as a party's are read)
+    nodes = [node_of(e, leaves) for e in exprs]
+    entry = (nodes, None) if all(_fixed(n) for n in nodes) else None
+    _STRUCTURE_NODES[key] = entry
+    if entry is not None:
+        weakref.finalize(program, _STRUCTURE_NODES.pop, key, None)
+    return entry
+
+
+def _fixed(node: Node) -> bool:
+    return node.fixed
 
 
 #: id(program) -> (a weak reference to it, its GLM form): recognised once per party

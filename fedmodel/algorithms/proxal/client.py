@@ -131,19 +131,29 @@ class ProxALClient(ClientHalf):
         self.derive_parameters()
         n_own = program.layout.size - self.ns
         theta0 = np.zeros(n_own) if theta0 is None else np.asarray(theta0, dtype=float)
-        self.theta_center = theta0.copy()  # theta_i^k (admm: the last theta_i)
-        self.theta_at_w = theta0.copy()  # own block of the iterate matching the last w
-        self.mu = np.full(program.m_ineq, float(options.mu0))
-        self.nu = np.zeros(program.m_eq)
-        self.cone = np.zeros(program.m_cone)  # conic duals of its cone constraints
-        self.cone_at_w = self.cone.copy()  # those matching theta_at_w (the certificate's)
+        self.theta_center = _own(theta0)  # theta_i^k (admm: the last theta_i)
+        self.theta_at_w = _own(theta0)  # own block of the iterate matching the last w
+        self.mu = np.full(program.m_ineq, float(options.mu0)) if program.m_ineq else _EMPTY
+        self.nu = np.zeros(program.m_eq) if program.m_eq else _EMPTY
+        self.cone = np.zeros(program.m_cone) if program.m_cone else _EMPTY  # (conic duals)
+        self.cone_at_w = _own(self.cone)  # those matching theta_at_w (the certificate's)
         # the multipliers before the last outer update and the last outer step of the own
         # block: the candidates of the infeasibility and unboundedness certificates
-        self.mu_mark, self.nu_mark = self.mu.copy(), self.nu.copy()
-        self.cone_mark = self.cone.copy()
-        self.theta_step = np.zeros(n_own)
+        self.mu_mark, self.nu_mark = _own(self.mu), _own(self.nu)
+        self.cone_mark = _own(self.cone)
+        self.theta_step = np.zeros(n_own) if n_own else _EMPTY
         self.solver_option = options.solver
-        if batched_steps(program, options):  # (its own backend: only if it leaves the batches)
+        # its dense GLM form when it has no constraints (cohorts.glm_objective), looked up
+        # once; whether that form agreed with its evaluator, or disagreed (then it leaves
+        # every batch); the cohort it was last batched in (kept by a cohort's first client)
+        self.glm_form, self.glm_looked_up = None, False
+        self.glm_signature: tuple | None = None
+        self.glm_plain: bool | None = None  # (kkt.plain_objective_party, found once)
+        self.glm_verified = self.glm_disagrees = False
+        self.glm_structure: str | None = None  # (its structure_fingerprint, found once)
+        self.glm_path: tuple | None = None  # (its form's path, party_glm's path_key)
+        self.glm_cohort = None
+        if batched_steps(self):  # (its own backend: only if it leaves the batches)
             self.solver = LazySolver(
                 functools.partial(NewtonSolver, self.problem),
                 NewtonSolver.initial_state(),
@@ -165,15 +175,6 @@ class ProxALClient(ClientHalf):
         self.outer_mem: list[tuple[np.ndarray, np.ndarray, np.ndarray]] = []
         self.w_center: np.ndarray | None = None
         self.stats["max_residual_gap"] = 0.0
-        # its dense GLM form when it has no constraints (cohorts.glm_objective), looked up
-        # once; whether that form agreed with its evaluator, or disagreed (then it leaves
-        # every batch); the cohort it was last batched in (kept by a cohort's first client)
-        self.glm_form, self.glm_looked_up = None, False
-        self.glm_signature: tuple | None = None
-        self.glm_plain: bool | None = None  # (kkt.plain_objective_party, found once)
-        self.glm_verified = self.glm_disagrees = False
-        self.glm_structure: str | None = None  # (its structure_fingerprint, found once)
-        self.glm_cohort = None
         self.use_route(route)
 
     def use_route(self, name: str) -> None:
@@ -493,12 +494,11 @@ class ProxALClient(ClientHalf):
         cohort = cohort_of(halves)
         check_forms(halves, cohort, X)
         references = plain_objective_references(cohort.value_grad, X)
-        w = fields["w"]
-        replies = []
-        for h, reference in zip(halves, references):
+        for h in halves:
             h._take_route(inner)
-            replies.append(h._started(w, request, reference))
-        return _stacked_replies(replies)
+        replies = _start_rows(halves, W, request)
+        replies["objective_reference"] = np.array(references, dtype=float)
+        return replies
 
     @staticmethod
     def _on_evaluate_batch(halves: list[ProxALClient], payloads: list[dict]) -> list[dict]:
@@ -573,6 +573,11 @@ class ProxALClient(ClientHalf):
 def _own(a: np.ndarray) -> np.ndarray:
     """A copy of ``a`` to keep, or ``a`` itself when it is empty (nothing can change it)."""
     return a.copy() if a.size else a
+
+
+#: the empty block of a client without constraints, cones or own variables (one array for
+#: all: nothing can change an array without elements)
+_EMPTY = np.zeros(0)
 
 
 def _start_rows(halves: list[ProxALClient], W: np.ndarray, request: dict) -> dict[str, np.ndarray]:

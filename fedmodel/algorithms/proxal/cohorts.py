@@ -10,9 +10,10 @@ certificate evaluations (:meth:`~fedmodel.algorithms.proxal.client.ProxALClient.
 run on one :class:`~fedmodel.subproblems.batched_glm.GLMCohort`. This module holds what
 both need: which form a client has (:func:`glm_objective`; :func:`batched_steps`: whether
 its steps run in cohorts), the check of that form at a client's first batched use
-(:func:`check_forms`: against the model's own evaluator once per structure, by value at a
-random point for the structure's other clients; a client whose form disagrees leaves every
-batch for good), and the cohort of a list of clients, built once and reused while the host
+(:func:`check_forms`: against the model's own evaluator once per structure, which stands
+for the structure's other clients whose forms were read along the same path, and by value
+at a random point for the others; a client whose form disagrees leaves every batch for
+good), and the cohort of a list of clients, built once and reused while the host
 groups the same clients (:func:`cohort_of`).
 
 Examples
@@ -48,6 +49,13 @@ def unconstrained_glm(program: PartyProgram):
     """The GLM form (:class:`~fedmodel.compiler.glm.GLMFunction`) of ``program``'s
     objective when the party has no constraints, no cones and no own variables and every
     term of the form has dense data; None otherwise."""
+    form = _unconstrained_form(program)
+    return None if form is None else form.f
+
+
+def _unconstrained_form(program: PartyProgram):
+    """``program``'s :func:`~fedmodel.subproblems.newton.party_glm` when its objective is
+    an :func:`unconstrained_glm` form; None otherwise."""
     if program.m_ineq or program.m_eq or program.m_cone:
         return None
     if program.layout.size > program.layout.n_shared:
@@ -59,20 +67,16 @@ def unconstrained_glm(program: PartyProgram):
     f = form.f
     if f is None or form.ineq or form.eq or any(sp.issparse(t.A) for t in f.terms):
         return None
-    return f
+    return form
 
 
-def batched_steps(program: PartyProgram, options) -> bool:
-    """Whether a client with ``program`` and prox-al's ``options`` takes its exact steps in
-    cohorts: batches on (``batch_clients``), the library's own backend (``solver`` "auto"
-    or "newton") and an :func:`unconstrained_glm` form. Its own backend is then the Newton
-    backend, built only if it leaves the batches
+def batched_steps(host) -> bool:
+    """Whether a client (``host``: a prox-al client half) takes its exact steps in cohorts:
+    batches on (``batch_clients``), the library's own backend (``solver`` "auto" or
+    "newton") and an :func:`unconstrained_glm` form (its :func:`glm_objective`). Its own
+    backend is then the Newton backend, built only if it leaves the batches
     (:class:`~fedmodel.subproblems.select.LazySolver`)."""
-    return (
-        bool(options.batch_clients)
-        and options.solver in ("auto", "newton")
-        and unconstrained_glm(program) is not None
-    )
+    return host.options.solver in ("auto", "newton") and glm_objective(host) is not None
 
 
 def glm_objective(host) -> Any:
@@ -82,11 +86,30 @@ def glm_objective(host) -> Any:
     if not host.options.batch_clients or host.glm_disagrees:
         return None
     if not host.glm_looked_up:
-        host.glm_form = unconstrained_glm(host.program)
-        if host.glm_form is not None:
-            host.glm_signature = glm_signature(host.glm_form, rows=True)
+        form = _unconstrained_form(host.program)
+        if form is not None:
+            host.glm_form = form.f
+            host.glm_signature = _signature(form)
+            host.glm_path = form.path_key
         host.glm_looked_up = True
     return host.glm_form
+
+
+#: a path (:attr:`~fedmodel.subproblems.newton.party_glm`'s ``path_key``) -> the
+#: :func:`~fedmodel.subproblems.batched_glm.glm_signature` (with rows) of its forms, which
+#: is theirs alike (kinds, signs, ``M`` and row counts follow from the terms and the path)
+_SIGNATURES: dict[tuple, tuple] = {}
+
+
+def _signature(form) -> tuple:
+    """The signature with rows of the form ``form`` (a
+    :func:`~fedmodel.subproblems.newton.party_glm`): found once per path."""
+    if form.path_key is None:
+        return glm_signature(form.f, rows=True)
+    found = _SIGNATURES.get(form.path_key)
+    if found is None:
+        found = _SIGNATURES[form.path_key] = glm_signature(form.f, rows=True)
+    return found
 
 
 def glm_structure(host) -> tuple | None:
@@ -115,6 +138,11 @@ def cohort_of(hosts: list) -> GLMCohort:
 #: structures (:func:`~fedmodel.compiler.fingerprint.structure_fingerprint`) whose GLM
 #: form has agreed with the model's evaluator on a client of this process
 _CHECKED_STRUCTURES: set[str] = set()
+
+#: the paths (:func:`~fedmodel.subproblems.newton.party_glm`'s ``path_key``: a structure
+#: and the decisions its reading took from the data's values) of forms that have agreed
+#: with the model's evaluator on a client of this process
+_CHECKED_PATHS: set[tuple] = set()
 
 #: whether a client's form has been checked (one C call per client, :func:`check_forms`)
 _VERIFIED = operator.attrgetter("glm_verified")
@@ -147,25 +175,29 @@ def check_forms(hosts: list, cohort: GLMCohort, X: np.ndarray) -> None:
     """Check the GLM form of each client of ``hosts`` at its first batched use.
 
     The first client of each structure (its
-    :func:`~fedmodel.compiler.fingerprint.structure_fingerprint`) compares its form's value
-    and gradient at its row of ``X`` with its model's own evaluator (as the per-party
-    Newton backend's first solve does, :func:`~fedmodel.subproblems.newton.evaluations_agree`).
-    Every other client of a structure that agreed compares its form's value at a fixed
-    random point with its objective's value there by cvxpy's own arithmetic
-    (:func:`~fedmodel.expressions.numeric_value`), and builds no evaluator. A client whose
-    form disagrees leaves the batches for good and NotRecognised is raised, so that each
-    message is handled on its own.
+    :func:`~fedmodel.compiler.fingerprint.structure_fingerprint`; one whose form was read
+    through its structure's nodes when there is one: ``glm_path``, its form's path)
+    compares its form's value and gradient at its row of ``X`` with its model's own
+    evaluator (as the per-party Newton backend's first solve does,
+    :func:`~fedmodel.subproblems.newton.evaluations_agree`). The other clients of a
+    structure that agreed build no evaluator: a client whose form took a path that agreed
+    so is verified by that check; any other compares its form's value at a fixed random
+    point with its objective's value there by cvxpy's own arithmetic
+    (:func:`~fedmodel.expressions.numeric_value`). A client whose form disagrees leaves the
+    batches for good and NotRecognised is raised, so that each message is handled on its
+    own.
 
-    Why the cheaper check is enough: a client's form is recognised from its own terms and
-    data, and clients of one structure have the same terms up to their data's values, so
-    the recognition takes the same path for them; the full check validates that path
-    (each rule it applied) on the structure's first client. What can still differ is what
-    the data's values decide (storage, symmetry, a constant read from the data); any such
-    misstep gives a form that is another function of ``x``. Form and objective are
-    analytic in ``x`` (piecewise, for huber, on the piece the point falls in), so if they
-    differ they agree only on a set of measure zero: their values at a random point are
-    equal (to the same relative tolerance as the full check) only when they are the same
-    function, gradient included.
+    Why the shared checks are enough: clients of one structure have the same terms up to
+    their data's values, and their forms are read through the same nodes
+    (:func:`~fedmodel.subproblems.newton.party_glm`), each decision taken from its own
+    values and noted in its path. Two forms of one path are the same operations applied
+    to their own data, so the full check of one validates the others. A form of another
+    path took a decision from its data's values (storage, symmetry, a constant read from
+    the data) that the checked one did not; any misstep there gives a form that is another
+    function of ``x``. Form and objective are analytic in ``x`` (piecewise, for huber, on
+    the piece the point falls in), so if they differ they agree only on a set of measure
+    zero: their values at a random point are equal (to the same relative tolerance as the
+    full check) only when they are the same function, gradient included.
     """
     if cohort in _VERIFIED_COHORTS or all(map(_VERIFIED, hosts)):
         _VERIFIED_COHORTS.add(cohort)
@@ -182,14 +214,22 @@ def check_forms(hosts: list, cohort: GLMCohort, X: np.ndarray) -> None:
         if key in _CHECKED_STRUCTURES:
             probed += members
         else:
-            full.append(members[0])
-            probed += members[1:]
+            first = next((i for i in members if hosts[i].glm_path is not None), members[0])
+            full.append(first)
+            probed += [i for i in members if i != first]
     wrong = _check_in_full(hosts, cohort, X, full)
     for i in full:
-        if hosts[i] not in wrong:
-            _CHECKED_STRUCTURES.add(hosts[i].glm_structure)
+        h = hosts[i]
+        if h not in wrong:
+            _CHECKED_STRUCTURES.add(h.glm_structure)
+            if h.glm_path is not None:
+                _CHECKED_PATHS.add(h.glm_path)
     unchecked = [i for i in probed if hosts[i].glm_structure not in _CHECKED_STRUCTURES]
-    probed = [i for i in probed if hosts[i].glm_structure in _CHECKED_STRUCTURES]
+    probed = [
+        i
+        for i in probed
+        if hosts[i].glm_structure in _CHECKED_STRUCTURES and hosts[i].glm_path not in _CHECKED_PATHS
+    ]
     wrong += _check_in_full(hosts, cohort, X, unchecked + _probe(hosts, cohort, probed))
     if wrong:
         for h in wrong:

@@ -1,0 +1,178 @@
+"""Parties of one structure read their GLM forms through shared nodes
+(:func:`fedmodel.subproblems.newton.party_glm`): each gets its own data and, bit for bit,
+the form its own expression tree gives, whatever the mix of structures in the model; a
+party whose structure's flags depend on its data reads its own nodes, and a decision taken
+from another party's values takes it off its structure's path."""
+
+import gc
+
+import cvxpy as cp
+import numpy as np
+import pytest
+import scipy.sparse as sp
+
+import fedmodel as fm
+from fedmodel.compiler.glm import GLMFunction, recognise_components, recognise_scalar
+from fedmodel.subproblems import newton
+
+D = 4
+
+
+@pytest.fixture(autouse=True)
+def fresh_structures(monkeypatch):
+    monkeypatch.setattr(newton, "_STRUCTURE_NODES", {})
+    monkeypatch.setattr(newton, "_GLM_FORMS", {})
+
+
+def _mixed_model(seed: int = 0) -> fm.Model:
+    """Least squares (two row counts), logistic, huber, weighted least squares, a scaled
+    quadratic form of the party's own matrix, a constrained party, and sparse data of two
+    densities."""
+    rng = np.random.default_rng(seed)
+    m = fm.Model("mixed")
+    w = m.variable(D, name="w")
+
+    def client(name):
+        return m.client(name)
+
+    for k, rows in enumerate((10, 10, 10, 12)):  # least squares, 12 rows: another structure
+        c = client(f"ls{k}")
+        X, y = c.data(rng.normal(size=(rows, D)), name="X"), c.data(rng.normal(size=rows), name="y")
+        c.minimize(cp.sum_squares(X @ w - y) / 40)
+    for k in range(3):
+        c = client(f"lg{k}")
+        X = c.data(rng.normal(size=(8, D)), name="X")
+        lab = c.data(np.sign(rng.normal(size=8)), name="y")
+        c.minimize(cp.sum(cp.logistic(-cp.multiply(lab, X @ w))) / 24 + 0.1 * cp.sum_squares(w))
+    for k in range(2):
+        c = client(f"hu{k}")
+        X, y = c.data(rng.normal(size=(9, D)), name="X"), c.data(rng.normal(size=9), name="y")
+        c.minimize(cp.sum(cp.huber(X @ w - y, 0.5)) / 9)
+    for k in range(2):
+        c = client(f"wls{k}")
+        s = c.data(rng.uniform(0.5, 2.0, size=7), name="s")
+        X, y = c.data(rng.normal(size=(7, D)), name="X"), c.data(rng.normal(size=7), name="y")
+        c.minimize(cp.sum(cp.multiply(s, cp.square(X @ w + 0.3 - y))))
+    for k, P in enumerate((np.eye(D), np.triu(np.ones((D, D))) + 2 * np.eye(D))):
+        c = client(f"qf{k}")  # (a symmetric matrix, then one that is not)
+        c.minimize(0.5 * cp.quad_form(w, c.data(P, name="P"), assume_PSD=True) + cp.sum(w))
+    for k in range(2):
+        c = client(f"con{k}")
+        X, y = c.data(rng.normal(size=(6, D)), name="X"), c.data(rng.normal(size=6), name="y")
+        c.minimize(cp.sum_squares(X @ w - y) / 6)
+        c.subject_to(cp.sum(w) <= 1.0)
+        c.subject_to(w[0] == c.data(np.array(0.25 * (k + 1)), name="b"))
+    for k, density in enumerate((0.9, 0.9, 0.1)):
+        c = client(f"sp{k}")
+        X = sp.random(12, D, density=density, random_state=seed + k, format="csr")
+        y = c.data(rng.normal(size=12), name="y")
+        c.minimize(cp.sum_squares(c.data(X, name="X") @ w - y) / 12)
+    m.server.subject_to([w <= 1, w >= -1])
+    return m
+
+
+def _slow(program) -> tuple[GLMFunction, list[GLMFunction], list[GLMFunction]]:
+    """The form of each term read through the party's own nodes."""
+    layout = program.layout
+    f = None
+    for t in program.objective:
+        g = recognise_scalar(t.expr, layout)
+        f = g if f is None else f.plus(g)
+
+    def components(cons):
+        out = []
+        for c in cons:
+            if c.expr.size == 1 and c.expr.ndim == 0:
+                out.append(recognise_scalar(c.expr, layout))
+            else:
+                out.extend(recognise_components(c.expr, layout))
+        return out
+
+    return f, components(program.ineq), components(program.eq)
+
+
+def _same_function(a: GLMFunction, b: GLMFunction) -> None:
+    assert a.n == b.n and len(a.terms) == len(b.terms)
+    for s, t in zip(a.terms, b.terms):
+        assert (s.kind, s.M, s.s) == (t.kind, t.M, t.s)
+        assert sp.issparse(s.A) == sp.issparse(t.A)
+        A, B = (s.A.toarray(), t.A.toarray()) if sp.issparse(s.A) else (s.A, t.A)
+        for u, v in ((A, B), (s.b, t.b), (s.weights, t.weights)):
+            assert np.array_equal(u, v)
+    for u, v in ((a.Q, b.Q), (a.q, b.q)):
+        assert (u is None) == (v is None) and (u is None or np.array_equal(u, v))
+    assert a.r == b.r and a.Q_symmetric == b.Q_symmetric
+    for x in np.random.default_rng(1).normal(size=(3, a.n)):
+        va, ga, Ha = a.evaluate(x)
+        vb, gb, Hb = b.evaluate(x)
+        assert va == vb and np.array_equal(ga, gb) and np.array_equal(Ha, Hb)
+
+
+def test_each_party_gets_the_form_of_its_own_tree_in_a_model_of_mixed_structures():
+    programs = _mixed_model().compile().clients
+    forms = {p.name: newton.party_glm(p) for p in programs}
+    for p in programs:
+        form, (f, ineq, eq) = forms[p.name], _slow(p)
+        _same_function(form.f, f)
+        assert len(form.ineq) == len(ineq) and len(form.eq) == len(eq)
+        for a, b in zip(form.ineq + form.eq, ineq + eq):
+            _same_function(a, b)
+    # each party's own data, not its structure's first party's
+    for name in ("ls1", "ls2", "lg1", "hu1", "wls1", "sp1"):
+        first = name[:-1] + "0"
+        A, B = forms[name].f.terms[0].A, forms[first].f.terms[0].A
+        A, B = (A.toarray(), B.toarray()) if sp.issparse(A) else (A, B)
+        assert A.shape == B.shape and not np.array_equal(A, B)
+    assert forms["con1"].eq[0].r != forms["con0"].eq[0].r
+    assert not np.array_equal(forms["qf1"].f.Q, forms["qf0"].f.Q)
+
+
+def test_a_party_reads_its_structure_s_path_unless_a_value_decides_otherwise():
+    programs = {p.name: p for p in _mixed_model().compile().clients}
+    same = {name: newton.party_glm(p).same_path for name, p in programs.items()}
+    # one path per structure of data-independent flags, the structure's first party's
+    assert all(same[n] for n in ("ls0", "ls1", "ls2", "ls3", "lg0", "lg2", "hu1", "con1"))
+    # the same data-independent flags, but the density of the data decides its storage
+    assert same["sp0"] and same["sp1"] and not same["sp2"]
+    # a product by the party's own weights: flags follow the weights' signs; a quadratic
+    # form of the party's own matrix: its curvature follows the matrix: their own nodes
+    assert not any(same[n] for n in ("wls0", "wls1", "qf0", "qf1"))
+    assert programs["ls3"].structure != programs["ls0"].structure
+
+
+def test_a_batched_solve_of_mixed_structures_is_the_per_client_solve():
+    """Clients of four structures, two of them with two row counts, in one batched run:
+    the iterates of the run with every client on its own."""
+    rng = np.random.default_rng(5)
+    m = fm.Model("mixed-solve")
+    w = m.variable(D, name="w")
+    for k in range(8):
+        c = m.client(f"c{k}")
+        rows = 9 if k % 3 else 14
+        X = c.data(rng.normal(size=(rows, D)), name="X")
+        y = rng.normal(size=rows)
+        if k % 2:
+            c.minimize(cp.sum_squares(X @ w - c.data(y, name="y")) / 80)
+        else:
+            lab = c.data(np.sign(y), name="y")
+            c.minimize(cp.sum(cp.logistic(-cp.multiply(lab, X @ w))) / 80)
+    m.server.subject_to(cp.norm(w, 2) <= 0.5)
+    opts = dict(inner_solver="exact-admm", history=False)
+    res = m.solve("prox-al", **opts)
+    ref = m.solve("prox-al", batch_clients=False, **opts)
+    assert res.status == ref.status == "optimal" and res.rounds == ref.rounds
+    assert np.abs(res.x - ref.x).max() <= 1e-9 * max(1.0, np.abs(ref.x).max())
+
+
+def test_a_structure_s_nodes_leave_with_the_party_they_were_made_from():
+    """The shared nodes hold the expressions of the party they were made from: they leave
+    with it (the next party of the structure makes them again)."""
+    programs = _mixed_model().compile().clients
+    form = newton.party_glm(programs[0])
+    key = programs[0].structure
+    assert newton._STRUCTURE_NODES[key] is not None and form.path_key[0] == key
+    del programs, form
+    gc.collect()
+    assert key not in newton._STRUCTURE_NODES
+    again = _mixed_model().compile().clients[0]
+    assert newton.party_glm(again).same_path and key in newton._STRUCTURE_NODES
