@@ -302,6 +302,46 @@ def test_state_snapshots_copy_writable_arrays_and_share_read_only_ones():
     assert snap["factor"][0] is frozen and snap["factor"][1] is False
 
 
+def test_states_copied_together_equal_their_copies_one_by_one():
+    """StatesCopy (a mark of many parties) gives each party what copy_state gives: places
+    of one layout read as columns, the others (a None against an array, dicts with other
+    keys, lists of other lengths, a numpy scalar) copied one by one; later in-place changes
+    of the parties' states do not reach it, and each read is in containers of its own."""
+    from fedmodel.runtime.endpoints import StatesCopy, copy_state
+
+    frozen = np.arange(3.0)
+    frozen.flags.writeable = False
+
+    def state(i):
+        return {
+            "u": np.full(2, float(i)),
+            "empty": np.zeros(0),
+            "factor": frozen,
+            "maybe": None if i % 2 else np.ones(1),
+            "log": [(np.zeros(0), float(i))] * (1 + i % 2),
+            "stats": {"n": i, "t": 0.5} if i != 3 else {"n": i},
+            "units": (1.0, i),
+            "x": np.float64(i),
+        }
+
+    states = [state(i) for i in range(5)]
+    expected = [copy_state(s) for s in states]
+    snap = StatesCopy(states)
+    for s in states:
+        s["u"][0] = -1.0
+        s["stats"]["n"] = -1
+        s["log"].append(None)
+    for i, want in enumerate(expected):
+        got = snap.state(i)
+        assert got.keys() == want.keys()
+        for key in want:
+            assert type(got[key]) is type(want[key])
+            np.testing.assert_equal(got[key], want[key])
+        assert got["factor"] is frozen
+        got["stats"]["n"] = 99
+        assert snap.state(i)["stats"]["n"] == want["stats"]["n"]
+
+
 def test_backends_benchmark_runs_and_reports_where_clients_ran():
     """benchmarks/backends.py on a tiny problem: the same iterates on every configuration,
     and the busiest host's load read from the run's own placement."""
