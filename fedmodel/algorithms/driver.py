@@ -30,8 +30,6 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-import numpy as np
-
 from fedmodel.algorithms.common import (
     conic_note,
     global_point,
@@ -44,7 +42,13 @@ from fedmodel.algorithms.dp import PrivacyPlan
 from fedmodel.algorithms.messages import declare_messages
 from fedmodel.algorithms.options import SOLVE_STARTED, resume_key
 from fedmodel.algorithms.protocol import ServerHalf, StepReport
-from fedmodel.certificate.kkt import KKTResiduals, assemble, party_evaluation
+from fedmodel.certificate.kkt import (
+    KKTResiduals,
+    assemble,
+    party_evaluation,
+    party_reports,
+    reported_vectors,
+)
 from fedmodel.compiler.fingerprint import model_fingerprint
 from fedmodel.compiler.partition import CompiledModel
 from fedmodel.runtime.checkpoint import (
@@ -326,15 +330,13 @@ class _Run:
             reports.update(server.privacy.evaluate(self.runtime, payload, names, ns))
         else:
             replies = self.runtime.broadcast("evaluate", payload, channel="diagnostic")
-            reports.update({name: r.payload for name, r in replies.items()})
+            reports = party_reports(reports, replies)
         kkt, summary = assemble(
             reports, self.compiled.regularizer, x[:ns], self.local, server.objective_scale
         )
         # the inequality multipliers a party's certificate used when it balanced its
         # epigraph pieces' (certificate/kkt.party_evaluation): the ones the result reports
-        summary["multipliers_used"] = {
-            name: np.asarray(r["mu"], dtype=float) for name, r in reports.items() if "mu" in r
-        }
+        summary["multipliers_used"] = reported_vectors(reports, "mu")
         self.diagnostics = server.diagnostics(reports)
         return kkt, summary
 
