@@ -177,6 +177,28 @@ def _get_state(ep: Any) -> Any:
     return copy_state(getter()) if getter is not None else None
 
 
+class StateColumns(dict):
+    """The states of many parties of one class given as columns: key -> a list with each
+    party's value, in order (the dicts their ``get_state`` gives, with these keys in this
+    order); a value may itself be a :class:`StateColumns` (the states of their components).
+    What a class's ``state_columns(parties)`` returns, uncopied; :class:`StatesCopy` copies
+    it without a dict per party."""
+
+
+def party_states(parties: list[Any]) -> list[Any] | StateColumns:
+    """The uncopied ``get_state()`` of each of ``parties`` (None for one without it): as
+    :class:`StateColumns` when they are of one class that reads many at once
+    (``state_columns``), else a list."""
+    kinds = set(map(type, parties))
+    if len(kinds) == 1:
+        columns = getattr(kinds.pop(), "state_columns", None)
+        cols = columns(parties) if columns is not None else None
+        if cols is not None:
+            return cols
+    getters = [getattr(p, "get_state", None) for p in parties]
+    return [g() if g is not None else None for g in getters]
+
+
 class StatesCopy:
     """:func:`copy_state` of many parties' states, taken together (a mark copies every
     party's state of a host: thousands of states of one layout).
@@ -198,10 +220,9 @@ class StatesCopy:
     {'x': array([0., 0.]), 'k': 1, 'log': [(1.0, 1)]}
     """
 
-    __slots__ = ("_root", "n")
+    __slots__ = ("_root",)
 
-    def __init__(self, states: list[Any]):
-        self.n = len(states)
+    def __init__(self, states: list[Any] | StateColumns):
         self._root = _column(states)
 
     def state(self, i: int) -> Any:
@@ -255,8 +276,11 @@ class _Sequences:
         return self.kind([c.at(i) for c in self.children])
 
 
-def _column(values: list[Any]) -> _Values | _Copies | _Dicts | _Sequences:
-    """The copy of one place of many parties' states (``values``: its value per party)."""
+def _column(values: list[Any] | StateColumns) -> _Values | _Copies | _Dicts | _Sequences:
+    """The copy of one place of many parties' states (``values``: its value per party, or
+    the dicts there as :class:`StateColumns`)."""
+    if type(values) is StateColumns:
+        return _Dicts(tuple(values), [_column(v) for v in values.values()])
     types = set(map(type, values))
     t = types.pop() if len(types) == 1 else None
     if t in _ATOMS:
@@ -264,6 +288,8 @@ def _column(values: list[Any]) -> _Values | _Copies | _Dicts | _Sequences:
     if t is np.ndarray:
         if not any(map(_size, values)):  # (empty arrays are shared)
             return _Values(values)
+        if all(map(_writeable, values)):
+            return _Values(list(map(np.ndarray.copy, values)))
         return _Values([_array_copy(a) for a in values])
     if t is dict:
         keys = tuple(values[0])
@@ -276,6 +302,7 @@ def _column(values: list[Any]) -> _Values | _Copies | _Dicts | _Sequences:
 
 
 _size = attrgetter("size")
+_writeable = attrgetter("flags.writeable")
 
 
 class EchoEndpoint:

@@ -23,9 +23,11 @@ from fedmodel.runtime.checkpoint import CheckpointError
 from fedmodel.runtime.endpoints import (
     EndpointFactory,
     Outbox,
+    StateColumns,
     StatesCopy,
     _get_state,
     copy_state,
+    party_states,
 )
 from fedmodel.runtime.heap import resettle, settle, unsettle
 from fedmodel.runtime.messages import Message
@@ -358,8 +360,16 @@ class PartyHost:
         state, all copied together (:class:`Marks`)."""
         eps = self.endpoints
         names = list(eps if names is None else names)
-        getters = [getattr(eps[name], "get_state", None) for name in names]
-        self.marks.take(names, [g() if g is not None else None for g in getters])
+        parties = [eps[n] for n in names]
+        kinds = list(map(type, parties))
+        if len(set(kinds)) == 1:
+            self.marks.take(names, party_states(parties))
+            return
+        groups: dict[type, list[str]] = {}
+        for name, kind in zip(names, kinds):
+            groups.setdefault(kind, []).append(name)
+        for group in groups.values():
+            self.marks.take(group, party_states([eps[n] for n in group]))
 
     def restore_marks(self) -> list[str]:
         restored = []
@@ -457,8 +467,9 @@ class Marks:
     def __init__(self) -> None:
         self._at: dict[str, tuple[StatesCopy | None, Any]] = {}
 
-    def take(self, names: list[str], states: list[Any]) -> None:
-        """The marks of ``names`` become copies of ``states`` (in that order)."""
+    def take(self, names: list[str], states: list[Any] | StateColumns) -> None:
+        """The marks of ``names`` become copies of ``states`` (in that order: a list, or
+        their :class:`~fedmodel.runtime.endpoints.StateColumns`)."""
         snap = StatesCopy(states)
         self._at.update(zip(names, zip(itertools.repeat(snap), range(len(names)))))
 
