@@ -784,9 +784,9 @@ class _Columns:
             np.maximum(into, np.maximum.reduce(self.fields[key], axis=0), out=into)
         return into
 
-    def by_party(self, key: str) -> list:
-        """Field ``key`` of every party, as its report holds it."""
-        out = [r[key] for r in self.dicts]
+    def by_party(self, key: str) -> list[np.ndarray]:
+        """Array field ``key`` of every party."""
+        out = [np.asarray(r[key]) for r in self.dicts]
         if self.fields is not None:
             out += list(self.fields[key])
         return out
@@ -849,7 +849,7 @@ def assemble(
             regularizer.box_violation(x),
         ),
         "constraints": {
-            name: {"ineq": np.asarray(ci), "eq": np.asarray(ce)}
+            name: {"ineq": ci, "eq": ce}
             for name, ci, ce in zip(cols.names, cols.by_party("c_ineq"), cols.by_party("c_eq"))
         },
     }

@@ -356,16 +356,24 @@ class ProxALClient(ClientHalf):
         W, request = _stacked_start_fields(halves, fields)
         memory = halves[0].outer_anderson
         for h in halves:  # (what _on_outer keeps of a client without multipliers; an
-            # empty array is shared, not copied: nothing can change it)
-            h.mu_mark, h.nu_mark, h.cone_mark = _own(h.mu), _own(h.nu), _own(h.cone_at_w)
+            # empty array is shared, not copied: nothing can change it; _own inline)
+            mu, nu, cone = h.mu, h.nu, h.cone_at_w
+            h.mu_mark = mu.copy() if mu.size else mu
+            h.nu_mark = nu.copy() if nu.size else nu
+            h.cone_mark = cone.copy() if cone.size else cone
             if h.theta_at_w.size:
                 h.theta_step = h.theta_at_w - h.theta_center
         out = {"dmu_inf": np.zeros(m), **_start_rows(halves, W, request)}
         if memory:
             no_residual = np.zeros(0)  # (the multipliers' block of the outer residual)
+            keep = memory + 1
             for h in halves:
-                h.outer_mem.append((no_residual, _own(h.mu), _own(h.nu)))
-                del h.outer_mem[: -(memory + 1)]
+                mem, mu, nu = h.outer_mem, h.mu, h.nu
+                mem.append(
+                    (no_residual, mu.copy() if mu.size else mu, nu.copy() if nu.size else nu)
+                )
+                if len(mem) > keep:
+                    del mem[:-keep]
             out["gram"] = np.zeros((m, len(halves[0].outer_mem)))
         return out
 
