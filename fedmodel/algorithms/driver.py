@@ -536,10 +536,11 @@ class _Run:
         }
         per_party_seconds = {}
         local_iters = {"server": server.local_iterations}
+        payloads = {name: r.payload for name, r in reports.items()}
         for c in compiled.clients:
-            if c.name not in reports:
+            p = payloads.get(c.name)
+            if p is None:
                 continue
-            p = reports[c.name].payload
             mu = used.get(c.name, p["mu"])
             multipliers[c.name] = split_multipliers(c, mu, p["nu"], p.get("cone"))
             per_party_seconds[c.name] = p["seconds"]
@@ -547,7 +548,7 @@ class _Run:
         fields = self.run_fields(status, message, kkt, summary, failure, per_party_seconds)
         fields["timing"]["local_iterations"] = local_iters
         fields["privacy"] = server.privacy.record()
-        fields["extra"].update(server.extra({name: r.payload for name, r in reports.items()}))
+        fields["extra"].update(server.extra(payloads))
         if compiled.has_cones:
             fields["extra"].update(conic_note(compiled))
         return make_result(
@@ -558,7 +559,7 @@ class _Run:
             x=global_point(
                 compiled,
                 server.point(),
-                {name: r.payload.get("owned") for name, r in reports.items()},
+                {name: p.get("owned") for name, p in payloads.items()},
             ),
             multipliers=multipliers,
             **fields,
