@@ -117,7 +117,10 @@ class DeclaredState:
     def _declared_columns(cls, halves: list[DeclaredState]) -> StateColumns | None:
         """The declared fields and the components' states of ``halves`` as columns; None
         when they declare different fields (a half may extend its class's)."""
-        declared = set(map(_DECLARED, halves))
+        try:
+            declared = set(map(_DECLARED, halves))
+        except TypeError:  # (fields declared in a list: read half by half)
+            return None
         if len(declared) != 1:
             return None
         fields, components = declared.pop()
@@ -452,6 +455,7 @@ class ClientHalf(DeclaredState):
 
     @classmethod
     def state_columns(cls, halves: list[DeclaredState]) -> StateColumns | None:
+        """:meth:`DeclaredState.state_columns` with each half's statistics."""
         if cls.get_state is not ClientHalf.get_state:
             return None
         cols = cls._declared_columns(halves)

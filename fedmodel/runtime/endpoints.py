@@ -223,7 +223,7 @@ class StatesCopy:
     __slots__ = ("_root",)
 
     def __init__(self, states: list[Any] | StateColumns):
-        self._root = _column(states)
+        self._root = _column(states if type(states) is StateColumns else list(states))
 
     def state(self, i: int) -> Any:
         """Party ``i``'s state (in the order given)."""
