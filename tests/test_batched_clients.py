@@ -196,7 +196,9 @@ def test_only_plain_objective_parties_are_evaluated_in_a_batch():
     halves = _clients(_model(n=3, constrained=(1,)))
     assert halves[0].step_batch_key("evaluate") is not None
     assert halves[1].step_batch_key("evaluate") is None
-    assert halves[0].step_batch_key("report") is None
+    # (the final report: stacked for a client without multipliers, on its own otherwise)
+    assert halves[0].step_batch_key("report") is not None
+    assert halves[1].step_batch_key("report") is None
     assert all(
         h.step_batch_key("evaluate") is None for h in _clients(_model(n=2), batch_clients=False)
     )
@@ -265,3 +267,38 @@ def test_workers_batch_their_parties_and_give_the_serial_iterates(backend):
     assert workers.status == serial.status == "optimal"
     assert workers.rounds == serial.rounds
     np.testing.assert_array_equal(workers.x, serial.x)
+
+
+def test_a_stacked_report_round_is_the_message_by_message_one(monkeypatch):
+    """The final report of clients without multipliers in one stacked step: the Result's
+    multipliers, local iterations and the report's ledger rows are those of the round sent
+    message by message."""
+    from fedmodel.algorithms.proxal.client import ProxALClient
+
+    def report_rows(model):
+        res = model.solve("prox-al", inner_solver="exact-admm", history=False)
+        rows = [r for r in res.ledger if r["kind"].startswith("report")]
+        return res, rows
+
+    step, sizes = ProxALClient._on_report_rows, []
+
+    def spy(halves, fields):
+        sizes.append(len(halves))
+        return step(halves, fields)
+
+    monkeypatch.setattr(ProxALClient, "_on_report_rows", staticmethod(spy))
+    stacked, stacked_rows = report_rows(_model(n=4))
+    assert sizes == [4]
+
+    def refuse(halves, fields):
+        raise ValueError("one message at a time")
+
+    monkeypatch.setattr(ProxALClient, "_on_report_rows", staticmethod(refuse))
+    single, single_rows = report_rows(_model(n=4))
+    assert stacked.status == single.status == "optimal"
+    assert stacked_rows == single_rows and len(stacked_rows) == 8
+    assert stacked.timing["local_iterations"] == single.timing["local_iterations"]
+    assert stacked.multipliers.keys() == single.multipliers.keys()
+    for party, blocks in single.multipliers.items():
+        for label, value in blocks.items():
+            assert np.array_equal(stacked.multipliers[party][label], value)

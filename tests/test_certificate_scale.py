@@ -413,3 +413,57 @@ def test_a_side_at_rounding_level_is_measured_as_a_homogeneous_row():
     assert res.status == "optimal"
     assert res.kkt.scaled_feasibility <= 1e-6
     assert np.allclose(res.solution["x"], [1.5, 1.5], atol=1e-5)
+
+
+@pytest.mark.parametrize("relief", [False, True])
+def test_stacked_reports_assemble_to_the_same_residuals_as_dicts(relief):
+    """The certificate read from a stacked round's replies (StackedReports: a field per
+    column) gives bit for bit what it gives from one dict per party: the sums go row after
+    row in party order, the maxima over the same values."""
+    from fedmodel.certificate.kkt import StackedReports, assemble, reported_vectors
+    from fedmodel.compiler.regularizer import Regularizer, VariablePiece
+
+    rng = np.random.default_rng(3)
+    m, d = 40, 4
+    fields = {
+        "objective": rng.uniform(-1, 1, m) * 10.0 ** rng.integers(-6, 6, m),
+        "grad": rng.standard_normal((m, d)) * 10.0 ** rng.integers(-8, 8, (m, 1)),
+        "owned_stationarity": np.zeros(m),
+        "owned_scaled": np.zeros(m),
+        "owned_index": np.zeros((m, 0), dtype=int),
+        "feasibility": rng.uniform(0, 1e-3, m),
+        "feasibility_scaled": rng.uniform(0, 1e-3, m),
+        "complementarity_gap": rng.uniform(0, 1e-6, m),
+        "violation": rng.uniform(0, 1e-3, m),
+        "c_ineq": np.zeros((m, 0)),
+        "c_eq": np.zeros((m, 0)),
+        "mu": rng.uniform(0, 1, (m, 2)),
+    }
+    fields["scale"] = np.abs(fields["grad"])
+    if relief:
+        fields["boundary_grad"] = fields["grad"] + rng.standard_normal((m, d))
+        fields["boundary_scale"] = np.abs(fields["boundary_grad"])
+        fields["boundary_mask"] = (rng.uniform(size=(m, d)) < 0.3).astype(float)
+    names = [f"c{i}" for i in range(m)]
+    server = {k: (v[0].item() if v.ndim == 1 else v[0]) for k, v in fields.items() if k != "mu"}
+    server["objective"] = 0.25
+    stacked = StackedReports({"server": server}, names, fields)
+    dicts = {"server": server, **{n: stacked[n] for n in names}}
+    assert list(stacked) == list(dicts)
+    x = rng.standard_normal(d)
+    for regularizer in (
+        Regularizer(),
+        Regularizer.from_pieces([slice(0, d)], [VariablePiece(l1=0.1)]),
+    ):
+        a, sa = assemble(dicts, regularizer, x, False, 2.0)
+        b, sb = assemble(stacked, regularizer, x, False, 2.0)
+        assert (a.stationarity, a.feasibility) == (b.stationarity, b.feasibility)
+        assert (a.scaled_stationarity, a.scaled_feasibility) == (
+            b.scaled_stationarity,
+            b.scaled_feasibility,
+        )
+        assert a.per_party == b.per_party and sa["objective"] == sb["objective"]
+        assert sa["max_violation"] == sb["max_violation"]
+        assert list(sa["constraints"]) == list(sb["constraints"])
+    used_a, used_b = reported_vectors(dicts, "mu"), reported_vectors(stacked, "mu")
+    assert list(used_a) == names and all(np.array_equal(used_a[n], used_b[n]) for n in names)

@@ -34,9 +34,9 @@ def _model(n=8, d=4, seed=1):
 
 
 #: the kinds of these runs whose clients answer in one stacked step (exact-admm's, and
-#: prox-al's start, outer rounds and certificate evaluations of clients without
-#: constraints)
-STACKED_KINDS = ("start", "xadmm_w", "outer", "outer_aa", "evaluate")
+#: prox-al's start, outer rounds, certificate evaluations and final reports of clients
+#: without constraints)
+STACKED_KINDS = ("start", "xadmm_w", "outer", "outer_aa", "evaluate", "report")
 
 
 @pytest.fixture

@@ -302,6 +302,46 @@ def test_state_snapshots_copy_writable_arrays_and_share_read_only_ones():
     assert snap["factor"][0] is frozen and snap["factor"][1] is False
 
 
+def test_states_copied_together_equal_their_copies_one_by_one():
+    """StatesCopy (a mark of many parties) gives each party what copy_state gives: places
+    of one layout read as columns, the others (a None against an array, dicts with other
+    keys, lists of other lengths, a numpy scalar) copied one by one; later in-place changes
+    of the parties' states do not reach it, and each read is in containers of its own."""
+    from fedmodel.runtime.endpoints import StatesCopy, copy_state
+
+    frozen = np.arange(3.0)
+    frozen.flags.writeable = False
+
+    def state(i):
+        return {
+            "u": np.full(2, float(i)),
+            "empty": np.zeros(0),
+            "factor": frozen,
+            "maybe": None if i % 2 else np.ones(1),
+            "log": [(np.zeros(0), float(i))] * (1 + i % 2),
+            "stats": {"n": i, "t": 0.5} if i != 3 else {"n": i},
+            "units": (1.0, i),
+            "x": np.float64(i),
+        }
+
+    states = [state(i) for i in range(5)]
+    expected = [copy_state(s) for s in states]
+    snap = StatesCopy(states)
+    for s in states:
+        s["u"][0] = -1.0
+        s["stats"]["n"] = -1
+        s["log"].append(None)
+    for i, want in enumerate(expected):
+        got = snap.state(i)
+        assert got.keys() == want.keys()
+        for key in want:
+            assert type(got[key]) is type(want[key])
+            np.testing.assert_equal(got[key], want[key])
+        assert got["factor"] is frozen
+        got["stats"]["n"] = 99
+        assert snap.state(i)["stats"]["n"] == want["stats"]["n"]
+
+
 def test_backends_benchmark_runs_and_reports_where_clients_ran():
     """benchmarks/backends.py on a tiny problem: the same iterates on every configuration,
     and the busiest host's load read from the run's own placement."""
@@ -318,3 +358,42 @@ def test_backends_benchmark_runs_and_reports_where_clients_ran():
     assert 0 < both["max_worker"] < both["client_seconds"]  # split over two hosts
     table = "\n".join(bench._heavy_table(4, 3, 400, 1, {("serial", "processes+server"): rows}))
     assert "| processes+server |" in table and "0.0e+00" in table
+
+
+def test_declared_states_read_as_columns_are_their_get_states():
+    """A host's mark reads the declared state of many halves of one class as columns
+    (DeclaredState.state_columns, components too): copied, it is each half's get_state; a
+    half that extends its class's fields is read by its own get_state."""
+    from fedmodel.algorithms.protocol import DeclaredState
+    from fedmodel.runtime.endpoints import StatesCopy, copy_state, party_states
+
+    class Part(DeclaredState):
+        state_fields = ("u",)
+
+        def __init__(self, i):
+            self.u = np.full(2, float(i))
+
+    class Half(DeclaredState):
+        state_fields = ("x", "k", "log")
+        component_fields = ("part",)
+
+        def __init__(self, i, extra=False):
+            self.x, self.k, self.log = np.arange(3.0) * i, i, [(i, np.zeros(0))]
+            self.part = Part(i) if i % 2 else None
+            if extra:
+                self.state_fields = (*type(self).state_fields, "more")
+                self.more = -i
+
+    halves = [Half(i) for i in range(5)]
+    cols = party_states(halves)
+    assert type(cols).__name__ == "StateColumns" and list(cols) == ["x", "k", "log", "part"]
+    for group in (halves, [*halves, Half(5, extra=True)]):
+        snap = StatesCopy(party_states(group))
+        for i, h in enumerate(group):
+            want, got = copy_state(h.get_state()), snap.state(i)
+            assert list(got) == list(want)
+            for key in want:
+                np.testing.assert_equal(got[key], want[key])
+    snap = StatesCopy(cols)
+    halves[1].x[0] = 9.0
+    assert snap.state(1)["x"][0] == 0.0 and snap.state(1)["part"]["u"][0] == 1.0

@@ -30,8 +30,6 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-import numpy as np
-
 from fedmodel.algorithms.common import (
     conic_note,
     global_point,
@@ -44,7 +42,13 @@ from fedmodel.algorithms.dp import PrivacyPlan
 from fedmodel.algorithms.messages import declare_messages
 from fedmodel.algorithms.options import SOLVE_STARTED, resume_key
 from fedmodel.algorithms.protocol import ServerHalf, StepReport
-from fedmodel.certificate.kkt import KKTResiduals, assemble, party_evaluation
+from fedmodel.certificate.kkt import (
+    KKTResiduals,
+    assemble,
+    party_evaluation,
+    party_reports,
+    reported_vectors,
+)
 from fedmodel.compiler.fingerprint import model_fingerprint
 from fedmodel.compiler.partition import CompiledModel
 from fedmodel.runtime.checkpoint import (
@@ -326,15 +330,13 @@ class _Run:
             reports.update(server.privacy.evaluate(self.runtime, payload, names, ns))
         else:
             replies = self.runtime.broadcast("evaluate", payload, channel="diagnostic")
-            reports.update({name: r.payload for name, r in replies.items()})
+            reports = party_reports(reports, replies)
         kkt, summary = assemble(
             reports, self.compiled.regularizer, x[:ns], self.local, server.objective_scale
         )
         # the inequality multipliers a party's certificate used when it balanced its
         # epigraph pieces' (certificate/kkt.party_evaluation): the ones the result reports
-        summary["multipliers_used"] = {
-            name: np.asarray(r["mu"], dtype=float) for name, r in reports.items() if "mu" in r
-        }
+        summary["multipliers_used"] = reported_vectors(reports, "mu")
         self.diagnostics = server.diagnostics(reports)
         return kkt, summary
 
@@ -534,10 +536,11 @@ class _Run:
         }
         per_party_seconds = {}
         local_iters = {"server": server.local_iterations}
+        payloads = {name: r.payload for name, r in reports.items()}
         for c in compiled.clients:
-            if c.name not in reports:
+            p = payloads.get(c.name)
+            if p is None:
                 continue
-            p = reports[c.name].payload
             mu = used.get(c.name, p["mu"])
             multipliers[c.name] = split_multipliers(c, mu, p["nu"], p.get("cone"))
             per_party_seconds[c.name] = p["seconds"]
@@ -545,7 +548,7 @@ class _Run:
         fields = self.run_fields(status, message, kkt, summary, failure, per_party_seconds)
         fields["timing"]["local_iterations"] = local_iters
         fields["privacy"] = server.privacy.record()
-        fields["extra"].update(server.extra({name: r.payload for name, r in reports.items()}))
+        fields["extra"].update(server.extra(payloads))
         if compiled.has_cones:
             fields["extra"].update(conic_note(compiled))
         return make_result(
@@ -556,7 +559,7 @@ class _Run:
             x=global_point(
                 compiled,
                 server.point(),
-                {name: r.payload.get("owned") for name, r in reports.items()},
+                {name: p.get("owned") for name, p in payloads.items()},
             ),
             multipliers=multipliers,
             **fields,

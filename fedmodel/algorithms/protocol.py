@@ -40,6 +40,7 @@ import time
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
+from operator import attrgetter
 from typing import Any, ClassVar
 
 import numpy as np
@@ -48,7 +49,7 @@ from fedmodel.algorithms.messages import program_dims
 from fedmodel.certificate.kkt import party_evaluation
 from fedmodel.compiler.partition import PartyProgram
 from fedmodel.errors import ModelError
-from fedmodel.runtime.endpoints import copy_state
+from fedmodel.runtime.endpoints import StateColumns, copy_state, party_states
 from fedmodel.runtime.messages import SERVER, Message
 from fedmodel.runtime.outcomes import RequestRefused
 from fedmodel.runtime.rows import Rows, payload_at, rows_subset
@@ -59,6 +60,9 @@ from fedmodel.runtime.secure_aggregation import (
     clip_and_noise,
     split_reply,
 )
+
+#: what a half declares (its state fields and components: its class's, or its own)
+_DECLARED = attrgetter("state_fields", "component_fields")
 
 
 class DeclaredState:
@@ -99,6 +103,37 @@ class DeclaredState:
             part = getattr(self, key)
             state[key] = part.get_state() if hasattr(part, "get_state") else None
         return state
+
+    @classmethod
+    def state_columns(cls, halves: list[DeclaredState]) -> StateColumns | None:
+        """The :meth:`get_state` of each of ``halves`` (all of this class), uncopied, read
+        as columns (a mark reads thousands of parties' states at once); None when the class
+        defines its own :meth:`get_state` (each is then read by it)."""
+        if cls.get_state is not DeclaredState.get_state:
+            return None
+        return cls._declared_columns(halves)
+
+    @classmethod
+    def _declared_columns(cls, halves: list[DeclaredState]) -> StateColumns | None:
+        """The declared fields and the components' states of ``halves`` as columns; None
+        when they declare different fields (a half may extend its class's)."""
+        try:
+            declared = set(map(_DECLARED, halves))
+        except TypeError:  # (fields declared in a list: read half by half)
+            return None
+        if len(declared) != 1:
+            return None
+        fields, components = declared.pop()
+        cols = StateColumns((f, []) for f in fields)
+        if fields and halves:
+            rows = list(map(attrgetter(*fields), halves))
+            if len(fields) == 1:
+                cols[fields[0]] = rows
+            else:
+                cols.update(zip(fields, map(list, zip(*rows))))
+        for key in components:
+            cols[key] = party_states([getattr(h, key) for h in halves])
+        return cols
 
     def set_state(self, state: dict) -> None:
         """Put the half back to a :meth:`get_state` result (a copy of it)."""
@@ -417,6 +452,16 @@ class ClientHalf(DeclaredState):
         """The algorithm state (``state_fields``, ``component_fields``) and statistics; the
         host copies it."""
         return {**super().get_state(), "stats": dict(self.stats)}
+
+    @classmethod
+    def state_columns(cls, halves: list[DeclaredState]) -> StateColumns | None:
+        """:meth:`DeclaredState.state_columns` with each half's statistics."""
+        if cls.get_state is not ClientHalf.get_state:
+            return None
+        cols = cls._declared_columns(halves)
+        if cols is not None:
+            cols["stats"] = [h.stats for h in halves]
+        return cols
 
     def set_state(self, state: dict) -> None:
         self.stats = dict(state["stats"])

@@ -123,6 +123,7 @@ of the model as written (:func:`user_model_values`), not of its epigraph or cone
 
 from __future__ import annotations
 
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -676,22 +677,139 @@ class KKTResiduals:
         )
 
 
+class StackedReports(Mapping):
+    """Evaluation reports of many parties, by name: some as dicts (``own``: the server's),
+    the others as stacked fields (``fields``: field -> array with a row per party of
+    ``names``, as a stacked round answers them), each such party's report made as a dict
+    when it is read. :func:`assemble` reads the stacked fields as they are."""
+
+    def __init__(self, own: Mapping[str, dict], names: list[str], fields: Mapping[str, np.ndarray]):
+        self.own, self.names, self.fields = dict(own), list(names), dict(fields)
+        self._index = {n: i for i, n in enumerate(self.names)}
+
+    def __getitem__(self, name: str) -> dict:
+        if name in self.own:
+            return self.own[name]
+        i = self._index[name]
+        return {k: (v[i].item() if v.ndim == 1 else v[i]) for k, v in self.fields.items()}
+
+    def __iter__(self) -> Iterator[str]:
+        yield from self.own
+        yield from self.names
+
+    def __len__(self) -> int:
+        return len(self.own) + len(self.names)
+
+
+def party_reports(own: Mapping[str, dict], replies: Mapping) -> Mapping[str, dict]:
+    """The parties' evaluation reports: ``own`` (dicts by party) and the payload of each
+    reply of ``replies`` (a round's ``evaluate`` replies by client, or reports already);
+    replies a stacked round answered stay stacked (a :class:`StackedReports`)."""
+    if isinstance(replies, StackedReports):
+        return StackedReports({**own, **replies.own}, replies.names, replies.fields)
+    stacked = getattr(replies, "stacked", None)
+    if stacked is not None:
+        return StackedReports(own, list(replies), stacked)
+    return {
+        **own,
+        **{n: (r if isinstance(r, dict) else r.payload) for n, r in replies.items()},
+    }
+
+
+def reported_vectors(reports: Mapping[str, dict], key: str) -> dict[str, np.ndarray]:
+    """Vector ``key`` of each party whose report has it, by party."""
+    if not isinstance(reports, StackedReports):
+        return {n: np.asarray(r[key], dtype=float) for n, r in reports.items() if key in r}
+    out = {n: np.asarray(r[key], dtype=float) for n, r in reports.own.items() if key in r}
+    rows = reports.fields.get(key)
+    if rows is not None:
+        out.update(zip(reports.names, np.asarray(rows, dtype=float)))
+    return out
+
+
+class _Columns:
+    """The parties' reports read field by field, in party order: from dicts, or from a
+    :class:`StackedReports` without a dict per party (sums in the same order either way,
+    so both give the same numbers)."""
+
+    def __init__(self, reports: Mapping[str, dict]):
+        if isinstance(reports, StackedReports):
+            self.dicts, self.fields = list(reports.own.values()), reports.fields
+            self.names = [*reports.own, *reports.names]
+        else:
+            self.dicts, self.fields, self.names = list(reports.values()), None, list(reports)
+
+    def __len__(self) -> int:
+        return len(self.names)
+
+    def has(self, key: str) -> bool:
+        """Whether every party's report has ``key``."""
+        return all(key in r for r in self.dicts) and (self.fields is None or key in self.fields)
+
+    def floats(self, key: str, default: float | None = None) -> list[float]:
+        """Scalar ``key`` of every party (``default`` where absent; None: required)."""
+        out = [float(r[key] if default is None else r.get(key, default)) for r in self.dicts]
+        if self.fields is not None:
+            v = self.fields.get(key)
+            if v is None and default is None:
+                raise KeyError(key)
+            out += [default] * len(self.fields_rows()) if v is None else v.tolist()
+        return out
+
+    def fields_rows(self) -> range:
+        return range(len(self.names) - len(self.dicts))
+
+    def total(self, key: str):
+        """The sum of vector ``key`` over the parties, in party order."""
+        if self.fields is None:
+            return sum(np.asarray(r[key], dtype=float) for r in self.dicts)
+        rows = np.asarray(self.fields[key], dtype=float)
+        if self.dicts:
+            rows = np.concatenate([np.stack([r[key] for r in self.dicts]), rows])
+        return np.add.reduce(rows, axis=0)  # (row after row, as the sum over dicts)
+
+    def arrays(self, key: str, dtype=float) -> list[np.ndarray]:
+        """Vector ``key`` of every party (an empty one where absent)."""
+        out = [np.asarray(r.get(key, ()), dtype=dtype) for r in self.dicts]
+        if self.fields is not None:
+            v = self.fields.get(key)
+            out += [np.zeros(0, dtype=dtype)] if v is None else [np.asarray(v, dtype=dtype)]
+        return out
+
+    def largest(self, key: str, into: np.ndarray) -> np.ndarray:
+        """``into`` raised to the elementwise maximum of vector ``key`` over the parties."""
+        for r in self.dicts:
+            np.maximum(into, r[key], out=into)
+        if self.fields is not None and len(self.fields_rows()):
+            np.maximum(into, np.maximum.reduce(self.fields[key], axis=0), out=into)
+        return into
+
+    def by_party(self, key: str) -> list[np.ndarray]:
+        """Array field ``key`` of every party."""
+        out = [np.asarray(r[key]) for r in self.dicts]
+        if self.fields is not None:
+            out += list(self.fields[key])
+        return out
+
+
 def assemble(
-    reports: dict[str, dict],
+    reports: Mapping[str, dict],
     regularizer: Regularizer,
     x: np.ndarray,
     local: bool,
     objective_scale: float = 1.0,
 ) -> tuple[KKTResiduals, dict]:
-    """Combine the parties' evaluation reports into residuals and summary values;
-    ``objective_scale`` is the objective's reference scale ``S``
-    (:mod:`fedmodel.certificate.scale`; the parties evaluated with the same).
+    """Combine the parties' evaluation reports (dicts by party, or a
+    :class:`StackedReports`) into residuals and summary values; ``objective_scale`` is the
+    objective's reference scale ``S`` (:mod:`fedmodel.certificate.scale`; the parties
+    evaluated with the same).
 
     Returns the residuals and a dict with the objective ``f + h``, the max violation and
     each party's constraint values.
     """
-    grad = sum(r["grad"] for r in reports.values())
-    relief = None if local else _boundary_relief(reports, grad)
+    cols = _Columns(reports)
+    grad = cols.total("grad") if len(cols) else 0
+    relief = None if local else _boundary_relief(cols, grad)
     if relief is not None:
         grad = relief[0]
     stationarity = (
@@ -700,16 +818,16 @@ def assemble(
         else regularizer.dist_subdiff(x, grad)
     )
     # blocks of party-owned variables, reported by their owners (federated evaluation)
-    owned = max((float(r.get("owned_stationarity", 0.0)) for r in reports.values()), default=0.0)
+    owned = max(cols.floats("owned_stationarity", 0.0), default=0.0)
     stationarity = max(stationarity, owned)
-    per_party = {name: float(r["feasibility"]) for name, r in reports.items()}
+    per_party = dict(zip(cols.names, cols.floats("feasibility")))
     box = regularizer.box_violation(x)
-    gap = sum(float(r.get("complementarity_gap", 0.0)) for r in reports.values())
+    gap = sum(cols.floats("complementarity_gap", 0.0))
     feasibility = max(max(per_party.values(), default=0.0), box, gap)
     kkt = KKTResiduals(stationarity, feasibility, per_party, local)
-    if all("scale" in r for r in reports.values()):
+    if cols.has("scale"):
         kkt.scaled_stationarity, kkt.scaled_feasibility = _scaled(
-            reports,
+            cols,
             regularizer,
             x,
             grad,
@@ -721,18 +839,18 @@ def assemble(
             box / max(1.0, float(np.abs(x).max(initial=0.0))),
             gap
             / np.nan_to_num(
-                _objective_size(reports, regularizer, x, objective_scale), nan=objective_scale
+                _objective_size(cols, regularizer, x, objective_scale), nan=objective_scale
             ),
         )
     summary = {
-        "objective": float(sum(r["objective"] for r in reports.values()) + regularizer.value(x)),
+        "objective": float(sum(cols.floats("objective")) + regularizer.value(x)),
         "max_violation": max(
-            max((float(r["violation"]) for r in reports.values()), default=0.0),
+            max(cols.floats("violation"), default=0.0),
             regularizer.box_violation(x),
         ),
         "constraints": {
-            name: {"ineq": np.asarray(r["c_ineq"]), "eq": np.asarray(r["c_eq"])}
-            for name, r in reports.items()
+            name: {"ineq": ci, "eq": ce}
+            for name, ci, ce in zip(cols.names, cols.by_party("c_ineq"), cols.by_party("c_eq"))
         },
     }
     return kkt, summary
@@ -744,19 +862,17 @@ def assemble(
 GAP_ORDER = 10.0
 
 
-def _objective_size(
-    reports: dict[str, dict], regularizer: Regularizer, x, reference: float = 1.0
-) -> float:
+def _objective_size(cols: _Columns, regularizer: Regularizer, x, reference: float = 1.0) -> float:
     """``max(S, F)``, ``F = sum_i |f_i(x)| + |h(x)|`` over the parties' reports, ``S`` the
     objective's reference scale: the size the stationarity floor and the complementarity gap are
     relative to (NaN when not finite)."""
-    size = sum(abs(float(r["objective"])) for r in reports.values())
+    size = sum(map(abs, cols.floats("objective")))
     size += abs(float(regularizer.value(x))) if not regularizer.is_zero else 0.0
     return max(reference, size) if np.isfinite(size) else float("nan")
 
 
 def _stationarity_floor(
-    reports: dict[str, dict], regularizer: Regularizer, x, owned, reference: float = 1.0
+    cols: _Columns, regularizer: Regularizer, x, owned, reference: float = 1.0
 ) -> float:
     """The floor of the stationarity scale: ``min(S, 10 max(S, F) / max(1, ||x||_1))``,
     ``S`` the objective's reference scale (:mod:`fedmodel.certificate.scale`),
@@ -769,30 +885,27 @@ def _stationarity_floor(
     keep = np.ones(x.size, dtype=bool)
     keep[owned] = False
     x_l1 = float(np.abs(np.asarray(x, dtype=float)[keep]).sum())
-    size = _objective_size(reports, regularizer, x, reference)
+    size = _objective_size(cols, regularizer, x, reference)
     if not (np.isfinite(size) and np.isfinite(x_l1)):
         return reference
     return min(reference, GAP_ORDER * size / max(1.0, x_l1))
 
 
-def _boundary_relief(reports: dict[str, dict], grad: np.ndarray):
+def _boundary_relief(cols: _Columns, grad: np.ndarray):
     """The stationarity terms with the boundary relief applied (module docstring), as
     ``(grad, scale)``, or None when no coordinate sits at a domain boundary (or a party did
     not report its terms at ``x + tau e_B``)."""
     keys = ("boundary_grad", "boundary_scale", "boundary_mask")
-    if not reports or not all(all(k in r for k in keys) for r in reports.values()):
+    if not len(cols) or not all(cols.has(k) for k in keys):
         return None
     mask = np.zeros(np.shape(grad), dtype=bool)
-    for r in reports.values():
-        mask |= np.asarray(r["boundary_mask"], dtype=float) > 0
+    for m in cols.arrays("boundary_mask"):
+        mask |= (m > 0) if m.ndim == mask.ndim else (m > 0).any(axis=0)
     if not mask.any():
         return None
-    plus = sum(np.asarray(r["boundary_grad"], dtype=float) for r in reports.values())
-    scale_plus = np.zeros(mask.shape)
-    scale = np.zeros(mask.shape)
-    for r in reports.values():
-        np.maximum(scale_plus, r["boundary_scale"], out=scale_plus)
-        np.maximum(scale, r["scale"], out=scale)
+    plus = cols.total("boundary_grad")
+    scale_plus = cols.largest("boundary_scale", np.zeros(mask.shape))
+    scale = cols.largest("scale", np.zeros(mask.shape))
     grad = np.asarray(grad, dtype=float)
     # off B: the larger residual of the two points; on B: only a derivative still
     # negative at x_j + tau (pointing into the domain) is left uncertified
@@ -802,7 +915,7 @@ def _boundary_relief(reports: dict[str, dict], grad: np.ndarray):
 
 
 def _scaled(
-    reports: dict[str, dict],
+    cols: _Columns,
     regularizer: Regularizer,
     x: np.ndarray,
     grad,
@@ -813,12 +926,10 @@ def _scaled(
     ``scale`` overrides the reports' (the boundary relief's), ``reference`` is ``S``."""
     grad = np.array(grad, dtype=float)
     if scale is None:
-        scale = np.zeros_like(grad)
-        for r in reports.values():
-            np.maximum(scale, r["scale"], out=scale)
+        scale = cols.largest("scale", np.zeros_like(grad))
     else:
         scale = np.array(scale, dtype=float)
-    owned = [np.asarray(r.get("owned_index", ()), dtype=int) for r in reports.values()]
+    owned = [a.reshape(-1) for a in cols.arrays("owned_index", dtype=int)]
     owned = np.concatenate(owned) if owned else np.zeros(0, dtype=int)
     if owned.size:  # the pooled evaluation: owned blocks are judged by their owners
         grad[owned] = 0.0
@@ -828,16 +939,13 @@ def _scaled(
     else:
         residual = regularizer.dist_subdiff(x, grad)
     denom = max(
-        _stationarity_floor(reports, regularizer, x, owned, reference),
+        _stationarity_floor(cols, regularizer, x, owned, reference),
         float(scale.max(initial=0.0)),
         regularizer.subgradient_scale(x),
     )
     stationarity = residual / denom if np.isfinite(denom) else float("inf")
     if not np.isfinite(stationarity):  # (inf / inf) at a blown-up point: no certificate
         stationarity = float("inf")
-    stationarity = max(
-        stationarity,
-        max((float(r.get("owned_scaled", 0.0)) for r in reports.values()), default=0.0),
-    )
-    feasibility = max((float(r["feasibility_scaled"]) for r in reports.values()), default=0.0)
+    stationarity = max(stationarity, max(cols.floats("owned_scaled", 0.0), default=0.0))
+    feasibility = max(cols.floats("feasibility_scaled"), default=0.0)
     return stationarity, feasibility

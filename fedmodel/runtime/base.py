@@ -728,6 +728,10 @@ class Runtime(abc.ABC):
 
     # -- exchange ---------------------------------------------------------------------------
     def _hosts_for(self, names: Iterable[str]) -> dict[Any, list[str]]:
+        names = list(names)
+        told = getattr(self._host_of, "all_in_server", None)
+        if told is not None and names and told(names):  # (one host: no lookup per name)
+            return {SERVER_HOST: names}
         groups: dict[Any, list[str]] = {}
         for n in names:
             groups.setdefault(self._host_of[n], []).append(n)

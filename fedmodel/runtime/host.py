@@ -5,13 +5,14 @@
 from __future__ import annotations
 
 import copy
+import itertools
 import os
 import signal
 import tempfile
 import threading
 import time
 import traceback
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
@@ -19,7 +20,15 @@ from typing import Any
 import numpy as np
 
 from fedmodel.runtime.checkpoint import CheckpointError
-from fedmodel.runtime.endpoints import EndpointFactory, Outbox, _get_state, copy_state
+from fedmodel.runtime.endpoints import (
+    EndpointFactory,
+    Outbox,
+    StateColumns,
+    StatesCopy,
+    _get_state,
+    copy_state,
+    party_states,
+)
 from fedmodel.runtime.heap import resettle, settle, unsettle
 from fedmodel.runtime.messages import Message
 from fedmodel.runtime.outcomes import (
@@ -54,7 +63,7 @@ class PartyHost:
         self.settles = settles
         self.endpoints: dict[str, Any] = {} if endpoints is None else endpoints
         self.outbox = outbox if outbox is not None else Outbox()
-        self.marks: dict[str, Any] = {}
+        self.marks = Marks()
         # the model as this party compiled it (a deployed party): builds validate the
         # coordinator's options against it
         self.compiled: Any = None
@@ -347,8 +356,20 @@ class PartyHost:
 
     # state
     def mark(self, names: Iterable[str] | None = None) -> None:
-        for name in self.endpoints if names is None else names:
-            self.marks[name] = _get_state(self.endpoints[name])
+        """Each party of ``names`` (default: every one here) keeps a copy of its current
+        state, all copied together (:class:`Marks`)."""
+        eps = self.endpoints
+        names = list(eps if names is None else names)
+        parties = [eps[n] for n in names]
+        kinds = list(map(type, parties))
+        if len(set(kinds)) == 1:
+            self.marks.take(names, party_states(parties))
+            return
+        groups: dict[type, list[str]] = {}
+        for name, kind in zip(names, kinds):
+            groups.setdefault(kind, []).append(name)
+        for group in groups.values():
+            self.marks.take(group, party_states([eps[n] for n in group]))
 
     def restore_marks(self) -> list[str]:
         restored = []
@@ -434,6 +455,46 @@ class PartyHost:
             except Exception as exc:  # noqa: BLE001 - reported to the server
                 errors[name] = f"{exc}"
         return errors
+
+
+class Marks:
+    """The parties' states at their last mark, by name: the states a mark takes are
+    copied together (:class:`~fedmodel.runtime.endpoints.StatesCopy`, a few passes over
+    the parties per place of their layout) and each is assembled when it is read (a
+    restore, a checkpoint), in containers of its own; a state set by name (one read from
+    a checkpoint) is kept as given."""
+
+    def __init__(self) -> None:
+        self._at: dict[str, tuple[StatesCopy | None, Any]] = {}
+
+    def take(self, names: list[str], states: list[Any] | StateColumns) -> None:
+        """The marks of ``names`` become copies of ``states`` (in that order: a list, or
+        their :class:`~fedmodel.runtime.endpoints.StateColumns`)."""
+        snap = StatesCopy(states)
+        self._at.update(zip(names, zip(itertools.repeat(snap), range(len(names)))))
+
+    def __setitem__(self, name: str, state: Any) -> None:
+        self._at[name] = (None, state)
+
+    def get(self, name: str, default: Any = None) -> Any:
+        where = self._at.get(name)
+        if where is None:
+            return default
+        snap, state = where
+        return state if snap is None else snap.state(state)
+
+    def items(self) -> Iterator[tuple[str, Any]]:
+        for name in list(self._at):
+            yield name, self.get(name)
+
+    def clear(self) -> None:
+        self._at.clear()
+
+    def __contains__(self, name: object) -> bool:
+        return name in self._at
+
+    def __len__(self) -> int:
+        return len(self._at)
 
 
 class _Watchdog:

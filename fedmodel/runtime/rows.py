@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import itertools
 from collections.abc import Iterator, Mapping, Sequence
+from types import MappingProxyType
 from typing import Any
 
 import numpy as np
@@ -156,6 +157,12 @@ class RoundReplies(Mapping):
 
     def __len__(self) -> int:
         return len(self.names)
+
+    @property
+    def stacked(self) -> Mapping[str, np.ndarray] | None:
+        """The replies' fields as the stacked step answered them (field -> array with a
+        row per client, read-only view), or None when the round went message by message."""
+        return None if self._stacked is None else MappingProxyType(self._stacked)
 
     def stack(self, field: str) -> np.ndarray:
         """Field ``field`` of every reply as one float array, a row per client in the

@@ -357,16 +357,24 @@ class ProxALClient(ClientHalf):
         W, request = _stacked_start_fields(halves, fields)
         memory = halves[0].outer_anderson
         for h in halves:  # (what _on_outer keeps of a client without multipliers; an
-            # empty array is shared, not copied: nothing can change it)
-            h.mu_mark, h.nu_mark, h.cone_mark = _own(h.mu), _own(h.nu), _own(h.cone_at_w)
+            # empty array is shared, not copied: nothing can change it; _own inline)
+            mu, nu, cone = h.mu, h.nu, h.cone_at_w
+            h.mu_mark = mu.copy() if mu.size else mu
+            h.nu_mark = nu.copy() if nu.size else nu
+            h.cone_mark = cone.copy() if cone.size else cone
             if h.theta_at_w.size:
                 h.theta_step = h.theta_at_w - h.theta_center
         out = {"dmu_inf": np.zeros(m), **_start_rows(halves, W, request)}
         if memory:
             no_residual = np.zeros(0)  # (the multipliers' block of the outer residual)
+            keep = memory + 1
             for h in halves:
-                h.outer_mem.append((no_residual, _own(h.mu), _own(h.nu)))
-                del h.outer_mem[: -(memory + 1)]
+                mem, mu, nu = h.outer_mem, h.mu, h.nu
+                mem.append(
+                    (no_residual, mu.copy() if mu.size else mu, nu.copy() if nu.size else nu)
+                )
+                if len(mem) > keep:
+                    del mem[:-keep]
             out["gram"] = np.zeros((m, len(halves[0].outer_mem)))
         return out
 
@@ -442,9 +450,13 @@ class ProxALClient(ClientHalf):
         (:func:`~fedmodel.algorithms.proxal.cohorts.glm_objective`), its evaluation is that
         objective's value and gradient alone
         (:func:`~fedmodel.certificate.kkt.plain_objective_party`), and for ``start`` its
-        route does not probe. For ``outer`` and ``outer_aa`` (:meth:`_on_outer_rows`,
+        route does not probe. For ``report`` (:meth:`_on_report_rows`): a client without
+        multipliers, cone duals or an own block, by its statistics' names. For ``outer`` and ``outer_aa`` (:meth:`_on_outer_rows`,
         :meth:`_on_outer_aa_rows`): a client with neither constraints nor an own block
         whose route's part starts an inner solve from ``w`` alone (``stacked_start``)."""
+        if kind == "report":  # (its reply's fields: the statistics' names)
+            plain = not (self.mu.size or self.nu.size or self.owned or self.cone.size)
+            return ("report-plain", tuple(self.stats)) if plain else None
         if kind in ("outer", "outer_aa"):
             plain = not (self.owned or self.program.m_ineq or self.program.m_eq)
             plain = plain and not self.route.measures_feasibility  # (no (8) half to send)
@@ -567,6 +579,18 @@ class ProxALClient(ClientHalf):
         out = super()._on_report()
         if self.owned:  # the final write-back of the own block to the caller's variables
             out["owned"] = self.theta_at_w.copy()
+        return out
+
+    @staticmethod
+    def _on_report_rows(halves: list[ProxALClient], fields: dict) -> dict[str, np.ndarray]:
+        """:meth:`_on_report` of every client of ``halves`` (clients of one
+        :meth:`step_batch_key`: no multipliers, cone duals or own block, statistics of the
+        same names) in one pass: empty multipliers and each statistic as a column."""
+        m = len(halves)
+        stats = [h.stats for h in halves]
+        out = {"mu": np.zeros((m, 0)), "nu": np.zeros((m, 0))}
+        for key in stats[0]:
+            out[key] = np.array([float(s[key]) for s in stats])
         return out
 
 

@@ -269,7 +269,7 @@ class ExactADMM:
     def get_state(self) -> dict:
         state = {
             "sigma": self.sigma,
-            "duals": {k: v.copy() for k, v in self.duals.items()},
+            "duals": dict(self.duals),  # (the driver copies a mark)
             "rejections": self.rejections,
             "held": self.held,
             "sigma_least": self.sigma_least,

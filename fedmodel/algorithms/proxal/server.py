@@ -49,7 +49,7 @@ from fedmodel.certificate.infeasibility import (
     ray_report,
     steady,
 )
-from fedmodel.certificate.kkt import KKTResiduals, party_evaluation
+from fedmodel.certificate.kkt import KKTResiduals, party_evaluation, party_reports
 from fedmodel.certificate.scale import (
     objective_reference,
     reference_scale,
@@ -90,6 +90,17 @@ PROX_RELATIVE_TAU = 0.5
 #: the layout version of the server's checkpointed state (a state of another layout is
 #: refused with a message, see ProxALServer.set_state)
 STATE_LAYOUT = 5
+
+
+def _largest(replies, field: str, start: float) -> float:
+    """``start`` or the largest of the replies' scalar ``field`` (0 where a reply has none),
+    read as one column when the round answered stacked."""
+    stacked = getattr(replies, "stacked", None)
+    if stacked is None:
+        return max([start] + [float(r.payload.get(field, 0.0)) for r in replies.values()])
+    column = stacked.get(field)
+    values = [0.0] * len(replies) if column is None else np.asarray(column, dtype=float).tolist()
+    return max([start, *values])
 
 
 class ProxALServer(ServerHalf):
@@ -503,10 +514,10 @@ class ProxALServer(ServerHalf):
             runtime.next_round()
             payload = {"w": self.x[: self.ns], **self.inner_request(self.x - w_old)}
             replies = self.collect(runtime, "outer", payload)
-            dmu = max([dmu] + [float(r.payload.get("dmu_inf", 0.0)) for r in replies.values()])
+            dmu = _largest(replies, "dmu_inf", dmu)
             feas = self.feasibility_measured(replies)
             # test (8) on the clients' own blocks (one scalar each, see the client module)
-            dw = max([dw] + [float(r.payload.get("dtheta_scaled", 0.0)) for r in replies.values()])
+            dw = _largest(replies, "dtheta_scaled", dw)
             if self.owned_anywhere:  # (the clients' own blocks move too: unboundedness)
                 theirs = max(float(r.payload.get("dtheta_scaled", 0.0)) for r in replies.values())
                 step_inf = max(step_inf, theirs / (self.beta * self.prox_weight))
@@ -698,7 +709,7 @@ class ProxALServer(ServerHalf):
             self.cone_duals(),
             objective_scale=self.objective_scale,
         )
-        reports = {self.program.name: mine, **theirs}
+        reports = party_reports({self.program.name: mine}, theirs)
         kkt, _ = assemble(reports, self.problem.regularizer, x[:ns], False, self.objective_scale)
         return kkt.satisfied(opts.eps1, opts.eps2), kkt
 
@@ -721,7 +732,7 @@ class ProxALServer(ServerHalf):
             names = runtime.client_names
             return self.privacy.evaluate(runtime, payload, names, self.ns)
         replies = runtime.broadcast("evaluate", payload, channel="diagnostic")
-        return {n: r.payload for n, r in replies.items()}
+        return party_reports({}, replies)
 
     def feasibility_measured(self, replies) -> tuple[float, float] | None:
         """Test (8)'s feasibility half as measured by the inner solvers that declare it
@@ -819,6 +830,12 @@ class ProxALServer(ServerHalf):
         mem.append((r, self.x.copy(), self.mu.copy(), self.nu.copy()))
         del mem[: -(self.outer_aa.memory + 1)]
         row = np.array([float(r @ q[0]) for q in mem])
+        stacked = getattr(replies, "stacked", None)
+        stacked = None if stacked is None else stacked.get("gram")
+        if stacked is not None and stacked.shape[1:] == row.shape:  # (the rows as one array)
+            alpha, reset = self.outer_aa.observe(row + np.add.reduce(stacked, axis=0))
+            self.take_outer_step(runtime, w_old, alpha, reset)
+            return
         grams = {
             name: np.asarray(rep.payload["gram"], dtype=float)
             for name, rep in replies.items()
@@ -843,6 +860,12 @@ class ProxALServer(ServerHalf):
             raise ClientFailure(wrong, runtime.round, "outer")
         row = row + sum(grams.values())
         alpha, reset = self.outer_aa.observe(row)
+        self.take_outer_step(runtime, w_old, alpha, reset)
+
+    def take_outer_step(self, runtime, w_old, alpha: np.ndarray, reset: bool) -> None:
+        """The outer Anderson step the safeguard chose (``alpha``, ``reset``): the
+        combined iterate and multipliers, and the ``outer_aa`` round that sends them."""
+        mem = self.outer_mem
         if alpha.size:
             picked = mem[-alpha.size :]
             self.x = sum(a * q[1] for a, q in zip(alpha, picked))
