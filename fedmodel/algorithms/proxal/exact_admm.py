@@ -1283,6 +1283,9 @@ class ExactClient(InnerClient):
         return {"x": self.u[:ns].copy()}
 
     # -- many clients' steps at once ------------------------------------------------------
+    #: its step's key changes only with its form's verdict (``glm_disagrees``)
+    stable_batch_keys = frozenset({"xadmm_w", "xadmm_check"})
+
     def step_batch_key(self, kind: str) -> Any:
         """The structure this client's ``xadmm_w`` step shares with the clients it is
         batched with (:meth:`_on_xadmm_w_batch`), or None: the client has a dense GLM form
