@@ -422,5 +422,7 @@ def step_budgets(runtime, names: list[str], deadline: float | None) -> dict[str,
         return {}
     left = max(deadline - time.perf_counter(), 0.0)
     where = runtime.placement
-    sharing = Counter(where.get(n) for n in names)
+    sharing = Counter(map(where.get, names))
+    if len(sharing) == 1:  # (one host: one share for all)
+        return dict.fromkeys(names, left / len(names))
     return {n: left / sharing[where.get(n)] for n in names}

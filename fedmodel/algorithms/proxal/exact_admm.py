@@ -343,7 +343,7 @@ class ExactADMM:
             fields = {"c": Rows(C), "sigma": sigma, "tol": tol}
             budgets = step_budgets(runtime, names, deadline)
             if budgets:
-                fields["budget"] = Rows([budgets[n] for n in names])
+                fields["budget"] = Rows(list(map(budgets.__getitem__, names)))
             if check is None:
                 replies = runtime.broadcast_rows("xadmm_w", fields, to=names)
             else:  # (message by message: the evaluations' fields differ between clients)
@@ -1351,7 +1351,7 @@ class ExactClient(InnerClient):
         requests' fields, each :class:`~fedmodel.runtime.rows.Rows` (client ``i``'s value
         in row ``i``) or one value for all; returns the replies' ``x`` as rows. Every input
         is checked and the solve made before any client's state changes."""
-        hosts = list(map(operator.attrgetter("host"), parts))
+        hosts = list(map(_HOST, parts))
         m = len(parts)
 
         def column(name: str) -> np.ndarray:
@@ -1363,19 +1363,29 @@ class ExactClient(InnerClient):
         C = np.array(fields["c"].values, dtype=float).reshape(m, -1)
         sigma, tol = column("sigma"), column("tol")
         deadline = _cohort_deadline(fields.get("budget"), hosts)
-        # (each client's numbers read in one pass: its weight, centre and last point)
-        weights, centers, starts = zip(*[
-            (h.prox_weight, h.w_center, part.u if part.u is not None else h._local(c, h.theta_at_w))
-            for part, h, c in zip(parts, hosts, C)
-        ])  # fmt: skip
-        p = np.array(weights, dtype=float)
-        centers = np.array(centers, dtype=float).reshape(m, -1)
-        centers = (p[:, None] * centers + sigma[:, None] * C) / (p + sigma)[:, None]
-        X0 = np.array(starts, dtype=float)
+        p = np.fromiter(map(_PROX_WEIGHT, hosts), dtype=float, count=m)
+        # (each client's centre and last point: the stacks of the last step while its
+        # clients still hold the rows it gave them, else gathered client by client)
+        kept = parts[0].__dict__.get("_stacked")
+        same = kept is not None and kept[0] == parts
+        found = list(map(_CENTER, hosts))
+        if same and all(map(operator.is_, found, kept[1])):
+            centers = kept[2]
+        else:
+            centers = np.array(found, dtype=float).reshape(m, -1)
+        found_u = list(map(_U, parts))
+        if same and all(map(operator.is_, found_u, kept[3])):
+            X0 = kept[4]
+        else:
+            X0 = np.array([
+                u if u is not None else h._local(c, h.theta_at_w)
+                for u, h, c in zip(found_u, hosts, C)
+            ], dtype=float)  # fmt: skip
+        moved = (p[:, None] * centers + sigma[:, None] * C) / (p + sigma)[:, None]
         cohort = cohort_of(hosts)
         check_forms(hosts, cohort, X0)
-        max_iter = min(map(operator.attrgetter("max_local_iter"), hosts))
-        report = cohort.prox(centers, p + sigma, X0, tol, max_iter=max_iter, deadline=deadline)
+        max_iter = min(map(_MAX_LOCAL_ITER, hosts))
+        report = cohort.prox(moved, p + sigma, X0, tol, max_iter=max_iter, deadline=deadline)
         # (nothing above changed a client; from here on nothing raises. A client of a
         # cohort has no constraints, cones or own block: its step leaves its multipliers,
         # cone duals and own block as they are, and the single step's parameters are set
@@ -1383,8 +1393,10 @@ class ExactClient(InnerClient):
         points = np.array(report.x, dtype=float)
         shared = points[:, : hosts[0].ns].copy()
         type(hosts[0]).note_steps(hosts, report.residual, tol, report.iterations)
-        for part, x in zip(parts, points):
+        rows = list(points)
+        for part, x in zip(parts, rows):
             part.u, part.checked = x, None
+        parts[0].__dict__["_stacked"] = (list(parts), found, centers, rows, points)
         return {"x": shared}
 
 
@@ -1393,6 +1405,13 @@ ExactInner.client_part = ExactClient
 #: the clients' step keys (:meth:`ExactClient.step_batch_key`), one object per key
 _STEP_KEYS: dict[tuple, tuple] = {}
 
+# (what a cohort's stacked step reads of each client, one C call for all)
+_HOST = operator.attrgetter("host")
+_U = operator.attrgetter("u")
+_CENTER = operator.attrgetter("w_center")
+_PROX_WEIGHT = operator.attrgetter("prox_weight")
+_MAX_LOCAL_ITER = operator.attrgetter("max_local_iter")
+
 
 def _cohort_deadline(budget: Any, hosts: list) -> float | None:
     """The deadline of a cohort's one batched step (:func:`~fedmodel.subproblems.merit.
@@ -1400,11 +1419,19 @@ def _cohort_deadline(budget: Any, hosts: list) -> float | None:
     they would have had each its own share; together they have the sum). ``budget``: one
     value for all, or :class:`~fedmodel.runtime.rows.Rows` of seconds or None; a negative
     or non-finite budget raises naming its party (the merit's own check)."""
-    values = budget.values if isinstance(budget, Rows) else [budget] * len(hosts)
-    kept = [i for i, b in enumerate(values) if b is not None]
-    if not kept:
+    if budget is None:
         return None
-    seconds = np.array([float(values[i]) for i in kept])  # (one check for the cohort)
+    values = budget.values if isinstance(budget, Rows) else [budget] * len(hosts)
+    try:  # (floats alone: one C pass; None, a missing budget, reads as nan)
+        seconds = np.array(values, dtype=float)
+        kept = None if np.isnan(seconds).any() or seconds.ndim != 1 else range(len(values))
+    except (TypeError, ValueError):
+        kept = None
+    if kept is None:
+        kept = [i for i, b in enumerate(values) if b is not None]
+        if not kept:
+            return None
+        seconds = np.array([float(values[i]) for i in kept])  # (one check for the cohort)
     bad = ~(np.isfinite(seconds) & (seconds >= 0.0))
     if bad.any():
         i = kept[int(np.argmax(bad))]
