@@ -181,8 +181,8 @@ class ClientHalf(DeclaredState):
         found = self.__dict__
         tallies = found.get("_tallies")
         if tallies:
-            for tally, i in tallies.items():
-                tally.settle(self, i)
+            for tally in tallies:
+                tally.settle()
         return found["_stats"]
 
     @stats.setter
@@ -471,6 +471,12 @@ def plans_changed() -> None:
     _GENERATION[0] += 1
 
 
+def plans_generation() -> int:
+    """How many times :func:`plans_changed` has been called: what a stacked step keeps of
+    its halves between rounds holds while this stays the same."""
+    return _GENERATION[0]
+
+
 class RowsPlan:
     """How a stacked round of one kind reaches one list of halves
     (:meth:`ClientHalf.handle_rows`), found once and kept while the same halves come back
@@ -548,10 +554,11 @@ def _cohorts(owners: list, kind: str) -> list[tuple[np.ndarray, list]] | None:
 
 class Tally:
     """Counts of many halves' statistics kept as one array per counter, slot ``i`` for
-    ``halves[i]``, and added to a half's ``stats`` when that half reads them
-    (:attr:`ClientHalf.stats`): what a stacked step counts for each of its halves is one
-    array operation. :meth:`add` sums (a counter appears in a half's statistics once its
-    sum there is nonzero), :meth:`maximum` keeps the largest value.
+    ``halves[i]``, and added to the halves' ``stats`` when one of them reads its own
+    (:attr:`ClientHalf.stats`; all at once, in one pass): what a stacked step counts for
+    each of its halves is one array operation. :meth:`add` sums (a counter appears in a
+    half's statistics once its sum there is nonzero), :meth:`maximum` keeps the largest
+    value.
 
     Examples
     --------
@@ -564,7 +571,7 @@ class Tally:
     (4, 0.5)
     """
 
-    __slots__ = ("halves", "sums", "maxima")
+    __slots__ = ("halves", "sums", "maxima", "pending")
 
     #: the tallies a half keeps of lists it comes first in (one per length)
     KEPT = 4
@@ -573,6 +580,7 @@ class Tally:
         self.halves = list(halves)
         self.sums: dict[str, np.ndarray] = {}
         self.maxima: dict[str, np.ndarray] = {}
+        self.pending = False  # (counts not added to the halves' statistics yet)
         for i, half in enumerate(self.halves):
             half.__dict__.setdefault("_tallies", {})[self] = i
 
@@ -598,6 +606,7 @@ class Tally:
         if column is None:
             column = self.sums[name] = np.zeros(len(self.halves), dtype=dtype)
         column += values
+        self.pending = True
 
     def maximum(self, name: str, values: np.ndarray) -> None:
         """Keep the largest of counter ``name`` and ``values`` (a value per half)."""
@@ -605,21 +614,24 @@ class Tally:
         if column is None:
             column = self.maxima[name] = np.full(len(self.halves), -np.inf)
         np.maximum(column, values, out=column)
+        self.pending = True
 
-    def settle(self, half: Any, i: int) -> None:
-        """Add slot ``i``'s counts to ``half``'s statistics and empty it."""
-        stats = half.__dict__["_stats"]
+    def settle(self) -> None:
+        """Add every slot's counts to its half's statistics and empty the slots."""
+        if not self.pending:
+            return
+        self.pending = False
+        found = [half.__dict__["_stats"] for half in self.halves]
         for name, column in self.sums.items():
-            value = column[i].item()
-            if value:
-                stats[name] = stats.get(name, 0) + value
-                column[i] = 0
+            for stats, value in zip(found, column.tolist()):
+                if value:
+                    stats[name] = stats.get(name, 0) + value
+            column[:] = 0
         for name, column in self.maxima.items():
-            value = column[i].item()
-            if value != -np.inf:
-                if name not in stats or value > stats[name]:
+            for stats, value in zip(found, column.tolist()):
+                if value != -np.inf and (name not in stats or value > stats[name]):
                     stats[name] = value
-                column[i] = -np.inf
+            column[:] = -np.inf
 
     def forget(self, i: int) -> None:
         """Empty slot ``i`` (its half's statistics were replaced)."""
@@ -630,8 +642,8 @@ class Tally:
 
     def close(self) -> None:
         """Add what it holds to its halves' statistics and leave them."""
-        for i, half in enumerate(self.halves):
-            self.settle(half, i)
+        self.settle()
+        for half in self.halves:
             half.__dict__["_tallies"].pop(self, None)
 
 

@@ -67,6 +67,10 @@ def _carry_factor(solver) -> None:
         solver.carry_factor = True
 
 
+#: the writes of a client's centre (:attr:`ProxALClient.w_center`) in this process
+_CENTRE_WRITES = [0]
+
+
 @register_wire_type("proxal.client")
 class ProxALClient(ClientHalf):
     """Client ``i`` of seed 000: owns ``f_i``, ``c_i``, ``mu_i`` and its inner solver's state.
@@ -176,6 +180,22 @@ class ProxALClient(ClientHalf):
         self.glm_structure: str | None = None  # (its structure_fingerprint, found once)
         self.glm_cohort = None
         self.use_route(route)
+
+    @property
+    def w_center(self) -> np.ndarray | None:
+        """The centre ``w^k`` of its ``P_{i,k}`` on the shared variables."""
+        return self._w_center
+
+    @w_center.setter
+    def w_center(self, value: np.ndarray | None) -> None:
+        _CENTRE_WRITES[0] += 1
+        self._w_center = value
+
+    @staticmethod
+    def centre_writes() -> int:
+        """How many times a client's :attr:`w_center` has been written in this process (a
+        stack of clients' centres holds while this stays the same)."""
+        return _CENTRE_WRITES[0]
 
     #: its ``start`` and ``evaluate`` keys change only with its route or its form's verdict
     stable_batch_keys = frozenset({"start", "evaluate"})

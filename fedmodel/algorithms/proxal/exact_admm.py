@@ -75,7 +75,7 @@ import numpy as np
 
 from fedmodel.algorithms.common import step_budgets
 from fedmodel.algorithms.messages import EVALUATION_FIELDS, OBJECTIVE_SCALE, W
-from fedmodel.algorithms.protocol import StepReport
+from fedmodel.algorithms.protocol import StepReport, plans_generation
 from fedmodel.algorithms.proxal.anderson import AndersonState
 from fedmodel.algorithms.proxal.cohorts import check_forms, cohort_of, glm_structure
 from fedmodel.algorithms.proxal.inner import InnerClient, InnerOutcome, InnerSolver
@@ -1151,20 +1151,54 @@ class ExactClient(InnerClient):
 
     def __init__(self, host):
         super().__init__(host)
-        self.u: np.ndarray | None = None
+        # its last point and its check's state, its own (``_u``, ``_checked``, each with the
+        # time of its last write) or a row of its cohort's last stacked step when that is
+        # newer (``_stack``, its slot there): :attr:`u`, :attr:`checked`
+        self._u: np.ndarray | None = None
+        self._checked: dict | None = None
+        self._u_time = self._checked_time = 0
+        self._stack: _Stacked | None = None
+        self._slot = 0
+        self.u = None
         # the point before the last step and the multipliers' sizes before and after it
         # (the Farkas point's extrapolation, :meth:`farkas_point`)
         self.u_before: np.ndarray | None = None
         self.mu_sizes = (0.0, 0.0)
-        # when the last step followed the certificate's evaluation (its round carried the
-        # check): the state that evaluation read (:meth:`step_state`), else None
-        self.checked: dict | None = None
+        self.checked = None
         self._exact_solver = None
         self._hard_rows = internal_rows(host.problem)
         # its step_batch_key, found at the first call (its options, its program's h and
         # GLM form decide it; a form found to disagree later takes it out)
         self._step_key: tuple | None = None
         self._step_key_found = False
+
+    @property
+    def u(self) -> np.ndarray | None:
+        """Its point after its last exact step (own block included), None before one."""
+        stack = self._stack
+        if stack is not None and stack.time > self._u_time:
+            return stack.rows[self._slot]
+        return self._u
+
+    @u.setter
+    def u(self, value: np.ndarray | None) -> None:
+        _CLOCK[0] += 1
+        _WRITES[0] += 1
+        self._u, self._u_time = value, _CLOCK[0]
+
+    @property
+    def checked(self) -> dict | None:
+        """When its last step followed the certificate's evaluation (its round carried
+        the check): the state that evaluation read (:meth:`step_state`), else None."""
+        stack = self._stack
+        if stack is not None and stack.time > self._checked_time:
+            return None
+        return self._checked
+
+    @checked.setter
+    def checked(self, value: dict | None) -> None:
+        _CLOCK[0] += 1
+        self._checked, self._checked_time = value, _CLOCK[0]
 
     def hard_rows(self):
         return self._hard_rows
@@ -1351,8 +1385,14 @@ class ExactClient(InnerClient):
         requests' fields, each :class:`~fedmodel.runtime.rows.Rows` (client ``i``'s value
         in row ``i``) or one value for all; returns the replies' ``x`` as rows. Every input
         is checked and the solve made before any client's state changes."""
-        hosts = list(map(_HOST, parts))
         m = len(parts)
+        # (what stays the same between rounds while no event changes the clients: their
+        # hosts, proximal weights, cap; the stacks of the centres and of the last step's
+        # points while no client's was written since: no pass over the clients)
+        kept = parts[0].__dict__.get("_stacked")
+        if kept is None or not kept.holds(parts):
+            kept = parts[0].__dict__["_stacked"] = _Stacked(parts)
+        hosts, p = kept.hosts, kept.weights
 
         def column(name: str) -> np.ndarray:
             value = fields[name]
@@ -1363,29 +1403,18 @@ class ExactClient(InnerClient):
         C = np.array(fields["c"].values, dtype=float).reshape(m, -1)
         sigma, tol = column("sigma"), column("tol")
         deadline = _cohort_deadline(fields.get("budget"), hosts)
-        p = np.fromiter(map(_PROX_WEIGHT, hosts), dtype=float, count=m)
-        # (each client's centre and last point: the stacks of the last step while its
-        # clients still hold the rows it gave them, else gathered client by client)
-        kept = parts[0].__dict__.get("_stacked")
-        same = kept is not None and kept[0] == parts
-        found = list(map(_CENTER, hosts))
-        if same and all(map(operator.is_, found, kept[1])):
-            centers = kept[2]
-        else:
-            centers = np.array(found, dtype=float).reshape(m, -1)
-        found_u = list(map(_U, parts))
-        if same and all(map(operator.is_, found_u, kept[3])):
-            X0 = kept[4]
+        centers = kept.centres()
+        if kept.points is not None and kept.written == _WRITES[0]:
+            X0 = kept.points
         else:
             X0 = np.array([
                 u if u is not None else h._local(c, h.theta_at_w)
-                for u, h, c in zip(found_u, hosts, C)
+                for u, h, c in zip(map(_U, parts), hosts, C)
             ], dtype=float)  # fmt: skip
         moved = (p[:, None] * centers + sigma[:, None] * C) / (p + sigma)[:, None]
         cohort = cohort_of(hosts)
         check_forms(hosts, cohort, X0)
-        max_iter = min(map(_MAX_LOCAL_ITER, hosts))
-        report = cohort.prox(moved, p + sigma, X0, tol, max_iter=max_iter, deadline=deadline)
+        report = cohort.prox(moved, p + sigma, X0, tol, max_iter=kept.max_iter, deadline=deadline)
         # (nothing above changed a client; from here on nothing raises. A client of a
         # cohort has no constraints, cones or own block: its step leaves its multipliers,
         # cone duals and own block as they are, and the single step's parameters are set
@@ -1393,10 +1422,7 @@ class ExactClient(InnerClient):
         points = np.array(report.x, dtype=float)
         shared = points[:, : hosts[0].ns].copy()
         type(hosts[0]).note_steps(hosts, report.residual, tol, report.iterations)
-        rows = list(points)
-        for part, x in zip(parts, rows):
-            part.u, part.checked = x, None
-        parts[0].__dict__["_stacked"] = (list(parts), found, centers, rows, points)
+        kept.step_to(points)  # (each client's point its row, its check None)
         return {"x": shared}
 
 
@@ -1405,12 +1431,65 @@ ExactInner.client_part = ExactClient
 #: the clients' step keys (:meth:`ExactClient.step_batch_key`), one object per key
 _STEP_KEYS: dict[tuple, tuple] = {}
 
-# (what a cohort's stacked step reads of each client, one C call for all)
-_HOST = operator.attrgetter("host")
+#: the order of the writes of exact-admm clients' points and check states, one client's or a
+#: stacked step's (the last one's value is a client's :attr:`ExactClient.u`)
+_CLOCK = [0]
+#: the writes of one client's point (a stacked step's stack of its clients' points holds
+#: while there is none)
+_WRITES = [0]
+
 _U = operator.attrgetter("u")
-_CENTER = operator.attrgetter("w_center")
-_PROX_WEIGHT = operator.attrgetter("prox_weight")
-_MAX_LOCAL_ITER = operator.attrgetter("max_local_iter")
+
+
+class _Stacked:
+    """What a cohort's stacked step (:meth:`ExactClient._on_xadmm_w_rows`) keeps of its
+    clients ``parts`` between rounds, kept by the first: their hosts, proximal weights and
+    Newton cap, while no event changes a client (the ``generation`` of
+    :func:`~fedmodel.algorithms.protocol.plans_generation`: a route or its parameters, a
+    state put back) and no client joined another stack; the stack of their centres while
+    no client's centre was written (:meth:`~fedmodel.algorithms.proxal.client.ProxALClient.
+    centre_writes`);
+    and its last step's points (``points``, their ``rows``, written at ``time``), each
+    client's point and check state while it wrote none of its own since, and the stack
+    of its clients' points while no client wrote one (``written``)."""
+
+    __slots__ = ("parts", "generation", "hosts", "weights", "max_iter", "joined")
+    __slots__ += ("centred", "centers", "points", "rows", "time", "written")
+
+    def __init__(self, parts: list[ExactClient]):
+        self.parts = list(parts)
+        self.generation = plans_generation()
+        self.hosts = [part.host for part in parts]
+        self.weights = np.array([h.prox_weight for h in self.hosts], dtype=float)
+        self.max_iter = min(h.max_local_iter for h in self.hosts)
+        self.centred, self.centers = -1, None
+        self.points = self.rows = None
+        self.time, self.written = 0, -1
+        for i, part in enumerate(parts):  # (each client's own state as it reads now)
+            u, checked, old = part.u, part.checked, part._stack
+            if old is not None:
+                old.joined = False
+            part._stack, part._slot = self, i
+            part._u, part._checked, part._u_time, part._checked_time = u, checked, 0, 0
+        self.joined = True
+
+    def holds(self, parts: list[ExactClient]) -> bool:
+        """Whether it is still that of ``parts``."""
+        return self.joined and self.generation == plans_generation() and self.parts == parts
+
+    def centres(self) -> np.ndarray:
+        """Its clients' centres (``w_center``) as rows."""
+        writes = type(self.hosts[0]).centre_writes()
+        if self.centred != writes:
+            self.centred = writes
+            self.centers = np.array([h.w_center for h in self.hosts], dtype=float)
+        return self.centers.reshape(len(self.hosts), -1)
+
+    def step_to(self, points: np.ndarray) -> None:
+        """Its clients' points are the rows of ``points`` and their checks None, as if each
+        had written them."""
+        _CLOCK[0] += 1
+        self.points, self.rows, self.time, self.written = points, points, _CLOCK[0], _WRITES[0]
 
 
 def _cohort_deadline(budget: Any, hosts: list) -> float | None:
