@@ -421,8 +421,9 @@ def step_budgets(runtime, names: list[str], deadline: float | None) -> dict[str,
     if deadline is None:
         return {}
     left = max(deadline - time.perf_counter(), 0.0)
+    one_host = getattr(runtime, "one_host", None)
+    if names and one_host is not None and one_host(names):  # (one share for all)
+        return dict.fromkeys(names, left / len(names))
     where = runtime.placement
     sharing = Counter(map(where.get, names))
-    if len(sharing) == 1:  # (one host: one share for all)
-        return dict.fromkeys(names, left / len(names))
     return {n: left / sharing[where.get(n)] for n in names}

@@ -263,8 +263,9 @@ class ClientHalf(DeclaredState):
         """Answer the request ``kind`` with ``fields`` (:class:`~fedmodel.runtime.rows.Rows`,
         row ``i`` for ``halves[i]``, or one value for all) at every half in one stacked
         step: the replies' fields with a row per half, or None when the halves cannot take
-        it together (their owners of ``kind`` differ in class, have no ``_on_<kind>_rows``,
-        or have no ``step_batch_key``; halves of different keys take one step per key).
+        it together (they or their owners of ``kind`` differ in class, the owners have no
+        ``_on_<kind>_rows`` or no ``step_batch_key``; halves of different keys take one
+        step per key).
         Each request is checked as :meth:`handle` checks it, once per message table and
         opt-ins when the values that can need an opt-in are one for all. Raises (changing
         no party's state) when a check refuses or the step fails; the host then sends the
@@ -494,6 +495,8 @@ class RowsPlan:
         self.halves = list(halves)
         self.generation = _GENERATION[0]
         self.step: Callable[..., dict] | None = None
+        if set(map(type, halves)) != {type(halves[0])}:  # (halves of one class alone)
+            return
         cls = type(halves[0].handler_owner(kind)[0])
         step = getattr(cls, f"_on_{kind}_rows", None)
         if step is None:  # (the kind has no stacked step: nothing to look at per half)

@@ -756,6 +756,14 @@ class Runtime(abc.ABC):
         process (every client on the serial backend)."""
         return dict(self._host_of)
 
+    def one_host(self, names: list[str]) -> bool:
+        """Whether every client of ``names`` runs on one host (one after another)."""
+        host_of = self._host_of
+        told = getattr(host_of, "all_in_server", None)
+        if told is not None and told(names):
+            return True
+        return len(set(map(host_of.get, names))) <= 1
+
     # -- exchange ---------------------------------------------------------------------------
     def _hosts_for(self, names: Iterable[str]) -> dict[Any, list[str]]:
         groups: dict[Any, list[str]] = {}

@@ -342,8 +342,10 @@ class ExactADMM:
             C = z - U
             fields = {"c": Rows(C), "sigma": sigma, "tol": tol}
             budgets = step_budgets(runtime, names, deadline)
-            if budgets:
-                fields["budget"] = Rows(list(map(budgets.__getitem__, names)))
+            if budgets:  # (one value for all when the clients share one host)
+                values = list(map(budgets.__getitem__, names))
+                one = values.count(values[0]) == len(values)
+                fields["budget"] = values[0] if one else Rows(values)
             if check is None:
                 replies = runtime.broadcast_rows("xadmm_w", fields, to=names)
             else:  # (message by message: the evaluations' fields differ between clients)
@@ -1412,7 +1414,9 @@ class ExactClient(InnerClient):
                 for u, h, c in zip(map(_U, parts), hosts, C)
             ], dtype=float)  # fmt: skip
         moved = (p[:, None] * centers + sigma[:, None] * C) / (p + sigma)[:, None]
-        cohort = cohort_of(hosts)
+        cohort = kept.cohort
+        if cohort is None:
+            cohort = kept.cohort = cohort_of(hosts)
         check_forms(hosts, cohort, X0)
         report = cohort.prox(moved, p + sigma, X0, tol, max_iter=kept.max_iter, deadline=deadline)
         # (nothing above changed a client; from here on nothing raises. A client of a
@@ -1444,7 +1448,7 @@ _U = operator.attrgetter("u")
 class _Stacked:
     """What a cohort's stacked step (:meth:`ExactClient._on_xadmm_w_rows`) keeps of its
     clients ``parts`` between rounds, kept by the first: their hosts, proximal weights and
-    Newton cap, while no event changes a client (the ``generation`` of
+    Newton cap and cohort, while no event changes a client (the ``generation`` of
     :func:`~fedmodel.algorithms.protocol.plans_generation`: a route or its parameters, a
     state put back) and no client joined another stack; the stack of their centres while
     no client's centre was written (:meth:`~fedmodel.algorithms.proxal.client.ProxALClient.
@@ -1453,7 +1457,7 @@ class _Stacked:
     client's point and check state while it wrote none of its own since, and the stack
     of its clients' points while no client wrote one (``written``)."""
 
-    __slots__ = ("parts", "generation", "hosts", "weights", "max_iter", "joined")
+    __slots__ = ("parts", "generation", "hosts", "weights", "max_iter", "cohort", "joined")
     __slots__ += ("centred", "centers", "points", "rows", "time", "written")
 
     def __init__(self, parts: list[ExactClient]):
@@ -1462,6 +1466,7 @@ class _Stacked:
         self.hosts = [part.host for part in parts]
         self.weights = np.array([h.prox_weight for h in self.hosts], dtype=float)
         self.max_iter = min(h.max_local_iter for h in self.hosts)
+        self.cohort = None  # (their GLMCohort, found at the first step)
         self.centred, self.centers = -1, None
         self.points = self.rows = None
         self.time, self.written = 0, -1
