@@ -73,7 +73,7 @@ from typing import Any
 
 import numpy as np
 
-from fedmodel.algorithms.common import step_budgets
+from fedmodel.algorithms.common import budget_field, step_budgets
 from fedmodel.algorithms.messages import EVALUATION_FIELDS, OBJECTIVE_SCALE, W
 from fedmodel.algorithms.protocol import StepReport, plans_generation
 from fedmodel.algorithms.proxal.anderson import AndersonState
@@ -259,11 +259,38 @@ class ExactADMM:
         self.anderson = int(anderson)
         self.balancing = balancing
         self.max_inner = int(max_inner)
-        self.duals: dict[str, np.ndarray] = {}  # scaled duals u_i (warm start)
+        self.duals = {}
         self.rejections = 0
         # the certificate held at the point that the last inner solve's last round carried
         # (:meth:`solve`): the clients take that round's step back at the next evaluation
         self.held = False
+
+    # -- the scaled duals u_i (the next inner solve's warm start) ----------------------------
+    @property
+    def duals(self) -> dict[str, np.ndarray]:
+        """The clients' scaled duals ``u_i`` by name (made from the rows they are kept as,
+        :meth:`keep_duals`, when first read)."""
+        if self._duals is None:
+            names, U = self._duals_rows
+            self._duals = dict(zip(names, U))
+        return self._duals
+
+    @duals.setter
+    def duals(self, value: dict[str, np.ndarray]) -> None:
+        self._duals, self._duals_rows = value, None
+
+    def keep_duals(self, names: list[str], U: np.ndarray) -> None:
+        """The duals are the rows of ``U``, client ``names[i]``'s row ``i``."""
+        self._duals, self._duals_rows = None, (names, U)
+
+    def duals_of(self, names: list[str], ns: int) -> np.ndarray:
+        """The duals of ``names`` as rows (zeros for a client without), a new array."""
+        kept = self._duals_rows
+        if kept is not None and kept[0] == names:
+            U = np.array(kept[1], dtype=float)
+        else:
+            U = np.array([self.duals.get(n, np.zeros(ns)) for n in names], dtype=float)
+        return U.reshape(len(names), ns)
 
     # -- state (plain values: checkpoints) -----------------------------------------------------
     def get_state(self) -> dict:
@@ -317,9 +344,7 @@ class ExactADMM:
         w_center = server.x
         z = w_center[:ns].copy()
         names = list(runtime.alive)
-        # (the scaled duals as one stack, a row per client in ``names``' order)
-        U = np.array([self.duals.get(n, np.zeros(ns)) for n in names], dtype=float)
-        U = U.reshape(len(names), ns)
+        U = self.duals_of(names, ns)  # (the scaled duals, a row per client of ``names``)
         aa = AndersonState(self.anderson) if self.anderson else None
         outputs: list[tuple[np.ndarray, np.ndarray]] = []
         residuals: list[np.ndarray] = []
@@ -331,7 +356,7 @@ class ExactADMM:
         carry = certify_next is not None and self.carry and server.carries_evaluation()
         # a certificate check decided at the end of the last round, carried by this one's
         # requests: what the inner solve returns and keeps when it holds
-        check: tuple[InnerOutcome, dict, float, int] | None = None
+        check: tuple[InnerOutcome, tuple[list[str], np.ndarray], float, int] | None = None
         fixed_since = 0  # the round since which sigma has not changed
         last_round = 0.0  # seconds of the last round: one more is not begun if it would end
         for t in range(self.max_inner):  # after the deadline (the rounds are the time unit)
@@ -341,11 +366,9 @@ class ExactADMM:
             tol, tol_server = step_tolerances(tau, sigma, len(names), server.prox_weight)
             C = z - U
             fields = {"c": Rows(C), "sigma": sigma, "tol": tol}
-            budgets = step_budgets(runtime, names, deadline)
-            if budgets:  # (one value for all when the clients share one host)
-                values = list(map(budgets.__getitem__, names))
-                one = values.count(values[0]) == len(values)
-                fields["budget"] = values[0] if one else Rows(values)
+            budget = budget_field(runtime, names, deadline)
+            if budget is not None:
+                fields["budget"] = budget
             if check is None:
                 replies = runtime.broadcast_rows("xadmm_w", fields, to=names)
             else:  # (message by message: the evaluations' fields differ between clients)
@@ -362,7 +385,8 @@ class ExactADMM:
                 outcome, duals, sigma_then, rejections = check
                 check = None
                 if server.certified_by(outcome.w, replies):
-                    self.duals, self.sigma, self.rejections = duals, sigma_then, rejections
+                    self.keep_duals(*duals)
+                    self.sigma, self.rejections = sigma_then, rejections
                     self.held = True
                     return outcome
             X = replies.stack("x").reshape(len(names), ns)
@@ -380,7 +404,7 @@ class ExactADMM:
             dual = m * sigma * float(np.abs(z_new - z).max(initial=0.0))
             bound = max(primal / PRIMAL_FRACTION, dual)
             if bound <= tau:
-                self.duals = dict(zip(names, U_new))
+                self.keep_duals(names, U_new)
                 return InnerOutcome(w, t + 1, bound, True, residual)
             primals.append(primal)
             raised = False
@@ -392,7 +416,7 @@ class ExactADMM:
             ):
                 top = self.sigma_start * SIGMA_RANGE
                 if self.balancing is None or self.sigma >= top:
-                    self.duals = dict(zip(names, U_new))
+                    self.keep_duals(names, U_new)
                     return InnerOutcome(w, t + 1, bound, False, residual, stalled=True)
                 new = self.sigma_least = min(self.sigma * STALL_RAISE, top)
                 U_new = U_new * (self.sigma / new)  # (scaled duals u = y / sigma)
@@ -400,7 +424,7 @@ class ExactADMM:
             settled = t - fixed_since
             proven = self.farkas_when_due(server, runtime, w, primals, tau, settled, farkas, t)
             if proven is not None:
-                self.duals = dict(zip(names, U_new))
+                self.keep_duals(names, U_new)
                 return InnerOutcome(w, t + 1, bound, False, residual, certificate=proven)
             certify = (
                 certify_next is not None
@@ -413,15 +437,15 @@ class ExactADMM:
                 certify_next = 2 * (t + 1)
                 if carry and not ends and t + 1 < self.max_inner:  # (the next round takes it)
                     outcome = InnerOutcome(w, t + 1, bound, True, residual, certified=True)
-                    check = (outcome, dict(zip(names, U_new)), self.sigma, self.rejections)
+                    check = (outcome, (names, U_new), self.sigma, self.rejections)
                 elif server.certified_at(runtime, w):  # (a diagnostic round of its own)
-                    self.duals = dict(zip(names, U_new))
+                    self.keep_duals(names, U_new)
                     return InnerOutcome(w, t + 1, bound, True, residual, certified=True)
                 else:
                     last_round = time.perf_counter() - t_round
                     ends = deadline is not None and time.perf_counter() + last_round > deadline
             if ends:
-                self.duals = dict(zip(names, U_new))
+                self.keep_duals(names, U_new)
                 return InnerOutcome(w, t + 1, bound, False, residual, timed_out=True)
             changed = False
             # (Boyd's balancing in the first rb_rounds rounds; the relative rule in every
@@ -460,7 +484,7 @@ class ExactADMM:
             if reset:
                 outputs.clear()
                 residuals.clear()
-        self.duals = dict(zip(names, U))
+        self.keep_duals(names, U)
         return InnerOutcome(w, self.max_inner, bound, False, residual)
 
     def solve_sampled(self, server, runtime, tau: float, deadline: float | None):
