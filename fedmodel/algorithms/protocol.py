@@ -295,7 +295,13 @@ class ClientHalf(DeclaredState):
                 for idx, part in parts:
                     out[idx] = part[name]
                 replies[name] = out
-        Tally.of(plan.halves).add("seconds", (time.perf_counter() - t0) / len(halves))
+        share = (time.perf_counter() - t0) / len(halves)
+        if plan.cohorts is not None:
+            groups = plan.groups
+        else:  # (the keys of this round's cohorts)
+            groups = [[halves[i] for i in idx] for idx, _ in cohorts] or [plan.halves]
+        for group in groups:
+            Tally.of(group).add("seconds", share)
         return replies
 
     def handler_owner(self, kind: str) -> tuple[Any, tuple[Any, bool]]:
@@ -487,9 +493,12 @@ class RowsPlan:
     key, in the order each first appears; None when the keys are read every round: a
     kind not in the owners' :attr:`ClientHalf.stable_batch_keys`), the first half of each
     run of halves with one message table and opt-ins (``firsts``: its request's check
-    stands for the run's) and the fields whose values can need an opt-in (``valued``)."""
+    stands for the run's), the fields whose values can need an opt-in (``valued``) and the
+    halves of each cohort (``groups``: their statistics are counted in one :class:`Tally`
+    per cohort, the one their step's own counts go to)."""
 
     __slots__ = ("halves", "generation", "step", "owners", "cohorts", "firsts", "valued")
+    __slots__ += ("groups",)
 
     def __init__(self, halves: list[ClientHalf], kind: str):
         self.halves = list(halves)
@@ -512,6 +521,7 @@ class RowsPlan:
             self.cohorts = _cohorts(self.owners, kind)
             if self.cohorts is None:
                 return
+            self.groups = [[halves[i] for i in idx] for idx, _ in self.cohorts] or [self.halves]
         # ((table, opt-ins) -> its first half; a run of halves sharing them is looked up once)
         groups: dict[tuple[int, Any], int] = {}
         last_table: Any = None
