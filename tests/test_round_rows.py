@@ -206,3 +206,93 @@ def test_stacked_evaluations_are_the_reports_row_by_row():
             assert set(report) == set(fields) - (set() if relief[i] else relief_fields)
             for name, value in report.items():
                 assert np.array_equal(fields[name][i], value), name
+
+
+def test_a_stacked_run_counts_each_client_s_statistics_as_the_message_path(monkeypatch):
+    """Each client's statistics (kept for a stacked round's clients in one Tally and
+    added to theirs when read) are those the message path counts one by one."""
+    stacked = _solve()
+    monkeypatch.setattr(runtime_base, "exchange_rows", lambda *args: None)
+    messages = _solve()
+    assert stacked.timing["local_iterations"] == messages.timing["local_iterations"]
+    assert all(stacked.timing["per_party"][f"c{k}"] > 0 for k in range(8))
+
+
+def test_a_stacked_run_resumed_from_its_checkpoint_is_the_uninterrupted_run(tmp_path):
+    """Each client's state saved after stacked steps (its point a row of its cohort's last
+    stack) is its own: resuming repeats the uninterrupted run bit for bit."""
+    from fedmodel.algorithms.proxal.options import ProxALOptions
+    from fedmodel.algorithms.proxal.server import run_prox_al
+
+    def run(**kw):
+        return run_prox_al(
+            _model().compile(), ProxALOptions(inner_solver="exact-admm", **kw), "prox-al"
+        )
+
+    reference = run()
+    assert reference.status == "optimal" and reference.rounds["outer"] >= 2
+    path = tmp_path / "ck"
+    first = run(checkpoint=str(path), checkpoint_every=1, max_outer=1)
+    assert first.status == "max_iterations"
+    resumed = run(resume=str(path))
+    assert np.array_equal(resumed.x, reference.x)
+    assert resumed.rounds == reference.rounds and resumed.ledger == reference.ledger
+    assert resumed.timing["local_iterations"] == reference.timing["local_iterations"]
+
+
+def test_a_round_plan_is_kept_until_an_event_changes_it():
+    """A stacked round's plan (owners, cohorts, checks) is made once for its halves and
+    kept; a route change, a state put back or a client leaving the batches makes it anew,
+    and a client whose form disagrees leaves its cohort."""
+    from fedmodel.algorithms.protocol import RowsPlan
+    from fedmodel.algorithms.proxal.client import ProxALClient
+    from fedmodel.algorithms.proxal.options import ProxALOptions
+
+    progs = _model().compile().clients
+    opts = ProxALOptions(inner_solver="exact-admm")
+    halves = [
+        ProxALClient(p, opts, rho=1.0, n_clients=len(progs), route="exact-admm") for p in progs
+    ]
+    plan = RowsPlan.of(halves, "xadmm_w")
+    assert plan is not None and RowsPlan.of(list(halves), "xadmm_w") is plan
+    assert plan.cohorts is not None  # (the step's keys are stable: grouped once)
+    assert RowsPlan.of(halves[:5], "xadmm_w") is not plan  # (other halves: another plan)
+    plan = RowsPlan.of(halves, "xadmm_w")
+    halves[3].use_route("exact-admm")  # (a route change)
+    assert RowsPlan.of(halves, "xadmm_w") is not plan
+    plan = RowsPlan.of(halves, "xadmm_w")
+    halves[0].set_state(halves[0].get_state())  # (a state put back)
+    assert RowsPlan.of(halves, "xadmm_w") is not plan
+    halves[2].glm_disagrees = True  # (it leaves every batch: no stacked round for all)
+    assert RowsPlan.of(halves, "xadmm_w") is None
+    assert RowsPlan.of(halves[3:], "xadmm_w") is not None
+
+
+def test_a_tally_adds_its_counts_to_each_half_s_own_statistics_when_read():
+    """Counts kept for many halves are each half's: added when one reads its statistics,
+    forgotten for a half whose statistics are replaced, and left where they were when a
+    tally of another list replaces it."""
+    from types import SimpleNamespace
+
+    from fedmodel.algorithms.protocol import ClientHalf, Tally
+
+    halves = [ClientHalf(SimpleNamespace(name=n)) for n in "abc"]
+    tally = Tally.of(halves)
+    tally.add("local_solves", 1, dtype=int)
+    tally.add("local_iterations", np.array([3, 0, 5]), dtype=int)
+    tally.maximum("gap", np.array([0.5, -np.inf, 2.0]))
+    tally.add("missed", np.array([0, 1, 0]), dtype=int)
+    assert halves[0].stats == {"local_solves": 1, "local_iterations": 3, "seconds": 0.0, "gap": 0.5}
+    assert halves[1].stats == {
+        "local_solves": 1,
+        "local_iterations": 0,
+        "seconds": 0.0,
+        "missed": 1,
+    }
+    tally.maximum("gap", np.array([0.1, 0.2, 3.0]))
+    halves[2].stats = {"local_solves": 7}  # (replaced: what the tally held for it is gone)
+    assert halves[0].stats["gap"] == 0.5 and halves[1].stats["gap"] == 0.2
+    assert halves[2].stats == {"local_solves": 7}
+    tally.add("local_solves", 1, dtype=int)
+    assert Tally.of(halves[::-1]) is not tally  # (another list of that length replaces it)
+    assert [h.stats["local_solves"] for h in halves] == [2, 2, 8]

@@ -16,6 +16,7 @@ from fedmodel.certificate.kkt import KKTResiduals, assemble, party_evaluation
 from fedmodel.compiler.partition import CompiledModel, PartyProgram
 from fedmodel.errors import ModelError
 from fedmodel.result import Result
+from fedmodel.runtime.rows import Rows
 
 #: outer iterations of a plateau of max ||mu^(k+1) - mu^k|| before a run is judged not to
 #: meet its constraints (:func:`multiplier_plateau`)
@@ -418,9 +419,25 @@ def step_budgets(runtime, names: list[str], deadline: float | None) -> dict[str,
     >>> round(out["a"]), round(out["c"])
     (5, 10)
     """
-    if deadline is None:
+    field = budget_field(runtime, names, deadline)
+    if field is None:
         return {}
+    if isinstance(field, Rows):
+        return dict(zip(names, field.values))
+    return dict.fromkeys(names, field)
+
+
+def budget_field(runtime, names: list[str], deadline: float | None) -> float | Rows | None:
+    """:func:`step_budgets` as the ``budget`` field of a round's requests to ``names``
+    (:meth:`~fedmodel.runtime.base.Runtime.broadcast_rows`): None without a ``deadline``,
+    one value for all when the clients run on one host (``runtime.one_host``), else
+    :class:`~fedmodel.runtime.rows.Rows` of each client's seconds."""
+    if deadline is None:
+        return None
     left = max(deadline - time.perf_counter(), 0.0)
+    one_host = getattr(runtime, "one_host", None)
+    if names and one_host is not None and one_host(names):  # (one share for all)
+        return left / len(names)
     where = runtime.placement
-    sharing = Counter(where.get(n) for n in names)
-    return {n: left / sharing[where.get(n)] for n in names}
+    sharing = Counter(map(where.get, names))
+    return Rows([left / sharing[where.get(n)] for n in names])

@@ -194,6 +194,10 @@ class ClientHalf(DeclaredState):
     #: one process the solve's ``reveal`` option); None: whatever the method's options ask
     #: for (one organisation holds every party)
     reveal: frozenset[str] | None = None
+    #: the kinds whose ``step_batch_key`` (of this class, as a handler's owner) changes only
+    #: at an event that calls :func:`plans_changed`: a stacked round of such a kind groups
+    #: its halves once (:class:`RowsPlan`); other kinds' keys are read every round
+    stable_batch_keys: ClassVar[frozenset[str]] = frozenset()
 
     def __init__(self, program: PartyProgram):
         self.name = program.name
@@ -201,11 +205,29 @@ class ClientHalf(DeclaredState):
         family = type(self).messages
         if family is not None:  # (what it answers: its family's kinds and secure aggregation's)
             self.messages = _answered(family)
-        self.stats: dict[str, float] = {
-            "local_solves": 0,
-            "local_iterations": 0,
-            "seconds": 0.0,
-        }
+        self.stats = {"local_solves": 0, "local_iterations": 0, "seconds": 0.0}
+
+    # -- statistics ----------------------------------------------------------------------------
+    @property
+    def stats(self) -> dict[str, float]:
+        """This party's statistics (``local_solves``, ``local_iterations``, ``seconds``, and
+        what its method adds), the counts that stacked steps keep for it in a
+        :class:`Tally` added in first."""
+        found = self.__dict__
+        tallies = found.get("_tallies")
+        if tallies:
+            for tally in tallies:
+                tally.settle()
+        return found["_stats"]
+
+    @stats.setter
+    def stats(self, value: dict[str, float]) -> None:
+        found = self.__dict__
+        tallies = found.get("_tallies")
+        if tallies:  # (what a tally holds for it belongs to the statistics replaced)
+            for tally, i in tallies.items():
+                tally.forget(i)
+        found["_stats"] = value
 
     # -- messages ----------------------------------------------------------------------------
     def handle(self, msg: Message) -> Any:
@@ -276,52 +298,32 @@ class ClientHalf(DeclaredState):
         """Answer the request ``kind`` with ``fields`` (:class:`~fedmodel.runtime.rows.Rows`,
         row ``i`` for ``halves[i]``, or one value for all) at every half in one stacked
         step: the replies' fields with a row per half, or None when the halves cannot take
-        it together (their owners of ``kind`` differ in class, have no ``_on_<kind>_rows``,
-        or differ in ``step_batch_key``). Each request is checked as :meth:`handle` checks
-        it, once per message table and opt-ins when the values that can need an opt-in
-        are one for all. Raises (changing no party's state) when a check refuses or the
-        step fails; the host then sends the round message by message."""
-        cls = type(halves[0].handler_owner(kind)[0])
-        step = getattr(cls, f"_on_{kind}_rows", None)
-        if step is None:  # (the kind has no stacked step: nothing to look at per half)
+        it together (they or their owners of ``kind`` differ in class, the owners have no
+        ``_on_<kind>_rows`` or no ``step_batch_key``; halves of different keys take one
+        step per key).
+        Each request is checked as :meth:`handle` checks it, once per message table and
+        opt-ins when the values that can need an opt-in are one for all. Raises (changing
+        no party's state) when a check refuses or the step fails; the host then sends the
+        round message by message. What it reads of the halves is found once
+        (:class:`RowsPlan`) and kept while they come back and nothing changes it."""
+        plan = RowsPlan.of(halves, kind)
+        if plan is None:
             return None
-        # (each half read once, its owner, table and opt-ins together: this runs every round)
-        found = [(half.handler_owner(kind), half.messages, half.reveal) for half in halves]
-        owners = [owner for (owner, _), _, _ in found]
-        handlers = [handler for (_, (handler, _)), _, _ in found]
-        if None in handlers or set(map(type, owners)) != {cls}:
+        cohorts = plan.cohorts if plan.cohorts is not None else _cohorts(plan.owners, kind)
+        if cohorts is None:
             return None
-        keys = [owner.step_batch_key(kind) for owner in owners]
-        if None in keys:
-            return None
-        cohorts: dict[Any, list[int]] = {}  # (step_batch_key -> its halves, as the host groups)
-        if keys.count(keys[0]) == len(keys):
-            cohorts[keys[0]] = list(range(len(keys)))
-        else:
-            for i, key in enumerate(keys):
-                cohorts.setdefault(key, []).append(i)
-        # ((table, opt-ins) -> its first half; a run of halves sharing them is looked up once)
-        groups: dict[tuple[int, Any], int] = {}
-        last_table: Any = None
-        last_reveal: Any = None
-        for i, (_, table, reveal) in enumerate(found):
-            if table is not None and (table is not last_table or reveal is not last_reveal):
-                last_table, last_reveal = table, reveal
-                groups.setdefault((id(table), reveal), i)
-        rows = {k for k, v in fields.items() if isinstance(v, Rows)}
-        tables = {id(h.messages): h.messages for h in (halves[i] for i in groups.values())}
         # (a row field whose value can need an opt-in: every request checked on its own)
-        per_half = any(rows & set(t.valued_fields(kind)) for t in tables.values())
-        for i in range(len(halves)) if per_half else groups.values():
+        per_half = not plan.valued.isdisjoint([k for k, v in fields.items() if isinstance(v, Rows)])
+        for i in range(len(halves)) if per_half else plan.firsts:
             half = halves[i]
             if half.messages is not None:
                 half._check_request(Message(kind, SERVER, half.name, payload_at(fields, i)))
+        step = plan.step
         t0 = time.perf_counter()
-        if len(cohorts) == 1:
-            replies = step(owners, fields)
+        if not cohorts:
+            replies = step(plan.owners, fields)
         else:
-            parts = [(idx, step([owners[i] for i in idx], rows_subset(fields, idx)))
-                     for idx in cohorts.values()]  # fmt: skip
+            parts = [(idx, step(owners, rows_subset(fields, idx))) for idx, owners in cohorts]
             replies = {}
             for name, first in parts[0][1].items():
                 out = np.empty((len(halves), *np.shape(first)[1:]), dtype=np.asarray(first).dtype)
@@ -329,8 +331,12 @@ class ClientHalf(DeclaredState):
                     out[idx] = part[name]
                 replies[name] = out
         share = (time.perf_counter() - t0) / len(halves)
-        for half in halves:
-            half.stats["seconds"] += share
+        if plan.cohorts is not None:
+            groups = plan.groups
+        else:  # (the keys of this round's cohorts)
+            groups = [[halves[i] for i in idx] for idx, _ in cohorts] or [plan.halves]
+        for group in groups:
+            Tally.of(group).add("seconds", share)
         return replies
 
     def handler_owner(self, kind: str) -> tuple[Any, tuple[Any, bool]]:
@@ -466,6 +472,7 @@ class ClientHalf(DeclaredState):
     def set_state(self, state: dict) -> None:
         self.stats = dict(state["stats"])
         super().set_state(state)
+        plans_changed()  # (a state put back may hold another route, another grouping)
 
     # -- the certificate's messages ----------------------------------------------------------
     def multipliers(self) -> tuple[np.ndarray, np.ndarray]:
@@ -503,6 +510,199 @@ class ClientHalf(DeclaredState):
         if cone is not None:
             out["cone"] = np.array(cone)
         return out
+
+
+#: bumped by every event after which a stacked round looks at its halves again
+_GENERATION = [0]
+
+
+def plans_changed() -> None:
+    """Make every stacked round's :class:`RowsPlan` again at its next round: what decides
+    how halves take a round together changed for some half (its route and message table,
+    its state put back, its leaving the batches)."""
+    _GENERATION[0] += 1
+
+
+def plans_generation() -> int:
+    """How many times :func:`plans_changed` has been called: what a stacked step keeps of
+    its halves between rounds holds while this stays the same."""
+    return _GENERATION[0]
+
+
+class RowsPlan:
+    """How a stacked round of one kind reaches one list of halves
+    (:meth:`ClientHalf.handle_rows`), found once and kept while the same halves come back
+    and no event changed it (:func:`plans_changed`): each half's owner of the kind, their
+    stacked step (``step`` None: they cannot take the round together), their cohorts by
+    ``step_batch_key`` (``cohorts``: ``[]`` for one cohort, else ``(rows, owners)`` per
+    key, in the order each first appears; None when the keys are read every round: a
+    kind not in the owners' :attr:`ClientHalf.stable_batch_keys`), the first half of each
+    run of halves with one message table and opt-ins (``firsts``: its request's check
+    stands for the run's), the fields whose values can need an opt-in (``valued``) and the
+    halves of each cohort (``groups``: their statistics are counted in one :class:`Tally`
+    per cohort, the one their step's own counts go to)."""
+
+    __slots__ = ("halves", "generation", "step", "owners", "cohorts", "firsts", "valued")
+    __slots__ += ("groups",)
+
+    def __init__(self, halves: list[ClientHalf], kind: str):
+        self.halves = list(halves)
+        self.generation = _GENERATION[0]
+        self.step: Callable[..., dict] | None = None
+        if set(map(type, halves)) != {type(halves[0])}:  # (halves of one class alone)
+            return
+        cls = type(halves[0].handler_owner(kind)[0])
+        step = getattr(cls, f"_on_{kind}_rows", None)
+        if step is None:  # (the kind has no stacked step: nothing to look at per half)
+            return
+        found = [half.handler_owner(kind) for half in halves]
+        self.owners = [owner for owner, _ in found]
+        if any(handler is None for _, (handler, _) in found):
+            return
+        if set(map(type, self.owners)) != {cls}:
+            return
+        self.cohorts = None
+        if kind in getattr(cls, "stable_batch_keys", ()):
+            self.cohorts = _cohorts(self.owners, kind)
+            if self.cohorts is None:
+                return
+            self.groups = [[halves[i] for i in idx] for idx, _ in self.cohorts] or [self.halves]
+        # ((table, opt-ins) -> its first half; a run of halves sharing them is looked up once)
+        groups: dict[tuple[int, Any], int] = {}
+        last_table: Any = None
+        last_reveal: Any = None
+        for i, half in enumerate(halves):
+            table, reveal = half.messages, half.reveal
+            if table is not None and (table is not last_table or reveal is not last_reveal):
+                last_table, last_reveal = table, reveal
+                groups.setdefault((id(table), reveal), i)
+        self.firsts = list(groups.values())
+        self.valued = frozenset(
+            name for i in self.firsts for name in halves[i].messages.valued_fields(kind)
+        )
+        self.step = step
+
+    @staticmethod
+    def of(halves: list[ClientHalf], kind: str) -> RowsPlan | None:
+        """The plan of a round of ``kind`` at ``halves`` (kept by the first half, a plan
+        per kind), or None when they cannot take it together."""
+        found = halves[0].__dict__
+        plans = found.get("_rows_plans")
+        if plans is None:
+            plans = found["_rows_plans"] = {}
+        plan = plans.get(kind)
+        if plan is None or plan.generation != _GENERATION[0] or plan.halves != halves:
+            plan = plans[kind] = RowsPlan(halves, kind)
+        return plan if plan.step is not None else None
+
+
+def _cohorts(owners: list, kind: str) -> list[tuple[np.ndarray, list]] | None:
+    """``owners`` grouped by their ``step_batch_key(kind)`` (:attr:`RowsPlan.cohorts`):
+    ``[]`` when it is one for all, None when one of them has none."""
+    keys = [owner.step_batch_key(kind) for owner in owners]
+    if None in keys:
+        return None
+    if keys.count(keys[0]) == len(keys):
+        return []
+    cohorts: dict[Any, list[int]] = {}  # (step_batch_key -> its halves, as the host groups)
+    for i, key in enumerate(keys):
+        cohorts.setdefault(key, []).append(i)
+    return [(np.array(idx), [owners[i] for i in idx]) for idx in cohorts.values()]
+
+
+class Tally:
+    """Counts of many halves' statistics kept as one array per counter, slot ``i`` for
+    ``halves[i]``, and added to the halves' ``stats`` when one of them reads its own
+    (:attr:`ClientHalf.stats`; all at once, in one pass): what a stacked step counts for
+    each of its halves is one array operation. :meth:`add` sums (a counter appears in a
+    half's statistics once its sum there is nonzero), :meth:`maximum` keeps the largest
+    value.
+
+    Examples
+    --------
+    >>> from types import SimpleNamespace
+    >>> halves = [ClientHalf(SimpleNamespace(name=n)) for n in "ab"]
+    >>> tally = Tally.of(halves)
+    >>> tally.add("local_iterations", np.array([3, 4]), dtype=int)
+    >>> tally.add("seconds", 0.5)
+    >>> halves[1].stats["local_iterations"], halves[0].stats["seconds"]
+    (4, 0.5)
+    """
+
+    __slots__ = ("halves", "sums", "maxima", "pending")
+
+    #: the tallies a half keeps of lists it comes first in (one per length)
+    KEPT = 4
+
+    def __init__(self, halves: list):
+        self.halves = list(halves)
+        self.sums: dict[str, np.ndarray] = {}
+        self.maxima: dict[str, np.ndarray] = {}
+        self.pending = False  # (counts not added to the halves' statistics yet)
+        for i, half in enumerate(self.halves):
+            half.__dict__.setdefault("_tallies", {})[self] = i
+
+    @staticmethod
+    def of(halves: list) -> Tally:
+        """The tally of exactly ``halves`` (in that order), kept by the first half while
+        the same list comes back; one it replaces adds what it holds to its halves."""
+        kept = halves[0].__dict__.setdefault("_tally_of", {})
+        tally = kept.get(len(halves))
+        if tally is not None and tally.halves == halves:
+            return tally
+        if tally is not None:
+            tally.close()
+            del kept[len(halves)]
+        while len(kept) >= Tally.KEPT:
+            kept.pop(next(iter(kept))).close()
+        tally = kept[len(halves)] = Tally(halves)
+        return tally
+
+    def add(self, name: str, values: Any, dtype: type = float) -> None:
+        """Add ``values`` (one for all, or a value per half) to counter ``name``."""
+        column = self.sums.get(name)
+        if column is None:
+            column = self.sums[name] = np.zeros(len(self.halves), dtype=dtype)
+        column += values
+        self.pending = True
+
+    def maximum(self, name: str, values: np.ndarray) -> None:
+        """Keep the largest of counter ``name`` and ``values`` (a value per half)."""
+        column = self.maxima.get(name)
+        if column is None:
+            column = self.maxima[name] = np.full(len(self.halves), -np.inf)
+        np.maximum(column, values, out=column)
+        self.pending = True
+
+    def settle(self) -> None:
+        """Add every slot's counts to its half's statistics and empty the slots."""
+        if not self.pending:
+            return
+        self.pending = False
+        found = [half.__dict__["_stats"] for half in self.halves]
+        for name, column in self.sums.items():
+            for stats, value in zip(found, column.tolist()):
+                if value:
+                    stats[name] = stats.get(name, 0) + value
+            column[:] = 0
+        for name, column in self.maxima.items():
+            for stats, value in zip(found, column.tolist()):
+                if value != -np.inf and (name not in stats or value > stats[name]):
+                    stats[name] = value
+            column[:] = -np.inf
+
+    def forget(self, i: int) -> None:
+        """Empty slot ``i`` (its half's statistics were replaced)."""
+        for column in self.sums.values():
+            column[i] = 0
+        for column in self.maxima.values():
+            column[i] = -np.inf
+
+    def close(self) -> None:
+        """Add what it holds to its halves' statistics and leave them."""
+        self.settle()
+        for half in self.halves:
+            half.__dict__["_tallies"].pop(self, None)
 
 
 #: id(family table) -> (the table, it merged with secure aggregation's): made once per table

@@ -173,7 +173,7 @@ class Runtime(abc.ABC):
     ):
         self.ledger = Ledger()
         self.round = 0
-        self.client_seconds: dict[str, float] = {}
+        self.client_seconds = {}
         self.client_timeout = client_timeout
         self.on_failure = on_failure
         self.retries = int(retries)
@@ -218,6 +218,36 @@ class Runtime(abc.ABC):
         return declared
 
     # -- interface ----------------------------------------------------------------------
+    @property
+    def client_seconds(self) -> dict[str, float]:
+        """Seconds each client has spent in its steps, by name (a stacked round's share of
+        each of its clients, :meth:`add_seconds`, added in when this is read)."""
+        found = self.__dict__
+        pending = found.get("_pending_seconds")
+        if pending:
+            spent = found["_client_seconds"]
+            for names, seconds in pending:
+                for n in names:
+                    spent[n] = spent.get(n, 0.0) + seconds
+            pending.clear()
+        return found["_client_seconds"]
+
+    @client_seconds.setter
+    def client_seconds(self, value: dict[str, float]) -> None:
+        self.__dict__["_client_seconds"] = value
+        self.__dict__["_pending_seconds"] = []
+
+    def add_seconds(self, names: list[str], seconds: float) -> None:
+        """Count ``seconds`` for each client of ``names`` (one round's share): kept per
+        list of clients and added to :attr:`client_seconds` when it is read."""
+        pending = self.__dict__.setdefault("_pending_seconds", [])
+        if pending and pending[-1][0] == names:
+            pending[-1][1] += seconds
+            return
+        if len(pending) >= 8:  # (kept short: added in now)
+            self.client_seconds  # noqa: B018 - reading adds them
+        pending.append([list(names), seconds])
+
     @property
     def client_names(self) -> list[str]:
         return list(self._host_of)
@@ -297,7 +327,7 @@ class Runtime(abc.ABC):
         (:func:`~fedmodel.runtime.rows.exchange_rows`)."""
         names = self.client_names if to is None else list(to)
         host_of = self._host_of
-        if not all(map(host_of.__contains__, names)):
+        if not all(map(host_of.keys().__contains__, names)):
             raise KeyError(f"unknown receivers {[n for n in names if n not in host_of]}")
         check_rows(fields, len(names))
         if not names:
@@ -725,6 +755,14 @@ class Runtime(abc.ABC):
         """Client -> where it runs: a worker index, or ``"server"`` for the server's own
         process (every client on the serial backend)."""
         return dict(self._host_of)
+
+    def one_host(self, names: list[str]) -> bool:
+        """Whether every client of ``names`` runs on one host (one after another)."""
+        host_of = self._host_of
+        told = getattr(host_of, "all_in_server", None)
+        if told is not None and told(names):
+            return True
+        return len(set(map(host_of.get, names))) <= 1
 
     # -- exchange ---------------------------------------------------------------------------
     def _hosts_for(self, names: Iterable[str]) -> dict[Any, list[str]]:

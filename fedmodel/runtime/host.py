@@ -321,15 +321,16 @@ class PartyHost:
         self, kind: str, names: list[str], fields: Mapping[str, Any], rnd: int
     ) -> tuple[dict[str, np.ndarray], float] | None:
         """The request ``kind`` with ``fields`` (:class:`~fedmodel.runtime.rows.Rows` or one
-        value for all) to the parties ``names`` in one stacked step, their class's
-        ``handle_rows(endpoints, kind, fields)``: the replies' fields as arrays with a row
-        per party and the seconds of each party's share; None when the parties are not of
-        one class with such a step, or when it declines or raises (it then changed no
-        party's state) or sent peer messages. Ctrl-C in the step raises KeyboardInterrupt.
+        value for all) to the parties ``names`` in one stacked step, the first party's
+        class's ``handle_rows(endpoints, kind, fields)`` (which declines parties not all of
+        its class): the replies' fields as arrays with a row per party and the seconds of
+        each party's share; None when the class has no such step, or when it declines or
+        raises (it then changed no party's state) or sent peer messages. Ctrl-C in the
+        step raises KeyboardInterrupt.
         """
         endpoints = list(map(self.endpoints.__getitem__, names))
         cls = type(endpoints[0])
-        if not hasattr(cls, "handle_rows") or set(map(type, endpoints)) != {cls}:
+        if not hasattr(cls, "handle_rows"):  # (it declines parties of other classes)
             return None
         t0 = time.perf_counter()
         replies, sent = self._together(rnd, lambda: cls.handle_rows(endpoints, kind, fields))

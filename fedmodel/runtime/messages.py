@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -99,10 +100,42 @@ def _row(t: tuple) -> dict[str, Any]:
     return row
 
 
+class RoundBlock:
+    """The ledger rows of one stacked round: a request row and a reply row per client of
+    ``names``, in client order, as :meth:`Ledger.record` writes them one message at a time
+    (``what``: the round, the request's and the reply's kinds, the channel; ``request``,
+    ``reply``: their :func:`measure`, the same for every client), kept as those facts and
+    read as those rows (:meth:`tuples`)."""
+
+    __slots__ = ("names", "what", "request", "reply")
+
+    def __init__(
+        self,
+        names: Sequence[str],
+        what: tuple[int, str, str, str],
+        request: tuple[dict, int],
+        reply: tuple[dict, int],
+    ):
+        self.names = list(names)
+        self.what, self.request, self.reply = what, request, reply
+
+    def __len__(self) -> int:
+        return 2 * len(self.names)
+
+    def tuples(self) -> Iterator[tuple]:
+        """Its rows as :class:`LedgerRows` keeps them, in order."""
+        rnd, kind, reply_kind, channel = self.what
+        (qs, qf), (ps, pf) = self.request, self.reply
+        for n in self.names:
+            yield (rnd, SERVER, n, kind, channel, qs, qf)
+            yield (rnd, n, SERVER, reply_kind, channel, ps, pf)
+
+
 class LedgerRows(Sequence):
     """A ledger's rows: each read as a dict (``round``, ``sender``, ``receiver``,
     ``kind``, ``channel``, ``shapes``, ``floats``, ``bytes``), kept as a tuple (a long
-    run records a row per message: 10,000 clients, a million rows). A sequence like a
+    run records a row per message: 10,000 clients, a million rows), the rows of a stacked
+    round as one :class:`RoundBlock` until they are read by position. A sequence like a
     list of those dicts: ``len``, indexing, slices (lists), iteration, ``==`` with a
     list, ``+`` (a list).
 
@@ -111,20 +144,59 @@ class LedgerRows(Sequence):
     >>> rows = LedgerRows()
     >>> rows.append({"round": 1, "sender": "server", "receiver": "a", "kind": "ping",
     ...              "channel": "algorithm", "shapes": {"w": (3,)}, "floats": 3})
-    >>> len(rows), rows[0]["bytes"], rows == [rows[0]]
-    (1, 24, True)
+    >>> rows.add_block(RoundBlock(["a", "b"], (2, "ping", "ping_reply", "algorithm"),
+    ...                           ({"w": (3,)}, 3), ({}, 0)))
+    >>> len(rows), rows[0]["bytes"], rows == [rows[0], *rows[1:]], rows[4]["sender"]
+    (5, 24, True, 'b')
     """
 
-    __slots__ = ("tuples",)
+    __slots__ = ("_parts", "_tail", "_closed")
 
     def __init__(self, rows: Iterable[dict[str, Any]] = ()):
-        self.tuples: list[tuple] = [tuple(r[k] for k in ROW_FIELDS) for r in rows]
+        # (lists of row tuples and blocks, in order; the last is the list rows go to, and
+        # ``_closed`` counts the rows before it)
+        self._tail: list[tuple] = [tuple(r[k] for k in ROW_FIELDS) for r in rows]
+        self._parts: list[Any] = [self._tail]
+        self._closed = 0
+
+    @property
+    def tuples(self) -> list[tuple]:
+        """Every row as a tuple, in order, in one list (the blocks written out)."""
+        if len(self._parts) > 1:
+            self._tail = list(self.iter_tuples())
+            self._parts, self._closed = [self._tail], 0
+        return self._tail
+
+    def iter_tuples(self) -> Iterator[tuple]:
+        """Every row as a tuple, in order (the blocks read, not written out)."""
+        parts = self._parts
+        if len(parts) == 1:
+            return iter(parts[0])
+        return itertools.chain.from_iterable(
+            part if type(part) is list else part.tuples() for part in parts
+        )
+
+    def add(self, row: tuple) -> None:
+        """One row, as the tuple it is kept as (:data:`ROW_FIELDS`' order)."""
+        self._tail.append(row)
+
+    def add_block(self, block: RoundBlock) -> None:
+        """A stacked round's rows, kept as its block."""
+        parts = self._parts
+        if self._tail:
+            self._closed += len(self._tail)
+        else:
+            parts.pop()
+        parts.append(block)
+        self._closed += len(block)
+        self._tail = []
+        parts.append(self._tail)
 
     def append(self, row: dict[str, Any]) -> None:
-        self.tuples.append(tuple(row[k] for k in ROW_FIELDS))
+        self._tail.append(tuple(row[k] for k in ROW_FIELDS))
 
     def __len__(self) -> int:
-        return len(self.tuples)
+        return self._closed + len(self._tail)
 
     def __getitem__(self, i):
         if isinstance(i, slice):
@@ -132,11 +204,13 @@ class LedgerRows(Sequence):
         return _row(self.tuples[i])
 
     def __iter__(self) -> Iterator[dict[str, Any]]:
-        return map(_row, self.tuples)
+        return map(_row, self.iter_tuples())
 
     def __eq__(self, other: object) -> bool:
         if isinstance(other, LedgerRows):
-            return self.tuples == other.tuples
+            return len(self) == len(other) and all(
+                a == b for a, b in zip(self.iter_tuples(), other.iter_tuples())
+            )
         if isinstance(other, (list, tuple)):
             return len(other) == len(self) and all(a == b for a, b in zip(self, other))
         return NotImplemented
@@ -173,9 +247,7 @@ class Ledger:
         has it (one payload sent to many clients is measured once, and its rows share the
         shapes: rows are records, read and never changed)."""
         shapes, floats = measure(msg.payload) if known is None else known
-        self._rows.tuples.append(
-            (msg.round, msg.sender, msg.receiver, msg.kind, msg.channel, shapes, floats)
-        )
+        self._rows.add((msg.round, msg.sender, msg.receiver, msg.kind, msg.channel, shapes, floats))
 
     def totals(self, channel: str | None = "algorithm") -> dict[str, Any]:
         """Messages and floats sent up (client to server) and down, in all and per party."""
@@ -220,7 +292,7 @@ def _counts(ledger: Ledger) -> dict[tuple[str, str, str], list[int]]:
     if isinstance(ledger, CountingLedger):
         return ledger.counts
     counts: dict[tuple[str, str, str], list[int]] = {}
-    for _round, sender, receiver, _kind, channel, _shapes, floats in ledger.rows.tuples:
+    for _round, sender, receiver, _kind, channel, _shapes, floats in ledger.rows.iter_tuples():
         key = (channel, sender, receiver)
         c = counts.get(key)
         if c is None:

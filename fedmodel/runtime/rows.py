@@ -29,14 +29,13 @@ Examples
 
 from __future__ import annotations
 
-import itertools
 from collections.abc import Iterator, Mapping, Sequence
 from types import MappingProxyType
 from typing import Any
 
 import numpy as np
 
-from fedmodel.runtime.messages import SERVER, Ledger, Message, measure
+from fedmodel.runtime.messages import SERVER, Ledger, Message, RoundBlock, measure
 from fedmodel.runtime.outcomes import StepOutcome
 from fedmodel.runtime.placement import SERVER_HOST
 
@@ -226,9 +225,7 @@ def exchange_rows(runtime, kind: str, names: list[str], fields: Mapping[str, Any
         measure(first_request),
         measure(first_reply),
     )
-    spent = runtime.client_seconds
-    for n in names:
-        spent[n] = spent.get(n, 0.0) + seconds
+    runtime.add_seconds(names, seconds)
     return RoundReplies(names, stacked=replies, kind=reply_kind, round=rnd, channel=channel)
 
 
@@ -250,7 +247,7 @@ def _uniform(value: Any) -> bool:
     v = value.values
     if isinstance(v, np.ndarray):
         return v.ndim >= 1
-    kinds = {type(x) for x in v}
+    kinds = set(map(type, v))
     return kinds <= {float} or kinds <= {int}
 
 
@@ -264,20 +261,12 @@ def record_round(
     """A request row and a reply row per client of ``names``, in client order, as
     :meth:`~fedmodel.runtime.messages.Ledger.record` writes them one message at a time
     (``what``: the round, the request's and the reply's kinds, the channel; ``request``,
-    ``reply``: their :func:`~fedmodel.runtime.messages.measure`, the same for every client)."""
-    rnd, kind, reply_kind, channel = what
+    ``reply``: their :func:`~fedmodel.runtime.messages.measure`, the same for every
+    client): one :class:`~fedmodel.runtime.messages.RoundBlock` in a row ledger."""
     if type(ledger) is Ledger:
-        (qs, qf), (ps, pf) = request, reply
-        ledger.rows.tuples.extend(
-            itertools.chain.from_iterable(
-                (
-                    (rnd, SERVER, n, kind, channel, qs, qf),
-                    (rnd, n, SERVER, reply_kind, channel, ps, pf),
-                )
-                for n in names
-            )
-        )
+        ledger.rows.add_block(RoundBlock(names, what, request, reply))
         return
+    rnd, kind, reply_kind, channel = what
     for n in names:
         ledger.record(Message(kind, SERVER, n, {}, rnd, channel), request)
         ledger.record(Message(reply_kind, n, SERVER, {}, rnd, channel), reply)

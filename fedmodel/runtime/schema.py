@@ -42,8 +42,10 @@ client 'a', reply to 'ping': field 'g' is not finite (2 NaN/inf entries)
 from __future__ import annotations
 
 import dataclasses
+import operator
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
+from itertools import repeat
 from typing import Any
 
 import numpy as np
@@ -411,13 +413,16 @@ class ReplyChecker:
         self._dims_of = dims
         self._dims: dict[str, Mapping[str, int]] = {}
         self._dims_key: dict[str, tuple] = {}
+        self._keys: dict[tuple, tuple] = {}  # (one object per dimensions key)
+        self._alike: list[str] = []  # (the last parties found of one dimensions key)
 
     def dims(self, party: str) -> Mapping[str, int]:
         """The dimensions of ``party`` (computed once)."""
         if party not in self._dims:
             d = self._dims_of(party)
             self._dims[party] = d
-            self._dims_key[party] = tuple(sorted(d.items()))
+            key = tuple(sorted(d.items()))
+            self._dims_key[party] = self._keys.setdefault(key, key)
         return self._dims[party]
 
     def __call__(self, party: str, kind: str, direction: str, payload: Any) -> None:
@@ -493,12 +498,15 @@ class ReplyChecker:
         each): decided from the first party's payload in full and each field's stacked
         values; False when anything is refused or the parties' dimensions differ (each
         reply is then checked on its own, with its own error)."""
-        known = self._dims_key
-        if not all(map(known.__contains__, parties)):  # (each party's found once)
-            for party in parties:
-                self.dims(party)
-        if len(set(map(known.__getitem__, parties))) != 1:
-            return False
+        if parties != self._alike:  # (the parties of the last round are known alike)
+            known = self._dims_key
+            if not all(map(known.__contains__, parties)):  # (each party's found once)
+                for party in parties:
+                    self.dims(party)
+            first = known[parties[0]]  # (equal keys are one object)
+            if not all(map(operator.is_, map(known.__getitem__, parties), repeat(first))):
+                return False
+            self._alike = list(parties)
         try:
             self(parties[0], kind, "server", {k: v[0] for k, v in fields.items()})
         except InvalidReply:

@@ -8,7 +8,7 @@ and never sees another's. Other runtimes (processes, Ray) implement the same int
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, KeysView, Mapping
 from typing import Any, Protocol
 
 from fedmodel.runtime.base import Runtime, raise_build_errors
@@ -106,6 +106,10 @@ class _OneHost(Mapping):
 
     def get(self, name: str, default: Any = None) -> Any:
         return SERVER_HOST if name in self._endpoints else default
+
+    def keys(self) -> KeysView[str]:
+        """The endpoints' names (a dict's view: its membership test is one C call)."""
+        return self._endpoints.keys()
 
     def all_in_server(self, names: Iterable[str]) -> bool:
         """Whether every party of ``names`` is one of these endpoints (all run here)."""

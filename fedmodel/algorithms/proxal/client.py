@@ -32,7 +32,7 @@ import functools
 import numpy as np
 
 from fedmodel.algorithms.messages import EVALUATE
-from fedmodel.algorithms.protocol import ClientHalf, _handler
+from fedmodel.algorithms.protocol import ClientHalf, Tally, _handler, plans_changed
 from fedmodel.algorithms.proxal.cohorts import (
     batched_steps,
     check_forms,
@@ -65,6 +65,10 @@ def _carry_factor(solver) -> None:
     solve from the last factor (carried in the client's state, see its get_state)."""
     if hasattr(solver, "carry_factor"):
         solver.carry_factor = True
+
+
+#: the writes of a client's centre (:attr:`ProxALClient.w_center`) in this process
+_CENTRE_WRITES = [0]
 
 
 @register_wire_type("proxal.client")
@@ -149,7 +153,8 @@ class ProxALClient(ClientHalf):
         self.glm_form, self.glm_looked_up = None, False
         self.glm_signature: tuple | None = None
         self.glm_plain: bool | None = None  # (kkt.plain_objective_party, found once)
-        self.glm_verified = self.glm_disagrees = False
+        self.glm_verified = False
+        self._glm_disagrees = False
         self.glm_structure: str | None = None  # (its structure_fingerprint, found once)
         self.glm_path: tuple | None = None  # (its form's path, party_glm's path_key)
         self.glm_cohort = None
@@ -177,12 +182,44 @@ class ProxALClient(ClientHalf):
         self.stats["max_residual_gap"] = 0.0
         self.use_route(route)
 
+    @property
+    def w_center(self) -> np.ndarray | None:
+        """The centre ``w^k`` of its ``P_{i,k}`` on the shared variables."""
+        return self._w_center
+
+    @w_center.setter
+    def w_center(self, value: np.ndarray | None) -> None:
+        _CENTRE_WRITES[0] += 1
+        self._w_center = value
+
+    @staticmethod
+    def centre_writes() -> int:
+        """How many times a client's :attr:`w_center` has been written in this process (a
+        stack of clients' centres holds while this stays the same)."""
+        return _CENTRE_WRITES[0]
+
+    #: its ``start`` and ``evaluate`` keys change only with its route or its form's verdict
+    stable_batch_keys = frozenset({"start", "evaluate"})
+
+    @property
+    def glm_disagrees(self) -> bool:
+        """Whether its GLM form disagreed with its evaluator (it then leaves every batch
+        for good: the stacked rounds group their halves again)."""
+        return self._glm_disagrees
+
+    @glm_disagrees.setter
+    def glm_disagrees(self, value: bool) -> None:
+        if bool(value) != self._glm_disagrees:
+            plans_changed()
+        self._glm_disagrees = bool(value)
+
     def use_route(self, name: str) -> None:
         """Build the client part of route ``name`` (its state only) and take its table."""
         self.route_name = name
         self.route = route_named(name)
         self.inner = self.route.client_part(self)
         self.messages = _client_table(name)
+        plans_changed()  # (its handlers' owner and table: a stacked round looks again)
 
     def derive_parameters(self) -> None:
         """``beta``, Algorithm 1's proximal weight ``p`` (on the shared block and its own,
@@ -411,17 +448,26 @@ class ProxALClient(ClientHalf):
         gaps = np.asarray(residuals, dtype=float) / np.maximum(
             np.asarray(tols, dtype=float), 1e-300
         )
-        finite = np.isfinite(gaps).tolist()
-        its = [None] * len(halves) if iterations is None else np.asarray(iterations).tolist()
-        for h, gap, ok, k in zip(halves, gaps.tolist(), finite, its):
-            stats = h.stats
-            if k is not None:
-                stats["local_solves"] += 1
-                stats["local_iterations"] += k
-            if not ok:
-                stats["local_solves_without_point"] = stats.get("local_solves_without_point", 0) + 1
-            elif gap > stats["max_residual_gap"]:
-                stats["max_residual_gap"] = gap
+        finite = np.isfinite(gaps)
+        if len(halves) > 1:  # (counted for all in one pass: :class:`Tally`)
+            tally = Tally.of(halves)
+            if iterations is not None:
+                its = np.asarray(iterations)
+                tally.add("local_solves", 1, dtype=int)
+                tally.add("local_iterations", its, dtype=its.dtype)
+            if not finite.all():
+                tally.add("local_solves_without_point", ~finite, dtype=int)
+            tally.maximum("max_residual_gap", np.where(finite, gaps, -np.inf))
+            return
+        (h,), gap, ok = halves, gaps.item(), bool(finite[0])
+        stats = h.stats
+        if iterations is not None:
+            stats["local_solves"] += 1
+            stats["local_iterations"] += np.asarray(iterations).item()
+        if not ok:
+            stats["local_solves_without_point"] = stats.get("local_solves_without_point", 0) + 1
+        elif gap > stats["max_residual_gap"]:
+            stats["max_residual_gap"] = gap
 
     def _on_evaluate(self, w, mu=None, nu=None, objective_scale=1.0, **route):
         """Its share of the certificate at ``w`` (``route``: the fields its route adds to

@@ -73,9 +73,9 @@ from typing import Any
 
 import numpy as np
 
-from fedmodel.algorithms.common import step_budgets
+from fedmodel.algorithms.common import budget_field, step_budgets
 from fedmodel.algorithms.messages import EVALUATION_FIELDS, OBJECTIVE_SCALE, W
-from fedmodel.algorithms.protocol import StepReport
+from fedmodel.algorithms.protocol import StepReport, plans_generation
 from fedmodel.algorithms.proxal.anderson import AndersonState
 from fedmodel.algorithms.proxal.cohorts import check_forms, cohort_of, glm_structure
 from fedmodel.algorithms.proxal.inner import InnerClient, InnerOutcome, InnerSolver
@@ -259,11 +259,38 @@ class ExactADMM:
         self.anderson = int(anderson)
         self.balancing = balancing
         self.max_inner = int(max_inner)
-        self.duals: dict[str, np.ndarray] = {}  # scaled duals u_i (warm start)
+        self.duals = {}
         self.rejections = 0
         # the certificate held at the point that the last inner solve's last round carried
         # (:meth:`solve`): the clients take that round's step back at the next evaluation
         self.held = False
+
+    # -- the scaled duals u_i (the next inner solve's warm start) ----------------------------
+    @property
+    def duals(self) -> dict[str, np.ndarray]:
+        """The clients' scaled duals ``u_i`` by name (made from the rows they are kept as,
+        :meth:`keep_duals`, when first read)."""
+        if self._duals is None:
+            names, U = self._duals_rows
+            self._duals = dict(zip(names, U))
+        return self._duals
+
+    @duals.setter
+    def duals(self, value: dict[str, np.ndarray]) -> None:
+        self._duals, self._duals_rows = value, None
+
+    def keep_duals(self, names: list[str], U: np.ndarray) -> None:
+        """The duals are the rows of ``U``, client ``names[i]``'s row ``i``."""
+        self._duals, self._duals_rows = None, (names, U)
+
+    def duals_of(self, names: list[str], ns: int) -> np.ndarray:
+        """The duals of ``names`` as rows (zeros for a client without), a new array."""
+        kept = self._duals_rows
+        if kept is not None and kept[0] == names:
+            U = np.array(kept[1], dtype=float)
+        else:
+            U = np.array([self.duals.get(n, np.zeros(ns)) for n in names], dtype=float)
+        return U.reshape(len(names), ns)
 
     # -- state (plain values: checkpoints) -----------------------------------------------------
     def get_state(self) -> dict:
@@ -317,9 +344,7 @@ class ExactADMM:
         w_center = server.x
         z = w_center[:ns].copy()
         names = list(runtime.alive)
-        # (the scaled duals as one stack, a row per client in ``names``' order)
-        U = np.array([self.duals.get(n, np.zeros(ns)) for n in names], dtype=float)
-        U = U.reshape(len(names), ns)
+        U = self.duals_of(names, ns)  # (the scaled duals, a row per client of ``names``)
         aa = AndersonState(self.anderson) if self.anderson else None
         outputs: list[tuple[np.ndarray, np.ndarray]] = []
         residuals: list[np.ndarray] = []
@@ -331,7 +356,7 @@ class ExactADMM:
         carry = certify_next is not None and self.carry and server.carries_evaluation()
         # a certificate check decided at the end of the last round, carried by this one's
         # requests: what the inner solve returns and keeps when it holds
-        check: tuple[InnerOutcome, dict, float, int] | None = None
+        check: tuple[InnerOutcome, tuple[list[str], np.ndarray], float, int] | None = None
         fixed_since = 0  # the round since which sigma has not changed
         last_round = 0.0  # seconds of the last round: one more is not begun if it would end
         for t in range(self.max_inner):  # after the deadline (the rounds are the time unit)
@@ -341,9 +366,9 @@ class ExactADMM:
             tol, tol_server = step_tolerances(tau, sigma, len(names), server.prox_weight)
             C = z - U
             fields = {"c": Rows(C), "sigma": sigma, "tol": tol}
-            budgets = step_budgets(runtime, names, deadline)
-            if budgets:
-                fields["budget"] = Rows([budgets[n] for n in names])
+            budget = budget_field(runtime, names, deadline)
+            if budget is not None:
+                fields["budget"] = budget
             if check is None:
                 replies = runtime.broadcast_rows("xadmm_w", fields, to=names)
             else:  # (message by message: the evaluations' fields differ between clients)
@@ -360,7 +385,8 @@ class ExactADMM:
                 outcome, duals, sigma_then, rejections = check
                 check = None
                 if server.certified_by(outcome.w, replies):
-                    self.duals, self.sigma, self.rejections = duals, sigma_then, rejections
+                    self.keep_duals(*duals)
+                    self.sigma, self.rejections = sigma_then, rejections
                     self.held = True
                     return outcome
             X = replies.stack("x").reshape(len(names), ns)
@@ -378,7 +404,7 @@ class ExactADMM:
             dual = m * sigma * float(np.abs(z_new - z).max(initial=0.0))
             bound = max(primal / PRIMAL_FRACTION, dual)
             if bound <= tau:
-                self.duals = dict(zip(names, U_new))
+                self.keep_duals(names, U_new)
                 return InnerOutcome(w, t + 1, bound, True, residual)
             primals.append(primal)
             raised = False
@@ -390,7 +416,7 @@ class ExactADMM:
             ):
                 top = self.sigma_start * SIGMA_RANGE
                 if self.balancing is None or self.sigma >= top:
-                    self.duals = dict(zip(names, U_new))
+                    self.keep_duals(names, U_new)
                     return InnerOutcome(w, t + 1, bound, False, residual, stalled=True)
                 new = self.sigma_least = min(self.sigma * STALL_RAISE, top)
                 U_new = U_new * (self.sigma / new)  # (scaled duals u = y / sigma)
@@ -398,7 +424,7 @@ class ExactADMM:
             settled = t - fixed_since
             proven = self.farkas_when_due(server, runtime, w, primals, tau, settled, farkas, t)
             if proven is not None:
-                self.duals = dict(zip(names, U_new))
+                self.keep_duals(names, U_new)
                 return InnerOutcome(w, t + 1, bound, False, residual, certificate=proven)
             certify = (
                 certify_next is not None
@@ -411,15 +437,15 @@ class ExactADMM:
                 certify_next = 2 * (t + 1)
                 if carry and not ends and t + 1 < self.max_inner:  # (the next round takes it)
                     outcome = InnerOutcome(w, t + 1, bound, True, residual, certified=True)
-                    check = (outcome, dict(zip(names, U_new)), self.sigma, self.rejections)
+                    check = (outcome, (names, U_new), self.sigma, self.rejections)
                 elif server.certified_at(runtime, w):  # (a diagnostic round of its own)
-                    self.duals = dict(zip(names, U_new))
+                    self.keep_duals(names, U_new)
                     return InnerOutcome(w, t + 1, bound, True, residual, certified=True)
                 else:
                     last_round = time.perf_counter() - t_round
                     ends = deadline is not None and time.perf_counter() + last_round > deadline
             if ends:
-                self.duals = dict(zip(names, U_new))
+                self.keep_duals(names, U_new)
                 return InnerOutcome(w, t + 1, bound, False, residual, timed_out=True)
             changed = False
             # (Boyd's balancing in the first rb_rounds rounds; the relative rule in every
@@ -458,7 +484,7 @@ class ExactADMM:
             if reset:
                 outputs.clear()
                 residuals.clear()
-        self.duals = dict(zip(names, U))
+        self.keep_duals(names, U)
         return InnerOutcome(w, self.max_inner, bound, False, residual)
 
     def solve_sampled(self, server, runtime, tau: float, deadline: float | None):
@@ -1151,20 +1177,54 @@ class ExactClient(InnerClient):
 
     def __init__(self, host):
         super().__init__(host)
-        self.u: np.ndarray | None = None
+        # its last point and its check's state, its own (``_u``, ``_checked``, each with the
+        # time of its last write) or a row of its cohort's last stacked step when that is
+        # newer (``_stack``, its slot there): :attr:`u`, :attr:`checked`
+        self._u: np.ndarray | None = None
+        self._checked: dict | None = None
+        self._u_time = self._checked_time = 0
+        self._stack: _Stacked | None = None
+        self._slot = 0
+        self.u = None
         # the point before the last step and the multipliers' sizes before and after it
         # (the Farkas point's extrapolation, :meth:`farkas_point`)
         self.u_before: np.ndarray | None = None
         self.mu_sizes = (0.0, 0.0)
-        # when the last step followed the certificate's evaluation (its round carried the
-        # check): the state that evaluation read (:meth:`step_state`), else None
-        self.checked: dict | None = None
+        self.checked = None
         self._exact_solver = None
         self._hard_rows = internal_rows(host.problem)
         # its step_batch_key, found at the first call (its options, its program's h and
         # GLM form decide it; a form found to disagree later takes it out)
         self._step_key: tuple | None = None
         self._step_key_found = False
+
+    @property
+    def u(self) -> np.ndarray | None:
+        """Its point after its last exact step (own block included), None before one."""
+        stack = self._stack
+        if stack is not None and stack.time > self._u_time:
+            return stack.rows[self._slot]
+        return self._u
+
+    @u.setter
+    def u(self, value: np.ndarray | None) -> None:
+        _CLOCK[0] += 1
+        _WRITES[0] += 1
+        self._u, self._u_time = value, _CLOCK[0]
+
+    @property
+    def checked(self) -> dict | None:
+        """When its last step followed the certificate's evaluation (its round carried
+        the check): the state that evaluation read (:meth:`step_state`), else None."""
+        stack = self._stack
+        if stack is not None and stack.time > self._checked_time:
+            return None
+        return self._checked
+
+    @checked.setter
+    def checked(self, value: dict | None) -> None:
+        _CLOCK[0] += 1
+        self._checked, self._checked_time = value, _CLOCK[0]
 
     def hard_rows(self):
         return self._hard_rows
@@ -1283,6 +1343,9 @@ class ExactClient(InnerClient):
         return {"x": self.u[:ns].copy()}
 
     # -- many clients' steps at once ------------------------------------------------------
+    #: its step's key changes only with its form's verdict (``glm_disagrees``)
+    stable_batch_keys = frozenset({"xadmm_w", "xadmm_check"})
+
     def step_batch_key(self, kind: str) -> Any:
         """The structure this client's ``xadmm_w`` step shares with the clients it is
         batched with (:meth:`_on_xadmm_w_batch`), or None: the client has a dense GLM form
@@ -1348,8 +1411,14 @@ class ExactClient(InnerClient):
         requests' fields, each :class:`~fedmodel.runtime.rows.Rows` (client ``i``'s value
         in row ``i``) or one value for all; returns the replies' ``x`` as rows. Every input
         is checked and the solve made before any client's state changes."""
-        hosts = list(map(operator.attrgetter("host"), parts))
         m = len(parts)
+        # (what stays the same between rounds while no event changes the clients: their
+        # hosts, proximal weights, cap; the stacks of the centres and of the last step's
+        # points while no client's was written since: no pass over the clients)
+        kept = parts[0].__dict__.get("_stacked")
+        if kept is None or not kept.holds(parts):
+            kept = parts[0].__dict__["_stacked"] = _Stacked(parts)
+        hosts, p = kept.hosts, kept.weights
 
         def column(name: str) -> np.ndarray:
             value = fields[name]
@@ -1360,19 +1429,20 @@ class ExactClient(InnerClient):
         C = np.array(fields["c"].values, dtype=float).reshape(m, -1)
         sigma, tol = column("sigma"), column("tol")
         deadline = _cohort_deadline(fields.get("budget"), hosts)
-        # (each client's numbers read in one pass: its weight, centre and last point)
-        weights, centers, starts = zip(*[
-            (h.prox_weight, h.w_center, part.u if part.u is not None else h._local(c, h.theta_at_w))
-            for part, h, c in zip(parts, hosts, C)
-        ])  # fmt: skip
-        p = np.array(weights, dtype=float)
-        centers = np.array(centers, dtype=float).reshape(m, -1)
-        centers = (p[:, None] * centers + sigma[:, None] * C) / (p + sigma)[:, None]
-        X0 = np.array(starts, dtype=float)
-        cohort = cohort_of(hosts)
+        centers = kept.centres()
+        if kept.points is not None and kept.written == _WRITES[0]:
+            X0 = kept.points
+        else:
+            X0 = np.array([
+                u if u is not None else h._local(c, h.theta_at_w)
+                for u, h, c in zip(map(_U, parts), hosts, C)
+            ], dtype=float)  # fmt: skip
+        moved = (p[:, None] * centers + sigma[:, None] * C) / (p + sigma)[:, None]
+        cohort = kept.cohort
+        if cohort is None:
+            cohort = kept.cohort = cohort_of(hosts)
         check_forms(hosts, cohort, X0)
-        max_iter = min(map(operator.attrgetter("max_local_iter"), hosts))
-        report = cohort.prox(centers, p + sigma, X0, tol, max_iter=max_iter, deadline=deadline)
+        report = cohort.prox(moved, p + sigma, X0, tol, max_iter=kept.max_iter, deadline=deadline)
         # (nothing above changed a client; from here on nothing raises. A client of a
         # cohort has no constraints, cones or own block: its step leaves its multipliers,
         # cone duals and own block as they are, and the single step's parameters are set
@@ -1380,8 +1450,7 @@ class ExactClient(InnerClient):
         points = np.array(report.x, dtype=float)
         shared = points[:, : hosts[0].ns].copy()
         type(hosts[0]).note_steps(hosts, report.residual, tol, report.iterations)
-        for part, x in zip(parts, points):
-            part.u, part.checked = x, None
+        kept.step_to(points)  # (each client's point its row, its check None)
         return {"x": shared}
 
 
@@ -1390,6 +1459,67 @@ ExactInner.client_part = ExactClient
 #: the clients' step keys (:meth:`ExactClient.step_batch_key`), one object per key
 _STEP_KEYS: dict[tuple, tuple] = {}
 
+#: the order of the writes of exact-admm clients' points and check states, one client's or a
+#: stacked step's (the last one's value is a client's :attr:`ExactClient.u`)
+_CLOCK = [0]
+#: the writes of one client's point (a stacked step's stack of its clients' points holds
+#: while there is none)
+_WRITES = [0]
+
+_U = operator.attrgetter("u")
+
+
+class _Stacked:
+    """What a cohort's stacked step (:meth:`ExactClient._on_xadmm_w_rows`) keeps of its
+    clients ``parts`` between rounds, kept by the first: their hosts, proximal weights and
+    Newton cap and cohort, while no event changes a client (the ``generation`` of
+    :func:`~fedmodel.algorithms.protocol.plans_generation`: a route or its parameters, a
+    state put back) and no client joined another stack; the stack of their centres while
+    no client's centre was written (:meth:`~fedmodel.algorithms.proxal.client.ProxALClient.
+    centre_writes`);
+    and its last step's points (``points``, their ``rows``, written at ``time``), each
+    client's point and check state while it wrote none of its own since, and the stack
+    of its clients' points while no client wrote one (``written``)."""
+
+    __slots__ = ("parts", "generation", "hosts", "weights", "max_iter", "cohort", "joined")
+    __slots__ += ("centred", "centers", "points", "rows", "time", "written")
+
+    def __init__(self, parts: list[ExactClient]):
+        self.parts = list(parts)
+        self.generation = plans_generation()
+        self.hosts = [part.host for part in parts]
+        self.weights = np.array([h.prox_weight for h in self.hosts], dtype=float)
+        self.max_iter = min(h.max_local_iter for h in self.hosts)
+        self.cohort = None  # (their GLMCohort, found at the first step)
+        self.centred, self.centers = -1, None
+        self.points = self.rows = None
+        self.time, self.written = 0, -1
+        for i, part in enumerate(parts):  # (each client's own state as it reads now)
+            u, checked, old = part.u, part.checked, part._stack
+            if old is not None:
+                old.joined = False
+            part._stack, part._slot = self, i
+            part._u, part._checked, part._u_time, part._checked_time = u, checked, 0, 0
+        self.joined = True
+
+    def holds(self, parts: list[ExactClient]) -> bool:
+        """Whether it is still that of ``parts``."""
+        return self.joined and self.generation == plans_generation() and self.parts == parts
+
+    def centres(self) -> np.ndarray:
+        """Its clients' centres (``w_center``) as rows."""
+        writes = type(self.hosts[0]).centre_writes()
+        if self.centred != writes:
+            self.centred = writes
+            self.centers = np.array([h.w_center for h in self.hosts], dtype=float)
+        return self.centers.reshape(len(self.hosts), -1)
+
+    def step_to(self, points: np.ndarray) -> None:
+        """Its clients' points are the rows of ``points`` and their checks None, as if each
+        had written them."""
+        _CLOCK[0] += 1
+        self.points, self.rows, self.time, self.written = points, points, _CLOCK[0], _WRITES[0]
+
 
 def _cohort_deadline(budget: Any, hosts: list) -> float | None:
     """The deadline of a cohort's one batched step (:func:`~fedmodel.subproblems.merit.
@@ -1397,11 +1527,19 @@ def _cohort_deadline(budget: Any, hosts: list) -> float | None:
     they would have had each its own share; together they have the sum). ``budget``: one
     value for all, or :class:`~fedmodel.runtime.rows.Rows` of seconds or None; a negative
     or non-finite budget raises naming its party (the merit's own check)."""
-    values = budget.values if isinstance(budget, Rows) else [budget] * len(hosts)
-    kept = [i for i, b in enumerate(values) if b is not None]
-    if not kept:
+    if budget is None:
         return None
-    seconds = np.array([float(values[i]) for i in kept])  # (one check for the cohort)
+    values = budget.values if isinstance(budget, Rows) else [budget] * len(hosts)
+    try:  # (floats alone: one C pass; None, a missing budget, reads as nan)
+        seconds = np.array(values, dtype=float)
+        kept = None if np.isnan(seconds).any() or seconds.ndim != 1 else range(len(values))
+    except (TypeError, ValueError):
+        kept = None
+    if kept is None:
+        kept = [i for i, b in enumerate(values) if b is not None]
+        if not kept:
+            return None
+        seconds = np.array([float(values[i]) for i in kept])  # (one check for the cohort)
     bad = ~(np.isfinite(seconds) & (seconds >= 0.0))
     if bad.any():
         i = kept[int(np.argmax(bad))]
