@@ -4,8 +4,9 @@ Newton solve (GLMFunction.evaluate), client by client."""
 import numpy as np
 import pytest
 import scipy.sparse as sp
+from scipy.special import expit
 
-from fedmodel.compiler.glm import GLMFunction, GLMTerm
+from fedmodel.compiler.glm import GLMFunction, GLMTerm, phi, phi_d2, phi_value_d1
 from fedmodel.subproblems.batched_glm import GLMCohort, NotStackable, spd_inverse, spd_solve
 
 
@@ -81,6 +82,28 @@ def test_value_and_gradient_equal_each_form_s():
         assert np.isclose(vals[i], v, rtol=1e-13, atol=1e-13)
         assert np.allclose(G[i], g, rtol=1e-12, atol=1e-13)
         assert np.allclose(H[i], h, rtol=1e-12, atol=1e-13)
+    # the Hessians from the second derivatives of the value's own evaluation: the same
+    _, _, curvature = cohort._evaluate(X, curvature=True)
+    assert np.array_equal(cohort.hessian(X, curvature), H)
+
+
+@pytest.mark.parametrize("kind", ["logistic", "exp", "square", "huber"])
+def test_one_phi_evaluation_gives_the_derivatives_of_the_separate_ones(kind):
+    """phi's value, first and second derivative equal phi_value_d1's and phi_d2's; the
+    logistic ones equal log(1 + e^z), the sigmoid and its derivative to rounding, without
+    overflow far from 0."""
+    z = np.concatenate([np.linspace(-40, 40, 801), [-1e-300, 0.0, 1e-300]])
+    if kind == "logistic":
+        z = np.concatenate([z, [-800.0, 800.0]])
+    v, d1, d2 = phi(kind, z, 1.5)
+    v1, g1 = phi_value_d1(kind, z, 1.5)
+    assert np.array_equal(v, v1) and np.array_equal(d1, g1)
+    assert np.array_equal(d2, phi_d2(kind, z, 1.5))
+    if kind == "logistic":
+        s = expit(z)
+        assert np.allclose(v, np.logaddexp(0.0, z), rtol=4e-16, atol=0.0)
+        assert np.allclose(d1, s, rtol=4e-16, atol=0.0)
+        assert np.allclose(d2, s * expit(-z), rtol=1e-15, atol=0.0)
 
 
 def test_a_client_already_at_its_minimiser_takes_no_step():
@@ -130,8 +153,8 @@ def test_bad_arguments_are_named():
 def _counted(cohort: GLMCohort) -> list[int]:
     """The sizes of the batches ``cohort`` evaluates ``f`` on from now on (its own calls)."""
     calls: list[int] = []
-    value_grad = cohort.value_grad
-    cohort.value_grad = lambda X: calls.append(len(X)) or value_grad(X)
+    evaluate = cohort._evaluate
+    cohort._evaluate = lambda X, curvature: calls.append(len(X)) or evaluate(X, curvature)
     return calls
 
 

@@ -9,21 +9,21 @@ terms, kind by kind, over the same variables; dense data) and no constraints: cl
 
 (:class:`~fedmodel.compiler.glm.GLMFunction`). :class:`GLMCohort` stacks the parties'
 data once (``A_it`` padded with zero-weight rows to the :func:`padded_rows` of the
-cohort's largest row count) and
-runs one Newton iteration for every client of the cohort at a time: the images, the
-gradients and the Hessians are batched products, the Newton systems one batched Cholesky
-solve (:func:`spd_solve`), and each client keeps its own Armijo step and stops on its own
-residual ``||grad F_i(x_i)||_inf <= tol``. When every term has a constant second
-derivative (least squares) the Hessians do not depend on the point: a cohort of few
-variables (:data:`SUBSTITUTION_SIZE`) keeps the inverses of ``hess f_i + s_i I``
-(:func:`spd_inverse`, from Cholesky factors) for the last vectors of proximal weights it
-was given, and a Newton step is one batched matrix-vector product (an exact-admm run
-changes ``s_i`` only when its penalty changes). The arithmetic is the per-client Newton
-method's; only its order of summation differs (the results agree to rounding, not bit for
-bit). A cohort
-keeps the points its last solve returned with ``f_i`` and its gradient there: the next
-solve that starts from exactly those points (an exact-admm client starts from its last
-step's point) takes them instead of evaluating ``f_i`` again, the same numbers.
+cohort's largest row count) and runs one Newton iteration for every client of the cohort
+at a time: the images, the gradients and the Hessians are batched products (each term's
+``phi`` evaluated once per point, its second derivatives kept for the Hessian there),
+the Newton systems one batched Cholesky solve (:func:`spd_solve`), and each client keeps
+its own Armijo step and stops on its own residual ``||grad F_i(x_i)||_inf <= tol``. When
+every term has a constant second derivative (least squares) the Hessians do not depend
+on the point: a cohort of few variables (:data:`SUBSTITUTION_SIZE`) keeps the inverses
+of ``hess f_i + s_i I`` (:func:`spd_inverse`, from Cholesky factors) for the last
+vectors of proximal weights it was given, and a Newton step is one batched matrix-vector
+product (an exact-admm run changes ``s_i`` only when its penalty changes). The
+arithmetic is the per-client Newton method's; only its order of summation differs (the
+results agree to rounding, not bit for bit). A cohort keeps the points its last solve
+returned with ``f_i``, its gradient and second derivatives there: the next solve that
+starts from exactly those points (an exact-admm client starts from its last step's
+point) takes them instead of evaluating ``f_i`` again, the same numbers.
 
 Examples
 --------
@@ -48,7 +48,7 @@ from dataclasses import dataclass
 import numpy as np
 import scipy.sparse as sp
 
-from fedmodel.compiler.glm import GLMFunction, phi_d2, phi_value_d1
+from fedmodel.compiler.glm import GLMFunction, phi, phi_d2
 
 #: the GLM kinds whose second derivative is a constant (``phi_d2``): a cohort of only
 #: these has Hessians that do not depend on the point
@@ -267,33 +267,56 @@ class GLMCohort:
         self._inverses: OrderedDict[bytes, np.ndarray] = OrderedDict()
         #: the points the last :meth:`prox` returned, with ``f_i`` and its gradient there
         #: (a next solve that starts from them takes those instead of evaluating again)
-        self._last_point: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None
+        self._last_point: tuple | None = None
 
     # -- f_i ---------------------------------------------------------------------------------
     def value_grad(self, X: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """``f_i(x_i)`` (clients,) and ``grad f_i(x_i)`` (clients, n) for the rows of ``X``."""
+        return self._evaluate(X, curvature=False)[:2]
+
+    def _evaluate(
+        self, X: np.ndarray, curvature: bool
+    ) -> tuple[np.ndarray, np.ndarray, np.ndarray | None]:
+        """:meth:`value_grad` and, with ``curvature`` (and a Hessian that depends on the
+        point), the weighted second derivatives ``w_itk phi_t''`` of every term's rows,
+        the terms side by side (clients, rows of all terms), from the same evaluation of
+        each ``phi_t`` (:meth:`hessian` takes them)."""
         vals = self.r.copy()
         G = self.q.copy()
         vals += np.einsum("in,in->i", self.q, X)
+        curvature = curvature and not self.constant_curvature
+        curv = []
         for t in self.terms:
-            v, d1 = phi_value_d1(t.kind, t.images(X), t.M)
-            vals += np.einsum("im,im->i", t.w, v)
-            G += t.rmatvec(t.w * d1)
+            out = phi(t.kind, t.images(X), t.M, order=2 if curvature else 1)
+            vals += np.einsum("im,im->i", t.w, out[0])
+            G += t.rmatvec(t.w * out[1])
+            if curvature:
+                curv.append(t.w * out[2])
         if self.Q is not None:
             QX = np.einsum("inp,ip->in", self.Q, X)
             vals += 0.5 * np.einsum("in,in->i", X, QX)
             G += QX
-        return vals, G
+        if not curvature:
+            return vals, G, None
+        return vals, G, curv[0] if len(curv) == 1 else np.concatenate(curv, axis=1)
 
-    def hessian(self, X: np.ndarray) -> np.ndarray:
-        """``hess f_i(x_i)`` (clients, n, n) for the rows of ``X``. When every term is a
-        square (a constant second derivative), the Hessians do not depend on ``X``: they
-        are computed once and copied after."""
+    def hessian(self, X: np.ndarray, curvature: np.ndarray | None = None) -> np.ndarray:
+        """``hess f_i(x_i)`` (clients, n, n) for the rows of ``X``, from the weighted
+        second derivatives at ``X`` when given (``curvature``, as :meth:`_evaluate` returns
+        them). When every term is a square (a constant second derivative), the Hessians do
+        not depend on ``X``: they are computed once and copied after."""
         if self._fixed_hessian is not None:
             return self._fixed_hessian.copy()
         H = np.zeros((len(X), self.n, self.n)) if self.Q is None else self.Q.copy()
+        start = 0
         for t in self.terms:
-            H += t.gram(t.w * phi_d2(t.kind, t.images(X), t.M))
+            rows = t.w.shape[1]
+            if curvature is None:
+                d = t.w * phi_d2(t.kind, t.images(X), t.M)
+            else:
+                d = curvature[:, start : start + rows]
+            start += rows
+            H += t.gram(d)
         if self.constant_curvature:
             self._fixed_hessian = H.copy()
         return H
@@ -368,16 +391,16 @@ class GLMCohort:
             raise ValueError("weights must hold one positive proximal weight per client")
 
         def objective(cohort: GLMCohort, Xs, Cs, Ss, f=None):
-            v, G = cohort.value_grad(Xs) if f is None else f
+            v, G, K = cohort._evaluate(Xs, curvature=True) if f is None else f
             D = Xs - Cs
-            return v + 0.5 * Ss * np.einsum("in,in->i", D, D), G + Ss[:, None] * D, v, G
+            return v + 0.5 * Ss * np.einsum("in,in->i", D, D), G + Ss[:, None] * D, v, G, K
 
         # (f and its gradient at the points the last solve returned, when it starts there)
         last = self._last_point
         known = None
         if last is not None and last[0].shape == X.shape and last[0].tobytes() == X.tobytes():
-            known = (last[1].copy(), last[2].copy())
-        vals, G, F, GF = objective(self, X, C, S, known)
+            known = tuple(None if a is None else a.copy() for a in last[1:])
+        vals, G, F, GF, K = objective(self, X, C, S, known)
         gnorm = np.abs(G).max(axis=1, initial=0.0)
         iters = np.zeros(self.size, dtype=int)
         message = ["converged"] * self.size
@@ -397,22 +420,23 @@ class GLMCohort:
             every = active.size == self.size  # (then the whole arrays, no copies)
             sub = self if every else self.subset(active)
             if every:
-                Xa, Ca, Sa, Ga, va, gna = X, C, S, G, vals, gnorm
+                Xa, Ca, Sa, Ga, va, gna, Ka = X, C, S, G, vals, gnorm, K
             else:
                 Xa, Ca, Sa, Ga = X[active], C[active], S[active], G[active]
                 va, gna = vals[active], gnorm[active]
+                Ka = None if K is None else K[active]
             if self.keeps_inverses:  # (the Hessians' inverses kept for these weights)
                 inverse = self._fixed_inverse(S)
                 inverse = inverse if every else inverse[active]
                 step = -np.matmul(inverse, Ga[:, :, None])[:, :, 0]
             else:
-                H = sub.hessian(Xa)
+                H = sub.hessian(Xa, Ka)
                 H.reshape(len(H), -1)[:, :: self.n + 1] += Sa[:, None]  # (+ s_i I, in place)
                 step = -spd_solve(H, Ga)
             slope = np.einsum("in,in->i", Ga, step)
             t = np.ones(active.size)
             new_X = Xa + step
-            new_v, new_G, new_F, new_GF = objective(sub, new_X, Ca, Sa)
+            new_v, new_G, new_F, new_GF, new_K = objective(sub, new_X, Ca, Sa)
             todo = new_v > va + 1e-4 * t * slope
             # at machine precision the value cannot resolve the decrease: a full step that
             # still reduces the gradient is taken (as the per-client method does)
@@ -422,9 +446,11 @@ class GLMCohort:
                 t[todo] *= 0.5
                 idx = np.flatnonzero(todo)
                 trial = Xa[idx] + t[idx, None] * step[idx]
-                v2, g2, f2, gf2 = objective(sub.subset(idx), trial, Ca[idx], Sa[idx])
+                v2, g2, f2, gf2, k2 = objective(sub.subset(idx), trial, Ca[idx], Sa[idx])
                 new_X[idx], new_v[idx], new_G[idx] = trial, v2, g2
                 new_F[idx], new_GF[idx] = f2, gf2
+                if k2 is not None:
+                    new_K[idx] = k2
                 ok = v2 <= va[idx] + 1e-4 * t[idx] * slope[idx]
                 todo[idx[ok]] = False
                 tiny = t[idx] < 1e-10
@@ -436,13 +462,16 @@ class GLMCohort:
             keep = ~failed | (new_v <= va)
             iters[active] += 1
             if every and keep.all():  # (every client moves: the new arrays replace the old)
-                X, vals, G, F, GF = new_X, new_v, new_G, new_F, new_GF
+                X, vals, G, F, GF, K = new_X, new_v, new_G, new_F, new_GF, new_K
                 gnorm = np.abs(G).max(axis=1, initial=0.0)
             else:
                 upd = active[keep]
                 X[upd], vals[upd], G[upd] = new_X[keep], new_v[keep], new_G[keep]
                 F[upd], GF[upd] = new_F[keep], new_GF[keep]
+                if K is not None:
+                    K[upd] = new_K[keep]
                 gnorm[upd] = np.abs(G[upd]).max(axis=1, initial=0.0)
             active = active[~failed & (gnorm[active] > tol[active])]
-        self._last_point = (X.copy(), F, GF)  # (F, GF: this solve's own arrays, copied on use)
+        # (F, GF, K: this solve's own arrays, copied on use)
+        self._last_point = (X.copy(), F, GF, K)
         return BatchReport(X, gnorm, iters, message)
