@@ -226,3 +226,20 @@ def test_the_batched_solves_and_inverses_are_numpy_s_to_rounding(n):
     assert np.abs(spd_solve(M, G) - ref).max() <= 1e-10 * np.abs(ref).max()
     inv = spd_inverse(-np.eye(n)[None] - 1.0 * np.eye(n), np.array([1.0]))
     assert np.allclose(inv[0], -np.eye(n))
+
+
+def test_a_party_s_numbers_are_the_same_in_any_cohort():
+    """Parties of several padded row counts (blocks) in one cohort: each gets exactly what
+    it gets in a cohort of its own (its padding depends on its own rows only)."""
+    rows = [33, 41, 50, 20, 34, 1]
+    forms = _forms(rows, kinds=("logistic",), seed=3)
+    rng = np.random.default_rng(4)
+    C = rng.normal(size=(len(rows), 4))
+    S = np.linspace(0.1, 3.0, len(rows))
+    X0 = np.zeros((len(rows), 4))
+    together = GLMCohort(forms).prox(C, S, X0, tol=1e-12)
+    assert (together.residual <= 1e-12).all()
+    for i, f in enumerate(forms):
+        alone = GLMCohort([f]).prox(C[i : i + 1], S[i : i + 1], X0[i : i + 1], tol=1e-12)
+        assert np.array_equal(alone.x[0], together.x[i])
+        assert alone.iterations[0] == together.iterations[i]

@@ -8,22 +8,23 @@ terms, kind by kind, over the same variables; dense data) and no constraints: cl
     f_i(x) = sum_t sum_k w_itk phi_t(s_t (A_it x + b_it)_k) + x^T Q_i x / 2 + q_i^T x + r_i
 
 (:class:`~fedmodel.compiler.glm.GLMFunction`). :class:`GLMCohort` stacks the parties'
-data once (``A_it`` padded with zero-weight rows to the :func:`padded_rows` of the
-cohort's largest row count) and runs one Newton iteration for every client of the cohort
-at a time: the images, the gradients and the Hessians are batched products (each term's
-``phi`` evaluated once per point, its second derivatives kept for the Hessian there),
-the Newton systems one batched Cholesky solve (:func:`spd_solve`), and each client keeps
-its own Armijo step and stops on its own residual ``||grad F_i(x_i)||_inf <= tol``. When
-every term has a constant second derivative (least squares) the Hessians do not depend
-on the point: a cohort of few variables (:data:`SUBSTITUTION_SIZE`) keeps the inverses
-of ``hess f_i + s_i I`` (:func:`spd_inverse`, from Cholesky factors) for the last
-vectors of proximal weights it was given, and a Newton step is one batched matrix-vector
-product (an exact-admm run changes ``s_i`` only when its penalty changes). The
-arithmetic is the per-client Newton method's; only its order of summation differs (the
-results agree to rounding, not bit for bit). A cohort keeps the points its last solve
-returned with ``f_i``, its gradient and second derivatives there: the next solve that
-starts from exactly those points (an exact-admm client starts from its last step's
-point) takes them instead of evaluating ``f_i`` again, the same numbers.
+data once (each party's ``A_it`` padded with zero-weight rows to its own
+:func:`block_rows`, the parties of one padded row count in one block) and runs one
+Newton iteration for every client of the cohort at a time: the images, the gradients and
+the Hessians are batched products (each term's ``phi`` evaluated once per point, its
+second derivatives kept for the Hessian there), the Newton systems one batched Cholesky
+solve (:func:`spd_solve`), and each client keeps its own Armijo step and stops on its
+own residual ``||grad F_i(x_i)||_inf <= tol``. When every term has a constant second
+derivative (least squares) the Hessians do not depend on the point: a cohort of few
+variables (:data:`SUBSTITUTION_SIZE`) keeps the inverses of ``hess f_i + s_i I``
+(:func:`spd_inverse`, from Cholesky factors) for the last vectors of proximal weights it
+was given, and a Newton step is one batched matrix-vector product (an exact-admm run
+changes ``s_i`` only when its penalty changes). The arithmetic is the per-client Newton
+method's; only its order of summation differs (the results agree to rounding, not bit
+for bit). A cohort keeps the points its last solve returned with ``f_i``, its gradient
+and second derivatives there: the next solve that starts from exactly those points (an
+exact-admm client starts from its last step's point) takes them instead of evaluating
+``f_i`` again, the same numbers.
 
 Examples
 --------
@@ -244,10 +245,10 @@ def block_rows(rows: int) -> int:
 def glm_signature(f: GLMFunction, rows: bool = False) -> tuple:
     """The structure of ``f`` a cohort's parties share: variables, terms (kind, ``M``,
     sign; with ``rows``, also their :func:`padded_rows`) in order, and whether it has a
-    quadratic part. Parties of one signature with ``rows`` stack into arrays of one shape
-    (each term padded to its :func:`padded_rows`): each party's numbers are then the same
-    in any cohort (every batched product and solve is done slice by slice on arrays of
-    one shape), and parties whose row counts differ a little share a cohort."""
+    quadratic part. Parties of one signature with ``rows`` share a cohort (their row
+    counts differ a little); in it each term's rows are padded to the party's own
+    :func:`block_rows`, so each party's numbers are the same in any cohort (every batched
+    product and solve is done slice by slice on arrays of one shape per block)."""
     return (
         f.n,
         tuple(
