@@ -148,7 +148,8 @@ class _Block:
 
 @dataclass
 class _StackedTerm:
-    """One GLM term of every client, in blocks of one row count; its weighted second
+    """One GLM term of every client, in blocks of one row count (a sign ``s = -1`` kept in
+    ``A``, then ``s = 1``: negating is exact); its weighted second
     derivatives are the columns ``offset:offset + rows`` of a cohort's curvature array
     (``rows`` the block's). ``block_of`` and ``within``: each client's block and its
     position there."""
@@ -295,6 +296,7 @@ class GLMCohort:
         self.width = 0
         for j, t0 in enumerate(forms[0].terms):
             padded = np.array([block_rows(f.terms[j].A.shape[0]) for f in forms])
+            negated = float(t0.s) == -1.0  # (the sign kept in A: the same numbers, exactly)
             widths = np.unique(padded)
             block_of = np.searchsorted(widths, padded)
             within = np.empty(self.size, dtype=int)
@@ -308,14 +310,20 @@ class GLMCohort:
                 for p, i in enumerate(members):
                     t = forms[i].terms[j]
                     m = t.A.shape[0]
-                    A[p, :m] = t.A
+                    A[p, :m] = -t.A if negated else t.A
                     b[p, :m] = t.b
                     w[p, :m] = t.weights
                 at = slice(None) if members.size == self.size else members
                 blocks.append(_Block(at, A, b, w))
             self.terms.append(
                 _StackedTerm(
-                    t0.kind, blocks, float(t0.M), float(t0.s), self.width, block_of, within
+                    t0.kind,
+                    blocks,
+                    float(t0.M),
+                    1.0 if negated else float(t0.s),
+                    self.width,
+                    block_of,
+                    within,
                 )
             )
             self.width += int(widths[-1])
