@@ -4,8 +4,9 @@ Newton solve (GLMFunction.evaluate), client by client."""
 import numpy as np
 import pytest
 import scipy.sparse as sp
+from scipy.special import expit
 
-from fedmodel.compiler.glm import GLMFunction, GLMTerm
+from fedmodel.compiler.glm import GLMFunction, GLMTerm, phi, phi_d2, phi_value_d1
 from fedmodel.subproblems.batched_glm import GLMCohort, NotStackable, spd_inverse, spd_solve
 
 
@@ -81,6 +82,28 @@ def test_value_and_gradient_equal_each_form_s():
         assert np.isclose(vals[i], v, rtol=1e-13, atol=1e-13)
         assert np.allclose(G[i], g, rtol=1e-12, atol=1e-13)
         assert np.allclose(H[i], h, rtol=1e-12, atol=1e-13)
+    # the Hessians from the second derivatives of the value's own evaluation: the same
+    _, _, curvature = cohort._evaluate(X, curvature=True)
+    assert np.array_equal(cohort.hessian(X, curvature), H)
+
+
+@pytest.mark.parametrize("kind", ["logistic", "exp", "square", "huber"])
+def test_one_phi_evaluation_gives_the_derivatives_of_the_separate_ones(kind):
+    """phi's value, first and second derivative equal phi_value_d1's and phi_d2's; the
+    logistic ones equal log(1 + e^z), the sigmoid and its derivative to rounding, without
+    overflow far from 0."""
+    z = np.concatenate([np.linspace(-40, 40, 801), [-1e-300, 0.0, 1e-300]])
+    if kind == "logistic":
+        z = np.concatenate([z, [-800.0, 800.0]])
+    v, d1, d2 = phi(kind, z, 1.5)
+    v1, g1 = phi_value_d1(kind, z, 1.5)
+    assert np.array_equal(v, v1) and np.array_equal(d1, g1)
+    assert np.array_equal(d2, phi_d2(kind, z, 1.5))
+    if kind == "logistic":
+        s = expit(z)
+        assert np.allclose(v, np.logaddexp(0.0, z), rtol=4e-16, atol=0.0)
+        assert np.allclose(d1, s, rtol=4e-16, atol=0.0)
+        assert np.allclose(d2, s * expit(-z), rtol=1e-15, atol=0.0)
 
 
 def test_a_client_already_at_its_minimiser_takes_no_step():
@@ -130,8 +153,8 @@ def test_bad_arguments_are_named():
 def _counted(cohort: GLMCohort) -> list[int]:
     """The sizes of the batches ``cohort`` evaluates ``f`` on from now on (its own calls)."""
     calls: list[int] = []
-    value_grad = cohort.value_grad
-    cohort.value_grad = lambda X: calls.append(len(X)) or value_grad(X)
+    evaluate = cohort._evaluate
+    cohort._evaluate = lambda X, curvature: calls.append(len(X)) or evaluate(X, curvature)
     return calls
 
 
@@ -203,3 +226,20 @@ def test_the_batched_solves_and_inverses_are_numpy_s_to_rounding(n):
     assert np.abs(spd_solve(M, G) - ref).max() <= 1e-10 * np.abs(ref).max()
     inv = spd_inverse(-np.eye(n)[None] - 1.0 * np.eye(n), np.array([1.0]))
     assert np.allclose(inv[0], -np.eye(n))
+
+
+def test_a_party_s_numbers_are_the_same_in_any_cohort():
+    """Parties of several padded row counts (blocks) in one cohort: each gets exactly what
+    it gets in a cohort of its own (its padding depends on its own rows only)."""
+    rows = [33, 41, 50, 20, 34, 1]
+    forms = _forms(rows, kinds=("logistic",), seed=3)
+    rng = np.random.default_rng(4)
+    C = rng.normal(size=(len(rows), 4))
+    S = np.linspace(0.1, 3.0, len(rows))
+    X0 = np.zeros((len(rows), 4))
+    together = GLMCohort(forms).prox(C, S, X0, tol=1e-12)
+    assert (together.residual <= 1e-12).all()
+    for i, f in enumerate(forms):
+        alone = GLMCohort([f]).prox(C[i : i + 1], S[i : i + 1], X0[i : i + 1], tol=1e-12)
+        assert np.array_equal(alone.x[0], together.x[i])
+        assert alone.iterations[0] == together.iterations[i]

@@ -23,7 +23,6 @@ import cvxpy as cp
 import numpy as np
 import scipy.sparse as sp
 from scipy.linalg import blas
-from scipy.special import expit
 
 from fedmodel.compiler.atom_rules import is_symmetric
 from fedmodel.compiler.smooth import VariableLayout
@@ -422,48 +421,55 @@ def _affine_map(e: Node, ctx: Reading) -> Affine:
 _PHI = ("logistic", "exp", "square", "huber")
 
 
-def _phi(kind: str, z: np.ndarray, M: float = 1.0):
-    """Values, first and second derivatives of the scalar function ``kind`` at ``z``."""
+def _logistic(z: np.ndarray, order: int):
+    """``log(1 + e^z)``, its first and (``order`` 2) second derivative from one
+    exponential ``e = exp(-|z|)`` (never overflows): ``max(z, 0) + log1p(e)``, the sigmoid
+    ``1 / (1 + e)`` or ``e / (1 + e)`` by the sign of ``z``, and ``e / (1 + e)^2``."""
+    e = np.exp(-np.abs(z))
+    r = 1.0 / (1.0 + e)
+    er = e * r
+    val = np.maximum(z, 0.0) + np.log1p(e)
+    d1 = np.where(z >= 0, r, er)
+    return (val, d1) if order == 1 else (val, d1, er * r)
+
+
+def phi(kind: str, z: np.ndarray, M: float = 1.0, order: int = 2):
+    """Values and derivatives up to ``order`` (1 or 2) of the scalar function ``kind`` at
+    ``z``, from one evaluation (the logistic function's from one exponential): the tuple
+    ``(value, d1)`` or ``(value, d1, d2)`` (``d2`` generalised for huber)."""
     if kind == "logistic":
-        s = expit(z)
-        return np.logaddexp(0.0, z), s, s * (1.0 - s)
+        return _logistic(z, order)
     if kind == "exp":
         e = np.exp(z)
-        return e, e, e
+        return (e, e) if order == 1 else (e, e, e)
     if kind == "square":
-        return z * z, 2.0 * z, np.full_like(z, 2.0)
+        return (z * z, 2.0 * z) if order == 1 else (z * z, 2.0 * z, np.full_like(z, 2.0))
     if kind == "huber":
         a = np.abs(z)
         inside = a <= M
         val = np.where(inside, z * z, 2 * M * a - M * M)
         d1 = np.where(inside, 2 * z, 2 * M * np.sign(z))
-        return val, d1, np.where(inside, 2.0, 0.0)
+        return (val, d1) if order == 1 else (val, d1, np.where(inside, 2.0, 0.0))
     raise ValueError(kind)
 
 
 def phi_value_d1(kind: str, z: np.ndarray, M: float = 1.0):
-    """Values and first derivatives of the scalar function ``kind`` at ``z``."""
-    if kind == "logistic":
-        return np.logaddexp(0.0, z), expit(z)
-    if kind == "exp":
-        e = np.exp(z)
-        return e, e
-    if kind == "square":
-        return z * z, 2.0 * z
-    val, d1, _ = _phi(kind, z, M)
-    return val, d1
+    """Values and first derivatives of the scalar function ``kind`` at ``z`` (:func:`phi`)."""
+    return phi(kind, z, M, order=1)
 
 
 def phi_d2(kind: str, z: np.ndarray, M: float = 1.0) -> np.ndarray:
-    """Second derivatives of the scalar function ``kind`` at ``z`` (generalised for huber)."""
+    """Second derivatives of the scalar function ``kind`` at ``z`` (:func:`phi`; generalised
+    for huber)."""
     if kind == "logistic":
-        s = expit(z)
-        return s * (1.0 - s)
+        e = np.exp(-np.abs(z))
+        r = 1.0 / (1.0 + e)
+        return e * r * r
     if kind == "exp":
         return np.exp(z)
     if kind == "square":
         return np.full_like(z, 2.0)
-    return _phi(kind, z, M)[2]
+    return phi(kind, z, M)[2]
 
 
 def _syrk_upper(A: np.ndarray, d: np.ndarray) -> np.ndarray:
@@ -567,7 +573,7 @@ class GLMFunction:
         H = np.zeros((self.n, self.n)) if hessian else None
         for t in self.terms:
             z = t.image(x)
-            v, d1, d2 = _phi(t.kind, z, t.M)
+            v, d1, d2 = phi(t.kind, z, t.M)
             val += float(t.weights @ v)
             g += t.rmatvec(t.weights * d1)
             if hessian:

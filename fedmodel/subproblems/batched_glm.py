@@ -8,22 +8,23 @@ terms, kind by kind, over the same variables; dense data) and no constraints: cl
     f_i(x) = sum_t sum_k w_itk phi_t(s_t (A_it x + b_it)_k) + x^T Q_i x / 2 + q_i^T x + r_i
 
 (:class:`~fedmodel.compiler.glm.GLMFunction`). :class:`GLMCohort` stacks the parties'
-data once (``A_it`` padded with zero-weight rows to the :func:`padded_rows` of the
-cohort's largest row count) and
-runs one Newton iteration for every client of the cohort at a time: the images, the
-gradients and the Hessians are batched products, the Newton systems one batched Cholesky
-solve (:func:`spd_solve`), and each client keeps its own Armijo step and stops on its own
-residual ``||grad F_i(x_i)||_inf <= tol``. When every term has a constant second
+data once (each party's ``A_it`` padded with zero-weight rows to its own
+:func:`block_rows`, the parties of one padded row count in one block) and runs one
+Newton iteration for every client of the cohort at a time: the images, the gradients and
+the Hessians are batched products (each term's ``phi`` evaluated once per point, its
+second derivatives kept for the Hessian there), the Newton systems one batched Cholesky
+solve (:func:`spd_solve`), and each client keeps its own Armijo step and stops on its
+own residual ``||grad F_i(x_i)||_inf <= tol``. When every term has a constant second
 derivative (least squares) the Hessians do not depend on the point: a cohort of few
 variables (:data:`SUBSTITUTION_SIZE`) keeps the inverses of ``hess f_i + s_i I``
 (:func:`spd_inverse`, from Cholesky factors) for the last vectors of proximal weights it
 was given, and a Newton step is one batched matrix-vector product (an exact-admm run
 changes ``s_i`` only when its penalty changes). The arithmetic is the per-client Newton
-method's; only its order of summation differs (the results agree to rounding, not bit for
-bit). A cohort
-keeps the points its last solve returned with ``f_i`` and its gradient there: the next
-solve that starts from exactly those points (an exact-admm client starts from its last
-step's point) takes them instead of evaluating ``f_i`` again, the same numbers.
+method's; only its order of summation differs (the results agree to rounding, not bit
+for bit). A cohort keeps the points its last solve returned with ``f_i``, its gradient
+and second derivatives there: the next solve that starts from exactly those points (an
+exact-admm client starts from its last step's point) takes them instead of evaluating
+``f_i`` again, the same numbers.
 
 Examples
 --------
@@ -48,7 +49,7 @@ from dataclasses import dataclass
 import numpy as np
 import scipy.sparse as sp
 
-from fedmodel.compiler.glm import GLMFunction, phi_d2, phi_value_d1
+from fedmodel.compiler.glm import GLMFunction, phi, phi_d2
 
 #: the GLM kinds whose second derivative is a constant (``phi_d2``): a cohort of only
 #: these has Hessians that do not depend on the point
@@ -130,31 +131,68 @@ class NotStackable(ValueError):
 
 
 @dataclass
-class _StackedTerm:
-    """One GLM term of every client: ``A`` (clients, rows, n), ``b`` and ``w`` (clients,
-    rows); padding rows have weight 0."""
+class _Block:
+    """The clients of one term whose rows are padded to the same :func:`block_rows`:
+    ``at`` their positions in the cohort (``slice(None)`` when they are all of it), ``A``
+    (clients, rows, n), ``b`` and ``w`` (clients, rows); padding rows have weight 0."""
 
-    kind: str
+    at: np.ndarray | slice
     A: np.ndarray
     b: np.ndarray
     w: np.ndarray
+
+    @property
+    def whole(self) -> bool:
+        return isinstance(self.at, slice)
+
+
+@dataclass
+class _StackedTerm:
+    """One GLM term of every client, in blocks of one row count (a sign ``s = -1`` kept in
+    ``A``, then ``s = 1``: negating is exact); its weighted second
+    derivatives are the columns ``offset:offset + rows`` of a cohort's curvature array
+    (``rows`` the block's). ``block_of`` and ``within``: each client's block and its
+    position there."""
+
+    kind: str
+    blocks: list[_Block]
     M: float
     s: float
+    offset: int
+    block_of: np.ndarray
+    within: np.ndarray
 
-    def images(self, X: np.ndarray) -> np.ndarray:
-        """``s A_i x_i + b_i`` for every client (clients, rows)."""
-        Z = np.matmul(self.A, X[:, :, None])[:, :, 0]
-        return (Z if self.s == 1.0 else self.s * Z) + self.b
+    def images(self, blk: _Block, X: np.ndarray) -> np.ndarray:
+        """``s A_i x_i + b_i`` for every client of ``blk`` (clients, rows)."""
+        Z = np.matmul(blk.A, X[:, :, None])[:, :, 0]
+        return (Z if self.s == 1.0 else self.s * Z) + blk.b
 
-    def rmatvec(self, V: np.ndarray) -> np.ndarray:
-        """``s A_i^T v_i`` for every client (clients, n)."""
-        out = np.matmul(V[:, None, :], self.A)[:, 0, :]
+    def rmatvec(self, blk: _Block, V: np.ndarray) -> np.ndarray:
+        """``s A_i^T v_i`` for every client of ``blk`` (clients, n)."""
+        out = np.matmul(V[:, None, :], blk.A)[:, 0, :]
         return out if self.s == 1.0 else self.s * out
 
-    def gram(self, D: np.ndarray) -> np.ndarray:
-        """``s^2 A_i^T diag(d_i) A_i`` for every client (clients, n, n)."""
-        G = np.matmul(self.A.transpose(0, 2, 1), self.A * D[:, :, None])
+    def gram(self, blk: _Block, D: np.ndarray) -> np.ndarray:
+        """``s^2 A_i^T diag(d_i) A_i`` for every client of ``blk`` (clients, n, n)."""
+        G = np.matmul(blk.A.transpose(0, 2, 1), blk.A * D[:, :, None])
         return G if self.s == 1.0 else (self.s * self.s) * G
+
+    def subset(self, idx: np.ndarray) -> _StackedTerm:
+        """The term of the clients ``idx`` (copies of their blocks' data)."""
+        blocks = []
+        block_of = np.empty(len(idx), dtype=int)
+        within = np.empty(len(idx), dtype=int)
+        owner = self.block_of[idx]
+        for k, blk in enumerate(self.blocks):
+            sel = np.flatnonzero(owner == k)
+            if not sel.size:
+                continue
+            rows = self.within[idx[sel]]
+            block_of[sel] = len(blocks)
+            within[sel] = np.arange(sel.size)
+            at = slice(None) if sel.size == len(idx) else sel
+            blocks.append(_Block(at, blk.A[rows], blk.b[rows], blk.w[rows]))
+        return _StackedTerm(self.kind, blocks, self.M, self.s, self.offset, block_of, within)
 
 
 @dataclass
@@ -191,13 +229,27 @@ def padded_rows(rows: int) -> int:
     return 1 << max(int(rows) - 1, 0).bit_length()
 
 
+def block_rows(rows: int) -> int:
+    """The row count a term of ``rows`` rows is padded to in a cohort's arithmetic: the
+    next multiple of an eighth of :func:`padded_rows` (at least one row), at most about a
+    fourth more rows (a tenth on average) and a few blocks per cohort. It depends on the
+    party's own data only.
+
+    Examples
+    --------
+    >>> [block_rows(m) for m in (1, 3, 20, 25, 33, 41, 50)]
+    [1, 3, 20, 28, 40, 48, 56]
+    """
+    return -(-int(rows) // max(padded_rows(rows) // 8, 1)) * max(padded_rows(rows) // 8, 1)
+
+
 def glm_signature(f: GLMFunction, rows: bool = False) -> tuple:
     """The structure of ``f`` a cohort's parties share: variables, terms (kind, ``M``,
     sign; with ``rows``, also their :func:`padded_rows`) in order, and whether it has a
-    quadratic part. Parties of one signature with ``rows`` stack into arrays of one shape
-    (each term padded to its :func:`padded_rows`): each party's numbers are then the same
-    in any cohort (every batched product and solve is done slice by slice on arrays of
-    one shape), and parties whose row counts differ a little share a cohort."""
+    quadratic part. Parties of one signature with ``rows`` share a cohort (their row
+    counts differ a little); in it each term's rows are padded to the party's own
+    :func:`block_rows`, so each party's numbers are the same in any cohort (every batched
+    product and solve is done slice by slice on arrays of one shape per block)."""
     return (
         f.n,
         tuple(
@@ -240,18 +292,41 @@ class GLMCohort:
         self.size = len(forms)
         self.n = forms[0].n
         self.terms: list[_StackedTerm] = []
+        #: the columns of the weighted second derivatives of all terms side by side
+        self.width = 0
         for j, t0 in enumerate(forms[0].terms):
-            rows = padded_rows(max(f.terms[j].A.shape[0] for f in forms))
-            A = np.zeros((self.size, rows, self.n))
-            b = np.zeros((self.size, rows))
-            w = np.zeros((self.size, rows))
-            for i, f in enumerate(forms):
-                t = f.terms[j]
-                m = t.A.shape[0]
-                A[i, :m] = t.A
-                b[i, :m] = t.b
-                w[i, :m] = t.weights
-            self.terms.append(_StackedTerm(t0.kind, A, b, w, float(t0.M), float(t0.s)))
+            padded = np.array([block_rows(f.terms[j].A.shape[0]) for f in forms])
+            negated = float(t0.s) == -1.0  # (the sign kept in A: the same numbers, exactly)
+            widths = np.unique(padded)
+            block_of = np.searchsorted(widths, padded)
+            within = np.empty(self.size, dtype=int)
+            blocks = []
+            for k, rows in enumerate(widths):
+                members = np.flatnonzero(block_of == k)
+                within[members] = np.arange(members.size)
+                A = np.zeros((members.size, rows, self.n))
+                b = np.zeros((members.size, rows))
+                w = np.zeros((members.size, rows))
+                for p, i in enumerate(members):
+                    t = forms[i].terms[j]
+                    m = t.A.shape[0]
+                    A[p, :m] = -t.A if negated else t.A
+                    b[p, :m] = t.b
+                    w[p, :m] = t.weights
+                at = slice(None) if members.size == self.size else members
+                blocks.append(_Block(at, A, b, w))
+            self.terms.append(
+                _StackedTerm(
+                    t0.kind,
+                    blocks,
+                    float(t0.M),
+                    1.0 if negated else float(t0.s),
+                    self.width,
+                    block_of,
+                    within,
+                )
+            )
+            self.width += int(widths[-1])
         self.Q = None if forms[0].Q is None else np.stack([np.asarray(f.Q) for f in forms])
         self.q = np.stack(
             [np.zeros(self.n) if f.q is None else np.asarray(f.q, dtype=float) for f in forms]
@@ -267,33 +342,70 @@ class GLMCohort:
         self._inverses: OrderedDict[bytes, np.ndarray] = OrderedDict()
         #: the points the last :meth:`prox` returned, with ``f_i`` and its gradient there
         #: (a next solve that starts from them takes those instead of evaluating again)
-        self._last_point: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None
+        self._last_point: tuple | None = None
 
     # -- f_i ---------------------------------------------------------------------------------
     def value_grad(self, X: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """``f_i(x_i)`` (clients,) and ``grad f_i(x_i)`` (clients, n) for the rows of ``X``."""
+        return self._evaluate(X, curvature=False)[:2]
+
+    def _evaluate(
+        self, X: np.ndarray, curvature: bool
+    ) -> tuple[np.ndarray, np.ndarray, np.ndarray | None]:
+        """:meth:`value_grad` and, with ``curvature`` (and a Hessian that depends on the
+        point), the weighted second derivatives ``w_itk phi_t''`` of every term's rows,
+        the terms side by side (clients, rows of all terms), from the same evaluation of
+        each ``phi_t`` (:meth:`hessian` takes them)."""
         vals = self.r.copy()
         G = self.q.copy()
         vals += np.einsum("in,in->i", self.q, X)
+        curvature = curvature and not self.constant_curvature
+        K = np.empty((len(X), self.width)) if curvature else None
         for t in self.terms:
-            v, d1 = phi_value_d1(t.kind, t.images(X), t.M)
-            vals += np.einsum("im,im->i", t.w, v)
-            G += t.rmatvec(t.w * d1)
+            for blk in t.blocks:
+                Xb = X if blk.whole else X[blk.at]
+                out = phi(t.kind, t.images(blk, Xb), t.M, order=2 if curvature else 1)
+                v = np.einsum("im,im->i", blk.w, out[0])
+                g = t.rmatvec(blk, blk.w * out[1])
+                if blk.whole:
+                    vals += v
+                    G += g
+                else:
+                    vals[blk.at] += v
+                    G[blk.at] += g
+                if curvature:
+                    K[blk.at, t.offset : t.offset + blk.w.shape[1]] = blk.w * out[2]
         if self.Q is not None:
             QX = np.einsum("inp,ip->in", self.Q, X)
             vals += 0.5 * np.einsum("in,in->i", X, QX)
             G += QX
-        return vals, G
+        return vals, G, K
 
-    def hessian(self, X: np.ndarray) -> np.ndarray:
-        """``hess f_i(x_i)`` (clients, n, n) for the rows of ``X``. When every term is a
-        square (a constant second derivative), the Hessians do not depend on ``X``: they
-        are computed once and copied after."""
+    def hessian(self, X: np.ndarray, curvature: np.ndarray | None = None) -> np.ndarray:
+        """``hess f_i(x_i)`` (clients, n, n) for the rows of ``X``, from the weighted
+        second derivatives at ``X`` when given (``curvature``, as :meth:`_evaluate` returns
+        them). When every term is a square (a constant second derivative), the Hessians do
+        not depend on ``X``: they are computed once and copied after."""
         if self._fixed_hessian is not None:
             return self._fixed_hessian.copy()
-        H = np.zeros((len(X), self.n, self.n)) if self.Q is None else self.Q.copy()
+        H = np.empty((len(X), self.n, self.n)) if self.Q is None else self.Q.copy()
+        empty = self.Q is None  # (the first term's blocks are assigned, later ones added)
+        if empty and not self.terms:
+            H[:] = 0.0
         for t in self.terms:
-            H += t.gram(t.w * phi_d2(t.kind, t.images(X), t.M))
+            for blk in t.blocks:
+                if curvature is None:
+                    Xb = X if blk.whole else X[blk.at]
+                    d = blk.w * phi_d2(t.kind, t.images(blk, Xb), t.M)
+                else:
+                    d = curvature[blk.at, t.offset : t.offset + blk.w.shape[1]]
+                if empty:
+                    H[blk.at] = t.gram(blk, d)
+                elif blk.whole:
+                    H += t.gram(blk, d)
+                else:
+                    H[blk.at] += t.gram(blk, d)
+            empty = False
         if self.constant_curvature:
             self._fixed_hessian = H.copy()
         return H
@@ -318,9 +430,8 @@ class GLMCohort:
         """The cohort of the clients ``idx`` (views of the stacked data)."""
         sub = object.__new__(GLMCohort)
         sub.size, sub.n = len(idx), self.n
-        sub.terms = [
-            _StackedTerm(t.kind, t.A[idx], t.b[idx], t.w[idx], t.M, t.s) for t in self.terms
-        ]
+        sub.terms = [t.subset(idx) for t in self.terms]
+        sub.width = self.width
         sub.Q = None if self.Q is None else self.Q[idx]
         sub.q, sub.r = self.q[idx], self.r[idx]
         fixed = self._fixed_hessian
@@ -368,16 +479,16 @@ class GLMCohort:
             raise ValueError("weights must hold one positive proximal weight per client")
 
         def objective(cohort: GLMCohort, Xs, Cs, Ss, f=None):
-            v, G = cohort.value_grad(Xs) if f is None else f
+            v, G, K = cohort._evaluate(Xs, curvature=True) if f is None else f
             D = Xs - Cs
-            return v + 0.5 * Ss * np.einsum("in,in->i", D, D), G + Ss[:, None] * D, v, G
+            return v + 0.5 * Ss * np.einsum("in,in->i", D, D), G + Ss[:, None] * D, v, G, K
 
         # (f and its gradient at the points the last solve returned, when it starts there)
         last = self._last_point
         known = None
         if last is not None and last[0].shape == X.shape and last[0].tobytes() == X.tobytes():
-            known = (last[1].copy(), last[2].copy())
-        vals, G, F, GF = objective(self, X, C, S, known)
+            known = tuple(None if a is None else a.copy() for a in last[1:])
+        vals, G, F, GF, K = objective(self, X, C, S, known)
         gnorm = np.abs(G).max(axis=1, initial=0.0)
         iters = np.zeros(self.size, dtype=int)
         message = ["converged"] * self.size
@@ -397,22 +508,23 @@ class GLMCohort:
             every = active.size == self.size  # (then the whole arrays, no copies)
             sub = self if every else self.subset(active)
             if every:
-                Xa, Ca, Sa, Ga, va, gna = X, C, S, G, vals, gnorm
+                Xa, Ca, Sa, Ga, va, gna, Ka = X, C, S, G, vals, gnorm, K
             else:
                 Xa, Ca, Sa, Ga = X[active], C[active], S[active], G[active]
                 va, gna = vals[active], gnorm[active]
+                Ka = None if K is None else K[active]
             if self.keeps_inverses:  # (the Hessians' inverses kept for these weights)
                 inverse = self._fixed_inverse(S)
                 inverse = inverse if every else inverse[active]
                 step = -np.matmul(inverse, Ga[:, :, None])[:, :, 0]
             else:
-                H = sub.hessian(Xa)
+                H = sub.hessian(Xa, Ka)
                 H.reshape(len(H), -1)[:, :: self.n + 1] += Sa[:, None]  # (+ s_i I, in place)
                 step = -spd_solve(H, Ga)
             slope = np.einsum("in,in->i", Ga, step)
             t = np.ones(active.size)
             new_X = Xa + step
-            new_v, new_G, new_F, new_GF = objective(sub, new_X, Ca, Sa)
+            new_v, new_G, new_F, new_GF, new_K = objective(sub, new_X, Ca, Sa)
             todo = new_v > va + 1e-4 * t * slope
             # at machine precision the value cannot resolve the decrease: a full step that
             # still reduces the gradient is taken (as the per-client method does)
@@ -422,9 +534,11 @@ class GLMCohort:
                 t[todo] *= 0.5
                 idx = np.flatnonzero(todo)
                 trial = Xa[idx] + t[idx, None] * step[idx]
-                v2, g2, f2, gf2 = objective(sub.subset(idx), trial, Ca[idx], Sa[idx])
+                v2, g2, f2, gf2, k2 = objective(sub.subset(idx), trial, Ca[idx], Sa[idx])
                 new_X[idx], new_v[idx], new_G[idx] = trial, v2, g2
                 new_F[idx], new_GF[idx] = f2, gf2
+                if k2 is not None:
+                    new_K[idx] = k2
                 ok = v2 <= va[idx] + 1e-4 * t[idx] * slope[idx]
                 todo[idx[ok]] = False
                 tiny = t[idx] < 1e-10
@@ -436,13 +550,16 @@ class GLMCohort:
             keep = ~failed | (new_v <= va)
             iters[active] += 1
             if every and keep.all():  # (every client moves: the new arrays replace the old)
-                X, vals, G, F, GF = new_X, new_v, new_G, new_F, new_GF
+                X, vals, G, F, GF, K = new_X, new_v, new_G, new_F, new_GF, new_K
                 gnorm = np.abs(G).max(axis=1, initial=0.0)
             else:
                 upd = active[keep]
                 X[upd], vals[upd], G[upd] = new_X[keep], new_v[keep], new_G[keep]
                 F[upd], GF[upd] = new_F[keep], new_GF[keep]
+                if K is not None:
+                    K[upd] = new_K[keep]
                 gnorm[upd] = np.abs(G[upd]).max(axis=1, initial=0.0)
             active = active[~failed & (gnorm[active] > tol[active])]
-        self._last_point = (X.copy(), F, GF)  # (F, GF: this solve's own arrays, copied on use)
+        # (F, GF, K: this solve's own arrays, copied on use)
+        self._last_point = (X.copy(), F, GF, K)
         return BatchReport(X, gnorm, iters, message)
