@@ -360,6 +360,11 @@ class ClientHalf(DeclaredState):
             return
         if program is None:
             raise ModelError(f"{cls.__name__} is built without the party's own program")
+        # (arguments that read no dimensions: checked once per table, opt-ins and values)
+        signature = table.build_signature(arguments)
+        passed = table.passed_builds(reveal)
+        if signature is not None and signature in passed:
+            return
         dims = {**program_dims(program)}
         options = [v for v in arguments.values() if dataclasses.is_dataclass(v)]
         if options and table.option_dims is not None:
@@ -370,6 +375,8 @@ class ClientHalf(DeclaredState):
         why = opt_in_refusal(name, "its build", table.build_opt_ins(arguments), reveal)
         if why:
             raise RequestRefused(why)
+        if signature is not None:
+            passed.add(signature)
 
     def message_dims(self, options: Any = None) -> dict[str, int]:
         """The dimensions of this party's messages: its program's
