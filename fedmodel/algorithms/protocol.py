@@ -633,7 +633,11 @@ class ServerHalf(DeclaredState, ABC):
         table = self.messages
         if table is None or table.option_dims is None:
             return {}
-        return table.option_dims(self.options)
+        # (the same for every client: found once per table and options object)
+        found = self.__dict__.get("_option_dims")
+        if found is None or found[0] is not table or found[1] is not self.options:
+            found = self._option_dims = (table, self.options, table.option_dims(self.options))
+        return dict(found[2])
 
     def round_counts(self) -> dict[str, int]:
         """Counts for ``res.rounds`` besides ``outer`` (steps) and ``communication``."""
