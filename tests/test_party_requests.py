@@ -200,6 +200,33 @@ def test_a_party_that_enabled_the_hessian_answers_with_it(tmp_path, monkeypatch)
         p.close()
 
 
+def test_a_build_check_that_passed_stands_for_the_same_values_and_opt_ins_only():
+    # a check of plain arguments is made once per table: another party's build with the
+    # same values and opt-ins passes without it, any other value or opt-in is checked again
+    from fedmodel.algorithms.proxal.client import ProxALClient
+    from fedmodel.algorithms.proxal.options import ProxALOptions
+    from fedmodel.errors import ModelError
+
+    programs = np_model(3).compile().clients
+    opts = ProxALOptions()
+
+    def check(k, rho=1.0, reveal=None, **kwargs):
+        ProxALClient.check_build((programs[k], opts, rho, 3), kwargs, reveal)
+
+    for k in range(3):
+        check(k, route="admm")
+    with pytest.raises(ModelError, match="party 'site1' refuses its build: argument 'rho'"):
+        check(1, rho=-1.0, route="admm")
+    with pytest.raises(ModelError, match="argument 'n_clients'"):
+        ProxALClient.check_build((programs[2], opts, 1.0, 0), {"route": "admm"}, None)
+    check(0, metric="hessian", reveal=frozenset({"hessian"}))
+    check(1, metric="hessian", reveal=frozenset({"hessian"}))
+    with pytest.raises(RequestRefused, match="party 'site2' refuses its build.*'hessian'"):
+        check(2, metric="hessian", reveal=frozenset())
+    with pytest.raises(ModelError, match="argument 'theta0'"):  # (an array: by value)
+        check(0, theta0=np.zeros(5))
+
+
 def test_join_refuses_an_unknown_opt_in(tmp_path, monkeypatch):
     from fedmodel.flower_app import DeploymentError
 

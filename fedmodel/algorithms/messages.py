@@ -147,7 +147,7 @@ def program_dims(program) -> dict[str, int]:
     """The dimensions of a client's messages from its compiled
     :class:`~fedmodel.compiler.partition.PartyProgram`."""
     layout = program.layout
-    own = sum(int(v.size) for v in layout.owned_by(program.name))
+    own = sum(int(v.size) for v in layout.owned_by(program.name)) if layout.has_owned else 0
     return {
         "d": int(layout.n_shared),
         "d_own": own,

@@ -401,6 +401,11 @@ class ClientHalf(DeclaredState):
             return
         if program is None:
             raise ModelError(f"{cls.__name__} is built without the party's own program")
+        # (arguments that read no dimensions: checked once per table, opt-ins and values)
+        signature = table.build_signature(arguments)
+        passed = table.passed_builds(reveal)
+        if signature is not None and signature in passed:
+            return
         dims = {**program_dims(program)}
         options = [v for v in arguments.values() if dataclasses.is_dataclass(v)]
         if options and table.option_dims is not None:
@@ -411,6 +416,8 @@ class ClientHalf(DeclaredState):
         why = opt_in_refusal(name, "its build", table.build_opt_ins(arguments), reveal)
         if why:
             raise RequestRefused(why)
+        if signature is not None:
+            passed.add(signature)
 
     def message_dims(self, options: Any = None) -> dict[str, int]:
         """The dimensions of this party's messages: its program's
@@ -871,7 +878,11 @@ class ServerHalf(DeclaredState, ABC):
         table = self.messages
         if table is None or table.option_dims is None:
             return {}
-        return table.option_dims(self.options)
+        # (the same for every client: found once per table and options object)
+        found = self.__dict__.get("_option_dims")
+        if found is None or found[0] is not table or found[1] is not self.options:
+            found = self._option_dims = (table, self.options, table.option_dims(self.options))
+        return dict(found[2])
 
     def round_counts(self) -> dict[str, int]:
         """Counts for ``res.rounds`` besides ``outer`` (steps) and ``communication``."""

@@ -20,15 +20,8 @@ import numpy as np
 NUMERIC_KINDS = "biufc"
 
 
-#: dtype -> its text in a fingerprint (``str(dtype)``, which numpy builds anew each time)
-_DTYPE_TEXT: dict[Any, str] = {}
-
-
-def _dtype_text(dtype) -> str:
-    text = _DTYPE_TEXT.get(dtype)
-    if text is None:
-        text = _DTYPE_TEXT[dtype] = str(dtype)
-    return text
+#: (shape, dtype) -> the text a numeric array of that shape and dtype starts with
+_ARRAY_TEXT: dict[tuple, bytes] = {}
 
 
 def _feed_value(h, v: Any) -> None:
@@ -41,12 +34,16 @@ def _feed_value(h, v: Any) -> None:
         for part in (v.data, v.indices, v.indptr):
             h.update(np.ascontiguousarray(part).tobytes())
     else:
-        arr = np.asarray(v)
-        if arr.dtype.kind not in NUMERIC_KINDS:
-            h.update(repr(v).encode())
-            return
-        h.update(f"array{arr.shape}{_dtype_text(arr.dtype)};".encode())
-        h.update(np.ascontiguousarray(arr).tobytes())
+        arr = v if type(v) is np.ndarray else np.asarray(v)
+        key = (arr.shape, arr.dtype)
+        text = _ARRAY_TEXT.get(key)
+        if text is None:
+            if arr.dtype.kind not in NUMERIC_KINDS:
+                h.update(repr(v).encode())
+                return
+            text = _ARRAY_TEXT[key] = f"array{arr.shape}{arr.dtype};".encode()
+        h.update(text)
+        h.update(arr.tobytes())  # (C order, whatever the array's own)
 
 
 def _data_by_name(e: Any) -> str:
@@ -117,61 +114,76 @@ def _plain_text(obj: Any) -> bytes:
 _NO_DATA = _plain_text(None) + b"("
 
 
+class _Parts(list):
+    """The bytes a hash is fed, kept in order and fed at once (the same digest as feeding
+    them one by one: a hash of their concatenation)."""
+
+    update = list.append
+
+
 def _feed_expr(h, expr: Any, variables: dict[int, int], data=_data_by_name) -> None:
     """Hash the expression tree ``expr`` canonically: each atom's type, shape and own
     data (exponents, axes, index keys ...), each variable by its place in the layout,
     each constant and parameter by its value, private data as ``data`` writes it (by
     default its owner and name: the data itself is hashed separately)."""
+    parts = _Parts()
+    put = parts.append
+    kinds, texts = _KINDS, _NODE_TEXT
 
     def feed(obj: Any) -> None:
-        kind = _kind(type(obj))
+        kind = kinds.get(type(obj)) or _kind(type(obj))
         if kind in ("expr", "variable", "data"):
-            stack.append(obj)
-            drain()
+            drain(obj)
         elif kind == "seq":
-            h.update(b"[")
+            put(b"[")
             for x in obj:
                 feed(x)
-            h.update(b"]")
+            put(b"]")
         elif kind == "value":
-            _feed_value(h, obj)
+            _feed_value(parts, obj)
         elif kind == "plain":
-            h.update(_plain_text(obj))
+            put(_plain_text(obj))
         else:  # an object without a stable value: its type only
-            h.update(f"<{type(obj).__name__}>;".encode())
+            put(f"<{type(obj).__name__}>;".encode())
 
-    stack: list[Any] = []
-
-    def drain() -> None:
-        base = len(stack) - 1
-        while len(stack) > base:
-            e = stack.pop()
+    def drain(top: Any) -> None:
+        stack = [top]
+        pop, push = stack.pop, stack.extend
+        while stack:
+            e = pop()
             if e is _CLOSE:
-                h.update(b")")
+                put(b")")
                 continue
             t = type(e)
-            kind = _kind(t)
+            kind = kinds.get(t) or _kind(t)
+            text = texts.get((t, e.shape, b""))
+            if text is None:
+                text = _node_text(t, e.shape)
             if kind == "variable":
                 place = variables.get(id(e))
-                text = f"#{place};" if place is not None else f"'{e.name()}';"
-                h.update(_node_text(t, e.shape) + text.encode())
+                put(text)
+                put(f"#{place};".encode() if place is not None else f"'{e.name()}';".encode())
             elif kind == "data":
-                h.update(_node_text(t, e.shape) + data(e).encode())
-            elif not e.args:  # a constant, a parameter
-                h.update(_node_text(t, e.shape))
-                _feed_value(h, e.value)
+                put(text)
+                put(data(e).encode())
             else:
+                args = e.args
+                if not args:  # a constant, a parameter
+                    put(text)
+                    _feed_value(parts, e.value)
+                    continue
                 d = e.get_data()
+                put(text)
                 if d is None:  # (the text of None and the opening bracket at once)
-                    h.update(_node_text(t, e.shape, _NO_DATA))
+                    put(_NO_DATA)
                 else:
-                    h.update(_node_text(t, e.shape))
                     feed(d)
-                    h.update(b"(")
+                    put(b"(")
                 stack.append(_CLOSE)
-                stack.extend(reversed(e.args))
+                push(reversed(args))
 
     feed(expr)
+    h.update(b"".join(parts))
 
 
 _CLOSE = object()

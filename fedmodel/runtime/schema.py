@@ -701,6 +701,43 @@ class MessageTable:
             object.__setattr__(self, "_passed", cached)  # (frozen: a cache, not a field)
         return cached.setdefault(reveal, set())
 
+    def passed_builds(self, reveal: frozenset[str] | None) -> set[tuple]:
+        """The :meth:`build_signature` values that passed a party's build check against
+        this table with opt-ins ``reveal`` (shared by the parties that share the table)."""
+        cached = self.__dict__.get("_passed_builds")
+        if cached is None:
+            cached = {}
+            object.__setattr__(self, "_passed_builds", cached)  # (frozen: a cache)
+        return cached.setdefault(reveal, set())
+
+    def build_signature(self, arguments: Mapping[str, Any]) -> tuple | None:
+        """What the check of the constructor ``arguments`` reads (:meth:`build_problem`,
+        :meth:`build_opt_ins`) when it reads no party's dimensions: each declared
+        argument's name, type and value. None when an argument's check can read them (an
+        array, a number for a field with axes or a size bound by a dimension): such
+        arguments are checked party by party.
+
+        Examples
+        --------
+        >>> table = MessageTable("toy", (), build={"k": Field((), dtype="int"), "v": Field(("d",))})
+        >>> table.build_signature({"k": 3}), table.build_signature({"k": 3, "v": [1.0]})
+        ((('k', <class 'int'>, 3),), None)
+        """
+        out = []
+        for name, spec in self.build.items():
+            if name not in arguments:
+                continue
+            value = arguments[name]
+            t = type(value)
+            if value is None or t is str:
+                pass
+            elif t in _SCALAR_KINDS and not spec.shape and not isinstance(spec.max_size, str):
+                pass
+            else:
+                return None
+            out.append((name, t, value))
+        return tuple(out)
+
     @property
     def _valued_fields(self) -> dict[str, tuple[str, ...]]:
         """Kind -> its request fields whose value can need an opt-in."""

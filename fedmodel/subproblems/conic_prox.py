@@ -113,11 +113,18 @@ def exact_prox_solver(problem: MeritProblem, solver: str = "auto"):
     return make_solver(problem, solver)
 
 
+#: the masks of a program without constraints (one pair for all: nothing can change an
+#: array without elements)
+_NO_ROWS = (np.zeros(0, dtype=bool), np.zeros(0, dtype=bool))
+
+
 def internal_rows(problem: MeritProblem) -> tuple[np.ndarray, np.ndarray]:
     """Masks of the first program's inequality and equality rows that are hard in the
     exact steps (the epigraph pieces, ``internal``, and with :data:`HARD_CONSTRAINTS` every
     row): their multipliers come from the exact steps' duals."""
     prog = problem.programs[0]
+    if not prog.constraints:
+        return _NO_ROWS
     ineq = [np.full(c.size, c.internal or HARD_CONSTRAINTS) for c in prog.ineq]
     eq = [np.full(c.size, c.internal or HARD_CONSTRAINTS) for c in prog.eq]
     return (
