@@ -296,3 +296,20 @@ def test_a_tally_adds_its_counts_to_each_half_s_own_statistics_when_read():
     tally.add("local_solves", 1, dtype=int)
     assert Tally.of(halves[::-1]) is not tally  # (another list of that length replaces it)
     assert [h.stats["local_solves"] for h in halves] == [2, 2, 8]
+
+
+def test_a_stacked_outer_step_refuses_memories_of_different_lengths():
+    """Clients of one stacked outer step whose outer Anderson memories differ in length
+    (their ``gram`` replies would differ in shape) are refused before any state changes:
+    the round then goes message by message."""
+    from fedmodel.algorithms.proxal.client import ProxALClient
+
+    halves = [
+        SimpleNamespace(outer_anderson=2, outer_mem=[(np.zeros(0),) * 3], mu=np.zeros(0)),
+        SimpleNamespace(outer_anderson=2, outer_mem=[], mu=np.zeros(0)),
+    ]
+    for step in (ProxALClient._on_outer_rows, ProxALClient._on_outer_aa_rows):
+        with pytest.raises(ValueError, match="differ in length"):
+            step(halves, {"w": np.zeros(3), "alpha": np.zeros(0), "reset": False})
+        assert [len(h.outer_mem) for h in halves] == [1, 0]
+        assert not any(hasattr(h, "mu_mark") for h in halves)

@@ -176,6 +176,10 @@ class LedgerRows(Sequence):
             part if type(part) is list else part.tuples() for part in parts
         )
 
+    def parts(self) -> list[Any]:
+        """Its rows as kept, in order: lists of row tuples and :class:`RoundBlock` s."""
+        return self._parts
+
     def add(self, row: tuple) -> None:
         """One row, as the tuple it is kept as (:data:`ROW_FIELDS`' order)."""
         self._tail.append(row)
@@ -288,18 +292,49 @@ class CountingLedger(Ledger):
 
 def _counts(ledger: Ledger) -> dict[tuple[str, str, str], list[int]]:
     """Messages and floats per (channel, sender, receiver), in the order each first
-    appears (a :class:`CountingLedger` keeps them; a row ledger is counted in one pass)."""
+    appears (a :class:`CountingLedger` keeps them; a row ledger is counted in one pass,
+    a :class:`RoundBlock` as its count and sizes: the blocks of one channel and clients
+    are summed, and their clients' counters each take those sums once)."""
     if isinstance(ledger, CountingLedger):
         return ledger.counts
     counts: dict[tuple[str, str, str], list[int]] = {}
-    for _round, sender, receiver, _kind, channel, _shapes, floats in ledger.rows.iter_tuples():
-        key = (channel, sender, receiver)
-        c = counts.get(key)
-        if c is None:
-            counts[key] = [1, floats]
-        else:
-            c[0] += 1
-            c[1] += floats
+    # ((channel, names) -> [their counters, blocks, request floats, reply floats])
+    blocks: dict[tuple[str, tuple[str, ...]], list[Any]] = {}
+    for part in ledger.rows.parts():
+        if type(part) is not list:
+            _rnd, _kind, _reply_kind, channel = part.what
+            qf, pf = part.request[1], part.reply[1]
+            key = (channel, tuple(part.names))
+            b = blocks.get(key)
+            if b is None:
+                pairs = []
+                for n in part.names:
+                    pair = []
+                    for k in ((channel, SERVER, n), (channel, n, SERVER)):
+                        c = counts.get(k)
+                        if c is None:
+                            c = counts[k] = [0, 0]
+                        pair.append(c)
+                    pairs.append(pair)
+                b = blocks[key] = [pairs, 0, 0, 0]
+            b[1] += 1
+            b[2] += qf
+            b[3] += pf
+            continue
+        for _round, sender, receiver, _kind, channel, _shapes, floats in part:
+            key3 = (channel, sender, receiver)
+            c = counts.get(key3)
+            if c is None:
+                counts[key3] = [1, floats]
+            else:
+                c[0] += 1
+                c[1] += floats
+    for pairs, n_blocks, q_floats, p_floats in blocks.values():
+        for down, up in pairs:
+            down[0] += n_blocks
+            down[1] += q_floats
+            up[0] += n_blocks
+            up[1] += p_floats
     return counts
 
 

@@ -198,8 +198,9 @@ class ProxALClient(ClientHalf):
         stack of clients' centres holds while this stays the same)."""
         return _CENTRE_WRITES[0]
 
-    #: its ``start`` and ``evaluate`` keys change only with its route or its form's verdict
-    stable_batch_keys = frozenset({"start", "evaluate"})
+    #: its ``start``, ``evaluate``, ``outer`` and ``outer_aa`` keys change only with its
+    #: route or its form's verdict
+    stable_batch_keys = frozenset({"start", "evaluate", "outer", "outer_aa"})
 
     @property
     def glm_disagrees(self) -> bool:
@@ -371,6 +372,7 @@ class ProxALClient(ClientHalf):
         """:meth:`_on_outer_aa` of every client of ``halves`` (clients of one
         :meth:`step_batch_key`, without multipliers to combine): the memory reset when
         asked, then each route part's start at the combined ``w``."""
+        _one_memory_length(halves)
         W, request = _stacked_start_fields(halves, fields)
         alpha, reset = request.pop("alpha"), request.pop("reset")
         if np.size(alpha) > min(len(h.outer_mem) for h in halves):
@@ -391,8 +393,10 @@ class ProxALClient(ClientHalf):
         request's fields, one value for all or rows. Every input is read before any
         client's state changes."""
         m = len(halves)
-        W, request = _stacked_start_fields(halves, fields)
         memory = halves[0].outer_anderson
+        if memory:
+            _one_memory_length(halves)
+        W, request = _stacked_start_fields(halves, fields)
         for h in halves:  # (what _on_outer keeps of a client without multipliers; an
             # empty array is shared, not copied: nothing can change it; _own inline)
             mu, nu, cone = h.mu, h.nu, h.cone_at_w
@@ -507,7 +511,7 @@ class ProxALClient(ClientHalf):
             plain = not (self.owned or self.program.m_ineq or self.program.m_eq)
             plain = plain and not self.route.measures_feasibility  # (no (8) half to send)
             if plain and getattr(type(self.inner), "stacked_start", False):
-                return ("outer-plain", type(self.inner), self.outer_anderson, len(self.outer_mem))
+                return ("outer-plain", type(self.inner), self.outer_anderson)
             return None
         if kind not in ("start", "evaluate") or (kind == "start" and self.route.probes):
             return None
@@ -664,6 +668,14 @@ def _stacked_replies(replies: list[dict]) -> dict[str, np.ndarray]:
     """The replies of a stacked step's clients (dicts of the same fields) as one array per
     field, a row per client."""
     return {name: np.array([r[name] for r in replies]) for name in replies[0]}
+
+
+def _one_memory_length(halves: list[ProxALClient]) -> None:
+    """Refuse (a ValueError, before any state changes: the round then goes message by
+    message) clients of one stacked outer step whose outer Anderson memories differ in
+    length: their ``gram`` replies would differ in shape."""
+    if len({len(h.outer_mem) for h in halves}) > 1:
+        raise ValueError("the clients' outer Anderson memories differ in length")
 
 
 def _stacked_start_fields(halves: list[ProxALClient], fields: dict) -> tuple[np.ndarray, dict]:
