@@ -398,11 +398,8 @@ class ProxALClient(ClientHalf):
             _one_memory_length(halves)
         W, request = _stacked_start_fields(halves, fields)
         for h in halves:  # (what _on_outer keeps of a client without multipliers; an
-            # empty array is shared, not copied: nothing can change it; _own inline)
-            mu, nu, cone = h.mu, h.nu, h.cone_at_w
-            h.mu_mark = mu.copy() if mu.size else mu
-            h.nu_mark = nu.copy() if nu.size else nu
-            h.cone_mark = cone.copy() if cone.size else cone
+            # empty array is shared, not copied: nothing can change it)
+            h.mu_mark, h.nu_mark, h.cone_mark = _own(h.mu), _own(h.nu), _own(h.cone_at_w)
             if h.theta_at_w.size:
                 h.theta_step = h.theta_at_w - h.theta_center
         out = {"dmu_inf": np.zeros(m), **_start_rows(halves, W, request)}
@@ -410,10 +407,8 @@ class ProxALClient(ClientHalf):
             no_residual = np.zeros(0)  # (the multipliers' block of the outer residual)
             keep = memory + 1
             for h in halves:
-                mem, mu, nu = h.outer_mem, h.mu, h.nu
-                mem.append(
-                    (no_residual, mu.copy() if mu.size else mu, nu.copy() if nu.size else nu)
-                )
+                mem = h.outer_mem
+                mem.append((no_residual, _own(h.mu), _own(h.nu)))
                 if len(mem) > keep:
                     del mem[:-keep]
             out["gram"] = np.zeros((m, len(halves[0].outer_mem)))
@@ -453,25 +448,14 @@ class ProxALClient(ClientHalf):
             np.asarray(tols, dtype=float), 1e-300
         )
         finite = np.isfinite(gaps)
-        if len(halves) > 1:  # (counted for all in one pass: :class:`Tally`)
-            tally = Tally.of(halves)
-            if iterations is not None:
-                its = np.asarray(iterations)
-                tally.add("local_solves", 1, dtype=int)
-                tally.add("local_iterations", its, dtype=its.dtype)
-            if not finite.all():
-                tally.add("local_solves_without_point", ~finite, dtype=int)
-            tally.maximum("max_residual_gap", np.where(finite, gaps, -np.inf))
-            return
-        (h,), gap, ok = halves, gaps.item(), bool(finite[0])
-        stats = h.stats
+        tally = Tally.of(halves)  # (counted for all in one pass)
         if iterations is not None:
-            stats["local_solves"] += 1
-            stats["local_iterations"] += np.asarray(iterations).item()
-        if not ok:
-            stats["local_solves_without_point"] = stats.get("local_solves_without_point", 0) + 1
-        elif gap > stats["max_residual_gap"]:
-            stats["max_residual_gap"] = gap
+            its = np.asarray(iterations)
+            tally.add("local_solves", 1, dtype=int)
+            tally.add("local_iterations", its, dtype=its.dtype)
+        if not finite.all():
+            tally.add("local_solves_without_point", ~finite, dtype=int)
+        tally.maximum("max_residual_gap", np.where(finite, gaps, -np.inf))
 
     def _on_evaluate(self, w, mu=None, nu=None, objective_scale=1.0, **route):
         """Its share of the certificate at ``w`` (``route``: the fields its route adds to

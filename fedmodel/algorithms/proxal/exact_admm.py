@@ -1203,7 +1203,7 @@ class ExactClient(InnerClient):
         """Its point after its last exact step (own block included), None before one."""
         stack = self._stack
         if stack is not None and stack.time > self._u_time:
-            return stack.rows[self._slot]
+            return stack.points[self._slot]
         return self._u
 
     @u.setter
@@ -1477,12 +1477,12 @@ class _Stacked:
     state put back) and no client joined another stack; the stack of their centres while
     no client's centre was written (:meth:`~fedmodel.algorithms.proxal.client.ProxALClient.
     centre_writes`);
-    and its last step's points (``points``, their ``rows``, written at ``time``), each
+    and its last step's points (``points``, a row per client, written at ``time``), each
     client's point and check state while it wrote none of its own since, and the stack
     of its clients' points while no client wrote one (``written``)."""
 
     __slots__ = ("parts", "generation", "hosts", "weights", "max_iter", "cohort", "joined")
-    __slots__ += ("centred", "centers", "points", "rows", "time", "written")
+    __slots__ += ("centred", "centers", "points", "time", "written")
 
     def __init__(self, parts: list[ExactClient]):
         self.parts = list(parts)
@@ -1492,7 +1492,7 @@ class _Stacked:
         self.max_iter = min(h.max_local_iter for h in self.hosts)
         self.cohort = None  # (their GLMCohort, found at the first step)
         self.centred, self.centers = -1, None
-        self.points = self.rows = None
+        self.points = None
         self.time, self.written = 0, -1
         for i, part in enumerate(parts):  # (each client's own state as it reads now)
             u, checked, old = part.u, part.checked, part._stack
@@ -1518,7 +1518,7 @@ class _Stacked:
         """Its clients' points are the rows of ``points`` and their checks None, as if each
         had written them."""
         _CLOCK[0] += 1
-        self.points, self.rows, self.time, self.written = points, points, _CLOCK[0], _WRITES[0]
+        self.points, self.time, self.written = points, _CLOCK[0], _WRITES[0]
 
 
 def _cohort_deadline(budget: Any, hosts: list) -> float | None:
