@@ -45,6 +45,7 @@ import time
 from collections import OrderedDict
 from collections.abc import Sequence
 from dataclasses import dataclass
+from operator import attrgetter
 
 import numpy as np
 import scipy.sparse as sp
@@ -260,6 +261,82 @@ def glm_signature(f: GLMFunction, rows: bool = False) -> tuple:
     )
 
 
+def _check_stackable(forms: list[GLMFunction]) -> None:
+    """Raise NotStackable unless ``forms`` share their :func:`glm_signature` and every
+    term's data is dense: a few set comprehensions over the forms' attributes, and one
+    :func:`glm_signature` per form only to name the first that differs."""
+    first = glm_signature(forms[0])
+    same = {f.n for f in forms} == {first[0]} and {f.Q is None for f in forms} == {
+        forms[0].Q is None
+    }
+    same = same and {len(f.terms) for f in forms} == {len(first[1])}
+    sparse = False
+    for j, (kind, M, s) in enumerate(first[1] if same else ()):
+        terms = [f.terms[j] for f in forms]
+        same = (
+            set(map(_KIND, terms)) == {kind}
+            and {float(v) for v in set(map(_M, terms))} == {M}
+            and {float(v) for v in set(map(_S, terms))} == {s}
+        )
+        if not same:
+            break
+        kinds = {type(a): a for a in map(_A, terms)}  # (one matrix of each type)
+        sparse = sparse or any(sp.issparse(a) for a in kinds.values())
+    if same and not sparse:
+        return
+    for i, f in enumerate(forms):
+        if glm_signature(f) != first:
+            raise NotStackable(
+                f"party {i} of the cohort has objective structure {glm_signature(f)}, the "
+                f"first {first}"
+            )
+        if any(sp.issparse(t.A) for t in f.terms):
+            raise NotStackable(f"party {i} of the cohort has a term with sparse data")
+
+
+_KIND, _M, _S, _A = (attrgetter(name) for name in ("kind", "M", "s", "A"))
+
+
+def _stack_term(terms: list, n: int, offset: int) -> tuple[_StackedTerm, int]:
+    """One term of every client (``terms``, dense, of one kind, ``M`` and sign) stacked in
+    blocks of one :func:`block_rows` (the columns ``offset:`` of a cohort's curvature
+    array), with its width there: the clients of one row count are grouped by numpy and
+    their rows copied to their places by one numpy call per row count and array."""
+    size = len(terms)
+    t0 = terms[0]
+    A_all = [t.A for t in terms]
+    counts = np.fromiter((a.shape[0] for a in A_all), dtype=int, count=size)
+    sizes, group, per_size = np.unique(counts, return_inverse=True, return_counts=True)
+    group = group.reshape(-1)
+    padded = np.array([block_rows(m) for m in sizes.tolist()], dtype=int)
+    widths, block_of_size = np.unique(padded, return_inverse=True)
+    block_of = block_of_size.reshape(-1)[group]
+    members = np.bincount(block_of, minlength=widths.size)
+    order = np.argsort(block_of, kind="stable")  # (the clients block by block)
+    at_start = np.cumsum(members) - members
+    within = np.empty(size, dtype=int)
+    within[order] = np.arange(size) - np.repeat(at_start, members)
+    blocks = []
+    for k, rows in enumerate(widths.tolist()):
+        count = int(members[k])
+        at = slice(None) if count == size else order[at_start[k] : at_start[k] + count]
+        A, b, w = np.zeros((count, rows, n)), np.zeros((count, rows)), np.zeros((count, rows))
+        blocks.append(_Block(at, A, b, w))
+    negated = float(t0.s) == -1.0  # (the sign kept in A: the same numbers, exactly)
+    by_size = np.argsort(group, kind="stable")  # (the clients row count by row count)
+    ends = np.cumsum(per_size).tolist()
+    for g, m in enumerate(sizes.tolist()):
+        idx = by_size[ends[g] - int(per_size[g]) : ends[g]]
+        blk, pos, picked = blocks[block_of_size[g]], within[idx], idx.tolist()
+        A = np.concatenate([A_all[i] for i in picked]).reshape(len(picked), m, n)
+        blk.A[pos, :m] = np.negative(A, out=A) if negated else A
+        blk.b[pos, :m] = np.concatenate([terms[i].b for i in picked]).reshape(len(picked), m)
+        blk.w[pos, :m] = np.concatenate([terms[i].weights for i in picked]).reshape(len(picked), m)
+    s = 1.0 if negated else float(t0.s)
+    term = _StackedTerm(t0.kind, blocks, float(t0.M), s, offset, block_of, within)
+    return term, int(widths[-1]) if widths.size else 0
+
+
 class GLMCohort:
     """The stacked objectives ``f_i`` of a cohort of parties (module docstring).
 
@@ -280,57 +357,24 @@ class GLMCohort:
         forms = list(forms)
         if not forms:
             raise NotStackable("a cohort needs at least one party")
-        first = glm_signature(forms[0])
-        for i, f in enumerate(forms):
-            if glm_signature(f) != first:
-                raise NotStackable(
-                    f"party {i} of the cohort has objective structure {glm_signature(f)}, the "
-                    f"first {first}"
-                )
-            if any(sp.issparse(t.A) for t in f.terms):
-                raise NotStackable(f"party {i} of the cohort has a term with sparse data")
+        _check_stackable(forms)
         self.size = len(forms)
         self.n = forms[0].n
         self.terms: list[_StackedTerm] = []
         #: the columns of the weighted second derivatives of all terms side by side
         self.width = 0
-        for j, t0 in enumerate(forms[0].terms):
-            padded = np.array([block_rows(f.terms[j].A.shape[0]) for f in forms])
-            negated = float(t0.s) == -1.0  # (the sign kept in A: the same numbers, exactly)
-            widths = np.unique(padded)
-            block_of = np.searchsorted(widths, padded)
-            within = np.empty(self.size, dtype=int)
-            blocks = []
-            for k, rows in enumerate(widths):
-                members = np.flatnonzero(block_of == k)
-                within[members] = np.arange(members.size)
-                A = np.zeros((members.size, rows, self.n))
-                b = np.zeros((members.size, rows))
-                w = np.zeros((members.size, rows))
-                for p, i in enumerate(members):
-                    t = forms[i].terms[j]
-                    m = t.A.shape[0]
-                    A[p, :m] = -t.A if negated else t.A
-                    b[p, :m] = t.b
-                    w[p, :m] = t.weights
-                at = slice(None) if members.size == self.size else members
-                blocks.append(_Block(at, A, b, w))
-            self.terms.append(
-                _StackedTerm(
-                    t0.kind,
-                    blocks,
-                    float(t0.M),
-                    1.0 if negated else float(t0.s),
-                    self.width,
-                    block_of,
-                    within,
-                )
-            )
-            self.width += int(widths[-1])
+        for j in range(len(forms[0].terms)):
+            term, width = _stack_term([f.terms[j] for f in forms], self.n, self.width)
+            self.terms.append(term)
+            self.width += width
         self.Q = None if forms[0].Q is None else np.stack([np.asarray(f.Q) for f in forms])
-        self.q = np.stack(
-            [np.zeros(self.n) if f.q is None else np.asarray(f.q, dtype=float) for f in forms]
-        )
+        qs = [f.q for f in forms]
+        if all(q is None for q in qs):
+            self.q = np.zeros((self.size, self.n))
+        else:
+            self.q = np.stack(
+                [np.zeros(self.n) if q is None else np.asarray(q, dtype=float) for q in qs]
+            )
         self.r = np.array([float(f.r) for f in forms])
         self._fixed_hessian: np.ndarray | None = None
         #: every term has a constant second derivative: the Hessians do not depend on the
