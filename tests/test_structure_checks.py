@@ -1,6 +1,7 @@
-"""Clients of one structure share the checks of their GLM forms: the structure's first
-client against the model's evaluator, which stands for the others whose forms were read
-along the same path, the rest by value at a random point against cvxpy's own arithmetic (a
+"""Clients of one structure share the checks of their GLM forms: a family's (structures
+up to their data's row counts) first client against the model's evaluator, each other
+structure's first client by value at a random point against cvxpy's own arithmetic, each
+standing for the others whose forms were read along the same path, the rest by value (a
 wrong form is still caught there), and a client whose steps run in cohorts builds its own
 Newton backend only when it is used."""
 
@@ -69,10 +70,27 @@ def _wrong(form: GLMFunction) -> GLMFunction:
 def fresh_structures(monkeypatch):
     monkeypatch.setattr(cohorts, "_CHECKED_STRUCTURES", set())
     monkeypatch.setattr(cohorts, "_CHECKED_PATHS", set())
+    monkeypatch.setattr(cohorts, "_CHECKED_FAMILIES", set())
+
+
+def _spy_probes(monkeypatch) -> list[str]:
+    """The names of the clients probed from now on (:func:`cohorts._cvxpy_value`)."""
+    probed = []
+    value = cohorts._cvxpy_value
+
+    def spy(program, x):
+        probed.append(program.name)
+        return value(program, x)
+
+    monkeypatch.setattr(cohorts, "_cvxpy_value", spy)
+    return probed
 
 
 @pytest.mark.parametrize("kind", ["ls", "logistic", "huber", "weighted"])
-def test_only_a_structure_s_first_client_builds_an_evaluator(kind):
+def test_only_a_family_s_first_client_builds_an_evaluator(kind, monkeypatch):
+    # clients 0-3 share a structure, client 4 (9 rows) is another of the same family when
+    # its form is read through its structure's nodes (weighted: each through its own)
+    probed = _spy_probes(monkeypatch)
     hosts, forms = _hosts(_model(kind))
     prints = [structure_fingerprint(h.program) for h in hosts]
     assert len(set(prints[:4])) == 1 and prints[4] != prints[0]  # (9 rows: another one)
@@ -82,7 +100,40 @@ def test_only_a_structure_s_first_client_builds_an_evaluator(kind):
     cohorts.check_forms(hosts[4:], GLMCohort(forms[4:]), X[4:])
     assert all(h.glm_verified and not h.glm_disagrees for h in hosts)
     built = ["functions" in h.program.__dict__ for h in hosts]
-    assert built == [True, False, False, False, True]
+    own_nodes = kind == "weighted"  # (then the others of a structure are probed)
+    assert built == [True, False, False, False, own_nodes]
+    assert probed == (["c1", "c2", "c3"] if own_nodes else ["c4"])
+
+
+@pytest.mark.parametrize("kind", ["ls", "logistic", "huber"])
+def test_a_family_s_other_structures_are_probed_once_each(kind, monkeypatch):
+    # two structures of one family in one cohort: the first client of each is checked
+    # (in full, then by value), and each stands for the others of its path
+    probed = _spy_probes(monkeypatch)
+    hosts, forms = _hosts(_model(kind, rows=(15, 9, 15, 9, 9)))
+    cohorts.check_forms(hosts, GLMCohort(forms), np.zeros((5, 3)))
+    assert all(h.glm_verified and not h.glm_disagrees for h in hosts)
+    assert ["functions" in h.program.__dict__ for h in hosts] == [True] + [False] * 4
+    assert probed == ["c1"]
+
+
+@pytest.mark.parametrize("kind", ["ls", "logistic", "huber"])
+@pytest.mark.parametrize("at", [1, 3])
+@pytest.mark.parametrize("split", [False, True])
+def test_a_wrong_form_of_another_structure_of_a_family_is_caught(kind, at, split):
+    # a misread form of the 9-row structure: its first client (at 1: probed for its
+    # structure), or one read through its own nodes (at 3: probed on its own); its family
+    # checked in the same call or in an earlier one (split)
+    hosts, forms = _hosts(_model(kind, rows=(15, 9, 15, 9)))
+    forms[at] = _wrong(forms[at])
+    if at == 3:
+        hosts[at].glm_path = None
+    if split:
+        cohorts.check_forms(hosts[:1], GLMCohort(forms[:1]), np.zeros((1, 3)))
+    with pytest.raises(NotRecognised, match=repr(hosts[at].name)):
+        cohorts.check_forms(hosts, GLMCohort(forms), np.zeros((4, 3)))
+    assert [h.glm_disagrees for h in hosts] == [i == at for i in range(4)]
+    assert "functions" in hosts[at].program.__dict__  # (refused by value: checked in full)
 
 
 @pytest.mark.parametrize("kind", ["ls", "logistic", "huber", "weighted"])

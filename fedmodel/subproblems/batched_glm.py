@@ -261,10 +261,10 @@ def glm_signature(f: GLMFunction, rows: bool = False) -> tuple:
     )
 
 
-def _check_stackable(forms: list[GLMFunction]) -> None:
-    """Raise NotStackable unless ``forms`` share their :func:`glm_signature` and every
-    term's data is dense: a few set comprehensions over the forms' attributes, and one
-    :func:`glm_signature` per form only to name the first that differs."""
+def _check_stackable(forms: list[GLMFunction]) -> tuple:
+    """The :func:`glm_signature` ``forms`` share; NotStackable unless they share one and
+    every term's data is dense: a few set comprehensions over the forms' attributes, and
+    one :func:`glm_signature` per form only to name the first that differs."""
     first = glm_signature(forms[0])
     same = {f.n for f in forms} == {first[0]} and {f.Q is None for f in forms} == {
         forms[0].Q is None
@@ -283,7 +283,7 @@ def _check_stackable(forms: list[GLMFunction]) -> None:
         kinds = {type(a): a for a in map(_A, terms)}  # (one matrix of each type)
         sparse = sparse or any(sp.issparse(a) for a in kinds.values())
     if same and not sparse:
-        return
+        return first
     for i, f in enumerate(forms):
         if glm_signature(f) != first:
             raise NotStackable(
@@ -292,6 +292,7 @@ def _check_stackable(forms: list[GLMFunction]) -> None:
             )
         if any(sp.issparse(t.A) for t in f.terms):
             raise NotStackable(f"party {i} of the cohort has a term with sparse data")
+    return first
 
 
 _KIND, _M, _S, _A = (attrgetter(name) for name in ("kind", "M", "s", "A"))
@@ -357,7 +358,8 @@ class GLMCohort:
         forms = list(forms)
         if not forms:
             raise NotStackable("a cohort needs at least one party")
-        _check_stackable(forms)
+        #: the :func:`glm_signature` (without rows) of its clients' forms
+        self.signature = _check_stackable(forms)
         self.size = len(forms)
         self.n = forms[0].n
         self.terms: list[_StackedTerm] = []
@@ -473,7 +475,7 @@ class GLMCohort:
     def subset(self, idx: np.ndarray) -> GLMCohort:
         """The cohort of the clients ``idx`` (views of the stacked data)."""
         sub = object.__new__(GLMCohort)
-        sub.size, sub.n = len(idx), self.n
+        sub.size, sub.n, sub.signature = len(idx), self.n, self.signature
         sub.terms = [t.subset(idx) for t in self.terms]
         sub.width = self.width
         sub.Q = None if self.Q is None else self.Q[idx]

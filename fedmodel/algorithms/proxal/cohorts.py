@@ -10,11 +10,12 @@ certificate evaluations (:meth:`~fedmodel.algorithms.proxal.client.ProxALClient.
 run on one :class:`~fedmodel.subproblems.batched_glm.GLMCohort`. This module holds what
 both need: which form a client has (:func:`glm_objective`; :func:`batched_steps`: whether
 its steps run in cohorts), the check of that form at a client's first batched use
-(:func:`check_forms`: against the model's own evaluator once per structure, which stands
-for the structure's other clients whose forms were read along the same path, and by value
-at a random point for the others; a client whose form disagrees leaves every batch for
-good), and the cohort of a list of clients, built once and reused while the host
-groups the same clients (:func:`cohort_of`).
+(:func:`check_forms`: against the model's own evaluator once per family of structures
+that differ in their data's row counts alone, by value at a random point once per other
+structure of the family, each check standing for the structure's other clients whose
+forms were read along the same path, and by value for the others; a client whose form
+disagrees leaves every batch for good), and the cohort of a list of clients, built once
+and reused while the host groups the same clients (:func:`cohort_of`).
 
 Examples
 --------
@@ -136,13 +137,17 @@ def cohort_of(hosts: list) -> GLMCohort:
 
 
 #: structures (:func:`~fedmodel.compiler.fingerprint.structure_fingerprint`) whose GLM
-#: form has agreed with the model's evaluator on a client of this process
+#: form has agreed with the model on a client of this process (:func:`check_forms`)
 _CHECKED_STRUCTURES: set[str] = set()
 
 #: the paths (:func:`~fedmodel.subproblems.newton.party_glm`'s ``path_key``: a structure
 #: and the decisions its reading took from the data's values) of forms that have agreed
-#: with the model's evaluator on a client of this process
+#: with the model on a client of this process (:func:`check_forms`)
 _CHECKED_PATHS: set[tuple] = set()
+
+#: the families (:func:`_family`: a structure up to its data's row counts) of forms that
+#: have agreed with the model's evaluator on a client of this process
+_CHECKED_FAMILIES: set[tuple] = set()
 
 #: whether a client's form has been checked (one C call per client, :func:`check_forms`)
 _VERIFIED = operator.attrgetter("glm_verified")
@@ -171,66 +176,90 @@ def _cvxpy_value(program: PartyProgram, x: np.ndarray) -> float:
     return float(sum(np.sum(numeric_value(t.expr, value)) for t in program.objective))
 
 
+def _family(host, cohort: GLMCohort) -> tuple | None:
+    """The family of a client's form in ``cohort``: its GLM signature without row counts
+    (the cohort's) and the decisions its reading took from its data's values (its path
+    without its structure); None for a form read through its own nodes."""
+    path = host.glm_path
+    return None if path is None else (cohort.signature, path[1])
+
+
 def check_forms(hosts: list, cohort: GLMCohort, X: np.ndarray) -> None:
     """Check the GLM form of each client of ``hosts`` at its first batched use.
 
-    The first client of each structure (its
-    :func:`~fedmodel.compiler.fingerprint.structure_fingerprint`; one whose form was read
-    through its structure's nodes when there is one: ``glm_path``, its form's path)
-    compares its form's value and gradient at its row of ``X`` with its model's own
-    evaluator (as the per-party Newton backend's first solve does,
-    :func:`~fedmodel.subproblems.newton.evaluations_agree`). The other clients of a
-    structure that agreed build no evaluator: a client whose form took a path that agreed
-    so is verified by that check; any other compares its form's value at a fixed random
+    The first client of each family of structures (its
+    :func:`~fedmodel.compiler.fingerprint.structure_fingerprint` up to its data's row
+    counts: the form's GLM signature without rows and the decisions its reading took from
+    its data's values, :func:`_family`; a structure on its own for a form read through its
+    own nodes) compares its form's value and gradient at its row of ``X`` with its model's
+    own evaluator (as the per-party Newton backend's first solve does,
+    :func:`~fedmodel.subproblems.newton.evaluations_agree`). The first client of each other
+    structure of a family that agreed so compares its form's value at a fixed random
     point with its objective's value there by cvxpy's own arithmetic
-    (:func:`~fedmodel.expressions.numeric_value`). A client whose form disagrees leaves the
+    (:func:`~fedmodel.expressions.numeric_value`). Either check of a structure's first
+    client (one whose form was read through its structure's nodes when there is one:
+    ``glm_path``, its form's path) stands for the structure's other clients whose forms
+    took the same path: they build no evaluator. Any other client of a structure that
+    agreed is probed at the random point. A client whose form disagrees leaves the
     batches for good and NotRecognised is raised, so that each message is handled on its
-    own.
+    own; when a structure's first client disagrees, its other clients are checked in full.
 
     Why the shared checks are enough: clients of one structure have the same terms up to
     their data's values, and their forms are read through the same nodes
     (:func:`~fedmodel.subproblems.newton.party_glm`), each decision taken from its own
     values and noted in its path. Two forms of one path are the same operations applied
-    to their own data, so the full check of one validates the others. A form of another
-    path took a decision from its data's values (storage, symmetry, a constant read from
-    the data) that the checked one did not; any misstep there gives a form that is another
-    function of ``x``. Form and objective are analytic in ``x`` (piecewise, for huber, on
-    the piece the point falls in), so if they differ they agree only on a set of measure
-    zero: their values at a random point are equal (to the same relative tolerance as the
-    full check) only when they are the same function, gradient included.
+    to their own data, so the check of one validates the others. A form of another path,
+    or of another structure of a family, took a decision or read a shape that the
+    checked one did not; any misstep there gives a form that is another function of
+    ``x``. Form and objective are analytic in ``x`` (piecewise, for huber, on the piece
+    the point falls in), so if they differ they agree only on a set of measure zero: their
+    values at a random point are equal (to the same relative tolerance as the full check)
+    only when they are the same function, gradient included. The bookkeeping is a few
+    set and dictionary operations per client; evaluators are built once per family.
     """
     if cohort in _VERIFIED_COHORTS or all(map(_VERIFIED, hosts)):
         _VERIFIED_COHORTS.add(cohort)
         return
-    new = [i for i, h in enumerate(hosts) if not h.glm_verified]
-    groups: dict[str, list[int]] = {}
-    for i in new:
-        h = hosts[i]
-        if h.glm_structure is None:
-            h.glm_structure = h.program.structure
-        groups.setdefault(h.glm_structure, []).append(i)
-    full, probed = [], []
-    for key, members in groups.items():
-        if key in _CHECKED_STRUCTURES:
-            probed += members
+    new = [i for i, verified in enumerate(map(_VERIFIED, hosts)) if not verified]
+    paths = [hosts[i].glm_path for i in new]
+    first_of = dict(zip(reversed(paths), reversed(new)))  # (each path's first client)
+    own = [i for i, p in zip(new, paths) if p is None] if None in first_of else []
+    # (each unchecked structure's first client: one whose form took a path when there is one)
+    firsts: dict[str, int] = {}
+    for i in sorted([i for p, i in first_of.items() if p not in _CHECKED_PATHS] + own):
+        key = _structure(hosts[i])
+        if key not in _CHECKED_STRUCTURES:
+            at = firsts.setdefault(key, i)
+            if hosts[at].glm_path is None and hosts[i].glm_path is not None:
+                firsts[key] = i
+    full, standing, planned = [], [], set()  # (planned: families checked in full here)
+    for i in sorted(firsts.values()):
+        family = _family(hosts[i], cohort)
+        if family is not None and (family in _CHECKED_FAMILIES or family in planned):
+            standing.append(i)
         else:
-            first = next((i for i in members if hosts[i].glm_path is not None), members[0])
-            full.append(first)
-            probed += [i for i in members if i != first]
+            full.append(i)
+            planned.add(family)
     wrong = _check_in_full(hosts, cohort, X, full)
     for i in full:
-        h = hosts[i]
-        if h not in wrong:
-            _CHECKED_STRUCTURES.add(h.glm_structure)
-            if h.glm_path is not None:
-                _CHECKED_PATHS.add(h.glm_path)
-    unchecked = [i for i in probed if hosts[i].glm_structure not in _CHECKED_STRUCTURES]
-    probed = [
-        i
-        for i in probed
-        if hosts[i].glm_structure in _CHECKED_STRUCTURES and hosts[i].glm_path not in _CHECKED_PATHS
-    ]
-    wrong += _check_in_full(hosts, cohort, X, unchecked + _probe(hosts, cohort, probed))
+        if hosts[i] not in wrong:
+            _agreed(hosts[i], _family(hosts[i], cohort))
+    standing = [i for i in standing if _family(hosts[i], cohort) in _CHECKED_FAMILIES]
+    refused = _probe(hosts, cohort, standing)
+    for i in standing:
+        if i not in refused:
+            _agreed(hosts[i], None)
+    unchecked, probed = [], []
+    if own or not _CHECKED_PATHS.issuperset(first_of):
+        done = set(full).union(standing)
+        for i, p in zip(new, paths):
+            if p in _CHECKED_PATHS or i in done:
+                continue
+            if _structure(hosts[i]) in _CHECKED_STRUCTURES:
+                probed.append(i)
+            else:
+                unchecked.append(i)
+    wrong += _check_in_full(hosts, cohort, X, unchecked + refused + _probe(hosts, cohort, probed))
     if wrong:
         for h in wrong:
             h.glm_disagrees = True
@@ -239,6 +268,25 @@ def check_forms(hosts: list, cohort: GLMCohort, X: np.ndarray) -> None:
     for i in new:
         hosts[i].glm_verified = True
     _VERIFIED_COHORTS.add(cohort)
+
+
+def _structure(host) -> str:
+    """A client's structure (:func:`~fedmodel.compiler.fingerprint.structure_fingerprint`):
+    its form's path's when it has one, found once."""
+    if host.glm_structure is None:
+        path = host.glm_path
+        host.glm_structure = host.program.structure if path is None else path[0]
+    return host.glm_structure
+
+
+def _agreed(host, family: tuple | None) -> None:
+    """Note that ``host``'s form agreed with its model: its structure, its path and (for a
+    check against the evaluator, ``family``) its family are checked."""
+    _CHECKED_STRUCTURES.add(host.glm_structure)
+    if host.glm_path is not None:
+        _CHECKED_PATHS.add(host.glm_path)
+    if family is not None:
+        _CHECKED_FAMILIES.add(family)
 
 
 def _subset(cohort: GLMCohort, idx: list[int]) -> GLMCohort:
