@@ -272,11 +272,7 @@ class ProxALServer(ServerHalf):
             if not why:
                 runtime.next_round()
                 replies = self.collect(runtime, "start", self.start_request())
-                why = "; ".join(
-                    f"client '{n}': {r.payload['why']}"
-                    for n, r in replies.items()
-                    if not r.payload.get("accepted", True)
-                )
+                why = _refusals(replies)
                 if not why:
                     self.started(runtime, replies)
                     return
@@ -338,7 +334,11 @@ class ProxALServer(ServerHalf):
         ``start`` replies; under secure aggregation the server reads only their sum), the
         server's own and ``h``'s."""
         ns = self.ns
-        refs = [float(r.payload.get("objective_reference", 0.0)) for r in replies.values()]
+        stacked = getattr(replies, "stacked", None)
+        if stacked is not None and "objective_reference" in stacked:  # (one column)
+            refs = np.asarray(stacked["objective_reference"], dtype=float).tolist()
+        else:
+            refs = [float(r.payload.get("objective_reference", 0.0)) for r in replies.values()]
         refs.append(objective_reference(self.program, self.x))
         refs.append(regularizer_reference(self.problem.regularizer, self.x[:ns]))
         self.objective_scale = reference_scale(refs)
@@ -1250,3 +1250,16 @@ def run_prox_al(
     server.client_dims = {c.name: program_dims(c) for c in compiled.clients}
     factories = _client_factories(compiled, options, rhos, proximal, route, x0)
     return run_federated(compiled, options, method, server, factories, faults=faults)
+
+
+def _refusals(replies) -> str:
+    """Why clients refused a ``start`` (their ``why``, named), "" when none did: read from
+    the stacked ``accepted`` column when the round was one stacked step."""
+    stacked = getattr(replies, "stacked", None)
+    if stacked is not None and ("accepted" not in stacked or np.all(stacked["accepted"])):
+        return ""
+    return "; ".join(
+        f"client '{n}': {r.payload['why']}"
+        for n, r in replies.items()
+        if not r.payload.get("accepted", True)
+    )
