@@ -12,7 +12,7 @@ import pytest
 import fedmodel as fm
 import fedmodel.runtime.base as runtime_base
 import fedmodel.runtime.rows as rows_module
-from fedmodel.algorithms.proxal.exact_admm import ExactClient, _cohort_deadline
+from fedmodel.algorithms.proxal.exact_admm import ExactClient, _cohort_deadline, _Stacked
 from fedmodel.runtime.messages import CountingLedger, Ledger, Message, measure
 from fedmodel.runtime.rows import RoundReplies, Rows, payloads_of, record_round, rows_subset
 
@@ -313,3 +313,48 @@ def test_a_stacked_outer_step_refuses_memories_of_different_lengths():
             step(halves, {"w": np.zeros(3), "alpha": np.zeros(0), "reset": False})
         assert [len(h.outer_mem) for h in halves] == [1, 0]
         assert not any(hasattr(h, "mu_mark") for h in halves)
+
+
+class _Host(SimpleNamespace):
+    """A client half as exact-admm's stacked start reads it: its centre's writes counted."""
+
+    writes = [0]
+
+    @property
+    def w_center(self):
+        return self.__dict__["centre"]
+
+    @w_center.setter
+    def w_center(self, value):
+        _Host.writes[0] += 1
+        self.__dict__["centre"] = value
+
+    @staticmethod
+    def centre_writes():
+        return _Host.writes[0]
+
+
+def test_a_stacked_start_hands_its_centres_to_its_clients_stack():
+    hosts = [
+        _Host(
+            theta_at_w=theta, theta_center=np.zeros(len(theta)), prox_weight=1.0, max_local_iter=9
+        )
+        for theta in (np.zeros(0), np.array([1.0, 2.0]), np.zeros(0))
+    ]
+    parts = []
+    for h in hosts:
+        part = object.__new__(ExactClient)
+        part.host, part._u, part._checked, part._stack, part._slot = h, None, None, None, 0
+        part._u_time = part._checked_time = 0
+        parts.append(part)
+    stack = _Stacked(parts)
+    W = np.arange(6.0).reshape(3, 2)
+    assert ExactClient.start_rows(parts, W, {})["exact"].tolist() == [True] * 3
+    assert stack.centred == _Host.centre_writes() and np.array_equal(stack.centres(), W)
+    assert all(np.array_equal(h.w_center, W[i]) for i, h in enumerate(hosts))
+    # the own block's centre is a copy of the own block (none to copy without one)
+    assert hosts[1].theta_center.tolist() == [1.0, 2.0]
+    assert hosts[1].theta_center is not hosts[1].theta_at_w
+    # the same clients in another list: their stack reads their centres again
+    ExactClient.start_rows(parts[::-1], W, {})
+    assert np.array_equal(stack.centres(), W[::-1])

@@ -1260,12 +1260,20 @@ class ExactClient(InnerClient):
     @staticmethod
     def start_rows(parts: list[ExactClient], W: np.ndarray, request: dict) -> dict:
         """:meth:`start` of every client of ``parts`` at its row of ``W`` in one step (each
-        client's centre a row of one copy of ``W``); the flags as a row per client."""
+        client's centre a row of one copy of ``W``, its own block's centre a copy of its
+        own block: nothing to copy for a client without one); the flags as a row per
+        client. The stack of the clients' steps (:class:`_Stacked`), when it is theirs,
+        takes ``W``'s copy as the stack of their centres."""
         centres = np.array(W, dtype=float)
-        for part, centre in zip(parts, centres):
-            h = part.host
+        hosts = [part.host for part in parts]
+        for h, centre in zip(hosts, centres):
             h.w_center = centre
-            h.theta_center = h.theta_at_w.copy()
+        for h in hosts:
+            if h.theta_at_w.size:
+                h.theta_center = h.theta_at_w.copy()
+        stack = parts[0]._stack
+        if stack is not None and stack.holds(parts):
+            stack.centred, stack.centers = type(hosts[0]).centre_writes(), centres
         return {"exact": np.ones(len(parts), dtype=bool)}
 
     def step_state(self) -> dict:
