@@ -425,6 +425,14 @@ class ReplyChecker:
             self._dims_key[party] = self._keys.setdefault(key, key)
         return self._dims[party]
 
+    def _find_dims(self, parties: list[str]) -> None:
+        """:meth:`dims` of ``parties`` (none found yet, each once) in one pass."""
+        found = list(map(self._dims_of, parties))
+        keys = map(tuple, map(sorted, map(_ITEMS, found)))
+        intern = self._keys.setdefault
+        self._dims.update(zip(parties, found))
+        self._dims_key.update(zip(parties, [intern(key, key) for key in keys]))
+
     def __call__(self, party: str, kind: str, direction: str, payload: Any) -> None:
         self.table.validate(party, kind, direction, payload, self.dims)
 
@@ -501,8 +509,7 @@ class ReplyChecker:
         if parties != self._alike:  # (the parties of the last round are known alike)
             known = self._dims_key
             if not all(map(known.__contains__, parties)):  # (each party's found once)
-                for party in parties:
-                    self.dims(party)
+                self._find_dims([p for p in parties if p not in known])
             first = known[parties[0]]  # (equal keys are one object)
             if not all(map(operator.is_, map(known.__getitem__, parties), repeat(first))):
                 return False
@@ -519,6 +526,9 @@ class ReplyChecker:
             if stacked.dtype.kind not in "biuf" or not _stacked_values_ok(field, stacked):
                 return False
         return True
+
+
+_ITEMS = operator.methodcaller("items")
 
 
 def _stacked_values_ok(field: Field, stacked: np.ndarray) -> bool:
