@@ -1,5 +1,5 @@
 """Clients of one structure share the checks of their GLM forms: a family's (structures
-up to their data's row counts) first client against the model's evaluator, each other
+that differ in their data's row counts alone) first client against the model's evaluator, each other
 structure's first client by value at a random point against cvxpy's own arithmetic, each
 standing for the others whose forms were read along the same path, the rest by value (a
 wrong form is still caught there), and a client whose steps run in cohorts builds its own

@@ -11,11 +11,12 @@ run on one :class:`~fedmodel.subproblems.batched_glm.GLMCohort`. This module hol
 both need: which form a client has (:func:`glm_objective`; :func:`batched_steps`: whether
 its steps run in cohorts), the check of that form at a client's first batched use
 (:func:`check_forms`: against the model's own evaluator once per family of structures
-that differ in their data's row counts alone, by value at a random point once per other
-structure of the family, each check standing for the structure's other clients whose
-forms were read along the same path, and by value for the others; a client whose form
-disagrees leaves every batch for good), and the cohort of a list of clients, built once
-and reused while the host groups the same clients (:func:`cohort_of`).
+(forms of one GLM signature, row counts aside, read with the same decisions: structures
+that differ in their data's row counts alone are one), by value at a random point once
+per other structure of the family, each check standing for the structure's other
+clients whose forms were read along the same path, and by value for the others; a client
+whose form disagrees leaves every batch for good), and the cohort of a list of clients,
+built once and reused while the host groups the same clients (:func:`cohort_of`).
 
 Examples
 --------
@@ -145,8 +146,8 @@ _CHECKED_STRUCTURES: set[str] = set()
 #: with the model on a client of this process (:func:`check_forms`)
 _CHECKED_PATHS: set[tuple] = set()
 
-#: the families (:func:`_family`: a structure up to its data's row counts) of forms that
-#: have agreed with the model's evaluator on a client of this process
+#: the families (:func:`_family`) of forms that have agreed with the model's evaluator on
+#: a client of this process
 _CHECKED_FAMILIES: set[tuple] = set()
 
 #: whether a client's form has been checked (one C call per client, :func:`check_forms`)
@@ -179,7 +180,8 @@ def _cvxpy_value(program: PartyProgram, x: np.ndarray) -> float:
 def _family(host, cohort: GLMCohort) -> tuple | None:
     """The family of a client's form in ``cohort``: its GLM signature without row counts
     (the cohort's) and the decisions its reading took from its data's values (its path
-    without its structure); None for a form read through its own nodes."""
+    without its structure), which structures that differ in their data's row counts alone
+    share; None for a form read through its own nodes."""
     path = host.glm_path
     return None if path is None else (cohort.signature, path[1])
 
@@ -187,11 +189,11 @@ def _family(host, cohort: GLMCohort) -> tuple | None:
 def check_forms(hosts: list, cohort: GLMCohort, X: np.ndarray) -> None:
     """Check the GLM form of each client of ``hosts`` at its first batched use.
 
-    The first client of each family of structures (its
-    :func:`~fedmodel.compiler.fingerprint.structure_fingerprint` up to its data's row
-    counts: the form's GLM signature without rows and the decisions its reading took from
-    its data's values, :func:`_family`; a structure on its own for a form read through its
-    own nodes) compares its form's value and gradient at its row of ``X`` with its model's
+    The first client of each family of structures (:func:`_family`: the form's GLM
+    signature without rows and the decisions its reading took from its data's values, one
+    for structures (:func:`~fedmodel.compiler.fingerprint.structure_fingerprint`) that
+    differ in their data's row counts alone; a structure on its own for a form read
+    through its own nodes) compares its form's value and gradient at its row of ``X`` with its model's
     own evaluator (as the per-party Newton backend's first solve does,
     :func:`~fedmodel.subproblems.newton.evaluations_agree`). The first client of each other
     structure of a family that agreed so compares its form's value at a fixed random
