@@ -344,6 +344,15 @@ class ClientHalf(DeclaredState):
         parts may name one of them) and that handler with whether it takes the sender."""
         return self, _handler(type(self), kind)
 
+    @classmethod
+    def handler_owners(cls, halves: list[ClientHalf], kind: str) -> list[Any]:
+        """The owner of ``kind``'s handler at each of ``halves`` (all of this class): the
+        first item of each one's :meth:`handler_owner`, found in one pass where the class
+        keeps the base's."""
+        if cls.handler_owner is ClientHalf.handler_owner:
+            return list(halves)
+        return [half.handler_owner(kind)[0] for half in halves]
+
     def _check_request(self, msg: Message) -> None:
         """The payload's field names against the kind's declared request fields, then the
         party's opt-ins: a kind or a field value that needs an opt-in this party did not
@@ -519,6 +528,9 @@ class ClientHalf(DeclaredState):
         return out
 
 
+_MESSAGES = attrgetter("messages")
+_REVEAL = attrgetter("reveal")
+
 #: bumped by every event after which a stacked round looks at its halves again
 _GENERATION = [0]
 
@@ -562,11 +574,9 @@ class RowsPlan:
         step = getattr(cls, f"_on_{kind}_rows", None)
         if step is None:  # (the kind has no stacked step: nothing to look at per half)
             return
-        found = [half.handler_owner(kind) for half in halves]
-        self.owners = [owner for owner, _ in found]
-        if any(handler is None for _, (handler, _) in found):
-            return
-        if set(map(type, self.owners)) != {cls}:
+        # (an owner's handler is its class's: owners of one class have one handler)
+        self.owners = type(halves[0]).handler_owners(halves, kind)
+        if _handler(cls, kind)[0] is None or set(map(type, self.owners)) != {cls}:
             return
         self.cohorts = None
         if kind in getattr(cls, "stable_batch_keys", ()):
@@ -574,16 +584,12 @@ class RowsPlan:
             if self.cohorts is None:
                 return
             self.groups = [[halves[i] for i in idx] for idx, _ in self.cohorts] or [self.halves]
-        # ((table, opt-ins) -> its first half; a run of halves sharing them is looked up once)
-        groups: dict[tuple[int, Any], int] = {}
-        last_table: Any = None
-        last_reveal: Any = None
-        for i, half in enumerate(halves):
-            table, reveal = half.messages, half.reveal
-            if table is not None and (table is not last_table or reveal is not last_reveal):
-                last_table, last_reveal = table, reveal
-                groups.setdefault((id(table), reveal), i)
-        self.firsts = list(groups.values())
+        # (the first half of each (table, opt-ins): its request's check stands for theirs)
+        tables = list(map(_MESSAGES, halves))
+        keys = list(zip(map(id, tables), map(_REVEAL, halves)))
+        n = len(keys)
+        first = dict(zip(reversed(keys), range(n - 1, -1, -1)))  # (the last write: the first)
+        self.firsts = sorted(i for i in first.values() if tables[i] is not None)
         self.valued = frozenset(
             name for i in self.firsts for name in halves[i].messages.valued_fields(kind)
         )
@@ -606,15 +612,27 @@ class RowsPlan:
 def _cohorts(owners: list, kind: str) -> list[tuple[np.ndarray, list]] | None:
     """``owners`` grouped by their ``step_batch_key(kind)`` (:attr:`RowsPlan.cohorts`):
     ``[]`` when it is one for all, None when one of them has none."""
-    keys = [owner.step_batch_key(kind) for owner in owners]
+    found = getattr(type(owners[0]), "step_batch_keys", None)
+    if found is not None:  # (the class finds them in one pass)
+        keys = found(owners, kind)
+    else:
+        keys = [owner.step_batch_key(kind) for owner in owners]
     if None in keys:
         return None
     if keys.count(keys[0]) == len(keys):
         return []
-    cohorts: dict[Any, list[int]] = {}  # (step_batch_key -> its halves, as the host groups)
-    for i, key in enumerate(keys):
-        cohorts.setdefault(key, []).append(i)
-    return [(np.array(idx), [owners[i] for i in idx]) for idx in cohorts.values()]
+    # (the halves of each key object, then those of equal keys together, in the order each
+    # key first appears, as the host groups: keys are compared once per object)
+    ids = np.fromiter(map(id, keys), dtype=np.uintp, count=len(keys))
+    _, first, inverse = np.unique(ids, return_index=True, return_inverse=True)
+    members = np.argsort(inverse, kind="stable")
+    ends = np.cumsum(np.bincount(inverse)).tolist()
+    starts = [0, *ends[:-1]]
+    cohorts: dict[Any, list[np.ndarray]] = {}
+    for g in np.argsort(first).tolist():
+        cohorts.setdefault(keys[first[g]], []).append(members[starts[g] : ends[g]])
+    groups = [p[0] if len(p) == 1 else np.sort(np.concatenate(p)) for p in cohorts.values()]
+    return [(idx, [owners[i] for i in idx.tolist()]) for idx in groups]
 
 
 class Tally:

@@ -28,6 +28,7 @@ gradient of ``P_{i,k}`` in its block, the ``outer`` reply carries
 from __future__ import annotations
 
 import functools
+from operator import attrgetter
 
 import numpy as np
 
@@ -239,6 +240,16 @@ class ProxALClient(ClientHalf):
         if found[0] is not None:
             return self.inner, found
         return super().handler_owner(kind)
+
+    @classmethod
+    def handler_owners(cls, halves: list[ProxALClient], kind: str) -> list:
+        """:meth:`handler_owner`'s owner of ``kind`` at each of ``halves``: in one pass
+        when their route parts are of one class (its handler decides for all)."""
+        parts = list(map(_INNER, halves))
+        classes = set(map(type, parts))
+        if len(classes) != 1 or cls.handler_owner is not ProxALClient.handler_owner:
+            return super().handler_owners(halves, kind)
+        return parts if _handler(classes.pop(), kind)[0] is not None else list(halves)
 
     # -- P_{i,k} and its gradient -----------------------------------------------------------
     def _grad_P(self, w: np.ndarray) -> np.ndarray:
@@ -506,6 +517,23 @@ class ProxALClient(ClientHalf):
             return None
         return ("glm-plain", structure)
 
+    @classmethod
+    def step_batch_keys(cls, halves: list[ProxALClient], kind: str) -> list:
+        """:meth:`step_batch_key` of each of ``halves``, found once for all the clients
+        alike in what decides it (for ``outer`` and ``outer_aa``: :data:`_OUTER_FACTS`;
+        for ``start`` and ``evaluate``, once their forms are looked up and their
+        evaluations judged: :data:`_GLM_FACTS`, then once per form's signature), else
+        each its own."""
+        if cls.step_batch_key is ProxALClient.step_batch_key:
+            if kind in ("outer", "outer_aa"):
+                if len(set(map(_OUTER_FACTS, halves))) == 1:
+                    return [halves[0].step_batch_key(kind)] * len(halves)
+            elif kind in ("start", "evaluate") and all(map(_LOOKED_UP, halves)):
+                facts = set(map(_GLM_FACTS, halves))
+                if len(facts) == 1 and None not in facts.pop():
+                    return _glm_keys(halves, kind)
+        return [h.step_batch_key(kind) for h in halves]
+
     @staticmethod
     def _on_start_batch(halves: list[ProxALClient], payloads: list[dict]) -> list[dict]:
         """:meth:`_on_start` of every client of ``halves`` (clients of one
@@ -626,6 +654,33 @@ class ProxALClient(ClientHalf):
         for key in stats[0]:
             out[key] = np.array([float(s[key]) for s in stats])
         return out
+
+
+_INNER = attrgetter("inner")
+
+#: what decides a client's step_batch_key of ``outer`` and ``outer_aa``: its own block,
+#: its constraints, its route and its route part's class, its outer Anderson memory
+_OUTER_FACTS = attrgetter(
+    "owned", "program.m_ineq", "program.m_eq", "route_name", "inner.__class__", "outer_anderson"
+)
+
+#: what decides it for ``start`` and ``evaluate``, once its form has been looked up
+#: (``glm_looked_up``), besides the form's signature: the batches' option, its form's
+#: verdict, whether its evaluation is its objective's alone (None until judged) and its route
+_GLM_FACTS = attrgetter("options.batch_clients", "_glm_disagrees", "glm_plain", "route_name")
+_LOOKED_UP = attrgetter("glm_looked_up")
+_SIGNATURE = attrgetter("glm_signature")
+
+
+def _glm_keys(halves: list[ProxALClient], kind: str) -> list:
+    """The ``start`` or ``evaluate`` key of each of ``halves``, alike in all but their
+    forms' signatures: the key of one client per signature object, given to each client
+    of that object (a signature is one object per form's path, :func:`glm_structure`)."""
+    signatures = list(map(_SIGNATURE, halves))
+    ids = list(map(id, signatures))
+    one = dict(zip(ids, halves))
+    keys = {i: h.step_batch_key(kind) for i, h in one.items()}
+    return [keys[i] for i in ids]
 
 
 def _own(a: np.ndarray) -> np.ndarray:
