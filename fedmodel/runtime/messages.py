@@ -343,44 +343,52 @@ def communication_totals(ledger: Ledger) -> dict[str, Any]:
     and per party (sent and received), for the algorithm channel; the same for the
     ``diagnostic`` channel under ``"diagnostic"``. Local turns (channel ``"local"``) carry
     nothing over the network and are only counted as ``local_steps``."""
-
-    counts = _counts(ledger)
+    # (per channel: [messages, floats] up, down, peer, and each party's
+    # [messages sent, floats sent, messages received, floats received] in the order each
+    # first appears; one pass over the counts)
+    channels: dict[str, tuple[dict[str, list[int]], dict[str, list[int]]]] = {
+        ch: ({"up": [0, 0], "down": [0, 0], "peer": [0, 0]}, {}) for ch in _TOTALLED
+    }
+    local_steps = 0
+    for (ch, s, r), (cnt, fl) in _counts(ledger).items():
+        if ch == "local":
+            local_steps += cnt
+        found = channels.get(ch)
+        if found is None:
+            continue
+        sums, per = found
+        total = sums["up" if r == SERVER else ("down" if s == SERVER else "peer")]
+        total[0] += cnt
+        total[1] += fl
+        sent = per.get(s)
+        if sent is None:
+            sent = per[s] = [0, 0, 0, 0]
+        sent[0] += cnt
+        sent[1] += fl
+        received = per.get(r)
+        if received is None:
+            received = per[r] = [0, 0, 0, 0]
+        received[2] += cnt
+        received[3] += fl
 
     def totals(channel: str) -> dict[str, Any]:
+        sums, per = channels[channel]
         out = {
-            "messages": 0,
-            "floats": 0,
-            "messages_up": 0,
-            "floats_up": 0,
-            "messages_down": 0,
-            "floats_down": 0,
-            "messages_peer": 0,
-            "floats_peer": 0,
-            "per_party": {},
+            "messages": sum(m for m, _ in sums.values()),
+            "floats": sum(f for _, f in sums.values()),
         }
-        for (ch, s, r), (cnt, fl) in counts.items():
-            if ch != channel or (s == r and ch == "local"):
-                continue
-            out["messages"] += cnt
-            out["floats"] += fl
-            kind = "up" if r == SERVER else ("down" if s == SERVER else "peer")
-            out[f"messages_{kind}"] += cnt
-            out[f"floats_{kind}"] += fl
-            for party, role in ((s, "sent"), (r, "received")):
-                d = out["per_party"].setdefault(
-                    party,
-                    {
-                        "messages_sent": 0,
-                        "floats_sent": 0,
-                        "messages_received": 0,
-                        "floats_received": 0,
-                    },
-                )
-                d[f"messages_{role}"] += cnt
-                d[f"floats_{role}"] += fl
+        for kind, (m, f) in sums.items():
+            out[f"messages_{kind}"] = m
+            out[f"floats_{kind}"] = f
+        out["per_party"] = {p: dict(zip(_PARTY_FIELDS, v)) for p, v in per.items()}
         return out
 
     result = totals("algorithm")
     result["diagnostic"] = totals("diagnostic")
-    result["local_steps"] = sum(cnt for (ch, _, _), (cnt, _) in counts.items() if ch == "local")
+    result["local_steps"] = local_steps
     return result
+
+
+#: the channels :func:`communication_totals` adds up, and a party's fields there
+_TOTALLED = ("algorithm", "diagnostic")
+_PARTY_FIELDS = ("messages_sent", "floats_sent", "messages_received", "floats_received")

@@ -408,21 +408,29 @@ class ProxALClient(ClientHalf):
         if memory:
             _one_memory_length(halves)
         W, request = _stacked_start_fields(halves, fields)
-        for h in halves:  # (what _on_outer keeps of a client without multipliers; an
-            # empty array is shared, not copied: nothing can change it)
-            h.mu_mark, h.nu_mark, h.cone_mark = _own(h.mu), _own(h.nu), _own(h.cone_at_w)
-            if h.theta_at_w.size:
+        # (what _on_outer keeps of a client without constraints or own block: its
+        # multipliers and own block are empty arrays, kept as they are, nothing can change
+        # them; its cone duals copied where it has some)
+        for h in halves:
+            h.mu_mark, h.nu_mark, h.cone_mark = h.mu, h.nu, h.cone_at_w
+        if any(map(_CONE_DUALS_SIZE, halves)):
+            for h in halves:
+                h.cone_mark = _own(h.cone_at_w)
+        if any(map(_THETA_SIZE, halves)):
+            for h in halves:
                 h.theta_step = h.theta_at_w - h.theta_center
         out = {"dmu_inf": np.zeros(m), **_start_rows(halves, W, request)}
         if memory:
-            no_residual = np.zeros(0)  # (the multipliers' block of the outer residual)
-            keep = memory + 1
-            for h in halves:
-                mem = h.outer_mem
-                mem.append((no_residual, _own(h.mu), _own(h.nu)))
-                if len(mem) > keep:
-                    del mem[:-keep]
-            out["gram"] = np.zeros((m, len(halves[0].outer_mem)))
+            # (the zero block of the outer residual its multipliers add, and its empty
+            # multipliers: one entry for all, nothing can change it)
+            mems = list(map(_OUTER_MEM, halves))
+            for mem in mems:
+                mem.append(_EMPTY_OUTER_ENTRY)
+            excess = len(mems[0]) - (memory + 1)  # (one length for all: the oldest go)
+            if excess > 0:
+                for mem in mems:
+                    del mem[:excess]
+            out["gram"] = np.zeros((m, len(mems[0])))
         return out
 
     def _on_outer_aa(self, w, alpha, reset, **request):
@@ -657,6 +665,9 @@ class ProxALClient(ClientHalf):
 
 
 _INNER = attrgetter("inner")
+_OUTER_MEM = attrgetter("outer_mem")
+_CONE_DUALS_SIZE = attrgetter("cone_at_w.size")
+_THETA_SIZE = attrgetter("theta_at_w.size")
 
 #: what decides a client's step_batch_key of ``outer`` and ``outer_aa``: its own block,
 #: its constraints, its route and its route part's class, its outer Anderson memory
@@ -692,6 +703,10 @@ def _own(a: np.ndarray) -> np.ndarray:
 #: all: nothing can change an array without elements)
 _EMPTY = np.zeros(0)
 
+#: the outer Anderson memory's entry of a client without constraints (residual, mu, nu:
+#: empty), one for all
+_EMPTY_OUTER_ENTRY = (_EMPTY, _EMPTY, _EMPTY)
+
 
 def _start_rows(halves: list[ProxALClient], W: np.ndarray, request: dict) -> dict[str, np.ndarray]:
     """Each client's route part's ``start`` at its row of ``W`` (the parts of one class), the
@@ -713,7 +728,7 @@ def _one_memory_length(halves: list[ProxALClient]) -> None:
     """Refuse (a ValueError, before any state changes: the round then goes message by
     message) clients of one stacked outer step whose outer Anderson memories differ in
     length: their ``gram`` replies would differ in shape."""
-    if len({len(h.outer_mem) for h in halves}) > 1:
+    if len(set(map(len, map(_OUTER_MEM, halves)))) > 1:
         raise ValueError("the clients' outer Anderson memories differ in length")
 
 
