@@ -37,6 +37,7 @@ import dataclasses
 import functools
 import inspect
 import time
+import weakref
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
@@ -481,8 +482,9 @@ class ClientHalf(DeclaredState):
         if cls.get_state is not ClientHalf.get_state:
             return None
         cols = cls._declared_columns(halves)
-        if cols is not None:
-            cols["stats"] = [h.stats for h in halves]
+        if cols is not None:  # (every tally's counts added first: each one's statistics)
+            Tally.settle_all()
+            cols["stats"] = list(map(_STATS, halves))
         return cols
 
     def set_state(self, state: dict) -> None:
@@ -654,7 +656,7 @@ class Tally:
     (4, 0.5)
     """
 
-    __slots__ = ("halves", "sums", "maxima", "pending")
+    __slots__ = ("halves", "sums", "maxima", "pending", "__weakref__")
 
     #: the tallies a half keeps of lists it comes first in (one per length)
     KEPT = 4
@@ -689,7 +691,7 @@ class Tally:
         if column is None:
             column = self.sums[name] = np.zeros(len(self.halves), dtype=dtype)
         column += values
-        self.pending = True
+        self._pend()
 
     def maximum(self, name: str, values: np.ndarray) -> None:
         """Keep the largest of counter ``name`` and ``values`` (a value per half)."""
@@ -697,7 +699,19 @@ class Tally:
         if column is None:
             column = self.maxima[name] = np.full(len(self.halves), -np.inf)
         np.maximum(column, values, out=column)
-        self.pending = True
+        self._pend()
+
+    def _pend(self) -> None:
+        if not self.pending:
+            self.pending = True
+            _PENDING.add(self)
+
+    @staticmethod
+    def settle_all() -> None:
+        """:meth:`settle` every tally holding counts (a mark reads every half's
+        statistics: the tallies are settled once, not once per half)."""
+        while _PENDING:
+            _PENDING.pop().settle()
 
     def settle(self) -> None:
         """Add every slot's counts to its half's statistics and empty the slots."""
@@ -729,6 +743,12 @@ class Tally:
         for half in self.halves:
             half.__dict__["_tallies"].pop(self, None)
 
+
+#: the tallies that took counts since they were last settled (held weakly: a tally lives
+#: as long as its halves)
+_PENDING: weakref.WeakSet[Tally] = weakref.WeakSet()
+
+_STATS = attrgetter("_stats")
 
 #: id(family table) -> (the table, it merged with secure aggregation's): made once per table
 _ANSWERED: dict[int, tuple[MessageTable, MessageTable]] = {}

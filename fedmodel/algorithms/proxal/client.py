@@ -386,7 +386,7 @@ class ProxALClient(ClientHalf):
         _one_memory_length(halves)
         W, request = _stacked_start_fields(halves, fields)
         alpha, reset = request.pop("alpha"), request.pop("reset")
-        if np.size(alpha) > min(len(h.outer_mem) for h in halves):
+        if np.size(alpha) > min(map(len, map(_OUTER_MEM, halves))):
             raise ValueError("outer_aa combines more outputs than the clients keep")
         replies = _start_rows(halves, W, request)
         if reset:
