@@ -33,15 +33,18 @@ its own data) and the :class:`~fedmodel.result.Result`.
 
 from __future__ import annotations
 
+import collections
 import dataclasses
 import functools
 import inspect
+import itertools
+import operator
 import time
 import weakref
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from operator import attrgetter
+from operator import attrgetter, methodcaller
 from typing import Any, ClassVar
 
 import numpy as np
@@ -718,16 +721,24 @@ class Tally:
         if not self.pending:
             return
         self.pending = False
-        found = [half.__dict__["_stats"] for half in self.halves]
+        found = list(map(_STATS, self.halves))
         for name, column in self.sums.items():
-            for stats, value in zip(found, column.tolist()):
-                if value:
-                    stats[name] = stats.get(name, 0) + value
+            if column.all():  # (a count for every half: each one's sum, in one C pass)
+                sums = map(operator.add, map(methodcaller("get", name, 0), found), column.tolist())
+                _consume(map(operator.setitem, found, itertools.repeat(name), sums))
+            else:
+                for stats, value in zip(found, column.tolist()):
+                    if value:
+                        stats[name] = stats.get(name, 0) + value
             column[:] = 0
         for name, column in self.maxima.items():
-            for stats, value in zip(found, column.tolist()):
-                if value != -np.inf and (name not in stats or value > stats[name]):
-                    stats[name] = value
+            if np.isfinite(column).all():  # (a value for every half: each one's largest)
+                largest = map(max, map(methodcaller("get", name, -np.inf), found), column.tolist())
+                _consume(map(operator.setitem, found, itertools.repeat(name), largest))
+            else:
+                for stats, value in zip(found, column.tolist()):
+                    if value != -np.inf and (name not in stats or value > stats[name]):
+                        stats[name] = value
             column[:] = -np.inf
 
     def forget(self, i: int) -> None:
@@ -749,6 +760,11 @@ class Tally:
 _PENDING: weakref.WeakSet[Tally] = weakref.WeakSet()
 
 _STATS = attrgetter("_stats")
+
+
+def _consume(iterator) -> None:
+    """Run ``iterator`` to its end (a pass made of C calls, its values dropped)."""
+    collections.deque(iterator, maxlen=0)
 
 #: id(family table) -> (the table, it merged with secure aggregation's): made once per table
 _ANSWERED: dict[int, tuple[MessageTable, MessageTable]] = {}

@@ -346,9 +346,12 @@ def communication_totals(ledger: Ledger) -> dict[str, Any]:
             b = blocks.get(key)
             if b is None:
                 b = blocks[key] = [0, 0, 0]
-                for n in part.names:  # (its parties where their first rows put them)
-                    add(ch, SERVER, n, 0, 0)
-                    add(ch, n, SERVER, 0, 0)
+                found = channels.get(ch)
+                if found is not None:  # (its parties where their first rows put them)
+                    per = found[1]
+                    for n in (SERVER, *part.names):
+                        if n not in per:
+                            per[n] = [0, 0, 0, 0]
             b[0] += 1
             b[1] += part.request[1]
             b[2] += part.reply[1]
