@@ -766,6 +766,7 @@ def _consume(iterator) -> None:
     """Run ``iterator`` to its end (a pass made of C calls, its values dropped)."""
     collections.deque(iterator, maxlen=0)
 
+
 #: id(family table) -> (the table, it merged with secure aggregation's): made once per table
 _ANSWERED: dict[int, tuple[MessageTable, MessageTable]] = {}
 

@@ -28,7 +28,7 @@ gradient of ``P_{i,k}`` in its block, the ``outer`` reply carries
 from __future__ import annotations
 
 import functools
-from operator import attrgetter
+from operator import attrgetter, itemgetter
 
 import numpy as np
 
@@ -409,16 +409,11 @@ class ProxALClient(ClientHalf):
             _one_memory_length(halves)
         W, request = _stacked_start_fields(halves, fields)
         # (what _on_outer keeps of a client without constraints or own block: its
-        # multipliers and own block are empty arrays, kept as they are, nothing can change
-        # them; its cone duals copied where it has some)
-        for h in halves:
-            h.mu_mark, h.nu_mark, h.cone_mark = h.mu, h.nu, h.cone_at_w
-        if any(map(_CONE_DUALS_SIZE, halves)):
+        # multipliers, their marks, its own block and its step there are empty arrays,
+        # which nothing changes; the marks of its cone duals, copies, in a cohort with them)
+        if halves[0].program.m_cone:
             for h in halves:
                 h.cone_mark = _own(h.cone_at_w)
-        if any(map(_THETA_SIZE, halves)):
-            for h in halves:
-                h.theta_step = h.theta_at_w - h.theta_center
         out = {"dmu_inf": np.zeros(m), **_start_rows(halves, W, request)}
         if memory:
             # (the zero block of the outer residual its multipliers add, and its empty
@@ -514,7 +509,8 @@ class ProxALClient(ClientHalf):
             plain = not (self.owned or self.program.m_ineq or self.program.m_eq)
             plain = plain and not self.route.measures_feasibility  # (no (8) half to send)
             if plain and getattr(type(self.inner), "stacked_start", False):
-                return ("outer-plain", type(self.inner), self.outer_anderson)
+                cones = bool(self.program.m_cone)  # (a cohort has cone duals or none)
+                return ("outer-plain", type(self.inner), self.outer_anderson, cones)
             return None
         if kind not in ("start", "evaluate") or (kind == "start" and self.route.probes):
             return None
@@ -540,6 +536,11 @@ class ProxALClient(ClientHalf):
                 facts = set(map(_GLM_FACTS, halves))
                 if len(facts) == 1 and None not in facts.pop():
                     return _glm_keys(halves, kind)
+            elif kind == "report":
+                Tally.settle_all()  # (its statistics' names: every count added first)
+                if len(set(map(_REPORT_FACTS, halves))) == 1:
+                    if len(set(map(tuple, map(_STATS, halves)))) == 1:
+                        return [halves[0].step_batch_key(kind)] * len(halves)
         return [h.step_batch_key(kind) for h in halves]
 
     @staticmethod
@@ -657,22 +658,28 @@ class ProxALClient(ClientHalf):
         :meth:`step_batch_key`: no multipliers, cone duals or own block, statistics of the
         same names) in one pass: empty multipliers and each statistic as a column."""
         m = len(halves)
-        stats = [h.stats for h in halves]
+        Tally.settle_all()  # (every count added first: each one's statistics)
+        stats = list(map(_STATS, halves))
         out = {"mu": np.zeros((m, 0)), "nu": np.zeros((m, 0))}
         for key in stats[0]:
-            out[key] = np.array([float(s[key]) for s in stats])
+            out[key] = np.fromiter(map(itemgetter(key), stats), dtype=float, count=m)
         return out
 
 
 _INNER = attrgetter("inner")
 _OUTER_MEM = attrgetter("outer_mem")
-_CONE_DUALS_SIZE = attrgetter("cone_at_w.size")
-_THETA_SIZE = attrgetter("theta_at_w.size")
 
 #: what decides a client's step_batch_key of ``outer`` and ``outer_aa``: its own block,
-#: its constraints, its route and its route part's class, its outer Anderson memory
+#: its constraints and cones, its route and its route part's class, its outer Anderson
+#: memory
 _OUTER_FACTS = attrgetter(
-    "owned", "program.m_ineq", "program.m_eq", "route_name", "inner.__class__", "outer_anderson"
+    "owned",
+    "program.m_ineq",
+    "program.m_eq",
+    "program.m_cone",
+    "route_name",
+    "inner.__class__",
+    "outer_anderson",
 )
 
 #: what decides it for ``start`` and ``evaluate``, once its form has been looked up
@@ -680,6 +687,11 @@ _OUTER_FACTS = attrgetter(
 #: verdict, whether its evaluation is its objective's alone (None until judged) and its route
 _GLM_FACTS = attrgetter("options.batch_clients", "_glm_disagrees", "glm_plain", "route_name")
 _LOOKED_UP = attrgetter("glm_looked_up")
+
+#: what decides it for ``report``, besides its statistics' names: its multipliers', cone
+#: duals' and own block's sizes
+_REPORT_FACTS = attrgetter("mu.size", "nu.size", "owned", "cone.size")
+_STATS = attrgetter("_stats")
 _SIGNATURE = attrgetter("glm_signature")
 
 
