@@ -532,9 +532,10 @@ class ProxALClient(ClientHalf):
             if kind in ("outer", "outer_aa"):
                 if len(set(map(_OUTER_FACTS, halves))) == 1:
                     return [halves[0].step_batch_key(kind)] * len(halves)
-            elif kind in ("start", "evaluate") and all(map(_LOOKED_UP, halves)):
+            elif kind in ("start", "evaluate") and halves[0].glm_plain is not None:
+                # (once judged: at its first round each client judges its own evaluation)
                 facts = set(map(_GLM_FACTS, halves))
-                if len(facts) == 1 and None not in facts.pop():
+                if len(facts) == 1 and None not in facts.pop() and all(map(_LOOKED_UP, halves)):
                     return _glm_keys(halves, kind)
             elif kind == "report":
                 Tally.settle_all()  # (its statistics' names: every count added first)
