@@ -208,3 +208,48 @@ def test_prox_al_traffic_matches_the_paper(method):
     n_in, n_out = res.rounds["inner"], res.rounds["outer"] if method == "prox-al" else 0
     per_client_up = d + 1 + n_in * (d + 1) + n_out * (d + 1)
     assert res.communication["floats_up"] == len(clients) * per_client_up
+
+
+def test_communication_totals_add_up_each_party_s_rows():
+    """``res.communication``'s totals and each party's sent and received counts, on both
+    channels, are those of the ledger's rows counted one by one (stacked rounds' blocks
+    and single messages alike), and local turns only in ``local_steps``."""
+    from fedmodel.runtime.messages import Ledger, Message, communication_totals
+
+    rng = np.random.default_rng(3)
+    m = fm.Model("totals")
+    w = m.variable(3, name="w")
+    for k in range(6):  # (clients without constraints: their rounds are stacked)
+        X = rng.normal(size=(10 + k % 2, 3))
+        c = m.client(f"c{k}")
+        c.minimize(cp.sum_squares(c.data(X, name="X") @ w - c.data(X @ np.ones(3), name="y")))
+    m.server.subject_to([w <= 0.5, w >= -0.5])
+    res = m.solve("prox-al", inner_solver="exact-admm")
+    ledger = Ledger(list(res.ledger))  # (the rows one by one, the blocks written out)
+    assert res.communication == communication_totals(ledger)
+    ledger.record(Message("step", "c0", "c0", {"x": np.zeros(3)}, 9, "local"))
+    ledger.record(Message("peer", "c0", "c1", {"x": np.zeros(2)}, 9))
+    got = communication_totals(ledger)
+    assert got["local_steps"] == 1
+    for channel, out in (("algorithm", got), ("diagnostic", got["diagnostic"])):
+        rows = [r for r in ledger.rows if r["channel"] == channel]
+        assert out["messages"] == len(rows) and out["floats"] == sum(r["floats"] for r in rows)
+        for kind, pick in (
+            ("up", lambda r: r["receiver"] == SERVER),
+            ("down", lambda r: r["sender"] == SERVER),
+            ("peer", lambda r: SERVER not in (r["sender"], r["receiver"])),
+        ):
+            picked = [r for r in rows if pick(r)]
+            assert out[f"messages_{kind}"] == len(picked), (channel, kind)
+            assert out[f"floats_{kind}"] == sum(r["floats"] for r in picked), (channel, kind)
+        parties = {p for r in rows for p in (r["sender"], r["receiver"])}
+        assert set(out["per_party"]) == parties
+        for party, d in out["per_party"].items():
+            sent = [r["floats"] for r in rows if r["sender"] == party]
+            received = [r["floats"] for r in rows if r["receiver"] == party]
+            assert d == {
+                "messages_sent": len(sent),
+                "floats_sent": sum(sent),
+                "messages_received": len(received),
+                "floats_received": sum(received),
+            }, (channel, party)

@@ -358,3 +358,72 @@ def test_a_stacked_start_hands_its_centres_to_its_clients_stack():
     # the same clients in another list: their stack reads their centres again
     ExactClient.start_rows(parts[::-1], W, {})
     assert np.array_equal(stack.centres(), W[::-1])
+
+
+def test_a_plan_finds_each_half_s_key_and_owner_as_each_half_does():
+    """The keys a plan groups halves by, found once for halves alike in what decides them
+    (:meth:`ProxALClient.step_batch_keys`), are each half's own ``step_batch_key``, and
+    its owners each half's ``handler_owner``: for halves of one structure, of two, and
+    with one half of another route or whose form disagrees."""
+    from fedmodel.algorithms.protocol import RowsPlan, _cohorts
+    from fedmodel.algorithms.proxal.client import ProxALClient
+    from fedmodel.algorithms.proxal.options import ProxALOptions
+
+    progs = _model().compile().clients
+    opts = ProxALOptions(inner_solver="exact-admm")
+    halves = [
+        ProxALClient(p, opts, rho=1.0, n_clients=len(progs), route="exact-admm") for p in progs
+    ]
+    kinds = ("start", "evaluate", "outer", "outer_aa", "xadmm_w", "report")
+
+    def check(group):
+        for kind in kinds:
+            own = [h.handler_owner(kind)[0] for h in group]
+            owners = ProxALClient.handler_owners(group, kind)
+            assert all(a is b for a, b in zip(own, owners)), kind
+            cls = type(owners[0])
+            keys = [o.step_batch_key(kind) for o in owners]
+            if hasattr(cls, "step_batch_keys"):
+                assert cls.step_batch_keys(owners, kind) == keys, kind
+            # (the cohorts: each key's halves, in the order each key first appears)
+            expected: dict = {}
+            for i, key in enumerate(keys):
+                expected.setdefault(key, []).append(i)
+            found = _cohorts(owners, kind)
+            if None in keys:
+                assert found is None
+            elif len(expected) == 1:
+                assert found == []
+            else:
+                assert [idx.tolist() for idx, _ in found] == list(expected.values())
+                assert all(o is owners[i] for idx, os in found for i, o in zip(idx, os))
+
+    for kind in kinds:  # (the first plans look each half's form up)
+        RowsPlan.of(halves, kind)
+    check(halves)  # (two structures: 12 and 15 rows)
+    check(halves[1::2])  # (one)
+    halves[4].use_route("admm")
+    check(halves)
+    halves[4].use_route("exact-admm")
+    halves[5].glm_disagrees = True
+    check(halves)
+
+
+def test_a_mark_reads_each_half_s_statistics_with_its_tallies_counts():
+    """The statistics a mark reads as a column (every tally settled once) are those each
+    half reads on its own."""
+    from fedmodel.algorithms.protocol import ClientHalf, Tally
+
+    halves = [ClientHalf(SimpleNamespace(name=n)) for n in "abcd"]
+    Tally.of(halves).add("local_solves", np.array([1, 0, 2, 3]), dtype=int)
+    Tally.of(halves[1:3]).maximum("gap", np.array([0.5, 2.0]))
+    Tally.of(halves[1:3]).add("seconds", 0.25)
+    cols = ClientHalf.state_columns(halves)
+    expected = [
+        {"local_solves": 1, "local_iterations": 0, "seconds": 0.0},
+        {"local_solves": 0, "local_iterations": 0, "seconds": 0.25, "gap": 0.5},
+        {"local_solves": 2, "local_iterations": 0, "seconds": 0.25, "gap": 2.0},
+        {"local_solves": 3, "local_iterations": 0, "seconds": 0.0},
+    ]
+    assert cols["stats"] == expected
+    assert [h.stats for h in halves] == expected  # (settled once: nothing added twice)

@@ -33,14 +33,18 @@ its own data) and the :class:`~fedmodel.result.Result`.
 
 from __future__ import annotations
 
+import collections
 import dataclasses
 import functools
 import inspect
+import itertools
+import operator
 import time
+import weakref
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from operator import attrgetter
+from operator import attrgetter, methodcaller
 from typing import Any, ClassVar
 
 import numpy as np
@@ -344,6 +348,15 @@ class ClientHalf(DeclaredState):
         parts may name one of them) and that handler with whether it takes the sender."""
         return self, _handler(type(self), kind)
 
+    @classmethod
+    def handler_owners(cls, halves: list[ClientHalf], kind: str) -> list[Any]:
+        """The owner of ``kind``'s handler at each of ``halves`` (all of this class): the
+        first item of each one's :meth:`handler_owner`, found in one pass where the class
+        keeps the base's."""
+        if cls.handler_owner is ClientHalf.handler_owner:
+            return list(halves)
+        return [half.handler_owner(kind)[0] for half in halves]
+
     def _check_request(self, msg: Message) -> None:
         """The payload's field names against the kind's declared request fields, then the
         party's opt-ins: a kind or a field value that needs an opt-in this party did not
@@ -472,8 +485,9 @@ class ClientHalf(DeclaredState):
         if cls.get_state is not ClientHalf.get_state:
             return None
         cols = cls._declared_columns(halves)
-        if cols is not None:
-            cols["stats"] = [h.stats for h in halves]
+        if cols is not None:  # (every tally's counts added first: each one's statistics)
+            Tally.settle_all()
+            cols["stats"] = list(map(_STATS, halves))
         return cols
 
     def set_state(self, state: dict) -> None:
@@ -519,6 +533,9 @@ class ClientHalf(DeclaredState):
         return out
 
 
+_MESSAGES = attrgetter("messages")
+_REVEAL = attrgetter("reveal")
+
 #: bumped by every event after which a stacked round looks at its halves again
 _GENERATION = [0]
 
@@ -562,11 +579,9 @@ class RowsPlan:
         step = getattr(cls, f"_on_{kind}_rows", None)
         if step is None:  # (the kind has no stacked step: nothing to look at per half)
             return
-        found = [half.handler_owner(kind) for half in halves]
-        self.owners = [owner for owner, _ in found]
-        if any(handler is None for _, (handler, _) in found):
-            return
-        if set(map(type, self.owners)) != {cls}:
+        # (an owner's handler is its class's: owners of one class have one handler)
+        self.owners = type(halves[0]).handler_owners(halves, kind)
+        if _handler(cls, kind)[0] is None or set(map(type, self.owners)) != {cls}:
             return
         self.cohorts = None
         if kind in getattr(cls, "stable_batch_keys", ()):
@@ -574,16 +589,12 @@ class RowsPlan:
             if self.cohorts is None:
                 return
             self.groups = [[halves[i] for i in idx] for idx, _ in self.cohorts] or [self.halves]
-        # ((table, opt-ins) -> its first half; a run of halves sharing them is looked up once)
-        groups: dict[tuple[int, Any], int] = {}
-        last_table: Any = None
-        last_reveal: Any = None
-        for i, half in enumerate(halves):
-            table, reveal = half.messages, half.reveal
-            if table is not None and (table is not last_table or reveal is not last_reveal):
-                last_table, last_reveal = table, reveal
-                groups.setdefault((id(table), reveal), i)
-        self.firsts = list(groups.values())
+        # (the first half of each (table, opt-ins): its request's check stands for theirs)
+        tables = list(map(_MESSAGES, halves))
+        keys = list(zip(map(id, tables), map(_REVEAL, halves)))
+        n = len(keys)
+        first = dict(zip(reversed(keys), range(n - 1, -1, -1)))  # (the last write: the first)
+        self.firsts = sorted(i for i in first.values() if tables[i] is not None)
         self.valued = frozenset(
             name for i in self.firsts for name in halves[i].messages.valued_fields(kind)
         )
@@ -606,15 +617,27 @@ class RowsPlan:
 def _cohorts(owners: list, kind: str) -> list[tuple[np.ndarray, list]] | None:
     """``owners`` grouped by their ``step_batch_key(kind)`` (:attr:`RowsPlan.cohorts`):
     ``[]`` when it is one for all, None when one of them has none."""
-    keys = [owner.step_batch_key(kind) for owner in owners]
+    found = getattr(type(owners[0]), "step_batch_keys", None)
+    if found is not None:  # (the class finds them in one pass)
+        keys = found(owners, kind)
+    else:
+        keys = [owner.step_batch_key(kind) for owner in owners]
     if None in keys:
         return None
     if keys.count(keys[0]) == len(keys):
         return []
-    cohorts: dict[Any, list[int]] = {}  # (step_batch_key -> its halves, as the host groups)
-    for i, key in enumerate(keys):
-        cohorts.setdefault(key, []).append(i)
-    return [(np.array(idx), [owners[i] for i in idx]) for idx in cohorts.values()]
+    # (the halves of each key object, then those of equal keys together, in the order each
+    # key first appears, as the host groups: keys are compared once per object)
+    ids = np.fromiter(map(id, keys), dtype=np.uintp, count=len(keys))
+    _, first, inverse = np.unique(ids, return_index=True, return_inverse=True)
+    members = np.argsort(inverse, kind="stable")
+    ends = np.cumsum(np.bincount(inverse)).tolist()
+    starts = [0, *ends[:-1]]
+    cohorts: dict[Any, list[np.ndarray]] = {}
+    for g in np.argsort(first).tolist():
+        cohorts.setdefault(keys[first[g]], []).append(members[starts[g] : ends[g]])
+    groups = [p[0] if len(p) == 1 else np.sort(np.concatenate(p)) for p in cohorts.values()]
+    return [(idx, [owners[i] for i in idx.tolist()]) for idx in groups]
 
 
 class Tally:
@@ -636,7 +659,7 @@ class Tally:
     (4, 0.5)
     """
 
-    __slots__ = ("halves", "sums", "maxima", "pending")
+    __slots__ = ("halves", "sums", "maxima", "pending", "__weakref__")
 
     #: the tallies a half keeps of lists it comes first in (one per length)
     KEPT = 4
@@ -671,7 +694,7 @@ class Tally:
         if column is None:
             column = self.sums[name] = np.zeros(len(self.halves), dtype=dtype)
         column += values
-        self.pending = True
+        self._pend()
 
     def maximum(self, name: str, values: np.ndarray) -> None:
         """Keep the largest of counter ``name`` and ``values`` (a value per half)."""
@@ -679,23 +702,43 @@ class Tally:
         if column is None:
             column = self.maxima[name] = np.full(len(self.halves), -np.inf)
         np.maximum(column, values, out=column)
-        self.pending = True
+        self._pend()
+
+    def _pend(self) -> None:
+        if not self.pending:
+            self.pending = True
+            _PENDING.add(self)
+
+    @staticmethod
+    def settle_all() -> None:
+        """:meth:`settle` every tally holding counts (a mark reads every half's
+        statistics: the tallies are settled once, not once per half)."""
+        while _PENDING:
+            _PENDING.pop().settle()
 
     def settle(self) -> None:
         """Add every slot's counts to its half's statistics and empty the slots."""
         if not self.pending:
             return
         self.pending = False
-        found = [half.__dict__["_stats"] for half in self.halves]
+        found = list(map(_STATS, self.halves))
         for name, column in self.sums.items():
-            for stats, value in zip(found, column.tolist()):
-                if value:
-                    stats[name] = stats.get(name, 0) + value
+            if column.all():  # (a count for every half: each one's sum, in one C pass)
+                sums = map(operator.add, map(methodcaller("get", name, 0), found), column.tolist())
+                _consume(map(operator.setitem, found, itertools.repeat(name), sums))
+            else:
+                for stats, value in zip(found, column.tolist()):
+                    if value:
+                        stats[name] = stats.get(name, 0) + value
             column[:] = 0
         for name, column in self.maxima.items():
-            for stats, value in zip(found, column.tolist()):
-                if value != -np.inf and (name not in stats or value > stats[name]):
-                    stats[name] = value
+            if np.isfinite(column).all():  # (a value for every half: each one's largest)
+                largest = map(max, map(methodcaller("get", name, -np.inf), found), column.tolist())
+                _consume(map(operator.setitem, found, itertools.repeat(name), largest))
+            else:
+                for stats, value in zip(found, column.tolist()):
+                    if value != -np.inf and (name not in stats or value > stats[name]):
+                        stats[name] = value
             column[:] = -np.inf
 
     def forget(self, i: int) -> None:
@@ -710,6 +753,18 @@ class Tally:
         self.settle()
         for half in self.halves:
             half.__dict__["_tallies"].pop(self, None)
+
+
+#: the tallies that took counts since they were last settled (held weakly: a tally lives
+#: as long as its halves)
+_PENDING: weakref.WeakSet[Tally] = weakref.WeakSet()
+
+_STATS = attrgetter("_stats")
+
+
+def _consume(iterator) -> None:
+    """Run ``iterator`` to its end (a pass made of C calls, its values dropped)."""
+    collections.deque(iterator, maxlen=0)
 
 
 #: id(family table) -> (the table, it merged with secure aggregation's): made once per table

@@ -290,97 +290,112 @@ class CountingLedger(Ledger):
         c[1] += msg.floats if known is None else known[1]
 
 
-def _counts(ledger: Ledger) -> dict[tuple[str, str, str], list[int]]:
-    """Messages and floats per (channel, sender, receiver), in the order each first
-    appears (a :class:`CountingLedger` keeps them; a row ledger is counted in one pass,
-    a :class:`RoundBlock` as its count and sizes: the blocks of one channel and clients
-    are summed, and their clients' counters each take those sums once)."""
-    if isinstance(ledger, CountingLedger):
-        return ledger.counts
-    counts: dict[tuple[str, str, str], list[int]] = {}
-    # ((channel, names) -> [their counters, blocks, request floats, reply floats])
-    blocks: dict[tuple[str, tuple[str, ...]], list[Any]] = {}
-    for part in ledger.rows.parts():
-        if type(part) is not list:
-            _rnd, _kind, _reply_kind, channel = part.what
-            qf, pf = part.request[1], part.reply[1]
-            key = (channel, tuple(part.names))
-            b = blocks.get(key)
-            if b is None:
-                pairs = []
-                for n in part.names:
-                    pair = []
-                    for k in ((channel, SERVER, n), (channel, n, SERVER)):
-                        c = counts.get(k)
-                        if c is None:
-                            c = counts[k] = [0, 0]
-                        pair.append(c)
-                    pairs.append(pair)
-                b = blocks[key] = [pairs, 0, 0, 0]
-            b[1] += 1
-            b[2] += qf
-            b[3] += pf
-            continue
-        for _round, sender, receiver, _kind, channel, _shapes, floats in part:
-            key3 = (channel, sender, receiver)
-            c = counts.get(key3)
-            if c is None:
-                counts[key3] = [1, floats]
-            else:
-                c[0] += 1
-                c[1] += floats
-    for pairs, n_blocks, q_floats, p_floats in blocks.values():
-        for down, up in pairs:
-            down[0] += n_blocks
-            down[1] += q_floats
-            up[0] += n_blocks
-            up[1] += p_floats
-    return counts
-
-
 def communication_totals(ledger: Ledger) -> dict[str, Any]:
     """Messages and floats: up (to the server), down (from the server), peer to peer, in all
     and per party (sent and received), for the algorithm channel; the same for the
     ``diagnostic`` channel under ``"diagnostic"``. Local turns (channel ``"local"``) carry
-    nothing over the network and are only counted as ``local_steps``."""
+    nothing over the network and are only counted as ``local_steps``.
 
-    counts = _counts(ledger)
+    One pass over what the ledger keeps: a :class:`CountingLedger`'s counts, a row
+    ledger's rows, and a :class:`RoundBlock` as its count and sizes (the blocks of one
+    channel and clients are summed, and their clients' counts each take those sums once);
+    each party appears in ``per_party`` in the order of its first row."""
+    # (per channel: [messages, floats] up, down, peer, and each party's
+    # [messages sent, floats sent, messages received, floats received])
+    channels: dict[str, tuple[dict[str, list[int]], dict[str, list[int]]]] = {
+        ch: ({"up": [0, 0], "down": [0, 0], "peer": [0, 0]}, {}) for ch in _TOTALLED
+    }
+    local_steps = 0
+
+    def add(ch: str, s: str, r: str, cnt: int, fl: int) -> None:
+        found = channels.get(ch)
+        if found is None:
+            return
+        sums, per = found
+        total = sums["up" if r == SERVER else ("down" if s == SERVER else "peer")]
+        total[0] += cnt
+        total[1] += fl
+        sent = per.get(s)
+        if sent is None:
+            sent = per[s] = [0, 0, 0, 0]
+        sent[0] += cnt
+        sent[1] += fl
+        received = per.get(r)
+        if received is None:
+            received = per[r] = [0, 0, 0, 0]
+        received[2] += cnt
+        received[3] += fl
+
+    # ((channel, clients) -> [blocks, request floats, reply floats])
+    blocks: dict[tuple[str, tuple[str, ...]], list[int]] = {}
+    if isinstance(ledger, CountingLedger):
+        for (ch, s, r), (cnt, fl) in ledger.counts.items():
+            if ch == "local":
+                local_steps += cnt
+            add(ch, s, r, cnt, fl)
+    else:
+        for part in ledger.rows.parts():
+            if type(part) is list:
+                for _round, s, r, _kind, ch, _shapes, fl in part:
+                    if ch == "local":
+                        local_steps += 1
+                    add(ch, s, r, 1, fl)
+                continue
+            ch = part.what[3]
+            key = (ch, tuple(part.names))
+            b = blocks.get(key)
+            if b is None:
+                b = blocks[key] = [0, 0, 0]
+                found = channels.get(ch)
+                if found is not None:  # (its parties where their first rows put them)
+                    per = found[1]
+                    for n in (SERVER, *part.names):
+                        if n not in per:
+                            per[n] = [0, 0, 0, 0]
+            b[0] += 1
+            b[1] += part.request[1]
+            b[2] += part.reply[1]
+    for (ch, names), (n_blocks, q_floats, p_floats) in blocks.items():
+        n = len(names)
+        if ch == "local":
+            local_steps += 2 * n * n_blocks
+        found = channels.get(ch)
+        if found is None:
+            continue
+        sums, per = found
+        for kind, fl in (("down", q_floats), ("up", p_floats)):
+            sums[kind][0] += n * n_blocks
+            sums[kind][1] += n * fl
+        server = per[SERVER]
+        server[0] += n * n_blocks
+        server[1] += n * q_floats
+        server[2] += n * n_blocks
+        server[3] += n * p_floats
+        for name in names:
+            counts = per[name]
+            counts[0] += n_blocks
+            counts[1] += p_floats
+            counts[2] += n_blocks
+            counts[3] += q_floats
 
     def totals(channel: str) -> dict[str, Any]:
+        sums, per = channels[channel]
         out = {
-            "messages": 0,
-            "floats": 0,
-            "messages_up": 0,
-            "floats_up": 0,
-            "messages_down": 0,
-            "floats_down": 0,
-            "messages_peer": 0,
-            "floats_peer": 0,
-            "per_party": {},
+            "messages": sum(m for m, _ in sums.values()),
+            "floats": sum(f for _, f in sums.values()),
         }
-        for (ch, s, r), (cnt, fl) in counts.items():
-            if ch != channel or (s == r and ch == "local"):
-                continue
-            out["messages"] += cnt
-            out["floats"] += fl
-            kind = "up" if r == SERVER else ("down" if s == SERVER else "peer")
-            out[f"messages_{kind}"] += cnt
-            out[f"floats_{kind}"] += fl
-            for party, role in ((s, "sent"), (r, "received")):
-                d = out["per_party"].setdefault(
-                    party,
-                    {
-                        "messages_sent": 0,
-                        "floats_sent": 0,
-                        "messages_received": 0,
-                        "floats_received": 0,
-                    },
-                )
-                d[f"messages_{role}"] += cnt
-                d[f"floats_{role}"] += fl
+        for kind, (m, f) in sums.items():
+            out[f"messages_{kind}"] = m
+            out[f"floats_{kind}"] = f
+        out["per_party"] = {p: dict(zip(_PARTY_FIELDS, v)) for p, v in per.items()}
         return out
 
     result = totals("algorithm")
     result["diagnostic"] = totals("diagnostic")
-    result["local_steps"] = sum(cnt for (ch, _, _), (cnt, _) in counts.items() if ch == "local")
+    result["local_steps"] = local_steps
     return result
+
+
+#: the channels :func:`communication_totals` adds up, and a party's fields there
+_TOTALLED = ("algorithm", "diagnostic")
+_PARTY_FIELDS = ("messages_sent", "floats_sent", "messages_received", "floats_received")

@@ -28,6 +28,7 @@ gradient of ``P_{i,k}`` in its block, the ``outer`` reply carries
 from __future__ import annotations
 
 import functools
+from operator import attrgetter, itemgetter
 
 import numpy as np
 
@@ -240,6 +241,16 @@ class ProxALClient(ClientHalf):
             return self.inner, found
         return super().handler_owner(kind)
 
+    @classmethod
+    def handler_owners(cls, halves: list[ProxALClient], kind: str) -> list:
+        """:meth:`handler_owner`'s owner of ``kind`` at each of ``halves``: in one pass
+        when their route parts are of one class (its handler decides for all)."""
+        parts = list(map(_INNER, halves))
+        classes = set(map(type, parts))
+        if len(classes) != 1 or cls.handler_owner is not ProxALClient.handler_owner:
+            return super().handler_owners(halves, kind)
+        return parts if _handler(classes.pop(), kind)[0] is not None else list(halves)
+
     # -- P_{i,k} and its gradient -----------------------------------------------------------
     def _grad_P(self, w: np.ndarray) -> np.ndarray:
         """Gradient of P_{i,k} (eq. 11) at ``w``: merit gradient plus the prox share."""
@@ -375,7 +386,7 @@ class ProxALClient(ClientHalf):
         _one_memory_length(halves)
         W, request = _stacked_start_fields(halves, fields)
         alpha, reset = request.pop("alpha"), request.pop("reset")
-        if np.size(alpha) > min(len(h.outer_mem) for h in halves):
+        if np.size(alpha) > min(map(len, map(_OUTER_MEM, halves))):
             raise ValueError("outer_aa combines more outputs than the clients keep")
         replies = _start_rows(halves, W, request)
         if reset:
@@ -397,21 +408,24 @@ class ProxALClient(ClientHalf):
         if memory:
             _one_memory_length(halves)
         W, request = _stacked_start_fields(halves, fields)
-        for h in halves:  # (what _on_outer keeps of a client without multipliers; an
-            # empty array is shared, not copied: nothing can change it)
-            h.mu_mark, h.nu_mark, h.cone_mark = _own(h.mu), _own(h.nu), _own(h.cone_at_w)
-            if h.theta_at_w.size:
-                h.theta_step = h.theta_at_w - h.theta_center
+        # (what _on_outer keeps of a client without constraints or own block: its
+        # multipliers, their marks, its own block and its step there are empty arrays,
+        # which nothing changes; the marks of its cone duals, copies, in a cohort with them)
+        if halves[0].program.m_cone:
+            for h in halves:
+                h.cone_mark = _own(h.cone_at_w)
         out = {"dmu_inf": np.zeros(m), **_start_rows(halves, W, request)}
         if memory:
-            no_residual = np.zeros(0)  # (the multipliers' block of the outer residual)
-            keep = memory + 1
-            for h in halves:
-                mem = h.outer_mem
-                mem.append((no_residual, _own(h.mu), _own(h.nu)))
-                if len(mem) > keep:
-                    del mem[:-keep]
-            out["gram"] = np.zeros((m, len(halves[0].outer_mem)))
+            # (the zero block of the outer residual its multipliers add, and its empty
+            # multipliers: one entry for all, nothing can change it)
+            mems = list(map(_OUTER_MEM, halves))
+            for mem in mems:
+                mem.append(_EMPTY_OUTER_ENTRY)
+            excess = len(mems[0]) - (memory + 1)  # (one length for all: the oldest go)
+            if excess > 0:
+                for mem in mems:
+                    del mem[:excess]
+            out["gram"] = np.zeros((m, len(mems[0])))
         return out
 
     def _on_outer_aa(self, w, alpha, reset, **request):
@@ -495,7 +509,8 @@ class ProxALClient(ClientHalf):
             plain = not (self.owned or self.program.m_ineq or self.program.m_eq)
             plain = plain and not self.route.measures_feasibility  # (no (8) half to send)
             if plain and getattr(type(self.inner), "stacked_start", False):
-                return ("outer-plain", type(self.inner), self.outer_anderson)
+                cones = bool(self.program.m_cone)  # (a cohort has cone duals or none)
+                return ("outer-plain", type(self.inner), self.outer_anderson, cones)
             return None
         if kind not in ("start", "evaluate") or (kind == "start" and self.route.probes):
             return None
@@ -505,6 +520,29 @@ class ProxALClient(ClientHalf):
         if structure is None or not self.glm_plain:
             return None
         return ("glm-plain", structure)
+
+    @classmethod
+    def step_batch_keys(cls, halves: list[ProxALClient], kind: str) -> list:
+        """:meth:`step_batch_key` of each of ``halves``, found once for all the clients
+        alike in what decides it (for ``outer`` and ``outer_aa``: :data:`_OUTER_FACTS`;
+        for ``start`` and ``evaluate``, once their forms are looked up and their
+        evaluations judged: :data:`_GLM_FACTS`, then once per form's signature), else
+        each its own."""
+        if cls.step_batch_key is ProxALClient.step_batch_key:
+            if kind in ("outer", "outer_aa"):
+                if len(set(map(_OUTER_FACTS, halves))) == 1:
+                    return [halves[0].step_batch_key(kind)] * len(halves)
+            elif kind in ("start", "evaluate") and halves[0].glm_plain is not None:
+                # (once judged: at its first round each client judges its own evaluation)
+                facts = set(map(_GLM_FACTS, halves))
+                if len(facts) == 1 and None not in facts.pop() and all(map(_LOOKED_UP, halves)):
+                    return _glm_keys(halves, kind)
+            elif kind == "report":
+                Tally.settle_all()  # (its statistics' names: every count added first)
+                if len(set(map(_REPORT_FACTS, halves))) == 1:
+                    if len(set(map(tuple, map(_STATS, halves)))) == 1:
+                        return [halves[0].step_batch_key(kind)] * len(halves)
+        return [h.step_batch_key(kind) for h in halves]
 
     @staticmethod
     def _on_start_batch(halves: list[ProxALClient], payloads: list[dict]) -> list[dict]:
@@ -621,11 +659,52 @@ class ProxALClient(ClientHalf):
         :meth:`step_batch_key`: no multipliers, cone duals or own block, statistics of the
         same names) in one pass: empty multipliers and each statistic as a column."""
         m = len(halves)
-        stats = [h.stats for h in halves]
+        Tally.settle_all()  # (every count added first: each one's statistics)
+        stats = list(map(_STATS, halves))
         out = {"mu": np.zeros((m, 0)), "nu": np.zeros((m, 0))}
         for key in stats[0]:
-            out[key] = np.array([float(s[key]) for s in stats])
+            out[key] = np.fromiter(map(itemgetter(key), stats), dtype=float, count=m)
         return out
+
+
+_INNER = attrgetter("inner")
+_OUTER_MEM = attrgetter("outer_mem")
+
+#: what decides a client's step_batch_key of ``outer`` and ``outer_aa``: its own block,
+#: its constraints and cones, its route and its route part's class, its outer Anderson
+#: memory
+_OUTER_FACTS = attrgetter(
+    "owned",
+    "program.m_ineq",
+    "program.m_eq",
+    "program.m_cone",
+    "route_name",
+    "inner.__class__",
+    "outer_anderson",
+)
+
+#: what decides it for ``start`` and ``evaluate``, once its form has been looked up
+#: (``glm_looked_up``), besides the form's signature: the batches' option, its form's
+#: verdict, whether its evaluation is its objective's alone (None until judged) and its route
+_GLM_FACTS = attrgetter("options.batch_clients", "_glm_disagrees", "glm_plain", "route_name")
+_LOOKED_UP = attrgetter("glm_looked_up")
+
+#: what decides it for ``report``, besides its statistics' names: its multipliers', cone
+#: duals' and own block's sizes
+_REPORT_FACTS = attrgetter("mu.size", "nu.size", "owned", "cone.size")
+_STATS = attrgetter("_stats")
+_SIGNATURE = attrgetter("glm_signature")
+
+
+def _glm_keys(halves: list[ProxALClient], kind: str) -> list:
+    """The ``start`` or ``evaluate`` key of each of ``halves``, alike in all but their
+    forms' signatures: the key of one client per signature object, given to each client
+    of that object (a signature is one object per form's path, :func:`glm_structure`)."""
+    signatures = list(map(_SIGNATURE, halves))
+    ids = list(map(id, signatures))
+    one = dict(zip(ids, halves))
+    keys = {i: h.step_batch_key(kind) for i, h in one.items()}
+    return [keys[i] for i in ids]
 
 
 def _own(a: np.ndarray) -> np.ndarray:
@@ -636,6 +715,10 @@ def _own(a: np.ndarray) -> np.ndarray:
 #: the empty block of a client without constraints, cones or own variables (one array for
 #: all: nothing can change an array without elements)
 _EMPTY = np.zeros(0)
+
+#: the outer Anderson memory's entry of a client without constraints (residual, mu, nu:
+#: empty), one for all
+_EMPTY_OUTER_ENTRY = (_EMPTY, _EMPTY, _EMPTY)
 
 
 def _start_rows(halves: list[ProxALClient], W: np.ndarray, request: dict) -> dict[str, np.ndarray]:
@@ -658,7 +741,7 @@ def _one_memory_length(halves: list[ProxALClient]) -> None:
     """Refuse (a ValueError, before any state changes: the round then goes message by
     message) clients of one stacked outer step whose outer Anderson memories differ in
     length: their ``gram`` replies would differ in shape."""
-    if len({len(h.outer_mem) for h in halves}) > 1:
+    if len(set(map(len, map(_OUTER_MEM, halves)))) > 1:
         raise ValueError("the clients' outer Anderson memories differ in length")
 
 
