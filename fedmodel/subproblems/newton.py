@@ -129,16 +129,20 @@ class _PartyGLM:
         layout = program.layout
         terms = [t.expr for t in program.objective]
         ineq, eq = [c.expr for c in program.ineq], [c.expr for c in program.eq]
-        shared = _structure_nodes(program, terms + ineq + eq)
+        exprs = terms + ineq + eq
+        shared = _structure_nodes(program, exprs)
+        leaves: list = []
         if shared is None:
-            leaves: list = []
-            nodes = [node_of(e, leaves) for e in terms + ineq + eq]
+            nodes = [node_of(e, leaves) for e in exprs]
             path = None
         else:
             nodes, path = shared
-            leaves = []
-            for e in terms + ineq + eq:
-                expression_leaves(e, leaves)
+            for e in exprs:  # (as the walk of its structure found them, when it did)
+                found = program.term_leaves(e)
+                if found is None:
+                    expression_leaves(e, leaves)
+                else:
+                    leaves.extend(found)
         reading = Reading(leaves, layout)
         f = None
         for node in nodes[: len(terms)]:
