@@ -45,7 +45,7 @@ class Node:
     nodes with its own leaves (:func:`recognise_program`)."""
 
     __slots__ = ("name", "shape", "size", "ndim", "affine", "constant", "params", "args")
-    __slots__ += ("leaf", "variable", "atom", "fixed")
+    __slots__ += ("leaf", "variable", "atom", "fixed", "private", "scalar")
 
     def attr(self, name: str, default=None):
         """The atom's own datum ``name`` (an axis, an index key, an exponent)."""
@@ -76,18 +76,24 @@ def node_of(expr: cp.Expression, leaves: list) -> Node:
     """The :class:`Node` of ``expr``, its leaves appended to ``leaves`` in the order of
     :func:`expression_leaves`. ``fixed`` says whether the node's flags are the same for
     every expression of its structure: no private data below it, or an atom whose
-    curvature follows its arguments' whatever the data's values."""
+    curvature follows its arguments' whatever the data's values; ``private`` whether
+    private data is below it (else its value, made of constants that the structure
+    fixes, is the same for every expression of its structure)."""
     n = Node()
     n.name = type(expr).__name__
     n.shape = tuple(expr.shape)
     n.size = expr.size
     n.ndim = expr.ndim
     n.atom = expr
+    n.scalar = None
     args = expr.args
     if not args:
+        from fedmodel.dsl.data import PrivateData
+
         n.args = ()
         n.leaf = len(leaves)
         leaves.append(expr)
+        n.private = isinstance(expr, PrivateData)
         n.variable = isinstance(expr, cp.Variable)
         n.constant = expr.is_constant()
         n.params = bool(expr.parameters())
@@ -95,6 +101,7 @@ def node_of(expr: cp.Expression, leaves: list) -> Node:
         n.fixed = True
         return n
     n.args = tuple(node_of(a, leaves) for a in args)
+    n.private = any(a.private for a in n.args)
     n.leaf, n.variable = None, False
     n.constant = expr.is_constant()
     n.params = bool(expr.parameters())
@@ -495,7 +502,10 @@ class GLMTerm:
             self.A = np.ascontiguousarray(self.A, dtype=float)
 
     def scaled(self, c: float) -> GLMTerm:
-        return GLMTerm(self.kind, self.A, self.b, c * self.weights, self.M, self.s)
+        out = object.__new__(GLMTerm)  # (its A is in the layout __post_init__ gives it)
+        out.__dict__.update(self.__dict__)
+        out.weights = c * self.weights
+        return out
 
     def image(self, x: np.ndarray) -> np.ndarray:
         """``s A x + b``."""
@@ -605,8 +615,15 @@ def _selected_columns(A, ctx: Reading) -> np.ndarray | None:
 
 
 def _const_scalar(e: Node, ctx: Reading) -> float | None:
+    """The value of a scalar constant node without parameters, else None; kept on a node
+    without private data (its value is its structure's)."""
     if e.constant and e.size == 1 and not e.params:
-        return float(np.asarray(ctx.value(e)).ravel()[0])
+        if e.scalar is not None:
+            return e.scalar
+        c = float(np.asarray(ctx.value(e)).ravel()[0])
+        if not e.private:
+            e.scalar = c
+        return c
     return None
 
 
@@ -800,7 +817,8 @@ def _recognise_sum(e: Node, ctx: Reading, weights: np.ndarray) -> GLMFunction:
     if arg.name == "NegExpression":  # phi(-(X w)): keep X, not a negated copy
         arg, sign = arg.args[0], -1.0
     p = _affine_map(arg, ctx)
-    w = np.array(np.broadcast_to(weights, (p.m,)), dtype=float)  # (its own copy)
+    w = np.empty(p.m)  # (its own copy, ``weights`` broadcast)
+    w[...] = weights
     return GLMFunction(N, [GLMTerm(kind, _dense_or_sparse(p.A, ctx), sign * p.b, w, M, sign)])
 
 
