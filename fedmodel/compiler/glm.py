@@ -45,7 +45,7 @@ class Node:
     nodes with its own leaves (:func:`recognise_program`)."""
 
     __slots__ = ("name", "shape", "size", "ndim", "affine", "constant", "params", "args")
-    __slots__ += ("leaf", "variable", "atom", "fixed", "private", "scalar")
+    __slots__ += ("leaf", "variable", "atom", "fixed", "private", "scalar", "var_map")
 
     def attr(self, name: str, default=None):
         """The atom's own datum ``name`` (an axis, an index key, an exponent)."""
@@ -85,7 +85,7 @@ def node_of(expr: cp.Expression, leaves: list) -> Node:
     n.size = expr.size
     n.ndim = expr.ndim
     n.atom = expr
-    n.scalar = None
+    n.scalar = n.var_map = None
     args = expr.args
     if not args:
         from fedmodel.dsl.data import PrivateData
@@ -112,10 +112,10 @@ def node_of(expr: cp.Expression, leaves: list) -> Node:
             fixed = not any(_has_private_data(d) for d in expr.get_data() or ())
         elif n.name in _SCALINGS:
             fixed = all(a.affine for a in n.args) or not any(
-                _has_private_data(a) for a, m in zip(args, n.args) if m.constant
+                m.private for m in n.args if m.constant
             )
         else:
-            fixed = not _has_private_data(expr)
+            fixed = not n.private
     n.fixed = fixed
     return n
 
@@ -405,8 +405,13 @@ def affine_map(expr: cp.Expression, layout: VariableLayout) -> Affine:
 
 
 def _affine_map(e: Node, ctx: Reading) -> Affine:
-    if e.variable:
-        return _variable_map(ctx.variable(e), ctx.layout)
+    if e.variable:  # (the last map found through this node, if of this variable and layout)
+        var, known = ctx.leaves[e.leaf], e.var_map
+        if known is not None and known[0] is var and known[1] is ctx.layout:
+            return known[2]
+        found = _variable_map(var, ctx.layout)
+        e.var_map = (var, ctx.layout, found)
+        return found
     shape = e.shape
     if e.constant:
         if e.params:
