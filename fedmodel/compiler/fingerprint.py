@@ -159,15 +159,14 @@ def _feed_expr(h, expr: Any, variables: dict[int, int], data=_data_by_name) -> N
     each constant and parameter by its value, private data as ``data`` writes it (by
     default its owner and name: the data itself is hashed separately)."""
     parts = _Parts()
-    _expr_parts(parts, expr, variables, data)
+    _expr_parts(parts, ((b"", expr, None),), variables, data)
     h.update(b"".join(parts))
 
 
-def _expr_parts(
-    parts: _Parts, expr: Any, variables: dict[int, int], data, leaves: list | None = None
-) -> None:
-    """The bytes :func:`_feed_expr` hashes for ``expr``, appended to ``parts``; with
-    ``leaves``, the tree's leaves appended to it, left to right (the order of
+def _expr_parts(parts: _Parts, items, variables: dict[int, int], data) -> None:
+    """For each ``(header, expr, leaves)`` of ``items``: ``header`` and the bytes
+    :func:`_feed_expr` hashes for ``expr``, appended to ``parts``; and, unless ``leaves``
+    is None, the tree's leaves appended to ``leaves``, left to right (the order of
     :func:`~fedmodel.compiler.glm.expression_leaves`)."""
     put = parts.append
     kinds, texts = _KINDS, _NODE_TEXT
@@ -224,11 +223,13 @@ def _expr_parts(
             else:  # a constant, a parameter
                 _feed_value(parts, e.value)
 
-    kind = kinds.get(type(expr)) or _kind(type(expr))
-    if kind in ("expr", "variable", "data"):
-        drain(expr, leaves)
-    else:
-        feed(expr)
+    for header, expr, leaves in items:
+        put(header)
+        kind = kinds.get(type(expr)) or _kind(type(expr))
+        if kind in ("expr", "variable", "data"):
+            drain(expr, leaves)
+        else:
+            feed(expr)
 
 
 _CLOSE = object()
@@ -289,18 +290,13 @@ def structure_reading(program: Any) -> tuple[str, dict[int, tuple[Any, list]]]:
     constraint."""
     layout = program.layout
     parts = _Parts((_size_text(layout.size),))
-    variables = _places(layout)
-    found: dict[int, tuple[Any, list]] = {}
-    for t in program.objective:
-        parts.append(_term_text("obj", t.allow_nonconvex))
-        leaves: list = []
-        _expr_parts(parts, t.expr, variables, _data_by_shape, leaves)
-        found[id(t.expr)] = (t.expr, leaves)
-    for c in program.constraints:
-        parts.append(f"con:{c.kind}:{c.size}:{c.allow_nonconvex};".encode())
-        leaves = []
-        _expr_parts(parts, c.expr, variables, _data_by_shape, leaves)
-        found[id(c.expr)] = (c.expr, leaves)
+    items = [(_term_text("obj", t.allow_nonconvex), t.expr, []) for t in program.objective]
+    items += [
+        (f"con:{c.kind}:{c.size}:{c.allow_nonconvex};".encode(), c.expr, [])
+        for c in program.constraints
+    ]
+    _expr_parts(parts, items, _places(layout), _data_by_shape)
+    found = {id(expr): (expr, leaves) for _, expr, leaves in items}
     return hashlib.sha256(b"".join(parts)).hexdigest(), found
 
 
@@ -308,11 +304,18 @@ def structure_reading(program: Any) -> tuple[str, dict[int, tuple[Any, list]]]:
 _PLACES: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 
 
+_LAST_PLACES: list = [None, None]  # (a weak reference to the last layout, its places)
+
+
 def _places(layout: Any) -> dict[int, int]:
     """``{id(v): i}`` over ``layout``'s variables, made once per layout (read only)."""
+    ref, found = _LAST_PLACES
+    if ref is not None and ref() is layout:
+        return found
     found = _PLACES.get(layout)
     if found is None:
         found = _PLACES[layout] = {id(v): i for i, v in enumerate(layout.variables)}
+    _LAST_PLACES[:] = (weakref.ref(layout), found)
     return found
 
 
