@@ -21,7 +21,6 @@ D = 4
 @pytest.fixture(autouse=True)
 def fresh_structures(monkeypatch):
     monkeypatch.setattr(newton, "_STRUCTURE_NODES", {})
-    monkeypatch.setattr(newton, "_GLM_FORMS", {})
 
 
 def _mixed_model(seed: int = 0) -> fm.Model:

@@ -53,6 +53,9 @@ class PartyProgram:
     objective: list[ObjectiveTerm]
     constraints: list[ConstraintTerm]
     data: tuple[PrivateData, ...] = ()
+    #: its GLM form (:func:`fedmodel.subproblems.newton.party_glm`) once recognised, kept
+    #: with it (not pickled); None before
+    kept_glm_form: Any = field(default=None, init=False, repr=False, compare=False)
 
     def __getstate__(self) -> dict:
         """Pickled (to a worker process, a Ray actor, a checkpoint) without the compiled
@@ -62,6 +65,7 @@ class PartyProgram:
         state.pop("functions", None)
         state.pop("structure", None)  # (found again where it is received)
         state.pop("_structure_leaves", None)
+        state.pop("kept_glm_form", None)  # (recognised again where it is received)
         state.pop("_local_view", None)  # (a view of this program: made again on first use)
         return state
 
