@@ -181,7 +181,8 @@ def test_the_structure_walk_finds_each_term_s_leaves_as_recognition_numbers_them
     """The walk that fingerprints a party's structure also finds its terms' leaves, which
     recognition reads instead of walking the terms again: the leaves of
     :func:`~fedmodel.compiler.glm.expression_leaves`, the same objects in the same order;
-    a program received by pickling finds them again with its structure."""
+    a program received by pickling finds them again with its structure (and recognises
+    its form again: a program keeps its form, but does not send it)."""
     import pickle
 
     from fedmodel.compiler.glm import expression_leaves
@@ -194,9 +195,12 @@ def test_the_structure_walk_finds_each_term_s_leaves_as_recognition_numbers_them
             assert found is not None
             assert [id(e) for e in found] == [id(e) for e in expression_leaves(term, [])]
         assert p.term_leaves(cp.Variable(2) + 1) is None
+    form = newton.party_glm(programs[0])
+    assert newton.party_glm(programs[0]) is form is programs[0].kept_glm_form
     received = pickle.loads(pickle.dumps(programs[0]))
     term = received.objective[0].expr
-    assert received.term_leaves(term) is None  # (not pickled: found where it is received)
+    # (neither the leaves nor the form are pickled: found again where it is received)
+    assert received.term_leaves(term) is None and received.kept_glm_form is None
     assert received.structure
     assert [id(e) for e in received.term_leaves(term)] == [
         id(e) for e in expression_leaves(term, [])
