@@ -21,7 +21,6 @@ D = 4
 @pytest.fixture(autouse=True)
 def fresh_structures(monkeypatch):
     monkeypatch.setattr(newton, "_STRUCTURE_NODES", {})
-    monkeypatch.setattr(newton, "_GLM_FORMS", {})
 
 
 def _mixed_model(seed: int = 0) -> fm.Model:
@@ -176,3 +175,89 @@ def test_a_structure_s_nodes_leave_with_the_party_they_were_made_from():
     assert key not in newton._STRUCTURE_NODES
     again = _mixed_model().compile().clients[0]
     assert newton.party_glm(again).same_path and key in newton._STRUCTURE_NODES
+
+
+def test_the_structure_walk_finds_each_term_s_leaves_as_recognition_numbers_them():
+    """The walk that fingerprints a party's structure also finds its terms' leaves, which
+    recognition reads instead of walking the terms again: the leaves of
+    :func:`~fedmodel.compiler.glm.expression_leaves`, the same objects in the same order;
+    a program received by pickling finds them again with its structure (and recognises
+    its form again: a program keeps its form, but does not send it)."""
+    import pickle
+
+    from fedmodel.compiler.glm import expression_leaves
+
+    programs = _mixed_model().compile().clients
+    for p in programs:
+        assert p.structure
+        for term in [t.expr for t in p.objective] + [c.expr for c in p.constraints]:
+            found = p.term_leaves(term)
+            assert found is not None
+            assert [id(e) for e in found] == [id(e) for e in expression_leaves(term, [])]
+        assert p.term_leaves(cp.Variable(2) + 1) is None
+    form = newton.party_glm(programs[0])
+    assert newton.party_glm(programs[0]) is form is programs[0].kept_glm_form
+    received = pickle.loads(pickle.dumps(programs[0]))
+    term = received.objective[0].expr
+    # (neither the leaves nor the form are pickled: found again where it is received)
+    assert received.term_leaves(term) is None and received.kept_glm_form is None
+    assert received.structure
+    assert [id(e) for e in received.term_leaves(term)] == [
+        id(e) for e in expression_leaves(term, [])
+    ]
+
+
+def _values_model() -> fm.Model:
+    """Parties of one structure whose values take recognition along other paths (a zero
+    data matrix, sparse data without entries or dense-ish, a private scalar of either
+    sign or read as a constant) and parties of two structures that differ in a constant only."""
+    rng = np.random.default_rng(3)
+    m = fm.Model("values")
+    w = m.variable(D, name="w")
+    for k, X in enumerate((rng.normal(size=(6, D)), np.zeros((6, D)), rng.normal(size=(6, D)))):
+        c = m.client(f"ls{k}")
+        y = c.data(np.zeros(6) if k == 2 else rng.normal(size=6), name="y")
+        c.minimize(cp.sum_squares(c.data(X, name="X") @ w - y) / 40)
+    for k, X in enumerate(
+        (sp.csr_matrix((8, D)), sp.random(8, D, density=0.9, random_state=1, format="csr"))
+    ):
+        c = m.client(f"sp{k}")
+        b = c.data(rng.normal(size=8), name="b")
+        c.minimize(cp.sum_squares(c.data(X, name="X") @ w + b) / 8)
+    for k, s in enumerate((2.0, -3.0, 0.0)):
+        c = m.client(f"sg{k}")
+        X = c.data(rng.normal(size=(5, D)), name="X")
+        c.minimize(cp.sum(cp.logistic(c.data(np.array(s), name="s") * (X @ w))) / 5)
+    for k, v in enumerate((2.0, 5.0)):  # (a private scalar read as a constant's value)
+        c = m.client(f"qo{k}")
+        X = c.data(rng.normal(size=(4, D)), name="X")
+        c.minimize(cp.quad_over_lin(X @ w, c.data(np.array(v), name="v")))
+    for k, scale in enumerate((40.0, 41.0)):
+        c = m.client(f"k{k}")
+        X, y = c.data(rng.normal(size=(6, D)), name="X"), c.data(rng.normal(size=6), name="y")
+        c.minimize(cp.sum_squares(X @ w - y) / scale)
+    return m
+
+
+def test_parties_of_one_structure_whose_values_differ_get_the_forms_of_their_own_trees():
+    programs = {p.name: p for p in _values_model().compile().clients}
+    forms = {name: newton.party_glm(p) for name, p in programs.items()}
+    for name, p in programs.items():
+        form, (f, ineq, eq) = forms[name], _slow(p)
+        _same_function(form.f, f)
+        assert not form.ineq and not form.eq and not ineq and not eq
+    for group in (("ls0", "ls1", "ls2"), ("sp0", "sp1"), ("sg0", "sg1", "sg2"), ("qo0", "qo1")):
+        assert len({programs[n].structure for n in group}) == 1
+        assert all(forms[n].path_key is not None for n in group)
+    # the empty sparse matrix is a constant to the sum, the dense-ish one is stored dense
+    assert forms["sp0"].path_key != forms["sp1"].path_key
+    # each its own scalar: the terms' data are the products by each party's own sign
+    for name in ("sg1", "sg2"):
+        assert not np.array_equal(forms[name].f.terms[0].A, forms["sg0"].f.terms[0].A)
+    assert not np.any(forms["sg2"].f.terms[0].A)
+    assert np.all(forms["qo0"].f.terms[0].weights == 0.5)
+    assert np.all(forms["qo1"].f.terms[0].weights == 0.2)
+    # the constant that tells two structures apart is each structure's own
+    assert programs["k0"].structure != programs["k1"].structure
+    w0, w1 = forms["k0"].f.terms[0].weights, forms["k1"].f.terms[0].weights
+    assert np.all(w0 == 1.0 / 40.0) and np.all(w1 == 1.0 / 41.0)

@@ -9,8 +9,10 @@ what a program is.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import numbers
+import weakref
 from fractions import Fraction
 from typing import Any
 
@@ -46,12 +48,22 @@ def _feed_value(h, v: Any) -> None:
         h.update(arr.tobytes())  # (C order, whatever the array's own)
 
 
-def _data_by_name(e: Any) -> str:
-    return f"data:{e.owner}.{e.data_name};"
+def _data_by_name(e: Any) -> bytes:
+    return f"data:{e.owner}.{e.data_name};".encode()
 
 
-def _data_by_shape(e: Any) -> str:
-    return f"data:{e.data_name}{e.shape}{'sparse' if hasattr(e.value, 'nnz') else 'dense'};"
+#: (name, shape, storage type) -> the text of private data by shape
+_DATA_TEXT: dict[tuple, bytes] = {}
+
+
+def _data_by_shape(e: Any) -> bytes:
+    v = e.value
+    key = (e.data_name, e.shape, type(v))
+    text = _DATA_TEXT.get(key)
+    if text is None:
+        storage = "sparse" if hasattr(v, "nnz") else "dense"
+        text = _DATA_TEXT[key] = f"data:{e.data_name}{e.shape}{storage};".encode()
+    return text
 
 
 #: type -> how :func:`_feed_expr` takes its objects: the tests against cvxpy's and
@@ -113,6 +125,26 @@ def _plain_text(obj: Any) -> bytes:
 
 _NO_DATA = _plain_text(None) + b"("
 
+#: (values, their types) -> the text of an atom's data of plain values and the opening
+#: bracket after it
+_LIST_TEXT: dict[tuple, bytes] = {}
+_PLAIN_TYPES = frozenset(_PLAIN_KEYED)
+
+
+def _plain_list_text(d: Any) -> bytes | None:
+    """The text of ``d`` and the opening bracket, when ``d`` is a list of values of types
+    whose equal values print alike (:data:`_PLAIN_KEYED`); None otherwise."""
+    if type(d) is not list:
+        return None
+    types = tuple(map(type, d))
+    if not _PLAIN_TYPES.issuperset(types):
+        return None
+    key = (tuple(d), types)
+    text = _LIST_TEXT.get(key)
+    if text is None:
+        text = _LIST_TEXT[key] = b"[" + b"".join(map(_plain_text, d)) + b"]("
+    return text
+
 
 class _Parts(list):
     """The bytes a hash is fed, kept in order and fed at once (the same digest as feeding
@@ -127,13 +159,22 @@ def _feed_expr(h, expr: Any, variables: dict[int, int], data=_data_by_name) -> N
     each constant and parameter by its value, private data as ``data`` writes it (by
     default its owner and name: the data itself is hashed separately)."""
     parts = _Parts()
+    _expr_parts(parts, ((b"", expr, None),), variables, data)
+    h.update(b"".join(parts))
+
+
+def _expr_parts(parts: _Parts, items, variables: dict[int, int], data) -> None:
+    """For each ``(header, expr, leaves)`` of ``items``: ``header`` and the bytes
+    :func:`_feed_expr` hashes for ``expr``, appended to ``parts``; and, unless ``leaves``
+    is None, the tree's leaves appended to ``leaves``, left to right (the order of
+    :func:`~fedmodel.compiler.glm.expression_leaves`)."""
     put = parts.append
     kinds, texts = _KINDS, _NODE_TEXT
 
     def feed(obj: Any) -> None:
         kind = kinds.get(type(obj)) or _kind(type(obj))
         if kind in ("expr", "variable", "data"):
-            drain(obj)
+            drain(obj, None)
         elif kind == "seq":
             put(b"[")
             for x in obj:
@@ -146,47 +187,62 @@ def _feed_expr(h, expr: Any, variables: dict[int, int], data=_data_by_name) -> N
         else:  # an object without a stable value: its type only
             put(f"<{type(obj).__name__}>;".encode())
 
-    def drain(top: Any) -> None:
+    def drain(top: Any, out: list | None) -> None:
         stack = [top]
-        pop, push = stack.pop, stack.extend
+        pop, push, close = stack.pop, stack.extend, _CLOSE
         while stack:
             e = pop()
-            if e is _CLOSE:
+            if e is close:
                 put(b")")
                 continue
             t = type(e)
-            kind = kinds.get(t) or _kind(t)
-            text = texts.get((t, e.shape, b""))
-            if text is None:
-                text = _node_text(t, e.shape)
-            if kind == "variable":
-                place = variables.get(id(e))
-                put(text)
-                put(f"#{place};".encode() if place is not None else f"'{e.name()}';".encode())
-            elif kind == "data":
-                put(text)
-                put(data(e).encode())
-            else:
-                args = e.args
-                if not args:  # a constant, a parameter
-                    put(text)
-                    _feed_value(parts, e.value)
-                    continue
+            shape = e.shape
+            put(texts.get((t, shape, b"")) or _node_text(t, shape))
+            args = e.args
+            if args:
                 d = e.get_data()
-                put(text)
                 if d is None:  # (the text of None and the opening bracket at once)
                     put(_NO_DATA)
                 else:
-                    feed(d)
-                    put(b"(")
-                stack.append(_CLOSE)
-                push(reversed(args))
+                    text = _plain_list_text(d)
+                    if text is None:
+                        feed(d)
+                        put(b"(")
+                    else:
+                        put(text)
+                push((close, *args[::-1]))
+                continue
+            if out is not None:
+                out.append(e)
+            kind = kinds.get(t) or _kind(t)
+            if kind == "variable":
+                place = variables.get(id(e))
+                put(_place_text(place) if place is not None else f"'{e.name()}';".encode())
+            elif kind == "data":
+                put(data(e))
+            else:  # a constant, a parameter
+                _feed_value(parts, e.value)
 
-    feed(expr)
-    h.update(b"".join(parts))
+    for header, expr, leaves in items:
+        put(header)
+        kind = kinds.get(type(expr)) or _kind(type(expr))
+        if kind in ("expr", "variable", "data"):
+            drain(expr, leaves)
+        else:
+            feed(expr)
 
 
 _CLOSE = object()
+
+#: a variable's place in the layout -> its text
+_PLACE_TEXT: dict[int, bytes] = {}
+
+
+def _place_text(place: int) -> bytes:
+    text = _PLACE_TEXT.get(place)
+    if text is None:
+        text = _PLACE_TEXT[place] = f"#{place};".encode()
+    return text
 
 
 def terms_fingerprint(program: Any) -> str:
@@ -224,16 +280,53 @@ def structure_fingerprint(program: Any) -> str:
     >>> a == b, a == c
     (True, False)
     """
-    h = hashlib.sha256()
-    h.update(f"{program.layout.size};".encode())
-    variables = {id(v): i for i, v in enumerate(program.layout.variables)}
-    for t in program.objective:
-        h.update(f"obj:{t.allow_nonconvex};".encode())
-        _feed_expr(h, t.expr, variables, _data_by_shape)
-    for c in program.constraints:
-        h.update(f"con:{c.kind}:{c.size}:{c.allow_nonconvex};".encode())
-        _feed_expr(h, c.expr, variables, _data_by_shape)
-    return h.hexdigest()
+    return structure_reading(program)[0]
+
+
+def structure_reading(program: Any) -> tuple[str, dict[int, tuple[Any, list]]]:
+    """:func:`structure_fingerprint` of ``program`` and, from the same walk, each term's
+    leaves: ``id(expr) -> (expr, its leaves left to right)`` (what
+    :func:`~fedmodel.compiler.glm.expression_leaves` finds), for every objective term and
+    constraint."""
+    layout = program.layout
+    parts = _Parts((_size_text(layout.size),))
+    items = [(_term_text("obj", t.allow_nonconvex), t.expr, []) for t in program.objective]
+    items += [
+        (f"con:{c.kind}:{c.size}:{c.allow_nonconvex};".encode(), c.expr, [])
+        for c in program.constraints
+    ]
+    _expr_parts(parts, items, _places(layout), _data_by_shape)
+    found = {id(expr): (expr, leaves) for _, expr, leaves in items}
+    return hashlib.sha256(b"".join(parts)).hexdigest(), found
+
+
+#: layout -> {id(variable): its place}
+_PLACES: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+
+
+_LAST_PLACES: list = [None, None]  # (a weak reference to the last layout, its places)
+
+
+def _places(layout: Any) -> dict[int, int]:
+    """``{id(v): i}`` over ``layout``'s variables, made once per layout (read only)."""
+    ref, found = _LAST_PLACES
+    if ref is not None and ref() is layout:
+        return found
+    found = _PLACES.get(layout)
+    if found is None:
+        found = _PLACES[layout] = {id(v): i for i, v in enumerate(layout.variables)}
+    _LAST_PLACES[:] = (weakref.ref(layout), found)
+    return found
+
+
+@functools.lru_cache(maxsize=64)
+def _size_text(size: int) -> bytes:
+    return f"{size};".encode()
+
+
+@functools.lru_cache(maxsize=8)
+def _term_text(what: str, allow_nonconvex: bool) -> bytes:
+    return f"{what}:{allow_nonconvex};".encode()
 
 
 def data_fingerprint(program: Any) -> str:

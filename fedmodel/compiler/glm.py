@@ -45,7 +45,7 @@ class Node:
     nodes with its own leaves (:func:`recognise_program`)."""
 
     __slots__ = ("name", "shape", "size", "ndim", "affine", "constant", "params", "args")
-    __slots__ += ("leaf", "variable", "atom", "fixed")
+    __slots__ += ("leaf", "variable", "atom", "fixed", "private", "scalar", "var_map")
 
     def attr(self, name: str, default=None):
         """The atom's own datum ``name`` (an axis, an index key, an exponent)."""
@@ -76,18 +76,24 @@ def node_of(expr: cp.Expression, leaves: list) -> Node:
     """The :class:`Node` of ``expr``, its leaves appended to ``leaves`` in the order of
     :func:`expression_leaves`. ``fixed`` says whether the node's flags are the same for
     every expression of its structure: no private data below it, or an atom whose
-    curvature follows its arguments' whatever the data's values."""
+    curvature follows its arguments' whatever the data's values; ``private`` whether
+    private data is below it (else its value, made of constants that the structure
+    fixes, is the same for every expression of its structure)."""
     n = Node()
     n.name = type(expr).__name__
     n.shape = tuple(expr.shape)
     n.size = expr.size
     n.ndim = expr.ndim
     n.atom = expr
+    n.scalar = n.var_map = None
     args = expr.args
     if not args:
+        from fedmodel.dsl.data import PrivateData
+
         n.args = ()
         n.leaf = len(leaves)
         leaves.append(expr)
+        n.private = isinstance(expr, PrivateData)
         n.variable = isinstance(expr, cp.Variable)
         n.constant = expr.is_constant()
         n.params = bool(expr.parameters())
@@ -95,6 +101,7 @@ def node_of(expr: cp.Expression, leaves: list) -> Node:
         n.fixed = True
         return n
     n.args = tuple(node_of(a, leaves) for a in args)
+    n.private = any(a.private for a in n.args)
     n.leaf, n.variable = None, False
     n.constant = expr.is_constant()
     n.params = bool(expr.parameters())
@@ -105,10 +112,10 @@ def node_of(expr: cp.Expression, leaves: list) -> Node:
             fixed = not any(_has_private_data(d) for d in expr.get_data() or ())
         elif n.name in _SCALINGS:
             fixed = all(a.affine for a in n.args) or not any(
-                _has_private_data(a) for a, m in zip(args, n.args) if m.constant
+                m.private for m in n.args if m.constant
             )
         else:
-            fixed = not _has_private_data(expr)
+            fixed = not n.private
     n.fixed = fixed
     return n
 
@@ -398,8 +405,13 @@ def affine_map(expr: cp.Expression, layout: VariableLayout) -> Affine:
 
 
 def _affine_map(e: Node, ctx: Reading) -> Affine:
-    if e.variable:
-        return _variable_map(ctx.variable(e), ctx.layout)
+    if e.variable:  # (the last map found through this node, if of this variable and layout)
+        var, known = ctx.leaves[e.leaf], e.var_map
+        if known is not None and known[0] is var and known[1] is ctx.layout:
+            return known[2]
+        found = _variable_map(var, ctx.layout)
+        e.var_map = (var, ctx.layout, found)
+        return found
     shape = e.shape
     if e.constant:
         if e.params:
@@ -495,7 +507,10 @@ class GLMTerm:
             self.A = np.ascontiguousarray(self.A, dtype=float)
 
     def scaled(self, c: float) -> GLMTerm:
-        return GLMTerm(self.kind, self.A, self.b, c * self.weights, self.M, self.s)
+        out = object.__new__(GLMTerm)  # (its A is in the layout __post_init__ gives it)
+        out.__dict__.update(self.__dict__)
+        out.weights = c * self.weights
+        return out
 
     def image(self, x: np.ndarray) -> np.ndarray:
         """``s A x + b``."""
@@ -605,8 +620,15 @@ def _selected_columns(A, ctx: Reading) -> np.ndarray | None:
 
 
 def _const_scalar(e: Node, ctx: Reading) -> float | None:
+    """The value of a scalar constant node without parameters, else None; kept on a node
+    without private data (its value is its structure's)."""
     if e.constant and e.size == 1 and not e.params:
-        return float(np.asarray(ctx.value(e)).ravel()[0])
+        if e.scalar is not None:
+            return e.scalar
+        c = float(np.asarray(ctx.value(e)).ravel()[0])
+        if not e.private:
+            e.scalar = c
+        return c
     return None
 
 
@@ -800,7 +822,8 @@ def _recognise_sum(e: Node, ctx: Reading, weights: np.ndarray) -> GLMFunction:
     if arg.name == "NegExpression":  # phi(-(X w)): keep X, not a negated copy
         arg, sign = arg.args[0], -1.0
     p = _affine_map(arg, ctx)
-    w = np.array(np.broadcast_to(weights, (p.m,)), dtype=float)  # (its own copy)
+    w = np.empty(p.m)  # (its own copy, ``weights`` broadcast)
+    w[...] = weights
     return GLMFunction(N, [GLMTerm(kind, _dense_or_sparse(p.A, ctx), sign * p.b, w, M, sign)])
 
 

@@ -53,6 +53,9 @@ class PartyProgram:
     objective: list[ObjectiveTerm]
     constraints: list[ConstraintTerm]
     data: tuple[PrivateData, ...] = ()
+    #: its GLM form (:func:`fedmodel.subproblems.newton.party_glm`) once recognised, kept
+    #: with it (not pickled); None before
+    kept_glm_form: Any = field(default=None, init=False, repr=False, compare=False)
 
     def __getstate__(self) -> dict:
         """Pickled (to a worker process, a Ray actor, a checkpoint) without the compiled
@@ -61,6 +64,8 @@ class PartyProgram:
         state = dict(self.__dict__)
         state.pop("functions", None)
         state.pop("structure", None)  # (found again where it is received)
+        state.pop("_structure_leaves", None)
+        state.pop("kept_glm_form", None)  # (recognised again where it is received)
         state.pop("_local_view", None)  # (a view of this program: made again on first use)
         return state
 
@@ -126,9 +131,19 @@ class PartyProgram:
         """This party's terms up to its data's values
         (:func:`~fedmodel.compiler.fingerprint.structure_fingerprint`), found once where
         the party runs (not pickled with the program)."""
-        from fedmodel.compiler.fingerprint import structure_fingerprint
+        from fedmodel.compiler.fingerprint import structure_reading
 
-        return structure_fingerprint(self)
+        digest, leaves = structure_reading(self)
+        self.__dict__["_structure_leaves"] = leaves
+        return digest
+
+    def term_leaves(self, expr: Any) -> list | None:
+        """The leaves of the term ``expr`` (one of this program's objective terms and
+        constraints), left to right, as the walk of :attr:`structure` found them (the list
+        of :func:`~fedmodel.compiler.glm.expression_leaves`; read only); None when that
+        walk has not run or ``expr`` is not one of its terms."""
+        entry = self.__dict__.get("_structure_leaves", {}).get(id(expr))
+        return entry[1] if entry is not None and entry[0] is expr else None
 
     def structure_fact(self, name: str, find: Callable[[], Any]) -> Any:
         """The fact ``name`` of this party's :attr:`structure`, ``find()`` (which reads

@@ -83,8 +83,9 @@ class EndpointFactory:
     def substituted(self, values: Mapping[Placeholder, Any]) -> EndpointFactory:
         """This factory with each :class:`Placeholder` among its arguments that ``values``
         names replaced by its value (the one place arguments are substituted); itself
-        when it has no placeholder."""
-        if not any(isinstance(v, Placeholder) for v in (*self.args, *self.kwargs.values())):
+        when it has no placeholder (an object of the type :class:`Placeholder` itself,
+        made by :func:`placeholder`)."""
+        if Placeholder not in map(type, (*self.args, *self.kwargs.values())):
             return self
         return self.mapped(lambda v: values.get(v, v) if isinstance(v, Placeholder) else v)
 

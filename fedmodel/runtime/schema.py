@@ -214,6 +214,8 @@ def _dim(dims: Mapping[str, int], name: str) -> int:
 
 #: Python scalars' dtype kinds, for :func:`_scalar_fits`
 _SCALAR_KINDS = {bool: "b", int: "i", float: "f"}
+#: an argument not passed (:meth:`MessageTable.build_signature`)
+_ABSENT = object()
 _INT64 = np.iinfo(np.int64)
 
 
@@ -733,17 +735,20 @@ class MessageTable:
         >>> table.build_signature({"k": 3}), table.build_signature({"k": 3, "v": [1.0]})
         ((('k', <class 'int'>, 3),), None)
         """
+        fields = self.__dict__.get("_build_fields")
+        if fields is None:  # (name, whether a number's check reads no dimension)
+            fields = tuple(
+                (name, not spec.shape and not isinstance(spec.max_size, str))
+                for name, spec in self.build.items()
+            )
+            object.__setattr__(self, "_build_fields", fields)  # (frozen: a cache)
         out = []
-        for name, spec in self.build.items():
-            if name not in arguments:
+        for name, scalar in fields:
+            value = arguments.get(name, _ABSENT)
+            if value is _ABSENT:
                 continue
-            value = arguments[name]
             t = type(value)
-            if value is None or t is str:
-                pass
-            elif t in _SCALAR_KINDS and not spec.shape and not isinstance(spec.max_size, str):
-                pass
-            else:
+            if not (value is None or t is str or (scalar and t in _SCALAR_KINDS)):
                 return None
             out.append((name, t, value))
         return tuple(out)

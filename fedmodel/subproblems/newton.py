@@ -129,16 +129,20 @@ class _PartyGLM:
         layout = program.layout
         terms = [t.expr for t in program.objective]
         ineq, eq = [c.expr for c in program.ineq], [c.expr for c in program.eq]
-        shared = _structure_nodes(program, terms + ineq + eq)
+        exprs = terms + ineq + eq
+        shared = _structure_nodes(program, exprs)
+        leaves: list = []
         if shared is None:
-            leaves: list = []
-            nodes = [node_of(e, leaves) for e in terms + ineq + eq]
+            nodes = [node_of(e, leaves) for e in exprs]
             path = None
         else:
             nodes, path = shared
-            leaves = []
-            for e in terms + ineq + eq:
-                expression_leaves(e, leaves)
+            for e in exprs:  # (as the walk of its structure found them, when it did)
+                found = program.term_leaves(e)
+                if found is None:
+                    expression_leaves(e, leaves)
+                else:
+                    leaves.extend(found)
         reading = Reading(leaves, layout)
         f = None
         for node in nodes[: len(terms)]:
@@ -191,25 +195,20 @@ def _fixed(node: Node) -> bool:
     return node.fixed
 
 
-#: id(program) -> (a weak reference to it, its GLM form): recognised once per party
-#: program, whichever of its solvers is built first (the Newton backend of its inexact steps,
-#: the exact-prox backend of exact-admm); an entry leaves with its program
-_GLM_FORMS: dict[int, tuple[weakref.ref, _PartyGLM]] = {}
-
-
 def party_glm(program: PartyProgram) -> _PartyGLM:
     """The GLM form of ``program`` (recognised at its first use, then shared: nothing of
-    it is changed in place by its users). A form with a dense quadratic part (a ``d x d``
+    it is changed in place by its users). It is kept by the program
+    (:attr:`~fedmodel.compiler.partition.PartyProgram.kept_glm_form`, whichever of its
+    solvers is built first: the Newton backend of its inexact steps, the exact-prox backend
+    of exact-admm), and leaves with it. A form with a dense quadratic part (a ``d x d``
     matrix of its own, not the party's data) is not kept: it is recognised again rather
     than held for the run."""
-    key = id(program)
-    entry = _GLM_FORMS.get(key)
-    if entry is not None and entry[0]() is program:
-        return entry[1]
+    form = program.kept_glm_form
+    if form is not None:
+        return form
     form = _PartyGLM(program)
     if form.f is None or form.f.Q is None:
-        _GLM_FORMS[key] = (weakref.ref(program), form)
-        weakref.finalize(program, _GLM_FORMS.pop, key, None)
+        program.kept_glm_form = form
     return form
 
 
