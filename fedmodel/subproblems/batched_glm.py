@@ -59,6 +59,13 @@ CONSTANT_CURVATURE = frozenset({"square"})
 #: (least recently used dropped first)
 KEPT_INVERSES = 2
 
+#: a client whose last Newton step was a full step and cut its residual to at most this
+#: fraction takes its next step with the same Cholesky factor (a chord step: near the
+#: minimiser the Hessian changes little between two steps, and a new one with its factor
+#: costs more than the substitutions); a step that cuts less, or a backtracked one, is
+#: followed by a new Hessian
+CHORD_RATIO = 0.25
+
 #: the most variables :func:`spd_solve` and :func:`spd_inverse` handle by Cholesky factors
 #: and batched substitution (one numpy call per variable for all the matrices); above it
 #: one LAPACK LU call per matrix costs less, and a constant-curvature cohort keeps no
@@ -97,10 +104,37 @@ def spd_inverse(H: np.ndarray, shift: np.ndarray) -> np.ndarray:
     return np.matmul(Li.transpose(0, 2, 1), Li, out=M)
 
 
+def spd_factor(M: np.ndarray) -> np.ndarray | None:
+    """The Cholesky factors ``L_i`` of ``M_i`` (``M``: (k, n, n) symmetric positive
+    definite) for :func:`spd_substitute`; None for more than :data:`SUBSTITUTION_SIZE`
+    variables and when a factorisation fails to rounding (:func:`spd_solve` then solves by
+    LU)."""
+    if M.shape[-1] > SUBSTITUTION_SIZE:
+        return None
+    try:
+        return np.linalg.cholesky(M)
+    except np.linalg.LinAlgError:
+        return None
+
+
+def spd_substitute(L: np.ndarray, G: np.ndarray) -> np.ndarray:
+    """``(L_i L_i^T)^{-1} g_i`` for every ``i`` (``L``: (k, n, n) lower triangular from
+    :func:`spd_factor`, ``G``: (k, n)): forward and back substitution one unknown at a time
+    for all ``i``."""
+    n = G.shape[1]
+    Y = np.empty_like(G)
+    for j in range(n):  # L y = g
+        Y[:, j] = (G[:, j] - np.einsum("ij,ij->i", L[:, j, :j], Y[:, :j])) / L[:, j, j]
+    for j in range(n - 1, -1, -1):  # L^T x = y (x in place of y)
+        tail = np.einsum("ij,ij->i", L[:, j + 1 :, j], Y[:, j + 1 :])
+        Y[:, j] = (Y[:, j] - tail) / L[:, j, j]
+    return Y
+
+
 def spd_solve(M: np.ndarray, G: np.ndarray) -> np.ndarray:
     """``M_i^{-1} g_i`` for every ``i`` (``M``: (k, n, n) symmetric positive definite,
-    ``G``: (k, n)): the Cholesky factors, then forward and back substitution one unknown at
-    a time for all ``i``; by LU (``numpy.linalg.solve``) for more than
+    ``G``: (k, n)): the Cholesky factors (:func:`spd_factor`), then forward and back
+    substitution (:func:`spd_substitute`); by LU (``numpy.linalg.solve``) for more than
     :data:`SUBSTITUTION_SIZE` variables and when a factorisation fails to rounding.
 
     Examples
@@ -109,21 +143,15 @@ def spd_solve(M: np.ndarray, G: np.ndarray) -> np.ndarray:
     >>> spd_solve(M, np.array([[3.0, 3.0]]))
     array([[1., 1.]])
     """
-    k, n = G.shape
-    if n <= SUBSTITUTION_SIZE:
-        try:
-            L = np.linalg.cholesky(M)
-        except np.linalg.LinAlgError:
-            L = None
-        if L is not None:
-            Y = np.empty_like(G)
-            for j in range(n):  # L y = g
-                Y[:, j] = (G[:, j] - np.einsum("ij,ij->i", L[:, j, :j], Y[:, :j])) / L[:, j, j]
-            for j in range(n - 1, -1, -1):  # L^T x = y (x in place of y)
-                tail = np.einsum("ij,ij->i", L[:, j + 1 :, j], Y[:, j + 1 :])
-                Y[:, j] = (Y[:, j] - tail) / L[:, j, j]
-            return Y
+    L = spd_factor(M)
+    if L is not None:
+        return spd_substitute(L, G)
     return np.linalg.solve(M, G[:, :, None])[:, :, 0]
+
+
+def _rows(a: np.ndarray | None, idx: np.ndarray) -> np.ndarray | None:
+    """The rows ``idx`` of ``a`` (None stays None)."""
+    return None if a is None else a[idx]
 
 
 class NotStackable(ValueError):
@@ -494,6 +522,11 @@ class GLMCohort:
         message = ["converged"] * self.size
         searched_out = np.zeros(self.size, dtype=bool)  # (its line search failed)
         active = np.flatnonzero(gnorm > tol)
+        # each client's Cholesky factor of its last new Hessian (``factored``: it has one)
+        # and whether its next step takes it again (``chord``)
+        factors: np.ndarray | None = None
+        factored = np.zeros(self.size, dtype=bool)
+        chord = np.zeros(self.size, dtype=bool)
         while active.size:
             if deadline is not None and time.perf_counter() > deadline:
                 for i in active:
@@ -518,9 +551,32 @@ class GLMCohort:
                 inverse = inverse if every else inverse[active]
                 step = -np.matmul(inverse, Ga[:, :, None])[:, :, 0]
             else:
-                H = sub.hessian(Xa, Ka)
-                H.reshape(len(H), -1)[:, :: self.n + 1] += Sa[:, None]  # (+ s_i I, in place)
-                step = -spd_solve(H, Ga)
+                reuse = chord[active]
+                step = np.empty_like(Ga)
+                fresh = np.flatnonzero(~reuse)
+                if fresh.size:  # (a new Hessian and its factor)
+                    whole = fresh.size == active.size
+                    part = sub if whole else sub.subset(fresh)
+                    H = part.hessian(Xa if whole else Xa[fresh], Ka if whole else _rows(Ka, fresh))
+                    H.reshape(len(H), -1)[:, :: self.n + 1] += (Sa if whole else Sa[fresh])[:, None]
+                    L = spd_factor(H)
+                    Gf = Ga if whole else Ga[fresh]
+                    if L is None:
+                        step[fresh] = -np.linalg.solve(H, Gf[:, :, None])[:, :, 0]
+                    else:
+                        step[fresh] = -spd_substitute(L, Gf)
+                        if L.shape[0] == self.size:
+                            factors = L
+                        else:
+                            if factors is None:
+                                factors = np.empty((self.size, self.n, self.n))
+                            factors[active[fresh]] = L
+                    factored[active[fresh]] = L is not None
+                if fresh.size < active.size:  # (the factor of an earlier step, kept)
+                    old = np.flatnonzero(reuse)
+                    at = active[old]
+                    Lk = factors if at.size == self.size else factors[at]
+                    step[old] = -spd_substitute(Lk, Ga[old])
             slope = np.einsum("in,in->i", Ga, step)
             t = np.ones(active.size)
             new_X = Xa + step
@@ -559,6 +615,9 @@ class GLMCohort:
                 if K is not None:
                     K[upd] = new_K[keep]
                 gnorm[upd] = np.abs(G[upd]).max(axis=1, initial=0.0)
+            if not self.keeps_inverses:  # (a full step that cut the residual enough)
+                cut = (t == 1.0) & (gnorm[active] <= CHORD_RATIO * gna)
+                chord[active] = factored[active] & cut
             active = active[~failed & (gnorm[active] > tol[active])]
         # (F, GF, K: this solve's own arrays, copied on use)
         self._last_point = (X.copy(), F, GF, K)
