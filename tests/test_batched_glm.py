@@ -6,6 +6,7 @@ import pytest
 import scipy.sparse as sp
 from scipy.special import expit
 
+import fedmodel.subproblems.batched_glm as batched_glm
 from fedmodel.compiler.glm import GLMFunction, GLMTerm, phi, phi_d2, phi_value_d1
 from fedmodel.subproblems.batched_glm import GLMCohort, NotStackable, spd_inverse, spd_solve
 
@@ -243,3 +244,29 @@ def test_a_party_s_numbers_are_the_same_in_any_cohort():
         alone = GLMCohort([f]).prox(C[i : i + 1], S[i : i + 1], X0[i : i + 1], tol=1e-12)
         assert np.array_equal(alone.x[0], together.x[i])
         assert alone.iterations[0] == together.iterations[i]
+
+
+def test_a_client_near_its_minimiser_steps_with_its_last_factor(monkeypatch):
+    """After a full step that cut its residual to at most CHORD_RATIO a client's next step
+    takes its last Cholesky factor again (a chord step): fewer factorisations than Newton
+    iterations, every client to its tolerance and within its distance of its own
+    minimiser; a step that cuts less is followed by a new factor."""
+    factored: list[int] = []
+    factor = batched_glm.spd_factor
+    monkeypatch.setattr(batched_glm, "spd_factor", lambda M: factored.append(len(M)) or factor(M))
+    forms = _forms([30, 40, 25, 35], n=6, kinds=("logistic",), seed=7)
+    rng = np.random.default_rng(8)
+    C, S, X0 = rng.normal(size=(4, 6)), np.full(4, 0.01), np.zeros((4, 6))
+    out = GLMCohort(forms).prox(C, S, X0, tol=1e-10)
+    assert out.message == ["converged"] * 4 and (out.residual <= 1e-10).all()
+    assert 4 <= sum(factored) < out.iterations.sum()
+    for i, f in enumerate(forms):
+        ref, ref_residual = _reference(f, C[i], S[i], X0[i], 1e-13)
+        bound = np.sqrt(6) * (out.residual[i] + ref_residual) / S[i] + 1e-12
+        assert np.abs(out.x[i] - ref).max() <= bound
+    # with CHORD_RATIO 0 no step is a chord step: one factor per client and iteration
+    monkeypatch.setattr(batched_glm, "CHORD_RATIO", 0.0)
+    factored.clear()
+    newton = GLMCohort(forms).prox(C, S, X0, tol=1e-10)
+    assert sum(factored) == newton.iterations.sum()
+    assert (newton.residual <= 1e-10).all()

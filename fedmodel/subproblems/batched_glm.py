@@ -13,18 +13,21 @@ data once (each party's ``A_it`` padded with zero-weight rows to its own
 Newton iteration for every client of the cohort at a time: the images, the gradients and
 the Hessians are batched products (each term's ``phi`` evaluated once per point, its
 second derivatives kept for the Hessian there), the Newton systems one batched Cholesky
-solve (:func:`spd_solve`), and each client keeps its own Armijo step and stops on its
-own residual ``||grad F_i(x_i)||_inf <= tol``. When every term has a constant second
-derivative (least squares) the Hessians do not depend on the point: a cohort of few
-variables (:data:`SUBSTITUTION_SIZE`) keeps the inverses of ``hess f_i + s_i I``
-(:func:`spd_inverse`, from Cholesky factors) for the last vectors of proximal weights it
-was given, and a Newton step is one batched matrix-vector product (an exact-admm run
-changes ``s_i`` only when its penalty changes). The arithmetic is the per-client Newton
-method's; only its order of summation differs (the results agree to rounding, not bit
-for bit). A cohort keeps the points its last solve returned with ``f_i``, its gradient
-and second derivatives there: the next solve that starts from exactly those points (an
-exact-admm client starts from its last step's point) takes them instead of evaluating
-``f_i`` again, the same numbers.
+solve (:func:`spd_factor`, :func:`spd_substitute`), and each client keeps its own Armijo
+step and stops on its own residual ``||grad F_i(x_i)||_inf <= tol``. A client whose last
+step was a full step that cut its residual to at most :data:`CHORD_RATIO` of what it was
+takes its next step with the same Cholesky factor (a chord step: no new Hessian), any
+other client with a new Hessian and factor; the stopping test is the same. When every
+term has a constant second derivative (least squares) the Hessians do not depend on the
+point: a cohort of few variables (:data:`SUBSTITUTION_SIZE`) keeps the inverses of
+``hess f_i + s_i I`` (:func:`spd_inverse`, from Cholesky factors) for the last vectors
+of proximal weights it was given, and a Newton step is one batched matrix-vector product
+(an exact-admm run changes ``s_i`` only when its penalty changes). The arithmetic is the
+per-client Newton method's but for the chord steps and the order of summation (the
+results agree to the tolerance, not bit for bit). A cohort keeps the points its last
+solve returned with ``f_i``, its gradient and second derivatives there: the next solve
+that starts from exactly those points (an exact-admm client starts from its last step's
+point) takes them instead of evaluating ``f_i`` again, the same numbers.
 
 Examples
 --------
@@ -64,7 +67,7 @@ KEPT_INVERSES = 2
 #: minimiser the Hessian changes little between two steps, and a new one with its factor
 #: costs more than the substitutions); a step that cuts less, or a backtracked one, is
 #: followed by a new Hessian
-CHORD_RATIO = 0.25
+CHORD_RATIO = 0.1
 
 #: the most variables :func:`spd_solve` and :func:`spd_inverse` handle by Cholesky factors
 #: and batched substitution (one numpy call per variable for all the matrices); above it
