@@ -425,9 +425,10 @@ class GLMCohort:
             H[:] = 0.0
         for t in self.terms:
             for blk in t.blocks:
-                if curvature is None:
+                if curvature is None:  # (a constant second derivative needs no images)
                     Xb = X if blk.whole else X[blk.at]
-                    d = blk.w * phi_d2(t.kind, t.images(blk, Xb), t.M)
+                    z = blk.b if t.kind in CONSTANT_CURVATURE else t.images(blk, Xb)
+                    d = blk.w * phi_d2(t.kind, z, t.M)
                 else:
                     d = curvature[blk.at, t.offset : t.offset + blk.w.shape[1]]
                 if empty:
