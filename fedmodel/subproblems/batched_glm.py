@@ -147,8 +147,11 @@ def spd_solve(M: np.ndarray, G: np.ndarray) -> np.ndarray:
     array([[1., 1.]])
     """
     L = spd_factor(M)
-    if L is not None:
-        return spd_substitute(L, G)
+    return spd_substitute(L, G) if L is not None else _lu_solve(M, G)
+
+
+def _lu_solve(M: np.ndarray, G: np.ndarray) -> np.ndarray:
+    """``M_i^{-1} g_i`` for every ``i`` by LU (one LAPACK call per matrix)."""
     return np.linalg.solve(M, G[:, :, None])[:, :, 0]
 
 
@@ -566,7 +569,7 @@ class GLMCohort:
                     L = spd_factor(H)
                     Gf = Ga if whole else Ga[fresh]
                     if L is None:
-                        step[fresh] = -np.linalg.solve(H, Gf[:, :, None])[:, :, 0]
+                        step[fresh] = -_lu_solve(H, Gf)
                     else:
                         step[fresh] = -spd_substitute(L, Gf)
                         if L.shape[0] == self.size:
