@@ -247,31 +247,33 @@ def test_a_party_s_numbers_are_the_same_in_any_cohort():
 
 
 def test_a_client_near_its_minimiser_steps_with_its_last_factor(monkeypatch):
-    """After a full step that cut its residual to at most CHORD_RATIO a client's next step
-    takes its last Cholesky factor again (a chord step): fewer factorisations than Newton
-    iterations, every client to its tolerance and within its distance of its own
-    minimiser; a step that cuts less is followed by a new factor."""
+    """After a full step from which one more step with the same Cholesky factor is expected
+    to reach the tolerance (CHORD_MARGIN), a client takes that chord step: a warm-started
+    solve has fewer factorisations than Newton iterations, every client reaches its
+    tolerance and lies within its distance of its own minimiser; with an infinite margin
+    every step has a new factor."""
     factored: list[int] = []
     factor = batched_glm.spd_factor
     monkeypatch.setattr(batched_glm, "spd_factor", lambda M: factored.append(len(M)) or factor(M))
     forms = _forms([30, 40, 25, 35], n=6, kinds=("logistic",), seed=7)
     rng = np.random.default_rng(8)
-    C, S, X0 = rng.normal(size=(4, 6)), np.full(4, 0.01), np.zeros((4, 6))
-    out = GLMCohort(forms).prox(C, S, X0, tol=1e-10)
-    assert out.message == ["converged"] * 4 and (out.residual <= 1e-10).all()
-    assert 4 <= sum(factored) < out.iterations.sum()
-    for i, f in enumerate(forms):
-        ref, ref_residual = _reference(f, C[i], S[i], X0[i], 1e-13)
-        bound = np.sqrt(6) * (out.residual[i] + ref_residual) / S[i] + 1e-12
-        assert np.abs(out.x[i] - ref).max() <= bound
-    # with CHORD_RATIO 0 no step is a chord step: one factor per client and iteration
-    monkeypatch.setattr(batched_glm, "CHORD_RATIO", 0.0)
-    factored.clear()
-    newton = GLMCohort(forms).prox(C, S, X0, tol=1e-10)
-    assert sum(factored) == newton.iterations.sum()
-    assert (newton.residual <= 1e-10).all()
+    C, S = rng.normal(size=(4, 6)), np.full(4, 0.01)
+    for margin in (batched_glm.CHORD_MARGIN, np.inf):
+        monkeypatch.setattr(batched_glm, "CHORD_MARGIN", margin)
+        cohort = GLMCohort(forms)
+        first = cohort.prox(C, S, np.zeros((4, 6)), tol=1e-10)
+        factored.clear()
+        out = cohort.prox(C + 0.01, S, first.x, tol=1e-10)  # (from the last points)
+        assert out.message == ["converged"] * 4 and (out.residual <= 1e-10).all()
+        if margin == np.inf:
+            assert sum(factored) == out.iterations.sum()
+        else:
+            assert 4 <= sum(factored) < out.iterations.sum()
+        for i, f in enumerate(forms):
+            ref, ref_residual = _reference(f, C[i] + 0.01, S[i], first.x[i], 1e-13)
+            bound = np.sqrt(6) * (out.residual[i] + ref_residual) / S[i] + 1e-12
+            assert np.abs(out.x[i] - ref).max() <= bound
     # above SUBSTITUTION_SIZE variables every step solves by LU (no factor to keep)
-    monkeypatch.setattr(batched_glm, "CHORD_RATIO", 0.1)
     wide = _forms([30, 40], n=30, kinds=("logistic",), seed=9)
     factored.clear()
     out = GLMCohort(wide).prox(rng.normal(size=(2, 30)), np.full(2, 0.01), np.zeros((2, 30)), 1e-10)

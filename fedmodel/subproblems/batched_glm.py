@@ -15,9 +15,9 @@ the Hessians are batched products (each term's ``phi`` evaluated once per point,
 second derivatives kept for the Hessian there), the Newton systems one batched Cholesky
 solve (:func:`spd_factor`, :func:`spd_substitute`), and each client keeps its own Armijo
 step and stops on its own residual ``||grad F_i(x_i)||_inf <= tol``. A client whose last
-step was a full step that cut its residual to at most :data:`CHORD_RATIO` of what it was
-takes its next step with the same Cholesky factor (a chord step: no new Hessian), any
-other client with a new Hessian and factor; the stopping test is the same. When every
+step was a full step after which one more step with the same Cholesky factor is expected
+to reach its tolerance (:data:`CHORD_MARGIN`) takes that step (a chord step: no new
+Hessian), any other client a new Hessian and factor; the stopping test is the same. When every
 term has a constant second derivative (least squares) the Hessians do not depend on the
 point: a cohort of few variables (:data:`SUBSTITUTION_SIZE`) keeps the inverses of
 ``hess f_i + s_i I`` (:func:`spd_inverse`, from Cholesky factors) for the last vectors
@@ -62,12 +62,14 @@ CONSTANT_CURVATURE = frozenset({"square"})
 #: (least recently used dropped first)
 KEPT_INVERSES = 2
 
-#: a client whose last Newton step was a full step and cut its residual to at most this
-#: fraction takes its next step with the same Cholesky factor (a chord step: near the
+#: a client whose last Newton step was a full step that cut its residual from ``r_0`` to
+#: ``r_1`` takes its next step with the same Cholesky factor (a chord step: near the
 #: minimiser the Hessian changes little between two steps, and a new one with its factor
-#: costs more than the substitutions); a step that cuts less, or a backtracked one, is
+#: costs more than the substitutions) when ``r_1 (r_1 / r_0)`` times this margin is at most
+#: its tolerance: one chord step, contracting up to this many times less than the last
+#: step did, is expected to end its solve; any other step (a backtracked one included) is
 #: followed by a new Hessian
-CHORD_RATIO = 0.1
+CHORD_MARGIN = 4.0
 
 #: the most variables :func:`spd_solve` and :func:`spd_inverse` handle by Cholesky factors
 #: and batched substitution (one numpy call per variable for all the matrices); above it
@@ -563,8 +565,13 @@ class GLMCohort:
                 fresh = np.flatnonzero(~reuse)
                 if fresh.size:  # (a new Hessian and its factor)
                     whole = fresh.size == active.size
-                    part = sub if whole else sub.subset(fresh)
-                    H = part.hessian(Xa if whole else Xa[fresh], Ka if whole else _rows(Ka, fresh))
+                    if whole or 2 * fresh.size < active.size:
+                        part = sub if whole else sub.subset(fresh)
+                        H = part.hessian(
+                            Xa if whole else Xa[fresh], Ka if whole else _rows(Ka, fresh)
+                        )
+                    else:  # (most of them: every Hessian, no copy of their data)
+                        H = sub.hessian(Xa, Ka)[fresh]
                     H.reshape(len(H), -1)[:, :: self.n + 1] += (Sa if whole else Sa[fresh])[:, None]
                     L = spd_factor(H)
                     Gf = Ga if whole else Ga[fresh]
@@ -623,8 +630,9 @@ class GLMCohort:
                     K[upd] = new_K[keep]
                 gnorm[upd] = np.abs(G[upd]).max(axis=1, initial=0.0)
             if not self.keeps_inverses:  # (a full step that cut the residual enough)
-                cut = (t == 1.0) & (gnorm[active] <= CHORD_RATIO * gna)
-                chord[active] = factored[active] & cut
+                r = gnorm[active]
+                ends = (t == 1.0) & (r * (r / gna) * CHORD_MARGIN <= tol[active])
+                chord[active] = factored[active] & ends
             active = active[~failed & (gnorm[active] > tol[active])]
         # (F, GF, K: this solve's own arrays, copied on use)
         self._last_point = (X.copy(), F, GF, K)
