@@ -6,6 +6,7 @@ import pytest
 import scipy.sparse as sp
 from scipy.special import expit
 
+import fedmodel.subproblems.batched_glm as batched_glm
 from fedmodel.compiler.glm import GLMFunction, GLMTerm, phi, phi_d2, phi_value_d1
 from fedmodel.subproblems.batched_glm import GLMCohort, NotStackable, spd_inverse, spd_solve
 
@@ -243,3 +244,37 @@ def test_a_party_s_numbers_are_the_same_in_any_cohort():
         alone = GLMCohort([f]).prox(C[i : i + 1], S[i : i + 1], X0[i : i + 1], tol=1e-12)
         assert np.array_equal(alone.x[0], together.x[i])
         assert alone.iterations[0] == together.iterations[i]
+
+
+def test_a_client_near_its_minimiser_steps_with_its_last_factor(monkeypatch):
+    """After a full step from which one more step with the same Cholesky factor is expected
+    to reach the tolerance (CHORD_MARGIN), a client takes that chord step: a warm-started
+    solve has fewer factorisations than Newton iterations, every client reaches its
+    tolerance and lies within its distance of its own minimiser; with an infinite margin
+    every step has a new factor."""
+    factored: list[int] = []
+    factor = batched_glm.spd_factor
+    monkeypatch.setattr(batched_glm, "spd_factor", lambda M: factored.append(len(M)) or factor(M))
+    forms = _forms([30, 40, 25, 35], n=6, kinds=("logistic",), seed=7)
+    rng = np.random.default_rng(8)
+    C, S = rng.normal(size=(4, 6)), np.full(4, 0.01)
+    for margin in (batched_glm.CHORD_MARGIN, np.inf):
+        monkeypatch.setattr(batched_glm, "CHORD_MARGIN", margin)
+        cohort = GLMCohort(forms)
+        first = cohort.prox(C, S, np.zeros((4, 6)), tol=1e-10)
+        factored.clear()
+        out = cohort.prox(C + 0.01, S, first.x, tol=1e-10)  # (from the last points)
+        assert out.message == ["converged"] * 4 and (out.residual <= 1e-10).all()
+        if margin == np.inf:
+            assert sum(factored) == out.iterations.sum()
+        else:
+            assert 4 <= sum(factored) < out.iterations.sum()
+        for i, f in enumerate(forms):
+            ref, ref_residual = _reference(f, C[i] + 0.01, S[i], first.x[i], 1e-13)
+            bound = np.sqrt(6) * (out.residual[i] + ref_residual) / S[i] + 1e-12
+            assert np.abs(out.x[i] - ref).max() <= bound
+    # above SUBSTITUTION_SIZE variables every step solves by LU (no factor to keep)
+    wide = _forms([30, 40], n=30, kinds=("logistic",), seed=9)
+    factored.clear()
+    out = GLMCohort(wide).prox(rng.normal(size=(2, 30)), np.full(2, 0.01), np.zeros((2, 30)), 1e-10)
+    assert (out.residual <= 1e-10).all() and sum(factored) == out.iterations.sum()

@@ -13,18 +13,21 @@ data once (each party's ``A_it`` padded with zero-weight rows to its own
 Newton iteration for every client of the cohort at a time: the images, the gradients and
 the Hessians are batched products (each term's ``phi`` evaluated once per point, its
 second derivatives kept for the Hessian there), the Newton systems one batched Cholesky
-solve (:func:`spd_solve`), and each client keeps its own Armijo step and stops on its
-own residual ``||grad F_i(x_i)||_inf <= tol``. When every term has a constant second
-derivative (least squares) the Hessians do not depend on the point: a cohort of few
-variables (:data:`SUBSTITUTION_SIZE`) keeps the inverses of ``hess f_i + s_i I``
-(:func:`spd_inverse`, from Cholesky factors) for the last vectors of proximal weights it
-was given, and a Newton step is one batched matrix-vector product (an exact-admm run
-changes ``s_i`` only when its penalty changes). The arithmetic is the per-client Newton
-method's; only its order of summation differs (the results agree to rounding, not bit
-for bit). A cohort keeps the points its last solve returned with ``f_i``, its gradient
-and second derivatives there: the next solve that starts from exactly those points (an
-exact-admm client starts from its last step's point) takes them instead of evaluating
-``f_i`` again, the same numbers.
+solve (:func:`spd_factor`, :func:`spd_substitute`), and each client keeps its own Armijo
+step and stops on its own residual ``||grad F_i(x_i)||_inf <= tol``. A client whose last
+step was a full step after which one more step with the same Cholesky factor is expected
+to reach its tolerance (:data:`CHORD_MARGIN`) takes that step (a chord step: no new
+Hessian), any other client a new Hessian and factor; the stopping test is the same. When every
+term has a constant second derivative (least squares) the Hessians do not depend on the
+point: a cohort of few variables (:data:`SUBSTITUTION_SIZE`) keeps the inverses of
+``hess f_i + s_i I`` (:func:`spd_inverse`, from Cholesky factors) for the last vectors
+of proximal weights it was given, and a Newton step is one batched matrix-vector product
+(an exact-admm run changes ``s_i`` only when its penalty changes). The arithmetic is the
+per-client Newton method's but for the chord steps and the order of summation (the
+results agree to the tolerance, not bit for bit). A cohort keeps the points its last
+solve returned with ``f_i``, its gradient and second derivatives there: the next solve
+that starts from exactly those points (an exact-admm client starts from its last step's
+point) takes them instead of evaluating ``f_i`` again, the same numbers.
 
 Examples
 --------
@@ -59,6 +62,15 @@ CONSTANT_CURVATURE = frozenset({"square"})
 #: inverses of a constant-curvature cohort kept, one per vector of proximal weights
 #: (least recently used dropped first)
 KEPT_INVERSES = 2
+
+#: a client whose last Newton step was a full step that cut its residual from ``r_0`` to
+#: ``r_1`` takes its next step with the same Cholesky factor (a chord step: near the
+#: minimiser the Hessian changes little between two steps, and a new one with its factor
+#: costs more than the substitutions) when ``r_1 (r_1 / r_0)`` times this margin is at most
+#: its tolerance: one chord step, contracting up to this many times less than the last
+#: step did, is expected to end its solve; any other step (a backtracked one included) is
+#: followed by a new Hessian
+CHORD_MARGIN = 4.0
 
 #: the most variables :func:`spd_solve` and :func:`spd_inverse` handle by Cholesky factors
 #: and batched substitution (one numpy call per variable for all the matrices); above it
@@ -98,10 +110,37 @@ def spd_inverse(H: np.ndarray, shift: np.ndarray) -> np.ndarray:
     return np.matmul(Li.transpose(0, 2, 1), Li, out=M)
 
 
+def spd_factor(M: np.ndarray) -> np.ndarray | None:
+    """The Cholesky factors ``L_i`` of ``M_i`` (``M``: (k, n, n) symmetric positive
+    definite) for :func:`spd_substitute`; None for more than :data:`SUBSTITUTION_SIZE`
+    variables and when a factorisation fails to rounding (:func:`spd_solve` then solves by
+    LU)."""
+    if M.shape[-1] > SUBSTITUTION_SIZE:
+        return None
+    try:
+        return np.linalg.cholesky(M)
+    except np.linalg.LinAlgError:
+        return None
+
+
+def spd_substitute(L: np.ndarray, G: np.ndarray) -> np.ndarray:
+    """``(L_i L_i^T)^{-1} g_i`` for every ``i`` (``L``: (k, n, n) lower triangular from
+    :func:`spd_factor`, ``G``: (k, n)): forward and back substitution one unknown at a time
+    for all ``i``."""
+    n = G.shape[1]
+    Y = np.empty_like(G)
+    for j in range(n):  # L y = g
+        Y[:, j] = (G[:, j] - np.einsum("ij,ij->i", L[:, j, :j], Y[:, :j])) / L[:, j, j]
+    for j in range(n - 1, -1, -1):  # L^T x = y (x in place of y)
+        tail = np.einsum("ij,ij->i", L[:, j + 1 :, j], Y[:, j + 1 :])
+        Y[:, j] = (Y[:, j] - tail) / L[:, j, j]
+    return Y
+
+
 def spd_solve(M: np.ndarray, G: np.ndarray) -> np.ndarray:
     """``M_i^{-1} g_i`` for every ``i`` (``M``: (k, n, n) symmetric positive definite,
-    ``G``: (k, n)): the Cholesky factors, then forward and back substitution one unknown at
-    a time for all ``i``; by LU (``numpy.linalg.solve``) for more than
+    ``G``: (k, n)): the Cholesky factors (:func:`spd_factor`), then forward and back
+    substitution (:func:`spd_substitute`); by LU (``numpy.linalg.solve``) for more than
     :data:`SUBSTITUTION_SIZE` variables and when a factorisation fails to rounding.
 
     Examples
@@ -110,21 +149,18 @@ def spd_solve(M: np.ndarray, G: np.ndarray) -> np.ndarray:
     >>> spd_solve(M, np.array([[3.0, 3.0]]))
     array([[1., 1.]])
     """
-    k, n = G.shape
-    if n <= SUBSTITUTION_SIZE:
-        try:
-            L = np.linalg.cholesky(M)
-        except np.linalg.LinAlgError:
-            L = None
-        if L is not None:
-            Y = np.empty_like(G)
-            for j in range(n):  # L y = g
-                Y[:, j] = (G[:, j] - np.einsum("ij,ij->i", L[:, j, :j], Y[:, :j])) / L[:, j, j]
-            for j in range(n - 1, -1, -1):  # L^T x = y (x in place of y)
-                tail = np.einsum("ij,ij->i", L[:, j + 1 :, j], Y[:, j + 1 :])
-                Y[:, j] = (Y[:, j] - tail) / L[:, j, j]
-            return Y
+    L = spd_factor(M)
+    return spd_substitute(L, G) if L is not None else _lu_solve(M, G)
+
+
+def _lu_solve(M: np.ndarray, G: np.ndarray) -> np.ndarray:
+    """``M_i^{-1} g_i`` for every ``i`` by LU (one LAPACK call per matrix)."""
     return np.linalg.solve(M, G[:, :, None])[:, :, 0]
+
+
+def _rows(a: np.ndarray | None, idx: np.ndarray) -> np.ndarray | None:
+    """The rows ``idx`` of ``a`` (None stays None)."""
+    return None if a is None else a[idx]
 
 
 class NotStackable(ValueError):
@@ -440,9 +476,10 @@ class GLMCohort:
             H[:] = 0.0
         for t in self.terms:
             for blk in t.blocks:
-                if curvature is None:
+                if curvature is None:  # (a constant second derivative needs no images)
                     Xb = X if blk.whole else X[blk.at]
-                    d = blk.w * phi_d2(t.kind, t.images(blk, Xb), t.M)
+                    z = blk.b if t.kind in CONSTANT_CURVATURE else t.images(blk, Xb)
+                    d = blk.w * phi_d2(t.kind, z, t.M)
                 else:
                     d = curvature[blk.at, t.offset : t.offset + blk.w.shape[1]]
                 if empty:
@@ -540,6 +577,11 @@ class GLMCohort:
         message = ["converged"] * self.size
         searched_out = np.zeros(self.size, dtype=bool)  # (its line search failed)
         active = np.flatnonzero(gnorm > tol)
+        # each client's Cholesky factor of its last new Hessian (``factored``: it has one)
+        # and whether its next step takes it again (``chord``)
+        factors: np.ndarray | None = None
+        factored = np.zeros(self.size, dtype=bool)
+        chord = np.zeros(self.size, dtype=bool)
         while active.size:
             if deadline is not None and time.perf_counter() > deadline:
                 for i in active:
@@ -564,9 +606,37 @@ class GLMCohort:
                 inverse = inverse if every else inverse[active]
                 step = -np.matmul(inverse, Ga[:, :, None])[:, :, 0]
             else:
-                H = sub.hessian(Xa, Ka)
-                H.reshape(len(H), -1)[:, :: self.n + 1] += Sa[:, None]  # (+ s_i I, in place)
-                step = -spd_solve(H, Ga)
+                reuse = chord[active]
+                step = np.empty_like(Ga)
+                fresh = np.flatnonzero(~reuse)
+                if fresh.size:  # (a new Hessian and its factor)
+                    whole = fresh.size == active.size
+                    if whole or 2 * fresh.size < active.size:
+                        part = sub if whole else sub.subset(fresh)
+                        H = part.hessian(
+                            Xa if whole else Xa[fresh], Ka if whole else _rows(Ka, fresh)
+                        )
+                    else:  # (most of them: every Hessian, no copy of their data)
+                        H = sub.hessian(Xa, Ka)[fresh]
+                    H.reshape(len(H), -1)[:, :: self.n + 1] += (Sa if whole else Sa[fresh])[:, None]
+                    L = spd_factor(H)
+                    Gf = Ga if whole else Ga[fresh]
+                    if L is None:
+                        step[fresh] = -_lu_solve(H, Gf)
+                    else:
+                        step[fresh] = -spd_substitute(L, Gf)
+                        if L.shape[0] == self.size:
+                            factors = L
+                        else:
+                            if factors is None:
+                                factors = np.empty((self.size, self.n, self.n))
+                            factors[active[fresh]] = L
+                    factored[active[fresh]] = L is not None
+                if fresh.size < active.size:  # (the factor of an earlier step, kept)
+                    old = np.flatnonzero(reuse)
+                    at = active[old]
+                    Lk = factors if at.size == self.size else factors[at]
+                    step[old] = -spd_substitute(Lk, Ga[old])
             slope = np.einsum("in,in->i", Ga, step)
             t = np.ones(active.size)
             new_X = Xa + step
@@ -605,6 +675,10 @@ class GLMCohort:
                 if K is not None:
                     K[upd] = new_K[keep]
                 gnorm[upd] = np.abs(G[upd]).max(axis=1, initial=0.0)
+            if not self.keeps_inverses:  # (a full step that cut the residual enough)
+                r = gnorm[active]
+                ends = (t == 1.0) & (r * (r / gna) * CHORD_MARGIN <= tol[active])
+                chord[active] = factored[active] & ends
             active = active[~failed & (gnorm[active] > tol[active])]
         # (F, GF, K: this solve's own arrays, copied on use)
         self._last_point = (X.copy(), F, GF, K)
