@@ -398,7 +398,9 @@ class ClientHalf(DeclaredState):
             raise ModelError(
                 f"{cls.__name__} cannot be built from the arguments sent: {exc}"
             ) from None
-        program = next((a for a in arguments.values() if isinstance(a, PartyProgram)), None)
+        program = args[0] if args and type(args[0]) is PartyProgram else None
+        if program is None:  # (the program elsewhere than first, or a subclass's)
+            program = next((a for a in arguments.values() if isinstance(a, PartyProgram)), None)
         name = getattr(program, "name", "?")
         if compiled is not None:
             for value in arguments.values():
