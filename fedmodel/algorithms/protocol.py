@@ -798,6 +798,8 @@ def _bound(cls: type, args: tuple, kwargs: dict) -> dict[str, Any]:
     if names is None:
         return dict(_signature(cls).bind(*args, **kwargs).arguments)
     values = dict(zip(names, args))
+    if not kwargs:  # (the positional names are the constructor's first, in its order)
+        return values
     values.update(kwargs)
     return {name: values[name] for name in names}
 
