@@ -302,3 +302,22 @@ def test_a_stacked_report_round_is_the_message_by_message_one(monkeypatch):
     for party, blocks in single.multipliers.items():
         for label, value in blocks.items():
             assert np.array_equal(stacked.multipliers[party][label], value)
+
+
+def test_built_clients_keep_their_own_multipliers_and_share_only_empty_blocks():
+    from fedmodel.algorithms.proxal.client import ProxALClient
+    from fedmodel.algorithms.proxal.options import ProxALOptions
+
+    programs = _model(n=4, constrained=(1, 2)).compile().clients
+    opts = ProxALOptions(inner_solver="exact-admm")
+    c = [ProxALClient(p, opts, 1.0, 4, route="exact-admm") for p in programs]
+    # without constraints: empty blocks (nothing can write into them)
+    for k in (0, 3):
+        assert c[k].mu.size == c[k].problem.mu[0].size == c[k].theta_center.size == 0
+    # with constraints: each client's multipliers its own, written apart
+    one, two = c[1].problem.mu[0], c[2].problem.mu[0]
+    assert one.shape == two.shape == (1,) and one is not two
+    one[:] = 2.0
+    assert two[0] == 0.0 and c[1].mu is not c[2].mu
+    # a new client's exact-admm part has no point and no check state yet
+    assert all(h.inner.u is None and h.inner.checked is None for h in c)

@@ -225,6 +225,18 @@ def test_a_build_check_that_passed_stands_for_the_same_values_and_opt_ins_only()
         check(2, metric="hessian", reveal=frozenset())
     with pytest.raises(ModelError, match="argument 'theta0'"):  # (an array: by value)
         check(0, theta0=np.zeros(5))
+    # every argument by position, or the program by keyword: the same check, per party
+    every = (opts, 1.0, 3, True, None, "scalar", "admm")
+    ProxALClient.check_build((programs[0], *every), {}, None)
+    ProxALClient.check_build((programs[1], *every), {}, None)
+    with pytest.raises(ModelError, match="party 'site2' refuses its build: argument 'rho'"):
+        ProxALClient.check_build((programs[2], opts, -2.0, *every[2:]), {}, None)
+    named = {"options": opts, "rho": 1.0, "n_clients": 3, "route": "admm"}
+    ProxALClient.check_build((), {"program": programs[2], **named}, None)
+    with pytest.raises(ModelError, match="party 'site0' refuses its build: argument 'rho'"):
+        ProxALClient.check_build((), {"program": programs[0], **named, "rho": -3.0}, None)
+    with pytest.raises(ModelError, match="built without the party's own program"):
+        ProxALClient.check_build((None, opts, 1.0, 3), {"route": "admm"}, None)
 
 
 def test_join_refuses_an_unknown_opt_in(tmp_path, monkeypatch):

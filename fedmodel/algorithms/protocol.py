@@ -398,7 +398,9 @@ class ClientHalf(DeclaredState):
             raise ModelError(
                 f"{cls.__name__} cannot be built from the arguments sent: {exc}"
             ) from None
-        program = next((a for a in arguments.values() if isinstance(a, PartyProgram)), None)
+        program = args[0] if args and type(args[0]) is PartyProgram else None
+        if program is None:  # (the program elsewhere than first, or a subclass's)
+            program = next((a for a in arguments.values() if isinstance(a, PartyProgram)), None)
         name = getattr(program, "name", "?")
         if compiled is not None:
             for value in arguments.values():
@@ -796,6 +798,8 @@ def _bound(cls: type, args: tuple, kwargs: dict) -> dict[str, Any]:
     if names is None:
         return dict(_signature(cls).bind(*args, **kwargs).arguments)
     values = dict(zip(names, args))
+    if not kwargs:  # (the positional names are the constructor's first, in its order)
+        return values
     values.update(kwargs)
     return {name: values[name] for name in names}
 

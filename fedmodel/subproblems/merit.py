@@ -85,6 +85,11 @@ def set_deadline(solver, deadline: float | None) -> None:
         solver.deadline = deadline
 
 
+#: the multipliers of a program without rows of a kind (one array for all: nothing can
+#: change an array without elements)
+_EMPTY = np.zeros(0)
+
+
 class MeritProblem:
     """Parametrised merit function of seed 000 (see module docstring).
 
@@ -108,11 +113,11 @@ class MeritProblem:
         self.beta = float(beta)
         self.regularizer = regularizer if regularizer is not None else Regularizer()
         self.n = programs[0].layout.size
-        self.mu = [np.zeros(p.m_ineq) for p in self.programs]
-        self.nu = [np.zeros(p.m_eq) for p in self.programs]
+        self.mu = [np.zeros(p.m_ineq) if p.m_ineq else _EMPTY for p in self.programs]
+        self.nu = [np.zeros(p.m_eq) if p.m_eq else _EMPTY for p in self.programs]
         # multipliers of the programs' cone constraints (hard constraints of the
         # subproblem), written by the cvxpy backend after each solve
-        self.cone = [np.zeros(p.m_cone) for p in self.programs]
+        self.cone = [np.zeros(p.m_cone) if p.m_cone else _EMPTY for p in self.programs]
         self.sigma = 0.0
         self._sigma_array = None
         self._sigma_version = 0

@@ -135,7 +135,12 @@ class ProxALClient(ClientHalf):
         self.problem = MeritProblem([program], float(options.beta))
         self.derive_parameters()
         n_own = program.layout.size - self.ns
-        theta0 = np.zeros(n_own) if theta0 is None else np.asarray(theta0, dtype=float)
+        if theta0 is None and not n_own:  # (no own block: the one empty array)
+            theta0 = _EMPTY
+        elif theta0 is None:
+            theta0 = np.zeros(n_own)
+        else:
+            theta0 = np.asarray(theta0, dtype=float)
         self.theta_center = _own(theta0)  # theta_i^k (admm: the last theta_i)
         self.theta_at_w = _own(theta0)  # own block of the iterate matching the last w
         self.mu = np.full(program.m_ineq, float(options.mu0)) if program.m_ineq else _EMPTY

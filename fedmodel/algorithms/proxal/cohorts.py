@@ -67,7 +67,12 @@ def _unconstrained_form(program: PartyProgram):
     except NotRecognised:
         return None
     f = form.f
-    if f is None or form.ineq or form.eq or any(sp.issparse(t.A) for t in f.terms):
+    if (
+        f is None
+        or form.ineq
+        or form.eq
+        or any(type(t.A) is not np.ndarray and sp.issparse(t.A) for t in f.terms)
+    ):
         return None
     return form
 

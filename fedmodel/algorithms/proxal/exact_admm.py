@@ -1183,14 +1183,13 @@ class ExactClient(InnerClient):
         self._u: np.ndarray | None = None
         self._checked: dict | None = None
         self._u_time = self._checked_time = 0
+        # (no write yet: a new client is in no stack, so it takes no time of the clock)
         self._stack: _Stacked | None = None
         self._slot = 0
-        self.u = None
         # the point before the last step and the multipliers' sizes before and after it
         # (the Farkas point's extrapolation, :meth:`farkas_point`)
         self.u_before: np.ndarray | None = None
         self.mu_sizes = (0.0, 0.0)
-        self.checked = None
         self._exact_solver = None
         self._hard_rows = internal_rows(host.problem)
         # its step_batch_key, found at the first call (its options, its program's h and
