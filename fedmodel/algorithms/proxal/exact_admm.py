@@ -294,9 +294,13 @@ class ExactADMM:
 
     # -- state (plain values: checkpoints) -----------------------------------------------------
     def get_state(self) -> dict:
+        """Its state as plain values; duals kept as rows (:meth:`keep_duals`) as the
+        clients' names and the rows (``dual_rows``), else by name (``duals``)."""
+        kept = self._duals_rows
         state = {
             "sigma": self.sigma,
-            "duals": dict(self.duals),  # (the driver copies a mark)
+            # (the driver copies a mark)
+            "duals": {} if kept is not None else dict(self.duals),
             "rejections": self.rejections,
             "held": self.held,
             "sigma_least": self.sigma_least,
@@ -306,11 +310,16 @@ class ExactADMM:
             state["counts"] = [self.sampled_rounds, self.client_steps]
         if self.quorum is not None:
             state["late"] = list(self.late)
+        if kept is not None:
+            state["dual_rows"] = [list(kept[0]), kept[1]]
         return state
 
     def set_state(self, state: dict) -> None:
         self.sigma = float(state["sigma"])
         self.duals = {k: np.array(v, dtype=float) for k, v in state["duals"].items()}
+        if "dual_rows" in state:
+            names, U = state["dual_rows"]
+            self.keep_duals([str(n) for n in names], np.array(U, dtype=float))
         self.rejections = int(state["rejections"])
         self.held = bool(state.get("held", False))
         self.sigma_least = float(state.get("sigma_least", self.sigma_start / SIGMA_RANGE))
