@@ -25,7 +25,6 @@ from operator import attrgetter, itemgetter
 
 from fedmodel.compiler.glm import NotRecognised
 from fedmodel.errors import UnsupportedError
-from fedmodel.runtime.endpoints import StateColumns
 from fedmodel.subproblems.box_qp import BoxQuadraticSolver
 from fedmodel.subproblems.closed_form import ProxSolver
 from fedmodel.subproblems.cvxpy_backend import CvxpySolver
@@ -161,16 +160,17 @@ class LazySolver:
         return None if getter is None else getter()
 
     @classmethod
-    def state_columns(cls, solvers: list[LazySolver]) -> StateColumns | None:
-        """The :meth:`get_state` of each of ``solvers``, uncopied, as columns when none is
-        built and their initial states are dicts of the same keys (a mark reads thousands
-        at once); else None (each is read by :meth:`get_state`)."""
+    def state_columns(cls, solvers: list[LazySolver]) -> dict[str, list] | None:
+        """The :meth:`get_state` of each of ``solvers``, uncopied, as columns (key -> a
+        list with each solver's value) when none is built and their initial states are
+        dicts of the same keys (a mark reads thousands at once); else None (each is read by
+        :meth:`get_state`)."""
         if not solvers or list(map(_BUILT, solvers)).count(None) != len(solvers):
             return None
         initials = list(map(_INITIAL, solvers))
         if set(map(type, initials)) != {dict} or len(set(map(tuple, initials))) != 1:
             return None
-        return StateColumns((key, list(map(itemgetter(key), initials))) for key in initials[0])
+        return {key: list(map(itemgetter(key), initials)) for key in initials[0]}
 
     def set_state(self, state: dict) -> None:
         backend = self.backend()
