@@ -288,6 +288,24 @@ def test_pooled_methods_take_the_same_models(method, kind):
     _solve_and_check(kind, 3, rows=10, method=method, eps=1e-6, rel_tol=1e-6)
 
 
+def test_a_compiled_model_s_cones_found_once_are_its_programs_cones():
+    """A program's cones and a compiled model's ``has_cones`` are found once: after a
+    solve, what they give is a fresh reading of the programs' constraints, and the
+    result's conic parties and multipliers are those of the cones found fresh."""
+    model, _, _ = soc_affine(2, 6, 0)
+    compiled = model.compile()
+    res = model.solve(method="prox-al", eps=1e-4)
+    fresh = {p.name: [c for c in p.constraints if c.kind == "cone"] for p in compiled.parties}
+    assert {p.name: p.cones for p in compiled.parties} == fresh
+    assert all(p.cones is p.cones for p in compiled.parties)  # (one list, kept)
+    assert compiled.has_cones == any(fresh.values()) and compiled.has_cones
+    assert res.extra["conic_parties"] == [n for n, cones in fresh.items() if cones]
+    for name, cones in fresh.items():  # (a multiplier for each cone found fresh)
+        assert {c.label for c in cones} <= set(res.program_multipliers[name])
+    plain, _, _ = soc_affine(2, 6, 0)
+    assert plain.compile().has_cones  # (a model of its own finds its own)
+
+
 def test_which_parties_take_the_conic_path(capsys):
     model, _, _ = soc_affine(2, 6, 0)  # cones at the clients only
     model.summary()

@@ -825,3 +825,27 @@ def test_a_settled_consensus_gap_raises_sigma_before_it_reads_as_infeasible(monk
     assert res.status not in ("diverging", "infeasible", "unbounded"), res.message
     floor = starts[-1] / exact_admm.SIGMA_RANGE
     assert res.extra["exact_admm_sigma"] >= exact_admm.STALL_RAISE * floor * (1 - 1e-12)
+
+
+def test_duals_kept_as_rows_are_a_state_of_names_and_rows_that_comes_back():
+    """Duals kept as rows are given as the clients' names and one array of rows (a mark
+    copies one array, not one per client); putting the state back, or a state of duals by
+    name, gives the same duals."""
+    from fedmodel.algorithms.proxal.exact_admm import ExactADMM
+    from fedmodel.runtime.endpoints import copy_state
+
+    names, U = ["a", "b", "c"], np.arange(6.0).reshape(3, 2)
+    inner = ExactADMM(sigma=1.0, anderson=0, balancing=None, max_inner=10)
+    inner.keep_duals(names, U)
+    state = copy_state(inner.get_state())
+    assert state["duals"] == {} and state["dual_rows"][0] == names
+    U[0, 0] = 99.0  # (the mark is a copy)
+    other = ExactADMM(sigma=2.0, anderson=0, balancing=None, max_inner=10)
+    other.set_state(state)
+    assert other.duals_of(names, 2).tolist() == [[0.0, 1.0], [2.0, 3.0], [4.0, 5.0]]
+    assert sorted(other.duals) == names and other.duals["b"].tolist() == [2.0, 3.0]
+    # by name (no rows kept): the state is a dict of them, and comes back the same
+    other.duals = {"x": np.ones(2)}
+    again = ExactADMM(sigma=1.0, anderson=0, balancing=None, max_inner=10)
+    again.set_state(copy_state(other.get_state()))
+    assert "dual_rows" not in other.get_state() and again.duals["x"].tolist() == [1.0, 1.0]

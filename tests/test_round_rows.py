@@ -12,6 +12,7 @@ import pytest
 import fedmodel as fm
 import fedmodel.runtime.base as runtime_base
 import fedmodel.runtime.rows as rows_module
+from fedmodel.algorithms.proxal.client import ProxALClient
 from fedmodel.algorithms.proxal.exact_admm import ExactClient, _cohort_deadline, _Stacked
 from fedmodel.runtime.messages import CountingLedger, Ledger, Message, measure
 from fedmodel.runtime.rows import RoundReplies, Rows, payloads_of, record_round, rows_subset
@@ -316,22 +317,13 @@ def test_a_stacked_outer_step_refuses_memories_of_different_lengths():
 
 
 class _Host(SimpleNamespace):
-    """A client half as exact-admm's stacked start reads it: its centre's writes counted."""
+    """A client half as exact-admm's stacked start reads it: its centre (written alone or
+    with its cohort's, :class:`~fedmodel.algorithms.proxal.client.CentreRows`) as a
+    client half keeps it."""
 
-    writes = [0]
-
-    @property
-    def w_center(self):
-        return self.__dict__["centre"]
-
-    @w_center.setter
-    def w_center(self, value):
-        _Host.writes[0] += 1
-        self.__dict__["centre"] = value
-
-    @staticmethod
-    def centre_writes():
-        return _Host.writes[0]
+    w_center = ProxALClient.w_center
+    centre_rows = staticmethod(ProxALClient.centre_rows)
+    centre_writes = staticmethod(ProxALClient.centre_writes)
 
 
 def test_a_stacked_start_hands_its_centres_to_its_clients_stack():
@@ -341,6 +333,9 @@ def test_a_stacked_start_hands_its_centres_to_its_clients_stack():
         )
         for theta in (np.zeros(0), np.array([1.0, 2.0]), np.zeros(0))
     ]
+    for i, h in enumerate(hosts):
+        h._centre_rows, h._centre_slot, h._centre_time, h._w_center = None, 0, 0, None
+        h.w_center = np.full(2, -1.0 - i)
     parts = []
     for h in hosts:
         part = object.__new__(ExactClient)
@@ -348,16 +343,64 @@ def test_a_stacked_start_hands_its_centres_to_its_clients_stack():
         part._u_time = part._checked_time = 0
         parts.append(part)
     stack = _Stacked(parts)
+    # joining the stack keeps each client's centre as it was
+    assert [h.w_center.tolist() for h in hosts] == [[-1.0] * 2, [-2.0] * 2, [-3.0] * 2]
     W = np.arange(6.0).reshape(3, 2)
+    before = _Host.centre_writes()
     assert ExactClient.start_rows(parts, W, {})["exact"].tolist() == [True] * 3
+    # one write of the cohort's centres, no pass over its clients; each reads its row
+    assert _Host.centre_writes() == before + 1
     assert stack.centred == _Host.centre_writes() and np.array_equal(stack.centres(), W)
     assert all(np.array_equal(h.w_center, W[i]) for i, h in enumerate(hosts))
     # the own block's centre is a copy of the own block (none to copy without one)
     assert hosts[1].theta_center.tolist() == [1.0, 2.0]
     assert hosts[1].theta_center is not hosts[1].theta_at_w
-    # the same clients in another list: their stack reads their centres again
+    # a client's own write is its centre from then on, and the stack reads it
+    hosts[2].w_center = np.array([7.0, 8.0])
+    assert hosts[2].w_center.tolist() == [7.0, 8.0] and hosts[0].w_center.tolist() == [0.0, 1.0]
+    assert stack.centres()[2].tolist() == [7.0, 8.0]
+    # the same clients in another list: each writes its own, their stack reads them again
     ExactClient.start_rows(parts[::-1], W, {})
+    assert [h.w_center.tolist() for h in hosts] == W[::-1].tolist()
     assert np.array_equal(stack.centres(), W[::-1])
+
+
+def _exact_parts(n: int) -> list:
+    """``n`` exact-admm client halves as a stacked start reads them, each its own
+    centre ``-1 - i``."""
+    parts = []
+    for i in range(n):
+        h = _Host(theta_at_w=np.zeros(0), theta_center=np.zeros(0), prox_weight=1.0)
+        h.max_local_iter = 9
+        h._centre_rows, h._centre_slot, h._centre_time, h._w_center = None, 0, 0, None
+        h.w_center = np.full(2, -1.0 - i)
+        part = object.__new__(ExactClient)
+        part.host, part._u, part._checked, part._stack, part._slot = h, None, None, None, 0
+        part._u_time = part._checked_time = 0
+        parts.append(part)
+    return parts
+
+
+def test_a_start_over_two_stacks_writes_each_stack_s_centres_once():
+    """A start round whose clients are two cohorts' stacks, interleaved, and one client of
+    no stack: each stack's centres written once, each client reading its row of ``W``,
+    each stack's centres its clients' rows in its own order."""
+    parts = _exact_parts(5)
+    first, second = _Stacked([parts[3], parts[0]]), _Stacked([parts[1], parts[4]])
+    W = np.arange(10.0).reshape(5, 2)
+    for _ in range(2):  # (the second start reuses the first's split)
+        before = _Host.centre_writes()
+        ExactClient.start_rows(parts, W, {})
+        assert _Host.centre_writes() == before + 3  # (two stacks, one client alone)
+        assert [p.host.w_center.tolist() for p in parts] == W.tolist()
+        assert np.array_equal(first.centres(), W[[3, 0]])
+        assert np.array_equal(second.centres(), W[[1, 4]])
+        W = W + 100.0
+    # a stack made since: the split is found again
+    third = _Stacked([parts[2]])
+    ExactClient.start_rows(parts, W, {})
+    assert np.array_equal(third.centres(), W[[2]])
+    assert [p.host.w_center.tolist() for p in parts] == W.tolist()
 
 
 def test_a_plan_finds_each_half_s_key_and_owner_as_each_half_does():

@@ -397,3 +397,36 @@ def test_declared_states_read_as_columns_are_their_get_states():
     snap = StatesCopy(cols)
     halves[1].x[0] = 9.0
     assert snap.state(1)["x"][0] == 0.0 and snap.state(1)["part"]["u"][0] == 1.0
+
+
+def test_lazy_solvers_read_as_columns_are_their_get_states():
+    """Lazy solvers none of which is built are read as columns of their initial states
+    (LazySolver.state_columns): copied, each is its get_state; one built, or initial
+    states of different keys, and each is read by its own get_state."""
+    from fedmodel.runtime.endpoints import StatesCopy, copy_state, party_states
+    from fedmodel.subproblems.select import LazySolver
+
+    class Backend:
+        def __init__(self):
+            self.factor = np.eye(2)
+
+        def get_state(self):
+            return {"factor": self.factor, "verified": True}
+
+    def lazies(initials):
+        return [LazySolver(Backend, init) for init in initials]
+
+    same = lazies([{"factor": None, "verified": False, "k": i} for i in range(4)])
+    cols = party_states(same)
+    assert type(cols).__name__ == "StateColumns" and cols["k"] == [0, 1, 2, 3]
+    built = lazies([{"factor": None, "verified": False}] * 3)
+    built[1].backend()
+    mixed = lazies([{"factor": None}, {"verified": False}])
+    for group in (same, built, mixed):
+        assert type(party_states(group)).__name__ == ("StateColumns" if group is same else "list")
+        snap = StatesCopy(party_states(group))
+        for i, lazy in enumerate(group):
+            assert list(snap.state(i)) == list(lazy.get_state())
+            for key, value in copy_state(lazy.get_state()).items():
+                np.testing.assert_equal(snap.state(i)[key], value)
+    assert LazySolver.state_columns([]) is None

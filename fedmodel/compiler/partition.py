@@ -77,13 +77,14 @@ class PartyProgram:
     def eq(self) -> list[ConstraintTerm]:
         return [c for c in self.constraints if c.kind == "eq"]
 
-    @property
+    # (a program's terms do not change once compiled: its cones and row counts are found
+    # once)
+    @cached_property
     def cones(self) -> list[ConstraintTerm]:
         """Hard cone constraints ``E(x) in K`` of terms with no smooth form
         (:mod:`fedmodel.dsl.conic`); solved exactly by the cvxpy backend."""
         return [c for c in self.constraints if c.kind == "cone"]
 
-    # (a program's terms do not change once compiled: the row counts are found once)
     @cached_property
     def m_cone(self) -> int:
         return sum(c.size for c in self.cones)
@@ -478,8 +479,10 @@ class CompiledModel:
         are solved exactly inside their party's own subproblem and do not count)."""
         return any(c.kind != "cone" for p in self.parties for c in p.constraints)
 
-    @property
+    @cached_property
     def has_cones(self) -> bool:
+        """Whether a party has cone constraints (found once: the programs do not change
+        once compiled)."""
         return any(p.cones for p in self.parties)
 
     def conic_parties(self) -> list[str]:

@@ -192,13 +192,13 @@ class StateColumns(dict):
 def party_states(parties: list[Any]) -> list[Any] | StateColumns:
     """The uncopied ``get_state()`` of each of ``parties`` (None for one without it): as
     :class:`StateColumns` when they are of one class that reads many at once
-    (``state_columns``), else a list."""
+    (``state_columns``: a dict of columns, or None), else a list."""
     kinds = set(map(type, parties))
     if len(kinds) == 1:
         columns = getattr(kinds.pop(), "state_columns", None)
         cols = columns(parties) if columns is not None else None
         if cols is not None:
-            return cols
+            return cols if type(cols) is StateColumns else StateColumns(cols)
     getters = [getattr(p, "get_state", None) for p in parties]
     return [g() if g is not None else None for g in getters]
 

@@ -21,6 +21,8 @@ many variables for a dense Hessian (:mod:`fedmodel.subproblems.newton_cg`).
 
 from __future__ import annotations
 
+from operator import attrgetter, itemgetter
+
 from fedmodel.compiler.glm import NotRecognised
 from fedmodel.errors import UnsupportedError
 from fedmodel.subproblems.box_qp import BoxQuadraticSolver
@@ -82,6 +84,10 @@ def make_solver(problem: MeritProblem, solver: str = "auto", direct: bool = Fals
             return ProximalGradientSolver(problem)
         return CvxpySolver(problem, direct=direct)
     return QuasiNewtonSolver(problem)
+
+
+#: a lazy solver's backend (None while not built) and initial state
+_BUILT, _INITIAL = attrgetter("_backend"), attrgetter("_initial")
 
 
 class LazySolver:
@@ -152,6 +158,19 @@ class LazySolver:
             return None if self._initial is None else dict(self._initial)
         getter = getattr(self._backend, "get_state", None)
         return None if getter is None else getter()
+
+    @classmethod
+    def state_columns(cls, solvers: list[LazySolver]) -> dict[str, list] | None:
+        """The :meth:`get_state` of each of ``solvers``, uncopied, as columns (key -> a
+        list with each solver's value) when none is built and their initial states are
+        dicts of the same keys (a mark reads thousands at once); else None (each is read by
+        :meth:`get_state`)."""
+        if not solvers or list(map(_BUILT, solvers)).count(None) != len(solvers):
+            return None
+        initials = list(map(_INITIAL, solvers))
+        if set(map(type, initials)) != {dict} or len(set(map(tuple, initials))) != 1:
+            return None
+        return {key: list(map(itemgetter(key), initials)) for key in initials[0]}
 
     def set_state(self, state: dict) -> None:
         backend = self.backend()

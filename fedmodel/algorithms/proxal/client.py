@@ -72,6 +72,27 @@ def _carry_factor(solver) -> None:
 _CENTRE_WRITES = [0]
 
 
+class CentreRows:
+    """The centres of clients ``hosts`` written together (:meth:`write`): client ``i``'s
+    :attr:`ProxALClient.w_center` is row ``i`` of the last write while it wrote none of its
+    own since. A client belongs to one at a time (joining takes it out of its last one, its
+    centre as it reads then its own)."""
+
+    __slots__ = ("centres", "time")
+
+    def __init__(self, hosts: list[ProxALClient]):
+        self.centres: np.ndarray | None = None
+        self.time = 0
+        for i, h in enumerate(hosts):
+            h._w_center, h._centre_time = h.w_center, 0
+            h._centre_rows, h._centre_slot = self, i
+
+    def write(self, centres: np.ndarray) -> None:
+        """Its clients' centres are the rows of ``centres`` (one write of a centre)."""
+        _CENTRE_WRITES[0] += 1
+        self.centres, self.time = centres, _CENTRE_WRITES[0]
+
+
 @register_wire_type("proxal.client")
 class ProxALClient(ClientHalf):
     """Client ``i`` of seed 000: owns ``f_i``, ``c_i``, ``mu_i`` and its inner solver's state.
@@ -184,19 +205,30 @@ class ProxALClient(ClientHalf):
         # outer Anderson acceleration: memory of (residual, mu_i, nu_i) of Algorithm 1
         self.outer_anderson = 0 if (owned_anywhere or not proximal) else int(options.outer_anderson)
         self.outer_mem: list[tuple[np.ndarray, np.ndarray, np.ndarray]] = []
+        self._centre_rows: CentreRows | None = None
+        self._centre_slot = 0
         self.w_center: np.ndarray | None = None
         self.stats["max_residual_gap"] = 0.0
         self.use_route(route)
 
     @property
     def w_center(self) -> np.ndarray | None:
-        """The centre ``w^k`` of its ``P_{i,k}`` on the shared variables."""
+        """The centre ``w^k`` of its ``P_{i,k}`` on the shared variables: its own last
+        write, or its row of its cohort's :class:`CentreRows` when that was written since."""
+        rows = self._centre_rows
+        if rows is not None and rows.time > self._centre_time:
+            return rows.centres[self._centre_slot]
         return self._w_center
 
     @w_center.setter
     def w_center(self, value: np.ndarray | None) -> None:
         _CENTRE_WRITES[0] += 1
-        self._w_center = value
+        self._w_center, self._centre_time = value, _CENTRE_WRITES[0]
+
+    @staticmethod
+    def centre_rows(hosts: list[ProxALClient]) -> CentreRows:
+        """The centres of ``hosts`` written together from now on (:class:`CentreRows`)."""
+        return CentreRows(hosts)
 
     @staticmethod
     def centre_writes() -> int:

@@ -294,9 +294,13 @@ class ExactADMM:
 
     # -- state (plain values: checkpoints) -----------------------------------------------------
     def get_state(self) -> dict:
+        """Its state as plain values; duals kept as rows (:meth:`keep_duals`) as the
+        clients' names and the rows (``dual_rows``), else by name (``duals``)."""
+        kept = self._duals_rows
         state = {
             "sigma": self.sigma,
-            "duals": dict(self.duals),  # (the driver copies a mark)
+            # (the driver copies a mark)
+            "duals": {} if kept is not None else dict(self.duals),
             "rejections": self.rejections,
             "held": self.held,
             "sigma_least": self.sigma_least,
@@ -306,11 +310,16 @@ class ExactADMM:
             state["counts"] = [self.sampled_rounds, self.client_steps]
         if self.quorum is not None:
             state["late"] = list(self.late)
+        if kept is not None:
+            state["dual_rows"] = [list(kept[0]), kept[1]]
         return state
 
     def set_state(self, state: dict) -> None:
         self.sigma = float(state["sigma"])
         self.duals = {k: np.array(v, dtype=float) for k, v in state["duals"].items()}
+        if "dual_rows" in state:
+            names, U = state["dual_rows"]
+            self.keep_duals([str(n) for n in names], np.array(U, dtype=float))
         self.rejections = int(state["rejections"])
         self.held = bool(state.get("held", False))
         self.sigma_least = float(state.get("sigma_least", self.sigma_start / SIGMA_RANGE))
@@ -1261,18 +1270,30 @@ class ExactClient(InnerClient):
         """:meth:`start` of every client of ``parts`` at its row of ``W`` in one step (each
         client's centre a row of one copy of ``W``, its own block's centre a copy of its
         own block: nothing to copy for a client without one); the flags as a row per
-        client. The stack of the clients' steps (:class:`_Stacked`), when it is theirs,
-        takes ``W``'s copy as the stack of their centres."""
+        client. The clients whose stack of steps (:class:`_Stacked`) is all in ``parts``
+        (:class:`_Split`, kept by the first) have their rows of ``W``'s copy written once
+        per stack as their centres (:class:`~fedmodel.algorithms.proxal.client.CentreRows`),
+        which are the stack of their centres: no pass over those clients."""
         centres = np.array(W, dtype=float)
-        hosts = [part.host for part in parts]
-        for h, centre in zip(hosts, centres):
-            h.w_center = centre
-        for h in hosts:
+        split = parts[0].__dict__.get("_split")
+        if split is None or not split.holds(parts):
+            split = parts[0].__dict__["_split"] = _Split(parts)
+        owned = []
+        for i in split.rest:
+            h = parts[i].host
+            h.w_center = centres[i]
             if h.theta_at_w.size:
-                h.theta_center = h.theta_at_w.copy()
-        stack = parts[0]._stack
-        if stack is not None and stack.holds(parts):
-            stack.centred, stack.centers = type(hosts[0]).centre_writes(), centres
+                owned.append(h)
+        rows = [centres[order] for _, order in split.stacks]
+        for (stack, _), block in zip(split.stacks, rows):
+            stack.centre_rows.write(block)
+            owned += stack.owned
+        for h in owned:
+            h.theta_center = h.theta_at_w.copy()
+        if split.stacks:
+            writes = type(parts[0].host).centre_writes()
+            for (stack, _), block in zip(split.stacks, rows):
+                stack.centred, stack.centers = writes, block
         return {"exact": np.ones(len(parts), dtype=bool)}
 
     def step_state(self) -> dict:
@@ -1475,6 +1496,9 @@ _WRITES = [0]
 
 _U = operator.attrgetter("u")
 
+#: the stacks of exact-admm clients' steps made in this process (:class:`_Split`)
+_STACKS_MADE = [0]
+
 
 class _Stacked:
     """What a cohort's stacked step (:meth:`ExactClient._on_xadmm_w_rows`) keeps of its
@@ -1489,12 +1513,15 @@ class _Stacked:
     of its clients' points while no client wrote one (``written``)."""
 
     __slots__ = ("parts", "generation", "hosts", "weights", "max_iter", "cohort", "joined")
-    __slots__ += ("centred", "centers", "points", "time", "written")
+    __slots__ += ("centred", "centers", "points", "time", "written", "centre_rows", "owned")
 
     def __init__(self, parts: list[ExactClient]):
+        _STACKS_MADE[0] += 1
         self.parts = list(parts)
         self.generation = plans_generation()
         self.hosts = [part.host for part in parts]
+        self.centre_rows = type(self.hosts[0]).centre_rows(self.hosts)
+        self.owned = [h for h in self.hosts if h.theta_at_w.size]  # (those with an own block)
         self.weights = np.array([h.prox_weight for h in self.hosts], dtype=float)
         self.max_iter = min(h.max_local_iter for h in self.hosts)
         self.cohort = None  # (their GLMCohort, found at the first step)
@@ -1526,6 +1553,42 @@ class _Stacked:
         had written them."""
         _CLOCK[0] += 1
         self.points, self.time, self.written = points, _CLOCK[0], _WRITES[0]
+
+
+class _Split:
+    """How the clients ``parts`` of a stacked start (:meth:`ExactClient.start_rows`) fall
+    into the stacks of their steps, kept while no event changes a client (the
+    ``generation`` of :func:`~fedmodel.algorithms.protocol.plans_generation`) and no stack
+    was made or left: ``stacks``, each stack (its clients all in ``parts``) with the
+    positions in ``parts`` of its clients in its order; ``rest``, the positions of the
+    others (no stack, or one only partly in ``parts``)."""
+
+    __slots__ = ("parts", "generation", "made", "stacks", "rest")
+
+    def __init__(self, parts: list[ExactClient]):
+        self.parts = list(parts)
+        self.generation, self.made = plans_generation(), _STACKS_MADE[0]
+        found: dict[_Stacked | None, list[int]] = {}
+        for i, part in enumerate(parts):
+            found.setdefault(part._stack, []).append(i)
+        rest = found.pop(None, [])
+        self.stacks = []
+        for stack, places in found.items():
+            if len(places) != len(stack.parts) or not stack.holds(stack.parts):
+                rest += places
+                continue
+            order = np.empty(len(places), dtype=np.intp)
+            order[[parts[i]._slot for i in places]] = places
+            self.stacks.append((stack, order))
+        self.rest = sorted(rest)
+
+    def holds(self, parts: list[ExactClient]) -> bool:
+        """Whether it is still that of ``parts``."""
+        return (
+            self.generation == plans_generation()
+            and self.made == _STACKS_MADE[0]
+            and self.parts == parts
+        )
 
 
 def _cohort_deadline(budget: Any, hosts: list) -> float | None:
