@@ -223,14 +223,7 @@ def test_a_form_read_along_its_structure_s_path_is_verified_by_its_first_client(
     """Forms read through their structure's nodes with every decision taken from values as
     for the client checked in full are neither checked in full nor probed; a form whose
     path differs is probed."""
-    probed = []
-    value = cohorts._cvxpy_value
-
-    def spy(program, x):
-        probed.append(program.name)
-        return value(program, x)
-
-    monkeypatch.setattr(cohorts, "_cvxpy_value", spy)
+    probed = _spy_probes(monkeypatch)
     hosts, forms = _hosts(_model("logistic"))
     hosts, forms = hosts[:4], forms[:4]
     assert len({h.glm_path for h in hosts}) == 1 and hosts[0].glm_path is not None
