@@ -283,13 +283,9 @@ def test_a_tally_adds_its_counts_to_each_half_s_own_statistics_when_read():
     tally.add("local_iterations", np.array([3, 0, 5]), dtype=int)
     tally.maximum("gap", np.array([0.5, -np.inf, 2.0]))
     tally.add("missed", np.array([0, 1, 0]), dtype=int)
-    assert halves[0].stats == {"local_solves": 1, "local_iterations": 3, "seconds": 0.0, "gap": 0.5}
-    assert halves[1].stats == {
-        "local_solves": 1,
-        "local_iterations": 0,
-        "seconds": 0.0,
-        "missed": 1,
-    }
+    fresh = ClientHalf(SimpleNamespace(name="fresh")).stats  # (what no tally added to)
+    assert halves[0].stats == {**fresh, "local_solves": 1, "local_iterations": 3, "gap": 0.5}
+    assert halves[1].stats == {**fresh, "local_solves": 1, "missed": 1}
     tally.maximum("gap", np.array([0.1, 0.2, 3.0]))
     halves[2].stats = {"local_solves": 7}  # (replaced: what the tally held for it is gone)
     assert halves[0].stats["gap"] == 0.5 and halves[1].stats["gap"] == 0.2
@@ -462,11 +458,12 @@ def test_a_mark_reads_each_half_s_statistics_with_its_tallies_counts():
     Tally.of(halves[1:3]).maximum("gap", np.array([0.5, 2.0]))
     Tally.of(halves[1:3]).add("seconds", 0.25)
     cols = ClientHalf.state_columns(halves)
+    fresh = ClientHalf(SimpleNamespace(name="fresh")).stats  # (what no tally added to)
     expected = [
-        {"local_solves": 1, "local_iterations": 0, "seconds": 0.0},
-        {"local_solves": 0, "local_iterations": 0, "seconds": 0.25, "gap": 0.5},
-        {"local_solves": 2, "local_iterations": 0, "seconds": 0.25, "gap": 2.0},
-        {"local_solves": 3, "local_iterations": 0, "seconds": 0.0},
+        {**fresh, "local_solves": 1},
+        {**fresh, "local_solves": 0, "seconds": fresh["seconds"] + 0.25, "gap": 0.5},
+        {**fresh, "local_solves": 2, "seconds": fresh["seconds"] + 0.25, "gap": 2.0},
+        {**fresh, "local_solves": 3},
     ]
     assert cols["stats"] == expected
     assert [h.stats for h in halves] == expected  # (settled once: nothing added twice)

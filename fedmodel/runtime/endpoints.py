@@ -24,7 +24,8 @@ class Placeholder:
     """A named stand-in among an :class:`EndpointFactory`'s arguments for something that
     exists only where the party is built (the runtime's peer outbox, the party's own
     program); :meth:`EndpointFactory.substituted` puts the real object in its place. One
-    object per name (:func:`placeholder`), also after pickling.
+    object per name (:func:`placeholder`), also after pickling. Arguments are told apart
+    by their type being this class (it has no subclasses).
 
     Examples
     --------
@@ -37,6 +38,9 @@ class Placeholder:
 
     def __init__(self, name: str):
         self.name = name
+
+    def __init_subclass__(cls, **kwargs):
+        raise TypeError("Placeholder has no subclasses: arguments are told apart by their type")
 
     def __repr__(self) -> str:
         return self.name
@@ -83,11 +87,10 @@ class EndpointFactory:
     def substituted(self, values: Mapping[Placeholder, Any]) -> EndpointFactory:
         """This factory with each :class:`Placeholder` among its arguments that ``values``
         names replaced by its value (the one place arguments are substituted); itself
-        when it has no placeholder (an object of the type :class:`Placeholder` itself,
-        made by :func:`placeholder`)."""
+        when none of its arguments is a placeholder."""
         if Placeholder not in map(type, (*self.args, *self.kwargs.values())):
             return self
-        return self.mapped(lambda v: values.get(v, v) if isinstance(v, Placeholder) else v)
+        return self.mapped(lambda v: values.get(v, v) if type(v) is Placeholder else v)
 
     def mapped(self, fn: Callable[[Any], Any]) -> EndpointFactory:
         """This factory with ``fn`` applied to each argument."""

@@ -39,6 +39,7 @@ from fedmodel.algorithms.proxal.cohorts import (
     check_forms,
     cohort_of,
     glm_structure,
+    stack_row,
 )
 from fedmodel.algorithms.proxal.messages import route_table
 from fedmodel.algorithms.proxal.options import ProxALOptions
@@ -72,6 +73,12 @@ def _carry_factor(solver) -> None:
 _CENTRE_WRITES = [0]
 
 
+def _centre_write() -> int:
+    """The time of one write of a centre (one client's, or a cohort's :class:`CentreRows`)."""
+    _CENTRE_WRITES[0] += 1
+    return _CENTRE_WRITES[0]
+
+
 class CentreRows:
     """The centres of clients ``hosts`` written together (:meth:`write`): client ``i``'s
     :attr:`ProxALClient.w_center` is row ``i`` of the last write while it wrote none of its
@@ -89,8 +96,7 @@ class CentreRows:
 
     def write(self, centres: np.ndarray) -> None:
         """Its clients' centres are the rows of ``centres`` (one write of a centre)."""
-        _CENTRE_WRITES[0] += 1
-        self.centres, self.time = centres, _CENTRE_WRITES[0]
+        self.centres, self.time = centres, _centre_write()
 
 
 @register_wire_type("proxal.client")
@@ -211,19 +217,16 @@ class ProxALClient(ClientHalf):
         self.stats["max_residual_gap"] = 0.0
         self.use_route(route)
 
-    @property
-    def w_center(self) -> np.ndarray | None:
+    w_center = stack_row(
+        "_w_center",
+        "_centre_time",
+        "_centre_rows",
+        "_centre_slot",
+        "centres",
+        _centre_write,
         """The centre ``w^k`` of its ``P_{i,k}`` on the shared variables: its own last
-        write, or its row of its cohort's :class:`CentreRows` when that was written since."""
-        rows = self._centre_rows
-        if rows is not None and rows.time > self._centre_time:
-            return rows.centres[self._centre_slot]
-        return self._w_center
-
-    @w_center.setter
-    def w_center(self, value: np.ndarray | None) -> None:
-        _CENTRE_WRITES[0] += 1
-        self._w_center, self._centre_time = value, _CENTRE_WRITES[0]
+        write, or its row of its cohort's :class:`CentreRows` when that was written since.""",
+    )
 
     @staticmethod
     def centre_rows(hosts: list[ProxALClient]) -> CentreRows:

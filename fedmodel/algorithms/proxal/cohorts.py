@@ -126,6 +126,50 @@ def glm_structure(host) -> tuple | None:
     return None if glm_objective(host) is None else host.glm_signature
 
 
+def stack_row(own: str, own_time: str, stack: str, slot: str, rows: str, tick, doc: str):
+    """A client's attribute kept once for its cohort: it reads as row ``slot`` of the
+    array ``rows`` of the client's ``stack`` (an object with a ``time``) when that stack
+    was written after the client's own last write, else as the client's own value
+    ``own``. Setting it writes ``own`` with the time ``tick()`` (the write's time, on the
+    clock the stack's ``time`` is read from).
+
+    Examples
+    --------
+    >>> from types import SimpleNamespace
+    >>> clock = [0]
+    >>> def tick():
+    ...     clock[0] += 1
+    ...     return clock[0]
+    >>> class Client:
+    ...     x = stack_row("_x", "_x_time", "_stack", "_slot", "rows", tick, "x")
+    ...     _stack, _slot = None, 0
+    >>> c = Client()
+    >>> c.x = 1.0
+    >>> c._stack, c._slot = SimpleNamespace(rows=[5.0, 7.0], time=tick()), 1
+    >>> c.x  # (the stack's row: written after the client's own value)
+    7.0
+    >>> c.x = 2.0
+    >>> c.x
+    2.0
+    """
+    get_own, get_time = operator.attrgetter(own), operator.attrgetter(own_time)
+    get_stack, get_slot = operator.attrgetter(stack), operator.attrgetter(slot)
+    get_rows = operator.attrgetter(rows)
+
+    def fget(self):
+        written = get_stack(self)
+        if written is not None and written.time > get_time(self):
+            return get_rows(written)[get_slot(self)]
+        return get_own(self)
+
+    def fset(self, value) -> None:
+        time = tick()
+        setattr(self, own, value)
+        setattr(self, own_time, time)
+
+    return property(fget, fset, doc=doc)
+
+
 def cohort_of(hosts: list) -> GLMCohort:
     """The stacked forms of ``hosts`` (clients with a :func:`glm_objective` of one
     signature), built once and kept by the first client while the same clients are

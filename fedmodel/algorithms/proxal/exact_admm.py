@@ -77,7 +77,7 @@ from fedmodel.algorithms.common import budget_field, step_budgets
 from fedmodel.algorithms.messages import EVALUATION_FIELDS, OBJECTIVE_SCALE, W
 from fedmodel.algorithms.protocol import StepReport, plans_generation
 from fedmodel.algorithms.proxal.anderson import AndersonState
-from fedmodel.algorithms.proxal.cohorts import check_forms, cohort_of, glm_structure
+from fedmodel.algorithms.proxal.cohorts import check_forms, cohort_of, glm_structure, stack_row
 from fedmodel.algorithms.proxal.inner import InnerClient, InnerOutcome, InnerSolver
 from fedmodel.algorithms.proxal.obstacles import (
     exact_eps_ok,
@@ -1178,6 +1178,13 @@ class ExactInner(InnerSolver):
         return report.x, report.residual
 
 
+def _point_write() -> int:
+    """The time of one client's write of its point (:attr:`ExactClient.u`)."""
+    _CLOCK[0] += 1
+    _WRITES[0] += 1
+    return _CLOCK[0]
+
+
 class ExactClient(InnerClient):
     """Client ``i``'s side of exact-admm: its exact step (``xadmm_w``) and its last point
     ``x_i`` (with its own block), the warm start of the next."""
@@ -1206,19 +1213,15 @@ class ExactClient(InnerClient):
         self._step_key: tuple | None = None
         self._step_key_found = False
 
-    @property
-    def u(self) -> np.ndarray | None:
-        """Its point after its last exact step (own block included), None before one."""
-        stack = self._stack
-        if stack is not None and stack.time > self._u_time:
-            return stack.points[self._slot]
-        return self._u
-
-    @u.setter
-    def u(self, value: np.ndarray | None) -> None:
-        _CLOCK[0] += 1
-        _WRITES[0] += 1
-        self._u, self._u_time = value, _CLOCK[0]
+    u = stack_row(
+        "_u",
+        "_u_time",
+        "_stack",
+        "_slot",
+        "points",
+        _point_write,
+        "Its point after its last exact step (own block included), None before one.",
+    )
 
     @property
     def checked(self) -> dict | None:
@@ -1493,6 +1496,7 @@ _CLOCK = [0]
 #: the writes of one client's point (a stacked step's stack of its clients' points holds
 #: while there is none)
 _WRITES = [0]
+
 
 _U = operator.attrgetter("u")
 
