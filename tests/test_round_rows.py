@@ -467,3 +467,52 @@ def test_a_mark_reads_each_half_s_statistics_with_its_tallies_counts():
     ]
     assert cols["stats"] == expected
     assert [h.stats for h in halves] == expected  # (settled once: nothing added twice)
+
+
+def test_a_mark_reads_clients_rows_of_their_stacks_once_per_stack():
+    """Values kept as rows of stacked arrays (cohorts.stack_row) are read for a mark by
+    their column: the stacks' rows copied once, read-only, each client's value its row
+    (a RowColumn), equal to what each reads on its own and not changed by a later write
+    of the stacks; a client that wrote its own value since, or one in no written stack,
+    and each is read on its own."""
+    from fedmodel.algorithms.protocol import DeclaredState
+    from fedmodel.algorithms.proxal.cohorts import stack_row
+    from fedmodel.runtime.endpoints import RowColumn, StatesCopy, copy_state, party_states
+
+    clock = [0]
+
+    def tick():
+        clock[0] += 1
+        return clock[0]
+
+    class Client(DeclaredState):
+        state_fields = ("x", "k")
+        x = stack_row("_x", "_x_time", "_stack", "_slot", "rows", tick, "x")
+
+        def __init__(self, i):
+            self._stack, self._slot, self.k = None, 0, i
+            self.x = np.full(2, -float(i))
+
+    clients = [Client(i) for i in range(4)]
+    assert type(party_states(clients)["x"]) is list  # (in no stack)
+    a = SimpleNamespace(rows=np.arange(4.0).reshape(2, 2), time=tick())
+    b = SimpleNamespace(rows=10 + np.arange(4.0).reshape(2, 2), time=tick())
+    for c, (stack, slot) in zip(clients, [(a, 1), (b, 0), (a, 0), (b, 1)]):
+        c._stack, c._slot = stack, slot
+    want = [copy_state(c.get_state()) for c in clients]
+    cols = party_states(clients)
+    assert type(cols["x"]) is RowColumn and cols["k"] == [0, 1, 2, 3]
+    snap = StatesCopy(cols)
+    a.rows[:] = b.rows[:] = 99.0  # (the stacks written again, in place)
+    for i, w in enumerate(want):
+        got = snap.state(i)
+        np.testing.assert_array_equal(got["x"], w["x"])
+        assert got["k"] == w["k"] and not got["x"].flags.writeable
+    clients[2].x = np.zeros(2)  # (its own write, after its stack's)
+    cols = party_states(clients)
+    assert type(cols["x"]) is list
+    for c, x in zip(clients, cols["x"]):
+        np.testing.assert_array_equal(x, c.x)
+    clients[2]._x_time = 0
+    a.rows = None  # (a stack not written yet)
+    assert type(party_states(clients)["x"]) is list

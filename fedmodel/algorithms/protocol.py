@@ -120,7 +120,9 @@ class DeclaredState:
     @classmethod
     def _declared_columns(cls, halves: list[DeclaredState]) -> StateColumns | None:
         """The declared fields and the components' states of ``halves`` as columns; None
-        when they declare different fields (a half may extend its class's)."""
+        when they declare different fields (a half may extend its class's). A field whose
+        class attribute has a ``column(halves)`` (a value kept as a row of a stacked array,
+        :func:`~fedmodel.algorithms.proxal.cohorts.stack_row`) is read by it."""
         try:
             declared = set(map(_DECLARED, halves))
         except TypeError:  # (fields declared in a list: read half by half)
@@ -129,12 +131,19 @@ class DeclaredState:
             return None
         fields, components = declared.pop()
         cols = StateColumns((f, []) for f in fields)
-        if fields and halves:
-            rows = list(map(attrgetter(*fields), halves))
-            if len(fields) == 1:
-                cols[fields[0]] = rows
+        # (a field whose class attribute reads many halves at once: by it)
+        kind = type(halves[0]) if halves else cls
+        found = {f: getattr(getattr(kind, f, None), "column", None) for f in fields}
+        plain = [f for f in fields if found[f] is None]
+        if plain and halves:
+            rows = list(map(attrgetter(*plain), halves))
+            if len(plain) == 1:
+                cols[plain[0]] = rows
             else:
-                cols.update(zip(fields, map(list, zip(*rows))))
+                cols.update(zip(plain, map(list, zip(*rows))))
+        for f in fields:
+            if found[f] is not None and halves:
+                cols[f] = found[f](halves)
         for key in components:
             cols[key] = party_states([getattr(h, key) for h in halves])
         return cols

@@ -9,6 +9,8 @@ stands for the host's peer :class:`Outbox`. :func:`copy_state` snapshots a party
 from __future__ import annotations
 
 import copy
+import itertools
+import operator
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from operator import attrgetter, itemgetter
@@ -187,9 +189,38 @@ def _get_state(ep: Any) -> Any:
 class StateColumns(dict):
     """The states of many parties of one class given as columns: key -> a list with each
     party's value, in order (the dicts their ``get_state`` gives, with these keys in this
-    order); a value may itself be a :class:`StateColumns` (the states of their components).
-    What a class's ``state_columns(parties)`` returns, uncopied; :class:`StatesCopy` copies
-    it without a dict per party."""
+    order); a value may itself be a :class:`StateColumns` (the states of their components)
+    or a :class:`RowColumn` (values already copied). What a class's
+    ``state_columns(parties)`` returns, uncopied; :class:`StatesCopy` copies it without a
+    dict per party."""
+
+
+class RowColumn:
+    """A column of :class:`StateColumns` whose value for party ``i`` is row ``index[i]``
+    of ``rows``, a read-only array that is already a copy (the rows of a stacked array
+    that many parties' values are rows of, copied once): a mark keeps it as it is and a
+    party's value is a read-only view of its row, made when it is read.
+
+    Examples
+    --------
+    >>> rows = np.arange(6.0).reshape(3, 2)
+    >>> rows.flags.writeable = False
+    >>> StatesCopy(StateColumns(x=RowColumn(rows, np.array([2, 0])))).state(0)
+    {'x': array([4., 5.])}
+    """
+
+    __slots__ = ("rows", "index")
+
+    def __init__(self, rows: np.ndarray, index: np.ndarray):
+        if rows.flags.writeable:
+            raise ValueError("a RowColumn's rows are read-only")
+        self.rows, self.index = rows, index
+
+    def __len__(self) -> int:
+        return len(self.index)
+
+    def at(self, i: int) -> np.ndarray:
+        return self.rows[self.index[i]]
 
 
 def party_states(parties: list[Any]) -> list[Any] | StateColumns:
@@ -283,11 +314,15 @@ class _Sequences:
         return self.kind([c.at(i) for c in self.children])
 
 
-def _column(values: list[Any] | StateColumns) -> _Values | _Copies | _Dicts | _Sequences:
+def _column(
+    values: list[Any] | StateColumns | RowColumn,
+) -> _Values | _Copies | _Dicts | _Sequences | RowColumn:
     """The copy of one place of many parties' states (``values``: its value per party, or
     the dicts there as :class:`StateColumns`)."""
     if type(values) is StateColumns:
         return _Dicts(tuple(values), [_column(v) for v in values.values()])
+    if type(values) is RowColumn:  # (a copy already, read-only: kept)
+        return values
     types = set(map(type, values))
     t = types.pop() if len(types) == 1 else None
     if t in _ATOMS:
@@ -297,15 +332,26 @@ def _column(values: list[Any] | StateColumns) -> _Values | _Copies | _Dicts | _S
             return _Values(values)
         if all(map(_writeable, values)):
             return _Values(list(map(np.ndarray.copy, values)))
+        if not any(map(_writeable, values)):  # (read-only arrays are shared)
+            return _Values(values)
         return _Values([_array_copy(a) for a in values])
     if t is dict:
         keys = tuple(values[0])
         if len(set(map(tuple, values))) == 1:
             return _Dicts(keys, [_column(list(map(itemgetter(k), values))) for k in keys])
     elif t is tuple or t is list:
+        if t is tuple and _one_shared(values):
+            return _Values(values)
         if len(set(map(len, values))) == 1:
             return _Sequences(t, [_column(list(col)) for col in zip(*values)])
     return _Copies([copy_state(v) for v in values])
+
+
+def _one_shared(values: list[Any]) -> bool:
+    """Whether ``values`` are one object that :func:`copy_state` shares (a tuple of
+    scalars, empty or read-only arrays: nothing can change it)."""
+    first = values[0]
+    return all(map(operator.is_, values, itertools.repeat(first))) and copy_state(first) is first
 
 
 _size = attrgetter("size")

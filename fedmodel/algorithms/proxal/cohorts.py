@@ -43,6 +43,7 @@ import scipy.sparse as sp
 from fedmodel.compiler.glm import NotRecognised
 from fedmodel.compiler.partition import PartyProgram
 from fedmodel.expressions import numeric_value
+from fedmodel.runtime.endpoints import RowColumn
 from fedmodel.subproblems.batched_glm import GLMCohort, glm_signature
 from fedmodel.subproblems.newton import evaluations_agree, party_glm
 
@@ -126,12 +127,54 @@ def glm_structure(host) -> tuple | None:
     return None if glm_objective(host) is None else host.glm_signature
 
 
-def stack_row(own: str, own_time: str, stack: str, slot: str, rows: str, tick, doc: str):
+class StackRow(property):
+    """A client's attribute kept once for its cohort (:func:`stack_row`), which also
+    reads many clients' values at once (:meth:`column`)."""
+
+    def __init__(self, fget, fset, doc: str, getters: tuple):
+        super().__init__(fget, fset, doc=doc)
+        self.getters = getters  # (own value, own time, stack, slot, the stack's rows)
+
+    def column(self, objs: list) -> list | RowColumn:
+        """The value of each of ``objs`` (clients of one class), as each reads it, for a
+        mark (:class:`~fedmodel.runtime.endpoints.StateColumns`). When every one of them
+        reads its row of its stack (stacks whose rows are arrays of one row shape and
+        dtype), those rows are copied once, together and read-only, and the values are
+        the clients' rows of that copy (a :class:`~fedmodel.runtime.endpoints.RowColumn`:
+        no pass that reads a row per client); else each value is read on its own,
+        uncopied."""
+        get_own, get_time, get_stack, get_slot, get_rows = self.getters
+        n = len(objs)
+        stacks = list(map(get_stack, objs))
+        ids = np.fromiter(map(id, stacks), dtype=np.uintp, count=n)
+        _, first, inverse = np.unique(ids, return_index=True, return_inverse=True)
+        distinct = [stacks[i] for i in first.tolist()]
+        blocks = [None if s is None else get_rows(s) for s in distinct]
+        if not all(type(b) is np.ndarray and b.ndim >= 1 for b in blocks):
+            return list(map(self.fget, objs))  # (a client in no stack, or one not written)
+        if len({(b.shape[1:], b.dtype) for b in blocks}) != 1:
+            return list(map(self.fget, objs))
+        times = np.fromiter(map(get_time, objs), dtype=np.int64, count=n)
+        written = np.array([s.time for s in distinct], dtype=np.int64)
+        sizes = np.array([len(b) for b in blocks])
+        slots = np.fromiter(map(get_slot, objs), dtype=np.intp, count=n)
+        current = (times < written[inverse]) & (slots >= 0) & (slots < sizes[inverse])
+        if not bool(current.all()):
+            return list(map(self.fget, objs))  # (a client wrote its own since)
+        held = np.concatenate(blocks) if len(blocks) > 1 else np.array(blocks[0])
+        held.flags.writeable = False
+        return RowColumn(held, (np.cumsum(sizes) - sizes)[inverse] + slots)
+
+
+def stack_row(
+    own: str, own_time: str, stack: str, slot: str, rows: str, tick, doc: str
+) -> StackRow:
     """A client's attribute kept once for its cohort: it reads as row ``slot`` of the
     array ``rows`` of the client's ``stack`` (an object with a ``time``) when that stack
     was written after the client's own last write, else as the client's own value
     ``own``. Setting it writes ``own`` with the time ``tick()`` (the write's time, on the
-    clock the stack's ``time`` is read from).
+    clock the stack's ``time`` is read from; an integer). Many clients' values are read
+    at once by its :meth:`StackRow.column`.
 
     Examples
     --------
@@ -167,7 +210,7 @@ def stack_row(own: str, own_time: str, stack: str, slot: str, rows: str, tick, d
         setattr(self, own, value)
         setattr(self, own_time, time)
 
-    return property(fget, fset, doc=doc)
+    return StackRow(fget, fset, doc, (get_own, get_time, get_stack, get_slot, get_rows))
 
 
 def cohort_of(hosts: list) -> GLMCohort:
