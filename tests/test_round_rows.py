@@ -514,5 +514,5 @@ def test_a_mark_reads_clients_rows_of_their_stacks_once_per_stack():
     for c, x in zip(clients, cols["x"]):
         np.testing.assert_array_equal(x, c.x)
     clients[2]._x_time = 0
-    a.rows = None  # (a stack not written yet)
+    a.rows, a.time = None, 0  # (a stack not written yet)
     assert type(party_states(clients)["x"]) is list
