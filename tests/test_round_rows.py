@@ -516,3 +516,36 @@ def test_a_mark_reads_clients_rows_of_their_stacks_once_per_stack():
     clients[2]._x_time = 0
     a.rows, a.time = None, 0  # (a stack not written yet)
     assert type(party_states(clients)["x"]) is list
+
+
+def test_exact_step_keys_found_together_are_each_client_s_own():
+    """ExactClient.step_batch_keys at clients that have not found their keys yet gives
+    (and notes in each) the key each finds on its own: for clients alike, for one
+    without batches among them, and for one whose form disagrees."""
+    from fedmodel.algorithms.proxal.client import ProxALClient
+    from fedmodel.algorithms.proxal.exact_admm import ExactClient
+    from fedmodel.algorithms.proxal.options import ProxALOptions
+
+    progs = _model().compile().clients
+
+    def fresh(change=None):
+        halves = []
+        for i, p in enumerate(progs):
+            opts = ProxALOptions(inner_solver="exact-admm", batch_clients=i != change)
+            halves.append(ProxALClient(p, opts, rho=1.0, n_clients=len(progs), route="exact-admm"))
+        for h in halves:  # (forms looked up, as the start round's keys do)
+            h.step_batch_key("start")
+        return [h.inner for h in halves]
+
+    for change in (None, 3):
+        for kind in ("xadmm_w", "xadmm_check", "start"):
+            together, alone = fresh(change), fresh(change)
+            keys = ExactClient.step_batch_keys(together, kind)
+            assert keys == [p.step_batch_key(kind) for p in alone]
+            assert [p.step_batch_key(kind) for p in together] == keys
+    parts = fresh()
+    assert None not in ExactClient.step_batch_keys(parts, "xadmm_w")
+    parts = fresh()
+    parts[2].host.glm_disagrees = True
+    keys = ExactClient.step_batch_keys(parts, "xadmm_w")
+    assert keys[2] is None and keys == [p.step_batch_key("xadmm_w") for p in parts]

@@ -67,6 +67,7 @@ Examples
 from __future__ import annotations
 
 import dataclasses
+import itertools
 import operator
 import time
 from typing import Any
@@ -75,7 +76,7 @@ import numpy as np
 
 from fedmodel.algorithms.common import budget_field, step_budgets
 from fedmodel.algorithms.messages import EVALUATION_FIELDS, OBJECTIVE_SCALE, W
-from fedmodel.algorithms.protocol import StepReport, plans_generation
+from fedmodel.algorithms.protocol import StepReport, _consume, plans_generation
 from fedmodel.algorithms.proxal.anderson import AndersonState
 from fedmodel.algorithms.proxal.cohorts import check_forms, cohort_of, glm_structure, stack_row
 from fedmodel.algorithms.proxal.inner import InnerClient, InnerOutcome, InnerSolver
@@ -1394,6 +1395,34 @@ class ExactClient(InnerClient):
                     self._step_key = _STEP_KEYS.setdefault(key, key)
         return None if h.glm_disagrees else self._step_key
 
+    @classmethod
+    def step_batch_keys(cls, parts: list[ExactClient], kind: str) -> list:
+        """:meth:`step_batch_key` of each of ``parts``. When their clients are alike in
+        what decides it but their forms (:data:`_KEY_FACTS`: batches on, the library's
+        own backend, no regulariser, forms looked up and none found to disagree), each
+        client's key follows from its form's signature (one object per form's path): it
+        is found once per signature and noted in each client as its own, in C passes;
+        else each finds its own."""
+        if (
+            (kind != "xadmm_w" and kind != "xadmm_check")
+            or cls.step_batch_key is not ExactClient.step_batch_key
+            or set(map(type, parts)) != {cls}
+        ):
+            return [part.step_batch_key(kind) for part in parts]
+        hosts = list(map(_HOST, parts))
+        facts = set(map(_KEY_FACTS, hosts))
+        if len(facts) != 1 or facts.pop() not in _ALIKE_FACTS:
+            return [part.step_batch_key(kind) for part in parts]
+        signatures = list(map(_SIGNATURE, hosts))  # (None: no form)
+        found = {}
+        for signature in {id(s): s for s in signatures}.values():
+            key = None if signature is None else ("glm-prox", signature)
+            found[id(signature)] = None if key is None else _STEP_KEYS.setdefault(key, key)
+        keys = [found[i] for i in map(id, signatures)]
+        _consume(map(setattr, parts, itertools.repeat("_step_key"), keys))
+        _consume(map(setattr, parts, itertools.repeat("_step_key_found"), itertools.repeat(True)))
+        return keys
+
     @staticmethod
     def _on_xadmm_w_batch(parts: list[ExactClient], payloads: list[dict]) -> list[dict]:
         """:meth:`_on_xadmm_w` of every client of ``parts`` (clients of one
@@ -1499,6 +1528,22 @@ _WRITES = [0]
 
 
 _U = operator.attrgetter("u")
+_HOST = operator.attrgetter("host")
+_SIGNATURE = operator.attrgetter("glm_signature")
+
+#: what decides a client's step key besides its form (:meth:`ExactClient.step_batch_key`):
+#: batches on, its backend option, whether it has a regulariser, whether its form was
+#: looked up and whether that form disagreed with its evaluator
+_KEY_FACTS = operator.attrgetter(
+    "options.batch_clients",
+    "solver_option",
+    "problem.regularizer.is_zero",
+    "glm_looked_up",
+    "_glm_disagrees",
+)
+
+#: those facts when a client's key is its form's signature's (None without a form)
+_ALIKE_FACTS = frozenset({(True, "auto", True, True, False), (True, "newton", True, True, False)})
 
 #: the stacks of exact-admm clients' steps made in this process (:class:`_Split`)
 _STACKS_MADE = [0]
