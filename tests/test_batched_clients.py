@@ -272,8 +272,10 @@ def test_workers_batch_their_parties_and_give_the_serial_iterates(backend):
 def test_a_stacked_report_round_is_the_message_by_message_one(monkeypatch):
     """The final report of clients without multipliers in one stacked step: the Result's
     multipliers, local iterations and the report's ledger rows are those of the round sent
-    message by message."""
+    message by message; the Result reads the stacked round's columns, making no message
+    per client."""
     from fedmodel.algorithms.proxal.client import ProxALClient
+    from fedmodel.runtime.rows import RoundReplies
 
     def report_rows(model):
         res = model.solve("prox-al", inner_solver="exact-admm", history=False)
@@ -287,8 +289,13 @@ def test_a_stacked_report_round_is_the_message_by_message_one(monkeypatch):
         return step(halves, fields)
 
     monkeypatch.setattr(ProxALClient, "_on_report_rows", staticmethod(spy))
+    made = []  # (the kinds of stacked rounds whose replies' messages were made)
+    make, read = RoundReplies._make_all, RoundReplies.__getitem__
+    monkeypatch.setattr(RoundReplies, "_make_all", lambda r: made.append(r.kind) or make(r))
+    monkeypatch.setattr(RoundReplies, "__getitem__", lambda r, n: made.append(r.kind) or read(r, n))
     stacked, stacked_rows = report_rows(_model(n=4))
     assert sizes == [4]
+    assert not [k for k in made if k.startswith("report")]  # (the result reads the columns)
 
     def refuse(halves, fields):
         raise ValueError("one message at a time")
@@ -298,6 +305,7 @@ def test_a_stacked_report_round_is_the_message_by_message_one(monkeypatch):
     assert stacked.status == single.status == "optimal"
     assert stacked_rows == single_rows and len(stacked_rows) == 8
     assert stacked.timing["local_iterations"] == single.timing["local_iterations"]
+    assert stacked.timing["per_party"].keys() == single.timing["per_party"].keys()
     assert stacked.multipliers.keys() == single.multipliers.keys()
     for party, blocks in single.multipliers.items():
         for label, value in blocks.items():

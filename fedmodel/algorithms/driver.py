@@ -536,15 +536,14 @@ class _Run:
         }
         per_party_seconds = {}
         local_iters = {"server": server.local_iterations}
-        payloads = {name: r.payload for name, r in reports.items()}
-        for c in compiled.clients:
-            p = payloads.get(c.name)
+        payloads = _Payloads(reports)
+        for c, p in zip(compiled.clients, _report_rows(reports, compiled.clients)):
             if p is None:
                 continue
-            mu = used.get(c.name, p["mu"])
-            multipliers[c.name] = split_multipliers(c, mu, p["nu"], p.get("cone"))
-            per_party_seconds[c.name] = p["seconds"]
-            local_iters[c.name] = int(p["local_iterations"])
+            mu, nu, cone, seconds, iterations = p
+            multipliers[c.name] = split_multipliers(c, used.get(c.name, mu), nu, cone)
+            per_party_seconds[c.name] = seconds
+            local_iters[c.name] = int(iterations)
         fields = self.run_fields(status, message, kkt, summary, failure, per_party_seconds)
         fields["timing"]["local_iterations"] = local_iters
         fields["privacy"] = server.privacy.record()
@@ -559,7 +558,9 @@ class _Run:
             x=global_point(
                 compiled,
                 server.point(),
-                {name: p.get("owned") for name, p in payloads.items()},
+                {name: p.get("owned") for name, p in payloads.items()}
+                if compiled.layout.has_owned
+                else {},
             ),
             multipliers=multipliers,
             **fields,
@@ -711,3 +712,50 @@ class _Run:
         if notes:
             message += " Note: " + "; ".join(notes) + "."
         return self.result(status, message, kkt, summary, reports, failure=info)
+
+
+class _Payloads(Mapping):
+    """The payloads of a round's replies by name, each read when it is asked for (a
+    stacked round makes a reply's message when it is first read)."""
+
+    def __init__(self, replies: Mapping[str, Any]):
+        self.replies = replies
+
+    def __getitem__(self, name: str) -> Any:
+        return self.replies[name].payload
+
+    def __iter__(self):
+        return iter(self.replies)
+
+    def __len__(self) -> int:
+        return len(self.replies)
+
+
+#: what the result reads of each client's final report
+_REPORT_READ = ("mu", "nu", "cone", "seconds", "local_iterations")
+
+
+def _report_rows(reports: Mapping[str, Any], clients: list) -> list[tuple | None]:
+    """``(mu, nu, cone, seconds, local_iterations)`` of each of ``clients``' final report
+    (``cone`` None when it sent none), None for one that sent none: read as the stacked
+    step's columns when the round was one (no message made per client), else from each
+    reply."""
+    stacked = getattr(reports, "stacked", None)
+    if stacked is None or not {"mu", "nu", "seconds", "local_iterations"} <= stacked.keys():
+        found = []
+        for c in clients:
+            reply = reports.get(c.name)
+            p = None if reply is None else reply.payload
+            found.append(
+                None
+                if p is None
+                else (p["mu"], p["nu"], p.get("cone"), p["seconds"], p["local_iterations"])
+            )
+        return found
+    at = dict(zip(reports.names, range(len(reports.names))))
+    n = len(reports.names)
+    columns = [list(stacked[k]) if k in stacked else [None] * n for k in _REPORT_READ[:3]] + [
+        stacked[k].tolist() for k in _REPORT_READ[3:]
+    ]
+    rows = list(zip(*columns))
+    return [None if i is None else rows[i] for i in map(at.get, (c.name for c in clients))]
