@@ -549,3 +549,31 @@ def test_exact_step_keys_found_together_are_each_client_s_own():
     parts[2].host.glm_disagrees = True
     keys = ExactClient.step_batch_keys(parts, "xadmm_w")
     assert keys[2] is None and keys == [p.step_batch_key("xadmm_w") for p in parts]
+
+
+def test_clients_values_written_together_are_one_write():
+    """StackRow.write sets each client's own value as one write (one time of the clock
+    for all): each reads its own value until its stack is written after it, then its
+    row there, as after a write of its own."""
+    from fedmodel.algorithms.proxal.cohorts import stack_row
+
+    clock = [0]
+
+    def tick():
+        clock[0] += 1
+        return clock[0]
+
+    class Client:
+        x = stack_row("_x", "_x_time", "_stack", "_slot", "rows", tick, "x")
+
+    clients = [Client() for _ in range(3)]
+    stack = SimpleNamespace(rows=np.zeros((3, 2)), time=tick())
+    for i, c in enumerate(clients):
+        c._stack, c._slot = stack, i
+    values = [np.full(2, float(i)) for i in range(3)]
+    Client.x.write(clients, values)
+    assert clock[0] == 2 and all(c.x is v for c, v in zip(clients, values))
+    stack.time = tick()
+    assert all(np.array_equal(c.x, np.zeros(2)) for c in clients)
+    Client.x.write(clients[1:], values[1:])
+    assert np.array_equal(clients[0].x, np.zeros(2)) and clients[2].x is values[2]

@@ -612,14 +612,17 @@ class ProxALClient(ClientHalf):
         input is checked before any client's state changes."""
         W, request = _stacked_start_fields(halves, fields)
         inner = request.pop("inner", None)
-        if any(route_named(inner or h.route_name).probes for h in halves):
+        # (the routes they start: the one named for all, else each its own)
+        own = set(map(_ROUTE_NAME, halves))
+        if any(route_named(r).probes for r in ({inner} if inner else own)):
             raise ValueError("a route that probes starts one client at a time")
         X = np.array(W)  # (contiguous rows, as the batched step stacks them)
         cohort = cohort_of(halves)
         check_forms(halves, cohort, X)
         references = plain_objective_references(cohort.value_grad, X)
-        for h in halves:
-            h._take_route(inner)
+        if inner is not None and own != {inner}:  # (those on another route build it)
+            for h in halves:
+                h._take_route(inner)
         replies = _start_rows(halves, W, request)
         replies["objective_reference"] = np.array(references, dtype=float)
         return replies
@@ -708,6 +711,7 @@ class ProxALClient(ClientHalf):
 
 
 _INNER = attrgetter("inner")
+_ROUTE_NAME = attrgetter("route_name")
 _OUTER_MEM = attrgetter("outer_mem")
 
 #: what decides a client's step_batch_key of ``outer`` and ``outer_aa``: its own block,

@@ -33,6 +33,8 @@ Examples
 
 from __future__ import annotations
 
+import collections
+import itertools
 import operator
 import weakref
 from typing import Any
@@ -131,9 +133,20 @@ class StackRow(property):
     """A client's attribute kept once for its cohort (:func:`stack_row`), which also
     reads many clients' values at once (:meth:`column`)."""
 
-    def __init__(self, fget, fset, doc: str, getters: tuple):
+    def __init__(self, fget, fset, doc: str, getters: tuple, own: tuple, tick):
         super().__init__(fget, fset, doc=doc)
         self.getters = getters  # (own value, own time, stack, slot, the stack's rows)
+        self.own, self.tick = own, tick  # (the names of the own value and its time; the clock)
+
+    def write(self, objs: list, values: list) -> None:
+        """Set the attribute of each of ``objs`` to its item of ``values``, as one write
+        (one time of the clock for all of them; a few C passes)."""
+        own, own_time = self.own
+        time = self.tick()
+        collections.deque(map(setattr, objs, itertools.repeat(own), values), maxlen=0)
+        collections.deque(
+            map(setattr, objs, itertools.repeat(own_time), itertools.repeat(time)), maxlen=0
+        )
 
     def column(self, objs: list) -> list | RowColumn:
         """The value of each of ``objs`` (clients of one class), as each reads it, for a
@@ -174,7 +187,7 @@ def stack_row(
     was written after the client's own last write, else as the client's own value
     ``own``. Setting it writes ``own`` with the time ``tick()`` (the write's time, on the
     clock the stack's ``time`` is read from; an integer). Many clients' values are read
-    at once by its :meth:`StackRow.column`.
+    at once by its :meth:`StackRow.column` and written at once by :meth:`StackRow.write`.
 
     Examples
     --------
@@ -210,7 +223,8 @@ def stack_row(
         setattr(self, own, value)
         setattr(self, own_time, time)
 
-    return StackRow(fget, fset, doc, (get_own, get_time, get_stack, get_slot, get_rows))
+    getters = (get_own, get_time, get_stack, get_slot, get_rows)
+    return StackRow(fget, fset, doc, getters, (own, own_time), tick)
 
 
 def cohort_of(hosts: list) -> GLMCohort:

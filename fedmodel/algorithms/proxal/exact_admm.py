@@ -1282,12 +1282,14 @@ class ExactClient(InnerClient):
         split = parts[0].__dict__.get("_split")
         if split is None or not split.holds(parts):
             split = parts[0].__dict__["_split"] = _Split(parts)
-        owned = []
-        for i in split.rest:
-            h = parts[i].host
-            h.w_center = centres[i]
-            if h.theta_at_w.size:
-                owned.append(h)
+        hosts = list(map(_HOST, map(parts.__getitem__, split.rest)))
+        centre = getattr(type(hosts[0]), "w_center", None) if hosts else None
+        if hasattr(centre, "write") and len(set(map(type, hosts))) == 1:
+            centre.write(hosts, list(map(centres.__getitem__, split.rest)))  # (one write)
+        else:
+            for i, h in zip(split.rest, hosts):
+                h.w_center = centres[i]
+        owned = list(itertools.compress(hosts, map(_OWN_SIZE, hosts)))
         rows = [centres[order] for _, order in split.stacks]
         for (stack, _), block in zip(split.stacks, rows):
             stack.centre_rows.write(block)
@@ -1529,6 +1531,7 @@ _WRITES = [0]
 
 _U = operator.attrgetter("u")
 _HOST = operator.attrgetter("host")
+_OWN_SIZE = operator.attrgetter("theta_at_w.size")
 _SIGNATURE = operator.attrgetter("glm_signature")
 
 #: what decides a client's step key besides its form (:meth:`ExactClient.step_batch_key`):
