@@ -554,7 +554,7 @@ def test_exact_step_keys_found_together_are_each_client_s_own():
 def test_clients_values_written_together_are_one_write():
     """StackRow.write sets each client's own value as one write (one time of the clock
     for all): each reads its own value until its stack is written after it, then its
-    row there, as after a write of its own."""
+    row there, as after a write of its own; StackRow.values reads each as it reads it."""
     from fedmodel.algorithms.proxal.cohorts import stack_row
 
     clock = [0]
@@ -577,3 +577,8 @@ def test_clients_values_written_together_are_one_write():
     assert all(np.array_equal(c.x, np.zeros(2)) for c in clients)
     Client.x.write(clients[1:], values[1:])
     assert np.array_equal(clients[0].x, np.zeros(2)) and clients[2].x is values[2]
+    read = Client.x.values(clients)  # (each as it reads it, uncopied)
+    assert all(np.array_equal(r, c.x) for r, c in zip(read, clients)) and read[2] is values[2]
+    for c in clients:
+        c._stack = None
+    assert all(r is v for r, v in zip(Client.x.values(clients), values))

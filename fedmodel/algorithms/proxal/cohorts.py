@@ -148,6 +148,14 @@ class StackRow(property):
             map(setattr, objs, itertools.repeat(own_time), itertools.repeat(time)), maxlen=0
         )
 
+    def values(self, objs: list) -> list:
+        """The value of each of ``objs`` as it reads it, uncopied: their own values in one
+        C pass when none is in a stack, else each read on its own."""
+        stacks = list(map(self.getters[2], objs))
+        if stacks.count(None) == len(stacks):
+            return list(map(self.getters[0], objs))
+        return list(map(self.fget, objs))
+
     def column(self, objs: list) -> list | RowColumn:
         """The value of each of ``objs`` (clients of one class), as each reads it, for a
         mark (:class:`~fedmodel.runtime.endpoints.StateColumns`). When every one of them
@@ -155,25 +163,27 @@ class StackRow(property):
         dtype), those rows are copied once, together and read-only, and the values are
         the clients' rows of that copy (a :class:`~fedmodel.runtime.endpoints.RowColumn`:
         no pass that reads a row per client); else each value is read on its own,
-        uncopied."""
+        uncopied (:meth:`values`)."""
         get_own, get_time, get_stack, get_slot, get_rows = self.getters
         n = len(objs)
         stacks = list(map(get_stack, objs))
+        if stacks.count(None) == n:
+            return list(map(get_own, objs))
         ids = np.fromiter(map(id, stacks), dtype=np.uintp, count=n)
         _, first, inverse = np.unique(ids, return_index=True, return_inverse=True)
         distinct = [stacks[i] for i in first.tolist()]
         blocks = [None if s is None else get_rows(s) for s in distinct]
         if not all(type(b) is np.ndarray and b.ndim >= 1 for b in blocks):
-            return list(map(self.fget, objs))  # (a client in no stack, or one not written)
+            return self.values(objs)  # (a client in no stack, or one not written)
         if len({(b.shape[1:], b.dtype) for b in blocks}) != 1:
-            return list(map(self.fget, objs))
+            return self.values(objs)
         times = np.fromiter(map(get_time, objs), dtype=np.int64, count=n)
         written = np.array([s.time for s in distinct], dtype=np.int64)
         sizes = np.array([len(b) for b in blocks])
         slots = np.fromiter(map(get_slot, objs), dtype=np.intp, count=n)
         current = (times < written[inverse]) & (slots >= 0) & (slots < sizes[inverse])
         if not bool(current.all()):
-            return list(map(self.fget, objs))  # (a client wrote its own since)
+            return self.values(objs)  # (a client wrote its own since)
         held = np.concatenate(blocks) if len(blocks) > 1 else np.array(blocks[0])
         held.flags.writeable = False
         return RowColumn(held, (np.cumsum(sizes) - sizes)[inverse] + slots)
