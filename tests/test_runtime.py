@@ -300,6 +300,14 @@ def test_state_snapshots_copy_writable_arrays_and_share_read_only_ones():
     state["stats"]["n"] = 2
     assert snap["u"][0] == 1.0 and snap["l"][0][1] == 0.0 and snap["stats"]["n"] == 1
     assert snap["factor"][0] is frozen and snap["factor"][1] is False
+    # (containers of many values: copied in one call when all are scalars, else each)
+    rhos = {f"c{i}": float(i) for i in range(40)}
+    mixed = [*range(30), np.zeros(2)]
+    copied = copy_state({"rhos": rhos, "mixed": mixed, "ints": list(range(30))})
+    rhos["c0"], mixed[-1][0] = 9.0, 9.0
+    assert copied["rhos"] == {f"c{i}": float(i) for i in range(40)}
+    assert copied["mixed"][-1][0] == 0.0 and copied["ints"] == list(range(30))
+    assert type(copied["rhos"]) is dict and copied["mixed"][-1] is not mixed[-1]
 
 
 def test_states_copied_together_equal_their_copies_one_by_one():

@@ -145,7 +145,7 @@ class DeclaredState:
             if found[f] is not None and halves:
                 cols[f] = found[f](halves)
         for key in components:
-            cols[key] = party_states([getattr(h, key) for h in halves])
+            cols[key] = party_states(list(map(attrgetter(key), halves)))
         return cols
 
     def set_state(self, state: dict) -> None:

@@ -148,9 +148,13 @@ def copy_state(obj: Any) -> Any:
         return _array_copy(obj)
     if t in _ATOMS:
         return obj
-    if t is dict:
+    if t is dict:  # (one of many scalars, a value per party: copied in one call)
+        if len(obj) > _MANY and _ATOMS.issuperset(map(type, obj.values())):
+            return dict(obj)
         return {k: _copy_item(v) for k, v in obj.items()}
     if t is list:
+        if len(obj) > _MANY and _ATOMS.issuperset(map(type, obj)):
+            return list(obj)
         return [_copy_item(v) for v in obj]
     if t is tuple:  # (shared while every item is: scalars, empty or read-only arrays)
         items = [_copy_item(v) for v in obj]
@@ -179,6 +183,10 @@ def _array_copy(a: np.ndarray) -> np.ndarray:
 
 #: the immutable scalar types a state is copied without looking further
 _ATOMS = frozenset({float, int, str, bool, type(None)})
+
+#: the length from which a container's values are first looked at together (all scalars:
+#: the container copied in one call)
+_MANY = 16
 
 
 def _get_state(ep: Any) -> Any:
