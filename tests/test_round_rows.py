@@ -582,3 +582,25 @@ def test_clients_values_written_together_are_one_write():
     for c in clients:
         c._stack = None
     assert all(r is v for r, v in zip(Client.x.values(clients), values))
+
+
+def test_plans_of_several_kinds_read_what_they_share_once():
+    """The plans of several kinds at one list of halves share what they read alike (one
+    class, the first half of each message table and opt-ins), found again after an event
+    and for another list."""
+    from fedmodel.algorithms.protocol import RowsPlan, plans_changed
+    from fedmodel.algorithms.proxal.client import ProxALClient
+    from fedmodel.algorithms.proxal.options import ProxALOptions
+
+    progs = _model().compile().clients
+    opts = ProxALOptions(inner_solver="exact-admm")
+    halves = [
+        ProxALClient(p, opts, rho=1.0, n_clients=len(progs), route="exact-admm") for p in progs
+    ]
+    halves[2].reveal = ("hessian",)  # (the third half's opt-ins differ from the others')
+    start, outer = RowsPlan.of(halves, "start"), RowsPlan.of(halves, "outer")
+    assert start.firsts is outer.firsts and start.firsts == [0, 2]
+    plans_changed()
+    again = RowsPlan.of(halves, "outer")
+    assert again is not outer and again.firsts == [0, 2] and again.firsts is not outer.firsts
+    assert RowsPlan.of(halves[1:], "outer").firsts == [0, 1]

@@ -584,7 +584,8 @@ class RowsPlan:
         self.halves = list(halves)
         self.generation = _GENERATION[0]
         self.step: Callable[..., dict] | None = None
-        if set(map(type, halves)) != {type(halves[0])}:  # (halves of one class alone)
+        alike = _Alike.of(halves)
+        if not alike.one_class:  # (halves of one class alone)
             return
         cls = type(halves[0].handler_owner(kind)[0])
         step = getattr(cls, f"_on_{kind}_rows", None)
@@ -600,12 +601,7 @@ class RowsPlan:
             if self.cohorts is None:
                 return
             self.groups = [[halves[i] for i in idx] for idx, _ in self.cohorts] or [self.halves]
-        # (the first half of each (table, opt-ins): its request's check stands for theirs)
-        tables = list(map(_MESSAGES, halves))
-        keys = list(zip(map(id, tables), map(_REVEAL, halves)))
-        n = len(keys)
-        first = dict(zip(reversed(keys), range(n - 1, -1, -1)))  # (the last write: the first)
-        self.firsts = sorted(i for i in first.values() if tables[i] is not None)
+        self.firsts = alike.firsts
         self.valued = frozenset(
             name for i in self.firsts for name in halves[i].messages.valued_fields(kind)
         )
@@ -623,6 +619,34 @@ class RowsPlan:
         if plan is None or plan.generation != _GENERATION[0] or plan.halves != halves:
             plan = plans[kind] = RowsPlan(halves, kind)
         return plan if plan.step is not None else None
+
+
+class _Alike:
+    """What the plans of every kind at one list of halves read alike (:class:`RowsPlan`),
+    found once and kept by the first half while the same halves come back and no event
+    changed it (:func:`plans_changed`): whether they are of one class, and the first half
+    of each message table and opt-ins (``firsts``: its request's check stands for those of
+    the halves of its table and opt-ins)."""
+
+    __slots__ = ("halves", "generation", "one_class", "firsts")
+
+    def __init__(self, halves: list[ClientHalf]):
+        self.halves = list(halves)
+        self.generation = _GENERATION[0]
+        self.one_class = set(map(type, halves)) == {type(halves[0])}
+        tables = list(map(_MESSAGES, halves))
+        keys = list(zip(map(id, tables), map(_REVEAL, halves)))
+        n = len(keys)
+        first = dict(zip(reversed(keys), range(n - 1, -1, -1)))  # (the last write: the first)
+        self.firsts = sorted(i for i in first.values() if tables[i] is not None)
+
+    @staticmethod
+    def of(halves: list[ClientHalf]) -> _Alike:
+        found = halves[0].__dict__
+        kept = found.get("_rows_alike")
+        if kept is None or kept.generation != _GENERATION[0] or kept.halves != halves:
+            kept = found["_rows_alike"] = _Alike(halves)
+        return kept
 
 
 def _cohorts(owners: list, kind: str) -> list[tuple[np.ndarray, list]] | None:
