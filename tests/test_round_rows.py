@@ -521,7 +521,9 @@ def test_a_mark_reads_clients_rows_of_their_stacks_once_per_stack():
 def test_exact_step_keys_found_together_are_each_client_s_own():
     """ExactClient.step_batch_keys at clients that have not found their keys yet gives
     (and notes in each) the key each finds on its own: for clients alike, for one
-    without batches among them, and for one whose form disagrees."""
+    without batches among them, and for one whose form disagrees; so do
+    ProxALClient.step_batch_keys' start and evaluation keys at clients that have not
+    judged their evaluations yet."""
     from fedmodel.algorithms.proxal.client import ProxALClient
     from fedmodel.algorithms.proxal.exact_admm import ExactClient
     from fedmodel.algorithms.proxal.options import ProxALOptions
@@ -545,6 +547,15 @@ def test_exact_step_keys_found_together_are_each_client_s_own():
             assert [p.step_batch_key(kind) for p in together] == keys
     parts = fresh()
     assert None not in ExactClient.step_batch_keys(parts, "xadmm_w")
+    for change in (None, 1):  # (the start's and evaluation's keys: each judges its own)
+        for kind in ("start", "evaluate"):
+            together = [p.host for p in fresh(change)]
+            alone = [p.host for p in fresh(change)]
+            for h in together + alone:
+                h.glm_plain = None
+            keys = ProxALClient.step_batch_keys(together, kind)
+            assert keys == [h.step_batch_key(kind) for h in alone]
+            assert [h.glm_plain for h in together] == [h.glm_plain for h in alone]
     parts = fresh()
     parts[2].host.glm_disagrees = True
     keys = ExactClient.step_batch_keys(parts, "xadmm_w")

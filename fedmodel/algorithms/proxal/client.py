@@ -566,14 +566,18 @@ class ProxALClient(ClientHalf):
         """:meth:`step_batch_key` of each of ``halves``, found once for all the clients
         alike in what decides it (for ``outer`` and ``outer_aa``: :data:`_OUTER_FACTS`;
         for ``start`` and ``evaluate``, once their forms are looked up and their
-        evaluations judged: :data:`_GLM_FACTS`, then once per form's signature), else
-        each its own."""
+        evaluations judged, each client its own: :data:`_GLM_FACTS`, then once per form's
+        signature), else each its own."""
         if cls.step_batch_key is ProxALClient.step_batch_key:
             if kind in ("outer", "outer_aa"):
                 if len(set(map(_OUTER_FACTS, halves))) == 1:
                     return [halves[0].step_batch_key(kind)] * len(halves)
-            elif kind in ("start", "evaluate") and halves[0].glm_plain is not None:
-                # (once judged: at its first round each client judges its own evaluation)
+            elif kind in ("start", "evaluate"):
+                # (each client judges its own evaluation once, at its first round)
+                if halves[0].glm_plain is None:
+                    for h in halves:
+                        if h.glm_plain is None:
+                            h.glm_plain = plain_objective_party(h.program)
                 facts = set(map(_GLM_FACTS, halves))
                 if len(facts) == 1 and None not in facts.pop() and all(map(_LOOKED_UP, halves)):
                     return _glm_keys(halves, kind)
