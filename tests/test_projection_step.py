@@ -173,7 +173,9 @@ def test_full_solves_with_the_projection_step_take_clarabels_rounds(kind, sets, 
     """ls-box and logistic-ball over 8 clients through exact-admm: "optimal" in the rounds
     of the same run with the server's step through Clarabel, at its objective."""
     res = _glm_case(kind, sets).solve("prox-al", inner_solver="exact-admm")
-    monkeypatch.setattr(ProjectionSolver, "recognise", classmethod(lambda cls, problem: None))
+    monkeypatch.setattr(
+        ProjectionSolver, "recognise", classmethod(lambda cls, problem, fallback: None)
+    )
     ref = _glm_case(kind, sets).solve("prox-al", inner_solver="exact-admm")
     assert res.status == ref.status == "optimal", (res.message, ref.message)
     assert res.rounds["communication"] == ref.rounds["communication"]

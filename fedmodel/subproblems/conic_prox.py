@@ -97,7 +97,7 @@ def exact_prox_solver(problem: MeritProblem, solver: str = "auto"):
     ``solver`` is the method's ``solver`` option (``"cvxpy"`` forces cvxpy)."""
     hard = HARD_CONSTRAINTS and has_constraints(problem)
     if hard and solver != "cvxpy":
-        projection = ProjectionSolver.recognise(problem)
+        projection = ProjectionSolver.recognise(problem, lambda: clarabel_step(problem, False))
         if projection is not None:
             return projection
     conic = needs_conic_step(problem) or solver == "cvxpy"

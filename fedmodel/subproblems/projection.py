@@ -27,6 +27,8 @@ backend, built at that step.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import numpy as np
 
 from fedmodel.compiler.regularizer import Regularizer, parse_regularizer_term
@@ -82,11 +84,16 @@ class ProjectionSolver:
         The party's merit problem (one program).
     sets : list of tuple
         ``(kind, slice, first row, rows)`` per inequality constraint (:meth:`recognise`).
+    fallback : callable
+        Builds the backend of a step with no closed form (a metric that differs across a
+        ball's variable), at the first such step.
     """
 
     name = "projection"
 
-    def __init__(self, problem: MeritProblem, sets: list[tuple[str, slice, int, int]]):
+    def __init__(
+        self, problem: MeritProblem, sets: list[tuple[str, slice, int, int]], fallback: Callable
+    ):
         self.problem = problem
         prog = problem.programs[0]
         #: the sets as ``h`` (its prox with step ``1 / sigma`` is the projection)
@@ -116,17 +123,19 @@ class ProjectionSolver:
             if p.has_box and np.any(np.asarray(p.lower) >= np.asarray(p.upper)):
                 raise UnsupportedError("a bound pair without interior")
         self._m = m
+        self._make_fallback = fallback
         self._fallback = None
 
     @classmethod
-    def recognise(cls, problem: MeritProblem) -> ProjectionSolver | None:
+    def recognise(cls, problem: MeritProblem, fallback: Callable) -> ProjectionSolver | None:
         """This backend for ``problem`` when its program is only simple sets and its compiled
-        rows are theirs; None otherwise."""
+        rows are theirs; None otherwise. ``fallback()`` builds the backend of a step with no
+        closed form."""
         sets = _simple_sets(problem)
         if sets is None:
             return None
         try:
-            return cls(problem, sets)
+            return cls(problem, sets, fallback)
         except (UnsupportedError, ModelError):
             return None
 
@@ -183,7 +192,5 @@ class ProjectionSolver:
     def _fallback_solve(self, x0: np.ndarray, tol: float, max_iter: int) -> SolveReport:
         """The cvxpy backend's step (a metric that differs across a ball's variable)."""
         if self._fallback is None:
-            from fedmodel.subproblems.conic_prox import clarabel_step
-
-            self._fallback = clarabel_step(self.problem, exp_cones=False)
+            self._fallback = self._make_fallback()
         return self._fallback.solve(x0, tol, max_iter)
