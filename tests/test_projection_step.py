@@ -15,6 +15,7 @@ import numpy as np
 import pytest
 
 import fedmodel as fm
+from fedmodel.errors import UnsupportedError
 from fedmodel.subproblems.conic_prox import exact_prox_solver
 from fedmodel.subproblems.cvxpy_backend import CvxpySolver
 from fedmodel.subproblems.merit import MeritProblem
@@ -133,7 +134,8 @@ def test_a_program_with_anything_else_goes_to_clarabel(name):
 
 def test_a_metric_that_differs_across_a_ball_takes_the_cvxpy_step():
     """A per-coordinate sigma that differs across a ball's variable has no closed-form
-    projection: that step is the cvxpy backend's (built then), with its multipliers."""
+    projection: that step is the cvxpy backend's (built then), with its multipliers; a full
+    metric gets that backend's refusal."""
     problems, (step, reference) = _steps(_server_model(SETS["balls"]))
     n = problems[0].n
     center = np.random.default_rng(2).normal(size=n)
@@ -143,6 +145,9 @@ def test_a_metric_that_differs_across_a_ball_takes_the_cvxpy_step():
     got, want = step.solve(np.zeros(n), 1e-9), reference.solve(np.zeros(n), 1e-9)
     assert got.backend == "cvxpy"
     assert np.array_equal(got.x, want.x) and np.array_equal(problems[0].mu[0], problems[1].mu[0])
+    problems[0].set(sigma=np.eye(n), center=center)  # (a full metric: the cvxpy backend's refusal)
+    with pytest.raises(UnsupportedError, match="scalar or diagonal"):
+        step.solve(np.zeros(n), 1e-9)
 
 
 def _glm_case(kind, sets, clients=8):

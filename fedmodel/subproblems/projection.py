@@ -20,9 +20,9 @@ backend hands Clarabel, so the same order, sign and scale as its duals): a bound
 affine in its coordinate, ``g_j = a_j (x_i - b_j)``, with multiplier ``sigma_i (c_i -
 x_i) / a_j`` on the side where the clip is active and 0 elsewhere; a ball's row is a
 function of ``||v||`` alone, whose derivative ``g'`` at the radius is read once from the
-compiled row, with multiplier ``sigma (||c_v|| - r)_+ / g'``. A diagonal metric whose
-entries differ across a ball's variable has no closed form: such a step goes to the cvxpy
-backend, built at that step.
+compiled row, with multiplier ``sigma (||c_v|| - r)_+ / g'``. A full metric, or a
+diagonal one whose entries differ across a ball's variable, has no closed form here: such a
+step goes to the cvxpy backend, built at that step.
 """
 
 from __future__ import annotations
@@ -168,11 +168,8 @@ class ProjectionSolver:
 
     def solve(self, x0: np.ndarray, tol: float, max_iter: int = 1) -> SolveReport:
         p = self.problem
-        if np.ndim(p.sigma) == 2:
-            raise UnsupportedError(
-                "the projection step takes a scalar or diagonal proximal metric, not a full "
-                "matrix; use a scalar ADMM penalty (penalty_metric='scalar')"
-            )
+        if np.ndim(p.sigma) == 2:  # (a full metric: the cvxpy backend says what it takes)
+            return self._fallback_solve(x0, tol, max_iter)
         sigma = np.broadcast_to(np.asarray(p.sigma, dtype=float), (p.n,))
         if any(np.ptp(sigma[s]) > 0 for s, *_ in self.balls):
             return self._fallback_solve(x0, tol, max_iter)
@@ -190,7 +187,8 @@ class ProjectionSolver:
         return SolveReport(x, p.residual(x), tol, 1, self.name, "closed form")
 
     def _fallback_solve(self, x0: np.ndarray, tol: float, max_iter: int) -> SolveReport:
-        """The cvxpy backend's step (a metric that differs across a ball's variable)."""
+        """The cvxpy backend's step (a full metric, or one that differs across a ball's
+        variable)."""
         if self._fallback is None:
             self._fallback = self._make_fallback()
         return self._fallback.solve(x0, tol, max_iter)
