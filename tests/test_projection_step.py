@@ -70,6 +70,7 @@ SETS = {
     "box": lambda w, W, v: [w <= 0.5, w >= -0.5, W <= 1.0, -1.0 <= W],
     "one-sided": lambda w, W, v: [w >= 0, W <= np.arange(6.0).reshape(2, 3) / 5 - 0.2],
     "array bounds": lambda w, W, v: [w <= np.linspace(0.1, 1.0, 5), w >= -np.linspace(1, 2, 5)],
+    "far bounds": lambda w, W, v: [w <= 1e6 + np.arange(5.0), -1e6 <= w, v >= 3e5],
     "balls": lambda w, W, v: [cp.norm(w, 2) <= 0.5, cp.norm(v, 2) <= 2.0],
     "ball and box": lambda w, W, v: [cp.norm(w, 2) <= 1.5, W >= -0.1, W <= 0.2, v >= 0],
 }

@@ -85,8 +85,8 @@ class ProjectionSolver:
     sets : list of tuple
         ``(kind, slice, first row, rows)`` per inequality constraint (:meth:`recognise`).
     fallback : callable
-        Builds the backend of a step with no closed form (a metric that differs across a
-        ball's variable), at the first such step.
+        Builds the backend of a step with no closed form here (a full metric, or one that
+        differs across a ball's variable), at the first such step.
     """
 
     name = "projection"
@@ -116,7 +116,8 @@ class ProjectionSolver:
             a = ones[rows] - zero[rows]
             affine = np.abs(at_probe[rows] - zero[rows] - a * probe[s])
             sign = 1.0 if kind == "upper" else -1.0
-            if not np.all(sign * a > 0) or np.any(affine > ROW_CHECK * (1.0 + np.abs(a))):
+            size_of = 1.0 + np.abs(zero[rows]) + np.abs(a)
+            if not np.all(sign * a > 0) or np.any(affine > ROW_CHECK * size_of):
                 raise UnsupportedError(f"constraint rows {row}..{row + size} are not a bound")
             (self.upper if kind == "upper" else self.lower).append((s, rows, a))
         for p in self.sets.pieces:  # (a coordinate with equal bounds has no unique multiplier)
