@@ -18,7 +18,7 @@ import fedmodel as fm
 from fedmodel.errors import UnsupportedError
 from fedmodel.subproblems.conic_prox import exact_prox_solver
 from fedmodel.subproblems.cvxpy_backend import CvxpySolver
-from fedmodel.subproblems.merit import MeritProblem
+from fedmodel.subproblems.merit import MeritProblem, set_deadline
 from fedmodel.subproblems.projection import ProjectionSolver
 
 AGREE = 1e-7
@@ -143,8 +143,9 @@ def test_a_metric_that_differs_across_a_ball_takes_the_cvxpy_step():
     sigma = np.linspace(1.0, 2.0, n)
     for problem in problems:
         problem.set(sigma=sigma, center=center)
+    set_deadline(step, 1e12)  # (the run's deadline reaches the fallback's iterative solve)
     got, want = step.solve(np.zeros(n), 1e-9), reference.solve(np.zeros(n), 1e-9)
-    assert got.backend == "cvxpy"
+    assert got.backend == "cvxpy" and step._fallback.deadline == 1e12
     assert np.array_equal(got.x, want.x) and np.array_equal(problems[0].mu[0], problems[1].mu[0])
     problems[0].set(sigma=np.eye(n), center=center)  # (a full metric: the cvxpy backend's refusal)
     with pytest.raises(UnsupportedError, match="scalar or diagonal"):

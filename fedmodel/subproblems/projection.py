@@ -33,7 +33,7 @@ import numpy as np
 
 from fedmodel.compiler.regularizer import Regularizer, parse_regularizer_term
 from fedmodel.errors import ModelError, UnsupportedError
-from fedmodel.subproblems.merit import MeritProblem, SolveReport
+from fedmodel.subproblems.merit import MeritProblem, SolveReport, set_deadline
 
 #: relative agreement asked of the compiled rows with the sets the parser read (a row that
 #: is not affine in its coordinate, a ball's row whose zero level set is not the sphere)
@@ -126,6 +126,9 @@ class ProjectionSolver:
         self._m = m
         self._make_fallback = fallback
         self._fallback = None
+        #: the run's deadline (:func:`~fedmodel.subproblems.merit.set_deadline`), handed to
+        #: the fallback's iterative solve; the closed form needs none
+        self.deadline: float | None = None
 
     @classmethod
     def recognise(cls, problem: MeritProblem, fallback: Callable) -> ProjectionSolver | None:
@@ -192,4 +195,5 @@ class ProjectionSolver:
         variable)."""
         if self._fallback is None:
             self._fallback = self._make_fallback()
+        set_deadline(self._fallback, self.deadline)
         return self._fallback.solve(x0, tol, max_iter)
