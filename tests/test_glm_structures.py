@@ -12,6 +12,7 @@ import pytest
 import scipy.sparse as sp
 
 import fedmodel as fm
+from fedmodel.compiler import glm
 from fedmodel.compiler.glm import GLMFunction, recognise_components, recognise_scalar
 from fedmodel.subproblems import newton
 
@@ -21,6 +22,8 @@ D = 4
 @pytest.fixture(autouse=True)
 def fresh_structures(monkeypatch):
     monkeypatch.setattr(newton, "_STRUCTURE_NODES", {})
+    monkeypatch.setattr(newton, "_RECIPES", {})
+    monkeypatch.setattr(glm, "_VERIFIED", set())
 
 
 def _mixed_model(seed: int = 0) -> fm.Model:
