@@ -132,7 +132,7 @@ class _PartyGLM:
     that recipe on the next party's leaves has given that party's own forms bit for bit,
     the structure's other parties are replayed (the same operations on their own values,
     each decision taken again from them) instead of read, and read in full when a
-    decision comes out otherwise."""
+    decision comes out otherwise. ``replayed``: whether its form was replayed."""
 
     def __init__(self, program: PartyProgram):
         layout = program.layout
@@ -142,6 +142,7 @@ class _PartyGLM:
         shared = _structure_nodes(program, exprs)
         leaves: list = []
         self.n = layout.size
+        self.replayed = False
         if shared is None:
             nodes = [node_of(e, leaves) for e in exprs]
             path = None
@@ -202,6 +203,7 @@ class _PartyGLM:
             path = recipe.path
         self.same_path = recipe.path == tuple(path)
         self.path_key = (structure, recipe.path)
+        self.replayed = True
         return True
 
     @staticmethod
