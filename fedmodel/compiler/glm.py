@@ -10,6 +10,11 @@ with phi in {logistic, exp, square, huber}. For those, value, gradient and Hessi
 cheap and exact. :func:`recognise_scalar` returns such a :class:`GLMFunction` for a scalar
 cvxpy expression, or None when the expression has another shape (callers then fall back
 to quasi-Newton). :func:`affine_map` extracts ``(A, b)`` of an affine expression.
+
+Recognition reads an expression through its :class:`Node` s with a :class:`Reading` of its
+leaves; every operation on the leaves' values goes through :meth:`Reading.op` and every
+decision taken from them through :meth:`Reading.decide`, so that a reading can be recorded
+(:class:`Tape`) and replayed on another party's leaves (:class:`Recipe`).
 """
 
 from __future__ import annotations
