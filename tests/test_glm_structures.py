@@ -352,3 +352,48 @@ def test_a_party_whose_values_decide_otherwise_is_read_in_full():
         changed = list(leaves)
         changed[X] = SimpleNamespace(value=other)
         assert recipe.replay(changed) is None
+
+
+def _alternating_model() -> fm.Model:
+    """Parties of one skeleton whose terms differ in a constant, a data's shape or its
+    storage, in turn."""
+    rng = np.random.default_rng(4)
+    m = fm.Model("alternating")
+    w = m.variable(D, name="w")
+    for k in range(12):
+        c = m.client(f"a{k}")
+        rows = (6, 6, 7)[k % 3]
+        X = rng.normal(size=(rows, D))
+        X = c.data(sp.csr_matrix(X) if k % 4 == 3 else X, name="X")
+        y = c.data(rng.normal(size=rows), name="y")
+        c.minimize(cp.sum_squares(X @ w - y) / (40.0 if k % 2 else 41.0))
+    return m
+
+
+def test_a_structure_read_by_its_skeleton_s_matcher_is_the_walk_s(monkeypatch):
+    """Every party's structure and term leaves, read by a matcher of its terms' skeleton
+    when one matches (:func:`~fedmodel.compiler.fingerprint.structure_reading`), are those
+    of the walk of its terms; parties that differ in a constant, a shape or a storage get
+    their own structures."""
+    from fedmodel.compiler import fingerprint
+
+    monkeypatch.setattr(fingerprint, "_MATCHERS", {})
+    monkeypatch.setattr(fingerprint, "_TALLY", {})
+    programs = [p for _, model in _zoo() for p in model.compile().parties]
+    programs += _alternating_model().compile().clients
+    read = [fingerprint.structure_reading(p) for p in programs]
+    assert sum(hits for hits, _ in fingerprint._TALLY.values()) >= 100
+    monkeypatch.setattr(fingerprint, "_MATCHERS", {})
+    monkeypatch.setattr(fingerprint, "MATCHERS_PER_KEY", 0)  # (every party walked)
+    for p, (digest, leaves) in zip(programs, read):
+        walked, walked_leaves = fingerprint.structure_reading(p)
+        assert digest == walked, p.name
+        assert leaves.keys() == walked_leaves.keys()
+        for key, (expr, found) in leaves.items():
+            assert expr is walked_leaves[key][0]
+            assert [id(e) for e in found] == [id(e) for e in walked_leaves[key][1]]
+    alternating = {p.name: d for p, (d, _) in zip(programs, read) if p.name.startswith("a")}
+    for k in range(12):  # (a constant, a shape, a storage: their own structures)
+        same = [j for j in range(12) if alternating[f"a{j}"] == alternating[f"a{k}"]]
+        assert all(j % 2 == k % 2 and (j % 3 == 2) == (k % 3 == 2) for j in same)
+        assert all((j % 4 == 3) == (k % 4 == 3) for j in same)
