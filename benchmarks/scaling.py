@@ -30,9 +30,14 @@ prox-al row also holds:
   subproblems, the runtime), inside ``wall``;
 * ``necessary``: the clients' necessary linear algebra per round, timed in the same child:
   one ``X^T (X w)`` with every data matrix of every client (the best of a few sweeps);
+* ``moved``: the bytes a round moves, timed in the same child: every message each client
+  sent and received in the solve (both channels, the ledger's counts and floats) encoded to
+  bytes and decoded back once (``ndarray.tobytes``, ``np.frombuffer``: the least a
+  transport does with a message), over the rounds (the best of a few sweeps);
 * ``per round``: the solve's CPU seconds (``time.process_time`` of the child: the serial
-  runtime runs every party in it) over its rounds; ``ratio``: that over ``necessary``
-  (CPU seconds too: on a shared machine wall clocks measure the other tenants);
+  runtime runs every party in it) over its rounds; ``ratio``: that over ``necessary``, and
+  ``ratio with bytes``: that over ``necessary + moved`` (CPU seconds too: on a shared
+  machine wall clocks measure the other tenants);
 * ``setup share``: the solve's set-up over its wall;
 * ``bytes per client-round``: the mean client's sent and received floats (algorithm and
   monitoring channels), 8 bytes each, over the rounds.
@@ -196,6 +201,40 @@ def necessary_seconds(matrices: list[list[np.ndarray]], d: int, sweeps: int = 5)
     return best
 
 
+def client_message_sizes(comm: dict) -> list[int]:
+    """The floats of every message a client sent or received in a solve (``comm``: its
+    ledger's ``communication``, both channels; a client's messages in one direction of one
+    channel taken of equal size): each message once, from its client's side."""
+    sizes: list[int] = []
+    for channel in (comm, comm.get("diagnostic", {})):
+        for party, v in channel.get("per_party", {}).items():
+            if party == "server":
+                continue
+            for way in ("sent", "received"):
+                count, floats = v[f"messages_{way}"], v[f"floats_{way}"]
+                if count:
+                    sizes += [round(floats / count)] * count
+    return sizes
+
+
+def moved_seconds(comm: dict, rounds: int, sweeps: int = 5) -> float:
+    """The bytes of one round moved: every client's message of the solve
+    (:func:`client_message_sizes`) encoded to bytes and decoded back once, over ``rounds``
+    (the best of ``sweeps``); NaN without rounds or messages."""
+    sizes = client_message_sizes(comm)
+    if not rounds or not sizes:
+        return float("nan")
+    payloads = {k: np.random.default_rng(k).normal(size=k) for k in set(sizes)}
+    messages = [payloads[k] for k in sizes]
+    best = np.inf
+    for _ in range(sweeps):
+        t0 = time.process_time()
+        for payload in messages:
+            np.frombuffer(payload.tobytes(), dtype=np.float64)
+        best = min(best, time.process_time() - t0)
+    return best / rounds
+
+
 def _bytes_per_client_round(comm: dict, rounds: int) -> float:
     if not rounds:
         return float("nan")
@@ -293,9 +332,11 @@ def run_one(
     if method == "prox-al":
         row["bytes_per_client_round"] = _bytes_per_client_round(res.communication, rounds)
         row["necessary"] = necessary_seconds(case.extra["matrices"], row["d"])
+        row["moved"] = moved_seconds(res.communication, rounds)
         if rounds:
             row["per_round"] = row["cpu"] / rounds
             row["ratio"] = row["per_round"] / row["necessary"]
+            row["ratio_with_bytes"] = row["per_round"] / (row["necessary"] + row["moved"])
     return row
 
 
@@ -430,9 +471,10 @@ def write_report(rows: list[dict]) -> None:
         "(case, method) in its own child process.",
         "",
         "| case | label | n | d | status | inner solver | rounds (outer) | gap | viol | compile s | setup s (share) "
-        "| wall s | cpu s | per round s | necessary s | ratio | B/client-round | peak MB "
+        "| wall s | cpu s | per round s | necessary s | moved s | ratio | ratio with bytes "
+        "| B/client-round | peak MB "
         "| centralized s | clarabel s | load |",
-        "|---|---|---:|---:|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
+        "|---|---|---:|---:|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
     for (name, label), methods in by.items():
         p = methods.get("prox-al", {})
@@ -457,7 +499,8 @@ def write_report(rows: list[dict]) -> None:
             f"| {_fmt(p.get('rel_violation'), '.1e')} | {_fmt(p.get('compile'))} "
             f"| {_fmt(p.get('setup'))} ({_fmt(p.get('setup', np.nan) / p.get('wall', np.nan), '.0%')}) "
             f"| {_fmt(p.get('wall'))} | {_fmt(p.get('cpu'))} | {_fmt(p.get('per_round'))} "
-            f"| {_fmt(p.get('necessary'), '.2e')} | {_fmt(p.get('ratio'), '.0f')} "
+            f"| {_fmt(p.get('necessary'), '.2e')} | {_fmt(p.get('moved'), '.2e')} "
+            f"| {_fmt(p.get('ratio'), '.1f')} | {_fmt(p.get('ratio_with_bytes'), '.1f')} "
             f"| {_fmt(p.get('bytes_per_client_round'), '.0f')} | {_fmt(p.get('peak_mb'), '.0f')} "
             f"| {cent} | {clar} | {_fmt(p.get('load1'), '.1f')} |"
         )
@@ -498,8 +541,8 @@ def docs_block(rows: list[dict]) -> str:
             by.setdefault(r["case"], {})[r["method"]] = r
     lines = [
         "| case | clients | d | prox-al | rounds | wall s | centralized s | Clarabel s "
-        "| s per round | over the arithmetic | set-up | peak MB |",
-        "|---|---:|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|",
+        "| s per round | over the arithmetic | over arithmetic and bytes | set-up | peak MB |",
+        "|---|---:|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
     for name, methods in by.items():
         p = methods.get("prox-al")
@@ -511,7 +554,8 @@ def docs_block(rows: list[dict]) -> str:
             f"| {name} | {p.get('n', '-')} | {p.get('d', '-')} | {p.get('status', '-')} "
             f"| {p.get('rounds', '-')} | {_fmt(p.get('wall'))} | {_fmt(c.get('wall'))} "
             f"| {_fmt(k.get('wall'))} | {_fmt(p.get('per_round'))} "
-            f"| {_fmt(p.get('ratio'), '.0f')}x | {_fmt(setup, '.0%')} "
+            f"| {_fmt(p.get('ratio'), '.1f')}x | {_fmt(p.get('ratio_with_bytes'), '.1f')}x "
+            f"| {_fmt(setup, '.0%')} "
             f"| {_fmt(p.get('peak_mb'), '.0f')} |"
         )
     return "\n".join(lines)
@@ -598,7 +642,8 @@ def main(argv=None) -> None:
                 f"{name:22s} {method:12s} {row.get('status', '?'):16s} "
                 f"rounds {row.get('rounds', '-')!s:5s} wall {_fmt(row.get('wall'))} s "
                 f"compile {_fmt(row.get('compile'))} per-round {_fmt(row.get('per_round'))} "
-                f"ratio {_fmt(row.get('ratio'), '.0f')} peak {_fmt(row.get('peak_mb'), '.0f')} MB",
+                f"ratio {_fmt(row.get('ratio'), '.1f')} "
+                f"(with bytes {_fmt(row.get('ratio_with_bytes'), '.1f')}) peak {_fmt(row.get('peak_mb'), '.0f')} MB",
                 flush=True,
             )
     keys = {(r["case"], r["method"], r["label"]) for r in new}

@@ -6,6 +6,7 @@ here."""
 import copy
 import json
 
+import numpy as np
 import pytest
 from benchmark_scripts import ROOT, load_script
 
@@ -55,3 +56,44 @@ def test_the_participation_table_is_the_scripts_rendering():
     full = next(r for r in changed if r.get("label") == script.FULL_PARTICIPATION)
     full["rounds"] += 1
     assert script.participation_block(changed) != script.participation_block(rows)
+
+
+def test_the_bytes_a_round_moves_are_every_clients_messages_once():
+    script = load_script("scaling")
+    comm = {
+        "per_party": {
+            "server": {
+                "messages_sent": 6,
+                "floats_sent": 60,
+                "messages_received": 6,
+                "floats_received": 30,
+            },
+            "c0": {
+                "messages_sent": 3,
+                "floats_sent": 15,
+                "messages_received": 3,
+                "floats_received": 30,
+            },
+            "c1": {
+                "messages_sent": 3,
+                "floats_sent": 15,
+                "messages_received": 3,
+                "floats_received": 30,
+            },
+        },
+        "diagnostic": {
+            "per_party": {
+                "c0": {
+                    "messages_sent": 1,
+                    "floats_sent": 7,
+                    "messages_received": 0,
+                    "floats_received": 0,
+                }
+            }
+        },
+    }
+    sizes = script.client_message_sizes(comm)
+    assert sorted(sizes) == sorted([5, 5, 5, 10, 10, 10] * 2 + [7])
+    assert script.moved_seconds(comm, rounds=3) >= 0.0
+    assert np.isnan(script.moved_seconds(comm, rounds=0))
+    assert np.isnan(script.moved_seconds({"per_party": {}}, rounds=3))

@@ -5,6 +5,9 @@ party whose structure's flags depend on its data reads its own nodes, and a deci
 from another party's values takes it off its structure's path."""
 
 import gc
+import sys
+from pathlib import Path
+from types import SimpleNamespace
 
 import cvxpy as cp
 import numpy as np
@@ -12,7 +15,13 @@ import pytest
 import scipy.sparse as sp
 
 import fedmodel as fm
-from fedmodel.compiler.glm import GLMFunction, recognise_components, recognise_scalar
+from fedmodel.compiler import glm
+from fedmodel.compiler.glm import (
+    GLMFunction,
+    NotRecognised,
+    recognise_components,
+    recognise_scalar,
+)
 from fedmodel.subproblems import newton
 
 D = 4
@@ -21,6 +30,8 @@ D = 4
 @pytest.fixture(autouse=True)
 def fresh_structures(monkeypatch):
     monkeypatch.setattr(newton, "_STRUCTURE_NODES", {})
+    monkeypatch.setattr(newton, "_RECIPES", {})
+    monkeypatch.setattr(glm, "_VERIFIED", set())
 
 
 def _mixed_model(seed: int = 0) -> fm.Model:
@@ -261,3 +272,128 @@ def test_parties_of_one_structure_whose_values_differ_get_the_forms_of_their_own
     assert programs["k0"].structure != programs["k1"].structure
     w0, w1 = forms["k0"].f.terms[0].weights, forms["k1"].f.terms[0].weights
     assert np.all(w0 == 1.0 / 40.0) and np.all(w1 == 1.0 / 41.0)
+
+
+def _read_in_full(program) -> newton._PartyGLM:
+    """``program``'s form read through its structure's nodes, its recipe set aside."""
+    key = program.structure
+    kept = newton._RECIPES.get(key)
+    newton._RECIPES[key] = None
+    try:
+        return newton._PartyGLM(program)
+    finally:
+        newton._RECIPES[key] = kept
+
+
+def _zoo():
+    """Every model of the benchmarks' suite (quick sizes), the scaling cases' two GLM
+    models and this module's models."""
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
+    import models as suite
+    import scaling
+
+    yield "mixed", _mixed_model()
+    yield "values", _values_model()
+    for name, (make, _) in suite.MODELS.items():
+        yield name, make(True).model
+    for name in ("ls-box-n30", "logistic-ball-n30"):
+        yield name, scaling.build(name).model
+
+
+def test_replayed_forms_are_the_forms_read_in_full_array_for_array():
+    """Every party of every model: its form, replayed from its structure's recipe when
+    it has one, equals bit for bit the form read in full, with the same path; every
+    party of a structure beyond its first two (the recorded one, the one its replay is
+    compared with, unless a recipe of the same operations was) whose decisions come out
+    as its first's is replayed, unless a form has a quadratic part (whose rules do not
+    record their decisions); no other party is."""
+    replayed = 0
+    for name, model in _zoo():
+        seen: dict[str, int] = {}
+        for p in model.compile().parties:
+            try:
+                form = newton._PartyGLM(p)
+            except NotRecognised:
+                with pytest.raises(NotRecognised):
+                    _read_in_full(p)
+                continue
+            full = _read_in_full(p)
+            made = [form.f, *form.ineq, *form.eq]
+            assert glm.same_forms(made, [full.f, *full.ineq, *full.eq]), (name, p.name)
+            assert (form.path_key, form.same_path) == (full.path_key, full.same_path), name
+            if form.path_key is None or any(f is not None and f.Q is not None for f in made):
+                continue
+            seen[p.structure] = k = seen.get(p.structure, 0) + 1
+            if k == 1 or not form.same_path:
+                assert not form.replayed, (name, p.name)
+            elif k > 2:  # (the second: replayed when a recipe of its operations was compared)
+                assert form.replayed, (name, p.name)
+            replayed += form.replayed
+    assert replayed >= 60
+
+
+def test_a_party_whose_values_decide_otherwise_is_read_in_full():
+    """A replay takes each decision again from the party's values: the sparse party whose
+    density changes its storage, and a leaf of another shape or storage than recorded,
+    stop it; the party is then read in full."""
+    programs = {p.name: p for p in _mixed_model().compile().clients}
+    forms = {name: newton.party_glm(p) for name, p in programs.items()}
+    # (each structure's first party is recorded, its second compared with the replay)
+    assert forms["ls2"].replayed and not forms["ls0"].replayed
+    assert forms["sp1"].path_key == forms["sp0"].path_key
+    assert not forms["sp2"].replayed and forms["sp2"].path_key != forms["sp0"].path_key
+    recipe = newton._RECIPES[programs["ls0"].structure][0]
+    leaves = [
+        leaf for t in programs["ls2"].objective for leaf in programs["ls2"].term_leaves(t.expr)
+    ]
+    assert glm.same_forms(recipe.replay(leaves), [forms["ls2"].f])
+    X = next(i for i, leaf in enumerate(leaves) if getattr(leaf, "data_name", "") == "X")
+    for other in (np.ones((11, D)), sp.csr_matrix(np.ones((10, D)))):
+        changed = list(leaves)
+        changed[X] = SimpleNamespace(value=other)
+        assert recipe.replay(changed) is None
+
+
+def _alternating_model() -> fm.Model:
+    """Parties of one skeleton whose terms differ in a constant, a data's shape or its
+    storage, in turn."""
+    rng = np.random.default_rng(4)
+    m = fm.Model("alternating")
+    w = m.variable(D, name="w")
+    for k in range(12):
+        c = m.client(f"a{k}")
+        rows = (6, 6, 7)[k % 3]
+        X = rng.normal(size=(rows, D))
+        X = c.data(sp.csr_matrix(X) if k % 4 == 3 else X, name="X")
+        y = c.data(rng.normal(size=rows), name="y")
+        c.minimize(cp.sum_squares(X @ w - y) / (40.0 if k % 2 else 41.0))
+    return m
+
+
+def test_a_structure_read_by_its_skeleton_s_matcher_is_the_walk_s(monkeypatch):
+    """Every party's structure and term leaves, read by a matcher of its terms' skeleton
+    when one matches (:func:`~fedmodel.compiler.fingerprint.structure_reading`), are those
+    of the walk of its terms; parties that differ in a constant, a shape or a storage get
+    their own structures."""
+    from fedmodel.compiler import fingerprint
+
+    monkeypatch.setattr(fingerprint, "_MATCHERS", {})
+    monkeypatch.setattr(fingerprint, "_TALLY", {})
+    programs = [p for _, model in _zoo() for p in model.compile().parties]
+    programs += _alternating_model().compile().clients
+    read = [fingerprint.structure_reading(p) for p in programs]
+    assert sum(hits for hits, _ in fingerprint._TALLY.values()) >= 100
+    monkeypatch.setattr(fingerprint, "_MATCHERS", {})
+    monkeypatch.setattr(fingerprint, "MATCHERS_PER_KEY", 0)  # (every party walked)
+    for p, (digest, leaves) in zip(programs, read):
+        walked, walked_leaves = fingerprint.structure_reading(p)
+        assert digest == walked, p.name
+        assert leaves.keys() == walked_leaves.keys()
+        for key, (expr, found) in leaves.items():
+            assert expr is walked_leaves[key][0]
+            assert [id(e) for e in found] == [id(e) for e in walked_leaves[key][1]]
+    alternating = {p.name: d for p, (d, _) in zip(programs, read) if p.name.startswith("a")}
+    for k in range(12):  # (a constant, a shape, a storage: their own structures)
+        same = [j for j in range(12) if alternating[f"a{j}"] == alternating[f"a{k}"]]
+        assert all(j % 2 == k % 2 and (j % 3 == 2) == (k % 3 == 2) for j in same)
+        assert all((j % 4 == 3) == (k % 4 == 3) for j in same)

@@ -287,17 +287,175 @@ def structure_reading(program: Any) -> tuple[str, dict[int, tuple[Any, list]]]:
     """:func:`structure_fingerprint` of ``program`` and, from the same walk, each term's
     leaves: ``id(expr) -> (expr, its leaves left to right)`` (what
     :func:`~fedmodel.compiler.glm.expression_leaves` finds), for every objective term and
-    constraint."""
+    constraint.
+
+    The terms are read by a matcher of their key when one was made for their skeleton
+    (:func:`_matcher`: when terms of that key were walked again): it checks every node and leaf
+    against the walk it was made from and collects the nodes' shapes and the private
+    data's texts (their names, shapes and storage): the fingerprint is the one the walk
+    of terms with those gave."""
     layout = program.layout
+    headers = [_term_text("obj", t.allow_nonconvex) for t in program.objective]
+    headers += [_con_text(c.kind, c.size, c.allow_nonconvex) for c in program.constraints]
+    exprs = [t.expr for t in program.objective] + [c.expr for c in program.constraints]
+    key = (layout.size, tuple(headers), tuple(map(type, exprs)))
+    places = _places(layout)
+    matchers = _MATCHERS.get(key, ())  # (None: none for good)
+    matcher = read = None
+    for matcher in matchers or ():
+        read = matcher(exprs, places)
+        if read is not None:
+            digest = _MATCHED.get((matcher, read[1]))
+            if digest is not None:
+                _TALLY[key][0] += 1
+                return digest, dict(zip(map(id, exprs), zip(exprs, read[0])))
+            break
     parts = _Parts((_size_text(layout.size),))
-    items = [(_term_text("obj", t.allow_nonconvex), t.expr, []) for t in program.objective]
-    items += [
-        (f"con:{c.kind}:{c.size}:{c.allow_nonconvex};".encode(), c.expr, [])
-        for c in program.constraints
-    ]
-    _expr_parts(parts, items, _places(layout), _data_by_shape)
+    items = [(header, expr, []) for header, expr in zip(headers, exprs)]
+    _expr_parts(parts, items, places, _data_by_shape)
     found = {id(expr): (expr, leaves) for _, expr, leaves in items}
-    return hashlib.sha256(b"".join(parts)).hexdigest(), found
+    digest = hashlib.sha256(b"".join(parts)).hexdigest()
+    if read is None and key in _WALKED and matchers is not None:
+        read = _new_matcher(key, exprs, places)
+        matcher = _MATCHERS[key][0] if read is not None else None
+    _WALKED.add(key)
+    if read is not None:
+        _MATCHED[(matcher, read[1])] = digest
+    return digest, found
+
+
+def _new_matcher(key: tuple, exprs: list, places: dict[int, int]) -> tuple | None:
+    """A matcher made from ``exprs`` (:func:`_matcher`) for terms of ``key``, first among
+    its matchers, and its reading of ``exprs``; None when it has none: the terms hold what
+    a matcher does not check, or terms of this key have been walked more often than
+    matched (each of its parties of its own skeleton: its matchers are then dropped for
+    good), or it has :data:`MATCHERS_PER_KEY` already."""
+    tally = _TALLY.setdefault(key, [0, 0])
+    tally[1] += 1
+    if tally[1] > 2 * MATCHERS_PER_KEY and tally[1] > tally[0]:
+        _MATCHERS[key] = None
+        return None
+    matchers = _MATCHERS.setdefault(key, [])
+    if len(matchers) >= MATCHERS_PER_KEY:
+        return None
+    made = _matcher(exprs, places)
+    if made is None:
+        return None
+    matchers.insert(0, made)
+    return made(exprs, places)
+
+
+@functools.lru_cache(maxsize=256)
+def _con_text(kind: str, size: int, allow_nonconvex: bool) -> bytes:
+    return f"con:{kind}:{size}:{allow_nonconvex};".encode()
+
+
+#: (layout size, term headers, term types) -> the matchers of terms of that key
+#: (:func:`_matcher`), the last made first, or None when it has none for good
+_MATCHERS: dict[tuple, list | None] = {}
+
+#: a key of :data:`_MATCHERS` -> [terms read by a matcher, terms walked after the first]
+_TALLY: dict[tuple, list[int]] = {}
+
+#: the most matchers kept for one key (parties whose terms differ in a constant)
+MATCHERS_PER_KEY = 4
+
+#: the keys of :data:`_MATCHERS` whose terms have been walked
+_WALKED: set[tuple] = set()
+
+#: (matcher, the shapes and private data's texts it collected) -> the structure
+#: fingerprint the walk gave
+_MATCHED: dict[tuple, str] = {}
+
+#: a matcher is made for terms of at most this many nodes
+MATCHER_MAX_NODES = 200
+
+
+class _NoMatcher(Exception):
+    """The terms hold what a matcher does not check (internal)."""
+
+
+def _value_bytes(v: Any) -> bytes:
+    """The bytes :func:`_feed_value` hashes for ``v``."""
+    parts = _Parts()
+    _feed_value(parts, v)
+    return b"".join(parts)
+
+
+def _matcher(exprs: list, places: dict[int, int]):
+    """A function ``(exprs, places) -> (each term's leaves, the nodes' shapes and the
+    private data's texts)`` that reads terms of the skeleton of ``exprs``: the same atoms
+    (type, own data), variables at the same places and constants of the same values
+    (what :func:`structure_reading` hashes of them), nodes of any shape and private data
+    of any storage (collected); None from it when the terms differ. None when the terms
+    hold what it does not check (atoms with data other than plain values, variables
+    outside the layout) or more than :data:`MATCHER_MAX_NODES` nodes."""
+    names: dict[str, Any] = {"_value_bytes": _value_bytes, "_data_by_shape": _data_by_shape}
+    names["_plain_list_text"] = _plain_list_text
+    lines: list[str] = []
+    count = [0]
+
+    def constant(x: Any) -> str:
+        name = f"k{len(names)}"
+        names[name] = x
+        return name
+
+    def node(e: Any, var: str, out: str) -> None:
+        count[0] += 1
+        if count[0] > MATCHER_MAX_NODES:
+            raise _NoMatcher
+        t = type(e)
+        lines.append(f"if type({var}) is not {constant(t)}: return None")
+        args = e.args
+        kind = _kind(t)
+        if args or kind not in ("variable", "data"):  # (theirs: by place, in their texts)
+            lines.append(f"data.append({var}.shape)")
+        if args:
+            d = e.get_data()
+            if d is None:
+                lines.append(f"if {var}.get_data() is not None: return None")
+            else:
+                text = _plain_list_text(d)
+                if text is None:
+                    raise _NoMatcher
+                lines.append(f"if _plain_list_text({var}.get_data()) != {constant(text)}:")
+                lines.append("    return None")
+            subs = [f"e{count[0]}_{i}" for i in range(len(args))]
+            lines.append(f"a = {var}.args")
+            lines.append(f"if len(a) != {len(args)}: return None")
+            lines.append(f"{', '.join(subs)}, = a")
+            for a, sub in zip(args, subs):
+                node(a, sub, out)
+            return
+        lines.append(f"if {var}.args: return None")
+        lines.append(f"{out}.append({var})")
+        if kind == "variable":
+            place = places.get(id(e))
+            if place is None:
+                raise _NoMatcher
+            lines.append(f"if places.get(id({var})) != {place}: return None")
+        elif kind == "data":
+            lines.append(f"data.append(_data_by_shape({var}))")
+        elif kind == "expr":  # (a constant, a parameter: by value)
+            lines.append(f"if _value_bytes({var}.value) != {constant(_value_bytes(e.value))}:")
+            lines.append("    return None")
+        else:
+            raise _NoMatcher
+
+    try:
+        for i, e in enumerate(exprs):
+            if _kind(type(e)) not in ("expr", "variable", "data"):
+                raise _NoMatcher
+            lines.append(f"t{i} = exprs[{i}]")
+            lines.append(f"l{i} = []")
+            node(e, f"t{i}", f"l{i}")
+    except _NoMatcher:
+        return None
+    leaves = ", ".join(f"l{i}" for i in range(len(exprs)))
+    body = ["data = []", *lines, f"return ({leaves}{',' if len(exprs) == 1 else ''}), tuple(data)"]
+    text = "def match(exprs, places):\n" + "\n".join(f"    {line}" for line in body)
+    exec(compile(text, "<structure matcher>", "exec"), names)  # (names: its constants)
+    return names["match"]
 
 
 #: layout -> {id(variable): its place}

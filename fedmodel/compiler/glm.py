@@ -10,14 +10,21 @@ with phi in {logistic, exp, square, huber}. For those, value, gradient and Hessi
 cheap and exact. :func:`recognise_scalar` returns such a :class:`GLMFunction` for a scalar
 cvxpy expression, or None when the expression has another shape (callers then fall back
 to quasi-Newton). :func:`affine_map` extracts ``(A, b)`` of an affine expression.
+
+Recognition reads an expression through its :class:`Node` s with a :class:`Reading` of its
+leaves; every operation on the leaves' values goes through :meth:`Reading.op` and every
+decision taken from them through :meth:`Reading.decide`, so that a reading can be recorded
+(:class:`Tape`) and replayed on another party's leaves (:class:`Recipe`).
 """
 
 from __future__ import annotations
 
 import functools
 import math
+import operator
 import weakref
 from dataclasses import dataclass, field
+from typing import Any
 
 import cvxpy as cp
 import numpy as np
@@ -139,37 +146,306 @@ class Reading:
     """Expressions' leaves (``leaves``, numbered as their :class:`Node` s number them) read
     over ``layout``; ``path``: the outcomes of the decisions recognition took from the
     data's values, in order (two readings through the same nodes with equal paths applied
-    the same operations, on their own values)."""
+    the same operations, on their own values). With a :class:`Tape` (``tape``), the
+    operations on the leaves' values and the decisions taken from them are recorded."""
 
-    __slots__ = ("leaves", "layout", "N", "path")
+    __slots__ = ("leaves", "layout", "N", "path", "tape")
 
-    def __init__(self, leaves: list, layout: VariableLayout):
+    def __init__(self, leaves: list, layout: VariableLayout, tape: Tape | None = None):
         self.leaves = leaves
         self.layout = layout
         self.N = layout.size
         self.path: list = []
+        self.tape = tape
+        if tape is not None:
+            tape.start(leaves)
 
     def noted(self, outcome):
-        """``outcome``, kept in :attr:`path` (a decision taken from the data's values)."""
+        """``outcome``, kept in :attr:`path` (a decision taken from the data's values)
+        by a rule that does not say how it was taken: a reading recorded on a tape is
+        then not replayed (:meth:`decide` says how)."""
+        if self.tape is not None:
+            self.tape.valid = False
         self.path.append(outcome)
         return outcome
+
+    def decide(self, fn, *args):
+        """``fn(*args)``, a decision taken from values, kept in :attr:`path` (and on the
+        tape, to be taken again from another reading's values)."""
+        outcome = fn(*args)
+        self.path.append(outcome)
+        if self.tape is not None:
+            self.tape.record(fn, args, outcome, True)
+        return outcome
+
+    def op(self, fn, *args):
+        """``fn(*args)``: an operation on values (recorded on the tape, if any)."""
+        out = fn(*args)
+        if self.tape is not None:
+            self.tape.record(fn, args, out, False)
+        return out
 
     def value(self, e: Node):
         """The value of a constant node, by cvxpy's own arithmetic (each atom's
         ``numeric`` on its arguments' values, as ``expr.value`` computes it)."""
         if e.leaf is not None:
-            return self.leaves[e.leaf].value
+            if self.tape is None:
+                return self.leaves[e.leaf].value
+            return self.op(_leaf_value, self.leaves[e.leaf])
         if 0 in e.shape:
             return np.array([])
-        return e.atom.numeric([self.value(a) for a in e.args])
+        values = [self.value(a) for a in e.args]
+        if self.tape is None:
+            return e.atom.numeric(values)
+        return self.op(functools.partial(_numeric, e.atom), *values)
 
     def variable(self, e: Node) -> cp.Variable:
         return self.leaves[e.leaf]
 
 
+def _leaf_value(leaf):
+    return leaf.value
+
+
+def _numeric(atom, *values):
+    return atom.numeric(list(values))
+
+
+# -- the tape of a reading, replayed on another party's leaves ------------------------------
+#: results that are never slots of a tape (small ints and booleans are shared objects)
+_UNTRACKED = (bool, int, str, type(None), np.bool_)
+
+
+class Tape:
+    """The operations a :class:`Reading` applied to its leaves' values and the
+    decisions it took from them, in order: ``ops``, each ``(fn, refs, decision,
+    outcome)`` with ``refs`` naming each argument as a slot (a leaf, by its number, or an
+    earlier operation's result) or a constant (what the structure fixes). A reading
+    recorded with ``valid`` still True (each decision told by :meth:`Reading.decide`)
+    replays on another reading's leaves (:class:`Recipe`): the same operations on its
+    own values, hence the same numbers as its own reading took along the same path; a
+    decision that comes out otherwise, or an operation that fails (a leaf of another
+    shape or storage), stops the replay, and that reading is made in full."""
+
+    __slots__ = ("ops", "slots", "keep", "valid", "n_leaves", "n_values")
+
+    def __init__(self):
+        self.ops: list = []
+        self.slots: dict[int, int] = {}
+        self.keep: list = []
+        self.valid = True
+        self.n_leaves = self.n_values = 0
+
+    def start(self, leaves: list) -> None:
+        """Number ``leaves``: their private data are the reading's slots (every other
+        leaf, a constant or a variable, is the structure's own)."""
+        from fedmodel.dsl.data import PrivateData
+
+        self.n_leaves = self.n_values = len(leaves)
+        for i, leaf in enumerate(leaves):
+            if isinstance(leaf, PrivateData):
+                self.slots[id(leaf)] = i
+        self.keep.extend(leaves)
+
+    def slot(self, obj) -> int | None:
+        """The slot holding ``obj`` (None for a constant)."""
+        if isinstance(obj, _UNTRACKED):
+            return None
+        return self.slots.get(id(obj))
+
+    def record(self, fn, args: tuple, out, decision: bool) -> None:
+        refs = tuple((True, s) if (s := self.slot(a)) is not None else (False, a) for a in args)
+        if not any(r[0] for r in refs):  # (constants only: the same for every reading)
+            return
+        if decision:
+            self.ops.append((fn, refs, True, out))
+            return
+        self.ops.append((fn, refs, False, None))
+        if not isinstance(out, _UNTRACKED):
+            self.slots[id(out)] = self.n_values
+            self.keep.append(out)
+        self.n_values += 1
+
+    def close(self) -> None:
+        """Forget the recorded reading's objects (its slots are numbers from now on)."""
+        self.keep = []
+
+
+class Recipe:
+    """The forms a recorded reading made (a list of :class:`GLMFunction` s or None), as
+    what each of their arrays and numbers is: a slot of its :class:`Tape` (made from the
+    leaves) or a constant of the structure; :meth:`replay` makes the same forms from
+    another reading's leaves through the same nodes, with the recorded reading's
+    ``path``. ``verified``: whether a replay of its operations (of any structure whose
+    recipe has the same operations, on values of other sizes) has been compared with a
+    reading's own forms (:func:`same_forms`) and found equal.
+
+    The tape and the forms' makeup are written once as one Python function (its
+    operations in order, each decision compared with its recorded outcome, then the
+    forms built), so that a replay costs the operations themselves."""
+
+    __slots__ = ("replay", "path")
+
+    def __init__(self, tape: Tape, forms: list, path: list):
+        self.path = tuple(path)
+        self.replay = _replay_function(tape, forms)
+        tape.close()
+
+    @property
+    def verified(self) -> bool:
+        return self.replay.text in _VERIFIED
+
+    def verify(self, leaves: list, forms: list) -> bool:
+        """Whether the replay on ``leaves`` gives ``forms`` (their reading's own), bit
+        for bit; kept for every recipe of the same operations."""
+        replayed = self.replay(leaves)
+        if replayed is None or not same_forms(replayed, forms):
+            return False
+        _VERIFIED.add(self.replay.text)
+        return True
+
+
+#: the replay functions' texts (:func:`_replay_function`) whose replays have given a
+#: reading's own forms
+_VERIFIED: set[str] = set()
+
+
+def _replay_function(tape: Tape, forms: list):
+    """The function ``leaves -> forms or None`` of :class:`Recipe` (see there)."""
+    names: dict[str, Any] = {"GLMFunction": GLMFunction, "_new_term": _new_term}
+    body = []
+
+    def constant(x) -> str:
+        name = f"k{len(names)}"
+        names[name] = x
+        return name
+
+    used = {a for _, refs, _, _ in tape.ops for is_slot, a in refs if is_slot}
+    for is_slot, i in _output_refs(tape, forms):
+        if is_slot:
+            used.add(i)
+    body += [f"v{i} = leaves[{i}]" for i in range(tape.n_leaves) if i in used]
+    slot = tape.n_leaves
+    for fn, refs, decision, outcome in tape.ops:
+        args = ", ".join(f"v{a}" if is_slot else constant(a) for is_slot, a in refs)
+        call = f"{constant(fn)}({args})"
+        if decision:
+            body.append(f"if {call} != {constant(outcome)}: return None")
+        else:
+            body.append(f"v{slot} = {call}")
+            slot += 1
+
+    def ref(x) -> str:
+        found = None if x is None else tape.slot(x)
+        if found is not None:
+            return f"v{found}"
+        if type(x) is np.ndarray or _sparse(x):
+            return f"{constant(x)}.copy()"  # (a constant of the structure: each form its own)
+        return constant(x)
+
+    made = []
+    for f in forms:
+        if f is None:
+            made.append("None")
+            continue
+        terms = ", ".join(
+            f"_new_term({constant(t.kind)}, {ref(t.A)}, {ref(t.b)}, {ref(t.weights)}, "
+            f"{ref(t.M)}, {ref(t.s)})"
+            for t in f.terms
+        )
+        call = f"GLMFunction({f.n}, [{terms}], {ref(f.Q)}, {ref(f.q)}, {ref(f.r)}, {f.Q_symmetric})"
+        scalings = f.__dict__.get("_q_scalings")
+        if scalings is not None:
+            factors = "".join(f"{ref(c)}, " for c in scalings)
+            call = f"_with_factors({call}, ({factors}))"
+            names["_with_factors"] = _with_factors
+        made.append(call)
+    lines = ["def replay(leaves):", "    try:"]
+    lines += [f"        {line}" for line in body or ["pass"]]
+    lines += ["    except Exception:", "        return None", f"    return [{', '.join(made)}]"]
+    text = "\n".join(lines)
+    code = _REPLAY_CODE.get(text)
+    if code is None:  # (structures whose readings differ in their values' sizes alone)
+        code = _REPLAY_CODE[text] = compile(text, "<glm replay>", "exec")
+    exec(code, names)  # (names: the operations and constants it refers to)
+    replay = names["replay"]
+    replay.text = text
+    return replay
+
+
+#: the text of a replay function (:func:`_replay_function`) -> its compiled code
+_REPLAY_CODE: dict[str, Any] = {}
+
+
+def _output_refs(tape: Tape, forms: list):
+    for f in forms:
+        if f is None:
+            continue
+        values = [f.Q, f.q, f.r, *f.__dict__.get("_q_scalings", ())]
+        for t in f.terms:
+            values += [t.A, t.b, t.weights, t.M, t.s]
+        for x in values:
+            found = None if x is None else tape.slot(x)
+            yield (found is not None, found)
+
+
+def _new_term(kind: str, A, b, weights, M, s) -> GLMTerm:
+    t = object.__new__(GLMTerm)  # (its A as the recorded reading's __post_init__ left it)
+    t.__dict__.update(kind=kind, A=A, b=b, weights=weights, M=M, s=s)
+    return t
+
+
+def _with_factors(f: GLMFunction, factors: tuple) -> GLMFunction:
+    f._q_scalings = factors
+    return f
+
+
 def _sparse(M) -> bool:
     """``scipy.sparse.issparse(M)``, with a dense array answered at once."""
     return type(M) is not np.ndarray and sp.issparse(M)
+
+
+def _same_value(x, y) -> bool:
+    if x is None or y is None:
+        return x is None and y is None
+    if type(x) is not type(y):
+        return False
+    if type(x) is np.ndarray:
+        return x.dtype == y.dtype and x.shape == y.shape and x.tobytes() == y.tobytes()
+    if _sparse(x):
+        x, y = x.tocsr(), y.tocsr()
+        return x.shape == y.shape and all(
+            _same_value(a, b)
+            for a, b in zip((x.data, x.indices, x.indptr), (y.data, y.indices, y.indptr))
+        )
+    if isinstance(x, float | np.floating):
+        return np.float64(x).tobytes() == np.float64(y).tobytes()
+    return x == y
+
+
+def same_forms(a: list, b: list) -> bool:
+    """Whether two lists of forms (:class:`GLMFunction` s or None) are equal array for
+    array, bit for bit (the sign of a zero included)."""
+    if len(a) != len(b):
+        return False
+    for f, g in zip(a, b):
+        if f is None or g is None:
+            if f is not g:
+                return False
+            continue
+        if f.n != g.n or len(f.terms) != len(g.terms) or f.Q_symmetric != g.Q_symmetric:
+            return False
+        fs, gs = f.__dict__.get("_q_scalings"), g.__dict__.get("_q_scalings")
+        if (fs is None) != (gs is None) or (fs is not None and len(fs) != len(gs)):
+            return False
+        pairs = [(f.Q, g.Q), (f.q, g.q), (f.r, g.r)] + list(zip(fs or (), gs or ()))
+        for t, u in zip(f.terms, g.terms):
+            if t.kind != u.kind:
+                return False
+            pairs += [(t.A, u.A), (t.b, u.b), (t.weights, u.weights), (t.M, u.M), (t.s, u.s)]
+        if not all(_same_value(x, y) for x, y in pairs):
+            return False
+    return True
 
 
 # -- affine maps ---------------------------------------------------------------------------
@@ -188,43 +464,133 @@ class Affine:
         return self.b.size
 
 
+def _dense_enough(M) -> bool:
+    return M.nnz > 0.25 * M.shape[0] * M.shape[1]
+
+
+def _to_dense(M) -> np.ndarray:
+    return M.toarray()
+
+
 def _dense_or_sparse(M, ctx: Reading | None = None):
     """Keep sparse matrices sparse unless dense-ish; never let np.matrix through (the
     choice, taken from the values, noted in ``ctx``)."""
     if _sparse(M):
-        dense = M.nnz > 0.25 * M.shape[0] * M.shape[1]
-        if ctx is not None:
-            ctx.noted(dense)
-        return M.toarray() if dense else sp.csr_matrix(M)
-    return np.asarray(M)
+        if ctx is None:
+            return M.toarray() if _dense_enough(M) else sp.csr_matrix(M)
+        dense = ctx.decide(_dense_enough, M)
+        return ctx.op(_to_dense if dense else sp.csr_matrix, M)
+    return np.asarray(M) if ctx is None else ctx.op(np.asarray, M)
+
+
+def _identity_matrix(A) -> bool:
+    """Whether ``A`` is the identity, as a sparse matrix of ones on its diagonal."""
+    if not _sparse(A) or A.shape[0] != A.shape[1] or A.nnz != A.shape[0]:
+        return False
+    A = sp.csr_matrix(A)
+    return bool(
+        np.array_equal(A.indices, np.arange(A.shape[0]))
+        and np.array_equal(A.indptr, np.arange(A.shape[0] + 1))
+        and np.all(A.data == 1.0)
+    )
 
 
 def _is_identity(p: Affine, ctx: Reading | None = None) -> bool:
     """True when ``p.A`` is the N x N identity (a variable that is the whole of x)."""
     if p.identity is not None:
         return p.identity
-    A = p.A
-    if not _sparse(A) or A.shape[0] != A.shape[1] or A.nnz != A.shape[0]:
-        found = False
-    else:
-        A = sp.csr_matrix(A)
-        found = bool(
-            np.array_equal(A.indices, np.arange(A.shape[0]))
-            and np.array_equal(A.indptr, np.arange(A.shape[0] + 1))
-            and np.all(A.data == 1.0)
-        )
-    if ctx is not None:
-        ctx.noted(found)
-    return found
+    if ctx is None:
+        return _identity_matrix(p.A)
+    return ctx.decide(_identity_matrix, p.A)
+
+
+def _as_float(v) -> np.ndarray:
+    return np.asarray(v, dtype=float)
 
 
 def _const_value(e: Node, ctx: Reading) -> np.ndarray | sp.spmatrix:
     v = ctx.value(e)
-    return v if _sparse(v) else np.asarray(v, dtype=float)
+    return v if _sparse(v) else ctx.op(_as_float, v)
+
+
+# (the arithmetic of the rules below, as functions a tape records and replays)
+def _no_entries(A) -> bool:
+    return A.nnz == 0
+
+
+def _csr(A):
+    return sp.csr_matrix(A) if _sparse(A) else A
+
+
+def _repeat_rows(A, m: int):
+    return sp.vstack([A] * m) if _sparse(A) else np.repeat(A, m, axis=0)
+
+
+def _stack_rows(A, m: int):
+    return sp.vstack([sp.csr_matrix(A)] * m) if _sparse(A) else np.repeat(A, m, axis=0)
+
+
+def _matvec(C, b) -> np.ndarray:
+    return np.asarray(C @ b).ravel()
+
+
+def _tmatmul(C, A):
+    return C.T @ A
+
+
+def _tmatvec(C, b) -> np.ndarray:
+    return np.asarray(C.T @ b).ravel()
+
+
+def _column(C):
+    return C.reshape(-1, 1)
+
+
+def _flat(v) -> np.ndarray:
+    """A constant's value as a flat float array, column-major."""
+    return np.asarray(v if not _sparse(v) else v.toarray(), dtype=float).ravel(order="F")
+
+
+def _first_times(c: np.ndarray, M):
+    return c[0] * M
+
+
+def _diag_times(c: np.ndarray, A):
+    return sp.diags(c) @ A
+
+
+def _rows_times(c: np.ndarray, A: np.ndarray) -> np.ndarray:
+    return c[:, None] * A  # (row i scaled by c_i, as diag(c) A)
+
+
+def _reciprocal(v) -> float:
+    return 1.0 / float(np.asarray(v))
+
+
+def _column_sums(A) -> np.ndarray:
+    return np.asarray(A.sum(axis=0)).reshape(1, -1)
+
+
+def _total(b: np.ndarray) -> np.ndarray:
+    return np.array([b.sum()])
+
+
+def _rows_of(A, sel: np.ndarray):
+    return A[sel] if not _sparse(A) else sp.csr_matrix(A)[sel]
+
+
+def _vstack_csr(*As):
+    return sp.vstack([sp.csr_matrix(A) for A in As])
+
+
+def _concatenate(*bs) -> np.ndarray:
+    return np.concatenate(bs)
 
 
 # The affine atoms: atom -> ``(node, reading, shape) -> Affine`` (None where the atom is
-# not recognised in that form, e.g. a sum over an axis).
+# not recognised in that form, e.g. a sum over an axis). Every operation on values goes
+# through ``ctx.op`` and every decision taken from values through ``ctx.decide``, so that
+# a recorded reading replays (:class:`Tape`).
 AFFINE_MAPS = AtomTable("affine map of an affine atom")
 
 
@@ -233,27 +599,28 @@ def _affine_addexpression(e: Node, ctx: Reading, shape: tuple) -> Affine | None:
     parts = [_affine_map(a, ctx) for a in e.args]
     m = max(p.m for p in parts)
     A, b = None, np.zeros(m)
+    add = operator.add
     for p in parts:
-        if p.m == m and A is not None and _sparse(p.A) and ctx.noted(p.A.nnz == 0):
-            b = b + p.b  # (a constant: nothing to add to A)
+        if p.m == m and A is not None and _sparse(p.A) and ctx.decide(_no_entries, p.A):
+            b = ctx.op(add, b, p.b)  # (a constant: nothing to add to A)
             continue
         if p.m != m:
             if p.m != 1:
                 raise NotRecognised("broadcast add")
-            pa = sp.csr_matrix(p.A) if _sparse(p.A) else p.A
-            pa = sp.vstack([pa] * m) if _sparse(pa) else np.repeat(pa, m, axis=0)
-            pb = np.repeat(p.b, m)
+            pa = ctx.op(_repeat_rows, ctx.op(_csr, p.A), m)
+            pb = ctx.op(np.repeat, p.b, m)
         else:
             pa, pb = p.A, p.b
-        A = pa if A is None else A + pa
-        b = b + pb
+        A = pa if A is None else ctx.op(add, A, pa)
+        b = ctx.op(add, b, pb)
     return Affine(_dense_or_sparse(A, ctx), b, shape)
 
 
 @AFFINE_MAPS.register("NegExpression")
 def _affine_negexpression(e: Node, ctx: Reading, shape: tuple) -> Affine | None:
     p = _affine_map(e.args[0], ctx)
-    return Affine(_dense_or_sparse(-p.A, ctx), -p.b, shape)
+    neg = operator.neg
+    return Affine(_dense_or_sparse(ctx.op(neg, p.A), ctx), ctx.op(neg, p.b), shape)
 
 
 @AFFINE_MAPS.register("Promote", "broadcast_to")
@@ -262,8 +629,7 @@ def _affine_promote(e: Node, ctx: Reading, shape: tuple) -> Affine | None:
     m = int(np.prod(shape)) if shape else 1
     if p.m != 1:
         raise NotRecognised("promote of non-scalar")
-    A = sp.vstack([sp.csr_matrix(p.A)] * m) if _sparse(p.A) else np.repeat(p.A, m, axis=0)
-    return Affine(A, np.repeat(p.b, m), shape)
+    return Affine(ctx.op(_stack_rows, p.A, m), ctx.op(np.repeat, p.b, m), shape)
 
 
 @AFFINE_MAPS.register("MulExpression")
@@ -271,21 +637,19 @@ def _affine_mulexpression(e: Node, ctx: Reading, shape: tuple) -> Affine | None:
     left, right = e.args
     if left.constant and not left.params and right.ndim <= 1:
         C = _const_value(left, ctx)
-        C = C if C.ndim == 2 or _sparse(C) else np.atleast_2d(C)
+        C = C if C.ndim == 2 or _sparse(C) else ctx.op(np.atleast_2d, C)
         p = _affine_map(right, ctx)
         if _is_identity(p, ctx) and not _sparse(C):
             # data @ w with w the whole stacked vector: the data matrix itself (no copy)
-            return Affine(C, np.asarray(C @ p.b).ravel(), shape)
-        A = C @ p.A
-        b = np.asarray(C @ p.b).ravel()
-        return Affine(_dense_or_sparse(A, ctx), b, shape)
+            return Affine(C, ctx.op(_matvec, C, p.b), shape)
+        A = ctx.op(operator.matmul, C, p.A)
+        return Affine(_dense_or_sparse(A, ctx), ctx.op(_matvec, C, p.b), shape)
     if right.constant and not right.params and left.ndim <= 1:
         C = _const_value(right, ctx)
-        C = C if C.ndim == 2 or _sparse(C) else C.reshape(-1, 1)
+        C = C if C.ndim == 2 or _sparse(C) else ctx.op(_column, C)
         p = _affine_map(left, ctx)
-        A = C.T @ p.A
-        b = np.asarray(C.T @ p.b).ravel()
-        return Affine(_dense_or_sparse(A, ctx), b, shape)
+        A = ctx.op(_tmatmul, C, p.A)
+        return Affine(_dense_or_sparse(A, ctx), ctx.op(_tmatvec, C, p.b), shape)
     raise NotRecognised("matmul shape")
 
 
@@ -295,17 +659,18 @@ def _affine_multiply(e: Node, ctx: Reading, shape: tuple) -> Affine | None:
     const, other = (left, right) if left.constant else (right, left)
     if not const.constant or const.params:
         raise NotRecognised("product of variables")
-    v = ctx.value(const)
-    c = np.asarray(v if not _sparse(v) else v.toarray(), dtype=float).ravel(order="F")
+    c = ctx.op(_flat, ctx.value(const))
     p = _affine_map(other, ctx)
     m = max(c.size, p.m)
     if p.m != m:
         raise NotRecognised("broadcast multiply")
     if c.size == 1:
-        return Affine(_dense_or_sparse(c[0] * p.A, ctx), c[0] * p.b, shape)
+        A = _dense_or_sparse(ctx.op(_first_times, c, p.A), ctx)
+        return Affine(A, ctx.op(_first_times, c, p.b), shape)
     if _sparse(p.A):
-        return Affine(_dense_or_sparse(sp.diags(c) @ p.A, ctx), c * p.b, shape)
-    return Affine(c[:, None] * p.A, c * p.b, shape)  # (row i scaled by c_i, as diag(c) A)
+        A = _dense_or_sparse(ctx.op(_diag_times, c, p.A), ctx)
+        return Affine(A, ctx.op(operator.mul, c, p.b), shape)
+    return Affine(ctx.op(_rows_times, c, p.A), ctx.op(operator.mul, c, p.b), shape)
 
 
 @AFFINE_MAPS.register("DivExpression")
@@ -313,9 +678,10 @@ def _affine_divexpression(e: Node, ctx: Reading, shape: tuple) -> Affine | None:
     num, den = e.args
     if not den.constant or den.size != 1 or den.params:
         raise NotRecognised("division")
-    c = 1.0 / float(np.asarray(ctx.value(den)))
+    c = ctx.op(_reciprocal, ctx.value(den))
     p = _affine_map(num, ctx)
-    return Affine(_dense_or_sparse(c * p.A, ctx), c * p.b, shape)
+    mul = operator.mul
+    return Affine(_dense_or_sparse(ctx.op(mul, c, p.A), ctx), ctx.op(mul, c, p.b), shape)
 
 
 @AFFINE_MAPS.register("Sum")
@@ -323,8 +689,7 @@ def _affine_sum(e: Node, ctx: Reading, shape: tuple) -> Affine | None:
     if e.attr("axis") is not None:
         return None
     p = _affine_map(e.args[0], ctx)
-    A = np.asarray(p.A.sum(axis=0)).reshape(1, -1)
-    return Affine(A, np.array([p.b.sum()]), shape)
+    return Affine(ctx.op(_column_sums, p.A), ctx.op(_total, p.b), shape)
 
 
 @AFFINE_MAPS.register("index")
@@ -333,8 +698,8 @@ def _affine_index(e: Node, ctx: Reading, shape: tuple) -> Affine | None:
     p = _affine_map(child, ctx)
     rows = np.arange(p.m).reshape(child.shape, order="F") if child.shape else np.arange(1)
     sel = np.asarray(rows[e.attr("key")]).ravel(order="F")
-    A = p.A[sel] if not _sparse(p.A) else sp.csr_matrix(p.A)[sel]
-    return Affine(_dense_or_sparse(A, ctx), p.b[sel], shape)
+    A = _dense_or_sparse(ctx.op(_rows_of, p.A, sel), ctx)
+    return Affine(A, ctx.op(operator.getitem, p.b, sel), shape)
 
 
 @AFFINE_MAPS.register("reshape")
@@ -358,8 +723,8 @@ def _affine_hstack(e: Node, ctx: Reading, shape: tuple) -> Affine | None:
     if not all(a.ndim <= 1 for a in e.args):
         return None
     parts = [_affine_map(a, ctx) for a in e.args]
-    A = sp.vstack([sp.csr_matrix(q.A) for q in parts])
-    return Affine(_dense_or_sparse(A, ctx), np.concatenate([q.b for q in parts]), shape)
+    A = _dense_or_sparse(ctx.op(_vstack_csr, *[q.A for q in parts]), ctx)
+    return Affine(A, ctx.op(_concatenate, *[q.b for q in parts]), shape)
 
 
 #: layout -> {variable id: its affine map}: a variable's map is a function of the layout
@@ -416,9 +781,7 @@ def _affine_map(e: Node, ctx: Reading) -> Affine:
     if e.constant:
         if e.params:
             raise NotRecognised("parameters")
-        v = _const_value(e, ctx)
-        v = v.toarray() if _sparse(v) else v
-        b = np.asarray(v, dtype=float).ravel(order="F")
+        b = ctx.op(_flat, _const_value(e, ctx))
         return Affine(_zero_map(b.size, ctx.N), b, shape)
     if not e.affine:
         raise NotRecognised(f"{e.name} is not affine")
@@ -571,11 +934,13 @@ class GLMFunction:
             self.Q_symmetric,
         )
 
-    def plus(self, other: GLMFunction) -> GLMFunction:
-        Q = self.Q if other.Q is None else (other.Q if self.Q is None else self.Q + other.Q)
-        q = self.q if other.q is None else (other.q if self.q is None else self.q + other.q)
+    def plus(self, other: GLMFunction, ctx: Reading | None = None) -> GLMFunction:
+        """The sum of the two forms (its arithmetic recorded on ``ctx``'s tape, if any)."""
+        add = operator.add if ctx is None else functools.partial(ctx.op, operator.add)
+        Q = self.Q if other.Q is None else (other.Q if self.Q is None else add(self.Q, other.Q))
+        q = self.q if other.q is None else (other.q if self.q is None else add(self.q, other.q))
         symmetric = (self.Q is None or self.Q_symmetric) and (other.Q is None or other.Q_symmetric)
-        return GLMFunction(self.n, self.terms + other.terms, Q, q, self.r + other.r, symmetric)
+        return GLMFunction(self.n, self.terms + other.terms, Q, q, add(self.r, other.r), symmetric)
 
     @property
     def is_linear(self) -> bool:
@@ -615,8 +980,12 @@ def _selected_columns(A, ctx: Reading) -> np.ndarray | None:
         m = A.shape[0]
         if A.nnz == m and np.array_equal(A.indptr, np.arange(m + 1)) and np.all(A.data == 1.0):
             cols = A.indices if np.unique(A.indices).size == m else None
-    ctx.noted(cols is None or cols.tobytes())
+    ctx.noted(cols is None or cols.tobytes())  # (not replayed: quadratic forms are not kept)
     return cols
+
+
+def _first_float(v) -> float:
+    return float(np.asarray(v).ravel()[0])
 
 
 def _const_scalar(e: Node, ctx: Reading) -> float | None:
@@ -625,11 +994,66 @@ def _const_scalar(e: Node, ctx: Reading) -> float | None:
     if e.constant and e.size == 1 and not e.params:
         if e.scalar is not None:
             return e.scalar
-        c = float(np.asarray(ctx.value(e)).ravel()[0])
+        c = ctx.op(_first_float, ctx.value(e))
         if not e.private:
             e.scalar = c
         return c
     return None
+
+
+def _is_zero(c: float) -> bool:
+    return c == 0
+
+
+def _not_positive(c: float) -> bool:
+    return c <= 0
+
+
+def _inverse(c: float) -> float:
+    return 1.0 / c
+
+
+def _full_inverse(m: int, y: float) -> np.ndarray:
+    return np.full(m, 1.0 / y)
+
+
+def _dense(A) -> np.ndarray:
+    return A.toarray() if _sparse(A) else np.asarray(A)
+
+
+def _dense_flat(A) -> np.ndarray:
+    return np.asarray(A.toarray() if _sparse(A) else A).ravel()
+
+
+def _flat_dense(v) -> np.ndarray:
+    return np.asarray(v, dtype=float).ravel(order="F")
+
+
+def _item(b: np.ndarray, j: int) -> float:
+    return float(b[j])
+
+
+def _row_copy(A: np.ndarray, j: int) -> np.ndarray:
+    return A[j].copy()
+
+
+def _dot(w: np.ndarray, b: np.ndarray) -> float:
+    return float(w @ b)
+
+
+def _broadcast_copy(m: int, weights: np.ndarray) -> np.ndarray:
+    w = np.empty(m)  # (its own copy, ``weights`` broadcast)
+    w[...] = weights
+    return w
+
+
+def _contiguous(A):
+    """``A`` as a term keeps it (:class:`GLMTerm`: dense data row-major)."""
+    return A if _sparse(A) else np.ascontiguousarray(A, dtype=float)
+
+
+def _term(ctx: Reading, kind: str, A, b, weights, M: float = 1.0, s: float = 1.0) -> GLMTerm:
+    return GLMTerm(kind, ctx.op(_contiguous, A), b, weights, M, s)
 
 
 def recognise_scalar(expr: cp.Expression, layout: VariableLayout) -> GLMFunction:
@@ -655,14 +1079,22 @@ def _q_scalings(f: GLMFunction) -> tuple[float, ...]:
     return getattr(f, "_q_scalings", ())
 
 
-def _scaled_lazily(f: GLMFunction, c: float) -> GLMFunction:
+def _scaled_term(t: GLMTerm, c: float, ctx: Reading) -> GLMTerm:
+    out = object.__new__(GLMTerm)  # (as t.scaled(c))
+    out.__dict__.update(t.__dict__)
+    out.weights = ctx.op(operator.mul, c, t.weights)
+    return out
+
+
+def _scaled_lazily(f: GLMFunction, c: float, ctx: Reading) -> GLMFunction:
     """``f.scaled(c)`` with the factor of Q recorded (see above), not applied."""
+    mul = operator.mul
     out = GLMFunction(
         f.n,
-        [t.scaled(c) for t in f.terms],
+        [_scaled_term(t, c, ctx) for t in f.terms],
         f.Q,
-        None if f.q is None else c * f.q,
-        c * f.r,
+        None if f.q is None else ctx.op(mul, c, f.q),
+        ctx.op(mul, c, f.r),
         f.Q_symmetric,
     )
     if f.Q is not None:
@@ -698,42 +1130,41 @@ def _recognise_scalar(e: Node, ctx: Reading) -> GLMFunction:
         p = _affine_map(e, ctx)
         if p.m != 1:
             raise NotRecognised("vector")
-        q = np.asarray(p.A.toarray() if _sparse(p.A) else p.A).ravel()
-        return GLMFunction(N, q=q, r=float(p.b[0]))
+        return GLMFunction(N, q=ctx.op(_dense_flat, p.A), r=ctx.op(_item, p.b, 0))
     if name == "AddExpression":
         out = GLMFunction(N)
         for a in e.args:
             if a.size != 1:
                 raise NotRecognised("broadcast")
-            out = out.plus(recognise_node(a, ctx))  # (its scalings applied)
+            out = out.plus(recognise_node(a, ctx), ctx)  # (its scalings applied)
         return out
     if name == "NegExpression":
-        return _scaled_lazily(_recognise_scalar(e.args[0], ctx), -1.0)
+        return _scaled_lazily(_recognise_scalar(e.args[0], ctx), -1.0, ctx)
     if name in ("MulExpression", "multiply"):
         left, right = e.args
         c = _const_scalar(left, ctx)
         if c is not None:
-            return _scaled_lazily(_recognise_scalar(right, ctx), c)
+            return _scaled_lazily(_recognise_scalar(right, ctx), c, ctx)
         c = _const_scalar(right, ctx)
         if c is not None:
-            return _scaled_lazily(_recognise_scalar(left, ctx), c)
+            return _scaled_lazily(_recognise_scalar(left, ctx), c, ctx)
         raise NotRecognised("product")
     if name == "DivExpression":
         c = _const_scalar(e.args[1], ctx)
-        if c is None or ctx.noted(c == 0):
+        if c is None or ctx.decide(_is_zero, c):
             raise NotRecognised("division")
-        return _scaled_lazily(_recognise_scalar(e.args[0], ctx), 1.0 / c)
+        return _scaled_lazily(_recognise_scalar(e.args[0], ctx), ctx.op(_inverse, c), ctx)
     if name == "Sum" and e.attr("axis") is None:
         return _recognise_sum(e.args[0], ctx, np.ones(e.args[0].size))
     if name in ("logistic", "exp", "power", "PowerApprox", "huber") and e.size == 1:
         return _recognise_sum(e, ctx, np.ones(1))
     if name == "quad_over_lin":
         y = _const_scalar(e.args[1], ctx)
-        if y is None or ctx.noted(y <= 0):
+        if y is None or ctx.decide(_not_positive, y):
             raise NotRecognised("quad_over_lin")
         p = _affine_map(e.args[0], ctx)
         A = _dense_or_sparse(p.A, ctx)
-        return GLMFunction(N, [GLMTerm("square", A, p.b, np.full(p.m, 1.0 / y))])
+        return GLMFunction(N, [_term(ctx, "square", A, p.b, ctx.op(_full_inverse, p.m, y))])
     if name in ("quad_form", "QuadForm"):
         x, P = e.args
         if not P.constant or P.params:
@@ -773,36 +1204,35 @@ def _recognise_sum(e: Node, ctx: Reading, weights: np.ndarray) -> GLMFunction:
     name = e.name
     if e.affine:
         p = _affine_map(e, ctx)
-        w = np.broadcast_to(weights, (p.m,))
-        q = np.asarray(p.A.T @ w).ravel()
-        return GLMFunction(N, q=q, r=float(w @ p.b))
+        w = ctx.op(np.broadcast_to, weights, (p.m,))
+        return GLMFunction(N, q=ctx.op(_tmatvec, p.A, w), r=ctx.op(_dot, w, p.b))
     if name == "AddExpression":
         out = GLMFunction(N)
         for a in e.args:
             if a.size != e.size:
                 raise NotRecognised("broadcast in sum")
-            out = out.plus(_recognise_sum(a, ctx, weights))
+            out = out.plus(_recognise_sum(a, ctx, weights), ctx)
         return out
     if name == "NegExpression":
-        return _recognise_sum(e.args[0], ctx, -weights)
+        return _recognise_sum(e.args[0], ctx, ctx.op(operator.neg, weights))
     if name == "multiply":
         left, right = e.args
         const, other = (left, right) if left.constant else (right, left)
         if not const.constant or const.params:
             raise NotRecognised("product")
-        c = np.asarray(ctx.value(const), dtype=float).ravel(order="F")
+        c = ctx.op(_flat_dense, ctx.value(const))
         if c.size not in (1, other.size) or other.size != e.size:
             raise NotRecognised("broadcast multiply")
-        return _recognise_sum(other, ctx, weights * c)
+        return _recognise_sum(other, ctx, ctx.op(operator.mul, weights, c))
     if name in ("MulExpression",) and e.args[0].size == 1:
         c = _const_scalar(e.args[0], ctx)
         if c is not None:
-            return _recognise_sum(e.args[1], ctx, weights * c)
+            return _recognise_sum(e.args[1], ctx, ctx.op(operator.mul, weights, c))
     if name == "DivExpression":
         c = _const_scalar(e.args[1], ctx)
-        if c is None or ctx.noted(c == 0):
+        if c is None or ctx.decide(_is_zero, c):
             raise NotRecognised("division")
-        return _recognise_sum(e.args[0], ctx, weights / c)
+        return _recognise_sum(e.args[0], ctx, ctx.op(operator.truediv, weights, c))
     kind, M = None, 1.0
     if name == "logistic":
         kind = "logistic"
@@ -822,9 +1252,9 @@ def _recognise_sum(e: Node, ctx: Reading, weights: np.ndarray) -> GLMFunction:
     if arg.name == "NegExpression":  # phi(-(X w)): keep X, not a negated copy
         arg, sign = arg.args[0], -1.0
     p = _affine_map(arg, ctx)
-    w = np.empty(p.m)  # (its own copy, ``weights`` broadcast)
-    w[...] = weights
-    return GLMFunction(N, [GLMTerm(kind, _dense_or_sparse(p.A, ctx), sign * p.b, w, M, sign)])
+    w = ctx.op(_broadcast_copy, p.m, weights)
+    A = _dense_or_sparse(p.A, ctx)
+    return GLMFunction(N, [_term(ctx, kind, A, ctx.op(operator.mul, sign, p.b), w, M, sign)])
 
 
 def recognise_components(expr: cp.Expression, layout: VariableLayout) -> list[GLMFunction]:
@@ -837,8 +1267,11 @@ def recognise_node_components(e: Node, ctx: Reading) -> list[GLMFunction]:
     """:func:`recognise_components` of the expression read as ``e`` with ``ctx``'s leaves."""
     if e.affine:
         p = _affine_map(e, ctx)
-        A = p.A.toarray() if _sparse(p.A) else np.asarray(p.A)
-        return [GLMFunction(ctx.N, q=A[j].copy(), r=float(p.b[j])) for j in range(p.m)]
+        A = ctx.op(_dense, p.A)
+        return [
+            GLMFunction(ctx.N, q=ctx.op(_row_copy, A, j), r=ctx.op(_item, p.b, j))
+            for j in range(p.m)
+        ]
     name = e.name
     if e.size == 1:
         inner = e.args[0] if name == "reshape" else e

@@ -18,6 +18,10 @@ Algorithm 1), its share of the proximal term, and the ADMM coupling about the ce
   term is then minimised exactly, as the user wrote it, and the pieces' multipliers are
   the solve's duals (written to the merit problem's ``mu``/``nu`` rows of the pieces, where
   the certificate reads them) instead of outer-loop augmented-Lagrangian multipliers;
+* a party whose program is only bounds and norm balls on whole shared variables (no
+  objective term, no ``h``: the server's step of a model whose server holds only such
+  sets) gets their projection in closed form, with its multipliers
+  (:class:`~fedmodel.subproblems.projection.ProjectionSolver`), unless ``solver="cvxpy"``;
 * any other party keeps its usual backend (:func:`~fedmodel.subproblems.select.make_solver`:
   Newton, L-BFGS or the closed-form prox), asked for a tight tolerance.
 """
@@ -31,6 +35,7 @@ from fedmodel.expressions import nodes
 from fedmodel.subproblems.cvxpy_backend import CLARABEL_FLOOR, CvxpySolver
 from fedmodel.subproblems.merit import MeritProblem
 from fedmodel.subproblems.multipliers import MultiplierSolver
+from fedmodel.subproblems.projection import ProjectionSolver
 from fedmodel.subproblems.select import make_solver
 
 
@@ -91,6 +96,10 @@ def exact_prox_solver(problem: MeritProblem, solver: str = "auto"):
     """The backend of a party's exact proximal step (see the module docstring);
     ``solver`` is the method's ``solver`` option (``"cvxpy"`` forces cvxpy)."""
     hard = HARD_CONSTRAINTS and has_constraints(problem)
+    if hard and solver != "cvxpy":
+        projection = ProjectionSolver.recognise(problem, lambda: clarabel_step(problem, False))
+        if projection is not None:
+            return projection
     conic = needs_conic_step(problem) or solver == "cvxpy"
     exp_cones = any(exp_cone_terms(prog) for prog in problem.programs)
     if hard and exp_cones and not conic and solver in ("auto", "newton"):
@@ -103,14 +112,20 @@ def exact_prox_solver(problem: MeritProblem, solver: str = "auto"):
         except NotRecognised:
             pass
     if conic or hard:
-        return CvxpySolver(
-            problem,
-            hard_internal=True,
-            hard_constraints=HARD_CONSTRAINTS,
-            direct=DIRECT,
-            floor=EXP_CONE_FLOOR if exp_cones else CLARABEL_FLOOR,
-        )
+        return clarabel_step(problem, exp_cones)
     return make_solver(problem, solver)
+
+
+def clarabel_step(problem: MeritProblem, exp_cones: bool) -> CvxpySolver:
+    """The cvxpy backend of an exact step (hard constraints, Clarabel on the compiled data;
+    ``exp_cones``: the step has exponential-cone terms, :data:`EXP_CONE_FLOOR`)."""
+    return CvxpySolver(
+        problem,
+        hard_internal=True,
+        hard_constraints=HARD_CONSTRAINTS,
+        direct=DIRECT,
+        floor=EXP_CONE_FLOOR if exp_cones else CLARABEL_FLOOR,
+    )
 
 
 #: the masks of a program without constraints (one pair for all: nothing can change an

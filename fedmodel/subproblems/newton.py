@@ -66,6 +66,8 @@ from fedmodel.compiler.glm import (
     Node,
     NotRecognised,
     Reading,
+    Recipe,
+    Tape,
     expression_leaves,
     node_of,
     phi_d2,
@@ -123,7 +125,14 @@ class _PartyGLM:
     the party's own nodes: every decision taken from values is taken from its own.
     ``path_key``: the structure and the outcomes of those decisions (None when the party
     reads its own nodes): forms with equal ones are the same operations on their own data.
-    ``same_path``: whether the decisions all came out as for the structure's first party."""
+    ``same_path``: whether the decisions all came out as for the structure's first party.
+
+    The structure's first reading is recorded (:class:`~fedmodel.compiler.glm.Tape`: the
+    operations on the leaves' values and the decisions taken from them); once a replay of
+    that recipe on the next party's leaves has given that party's own forms bit for bit,
+    the structure's other parties are replayed (the same operations on their own values,
+    each decision taken again from them) instead of read, and read in full when a
+    decision comes out otherwise. ``replayed``: whether its form was replayed."""
 
     def __init__(self, program: PartyProgram):
         layout = program.layout
@@ -132,6 +141,8 @@ class _PartyGLM:
         exprs = terms + ineq + eq
         shared = _structure_nodes(program, exprs)
         leaves: list = []
+        self.n = layout.size
+        self.replayed = False
         if shared is None:
             nodes = [node_of(e, leaves) for e in exprs]
             path = None
@@ -143,20 +154,57 @@ class _PartyGLM:
                     expression_leaves(e, leaves)
                 else:
                     leaves.extend(found)
-        reading = Reading(leaves, layout)
+            if self._replayed(program.structure, nodes, leaves, path):
+                return
+        tape = Tape() if shared is not None and program.structure not in _RECIPES else None
+        reading = Reading(leaves, layout, tape)
         f = None
-        for node in nodes[: len(terms)]:
-            g = recognise_node(node, reading)
-            f = g if f is None else f.plus(g)
-        self.f = f
-        self.ineq = self._components(nodes[len(terms) : len(terms) + len(ineq)], reading)
-        self.eq = self._components(nodes[len(terms) + len(ineq) :], reading)
-        self.n = layout.size
+        try:
+            for node in nodes[: len(terms)]:
+                g = recognise_node(node, reading)
+                f = g if f is None else f.plus(g, reading)
+            self.f = f
+            self.ineq = self._components(nodes[len(terms) : len(terms) + len(ineq)], reading)
+            self.eq = self._components(nodes[len(terms) + len(ineq) :], reading)
+        except NotRecognised:
+            if tape is not None:
+                _RECIPES[program.structure] = None
+            raise
         if shared is not None and path is None:  # (the structure's first form: its path)
             _STRUCTURE_NODES[program.structure] = (nodes, reading.path)
             path = reading.path
         self.same_path = path is not None and reading.path == path
         self.path_key = None if shared is None else (program.structure, tuple(reading.path))
+        made = [self.f, *self.ineq, *self.eq]
+        if tape is not None:  # (its recipe, replayed by the structure's next parties)
+            recipe = Recipe(tape, made, reading.path) if tape.valid else None
+            _RECIPES[program.structure] = None if recipe is None else (recipe, len(self.ineq))
+        elif shared is not None:  # (a recipe not yet compared with a reading: now)
+            entry = _RECIPES.get(program.structure)
+            if entry is not None and not entry[0].verified and not entry[0].verify(leaves, made):
+                _RECIPES[program.structure] = None
+
+    def _replayed(self, structure: str, nodes: list, leaves: list, path: list | None) -> bool:
+        """Whether the form was made by replaying ``structure``'s verified recipe on
+        ``leaves`` (:class:`~fedmodel.compiler.glm.Recipe`): every decision came out as
+        recorded, so the operations are those of a reading of its own, on its values."""
+        entry = _RECIPES.get(structure)
+        if entry is None or not entry[0].verified:
+            return False
+        recipe, n_ineq = entry
+        forms = recipe.replay(leaves)
+        if forms is None:
+            return False
+        self.f = forms[0]
+        self.ineq = forms[1 : 1 + n_ineq]
+        self.eq = forms[1 + n_ineq :]
+        if path is None:  # (the structure's first form since its nodes were made)
+            _STRUCTURE_NODES[structure] = (nodes, list(recipe.path))
+            path = recipe.path
+        self.same_path = recipe.path == tuple(path)
+        self.path_key = (structure, recipe.path)
+        self.replayed = True
+        return True
 
     @staticmethod
     def _components(nodes: list[Node], reading: Reading) -> list[GLMFunction]:
@@ -168,6 +216,12 @@ class _PartyGLM:
                 out.extend(recognise_node_components(node, reading))
         return out
 
+
+#: structure -> (the :class:`~fedmodel.compiler.glm.Recipe` of its first reading, the
+#: number of inequality components of its forms), or None when its readings are made in
+#: full (a rule that does not record its decisions, a replay that did not give the
+#: reading's own forms); it leaves with the structure's nodes
+_RECIPES: dict[str, tuple[Recipe, int] | None] = {}
 
 #: structure (:attr:`~fedmodel.compiler.partition.PartyProgram.structure`) -> (the nodes
 #: of its terms, the path of its first party's form, None until that form is made), or
@@ -187,8 +241,13 @@ def _structure_nodes(program: PartyProgram, exprs: list) -> tuple[list[Node], li
     entry = (nodes, None) if all(_fixed(n) for n in nodes) else None
     _STRUCTURE_NODES[key] = entry
     if entry is not None:
-        weakref.finalize(program, _STRUCTURE_NODES.pop, key, None)
+        weakref.finalize(program, _forget_structure, key)
     return entry
+
+
+def _forget_structure(key: str) -> None:
+    _STRUCTURE_NODES.pop(key, None)
+    _RECIPES.pop(key, None)
 
 
 def _fixed(node: Node) -> bool:
