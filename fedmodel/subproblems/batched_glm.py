@@ -102,12 +102,13 @@ def spd_inverse(H: np.ndarray, shift: np.ndarray) -> np.ndarray:
         L = np.linalg.cholesky(M)
     except np.linalg.LinAlgError:
         return np.linalg.inv(M)
-    Li = np.zeros_like(M)
-    for j in range(n):  # row j of L^{-1}: (e_j - L[j, :j] L^{-1}[:j, :j+1]) / L[j, j]
-        row = -np.matmul(L[:, j : j + 1, :j], Li[:, :j, : j + 1])[:, 0, :]
+    # row j of L^{-1}: (e_j - L[j, :j] L^{-1}[:j, :j+1]) / L[j, j], written over row j of
+    # L (which no later row reads): no second array
+    for j in range(n):
+        row = -np.matmul(L[:, j : j + 1, :j], L[:, :j, : j + 1])[:, 0, :]
         row[:, j] += 1.0
-        Li[:, j, : j + 1] = row / L[:, j, j : j + 1]
-    return np.matmul(Li.transpose(0, 2, 1), Li, out=M)
+        L[:, j, : j + 1] = row / L[:, j, j : j + 1]
+    return np.matmul(L.transpose(0, 2, 1), L, out=M)
 
 
 def spd_factor(M: np.ndarray) -> np.ndarray | None:
