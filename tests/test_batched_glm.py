@@ -187,7 +187,7 @@ def test_a_solve_from_the_last_points_reuses_their_values_with_the_same_numbers(
 
 
 def test_a_kept_inverse_is_used_only_for_its_own_proximal_weights():
-    """A least-squares cohort keeps the system of each vector of proximal weights: every
+    """A least-squares cohort keeps the inverse of each vector of proximal weights: every
     solve is one exact Newton step for the weights it is given (a new weight on one client
     only included), and the same numbers as a fresh cohort's."""
     forms = _forms([6, 3, 8], kinds=("square",), quadratic=True)
@@ -278,60 +278,3 @@ def test_a_client_near_its_minimiser_steps_with_its_last_factor(monkeypatch):
     factored.clear()
     out = GLMCohort(wide).prox(rng.normal(size=(2, 30)), np.full(2, 0.01), np.zeros((2, 30)), 1e-10)
     assert (out.residual <= 1e-10).all() and sum(factored) == out.iterations.sum()
-
-
-def test_a_solve_from_the_last_points_starts_with_the_last_factors(monkeypatch):
-    """A solve from the points the last one returned, with the same weights, starts with a
-    chord step in each client's last factor where its residual times its last step's
-    contraction (times CHORD_MARGIN) is at most its tolerance: fewer factorisations than a
-    fresh cohort's, every client at its tolerance and within its distance of its own
-    minimiser. Far from those points (a large move of the centres), or with other weights,
-    no client does: the same numbers as a fresh cohort's."""
-    factored: list[int] = []
-    factor = batched_glm.spd_factor
-    monkeypatch.setattr(batched_glm, "spd_factor", lambda M: factored.append(len(M)) or factor(M))
-    forms = _forms([30, 40, 25, 35], n=6, kinds=("logistic",), seed=7)
-    rng = np.random.default_rng(8)
-    C, S = rng.normal(size=(4, 6)), np.full(4, 0.01)
-    for move, weights, kept in ((1e-3, S, True), (1e-1, S, False), (1e-3, 2 * S, False)):
-        cohort = GLMCohort(forms)
-        first = cohort.prox(C, S, np.zeros((4, 6)), tol=1e-8)
-        factored.clear()
-        out = cohort.prox(C + move, weights, first.x, tol=1e-8)
-        warm = sum(factored)
-        factored.clear()
-        fresh = GLMCohort(forms).prox(C + move, weights, first.x, tol=1e-8)
-        assert out.message == ["converged"] * 4 and (out.residual <= 1e-8).all()
-        if not kept:
-            assert warm == sum(factored) and np.array_equal(out.x, fresh.x)
-            continue
-        assert warm < sum(factored)
-        for i, f in enumerate(forms):
-            ref, ref_residual = _reference(f, C[i] + move, S[i], first.x[i], 1e-13)
-            bound = np.sqrt(6) * (out.residual[i] + ref_residual) / S[i] + 1e-12
-            assert np.abs(out.x[i] - ref).max() <= bound
-
-
-def test_a_kept_system_substitutes_then_forms_its_inverse():
-    """A least-squares cohort's kept system takes its first SUBSTITUTED_STEPS steps by
-    substitution in its Cholesky factors, then forms its inverse from them (that inverse
-    spd_inverse's to 1e-12 relative): every step exact to rounding."""
-    forms = _forms([6, 3, 8, 5], n=5, kinds=("square",), quadratic=True, seed=11)
-    rng = np.random.default_rng(12)
-    S = np.array([0.01, 0.5, 2.0, 0.1])
-    cohort = GLMCohort(forms)
-    X = np.zeros((4, 5))
-    H = np.stack([f.evaluate(np.zeros(5))[2] for f in forms])
-    for k in range(batched_glm.SUBSTITUTED_STEPS + 2):
-        C = rng.normal(size=(4, 5))
-        out = cohort.prox(C, S, X, tol=1e-10)
-        assert (out.iterations == 1).all() and (out.residual <= 1e-10).all()
-        kept = cohort._systems[S.tobytes()]
-        assert (kept.inverse is None) == (k < batched_glm.SUBSTITUTED_STEPS)
-        for i, f in enumerate(forms):
-            _, g, _ = f.evaluate(np.zeros(5))
-            exact = np.linalg.solve(H[i] + S[i] * np.eye(5), S[i] * C[i] - g)
-            assert np.abs(out.x[i] - exact).max() <= 1e-10 * max(1.0, np.abs(exact).max())
-        X = out.x
-    inverse = spd_inverse(H, S)
-    assert np.abs(kept.inverse - inverse).max() <= 1e-12 * np.abs(inverse).max()

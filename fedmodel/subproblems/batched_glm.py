@@ -19,20 +19,15 @@ step was a full step after which one more step with the same Cholesky factor is 
 to reach its tolerance (:data:`CHORD_MARGIN`) takes that step (a chord step: no new
 Hessian), any other client a new Hessian and factor; the stopping test is the same. When every
 term has a constant second derivative (least squares) the Hessians do not depend on the
-point: a cohort of few variables (:data:`SUBSTITUTION_SIZE`) keeps the Cholesky factors of
-``hess f_i + s_i I`` for the last vectors of proximal weights it was given, and after
-:data:`SUBSTITUTED_STEPS` steps by substitution in them their inverses
-(:func:`factor_inverse`), after which a Newton step is one batched matrix-vector product
+point: a cohort of few variables (:data:`SUBSTITUTION_SIZE`) keeps the inverses of
+``hess f_i + s_i I`` (:func:`spd_inverse`, from Cholesky factors) for the last vectors
+of proximal weights it was given, and a Newton step is one batched matrix-vector product
 (an exact-admm run changes ``s_i`` only when its penalty changes). The arithmetic is the
 per-client Newton method's but for the chord steps and the order of summation (the
 results agree to the tolerance, not bit for bit). A cohort keeps the points its last
-solve returned with ``f_i``, its gradient and second derivatives there, and each client's
-last Cholesky factor with the weight it was made with and the contraction of the client's
-last full step: the next solve that starts from exactly those points (an exact-admm client
-starts from its last step's point) takes ``f_i`` and its derivatives instead of evaluating
-them again (the same numbers), and a client of the same weight whose residual there times
-that contraction (times :data:`CHORD_MARGIN`) is at most its tolerance starts with a chord
-step in its last factor.
+solve returned with ``f_i``, its gradient and second derivatives there: the next solve
+that starts from exactly those points (an exact-admm client starts from its last step's
+point) takes them instead of evaluating ``f_i`` again, the same numbers.
 
 Examples
 --------
@@ -64,15 +59,9 @@ from fedmodel.compiler.glm import GLMFunction, phi, phi_d2
 #: these has Hessians that do not depend on the point
 CONSTANT_CURVATURE = frozenset({"square"})
 
-#: systems ``hess f_i + s_i I`` of a constant-curvature cohort kept, one per vector of
-#: proximal weights (least recently used dropped first)
-KEPT_SYSTEMS = 2
-
-#: the Newton steps a kept system of a constant-curvature cohort takes by substitution in
-#: its Cholesky factors (:func:`spd_substitute`) before its inverse is formed from them
-#: (after which a step is one matrix-vector product): forming the inverse costs several
-#: substitutions, and a vector of weights is often used for one or two steps only
-SUBSTITUTED_STEPS = 2
+#: inverses of a constant-curvature cohort kept, one per vector of proximal weights
+#: (least recently used dropped first)
+KEPT_INVERSES = 2
 
 #: a client whose last Newton step was a full step that cut its residual from ``r_0`` to
 #: ``r_1`` takes its next step with the same Cholesky factor (a chord step: near the
@@ -113,28 +102,13 @@ def spd_inverse(H: np.ndarray, shift: np.ndarray) -> np.ndarray:
         L = np.linalg.cholesky(M)
     except np.linalg.LinAlgError:
         return np.linalg.inv(M)
-    return factor_inverse(L, out=M)
-
-
-def factor_inverse(L: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
-    """``(L_i L_i^T)^{-1}`` for every ``i`` (``L``: (k, n, n) lower triangular from
-    :func:`spd_factor`) as ``L_i^{-T} L_i^{-1}``, ``L_i^{-1}`` by forward substitution one
-    row at a time for all ``i``, written over ``L`` (which is then no factor any more).
-
-    Examples
-    --------
-    >>> L = np.array([[[2.0, 0.0], [1.0, 1.0]]])
-    >>> factor_inverse(L.copy())[0] @ (L[0] @ L[0].T)
-    array([[1., 0.],
-           [0., 1.]])
-    """
     # row j of L^{-1}: (e_j - L[j, :j] L^{-1}[:j, :j+1]) / L[j, j], written over row j of
     # L (which no later row reads): no second array
-    for j in range(L.shape[1]):
+    for j in range(n):
         row = -np.matmul(L[:, j : j + 1, :j], L[:, :j, : j + 1])[:, 0, :]
         row[:, j] += 1.0
         L[:, j, : j + 1] = row / L[:, j, j : j + 1]
-    return np.matmul(L.transpose(0, 2, 1), L, out=out)
+    return np.matmul(L.transpose(0, 2, 1), L, out=M)
 
 
 def spd_factor(M: np.ndarray) -> np.ndarray | None:
@@ -257,17 +231,6 @@ class _StackedTerm:
             at = slice(None) if sel.size == len(idx) else sel
             blocks.append(_Block(at, blk.A[rows], blk.b[rows], blk.w[rows]))
         return _StackedTerm(self.kind, blocks, self.M, self.s, self.offset, block_of, within)
-
-
-@dataclass
-class _KeptSystem:
-    """The systems ``hess f_i + s_i I`` of a constant-curvature cohort for one vector of
-    weights ``s``: their Cholesky factors (``factor``; None when one fails to rounding),
-    their inverse once formed (``inverse``), and the steps taken with them (``steps``)."""
-
-    factor: np.ndarray | None
-    inverse: np.ndarray | None = None
-    steps: int = 0
 
 
 @dataclass
@@ -455,18 +418,14 @@ class GLMCohort:
         self._fixed_hessian: np.ndarray | None = None
         #: every term has a constant second derivative: the Hessians do not depend on the
         #: point, and (with at most :data:`SUBSTITUTION_SIZE` variables, where a batched
-        #: solve costs far more than its arithmetic) the system of a vector of proximal
-        #: weights is kept for later solves (:class:`_KeptSystem`)
+        #: solve costs far more than its arithmetic) the inverse of a vector of proximal
+        #: weights is kept for later solves
         self.constant_curvature = all(t.kind in CONSTANT_CURVATURE for t in self.terms)
-        self.keeps_systems = self.constant_curvature and self.n <= SUBSTITUTION_SIZE
-        self._systems: OrderedDict[bytes, _KeptSystem] = OrderedDict()
+        self.keeps_inverses = self.constant_curvature and self.n <= SUBSTITUTION_SIZE
+        self._inverses: OrderedDict[bytes, np.ndarray] = OrderedDict()
         #: the points the last :meth:`prox` returned, with ``f_i`` and its gradient there
         #: (a next solve that starts from them takes those instead of evaluating again)
         self._last_point: tuple | None = None
-        #: each client's Cholesky factor of its last new Hessian in the last :meth:`prox`,
-        #: the weight it was made with and whether it has one (a next solve from the
-        #: points that one returned takes them first where its weight is the same)
-        self._last_factors: tuple | None = None
 
     # -- f_i ---------------------------------------------------------------------------------
     def value_grad(self, X: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -535,34 +494,21 @@ class GLMCohort:
             self._fixed_hessian = H.copy()
         return H
 
-    def _fixed_step(self, weights: np.ndarray, G: np.ndarray, rows: np.ndarray | None):
-        """The Newton steps ``-(hess f_i + weights_i I)^{-1} g_i`` of a constant-curvature
-        cohort for its clients ``rows`` (None: all of them; ``G``: their gradients), from
-        the system kept for the vector ``weights`` (a function of the weights alone,
-        factored once per vector): by substitution in its Cholesky factors for its first
-        :data:`SUBSTITUTED_STEPS` steps, then by its inverse, formed from them once."""
+    def _fixed_inverse(self, weights: np.ndarray) -> np.ndarray:
+        """``(hess f_i + weights_i I)^{-1}`` of a constant-curvature cohort, for all its
+        clients: a function of the weights alone, computed once per vector of weights."""
         key = weights.tobytes()
-        kept = self._systems.get(key)
-        if kept is None:
+        M = self._inverses.get(key)
+        if M is None:
             if self._fixed_hessian is None:
                 self.hessian(np.zeros((self.size, self.n)))
-            M = self._fixed_hessian.copy()
-            M.reshape(self.size, -1)[:, :: self.n + 1] += weights[:, None]
-            L = spd_factor(M)
-            kept = _KeptSystem(L, None if L is not None else np.linalg.inv(M))
-            self._systems[key] = kept
-            while len(self._systems) > KEPT_SYSTEMS:
-                self._systems.popitem(last=False)
+            M = spd_inverse(self._fixed_hessian, weights)
+            self._inverses[key] = M
+            while len(self._inverses) > KEPT_INVERSES:
+                self._inverses.popitem(last=False)
         else:
-            self._systems.move_to_end(key)
-        kept.steps += 1
-        if kept.inverse is None and kept.steps > SUBSTITUTED_STEPS:
-            kept.inverse, kept.factor = factor_inverse(kept.factor), None
-        if kept.inverse is None:
-            L = kept.factor if rows is None else kept.factor[rows]
-            return -spd_substitute(L, G)
-        inverse = kept.inverse if rows is None else kept.inverse[rows]
-        return -np.matmul(inverse, G[:, :, None])[:, :, 0]
+            self._inverses.move_to_end(key)
+        return M
 
     def subset(self, idx: np.ndarray) -> GLMCohort:
         """The cohort of the clients ``idx`` (views of the stacked data)."""
@@ -575,10 +521,9 @@ class GLMCohort:
         fixed = self._fixed_hessian
         sub._fixed_hessian = None if fixed is None else fixed[idx]
         sub.constant_curvature = self.constant_curvature
-        sub.keeps_systems = self.keeps_systems
-        sub._systems = OrderedDict()
+        sub.keeps_inverses = self.keeps_inverses
+        sub._inverses = OrderedDict()
         sub._last_point = None
-        sub._last_factors = None
         return sub
 
     # -- the proximal subproblems --------------------------------------------------------------
@@ -633,21 +578,11 @@ class GLMCohort:
         message = ["converged"] * self.size
         searched_out = np.zeros(self.size, dtype=bool)  # (its line search failed)
         active = np.flatnonzero(gnorm > tol)
-        # each client's Cholesky factor of its last new Hessian (``factored``: it has one;
-        # ``weighted``: the weight it was made with), the contraction ``r_1 / r_0`` of its
-        # last full step (``contraction``) and whether its next step takes its factor
-        # again (``chord``): kept from the last solve when this one starts where that one
-        # ended, and a client of the same weight whose residual times that contraction
-        # (times CHORD_MARGIN) is at most its tolerance starts with a chord step
-        kept = self._last_factors if known is not None else None
-        if kept is not None:
-            factors, weighted, factored, contraction = kept
-            chord = factored & (weighted == S) & (gnorm * contraction * CHORD_MARGIN <= tol)
-        else:
-            factors, weighted = None, np.zeros(self.size)
-            factored = np.zeros(self.size, dtype=bool)
-            contraction = np.full(self.size, np.inf)
-            chord = np.zeros(self.size, dtype=bool)
+        # each client's Cholesky factor of its last new Hessian (``factored``: it has one)
+        # and whether its next step takes it again (``chord``)
+        factors: np.ndarray | None = None
+        factored = np.zeros(self.size, dtype=bool)
+        chord = np.zeros(self.size, dtype=bool)
         while active.size:
             if deadline is not None and time.perf_counter() > deadline:
                 for i in active:
@@ -667,8 +602,10 @@ class GLMCohort:
                 Xa, Ca, Sa, Ga = X[active], C[active], S[active], G[active]
                 va, gna = vals[active], gnorm[active]
                 Ka = None if K is None else K[active]
-            if self.keeps_systems:  # (the systems kept for these weights)
-                step = self._fixed_step(S, Ga, None if every else active)
+            if self.keeps_inverses:  # (the Hessians' inverses kept for these weights)
+                inverse = self._fixed_inverse(S)
+                inverse = inverse if every else inverse[active]
+                step = -np.matmul(inverse, Ga[:, :, None])[:, :, 0]
             else:
                 reuse = chord[active]
                 step = np.empty_like(Ga)
@@ -695,7 +632,6 @@ class GLMCohort:
                             if factors is None:
                                 factors = np.empty((self.size, self.n, self.n))
                             factors[active[fresh]] = L
-                        weighted[active[fresh]] = Sa if whole else Sa[fresh]
                     factored[active[fresh]] = L is not None
                 if fresh.size < active.size:  # (the factor of an earlier step, kept)
                     old = np.flatnonzero(reuse)
@@ -740,14 +676,11 @@ class GLMCohort:
                 if K is not None:
                     K[upd] = new_K[keep]
                 gnorm[upd] = np.abs(G[upd]).max(axis=1, initial=0.0)
-            if not self.keeps_systems:  # (a full step that cut the residual enough)
+            if not self.keeps_inverses:  # (a full step that cut the residual enough)
                 r = gnorm[active]
-                full = t == 1.0
-                contraction[active] = np.where(full, r / gna, np.inf)
-                ends = full & (r * contraction[active] * CHORD_MARGIN <= tol[active])
+                ends = (t == 1.0) & (r * (r / gna) * CHORD_MARGIN <= tol[active])
                 chord[active] = factored[active] & ends
             active = active[~failed & (gnorm[active] > tol[active])]
-        # (F, GF, K: this solve's own arrays, copied on use; the factors its own too)
+        # (F, GF, K: this solve's own arrays, copied on use)
         self._last_point = (X.copy(), F, GF, K)
-        self._last_factors = None if factors is None else (factors, weighted, factored, contraction)
         return BatchReport(X, gnorm, iters, message)
