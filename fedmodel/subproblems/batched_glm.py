@@ -72,6 +72,11 @@ KEPT_INVERSES = 2
 #: followed by a new Hessian
 CHORD_MARGIN = 4.0
 
+#: the share of a cohort's clients still iterating from which a Newton iteration computes
+#: on the whole cohort's data and picks their rows (each row's numbers are the same): below
+#: it their data is copied out first
+WIDE_SHARE = 0.5
+
 #: the most variables :func:`spd_solve` and :func:`spd_inverse` handle by Cholesky factors
 #: and batched substitution (one numpy call per variable for all the matrices); above it
 #: one LAPACK LU call per matrix costs less, and a constant-curvature cohort keeps no
@@ -595,7 +600,10 @@ class GLMCohort:
             if not active.size:
                 break
             every = active.size == self.size  # (then the whole arrays, no copies)
-            sub = self if every else self.subset(active)
+            # most of them (WIDE_SHARE): the whole cohort's data, their rows picked from
+            # its results (no copy of their data; each row's numbers are the same)
+            wide = not every and active.size >= WIDE_SHARE * self.size
+            sub = self if every or wide else self.subset(active)
             if every:
                 Xa, Ca, Sa, Ga, va, gna, Ka = X, C, S, G, vals, gnorm, K
             else:
@@ -612,8 +620,13 @@ class GLMCohort:
                 fresh = np.flatnonzero(~reuse)
                 if fresh.size:  # (a new Hessian and its factor)
                     whole = fresh.size == active.size
-                    if whole or 2 * fresh.size < active.size:
-                        part = sub if whole else sub.subset(fresh)
+                    if wide and 2 * fresh.size >= active.size:  # (every Hessian, rows picked)
+                        H = self.hessian(X, K)[active[fresh]]
+                    elif whole or 2 * fresh.size < active.size:
+                        if wide:  # (a few of them: their data copied out)
+                            part = self.subset(active[fresh])
+                        else:
+                            part = sub if whole else sub.subset(fresh)
                         H = part.hessian(
                             Xa if whole else Xa[fresh], Ka if whole else _rows(Ka, fresh)
                         )
@@ -641,7 +654,13 @@ class GLMCohort:
             slope = np.einsum("in,in->i", Ga, step)
             t = np.ones(active.size)
             new_X = Xa + step
-            new_v, new_G, new_F, new_GF, new_K = objective(sub, new_X, Ca, Sa)
+            if wide:  # (every client's point, the others' unmoved; their rows picked)
+                moved = X.copy()
+                moved[active] = new_X
+                out = objective(self, moved, C, S)
+                new_v, new_G, new_F, new_GF, new_K = (_rows(a, active) for a in out)
+            else:
+                new_v, new_G, new_F, new_GF, new_K = objective(sub, new_X, Ca, Sa)
             todo = new_v > va + 1e-4 * t * slope
             # at machine precision the value cannot resolve the decrease: a full step that
             # still reduces the gradient is taken (as the per-client method does)
@@ -651,7 +670,8 @@ class GLMCohort:
                 t[todo] *= 0.5
                 idx = np.flatnonzero(todo)
                 trial = Xa[idx] + t[idx, None] * step[idx]
-                v2, g2, f2, gf2, k2 = objective(sub.subset(idx), trial, Ca[idx], Sa[idx])
+                part = self.subset(active[idx]) if wide else sub.subset(idx)
+                v2, g2, f2, gf2, k2 = objective(part, trial, Ca[idx], Sa[idx])
                 new_X[idx], new_v[idx], new_G[idx] = trial, v2, g2
                 new_F[idx], new_GF[idx] = f2, gf2
                 if k2 is not None:
