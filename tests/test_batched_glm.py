@@ -72,10 +72,14 @@ def test_each_client_reaches_its_own_minimiser(kinds, quadratic):
         assert np.isclose(np.abs(g + S[i] * (out.x[i] - C[i])).max(), out.residual[i])
 
 
-def test_value_and_gradient_equal_each_form_s():
-    forms = _forms([2, 5, 4], quadratic=True)
+@pytest.mark.parametrize("kinds", [("logistic", "square"), ("square",)])
+def test_value_and_gradient_equal_each_form_s(kinds):
+    """Also for a least-squares cohort, whose value and gradient come from f(0), its
+    gradient there and its Hessian."""
+    forms = _forms([2, 5, 4], kinds=kinds, quadratic=True)
     X = np.random.default_rng(2).normal(size=(3, 4))
     cohort = GLMCohort(forms)
+    assert cohort.keeps_inverses == (kinds == ("square",))
     vals, G = cohort.value_grad(X)
     H = cohort.hessian(X)
     for i, f in enumerate(forms):

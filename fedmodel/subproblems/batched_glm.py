@@ -22,7 +22,9 @@ term has a constant second derivative (least squares) the Hessians do not depend
 point: a cohort of few variables (:data:`SUBSTITUTION_SIZE`) keeps the inverses of
 ``hess f_i + s_i I`` (:func:`spd_inverse`, from Cholesky factors) for the last vectors
 of proximal weights it was given, and a Newton step is one batched matrix-vector product
-(an exact-admm run changes ``s_i`` only when its penalty changes). The arithmetic is the
+(an exact-admm run changes ``s_i`` only when its penalty changes); such a cohort's ``f_i``
+is quadratic, its value and gradient one more product with the Hessian (from ``f_i(0)``
+and its gradient there). The arithmetic is the
 per-client Newton method's but for the chord steps and the order of summation (the
 results agree to the tolerance, not bit for bit). A cohort keeps the points its last
 solve returned with ``f_i``, its gradient and second derivatives there: the next solve
@@ -421,6 +423,8 @@ class GLMCohort:
             )
         self.r = np.array([float(f.r) for f in forms])
         self._fixed_hessian: np.ndarray | None = None
+        #: ``f_i(0)`` and its gradient, of a cohort that keeps its systems (:meth:`_evaluate`)
+        self._at_zero: tuple[np.ndarray, np.ndarray] | None = None
         #: every term has a constant second derivative: the Hessians do not depend on the
         #: point, and (with at most :data:`SUBSTITUTION_SIZE` variables, where a batched
         #: solve costs far more than its arithmetic) the inverse of a vector of proximal
@@ -443,7 +447,25 @@ class GLMCohort:
         """:meth:`value_grad` and, with ``curvature`` (and a Hessian that depends on the
         point), the weighted second derivatives ``w_itk phi_t''`` of every term's rows,
         the terms side by side (clients, rows of all terms), from the same evaluation of
-        each ``phi_t`` (:meth:`hessian` takes them)."""
+        each ``phi_t`` (:meth:`hessian` takes them). A cohort that keeps its systems
+        (``f_i`` quadratic, few variables) takes ``f_i(x) = f_i(0) + x^T (g_i + H_i x / 2)``,
+        ``grad f_i(x) = g_i + H_i x`` from ``f_i(0)``, its gradient ``g_i`` there (each
+        evaluated once from the terms) and its Hessian ``H_i``: one batched
+        matrix-vector product instead of two passes over the data."""
+        if self.keeps_inverses:
+            if self._at_zero is None:
+                self._at_zero = self._evaluate_terms(np.zeros((self.size, self.n)), False)[:2]
+            if self._fixed_hessian is None:
+                self.hessian(X)
+            f0, g0 = self._at_zero
+            HX = np.matmul(self._fixed_hessian, X[:, :, None])[:, :, 0]
+            return f0 + np.einsum("in,in->i", X, g0 + 0.5 * HX), g0 + HX, None
+        return self._evaluate_terms(X, curvature)
+
+    def _evaluate_terms(
+        self, X: np.ndarray, curvature: bool
+    ) -> tuple[np.ndarray, np.ndarray, np.ndarray | None]:
+        """:meth:`_evaluate` from the terms: each ``phi_t`` at every row's image."""
         vals = self.r.copy()
         G = self.q.copy()
         vals += np.einsum("in,in->i", self.q, X)
@@ -525,6 +547,7 @@ class GLMCohort:
         sub.q, sub.r = self.q[idx], self.r[idx]
         fixed = self._fixed_hessian
         sub._fixed_hessian = None if fixed is None else fixed[idx]
+        sub._at_zero = None if self._at_zero is None else tuple(a[idx] for a in self._at_zero)
         sub.constant_curvature = self.constant_curvature
         sub.keeps_inverses = self.keeps_inverses
         sub._inverses = OrderedDict()
