@@ -24,9 +24,9 @@ point: a cohort of few variables (:data:`SUBSTITUTION_SIZE`) keeps the inverses 
 of proximal weights it was given, and a Newton step is one batched matrix-vector product
 (an exact-admm run changes ``s_i`` only when its penalty changes); such a cohort's ``f_i``
 is quadratic, its value and gradient one more product with the Hessian (from ``f_i(0)``
-and its gradient there). The arithmetic is the
-per-client Newton method's but for the chord steps and the order of summation (the
-results agree to the tolerance, not bit for bit). A cohort keeps the points its last
+and its gradient there). The arithmetic is the per-client Newton method's but for the
+chord steps and the order of summation (the results agree to the tolerance, not bit for
+bit). A cohort keeps the points its last
 solve returned with ``f_i``, its gradient and second derivatives there: the next solve
 that starts from exactly those points (an exact-admm client starts from its last step's
 point) takes them instead of evaluating ``f_i`` again, the same numbers.
@@ -423,7 +423,7 @@ class GLMCohort:
             )
         self.r = np.array([float(f.r) for f in forms])
         self._fixed_hessian: np.ndarray | None = None
-        #: ``f_i(0)`` and its gradient, of a cohort that keeps its systems (:meth:`_evaluate`)
+        #: ``f_i(0)`` and its gradient, of a cohort that keeps inverses (:meth:`_evaluate`)
         self._at_zero: tuple[np.ndarray, np.ndarray] | None = None
         #: every term has a constant second derivative: the Hessians do not depend on the
         #: point, and (with at most :data:`SUBSTITUTION_SIZE` variables, where a batched
@@ -447,7 +447,7 @@ class GLMCohort:
         """:meth:`value_grad` and, with ``curvature`` (and a Hessian that depends on the
         point), the weighted second derivatives ``w_itk phi_t''`` of every term's rows,
         the terms side by side (clients, rows of all terms), from the same evaluation of
-        each ``phi_t`` (:meth:`hessian` takes them). A cohort that keeps its systems
+        each ``phi_t`` (:meth:`hessian` takes them). A cohort that keeps inverses
         (``f_i`` quadratic, few variables) takes ``f_i(x) = f_i(0) + x^T (g_i + H_i x / 2)``,
         ``grad f_i(x) = g_i + H_i x`` from ``f_i(0)``, its gradient ``g_i`` there (each
         evaluated once from the terms) and its Hessian ``H_i``: one batched
