@@ -628,7 +628,8 @@ class GLMCohort:
             wide = not every and active.size >= WIDE_SHARE * self.size
             sub = self if every or wide else self.subset(active)
             if every:
-                Xa, Ca, Sa, Ga, va, gna, Ka = X, C, S, G, vals, gnorm, K
+                Xa, Ca, Sa, Ga, va, Ka = X, C, S, G, vals, K
+                gna = gnorm.copy()  # (gnorm's rows are updated in place below)
             else:
                 Xa, Ca, Sa, Ga = X[active], C[active], S[active], G[active]
                 va, gna = vals[active], gnorm[active]
