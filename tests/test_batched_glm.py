@@ -72,10 +72,14 @@ def test_each_client_reaches_its_own_minimiser(kinds, quadratic):
         assert np.isclose(np.abs(g + S[i] * (out.x[i] - C[i])).max(), out.residual[i])
 
 
-def test_value_and_gradient_equal_each_form_s():
-    forms = _forms([2, 5, 4], quadratic=True)
+@pytest.mark.parametrize("kinds", [("logistic", "square"), ("square",)])
+def test_value_and_gradient_equal_each_form_s(kinds):
+    """Also for a least-squares cohort, whose value and gradient come from f(0), its
+    gradient there and its Hessian."""
+    forms = _forms([2, 5, 4], kinds=kinds, quadratic=True)
     X = np.random.default_rng(2).normal(size=(3, 4))
     cohort = GLMCohort(forms)
+    assert cohort.keeps_inverses == (kinds == ("square",))
     vals, G = cohort.value_grad(X)
     H = cohort.hessian(X)
     for i, f in enumerate(forms):
@@ -278,3 +282,26 @@ def test_a_client_near_its_minimiser_steps_with_its_last_factor(monkeypatch):
     factored.clear()
     out = GLMCohort(wide).prox(rng.normal(size=(2, 30)), np.full(2, 0.01), np.zeros((2, 30)), 1e-10)
     assert (out.residual <= 1e-10).all() and sum(factored) == out.iterations.sum()
+
+
+def test_most_clients_still_iterating_compute_on_the_whole_cohort(monkeypatch):
+    """While at least WIDE_SHARE of a cohort's clients iterate, an iteration computes on
+    the whole cohort's data and picks their rows (no copy of their data: no subset of that
+    many clients); each client's numbers are those of a cohort of its own, bit for bit."""
+    rows = [33, 41, 50, 20, 34, 25]
+    forms = _forms(rows, kinds=("logistic",), seed=13)
+    rng = np.random.default_rng(14)
+    C, S = rng.normal(size=(6, 4)), np.linspace(0.1, 1.0, 6)
+    X0 = GLMCohort(forms).prox(C, S, np.zeros((6, 4)), tol=1e-13).x
+    X0[2:] = 0.0  # (two clients start at their minimisers: four of six iterate)
+    sizes: list[int] = []
+    subset = GLMCohort.subset
+    monkeypatch.setattr(
+        GLMCohort, "subset", lambda c, idx: sizes.append(len(idx)) or subset(c, idx)
+    )
+    out = GLMCohort(forms).prox(C, S, X0, tol=1e-12)
+    assert (out.iterations[:2] == 0).all() and (out.iterations[2:] >= 2).all()
+    assert 4 >= batched_glm.WIDE_SHARE * 6 > max(sizes)
+    for i, f in enumerate(forms):
+        alone = GLMCohort([f]).prox(C[i : i + 1], S[i : i + 1], X0[i : i + 1], tol=1e-12)
+        assert np.array_equal(alone.x[0], out.x[i]) and alone.iterations[0] == out.iterations[i]

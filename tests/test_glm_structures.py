@@ -397,3 +397,30 @@ def test_a_structure_read_by_its_skeleton_s_matcher_is_the_walk_s(monkeypatch):
         same = [j for j in range(12) if alternating[f"a{j}"] == alternating[f"a{k}"]]
         assert all(j % 2 == k % 2 and (j % 3 == 2) == (k % 3 == 2) for j in same)
         assert all((j % 4 == 3) == (k % 4 == 3) for j in same)
+
+
+def test_owned_variables_of_one_size_and_other_shapes_are_other_structures(monkeypatch):
+    """Parties whose owned variables sit at the same place with the same size but another
+    shape (a (2, 3) and a (3, 2) matrix, summed alike) have other structures: the matcher
+    of one party's skeleton does not read the other's terms as its own."""
+    from fedmodel.compiler import fingerprint
+
+    monkeypatch.setattr(fingerprint, "_MATCHERS", {})
+    monkeypatch.setattr(fingerprint, "_TALLY", {})
+    rng = np.random.default_rng(5)
+    m = fm.Model("owned-shapes")
+    w = m.variable(2, name="w")
+    for k in range(8):
+        c = m.client(f"c{k}")
+        v = c.variable((2, 3) if k % 2 else (3, 2), name=f"v{k}")
+        X = c.data(rng.normal(size=(5, 2)), name="X")
+        y = c.data(rng.normal(size=5), name="y")
+        c.minimize(cp.sum_squares(X @ w - y) + cp.sum(v))
+    programs = [p.local() for p in m.compile().clients]  # (over its own view: (w, v))
+    read = [fingerprint.structure_reading(p) for p in programs]
+    monkeypatch.setattr(fingerprint, "_MATCHERS", {})
+    monkeypatch.setattr(fingerprint, "MATCHERS_PER_KEY", 0)  # (every party walked)
+    walked = [fingerprint.structure_reading(p)[0] for p in programs]
+    assert sum(hits for hits, _ in fingerprint._TALLY.values()) >= 4  # (matchers read them)
+    assert [d for d, _ in read] == walked
+    assert walked[0] != walked[1] and len(set(walked)) == 2

@@ -408,7 +408,7 @@ def _matcher(exprs: list, places: dict[int, int]):
         lines.append(f"if type({var}) is not {constant(t)}: return None")
         args = e.args
         kind = _kind(t)
-        if args or kind not in ("variable", "data"):  # (theirs: by place, in their texts)
+        if args or kind != "data":  # (a variable by its place and shape, data in its text)
             lines.append(f"data.append({var}.shape)")
         if args:
             d = e.get_data()

@@ -22,9 +22,11 @@ term has a constant second derivative (least squares) the Hessians do not depend
 point: a cohort of few variables (:data:`SUBSTITUTION_SIZE`) keeps the inverses of
 ``hess f_i + s_i I`` (:func:`spd_inverse`, from Cholesky factors) for the last vectors
 of proximal weights it was given, and a Newton step is one batched matrix-vector product
-(an exact-admm run changes ``s_i`` only when its penalty changes). The arithmetic is the
-per-client Newton method's but for the chord steps and the order of summation (the
-results agree to the tolerance, not bit for bit). A cohort keeps the points its last
+(an exact-admm run changes ``s_i`` only when its penalty changes); such a cohort's ``f_i``
+is quadratic, its value and gradient one more product with the Hessian (from ``f_i(0)``
+and its gradient there). The arithmetic is the per-client Newton method's but for the
+chord steps and the order of summation (the results agree to the tolerance, not bit for
+bit). A cohort keeps the points its last
 solve returned with ``f_i``, its gradient and second derivatives there: the next solve
 that starts from exactly those points (an exact-admm client starts from its last step's
 point) takes them instead of evaluating ``f_i`` again, the same numbers.
@@ -72,6 +74,11 @@ KEPT_INVERSES = 2
 #: followed by a new Hessian
 CHORD_MARGIN = 4.0
 
+#: the share of a cohort's clients still iterating from which a Newton iteration computes
+#: on the whole cohort's data and picks their rows (each row's numbers are the same): below
+#: it their data is copied out first
+WIDE_SHARE = 0.5
+
 #: the most variables :func:`spd_solve` and :func:`spd_inverse` handle by Cholesky factors
 #: and batched substitution (one numpy call per variable for all the matrices); above it
 #: one LAPACK LU call per matrix costs less, and a constant-curvature cohort keeps no
@@ -102,12 +109,13 @@ def spd_inverse(H: np.ndarray, shift: np.ndarray) -> np.ndarray:
         L = np.linalg.cholesky(M)
     except np.linalg.LinAlgError:
         return np.linalg.inv(M)
-    Li = np.zeros_like(M)
-    for j in range(n):  # row j of L^{-1}: (e_j - L[j, :j] L^{-1}[:j, :j+1]) / L[j, j]
-        row = -np.matmul(L[:, j : j + 1, :j], Li[:, :j, : j + 1])[:, 0, :]
+    # row j of L^{-1}: (e_j - L[j, :j] L^{-1}[:j, :j+1]) / L[j, j], written over row j of
+    # L (which no later row reads): no second array
+    for j in range(n):
+        row = -np.matmul(L[:, j : j + 1, :j], L[:, :j, : j + 1])[:, 0, :]
         row[:, j] += 1.0
-        Li[:, j, : j + 1] = row / L[:, j, j : j + 1]
-    return np.matmul(Li.transpose(0, 2, 1), Li, out=M)
+        L[:, j, : j + 1] = row / L[:, j, j : j + 1]
+    return np.matmul(L.transpose(0, 2, 1), L, out=M)
 
 
 def spd_factor(M: np.ndarray) -> np.ndarray | None:
@@ -415,6 +423,8 @@ class GLMCohort:
             )
         self.r = np.array([float(f.r) for f in forms])
         self._fixed_hessian: np.ndarray | None = None
+        #: ``f_i(0)`` and its gradient, of a cohort that keeps inverses (:meth:`_evaluate`)
+        self._at_zero: tuple[np.ndarray, np.ndarray] | None = None
         #: every term has a constant second derivative: the Hessians do not depend on the
         #: point, and (with at most :data:`SUBSTITUTION_SIZE` variables, where a batched
         #: solve costs far more than its arithmetic) the inverse of a vector of proximal
@@ -437,7 +447,25 @@ class GLMCohort:
         """:meth:`value_grad` and, with ``curvature`` (and a Hessian that depends on the
         point), the weighted second derivatives ``w_itk phi_t''`` of every term's rows,
         the terms side by side (clients, rows of all terms), from the same evaluation of
-        each ``phi_t`` (:meth:`hessian` takes them)."""
+        each ``phi_t`` (:meth:`hessian` takes them). A cohort that keeps inverses
+        (``f_i`` quadratic, few variables) takes ``f_i(x) = f_i(0) + x^T (g_i + H_i x / 2)``,
+        ``grad f_i(x) = g_i + H_i x`` from ``f_i(0)``, its gradient ``g_i`` there (each
+        evaluated once from the terms) and its Hessian ``H_i``: one batched
+        matrix-vector product instead of two passes over the data."""
+        if self.keeps_inverses:
+            if self._at_zero is None:
+                self._at_zero = self._evaluate_terms(np.zeros((self.size, self.n)), False)[:2]
+            if self._fixed_hessian is None:
+                self.hessian(X)
+            f0, g0 = self._at_zero
+            HX = np.matmul(self._fixed_hessian, X[:, :, None])[:, :, 0]
+            return f0 + np.einsum("in,in->i", X, g0 + 0.5 * HX), g0 + HX, None
+        return self._evaluate_terms(X, curvature)
+
+    def _evaluate_terms(
+        self, X: np.ndarray, curvature: bool
+    ) -> tuple[np.ndarray, np.ndarray, np.ndarray | None]:
+        """:meth:`_evaluate` from the terms: each ``phi_t`` at every row's image."""
         vals = self.r.copy()
         G = self.q.copy()
         vals += np.einsum("in,in->i", self.q, X)
@@ -519,6 +547,7 @@ class GLMCohort:
         sub.q, sub.r = self.q[idx], self.r[idx]
         fixed = self._fixed_hessian
         sub._fixed_hessian = None if fixed is None else fixed[idx]
+        sub._at_zero = None if self._at_zero is None else tuple(a[idx] for a in self._at_zero)
         sub.constant_curvature = self.constant_curvature
         sub.keeps_inverses = self.keeps_inverses
         sub._inverses = OrderedDict()
@@ -594,9 +623,13 @@ class GLMCohort:
             if not active.size:
                 break
             every = active.size == self.size  # (then the whole arrays, no copies)
-            sub = self if every else self.subset(active)
+            # most of them (WIDE_SHARE): the whole cohort's data, their rows picked from
+            # its results (no copy of their data; each row's numbers are the same)
+            wide = not every and active.size >= WIDE_SHARE * self.size
+            sub = self if every or wide else self.subset(active)
             if every:
-                Xa, Ca, Sa, Ga, va, gna, Ka = X, C, S, G, vals, gnorm, K
+                Xa, Ca, Sa, Ga, va, Ka = X, C, S, G, vals, K
+                gna = gnorm.copy()  # (gnorm's rows are updated in place below)
             else:
                 Xa, Ca, Sa, Ga = X[active], C[active], S[active], G[active]
                 va, gna = vals[active], gnorm[active]
@@ -611,8 +644,13 @@ class GLMCohort:
                 fresh = np.flatnonzero(~reuse)
                 if fresh.size:  # (a new Hessian and its factor)
                     whole = fresh.size == active.size
-                    if whole or 2 * fresh.size < active.size:
-                        part = sub if whole else sub.subset(fresh)
+                    if wide and 2 * fresh.size >= active.size:  # (every Hessian, rows picked)
+                        H = self.hessian(X, K)[active[fresh]]
+                    elif whole or 2 * fresh.size < active.size:
+                        if wide:  # (a few of them: their data copied out)
+                            part = self.subset(active[fresh])
+                        else:
+                            part = sub if whole else sub.subset(fresh)
                         H = part.hessian(
                             Xa if whole else Xa[fresh], Ka if whole else _rows(Ka, fresh)
                         )
@@ -640,7 +678,13 @@ class GLMCohort:
             slope = np.einsum("in,in->i", Ga, step)
             t = np.ones(active.size)
             new_X = Xa + step
-            new_v, new_G, new_F, new_GF, new_K = objective(sub, new_X, Ca, Sa)
+            if wide:  # (every client's point, the others' unmoved; their rows picked)
+                moved = X.copy()
+                moved[active] = new_X
+                out = objective(self, moved, C, S)
+                new_v, new_G, new_F, new_GF, new_K = (_rows(a, active) for a in out)
+            else:
+                new_v, new_G, new_F, new_GF, new_K = objective(sub, new_X, Ca, Sa)
             todo = new_v > va + 1e-4 * t * slope
             # at machine precision the value cannot resolve the decrease: a full step that
             # still reduces the gradient is taken (as the per-client method does)
@@ -650,7 +694,8 @@ class GLMCohort:
                 t[todo] *= 0.5
                 idx = np.flatnonzero(todo)
                 trial = Xa[idx] + t[idx, None] * step[idx]
-                v2, g2, f2, gf2, k2 = objective(sub.subset(idx), trial, Ca[idx], Sa[idx])
+                part = self.subset(active[idx]) if wide else sub.subset(idx)
+                v2, g2, f2, gf2, k2 = objective(part, trial, Ca[idx], Sa[idx])
                 new_X[idx], new_v[idx], new_G[idx] = trial, v2, g2
                 new_F[idx], new_GF[idx] = f2, gf2
                 if k2 is not None:
