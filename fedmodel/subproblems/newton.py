@@ -137,8 +137,11 @@ class _PartyGLM:
     def __init__(self, program: PartyProgram):
         layout = program.layout
         terms = [t.expr for t in program.objective]
-        ineq, eq = [c.expr for c in program.ineq], [c.expr for c in program.eq]
-        exprs = terms + ineq + eq
+        if program.constraints:
+            ineq, eq = [c.expr for c in program.ineq], [c.expr for c in program.eq]
+            exprs = terms + ineq + eq
+        else:  # (an objective only)
+            ineq, eq, exprs = [], [], terms
         shared = _structure_nodes(program, exprs)
         leaves: list = []
         self.n = layout.size
@@ -170,11 +173,12 @@ class _PartyGLM:
             if tape is not None:
                 _RECIPES[program.structure] = None
             raise
+        read = tuple(reading.path)
         if shared is not None and path is None:  # (the structure's first form: its path)
-            _STRUCTURE_NODES[program.structure] = (nodes, reading.path)
-            path = reading.path
-        self.same_path = path is not None and reading.path == path
-        self.path_key = None if shared is None else (program.structure, tuple(reading.path))
+            _STRUCTURE_NODES[program.structure] = (nodes, read)
+            path = read
+        self.same_path = path is not None and read == path
+        self.path_key = None if shared is None else (program.structure, read)
         made = [self.f, *self.ineq, *self.eq]
         if tape is not None:  # (its recipe, replayed by the structure's next parties)
             recipe = Recipe(tape, made, reading.path) if tape.valid else None
@@ -184,7 +188,7 @@ class _PartyGLM:
             if entry is not None and not entry[0].verified and not entry[0].verify(leaves, made):
                 _RECIPES[program.structure] = None
 
-    def _replayed(self, structure: str, nodes: list, leaves: list, path: list | None) -> bool:
+    def _replayed(self, structure: str, nodes: list, leaves: list, path: tuple | None) -> bool:
         """Whether the form was made by replaying ``structure``'s verified recipe on
         ``leaves`` (:class:`~fedmodel.compiler.glm.Recipe`): every decision came out as
         recorded, so the operations are those of a reading of its own, on its values."""
@@ -199,9 +203,9 @@ class _PartyGLM:
         self.ineq = forms[1 : 1 + n_ineq]
         self.eq = forms[1 + n_ineq :]
         if path is None:  # (the structure's first form since its nodes were made)
-            _STRUCTURE_NODES[structure] = (nodes, list(recipe.path))
+            _STRUCTURE_NODES[structure] = (nodes, recipe.path)
             path = recipe.path
-        self.same_path = recipe.path == tuple(path)
+        self.same_path = recipe.path == path
         self.path_key = (structure, recipe.path)
         self.replayed = True
         return True
@@ -227,10 +231,10 @@ _RECIPES: dict[str, tuple[Recipe, int] | None] = {}
 #: of its terms, the path of its first party's form, None until that form is made), or
 #: None when the flags of its nodes depend on the data's values; nodes leave with the
 #: program they were made from (they hold its expressions)
-_STRUCTURE_NODES: dict[str, tuple[list[Node], list | None] | None] = {}
+_STRUCTURE_NODES: dict[str, tuple[list[Node], tuple | None] | None] = {}
 
 
-def _structure_nodes(program: PartyProgram, exprs: list) -> tuple[list[Node], list | None] | None:
+def _structure_nodes(program: PartyProgram, exprs: list) -> tuple[list[Node], tuple | None] | None:
     """The nodes ``program``'s terms ``exprs`` are read through, shared by its structure,
     and its first party's path; None when the structure's flags depend on its data."""
     key = program.structure

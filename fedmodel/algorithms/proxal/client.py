@@ -134,6 +134,25 @@ class ProxALClient(ClientHalf):
     )  # fmt: skip
     component_fields = ("solver", "inner")  # (the Newton backend's carried factor; the route)
 
+    # (u, the factors of beta, 1/prox_beta and rho_i): the objective's units of the
+    # parameters, sent by the server in a units round (ProxALServer.take_objective_units)
+    objective_units = (1.0, 1.0, 1.0, 1.0)
+    # its dense GLM form when it has no constraints (cohorts.glm_objective), looked up
+    # once; whether that form agreed with its evaluator, or disagreed (then it leaves
+    # every batch); the cohort it was last batched in (kept by a cohort's first client).
+    # Each starts as this class's value and is the client's own once written
+    glm_form = None
+    glm_looked_up = False
+    glm_signature: tuple | None = None
+    glm_plain: bool | None = None  # (kkt.plain_objective_party, found once)
+    glm_verified = False
+    _glm_disagrees = False
+    glm_structure: str | None = None  # (its structure_fingerprint, found once)
+    glm_path: tuple | None = None  # (its form's path, party_glm's path_key)
+    glm_cohort = None
+    _centre_rows: CentreRows | None = None
+    _centre_slot = 0
+
     def __init__(
         self,
         program: PartyProgram,
@@ -154,43 +173,36 @@ class ProxALClient(ClientHalf):
         self.rho_option = float(rho)
         self.proximal = bool(proximal)
         self.n_clients = int(n_clients)
-        self.ns = program.layout.n_shared
-        self.owned = program.layout.size > self.ns
-        # (u, the factors of beta, 1/prox_beta and rho_i): the objective's units of the
-        # parameters, sent by the server in a units round (ProxALServer.take_objective_units)
-        self.objective_units = (1.0, 1.0, 1.0, 1.0)
+        layout = program.layout
+        self.ns = ns = layout.n_shared
+        n_own = layout.size - ns
+        self.owned = n_own > 0
         self.problem = MeritProblem([program], float(options.beta))
         self.derive_parameters()
-        n_own = program.layout.size - self.ns
-        if theta0 is None and not n_own:  # (no own block: the one empty array)
-            theta0 = _EMPTY
-        elif theta0 is None:
-            theta0 = np.zeros(n_own)
-        else:
+        if theta0 is not None:
             theta0 = np.asarray(theta0, dtype=float)
-        self.theta_center = _own(theta0)  # theta_i^k (admm: the last theta_i)
-        self.theta_at_w = _own(theta0)  # own block of the iterate matching the last w
-        self.mu = np.full(program.m_ineq, float(options.mu0)) if program.m_ineq else _EMPTY
-        self.nu = np.zeros(program.m_eq) if program.m_eq else _EMPTY
-        self.cone = np.zeros(program.m_cone) if program.m_cone else _EMPTY  # (conic duals)
-        self.cone_at_w = _own(self.cone)  # those matching theta_at_w (the certificate's)
-        # the multipliers before the last outer update and the last outer step of the own
-        # block: the candidates of the infeasibility and unboundedness certificates
-        self.mu_mark, self.nu_mark = _own(self.mu), _own(self.nu)
-        self.cone_mark = _own(self.cone)
-        self.theta_step = np.zeros(n_own) if n_own else _EMPTY
+        elif n_own:
+            theta0 = np.zeros(n_own)
+        m_ineq, m_eq, m_cone = program.m_ineq, program.m_eq, program.m_cone
+        if theta0 is None and not (m_ineq or m_eq or m_cone):
+            # (no own block, no constraints: each of these is the one empty array)
+            self.theta_center = self.theta_at_w = self.theta_step = _EMPTY
+            self.mu = self.nu = self.cone = self.cone_at_w = _EMPTY
+            self.mu_mark = self.nu_mark = self.cone_mark = _EMPTY
+        else:
+            theta0 = _EMPTY if theta0 is None else theta0
+            self.theta_center = _own(theta0)  # theta_i^k (admm: the last theta_i)
+            self.theta_at_w = _own(theta0)  # own block of the iterate matching the last w
+            self.mu = np.full(m_ineq, float(options.mu0)) if m_ineq else _EMPTY
+            self.nu = np.zeros(m_eq) if m_eq else _EMPTY
+            self.cone = np.zeros(m_cone) if m_cone else _EMPTY  # (conic duals)
+            self.cone_at_w = _own(self.cone)  # those matching theta_at_w (the certificate's)
+            # the multipliers before the last outer update and the last outer step of the
+            # own block: the candidates of the infeasibility and unboundedness certificates
+            self.mu_mark, self.nu_mark = _own(self.mu), _own(self.nu)
+            self.cone_mark = _own(self.cone)
+            self.theta_step = np.zeros(n_own) if n_own else _EMPTY
         self.solver_option = options.solver
-        # its dense GLM form when it has no constraints (cohorts.glm_objective), looked up
-        # once; whether that form agreed with its evaluator, or disagreed (then it leaves
-        # every batch); the cohort it was last batched in (kept by a cohort's first client)
-        self.glm_form, self.glm_looked_up = None, False
-        self.glm_signature: tuple | None = None
-        self.glm_plain: bool | None = None  # (kkt.plain_objective_party, found once)
-        self.glm_verified = False
-        self._glm_disagrees = False
-        self.glm_structure: str | None = None  # (its structure_fingerprint, found once)
-        self.glm_path: tuple | None = None  # (its form's path, party_glm's path_key)
-        self.glm_cohort = None
         if batched_steps(self):  # (its own backend: only if it leaves the batches)
             self.solver = LazySolver(
                 functools.partial(NewtonSolver, self.problem),
@@ -211,8 +223,6 @@ class ProxALClient(ClientHalf):
         # outer Anderson acceleration: memory of (residual, mu_i, nu_i) of Algorithm 1
         self.outer_anderson = 0 if (owned_anywhere or not proximal) else int(options.outer_anderson)
         self.outer_mem: list[tuple[np.ndarray, np.ndarray, np.ndarray]] = []
-        self._centre_rows: CentreRows | None = None
-        self._centre_slot = 0
         self.w_center: np.ndarray | None = None
         self.stats["max_residual_gap"] = 0.0
         self.use_route(route)
