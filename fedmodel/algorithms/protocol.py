@@ -827,25 +827,28 @@ def _bound(cls: type, args: tuple, kwargs: dict) -> dict[str, Any]:
     many positional arguments, which keywords; a party per client builds with one form),
     or by ``bind`` itself for a constructor with ``*args`` or ``**kwargs``. Raises
     TypeError as ``bind`` does."""
-    names = _bound_names(cls, len(args), tuple(kwargs))
-    if names is None:
+    found = _bound_names(cls, len(args), tuple(kwargs))
+    if found is None:
         return dict(_signature(cls).bind(*args, **kwargs).arguments)
+    names, ordered = found
     values = dict(zip(names, args))
     if not kwargs:  # (the positional names are the constructor's first, in its order)
         return values
     values.update(kwargs)
-    return {name: values[name] for name in names}
+    return values if ordered else {name: values[name] for name in names}
 
 
 @functools.cache
-def _bound_names(cls: type, n_args: int, keys: tuple[str, ...]) -> tuple[str, ...] | None:
+def _bound_names(cls: type, n_args: int, keys: tuple[str, ...]) -> tuple[tuple, bool] | None:
     """The names ``bind`` gives a call of ``cls`` with ``n_args`` positional arguments and
-    the keywords ``keys``, in the constructor's order; None for a constructor with
-    ``*args`` or ``**kwargs``. Raises TypeError when such a call does not bind."""
+    the keywords ``keys``, in the constructor's order, and whether the keywords come in
+    that order; None for a constructor with ``*args`` or ``**kwargs``. Raises TypeError
+    when such a call does not bind."""
     sig = _signature(cls)
     if any(p.kind in (p.VAR_POSITIONAL, p.VAR_KEYWORD) for p in sig.parameters.values()):
         return None
-    return tuple(sig.bind(*range(n_args), **dict.fromkeys(keys)).arguments)
+    names = tuple(sig.bind(*range(n_args), **dict.fromkeys(keys)).arguments)
+    return names, names[n_args:] == keys
 
 
 @functools.cache

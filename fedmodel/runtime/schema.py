@@ -720,7 +720,10 @@ class MessageTable:
         if cached is None:
             cached = {}
             object.__setattr__(self, "_passed_builds", cached)  # (frozen: a cache)
-        return cached.setdefault(reveal, set())
+        found = cached.get(reveal)
+        if found is None:
+            found = cached[reveal] = set()
+        return found
 
     def build_signature(self, arguments: Mapping[str, Any]) -> tuple | None:
         """What the check of the constructor ``arguments`` reads (:meth:`build_problem`,
