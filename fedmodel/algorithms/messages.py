@@ -148,14 +148,15 @@ def program_dims(program) -> dict[str, int]:
     :class:`~fedmodel.compiler.partition.PartyProgram`."""
     layout = program.layout
     own = sum(int(v.size) for v in layout.owned_by(program.name)) if layout.has_owned else 0
+    d, m_ineq, m_eq = int(layout.n_shared), int(program.m_ineq), int(program.m_eq)
     return {
-        "d": int(layout.n_shared),
+        "d": d,
         "d_own": own,
-        "d_party": int(layout.n_shared) + own,
-        "m_ineq": int(program.m_ineq),
-        "m_eq": int(program.m_eq),
+        "d_party": d + own,
+        "m_ineq": m_ineq,
+        "m_eq": m_eq,
         "m_cone": int(program.m_cone),
-        "m_con": int(program.m_ineq) + int(program.m_eq),
+        "m_con": m_ineq + m_eq,
     }
 
 

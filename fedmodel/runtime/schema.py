@@ -428,12 +428,19 @@ class ReplyChecker:
         return self._dims[party]
 
     def _find_dims(self, parties: list[str]) -> None:
-        """:meth:`dims` of ``parties`` (none found yet, each once) in one pass."""
+        """:meth:`dims` of ``parties`` (none found yet, each once) in one pass: a party
+        whose dimensions equal the previous party's (one dictionary comparison) takes
+        its key, any other's is sorted and interned."""
         found = list(map(self._dims_of, parties))
-        keys = map(tuple, map(sorted, map(_ITEMS, found)))
         intern = self._keys.setdefault
+        keys, last, key = [], None, None
+        for d in found:
+            if d != last:
+                key = tuple(sorted(d.items()))
+                last, key = d, intern(key, key)
+            keys.append(key)
         self._dims.update(zip(parties, found))
-        self._dims_key.update(zip(parties, [intern(key, key) for key in keys]))
+        self._dims_key.update(zip(parties, keys))
 
     def __call__(self, party: str, kind: str, direction: str, payload: Any) -> None:
         self.table.validate(party, kind, direction, payload, self.dims)
@@ -528,9 +535,6 @@ class ReplyChecker:
             if stacked.dtype.kind not in "biuf" or not _stacked_values_ok(field, stacked):
                 return False
         return True
-
-
-_ITEMS = operator.methodcaller("items")
 
 
 def _stacked_values_ok(field: Field, stacked: np.ndarray) -> bool:

@@ -345,13 +345,14 @@ _KIND, _M, _S, _A = (attrgetter(name) for name in ("kind", "M", "s", "A"))
 def _stack_term(terms: list, n: int, offset: int) -> tuple[_StackedTerm, int]:
     """One term of every client (``terms``, dense, of one kind, ``M`` and sign) stacked in
     blocks of one :func:`block_rows` (the columns ``offset:`` of a cohort's curvature
-    array), with its width there: the clients of one row count are grouped by numpy and
-    their rows copied to their places by one numpy call per row count and array."""
+    array), with its width there: the clients' blocks and places are found by numpy, and
+    each client's rows are copied straight to its place (negated there for ``s = -1``),
+    each array read once and written once."""
     size = len(terms)
     t0 = terms[0]
     A_all = [t.A for t in terms]
     counts = np.fromiter((a.shape[0] for a in A_all), dtype=int, count=size)
-    sizes, group, per_size = np.unique(counts, return_inverse=True, return_counts=True)
+    sizes, group = np.unique(counts, return_inverse=True)
     group = group.reshape(-1)
     padded = np.array([block_rows(m) for m in sizes.tolist()], dtype=int)
     widths, block_of_size = np.unique(padded, return_inverse=True)
@@ -368,15 +369,14 @@ def _stack_term(terms: list, n: int, offset: int) -> tuple[_StackedTerm, int]:
         A, b, w = np.zeros((count, rows, n)), np.zeros((count, rows)), np.zeros((count, rows))
         blocks.append(_Block(at, A, b, w))
     negated = float(t0.s) == -1.0  # (the sign kept in A: the same numbers, exactly)
-    by_size = np.argsort(group, kind="stable")  # (the clients row count by row count)
-    ends = np.cumsum(per_size).tolist()
-    for g, m in enumerate(sizes.tolist()):
-        idx = by_size[ends[g] - int(per_size[g]) : ends[g]]
-        blk, pos, picked = blocks[block_of_size[g]], within[idx], idx.tolist()
-        A = np.concatenate([A_all[i] for i in picked]).reshape(len(picked), m, n)
-        blk.A[pos, :m] = np.negative(A, out=A) if negated else A
-        blk.b[pos, :m] = np.concatenate([terms[i].b for i in picked]).reshape(len(picked), m)
-        blk.w[pos, :m] = np.concatenate([terms[i].weights for i in picked]).reshape(len(picked), m)
+    for src, m, k, at in zip(terms, counts.tolist(), block_of.tolist(), within.tolist()):
+        blk = blocks[k]
+        if negated:
+            np.negative(src.A, out=blk.A[at, :m])
+        else:
+            blk.A[at, :m] = src.A
+        blk.b[at, :m] = src.b
+        blk.w[at, :m] = src.weights
     s = 1.0 if negated else float(t0.s)
     term = _StackedTerm(t0.kind, blocks, float(t0.M), s, offset, block_of, within)
     return term, int(widths[-1]) if widths.size else 0
