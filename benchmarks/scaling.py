@@ -410,6 +410,12 @@ def _load() -> list[dict]:
     return json.loads(JSON.read_text()) if JSON.exists() else []
 
 
+def _times(x) -> str:
+    """A ratio as ``4.8x``; ``-`` when the row has none."""
+    shown = _fmt(x, ".1f")
+    return shown if shown == "-" else shown + "x"
+
+
 def _fmt(x, spec=".3g") -> str:
     if x is None or (isinstance(x, float) and not np.isfinite(x)):
         return "-"
@@ -554,7 +560,7 @@ def docs_block(rows: list[dict]) -> str:
             f"| {name} | {p.get('n', '-')} | {p.get('d', '-')} | {p.get('status', '-')} "
             f"| {p.get('rounds', '-')} | {_fmt(p.get('wall'))} | {_fmt(c.get('wall'))} "
             f"| {_fmt(k.get('wall'))} | {_fmt(p.get('per_round'))} "
-            f"| {_fmt(p.get('ratio'), '.1f')}x | {_fmt(p.get('ratio_with_bytes'), '.1f')}x "
+            f"| {_times(p.get('ratio'))} | {_times(p.get('ratio_with_bytes'))} "
             f"| {_fmt(setup, '.0%')} "
             f"| {_fmt(p.get('peak_mb'), '.0f')} |"
         )
