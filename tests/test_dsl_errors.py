@@ -167,3 +167,11 @@ def test_piecewise_linear_client_term_is_solved_through_its_epigraph():
     assert res.status == "optimal" and res.kkt.satisfied(1e-8, 1e-8)
     np.testing.assert_allclose(res.solution["w"], 0.5 * np.ones(3), atol=1e-6)
     assert list(res.solution) == ["w"] and list(res.extra["auxiliary"]) == ["c.abs0"]
+
+
+def test_a_data_name_that_is_not_a_string_is_refused_naming_the_party():
+    model, _ = _model()
+    site = model.client("site0")
+    with pytest.raises(fm.DataError, match=r"\[site0\] a data name is a string, got ndarray"):
+        site.data("X", np.eye(3))  # (the arguments swapped)
+    assert site.data(np.eye(3), name="X").data_name == "X"

@@ -146,6 +146,12 @@ class Party:
         >>> X = site.data(np.array([[1.0, 2.0], [3.0, 4.0]]), name="X")
         >>> site.minimize(cp.sum_squares(X @ w - 1))
         """
+        if name is not None and not isinstance(name, str):
+            raise DataError(
+                f"a data name is a string, got {type(name).__name__} (the call is "
+                "data(array, name='...'))",
+                party=self.name,
+            )
         name = name or f"data{len(self._data)}"
         if any(d.data_name == name for d in self._data):
             raise DataError(f"data name '{name}' is used twice", party=self.name)
