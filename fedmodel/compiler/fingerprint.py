@@ -433,7 +433,7 @@ def _matcher(exprs: list, places: dict[int, int]):
             place = places.get(id(e))
             if place is None:
                 raise _NoMatcher
-            lines.append(f"if places.get(id({var})) != {place}: return None")
+            lines.append(f"if places.get(id({var})) != {int(place)}: return None")
         elif kind == "data":
             lines.append(f"data.append(_data_by_shape({var}))")
         elif kind == "expr":  # (a constant, a parameter: by value)
@@ -454,6 +454,8 @@ def _matcher(exprs: list, places: dict[int, int]):
     leaves = ", ".join(f"l{i}" for i in range(len(exprs)))
     body = ["data = []", *lines, f"return ({leaves}{',' if len(exprs) == 1 else ''}), tuple(data)"]
     text = "def match(exprs, places):\n" + "\n".join(f"    {line}" for line in body)
+    # (the text holds this module's names, generated identifiers and integers only; every
+    # object of the terms it compares with is in ``names``: nothing of a value is code)
     exec(compile(text, "<structure matcher>", "exec"), names)  # (names: its constants)
     return names["match"]
 

@@ -353,7 +353,7 @@ def _replay_function(tape: Tape, forms: list):
             f"{ref(t.M)}, {ref(t.s)})"
             for t in f.terms
         )
-        call = f"GLMFunction({f.n}, [{terms}], {ref(f.Q)}, {ref(f.q)}, {ref(f.r)}, {f.Q_symmetric})"
+        call = f"GLMFunction({int(f.n)}, [{terms}], {ref(f.Q)}, {ref(f.q)}, {ref(f.r)}, {bool(f.Q_symmetric)})"
         scalings = f.__dict__.get("_q_scalings")
         if scalings is not None:
             factors = "".join(f"{ref(c)}, " for c in scalings)
@@ -367,6 +367,8 @@ def _replay_function(tape: Tape, forms: list):
     code = _REPLAY_CODE.get(text)
     if code is None:  # (structures whose readings differ in their values' sizes alone)
         code = _REPLAY_CODE[text] = compile(text, "<glm replay>", "exec")
+    # (the text holds generated identifiers and integers only; every operation, constant
+    # and decision outcome it refers to is in ``names``: nothing of a value is code)
     exec(code, names)  # (names: the operations and constants it refers to)
     replay = names["replay"]
     replay.text = text
