@@ -1390,11 +1390,8 @@ class ExactClient(InnerClient):
         h = self.host
         if not self._step_key_found:  # (what decides it is fixed but the form's verdict)
             self._step_key_found = True
-            if h.solver_option in ("auto", "newton") and h.problem.regularizer.is_zero:
-                structure = glm_structure(h)
-                if structure is not None:  # (one object per key: handle_rows groups by it)
-                    key = ("glm-prox", structure)
-                    self._step_key = _STEP_KEYS.setdefault(key, key)
+            if h.solver_option in _OWN_BACKENDS and h.problem.regularizer.is_zero:
+                self._step_key = _glm_step_key(glm_structure(h))
         return None if h.glm_disagrees else self._step_key
 
     @classmethod
@@ -1416,10 +1413,7 @@ class ExactClient(InnerClient):
         if len(facts) != 1 or facts.pop() not in _ALIKE_FACTS:
             return [part.step_batch_key(kind) for part in parts]
         signatures = list(map(_SIGNATURE, hosts))  # (None: no form)
-        found = {}
-        for signature in {id(s): s for s in signatures}.values():
-            key = None if signature is None else ("glm-prox", signature)
-            found[id(signature)] = None if key is None else _STEP_KEYS.setdefault(key, key)
+        found = {i: _glm_step_key(s) for i, s in {id(s): s for s in signatures}.items()}
         keys = [found[i] for i in map(id, signatures)]
         _consume(map(setattr, parts, itertools.repeat("_step_key"), keys))
         _consume(map(setattr, parts, itertools.repeat("_step_key_found"), itertools.repeat(True)))
@@ -1545,8 +1539,21 @@ _KEY_FACTS = operator.attrgetter(
     "_glm_disagrees",
 )
 
+#: the ``solver`` options whose steps use the library's own backend (those batched)
+_OWN_BACKENDS = ("auto", "newton")
+
 #: those facts when a client's key is its form's signature's (None without a form)
-_ALIKE_FACTS = frozenset({(True, "auto", True, True, False), (True, "newton", True, True, False)})
+_ALIKE_FACTS = frozenset((True, solver, True, True, False) for solver in _OWN_BACKENDS)
+
+
+def _glm_step_key(structure: tuple | None) -> tuple | None:
+    """The step key of a client whose form has ``structure`` (its signature; None: no
+    form, no key): one object per key, since ``handle_rows`` groups clients by it."""
+    if structure is None:
+        return None
+    key = ("glm-prox", structure)
+    return _STEP_KEYS.setdefault(key, key)
+
 
 #: the stacks of exact-admm clients' steps made in this process (:class:`_Split`)
 _STACKS_MADE = [0]
