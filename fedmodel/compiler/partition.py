@@ -465,8 +465,10 @@ class CompiledModel:
     def parties(self) -> list[PartyProgram]:
         return [self.server, *self.clients]
 
-    @property
+    @cached_property
     def nonconvex(self) -> bool:
+        """Whether a party has terms declared nonconvex (found once: the programs do not
+        change once compiled)."""
         return any(p.nonconvex for p in self.parties)
 
     @property
