@@ -145,7 +145,10 @@ def run_federated(
         resumed = read_server_state(options.resume, manifest)
     table = getattr(server, "messages", None)
     reveal = options.party_reveal(list(factories), table.party_opt_ins() if table else [])
-    factories = {n: dataclasses.replace(f, reveal=reveal[n]) for n, f in factories.items()}
+    factories = {
+        n: f if f.reveal == reveal[n] else dataclasses.replace(f, reveal=reveal[n])
+        for n, f in factories.items()
+    }
     # secure aggregation and dp: refused before any worker starts unless the method takes them
     server.privacy = PrivacyPlan.for_run(options, method, server, len(factories), compiled)
     if faults:
@@ -164,9 +167,9 @@ def run_federated(
             on_failure=options.on_failure,
             retries=options.retries,
             weights=(
-                {c.name: c.data_bytes() + 1 for c in compiled.clients}
+                (lambda: {c.name: c.data_bytes() + 1 for c in compiled.clients})
                 if compiled is not None
-                else server.placement_weights()
+                else server.placement_weights
             ),
         )
         if not options.keep_ledger:

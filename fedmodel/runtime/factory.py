@@ -4,7 +4,7 @@ it runs.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from fedmodel.errors import ModelError
@@ -21,12 +21,16 @@ def make_runtime(
     client_timeout: float | None = None,
     on_failure: str = "stop",
     retries: int = 0,
-    weights: Mapping[str, float] | None = None,
+    weights: Mapping[str, float] | Callable[[], Mapping[str, float]] | None = None,
     server_hosts_clients: bool = False,
     ray_placement: Mapping[str, str] | None = None,
     flower_grid: Any = None,
 ) -> Runtime:
     """Start the runtime of ``backend`` and build every client's endpoint where it runs.
+
+    ``weights`` (processes and Ray): client -> its share of a host's load, or a function
+    without arguments that gives them (called only by the backends that place clients by
+    weight).
 
     ``server_hosts_clients`` (processes and Ray): one shard of the clients runs in the
     server's own process too (see :func:`placement`); ignored by ``"serial"``, where
@@ -42,6 +46,8 @@ def make_runtime(
     here unchanged.
     """
     policy = dict(client_timeout=client_timeout, on_failure=on_failure, retries=retries)
+    if backend in ("processes", "ray") and callable(weights):
+        weights = weights()
     where = dict(weights=weights, server_hosts_clients=bool(server_hosts_clients))
     if backend == "serial":
         from fedmodel.runtime.serial import SerialRuntime
