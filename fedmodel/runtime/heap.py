@@ -8,7 +8,9 @@ the long-lived ones. Once the parties are built, their objects move to the colle
 permanent generation (:func:`gc.freeze`) and full collections scan only what the rounds
 allocate; the end of the solve moves them back (:func:`gc.unfreeze`). Frozen objects are
 still freed by reference counting as usual; only cycles among them wait for the unfreeze.
-Building the parties freezes every few parties, and every round's end freezes what survived
+Building the parties freezes every few parties (:func:`freeze_built`: what a build
+allocates is the parties' own long-lived objects, so it is not scanned for cycles first;
+the few a build leaves wait for the unfreeze), and every round's end freezes what survived
 the round (the ledger's rows, the history) after a collection of the young generations
 (:func:`resettle`), so the full collections of a long solve never scan its records either.
 
@@ -22,7 +24,7 @@ import gc
 from collections.abc import Iterator
 from contextlib import contextmanager
 
-__all__ = ["resettle", "settle", "settled_heap", "unsettle"]
+__all__ = ["freeze_built", "resettle", "settle", "settled_heap", "unsettle"]
 
 _SETTLED = False  # (this module froze the heap and has not unfrozen it)
 _THRESHOLDS: tuple[int, int, int] | None = None  # (the process's own, while settled)
@@ -61,6 +63,13 @@ def resettle() -> None:
     (nothing when the heap is not settled)."""
     if _SETTLED:
         gc.collect(1)
+        gc.freeze()
+
+
+def freeze_built() -> None:
+    """While parties are built: freeze what was allocated since the last freeze, without
+    a collection (nothing when the heap is not settled)."""
+    if _SETTLED:
         gc.freeze()
 
 

@@ -29,7 +29,7 @@ from fedmodel.runtime.endpoints import (
     copy_state,
     party_states,
 )
-from fedmodel.runtime.heap import resettle, settle, unsettle
+from fedmodel.runtime.heap import freeze_built, resettle, settle, unsettle
 from fedmodel.runtime.messages import Message
 from fedmodel.runtime.outcomes import (
     ClientTimeout,
@@ -126,7 +126,7 @@ class PartyHost:
             except BaseException as exc:  # noqa: BLE001 - reported to the server
                 errors[name] = (portable_exception(exc), traceback.format_exc())
             if i % 64 == 0:  # (built parties leave the collector's full scans: heap.py)
-                resettle()
+                freeze_built()
         resettle()
         return errors
 
