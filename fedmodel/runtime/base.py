@@ -192,13 +192,17 @@ class Runtime(abc.ABC):
         self._tickets_out: list[Ticket] = []
         self.reply_check: Callable[[str, str, str, Any], None] | None = None
         self.messages: MessageTable | None = None
+        # the parties' dimensions of the last declare (none before one)
+        self.declared_dims: Callable[[str], Mapping[str, int]] = _no_dims
 
     def declare(self, table: MessageTable | None, dims: Callable[[str], Mapping[str, int]]) -> None:
         """Declare the method's message table: outgoing requests are checked against it
         and take its channels; replies, peer messages and activation returns are checked
         by its :meth:`~fedmodel.runtime.schema.MessageTable.checker` with ``dims(party)``
-        the symbolic dimensions of a party (None: no table, nothing checked)."""
+        the symbolic dimensions of a party (None: no table, nothing checked); ``dims`` is
+        kept (:attr:`declared_dims`) for a table declared later in the run."""
         self.messages = table
+        self.declared_dims = dims
         self.reply_check = None if table is None else table.checker(dims)
 
     def _outgoing(self, kind: str, payload: Any, channel: str | None) -> str:
@@ -1017,6 +1021,11 @@ class Runtime(abc.ABC):
             for name in bad:
                 vetted[name] = _refused(outcomes[name], bad[name])
         return {m.receiver: vetted.get(m.receiver) or outcomes[m.receiver] for m in msgs}
+
+
+def _no_dims(party: str) -> dict[str, int]:
+    """No dimensions for any party (:attr:`Runtime.declared_dims` before a declare)."""
+    return {}
 
 
 def _refused(out: StepOutcome, exc: InvalidReply) -> StepOutcome:

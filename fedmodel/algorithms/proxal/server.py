@@ -24,7 +24,6 @@ import numpy as np
 from fedmodel.algorithms.common import multiplier_plateau, starting_point
 from fedmodel.algorithms.dp import SUMMED, BudgetSpent
 from fedmodel.algorithms.driver import run_federated
-from fedmodel.algorithms.messages import program_dims
 from fedmodel.algorithms.protocol import ServerHalf, StepReport
 from fedmodel.algorithms.proxal.admm_inner import penalty_metric
 from fedmodel.algorithms.proxal.anderson import AndersonState
@@ -245,7 +244,6 @@ class ProxALServer(ServerHalf):
         self.fell_back = ""  # (the route refused at the start, res.extra)
         self.handed_over = ""  # (the route that handed the run over, and why: res.extra)
         self.inner_note = inner_note  # (res.extra["inner_solver_note"])
-        self.client_dims: dict[str, dict] = {}  # (set by run_prox_al: program_dims)
         self.tables = dict(tables or {})
         self.use_route(route_named(route) if isinstance(route, str) else route)
 
@@ -285,7 +283,7 @@ class ProxALServer(ServerHalf):
                 )
             self.fell_back, self.inner_note = self.route, why
             self.use_route(self.fallback_route)
-            runtime.declare(self.messages, self.dims_of)
+            runtime.declare(self.messages, runtime.declared_dims)
         runtime.next_round()
         self.started(runtime, self.collect(runtime, "start", self.start_request()))
 
@@ -297,7 +295,7 @@ class ProxALServer(ServerHalf):
         self.handed_over = f"{self.route} (outer iteration {self.k}: {why})"
         self.kkt_factors, self.tau_floor_scale = self.plain_kkt_factors, 1.0
         self.use_route(self.fallback_route)
-        runtime.declare(self.messages, self.dims_of)
+        runtime.declare(self.messages, runtime.declared_dims)
         runtime.next_round()
         request = {"w": self.x[: self.ns], "inner": self.route, **self.inner_request()}
         self.inner.take_start(self.collect(runtime, "start", request))
@@ -390,11 +388,6 @@ class ProxALServer(ServerHalf):
         """The objective's scale, and what the inner solver adds to an ``evaluate``
         request (:meth:`~fedmodel.algorithms.proxal.inner.InnerSolver.evaluate_request`)."""
         return {"objective_scale": self.objective_scale, **self.inner.evaluate_request()}
-
-    def dims_of(self, client: str) -> dict[str, int]:
-        """A client's message dimensions (its program's, from ``client_dims``, and the
-        options'): the route's table is declared again after a fallback."""
-        return {**self.client_dims.get(client, {}), **self.message_dims(client)}
 
     def start_request(self) -> dict:
         """The first start of the inner solver at w^0 (after a fallback, with the name of
@@ -1247,7 +1240,6 @@ def run_prox_al(
         tables=tables,
         convex=not compiled.nonconvex,
     )
-    server.client_dims = {c.name: program_dims(c) for c in compiled.clients}
     factories = _client_factories(compiled, options, rhos, proximal, route, x0)
     return run_federated(compiled, options, method, server, factories, faults=faults)
 
