@@ -154,8 +154,14 @@ def cheap_exact_steps(compiled: CompiledModel) -> bool:
 
 
 def restricted_domain_party(compiled: CompiledModel) -> str:
-    """Which party has a term defined on part of the space only ("" if none)."""
+    """Which party has a term defined on part of the space only ("" if none): the first
+    party of each structure is asked (``restricted_domain`` is a fact of the structure)."""
+    asked: set[str] = set()
     for party in compiled.parties:
+        structure = party.structure
+        if structure in asked:
+            continue
+        asked.add(structure)
         if party.restricted_domain:
             return f"party '{party.name}' has terms with a restricted domain (kl_div, entr, log)"
     return ""
