@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
-from functools import cached_property
 from typing import Any
 
 import cvxpy as cp
@@ -11,6 +10,8 @@ import numpy as np
 import scipy.sparse as sp
 from cvxpy.expressions.variable import Variable
 from numpy.typing import ArrayLike
+
+from fedmodel.cached import cached_property
 
 
 # ----------------------------------------------------------------------------------------

@@ -9,12 +9,12 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
-from functools import cached_property
 from typing import Any
 
 import cvxpy as cp
 import numpy as np
 
+from fedmodel.cached import cached_property
 from fedmodel.compiler.cones import ConeBlock, cone_residuals
 from fedmodel.compiler.regularizer import Regularizer
 from fedmodel.compiler.smooth import (

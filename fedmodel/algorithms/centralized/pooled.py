@@ -30,7 +30,6 @@ from __future__ import annotations
 import time
 import warnings
 from dataclasses import replace
-from functools import cached_property
 
 import cvxpy as cp
 import numpy as np
@@ -47,6 +46,7 @@ from fedmodel.algorithms.centralized.options import ENGINES, CentralizedOptions 
 from fedmodel.algorithms.common import conic_note, make_result, split_multipliers
 from fedmodel.algorithms.options import SOLVE_STARTED
 from fedmodel.algorithms.proxal.options import CProxALOptions
+from fedmodel.cached import cached_property
 from fedmodel.certificate.auxiliary import (
     auxiliary_rows,
     balance_piece_multipliers,
