@@ -88,6 +88,8 @@ def set_deadline(solver, deadline: float | None) -> None:
 #: the multipliers of a program without rows of a kind (one array for all: nothing can
 #: change an array without elements)
 _EMPTY = np.zeros(0)
+#: the ``h`` of a problem without one (a party's: one object for all, never changed)
+_NO_H = Regularizer()
 
 
 class MeritProblem:
@@ -111,7 +113,7 @@ class MeritProblem:
     ):
         self.programs = list(programs)
         self.beta = float(beta)
-        self.regularizer = regularizer if regularizer is not None else Regularizer()
+        self.regularizer = regularizer if regularizer is not None else _NO_H
         self.n = programs[0].layout.size
         self.mu = [np.zeros(p.m_ineq) if p.m_ineq else _EMPTY for p in self.programs]
         self.nu = [np.zeros(p.m_eq) if p.m_eq else _EMPTY for p in self.programs]
