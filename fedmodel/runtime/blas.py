@@ -18,6 +18,33 @@ _SETTERS = (
 _BLAS_LIBS: list | None = None
 
 
+def _loaded_libraries() -> list[str]:
+    """The paths of the shared objects loaded in this process, from the dynamic linker's
+    list (``dl_iterate_phdr``, glibc and musl: one entry per object, where
+    ``/proc/self/maps`` has one line per mapping); none where it is missing."""
+    import ctypes
+
+    class _Info(ctypes.Structure):  # (the leading fields of struct dl_phdr_info)
+        _fields_ = [("addr", ctypes.c_void_p), ("name", ctypes.c_char_p)]
+
+    found: list[str] = []
+
+    def take(info, size, data) -> int:
+        name = info.contents.name
+        if name:
+            found.append(name.decode(errors="replace"))
+        return 0
+
+    callback = ctypes.CFUNCTYPE(
+        ctypes.c_int, ctypes.POINTER(_Info), ctypes.c_size_t, ctypes.c_void_p
+    )
+    try:
+        ctypes.CDLL(None).dl_iterate_phdr(callback(take), None)
+    except (OSError, AttributeError):  # (no dynamic linker's list here)
+        return []
+    return found
+
+
 def _openblas_handles() -> list:
     """(setter, getter) of every OpenBLAS loaded in this process (Linux; else none)."""
     global _BLAS_LIBS
@@ -26,13 +53,7 @@ def _openblas_handles() -> list:
     import ctypes
 
     handles = []
-    try:
-        with open("/proc/self/maps") as fh:
-            paths = sorted(
-                {ln.split()[-1] for ln in fh if "openblas" in ln.lower() and ".so" in ln}
-            )
-    except OSError:
-        paths = []
+    paths = sorted({p for p in _loaded_libraries() if "openblas" in p.lower() and ".so" in p})
     for path in paths:
         try:
             lib = ctypes.CDLL(path)
