@@ -16,6 +16,7 @@ import numpy as np
 
 from fedmodel.cached import cached_property
 from fedmodel.compiler.cones import ConeBlock, cone_residuals
+from fedmodel.compiler.fingerprint import party_fingerprint, structure_reading
 from fedmodel.compiler.regularizer import Regularizer
 from fedmodel.compiler.smooth import (
     NotSmoothError,
@@ -132,8 +133,6 @@ class PartyProgram:
         """This party's terms up to its data's values
         (:func:`~fedmodel.compiler.fingerprint.structure_fingerprint`), found once where
         the party runs (not pickled with the program)."""
-        from fedmodel.compiler.fingerprint import structure_reading
-
         digest, leaves = structure_reading(self)
         self.__dict__["_structure_leaves"] = leaves
         return digest
@@ -186,8 +185,6 @@ class PartyProgram:
     def fingerprint(self) -> dict[str, str]:
         """This party's checkpoint fingerprint (its terms with every constant in them, and
         its data), computed where it runs: :func:`fedmodel.compiler.fingerprint.party_fingerprint`."""
-        from fedmodel.compiler.fingerprint import party_fingerprint
-
         return party_fingerprint(self)
 
     def data_bytes(self) -> int:
