@@ -144,6 +144,20 @@ def test_prox_al_refuses_a_fractional_iteration_cap_and_a_string_tolerance():
         model.solve(method="prox-al", eps="1e-3")
 
 
+def test_prox_al_names_the_first_client_whose_rho_is_not_positive():
+    model = fm.Model()
+    w = model.variable(3, name="w")
+    for name in ("a", "b", "c"):
+        model.client(name).minimize(cp.sum_squares(w - 1.0))
+    bad = {"a": 1.0, "b": float("nan"), "c": -1.0}
+    with pytest.raises(ModelError, match="rho for client 'b' must be a positive number, got nan"):
+        model.solve(method="prox-al", rho=bad)
+    with pytest.raises(ModelError, match="rho for client 'c' must be a positive number, got -1"):
+        model.solve(method="prox-al", rho={**bad, "b": 1.0})
+    with pytest.raises(ModelError, match="rho for client 'b' must be a positive number, got 0.0"):
+        model.solve(method="prox-al", rho=[1.0, 0.0, 0.0])
+
+
 def test_a_checkpoint_directory_that_cannot_be_written_costs_the_checkpoint_not_the_run(
     tmp_path,
 ):

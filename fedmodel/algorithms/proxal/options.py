@@ -713,7 +713,10 @@ class ProxALOptions(RuntimeOptions):
                 f"participation={self.participation!r}: cprox-al solves the pooled problem in "
                 "one process and has no rounds to sample; use method='prox-al'"
             )
+        first = {}  # (each value once, with the first client that has it: the one named)
         for name, r in self.rho_per_client(client_names).items():
+            first.setdefault(r, name)
+        for r, name in first.items():
             _positive(f"rho for client '{name}'", r)
 
     def rho_per_client(self, client_names: list[str]) -> dict[str, float]:
