@@ -145,7 +145,10 @@ def run_federated(
         resumed = read_server_state(options.resume, manifest)
     table = getattr(server, "messages", None)
     reveal = options.party_reveal(list(factories), table.party_opt_ins() if table else [])
-    factories = {n: dataclasses.replace(f, reveal=reveal[n]) for n, f in factories.items()}
+    factories = {  # (a factory is frozen: one that has its party's opt-ins already is kept)
+        n: f if f.reveal == reveal[n] else dataclasses.replace(f, reveal=reveal[n])
+        for n, f in factories.items()
+    }
     # secure aggregation and dp: refused before any worker starts unless the method takes them
     server.privacy = PrivacyPlan.for_run(options, method, server, len(factories), compiled)
     if faults:
@@ -164,9 +167,7 @@ def run_federated(
             on_failure=options.on_failure,
             retries=options.retries,
             weights=(
-                {c.name: c.data_bytes() + 1 for c in compiled.clients}
-                if compiled is not None
-                else server.placement_weights()
+                _DataWeights(compiled) if compiled is not None else server.placement_weights()
             ),
         )
         if not options.keep_ledger:
@@ -712,6 +713,23 @@ class _Run:
         if notes:
             message += " Note: " + "; ".join(notes) + "."
         return self.result(status, message, kkt, summary, reports, failure=info)
+
+
+class _DataWeights(Mapping):
+    """Each client's placement weight, the bytes of its data plus one, by name: read when
+    a backend places clients on hosts by them (a serial run reads none)."""
+
+    def __init__(self, compiled: CompiledModel):
+        self.programs = {c.name: c for c in compiled.clients}
+
+    def __getitem__(self, name: str) -> int:
+        return self.programs[name].data_bytes() + 1
+
+    def __iter__(self):
+        return iter(self.programs)
+
+    def __len__(self) -> int:
+        return len(self.programs)
 
 
 class _Payloads(Mapping):
