@@ -1644,8 +1644,12 @@ class _Split:
         self.parts = list(parts)
         self.generation, self.made = plans_generation(), _STACKS_MADE[0]
         found: dict[_Stacked | None, list[int]] = {}
-        for i, part in enumerate(parts):
-            found.setdefault(part._stack, []).append(i)
+        stacks = list(map(_STACK, parts))
+        if stacks.count(None) == len(stacks):  # (none in a stack: no pass per client)
+            found[None] = list(range(len(stacks)))
+        else:
+            for i, stack in enumerate(stacks):
+                found.setdefault(stack, []).append(i)
         rest = found.pop(None, [])
         self.stacks = []
         for stack, places in found.items():
