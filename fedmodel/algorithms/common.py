@@ -150,6 +150,8 @@ def split_multipliers(
     (a cone constraint's ``lambda`` flattened like its vector ``E``, see
     :func:`fedmodel.dsl.conic.cone_vector`)."""
     out: dict[str, np.ndarray] = {}
+    if not program.constraints:  # (no constraint, no cone: nothing to split)
+        return out
     if program.cones:
         cone = np.zeros(program.m_cone) if cone is None else np.asarray(cone, dtype=float)
         offset = 0

@@ -621,18 +621,26 @@ class RowsPlan:
         return plan if plan.step is not None else None
 
 
+def kept_alike(halves: list, name: str, make: Callable[[list], Any]) -> Any:
+    """``make(halves)``, kept by the first half under ``name`` while the same list of
+    halves comes back and no event changed what decides it (:func:`plans_changed`): what
+    the stacked rounds of many kinds read of one list of halves is read once."""
+    found = halves[0].__dict__
+    kept = found.get(name)
+    if kept is None or kept[0] != _GENERATION[0] or kept[1] != halves:
+        kept = found[name] = (_GENERATION[0], list(halves), make(halves))
+    return kept[2]
+
+
 class _Alike:
     """What the plans of every kind at one list of halves read alike (:class:`RowsPlan`),
-    found once and kept by the first half while the same halves come back and no event
-    changed it (:func:`plans_changed`): whether they are of one class, and the first half
-    of each message table and opt-ins (``firsts``: its request's check stands for those of
-    the halves of its table and opt-ins)."""
+    found once and kept by the first half (:func:`kept_alike`): whether they are of one
+    class, and the first half of each message table and opt-ins (``firsts``: its
+    request's check stands for those of the halves of its table and opt-ins)."""
 
-    __slots__ = ("halves", "generation", "one_class", "firsts")
+    __slots__ = ("one_class", "firsts")
 
     def __init__(self, halves: list[ClientHalf]):
-        self.halves = list(halves)
-        self.generation = _GENERATION[0]
         self.one_class = set(map(type, halves)) == {type(halves[0])}
         tables = list(map(_MESSAGES, halves))
         keys = list(zip(map(id, tables), map(_REVEAL, halves)))
@@ -642,11 +650,7 @@ class _Alike:
 
     @staticmethod
     def of(halves: list[ClientHalf]) -> _Alike:
-        found = halves[0].__dict__
-        kept = found.get("_rows_alike")
-        if kept is None or kept.generation != _GENERATION[0] or kept.halves != halves:
-            kept = found["_rows_alike"] = _Alike(halves)
-        return kept
+        return kept_alike(halves, "_rows_alike", _Alike)
 
 
 def _cohorts(owners: list, kind: str) -> list[tuple[np.ndarray, list]] | None:

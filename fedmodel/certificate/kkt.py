@@ -785,10 +785,15 @@ class _Columns:
         return into
 
     def by_party(self, key: str) -> list[np.ndarray]:
-        """Array field ``key`` of every party."""
+        """Array field ``key`` of every party (the stacked parties' rows; one empty row
+        for all when the rows are empty: nothing can change an array without elements)."""
         out = [np.asarray(r[key]) for r in self.dicts]
         if self.fields is not None:
-            out += list(self.fields[key])
+            rows = self.fields[key]
+            if len(rows) and not rows[0].size:
+                out += [rows[0]] * len(rows)
+            else:
+                out += list(rows)
         return out
 
 

@@ -170,7 +170,8 @@ def regularizer_reference(regularizer: Regularizer, x0: np.ndarray) -> float:
 def reference_scale(references: Iterable[float]) -> float:
     """``S``: the sum of the parties' finite positive references, 1 when there is none
     (module docstring)."""
-    finite = [float(r) for r in references if np.isfinite(r) and float(r) > 0.0]
+    values = np.array(list(references), dtype=float)
+    finite = values[np.isfinite(values) & (values > 0.0)].tolist()  # (in order)
     return float(sum(finite)) if finite else 1.0
 
 

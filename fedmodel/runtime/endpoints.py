@@ -331,6 +331,8 @@ def _column(
         return _Dicts(tuple(values), [_column(v) for v in values.values()])
     if type(values) is RowColumn:  # (a copy already, read-only: kept)
         return values
+    if len(values) > 1 and _one_shared(values):  # (one object for all, kept as it is)
+        return _Values(values)
     types = set(map(type, values))
     t = types.pop() if len(types) == 1 else None
     if t in _ATOMS:
@@ -348,16 +350,15 @@ def _column(
         if len(set(map(tuple, values))) == 1:
             return _Dicts(keys, [_column(list(map(itemgetter(k), values))) for k in keys])
     elif t is tuple or t is list:
-        if t is tuple and _one_shared(values):
-            return _Values(values)
         if len(set(map(len, values))) == 1:
             return _Sequences(t, [_column(list(col)) for col in zip(*values)])
     return _Copies([copy_state(v) for v in values])
 
 
 def _one_shared(values: list[Any]) -> bool:
-    """Whether ``values`` are one object that :func:`copy_state` shares (a tuple of
-    scalars, empty or read-only arrays: nothing can change it)."""
+    """Whether ``values`` are one object that :func:`copy_state` shares (a scalar, an
+    empty or read-only array, a tuple of such: nothing can change it); the test stops at
+    the first value that is another object."""
     first = values[0]
     return all(map(operator.is_, values, itertools.repeat(first))) and copy_state(first) is first
 

@@ -33,7 +33,7 @@ from operator import attrgetter, itemgetter
 import numpy as np
 
 from fedmodel.algorithms.messages import EVALUATE
-from fedmodel.algorithms.protocol import ClientHalf, Tally, _handler, plans_changed
+from fedmodel.algorithms.protocol import ClientHalf, Tally, _handler, kept_alike, plans_changed
 from fedmodel.algorithms.proxal.cohorts import (
     batched_steps,
     check_forms,
@@ -295,11 +295,11 @@ class ProxALClient(ClientHalf):
     def handler_owners(cls, halves: list[ProxALClient], kind: str) -> list:
         """:meth:`handler_owner`'s owner of ``kind`` at each of ``halves``: in one pass
         when their route parts are of one class (its handler decides for all)."""
-        parts = list(map(_INNER, halves))
-        classes = set(map(type, parts))
+        parts, classes = kept_alike(halves, "_route_parts", _route_parts)
         if len(classes) != 1 or cls.handler_owner is not ProxALClient.handler_owner:
             return super().handler_owners(halves, kind)
-        return parts if _handler(classes.pop(), kind)[0] is not None else list(halves)
+        (part_class,) = classes
+        return list(parts if _handler(part_class, kind)[0] is not None else halves)
 
     # -- P_{i,k} and its gradient -----------------------------------------------------------
     def _grad_P(self, w: np.ndarray) -> np.ndarray:
@@ -583,14 +583,9 @@ class ProxALClient(ClientHalf):
                 if len(set(map(_OUTER_FACTS, halves))) == 1:
                     return [halves[0].step_batch_key(kind)] * len(halves)
             elif kind in ("start", "evaluate"):
-                # (each client judges its own evaluation once, at its first round)
-                if halves[0].glm_plain is None:
-                    for h in halves:
-                        if h.glm_plain is None:
-                            h.glm_plain = plain_objective_party(h.program)
-                facts = set(map(_GLM_FACTS, halves))
-                if len(facts) == 1 and None not in facts.pop() and all(map(_LOOKED_UP, halves)):
-                    return _glm_keys(halves, kind)
+                signatures = kept_alike(halves, "_glm_signatures", _glm_signatures)
+                if signatures is not None:
+                    return _glm_keys(*signatures, kind)
             elif kind == "report":
                 Tally.settle_all()  # (its statistics' names: every count added first)
                 if len(set(map(_REPORT_FACTS, halves))) == 1:
@@ -754,13 +749,37 @@ _STATS = attrgetter("_stats")
 _SIGNATURE = attrgetter("glm_signature")
 
 
-def _glm_keys(halves: list[ProxALClient], kind: str) -> list:
-    """The ``start`` or ``evaluate`` key of each of ``halves``, alike in all but their
-    forms' signatures: the key of one client per signature object, given to each client
-    of that object (a signature is one object per form's path, :func:`glm_structure`)."""
-    signatures = list(map(_SIGNATURE, halves))
-    ids = list(map(id, signatures))
-    one = dict(zip(ids, halves))
+def _route_parts(halves: list[ProxALClient]) -> tuple[list, set]:
+    """Each half's route part and the parts' classes (:meth:`ProxALClient.handler_owners`;
+    kept by :func:`~fedmodel.algorithms.protocol.kept_alike`: a part changes only with
+    its route, an event that calls ``plans_changed``)."""
+    parts = list(map(_INNER, halves))
+    return parts, set(map(type, parts))
+
+
+def _glm_signatures(halves: list[ProxALClient]) -> tuple[list, dict] | None:
+    """What decides the ``start`` and ``evaluate`` keys of ``halves`` once each client has
+    judged its own evaluation (at its first round) and they are alike in all but their
+    forms' signatures (:data:`_GLM_FACTS`, forms looked up): each one's signature object
+    (one per form's path, :func:`glm_structure`) and a client of each; None when they are
+    not alike so (each then finds its own key). Kept by
+    :func:`~fedmodel.algorithms.protocol.kept_alike`: besides a form looked up later,
+    which changes no key, these facts change only at an event that calls
+    ``plans_changed``."""
+    for h in halves:
+        if h.glm_plain is None:
+            h.glm_plain = plain_objective_party(h.program)
+    facts = set(map(_GLM_FACTS, halves))
+    if len(facts) != 1 or None in facts.pop() or not all(map(_LOOKED_UP, halves)):
+        return None
+    ids = list(map(id, map(_SIGNATURE, halves)))
+    return ids, dict(zip(ids, halves))
+
+
+def _glm_keys(ids: list, one: dict, kind: str) -> list:
+    """The ``start`` or ``evaluate`` key of each client of signature ``ids[i]``
+    (:func:`_glm_signatures`): the key of one client per signature object (``one``),
+    given to each client of that object."""
     keys = {i: h.step_batch_key(kind) for i, h in one.items()}
     return [keys[i] for i in ids]
 

@@ -241,15 +241,14 @@ def cohort_of(hosts: list) -> GLMCohort:
     """The stacked forms of ``hosts`` (clients with a :func:`glm_objective` of one
     signature), built once and kept by the first client while the same clients are
     grouped."""
-    key = tuple(map(id, hosts))
     cached = hosts[0].glm_cohort
-    if cached is not None and cached[0] == key:
+    if cached is not None and cached[0] == hosts:  # (the same clients: compared by identity)
         return cached[1]
     forms = [glm_objective(h) for h in hosts]
     if any(f is None for f in forms):
         raise NotRecognised("a client without a dense unconstrained GLM form in a cohort")
     cohort = GLMCohort(forms)
-    hosts[0].glm_cohort = (key, cohort)
+    hosts[0].glm_cohort = (list(hosts), cohort)
     return cohort
 
 

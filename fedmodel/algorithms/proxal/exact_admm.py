@@ -289,6 +289,8 @@ class ExactADMM:
         kept = self._duals_rows
         if kept is not None and kept[0] == names:
             U = np.array(kept[1], dtype=float)
+        elif not self.duals:
+            U = np.zeros((len(names), ns))
         else:
             U = np.array([self.duals.get(n, np.zeros(ns)) for n in names], dtype=float)
         return U.reshape(len(names), ns)
@@ -760,7 +762,8 @@ class ExactADMM:
         m = len(X)
 
         def norm(rows: np.ndarray) -> float:  # (each row's squares summed, then the rows)
-            return float(np.sqrt(sum(np.sum(rows**2, axis=1))))
+            sums = np.cumsum(np.sum(rows**2, axis=1))  # (in row order, one after another)
+            return float(np.sqrt(sums[-1])) if sums.size else 0.0
 
         r = norm(X - z_new)
         s = sigma * np.sqrt(m) * float(np.linalg.norm(z_new - z))
@@ -1489,10 +1492,15 @@ class ExactClient(InnerClient):
         if kept.points is not None and kept.written == _WRITES[0]:
             X0 = kept.points
         else:
-            X0 = np.array([
-                u if u is not None else h._local(c, h.theta_at_w)
-                for u, h, c in zip(map(_U, parts), hosts, C)
-            ], dtype=float)  # fmt: skip
+            # (a stack not written yet: each client's point is its own)
+            points = list(map(_OWN_U if kept.time == 0 else _U, parts))
+            if not kept.owned and all(map(operator.is_, points, itertools.repeat(None))):
+                X0 = np.array(C)  # (no point yet: each starts at its centre)
+            else:
+                X0 = np.array([
+                    u if u is not None else h._local(c, h.theta_at_w)
+                    for u, h, c in zip(points, hosts, C)
+                ], dtype=float)  # fmt: skip
         moved = (p[:, None] * centers + sigma[:, None] * C) / (p + sigma)[:, None]
         cohort = kept.cohort
         if cohort is None:
@@ -1524,7 +1532,11 @@ _WRITES = [0]
 
 
 _U = operator.attrgetter("u")
+_OWN_U = operator.attrgetter("_u")
 _HOST = operator.attrgetter("host")
+_STACK = operator.attrgetter("_stack")
+_PROX_WEIGHT = operator.attrgetter("prox_weight")
+_MAX_LOCAL_ITER = operator.attrgetter("max_local_iter")
 _OWN_SIZE = operator.attrgetter("theta_at_w.size")
 _SIGNATURE = operator.attrgetter("glm_signature")
 
@@ -1578,21 +1590,25 @@ class _Stacked:
         _STACKS_MADE[0] += 1
         self.parts = list(parts)
         self.generation = plans_generation()
-        self.hosts = [part.host for part in parts]
-        self.centre_rows = type(self.hosts[0]).centre_rows(self.hosts)
-        self.owned = [h for h in self.hosts if h.theta_at_w.size]  # (those with an own block)
-        self.weights = np.array([h.prox_weight for h in self.hosts], dtype=float)
-        self.max_iter = min(h.max_local_iter for h in self.hosts)
+        self.hosts = hosts = list(map(_HOST, parts))
+        self.centre_rows = type(hosts[0]).centre_rows(hosts)
+        self.owned = list(itertools.compress(hosts, map(_OWN_SIZE, hosts)))  # (own blocks)
+        self.weights = np.fromiter(map(_PROX_WEIGHT, hosts), dtype=float, count=len(hosts))
+        self.max_iter = min(map(_MAX_LOCAL_ITER, hosts))
         self.cohort = None  # (their GLMCohort, found at the first step)
         self.centred, self.centers = -1, None
         self.points = None
         self.time, self.written = 0, -1
-        for i, part in enumerate(parts):  # (each client's own state as it reads now)
-            u, checked, old = part.u, part.checked, part._stack
+        # (a client leaving a stack keeps the state it reads now as its own; a client in
+        # none reads its own already. The stack is written later than any own write, so
+        # until then each reads its own)
+        for part, old in zip(parts, list(map(_STACK, parts))):
             if old is not None:
                 old.joined = False
-            part._stack, part._slot = self, i
-            part._u, part._checked, part._u_time, part._checked_time = u, checked, 0, 0
+                part._u, part._checked = part.u, part.checked
+                part._u_time = part._checked_time = 0
+        _consume(map(setattr, parts, itertools.repeat("_stack"), itertools.repeat(self)))
+        _consume(map(setattr, parts, itertools.repeat("_slot"), range(len(parts))))
         self.joined = True
 
     def holds(self, parts: list[ExactClient]) -> bool:
@@ -1628,8 +1644,12 @@ class _Split:
         self.parts = list(parts)
         self.generation, self.made = plans_generation(), _STACKS_MADE[0]
         found: dict[_Stacked | None, list[int]] = {}
-        for i, part in enumerate(parts):
-            found.setdefault(part._stack, []).append(i)
+        stacks = list(map(_STACK, parts))
+        if stacks.count(None) == len(stacks):  # (none in a stack: no pass per client)
+            found[None] = list(range(len(stacks)))
+        else:
+            for i, stack in enumerate(stacks):
+                found.setdefault(stack, []).append(i)
         rest = found.pop(None, [])
         self.stacks = []
         for stack, places in found.items():
