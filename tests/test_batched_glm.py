@@ -88,8 +88,10 @@ def test_value_and_gradient_equal_each_form_s(kinds):
         assert np.allclose(G[i], g, rtol=1e-12, atol=1e-13)
         assert np.allclose(H[i], h, rtol=1e-12, atol=1e-13)
     # the Hessians from the second derivatives of the value's own evaluation: the same
-    _, _, curvature = cohort._evaluate(X, curvature=True)
-    assert np.array_equal(cohort.hessian(X, curvature), H)
+    # (the private methods take the rows in the cohort's own order)
+    own = cohort._own(X)
+    _, _, curvature = cohort._evaluate(own, curvature=True)
+    assert np.array_equal(cohort._hessian(own, curvature), cohort._own(H))
 
 
 @pytest.mark.parametrize("kind", ["logistic", "exp", "square", "huber"])
@@ -295,9 +297,9 @@ def test_most_clients_still_iterating_compute_on_the_whole_cohort(monkeypatch):
     X0 = GLMCohort(forms).prox(C, S, np.zeros((6, 4)), tol=1e-13).x
     X0[2:] = 0.0  # (two clients start at their minimisers: four of six iterate)
     sizes: list[int] = []
-    subset = GLMCohort.subset
+    subset = GLMCohort._subset
     monkeypatch.setattr(
-        GLMCohort, "subset", lambda c, idx: sizes.append(len(idx)) or subset(c, idx)
+        GLMCohort, "_subset", lambda c, idx: sizes.append(len(idx)) or subset(c, idx)
     )
     out = GLMCohort(forms).prox(C, S, X0, tol=1e-12)
     assert (out.iterations[:2] == 0).all() and (out.iterations[2:] >= 2).all()
