@@ -135,6 +135,35 @@ def test_per_client_tolerances_and_the_iteration_cap():
     assert capped.message == ["max_iter"] * 3 and (capped.iterations == 1).all()
 
 
+def test_clients_out_of_block_order_get_their_own_rows_back():
+    """A cohort keeps its clients block by block; what it takes and returns is client by
+    client, whatever the memory layout of the rows given: each client's point, residual,
+    iterations and message are those of a cohort of its own, bit for bit, and its value,
+    gradient and Hessian too (of a subset as well)."""
+    rows = [40, 3, 20, 3, 40]  # (blocks 40, 3, 20: not in block order)
+    forms = _forms(rows, kinds=("logistic", "square"), seed=3)
+    rng = np.random.default_rng(4)
+    C, S = rng.normal(size=(5, 4)), np.linspace(0.2, 1.0, 5)
+    X = np.asfortranarray(rng.normal(size=(5, 4)))
+    tol = np.array([1e-1, 1e-14, 1e-1, 1e-14, 1e-14])
+    cohort = GLMCohort(forms)
+    out = cohort.prox(C, S, X, tol=tol, max_iter=1)
+    vals, G = cohort.value_grad(X)
+    H = cohort.hessian(X)
+    part = cohort.subset(np.array([4, 1]))
+    for i, f in enumerate(forms):
+        own = GLMCohort([f])
+        alone = own.prox(C[i : i + 1], S[i : i + 1], X[i : i + 1], tol=tol[i], max_iter=1)
+        assert np.array_equal(alone.x[0], out.x[i]) and alone.residual[0] == out.residual[i]
+        assert alone.iterations[0] == out.iterations[i] and alone.message[0] == out.message[i]
+        v, g = own.value_grad(X[i : i + 1])
+        assert v[0] == vals[i] and np.array_equal(g[0], G[i])
+        assert np.array_equal(own.hessian(X[i : i + 1])[0], H[i])
+    assert out.message[1] == "max_iter" and out.message[0] == "converged"
+    v, g = part.value_grad(X[[4, 1]])
+    assert np.array_equal(v, vals[[4, 1]]) and np.array_equal(g, G[[4, 1]])
+
+
 def test_parties_of_another_structure_are_refused_by_position():
     forms = _forms([3, 3]) + _forms([3], kinds=("logistic",))
     with pytest.raises(NotStackable, match="party 2"):

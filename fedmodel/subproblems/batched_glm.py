@@ -683,7 +683,7 @@ class GLMCohort:
         vals, G, F, GF, K = objective(self, X, C, S, known)
         gnorm = np.abs(G).max(axis=1, initial=0.0)
         iters = np.zeros(self.size, dtype=int)
-        message = ["converged"] * self.size
+        notes: dict[int, str] = {}  # (the rows that did not converge: why)
         searched_out = np.zeros(self.size, dtype=bool)  # (its line search failed)
         active = np.flatnonzero(gnorm > tol)
         # each client's Cholesky factor of its last new Hessian (``factored``: it has one)
@@ -694,11 +694,11 @@ class GLMCohort:
         while active.size:
             if deadline is not None and time.perf_counter() > deadline:
                 for i in active:
-                    message[i] = "time limit"
+                    notes[i] = "time limit"
                 break
             stalled = active[iters[active] >= max_iter]
             for i in stalled:
-                message[i] = "max_iter"
+                notes[i] = "max_iter"
             active = active[iters[active] < max_iter]
             if not active.size:
                 break
@@ -784,7 +784,7 @@ class GLMCohort:
                 todo[idx[ok]] = False
                 tiny = t[idx] < 1e-10
                 for k in idx[~ok & tiny]:
-                    message[active[k]] = "line search failed (at machine precision?)"
+                    notes[active[k]] = "line search failed (at machine precision?)"
                     searched_out[active[k]] = True
                 todo[idx[~ok & tiny]] = False
             failed = searched_out[active]
@@ -805,12 +805,13 @@ class GLMCohort:
                 ends = (t == 1.0) & (r * (r / gna) * CHORD_MARGIN <= tol[active])
                 chord[active] = factored[active] & ends
             active = active[~failed & (gnorm[active] > tol[active])]
+        message = ["converged"] * self.size
+        for i, note in notes.items():
+            message[int(i) if self._order is None else int(self._order[i])] = note
         # (F, GF, K: this solve's own arrays, the next solve's when it starts at X)
         if self._place is None:
             self._last_point = (X.copy(), F, GF, K)
             return BatchReport(X, gnorm, iters, message)
         self._last_point = (X, F, GF, K)
         place = self._place
-        return BatchReport(
-            X[place], gnorm[place], iters[place], [message[i] for i in place.tolist()]
-        )
+        return BatchReport(X[place], gnorm[place], iters[place], message)
