@@ -9,7 +9,9 @@ terms, kind by kind, over the same variables; dense data) and no constraints: cl
 
 (:class:`~fedmodel.compiler.glm.GLMFunction`). :class:`GLMCohort` stacks the parties'
 data once (each party's ``A_it`` padded with zero-weight rows to its own
-:func:`block_rows`, the parties of one padded row count in one block) and runs one
+:func:`block_rows`, the parties of one padded row count in one block, the blocks one
+after another in the cohort's own order of its clients; what it takes and returns is
+client by client) and runs one
 Newton iteration for every client of the cohort at a time: the images, the gradients and
 the Hessians are batched products (each term's ``phi`` evaluated once per point, its
 second derivatives kept for the Hessian there), the Newton systems one batched Cholesky
