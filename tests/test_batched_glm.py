@@ -88,8 +88,10 @@ def test_value_and_gradient_equal_each_form_s(kinds):
         assert np.allclose(G[i], g, rtol=1e-12, atol=1e-13)
         assert np.allclose(H[i], h, rtol=1e-12, atol=1e-13)
     # the Hessians from the second derivatives of the value's own evaluation: the same
-    _, _, curvature = cohort._evaluate(X, curvature=True)
-    assert np.array_equal(cohort.hessian(X, curvature), H)
+    # (the private methods take the rows in the cohort's own order)
+    own = cohort._own(X)
+    _, _, curvature = cohort._evaluate(own, curvature=True)
+    assert np.array_equal(cohort._hessian(own, curvature), cohort._own(H))
 
 
 @pytest.mark.parametrize("kind", ["logistic", "exp", "square", "huber"])
@@ -131,6 +133,35 @@ def test_per_client_tolerances_and_the_iteration_cap():
     assert loose.iterations[0] <= loose.iterations[1]
     capped = cohort.prox(C, S, X0, tol=1e-14, max_iter=1)
     assert capped.message == ["max_iter"] * 3 and (capped.iterations == 1).all()
+
+
+def test_clients_out_of_block_order_get_their_own_rows_back():
+    """A cohort keeps its clients block by block; what it takes and returns is client by
+    client, whatever the memory layout of the rows given: each client's point, residual,
+    iterations and message are those of a cohort of its own, bit for bit, and its value,
+    gradient and Hessian too (of a subset as well)."""
+    rows = [40, 3, 20, 3, 40]  # (blocks 40, 3, 20: not in block order)
+    forms = _forms(rows, kinds=("logistic", "square"), seed=3)
+    rng = np.random.default_rng(4)
+    C, S = rng.normal(size=(5, 4)), np.linspace(0.2, 1.0, 5)
+    X = np.asfortranarray(rng.normal(size=(5, 4)))
+    tol = np.array([1e-1, 1e-14, 1e-1, 1e-14, 1e-14])
+    cohort = GLMCohort(forms)
+    out = cohort.prox(C, S, X, tol=tol, max_iter=1)
+    vals, G = cohort.value_grad(X)
+    H = cohort.hessian(X)
+    part = cohort.subset(np.array([4, 1]))
+    for i, f in enumerate(forms):
+        own = GLMCohort([f])
+        alone = own.prox(C[i : i + 1], S[i : i + 1], X[i : i + 1], tol=tol[i], max_iter=1)
+        assert np.array_equal(alone.x[0], out.x[i]) and alone.residual[0] == out.residual[i]
+        assert alone.iterations[0] == out.iterations[i] and alone.message[0] == out.message[i]
+        v, g = own.value_grad(X[i : i + 1])
+        assert v[0] == vals[i] and np.array_equal(g[0], G[i])
+        assert np.array_equal(own.hessian(X[i : i + 1])[0], H[i])
+    assert out.message[1] == "max_iter" and out.message[0] == "converged"
+    v, g = part.value_grad(X[[4, 1]])
+    assert np.array_equal(v, vals[[4, 1]]) and np.array_equal(g, G[[4, 1]])
 
 
 def test_parties_of_another_structure_are_refused_by_position():
@@ -295,9 +326,9 @@ def test_most_clients_still_iterating_compute_on_the_whole_cohort(monkeypatch):
     X0 = GLMCohort(forms).prox(C, S, np.zeros((6, 4)), tol=1e-13).x
     X0[2:] = 0.0  # (two clients start at their minimisers: four of six iterate)
     sizes: list[int] = []
-    subset = GLMCohort.subset
+    subset = GLMCohort._subset
     monkeypatch.setattr(
-        GLMCohort, "subset", lambda c, idx: sizes.append(len(idx)) or subset(c, idx)
+        GLMCohort, "_subset", lambda c, idx: sizes.append(len(idx)) or subset(c, idx)
     )
     out = GLMCohort(forms).prox(C, S, X0, tol=1e-12)
     assert (out.iterations[:2] == 0).all() and (out.iterations[2:] >= 2).all()

@@ -9,7 +9,9 @@ terms, kind by kind, over the same variables; dense data) and no constraints: cl
 
 (:class:`~fedmodel.compiler.glm.GLMFunction`). :class:`GLMCohort` stacks the parties'
 data once (each party's ``A_it`` padded with zero-weight rows to its own
-:func:`block_rows`, the parties of one padded row count in one block) and runs one
+:func:`block_rows`, the parties of one padded row count in one block, the blocks one
+after another in the cohort's own order of its clients; what it takes and returns is
+client by client) and runs one
 Newton iteration for every client of the cohort at a time: the images, the gradients and
 the Hessians are batched products (each term's ``phi`` evaluated once per point, its
 second derivatives kept for the Hessian there), the Newton systems one batched Cholesky
@@ -49,7 +51,7 @@ from __future__ import annotations
 import time
 from collections import OrderedDict
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from operator import attrgetter
 
 import numpy as np
@@ -166,6 +168,10 @@ def _lu_solve(M: np.ndarray, G: np.ndarray) -> np.ndarray:
     return np.linalg.solve(M, G[:, :, None])[:, :, 0]
 
 
+#: every row of an array
+_ALL = slice(None)
+
+
 def _rows(a: np.ndarray | None, idx: np.ndarray) -> np.ndarray | None:
     """The rows ``idx`` of ``a`` (None stays None)."""
     return None if a is None else a[idx]
@@ -178,17 +184,24 @@ class NotStackable(ValueError):
 @dataclass
 class _Block:
     """The clients of one term whose rows are padded to the same :func:`block_rows`:
-    ``at`` their positions in the cohort (``slice(None)`` when they are all of it), ``A``
-    (clients, rows, n), ``b`` and ``w`` (clients, rows); padding rows have weight 0."""
+    ``at`` their positions in the cohort (a slice when they are consecutive, ``slice(None)``
+    when they are all of it: ``whole``), ``A`` (clients, rows, n), ``b`` and ``w``
+    (clients, rows); padding rows have weight 0."""
 
     at: np.ndarray | slice
     A: np.ndarray
     b: np.ndarray
     w: np.ndarray
+    whole: bool = field(init=False)
 
-    @property
-    def whole(self) -> bool:
-        return isinstance(self.at, slice)
+    def __post_init__(self) -> None:
+        self.whole = isinstance(self.at, slice) and self.at == _ALL
+
+    def of(self, X: np.ndarray) -> np.ndarray:
+        """The rows of ``X`` of its clients: ``X`` itself for a whole block, else
+        C-contiguous (a view when ``X`` is): the products take the same kernels whether
+        the clients' rows are consecutive or not."""
+        return X if self.whole else np.ascontiguousarray(X[self.at])
 
 
 @dataclass
@@ -217,10 +230,11 @@ class _StackedTerm:
         out = np.matmul(V[:, None, :], blk.A)[:, 0, :]
         return out if self.s == 1.0 else self.s * out
 
-    def gram(self, blk: _Block, D: np.ndarray) -> np.ndarray:
-        """``s^2 A_i^T diag(d_i) A_i`` for every client of ``blk`` (clients, n, n)."""
-        G = np.matmul(blk.A.transpose(0, 2, 1), blk.A * D[:, :, None])
-        return G if self.s == 1.0 else (self.s * self.s) * G
+    def gram(self, blk: _Block, D: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
+        """``s^2 A_i^T diag(d_i) A_i`` for every client of ``blk`` (clients, n, n), written
+        to ``out`` when given."""
+        G = np.matmul(blk.A.transpose(0, 2, 1), blk.A * D[:, :, None], out=out)
+        return G if self.s == 1.0 else np.multiply(self.s * self.s, G, out=out)
 
     def subset(self, idx: np.ndarray) -> _StackedTerm:
         """The term of the clients ``idx`` (copies of their blocks' data)."""
@@ -342,21 +356,31 @@ def _check_stackable(forms: list[GLMFunction]) -> tuple:
 _KIND, _M, _S, _A = (attrgetter(name) for name in ("kind", "M", "s", "A"))
 
 
-def _stack_term(terms: list, n: int, offset: int) -> tuple[_StackedTerm, int]:
-    """One term of every client (``terms``, dense, of one kind, ``M`` and sign) stacked in
-    blocks of one :func:`block_rows` (the columns ``offset:`` of a cohort's curvature
-    array), with its width there: the clients' blocks and places are found by numpy, and
-    each client's rows are copied straight to its place (negated there for ``s = -1``),
-    each array read once and written once."""
+def _row_counts(terms: list) -> np.ndarray:
+    """The row count of each of ``terms`` (one term of every client)."""
+    return np.fromiter((t.A.shape[0] for t in terms), dtype=int, count=len(terms))
+
+
+def _block_widths(counts: np.ndarray) -> np.ndarray:
+    """The :func:`block_rows` of each of the row counts ``counts`` (one call per distinct
+    count)."""
+    sizes, group = np.unique(counts, return_inverse=True)
+    return np.array([block_rows(m) for m in sizes.tolist()], dtype=int)[group.reshape(-1)]
+
+
+def _stack_term(
+    terms: list, counts: np.ndarray, padded: np.ndarray, n: int, offset: int
+) -> tuple[_StackedTerm, int]:
+    """One term of every client (``terms``, dense, of one kind, ``M`` and sign; their row
+    ``counts`` and :func:`_block_widths` ``padded``) stacked in blocks of one
+    :func:`block_rows` (the columns ``offset:`` of a cohort's curvature array), with its
+    width there: the clients' blocks and places are found by numpy, and each client's rows
+    are copied straight to its place (negated there for ``s = -1``), each array read once
+    and written once."""
     size = len(terms)
     t0 = terms[0]
-    A_all = [t.A for t in terms]
-    counts = np.fromiter((a.shape[0] for a in A_all), dtype=int, count=size)
-    sizes, group = np.unique(counts, return_inverse=True)
-    group = group.reshape(-1)
-    padded = np.array([block_rows(m) for m in sizes.tolist()], dtype=int)
-    widths, block_of_size = np.unique(padded, return_inverse=True)
-    block_of = block_of_size.reshape(-1)[group]
+    widths, block_of = np.unique(padded, return_inverse=True)
+    block_of = block_of.reshape(-1)
     members = np.bincount(block_of, minlength=widths.size)
     order = np.argsort(block_of, kind="stable")  # (the clients block by block)
     at_start = np.cumsum(members) - members
@@ -365,7 +389,7 @@ def _stack_term(terms: list, n: int, offset: int) -> tuple[_StackedTerm, int]:
     blocks = []
     for k, rows in enumerate(widths.tolist()):
         count = int(members[k])
-        at = slice(None) if count == size else order[at_start[k] : at_start[k] + count]
+        at = _positions(order[at_start[k] : at_start[k] + count], size)
         A, b, w = np.zeros((count, rows, n)), np.zeros((count, rows)), np.zeros((count, rows))
         blocks.append(_Block(at, A, b, w))
     negated = float(t0.s) == -1.0  # (the sign kept in A: the same numbers, exactly)
@@ -380,6 +404,23 @@ def _stack_term(terms: list, n: int, offset: int) -> tuple[_StackedTerm, int]:
     s = 1.0 if negated else float(t0.s)
     term = _StackedTerm(t0.kind, blocks, float(t0.M), s, offset, block_of, within)
     return term, int(widths[-1]) if widths.size else 0
+
+
+def _positions(at: np.ndarray, size: int) -> np.ndarray | slice:
+    """The increasing positions ``at`` of a cohort of ``size`` clients as a slice when they
+    are consecutive (``slice(None)``: all of them), else as they are."""
+    if at.size and int(at[-1]) - int(at[0]) == at.size - 1:
+        return _ALL if at.size == size else slice(int(at[0]), int(at[-1]) + 1)
+    return at
+
+
+def _block_order(padded: list[np.ndarray]) -> np.ndarray | None:
+    """The clients block by block (``padded``: each term's :func:`_block_widths`, the first
+    term's first; stable): None when they already are."""
+    if not padded:
+        return None
+    order = np.lexsort(padded[::-1])
+    return None if (order == np.arange(order.size)).all() else order
 
 
 class GLMCohort:
@@ -405,12 +446,25 @@ class GLMCohort:
         #: the :func:`glm_signature` (without rows) of its clients' forms
         self.signature = _check_stackable(forms)
         self.size = len(forms)
+        #: the cohort's own order of its clients, block by block (:func:`_block_order`: a
+        #: block's data and results are then consecutive rows, no copies): its row ``r`` is
+        #: client ``_order[r]``, client ``i`` its row ``_place[i]`` (None: the clients' order)
+        terms = [[f.terms[j] for f in forms] for j in range(len(forms[0].terms))]
+        counts = [_row_counts(ts) for ts in terms]
+        padded = [_block_widths(c) for c in counts]
+        self._order = order = _block_order(padded)
+        self._place = None if order is None else np.argsort(order)
+        if order is not None:
+            rows = order.tolist()
+            forms = [forms[i] for i in rows]
+            terms = [[ts[i] for i in rows] for ts in terms]
+            counts, padded = [c[order] for c in counts], [p[order] for p in padded]
         self.n = forms[0].n
         self.terms: list[_StackedTerm] = []
         #: the columns of the weighted second derivatives of all terms side by side
         self.width = 0
-        for j in range(len(forms[0].terms)):
-            term, width = _stack_term([f.terms[j] for f in forms], self.n, self.width)
+        for ts, c, p in zip(terms, counts, padded):
+            term, width = _stack_term(ts, c, p, self.n, self.width)
             self.terms.append(term)
             self.width += width
         self.Q = None if forms[0].Q is None else np.stack([np.asarray(f.Q) for f in forms])
@@ -439,7 +493,21 @@ class GLMCohort:
     # -- f_i ---------------------------------------------------------------------------------
     def value_grad(self, X: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """``f_i(x_i)`` (clients,) and ``grad f_i(x_i)`` (clients, n) for the rows of ``X``."""
-        return self._evaluate(X, curvature=False)[:2]
+        vals, G, _ = self._evaluate(self._own(X), curvature=False)
+        return self._theirs(vals), self._theirs(G)
+
+    def _own(self, a: np.ndarray) -> np.ndarray:
+        """The rows of ``a`` (one per client) in the cohort's own order (the methods whose
+        names start with an underscore take and return rows in that order), a new array
+        of ``a``'s memory layout (the same arithmetic kernels as on ``a``)."""
+        if self._order is None:
+            return a
+        a = np.asarray(a)
+        return np.take(a, self._order, axis=0, out=np.empty_like(a), mode="clip")
+
+    def _theirs(self, a: np.ndarray) -> np.ndarray:
+        """The rows of ``a`` (in the cohort's own order) client by client."""
+        return a if self._place is None else a[self._place]
 
     def _evaluate(
         self, X: np.ndarray, curvature: bool
@@ -456,7 +524,7 @@ class GLMCohort:
             if self._at_zero is None:
                 self._at_zero = self._evaluate_terms(np.zeros((self.size, self.n)), False)[:2]
             if self._fixed_hessian is None:
-                self.hessian(X)
+                self._hessian(X)
             f0, g0 = self._at_zero
             HX = np.matmul(self._fixed_hessian, X[:, :, None])[:, :, 0]
             return f0 + np.einsum("in,in->i", X, g0 + 0.5 * HX), g0 + HX, None
@@ -473,8 +541,7 @@ class GLMCohort:
         K = np.empty((len(X), self.width)) if curvature else None
         for t in self.terms:
             for blk in t.blocks:
-                Xb = X if blk.whole else X[blk.at]
-                out = phi(t.kind, t.images(blk, Xb), t.M, order=2 if curvature else 1)
+                out = phi(t.kind, t.images(blk, blk.of(X)), t.M, order=2 if curvature else 1)
                 v = np.einsum("im,im->i", blk.w, out[0])
                 g = t.rmatvec(blk, blk.w * out[1])
                 if blk.whole:
@@ -491,11 +558,15 @@ class GLMCohort:
             G += QX
         return vals, G, K
 
-    def hessian(self, X: np.ndarray, curvature: np.ndarray | None = None) -> np.ndarray:
-        """``hess f_i(x_i)`` (clients, n, n) for the rows of ``X``, from the weighted
-        second derivatives at ``X`` when given (``curvature``, as :meth:`_evaluate` returns
-        them). When every term is a square (a constant second derivative), the Hessians do
-        not depend on ``X``: they are computed once and copied after."""
+    def hessian(self, X: np.ndarray) -> np.ndarray:
+        """``hess f_i(x_i)`` (clients, n, n) for the rows of ``X``."""
+        return self._theirs(self._hessian(self._own(X)))
+
+    def _hessian(self, X: np.ndarray, curvature: np.ndarray | None = None) -> np.ndarray:
+        """:meth:`hessian`, from the weighted second derivatives at ``X`` when given
+        (``curvature``, as :meth:`_evaluate` returns them). When every term is a square (a
+        constant second derivative), the Hessians do not depend on ``X``: they are computed
+        once and copied after."""
         if self._fixed_hessian is not None:
             return self._fixed_hessian.copy()
         H = np.empty((len(X), self.n, self.n)) if self.Q is None else self.Q.copy()
@@ -505,12 +576,13 @@ class GLMCohort:
         for t in self.terms:
             for blk in t.blocks:
                 if curvature is None:  # (a constant second derivative needs no images)
-                    Xb = X if blk.whole else X[blk.at]
-                    z = blk.b if t.kind in CONSTANT_CURVATURE else t.images(blk, Xb)
+                    z = blk.b if t.kind in CONSTANT_CURVATURE else t.images(blk, blk.of(X))
                     d = blk.w * phi_d2(t.kind, z, t.M)
                 else:
                     d = curvature[blk.at, t.offset : t.offset + blk.w.shape[1]]
-                if empty:
+                if empty and isinstance(blk.at, slice):  # (consecutive rows: written there)
+                    t.gram(blk, d, out=H[blk.at])
+                elif empty:
                     H[blk.at] = t.gram(blk, d)
                 elif blk.whole:
                     H += t.gram(blk, d)
@@ -528,7 +600,7 @@ class GLMCohort:
         M = self._inverses.get(key)
         if M is None:
             if self._fixed_hessian is None:
-                self.hessian(np.zeros((self.size, self.n)))
+                self._hessian(np.zeros((self.size, self.n)))
             M = spd_inverse(self._fixed_hessian, weights)
             self._inverses[key] = M
             while len(self._inverses) > KEPT_INVERSES:
@@ -538,9 +610,15 @@ class GLMCohort:
         return M
 
     def subset(self, idx: np.ndarray) -> GLMCohort:
-        """The cohort of the clients ``idx`` (views of the stacked data)."""
+        """The cohort of the clients ``idx`` (copies of their stacked data), in that order."""
+        idx = np.asarray(idx, dtype=int)
+        return self._subset(idx if self._place is None else self._place[idx])
+
+    def _subset(self, idx: np.ndarray) -> GLMCohort:
+        """The cohort of the rows ``idx`` (of its own order), in that order."""
         sub = object.__new__(GLMCohort)
         sub.size, sub.n, sub.signature = len(idx), self.n, self.signature
+        sub._order = sub._place = None
         sub.terms = [t.subset(idx) for t in self.terms]
         sub.width = self.width
         sub.Q = None if self.Q is None else self.Q[idx]
@@ -583,27 +661,31 @@ class GLMCohort:
         """
         C = np.asarray(centers, dtype=float)
         S = np.asarray(weights, dtype=float)
-        X = np.array(x0, dtype=float)
+        X = np.asarray(x0, dtype=float)
         tol = np.broadcast_to(np.asarray(tol, dtype=float), (self.size,))
         if C.shape != (self.size, self.n) or X.shape != (self.size, self.n):
             raise ValueError(f"centers and x0 must have shape {(self.size, self.n)}")
         if S.shape != (self.size,) or not np.all(S > 0):
             raise ValueError("weights must hold one positive proximal weight per client")
+        # (the rows in the cohort's own order; X its own copy, of x0's memory layout)
+        C, S, tol = self._own(C), self._own(S), self._own(tol)
+        X = np.array(X) if self._order is None else self._own(X)
 
         def objective(cohort: GLMCohort, Xs, Cs, Ss, f=None):
             v, G, K = cohort._evaluate(Xs, curvature=True) if f is None else f
             D = Xs - Cs
             return v + 0.5 * Ss * np.einsum("in,in->i", D, D), G + Ss[:, None] * D, v, G, K
 
-        # (f and its gradient at the points the last solve returned, when it starts there)
-        last = self._last_point
+        # (f and its gradient at the points the last solve returned, when it starts there:
+        # its arrays, this solve's from now on)
+        last, self._last_point = self._last_point, None
         known = None
         if last is not None and last[0].shape == X.shape and last[0].tobytes() == X.tobytes():
-            known = tuple(None if a is None else a.copy() for a in last[1:])
+            known = last[1:]
         vals, G, F, GF, K = objective(self, X, C, S, known)
         gnorm = np.abs(G).max(axis=1, initial=0.0)
         iters = np.zeros(self.size, dtype=int)
-        message = ["converged"] * self.size
+        notes: dict[int, str] = {}  # (the rows that did not converge: why)
         searched_out = np.zeros(self.size, dtype=bool)  # (its line search failed)
         active = np.flatnonzero(gnorm > tol)
         # each client's Cholesky factor of its last new Hessian (``factored``: it has one)
@@ -614,11 +696,11 @@ class GLMCohort:
         while active.size:
             if deadline is not None and time.perf_counter() > deadline:
                 for i in active:
-                    message[i] = "time limit"
+                    notes[i] = "time limit"
                 break
             stalled = active[iters[active] >= max_iter]
             for i in stalled:
-                message[i] = "max_iter"
+                notes[i] = "max_iter"
             active = active[iters[active] < max_iter]
             if not active.size:
                 break
@@ -626,7 +708,7 @@ class GLMCohort:
             # most of them (WIDE_SHARE): the whole cohort's data, their rows picked from
             # its results (no copy of their data; each row's numbers are the same)
             wide = not every and active.size >= WIDE_SHARE * self.size
-            sub = self if every or wide else self.subset(active)
+            sub = self if every or wide else self._subset(active)
             if every:
                 Xa, Ca, Sa, Ga, va, Ka = X, C, S, G, vals, K
                 gna = gnorm.copy()  # (gnorm's rows are updated in place below)
@@ -645,17 +727,17 @@ class GLMCohort:
                 if fresh.size:  # (a new Hessian and its factor)
                     whole = fresh.size == active.size
                     if wide and 2 * fresh.size >= active.size:  # (every Hessian, rows picked)
-                        H = self.hessian(X, K)[active[fresh]]
+                        H = self._hessian(X, K)[active[fresh]]
                     elif whole or 2 * fresh.size < active.size:
                         if wide:  # (a few of them: their data copied out)
-                            part = self.subset(active[fresh])
+                            part = self._subset(active[fresh])
                         else:
-                            part = sub if whole else sub.subset(fresh)
-                        H = part.hessian(
+                            part = sub if whole else sub._subset(fresh)
+                        H = part._hessian(
                             Xa if whole else Xa[fresh], Ka if whole else _rows(Ka, fresh)
                         )
                     else:  # (most of them: every Hessian, no copy of their data)
-                        H = sub.hessian(Xa, Ka)[fresh]
+                        H = sub._hessian(Xa, Ka)[fresh]
                     H.reshape(len(H), -1)[:, :: self.n + 1] += (Sa if whole else Sa[fresh])[:, None]
                     L = spd_factor(H)
                     Gf = Ga if whole else Ga[fresh]
@@ -694,7 +776,7 @@ class GLMCohort:
                 t[todo] *= 0.5
                 idx = np.flatnonzero(todo)
                 trial = Xa[idx] + t[idx, None] * step[idx]
-                part = self.subset(active[idx]) if wide else sub.subset(idx)
+                part = self._subset(active[idx]) if wide else sub._subset(idx)
                 v2, g2, f2, gf2, k2 = objective(part, trial, Ca[idx], Sa[idx])
                 new_X[idx], new_v[idx], new_G[idx] = trial, v2, g2
                 new_F[idx], new_GF[idx] = f2, gf2
@@ -704,7 +786,7 @@ class GLMCohort:
                 todo[idx[ok]] = False
                 tiny = t[idx] < 1e-10
                 for k in idx[~ok & tiny]:
-                    message[active[k]] = "line search failed (at machine precision?)"
+                    notes[active[k]] = "line search failed (at machine precision?)"
                     searched_out[active[k]] = True
                 todo[idx[~ok & tiny]] = False
             failed = searched_out[active]
@@ -725,6 +807,13 @@ class GLMCohort:
                 ends = (t == 1.0) & (r * (r / gna) * CHORD_MARGIN <= tol[active])
                 chord[active] = factored[active] & ends
             active = active[~failed & (gnorm[active] > tol[active])]
-        # (F, GF, K: this solve's own arrays, copied on use)
-        self._last_point = (X.copy(), F, GF, K)
-        return BatchReport(X, gnorm, iters, message)
+        message = ["converged"] * self.size
+        for i, note in notes.items():
+            message[int(i) if self._order is None else int(self._order[i])] = note
+        # (F, GF, K: this solve's own arrays, the next solve's when it starts at X)
+        if self._place is None:
+            self._last_point = (X.copy(), F, GF, K)
+            return BatchReport(X, gnorm, iters, message)
+        self._last_point = (X, F, GF, K)
+        place = self._place
+        return BatchReport(X[place], gnorm[place], iters[place], message)
