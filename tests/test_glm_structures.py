@@ -399,6 +399,31 @@ def test_a_structure_read_by_its_skeleton_s_matcher_is_the_walk_s(monkeypatch):
         assert all((j % 4 == 3) == (k % 4 == 3) for j in same)
 
 
+def test_parties_whose_atoms_data_or_constants_differ_are_other_structures(monkeypatch):
+    """A matcher compares each atom's own data (an axis, here) and each constant (its
+    type, shape and bytes) with its skeleton's: parties that differ in an axis or in a
+    constant have the structures their walks give."""
+    from fedmodel.compiler import fingerprint
+
+    monkeypatch.setattr(fingerprint, "_MATCHERS", {})
+    monkeypatch.setattr(fingerprint, "_TALLY", {})
+    rng = np.random.default_rng(6)
+    m = fm.Model("atom-data")
+    w = m.variable(D, name="w")
+    for k in range(12):
+        c = m.client(f"c{k}")
+        Z = c.data(rng.normal(size=(D, D)), name="Z")
+        scale = np.array(2.0 if k % 3 else 3.0)
+        c.minimize(cp.sum_squares(Z @ w) + cp.sum_squares(cp.sum(Z, axis=k % 2)) * scale)
+    programs = m.compile().clients
+    read = [fingerprint.structure_reading(p)[0] for p in programs]
+    assert sum(hits for hits, _ in fingerprint._TALLY.values()) >= 4  # (matchers read them)
+    monkeypatch.setattr(fingerprint, "_MATCHERS", {})
+    monkeypatch.setattr(fingerprint, "MATCHERS_PER_KEY", 0)  # (every party walked)
+    assert read == [fingerprint.structure_reading(p)[0] for p in programs]
+    assert len(set(read)) == 4
+
+
 def test_owned_variables_of_one_size_and_other_shapes_are_other_structures(monkeypatch):
     """Parties whose owned variables sit at the same place with the same size but another
     shape (a (2, 3) and a (3, 2) matrix, summed alike) have other structures: the matcher

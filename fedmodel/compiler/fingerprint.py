@@ -390,8 +390,10 @@ def _matcher(exprs: list, places: dict[int, int]):
     of any storage (collected); None from it when the terms differ. None when the terms
     hold what it does not check (atoms with data other than plain values, variables
     outside the layout) or more than :data:`MATCHER_MAX_NODES` nodes."""
+    from cvxpy.utilities.canonical import Canonical
+
+    no_data = Canonical.get_data  # (the data of an atom without any: None)
     names: dict[str, Any] = {"_value_bytes": _value_bytes, "_data_by_shape": _data_by_shape}
-    names["_plain_list_text"] = _plain_list_text
     lines: list[str] = []
     count = [0]
 
@@ -413,13 +415,13 @@ def _matcher(exprs: list, places: dict[int, int]):
         if args:
             d = e.get_data()
             if d is None:
-                lines.append(f"if {var}.get_data() is not None: return None")
+                if t.get_data is not no_data:  # (else none: its type has cvxpy's default)
+                    lines.append(f"if {var}.get_data() is not None: return None")
             else:
-                text = _plain_list_text(d)
-                if text is None:
+                if _plain_list_text(d) is None:
                     raise _NoMatcher
-                lines.append(f"if _plain_list_text({var}.get_data()) != {constant(text)}:")
-                lines.append("    return None")
+                lines.append(f"d = {var}.get_data()")
+                lines.extend(_plain_list_check(d, constant))
             subs = [f"e{count[0]}_{i}" for i in range(len(args))]
             lines.append(f"a = {var}.args")
             lines.append(f"if len(a) != {len(args)}: return None")
@@ -437,8 +439,7 @@ def _matcher(exprs: list, places: dict[int, int]):
         elif kind == "data":
             lines.append(f"data.append(_data_by_shape({var}))")
         elif kind == "expr":  # (a constant, a parameter: by value)
-            lines.append(f"if _value_bytes({var}.value) != {constant(_value_bytes(e.value))}:")
-            lines.append("    return None")
+            lines.extend(_value_check(var, e.value, constant))
         else:
             raise _NoMatcher
 
@@ -458,6 +459,36 @@ def _matcher(exprs: list, places: dict[int, int]):
     # object of the terms it compares with is in ``names``: nothing of a value is code)
     exec(compile(text, "<structure matcher>", "exec"), names)  # (names: its constants)
     return names["match"]
+
+
+def _plain_list_check(d: list, constant) -> list[str]:
+    """Lines of a matcher that return None unless ``d`` (its variable) is a list of the
+    values of the plain list ``d`` (:func:`_plain_list_text`), each of the same type: the
+    same text."""
+    lines = [f"if type(d) is not list or len(d) != {len(d)}: return None"]
+    for i, x in enumerate(d):
+        if x is None or type(x) is bool:  # (singletons)
+            lines.append(f"if d[{i}] is not {x!r}: return None")
+        else:
+            lines.append(f"if type(d[{i}]) is not {constant(type(x))}: return None")
+            lines.append(f"if d[{i}] != {constant(x)}: return None")
+    return lines
+
+
+def _value_check(var: str, v: Any, constant) -> list[str]:
+    """Lines of a matcher that return None unless ``var``'s value has the bytes
+    :func:`_feed_value` hashes for ``v``: for a numeric array or numpy scalar, one of the
+    same type, dtype, shape and bytes."""
+    kind = getattr(getattr(v, "dtype", None), "kind", None)
+    if (type(v) is np.ndarray or isinstance(v, np.generic)) and kind in NUMERIC_KINDS:
+        return [
+            f"v = {var}.value",
+            f"if type(v) is not {constant(type(v))} or v.dtype != {constant(v.dtype)}:",
+            "    return None",
+            f"if v.shape != {constant(v.shape)} or v.tobytes() != {constant(v.tobytes())}:",
+            "    return None",
+        ]
+    return [f"if _value_bytes({var}.value) != {constant(_value_bytes(v))}: return None"]
 
 
 #: layout -> {id(variable): its place}
