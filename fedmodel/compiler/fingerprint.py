@@ -321,7 +321,17 @@ def structure_reading(program: Any) -> tuple[str, dict[int, tuple[Any, list]]]:
     _WALKED.add(key)
     if read is not None:
         _MATCHED[(matcher, read[1])] = digest
+        _SKELETONS[digest] = matcher
     return digest, found
+
+
+def structure_skeleton(structure: str) -> Any:
+    """The skeleton of the terms of ``structure`` (a :func:`structure_fingerprint`), when
+    a matcher has read terms of it (:func:`structure_reading`): an object equal for the
+    structures whose terms have the same atoms (type, own data), variables at the same
+    places and constants of the same values, their nodes of any shape and their private
+    data of any shape or storage; None when none has."""
+    return _SKELETONS.get(structure)
 
 
 def _new_matcher(key: tuple, exprs: list, places: dict[int, int]) -> tuple | None:
@@ -366,6 +376,10 @@ _WALKED: set[tuple] = set()
 #: (matcher, the shapes and private data's texts it collected) -> the structure
 #: fingerprint the walk gave
 _MATCHED: dict[tuple, str] = {}
+
+#: a structure fingerprint -> the matcher that read terms of it (its skeleton, as
+#: :func:`structure_skeleton` gives it): one per entry of :data:`_MATCHED`
+_SKELETONS: dict[str, Any] = {}
 
 #: a matcher is made for terms of at most this many nodes
 MATCHER_MAX_NODES = 200
