@@ -327,10 +327,10 @@ def structure_reading(program: Any) -> tuple[str, dict[int, tuple[Any, list]]]:
 
 def structure_skeleton(structure: str) -> Any:
     """The skeleton of the terms of ``structure`` (a :func:`structure_fingerprint`), when
-    a matcher has read terms of it (:func:`structure_reading`): an object equal for the
-    structures whose terms have the same atoms (type, own data), variables at the same
+    a matcher has read terms of it (:func:`structure_reading`): that matcher. Structures
+    of one skeleton have terms with the same atoms (type, own data), variables at the same
     places and constants of the same values, their nodes of any shape and their private
-    data of any shape or storage; None when none has."""
+    data of any name, shape or storage; None when no matcher has read terms of it."""
     return _SKELETONS.get(structure)
 
 
