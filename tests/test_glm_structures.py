@@ -31,6 +31,7 @@ D = 4
 def fresh_structures(monkeypatch):
     monkeypatch.setattr(newton, "_STRUCTURE_NODES", {})
     monkeypatch.setattr(newton, "_RECIPES", {})
+    monkeypatch.setattr(newton, "_SKELETON_NODES", {})
     monkeypatch.setattr(glm, "_VERIFIED", set())
 
 
@@ -186,6 +187,36 @@ def test_a_structure_s_nodes_leave_with_the_party_they_were_made_from():
     assert key not in newton._STRUCTURE_NODES
     again = _mixed_model().compile().clients[0]
     assert newton.party_glm(again).same_path and key in newton._STRUCTURE_NODES
+
+
+def test_structures_of_other_row_counts_take_the_flags_of_their_skeleton_s_nodes(monkeypatch):
+    """Structures whose terms differ in their data's shapes alone (one skeleton:
+    :func:`~fedmodel.compiler.fingerprint.structure_skeleton`) make their nodes with the
+    flags of the first of them made (:func:`~fedmodel.compiler.glm.node_like`): each
+    party's form is still, bit for bit, the one its own tree gives; the skeleton's nodes
+    leave with the party they were made from."""
+    rng = np.random.default_rng(7)
+    m = fm.Model("rows")
+    w = m.variable(D, name="w")
+    for k in range(12):
+        c = m.client(f"c{k}")
+        rows = 6 + k % 4
+        X = c.data(rng.normal(size=(rows, D)), name="X")
+        lab = c.data(np.sign(rng.normal(size=rows)), name="y")
+        c.minimize(cp.sum(cp.logistic(-cp.multiply(lab, X @ w))) / 48 + 0.1 * cp.sum_squares(w))
+    programs = m.compile().clients
+    assert len({p.structure for p in programs}) == 4
+    made = []
+    monkeypatch.setattr(
+        newton, "node_of", lambda e, leaves: made.append(e) or glm.node_of(e, leaves)
+    )
+    forms = [newton.party_glm(p) for p in programs]
+    assert len(made) == 1 and len(newton._SKELETON_NODES) == 1  # (the first structure's)
+    for p, form in zip(programs, forms):
+        _same_function(form.f, _slow(p)[0])
+    del m, c, X, lab, programs, forms, p, form
+    gc.collect()
+    assert not newton._SKELETON_NODES and not newton._STRUCTURE_NODES
 
 
 def test_the_structure_walk_finds_each_term_s_leaves_as_recognition_numbers_them():
@@ -397,6 +428,31 @@ def test_a_structure_read_by_its_skeleton_s_matcher_is_the_walk_s(monkeypatch):
         same = [j for j in range(12) if alternating[f"a{j}"] == alternating[f"a{k}"]]
         assert all(j % 2 == k % 2 and (j % 3 == 2) == (k % 3 == 2) for j in same)
         assert all((j % 4 == 3) == (k % 4 == 3) for j in same)
+
+
+def test_parties_whose_atoms_data_or_constants_differ_are_other_structures(monkeypatch):
+    """A matcher compares each atom's own data (an axis, here) and each constant (its
+    type, shape and bytes) with its skeleton's: parties that differ in an axis or in a
+    constant have the structures their walks give."""
+    from fedmodel.compiler import fingerprint
+
+    monkeypatch.setattr(fingerprint, "_MATCHERS", {})
+    monkeypatch.setattr(fingerprint, "_TALLY", {})
+    rng = np.random.default_rng(6)
+    m = fm.Model("atom-data")
+    w = m.variable(D, name="w")
+    for k in range(12):
+        c = m.client(f"c{k}")
+        Z = c.data(rng.normal(size=(D, D)), name="Z")
+        scale = np.array(2.0 if k % 3 else 3.0)
+        c.minimize(cp.sum_squares(Z @ w) + cp.sum_squares(cp.sum(Z, axis=k % 2)) * scale)
+    programs = m.compile().clients
+    read = [fingerprint.structure_reading(p)[0] for p in programs]
+    assert sum(hits for hits, _ in fingerprint._TALLY.values()) >= 4  # (matchers read them)
+    monkeypatch.setattr(fingerprint, "_MATCHERS", {})
+    monkeypatch.setattr(fingerprint, "MATCHERS_PER_KEY", 0)  # (every party walked)
+    assert read == [fingerprint.structure_reading(p)[0] for p in programs]
+    assert len(set(read)) == 4
 
 
 def test_owned_variables_of_one_size_and_other_shapes_are_other_structures(monkeypatch):

@@ -321,7 +321,17 @@ def structure_reading(program: Any) -> tuple[str, dict[int, tuple[Any, list]]]:
     _WALKED.add(key)
     if read is not None:
         _MATCHED[(matcher, read[1])] = digest
+        _SKELETONS[digest] = matcher
     return digest, found
+
+
+def structure_skeleton(structure: str) -> Any:
+    """The skeleton of the terms of ``structure`` (a :func:`structure_fingerprint`), when
+    a matcher has read terms of it (:func:`structure_reading`): that matcher. Structures
+    of one skeleton have terms with the same atoms (type, own data), variables at the same
+    places and constants of the same values, their nodes of any shape and their private
+    data of any name, shape or storage; None when no matcher has read terms of it."""
+    return _SKELETONS.get(structure)
 
 
 def _new_matcher(key: tuple, exprs: list, places: dict[int, int]) -> tuple | None:
@@ -367,6 +377,10 @@ _WALKED: set[tuple] = set()
 #: fingerprint the walk gave
 _MATCHED: dict[tuple, str] = {}
 
+#: a structure fingerprint -> the matcher that read terms of it (its skeleton, as
+#: :func:`structure_skeleton` gives it): one per entry of :data:`_MATCHED`
+_SKELETONS: dict[str, Any] = {}
+
 #: a matcher is made for terms of at most this many nodes
 MATCHER_MAX_NODES = 200
 
@@ -390,8 +404,10 @@ def _matcher(exprs: list, places: dict[int, int]):
     of any storage (collected); None from it when the terms differ. None when the terms
     hold what it does not check (atoms with data other than plain values, variables
     outside the layout) or more than :data:`MATCHER_MAX_NODES` nodes."""
+    from cvxpy.utilities.canonical import Canonical
+
+    no_data = Canonical.get_data  # (the data of an atom without any: None)
     names: dict[str, Any] = {"_value_bytes": _value_bytes, "_data_by_shape": _data_by_shape}
-    names["_plain_list_text"] = _plain_list_text
     lines: list[str] = []
     count = [0]
 
@@ -413,13 +429,13 @@ def _matcher(exprs: list, places: dict[int, int]):
         if args:
             d = e.get_data()
             if d is None:
-                lines.append(f"if {var}.get_data() is not None: return None")
+                if t.get_data is not no_data:  # (else none: its type has cvxpy's default)
+                    lines.append(f"if {var}.get_data() is not None: return None")
             else:
-                text = _plain_list_text(d)
-                if text is None:
+                if _plain_list_text(d) is None:
                     raise _NoMatcher
-                lines.append(f"if _plain_list_text({var}.get_data()) != {constant(text)}:")
-                lines.append("    return None")
+                lines.append(f"d = {var}.get_data()")
+                lines.extend(_plain_list_check(d, constant))
             subs = [f"e{count[0]}_{i}" for i in range(len(args))]
             lines.append(f"a = {var}.args")
             lines.append(f"if len(a) != {len(args)}: return None")
@@ -437,8 +453,7 @@ def _matcher(exprs: list, places: dict[int, int]):
         elif kind == "data":
             lines.append(f"data.append(_data_by_shape({var}))")
         elif kind == "expr":  # (a constant, a parameter: by value)
-            lines.append(f"if _value_bytes({var}.value) != {constant(_value_bytes(e.value))}:")
-            lines.append("    return None")
+            lines.extend(_value_check(var, e.value, constant))
         else:
             raise _NoMatcher
 
@@ -458,6 +473,36 @@ def _matcher(exprs: list, places: dict[int, int]):
     # object of the terms it compares with is in ``names``: nothing of a value is code)
     exec(compile(text, "<structure matcher>", "exec"), names)  # (names: its constants)
     return names["match"]
+
+
+def _plain_list_check(d: list, constant) -> list[str]:
+    """Lines of a matcher that return None unless ``d`` (its variable) is a list of the
+    values of the plain list ``d`` (:func:`_plain_list_text`), each of the same type: the
+    same text."""
+    lines = [f"if type(d) is not list or len(d) != {len(d)}: return None"]
+    for i, x in enumerate(d):
+        if x is None or type(x) is bool:  # (singletons)
+            lines.append(f"if d[{i}] is not {x!r}: return None")
+        else:
+            lines.append(f"if type(d[{i}]) is not {constant(type(x))}: return None")
+            lines.append(f"if d[{i}] != {constant(x)}: return None")
+    return lines
+
+
+def _value_check(var: str, v: Any, constant) -> list[str]:
+    """Lines of a matcher that return None unless ``var``'s value has the bytes
+    :func:`_feed_value` hashes for ``v``: for a numeric array or numpy scalar, one of the
+    same type, dtype, shape and bytes."""
+    kind = getattr(getattr(v, "dtype", None), "kind", None)
+    if (type(v) is np.ndarray or isinstance(v, np.generic)) and kind in NUMERIC_KINDS:
+        return [
+            f"v = {var}.value",
+            f"if type(v) is not {constant(type(v))} or v.dtype != {constant(v.dtype)}:",
+            "    return None",
+            f"if v.shape != {constant(v.shape)} or v.tobytes() != {constant(v.tobytes())}:",
+            "    return None",
+        ]
+    return [f"if _value_bytes({var}.value) != {constant(_value_bytes(v))}: return None"]
 
 
 #: layout -> {id(variable): its place}

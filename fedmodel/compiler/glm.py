@@ -127,6 +127,36 @@ def node_of(expr: cp.Expression, leaves: list) -> Node:
     return n
 
 
+def node_like(template: Node, expr: cp.Expression) -> Node | None:
+    """The :class:`Node` of ``expr``, whose terms have the skeleton of those ``template``
+    was made from (:func:`~fedmodel.compiler.fingerprint.structure_skeleton`: the same
+    atoms, atoms' data, variables and constants, nodes of other shapes perhaps), as
+    :func:`node_of` makes it: ``expr``'s own atoms and shapes, ``template``'s flags and
+    leaf numbers, which follow from the skeleton when ``template``'s flags are
+    :attr:`~Node.fixed` and no node of either has a zero-size shape (an empty node is
+    constant whatever its atom); None otherwise."""
+    shape = tuple(expr.shape)
+    if not template.fixed or 0 in shape or 0 in template.shape:
+        return None
+    n = Node()
+    n.name, n.shape, n.ndim, n.atom = template.name, shape, len(shape), expr
+    n.size = math.prod(shape)  # (cvxpy's size and ndim of a shape)
+    n.scalar = n.var_map = None
+    n.leaf, n.variable, n.constant = template.leaf, template.variable, template.constant
+    n.params, n.affine, n.private = template.params, template.affine, template.private
+    n.fixed = True
+    n.args = ()
+    if template.args:
+        args = []
+        for t, a in zip(template.args, expr.args, strict=True):
+            found = node_like(t, a)
+            if found is None:
+                return None
+            args.append(found)
+        n.args = tuple(args)
+    return n
+
+
 def expression_leaves(expr: cp.Expression, out: list) -> list:
     """``expr``'s leaves (variables, constants, data) appended to ``out``, left to right:
     the order :func:`node_of` numbers them in."""

@@ -60,6 +60,7 @@ import scipy.sparse as sp
 from scipy.linalg import blas
 
 from fedmodel.compiler.atom_rules import is_symmetric
+from fedmodel.compiler.fingerprint import structure_skeleton
 from fedmodel.compiler.glm import (
     GLMFunction,
     GLMTerm,
@@ -69,6 +70,7 @@ from fedmodel.compiler.glm import (
     Recipe,
     Tape,
     expression_leaves,
+    node_like,
     node_of,
     phi_d2,
     phi_value_d1,
@@ -236,22 +238,39 @@ _STRUCTURE_NODES: dict[str, tuple[list[Node], tuple | None] | None] = {}
 
 def _structure_nodes(program: PartyProgram, exprs: list) -> tuple[list[Node], tuple | None] | None:
     """The nodes ``program``'s terms ``exprs`` are read through, shared by its structure,
-    and its first party's path; None when the structure's flags depend on its data."""
+    and its first party's path; None when the structure's flags depend on its data. A
+    structure whose skeleton (:func:`~fedmodel.compiler.fingerprint.structure_skeleton`)
+    has nodes already takes their flags (:func:`~fedmodel.compiler.glm.node_like`)."""
     key = program.structure
     if key in _STRUCTURE_NODES:
         return _STRUCTURE_NODES[key]
-    leaves: list = []  # (numbered across the terms, as a party's are read)
-    nodes = [node_of(e, leaves) for e in exprs]
+    skeleton = structure_skeleton(key)
+    template = _SKELETON_NODES.get(skeleton) if skeleton is not None else None
+    nodes = None
+    if template is not None and len(template[1]) == len(exprs):
+        nodes = [node_like(t, e) for t, e in zip(template[1], exprs)]
+    if nodes is None or None in nodes:
+        leaves: list = []  # (numbered across the terms, as a party's are read)
+        nodes = [node_of(e, leaves) for e in exprs]
     entry = (nodes, None) if all(_fixed(n) for n in nodes) else None
     _STRUCTURE_NODES[key] = entry
     if entry is not None:
-        weakref.finalize(program, _forget_structure, key)
+        if skeleton is not None and template is None:
+            _SKELETON_NODES[skeleton] = (key, nodes)
+        weakref.finalize(program, _forget_structure, key, skeleton)
     return entry
 
 
-def _forget_structure(key: str) -> None:
+#: a skeleton (:func:`~fedmodel.compiler.fingerprint.structure_skeleton`) -> (the
+#: structure whose nodes of fixed flags were made first, those nodes); it leaves with them
+_SKELETON_NODES: dict = {}
+
+
+def _forget_structure(key: str, skeleton) -> None:
     _STRUCTURE_NODES.pop(key, None)
     _RECIPES.pop(key, None)
+    if skeleton is not None and _SKELETON_NODES.get(skeleton, (None,))[0] == key:
+        del _SKELETON_NODES[skeleton]
 
 
 def _fixed(node: Node) -> bool:
