@@ -108,6 +108,12 @@ class PartyProgram:
     def is_empty(self) -> bool:
         return not self.objective and not self.constraints
 
+    @property
+    def has_walls(self) -> bool:
+        """Whether this party has inequality constraints of the user's (not the compiler's
+        internal rows, such as epigraph pieces)."""
+        return any(c.kind == "ineq" and not c.internal for c in self.constraints)
+
     def objective_expr(self) -> cp.Expression | int:
         return sum((t.expr for t in self.objective), start=0) if self.objective else 0
 
@@ -484,6 +490,23 @@ class CompiledModel:
         once compiled)."""
         return any(p.cones for p in self.parties)
 
+    @cached_property
+    def walled(self) -> tuple[PartyProgram, ...]:
+        """The parties with inequality constraints of the user's
+        (:attr:`PartyProgram.has_walls`), in order (found once: the programs do not change
+        once compiled)."""
+        return tuple(p for p in self.parties if p.has_walls)
+
+    @cached_property
+    def structure_firsts(self) -> tuple[PartyProgram, ...]:
+        """The first party of each :attr:`PartyProgram.structure`, in order (found once:
+        the programs do not change once compiled): what is a fact of the structure is
+        asked of these alone."""
+        firsts: dict[str, PartyProgram] = {}
+        for p in self.parties:
+            firsts.setdefault(p.structure, p)
+        return tuple(firsts.values())
+
     def conic_parties(self) -> list[str]:
         """Parties whose subproblems take the conic path (cvxpy backend)."""
         return [p.name for p in self.parties if p.cones]
@@ -496,7 +519,7 @@ class CompiledModel:
             return "parties own variables (their blocks never travel)"
         if not self.regularizer.is_smooth:
             return "h is not smooth"
-        if self.conic_parties():
+        if self.has_cones:
             return "parties have cone constraints (no Hessians)"
         return ""
 

@@ -51,7 +51,7 @@ def prox_qn_obstacle(compiled, options, proximal: bool) -> str:
         return "h is smooth (inner_solver='quasi-newton' takes it)"
     if compiled.layout.has_owned:
         return "parties own variables (their blocks never travel)"
-    if compiled.conic_parties():
+    if compiled.has_cones:
         return "parties have cone constraints (no gradients)"
     if options.solver not in ("auto", "newton", "lbfgs"):
         return f"solver={options.solver!r} (the loop needs gradients of the parties' terms)"
@@ -89,7 +89,7 @@ def inequality_walls(compiled: CompiledModel) -> str:
     :mod:`fedmodel.subproblems.multipliers`; through Clarabel ~3 s per round)."""
     if not cheap_exact_steps(compiled):
         return ""
-    walled = [p.name for p in compiled.parties if has_walls(p)]
+    walled = [p.name for p in compiled.walled]
     if not walled or polyhedral_walls_only(compiled):
         return ""
     for party in compiled.parties:
@@ -126,9 +126,7 @@ def polyhedral_walls_only(compiled: CompiledModel) -> bool:
     """
     if compiled.regularizer.is_smooth:
         return False
-    for party in compiled.parties:
-        if not has_walls(party):
-            continue
+    for party in compiled.walled:
         if party is compiled.server or party.objective:
             return False
         if not all(c.expr.is_affine() for c in party.constraints):
@@ -155,13 +153,9 @@ def cheap_exact_steps(compiled: CompiledModel) -> bool:
 
 def restricted_domain_party(compiled: CompiledModel) -> str:
     """Which party has a term defined on part of the space only ("" if none): the first
-    party of each structure is asked (``restricted_domain`` is a fact of the structure)."""
-    asked: set[str] = set()
-    for party in compiled.parties:
-        structure = party.structure
-        if structure in asked:
-            continue
-        asked.add(structure)
+    party of each structure is asked (``restricted_domain`` is a fact of the structure:
+    :attr:`~fedmodel.compiler.partition.CompiledModel.structure_firsts`)."""
+    for party in compiled.structure_firsts:
         if party.restricted_domain:
             return f"party '{party.name}' has terms with a restricted domain (kl_div, entr, log)"
     return ""
@@ -192,11 +186,7 @@ def exact_preferred(compiled: CompiledModel, options, proximal: bool) -> bool:
 
 
 def client_walls(compiled: CompiledModel) -> bool:
-    """Whether a client has inequality constraints of the user's (:func:`has_walls`)."""
-    return any(has_walls(party) for party in compiled.clients)
-
-
-def has_walls(party) -> bool:
-    """Whether ``party`` has inequality constraints of the user's (not the compiler's
-    internal rows, such as epigraph pieces)."""
-    return any(c.kind == "ineq" and not c.internal for c in party.constraints)
+    """Whether a client has inequality constraints of the user's
+    (:attr:`~fedmodel.compiler.partition.CompiledModel.walled`)."""
+    server = compiled.server
+    return any(party is not server for party in compiled.walled)
