@@ -109,12 +109,11 @@ def _into_gradient_domain(compiled: CompiledModel, x: np.ndarray) -> np.ndarray:
     first subproblem's gradient is then infinite and a method reads its iterates as
     diverging ("unbounded" on a model with a finite optimum). Only structure is used: the
     coordinates moved are those whose gradient is infinite, not a guess of the solution.
-    Models with no such term (:attr:`PartyProgram.restricted_domain`, structure only:
-    asked of the first party of each structure, ``CompiledModel.structure_firsts``) are
+    Models with no such term (:attr:`PartyProgram.restricted_domain`, structure only) are
     not evaluated: their gradients are finite everywhere. The evaluation runs on the
     programs the compiled model holds (in a deployment, the coordinator's stand-ins of the
     parties' data)."""
-    if not any(p.restricted_domain for p in compiled.structure_firsts):
+    if not any(p.restricted_domain for p in compiled.parties):
         return x  # (every term is defined everywhere: its gradient is finite)
     bad = _nonfinite_gradient(compiled, x)
     if not bad.any():

@@ -123,7 +123,7 @@ of the model as written (:func:`user_model_values`), not of its epigraph or cone
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -510,32 +510,15 @@ def plain_objective_party(program: PartyProgram) -> bool:
     alone: no constraints, cones, own variables or auxiliaries, no term rewritten and
     none with a restricted domain (so no coordinate ends its domain). Such parties'
     evaluations can be computed many at once (:func:`plain_objective_evaluations`)."""
-    return plain_objective_parties([program])[0]
-
-
-def plain_objective_parties(programs: Iterable[PartyProgram]) -> list[bool]:
-    """:func:`plain_objective_party` of each of ``programs``: its own facts (its rows, own
-    variables and rewritten terms) read for each, its restricted domain (a fact of its
-    :attr:`~fedmodel.compiler.partition.PartyProgram.structure`) once per structure."""
-    restricted: dict[str, bool] = {}
-    out = []
-    for program in programs:
-        layout = program.layout
-        if (
-            program.m_ineq
-            or program.m_eq
-            or program.m_cone
-            or layout.size > layout.n_shared
-            or _rewritten(program)
-        ):
-            out.append(False)
-            continue
-        structure = program.structure
-        found = restricted.get(structure)
-        if found is None:
-            found = restricted[structure] = program.restricted_domain
-        out.append(not found)
-    return out
+    layout = program.layout
+    return not (
+        program.m_ineq
+        or program.m_eq
+        or program.m_cone
+        or layout.size > layout.n_shared
+        or _rewritten(program)
+        or program.restricted_domain
+    )
 
 
 def plain_objective_evaluations(value_grad, X: np.ndarray) -> list[dict]:

@@ -497,16 +497,6 @@ class CompiledModel:
         once compiled)."""
         return tuple(p for p in self.parties if p.has_walls)
 
-    @cached_property
-    def structure_firsts(self) -> tuple[PartyProgram, ...]:
-        """The first party of each :attr:`PartyProgram.structure`, in order (found once:
-        the programs do not change once compiled): what is a fact of the structure is
-        asked of these alone."""
-        firsts: dict[str, PartyProgram] = {}
-        for p in self.parties:
-            firsts.setdefault(p.structure, p)
-        return tuple(firsts.values())
-
     def conic_parties(self) -> list[str]:
         """Parties whose subproblems take the conic path (cvxpy backend)."""
         return [p.name for p in self.parties if p.cones]

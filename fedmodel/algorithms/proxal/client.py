@@ -48,7 +48,6 @@ from fedmodel.certificate.infeasibility import farkas_report, ray_report
 from fedmodel.certificate.kkt import (
     party_evaluation,
     plain_objective_evaluations,
-    plain_objective_parties,
     plain_objective_party,
     plain_objective_rows,
 )
@@ -768,8 +767,8 @@ def _glm_signatures(halves: list[ProxALClient]) -> tuple[list, dict] | None:
     which changes no key, these facts change only at an event that calls
     ``plans_changed``."""
     unjudged = [h for h in halves if h.glm_plain is None]
-    for h, plain in zip(unjudged, plain_objective_parties([h.program for h in unjudged])):
-        h.glm_plain = plain
+    for h in unjudged:
+        h.glm_plain = plain_objective_party(h.program)
     facts = set(map(_GLM_FACTS, halves))
     if len(facts) != 1 or None in facts.pop() or not all(map(_LOOKED_UP, halves)):
         return None

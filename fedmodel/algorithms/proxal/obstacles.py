@@ -152,10 +152,8 @@ def cheap_exact_steps(compiled: CompiledModel) -> bool:
 
 
 def restricted_domain_party(compiled: CompiledModel) -> str:
-    """Which party has a term defined on part of the space only ("" if none): the first
-    party of each structure is asked (``restricted_domain`` is a fact of the structure:
-    :attr:`~fedmodel.compiler.partition.CompiledModel.structure_firsts`)."""
-    for party in compiled.structure_firsts:
+    """Which party has a term defined on part of the space only ("" if none)."""
+    for party in compiled.parties:
         if party.restricted_domain:
             return f"party '{party.name}' has terms with a restricted domain (kl_div, entr, log)"
     return ""
