@@ -469,8 +469,9 @@ def _matcher(exprs: list, places: dict[int, int]):
     leaves = ", ".join(f"l{i}" for i in range(len(exprs)))
     body = ["data = []", *lines, f"return ({leaves}{',' if len(exprs) == 1 else ''}), tuple(data)"]
     text = "def match(exprs, places):\n" + "\n".join(f"    {line}" for line in body)
-    # (the text holds this module's names, generated identifiers and integers only; every
-    # object of the terms it compares with is in ``names``: nothing of a value is code)
+    # (the text holds this module's names, generated identifiers, integers and the keywords
+    # None, True and False only; every object of the terms it compares with is in
+    # ``names``: nothing of a value is code)
     exec(compile(text, "<structure matcher>", "exec"), names)  # (names: its constants)
     return names["match"]
 
@@ -482,7 +483,8 @@ def _plain_list_check(d: list, constant) -> list[str]:
     lines = [f"if type(d) is not list or len(d) != {len(d)}: return None"]
     for i, x in enumerate(d):
         if x is None or type(x) is bool:  # (singletons)
-            lines.append(f"if d[{i}] is not {x!r}: return None")
+            literal = "None" if x is None else repr(bool(x))  # (one of three keywords)
+            lines.append(f"if d[{i}] is not {literal}: return None")
         else:
             lines.append(f"if type(d[{i}]) is not {constant(type(x))}: return None")
             lines.append(f"if d[{i}] != {constant(x)}: return None")
