@@ -350,6 +350,27 @@ def test_states_copied_together_equal_their_copies_one_by_one():
         assert snap.state(i)["stats"]["n"] == want["stats"]["n"]
 
 
+def test_marks_taken_together_are_read_by_name():
+    """Marks: the states taken together are each read by its party's name (in containers
+    of its own), a later take of some parties replaces only theirs, and a state set by
+    name is kept as given."""
+    from fedmodel.runtime.host import Marks
+
+    marks = Marks()
+    states = [{"u": np.full(2, float(i)), "k": i} for i in range(4)]
+    marks.take(["a", "b", "c", "d"], states)
+    states[2]["u"][0] = -1.0
+    assert marks.get("c")["u"][0] == 2.0 and marks.get("c") is not marks.get("c")
+    marks.take(["d", "b"], [{"u": np.zeros(1), "k": 7}, {"u": np.ones(1), "k": 8}])
+    given = {"k": 9}
+    marks["e"] = given
+    assert [marks.get(n)["k"] for n in "abcde"] == [0, 8, 2, 7, 9] and marks.get("e") is given
+    assert [name for name, _ in marks.items()] == list("abcde") and len(marks) == 5
+    assert "e" in marks and marks.get("f", 0) == 0
+    marks.clear()
+    assert len(marks) == 0 and marks.get("a") is None
+
+
 def test_backends_benchmark_runs_and_reports_where_clients_ran():
     """benchmarks/backends.py on a tiny problem: the same iterates on every configuration,
     and the busiest host's load read from the run's own placement."""
@@ -427,14 +448,22 @@ def test_lazy_solvers_read_as_columns_are_their_get_states():
     same = lazies([{"factor": None, "verified": False, "k": i} for i in range(4)])
     cols = party_states(same)
     assert type(cols).__name__ == "StateColumns" and cols["k"] == [0, 1, 2, 3]
+    # (one initial state object for all: its values repeated, as each solver's own)
+    shared = lazies([{"factor": np.eye(2), "verified": False}] * 3)
+    cols = party_states(shared)
+    assert type(cols).__name__ == "StateColumns" and cols["verified"] == [False] * 3
     built = lazies([{"factor": None, "verified": False}] * 3)
     built[1].backend()
     mixed = lazies([{"factor": None}, {"verified": False}])
-    for group in (same, built, mixed):
-        assert type(party_states(group)).__name__ == ("StateColumns" if group is same else "list")
+    for group in (same, shared, built, mixed):
+        columns = group is same or group is shared
+        assert type(party_states(group)).__name__ == ("StateColumns" if columns else "list")
         snap = StatesCopy(party_states(group))
         for i, lazy in enumerate(group):
             assert list(snap.state(i)) == list(lazy.get_state())
             for key, value in copy_state(lazy.get_state()).items():
                 np.testing.assert_equal(snap.state(i)[key], value)
+    snap = StatesCopy(party_states(shared))
+    shared[0]._initial["factor"][0, 0] = 5.0  # (after the copy: none of its states sees it)
+    assert [snap.state(i)["factor"][0, 0] for i in range(3)] == [1.0] * 3
     assert LazySolver.state_columns([]) is None

@@ -219,6 +219,40 @@ def test_a_batched_client_builds_no_backend_of_its_own(monkeypatch):
     assert np.abs(res.x - ref.x).max() <= 1e-3
 
 
+def test_a_batched_client_makes_its_merit_problem_only_when_used(monkeypatch):
+    """A client whose exact steps run in cohorts makes no MeritProblem in a run; one made
+    later has the client's penalty and h (none) and takes a new one with it, and its route
+    part's hard rows are those of that problem."""
+    from fedmodel.algorithms.proxal.client import ProxALClient
+    from fedmodel.subproblems.conic_prox import internal_rows
+
+    made = []
+    init = MeritProblem.__init__
+
+    def spy(self, programs, *args):
+        made.extend(p.name for p in programs)
+        init(self, programs, *args)
+
+    monkeypatch.setattr(MeritProblem, "__init__", spy)
+    m = _model("logistic", rows=(15,) * 6)
+    m.server.subject_to(cp.norm(m.variables[0], 2) <= 0.5)
+    res = m.solve("prox-al", inner_solver="exact-admm", history=False)
+    assert res.status == "optimal" and not [name for name in made if name.startswith("c")]
+    program = m.compile().clients[0]
+    options = fm.algorithms.proxal.ProxALOptions(beta=2.0)
+    client = ProxALClient(program, options, 1.0, 6, route="exact-admm")
+    assert "problem" not in client.__dict__ and client.solver.built is None
+    client.objective_units = (1.0, 3.0, 1.0, 1.0)
+    client.derive_parameters()
+    assert client.problem.beta == client.beta == 6.0 and client.problem.regularizer.is_zero
+    client.objective_units = (1.0, 0.5, 1.0, 1.0)
+    client.derive_parameters()
+    assert client.problem.beta == 1.0 and client.problem.programs == [program]
+    rows = client.inner.hard_rows()
+    assert all(np.array_equal(a, b) for a, b in zip(rows, internal_rows(client.problem)))
+    assert client.solver.backend().problem is client.problem
+
+
 def test_a_form_read_along_its_structure_s_path_is_verified_by_its_first_client(monkeypatch):
     """Forms read through their structure's nodes with every decision taken from values as
     for the client checked in full are neither checked in full nor probed; a form whose

@@ -44,7 +44,7 @@ import weakref
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from operator import attrgetter, methodcaller
+from operator import attrgetter
 from typing import Any, ClassVar
 
 import numpy as np
@@ -763,7 +763,8 @@ class Tally:
         found = list(map(_STATS, self.halves))
         for name, column in self.sums.items():
             if column.all():  # (a count for every half: each one's sum, in one C pass)
-                sums = map(operator.add, map(methodcaller("get", name, 0), found), column.tolist())
+                held = map(dict.get, found, itertools.repeat(name), itertools.repeat(0))
+                sums = map(operator.add, held, column.tolist())
                 _consume(map(operator.setitem, found, itertools.repeat(name), sums))
             else:
                 for stats, value in zip(found, column.tolist()):
@@ -772,7 +773,8 @@ class Tally:
             column[:] = 0
         for name, column in self.maxima.items():
             if np.isfinite(column).all():  # (a value for every half: each one's largest)
-                largest = map(max, map(methodcaller("get", name, -np.inf), found), column.tolist())
+                held = map(dict.get, found, itertools.repeat(name), itertools.repeat(-np.inf))
+                largest = map(max, held, column.tolist())
                 _consume(map(operator.setitem, found, itertools.repeat(name), largest))
             else:
                 for stats, value in zip(found, column.tolist()):

@@ -5,7 +5,6 @@
 from __future__ import annotations
 
 import copy
-import itertools
 import os
 import signal
 import tempfile
@@ -466,23 +465,23 @@ class Marks:
     a checkpoint) is kept as given."""
 
     def __init__(self) -> None:
-        self._at: dict[str, tuple[StatesCopy | None, Any]] = {}
+        # (a name's mark: the copies taken together it is one of, or a 1-tuple of the
+        # state set by name)
+        self._at: dict[str, _Taken | tuple[Any]] = {}
 
     def take(self, names: list[str], states: list[Any] | StateColumns) -> None:
         """The marks of ``names`` become copies of ``states`` (in that order: a list, or
         their :class:`~fedmodel.runtime.endpoints.StateColumns`)."""
-        snap = StatesCopy(states)
-        self._at.update(zip(names, zip(itertools.repeat(snap), range(len(names)))))
+        self._at.update(dict.fromkeys(names, _Taken(StatesCopy(states), names)))
 
     def __setitem__(self, name: str, state: Any) -> None:
-        self._at[name] = (None, state)
+        self._at[name] = (state,)
 
     def get(self, name: str, default: Any = None) -> Any:
         where = self._at.get(name)
         if where is None:
             return default
-        snap, state = where
-        return state if snap is None else snap.state(state)
+        return where.state(name) if type(where) is _Taken else where[0]
 
     def items(self) -> Iterator[tuple[str, Any]]:
         for name in list(self._at):
@@ -496,6 +495,22 @@ class Marks:
 
     def __len__(self) -> int:
         return len(self._at)
+
+
+class _Taken:
+    """The states of ``names`` copied together (:class:`Marks`): each read by its name's
+    place among them (the places found at the first read)."""
+
+    __slots__ = ("copies", "names", "places")
+
+    def __init__(self, copies: StatesCopy, names: list[str]):
+        self.copies, self.names = copies, names
+        self.places: dict[str, int] | None = None
+
+    def state(self, name: str) -> Any:
+        if self.places is None:
+            self.places = dict(zip(self.names, range(len(self.names))))
+        return self.copies.state(self.places[name])
 
 
 class _Watchdog:

@@ -21,7 +21,8 @@ many variables for a dense Hessian (:mod:`fedmodel.subproblems.newton_cg`).
 
 from __future__ import annotations
 
-from operator import attrgetter, itemgetter
+from itertools import repeat
+from operator import attrgetter, is_, itemgetter
 
 from fedmodel.compiler.glm import NotRecognised
 from fedmodel.errors import UnsupportedError
@@ -109,7 +110,8 @@ class LazySolver:
     build : callable
         ``build() -> backend``.
     initial_state : dict or None
-        The backend's ``get_state()`` before its first use.
+        The backend's ``get_state()`` before its first use (read, never changed: lazy
+        solvers may share one).
     configure : callable, optional
         Called with the backend right after it is built (the owner's settings).
 
@@ -165,9 +167,14 @@ class LazySolver:
         list with each solver's value) when none is built and their initial states are
         dicts of the same keys (a mark reads thousands at once); else None (each is read by
         :meth:`get_state`)."""
-        if not solvers or list(map(_BUILT, solvers)).count(None) != len(solvers):
+        n = len(solvers)
+        if not solvers or list(map(_BUILT, solvers)).count(None) != n:
             return None
         initials = list(map(_INITIAL, solvers))
+        first = initials[0]
+        if type(first) is dict and all(map(is_, initials, repeat(first))):
+            # (one initial state shared by all: its values, each repeated)
+            return {key: [value] * n for key, value in first.items()}
         if set(map(type, initials)) != {dict} or len(set(map(tuple, initials))) != 1:
             return None
         return {key: list(map(itemgetter(key), initials)) for key in initials[0]}

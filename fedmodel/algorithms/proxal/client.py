@@ -44,6 +44,7 @@ from fedmodel.algorithms.proxal.cohorts import (
 from fedmodel.algorithms.proxal.messages import route_table
 from fedmodel.algorithms.proxal.options import ProxALOptions
 from fedmodel.algorithms.proxal.routes import LAYOUT_REFUSED, PROXAL, route_named
+from fedmodel.cached import cached_property
 from fedmodel.certificate.infeasibility import farkas_report, ray_report
 from fedmodel.certificate.kkt import (
     party_evaluation,
@@ -54,6 +55,7 @@ from fedmodel.certificate.kkt import (
 from fedmodel.certificate.scale import objective_reference, plain_objective_references
 from fedmodel.compiler.glm import NotRecognised
 from fedmodel.compiler.partition import PartyProgram
+from fedmodel.compiler.regularizer import Regularizer
 from fedmodel.runtime.rows import Rows
 from fedmodel.runtime.secure_aggregation import SECAGG
 from fedmodel.runtime.wire import register_wire_type
@@ -68,6 +70,9 @@ def _carry_factor(solver) -> None:
     if hasattr(solver, "carry_factor"):
         solver.carry_factor = True
 
+
+#: a Newton backend's state before its first use, shared by the clients' lazy backends
+_NEWTON_INITIAL = NewtonSolver.initial_state()
 
 #: the writes of a client's centre (:attr:`ProxALClient.w_center`) in this process
 _CENTRE_WRITES = [0]
@@ -152,6 +157,10 @@ class ProxALClient(ClientHalf):
     glm_cohort = None
     _centre_rows: CentreRows | None = None
     _centre_slot = 0
+    _w_center: np.ndarray | None = None  # (w_center's own value and the time of its write)
+    _centre_time = 0
+    #: the ``h`` of its subproblem (:attr:`problem`): none, ``h`` is the server's
+    regularizer = Regularizer()
 
     def __init__(
         self,
@@ -177,7 +186,6 @@ class ProxALClient(ClientHalf):
         self.ns = ns = layout.n_shared
         n_own = layout.size - ns
         self.owned = n_own > 0
-        self.problem = MeritProblem([program], float(options.beta))
         self.derive_parameters()
         if theta0 is not None:
             theta0 = np.asarray(theta0, dtype=float)
@@ -204,11 +212,7 @@ class ProxALClient(ClientHalf):
             self.theta_step = np.zeros(n_own) if n_own else _EMPTY
         self.solver_option = options.solver
         if batched_steps(self):  # (its own backend: only if it leaves the batches)
-            self.solver = LazySolver(
-                functools.partial(NewtonSolver, self.problem),
-                NewtonSolver.initial_state(),
-                _carry_factor,
-            )
+            self.solver = LazySolver(self._newton_backend, _NEWTON_INITIAL, _carry_factor)
         else:
             self.solver = make_solver(self.problem, options.solver)
             _carry_factor(self.solver)
@@ -223,7 +227,7 @@ class ProxALClient(ClientHalf):
         # outer Anderson acceleration: memory of (residual, mu_i, nu_i) of Algorithm 1
         self.outer_anderson = 0 if (owned_anywhere or not proximal) else int(options.outer_anderson)
         self.outer_mem: list[tuple[np.ndarray, np.ndarray, np.ndarray]] = []
-        self.w_center: np.ndarray | None = None
+        # (its centre w_center: None, this class's, until the first start round writes it)
         self.stats["max_residual_gap"] = 0.0
         self.use_route(route)
 
@@ -282,7 +286,20 @@ class ProxALClient(ClientHalf):
         )
         self.theta_prox = self.prox_weight
         self.rho_start = self.rho_option * self.objective_units[3]
-        self.problem.beta = self.beta
+        problem = self.__dict__.get("problem")
+        if problem is not None:  # (made: it takes the new beta; else it is made with it)
+            problem.beta = self.beta
+
+    @cached_property
+    def problem(self) -> MeritProblem:
+        """Its subproblem's merit function (:class:`~fedmodel.subproblems.merit.MeritProblem`,
+        with :attr:`regularizer`), made at its first use: a client whose steps run in
+        cohorts may never use it."""
+        return MeritProblem([self.program], self.beta, self.regularizer)
+
+    def _newton_backend(self) -> NewtonSolver:
+        """Its own Newton backend (built by its lazy solver at the first use)."""
+        return NewtonSolver(self.problem)
 
     def handler_owner(self, kind: str):
         """The route's client part answers its own round kinds."""

@@ -1211,7 +1211,7 @@ class ExactClient(InnerClient):
         self.u_before: np.ndarray | None = None
         self.mu_sizes = (0.0, 0.0)
         self._exact_solver = None
-        self._hard_rows = internal_rows(host.problem)
+        self._hard_rows = None  # (found at the first use: hard_rows)
         # its step_batch_key, found at the first call (its options, its program's h and
         # GLM form decide it; a form found to disagree later takes it out)
         self._step_key: tuple | None = None
@@ -1242,6 +1242,8 @@ class ExactClient(InnerClient):
         self._checked, self._checked_time = value, _CLOCK[0]
 
     def hard_rows(self):
+        if self._hard_rows is None:
+            self._hard_rows = internal_rows(self.host.problem)
         return self._hard_rows
 
     def user_multipliers(self) -> float:
@@ -1393,7 +1395,7 @@ class ExactClient(InnerClient):
         h = self.host
         if not self._step_key_found:  # (what decides it is fixed but the form's verdict)
             self._step_key_found = True
-            if h.solver_option in _OWN_BACKENDS and h.problem.regularizer.is_zero:
+            if h.solver_option in _OWN_BACKENDS and h.regularizer.is_zero:
                 self._step_key = _glm_step_key(glm_structure(h))
         return None if h.glm_disagrees else self._step_key
 
@@ -1546,7 +1548,7 @@ _SIGNATURE = operator.attrgetter("glm_signature")
 _KEY_FACTS = operator.attrgetter(
     "options.batch_clients",
     "solver_option",
-    "problem.regularizer.is_zero",
+    "regularizer.is_zero",
     "glm_looked_up",
     "_glm_disagrees",
 )
