@@ -145,6 +145,35 @@ def test_round_replies_read_as_messages_and_stacked():
     assert np.array_equal(by_message.stack("x"), X[:2])
 
 
+def test_final_reports_read_as_columns_whatever_the_round_s_path():
+    """The result reads the clients' final reports (driver._report_columns) the same from
+    a stacked round in the clients' order, one in another order with a client missing, and
+    the replies' messages: the clients that sent one, in order, and their fields."""
+    from fedmodel.algorithms.driver import _report_columns
+
+    clients = [SimpleNamespace(name=n) for n in "abcd"]
+    fields = {
+        "mu": np.arange(8.0).reshape(4, 2),
+        "nu": np.zeros((4, 0)),
+        "seconds": np.array([0.5, 1.0, 1.5, 2.0]),
+        "local_iterations": np.array([3, 4, 5, 6]),
+    }
+    stacked = RoundReplies(list("abcd"), stacked=fields)
+    columns = _report_columns(stacked, clients)
+    assert columns[0] == clients and columns[4] == [0.5, 1.0, 1.5, 2.0]
+    assert columns[5] == [3, 4, 5, 6] and columns[3] == [None] * 4
+    assert np.array_equal(columns[1][2], [4.0, 5.0])
+    order = [3, 0, 1]
+    other = RoundReplies(["d", "a", "b"], stacked={k: v[order] for k, v in fields.items()})
+    by_message = RoundReplies(["d", "a", "b"], messages={n: other[n] for n in "dab"})
+    for replies in (other, by_message):
+        sent, mus, nus, cones, seconds, iterations = _report_columns(replies, clients)
+        assert [c.name for c in sent] == ["a", "b", "d"] and seconds == [0.5, 1.0, 2.0]
+        assert iterations == [3, 4, 6] and cones == [None] * 3 and len(nus) == 3
+        assert all(np.array_equal(m, fields["mu"][i]) for m, i in zip(mus, (0, 1, 3)))
+    assert _report_columns({}, clients) == ([],) * 6
+
+
 def test_rows_fields_give_each_client_its_own_payload():
     fields = {"c": Rows(np.eye(3)), "sigma": 2.0, "budget": Rows([1.0, 2.0, 3.0])}
     payloads = payloads_of(fields, 3)

@@ -537,16 +537,14 @@ class _Run:
                 compiled.server, used.get(compiled.server.name, mu0), nu0, server.cone_duals()
             )
         }
-        per_party_seconds = {}
         local_iters = {"server": server.local_iterations}
         payloads = _Payloads(reports)
-        for c, p in zip(compiled.clients, _report_rows(reports, compiled.clients)):
-            if p is None:
-                continue
-            mu, nu, cone, seconds, iterations = p
-            multipliers[c.name] = split_multipliers(c, used.get(c.name, mu), nu, cone)
-            per_party_seconds[c.name] = seconds
-            local_iters[c.name] = int(iterations)
+        clients, mus, nus, cones, seconds, iterations = _report_columns(reports, compiled.clients)
+        names = [c.name for c in clients]
+        mus = map(used.get, names, mus)  # (the multipliers its certificate used, else its own)
+        multipliers.update(zip(names, map(split_multipliers, clients, mus, nus, cones)))
+        per_party_seconds = dict(zip(names, seconds))
+        local_iters.update(zip(names, map(int, iterations)))
         fields = self.run_fields(status, message, kkt, summary, failure, per_party_seconds)
         fields["timing"]["local_iterations"] = local_iters
         fields["privacy"] = server.privacy.record()
@@ -738,27 +736,31 @@ class _Payloads(Mapping):
 _REPORT_READ = ("mu", "nu", "cone", "seconds", "local_iterations")
 
 
-def _report_rows(reports: Mapping[str, Any], clients: list) -> list[tuple | None]:
-    """``(mu, nu, cone, seconds, local_iterations)`` of each of ``clients``' final report
-    (``cone`` None when it sent none), None for one that sent none: read as the stacked
-    step's columns when the round was one (no message made per client), else from each
-    reply."""
+def _report_columns(reports: Mapping[str, Any], clients: list) -> tuple[list, ...]:
+    """The clients of ``clients`` that sent a final report, in that order, and their
+    reports' ``mu``, ``nu``, ``cone`` (None when it sent none), ``seconds`` and
+    ``local_iterations``, a list each: read as the stacked step's columns when the round
+    was one (no message made per client; its rows taken as they are when they are the
+    clients' in order), else from each reply."""
     stacked = getattr(reports, "stacked", None)
     if stacked is None or not {"mu", "nu", "seconds", "local_iterations"} <= stacked.keys():
-        found = []
+        sent, found = [], []
         for c in clients:
             reply = reports.get(c.name)
             p = None if reply is None else reply.payload
-            found.append(
-                None
-                if p is None
-                else (p["mu"], p["nu"], p.get("cone"), p["seconds"], p["local_iterations"])
-            )
-        return found
-    at = dict(zip(reports.names, range(len(reports.names))))
+            if p is not None:
+                sent.append(c)
+                found.append((p["mu"], p["nu"], p.get("cone"), p["seconds"], p["local_iterations"]))
+        return (sent, *(list(column) for column in zip(*found))) if found else ([],) * 6
     n = len(reports.names)
     columns = [list(stacked[k]) if k in stacked else [None] * n for k in _REPORT_READ[:3]] + [
         stacked[k].tolist() for k in _REPORT_READ[3:]
     ]
-    rows = list(zip(*columns))
-    return [None if i is None else rows[i] for i in map(at.get, (c.name for c in clients))]
+    if list(reports.names) == [c.name for c in clients]:
+        return (list(clients), *columns)
+    at = dict(zip(reports.names, range(n)))
+    places = [
+        (c, i) for c, i in zip(clients, map(at.get, (c.name for c in clients))) if i is not None
+    ]
+    sent = [c for c, _ in places]
+    return (sent, *([column[i] for _, i in places] for column in columns))
