@@ -1172,17 +1172,16 @@ def _client_factories(
     that travel: no callback); ``x0`` is the starting point (a client takes its own block)."""
     layout, metric = compiled.layout, penalty_metric(compiled, options)
     client_options = options.for_clients(w0=None, random_state=None)  # (theta0 below)
+    n, owned, name = compiled.n_clients, layout.has_owned, route.name
     return {
         c.name: EndpointFactory(
             ProxALClient,
-            (c, client_options, rhos[c.name], compiled.n_clients, proximal),
+            (c, client_options, rhos[c.name], n, proximal),
             {
                 # the client's own block of the starting point (its own variables)
-                "theta0": (
-                    x0[layout.indices(layout.owned_by(c.name))] if layout.has_owned else None
-                ),
+                "theta0": x0[layout.indices(layout.owned_by(c.name))] if owned else None,
                 "metric": metric,
-                "route": route.name,
+                "route": name,
             },
         )
         for c in compiled.clients
