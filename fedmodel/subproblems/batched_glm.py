@@ -139,11 +139,12 @@ def spd_substitute(L: np.ndarray, G: np.ndarray) -> np.ndarray:
     for all ``i``."""
     n = G.shape[1]
     Y = np.empty_like(G)
-    for j in range(n):  # L y = g
-        Y[:, j] = (G[:, j] - np.einsum("ij,ij->i", L[:, j, :j], Y[:, :j])) / L[:, j, j]
+    for j in range(n):  # L y = g (each step's sum written over, then divided into Y)
+        s = np.einsum("ij,ij->i", L[:, j, :j], Y[:, :j])
+        np.divide(np.subtract(G[:, j], s, out=s), L[:, j, j], out=Y[:, j])
     for j in range(n - 1, -1, -1):  # L^T x = y (x in place of y)
-        tail = np.einsum("ij,ij->i", L[:, j + 1 :, j], Y[:, j + 1 :])
-        Y[:, j] = (Y[:, j] - tail) / L[:, j, j]
+        s = np.einsum("ij,ij->i", L[:, j + 1 :, j], Y[:, j + 1 :])
+        np.divide(np.subtract(Y[:, j], s, out=s), L[:, j, j], out=Y[:, j])
     return Y
 
 
