@@ -336,3 +336,33 @@ def test_most_clients_still_iterating_compute_on_the_whole_cohort(monkeypatch):
     for i, f in enumerate(forms):
         alone = GLMCohort([f]).prox(C[i : i + 1], S[i : i + 1], X0[i : i + 1], tol=1e-12)
         assert np.array_equal(alone.x[0], out.x[i]) and alone.iterations[0] == out.iterations[i]
+
+
+def test_a_kept_point_serves_value_grad_and_the_first_solve_with_the_same_numbers():
+    """A cohort that keeps f at some points (keep_point) returns copies of those values from
+    value_grad there and starts a solve there without evaluating f again, exactly what a
+    fresh cohort returns; at other points, or the same values in another memory layout,
+    it evaluates again."""
+    forms = _forms([3, 7, 5, 6], kinds=("logistic", "square"))
+    rng = np.random.default_rng(3)
+    X, C = rng.normal(size=(2, 4, 4))
+    S = np.array([0.5, 1.0, 2.0, 4.0])
+    cohort, fresh_cohort = GLMCohort(forms), GLMCohort(forms)
+    cohort.keep_point(X)
+    kept = _counted(cohort)
+    fresh = _counted(fresh_cohort)
+    vals, G = cohort.value_grad(X)
+    expected_vals, expected_G = fresh_cohort.value_grad(X)
+    assert np.array_equal(vals, expected_vals) and np.array_equal(G, expected_G)
+    vals[:], G[:] = np.nan, np.nan  # (copies: the kept values stay as they are)
+    assert np.array_equal(cohort.value_grad(X)[1], expected_G)
+    assert not kept and len(fresh) == 1
+    cohort.value_grad(np.asfortranarray(X))  # (another layout: evaluated)
+    cohort.value_grad(X + 1e-3)
+    assert len(kept) == 2
+    kept.clear(), fresh.clear()
+    out = cohort.prox(C, S, X, tol=1e-10)
+    expected = fresh_cohort.prox(C, S, X, tol=1e-10)
+    for field in ("x", "residual", "iterations"):
+        assert np.array_equal(getattr(out, field), getattr(expected, field))
+    assert len(kept) == len(fresh) - 1

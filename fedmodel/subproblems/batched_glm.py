@@ -29,9 +29,11 @@ is quadratic, its value and gradient one more product with the Hessian (from ``f
 and its gradient there). The arithmetic is the per-client Newton method's but for the
 chord steps and the order of summation (the results agree to the tolerance, not bit for
 bit). A cohort keeps the points its last
-solve returned with ``f_i``, its gradient and second derivatives there: the next solve
-that starts from exactly those points (an exact-admm client starts from its last step's
-point) takes them instead of evaluating ``f_i`` again, the same numbers.
+solve returned (or those :meth:`GLMCohort.keep_point` evaluated at: a prox-al client's
+start point, its first exact-admm step's) with ``f_i``, its gradient and second
+derivatives there: the next solve that starts from exactly those points (an exact-admm
+client starts from its last step's point) takes them instead of evaluating ``f_i`` again,
+the same numbers, and so does :meth:`GLMCohort.value_grad` there.
 
 Examples
 --------
@@ -139,11 +141,12 @@ def spd_substitute(L: np.ndarray, G: np.ndarray) -> np.ndarray:
     for all ``i``."""
     n = G.shape[1]
     Y = np.empty_like(G)
-    for j in range(n):  # L y = g
-        Y[:, j] = (G[:, j] - np.einsum("ij,ij->i", L[:, j, :j], Y[:, :j])) / L[:, j, j]
+    for j in range(n):  # L y = g (each step's sum written over, then divided into Y)
+        s = np.einsum("ij,ij->i", L[:, j, :j], Y[:, :j])
+        np.divide(np.subtract(G[:, j], s, out=s), L[:, j, j], out=Y[:, j])
     for j in range(n - 1, -1, -1):  # L^T x = y (x in place of y)
-        tail = np.einsum("ij,ij->i", L[:, j + 1 :, j], Y[:, j + 1 :])
-        Y[:, j] = (Y[:, j] - tail) / L[:, j, j]
+        s = np.einsum("ij,ij->i", L[:, j + 1 :, j], Y[:, j + 1 :])
+        np.divide(np.subtract(Y[:, j], s, out=s), L[:, j, j], out=Y[:, j])
     return Y
 
 
@@ -486,15 +489,41 @@ class GLMCohort:
         self.constant_curvature = all(t.kind in CONSTANT_CURVATURE for t in self.terms)
         self.keeps_inverses = self.constant_curvature and self.n <= SUBSTITUTION_SIZE
         self._inverses: OrderedDict[bytes, np.ndarray] = OrderedDict()
-        #: the points the last :meth:`prox` returned, with ``f_i`` and its gradient there
-        #: (a next solve that starts from them takes those instead of evaluating again)
+        #: the points the last :meth:`prox` returned (or :meth:`keep_point` was given), with
+        #: ``f_i``, its gradient and weighted second derivatives there (a next solve that
+        #: starts from them takes those instead of evaluating again)
         self._last_point: tuple | None = None
 
     # -- f_i ---------------------------------------------------------------------------------
     def value_grad(self, X: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """``f_i(x_i)`` (clients,) and ``grad f_i(x_i)`` (clients, n) for the rows of ``X``."""
-        vals, G, _ = self._evaluate(self._own(X), curvature=False)
+        """``f_i(x_i)`` (clients,) and ``grad f_i(x_i)`` (clients, n) for the rows of ``X``:
+        copies of the values :meth:`keep_point` keeps when ``X`` is exactly its points."""
+        X = self._own(X)
+        last = self._at_last_point(X)
+        if last is not None:
+            vals, G = last[0].copy(), last[1].copy()
+        else:
+            vals, G, _ = self._evaluate(X, curvature=False)
         return self._theirs(vals), self._theirs(G)
+
+    def keep_point(self, X: np.ndarray) -> None:
+        """Evaluate ``f_i``, its gradient and its weighted second derivatives at the rows of
+        ``X`` and keep them as the last points (:meth:`prox` then takes them when it starts
+        there, :meth:`value_grad` returns them there): the same numbers as evaluating
+        again."""
+        X = np.array(X, dtype=float) if self._order is None else self._own(X)
+        vals, G, K = self._evaluate(X, curvature=True)
+        self._last_point = (X, vals, G, K)
+
+    def _at_last_point(self, X: np.ndarray) -> tuple | None:
+        """``f_i``, its gradient and weighted second derivatives kept at the last points
+        when ``X`` (in the cohort's own order) is exactly those points; None otherwise."""
+        last = self._last_point
+        if last is None or (last[0].shape, last[0].strides) != (X.shape, X.strides):
+            return None
+        if last[0].dtype != X.dtype:
+            return None
+        return last[1:] if last[0].tobytes() == X.tobytes() else None
 
     def _own(self, a: np.ndarray) -> np.ndarray:
         """The rows of ``a`` (one per client) in the cohort's own order (the methods whose
@@ -676,12 +705,10 @@ class GLMCohort:
             D = Xs - Cs
             return v + 0.5 * Ss * np.einsum("in,in->i", D, D), G + Ss[:, None] * D, v, G, K
 
-        # (f and its gradient at the points the last solve returned, when it starts there:
-        # its arrays, this solve's from now on)
-        last, self._last_point = self._last_point, None
-        known = None
-        if last is not None and last[0].shape == X.shape and last[0].tobytes() == X.tobytes():
-            known = last[1:]
+        # (f, its gradient and curvature at the last points, the last solve's or those
+        # keep_point evaluated at, when it starts there: their arrays, this solve's from now on)
+        known = self._at_last_point(X)
+        self._last_point = None
         vals, G, F, GF, K = objective(self, X, C, S, known)
         gnorm = np.abs(G).max(axis=1, initial=0.0)
         iters = np.zeros(self.size, dtype=int)

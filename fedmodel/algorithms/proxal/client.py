@@ -622,6 +622,7 @@ class ProxALClient(ClientHalf):
         X = np.stack([np.asarray(pl["w"], dtype=float) for pl in payloads])
         cohort = cohort_of(halves)
         check_forms(halves, cohort, X)
+        cohort.keep_point(X)  # (f at X: the references' and the first exact-admm step's)
         references = plain_objective_references(cohort.value_grad, X)
         replies = []
         for h, pl, reference in zip(halves, payloads, references):
@@ -642,9 +643,10 @@ class ProxALClient(ClientHalf):
         own = set(map(_ROUTE_NAME, halves))
         if any(route_named(r).probes for r in ({inner} if inner else own)):
             raise ValueError("a route that probes starts one client at a time")
-        X = np.array(W)  # (contiguous rows, as the batched step stacks them)
+        X = np.array(W, order="C")  # (contiguous rows, as the batched step stacks them)
         cohort = cohort_of(halves)
         check_forms(halves, cohort, X)
+        cohort.keep_point(X)  # (f at X: the references' and the first exact-admm step's)
         references = plain_objective_references(cohort.value_grad, X)
         if inner is not None and own != {inner}:  # (those on another route build it)
             for h in halves:
