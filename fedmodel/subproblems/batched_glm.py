@@ -519,11 +519,11 @@ class GLMCohort:
         """``f_i``, its gradient and weighted second derivatives kept at the last points
         when ``X`` (in the cohort's own order) is exactly those points; None otherwise."""
         last = self._last_point
-        if last is None or (last[0].shape, last[0].strides) != (X.shape, X.strides):
+        if last is None:
             return None
-        if last[0].dtype != X.dtype:
-            return None
-        return last[1:] if last[0].tobytes() == X.tobytes() else None
+        kept = last[0]
+        same_layout = (kept.shape, kept.strides, kept.dtype) == (X.shape, X.strides, X.dtype)
+        return last[1:] if same_layout and kept.tobytes() == X.tobytes() else None
 
     def _own(self, a: np.ndarray) -> np.ndarray:
         """The rows of ``a`` (one per client) in the cohort's own order (the methods whose
