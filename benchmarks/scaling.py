@@ -39,6 +39,9 @@ prox-al row also holds:
   ``ratio with bytes``: that over ``necessary + moved`` (CPU seconds too: on a shared
   machine wall clocks measure the other tenants);
 * ``setup share``: the solve's set-up over its wall;
+* ``--repeats N``: each prox-al solve runs N times, each in its own child; the row is the
+  run of median ``ratio with bytes`` and keeps every run's ratio (``ratio_with_bytes_runs``),
+  shown as their range next to the median;
 * ``bytes per client-round``: the mean client's sent and received floats (algorithm and
   monitoring channels), 8 bytes each, over the rounds.
 
@@ -363,6 +366,28 @@ def _child(conn, name, method, time_limit, profile, options):
     conn.close()
 
 
+def median_run(runs: list[dict]) -> dict:
+    """The run of median ``ratio_with_bytes`` among ``runs`` (rows of one case and method;
+    the lower middle one of an even count), with every run's ratio, sorted, as
+    ``ratio_with_bytes_runs``; a run without a ratio (not converged, killed) is the row
+    when any run has none: a repeat never hides a failure.
+
+    Examples
+    --------
+    >>> rows = [{"ratio_with_bytes": r, "cpu": c} for r, c in ((4.2, 1), (3.9, 2), (4.6, 3))]
+    >>> row = median_run(rows)
+    >>> row["cpu"], row["ratio_with_bytes_runs"]
+    (1, [3.9, 4.2, 4.6])
+    """
+    failed = [r for r in runs if r.get("ratio_with_bytes") is None]
+    if failed:
+        return failed[0]
+    ordered = sorted(runs, key=lambda r: r["ratio_with_bytes"])
+    row = dict(ordered[(len(ordered) - 1) // 2])
+    row["ratio_with_bytes_runs"] = [r["ratio_with_bytes"] for r in ordered]
+    return row
+
+
 def run_isolated(
     name: str, method: str, time_limit: float, profile: bool = False, options: dict | None = None
 ) -> dict:
@@ -428,6 +453,14 @@ def _fmt(x, spec=".3g") -> str:
     if x is None or (isinstance(x, float) and not np.isfinite(x)):
         return "-"
     return format(x, spec)
+
+
+def _spread(row: dict) -> str:
+    """`` (3.9-4.6, 3 runs)``: the range of a repeated row's ratios; "" for one run."""
+    runs = row.get("ratio_with_bytes_runs") or []
+    if len(runs) < 2:
+        return ""
+    return f" ({_fmt(runs[0], '.1f')}-{_fmt(runs[-1], '.1f')}, {len(runs)} runs)"
 
 
 def _order(row: dict) -> tuple:
@@ -514,7 +547,7 @@ def write_report(rows: list[dict]) -> None:
             f"| {_fmt(p.get('setup'))} ({_fmt(p.get('setup', np.nan) / p.get('wall', np.nan), '.0%')}) "
             f"| {_fmt(p.get('wall'))} | {_fmt(p.get('cpu'))} | {_fmt(p.get('per_round'))} "
             f"| {_fmt(p.get('necessary'), '.2e')} | {_fmt(p.get('moved'), '.2e')} "
-            f"| {_fmt(p.get('ratio'), '.1f')} | {_fmt(p.get('ratio_with_bytes'), '.1f')} "
+            f"| {_fmt(p.get('ratio'), '.1f')} | {_fmt(p.get('ratio_with_bytes'), '.1f')}{_spread(p)} "
             f"| {_fmt(p.get('bytes_per_client_round'), '.0f')} | {_fmt(p.get('peak_mb'), '.0f')} "
             f"| {cent} | {clar} | {_fmt(p.get('load1'), '.1f')} |"
         )
@@ -568,7 +601,7 @@ def docs_block(rows: list[dict]) -> str:
             f"| {name} | {p.get('n', '-')} | {p.get('d', '-')} | {p.get('status', '-')} "
             f"| {p.get('rounds', '-')} | {_fmt(p.get('wall'))} | {_fmt(c.get('wall'))} "
             f"| {_fmt(k.get('wall'))} | {_fmt(p.get('per_round'))} "
-            f"| {_times(p.get('ratio'))} | {_times(p.get('ratio_with_bytes'))} "
+            f"| {_times(p.get('ratio'))} | {_times(p.get('ratio_with_bytes'))}{_spread(p)} "
             f"| {_fmt(setup, '.0%')} "
             f"| {_fmt(p.get('peak_mb'), '.0f')} |"
         )
@@ -635,6 +668,9 @@ def main(argv=None) -> None:
     ap.add_argument("--label", default="", help="names the checkout in the results")
     ap.add_argument("--profile", help="a case whose prox-al solve runs under cProfile")
     ap.add_argument("--options", default="{}", help="prox-al options, a JSON object")
+    ap.add_argument(
+        "--repeats", type=int, default=1, help="prox-al runs per case (the median one is kept)"
+    )
     args = ap.parse_args(argv)
     names = args.cases.split(",") if args.cases else (QUICK if args.quick else FULL)
     methods = args.methods.split(",")
@@ -646,7 +682,13 @@ def main(argv=None) -> None:
     for name in names:
         for method in methods:
             opts = json.loads(args.options)
-            row = run_isolated(name, method, args.time_limit, bool(args.profile), opts)
+            runs = args.repeats if method == "prox-al" and not args.profile else 1
+            row = median_run(
+                [
+                    run_isolated(name, method, args.time_limit, bool(args.profile), opts)
+                    for _ in range(runs)
+                ]
+            )
             row["options"] = opts
             row.update(label=args.label, command=command, source=source)
             if args.profile:

@@ -98,3 +98,20 @@ def test_the_bytes_a_round_moves_are_every_clients_messages_once():
     assert script.round_trip(messages) == 8 * sum(sizes)  # (every message, each once)
     assert np.isnan(script.moved_seconds(comm, rounds=0))
     assert np.isnan(script.moved_seconds({"per_party": {}}, rounds=3))
+
+
+def test_a_repeated_row_is_its_median_run_and_shows_the_spread():
+    script = load_script("scaling")
+    runs = [
+        {"case": "c", "method": "prox-al", "ratio_with_bytes": r, "cpu": c}
+        for r, c in ((4.6, 0.23), (4.1, 0.2), (4.3, 0.21), (3.9, 0.19))
+    ]
+    row = script.median_run(runs)
+    assert row["cpu"] == 0.2 and row["ratio_with_bytes_runs"] == [3.9, 4.1, 4.3, 4.6]
+    assert script._spread(row) == " (3.9-4.6, 4 runs)"
+    assert script._spread(runs[0]) == ""
+    # a run that failed is the row: a repeat never hides it
+    failed = {"case": "c", "method": "prox-al", "status": "killed after 1020 s"}
+    assert script.median_run([runs[0], failed, runs[1]]) is failed
+    row.update(label="main", n=1000, d=20, status="optimal", rounds=12)
+    assert "4.1x (3.9-4.6, 4 runs)" in script.docs_block([row])
