@@ -57,9 +57,8 @@ from dataclasses import dataclass, field
 from operator import attrgetter
 
 import numpy as np
-import scipy.sparse as sp
 
-from fedmodel.compiler.glm import GLMFunction, phi, phi_d2
+from fedmodel.compiler.glm import GLMFunction, dense_data, phi, phi_d2, row_count
 
 #: the GLM kinds whose second derivative is a constant (``phi_d2``): a cohort of only
 #: these has Hessians that do not depend on the point
@@ -341,8 +340,7 @@ def _check_stackable(forms: list[GLMFunction]) -> tuple:
         )
         if not same:
             break
-        kinds = {type(a): a for a in map(_A, terms)}  # (one matrix of each type)
-        sparse = sparse or any(sp.issparse(a) for a in kinds.values())
+        sparse = sparse or not all(map(dense_data, terms))
     if same and not sparse:
         return first
     for i, f in enumerate(forms):
@@ -351,17 +349,17 @@ def _check_stackable(forms: list[GLMFunction]) -> tuple:
                 f"party {i} of the cohort has objective structure {glm_signature(f)}, the "
                 f"first {first}"
             )
-        if any(sp.issparse(t.A) for t in f.terms):
+        if not all(map(dense_data, f.terms)):
             raise NotStackable(f"party {i} of the cohort has a term with sparse data")
     return first
 
 
-_KIND, _M, _S, _A = (attrgetter(name) for name in ("kind", "M", "s", "A"))
+_KIND, _M, _S = (attrgetter(name) for name in ("kind", "M", "s"))
 
 
 def _row_counts(terms: list) -> np.ndarray:
     """The row count of each of ``terms`` (one term of every client)."""
-    return np.fromiter((t.A.shape[0] for t in terms), dtype=int, count=len(terms))
+    return np.fromiter(map(row_count, terms), dtype=int, count=len(terms))
 
 
 def _block_widths(counts: np.ndarray) -> np.ndarray:
@@ -379,7 +377,8 @@ def _stack_term(
     :func:`block_rows` (the columns ``offset:`` of a cohort's curvature array), with its
     width there: the clients' blocks and places are found by numpy, and each client's rows
     are copied straight to its place (negated there for ``s = -1``), each array read once
-    and written once."""
+    and written once; a :class:`~fedmodel.compiler.glm.RowsTerm`'s product not yet made is
+    written there instead (:meth:`~fedmodel.compiler.glm.DeferredRows.write`)."""
     size = len(terms)
     t0 = terms[0]
     widths, block_of = np.unique(padded, return_inverse=True)
@@ -398,10 +397,13 @@ def _stack_term(
     negated = float(t0.s) == -1.0  # (the sign kept in A: the same numbers, exactly)
     for src, m, k, at in zip(terms, counts.tolist(), block_of.tolist(), within.tolist()):
         blk = blocks[k]
-        if negated:
-            np.negative(src.A, out=blk.A[at, :m])
+        A = src.__dict__.get("A")
+        if A is None:  # (a RowsTerm's product not made: written here)
+            src.rows.write(blk.A[at, :m], negated)
+        elif negated:
+            np.negative(A, out=blk.A[at, :m])
         else:
-            blk.A[at, :m] = src.A
+            blk.A[at, :m] = A
         blk.b[at, :m] = src.b
         blk.w[at, :m] = src.weights
     s = 1.0 if negated else float(t0.s)
