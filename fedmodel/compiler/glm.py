@@ -31,6 +31,7 @@ import numpy as np
 import scipy.sparse as sp
 from scipy.linalg import blas
 
+from fedmodel.cached import cached_property
 from fedmodel.compiler.atom_rules import is_symmetric
 from fedmodel.compiler.smooth import VariableLayout
 from fedmodel.expressions import AtomTable
@@ -1063,7 +1064,7 @@ class RowsTerm(GLMTerm):
     the replay's own operations make, and kept. A cohort writes the product straight to
     its blocks (:func:`row_count` and :func:`dense_data` read no ``A``)."""
 
-    @functools.cached_property
+    @cached_property
     def A(self) -> np.ndarray:
         return self.rows.made()
 
