@@ -388,12 +388,14 @@ def _stack_term(
     at_start = np.cumsum(members) - members
     within = np.empty(size, dtype=int)
     within[order] = np.arange(size) - np.repeat(at_start, members)
+    shapes = [
+        ((c, rows, n), (c, rows), (c, rows)) for c, rows in zip(members.tolist(), widths.tolist())
+    ]
+    arrays = iter(_zeros([shape for three in shapes for shape in three]))
     blocks = []
-    for k, rows in enumerate(widths.tolist()):
-        count = int(members[k])
+    for k, count in enumerate(members.tolist()):
         at = _positions(order[at_start[k] : at_start[k] + count], size)
-        A, b, w = np.zeros((count, rows, n)), np.zeros((count, rows)), np.zeros((count, rows))
-        blocks.append(_Block(at, A, b, w))
+        blocks.append(_Block(at, next(arrays), next(arrays), next(arrays)))
     negated = float(t0.s) == -1.0  # (the sign kept in A: the same numbers, exactly)
     for src, m, k, at in zip(terms, counts.tolist(), block_of.tolist(), within.tolist()):
         blk = blocks[k]
@@ -409,6 +411,27 @@ def _stack_term(
     s = 1.0 if negated else float(t0.s)
     term = _StackedTerm(t0.kind, blocks, float(t0.M), s, offset, block_of, within)
     return term, int(widths[-1]) if widths.size else 0
+
+
+def _zeros(shapes: list[tuple]) -> list[np.ndarray]:
+    """Arrays of zeros of ``shapes``, views of one allocation, each starting a whole
+    number of pages into it (a large allocation's pages come in fewer, larger pieces:
+    it starts at a huge page's boundary)."""
+    page = 512  # (float64s in 4 KiB)
+    sizes = [-(-int(np.prod(shape)) // page) * page for shape in shapes]
+    total = sum(sizes)
+    huge = _HUGE_PAGE // 8 if total * 8 >= _HUGE_PAGE else 0
+    arena = np.zeros(total + huge)
+    at = (-arena.ctypes.data % _HUGE_PAGE) // 8 if huge else 0
+    out = []
+    for shape, size in zip(shapes, sizes):
+        out.append(arena[at : at + int(np.prod(shape))].reshape(shape))
+        at += size
+    return out
+
+
+#: the size of a huge page (bytes)
+_HUGE_PAGE = 1 << 21
 
 
 def _positions(at: np.ndarray, size: int) -> np.ndarray | slice:
