@@ -366,3 +366,29 @@ def test_a_kept_point_serves_value_grad_and_the_first_solve_with_the_same_number
     for field in ("x", "residual", "iterations"):
         assert np.array_equal(getattr(out, field), getattr(expected, field))
     assert len(kept) == len(fresh) - 1
+
+
+def test_a_cohort_s_blocks_are_zeroed_views_of_one_allocation_each_on_its_own_pages():
+    """The blocks' arrays (:func:`~fedmodel.subproblems.batched_glm._zeros`) have their
+    shapes, zeros and no memory in common, each starting on a page of its own (a large
+    allocation at a huge page's boundary); a cohort's blocks hold its clients' rows."""
+    shapes = [(3, 5, 4), (3, 5), (1, 1), (0, 7), (700, 56, 20)]
+    arrays = batched_glm._zeros(shapes)
+    assert [a.shape for a in arrays] == shapes
+    assert all(a.flags.c_contiguous and a.flags.writeable and not a.any() for a in arrays)
+    for i, a in enumerate(arrays):
+        assert a.size == 0 or a.ctypes.data % 4096 == arrays[0].ctypes.data % 4096
+        assert not any(np.shares_memory(a, b) for b in arrays[i + 1 :])
+    assert arrays[0].ctypes.data % batched_glm._HUGE_PAGE == 0
+    small = batched_glm._zeros([(2, 3)])[0]
+    assert small.shape == (2, 3) and not small.any()
+    forms = _forms([5, 7, 9, 5])
+    cohort = GLMCohort(forms)
+    clients = np.arange(len(forms)) if cohort._order is None else cohort._order
+    for j, term in enumerate(cohort.terms):
+        for blk in term.blocks:
+            idx = clients[blk.at]
+            for row, i in enumerate(idx):
+                m = forms[i].terms[j].A.shape[0]
+                assert np.array_equal(blk.A[row, :m], forms[i].terms[j].A)
+                assert not blk.A[row, m:].any() and not blk.w[row, m:].any()

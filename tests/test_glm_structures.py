@@ -480,3 +480,72 @@ def test_owned_variables_of_one_size_and_other_shapes_are_other_structures(monke
     assert sum(hits for hits, _ in fingerprint._TALLY.values()) >= 4  # (matchers read them)
     assert [d for d, _ in read] == walked
     assert walked[0] != walked[1] and len(set(walked)) == 2
+
+
+def _logistic_model() -> fm.Model:
+    """Logistic clients of two row counts (two structures of the same operations)."""
+    rng = np.random.default_rng(6)
+    m = fm.Model("logistic")
+    w = m.variable(D, name="w")
+    for k, rows in enumerate((6, 6, 6, 6, 7, 7, 7)):
+        c = m.client(f"lg{k}")
+        X = c.data(rng.normal(size=(rows, D)), name="X")
+        y = c.data(np.sign(rng.normal(size=rows)), name="y")
+        c.minimize(cp.sum(cp.logistic(-cp.multiply(y, X @ w))) / 40)
+    return m
+
+
+def test_a_replayed_rows_product_is_made_at_its_first_use_or_written_to_a_cohort():
+    """A replayed term whose data matrix is a product ``c[:, None] * X`` defers it
+    (:class:`~fedmodel.compiler.glm.RowsTerm`): a cohort of such forms has the blocks, bit
+    for bit, of a cohort of the forms read in full, without making the products; a
+    product made later is the full reading's, and a scaled term defers it too."""
+    from fedmodel.subproblems.batched_glm import GLMCohort
+
+    programs = _logistic_model().compile().clients
+    forms = [newton.party_glm(p).f for p in programs]
+    full = [_read_in_full(p).f for p in programs]
+    deferred = [f.terms[0] for f in forms if type(f.terms[0]) is glm.RowsTerm]
+    assert len(deferred) == 4  # (each structure's first two are read in full)
+    assert all("A" not in t.__dict__ for t in deferred)
+    for a, b in zip(GLMCohort(forms).terms, GLMCohort(full).terms):
+        assert a.s == b.s == 1.0 and len(a.blocks) == len(b.blocks) == 2
+        for u, v in zip(a.blocks, b.blocks):
+            for x, y in ((u.A, v.A), (u.b, v.b), (u.w, v.w)):
+                assert x.shape == y.shape and x.tobytes() == y.tobytes()
+    assert all("A" not in t.__dict__ for t in deferred)
+    scaled = [f.scaled(0.5) for f in forms]
+    assert [type(f.terms[0]) for f in scaled] == [type(f.terms[0]) for f in forms]
+    assert all("A" not in f.terms[0].__dict__ for f in scaled if type(f.terms[0]) is glm.RowsTerm)
+    assert glm.same_forms(scaled, [f.scaled(0.5) for f in full])
+    assert glm.same_forms(forms, full) and all(t.A.flags.c_contiguous for t in deferred)
+    assert all(glm.row_count(t) == t.A.shape[0] and glm.dense_data(t) for t in deferred)
+
+
+def test_a_rows_product_of_other_shapes_is_not_deferred():
+    """The deferred product (:func:`~fedmodel.compiler.glm._deferred_rows_times`) is
+    deferred only for float arrays of matching rows; otherwise it is the product itself,
+    failing as it fails (a replay on such leaves is then None)."""
+    c, X = np.arange(3.0), np.ones((3, 2))
+    assert type(glm._deferred_rows_times(c, X)) is glm.DeferredRows
+    assert glm._deferred_rows_times(c, X).made().tobytes() == (c[:, None] * X).tobytes()
+    F = np.asfortranarray(np.arange(6.0).reshape(3, 2))  # (deferred, made C-contiguous)
+    made = glm._deferred_rows_times(c, F).made()
+    assert made.flags.c_contiguous and made.tobytes() == glm._contiguous(c[:, None] * F).tobytes()
+    for cc, XX in ((c[:1], X), (c.astype(np.float32), X), (c, X.astype(int))):
+        out = glm._deferred_rows_times(cc, XX)
+        assert type(out) is np.ndarray and out.tobytes() == glm._rows_times(cc, XX).tobytes()
+    for cc, XX in ((np.arange(4.0), X), (c, sp.csr_matrix(X))):
+        with pytest.raises(ValueError):
+            glm._rows_times(cc, XX)
+        with pytest.raises(ValueError):
+            glm._deferred_rows_times(cc, XX)
+    programs = _logistic_model().compile().clients
+    for p in programs:
+        newton.party_glm(p)
+    recipe = newton._RECIPES[programs[0].structure][0]
+    leaves = [leaf for t in programs[2].objective for leaf in programs[2].term_leaves(t.expr)]
+    X = next(i for i, leaf in enumerate(leaves) if getattr(leaf, "data_name", "") == "X")
+    changed = list(leaves)
+    changed[X] = SimpleNamespace(value=np.ones((7, D)))
+    assert recipe.replay(changed) is None

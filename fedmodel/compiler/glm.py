@@ -31,6 +31,7 @@ import numpy as np
 import scipy.sparse as sp
 from scipy.linalg import blas
 
+from fedmodel.cached import cached_property
 from fedmodel.compiler.atom_rules import is_symmetric
 from fedmodel.compiler.smooth import VariableLayout
 from fedmodel.expressions import AtomTable
@@ -318,6 +319,7 @@ class Recipe:
 
     def __init__(self, tape: Tape, forms: list, path: list):
         self.path = tuple(path)
+        _defer_rows(tape, forms)
         self.replay = _replay_function(tape, forms)
         tape.close()
 
@@ -422,6 +424,10 @@ def _output_refs(tape: Tape, forms: list):
 
 
 def _new_term(kind: str, A, b, weights, M, s) -> GLMTerm:
+    if type(A) is DeferredRows:  # (its A made at its first use: :class:`RowsTerm`)
+        t = object.__new__(RowsTerm)
+        t.__dict__.update(kind=kind, rows=A, b=b, weights=weights, M=M, s=s)
+        return t
     t = object.__new__(GLMTerm)  # (its A as the recorded reading's __post_init__ left it)
     t.__dict__.update(kind=kind, A=A, b=b, weights=weights, M=M, s=s)
     return t
@@ -593,6 +599,115 @@ def _diag_times(c: np.ndarray, A):
 
 def _rows_times(c: np.ndarray, A: np.ndarray) -> np.ndarray:
     return c[:, None] * A  # (row i scaled by c_i, as diag(c) A)
+
+
+class DeferredRows:
+    """The product ``c[:, None] * A`` of a replay (:func:`_rows_times`, a term's data
+    matrix), made at its first use (:attr:`RowsTerm.A`) or written straight to where it
+    is used (:meth:`write`): ``c`` (m,) and ``A`` (m, n) are float arrays of matching
+    rows, so that the product cannot fail and its bits do not depend on where it is
+    written."""
+
+    __slots__ = ("c", "A")
+
+    def __init__(self, c: np.ndarray, A: np.ndarray):
+        self.c, self.A = c, A
+
+    @property
+    def shape(self) -> tuple[int, int]:
+        return self.A.shape
+
+    def made(self) -> np.ndarray:
+        """The product as the replay's operations make it (C-contiguous)."""
+        return _contiguous(_rows_times(self.c, self.A))
+
+    def write(self, out: np.ndarray, negated: bool = False) -> None:
+        """Write the product (``-`` it with ``negated``) to ``out``, of its shape."""
+        np.multiply(self.c[:, None], self.A, out=out)
+        if negated:
+            np.negative(out, out=out)
+
+
+def _deferred_rows_times(c, A):
+    """:func:`_rows_times` as a :class:`DeferredRows` when its arguments are float arrays
+    of matching rows; else the product itself (failing as it fails)."""
+    if (
+        type(c) is np.ndarray
+        and type(A) is np.ndarray
+        and c.ndim == 1
+        and A.ndim == 2
+        and c.shape[0] == A.shape[0]
+        and c.dtype == _FLOAT
+        and A.dtype == _FLOAT
+    ):
+        return DeferredRows(c, A)
+    return _rows_times(c, A)
+
+
+def _deferred_asarray(v):
+    """``np.asarray`` of a value on the way to a :class:`DeferredRows`' term."""
+    return v if type(v) is DeferredRows else np.asarray(v)
+
+
+def _deferred_contiguous(v):
+    """:func:`_contiguous` of a value on the way to a :class:`DeferredRows`' term."""
+    return v if type(v) is DeferredRows else _contiguous(v)
+
+
+_FLOAT = np.dtype(float)
+
+#: the operations a product of :func:`_rows_times` may go through on its way to a term's
+#: data matrix, and what each becomes when the product is deferred
+_ON_THE_WAY = {np.asarray: _deferred_asarray}
+
+
+def _defer_rows(tape: Tape, forms: list) -> None:
+    """Defer, on ``tape``, each product of :func:`_rows_times` that is a term's data
+    matrix of ``forms`` and nothing else (through ``np.asarray``, then
+    :func:`_contiguous`): a replay makes it as a :class:`DeferredRows`, its term a
+    :class:`RowsTerm`. The tape's slots are unchanged."""
+    producer: dict[int, int] = {}
+    uses: dict[int, int] = {}
+    slot = tape.n_leaves
+    for j, (_, refs, decision, _) in enumerate(tape.ops):
+        for is_slot, a in refs:
+            if is_slot:
+                uses[a] = uses.get(a, 0) + 1
+        if not decision:
+            producer[slot] = j
+            slot += 1
+    for is_slot, a in _output_refs(tape, forms):
+        if is_slot:
+            uses[a] = uses.get(a, 0) + 1
+    for f in forms:
+        for t in [] if f is None else f.terms:
+            end = None if type(t.A) is not np.ndarray else tape.slot(t.A)
+            j = producer.get(end) if end is not None and uses.get(end) == 1 else None
+            if j is None or tape.ops[j][0] is not _contiguous:
+                continue
+            chain = [j]
+            while True:
+                fn, refs, _, _ = tape.ops[chain[-1]]
+                if len(refs) != 1 or not refs[0][0] or uses.get(refs[0][1]) != 1:
+                    break
+                k = producer.get(refs[0][1])
+                if k is None:
+                    break
+                chain.append(k)
+                if tape.ops[k][0] is _rows_times or tape.ops[k][0] not in _ON_THE_WAY:
+                    break
+            if tape.ops[chain[-1]][0] is not _rows_times:
+                continue
+            for k in chain:
+                fn, refs, decision, outcome = tape.ops[k]
+                fn = (
+                    _deferred_rows_times
+                    if fn is _rows_times
+                    else _deferred_contiguous
+                    if fn is _contiguous
+                    else _ON_THE_WAY[fn]
+                )
+                tape.ops[k] = (fn, refs, decision, outcome)
 
 
 def _reciprocal(v) -> float:
@@ -941,6 +1056,36 @@ class GLMTerm:
         """``s A`` as a dense array (a copy unless s = 1 and A is dense)."""
         A = self.A.toarray() if _sparse(self.A) else self.A
         return A if self.s == 1.0 else self.s * A
+
+
+class RowsTerm(GLMTerm):
+    """A :class:`GLMTerm` of a replay whose data matrix is a deferred product
+    (:class:`DeferredRows`, ``rows``): ``A`` is made at its first use, the same bits as
+    the replay's own operations make, and kept. A cohort writes the product straight to
+    its blocks (:func:`row_count` and :func:`dense_data` read no ``A``)."""
+
+    @cached_property
+    def A(self) -> np.ndarray:
+        return self.rows.made()
+
+    def scaled(self, c: float) -> GLMTerm:
+        out = object.__new__(RowsTerm)  # (its product still deferred, or made: shared)
+        out.__dict__.update(self.__dict__)
+        out.weights = c * self.weights
+        return out
+
+
+def row_count(t: GLMTerm) -> int:
+    """The number of rows of the term ``t``'s data matrix (a :class:`RowsTerm`'s without
+    making it)."""
+    found = t.__dict__.get("A")
+    return (found if found is not None else t.rows).shape[0]
+
+
+def dense_data(t: GLMTerm) -> bool:
+    """Whether the term ``t``'s data matrix is not a sparse matrix (a :class:`RowsTerm`'s
+    is a dense array, made or not)."""
+    return type(t) is RowsTerm or not _sparse(t.A)
 
 
 @dataclass

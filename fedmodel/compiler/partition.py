@@ -88,15 +88,15 @@ class PartyProgram:
 
     @cached_property
     def m_cone(self) -> int:
-        return sum(c.size for c in self.cones)
+        return sum(c.size for c in self.cones) if self.constraints else 0
 
     @cached_property
     def m_ineq(self) -> int:
-        return sum(c.size for c in self.ineq)
+        return sum(c.size for c in self.ineq) if self.constraints else 0
 
     @cached_property
     def m_eq(self) -> int:
-        return sum(c.size for c in self.eq)
+        return sum(c.size for c in self.eq) if self.constraints else 0
 
     @property
     def nonconvex(self) -> bool:

@@ -57,9 +57,8 @@ from dataclasses import dataclass, field
 from operator import attrgetter
 
 import numpy as np
-import scipy.sparse as sp
 
-from fedmodel.compiler.glm import GLMFunction, phi, phi_d2
+from fedmodel.compiler.glm import GLMFunction, dense_data, phi, phi_d2, row_count
 
 #: the GLM kinds whose second derivative is a constant (``phi_d2``): a cohort of only
 #: these has Hessians that do not depend on the point
@@ -341,8 +340,7 @@ def _check_stackable(forms: list[GLMFunction]) -> tuple:
         )
         if not same:
             break
-        kinds = {type(a): a for a in map(_A, terms)}  # (one matrix of each type)
-        sparse = sparse or any(sp.issparse(a) for a in kinds.values())
+        sparse = sparse or not all(map(dense_data, terms))
     if same and not sparse:
         return first
     for i, f in enumerate(forms):
@@ -351,17 +349,17 @@ def _check_stackable(forms: list[GLMFunction]) -> tuple:
                 f"party {i} of the cohort has objective structure {glm_signature(f)}, the "
                 f"first {first}"
             )
-        if any(sp.issparse(t.A) for t in f.terms):
+        if not all(map(dense_data, f.terms)):
             raise NotStackable(f"party {i} of the cohort has a term with sparse data")
     return first
 
 
-_KIND, _M, _S, _A = (attrgetter(name) for name in ("kind", "M", "s", "A"))
+_KIND, _M, _S = (attrgetter(name) for name in ("kind", "M", "s"))
 
 
 def _row_counts(terms: list) -> np.ndarray:
     """The row count of each of ``terms`` (one term of every client)."""
-    return np.fromiter((t.A.shape[0] for t in terms), dtype=int, count=len(terms))
+    return np.fromiter(map(row_count, terms), dtype=int, count=len(terms))
 
 
 def _block_widths(counts: np.ndarray) -> np.ndarray:
@@ -379,7 +377,8 @@ def _stack_term(
     :func:`block_rows` (the columns ``offset:`` of a cohort's curvature array), with its
     width there: the clients' blocks and places are found by numpy, and each client's rows
     are copied straight to its place (negated there for ``s = -1``), each array read once
-    and written once."""
+    and written once; a :class:`~fedmodel.compiler.glm.RowsTerm`'s product not yet made is
+    written there instead (:meth:`~fedmodel.compiler.glm.DeferredRows.write`)."""
     size = len(terms)
     t0 = terms[0]
     widths, block_of = np.unique(padded, return_inverse=True)
@@ -389,24 +388,50 @@ def _stack_term(
     at_start = np.cumsum(members) - members
     within = np.empty(size, dtype=int)
     within[order] = np.arange(size) - np.repeat(at_start, members)
+    shapes = [
+        ((c, rows, n), (c, rows), (c, rows)) for c, rows in zip(members.tolist(), widths.tolist())
+    ]
+    arrays = iter(_zeros([shape for three in shapes for shape in three]))
     blocks = []
-    for k, rows in enumerate(widths.tolist()):
-        count = int(members[k])
+    for k, count in enumerate(members.tolist()):
         at = _positions(order[at_start[k] : at_start[k] + count], size)
-        A, b, w = np.zeros((count, rows, n)), np.zeros((count, rows)), np.zeros((count, rows))
-        blocks.append(_Block(at, A, b, w))
+        blocks.append(_Block(at, next(arrays), next(arrays), next(arrays)))
     negated = float(t0.s) == -1.0  # (the sign kept in A: the same numbers, exactly)
     for src, m, k, at in zip(terms, counts.tolist(), block_of.tolist(), within.tolist()):
         blk = blocks[k]
-        if negated:
-            np.negative(src.A, out=blk.A[at, :m])
+        A = src.__dict__.get("A")
+        if A is None:  # (a RowsTerm's product not made: written here)
+            src.rows.write(blk.A[at, :m], negated)
+        elif negated:
+            np.negative(A, out=blk.A[at, :m])
         else:
-            blk.A[at, :m] = src.A
+            blk.A[at, :m] = A
         blk.b[at, :m] = src.b
         blk.w[at, :m] = src.weights
     s = 1.0 if negated else float(t0.s)
     term = _StackedTerm(t0.kind, blocks, float(t0.M), s, offset, block_of, within)
     return term, int(widths[-1]) if widths.size else 0
+
+
+def _zeros(shapes: list[tuple]) -> list[np.ndarray]:
+    """Arrays of zeros of ``shapes``, views of one allocation, each starting a whole
+    number of pages into it (a large allocation's pages come in fewer, larger pieces:
+    it starts at a huge page's boundary)."""
+    page = 512  # (float64s in 4 KiB)
+    sizes = [-(-int(np.prod(shape)) // page) * page for shape in shapes]
+    total = sum(sizes)
+    huge = _HUGE_PAGE // 8 if total * 8 >= _HUGE_PAGE else 0
+    arena = np.zeros(total + huge)
+    at = (-arena.ctypes.data % _HUGE_PAGE) // 8 if huge else 0
+    out = []
+    for shape, size in zip(shapes, sizes):
+        out.append(arena[at : at + int(np.prod(shape))].reshape(shape))
+        at += size
+    return out
+
+
+#: the size of a huge page (bytes)
+_HUGE_PAGE = 1 << 21
 
 
 def _positions(at: np.ndarray, size: int) -> np.ndarray | slice:

@@ -40,9 +40,8 @@ import weakref
 from typing import Any
 
 import numpy as np
-import scipy.sparse as sp
 
-from fedmodel.compiler.glm import NotRecognised
+from fedmodel.compiler.glm import NotRecognised, dense_data
 from fedmodel.compiler.partition import PartyProgram
 from fedmodel.expressions import numeric_value
 from fedmodel.runtime.endpoints import RowColumn
@@ -70,12 +69,7 @@ def _unconstrained_form(program: PartyProgram):
     except NotRecognised:
         return None
     f = form.f
-    if (
-        f is None
-        or form.ineq
-        or form.eq
-        or any(type(t.A) is not np.ndarray and sp.issparse(t.A) for t in f.terms)
-    ):
+    if f is None or form.ineq or form.eq or not all(map(dense_data, f.terms)):
         return None
     return form
 
