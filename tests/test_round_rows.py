@@ -644,3 +644,33 @@ def test_plans_of_several_kinds_read_what_they_share_once():
     again = RowsPlan.of(halves, "outer")
     assert again is not outer and again.firsts == [0, 2] and again.firsts is not outer.firsts
     assert RowsPlan.of(halves[1:], "outer").firsts == [0, 1]
+
+
+def test_the_serial_placement_knows_a_list_of_its_clients_until_they_change():
+    """The serial runtime's placement says a list of names all runs here as the endpoints
+    do: asked again of an equal list, after an endpoint joined, after one left (then
+    unknown), after one left and another joined in a later round, and for names of which
+    one is unknown (never kept)."""
+    from fedmodel.runtime.endpoints import EchoEndpoint
+    from fedmodel.runtime.serial import SerialRuntime
+
+    rt = SerialRuntime({n: EchoEndpoint(n) for n in "abc"})
+    where = rt._host_of
+    assert where is rt._host_of  # (one view of the endpoints)
+    assert where.all_in_server(["a", "b"]) and where.all_in_server(["a", "b"])
+    assert not where.all_in_server(["a", "z"]) and not where.all_in_server(["a", "z"])
+    rt.endpoints["d"] = EchoEndpoint("d")
+    assert where.all_in_server(["a", "b"]) and where.all_in_server(["a", "d"])
+    del rt.endpoints["a"]
+    assert not where.all_in_server(["a", "d"])
+    assert where.all_in_server(["b", "d"])
+    rt.next_round()
+    del rt.endpoints["b"]
+    rt.endpoints["a"] = EchoEndpoint("a")
+    assert not where.all_in_server(["b", "d"])
+    rt.endpoints["b"] = EchoEndpoint("b")
+    assert where.all_in_server(("b", "d")) and not where.all_in_server(iter(["z"]))
+    with pytest.raises(KeyError, match="unknown receivers"):
+        rt.broadcast_rows("ping", {"x": 1.0}, to=["b", "z"])
+    rt.endpoints = {"e": EchoEndpoint("e")}  # (another dict: another view)
+    assert rt._host_of is not where and rt._host_of.all_in_server(["e"])
