@@ -216,6 +216,14 @@ def test_a_cohort_step_has_its_clients_budgets_added_up(monkeypatch):
         _cohort_deadline(Rows([5.0, -1.0, float("nan")]), hosts)
     with pytest.raises(ValueError, match="party 'a' got a time budget .field 'budget'. of -2.0"):
         _cohort_deadline(-2.0, hosts)
+    # (one value for all is the same sum as those values as rows, bad ones named alike)
+    many = [SimpleNamespace(name=f"p{i}") for i in range(1001)]
+    for seconds in (0.1, 1e-3 / 3, 0.0, 7.25):
+        assert _cohort_deadline(seconds, many) == _cohort_deadline(Rows([seconds] * 1001), many)
+    assert _cohort_deadline(2, hosts) == 106.0
+    for bad in (float("nan"), float("inf"), -1e-9):
+        with pytest.raises(ValueError, match="party 'a' got a time budget"):
+            _cohort_deadline(bad, hosts)
 
 
 def test_stacked_evaluations_are_the_reports_row_by_row():
