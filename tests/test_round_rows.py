@@ -682,3 +682,28 @@ def test_the_serial_placement_knows_a_list_of_its_clients_until_they_change():
         rt.broadcast_rows("ping", {"x": 1.0}, to=["b", "z"])
     rt.endpoints = {"e": EchoEndpoint("e")}  # (another dict: another view)
     assert rt._host_of is not where and rt._host_of.all_in_server(["e"])
+
+
+def test_a_stacked_start_starts_each_half_s_route_part_of_now():
+    """The stacked start reaches each half's route part, read once while nothing changes
+    the halves and again after an event that does (a route taken)."""
+    from fedmodel.algorithms.protocol import plans_changed
+    from fedmodel.algorithms.proxal.client import _start_rows
+
+    class Part:
+        started: list = []
+
+        @staticmethod
+        def start_rows(parts, W, request):
+            Part.started.append(list(parts))
+            return {"exact": np.ones(len(parts), dtype=bool)}
+
+    halves = [SimpleNamespace(inner=Part()) for _ in range(3)]
+    W = np.zeros((3, 2))
+    _start_rows(halves, W, {})
+    _start_rows(halves, W, {})
+    assert Part.started[0] == Part.started[1] == [h.inner for h in halves]
+    halves[1].inner = Part()  # (a route taken: the event says so)
+    plans_changed()
+    _start_rows(halves, W, {})
+    assert Part.started[2] == [h.inner for h in halves] != Part.started[0]
