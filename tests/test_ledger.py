@@ -253,3 +253,37 @@ def test_communication_totals_add_up_each_party_s_rows():
                 "messages_received": len(received),
                 "floats_received": sum(received),
             }, (channel, party)
+
+
+def test_communication_totals_of_blocks_with_overlapping_clients():
+    """Stacked rounds' blocks of different clients that share some, between single
+    messages and on both channels, count as their rows written out one by one, the
+    parties in the order of their first rows, each with a dict of its own."""
+    from fedmodel.runtime.messages import Ledger, Message, RoundBlock, communication_totals
+
+    ledger = Ledger()
+    shapes = {"x": (2,)}
+
+    def block(names, rnd, channel="algorithm", floats=(2, 3)):
+        what = (rnd, "ping", "ping_reply", channel)
+        ledger.rows.add_block(RoundBlock(names, what, (shapes, floats[0]), (shapes, floats[1])))
+
+    block(["a", "b"], 1)
+    ledger.record(Message("ping", SERVER, "d", {"x": np.zeros(4)}, 2))
+    block(["b", "c"], 3, floats=(5, 1))
+    block(["a", "b"], 4)
+    block(["e", "f"], 5)
+    block(["e", "f"], 6, floats=(1, 1))
+    block(["c", "a"], 7, channel="diagnostic")
+    ledger.record(Message("ping_reply", "a", SERVER, {"x": np.zeros(1)}, 8))
+    got = communication_totals(ledger)
+    assert got == communication_totals(Ledger(list(ledger.rows)))
+    assert list(got["per_party"]) == [SERVER, "a", "b", "d", "c", "e", "f"]
+    assert list(got["diagnostic"]["per_party"]) == [SERVER, "c", "a"]
+    assert got["per_party"]["e"] == {
+        "messages_sent": 2,
+        "floats_sent": 4,
+        "messages_received": 2,
+        "floats_received": 3,
+    }
+    assert got["per_party"]["e"] is not got["per_party"]["f"]

@@ -416,3 +416,39 @@ def test_replies_checked_together_get_each_party_s_own_verdict():
             expected[name] = str(exc)
     assert set(expected) == {"p1", "p2", "p3", "e", "p5"}
     assert {name: str(exc) for name, exc in bad.items()} == expected
+
+
+def test_many_parties_dimensions_at_once_are_each_one_s(model):
+    """``PartyDims.many``: the dimensions of many clients found at once are those found one
+    by one, for clients alike (one mapping shared), a server half whose dimensions differ
+    between clients, clients with own variables and names without a program."""
+    from types import SimpleNamespace as NS
+
+    from fedmodel.algorithms.messages import PartyDims
+    from fedmodel.algorithms.protocol import ServerHalf
+    from fedmodel.algorithms.proxal.server import ProxALServer
+    from fedmodel.algorithms.ssca.server import LearningServer
+
+    programs = {p.name: p for p in model.compile().parties}
+    names = list(programs)
+    alike = NS(message_dims=lambda name: {"k_mem": 3}, message_dims_alike=lambda: True)
+    dims = PartyDims(programs, alike)
+    found = dims.many(names)
+    assert found == [dims(n) for n in names] and found[0]["k_mem"] == 3
+    # (one mapping for the clients of equal dimensions)
+    assert len(set(map(id, found))) == len({tuple(sorted(d.items())) for d in found})
+    own = {n: i for i, n in enumerate(names)}
+    differ = NS(message_dims=lambda name: {"k": own[name]}, message_dims_alike=lambda: False)
+    dims = PartyDims(programs, differ)
+    assert dims.many(names) == [dims(n) for n in names]
+    assert [d["k"] for d in dims.many(names)] == list(range(len(names)))
+    dims = PartyDims(programs, NS(message_dims=lambda name: {}))  # (not known alike)
+    assert dims.many([*names, "nobody"]) == [dims(n) for n in [*names, "nobody"]]
+    owned = NS(has_owned=True, n_shared=2, owned_by=lambda name: (NS(size=len(name)),))
+    theirs = {n: NS(name=n, layout=owned, m_ineq=0, m_eq=1, m_cone=0) for n in ("a", "bb")}
+    dims = PartyDims(theirs, alike)
+    assert [d["d_own"] for d in dims.many(["a", "bb"])] == [1, 2]
+    assert dims.many(["a", "bb"]) == [dims("a"), dims("bb")]
+    # a server half's own dimensions are one for all unless its class finds its own
+    assert ServerHalf.message_dims_alike(object.__new__(ProxALServer))
+    assert not ServerHalf.message_dims_alike(object.__new__(LearningServer))

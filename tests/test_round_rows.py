@@ -216,6 +216,14 @@ def test_a_cohort_step_has_its_clients_budgets_added_up(monkeypatch):
         _cohort_deadline(Rows([5.0, -1.0, float("nan")]), hosts)
     with pytest.raises(ValueError, match="party 'a' got a time budget .field 'budget'. of -2.0"):
         _cohort_deadline(-2.0, hosts)
+    # (one value for all is the same sum as those values as rows, bad ones named alike)
+    many = [SimpleNamespace(name=f"p{i}") for i in range(1001)]
+    for seconds in (0.1, 1e-3 / 3, 0.0, 7.25):
+        assert _cohort_deadline(seconds, many) == _cohort_deadline(Rows([seconds] * 1001), many)
+    assert _cohort_deadline(2, hosts) == 106.0
+    for bad in (float("nan"), float("inf"), -1e-9):
+        with pytest.raises(ValueError, match="party 'a' got a time budget"):
+            _cohort_deadline(bad, hosts)
 
 
 def test_stacked_evaluations_are_the_reports_row_by_row():
@@ -644,3 +652,58 @@ def test_plans_of_several_kinds_read_what_they_share_once():
     again = RowsPlan.of(halves, "outer")
     assert again is not outer and again.firsts == [0, 2] and again.firsts is not outer.firsts
     assert RowsPlan.of(halves[1:], "outer").firsts == [0, 1]
+
+
+def test_the_serial_placement_knows_a_list_of_its_clients_until_they_change():
+    """The serial runtime's placement says a list of names all runs here as the endpoints
+    do: asked again of an equal list, after an endpoint joined, after one left (then
+    unknown), after one left and another joined in a later round, and for names of which
+    one is unknown (never kept)."""
+    from fedmodel.runtime.endpoints import EchoEndpoint
+    from fedmodel.runtime.serial import SerialRuntime
+
+    rt = SerialRuntime({n: EchoEndpoint(n) for n in "abc"})
+    where = rt._host_of
+    assert where is rt._host_of  # (one view of the endpoints)
+    assert where.all_in_server(["a", "b"]) and where.all_in_server(["a", "b"])
+    assert not where.all_in_server(["a", "z"]) and not where.all_in_server(["a", "z"])
+    rt.endpoints["d"] = EchoEndpoint("d")
+    assert where.all_in_server(["a", "b"]) and where.all_in_server(["a", "d"])
+    del rt.endpoints["a"]
+    assert not where.all_in_server(["a", "d"])
+    assert where.all_in_server(["b", "d"])
+    rt.next_round()
+    del rt.endpoints["b"]
+    rt.endpoints["a"] = EchoEndpoint("a")
+    assert not where.all_in_server(["b", "d"])
+    rt.endpoints["b"] = EchoEndpoint("b")
+    assert where.all_in_server(("b", "d")) and not where.all_in_server(iter(["z"]))
+    with pytest.raises(KeyError, match="unknown receivers"):
+        rt.broadcast_rows("ping", {"x": 1.0}, to=["b", "z"])
+    rt.endpoints = {"e": EchoEndpoint("e")}  # (another dict: another view)
+    assert rt._host_of is not where and rt._host_of.all_in_server(["e"])
+
+
+def test_a_stacked_start_starts_each_half_s_route_part_of_now():
+    """The stacked start reaches each half's route part, read once while nothing changes
+    the halves and again after an event that does (a route taken)."""
+    from fedmodel.algorithms.protocol import plans_changed
+    from fedmodel.algorithms.proxal.client import _start_rows
+
+    class Part:
+        started: list = []
+
+        @staticmethod
+        def start_rows(parts, W, request):
+            Part.started.append(list(parts))
+            return {"exact": np.ones(len(parts), dtype=bool)}
+
+    halves = [SimpleNamespace(inner=Part()) for _ in range(3)]
+    W = np.zeros((3, 2))
+    _start_rows(halves, W, {})
+    _start_rows(halves, W, {})
+    assert Part.started[0] == Part.started[1] == [h.inner for h in halves]
+    halves[1].inner = Part()  # (a route taken: the event says so)
+    plans_changed()
+    _start_rows(halves, W, {})
+    assert Part.started[2] == [h.inner for h in halves] != Part.started[0]

@@ -23,6 +23,7 @@ Examples
 
 from __future__ import annotations
 
+import operator
 from collections.abc import Mapping
 from typing import Any
 
@@ -164,16 +165,60 @@ def declare_messages(runtime, server, compiled=None) -> None:
     """Declare ``server``'s message table to ``runtime`` (``Runtime.declare``: outgoing
     requests checked and put on their declared channels, every reply validated), each
     client's dimensions from its program in ``compiled`` (when given) and the server half's
-    ``message_dims(name)``, with the kinds of secure aggregation; nothing when the server
-    half declares no table."""
+    ``message_dims(name)`` (:class:`PartyDims`), with the kinds of secure aggregation;
+    nothing when the server half declares no table."""
     table: MessageTable | None = getattr(server, "messages", None)
     if table is not None:
         table = table.merged(SECAGG)
     programs = {p.name: p for p in compiled.parties} if compiled is not None else {}
+    runtime.declare(table, PartyDims(programs, server))
 
-    def dims(name: str) -> dict[str, int]:
+
+#: what :func:`program_dims` reads of a program without own variables
+_DIM_FACTS = operator.attrgetter("layout.n_shared", "layout.has_owned", "m_ineq", "m_eq", "m_cone")
+
+
+class PartyDims:
+    """The dimensions of a client's messages (:func:`declare_messages`): called with its
+    name, its program's :func:`program_dims` (``programs``: name -> program; none for a
+    name without one) and the server half's ``message_dims(name)``; :meth:`many` for many
+    clients at once.
+
+    Examples
+    --------
+    >>> from types import SimpleNamespace as NS
+    >>> layout = NS(n_shared=3, has_owned=False)
+    >>> programs = {n: NS(name=n, layout=layout, m_ineq=1, m_eq=0, m_cone=0) for n in "ab"}
+    >>> dims = PartyDims(programs, NS(message_dims=lambda name: {"k": 2}))
+    >>> dims("a")["d"], dims("a")["k"], dims.many(["a", "b"]) == [dims("a"), dims("b")]
+    (3, 2, True)
+    """
+
+    __slots__ = ("programs", "server")
+
+    def __init__(self, programs: Mapping[str, Any], server: Any):
+        self.programs, self.server = programs, server
+
+    def __call__(self, name: str) -> dict[str, int]:
+        programs = self.programs
         out: dict[str, Any] = program_dims(programs[name]) if name in programs else {}
-        out.update(server.message_dims(name))
+        out.update(self.server.message_dims(name))
         return out
 
-    runtime.declare(table, dims)
+    def many(self, names: list[str]) -> list[Mapping[str, int]]:
+        """The dimensions of each of ``names``, in order, to be read and not changed: the
+        clients whose programs agree in all :func:`program_dims` reads (no own variables)
+        share one mapping when the server half's dimensions are one for all clients
+        (its ``message_dims_alike``); else each is found on its own."""
+        alike = getattr(self.server, "message_dims_alike", None)
+        programs = list(map(self.programs.get, names))
+        if not names or alike is None or not alike() or None in programs:
+            return list(map(self, names))
+        facts = list(map(_DIM_FACTS, programs))
+        found = dict(zip(facts, programs))  # (a program of each)
+        if any(fact[1] for fact in found):  # (own variables: each program's own)
+            return list(map(self, names))
+        extra = self.server.message_dims(names[0])
+        for fact, program in found.items():
+            found[fact] = {**program_dims(program), **extra}
+        return list(map(found.__getitem__, facts))

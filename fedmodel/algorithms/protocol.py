@@ -985,6 +985,11 @@ class ServerHalf(DeclaredState, ABC):
             found = self._option_dims = (table, self.options, table.option_dims(self.options))
         return dict(found[2])
 
+    def message_dims_alike(self) -> bool:
+        """Whether :meth:`message_dims` is one for every client (the default's: found from
+        the options alone), so that many clients' dimensions are found at once."""
+        return type(self).message_dims is ServerHalf.message_dims
+
     def round_counts(self) -> dict[str, int]:
         """Counts for ``res.rounds`` besides ``outer`` (steps) and ``communication``."""
         return {}

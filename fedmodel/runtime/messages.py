@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import collections
 import itertools
+import operator
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -349,9 +351,9 @@ def communication_totals(ledger: Ledger) -> dict[str, Any]:
                 found = channels.get(ch)
                 if found is not None:  # (its parties where their first rows put them)
                     per = found[1]
-                    for n in (SERVER, *part.names):
-                        if n not in per:
-                            per[n] = [0, 0, 0, 0]
+                    per.setdefault(SERVER, None)
+                    setting = map(per.setdefault, part.names, itertools.repeat(None))
+                    collections.deque(setting, maxlen=0)  # (in C: no call per party)
             b[0] += 1
             b[1] += part.request[1]
             b[2] += part.reply[1]
@@ -366,13 +368,18 @@ def communication_totals(ledger: Ledger) -> dict[str, Any]:
         for kind, fl in (("down", q_floats), ("up", p_floats)):
             sums[kind][0] += n * n_blocks
             sums[kind][1] += n * fl
-        server = per[SERVER]
+        server = _counts(per, SERVER)
         server[0] += n * n_blocks
         server[1] += n * q_floats
         server[2] += n * n_blocks
         server[3] += n * p_floats
+        if all(map(operator.is_, map(per.__getitem__, names), itertools.repeat(None))):
+            # (none counted yet, None: each one's counts are the blocks', one tuple for all)
+            counted = (n_blocks, p_floats, n_blocks, q_floats)
+            per.update(zip(names, itertools.repeat(counted)))
+            continue
         for name in names:
-            counts = per[name]
+            counts = _counts(per, name)
             counts[0] += n_blocks
             counts[1] += p_floats
             counts[2] += n_blocks
@@ -387,13 +394,30 @@ def communication_totals(ledger: Ledger) -> dict[str, Any]:
         for kind, (m, f) in sums.items():
             out[f"messages_{kind}"] = m
             out[f"floats_{kind}"] = f
-        out["per_party"] = {p: dict(zip(_PARTY_FIELDS, v)) for p, v in per.items()}
+        # (a party's dict of its own; parties of one counts object copy one dict)
+        per_party: dict[str, dict[str, int]] = {}
+        last, made = None, None
+        for p, v in per.items():
+            if v is not last:
+                last, made = v, dict(zip(_PARTY_FIELDS, v or (0, 0, 0, 0)))
+            per_party[p] = made.copy()
+        out["per_party"] = per_party
         return out
 
     result = totals("algorithm")
     result["diagnostic"] = totals("diagnostic")
     result["local_steps"] = local_steps
     return result
+
+
+def _counts(per: dict[str, Any], name: str) -> list[int]:
+    """The counts of ``name`` in ``per`` (:func:`communication_totals`) as a list of its
+    own, to add to: a placeholder (None) or counts shared with other parties (a tuple)
+    become one."""
+    counts = per[name]
+    if type(counts) is not list:
+        counts = per[name] = list(counts or (0, 0, 0, 0))
+    return counts
 
 
 #: the channels :func:`communication_totals` adds up, and a party's fields there

@@ -428,14 +428,16 @@ class ReplyChecker:
         return self._dims[party]
 
     def _find_dims(self, parties: list[str]) -> None:
-        """:meth:`dims` of ``parties`` (none found yet, each once) in one pass: a party
-        whose dimensions equal the previous party's (one dictionary comparison) takes
-        its key, any other's is sorted and interned."""
-        found = list(map(self._dims_of, parties))
+        """:meth:`dims` of ``parties`` (none found yet, each once) in one pass, all at once
+        when ``dims`` has a ``many(parties)`` (their mappings, to be read): a party whose
+        dimensions are or equal the previous party's takes its key, any other's is sorted
+        and interned."""
+        many = getattr(self._dims_of, "many", None)  # (many parties' at once)
+        found = list(map(self._dims_of, parties)) if many is None else many(parties)
         intern = self._keys.setdefault
         keys, last, key = [], None, None
         for d in found:
-            if d != last:
+            if d is not last and d != last:
                 key = tuple(sorted(d.items()))
                 last, key = d, intern(key, key)
             keys.append(key)

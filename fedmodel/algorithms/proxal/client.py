@@ -28,12 +28,20 @@ gradient of ``P_{i,k}`` in its block, the ``outer`` reply carries
 from __future__ import annotations
 
 import functools
+import itertools
 from operator import attrgetter, itemgetter
 
 import numpy as np
 
 from fedmodel.algorithms.messages import EVALUATE
-from fedmodel.algorithms.protocol import ClientHalf, Tally, _handler, kept_alike, plans_changed
+from fedmodel.algorithms.protocol import (
+    ClientHalf,
+    Tally,
+    _consume,
+    _handler,
+    kept_alike,
+    plans_changed,
+)
 from fedmodel.algorithms.proxal.cohorts import (
     batched_steps,
     check_forms,
@@ -450,10 +458,11 @@ class ProxALClient(ClientHalf):
         """:meth:`_on_outer_aa` of every client of ``halves`` (clients of one
         :meth:`step_batch_key`, without multipliers to combine): the memory reset when
         asked, then each route part's start at the combined ``w``."""
-        _one_memory_length(halves)
+        mems = list(map(_OUTER_MEM, halves))
+        _one_memory_length(mems)
         W, request = _stacked_start_fields(halves, fields)
         alpha, reset = request.pop("alpha"), request.pop("reset")
-        if np.size(alpha) > min(map(len, map(_OUTER_MEM, halves))):
+        if np.size(alpha) > len(mems[0]):  # (one length for all)
             raise ValueError("outer_aa combines more outputs than the clients keep")
         replies = _start_rows(halves, W, request)
         if reset:
@@ -472,8 +481,9 @@ class ProxALClient(ClientHalf):
         client's state changes."""
         m = len(halves)
         memory = halves[0].outer_anderson
+        mems = list(map(_OUTER_MEM, halves)) if memory else []
         if memory:
-            _one_memory_length(halves)
+            _one_memory_length(mems)
         W, request = _stacked_start_fields(halves, fields)
         # (what _on_outer keeps of a client without constraints or own block: its
         # multipliers, their marks, its own block and its step there are empty arrays,
@@ -485,9 +495,7 @@ class ProxALClient(ClientHalf):
         if memory:
             # (the zero block of the outer residual its multipliers add, and its empty
             # multipliers: one entry for all, nothing can change it)
-            mems = list(map(_OUTER_MEM, halves))
-            for mem in mems:
-                mem.append(_EMPTY_OUTER_ENTRY)
+            _consume(map(list.append, mems, itertools.repeat(_EMPTY_OUTER_ENTRY)))
             excess = len(mems[0]) - (memory + 1)  # (one length for all: the oldest go)
             if excess > 0:
                 for mem in mems:
@@ -820,7 +828,7 @@ _EMPTY_OUTER_ENTRY = (_EMPTY, _EMPTY, _EMPTY)
 def _start_rows(halves: list[ProxALClient], W: np.ndarray, request: dict) -> dict[str, np.ndarray]:
     """Each client's route part's ``start`` at its row of ``W`` (the parts of one class), the
     replies stacked: in one step when the class has one (``start_rows``)."""
-    parts = [h.inner for h in halves]
+    parts = kept_alike(halves, "_route_parts", _route_parts)[0]  # (read once, kept)
     rows = getattr(type(parts[0]), "start_rows", None)
     if rows is not None:
         return rows(parts, W, request)
@@ -833,11 +841,12 @@ def _stacked_replies(replies: list[dict]) -> dict[str, np.ndarray]:
     return {name: np.array([r[name] for r in replies]) for name in replies[0]}
 
 
-def _one_memory_length(halves: list[ProxALClient]) -> None:
+def _one_memory_length(memories: list[list]) -> None:
     """Refuse (a ValueError, before any state changes: the round then goes message by
-    message) clients of one stacked outer step whose outer Anderson memories differ in
-    length: their ``gram`` replies would differ in shape."""
-    if len(set(map(len, map(_OUTER_MEM, halves)))) > 1:
+    message) clients of one stacked outer step whose outer Anderson memories
+    (``memories``, a client's each) differ in length: their ``gram`` replies would differ
+    in shape."""
+    if len(set(map(len, memories))) > 1:
         raise ValueError("the clients' outer Anderson memories differ in length")
 
 
