@@ -404,6 +404,22 @@ def _alternating_model() -> fm.Model:
     return m
 
 
+def _assert_read_as_walked(monkeypatch, programs: list, read: list) -> None:
+    """Each of ``programs``' :func:`~fedmodel.compiler.fingerprint.structure_reading`
+    in ``read`` is the walk's of its terms: the same structure, terms and leaves."""
+    from fedmodel.compiler import fingerprint
+
+    monkeypatch.setattr(fingerprint, "_MATCHERS", {})
+    monkeypatch.setattr(fingerprint, "MATCHERS_PER_KEY", 0)  # (every party walked)
+    for p, (digest, leaves) in zip(programs, read):
+        walked, walked_leaves = fingerprint.structure_reading(p)
+        assert digest == walked, p.name
+        assert leaves.keys() == walked_leaves.keys()
+        for key, (expr, found) in leaves.items():
+            assert expr is walked_leaves[key][0]
+            assert [id(e) for e in found] == [id(e) for e in walked_leaves[key][1]]
+
+
 def test_a_structure_read_by_its_skeleton_s_matcher_is_the_walk_s(monkeypatch):
     """Every party's structure and term leaves, read by a matcher of its terms' skeleton
     when one matches (:func:`~fedmodel.compiler.fingerprint.structure_reading`), are those
@@ -417,15 +433,7 @@ def test_a_structure_read_by_its_skeleton_s_matcher_is_the_walk_s(monkeypatch):
     programs += _alternating_model().compile().clients
     read = [fingerprint.structure_reading(p) for p in programs]
     assert sum(hits for hits, _ in fingerprint._TALLY.values()) >= 100
-    monkeypatch.setattr(fingerprint, "_MATCHERS", {})
-    monkeypatch.setattr(fingerprint, "MATCHERS_PER_KEY", 0)  # (every party walked)
-    for p, (digest, leaves) in zip(programs, read):
-        walked, walked_leaves = fingerprint.structure_reading(p)
-        assert digest == walked, p.name
-        assert leaves.keys() == walked_leaves.keys()
-        for key, (expr, found) in leaves.items():
-            assert expr is walked_leaves[key][0]
-            assert [id(e) for e in found] == [id(e) for e in walked_leaves[key][1]]
+    _assert_read_as_walked(monkeypatch, programs, read)
     alternating = {p.name: d for p, (d, _) in zip(programs, read) if p.name.startswith("a")}
     for k in range(12):  # (a constant, a shape, a storage: their own structures)
         same = [j for j in range(12) if alternating[f"a{j}"] == alternating[f"a{k}"]]
@@ -483,6 +491,64 @@ def test_owned_variables_of_one_size_and_other_shapes_are_other_structures(monke
     assert sum(hits for hits, _ in fingerprint._TALLY.values()) >= 4  # (matchers read them)
     assert [d for d, _ in read] == walked
     assert walked[0] != walked[1] and len(set(walked)) == 2
+
+
+def test_a_matcher_tells_data_names_apart_and_gives_every_term_s_leaves(monkeypatch):
+    """A matcher collects each private data's name, shape and storage: parties whose data
+    differ in name only have other structures, as their walks give; every objective term
+    and constraint of a matched party gets the leaves its walk gives."""
+    from fedmodel.compiler import fingerprint
+
+    rng = np.random.default_rng(7)
+    m = fm.Model("data-names")
+    w = m.variable(D, name="w")
+    for k in range(12):
+        c = m.client(f"c{k}")
+        X = c.data(rng.normal(size=(5, D)), name="X" if k % 2 else "Z")
+        c.minimize(cp.sum_squares(X @ w - c.data(rng.normal(size=5), name="y")), name="fit")
+        c.minimize(cp.sum_squares(w) / 10, name="ridge")
+        c.subject_to(cp.sum(X @ w) <= 1.0)
+    monkeypatch.setattr(fingerprint, "_MATCHERS", {})
+    monkeypatch.setattr(fingerprint, "_TALLY", {})
+    programs = m.compile().clients
+    read = [fingerprint.structure_reading(p) for p in programs]
+    assert sum(hits for hits, _ in fingerprint._TALLY.values()) >= 8  # (matchers read them)
+    assert all(len(leaves) == 3 for _, leaves in read)
+    assert len({digest for digest, _ in read}) == 2
+    _assert_read_as_walked(monkeypatch, programs, read)
+
+
+def test_a_matcher_reads_what_a_plain_getter_returns_and_calls_any_other():
+    """A matcher reads the attribute a property returns when its getter is
+    ``return self.<attribute>`` (cvxpy's shapes and constants' values), and calls any
+    other getter, and any getter of a class with its own attribute lookup."""
+    from fedmodel.compiler.fingerprint import _attribute_read
+    from fedmodel.dsl.data import PrivateData
+
+    x = cp.Variable(3)
+    assert _attribute_read(type(cp.sum(x)), "shape") == "_shape"
+    assert _attribute_read(cp.Variable, "shape") == "_shape"
+    assert _attribute_read(PrivateData, "value") == "_value"
+
+    class Declared(cp.Constant):
+        @property
+        def shape(self):
+            return self._declared
+
+    class Reversed(cp.Constant):
+        @property
+        def shape(self):
+            return self._shape[::-1]
+
+    class Looked(cp.Constant):
+        def __getattribute__(self, name):
+            return super().__getattribute__(name)
+
+    assert _attribute_read(Declared, "shape") == "_declared"
+    assert _attribute_read(Declared, "value") == "_value"
+    assert _attribute_read(Reversed, "shape") == "shape"
+    assert _attribute_read(Looked, "shape") == "shape"
+    assert _attribute_read(SimpleNamespace, "shape") == "shape"  # (no property)
 
 
 def _logistic_model() -> fm.Model:

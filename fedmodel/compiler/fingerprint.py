@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import functools
 import hashlib
+import inspect
+import keyword
 import numbers
 import weakref
 from fractions import Fraction
@@ -291,14 +293,22 @@ def structure_reading(program: Any) -> tuple[str, dict[int, tuple[Any, list]]]:
 
     The terms are read by a matcher of their key when one was made for their skeleton
     (:func:`_matcher`: when terms of that key were walked again): it checks every node and leaf
-    against the walk it was made from and collects the nodes' shapes and the private
-    data's texts (their names, shapes and storage): the fingerprint is the one the walk
-    of terms with those gave."""
+    against the walk it was made from, gives the leaves and collects the nodes' shapes and
+    the private data's names, shapes and types of value: the fingerprint is the one the
+    walk of terms with those gave."""
     layout = program.layout
-    headers = [_term_text("obj", t.allow_nonconvex) for t in program.objective]
-    headers += [_con_text(c.kind, c.size, c.allow_nonconvex) for c in program.constraints]
-    exprs = [t.expr for t in program.objective] + [c.expr for c in program.constraints]
-    key = (layout.size, tuple(headers), tuple(map(type, exprs)))
+    headers, exprs, types = [], [], []
+    for t in program.objective:
+        expr = t.expr
+        headers.append(_term_text("obj", t.allow_nonconvex))
+        exprs.append(expr)
+        types.append(type(expr))
+    for c in program.constraints:
+        expr = c.expr
+        headers.append(_con_text(c.kind, c.size, c.allow_nonconvex))
+        exprs.append(expr)
+        types.append(type(expr))
+    key = (layout.size, tuple(headers), tuple(types))
     places = _places(layout)
     matchers = _MATCHERS.get(key, ())  # (None: none for good)
     matcher = read = None
@@ -308,7 +318,7 @@ def structure_reading(program: Any) -> tuple[str, dict[int, tuple[Any, list]]]:
             digest = _MATCHED.get((matcher, read[1]))
             if digest is not None:
                 _TALLY[key][0] += 1
-                return digest, dict(zip(map(id, exprs), zip(exprs, read[0])))
+                return digest, read[0]
             break
     parts = _Parts((_size_text(layout.size),))
     items = [(header, expr, []) for header, expr in zip(headers, exprs)]
@@ -373,8 +383,8 @@ MATCHERS_PER_KEY = 4
 #: the keys of :data:`_MATCHERS` whose terms have been walked
 _WALKED: set[tuple] = set()
 
-#: (matcher, the shapes and private data's texts it collected) -> the structure
-#: fingerprint the walk gave
+#: (matcher, the nodes' shapes and private data's names, shapes and types of value it
+#: collected) -> the structure fingerprint the walk gave
 _MATCHED: dict[tuple, str] = {}
 
 #: a structure fingerprint -> the matcher that read terms of it (its skeleton, as
@@ -397,18 +407,22 @@ def _value_bytes(v: Any) -> bytes:
 
 
 def _matcher(exprs: list, places: dict[int, int]):
-    """A function ``(exprs, places) -> (each term's leaves, the nodes' shapes and the
-    private data's texts)`` that reads terms of the skeleton of ``exprs``: the same atoms
-    (type, own data), variables at the same places and constants of the same values
-    (what :func:`structure_reading` hashes of them), nodes of any shape and private data
-    of any storage (collected); None from it when the terms differ. None when the terms
-    hold what it does not check (atoms with data other than plain values, variables
-    outside the layout) or more than :data:`MATCHER_MAX_NODES` nodes."""
+    """A function ``(exprs, places) -> (each term's leaves, what it collected)`` that
+    reads terms of the skeleton of ``exprs``: the same atoms (type, own data), variables
+    at the same places and constants of the same values (what :func:`structure_reading`
+    hashes of them), nodes of any shape and private data of any name, shape and storage;
+    None from it when the terms differ. The leaves are ``id(expr) -> (expr, its leaves
+    left to right)`` for each term; what it collected is, in the walk's order, each node's
+    shape and each private data's name, shape and type of value (what its text is made
+    of, :func:`_data_by_shape`). None when the terms hold what it does not check (atoms
+    with data other than plain values, variables outside the layout) or more than
+    :data:`MATCHER_MAX_NODES` nodes."""
     from cvxpy.utilities.canonical import Canonical
 
     no_data = Canonical.get_data  # (the data of an atom without any: None)
-    names: dict[str, Any] = {"_value_bytes": _value_bytes, "_data_by_shape": _data_by_shape}
+    names: dict[str, Any] = {"_value_bytes": _value_bytes}
     lines: list[str] = []
+    collected: list[str] = []  # (read once every check has passed)
     count = [0]
 
     def constant(x: Any) -> str:
@@ -416,7 +430,7 @@ def _matcher(exprs: list, places: dict[int, int]):
         names[name] = x
         return name
 
-    def node(e: Any, var: str, out: str) -> None:
+    def node(e: Any, var: str, out: list[str]) -> None:
         count[0] += 1
         if count[0] > MATCHER_MAX_NODES:
             raise _NoMatcher
@@ -424,8 +438,9 @@ def _matcher(exprs: list, places: dict[int, int]):
         lines.append(f"if type({var}) is not {constant(t)}: return None")
         args = e.args
         kind = _kind(t)
+        shape = f"{var}.{_attribute_read(t, 'shape')}"
         if args or kind != "data":  # (a variable by its place and shape, data in its text)
-            lines.append(f"data.append({var}.shape)")
+            collected.append(shape)
         if args:
             d = e.get_data()
             if d is None:
@@ -444,30 +459,33 @@ def _matcher(exprs: list, places: dict[int, int]):
                 node(a, sub, out)
             return
         lines.append(f"if {var}.args: return None")
-        lines.append(f"{out}.append({var})")
+        out.append(var)
         if kind == "variable":
             place = places.get(id(e))
             if place is None:
                 raise _NoMatcher
             lines.append(f"if places.get(id({var})) != {int(place)}: return None")
         elif kind == "data":
-            lines.append(f"data.append(_data_by_shape({var}))")
+            value = f"{var}.{_attribute_read(t, 'value')}"
+            collected.extend((f"{var}.data_name", shape, f"type({value})"))
         elif kind == "expr":  # (a constant, a parameter: by value)
-            lines.extend(_value_check(var, e.value, constant))
+            lines.extend(_value_check(f"{var}.{_attribute_read(t, 'value')}", e.value, constant))
         else:
             raise _NoMatcher
 
+    terms = []
     try:
         for i, e in enumerate(exprs):
             if _kind(type(e)) not in ("expr", "variable", "data"):
                 raise _NoMatcher
             lines.append(f"t{i} = exprs[{i}]")
-            lines.append(f"l{i} = []")
-            node(e, f"t{i}", f"l{i}")
+            leaves: list[str] = []
+            node(e, f"t{i}", leaves)
+            terms.append(f"id(t{i}): (t{i}, [{', '.join(leaves)}])")
     except _NoMatcher:
         return None
-    leaves = ", ".join(f"l{i}" for i in range(len(exprs)))
-    body = ["data = []", *lines, f"return ({leaves}{',' if len(exprs) == 1 else ''}), tuple(data)"]
+    found = "{" + ", ".join(terms) + "}"
+    body = [*lines, f"return {found}, ({''.join(f'{x}, ' for x in collected)})"]
     text = "def match(exprs, places):\n" + "\n".join(f"    {line}" for line in body)
     # (the text holds this module's names, generated identifiers, integers and the keywords
     # None, True and False only; every object of the terms it compares with is in
@@ -491,20 +509,46 @@ def _plain_list_check(d: list, constant) -> list[str]:
     return lines
 
 
-def _value_check(var: str, v: Any, constant) -> list[str]:
-    """Lines of a matcher that return None unless ``var``'s value has the bytes
-    :func:`_feed_value` hashes for ``v``: for a numeric array or numpy scalar, one of the
-    same type, dtype, shape and bytes."""
+def _value_check(value: str, v: Any, constant) -> list[str]:
+    """Lines of a matcher that return None unless the value ``value`` reads (a leaf's) has
+    the bytes :func:`_feed_value` hashes for ``v``: for a numeric array or numpy scalar,
+    one of the same type, dtype, shape and bytes."""
     kind = getattr(getattr(v, "dtype", None), "kind", None)
     if (type(v) is np.ndarray or isinstance(v, np.generic)) and kind in NUMERIC_KINDS:
         return [
-            f"v = {var}.value",
+            f"v = {value}",
             f"if type(v) is not {constant(type(v))} or v.dtype != {constant(v.dtype)}:",
             "    return None",
             f"if v.shape != {constant(v.shape)} or v.tobytes() != {constant(v.tobytes())}:",
             "    return None",
         ]
-    return [f"if _value_bytes({var}.value) != {constant(_value_bytes(v))}: return None"]
+    return [f"if _value_bytes({value}) != {constant(_value_bytes(v))}: return None"]
+
+
+def _returns_attribute(self):  # (the code of a getter that returns an attribute of its object)
+    return self.attribute
+
+
+def _attribute_read(t: type, name: str) -> str:
+    """The attribute a matcher reads for the attribute ``name`` of objects of type ``t``:
+    when ``t``'s ``name`` is a property whose getter is ``return self.<attribute>`` (the
+    code of :func:`_returns_attribute`, over another name perhaps) and ``t`` looks its
+    attributes up as ``object`` does, that attribute (the same value, without calling the
+    getter); else ``name``."""
+    prop = inspect.getattr_static(t, name, None)
+    code = getattr(prop.fget, "__code__", None) if type(prop) is property else None
+    if (
+        code is not None
+        and t.__getattribute__ is object.__getattribute__
+        and code.co_code == _returns_attribute.__code__.co_code
+        and code.co_argcount == 1
+        and code.co_kwonlyargcount == 0
+        and len(code.co_names) == 1
+        and code.co_names[0].isidentifier()
+        and not keyword.iskeyword(code.co_names[0])
+    ):
+        return code.co_names[0]
+    return name
 
 
 #: layout -> {id(variable): its place}
