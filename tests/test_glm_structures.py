@@ -597,3 +597,34 @@ def test_flat_float_and_product_operations_answer_a_flat_float_array_at_once():
             assert out.tobytes() == general.tobytes()
     with pytest.raises(ValueError):
         glm._matvec(C, np.ones(4))
+
+
+def test_a_tape_tells_its_constants_by_their_type_alone():
+    """:func:`~fedmodel.compiler.glm._untracked` (a tape's constants that are never its
+    slots) answers as ``isinstance`` with :data:`~fedmodel.compiler.glm._UNTRACKED`, for
+    the arrays and floats it answers at once and the subclasses and other types it
+    does not."""
+    import enum
+
+    class Flag(enum.IntEnum):
+        ON = 1
+
+    class Real(float):
+        pass
+
+    class Array(np.ndarray):
+        pass
+
+    values = [np.ones(2), 2.5, np.float64(2.5), Real(2.5), np.ones(2).view(Array), 3, True]
+    values += [np.bool_(True), "s", None, Flag.ON, sp.csr_matrix((1, 1)), (1,)]
+    for v in values:
+        assert glm._untracked(v) == isinstance(v, glm._UNTRACKED), v
+    tape = glm.Tape()
+    x, y = np.ones(2), 2.5
+    tape.record(np.add, (x, y), x + y, False)
+    assert tape.ops == [] and tape.slot(3) is None and tape.slot(x) is None
+    tape.slots[id(x)] = 0
+    out = x + y
+    tape.record(np.add, (x, y), out, False)
+    assert tape.ops == [(np.add, ((True, 0), (False, y)), False, None)]
+    assert tape.slot(out) == 0 and tape.slot(True) is None

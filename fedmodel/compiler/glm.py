@@ -248,6 +248,14 @@ _FLOAT = np.dtype(float)
 
 #: results that are never slots of a tape (small ints and booleans are shared objects)
 _UNTRACKED = (bool, int, str, type(None), np.bool_)
+#: the types of most of a tape's values, none of them of :data:`_UNTRACKED` (whose
+#: ``isinstance`` test, false, reads the value's ``__class__``)
+_TRACKED = frozenset({np.ndarray, float})
+
+
+def _untracked(x) -> bool:
+    """Whether ``x`` is of :data:`_UNTRACKED` (a value of :data:`_TRACKED` type is not)."""
+    return type(x) not in _TRACKED and isinstance(x, _UNTRACKED)
 
 
 class Tape:
@@ -283,7 +291,7 @@ class Tape:
 
     def slot(self, obj) -> int | None:
         """The slot holding ``obj`` (None for a constant)."""
-        if isinstance(obj, _UNTRACKED):
+        if _untracked(obj):
             return None
         return self.slots.get(id(obj))
 
@@ -295,7 +303,7 @@ class Tape:
             self.ops.append((fn, refs, True, out))
             return
         self.ops.append((fn, refs, False, None))
-        if not isinstance(out, _UNTRACKED):
+        if not _untracked(out):
             self.slots[id(out)] = self.n_values
             self.keep.append(out)
         self.n_values += 1
@@ -362,7 +370,7 @@ def _replay_function(tape: Tape, forms: list):
     body += [f"v{i} = leaves[{i}]" for i in range(tape.n_leaves) if i in used]
     slot = tape.n_leaves
     for fn, refs, decision, outcome in tape.ops:
-        args = ", ".join(f"v{a}" if is_slot else constant(a) for is_slot, a in refs)
+        args = ", ".join([f"v{a}" if is_slot else constant(a) for is_slot, a in refs])
         # (a leaf's value, :func:`_leaf_value`, is read as the attribute it is)
         call = f"{args}.value" if fn is _leaf_value else f"{constant(fn)}({args})"
         if decision:
@@ -385,9 +393,11 @@ def _replay_function(tape: Tape, forms: list):
             made.append("None")
             continue
         terms = ", ".join(
-            f"_new_term({constant(t.kind)}, {ref(t.A)}, {ref(t.b)}, {ref(t.weights)}, "
-            f"{ref(t.M)}, {ref(t.s)})"
-            for t in f.terms
+            [
+                f"_new_term({constant(t.kind)}, {ref(t.A)}, {ref(t.b)}, {ref(t.weights)}, "
+                f"{ref(t.M)}, {ref(t.s)})"
+                for t in f.terms
+            ]
         )
         call = f"GLMFunction({int(f.n)}, [{terms}], {ref(f.Q)}, {ref(f.q)}, {ref(f.r)}, {bool(f.Q_symmetric)})"
         scalings = f.__dict__.get("_q_scalings")
