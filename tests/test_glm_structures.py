@@ -593,15 +593,18 @@ def test_a_replayed_rows_product_is_made_at_its_first_use_or_written_to_a_cohort
 
 def test_a_rows_product_of_other_shapes_is_not_deferred():
     """The deferred product (:func:`~fedmodel.compiler.glm._deferred_rows_times`) is
-    deferred only for float arrays of matching rows; otherwise it is the product itself,
-    failing as it fails (a replay on such leaves is then None)."""
+    deferred only for float arrays (of the float descriptor itself) of matching rows;
+    otherwise it is the product itself, failing as it fails (a replay on such leaves is
+    then None)."""
     c, X = np.arange(3.0), np.ones((3, 2))
     assert type(glm._deferred_rows_times(c, X)) is glm.DeferredRows
     assert glm._deferred_rows_times(c, X).made().tobytes() == (c[:, None] * X).tobytes()
     F = np.asfortranarray(np.arange(6.0).reshape(3, 2))  # (deferred, made C-contiguous)
     made = glm._deferred_rows_times(c, F).made()
     assert made.flags.c_contiguous and made.tobytes() == glm._contiguous(c[:, None] * F).tobytes()
-    for cc, XX in ((c[:1], X), (c.astype(np.float32), X), (c, X.astype(int))):
+    tagged = np.dtype(float, metadata={"tag": 1})  # (== float, not the float descriptor)
+    others = ((c[:1], X), (c.astype(np.float32), X), (c, X.astype(int)), (c, X.astype(tagged)))
+    for cc, XX in others:
         out = glm._deferred_rows_times(cc, XX)
         assert type(out) is np.ndarray and out.tobytes() == glm._rows_times(cc, XX).tobytes()
     for cc, XX in ((np.arange(4.0), X), (c, sp.csr_matrix(X))):
@@ -618,3 +621,79 @@ def test_a_rows_product_of_other_shapes_is_not_deferred():
     changed = list(leaves)
     changed[X] = SimpleNamespace(value=np.ones((7, D)))
     assert recipe.replay(changed) is None
+
+
+def test_flat_float_and_product_operations_answer_a_flat_float_array_at_once():
+    """A replay's conversions (:func:`~fedmodel.compiler.glm._as_float`,
+    :func:`~fedmodel.compiler.glm._flat`, :func:`~fedmodel.compiler.glm._matvec`) give
+    a float array of the float dtype (itself, or its flat view) at once: the bits, shape
+    and storage the general conversion gives; any other value (another dtype, one equal
+    to float but not the same, more dimensions, strided, sparse, a 2-D product) takes
+    the general conversion."""
+    tagged = np.dtype(float, metadata={"tag": 1})  # (== float, not the float descriptor)
+    x = np.arange(6.0)
+    values = [
+        x,
+        x[::2],
+        x.reshape(2, 3),
+        np.asfortranarray(x.reshape(2, 3)),
+        x.astype(np.float32),
+        x.astype(int),
+        x.astype(">f8"),
+        x.astype(tagged),
+        np.float64(2.0),
+        3,
+    ]
+    for v in values:
+        general = np.asarray(v, dtype=float)
+        out = glm._as_float(v)
+        assert (out is v) == (general is v)
+        assert out.dtype == general.dtype and out.shape == general.shape
+        assert out.tobytes() == general.tobytes()
+        flat = glm._flat(v)
+        general = np.asarray(v, dtype=float).ravel(order="F")
+        assert flat is not v and flat.dtype == general.dtype and flat.shape == general.shape
+        assert flat.tobytes() == general.tobytes()
+        assert np.shares_memory(flat, v) == np.shares_memory(general, v)
+    S = sp.csr_matrix(x.reshape(2, 3))
+    assert glm._flat(S).tobytes() == x.reshape(2, 3).ravel("F").tobytes()
+    C = np.arange(12.0).reshape(4, 3) - 5.0
+    for b in (np.array([1.0, -0.0, 2.5]), np.zeros(3), np.ones((3, 2)), np.ones((3, 1))):
+        general = np.asarray(C @ b).ravel()
+        for M in (C, sp.csr_matrix(C)):
+            out = glm._matvec(M, b)
+            assert type(out) is np.ndarray and out.shape == general.shape
+            assert out.tobytes() == general.tobytes()
+    with pytest.raises(ValueError):
+        glm._matvec(C, np.ones(4))
+
+
+def test_a_tape_tells_its_constants_by_their_type_alone():
+    """:func:`~fedmodel.compiler.glm._untracked` (a tape's constants that are never its
+    slots) answers as ``isinstance`` with :data:`~fedmodel.compiler.glm._UNTRACKED`, for
+    the arrays and floats it answers at once and the subclasses and other types it
+    does not."""
+    import enum
+
+    class Flag(enum.IntEnum):
+        ON = 1
+
+    class Real(float):
+        pass
+
+    class Array(np.ndarray):
+        pass
+
+    values = [np.ones(2), 2.5, np.float64(2.5), Real(2.5), np.ones(2).view(Array), 3, True]
+    values += [np.bool_(True), "s", None, Flag.ON, sp.csr_matrix((1, 1)), (1,)]
+    for v in values:
+        assert glm._untracked(v) == isinstance(v, glm._UNTRACKED), v
+    tape = glm.Tape()
+    x, y = np.ones(2), 2.5
+    tape.record(np.add, (x, y), x + y, False)
+    assert tape.ops == [] and tape.slot(3) is None and tape.slot(x) is None
+    tape.slots[id(x)] = 0
+    out = x + y
+    tape.record(np.add, (x, y), out, False)
+    assert tape.ops == [(np.add, ((True, 0), (False, y)), False, None)]
+    assert tape.slot(out) == 0 and tape.slot(True) is None

@@ -243,8 +243,19 @@ def _numeric(atom, *values):
 
 
 # -- the tape of a reading, replayed on another party's leaves ------------------------------
+#: the float dtype (a float array's own descriptor: compared by identity)
+_FLOAT = np.dtype(float)
+
 #: results that are never slots of a tape (small ints and booleans are shared objects)
 _UNTRACKED = (bool, int, str, type(None), np.bool_)
+#: the types of most of a tape's values, none of them of :data:`_UNTRACKED` (whose
+#: ``isinstance`` test, false, reads the value's ``__class__``)
+_TRACKED = frozenset({np.ndarray, float})
+
+
+def _untracked(x) -> bool:
+    """Whether ``x`` is of :data:`_UNTRACKED` (a value of :data:`_TRACKED` type is not)."""
+    return type(x) not in _TRACKED and isinstance(x, _UNTRACKED)
 
 
 class Tape:
@@ -280,7 +291,7 @@ class Tape:
 
     def slot(self, obj) -> int | None:
         """The slot holding ``obj`` (None for a constant)."""
-        if isinstance(obj, _UNTRACKED):
+        if _untracked(obj):
             return None
         return self.slots.get(id(obj))
 
@@ -292,7 +303,7 @@ class Tape:
             self.ops.append((fn, refs, True, out))
             return
         self.ops.append((fn, refs, False, None))
-        if not isinstance(out, _UNTRACKED):
+        if not _untracked(out):
             self.slots[id(out)] = self.n_values
             self.keep.append(out)
         self.n_values += 1
@@ -359,8 +370,9 @@ def _replay_function(tape: Tape, forms: list):
     body += [f"v{i} = leaves[{i}]" for i in range(tape.n_leaves) if i in used]
     slot = tape.n_leaves
     for fn, refs, decision, outcome in tape.ops:
-        args = ", ".join(f"v{a}" if is_slot else constant(a) for is_slot, a in refs)
-        call = f"{constant(fn)}({args})"
+        args = ", ".join([f"v{a}" if is_slot else constant(a) for is_slot, a in refs])
+        # (a leaf's value, :func:`_leaf_value`, is read as the attribute it is)
+        call = f"{args}.value" if fn is _leaf_value else f"{constant(fn)}({args})"
         if decision:
             body.append(f"if {call} != {constant(outcome)}: return None")
         else:
@@ -381,9 +393,11 @@ def _replay_function(tape: Tape, forms: list):
             made.append("None")
             continue
         terms = ", ".join(
-            f"_new_term({constant(t.kind)}, {ref(t.A)}, {ref(t.b)}, {ref(t.weights)}, "
-            f"{ref(t.M)}, {ref(t.s)})"
-            for t in f.terms
+            [
+                f"_new_term({constant(t.kind)}, {ref(t.A)}, {ref(t.b)}, {ref(t.weights)}, "
+                f"{ref(t.M)}, {ref(t.s)})"
+                for t in f.terms
+            ]
         )
         call = f"GLMFunction({int(f.n)}, [{terms}], {ref(f.Q)}, {ref(f.q)}, {ref(f.r)}, {bool(f.Q_symmetric)})"
         scalings = f.__dict__.get("_q_scalings")
@@ -426,10 +440,10 @@ def _output_refs(tape: Tape, forms: list):
 def _new_term(kind: str, A, b, weights, M, s) -> GLMTerm:
     if type(A) is DeferredRows:  # (its A made at its first use: :class:`RowsTerm`)
         t = object.__new__(RowsTerm)
-        t.__dict__.update(kind=kind, rows=A, b=b, weights=weights, M=M, s=s)
+        t.__dict__ = {"kind": kind, "rows": A, "b": b, "weights": weights, "M": M, "s": s}
         return t
     t = object.__new__(GLMTerm)  # (its A as the recorded reading's __post_init__ left it)
-    t.__dict__.update(kind=kind, A=A, b=b, weights=weights, M=M, s=s)
+    t.__dict__ = {"kind": kind, "A": A, "b": b, "weights": weights, "M": M, "s": s}
     return t
 
 
@@ -543,6 +557,9 @@ def _is_identity(p: Affine, ctx: Reading | None = None) -> bool:
 
 
 def _as_float(v) -> np.ndarray:
+    """``np.asarray(v, dtype=float)`` (a float array is itself, answered at once)."""
+    if type(v) is np.ndarray and v.dtype is _FLOAT:
+        return v
     return np.asarray(v, dtype=float)
 
 
@@ -569,7 +586,9 @@ def _stack_rows(A, m: int):
 
 
 def _matvec(C, b) -> np.ndarray:
-    return np.asarray(C @ b).ravel()
+    """``C @ b`` as a flat array (a product that is a flat array is itself)."""
+    out = C @ b
+    return out if type(out) is np.ndarray and out.ndim == 1 else np.asarray(out).ravel()
 
 
 def _tmatmul(C, A):
@@ -585,7 +604,10 @@ def _column(C):
 
 
 def _flat(v) -> np.ndarray:
-    """A constant's value as a flat float array, column-major."""
+    """A constant's value as a flat float array, column-major (of a flat float array, a
+    view of it, at once)."""
+    if type(v) is np.ndarray and v.ndim == 1 and v.dtype is _FLOAT:
+        return v.ravel()
     return np.asarray(v if not _sparse(v) else v.toarray(), dtype=float).ravel(order="F")
 
 
@@ -630,15 +652,16 @@ class DeferredRows:
 
 def _deferred_rows_times(c, A):
     """:func:`_rows_times` as a :class:`DeferredRows` when its arguments are float arrays
-    of matching rows; else the product itself (failing as it fails)."""
+    (of the float descriptor itself) of matching rows; else the product itself (failing as
+    it fails)."""
     if (
         type(c) is np.ndarray
         and type(A) is np.ndarray
         and c.ndim == 1
         and A.ndim == 2
         and c.shape[0] == A.shape[0]
-        and c.dtype == _FLOAT
-        and A.dtype == _FLOAT
+        and c.dtype is _FLOAT
+        and A.dtype is _FLOAT
     ):
         return DeferredRows(c, A)
     return _rows_times(c, A)
@@ -653,8 +676,6 @@ def _deferred_contiguous(v):
     """:func:`_contiguous` of a value on the way to a :class:`DeferredRows`' term."""
     return v if type(v) is DeferredRows else _contiguous(v)
 
-
-_FLOAT = np.dtype(float)
 
 #: the operations a product of :func:`_rows_times` may go through on its way to a term's
 #: data matrix, and what each becomes when the product is deferred
