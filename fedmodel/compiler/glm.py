@@ -721,14 +721,7 @@ def _defer_rows(tape: Tape, forms: list) -> None:
                 continue
             for k in chain:
                 fn, refs, decision, outcome = tape.ops[k]
-                fn = (
-                    _deferred_rows_times
-                    if fn is _rows_times
-                    else _deferred_contiguous
-                    if fn is _contiguous
-                    else _ON_THE_WAY[fn]
-                )
-                tape.ops[k] = (fn, refs, decision, outcome)
+                tape.ops[k] = (_DEFERRED[fn], refs, decision, outcome)
 
 
 def _reciprocal(v) -> float:
@@ -1038,7 +1031,7 @@ class GLMTerm:
             self.A = np.ascontiguousarray(self.A, dtype=float)
 
     def scaled(self, c: float) -> GLMTerm:
-        out = object.__new__(GLMTerm)  # (its A is in the layout __post_init__ gives it)
+        out = object.__new__(type(self))  # (its A is in the layout __post_init__ gives it)
         out.__dict__.update(self.__dict__)
         out.weights = c * self.weights
         return out
@@ -1088,12 +1081,6 @@ class RowsTerm(GLMTerm):
     @cached_property
     def A(self) -> np.ndarray:
         return self.rows.made()
-
-    def scaled(self, c: float) -> GLMTerm:
-        out = object.__new__(RowsTerm)  # (its product still deferred, or made: shared)
-        out.__dict__.update(self.__dict__)
-        out.weights = c * self.weights
-        return out
 
 
 def row_count(t: GLMTerm) -> int:
@@ -1250,6 +1237,10 @@ def _contiguous(A):
     return A if _sparse(A) else np.ascontiguousarray(A, dtype=float)
 
 
+#: each operation of a deferred chain (:func:`_defer_rows`) -> what it becomes
+_DEFERRED = {_rows_times: _deferred_rows_times, _contiguous: _deferred_contiguous, **_ON_THE_WAY}
+
+
 def _term(ctx: Reading, kind: str, A, b, weights, M: float = 1.0, s: float = 1.0) -> GLMTerm:
     return GLMTerm(kind, ctx.op(_contiguous, A), b, weights, M, s)
 
@@ -1278,7 +1269,7 @@ def _q_scalings(f: GLMFunction) -> tuple[float, ...]:
 
 
 def _scaled_term(t: GLMTerm, c: float, ctx: Reading) -> GLMTerm:
-    out = object.__new__(GLMTerm)  # (as t.scaled(c))
+    out = object.__new__(type(t))  # (as t.scaled(c))
     out.__dict__.update(t.__dict__)
     out.weights = ctx.op(operator.mul, c, t.weights)
     return out

@@ -412,7 +412,7 @@ def communication_totals(ledger: Ledger) -> dict[str, Any]:
 
 def _counts(per: dict[str, Any], name: str) -> list[int]:
     """The counts of ``name`` in ``per`` (:func:`communication_totals`) as a list of its
-    own, to add to: a placeholder (None) or counts shared with other parties (a tuple)
+    own, to add to: none counted yet (None) or counts shared with other parties (a tuple)
     become one."""
     counts = per[name]
     if type(counts) is not list:

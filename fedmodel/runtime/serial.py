@@ -8,7 +8,6 @@ and never sees another's. Other runtimes (processes, Ray) implement the same int
 
 from __future__ import annotations
 
-import weakref
 from collections.abc import Iterable, KeysView, Mapping
 from typing import Any, Protocol
 
@@ -78,7 +77,7 @@ class SerialRuntime(Runtime):
         endpoints = getattr(self, "endpoints", {})
         view = self.__dict__.get("_one_host")  # (one view per endpoints dict)
         if view is None or view._endpoints is not endpoints:
-            view = self.__dict__["_one_host"] = _OneHost(endpoints, self)
+            view = self.__dict__["_one_host"] = _OneHost(endpoints)
         return view
 
     @_host_of.setter
@@ -96,15 +95,10 @@ class SerialRuntime(Runtime):
 
 class _OneHost(Mapping):
     """Every endpoint in the server's process (host :data:`SERVER_HOST`): a live view of
-    ``endpoints`` (no copy per message) of the runtime ``runtime`` (None: none)."""
+    ``endpoints`` (no copy per message)."""
 
-    def __init__(self, endpoints: dict, runtime: Any = None) -> None:
+    def __init__(self, endpoints: dict) -> None:
         self._endpoints = endpoints
-        # (held weakly: the runtime keeps its view, and is freed when its owner lets go)
-        self._runtime = (lambda: None) if runtime is None else weakref.ref(runtime)
-        # (the last list of names found all here, the round and how many endpoints there
-        # were then)
-        self._found: tuple[list[str], int, int] = ([], -1, 0)
 
     def __getitem__(self, name: str) -> int:
         if name not in self._endpoints:
@@ -122,18 +116,8 @@ class _OneHost(Mapping):
         return self._endpoints.keys()
 
     def all_in_server(self, names: Iterable[str]) -> bool:
-        """Whether every party of ``names`` is one of these endpoints (all run here): at
-        once for the list of names found so last in the runtime's round, while the
-        endpoints are as many (a round asks it several times of its list of clients)."""
-        endpoints = self._endpoints
-        rnd = getattr(self._runtime(), "round", None)
-        last, last_round, count = self._found
-        if type(names) is list and rnd == last_round and count == len(endpoints) and names == last:
-            return True
-        found = all(map(endpoints.__contains__, names))
-        if found and type(names) is list and rnd is not None:
-            self._found = (list(names), rnd, len(endpoints))
-        return found
+        """Whether every party of ``names`` is one of these endpoints (all run here)."""
+        return all(map(self._endpoints.__contains__, names))
 
     def __iter__(self):
         return iter(self._endpoints)

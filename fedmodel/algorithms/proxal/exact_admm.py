@@ -1680,7 +1680,7 @@ def _cohort_deadline(budget: Any, hosts: list) -> float | None:
     or non-finite budget raises naming its party (the merit's own check)."""
     if budget is None:
         return None
-    if not isinstance(budget, Rows) and type(budget) is float and 0.0 <= budget < np.inf:
+    if type(budget) is float and 0.0 <= budget < np.inf:
         # (one good value for all: no pass per client)
         return time.perf_counter() + float(np.full(len(hosts), budget).sum())
     values = budget.values if isinstance(budget, Rows) else [budget] * len(hosts)
